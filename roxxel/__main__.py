@@ -1,0 +1,5 @@
+"""``python -m roxxel`` runs the ``roxxel`` command."""
+
+from roxxel.cli import main
+
+main()

@@ -1,0 +1,177 @@
+"""The ``roxxel`` command: ``pack``, ``info``, ``verify`` and ``cat``."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+
+import click
+
+from roxxel._version import __version__
+from roxxel.format.errors import RoxxelFormatError
+from roxxel.format.writer import DEFAULT_SHARD_SIZE
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """``"256MiB"`` → 268435456. Units: B, k/KB (1000), KiB (1024), M/MB, MiB, G/GB, GiB.
+
+    Raises:
+        click.BadParameter: not a positive size.
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS or float(m.group(1)) <= 0:
+        raise click.BadParameter(f"{text!r} is not a size like 256MiB, 1GB or 1000000")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def _fail(err: Exception) -> None:
+    click.echo(f"roxxel: error: {err}", err=True)
+    sys.exit(1)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="roxxel")
+def main() -> None:
+    """Roxxel: pack text into token shards, inspect and verify datasets."""
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Dataset directory to create.")
+@click.option("--tokenizer", default="bytes", show_default=True,
+              help="'bytes' (byte-level: 256 ids + EOS) or a Hugging Face tokenizer.json file.")
+@click.option("--shard-size", default=str(DEFAULT_SHARD_SIZE), show_default=True, help="Roll over to a new shard past this size (e.g. 256MiB).")
+@click.option("--include", multiple=True, metavar="GLOB", help="Only files whose name matches (repeatable), e.g. '*.py'.")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files whose path matches (repeatable), e.g. '*/site-packages/*'.")
+@click.option("--format", "fmt", type=click.Choice(["auto", "text", "jsonl", "parquet"]), default="auto", show_default=True,
+              help="auto: .jsonl/.ndjson lines, .parquet rows, any other file is one document.")
+@click.option("--text-field", default="text", show_default=True, help="JSONL key / Parquet column holding the text.")
+@click.option("--append", is_flag=True, help="Add to an existing dataset instead of refusing.")
+@click.option("--eos-id", type=int, default=None, help="End-of-document id, when the tokenizer has no standard one.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
+def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_field, append, eos_id, progress) -> None:
+    """Pack INPUTS (files, directories, globs, or - for stdin) into a dataset at --output.
+
+    Each text file is one document; each JSONL line / Parquet row is one document. Every
+    document ends with the EOS token. Inputs are read in the order given, directories in
+    sorted order, so document k is the k-th input document.
+    """
+    from tqdm import tqdm
+
+    from roxxel.pack import pack as run_pack
+
+    size = parse_size(shard_size)
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = tqdm(unit=" docs", disable=not show, dynamic_ncols=True, file=sys.stderr)
+    totals = {"tokens": 0, "bytes": 0}
+    t0 = time.perf_counter()
+
+    def on_progress(docs: int, tokens: int, nbytes: int) -> None:
+        totals["tokens"] += tokens
+        totals["bytes"] += nbytes
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        bar.set_postfix_str(f"{totals['tokens'] / elapsed / 1e6:.1f}M tok/s", refresh=False)
+        bar.update(docs)
+
+    try:
+        manifest = run_pack(list(inputs), output, tokenizer=tokenizer, shard_size=size, include=include, exclude=exclude,
+                            fmt=fmt,
+                            text_field=text_field, append=append, eos_id=eos_id, on_progress=on_progress)
+    except (OSError, ValueError, ImportError) as e:
+        bar.close()
+        _fail(e)
+    bar.close()
+    elapsed = time.perf_counter() - t0
+    click.echo(f"packed {manifest.num_documents:,} documents, {manifest.num_tokens:,} tokens in "
+               f"{len(manifest.shards)} shard(s) into {output} ({totals['bytes'] / elapsed / 1e6:.1f} MB/s)")
+
+
+@main.command()
+@click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def info(path, as_json) -> None:
+    """Summarise the dataset at PATH: shards, tokens, documents, dtype, bytes."""
+    from roxxel.data.dataset import Roxxel
+
+    try:
+        ds = Roxxel(path).open()
+        summary = ds.info()
+    except (OSError, RoxxelFormatError) as e:
+        _fail(e)
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+        return
+    tok = summary["tokenizer"]
+    rows = [("path", path), ("shards", f"{summary['shards']:,}"), ("tokens", f"{summary['tokens']:,}"),
+            ("documents", f"{summary['documents']:,}"), ("dtype", summary["dtype"]),
+            ("vocab size", summary["vocab_size"] if summary["vocab_size"] is not None else "-"),
+            ("EOS id", summary["eos_id"] if summary["eos_id"] is not None else "-"),
+            ("tokenizer", tok.get("name") or tok.get("type") if tok else "-"),
+            ("bytes", f"{summary['bytes']:,} ({_human(summary['bytes'])})"),
+            ("format", "original ROXXEL02 (read-only)" if summary["legacy"] else "rox v1")]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        click.echo(f"{k:<{width}}  {v}")
+
+
+@main.command()
+@click.argument("path")
+def verify(path) -> None:
+    """Recompute every shard's checksum; exit 1 naming the first damaged file."""
+    from roxxel.data.dataset import Roxxel
+
+    done = {"shards": 0, "bytes": 0}
+
+    def progress(shard_path: str, nbytes: int) -> None:
+        done["shards"] += 1
+        done["bytes"] += nbytes
+
+    try:
+        Roxxel(path).verify(progress=progress)
+    except (OSError, RoxxelFormatError) as e:
+        _fail(e)
+    click.echo(f"OK: {done['shards']} shard(s), {_human(done['bytes'])} verified")
+
+
+@main.command()
+@click.argument("path")
+@click.argument("index", type=int)
+@click.option("--tokenizer", default=None, help="tokenizer.json to decode with (byte-level datasets need none).")
+@click.option("--ids", is_flag=True, help="Print the token ids instead of decoding them.")
+def cat(path, index, tokenizer, ids) -> None:
+    """Write document INDEX of the dataset at PATH to stdout (decoded, EOS removed)."""
+    from roxxel.data.dataset import Roxxel
+    from roxxel.tokenizers import load_tokenizer
+
+    try:
+        ds = Roxxel(path).open()
+        tokens = ds[index]
+        if ids:
+            click.echo(" ".join(map(str, tokens.tolist())))
+            return
+        kind = (ds.tokenizer or {}).get("type")
+        if tokenizer is not None:
+            sys.stdout.write(load_tokenizer(tokenizer).decode(tokens))
+        elif kind == "bytes":
+            sys.stdout.buffer.write(load_tokenizer("bytes").decode_bytes(tokens))
+        else:
+            raise ValueError(f"{path} was not packed with the byte tokenizer; pass --tokenizer tokenizer.json, or --ids")
+    except (OSError, ValueError, IndexError) as e:
+        _fail(e)
+
+
+if __name__ == "__main__":
+    main()

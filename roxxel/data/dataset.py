@@ -1,0 +1,447 @@
+"""``Roxxel``: a dataset of shards read as one virtual token array.
+
+A dataset is a sequence of shards (a manifest, a directory, a glob, one shard, or a
+list of those). Its tokens are the shards' tokens concatenated in order; its documents
+are the shards' documents in order. Nothing grows with the dataset's size on the host:
+shards are memory maps opened lazily (a manifest gives their sizes without opening
+them), and pages touched by reads are handed back to the OS after every
+``release_bytes`` bytes, so the process RSS stays flat while streaming terabytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import glob
+import hashlib
+import json
+import logging
+import os
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from roxxel.format.errors import (
+    CorruptShardError,
+    DtypeMismatchError,
+    EmptyDatasetError,
+    IncompleteDatasetError,
+    ShardNotFoundError,
+)
+from roxxel.format.manifest import MANIFEST_NAME, Manifest
+from roxxel.format.shard import open_shard
+
+log = logging.getLogger("roxxel.data")
+
+PathSpec = str | os.PathLike | Sequence[str | os.PathLike]
+_GLOB_CHARS = "*?["
+DEFAULT_RELEASE_BYTES = 32 << 20
+DEFAULT_MAX_OPEN_SHARDS = 256
+
+
+class _Entry:
+    """A shard of the dataset: its path and, when a manifest listed it, its expected counts."""
+
+    __slots__ = ("path", "num_tokens", "num_documents", "sha256", "nbytes")
+
+    def __init__(self, path, num_tokens=None, num_documents=None, sha256=None, nbytes=None):
+        self.path, self.num_tokens, self.num_documents, self.sha256, self.nbytes = path, num_tokens, num_documents, sha256, nbytes
+
+
+class Roxxel:
+    """A dataset of ``.rox`` shards (current format or the original ``ROXXEL02``), read as one token array.
+
+    Args:
+        filepath: a shard file; a dataset directory (``dataset.json`` inside, else its ``*.rox``
+            files in name order); a manifest ``.json``; a glob; the original's prefix form
+            (``data/wiki.rox`` naming ``data/wiki_0000.rox``, ...); or a list of any of these.
+        release_bytes: hand mapped pages back to the OS after this many bytes have been read
+            (keeps RSS flat; the pages stay in the page cache).
+        max_open_shards: shards kept mapped at once (file descriptors), least recently used closed.
+
+    The dataset opens on first use (or ``open()``/``with``); opening reads manifests and
+    shard headers, never token data.
+
+    Raises (on open):
+        ShardNotFoundError: a path does not exist, or a glob/directory has no shards.
+        IncompleteDatasetError: a directory whose pack was killed before committing.
+        BadSignatureError, TruncatedShardError, CorruptShardError: a damaged shard (names the file).
+        DtypeMismatchError: shards with different token dtypes.
+        EmptyDatasetError: no tokens at all.
+    """
+
+    def __init__(self, filepath: PathSpec = "./stream_reservoir.rox", *,
+                 release_bytes: int = DEFAULT_RELEASE_BYTES, max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS):
+        if isinstance(filepath, (str, os.PathLike)):
+            self.filepath: str | list[str] = os.fspath(filepath)
+        elif isinstance(filepath, (list, tuple)):
+            self.filepath = [os.fspath(p) for p in filepath]
+        else:
+            raise TypeError(f"filepath must be a path, a glob or a list of paths, got {type(filepath).__name__}")
+        self.release_bytes = release_bytes
+        self.max_open_shards = max_open_shards
+        self._is_open = False
+
+    # ------------------------------------------------------------------------------
+    # opening
+    # ------------------------------------------------------------------------------
+    def open(self) -> "Roxxel":
+        """Resolve the paths and read manifests/headers. Idempotent. Returns ``self``."""
+        if self._is_open:
+            return self
+        specs = self.filepath if isinstance(self.filepath, list) else [self.filepath]
+        manifests: list[Manifest] = []
+        entries: list[_Entry] = []
+        for spec in specs:
+            _resolve(spec, manifests, entries)
+        if not entries and manifests:
+            raise EmptyDatasetError(f"dataset {self.filepath!r} holds no tokens (its manifest lists no shards)")
+        if not entries:
+            raise ShardNotFoundError(f"no shards found for {self.filepath!r}")
+        self._manifest = manifests[0] if len(manifests) == 1 and len(specs) == 1 else None
+        self._entries = entries
+        self._shards: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        props = self._shared_properties(manifests)
+        self._props = props
+        self._token_offsets = np.cumsum([0] + [e.num_tokens for e in entries], dtype=np.int64)
+        self._doc_offsets = np.cumsum([0] + [e.num_documents for e in entries], dtype=np.int64)
+        self._touched = 0
+        self._is_open = True
+        if self.num_tokens == 0:
+            self.close()
+            raise EmptyDatasetError(f"dataset {self.filepath!r} holds no tokens")
+        return self
+
+    def _shared_properties(self, manifests: list[Manifest]) -> dict[str, Any]:
+        """dtype/vocabulary/EOS/tokenizer shared by every shard; opens the shards no manifest described."""
+        first_by_dtype: dict[str, str] = {}
+        props: dict[str, Any] = {}
+        for m in manifests:
+            first_by_dtype.setdefault(m.dtype, m.shards[0].path if m.shards else "manifest")
+            props.setdefault("meta", {"vocab_size": m.vocab_size, "eos_id": m.eos_id, "tokenizer": m.tokenizer})
+        for i, e in enumerate(self._entries):
+            if e.num_tokens is None:
+                shard = self._shard(i)
+                e.num_tokens, e.num_documents, e.sha256, e.nbytes = shard.num_tokens, shard.num_documents, shard.sha256, shard.nbytes
+                first_by_dtype.setdefault(shard.dtype.name, e.path)
+                md = shard.metadata
+                props.setdefault("meta", {k: md.get(k) for k in ("vocab_size", "eos_id", "tokenizer")})
+        if len(first_by_dtype) > 1:
+            (d1, p1), (d2, p2) = list(first_by_dtype.items())[:2]
+            raise DtypeMismatchError(
+                f"shards of one dataset must share a token dtype: {p1} is {d1}, {p2} is {d2}; "
+                "re-pack them with the same tokenizer, or read them as separate datasets and blend them")
+        meta = props.get("meta", {})
+        return {"dtype": np.dtype(next(iter(first_by_dtype))).newbyteorder("<"), **{k: meta.get(k) for k in ("vocab_size", "eos_id", "tokenizer")}}
+
+    def _shard(self, i: int):
+        """The opened shard ``i`` (LRU-cached); checks it against what its manifest said."""
+        shard = self._shards.get(i)
+        if shard is not None:
+            self._shards.move_to_end(i)
+            return shard
+        e = self._entries[i]
+        shard = open_shard(e.path)
+        if e.num_tokens is not None and (shard.num_tokens, shard.num_documents) != (e.num_tokens, e.num_documents):
+            raise CorruptShardError(
+                f"{e.path}: holds {shard.num_tokens} tokens / {shard.num_documents} documents but the manifest says "
+                f"{e.num_tokens} / {e.num_documents}; the shard was replaced - re-pack the dataset", e.path)
+        if self._is_open and shard.dtype != self.dtype:
+            raise DtypeMismatchError(f"{e.path}: token dtype {shard.dtype.name}, the dataset's is {self.dtype.name}", e.path)
+        self._shards[i] = shard
+        if len(self._shards) > self.max_open_shards:
+            self._shards.popitem(last=False)[1].close()
+        return shard
+
+    def close(self) -> None:
+        """Forget every mapping (views already handed out stay valid until dropped)."""
+        if not self._is_open:
+            return
+        for shard in self._shards.values():
+            shard.close()
+        self._shards.clear()
+        self._is_open = False
+
+    def __enter__(self) -> "Roxxel":
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _ensure_open(self) -> None:
+        if not self._is_open:
+            self.open()
+
+    # ------------------------------------------------------------------------------
+    # sizes and metadata
+    # ------------------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype:
+        """Token dtype shared by all shards (``uint8``/``uint16``/``uint32``; any for original-format shards)."""
+        self._ensure_open()
+        return self._props["dtype"]
+
+    @property
+    def vocab_size(self) -> int | None:
+        """Number of token ids (None when the shards do not record it)."""
+        self._ensure_open()
+        return self._props["vocab_size"]
+
+    @property
+    def eos_id(self) -> int | None:
+        """The id that ends every document (None when documents carry no EOS)."""
+        self._ensure_open()
+        return self._props["eos_id"]
+
+    @property
+    def tokenizer(self) -> dict | None:
+        """Identity of the tokenizer that produced the tokens (None when unknown)."""
+        self._ensure_open()
+        return self._props["tokenizer"]
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the dataset (EOS tokens included)."""
+        self._ensure_open()
+        return int(self._token_offsets[-1])
+
+    @property
+    def num_documents(self) -> int:
+        """Documents in the dataset (blocks, for original-format shards)."""
+        self._ensure_open()
+        return int(self._doc_offsets[-1])
+
+    @property
+    def num_shards(self) -> int:
+        self._ensure_open()
+        return len(self._entries)
+
+    @property
+    def shard_paths(self) -> list[str]:
+        self._ensure_open()
+        return [e.path for e in self._entries]
+
+    @property
+    def manifest(self) -> Manifest | None:
+        """The manifest this dataset was opened from (None for shards, globs and lists)."""
+        self._ensure_open()
+        return self._manifest
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on disk of all shards."""
+        self._ensure_open()
+        return sum(e.nbytes if e.nbytes is not None else os.path.getsize(e.path) for e in self._entries)
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the dataset's identity: dtype and each shard's token count and checksum, in order.
+
+        Two datasets with the same fingerprint hold the same tokens. Used by checkpoints to
+        refuse a resume on different data. (Original-format shards have no checksum; their
+        path and size stand in.)
+        """
+        self._ensure_open()
+        if self._manifest is not None:
+            return self._manifest.fingerprint()
+        ident = {"dtype": self.dtype.name, "vocab_size": self.vocab_size, "eos_id": self.eos_id,
+                 "shards": [[e.num_tokens, e.sha256 or f"{os.path.basename(e.path)}:{e.nbytes}"] for e in self._entries]}
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+    def info(self) -> dict[str, Any]:
+        """Summary: path, shards, tokens, documents, dtype, vocab_size, eos_id, bytes, tokenizer."""
+        self._ensure_open()
+        return {"path": self.filepath, "shards": self.num_shards, "tokens": self.num_tokens,
+                "documents": self.num_documents, "dtype": self.dtype.name, "vocab_size": self.vocab_size,
+                "eos_id": self.eos_id, "bytes": self.nbytes, "tokenizer": self.tokenizer,
+                "legacy": any(getattr(s, "legacy", False) for s in self._shards.values())}
+
+    # ------------------------------------------------------------------------------
+    # reading
+    # ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Number of documents (the original Roxxel's records)."""
+        return self.num_documents
+
+    def __getitem__(self, idx):
+        """Document ``idx`` as a zero-copy token view (its EOS included); a slice gives a list."""
+        self._ensure_open()
+        n = self.num_documents
+        if isinstance(idx, slice):
+            return [self[i] for i in range(*idx.indices(n))]
+        idx = int(idx)
+        if idx < 0:
+            idx += n
+        if not 0 <= idx < n:
+            raise IndexError(f"document index {idx} out of range for a dataset of {n} documents")
+        s = bisect.bisect_right(self._doc_offsets, idx) - 1
+        shard = self._shard(s)
+        start, stop = shard.document_bounds(idx - int(self._doc_offsets[s]))
+        return self._account(shard.tokens[start:stop])
+
+    def document_bounds(self, idx: int) -> tuple[int, int]:
+        """``(start, stop)`` global token offsets of document ``idx``."""
+        self._ensure_open()
+        s = bisect.bisect_right(self._doc_offsets, idx) - 1
+        start, stop = self._shard(s).document_bounds(idx - int(self._doc_offsets[s]))
+        base = int(self._token_offsets[s])
+        return base + start, base + stop
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the dataset, shape ``(stop - start,)``, in the dataset's dtype.
+
+        A zero-copy view of the memory map when the range lies in one shard, else a new array.
+
+        Raises:
+            IndexError: the range is not inside ``[0, num_tokens]``.
+        """
+        self._ensure_open()
+        self._check_range(start, stop)
+        if start == stop:
+            return np.empty(0, self.dtype)
+        s = int(np.searchsorted(self._token_offsets, start, side="right")) - 1
+        base = int(self._token_offsets[s])
+        if stop <= int(self._token_offsets[s + 1]):
+            return self._account(self._shard(s).tokens[start - base:stop - base])
+        return self.read_into(np.empty(stop - start, self.dtype), start)
+
+    def read_into(self, out: np.ndarray, start: int) -> np.ndarray:
+        """Copy tokens ``[start, start + len(out))`` into ``out`` (1-D; cast to its dtype). Returns ``out``.
+
+        Raises:
+            IndexError: the range is not inside ``[0, num_tokens]``.
+        """
+        self._ensure_open()
+        stop = start + len(out)
+        self._check_range(start, stop)
+        s = int(np.searchsorted(self._token_offsets, start, side="right")) - 1
+        pos = start
+        while pos < stop:
+            base, end = int(self._token_offsets[s]), int(self._token_offsets[s + 1])
+            take = min(stop, end) - pos
+            if take > 0:
+                out[pos - start:pos - start + take] = self._shard(s).tokens[pos - base:pos - base + take]
+                pos += take
+            s += 1
+        self._account(out)
+        return out
+
+    def _check_range(self, start: int, stop: int) -> None:
+        if not 0 <= start <= stop <= self.num_tokens:
+            raise IndexError(f"token range [{start}, {stop}) is outside the dataset's [0, {self.num_tokens})")
+
+    def _account(self, arr: np.ndarray) -> np.ndarray:
+        """Count bytes read; past ``release_bytes``, return mapped pages to the OS."""
+        self._touched += arr.nbytes
+        if self._touched >= self.release_bytes:
+            self.release()
+        return arr
+
+    def release(self) -> None:
+        """Drop every mapped page from this process's RSS now (they stay in the page cache)."""
+        for shard in self._shards.values():
+            shard.release()
+        self._touched = 0
+
+    # ------------------------------------------------------------------------------
+    # integrity
+    # ------------------------------------------------------------------------------
+    def verify(self, progress: Callable[[str, int], None] | None = None) -> None:
+        """Recompute every shard's checksum and compare with its footer and the manifest.
+
+        Args:
+            progress: called as ``progress(path, nbytes)`` after each shard.
+
+        Raises:
+            ChecksumMismatchError, CorruptShardError, TruncatedShardError, ShardNotFoundError:
+                the first damaged shard, by name.
+        """
+        self._ensure_open()
+        for i, e in enumerate(self._entries):
+            shard = self._shard(i)
+            if e.nbytes is not None and shard.nbytes != e.nbytes:
+                raise CorruptShardError(f"{e.path}: {shard.nbytes} bytes but the manifest says {e.nbytes}", e.path)
+            shard.verify(expected_sha256=e.sha256 if self._manifest is not None else None)
+            if progress is not None:
+                progress(e.path, shard.nbytes)
+
+    def estimate_steps(self, seq_len: int, batch_size: int) -> int:
+        """Whole steps of ``batch_size`` rows of ``seq_len`` tokens in one pass over the dataset."""
+        if seq_len < 1 or batch_size < 1:
+            raise ValueError(f"seq_len and batch_size must be >= 1, got {seq_len} and {batch_size}")
+        return self.num_tokens // (seq_len * batch_size)
+
+    # ------------------------------------------------------------------------------
+    # writing (the original API)
+    # ------------------------------------------------------------------------------
+    def write(self, data_generator: Iterable, separator: bytes | int | None = None, block_size: int | None = None,
+              max_shard_bytes: int | None = None, dtype=None, tokenizer=None, *, eos_id: int | None = None,
+              vocab_size: int | None = None, append: bool = False) -> Manifest | None:
+        """Pack documents into this path, in the current format (see :func:`roxxel.data.write.write_dataset`)."""
+        from roxxel.data.write import write_dataset
+
+        if isinstance(self.filepath, list):
+            raise ValueError("write() needs a single path, not a list")
+        self.close()
+        return write_dataset(self.filepath, data_generator, separator=separator, block_size=block_size,
+                             max_shard_bytes=max_shard_bytes, dtype=dtype, tokenizer=tokenizer, eos_id=eos_id,
+                             vocab_size=vocab_size, append=append)
+
+    def __repr__(self) -> str:
+        if not self._is_open:
+            return f"Roxxel({self.filepath!r})"
+        return (f"Roxxel({self.filepath!r}, shards={self.num_shards}, tokens={self.num_tokens}, "
+                f"documents={self.num_documents}, dtype={self.dtype.name})")
+
+
+# ----------------------------------------------------------------------------------
+# path resolution
+# ----------------------------------------------------------------------------------
+def _resolve(spec: str, manifests: list[Manifest], entries: list[_Entry]) -> None:
+    if any(c in spec for c in _GLOB_CHARS) and not os.path.exists(spec):
+        matches = sorted(glob.glob(spec))
+        if not matches:
+            raise ShardNotFoundError(f"no files match {spec!r}")
+        for m in matches:
+            _resolve(m, manifests, entries)
+        return
+    if os.path.isdir(spec):
+        manifest = os.path.join(spec, MANIFEST_NAME)
+        if os.path.exists(manifest):
+            return _add_manifest(manifest, manifests, entries)
+        _refuse_incomplete(spec)
+        shards = sorted(glob.glob(os.path.join(spec, "*.rox")))
+        if not shards:
+            raise ShardNotFoundError(f"{spec}: no {MANIFEST_NAME} and no .rox shards in this directory")
+        entries.extend(_Entry(p) for p in shards)
+        return
+    if spec.endswith(".json"):
+        return _add_manifest(spec, manifests, entries)
+    if os.path.exists(spec):
+        _refuse_incomplete(os.path.dirname(spec) or ".")
+        entries.append(_Entry(spec))
+        return
+    stem = spec[:-4] if spec.endswith(".rox") else spec
+    if os.path.exists(stem + ".dataset.json"):
+        return _add_manifest(stem + ".dataset.json", manifests, entries)
+    shards = sorted(glob.glob(glob.escape(stem) + "_*.rox"))
+    if not shards:
+        raise ShardNotFoundError(f"dataset not found: {spec} (no such file, directory, manifest or {stem}_*.rox shards)")
+    _refuse_incomplete(os.path.dirname(spec) or ".")
+    entries.extend(_Entry(p) for p in shards)
+
+
+def _add_manifest(path: str, manifests: list[Manifest], entries: list[_Entry]) -> None:
+    m = Manifest.load(path)
+    base = os.path.dirname(path)
+    manifests.append(m)
+    entries.extend(_Entry(os.path.join(base, s.path), s.num_tokens, s.num_documents, s.sha256, s.bytes) for s in m.shards)
+
+
+def _refuse_incomplete(directory: str) -> None:
+    """Refuse shards next to the marker of a pack that never wrote its manifest."""
+    for marker in glob.glob(os.path.join(glob.escape(directory), ".*.incomplete")):
+        manifest = os.path.join(directory, os.path.basename(marker)[1:-len(".incomplete")])
+        if not os.path.exists(manifest):
+            raise IncompleteDatasetError(
+                f"{directory}: a pack into this directory did not finish (found {os.path.basename(marker)}); "
+                "its shards are not a complete dataset - re-run the pack", directory)

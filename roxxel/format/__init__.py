@@ -1,0 +1,24 @@
+"""The ``.rox`` shard format: layout, writer (atomic), reader (memory-mapped), original ``ROXXEL02`` reader, manifest."""
+
+from roxxel.format.errors import (
+    BadSignatureError,
+    ChecksumMismatchError,
+    CorruptShardError,
+    DatasetExistsError,
+    DtypeMismatchError,
+    EmptyDatasetError,
+    IncompleteDatasetError,
+    RoxxelFormatError,
+    ShardNotFoundError,
+    TruncatedShardError,
+)
+from roxxel.format.legacy import LegacyShard
+from roxxel.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from roxxel.format.shard import Shard, open_shard
+from roxxel.format.writer import DatasetWriter, ShardWriter
+
+__all__ = [
+    "BadSignatureError", "ChecksumMismatchError", "CorruptShardError", "DatasetExistsError", "DtypeMismatchError",
+    "EmptyDatasetError", "IncompleteDatasetError", "RoxxelFormatError", "ShardNotFoundError", "TruncatedShardError",
+    "LegacyShard", "MANIFEST_NAME", "Manifest", "ShardEntry", "Shard", "open_shard", "DatasetWriter", "ShardWriter",
+]

@@ -1,0 +1,66 @@
+"""Atomic file creation: write under a temporary name in the same directory, fsync, rename.
+
+A reader therefore sees either the old file, or the complete new one, never a prefix:
+``os.replace`` is atomic on POSIX file systems (and on GCS FUSE, where it is a
+copy-then-delete of a finished object, a partial object never carries the final name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import IO, Iterator
+
+TMP_MARK = ".tmp-"
+
+
+def temp_name(path: str) -> str:
+    """Hidden sibling name for ``path`` used while it is being written (``.name.tmp-PID``)."""
+    head, tail = os.path.split(path)
+    return os.path.join(head, f".{tail}{TMP_MARK}{os.getpid()}")
+
+
+def is_temp_name(name: str) -> bool:
+    """True for names produced by :func:`temp_name` (used to clean up after a killed writer)."""
+    return name.startswith(".") and TMP_MARK in name
+
+
+def fsync_dir(directory: str) -> None:
+    """Make a rename durable by syncing its directory (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems (FUSE, tmpfs variants) do not support fsync on directories
+    finally:
+        os.close(fd)
+
+
+def commit(tmp_path: str, final_path: str) -> None:
+    """Rename a finished temporary file to its final name and sync the directory."""
+    os.replace(tmp_path, final_path)
+    fsync_dir(os.path.dirname(final_path))
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "wb") -> Iterator[IO]:
+    """Open ``path`` for writing atomically: the final name appears only if the block succeeds.
+
+    Raises whatever the block raises; the temporary file is removed in that case.
+    """
+    tmp = temp_name(path)
+    f = open(tmp, mode)
+    try:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        commit(tmp, path)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise

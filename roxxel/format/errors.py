@@ -1,0 +1,53 @@
+"""Errors raised when reading or writing Roxxel shards and datasets.
+
+Every error names the file it is about and, where there is one, the fix. All of them
+derive from :class:`RoxxelFormatError` (a ``ValueError``) except the two that are
+about a path's existence, which derive from the matching built-in ``OSError``
+subclasses so that ``except FileNotFoundError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class RoxxelFormatError(ValueError):
+    """A shard or dataset is malformed, inconsistent, or cannot be used as asked."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class ShardNotFoundError(FileNotFoundError):
+    """A shard, manifest, or dataset path does not exist (or a glob matched nothing)."""
+
+
+class DatasetExistsError(FileExistsError):
+    """Writing would mix with an existing dataset; pass ``append=True`` (``--append``) or pick an empty directory."""
+
+
+class BadSignatureError(RoxxelFormatError):
+    """The file does not start (new format) or end (``ROXXEL02``) with a Roxxel signature."""
+
+
+class TruncatedShardError(RoxxelFormatError):
+    """The file is shorter than its header says; the message names the region where it ends."""
+
+
+class CorruptShardError(RoxxelFormatError):
+    """The header, footer or document index contradict each other."""
+
+
+class ChecksumMismatchError(RoxxelFormatError):
+    """The SHA-256 recomputed by ``verify()`` differs from the one stored in the footer or the manifest."""
+
+
+class DtypeMismatchError(RoxxelFormatError):
+    """Shards of one dataset disagree on token dtype (or tokenizer), or a token does not fit the dtype."""
+
+
+class EmptyDatasetError(RoxxelFormatError):
+    """The dataset holds no tokens."""
+
+
+class IncompleteDatasetError(RoxxelFormatError):
+    """A pack into this directory did not finish (it was killed); re-run the pack."""

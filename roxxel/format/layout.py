@@ -1,0 +1,109 @@
+"""The on-disk layout of a ``.rox`` shard (format version 1).
+
+All integers are little-endian. Offsets are in bytes from the start of the file.
+
+======================  ==========================================================
+region                  contents
+======================  ==========================================================
+header (64 bytes)       ``HEADER``: signature ``ROXSHARD``, format version
+                        (major, minor), metadata length, data offset, token count,
+                        document count, index offset, token dtype name (8 bytes,
+                        NUL-padded), CRC-32 of header bytes [0, 56) + metadata
+metadata                UTF-8 JSON object (see ``Shard.metadata``), padded with
+                        spaces up to ``data_offset``
+token data              ``num_tokens`` tokens of the dtype, starting at
+                        ``data_offset``, a multiple of 4096 so that ``np.memmap``
+                        views are page-aligned and zero-copy
+padding                 zero bytes up to the next multiple of 8
+document index          ``num_documents`` uint64: token offset of each document's
+                        first token (the first is 0; documents are contiguous)
+footer (56 bytes)       ``FOOTER``: SHA-256 of the contents, token count, document
+                        count, end signature ``ROXSHEND``
+======================  ==========================================================
+
+The SHA-256 covers, in this order, the token data, the padding, the document index and
+the header + metadata block ``[0, data_offset)``. That order lets a writer hash while
+it streams tokens and fill the header in last. A file whose size differs from the one
+the header implies is truncated (or has trailing garbage) and is refused on open.
+
+Token dtypes are unsigned: ``uint16`` when the vocabulary fits in 65,536 ids, else
+``uint32`` (``uint8`` when asked for raw bytes). The original Roxxel stored vocabularies
+up to 65,535 ids as ``int16``, which turns every id >= 32,768 negative.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+
+SIGNATURE = b"ROXSHARD"
+END_SIGNATURE = b"ROXSHEND"
+LEGACY_SIGNATURE = b"ROXXEL02"
+FORMAT_VERSION = (1, 0)
+
+HEADER = struct.Struct("<8sHHIQQQQ8sI4x")
+FOOTER = struct.Struct("<32sQQ8s")
+assert HEADER.size == 64 and FOOTER.size == 56
+HEADER_CRC_SPAN = 56  # the CRC covers header bytes [0, 56) (everything before the CRC itself)
+
+DATA_ALIGNMENT = 4096
+INDEX_ALIGNMENT = 8
+INDEX_DTYPE = np.dtype("<u8")
+
+TOKEN_DTYPES = ("uint8", "uint16", "uint32")
+# Signed requests from the original API map to the unsigned dtype of the same width.
+_SIGNED_TO_UNSIGNED = {"int8": "uint8", "int16": "uint16", "int32": "uint32", "int64": "uint32", "uint64": "uint32"}
+
+
+def align(n: int, to: int) -> int:
+    """Smallest multiple of ``to`` that is >= ``n``."""
+    return -(-n // to) * to
+
+
+def token_dtype_for_vocab(vocab_size: int) -> np.dtype:
+    """``uint16`` for vocabularies of up to 65,536 ids, else ``uint32``.
+
+    Raises:
+        ValueError: ``vocab_size`` is not positive or exceeds 2**32.
+    """
+    if vocab_size < 1 or vocab_size > 2**32:
+        raise ValueError(f"vocab_size must be in [1, 2**32], got {vocab_size}")
+    return np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<u4")
+
+
+def normalize_token_dtype(dtype) -> np.dtype:
+    """Map a requested dtype to the little-endian unsigned token dtype that stores it.
+
+    ``int16``/``int32`` (the original Roxxel's choices) become ``uint16``/``uint32``: ids are
+    never negative, and an unsigned type of the same width holds twice the range.
+
+    Raises:
+        ValueError: the dtype is not an integer type (e.g. ``float32``): token shards hold ids.
+    """
+    name = np.dtype(dtype).name
+    name = _SIGNED_TO_UNSIGNED.get(name, name)
+    if name not in TOKEN_DTYPES:
+        raise ValueError(
+            f"token dtype must be one of {', '.join(TOKEN_DTYPES)} (or a signed integer type of the "
+            f"same width), got {np.dtype(dtype).name!r}; float data is not a token stream"
+        )
+    return np.dtype(name).newbyteorder("<")
+
+
+def dtype_name_bytes(dtype: np.dtype) -> bytes:
+    return np.dtype(dtype).name.encode("ascii").ljust(8, b"\0")
+
+
+def header_crc(header_prefix: bytes, metadata: bytes) -> int:
+    """CRC-32 over header bytes [0, 56) and the metadata JSON (cheap check made on every open)."""
+    return zlib.crc32(metadata, zlib.crc32(header_prefix[:HEADER_CRC_SPAN])) & 0xFFFFFFFF
+
+
+def index_offset_for(data_offset: int, num_tokens: int, itemsize: int) -> int:
+    return align(data_offset + num_tokens * itemsize, INDEX_ALIGNMENT)
+
+
+def file_size_for(index_offset: int, num_documents: int) -> int:
+    return index_offset + num_documents * INDEX_DTYPE.itemsize + FOOTER.size

@@ -1,0 +1,112 @@
+"""The dataset manifest (``dataset.json``): every shard of a dataset, in order, in one small file.
+
+Opening a dataset of thousands of shards on a FUSE mount then reads this one file; a
+shard's own header is read only when its tokens are first needed. The manifest also
+carries what must agree across shards (dtype, vocabulary, EOS id, tokenizer) and each
+shard's SHA-256, so ``verify()`` can tell a swapped or damaged shard from a good one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Any
+
+from roxxel.format.atomic import atomic_write
+from roxxel.format.errors import CorruptShardError, ShardNotFoundError
+
+MANIFEST_NAME = "dataset.json"
+MANIFEST_FORMAT = "roxxel.dataset"
+MANIFEST_VERSION = 1
+# Present while a pack into a directory is under way; a directory holding it is refused.
+INCOMPLETE_MARKER = ".roxxel-pack-incomplete"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardEntry:
+    """One shard as the manifest lists it. ``path`` is relative to the manifest's directory."""
+
+    path: str
+    num_tokens: int
+    num_documents: int
+    bytes: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A dataset: its shards in order and the properties they share.
+
+    Attributes:
+        dtype: token dtype name (``uint8``/``uint16``/``uint32``).
+        vocab_size: number of token ids (None when unknown).
+        eos_id: id appended after each document (None when documents carry no EOS).
+        tokenizer: identity of the tokenizer (``{"type": ..., "sha256": ...}``) or None.
+        shards: the shards, in dataset order.
+    """
+
+    dtype: str
+    vocab_size: int | None
+    eos_id: int | None
+    tokenizer: dict[str, Any] | None
+    shards: tuple[ShardEntry, ...]
+    writer_version: str
+    created: str
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.shards)
+
+    @property
+    def num_documents(self) -> int:
+        return sum(s.num_documents for s in self.shards)
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) identifying the dataset's content: dtype, vocabulary and every shard's checksum, in order."""
+        ident = {"dtype": self.dtype, "vocab_size": self.vocab_size, "eos_id": self.eos_id,
+                 "shards": [[s.num_tokens, s.sha256] for s in self.shards]}
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT, "format_version": MANIFEST_VERSION,
+            "dtype": self.dtype, "vocab_size": self.vocab_size, "eos_id": self.eos_id,
+            "tokenizer": self.tokenizer, "num_tokens": self.num_tokens, "num_documents": self.num_documents,
+            "writer_version": self.writer_version, "created": self.created,
+            "shards": [dataclasses.asdict(s) for s in self.shards],
+        }
+
+    def save(self, path: str) -> None:
+        """Write atomically (temporary file + rename)."""
+        with atomic_write(path, "w") as f:
+            json.dump(self.to_json(), f, indent=1)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path: str) -> "Manifest":
+        """Read a manifest.
+
+        Raises:
+            ShardNotFoundError: no such file.
+            CorruptShardError: not a Roxxel manifest, or an unreadable one (names the file).
+        """
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw = json.load(f)
+        except FileNotFoundError:
+            raise ShardNotFoundError(f"dataset manifest not found: {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise CorruptShardError(f"{path}: dataset manifest is not valid JSON ({e}); re-pack the dataset", path) from None
+        if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
+            raise CorruptShardError(f"{path}: not a Roxxel dataset manifest (missing \"format\": \"{MANIFEST_FORMAT}\")", path)
+        if raw.get("format_version", 0) > MANIFEST_VERSION:
+            raise CorruptShardError(f"{path}: manifest version {raw['format_version']} is newer than this Roxxel reads; upgrade roxxel", path)
+        try:
+            shards = tuple(ShardEntry(**s) for s in raw["shards"])
+            return cls(dtype=raw["dtype"], vocab_size=raw.get("vocab_size"), eos_id=raw.get("eos_id"),
+                       tokenizer=raw.get("tokenizer"), shards=shards,
+                       writer_version=raw.get("writer_version", "?"), created=raw.get("created", "?"))
+        except (KeyError, TypeError) as e:
+            raise CorruptShardError(f"{path}: dataset manifest is missing or has a malformed field ({e}); re-pack the dataset", path) from None

@@ -1,0 +1,240 @@
+"""Read one shard: a ``.rox`` file of the current format, or one of the original ``ROXXEL02`` files.
+
+Opening a shard reads its header, metadata and footer (a few KiB) and never the token
+data; the tokens are a memory map, so a slice of ``Shard.tokens`` is a zero-copy view.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+from typing import Any
+
+import numpy as np
+
+from roxxel.format import layout
+from roxxel.format.errors import (
+    BadSignatureError,
+    ChecksumMismatchError,
+    CorruptShardError,
+    ShardNotFoundError,
+    TruncatedShardError,
+)
+
+_VERIFY_CHUNK = 8 << 20
+
+
+class Shard:
+    """A memory-mapped shard of the current format (see :mod:`roxxel.format.layout`).
+
+    Attributes:
+        path: the file.
+        dtype: token dtype (``uint8``, ``uint16`` or ``uint32``, little-endian).
+        num_tokens: tokens in the shard.
+        num_documents: documents in the shard (each ends with the EOS token when the
+            dataset has one).
+        metadata: the JSON metadata (dtype, vocab_size, eos_id, tokenizer, counts,
+            writer_version, created).
+        sha256: hex SHA-256 stored in the footer.
+        nbytes: file size in bytes.
+
+    Raises (on construction):
+        ShardNotFoundError: the file does not exist.
+        BadSignatureError: it is not a Roxxel shard.
+        TruncatedShardError: it is shorter than its header says (names the region).
+        CorruptShardError: header, metadata and footer disagree.
+    """
+
+    legacy = False
+
+    def __init__(self, path: str, *, _size: int | None = None, _head: bytes | None = None):
+        self.path = path
+        size = _size if _size is not None else _file_size(path)
+        self.nbytes = size
+        with open(path, "rb") as f:
+            head = _head if _head is not None else f.read(layout.HEADER.size)
+            if len(head) < layout.HEADER.size:
+                raise TruncatedShardError(
+                    f"{path}: truncated inside the header ({size} bytes, a header is "
+                    f"{layout.HEADER.size}); the shard was not completely written or copied - re-copy or re-pack it",
+                    path,
+                )
+            (magic, major, minor, meta_len, data_offset, num_tokens, num_documents,
+             index_offset, dtype_name, crc) = layout.HEADER.unpack(head)
+            if magic != layout.SIGNATURE:
+                raise BadSignatureError(f"{path}: not a Roxxel shard (no {layout.SIGNATURE.decode()} signature)", path)
+            if major > layout.FORMAT_VERSION[0]:
+                raise CorruptShardError(
+                    f"{path}: shard format version {major}.{minor} is newer than this Roxxel "
+                    f"reads ({layout.FORMAT_VERSION[0]}.x); upgrade roxxel", path)
+            f.seek(layout.HEADER.size)
+            meta_bytes = f.read(meta_len)
+            if len(meta_bytes) < meta_len:
+                raise TruncatedShardError(_truncated_message(path, "metadata", size, data_offset), path)
+            if layout.header_crc(head, meta_bytes) != crc:
+                raise CorruptShardError(f"{path}: header checksum mismatch; the header or metadata is corrupt - re-pack the shard", path)
+            self.dtype = np.dtype(dtype_name.rstrip(b"\0").decode("ascii")).newbyteorder("<")
+            expected_index = layout.index_offset_for(data_offset, num_tokens, self.dtype.itemsize)
+            expected_size = layout.file_size_for(index_offset, num_documents)
+            if index_offset != expected_index or data_offset % layout.DATA_ALIGNMENT:
+                raise CorruptShardError(f"{path}: inconsistent offsets in the header - re-pack the shard", path)
+            if size < expected_size:
+                region = _region_at(size, data_offset, index_offset, num_documents)
+                raise TruncatedShardError(_truncated_message(path, region, size, expected_size), path)
+            if size > expected_size:
+                raise CorruptShardError(
+                    f"{path}: {size - expected_size} unexpected bytes after the footer ({size} bytes, header says "
+                    f"{expected_size}); the file was appended to or overwritten - re-pack it", path)
+            f.seek(size - layout.FOOTER.size)
+            sha, f_tokens, f_docs, end = layout.FOOTER.unpack(f.read(layout.FOOTER.size))
+        if end != layout.END_SIGNATURE or (f_tokens, f_docs) != (num_tokens, num_documents):
+            raise CorruptShardError(f"{path}: footer does not match the header; the shard is corrupt - re-pack it", path)
+        self.metadata: dict[str, Any] = json.loads(meta_bytes.decode("utf-8"))
+        self.version = (major, minor)
+        self.num_tokens = num_tokens
+        self.num_documents = num_documents
+        self.sha256 = sha.hex()
+        self._data_offset = data_offset
+        self._index_offset = index_offset
+        self._mmap: mmap.mmap | None = None
+        self._tokens: np.ndarray | None = None
+        self._index: np.ndarray | None = None
+
+    # -- memory map -------------------------------------------------------------------
+    def _map(self) -> mmap.mmap:
+        if self._mmap is None:
+            with open(self.path, "rb") as f:
+                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return self._mmap
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """All tokens, shape ``(num_tokens,)``, a read-only zero-copy view of the file."""
+        if self._tokens is None:
+            self._tokens = np.frombuffer(self._map(), self.dtype, self.num_tokens, self._data_offset)
+        return self._tokens
+
+    @property
+    def document_starts(self) -> np.ndarray:
+        """Token offset of each document's first token, shape ``(num_documents,)``, uint64 view."""
+        if self._index is None:
+            self._index = np.frombuffer(self._map(), layout.INDEX_DTYPE, self.num_documents, self._index_offset)
+        return self._index
+
+    def document_bounds(self, i: int) -> tuple[int, int]:
+        """``(start, stop)`` token offsets of document ``i`` within this shard."""
+        starts = self.document_starts
+        stop = int(starts[i + 1]) if i + 1 < self.num_documents else self.num_tokens
+        return int(starts[i]), stop
+
+    def release(self) -> None:
+        """Drop this process's mapped pages (they stay in the page cache; views stay valid).
+
+        Reading through a memory map counts the touched pages in the process RSS; calling
+        this after a pass keeps host RAM flat whatever the dataset size.
+        """
+        if self._mmap is not None:
+            self._mmap.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        """Forget the mapping; it is unmapped once no view of it is alive."""
+        self._tokens = self._index = None
+        self._mmap = None
+
+    # -- integrity --------------------------------------------------------------------
+    def compute_sha256(self) -> str:
+        """Recompute the content SHA-256 in the layout's order by reading the file (not the map)."""
+        h = hashlib.sha256()
+        end = self.nbytes - layout.FOOTER.size
+        with open(self.path, "rb") as f:
+            _hash_range(f, self._data_offset, end, h)
+            _hash_range(f, 0, self._data_offset, h)
+        return h.hexdigest()
+
+    def verify(self, expected_sha256: str | None = None) -> None:
+        """Check the content checksum (and the document index's order).
+
+        Raises:
+            ChecksumMismatchError: the data differs from what was written.
+            CorruptShardError: the document index is not increasing from 0.
+        """
+        actual = self.compute_sha256()
+        for label, want in (("footer", self.sha256), ("manifest", expected_sha256)):
+            if want is not None and actual != want:
+                raise ChecksumMismatchError(
+                    f"{self.path}: checksum mismatch (SHA-256 {actual}, {label} says {want}); "
+                    "the shard is corrupt - re-copy or re-pack it", self.path)
+        _check_index(self.path, self.document_starts, self.num_tokens)
+
+    def __repr__(self) -> str:
+        return f"Shard({self.path!r}, tokens={self.num_tokens}, documents={self.num_documents}, dtype={self.dtype.name})"
+
+
+def open_shard(path: str):
+    """Open a shard of either format: :class:`Shard` or :class:`~roxxel.format.legacy.LegacyShard`.
+
+    Raises:
+        ShardNotFoundError, BadSignatureError, TruncatedShardError, CorruptShardError.
+    """
+    from roxxel.format.legacy import LegacyShard
+
+    size = _file_size(path)
+    with open(path, "rb") as f:
+        head = f.read(layout.HEADER.size)
+        if head.startswith(layout.SIGNATURE):
+            return Shard(path, _size=size, _head=head)
+        if size >= 8:
+            f.seek(size - 8)
+            if f.read(8) == layout.LEGACY_SIGNATURE:
+                return LegacyShard(path, _size=size)
+    if layout.SIGNATURE.startswith(head) and head:
+        raise TruncatedShardError(_truncated_message(path, "header", size, layout.HEADER.size), path)
+    raise BadSignatureError(
+        f"{path}: not a Roxxel shard (neither the {layout.SIGNATURE.decode()} signature at the start nor "
+        f"the original {layout.LEGACY_SIGNATURE.decode()} signature at the end); it is another kind of file, "
+        "or an original-format shard whose footer was cut off", path)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        raise ShardNotFoundError(f"shard not found: {path}") from None
+
+
+def _region_at(size: int, data_offset: int, index_offset: int, num_documents: int) -> str:
+    index_end = index_offset + num_documents * layout.INDEX_DTYPE.itemsize
+    if size < data_offset:
+        return "metadata"
+    if size < index_offset:
+        return "token data"
+    if size < index_end:
+        return "document index"
+    return "footer"
+
+
+def _truncated_message(path: str, region: str, size: int, expected: int) -> str:
+    return (f"{path}: truncated inside the {region} ({size} bytes, expected {expected}); "
+            "the shard was not completely written or copied - re-copy or re-pack it")
+
+
+def _hash_range(f, start: int, stop: int, h) -> None:
+    f.seek(start)
+    buf = bytearray(_VERIFY_CHUNK)
+    view = memoryview(buf)
+    left = stop - start
+    while left > 0:
+        n = f.readinto(view[: min(left, _VERIFY_CHUNK)])
+        if not n:
+            raise TruncatedShardError(f"{f.name}: file shrank while being verified", f.name)
+        h.update(view[:n])
+        left -= n
+
+
+def _check_index(path: str, starts: np.ndarray, num_tokens: int) -> None:
+    if len(starts) == 0:
+        return
+    if starts[0] != 0 or np.any(np.diff(starts.astype(np.int64)) < 0) or int(starts[-1]) > num_tokens:
+        raise CorruptShardError(f"{path}: the document index is not increasing from 0 - re-pack the shard", path)

@@ -1,0 +1,355 @@
+"""Write documents into shards and datasets, atomically.
+
+A shard is written under a hidden temporary name and renamed only once complete. A
+dataset's shards keep their temporary names until the whole pack succeeds; then they
+are renamed and the manifest is written (atomically) last. A pack that is killed at any
+point therefore leaves nothing that opens as a valid dataset: temporary files are not
+``*.rox`` names, and a directory whose pack did not finish carries a marker that readers
+refuse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import glob
+import hashlib
+import json
+import logging
+import os
+import re
+from array import array
+from typing import Any, Iterable
+
+import numpy as np
+
+from roxxel._version import __version__
+from roxxel.format import layout
+from roxxel.format.atomic import commit, fsync_dir, is_temp_name, temp_name
+from roxxel.format.errors import DatasetExistsError, DtypeMismatchError
+from roxxel.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+
+log = logging.getLogger("roxxel.format")
+
+DEFAULT_SHARD_SIZE = 256 << 20
+_PLACEHOLDER_COUNT = 10**19  # widest count the JSON can hold; reserves room for the real ones
+_WRITE_BUFFER = 1 << 20
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+class ShardWriter:
+    """Streams tokens into one shard file under a temporary name.
+
+    Args:
+        path: final path of the shard.
+        dtype: token dtype (see :func:`roxxel.format.layout.normalize_token_dtype`).
+        metadata: JSON-serialisable fields stored in the shard (vocab_size, eos_id, tokenizer, ...).
+
+    Call :meth:`start_document` before each document's tokens, :meth:`write` for its tokens
+    (any number of times), then :meth:`finish`; :meth:`commit` renames it to ``path``.
+    """
+
+    def __init__(self, path: str, dtype, metadata: dict[str, Any]):
+        self.path = path
+        self.tmp_path = temp_name(path)
+        self.dtype = layout.normalize_token_dtype(dtype)
+        self._metadata = dict(metadata, format="roxxel.shard", dtype=self.dtype.name,
+                              writer_version=__version__, created=_now())
+        reserve = len(self._metadata_json(_PLACEHOLDER_COUNT, _PLACEHOLDER_COUNT))
+        self._data_offset = layout.align(layout.HEADER.size + reserve, layout.DATA_ALIGNMENT)
+        self._file = open(self.tmp_path, "wb", buffering=_WRITE_BUFFER)
+        self._file.seek(self._data_offset)
+        self._hash = hashlib.sha256()
+        self._starts = array("Q")
+        self.num_tokens = 0
+        self.entry: ShardEntry | None = None
+
+    @property
+    def num_documents(self) -> int:
+        return len(self._starts)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the shard will take if finished now (approximately; the index and footer included)."""
+        return self._data_offset + self.num_tokens * self.dtype.itemsize + 8 * len(self._starts) + layout.FOOTER.size
+
+    def start_document(self) -> None:
+        self._starts.append(self.num_tokens)
+
+    def write(self, tokens: np.ndarray) -> None:
+        """Append tokens (already in this shard's dtype, 1-D, C-contiguous) to the current document."""
+        buf = memoryview(np.ascontiguousarray(tokens)).cast("B")
+        self._file.write(buf)
+        self._hash.update(buf)
+        self.num_tokens += len(tokens)
+
+    def _metadata_json(self, num_tokens: int, num_documents: int) -> bytes:
+        meta = dict(self._metadata, num_tokens=num_tokens, num_documents=num_documents)
+        return json.dumps(meta, sort_keys=True).encode("utf-8")
+
+    def finish(self) -> ShardEntry:
+        """Write the index, header and footer, and fsync. The file keeps its temporary name."""
+        f, h = self._file, self._hash
+        data_end = self._data_offset + self.num_tokens * self.dtype.itemsize
+        index_offset = layout.align(data_end, layout.INDEX_ALIGNMENT)
+        pad = b"\0" * (index_offset - data_end)
+        index = np.frombuffer(self._starts, dtype=np.uint64).astype(layout.INDEX_DTYPE, copy=False)
+        for part in (pad, memoryview(index).cast("B")):
+            f.write(part)
+            h.update(part)
+        meta = self._metadata_json(self.num_tokens, self.num_documents)
+        fields = (layout.SIGNATURE, *layout.FORMAT_VERSION, len(meta), self._data_offset, self.num_tokens,
+                  self.num_documents, index_offset, layout.dtype_name_bytes(self.dtype))
+        head = layout.HEADER.pack(*fields, layout.header_crc(layout.HEADER.pack(*fields, 0), meta))
+        header_block = head + meta + b" " * (self._data_offset - len(head) - len(meta))
+        h.update(header_block)
+        f.write(layout.FOOTER.pack(h.digest(), self.num_tokens, self.num_documents, layout.END_SIGNATURE))
+        f.seek(0)
+        f.write(header_block)
+        f.flush()
+        os.fsync(f.fileno())
+        size = os.fstat(f.fileno()).st_size
+        f.close()
+        self.entry = ShardEntry(os.path.basename(self.path), self.num_tokens, self.num_documents, size, h.hexdigest())
+        return self.entry
+
+    def commit(self) -> None:
+        """Give the finished shard its final name."""
+        commit(self.tmp_path, self.path)
+
+    def abort(self) -> None:
+        """Close and delete the temporary file."""
+        self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.tmp_path)
+
+
+class DatasetWriter:
+    """Packs documents into a dataset: shards that roll over at ``shard_size`` bytes, then a manifest.
+
+    Args:
+        manifest_path: where the manifest goes (``DIR/dataset.json`` for a dataset directory).
+        shard_pattern: shard file name with one ``{}`` field for the shard number, relative
+            to the manifest's directory (``shard-{:05d}.rox``).
+        dtype: token dtype; default from ``vocab_size`` (uint16 up to 65,536 ids, else uint32).
+        vocab_size: number of token ids; tokens must be below it.
+        eos_id: token appended after every document (None: no separator).
+        tokenizer: identity of the tokenizer, stored in every shard and the manifest.
+        shard_size: roll over to a new shard when the next document would take the current
+            one past this many bytes (a shard may exceed it only when one document does).
+        append: add shards to an existing dataset instead of refusing.
+
+    Raises:
+        DatasetExistsError: the target holds a dataset or shards and ``append`` is False.
+        DtypeMismatchError: appending with a different dtype, vocabulary, EOS id or tokenizer;
+            a token outside ``[0, vocab_size)``.
+
+    Use as a context manager: the dataset is committed when the block exits normally and
+    discarded (temporary files removed) when it raises.
+    """
+
+    def __init__(self, manifest_path: str, *, shard_pattern: str = "shard-{:05d}.rox", dtype=None,
+                 vocab_size: int | None = None, eos_id: int | None = None,
+                 tokenizer: dict[str, Any] | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
+                 append: bool = False):
+        if shard_size < 1:
+            raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size}")
+        self.manifest_path = manifest_path
+        self.directory = os.path.dirname(os.path.abspath(manifest_path))
+        self.shard_pattern = shard_pattern
+        self.shard_size = shard_size
+        if dtype is None:
+            dtype = layout.token_dtype_for_vocab(vocab_size) if vocab_size else np.dtype("uint32")
+        self.dtype = layout.normalize_token_dtype(dtype)
+        if vocab_size is not None and vocab_size > 2 ** (8 * self.dtype.itemsize):
+            raise DtypeMismatchError(f"vocab_size {vocab_size} does not fit dtype {self.dtype.name}; use uint32")
+        if eos_id is not None and not 0 <= eos_id < (vocab_size or 2 ** (8 * self.dtype.itemsize)):
+            raise ValueError(f"eos_id {eos_id} is outside the vocabulary [0, {vocab_size})")
+        self.vocab_size, self.eos_id, self.tokenizer = vocab_size, eos_id, tokenizer
+        self._limit = vocab_size if vocab_size is not None else 2 ** (8 * self.dtype.itemsize)
+        self._eos = None if eos_id is None else np.array([eos_id], self.dtype)
+        self.marker_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".incomplete")
+        os.makedirs(self.directory, exist_ok=True)
+        self._previous = self._prepare(append)
+        self._shards: list[ShardWriter] = []
+        self._current: ShardWriter | None = None
+        self._next_index = self._first_free_index()
+        self.num_documents = 0
+        self.num_tokens = 0
+        self._closed = False
+
+    # -- setup ------------------------------------------------------------------------
+    def _own_shard_paths(self) -> list[str]:
+        prefix, _, suffix = self.shard_pattern.partition("{")
+        suffix = suffix.partition("}")[2]
+        rx = re.compile(re.escape(prefix) + r"\d+" + re.escape(suffix) + "$")
+        return sorted(p for p in glob.glob(os.path.join(self.directory, "*")) if rx.match(os.path.basename(p)))
+
+    def _prepare(self, append: bool) -> Manifest | None:
+        if os.path.exists(self.marker_path) and not os.path.exists(self.manifest_path):
+            # An earlier pack here was killed before committing: its files are ours to remove.
+            log.warning("removing the leftovers of an unfinished pack in %s", self.directory)
+            for p in self._own_shard_paths() + [self.marker_path]:
+                os.remove(p)
+        self._remove_stale_temps()
+        if os.path.exists(self.manifest_path):
+            if not append:
+                raise DatasetExistsError(
+                    f"{self.manifest_path} already holds a dataset; pass append=True (roxxel pack --append) to add "
+                    "to it, or write to an empty directory")
+            previous = Manifest.load(self.manifest_path)
+            self._check_compatible(previous)
+            return previous
+        existing = self._own_shard_paths()
+        if os.path.basename(self.manifest_path) == MANIFEST_NAME:  # a dataset directory: any shard is in the way
+            existing += glob.glob(os.path.join(self.directory, "*.rox"))
+        if existing:
+            raise DatasetExistsError(
+                f"{self.directory} already holds shards ({os.path.basename(existing[0])}, ...) but no manifest "
+                f"{os.path.basename(self.manifest_path)}; write to an empty directory")
+        with open(self.marker_path, "w") as f:
+            f.write(f"pack started {_now()} by pid {os.getpid()}\n")
+        return None
+
+    def _remove_stale_temps(self) -> None:
+        for name in os.listdir(self.directory):
+            if is_temp_name(name):
+                pid = name.rpartition("-")[2]
+                if pid.isdigit() and not _pid_alive(int(pid)):
+                    os.remove(os.path.join(self.directory, name))
+
+    def _check_compatible(self, m: Manifest) -> None:
+        mine = (self.dtype.name, self.vocab_size, self.eos_id, self.tokenizer)
+        theirs = (m.dtype, m.vocab_size, m.eos_id, m.tokenizer)
+        if mine != theirs:
+            raise DtypeMismatchError(
+                f"cannot append to {self.manifest_path}: it holds (dtype, vocab_size, eos_id, tokenizer) = "
+                f"{theirs}, this pack has {mine}; pack into a new directory instead", self.manifest_path)
+
+    def _first_free_index(self) -> int:
+        used = [int(re.findall(r"\d+", os.path.basename(p))[-1]) for p in self._own_shard_paths()]
+        return max(used, default=-1) + 1
+
+    # -- writing ----------------------------------------------------------------------
+    def _new_shard(self) -> ShardWriter:
+        name = self.shard_pattern.format(self._next_index)
+        self._next_index += 1
+        meta = {"vocab_size": self.vocab_size, "eos_id": self.eos_id, "tokenizer": self.tokenizer}
+        return ShardWriter(os.path.join(self.directory, name), self.dtype, meta)
+
+    def _roll_if_needed(self, incoming_bytes: int) -> None:
+        cur = self._current
+        if cur is not None and cur.num_documents and cur.nbytes + incoming_bytes > self.shard_size:
+            cur.finish()
+            self._shards.append(cur)
+            self._current = None
+        if self._current is None:
+            self._current = self._new_shard()
+
+    def _convert(self, tokens) -> np.ndarray:
+        arr = np.asarray(tokens)
+        if arr.ndim != 1:
+            arr = arr.reshape(-1)
+        if arr.dtype == self.dtype or (arr.dtype.kind == "u" and 2 ** (8 * arr.dtype.itemsize) <= self._limit
+                                       and arr.dtype.itemsize <= self.dtype.itemsize):
+            return arr.astype(self.dtype, copy=False)  # every value of this type fits: no range check
+        if arr.dtype.kind not in "iu":
+            if arr.size == 0:
+                return arr.astype(self.dtype)
+            raise DtypeMismatchError(f"document {self.num_documents}: tokens must be integers, got {arr.dtype}")
+        if arr.size and (arr.min() < 0 or arr.max() >= self._limit):
+            bad = arr[(arr < 0) | (arr >= self._limit)][0]
+            raise DtypeMismatchError(
+                f"document {self.num_documents}: token {int(bad)} is outside [0, {self._limit}) "
+                f"(vocab_size={self.vocab_size}, dtype={self.dtype.name})")
+        return arr.astype(self.dtype)
+
+    def add_document(self, tokens: np.ndarray | Iterable[np.ndarray]) -> None:
+        """Append one document: an integer array (or a sequence of ints), or an iterator of such chunks.
+
+        Chunks are streamed to disk as they come, so a document may be larger than RAM. The
+        EOS token (when set) follows it. Documents never span shards.
+        """
+        if isinstance(tokens, (bytes, bytearray, memoryview)):
+            tokens = np.frombuffer(tokens, np.uint8)
+        if isinstance(tokens, (list, tuple)):
+            tokens = np.asarray(tokens)
+        chunks = [tokens] if isinstance(tokens, np.ndarray) else tokens
+        size_hint = tokens.size * self.dtype.itemsize if isinstance(tokens, np.ndarray) else 0
+        self._roll_if_needed(size_hint)
+        shard = self._current
+        shard.start_document()
+        n = 0
+        for chunk in chunks:
+            arr = self._convert(chunk)
+            shard.write(arr)
+            n += len(arr)
+        if self._eos is not None:
+            shard.write(self._eos)
+            n += 1
+        self.num_documents += 1
+        self.num_tokens += n
+
+    def add_documents(self, documents: Iterable) -> None:
+        for doc in documents:
+            self.add_document(doc)
+
+    # -- commit -----------------------------------------------------------------------
+    def close(self) -> Manifest:
+        """Finish the last shard, give every shard its final name, then write the manifest.
+
+        Returns the new manifest (previous shards first when appending).
+        """
+        if self._closed:
+            raise RuntimeError("DatasetWriter is already closed")
+        self._closed = True
+        if self._current is not None and self._current.num_documents:
+            self._current.finish()
+            self._shards.append(self._current)
+        elif self._current is not None:
+            self._current.abort()
+        for s in self._shards:
+            s.commit()
+        prev = self._previous.shards if self._previous else ()
+        manifest = Manifest(dtype=self.dtype.name, vocab_size=self.vocab_size, eos_id=self.eos_id,
+                            tokenizer=self.tokenizer, shards=prev + tuple(s.entry for s in self._shards),
+                            writer_version=__version__,
+                            created=self._previous.created if self._previous else _now())
+        manifest.save(self.manifest_path)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.marker_path)
+        fsync_dir(self.directory)
+        return manifest
+
+    def abort(self) -> None:
+        """Discard everything this writer wrote (the previous dataset, when appending, is untouched)."""
+        self._closed = True
+        for s in self._shards + ([self._current] if self._current else []):
+            s.abort()
+        if self._previous is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.marker_path)
+
+    def __enter__(self) -> "DatasetWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        elif not self._closed:
+            self.abort()
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

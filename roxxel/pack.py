@@ -1,0 +1,220 @@
+"""``roxxel pack``: turn text files, JSONL, Parquet or stdin into a dataset of shards.
+
+Documents are read (and tokenized) on a background thread while the main thread writes
+and checksums shards, so packing keeps both cores busy; a Hugging Face tokenizer further
+spreads each batch over all cores in Rust. Inputs are visited in a fixed order (the order
+given; directories walked in sorted order), so document k of the dataset is the k-th
+document of the inputs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import os
+import queue
+import sys
+import threading
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from roxxel.format.manifest import MANIFEST_NAME, Manifest
+from roxxel.format.writer import DEFAULT_SHARD_SIZE, DatasetWriter
+from roxxel.tokenizers import ByteTokenizer, load_tokenizer
+
+FORMATS = ("auto", "text", "jsonl", "parquet")
+_JSONL_SUFFIXES = (".jsonl", ".ndjson")
+_BATCH = 64  # documents tokenized together (lets the Rust tokenizer parallelise)
+_QUEUE_DEPTH = 8
+
+
+def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Iterator[str]:
+    """Expand inputs in a fixed order.
+
+    Inputs are taken as given; a glob's matches in sorted order; a directory's files by
+    name, then its subdirectories by name.
+
+    Args:
+        inputs: files, directories, glob patterns (``**`` recurses), or ``-`` for stdin.
+        include: basename patterns (``*.py``); when given, files found in directories and
+            globs must match one of them (files named explicitly are always taken).
+        exclude: path patterns (``*/site-packages/*``); files found in directories and globs
+            that match one of them are skipped.
+
+    Raises:
+        FileNotFoundError: an input does not exist or a glob matches nothing.
+    """
+    def wanted(path: str) -> bool:
+        if any(fnmatch.fnmatch(path, pat) for pat in exclude):
+            return False
+        return not include or any(fnmatch.fnmatch(os.path.basename(path), pat) for pat in include)
+
+    for item in inputs:
+        if item == "-":
+            yield item
+        elif os.path.isdir(item):
+            for root, dirs, files in os.walk(item):
+                # Prune excluded directories instead of walking them (e.g. site-packages).
+                dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(os.path.join(root, d, ""), pat) for pat in exclude))
+                for name in sorted(files):
+                    path = os.path.join(root, name)
+                    if wanted(path) and os.path.isfile(path):
+                        yield path
+        elif os.path.isfile(item):
+            yield item
+        elif any(c in item for c in "*?["):
+            matches = sorted(p for p in glob.glob(item, recursive=True) if wanted(p) and os.path.isfile(p))
+            if not matches:
+                raise FileNotFoundError(f"no files match {item!r}")
+            yield from matches
+        else:
+            raise FileNotFoundError(f"input not found: {item}")
+
+
+def detect_format(path: str) -> str:
+    """``jsonl`` for .jsonl/.ndjson, ``parquet`` for .parquet, else ``text`` (one file = one document)."""
+    if path.endswith(_JSONL_SUFFIXES):
+        return "jsonl"
+    if path.endswith(".parquet"):
+        return "parquet"
+    return "text"
+
+
+def iter_documents(path: str, fmt: str = "auto", text_field: str = "text") -> Iterator[bytes | str]:
+    """Documents of one input: a whole text file (bytes); each JSONL line's or Parquet row's ``text_field``.
+
+    ``-`` reads stdin: one document in text format, one per line in JSONL.
+
+    Raises:
+        ValueError: a JSONL line that is not an object with a string ``text_field`` (names file and line).
+        ImportError: Parquet input without pyarrow (``pip install 'roxxel[parquet]'``).
+    """
+    if fmt == "auto":
+        fmt = "text" if path == "-" else detect_format(path)
+    if fmt == "text":
+        if path == "-":
+            yield sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                yield f.read()
+    elif fmt == "jsonl":
+        f = sys.stdin.buffer if path == "-" else open(path, "rb")
+        try:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    yield _jsonl_text(line, text_field, path, lineno)
+        finally:
+            if f is not sys.stdin.buffer:
+                f.close()
+    elif fmt == "parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise ImportError("Parquet input needs pyarrow: pip install 'roxxel[parquet]'") from e
+        pf = pq.ParquetFile(path)
+        if text_field not in pf.schema_arrow.names:
+            raise ValueError(f"{path}: no column {text_field!r} (columns: {pf.schema_arrow.names}); pass --text-field")
+        for batch in pf.iter_batches(columns=[text_field]):
+            yield from (t for t in batch.column(0).to_pylist() if t is not None)
+    else:
+        raise ValueError(f"unknown input format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _jsonl_text(line: bytes, field: str, path: str, lineno: int) -> str:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
+        raise ValueError(f"{path}:{lineno}: expected an object with a string field {field!r}; pass --text-field")
+    return obj[field]
+
+
+def _tokenized_batches(inputs, tok, fmt, text_field) -> Iterator[tuple[list[np.ndarray], int]]:
+    batch: list = []
+    nbytes = 0
+    is_bytes = isinstance(tok, ByteTokenizer)
+    for path in inputs:
+        for doc in iter_documents(path, fmt, text_field):
+            if not is_bytes and isinstance(doc, bytes):
+                try:
+                    doc = doc.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError(f"{path} is not UTF-8 text; use --tokenizer bytes, or leave it out with --include") from None
+            nbytes += len(doc)
+            batch.append(doc)
+            if len(batch) == _BATCH:
+                yield tok.encode_batch(batch), nbytes
+                batch, nbytes = [], 0
+    if batch:
+        yield tok.encode_batch(batch), nbytes
+
+
+def _background(gen: Iterator, depth: int = _QUEUE_DEPTH) -> Iterator:
+    """Run a generator on a thread, handing its items over a bounded queue; re-raises its errors."""
+    q: queue.Queue = queue.Queue(depth)
+    done = object()
+    stop = threading.Event()
+
+    def work():
+        try:
+            for item in gen:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        pass
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as e:  # handed to the consumer, which re-raises it
+            q.put(e)
+
+    t = threading.Thread(target=work, name="roxxel-pack-reader", daemon=True)
+    t.start()
+    try:
+        while (item := q.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: int = DEFAULT_SHARD_SIZE,
+         include: Sequence[str] = (), exclude: Sequence[str] = (), fmt: str = "auto", text_field: str = "text", append: bool = False,
+         eos_id: int | None = None, on_progress: Callable[[int, int, int], None] | None = None) -> Manifest:
+    """Pack inputs into the dataset directory ``output`` (``dataset.json`` + ``shard-NNNNN.rox``).
+
+    Args:
+        inputs, include, exclude: see :func:`iter_input_files`.
+        tokenizer: ``"bytes"`` (256 byte ids + EOS 256) or a ``tokenizer.json`` path.
+        shard_size: bytes per shard before rolling over.
+        fmt, text_field: see :func:`iter_documents`.
+        append: add to an existing dataset in ``output`` instead of refusing.
+        on_progress: called with (documents, tokens, input bytes) added since the last call.
+
+    Returns:
+        The dataset's manifest. Nothing under ``output`` opens as a dataset until this returns.
+
+    Raises:
+        FileNotFoundError, ValueError: bad inputs (named). DatasetExistsError: ``output`` holds a
+        dataset and ``append`` is False. DtypeMismatchError: appending with another tokenizer.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown input format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    tok = load_tokenizer(tokenizer, eos_id=eos_id)
+    files = list(iter_input_files(inputs, include, exclude))  # fail on a missing input before writing anything
+    if not files:
+        raise FileNotFoundError(f"no input files in {list(inputs)} (include={list(include)})")
+    with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
+                       tokenizer=tok.identity, shard_size=shard_size, append=append) as writer:
+        for docs, nbytes in _background(_tokenized_batches(files, tok, fmt, text_field)):
+            before = writer.num_tokens
+            writer.add_documents(docs)
+            if on_progress is not None:
+                on_progress(len(docs), writer.num_tokens - before, nbytes)
+    return Manifest.load(writer.manifest_path)

@@ -1,0 +1,116 @@
+"""Tokenizers for packing: byte-level (built in) and Hugging Face ``tokenizers`` JSON files.
+
+Each tokenizer reports ``vocab_size``, ``eos_id`` and an ``identity`` dict that is stored in
+every shard and manifest, so a dataset records exactly which tokenizer produced it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+# Token names that mark the end of a document in common Hugging Face tokenizers.
+EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|end|>", "[EOS]", "<|eot_id|>")
+
+
+class ByteTokenizer:
+    """Byte-level tokens: ids 0-255 are the bytes of the UTF-8 (or raw) text, id 256 is EOS.
+
+    ``encode`` returns a ``uint8`` array (a zero-copy view of the bytes); ``decode`` drops EOS.
+    """
+
+    vocab_size = 257
+    eos_id = 256
+    identity = {"type": "bytes", "vocab_size": 257, "eos_id": 256}
+
+    def encode(self, text: str | bytes) -> np.ndarray:
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        return np.frombuffer(data, np.uint8)
+
+    def encode_batch(self, texts: Sequence[str | bytes]) -> list[np.ndarray]:
+        return [self.encode(t) for t in texts]
+
+    def decode_bytes(self, ids: Iterable[int] | np.ndarray) -> bytes:
+        """Bytes of the tokens, EOS removed.
+
+        Raises:
+            ValueError: an id is neither a byte nor EOS.
+        """
+        arr = np.asarray(ids)
+        arr = arr[arr != self.eos_id]
+        if arr.size and (arr.min() < 0 or arr.max() > 255):
+            raise ValueError(f"byte tokens must be in [0, 256], got {int(arr.max())}")
+        return arr.astype(np.uint8).tobytes()
+
+    def decode(self, ids) -> str:
+        """Text of the tokens (invalid UTF-8 shows as U+FFFD), EOS removed."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """A Hugging Face ``tokenizers.Tokenizer`` (from a ``tokenizer.json`` file or an instance).
+
+    Args:
+        tokenizer: path to ``tokenizer.json`` or a ``tokenizers.Tokenizer``.
+        eos_id: the end-of-document id; found by name (``<|endoftext|>``, ``</s>``, ...) when omitted.
+
+    Raises:
+        ImportError: the ``tokenizers`` package is missing (``pip install roxxel[tokenizers]``).
+        ValueError: no EOS token could be found and none was given.
+    """
+
+    def __init__(self, tokenizer: Any, eos_id: int | None = None):
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError("reading tokenizer.json needs the 'tokenizers' package: pip install 'roxxel[tokenizers]'") from e
+        name = None
+        if isinstance(tokenizer, (str, os.PathLike)):
+            name = os.path.basename(os.fspath(tokenizer))
+            if not os.path.exists(tokenizer):
+                raise FileNotFoundError(f"tokenizer file not found: {tokenizer}")
+            tokenizer = Tokenizer.from_file(os.fspath(tokenizer))
+        self._tok = tokenizer
+        self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        if eos_id is None:
+            eos_id = next((i for t in EOS_CANDIDATES if (i := tokenizer.token_to_id(t)) is not None), None)
+        if eos_id is None:
+            raise ValueError(
+                f"tokenizer {name or tokenizer!r} has none of the usual end-of-document tokens "
+                f"({', '.join(EOS_CANDIDATES)}); pass eos_id= explicitly")
+        self.eos_id = int(eos_id)
+        digest = hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
+        self.identity = {"type": "huggingface", "name": name, "sha256": digest,
+                         "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, np.uint32)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Encode several texts at once (the Rust library spreads them over all cores)."""
+        return [np.asarray(e.ids, np.uint32) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids) -> str:
+        ids = [int(i) for i in np.asarray(ids) if i != self.eos_id]
+        return self._tok.decode(ids)
+
+
+def load_tokenizer(spec: Any, eos_id: int | None = None) -> ByteTokenizer | HFTokenizer:
+    """``"bytes"`` → :class:`ByteTokenizer`; a path or a ``tokenizers.Tokenizer`` → :class:`HFTokenizer`.
+
+    A tokenizer already of these classes is returned as is.
+
+    Raises:
+        FileNotFoundError: a path that does not exist.
+        TypeError: anything else.
+    """
+    if isinstance(spec, (ByteTokenizer, HFTokenizer)):
+        return spec
+    if spec == "bytes":
+        return ByteTokenizer()
+    if isinstance(spec, (str, os.PathLike)) or hasattr(spec, "encode_batch"):
+        return HFTokenizer(spec, eos_id=eos_id)
+    raise TypeError(f"tokenizer must be 'bytes', a path to tokenizer.json or a tokenizers.Tokenizer, got {type(spec).__name__}")
