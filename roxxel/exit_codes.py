@@ -1,0 +1,83 @@
+"""Exit codes shared by Roxxel's trainer, its container entrypoint and the launcher.
+
+The convention, for a training process (and for ``roxxel-worker``, which passes its
+child's code through unchanged):
+
+- ``0`` (:data:`SUCCESS`): training finished; do not restart.
+- ``42`` (:data:`PREEMPTED_EXIT_CODE`): stopped on request (SIGTERM: preemption,
+  maintenance, eviction) *after* a complete checkpoint was written; restart me and
+  I resume from it. 42 is outside the ranges that shells and runtimes give their
+  own meanings (1-2 errors/usage, 126-127 exec failures, 128+N death by signal N),
+  so a restart policy can match it exactly, e.g. a Job ``podFailurePolicy`` rule
+  with ``onExitCodes: {operator: In, values: [42]}``.
+- anything else: a failure. By the shell convention ``128 + N`` means "killed by
+  signal N" (143 = SIGTERM without a checkpoint, 137 = SIGKILL, e.g. out of
+  memory); Kubernetes treats these as failures too, so a preemption that did not
+  finish a checkpoint still restarts the JobSet but counts against its
+  ``maxRestarts``, unless its failure policy matches the disruption.
+
+Codes ``roxxel-worker`` produces itself follow the shell (POSIX ``sh``/bash):
+:data:`USAGE_ERROR` for a bad command line, :data:`COMMAND_NOT_EXECUTABLE` and
+:data:`COMMAND_NOT_FOUND` when the command cannot be started.
+"""
+
+from __future__ import annotations
+
+import signal
+
+__all__ = [
+    "COMMAND_NOT_EXECUTABLE",
+    "COMMAND_NOT_FOUND",
+    "PREEMPTED_EXIT_CODE",
+    "SIGNAL_EXIT_BASE",
+    "SUCCESS",
+    "USAGE_ERROR",
+    "describe",
+    "from_returncode",
+]
+
+SUCCESS = 0
+"""Training finished; nothing to restart."""
+PREEMPTED_EXIT_CODE = 42
+"""Stopped on request after a complete checkpoint: restart the job to resume."""
+USAGE_ERROR = 2
+"""Bad command line (the convention of shells and ``argparse``)."""
+COMMAND_NOT_EXECUTABLE = 126
+"""The command exists but could not be executed (shell convention)."""
+COMMAND_NOT_FOUND = 127
+"""The command was not found (shell convention)."""
+SIGNAL_EXIT_BASE = 128
+"""A process killed by signal ``N`` is reported as ``128 + N`` (shell convention)."""
+
+
+def from_returncode(returncode: int) -> int:
+    """Turn a :attr:`subprocess.Popen.returncode` into a shell-style exit code.
+
+    Args:
+        returncode: the child's exit status, or ``-N`` if signal ``N`` killed it.
+
+    Returns:
+        ``returncode`` unchanged when >= 0, else ``128 + N`` (so SIGTERM gives 143).
+    """
+    return returncode if returncode >= 0 else SIGNAL_EXIT_BASE - returncode
+
+
+def describe(code: int) -> str:
+    """A short human-readable meaning of a shell-style exit code, for logs.
+
+    Args:
+        code: an exit code as :func:`from_returncode` returns it.
+
+    Returns:
+        E.g. ``"done"``, ``"preempted after a complete checkpoint (restart to resume)"``,
+        ``"killed by SIGTERM"``, ``"failed"``.
+    """
+    if code == SUCCESS:
+        return "done"
+    if code == PREEMPTED_EXIT_CODE:
+        return "preempted after a complete checkpoint (restart to resume)"
+    signum = code - SIGNAL_EXIT_BASE
+    if signum > 0 and signum in signal.valid_signals():
+        name = signal.Signals(signum).name if signum in set(signal.Signals) else f"signal {signum}"
+        return f"killed by {name}"
+    return "failed"

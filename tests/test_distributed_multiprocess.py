@@ -1,0 +1,150 @@
+"""A real JAX cluster of OS processes over loopback, wired by roxxel.distributed.initialize()."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import roxxel.distributed as rd
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT = 120  # seconds for a whole subprocess run; JAX's own timeouts below are much lower
+
+WORKER_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import logging
+    import numpy as np
+    import roxxel.distributed as rd
+
+    logging.basicConfig(level=logging.INFO)
+    info = rd.initialize()
+    again = rd.initialize()
+    assert again == info, (again, info)
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    gathered = multihost_utils.process_allgather(np.array([info.process_id + 1]))
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    local = np.full((jax.local_device_count(),), info.process_id + 1, dtype=np.int32)
+    global_array = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")), local)
+    total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(global_array)
+    print(json.dumps({
+        "info": info.__dict__,
+        "again_is_same": again is info,
+        "allgather_sum": int(np.sum(gathered)),
+        "psum": int(total),
+    }), flush=True)
+    rd.shutdown()
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JAX_", "TPU_", "JOB"))}
+    env.update(
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _run_all(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
+    results = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=TIMEOUT)
+            results.append((proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
+
+
+def test_two_processes_form_a_cluster_over_loopback():
+    port = _free_port()
+    procs = []
+    for pid in range(2):
+        env = _base_env() | {
+            rd.ENV_COORDINATOR_ADDRESS: f"127.0.0.1:{port}",
+            rd.ENV_NUM_PROCESSES: "2",
+            rd.ENV_PROCESS_ID: str(pid),
+            rd.ENV_INIT_TIMEOUT: "60",
+            rd.ENV_HEARTBEAT_TIMEOUT: "30",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER_SCRIPT], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    results = _run_all(procs)
+    for pid, (code, out, err) in enumerate(results):
+        assert code == 0, f"process {pid} exited with {code}:\n{err}"
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["info"] == {
+            "process_id": pid,
+            "num_processes": 2,
+            "coordinator_address": f"127.0.0.1:{port}",
+            "source": "roxxel",
+            "local_device_count": 2,
+            "global_device_count": 4,
+        }
+        assert report["again_is_same"] is True
+        assert report["allgather_sum"] == 1 + 2
+        assert report["psum"] == 2 * 1 + 2 * 2  # each process fills its 2 devices with pid + 1
+    # Process 0 alone logs the detected identity at INFO.
+    assert "source=roxxel" in results[0][2]
+    assert "source=roxxel" not in results[1][2]
+
+
+EXTERNAL_SCRIPT = textwrap.dedent(
+    """
+    import json, logging, sys
+    import jax
+    import roxxel.distributed as rd
+
+    jax.distributed.initialize(sys.argv[1], num_processes=1, process_id=0, initialization_timeout=30)
+    info = rd.initialize()
+    rd.shutdown()
+    print(json.dumps({"info": info.__dict__, "still_up": jax.distributed.is_initialized()}), flush=True)
+    jax.distributed.shutdown()
+    """
+)
+
+
+def test_initialize_accepts_a_runtime_that_other_code_started():
+    port = _free_port()
+    env = _base_env() | {rd.ENV_JOB_INDEX: "not looked at"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", EXTERNAL_SCRIPT, f"127.0.0.1:{port}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ((code, out, err),) = _run_all([proc])
+    assert code == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["info"]["source"] == "external"
+    assert report["info"]["coordinator_address"] == f"127.0.0.1:{port}"
+    assert (report["info"]["process_id"], report["info"]["num_processes"]) == (0, 1)
+    assert report["still_up"] is True  # rd.shutdown() leaves other code's runtime alone
