@@ -1,0 +1,107 @@
+"""The contract between rendered pods and the worker: entrypoint, exit codes, environment.
+
+Every environment variable a pod gets is declared here once, as a row of a table; the
+renderer turns the rows into ``env`` entries and the templates never spell a name.
+The distributed-runtime names, the coordinator port and the preemption exit code come from
+``roxxel.distributed`` and ``roxxel.exit_codes``, which read them on the worker side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from roxxel import distributed, exit_codes
+
+# The image entrypoint: forwards SIGTERM to the trainer and keeps its exit code.
+WORKER_ENTRYPOINT = ("roxxel-worker", "--")
+CONTAINER_NAME = "worker"
+# Exit code of a worker that saved a checkpoint after SIGTERM (preemption / maintenance).
+PREEMPTION_EXIT_CODE = exit_codes.PREEMPTED_EXIT_CODE
+DEFAULT_COORDINATOR_PORT = distributed.DEFAULT_COORDINATOR_PORT
+
+# Where the read-only data volume is mounted in every pod.
+DATA_MOUNT_PATH = "/data"
+SHM_MOUNT_PATH = "/dev/shm"
+
+# Worker environment (names owned by roxxel.distributed). JobSet pods:
+JOBSET_NAME = distributed.ENV_JOBSET_NAME
+REPLICATED_JOB_NAME = distributed.ENV_REPLICATED_JOB_NAME
+JOB_INDEX = distributed.ENV_JOB_INDEX
+JOBSET_SUBDOMAIN = distributed.ENV_JOBSET_SUBDOMAIN
+ROXXEL_HOSTS_PER_SLICE = distributed.ENV_HOSTS_PER_SLICE
+ROXXEL_NUM_SLICES = distributed.ENV_NUM_SLICES
+ROXXEL_COORDINATOR_PORT = distributed.ENV_COORDINATOR_PORT
+# Indexed Job pods:
+ROXXEL_JOB_NAME = distributed.ENV_JOB_NAME
+ROXXEL_SERVICE_NAME = distributed.ENV_SERVICE_NAME
+ROXXEL_NUM_PROCESSES = distributed.ENV_NUM_PROCESSES
+# Set by the Job controller itself in every Indexed Job pod; never rendered.
+JOB_COMPLETION_INDEX = distributed.ENV_JOB_COMPLETION_INDEX
+# Set by the local backend only.
+ROXXEL_COORDINATOR_ADDRESS = distributed.ENV_COORDINATOR_ADDRESS
+ROXXEL_PROCESS_ID = distributed.ENV_PROCESS_ID
+# Launcher-defined, both kinds: what the training command needs to resume the same run.
+ROXXEL_RUN_NAME = "ROXXEL_RUN_NAME"
+ROXXEL_CHECKPOINT_DIR = "ROXXEL_CHECKPOINT_DIR"
+ROXXEL_DATA_DIR = "ROXXEL_DATA_DIR"
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvVar:
+    """One ``env`` entry: a literal ``value`` or a downward-API ``field_path``."""
+
+    name: str
+    value: str | None = None
+    field_path: str | None = None
+
+    def __post_init__(self):
+        if (self.value is None) == (self.field_path is None):
+            raise ValueError(f"env var {self.name}: give exactly one of value and field_path")
+
+    def to_k8s(self) -> dict:
+        if self.field_path is not None:
+            return {"name": self.name, "valueFrom": {"fieldRef": {"fieldPath": self.field_path}}}
+        return {"name": self.name, "value": self.value}
+
+
+def jobset_env(*, subdomain: str, hosts_per_slice: int, num_slices: int,
+               coordinator_port: int = DEFAULT_COORDINATOR_PORT) -> tuple[EnvVar, ...]:
+    """The distributed-runtime variables of a JobSet pod (JOB_COMPLETION_INDEX comes from the Job)."""
+    return (
+        EnvVar(JOBSET_NAME, field_path=distributed.JOBSET_DOWNWARD_API[JOBSET_NAME]),
+        EnvVar(REPLICATED_JOB_NAME, field_path=distributed.JOBSET_DOWNWARD_API[REPLICATED_JOB_NAME]),
+        EnvVar(JOB_INDEX, field_path=distributed.JOBSET_DOWNWARD_API[JOB_INDEX]),
+        EnvVar(JOBSET_SUBDOMAIN, value=subdomain),
+        EnvVar(ROXXEL_HOSTS_PER_SLICE, value=str(hosts_per_slice)),
+        EnvVar(ROXXEL_NUM_SLICES, value=str(num_slices)),
+        EnvVar(ROXXEL_COORDINATOR_PORT, value=str(coordinator_port)),
+    )
+
+
+def indexed_job_env(*, job_name: str, service_name: str, num_processes: int) -> tuple[EnvVar, ...]:
+    """The distributed-runtime variables of an Indexed Job pod (JOB_COMPLETION_INDEX comes from the Job)."""
+    return (
+        EnvVar(ROXXEL_JOB_NAME, value=job_name),
+        EnvVar(ROXXEL_SERVICE_NAME, value=service_name),
+        EnvVar(ROXXEL_NUM_PROCESSES, value=str(num_processes)),
+    )
+
+
+def run_env(*, run_name: str, checkpoint_dir: str | None, data_dir: str | None) -> tuple[EnvVar, ...]:
+    """What the training command reads to find its run, checkpoints and data."""
+    env = [EnvVar(ROXXEL_RUN_NAME, value=run_name)]
+    if checkpoint_dir is not None:
+        env.append(EnvVar(ROXXEL_CHECKPOINT_DIR, value=checkpoint_dir))
+    if data_dir is not None:
+        env.append(EnvVar(ROXXEL_DATA_DIR, value=data_dir))
+    return tuple(env)
+
+
+# Names a user's ``env`` may not set: the launcher or Kubernetes owns them.
+RESERVED_ENV_NAMES = frozenset({
+    JOBSET_NAME, REPLICATED_JOB_NAME, JOB_INDEX, JOBSET_SUBDOMAIN, ROXXEL_HOSTS_PER_SLICE,
+    ROXXEL_NUM_SLICES, ROXXEL_COORDINATOR_PORT, ROXXEL_JOB_NAME, ROXXEL_SERVICE_NAME,
+    ROXXEL_NUM_PROCESSES, JOB_COMPLETION_INDEX, ROXXEL_COORDINATOR_ADDRESS, ROXXEL_PROCESS_ID,
+    ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, ROXXEL_DATA_DIR,
+    distributed.ENV_REPLICATED_JOB_REPLICAS,
+})

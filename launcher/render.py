@@ -1,0 +1,263 @@
+"""Renders a JobSpec into Kubernetes manifests: a JobSet, or an Indexed Job + headless Service.
+
+Python decides every value (:func:`template_values`); the jinja2 templates in ``k8s/`` only
+place them. Each value reaches the text through the ``q`` filter, which writes it as JSON
+(valid YAML) with every character that YAML could read as structure, a line break or
+non-printable escaped, so no string can change the shape of the output. The environment's
+``finalize`` hook refuses any ``{{ ... }}`` that did not go through ``q``.
+
+What an Indexed Job (``workload: indexed-job``) cannot do that a JobSet does: it has no
+gang restart. Its podFailurePolicy fails the whole Job on a preemption (reason
+``PodFailurePolicy``) or on any other failure (``backoffLimit: 0``) because a single
+re-created pod cannot rejoin a running JAX cluster; restarting is then up to
+``roxxel-launch resume``, and ``max_restarts`` does not apply. It also runs one slice only
+(no multislice, no exclusive-topology placement) and needs its own headless Service.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.resources
+import json
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import jinja2
+import yaml
+
+from roxxel_launch import contract
+from roxxel_launch.spec import (
+    GPU_RESOURCE,
+    REPLICATED_JOB_NAME,
+    TPU_RESOURCE,
+    JobSpec,
+    accelerator_node_selectors,
+    spec_to_dict,
+)
+
+logger = logging.getLogger(__name__)
+
+TEMPLATE_PACKAGE = "roxxel_launch.templates"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "roxxel-launch"
+RUN_NAME_LABEL = "roxxel.dev/run-name"
+JOB_LABEL = "roxxel.dev/job"
+SPEC_ANNOTATION = "roxxel.dev/spec"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+GCSFUSE_ANNOTATION = "gke-gcsfuse/volumes"
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+DATA_VOLUME = "data"
+SHM_VOLUME = "dshm"
+
+# Characters written as-is inside a double-quoted scalar: printable ASCII except '"' and
+# '\', and printable non-ASCII except YAML line breaks (U+2028/9), BOM and surrogates.
+_NEEDS_ESCAPE = re.compile(
+    r"[^\x20\x21\x23-\x5b\x5d-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd"
+    r"\U00010000-\U0010ffff]")
+
+
+class _Quoted(str):
+    """Text produced by the ``q`` filter; the only kind of value a template may print."""
+
+
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    if char == '"':
+        return '\\"'
+    if char == "\\":
+        return "\\\\"
+    if "\ud800" <= char <= "\udfff":
+        raise ValueError("a lone surrogate cannot be written to a manifest")
+    return f"\\u{ord(char):04x}"
+
+
+def quote(value: Any) -> _Quoted:
+    """Writes a value as JSON flow text that YAML reads back as exactly that value."""
+    if isinstance(value, str):
+        return _Quoted('"' + _NEEDS_ESCAPE.sub(_escape, value) + '"')
+    if value is None or isinstance(value, (bool, int)):
+        return _Quoted(json.dumps(value))
+    if isinstance(value, (list, tuple)):
+        return _Quoted("[" + ", ".join(quote(v) for v in value) + "]")
+    if isinstance(value, Mapping):
+        return _Quoted("{" + ", ".join(f"{quote(k)}: {quote(v)}" for k, v in value.items()) + "}")
+    raise TypeError(f"cannot place a {type(value).__name__} in a manifest: {value!r}")
+
+
+def _finalize(value: Any) -> Any:
+    if not isinstance(value, _Quoted):
+        raise jinja2.TemplateError(f"template printed {value!r} without the q filter")
+    return value
+
+
+def _nest(text: str, width: int) -> str:
+    pad = " " * width
+    return "".join(pad + line if line.strip() else line for line in text.splitlines(True))
+
+
+def _load_template(name: str) -> str:
+    return importlib.resources.files(TEMPLATE_PACKAGE).joinpath(name).read_text(encoding="utf-8")
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load_template),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        finalize=_finalize,
+    )
+    env.filters["q"] = quote
+    env.filters["nest"] = _nest
+    return env
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    """Rendered manifests: the YAML text (for ``kubectl apply -f -``) and the parsed objects."""
+
+    objects: tuple[dict, ...]
+    yaml: str
+
+
+def _literal(text: str) -> str:
+    # Kubernetes expands $(VAR) in command, args and env values; $$ is its escape for '$'.
+    return text.replace("$", "$$")
+
+
+def _data_volume(spec: JobSpec) -> dict | None:
+    data = spec.data
+    if data is None:
+        return None
+    if data.gcsfuse is not None:
+        return {"name": DATA_VOLUME, "csi": {
+            "driver": GCSFUSE_DRIVER, "readOnly": True,
+            "volumeAttributes": {"bucketName": data.gcsfuse.bucket,
+                                 "mountOptions": data.gcsfuse.joined_options()}}}
+    if data.nfs is not None:
+        return {"name": DATA_VOLUME,
+                "nfs": {"server": data.nfs.server, "path": data.nfs.path, "readOnly": True}}
+    return {"name": DATA_VOLUME,
+            "persistentVolumeClaim": {"claimName": data.pvc.claim, "readOnly": True}}
+
+
+def _accelerator_limits(spec: JobSpec) -> dict[str, str]:
+    accelerator = spec.accelerator
+    if accelerator.tpu is not None:
+        return {TPU_RESOURCE: str(accelerator.tpu.slice.chips_per_host)}
+    if accelerator.gpu is not None:
+        return {GPU_RESOURCE: str(accelerator.gpu.count)}
+    return {}
+
+
+def _accelerator_tolerations(spec: JobSpec) -> list[dict]:
+    resource = {"tpu": TPU_RESOURCE, "gpu": GPU_RESOURCE}.get(spec.accelerator.kind)
+    if resource is None:
+        return []
+    return [{"key": resource, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def template_values(spec: JobSpec) -> dict[str, Any]:
+    """Every value the templates place, computed from a (valid) spec."""
+    jobset = spec.workload == "jobset"
+    labels = {MANAGED_BY_LABEL: MANAGED_BY, RUN_NAME_LABEL: spec.run_name}
+    job_labels = dict(labels)
+    if spec.queue is not None:
+        labels[QUEUE_LABEL] = spec.queue
+    annotations = {SPEC_ANNOTATION: json.dumps(spec_to_dict(spec), sort_keys=True,
+                                               separators=(",", ":"))}
+    if jobset and spec.accelerator.kind == "tpu" and spec.hosts_per_slice > 1:
+        annotations[EXCLUSIVE_TOPOLOGY_ANNOTATION] = NODEPOOL_LABEL
+    pod_labels = {RUN_NAME_LABEL: spec.run_name}
+    if not jobset:
+        pod_labels[JOB_LABEL] = spec.name
+    pod_annotations = {}
+    if spec.data is not None and spec.data.gcsfuse is not None:
+        pod_annotations[GCSFUSE_ANNOTATION] = "true"
+        if spec.service_account is None:
+            logger.warning("%s: no service_account; reading a bucket through GCS FUSE usually "
+                           "needs one bound to a cloud identity (Workload Identity)", spec.name)
+
+    if jobset:
+        distributed = contract.jobset_env(subdomain=spec.name, hosts_per_slice=spec.hosts_per_slice,
+                                          num_slices=spec.num_slices)
+    else:
+        distributed = contract.indexed_job_env(job_name=spec.name, service_name=spec.name,
+                                               num_processes=spec.num_processes)
+    data_volume = _data_volume(spec)
+    run = contract.run_env(run_name=spec.run_name, checkpoint_dir=spec.checkpoint_dir,
+                           data_dir=contract.DATA_MOUNT_PATH if data_volume else None)
+    env = [var.to_k8s() for var in (*distributed, *run)]
+    for var in env:
+        if "value" in var:
+            var["value"] = _literal(var["value"])
+    env += [{"name": key, "value": _literal(value)} for key, value in spec.env.items()]
+
+    limits = {**spec.resources.limits, **_accelerator_limits(spec)}
+    requests = {**spec.resources.requests, **_accelerator_limits(spec)}
+    volumes = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]
+    mounts = [{"name": SHM_VOLUME, "mountPath": contract.SHM_MOUNT_PATH}]
+    if data_volume is not None:
+        volumes.append(data_volume)
+        mounts.append({"name": DATA_VOLUME, "mountPath": contract.DATA_MOUNT_PATH, "readOnly": True})
+
+    return {
+        "name": spec.name,
+        "namespace": spec.namespace,
+        "labels": labels,
+        "job_labels": job_labels,
+        "annotations": annotations,
+        "subdomain": spec.name,
+        "service_name": spec.name,
+        "pod_selector": {JOB_LABEL: spec.name},
+        "replicated_job_name": REPLICATED_JOB_NAME,
+        "num_slices": spec.num_slices,
+        "hosts_per_slice": spec.hosts_per_slice,
+        "max_restarts": spec.max_restarts,
+        "preemption_exit_code": contract.PREEMPTION_EXIT_CODE,
+        "container_name": contract.CONTAINER_NAME,
+        "coordinator_port": contract.DEFAULT_COORDINATOR_PORT,
+        "pod_labels": pod_labels,
+        "pod_annotations": pod_annotations,
+        # The JobSet controller sets the pods' subdomain itself; a bare Job needs it here.
+        "pod_subdomain": None if jobset else spec.name,
+        "termination_grace_period": spec.termination_grace_period,
+        "service_account": spec.service_account,
+        "priority_class": spec.priority_class,
+        "node_selector": {**accelerator_node_selectors(spec.accelerator), **spec.node_selectors},
+        "tolerations": _accelerator_tolerations(spec) + [t.to_k8s() for t in spec.tolerations],
+        "image": spec.image,
+        "command": list(contract.WORKER_ENTRYPOINT),
+        "args": [_literal(item) for item in spec.command],
+        "env": env,
+        "limits": limits,
+        "requests": requests,
+        "volumes": volumes,
+        "volume_mounts": mounts,
+    }
+
+
+def _parse(text: str) -> tuple[dict, ...]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(doc for doc in yaml.load_all(text, Loader=loader) if doc is not None)
+
+
+def render(spec: JobSpec) -> Rendered:
+    """Renders the manifests of a job: [JobSet] or [Service, Job]."""
+    values = template_values(spec)
+    env = _environment()
+    if spec.workload == "jobset":
+        text = env.get_template("jobset.yaml.j2").render(values)
+    else:
+        text = (env.get_template("service.yaml.j2").render(values) + "---\n"
+                + env.get_template("indexed-job.yaml.j2").render(values))
+    logger.debug("rendered %s %s/%s", spec.workload, spec.namespace, spec.name)
+    return Rendered(objects=_parse(text), yaml=text)

@@ -1,0 +1,97 @@
+"""Supported Cloud TPU types on GKE and the slice shape each topology implies.
+
+A TPU slice is requested on GKE by two node selectors (accelerator and topology) and a
+per-host chip count; the number of hosts (pods) follows from them:
+hosts per slice = chips in the topology / chips per host. Single-host topologies put every
+chip on one host. The table is data, so adding a generation is one entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuType:
+    """One TPU generation as GKE exposes it.
+
+    Attributes:
+      name: the short name used in job specs (``v5p``).
+      gke_accelerator: value of the ``cloud.google.com/gke-tpu-accelerator`` node label.
+      chips_per_host: chips on each host of a multi-host slice.
+      single_host: topologies served by one host, mapped to that host's chip count.
+      multi_host: topologies that span several hosts of ``chips_per_host`` chips.
+    """
+
+    name: str
+    gke_accelerator: str
+    chips_per_host: int
+    single_host: Mapping[str, int]
+    multi_host: frozenset[str]
+
+    def topologies(self) -> list[str]:
+        """Every valid topology, smallest first."""
+        return sorted({*self.single_host, *self.multi_host}, key=lambda t: (chips_in(t), t))
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuSlice:
+    """The shape of one slice: what the pods request and how many of them there are."""
+
+    type: TpuType
+    topology: str
+    chips: int
+    hosts: int
+    chips_per_host: int
+
+
+def chips_in(topology: str) -> int:
+    """Chips in a topology string such as ``4x4`` or ``2x2x4``."""
+    return math.prod(int(d) for d in topology.split("x"))
+
+
+def _cubes(max_chips: int, max_dim: int) -> frozenset[str]:
+    # v4/v5p 3-D slices: AxBxC with A <= B <= C, all of A, B, C in {2, 4} or all multiples
+    # of 4 (Cloud TPU's rule for v4 and v5p), more than one host, at most a full pod.
+    small = [2, 4]
+    large = list(range(4, max_dim + 1, 4))
+    shapes = set()
+    for dims in (small, large):
+        for a, b, c in itertools.combinations_with_replacement(dims, 3):
+            if 4 < a * b * c <= max_chips:
+                shapes.add(f"{a}x{b}x{c}")
+    return frozenset(shapes)
+
+
+_PLANES = frozenset({"4x4", "4x8", "8x8", "8x16", "16x16"})
+
+TPU_TYPES: Mapping[str, TpuType] = {
+    t.name: t
+    for t in (
+        TpuType("v4", "tpu-v4-podslice", 4, {"2x2x1": 4}, _cubes(4096, 16)),
+        TpuType("v5e", "tpu-v5-lite-podslice", 4, {"1x1": 1, "2x2": 4, "2x4": 8}, _PLANES),
+        TpuType("v5p", "tpu-v5p-slice", 4, {"2x2x1": 4}, _cubes(6144, 24)),
+        TpuType("v6e", "tpu-v6e-slice", 4, {"1x1": 1, "2x2": 4, "2x4": 8}, _PLANES),
+    )
+}
+
+
+def tpu_slice(type_name: str, topology: str) -> TpuSlice:
+    """Looks up a TPU type and topology; raises ``ValueError`` naming the valid choices."""
+    tpu = TPU_TYPES.get(type_name)
+    if tpu is None:
+        raise ValueError(
+            f"unknown TPU type {type_name!r}; supported types are {', '.join(TPU_TYPES)}"
+        )
+    if topology in tpu.single_host:
+        chips = tpu.single_host[topology]
+        return TpuSlice(tpu, topology, chips, 1, chips)
+    if topology in tpu.multi_host:
+        chips = chips_in(topology)
+        return TpuSlice(tpu, topology, chips, chips // tpu.chips_per_host, tpu.chips_per_host)
+    choices = tpu.topologies()
+    shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")
+    raise ValueError(f"{topology!r} is not a {type_name} topology; use one of {shown}")

@@ -1,0 +1,320 @@
+"""Checks rendered manifests before anything is sent to a cluster.
+
+Three layers, each returning a list of problems (``Kind/name: where: what``):
+
+* :func:`check_objects` — rules a schema cannot express: DNS names including the 63-character
+  limit on the longest generated pod name, enum values (schemas of built-in kinds carry no
+  enums), the JobSet failure-policy reasons, and accelerator/topology consistency.
+* :func:`check_schemas` — built-in kinds (Job, Service, and each JobSet's child Job as the
+  controller will create it) against the official OpenAPI schema, offline, with the
+  ``kubernetes-validate`` package in strict mode (unknown fields are errors).
+* :func:`check_jobset_crd` — a JobSet against the JobSet CRD's OpenAPI schema with
+  ``jsonschema``, optionally rejecting unknown fields (a plain CRD schema prunes them).
+
+Against a real cluster, a server-side dry run remains the authoritative check.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from roxxel_launch import names, tpu
+from roxxel_launch.spec import (
+    GPU_ACCELERATOR_SELECTOR,
+    GPU_RESOURCE,
+    TPU_ACCELERATOR_SELECTOR,
+    TPU_RESOURCE,
+    TPU_TOPOLOGY_SELECTOR,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_KUBERNETES_VERSION = "1.30.0"
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+RESTART_POLICIES = {"Never"}  # podFailurePolicy and the JobSet failure policy need Never
+COMPLETION_MODES = {"Indexed"}
+POD_FAILURE_ACTIONS = {"FailJob", "FailIndex", "Ignore", "Count"}
+EXIT_CODE_OPERATORS = {"In", "NotIn"}
+CONDITION_STATUSES = {"True", "False", "Unknown"}
+TOLERATION_OPERATORS = {"Equal", "Exists"}
+TAINT_EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
+EMPTY_DIR_MEDIA = {"", "Memory"}
+JOBSET_RESTART_STRATEGIES = {"Recreate", "BlockingRecreate"}
+JOBSET_FAILURE_ACTIONS = {"FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts",
+                          "RestartJob", "RestartJobAndIgnoreMaxRestarts"}
+JOB_FAILURE_REASONS = {"BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes",
+                       "MaxFailedIndexesExceeded", "PodFailurePolicy"}
+
+
+class ManifestError(ValueError):
+    """Rendered manifests that must not be sent; ``problems`` lists every finding."""
+
+    def __init__(self, problems: Iterable[str]):
+        self.problems = tuple(problems)
+        super().__init__("invalid manifests:\n  " + "\n  ".join(self.problems))
+
+
+def _ident(obj: Mapping) -> str:
+    return f"{obj.get('kind', '?')}/{obj.get('metadata', {}).get('name', '?')}"
+
+
+class _Findings:
+    def __init__(self, obj: Mapping):
+        self.ident = _ident(obj)
+        self.problems: list[str] = []
+
+    def add(self, where: str, problem: str | None) -> None:
+        if problem:
+            self.problems.append(f"{self.ident}: {where}: {problem}")
+
+    def enum(self, where: str, value: Any, allowed: set[str]) -> None:
+        if value not in allowed:
+            self.add(where, f"{value!r} is not one of {', '.join(sorted(allowed))}")
+
+
+def _check_labels(f: _Findings, where: str, metadata: Mapping) -> None:
+    for key, value in (metadata.get("labels") or {}).items():
+        f.add(f"{where}.labels[{key!r}]", names.qualified_name_problem(key))
+        f.add(f"{where}.labels[{key!r}]", names.label_value_problem(value))
+    for key in metadata.get("annotations") or {}:
+        f.add(f"{where}.annotations[{key!r}]", names.qualified_name_problem(key))
+
+
+def _check_accelerator(f: _Findings, where: str, pod_spec: Mapping, limits: Mapping,
+                       hosts: int, exclusive: bool | None) -> None:
+    # exclusive: whether the JobSet asks for one node pool per slice; None for a bare Job
+    # (a single slice, so there is nothing to keep apart).
+    selectors = pod_spec.get("nodeSelector") or {}
+    if TPU_RESOURCE in limits:
+        accelerator = selectors.get(TPU_ACCELERATOR_SELECTOR)
+        topology = selectors.get(TPU_TOPOLOGY_SELECTOR)
+        by_accelerator = {t.gke_accelerator: t for t in tpu.TPU_TYPES.values()}
+        if accelerator not in by_accelerator or topology is None:
+            f.add(f"{where}.nodeSelector", f"a pod requesting {TPU_RESOURCE} needs "
+                  f"{TPU_ACCELERATOR_SELECTOR} (one of {', '.join(sorted(by_accelerator))}) "
+                  f"and {TPU_TOPOLOGY_SELECTOR}")
+            return
+        try:
+            shape = tpu.tpu_slice(by_accelerator[accelerator].name, topology)
+        except ValueError as err:
+            f.add(f"{where}.nodeSelector", str(err))
+            return
+        if str(limits[TPU_RESOURCE]) != str(shape.chips_per_host):
+            f.add(f"{where}.resources.limits", f"{TPU_RESOURCE}={limits[TPU_RESOURCE]} but a "
+                  f"{topology} {accelerator} host has {shape.chips_per_host} chips")
+        if hosts != shape.hosts:
+            f.add(where, f"{hosts} pods per slice but topology {topology} has {shape.hosts} hosts")
+        if shape.hosts > 1 and exclusive is False:
+            f.add("metadata.annotations", f"a multi-host TPU slice needs "
+                  f"{EXCLUSIVE_TOPOLOGY_ANNOTATION} so each slice gets its own node pool")
+    if GPU_RESOURCE in limits and GPU_ACCELERATOR_SELECTOR not in selectors:
+        f.add(f"{where}.nodeSelector", f"a pod requesting {GPU_RESOURCE} needs "
+              f"{GPU_ACCELERATOR_SELECTOR}")
+
+
+def _check_pod_template(f: _Findings, where: str, template: Mapping, hosts: int,
+                        exclusive: bool | None) -> None:
+    _check_labels(f, f"{where}.metadata", template.get("metadata") or {})
+    spec = template.get("spec") or {}
+    f.enum(f"{where}.spec.restartPolicy", spec.get("restartPolicy"), RESTART_POLICIES)
+    for i, toleration in enumerate(spec.get("tolerations") or []):
+        at = f"{where}.spec.tolerations[{i}]"
+        f.enum(f"{at}.operator", toleration.get("operator", "Equal"), TOLERATION_OPERATORS)
+        if toleration.get("effect"):
+            f.enum(f"{at}.effect", toleration["effect"], TAINT_EFFECTS)
+    volume_names = []
+    for i, volume in enumerate(spec.get("volumes") or []):
+        f.add(f"{where}.spec.volumes[{i}].name", names.dns1123_label_problem(volume.get("name")))
+        volume_names.append(volume.get("name"))
+        if "emptyDir" in volume:
+            f.enum(f"{where}.spec.volumes[{i}].emptyDir.medium",
+                   (volume["emptyDir"] or {}).get("medium", ""), EMPTY_DIR_MEDIA)
+    if len(set(volume_names)) != len(volume_names):
+        f.add(f"{where}.spec.volumes", f"duplicate volume names in {volume_names}")
+    limits: dict = {}
+    for c, container in enumerate(spec.get("containers") or []):
+        at = f"{where}.spec.containers[{c}]"
+        f.add(f"{at}.name", names.dns1123_label_problem(container.get("name")))
+        env_names = [var.get("name") for var in container.get("env") or []]
+        for name in env_names:
+            f.add(f"{at}.env", names.env_var_name_problem(name))
+        duplicates = sorted({n for n in env_names if env_names.count(n) > 1})
+        if duplicates:
+            f.add(f"{at}.env", f"variables set twice: {', '.join(duplicates)}")
+        for mount in container.get("volumeMounts") or []:
+            if mount.get("name") not in volume_names:
+                f.add(f"{at}.volumeMounts", f"mount of unknown volume {mount.get('name')!r}")
+        limits.update((container.get("resources") or {}).get("limits") or {})
+    _check_accelerator(f, where, spec, limits, hosts, exclusive)
+
+
+def _check_job_spec(f: _Findings, where: str, spec: Mapping, exclusive: bool | None) -> None:
+    f.enum(f"{where}.completionMode", spec.get("completionMode"), COMPLETION_MODES)
+    if spec.get("parallelism") != spec.get("completions"):
+        f.add(where, "parallelism and completions differ: every host must run at once")
+    for i, rule in enumerate((spec.get("podFailurePolicy") or {}).get("rules") or []):
+        at = f"{where}.podFailurePolicy.rules[{i}]"
+        f.enum(f"{at}.action", rule.get("action"), POD_FAILURE_ACTIONS)
+        if "onExitCodes" in rule:
+            f.enum(f"{at}.onExitCodes.operator", rule["onExitCodes"].get("operator"),
+                   EXIT_CODE_OPERATORS)
+        for j, condition in enumerate(rule.get("onPodConditions") or []):
+            f.enum(f"{at}.onPodConditions[{j}].status", condition.get("status"), CONDITION_STATUSES)
+    _check_pod_template(f, f"{where}.template", spec.get("template") or {},
+                        spec.get("completions") or 0, exclusive)
+
+
+def _check_jobset(obj: Mapping) -> list[str]:
+    f = _Findings(obj)
+    meta = obj.get("metadata") or {}
+    name = meta.get("name", "")
+    f.add("metadata.name", names.dns1035_label_problem(name))
+    exclusive = EXCLUSIVE_TOPOLOGY_ANNOTATION in (meta.get("annotations") or {})
+    spec = obj.get("spec") or {}
+    policy = spec.get("failurePolicy") or {}
+    f.enum("spec.failurePolicy.restartStrategy", policy.get("restartStrategy", "Recreate"),
+           JOBSET_RESTART_STRATEGIES)
+    for i, rule in enumerate(policy.get("rules") or []):
+        at = f"spec.failurePolicy.rules[{i}]"
+        f.enum(f"{at}.action", rule.get("action"), JOBSET_FAILURE_ACTIONS)
+        for reason in rule.get("onJobFailureReasons") or []:
+            f.enum(f"{at}.onJobFailureReasons", reason, JOB_FAILURE_REASONS)
+    for i, rjob in enumerate(spec.get("replicatedJobs") or []):
+        at = f"spec.replicatedJobs[{i}]"
+        rjob_name = rjob.get("name", "")
+        f.add(f"{at}.name", names.dns1123_label_problem(rjob_name))
+        job_spec = (rjob.get("template") or {}).get("spec") or {}
+        replicas = rjob.get("replicas", 1)
+        completions = job_spec.get("completions") or 1
+        f.add("metadata.name", names.pod_name_problem(
+            f"{name}-{rjob_name}-{replicas - 1}-{completions - 1}"))
+        job_exclusive = exclusive or EXCLUSIVE_TOPOLOGY_ANNOTATION in (
+            ((rjob.get("template") or {}).get("metadata") or {}).get("annotations") or {})
+        _check_job_spec(f, f"{at}.template.spec", job_spec, job_exclusive)
+    return f.problems
+
+
+def _check_job(obj: Mapping) -> list[str]:
+    f = _Findings(obj)
+    name = (obj.get("metadata") or {}).get("name", "")
+    # Pod hostnames are <job>-<index>: the name must be a DNS label, not just a subdomain.
+    f.add("metadata.name", names.dns1123_label_problem(name))
+    spec = obj.get("spec") or {}
+    f.add("metadata.name", names.pod_name_problem(f"{name}-{(spec.get('completions') or 1) - 1}"))
+    _check_job_spec(f, "spec", spec, exclusive=None)
+    return f.problems
+
+
+def _check_service(obj: Mapping) -> list[str]:
+    f = _Findings(obj)
+    f.add("metadata.name", names.dns1035_label_problem((obj.get("metadata") or {}).get("name", "")))
+    spec = obj.get("spec") or {}
+    if spec.get("clusterIP") != "None":
+        f.add("spec.clusterIP", "must be None: pods get DNS names only from a headless Service")
+    return f.problems
+
+
+_CHECKS = {"JobSet": _check_jobset, "Job": _check_job, "Service": _check_service}
+
+
+def check_objects(objects: Iterable[Mapping]) -> list[str]:
+    """Names, enums and accelerator consistency of rendered objects."""
+    problems = []
+    for obj in objects:
+        f = _Findings(obj)
+        meta = obj.get("metadata") or {}
+        f.add("metadata.namespace", names.dns1123_label_problem(meta.get("namespace", "default")))
+        _check_labels(f, "metadata", meta)
+        check = _CHECKS.get(obj.get("kind"))
+        if check is None:
+            f.add("kind", f"roxxel-launch does not render {obj.get('kind')!r}")
+        else:
+            problems += check(obj)
+        problems += f.problems
+    return problems
+
+
+def _kubernetes_validate():
+    try:
+        import kubernetes_validate
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(
+            "schema validation needs the kubernetes-validate package: "
+            "pip install kubernetes-validate (or skip it with --no-schema)") from err
+    return kubernetes_validate
+
+
+def _child_job(jobset: Mapping, rjob: Mapping) -> dict:
+    template = rjob.get("template") or {}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {**(template.get("metadata") or {}),
+                         "name": f"{jobset['metadata']['name']}-{rjob.get('name')}-0",
+                         "namespace": jobset["metadata"].get("namespace", "default")},
+            "spec": template.get("spec") or {}}
+
+
+def check_schemas(objects: Iterable[Mapping],
+                  kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> list[str]:
+    """Built-in kinds, and the child Jobs of JobSets, against the official schema (strict)."""
+    kv = _kubernetes_validate()
+    problems = []
+    for obj in objects:
+        if obj.get("kind") == "JobSet":
+            docs = [(f"{_ident(obj)}: replicatedJobs[{i}] child Job", _child_job(obj, rjob))
+                    for i, rjob in enumerate((obj.get("spec") or {}).get("replicatedJobs") or [])]
+        else:
+            docs = [(_ident(obj), obj)]
+        for ident, doc in docs:
+            try:
+                kv.validate(dict(doc), kubernetes_version, strict=True)
+            except kv.ValidationError as err:
+                where = ".".join(str(p) for p in err.absolute_path) or "(root)"
+                problems.append(f"{ident}: {where}: {err.message}")
+    return problems
+
+
+def _reject_unknown_fields(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        schema = {k: _reject_unknown_fields(v) for k, v in schema.items()}
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [_reject_unknown_fields(v) for v in schema]
+    return schema
+
+
+def jobset_crd_schema(crd: Mapping, version: str = "v1alpha2",
+                      reject_unknown_fields: bool = True) -> dict:
+    """The OpenAPI schema of one version of the JobSet CRD, optionally closed to unknown fields."""
+    for entry in crd["spec"]["versions"]:
+        if entry["name"] == version:
+            schema = copy.deepcopy(entry["schema"]["openAPIV3Schema"])
+            return _reject_unknown_fields(schema) if reject_unknown_fields else schema
+    raise ValueError(f"the CRD has no version {version!r}")
+
+
+def check_jobset_crd(obj: Mapping, schema: Mapping) -> list[str]:
+    """A JobSet against a JobSet CRD schema (from :func:`jobset_crd_schema`)."""
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(schema)
+    return [f"{_ident(obj)}: {'.'.join(str(p) for p in err.absolute_path) or '(root)'}: {err.message}"
+            for err in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))]
+
+
+def validate(objects: Iterable[Mapping], *, schema: bool = True,
+             kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> None:
+    """Raises ManifestError listing every problem; returns quietly when the manifests are sendable."""
+    objects = list(objects)
+    problems = check_objects(objects)
+    if schema:
+        problems += check_schemas(objects, kubernetes_version)
+    if problems:
+        raise ManifestError(problems)
+    logger.debug("validated %d objects", len(objects))

@@ -1,0 +1,230 @@
+"""Job spec (roxxel.dev/v1alpha1): parsing, --set overrides, validation errors, TPU table, schema."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+import yaml
+
+from roxxel_launch import spec as S
+from roxxel_launch import tpu
+
+
+def _base(**changes) -> dict:
+    data = {
+        "apiVersion": "roxxel.dev/v1alpha1",
+        "kind": "RoxxelJob",
+        "name": "lm",
+        "image": "us-docker.pkg.dev/proj/repo/worker:1",
+        "command": ["python", "-m", "examples.lm"],
+        "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}},
+        "num_slices": 2,
+    }
+    data.update(changes)
+    return data
+
+
+def _error(data: dict, overrides=()) -> S.SpecError:
+    with pytest.raises(S.SpecError) as info:
+        S.spec_from_dict(data, overrides)
+    return info.value
+
+
+def test_minimal_spec_gets_documented_defaults():
+    spec = S.spec_from_dict(_base(accelerator="cpu", num_slices=1))
+    assert spec.accelerator.cpu == S.CpuAccelerator(hosts=1)
+    assert (spec.namespace, spec.run_name, spec.workload) == ("default", "lm", "jobset")
+    assert (spec.max_restarts, spec.termination_grace_period) == (3, 300)
+    assert spec.num_processes == 1 and spec.data is None and spec.checkpoint_dir is None
+
+
+def test_spec_is_frozen_and_round_trips_through_plain_data():
+    spec = S.spec_from_dict(_base(env={"A": "1"}, data={"nfs": {"server": "10.0.0.2", "path": "/v"}},
+                                  tolerations=[{"key": "k", "operator": "Exists"}]))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.name = "other"
+    with pytest.raises(TypeError):
+        spec.env["B"] = "2"
+    assert S.spec_from_dict(S.spec_to_dict(spec)) == spec
+
+
+@pytest.mark.parametrize("type_name,topology,hosts,chips_per_host", [
+    ("v4", "2x2x1", 1, 4), ("v4", "2x2x4", 4, 4), ("v4", "4x4x8", 32, 4),
+    ("v5e", "1x1", 1, 1), ("v5e", "2x4", 1, 8), ("v5e", "4x4", 4, 4), ("v5e", "16x16", 64, 4),
+    ("v5p", "2x2x1", 1, 4), ("v5p", "2x2x2", 2, 4), ("v5p", "4x4x4", 16, 4),
+    ("v5p", "16x16x24", 1536, 4),
+    ("v6e", "2x2", 1, 4), ("v6e", "8x16", 32, 4),
+])
+def test_hosts_per_slice_come_from_the_tpu_table(type_name, topology, hosts, chips_per_host):
+    shape = tpu.tpu_slice(type_name, topology)
+    assert (shape.hosts, shape.chips_per_host) == (hosts, chips_per_host)
+    assert shape.hosts * shape.chips_per_host == shape.chips
+    spec = S.spec_from_dict(_base(accelerator={"tpu": {"type": type_name, "topology": topology}},
+                                  name="x"))
+    assert spec.hosts_per_slice == hosts and spec.num_processes == 2 * hosts
+
+
+def test_gke_accelerator_names():
+    assert {t: tpu.TPU_TYPES[t].gke_accelerator for t in tpu.TPU_TYPES} == {
+        "v4": "tpu-v4-podslice", "v5e": "tpu-v5-lite-podslice",
+        "v5p": "tpu-v5p-slice", "v6e": "tpu-v6e-slice"}
+
+
+def test_gpu_and_cpu_hosts_are_explicit():
+    gpu = S.spec_from_dict(_base(accelerator={"gpu": {"type": "nvidia-h100-80gb", "count": 8,
+                                                      "hosts": 2}}, num_slices=1))
+    assert gpu.hosts_per_slice == 2 and gpu.num_processes == 2
+    cpu = S.spec_from_dict(_base(accelerator={"cpu": {"hosts": 3}}, num_slices=1))
+    assert cpu.hosts_per_slice == 3
+
+
+@pytest.mark.parametrize("changes,overrides,field,fragment", [
+    ({}, ["accelerator.tpu.topology=4x4"], "accelerator.tpu.topology", "not a v5p topology"),
+    ({}, ["accelerator.tpu.type=v9"], "accelerator.tpu.type", "unknown TPU type"),
+    ({"accelerator": {"tpu": {"type": "v5p", "topology": "2x2x1"}, "cpu": {}}}, [],
+     "accelerator", "exactly one of tpu, gpu, cpu"),
+    ({"accelerator": {"gpu": {"type": "nvidia-l4"}}}, [], "accelerator.gpu.count", "is required"),
+    ({"accelerator": {"gpu": {"type": "nvidia-l4", "count": 0}}}, [], "accelerator.gpu.count",
+     "between 1 and 16"),
+    ({"nmae": "x"}, [], "nmae", "Did you mean 'name'"),
+    ({"apiVersion": "roxxel.dev/v2"}, [], "apiVersion", "roxxel.dev/v1alpha1"),
+    ({"kind": "Job"}, [], "kind", "RoxxelJob"),
+    ({"name": "Lm"}, [], "name", "DNS-1035"),
+    ({"name": "1lm"}, [], "name", "DNS-1035"),
+    ({"name": "lm\n"}, [], "name", "DNS-1035"),
+    ({"namespace": "a_b"}, [], "namespace", "DNS-1123"),
+    ({"image": "img with space"}, [], "image", "image reference"),
+    ({"command": []}, [], "command", "must not be empty"),
+    ({"command": ["sleep", 10]}, [], "command[1]", "Quote the value"),
+    ({"command": "python train.py"}, [], "command", "must be a list"),
+    ({"num_slices": 0}, [], "num_slices", "at least 1"),
+    ({"num_slices": True}, [], "num_slices", "must be an integer"),
+    ({"workload": "indexed-job"}, [], "num_slices", "single slice"),
+    ({"workload": "deployment"}, [], "workload", "jobset, indexed-job"),
+    ({"env": {"1X": "a"}}, [], "env.1X", "environment variable name"),
+    ({"env": {"JOB_INDEX": "a"}}, [], "env.JOB_INDEX", "set by roxxel-launch"),
+    ({"env": {"X": 1}}, [], "env.X", "Quote the value"),
+    ({"checkpoint_dir": "ckpt"}, [], "checkpoint_dir", "absolute path"),
+    ({"checkpoint_dir": "s3://b/c"}, [], "checkpoint_dir", "only gs://"),
+    ({"checkpoint_dir": "gs://B/c"}, [], "checkpoint_dir", "bucket name"),
+    ({"checkpoint_dir": "/data/ckpt", "data": {"pvc": {"claim": "d"}}}, [], "checkpoint_dir",
+     "read-only"),
+    ({"data": {"gcsfuse": {"bucket": "bkt", "only_dir": "a,ro=false"}}}, [],
+     "data.gcsfuse.only_dir", "no ','"),
+    ({"data": {"gcsfuse": {"bucket": "bkt", "mount_options": ["a,b"]}}}, [],
+     "data.gcsfuse.mount_options[0]", "no ','"),
+    ({"data": {"nfs": {"server": "h", "path": "rel"}}}, [], "data.nfs.path", "absolute"),
+    ({"data": {}}, [], "data", "exactly one of gcsfuse, nfs, pvc"),
+    ({"run_name": "a b"}, [], "run_name", "label value"),
+    ({"service_account": "SA"}, [], "service_account", "DNS-1123"),
+    ({"queue": "q.x"}, [], "queue", "DNS-1123"),
+    ({"max_restarts": -1}, [], "max_restarts", "between 0"),
+    ({"termination_grace_period": 10**6}, [], "termination_grace_period", "86400"),
+    ({"resources": {"limits": {"google.com/tpu": 4}}}, [], "resources.limits.google.com/tpu",
+     "accelerator block"),
+    ({"resources": {"requests": {"memory": "lots"}}}, [], "resources.requests.memory",
+     "quantity"),
+    ({"node_selectors": {"cloud.google.com/gke-tpu-topology": "4x4"}}, [],
+     "node_selectors.cloud.google.com/gke-tpu-topology", "accelerator block"),
+    ({"node_selectors": {"pool": "a b"}}, [], "node_selectors.pool", "label value"),
+    ({"tolerations": [{"key": "k", "toleration_seconds": 5}]}, [],
+     "tolerations[0].toleration_seconds", "NoExecute"),
+    ({"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}, [],
+     "tolerations[0].value", "must be empty"),
+    ({"tolerations": [{"operator": "Equal"}]}, [], "tolerations[0].key", "required"),
+    ({"tolerations": [{"key": "k", "effect": "Sometimes"}]}, [], "tolerations[0].effect",
+     "NoSchedule"),
+])
+def test_errors_name_the_field_and_the_fix(changes, overrides, field, fragment):
+    err = _error(_base(**changes), overrides)
+    assert err.field == field
+    assert fragment in str(err)
+    assert str(err).startswith(f"{field}: ")
+
+
+def test_longest_pod_name_must_fit_in_63_characters():
+    # v5p 2x2x4 x 2 slices: longest pod name is NAME-slice-1-3 (+ 6 for the random suffix).
+    limit = 63 - 6 - len("-slice-1-3")
+    assert S.spec_from_dict(_base(name="a" * limit)).name == "a" * limit
+    err = _error(_base(name="a" * (limit + 1)))
+    assert err.field == "name"
+    assert f"Shorten name to at most {limit} characters" in str(err)
+    assert "slice-1-3" in str(err)
+    # The Indexed Job's pods are NAME-INDEX: a longer name fits.
+    indexed = _base(name="a" * (limit + 1), workload="indexed-job", num_slices=1)
+    assert S.spec_from_dict(indexed).workload == "indexed-job"
+
+
+def test_overrides_follow_the_field_type():
+    spec = S.spec_from_dict(_base(), [
+        "env.VERSION=007", "num_slices=3", "command=[python, train.py, '--lr=3e-4']",
+        r"resources.limits.example\.com/widget=2", "accelerator.tpu.topology=2x2x2",
+        "data.gcsfuse.bucket=my-bkt", "service_account=trainer"])
+    assert spec.env["VERSION"] == "007"
+    assert spec.num_slices == 3
+    assert spec.command == ("python", "train.py", "--lr=3e-4")
+    assert spec.resources.limits["example.com/widget"] == "2"
+    assert spec.hosts_per_slice == 2
+    assert spec.data.gcsfuse.bucket == "my-bkt"
+
+
+@pytest.mark.parametrize("override,field,fragment", [
+    ("num_slices", "--set", "key.path=value"),
+    ("num_slices=two", "num_slices", "not an integer"),
+    ("name.first=x", "name", "not a mapping"),
+    ("bogus.field=1", "bogus", "unknown field"),
+])
+def test_bad_overrides(override, field, fragment):
+    err = _error(_base(), [override])
+    assert err.field == field and fragment in str(err)
+
+
+def test_load_spec_reports_the_file(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(_base(num_slices=0)))
+    with pytest.raises(S.SpecError, match=r"num_slices: .*job\.yaml"):
+        S.load_spec(path)
+    path.write_text("name: [unclosed")
+    with pytest.raises(S.SpecError, match="not valid YAML"):
+        S.load_spec(path)
+    path.write_text("- a list")
+    with pytest.raises(S.SpecError, match="must be a mapping"):
+        S.load_spec(path)
+
+
+def _walk_dataclasses(cls, seen=None):
+    seen = set() if seen is None else seen
+    if cls in seen:
+        return seen
+    seen.add(cls)
+    for hint in typing.get_type_hints(cls).values():
+        for arg in (hint, *typing.get_args(hint)):
+            for inner in (arg, *typing.get_args(arg)):
+                if dataclasses.is_dataclass(inner):
+                    _walk_dataclasses(inner, seen)
+    return seen
+
+
+def test_schema_documents_every_field():
+    schema = S.spec_schema()
+    assert schema["properties"]["apiVersion"]["enum"] == ["roxxel.dev/v1alpha1"]
+    assert set(schema["required"]) == {"apiVersion", "kind", "name", "image", "command",
+                                       "accelerator"}
+    assert schema["properties"]["workload"]["enum"] == ["jobset", "indexed-job"]
+    tpu_schema = schema["properties"]["accelerator"]["properties"]["tpu"]
+    assert tpu_schema["required"] == ["type", "topology"]
+
+    def check(node, path):
+        if node.get("type") == "object" and "properties" in node:
+            assert node["additionalProperties"] is False, path
+            for key, prop in node["properties"].items():
+                assert prop["description"], f"{path}.{key} has no description"
+                check(prop, f"{path}.{key}")
+        if node.get("type") == "array":
+            check(node["items"], f"{path}[]")
+
+    check(schema, "")
+    documented = sum(len(dataclasses.fields(c)) for c in _walk_dataclasses(S.JobSpec))
+    assert documented >= 35
