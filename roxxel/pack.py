@@ -13,13 +13,12 @@ import fnmatch
 import glob
 import json
 import os
-import queue
 import sys
-import threading
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from roxxel.data.prefetch import Prefetcher
 from roxxel.format.manifest import MANIFEST_NAME, Manifest
 from roxxel.format.writer import DEFAULT_SHARD_SIZE, DatasetWriter
 from roxxel.tokenizers import ByteTokenizer, load_tokenizer
@@ -152,38 +151,6 @@ def _tokenized_batches(inputs, tok, fmt, text_field) -> Iterator[tuple[list[np.n
         yield tok.encode_batch(batch), nbytes
 
 
-def _background(gen: Iterator, depth: int = _QUEUE_DEPTH) -> Iterator:
-    """Run a generator on a thread, handing its items over a bounded queue; re-raises its errors."""
-    q: queue.Queue = queue.Queue(depth)
-    done = object()
-    stop = threading.Event()
-
-    def work():
-        try:
-            for item in gen:
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        pass
-                if stop.is_set():
-                    return
-            q.put(done)
-        except BaseException as e:  # handed to the consumer, which re-raises it
-            q.put(e)
-
-    t = threading.Thread(target=work, name="roxxel-pack-reader", daemon=True)
-    t.start()
-    try:
-        while (item := q.get()) is not done:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-
-
 def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: int = DEFAULT_SHARD_SIZE,
          include: Sequence[str] = (), exclude: Sequence[str] = (), fmt: str = "auto", text_field: str = "text", append: bool = False,
          eos_id: int | None = None, on_progress: Callable[[int, int, int], None] | None = None) -> Manifest:
@@ -212,9 +179,13 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
         raise FileNotFoundError(f"no input files in {list(inputs)} (include={list(include)})")
     with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                        tokenizer=tok.identity, shard_size=shard_size, append=append) as writer:
-        for docs, nbytes in _background(_tokenized_batches(files, tok, fmt, text_field)):
-            before = writer.num_tokens
-            writer.add_documents(docs)
-            if on_progress is not None:
-                on_progress(len(docs), writer.num_tokens - before, nbytes)
+        reader = Prefetcher(_tokenized_batches(files, tok, fmt, text_field), _QUEUE_DEPTH, name="roxxel-pack-reader")
+        try:
+            for docs, nbytes in reader:
+                before = writer.num_tokens
+                writer.add_documents(docs)
+                if on_progress is not None:
+                    on_progress(len(docs), writer.num_tokens - before, nbytes)
+        finally:
+            reader.close()
     return Manifest.load(writer.manifest_path)

@@ -109,7 +109,7 @@ def test_jsonl_stdin_and_parquet(tmp_path):
 
 
 def test_huggingface_tokenizer_json(tmp_path):
-    tokenizers = pytest.importorskip("tokenizers")
+    pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     texts = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog"] * 20

@@ -106,6 +106,7 @@ class Roxxel:
         self._token_offsets = np.cumsum([0] + [e.num_tokens for e in entries], dtype=np.int64)
         self._doc_offsets = np.cumsum([0] + [e.num_documents for e in entries], dtype=np.int64)
         self._touched = 0
+        self.bytes_read = 0  # token bytes copied out by read_into/gather_into (per-process I/O accounting)
         self._is_open = True
         if self.num_tokens == 0:
             self.close()
@@ -322,6 +323,36 @@ class Roxxel:
                 out[pos - start:pos - start + take] = self._shard(s).tokens[pos - base:pos - base + take]
                 pos += take
             s += 1
+        self.bytes_read += len(out) * self.dtype.itemsize
+        self._account(out)
+        return out
+
+    def gather_into(self, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Copy the ranges ``[starts[k], starts[k] + counts[k])`` one after another into ``out`` (1-D).
+
+        ``len(out)`` must equal ``counts.sum()``. Returns ``out``.
+
+        Raises:
+            IndexError: a range is outside the dataset.
+        """
+        self._ensure_open()
+        starts = np.asarray(starts, np.int64)
+        counts = np.asarray(counts, np.int64)
+        if len(out) != int(counts.sum()):
+            raise ValueError(f"out holds {len(out)} tokens but the ranges add up to {int(counts.sum())}")
+        if starts.size and (starts.min() < 0 or int((starts + counts).max()) > self.num_tokens):
+            raise IndexError(f"a token range is outside the dataset's [0, {self.num_tokens})")
+        shard_of = np.searchsorted(self._token_offsets, starts, side="right") - 1
+        local = starts - self._token_offsets[shard_of]
+        inside = local + counts <= self._token_offsets[shard_of + 1] - self._token_offsets[shard_of]
+        pos = 0
+        for s, a, n, ok, g in zip(shard_of.tolist(), local.tolist(), counts.tolist(), inside.tolist(), starts.tolist()):
+            if ok:
+                out[pos:pos + n] = self._shard(s).tokens[a:a + n]
+            else:  # crosses into the next shard
+                self.read_into(out[pos:pos + n], g)
+            pos += n
+        self.bytes_read += int(counts[inside].sum()) * self.dtype.itemsize  # read_into counts the rest
         self._account(out)
         return out
 
@@ -364,11 +395,63 @@ class Roxxel:
             if progress is not None:
                 progress(e.path, shard.nbytes)
 
-    def estimate_steps(self, seq_len: int, batch_size: int) -> int:
-        """Whole steps of ``batch_size`` rows of ``seq_len`` tokens in one pass over the dataset."""
+    def estimate_steps(self, seq_len: int, batch_size: int, chunk_tokens: int | None = None) -> int:
+        """Whole steps of ``batch_size`` rows of ``seq_len`` tokens in one epoch of :meth:`stream`.
+
+        An epoch is every whole shuffled chunk of ``chunk_tokens`` tokens (the tail shorter than a
+        chunk is left out), so this equals ``len()`` of a one-phase stream over this dataset.
+        """
+        from roxxel.data.source import DEFAULT_CHUNK_TOKENS
+
         if seq_len < 1 or batch_size < 1:
             raise ValueError(f"seq_len and batch_size must be >= 1, got {seq_len} and {batch_size}")
-        return self.num_tokens // (seq_len * batch_size)
+        chunk = min(chunk_tokens or DEFAULT_CHUNK_TOKENS, self.num_tokens)
+        return (self.num_tokens // chunk * chunk) // (seq_len * batch_size)
+
+    def stream(self, seq_len: int, batch_size: int, seed: int, start_step: int = 0,
+               completed_phases: Sequence[tuple[int, int, int]] | None = None, total_steps: int | None = None,
+               dtype=np.int32, mesh=None, data_sharding=None, mix_datasets: dict[str, "Roxxel"] | None = None,
+               weights: dict[str, float] | None = None, prefetch_size: int = 4, **kwargs):
+        """Stream global batches of ``(batch_size, seq_len)`` tokens (the original API).
+
+        Args:
+            seq_len, batch_size: shape of each global batch of the current phase.
+            seed: shuffle seed.
+            start_step: global step to start at (counted from the first completed phase).
+            completed_phases: ``(steps, batch_size, seq_len)`` of the phases trained before
+                this one; their tokens are skipped in O(phases).
+            total_steps: at most this many steps from ``start_step`` (default: until the data runs out).
+            dtype: token dtype of the batches.
+            mesh, data_sharding: where the batch goes (default: rows over every device).
+            mix_datasets, weights: datasets to blend in, weights keyed by ``"self"`` and their names.
+            prefetch_size: batches prepared ahead on a background thread.
+            **kwargs: passed to :class:`~roxxel.data.stream.Stream` (``outputs``, ``to_device``)
+                and :class:`~roxxel.data.curriculum.Curriculum` (``chunk_tokens``, ``repeat``).
+
+        Returns:
+            A :class:`~roxxel.data.stream.Stream`; ``len()`` is its exact number of steps.
+
+        Raises:
+            ValueError: ``start_step`` inside a completed phase; weights naming unknown datasets.
+        """
+        from roxxel.data.curriculum import Curriculum, Phase
+
+        if mix_datasets and not weights:
+            raise ValueError("mix_datasets needs weights keyed by 'self' and the mixed datasets' names")
+        w = dict(weights) if weights else None
+        phases = [Phase(steps=s, batch_size=b, seq_len=q, weights=w) for s, b, q in (completed_phases or [])]
+        done = sum(p.steps for p in phases)
+        if start_step < done:
+            raise ValueError(f"start_step {start_step} falls inside the completed phases ({done} steps); "
+                             "stream those phases with their own shapes")
+        phases.append(Phase(batch_size=batch_size, seq_len=seq_len, weights=w))
+        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat") if k in kwargs}
+        curriculum = Curriculum(self, phases, mix_datasets, **curriculum_args)
+        stop = None
+        if total_steps is not None:
+            stop = min(start_step + total_steps, curriculum.resolved[-1].end_step)
+        return curriculum.stream(start_step, stop, seed=seed, dtype=dtype, mesh=mesh, data_sharding=data_sharding,
+                                 prefetch_size=prefetch_size, **kwargs)
 
     # ------------------------------------------------------------------------------
     # writing (the original API)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from typing import Any
 
 from roxxel.format.atomic import atomic_write

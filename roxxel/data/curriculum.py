@@ -1,0 +1,251 @@
+"""Curriculum: phases of training that change batch size, sequence length and blend weights.
+
+The data position is a pure function of the step: phase ``j`` takes ``steps_j`` global
+batches of ``batch_size_j`` rows of ``seq_len_j`` tokens, rows are dealt to datasets by
+:class:`~roxxel.data.blend.BlendPlan`, and the row of any step (hence every dataset's
+token position) follows in O(phases) - never by replaying earlier steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+from roxxel.data.blend import BlendPlan
+from roxxel.data.dataset import Roxxel
+from roxxel.data.source import DEFAULT_CHUNK_TOKENS
+
+PRIMARY = "self"
+_PHASE_KEYS = {"steps", "epochs", "batch_size", "seq_len", "weights"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One phase of a curriculum.
+
+    Args:
+        batch_size: rows in each global batch (all processes together).
+        seq_len: tokens per row.
+        steps: global steps in this phase; or
+        epochs: passes over the data the phase blends (resolved to whole steps from the
+            datasets' sizes); leave both unset on the last phase to run until the data
+            runs out.
+        weights: blend weights keyed by ``"self"`` (the primary dataset) and the names of
+            the mixed datasets; they need not sum to 1. Default: ``{"self": 1}`` without
+            mixed datasets, else every dataset in proportion to its size.
+
+    Raises:
+        ValueError: a non-positive size, both ``steps`` and ``epochs``, negative weights.
+    """
+
+    batch_size: int
+    seq_len: int
+    steps: int | None = None
+    epochs: float | None = None
+    weights: Mapping[str, float] | None = None
+
+    def __post_init__(self):
+        for name in ("batch_size", "seq_len"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"Phase {name} must be a positive int, got {v!r}")
+        if self.steps is not None and self.epochs is not None:
+            raise ValueError(f"give a Phase either steps or epochs, not both (got steps={self.steps}, epochs={self.epochs})")
+        if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 0):
+            raise ValueError(f"Phase steps must be a non-negative int, got {self.steps!r}")
+        if self.epochs is not None and not (isinstance(self.epochs, (int, float)) and self.epochs > 0 and math.isfinite(self.epochs)):
+            raise ValueError(f"Phase epochs must be a positive number, got {self.epochs!r}")
+        if self.weights is not None:
+            bad = {k: w for k, w in self.weights.items() if not (isinstance(w, (int, float)) and w >= 0 and math.isfinite(w))}
+            if bad or not any(w > 0 for w in self.weights.values()):
+                raise ValueError(f"Phase weights must be non-negative numbers, at least one positive, got {dict(self.weights)}")
+            object.__setattr__(self, "weights", dict(self.weights))
+
+    @classmethod
+    def coerce(cls, phase: "Phase | Mapping[str, Any]") -> "Phase":
+        """A ``Phase`` from a ``Phase`` or a dict with the same keys (the original's form)."""
+        if isinstance(phase, Phase):
+            return phase
+        if not isinstance(phase, Mapping):
+            raise TypeError(f"a phase must be a Phase or a dict, got {type(phase).__name__}")
+        unknown = set(phase) - _PHASE_KEYS
+        if unknown:
+            raise ValueError(f"unknown phase keys {sorted(unknown)}; known: {sorted(_PHASE_KEYS)}")
+        return cls(**phase)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedPhase:
+    """A phase with its place in the run: everything a stream needs, in steps, rows and tokens.
+
+    ``steps`` is exact (epochs resolved, cut short where the data runs out; None only for
+    an endless last phase in repeat mode); ``weights`` is aligned with :attr:`Curriculum.names`.
+    """
+
+    index: int
+    start_step: int
+    steps: int | None
+    batch_size: int
+    seq_len: int
+    weights: tuple[float, ...]
+    start_row: int
+    start_token: int
+
+    @property
+    def end_step(self) -> float:
+        """First step after the phase (``math.inf`` for an endless phase)."""
+        return math.inf if self.steps is None else self.start_step + self.steps
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+class Curriculum:
+    """Phases over a primary dataset and optional mixed datasets.
+
+    Args:
+        primary_streamer: the primary dataset (``"self"`` in weights).
+        phases: :class:`Phase` objects or dicts with the same keys.
+        mix_streamers: other datasets by name, blended in by the phases' weights.
+        chunk_tokens: tokens per shuffled chunk of each dataset.
+        repeat: start a new epoch of a dataset when it runs out (instead of dropping it from
+            the blend and re-normalising the others' weights, the original's behaviour).
+
+    Raises:
+        ValueError: an unknown dataset name in weights (lists the known ones); a phase
+            without steps or epochs before the last; an endless curriculum asked for its length.
+    """
+
+    def __init__(self, primary_streamer: Roxxel, phases: Sequence[Phase | Mapping[str, Any]],
+                 mix_streamers: Mapping[str, Roxxel] | None = None, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+                 repeat: bool = False):
+        mix = dict(mix_streamers or {})
+        if PRIMARY in mix:
+            raise ValueError(f"{PRIMARY!r} names the primary dataset; pick another name for the mixed one")
+        self.datasets: dict[str, Roxxel] = {PRIMARY: primary_streamer, **mix}
+        self.names = tuple(self.datasets)
+        self.phases = tuple(Phase.coerce(p) for p in phases)
+        if not self.phases:
+            raise ValueError("a curriculum needs at least one phase")
+        for i, p in enumerate(self.phases[:-1]):
+            if p.steps is None and p.epochs is None:
+                raise ValueError(f"phase {i}: only the last phase may omit steps/epochs (it then runs until the data runs out)")
+        self.chunk_tokens = chunk_tokens
+        self.repeat = repeat
+        self._sizes = tuple(self._usable_size(ds) for ds in self.datasets.values())
+        self.plan, self.resolved = self._resolve()
+
+    def _usable_size(self, ds: Roxxel) -> int:
+        chunk = min(self.chunk_tokens, ds.num_tokens)
+        return (ds.num_tokens // chunk) * chunk
+
+    def _weights(self, i: int, phase: Phase) -> tuple[float, ...]:
+        if phase.weights is None:
+            return (1.0,) + (0.0,) * (len(self.names) - 1) if len(self.names) == 1 else tuple(map(float, self._sizes))
+        unknown = set(phase.weights) - set(self.names)
+        if unknown:
+            raise ValueError(f"phase {i}: weights name unknown datasets {sorted(unknown)}; known: {list(self.names)}")
+        return tuple(float(phase.weights.get(n, 0.0)) for n in self.names)
+
+    def _resolve(self) -> tuple[BlendPlan, tuple[ResolvedPhase, ...]]:
+        weights = [self._weights(i, p) for i, p in enumerate(self.phases)]
+        steps: list[int | None] = []
+        for p, w in zip(self.phases, weights):
+            if p.epochs is not None:
+                tokens = sum(s for s, wi in zip(self._sizes, w) if wi > 0)
+                steps.append(int(p.epochs * tokens) // (p.batch_size * p.seq_len))
+            else:
+                steps.append(p.steps)
+        plan = BlendPlan(self._sizes, [(None if s is None else s * p.batch_size, p.seq_len, w)
+                                       for s, p, w in zip(steps, self.phases, weights)], repeat=self.repeat)
+        resolved, step, row, token = [], 0, 0, 0
+        for i, (p, s, w) in enumerate(zip(self.phases, steps, weights)):
+            if plan.total_rows is None:  # endless blend: repeat mode with an open last phase
+                n = s
+            else:  # cut the phase short where the data runs out
+                cap = max(0, plan.total_rows - row) // p.batch_size
+                n = cap if s is None else min(s, cap)
+            resolved.append(ResolvedPhase(i, step, n, p.batch_size, p.seq_len, w, row, token))
+            if n is None:
+                break
+            step, row, token = step + n, row + n * p.batch_size, token + n * p.batch_size * p.seq_len
+        return plan, tuple(resolved)
+
+    # -- the step -> data position map --------------------------------------------------
+    @property
+    def total_steps(self) -> int:
+        """Steps in the whole curriculum.
+
+        Raises:
+            ValueError: the curriculum is endless (repeat mode with an open last phase).
+        """
+        last = self.resolved[-1]
+        if last.steps is None:
+            raise ValueError("this curriculum is endless (repeat=True and the last phase has no steps/epochs)")
+        return last.end_step
+
+    def __len__(self) -> int:
+        return self.total_steps
+
+    def phase_at(self, step: int) -> ResolvedPhase:
+        """The phase that step ``step`` belongs to.
+
+        Raises:
+            IndexError: ``step`` is negative or past the end.
+        """
+        for p in self.resolved:
+            if p.start_step <= step < p.end_step:
+                return p
+        raise IndexError(f"step {step} is outside the curriculum's {self.resolved[-1].end_step} steps")
+
+    def _phase_or_end(self, step: int) -> ResolvedPhase:
+        last = self.resolved[-1]
+        return last if step == last.end_step else self.phase_at(step)
+
+    def rows_before(self, step: int) -> int:
+        """Global rows consumed before ``step`` (O(phases)); ``step`` may be the end of the curriculum."""
+        p = self._phase_or_end(step)
+        return p.start_row + (step - p.start_step) * p.batch_size
+
+    def tokens_before(self, step: int) -> int:
+        """Tokens consumed (all processes, all datasets) before ``step``: the sum over phases of steps x batch x seq_len."""
+        p = self._phase_or_end(step)
+        return p.start_token + (step - p.start_step) * p.tokens_per_step
+
+    def dataset_positions(self, step: int) -> dict[str, int]:
+        """Tokens consumed from each dataset's shuffled stream before ``step`` (closed form)."""
+        return dict(zip(self.names, self.plan.positions_at(self.rows_before(step)).tolist()))
+
+    # -- identity -----------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description: datasets (fingerprints), resolved phases, chunking, repeat."""
+        return {
+            "datasets": {n: ds.fingerprint() for n, ds in self.datasets.items()},
+            "chunk_tokens": self.chunk_tokens, "repeat": self.repeat,
+            "phases": [{"steps": p.steps, "batch_size": p.batch_size, "seq_len": p.seq_len,
+                        "weights": dict(zip(self.names, p.weights))} for p in self.resolved],
+        }
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of :meth:`describe`: equal fingerprints mean the same data at every step."""
+        return hashlib.sha256(json.dumps(self.describe(), sort_keys=True).encode()).hexdigest()
+
+    def stream(self, start_step: int = 0, stop_step: int | None = None, **kwargs):
+        """A :class:`~roxxel.data.stream.Stream` over steps ``[start_step, stop_step)``; see its arguments."""
+        from roxxel.data.stream import Stream
+
+        return Stream(self, start_step=start_step, stop_step=stop_step, **kwargs)
+
+    def phase_streams(self, start_step: int = 0, **kwargs):
+        """``(phase, stream)`` for each phase from the one holding ``start_step``; each stream ends at its phase's end."""
+        for p in self.resolved:
+            if p.end_step > start_step:
+                yield p, self.stream(max(start_step, p.start_step), p.end_step, **kwargs)
+
+    def __repr__(self) -> str:
+        phases = ", ".join(f"{p.steps}x({p.batch_size}x{p.seq_len})" for p in self.resolved)
+        return f"Curriculum(datasets={list(self.names)}, phases=[{phases}])"

@@ -1,0 +1,91 @@
+"""One dataset seen as an endless, shuffled token stream.
+
+The dataset's tokens are cut into fixed-size chunks (the tail shorter than a chunk is
+left out); epoch ``e`` visits every chunk exactly once, in the order of a Feistel
+permutation keyed by ``(seed, dataset index, e)``. Position ``p`` of the stream is
+token ``p % chunk`` of chunk ``perm_e((p % size) // chunk)`` with ``e = p // size``:
+any position is found in O(1), with no index in memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roxxel.data.dataset import Roxxel
+from roxxel.data.permutation import FeistelPermutation, _mix64
+
+DEFAULT_CHUNK_TOKENS = 1024
+
+
+def stream_key(seed: int, index: int) -> int:
+    """The permutation seed of dataset ``index`` under the run's ``seed`` (independent orders per dataset)."""
+    return int(_mix64(np.array([seed * 1_000_003 + index], np.uint64))[0])
+
+
+class ShuffledTokens:
+    """The shuffled token stream of one dataset.
+
+    Args:
+        dataset: the dataset.
+        seed: the run's shuffle seed.
+        index: the dataset's index in the blend (gives each dataset its own order).
+        chunk_tokens: tokens per shuffled chunk (smaller shuffles finer; larger reads
+            longer contiguous runs). Capped at the dataset's size.
+
+    Attributes:
+        size: tokens of one epoch (``num_chunks * chunk``).
+    """
+
+    def __init__(self, dataset: Roxxel, seed: int, index: int = 0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
+        if chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+        self.dataset = dataset
+        self.chunk = min(chunk_tokens, dataset.num_tokens)
+        self.num_chunks = dataset.num_tokens // self.chunk
+        self.size = self.num_chunks * self.chunk
+        self._key = stream_key(seed, index)
+        self._permutations: dict[int, FeistelPermutation] = {}
+
+    def permutation(self, epoch: int) -> FeistelPermutation:
+        """The chunk order of ``epoch`` (the last few are kept)."""
+        perm = self._permutations.get(epoch)
+        if perm is None:
+            if len(self._permutations) >= 4:
+                self._permutations.pop(next(iter(self._permutations)))
+            perm = self._permutations[epoch] = FeistelPermutation(self.num_chunks, self._key, epoch)
+        return perm
+
+    def pieces(self, positions: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Contiguous dataset ranges that make up rows of ``length`` tokens at stream ``positions``.
+
+        Returns:
+            ``(row, start, count)`` int64 arrays: piece ``k`` is ``count[k]`` tokens of the dataset
+            from token ``start[k]``, belonging to row ``row[k]``; a row's pieces are in order.
+        """
+        positions = np.asarray(positions, np.int64)
+        n_rows = len(positions)
+        max_pieces = -(-length // self.chunk) + 1
+        rows, starts, counts = [], [], []
+        offset = np.zeros(n_rows, np.int64)  # tokens of each row already covered
+        for _ in range(max_pieces):
+            live = np.flatnonzero(offset < length)
+            if not live.size:
+                break
+            pos = positions[live] + offset[live]
+            epoch, q = np.divmod(pos, self.size)
+            chunk, within = np.divmod(q, self.chunk)
+            take = np.minimum(self.chunk - within, length - offset[live])
+            physical = np.empty_like(chunk)
+            for e in np.unique(epoch):
+                sel = epoch == e
+                physical[sel] = self.permutation(int(e))(chunk[sel])
+            rows.append(live)
+            starts.append(physical * self.chunk + within)
+            counts.append(take)
+            offset[live] += take
+        row, start, count = (np.concatenate(a) for a in (rows, starts, counts))
+        order = np.lexsort((np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)]), row))
+        return row[order], start[order], count[order]
+
+    def __repr__(self) -> str:
+        return f"ShuffledTokens({self.dataset!r}, chunk={self.chunk}, chunks={self.num_chunks})"

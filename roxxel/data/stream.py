@@ -1,0 +1,220 @@
+"""The deterministic streamer: the global batch of any step, each process reading only its rows.
+
+Step ``s`` covers global rows ``[R(s), R(s) + B)`` of the blended stream, where ``R(s)``
+comes from the curriculum in O(phases). Each process finds from the batch sharding which
+of those rows its devices hold, reads only them (``bytes read = global batch bytes /
+processes``), and the global array is assembled with
+``jax.make_array_from_process_local_data``. The batch at a step is therefore the same
+whatever the number of processes, and after a resume with a different one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator
+
+import numpy as np
+
+from roxxel.data.curriculum import Curriculum, ResolvedPhase
+from roxxel.data.documents import document_features
+from roxxel.data.prefetch import Prefetcher
+from roxxel.data.source import ShuffledTokens
+
+log = logging.getLogger("roxxel.data")
+
+OUTPUTS = ("tokens", "documents")
+
+
+def default_sharding():
+    """Rows sharded over every device of every process on one ``"data"`` mesh axis.
+
+    Returns:
+        ``jax.sharding.NamedSharding(Mesh(jax.devices(), ("data",)), PartitionSpec("data"))``.
+    """
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    return NamedSharding(mesh, PartitionSpec("data"))
+
+
+def process_rows(sharding, global_shape: tuple[int, int], phase: int | None = None) -> tuple[int, int]:
+    """The contiguous rows ``[lo, hi)`` of a global batch that this process's devices hold.
+
+    Raises:
+        ValueError: the batch size does not divide over the sharding's data shards, or this
+            process's rows are not contiguous (a mesh that interleaves processes).
+    """
+    where = f"phase {phase}: " if phase is not None else ""
+    try:
+        index_map = sharding.addressable_devices_indices_map(global_shape)
+    except ValueError as e:
+        raise ValueError(f"{where}batch_size {global_shape[0]} cannot be split over the batch sharding ({e}); "
+                         "use a batch size that is a multiple of the number of data shards") from None
+    spans = sorted({(idx[0].start or 0, global_shape[0] if idx[0].stop is None else idx[0].stop)
+                    for idx in index_map.values()})
+    lo, hi = spans[0][0], spans[-1][1]
+    covered = 0
+    for a, b in spans:
+        if a > lo + covered:
+            raise ValueError(f"{where}this process's rows of the batch are not contiguous ({spans}); "
+                             "order the mesh's devices by process")
+        covered = max(covered, b - lo)
+    return lo, hi
+
+
+class BatchReader:
+    """Reads rows of the global batch of any step from the curriculum's datasets.
+
+    Args:
+        curriculum: the curriculum (plan, datasets, phases).
+        seed: shuffle seed.
+    """
+
+    def __init__(self, curriculum: Curriculum, seed: int):
+        self.curriculum = curriculum
+        self.seed = seed
+        self.sources = [ShuffledTokens(ds, seed, i, curriculum.chunk_tokens)
+                        for i, ds in enumerate(curriculum.datasets.values())]
+        self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
+
+    def rows(self, step: int, lo: int, hi: int, dtype=np.int32) -> np.ndarray:
+        """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``."""
+        phase = self.curriculum.phase_at(step)
+        first = self.curriculum.rows_before(step)
+        which, position, _ = self.curriculum.plan.locate(np.arange(first + lo, first + hi, dtype=np.int64))
+        out = np.empty((hi - lo, phase.seq_len), dtype)
+        for d in np.unique(which):
+            sel = np.flatnonzero(which == d)
+            source = self.sources[d]
+            _, starts, counts = source.pieces(position[sel], phase.seq_len)
+            flat = np.empty(len(sel) * phase.seq_len, self.dtypes[d])
+            source.dataset.gather_into(flat, starts, counts)
+            out[sel] = flat.reshape(len(sel), phase.seq_len)
+        return out
+
+
+class Stream:
+    """Global batches of steps ``[start_step, stop_step)`` of a curriculum, as JAX arrays.
+
+    Args:
+        curriculum: what to stream.
+        start_step: first step (any step: O(phases) to get there).
+        stop_step: end (exclusive); default the curriculum's end.
+        seed: shuffle seed.
+        dtype: integer dtype of the token array (default int32).
+        sharding: the batch's sharding; default :func:`default_sharding`. ``mesh`` plus
+            ``data_sharding`` (the original's arguments) are accepted too.
+        outputs: ``"tokens"`` - a ``(batch_size, seq_len)`` array per step; ``"documents"`` -
+            a dict of such arrays (see :func:`~roxxel.data.documents.document_features`).
+        prefetch_size: batches prepared ahead on a background thread (0: none).
+        to_device: False yields this process's numpy rows instead of global arrays.
+
+    ``len(stream)`` is the exact number of steps. Batches of different phases have
+    different shapes; :meth:`Curriculum.phase_streams` gives one stream per phase.
+
+    Raises:
+        ValueError: a batch size that does not divide over the processes/devices (names
+            the phase); a step range outside the curriculum; ``outputs="documents"`` on a
+            dataset without an EOS id.
+    """
+
+    def __init__(self, curriculum: Curriculum, start_step: int = 0, stop_step: int | None = None, *, seed: int = 0,
+                 dtype=np.int32, sharding=None, mesh=None, data_sharding=None, outputs: str = "tokens",
+                 prefetch_size: int = 2, to_device: bool = True):
+        if outputs not in OUTPUTS:
+            raise ValueError(f"outputs must be one of {OUTPUTS}, got {outputs!r}")
+        end = curriculum.resolved[-1].end_step
+        stop = end if stop_step is None else stop_step
+        if not 0 <= start_step <= stop <= end:
+            raise ValueError(f"steps [{start_step}, {stop}) are outside the curriculum's [0, {end})")
+        if stop == float("inf"):
+            raise ValueError("an endless curriculum needs an explicit stop_step")
+        self.curriculum = curriculum
+        self.start_step, self.stop_step = start_step, int(stop)
+        self.dtype = np.dtype(dtype)
+        self.outputs = outputs
+        self.eos_id = curriculum.datasets["self"].eos_id
+        if outputs == "documents" and self.eos_id is None:
+            raise ValueError("outputs='documents' needs an EOS id, and the primary dataset has none; pack it with a tokenizer")
+        self.to_device = to_device
+        self.sharding = sharding or data_sharding or (None if mesh is None else _mesh_sharding(mesh))
+        if self.sharding is None and to_device:
+            self.sharding = default_sharding()
+        self.reader = BatchReader(curriculum, seed)
+        self._row_ranges = {p.index: self._rows_of(p) for p in curriculum.resolved if self._overlaps(p)}
+        self._step = start_step
+        self._source: Iterator = self._produce(start_step)
+        self._prefetch = Prefetcher(self._source, prefetch_size) if prefetch_size > 0 else None
+
+    def _overlaps(self, p: ResolvedPhase) -> bool:
+        return p.start_step < self.stop_step and p.end_step > self.start_step and p.steps != 0
+
+    def _rows_of(self, p: ResolvedPhase) -> tuple[int, int]:
+        if self.sharding is None:
+            return 0, p.batch_size
+        return process_rows(self.sharding, (p.batch_size, p.seq_len), p.index)
+
+    def local_rows(self, step: int) -> np.ndarray:
+        """This process's rows of the global batch of ``step`` (numpy, before device placement)."""
+        phase = self.curriculum.phase_at(step)
+        lo, hi = self._row_ranges[phase.index]
+        return self.reader.rows(step, lo, hi, self.dtype)
+
+    def _place(self, step: int, rows: np.ndarray):
+        phase = self.curriculum.phase_at(step)
+        arrays: Any = rows if self.outputs == "tokens" else document_features(rows, self.eos_id)
+        if not self.to_device:
+            return arrays
+        import jax
+
+        shape = (phase.batch_size, phase.seq_len)
+        place = lambda a: jax.make_array_from_process_local_data(self.sharding, a, shape)
+        return place(arrays) if self.outputs == "tokens" else {k: place(v) for k, v in arrays.items()}
+
+    def _produce(self, start: int) -> Iterator:
+        for step in range(start, self.stop_step):
+            yield self._place(step, self.local_rows(step))
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self):
+        batch = next(self._prefetch) if self._prefetch is not None else next(self._source)
+        self._step += 1
+        return batch
+
+    def __len__(self) -> int:
+        """Steps this stream yields in all (from ``start_step``)."""
+        return self.stop_step - self.start_step
+
+    @property
+    def step(self) -> int:
+        """The step of the next batch."""
+        return self._step
+
+    def close(self) -> None:
+        """Stop the prefetch thread."""
+        if self._prefetch is not None:
+            self._prefetch.close()
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        return f"Stream(steps=[{self.start_step}, {self.stop_step}), outputs={self.outputs!r})"
+
+
+def _mesh_sharding(mesh):
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return NamedSharding(mesh, PartitionSpec(mesh.axis_names[0]))
