@@ -173,5 +173,9 @@ def cat(path, index, tokenizer, ids) -> None:
         _fail(e)
 
 
+from roxxel.train.plot import plot_command  # noqa: E402  (defined in the training package)
+
+main.add_command(plot_command)
+
 if __name__ == "__main__":
     main()

@@ -4,8 +4,10 @@ A dataset is a sequence of shards (a manifest, a directory, a glob, one shard, o
 list of those). Its tokens are the shards' tokens concatenated in order; its documents
 are the shards' documents in order. Nothing grows with the dataset's size on the host:
 shards are memory maps opened lazily (a manifest gives their sizes without opening
-them), and pages touched by reads are handed back to the OS after every
-``release_bytes`` bytes, so the process RSS stays flat while streaming terabytes.
+them); copies (``read_into``, ``gather_into``, what the streamer uses) go through
+``pread`` and map nothing, and pages touched through zero-copy views are handed back to
+the OS after every ``release_bytes`` bytes, so the process RSS stays flat while
+streaming terabytes.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ PathSpec = str | os.PathLike | Sequence[str | os.PathLike]
 _GLOB_CHARS = "*?["
 DEFAULT_RELEASE_BYTES = 32 << 20
 DEFAULT_MAX_OPEN_SHARDS = 256
+_FAULT_AROUND = 2 << 20  # a fault can map a whole large folio of the page cache (up to 2 MiB)
 
 
 class _Entry:
@@ -320,12 +323,21 @@ class Roxxel:
             base, end = int(self._token_offsets[s]), int(self._token_offsets[s + 1])
             take = min(stop, end) - pos
             if take > 0:
-                out[pos - start:pos - start + take] = self._shard(s).tokens[pos - base:pos - base + take]
+                self._copy(s, pos - base, out[pos - start:pos - start + take])
                 pos += take
             s += 1
         self.bytes_read += len(out) * self.dtype.itemsize
-        self._account(out)
         return out
+
+    def _copy(self, s: int, local_start: int, out: np.ndarray) -> None:
+        """Copy from shard ``s`` with ``pread`` (no pages mapped); through a buffer if ``out``'s dtype differs."""
+        shard = self._shard(s)
+        if out.dtype == shard.dtype and out.flags.c_contiguous:
+            shard.pread_into(out, local_start)
+        else:
+            buf = np.empty(len(out), shard.dtype)
+            shard.pread_into(buf, local_start)
+            out[:] = buf
 
     def gather_into(self, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Copy the ranges ``[starts[k], starts[k] + counts[k])`` one after another into ``out`` (1-D).
@@ -348,12 +360,11 @@ class Roxxel:
         pos = 0
         for s, a, n, ok, g in zip(shard_of.tolist(), local.tolist(), counts.tolist(), inside.tolist(), starts.tolist()):
             if ok:
-                out[pos:pos + n] = self._shard(s).tokens[a:a + n]
+                self._copy(s, a, out[pos:pos + n])
             else:  # crosses into the next shard
                 self.read_into(out[pos:pos + n], g)
             pos += n
         self.bytes_read += int(counts[inside].sum()) * self.dtype.itemsize  # read_into counts the rest
-        self._account(out)
         return out
 
     def _check_range(self, start: int, stop: int) -> None:
@@ -361,8 +372,12 @@ class Roxxel:
             raise IndexError(f"token range [{start}, {stop}) is outside the dataset's [0, {self.num_tokens})")
 
     def _account(self, arr: np.ndarray) -> np.ndarray:
-        """Count bytes read; past ``release_bytes``, return mapped pages to the OS."""
-        self._touched += arr.nbytes
+        """Count bytes handed out as views of the map; past ``release_bytes``, return mapped pages to the OS.
+
+        A page fault may map more than the page it needs (fault-around, large page-cache
+        folios), so each view is counted as at least ``_FAULT_AROUND`` bytes.
+        """
+        self._touched += max(arr.nbytes, _FAULT_AROUND)
         if self._touched >= self.release_bytes:
             self.release()
         return arr

@@ -99,6 +99,7 @@ class Shard:
         self._data_offset = data_offset
         self._index_offset = index_offset
         self._mmap: mmap.mmap | None = None
+        self._fd: int | None = None
         self._tokens: np.ndarray | None = None
         self._index: np.ndarray | None = None
 
@@ -129,6 +130,25 @@ class Shard:
         stop = int(starts[i + 1]) if i + 1 < self.num_documents else self.num_tokens
         return int(starts[i]), stop
 
+    def pread_into(self, out: np.ndarray, start: int) -> None:
+        """Copy tokens ``[start, start + len(out))`` into ``out`` (1-D, this shard's dtype) with ``pread``.
+
+        Unlike slicing the memory map, a read maps no pages into the process, so copying
+        through a whole dataset leaves the RSS where it was.
+
+        Raises:
+            TruncatedShardError: the file ended early (it shrank after opening).
+        """
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        buf = memoryview(out).cast("B")
+        offset = self._data_offset + start * self.dtype.itemsize
+        while len(buf):
+            n = os.preadv(self._fd, [buf], offset)
+            if n <= 0:
+                raise TruncatedShardError(f"{self.path}: file ended while reading (was it truncated after opening?)", self.path)
+            buf, offset = buf[n:], offset + n
+
     def release(self) -> None:
         """Drop this process's mapped pages (they stay in the page cache; views stay valid).
 
@@ -139,7 +159,10 @@ class Shard:
             self._mmap.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
-        """Forget the mapping; it is unmapped once no view of it is alive."""
+        """Close the file and forget the mapping; it is unmapped once no view of it is alive."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         self._tokens = self._index = None
         self._mmap = None
 

@@ -1,0 +1,597 @@
+"""Rank-0 run logger: stdout, a timestamped system log, a metrics CSV and TensorBoard.
+
+In a multi-host job every process runs the same training loop, so every process calls
+the logger; only process 0 writes anything, and on the others each method validates its
+arguments and returns. Writing happens on a background thread fed by a queue, so the
+training loop never waits on a disk, a network file system or a terminal.
+
+Files written in ``log_dir`` (the original Roxxel's names):
+
+``roxxel_system.log``
+    One line per message, ``<ISO-8601 local time with offset> <LEVEL> <text>``; an
+    exception adds its full traceback under an ``ERROR`` line.
+``roxxel_metrics.csv``
+    Wide format: header ``step,wall_time,<metric>,...``, one row per
+    :meth:`Logger.log_metrics_summary` call. ``wall_time`` is Unix time in seconds.
+    Metric columns appear in the order the keys were first logged; a cell is empty
+    where that metric was not logged at that step. When a new key appears, the whole
+    file is rewritten under a temporary name with the wider header (old rows padded
+    with empty cells) and renamed over the old one, so a reader sees either the old
+    or the new file, never a mix. That rewrite costs O(file size) but happens only
+    when the set of keys grows (e.g. the first eval step). Values are written with
+    ``repr(float)``, which round-trips exactly (``nan`` and ``inf`` included). A
+    resumed run appends to the existing file; :func:`read_metrics` keeps the last
+    value written for a repeated step.
+``tensorboard/``
+    TensorBoard event files (``tensorboardX.SummaryWriter``), one scalar per metric.
+
+Durability: after the queue empties, the writer hands its buffers to the OS, so data
+survives a crash of the Python process soon after it is logged; :meth:`Logger.flush`
+also fsyncs. :meth:`Logger.close` is registered with :mod:`atexit`, so an uncaught
+exception or ``sys.exit`` still drains the queue. Nothing can drain it after
+``SIGKILL``, ``os._exit`` or an unhandled ``SIGTERM`` (the Trainer handles ``SIGTERM``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import csv
+import datetime
+import logging
+import math
+import numbers
+import operator
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from typing import IO, Any
+
+from roxxel.format.atomic import atomic_write
+
+__all__ = [
+    "LOSS_KEY",
+    "METRICS_CSV",
+    "SYSTEM_LOG",
+    "TENSORBOARD_DIR",
+    "TOKENS_PER_SEC_KEY",
+    "Logger",
+    "read_metrics",
+]
+
+SYSTEM_LOG = "roxxel_system.log"
+METRICS_CSV = "roxxel_metrics.csv"
+TENSORBOARD_DIR = "tensorboard"
+
+#: Metric keys the progress display and stdout lines single out.
+LOSS_KEY = "loss"
+TOKENS_PER_SEC_KEY = "tokens_per_sec"
+
+_FIXED_COLUMNS = ("step", "wall_time")
+_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
+           "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL}
+_LEVEL_NAMES = {v: k for k, v in _LEVELS.items()}
+
+
+class Logger:
+    """Logs messages and metrics from process 0 of a (multi-host) JAX job.
+
+    Use it as a context manager: an exception raised inside the ``with`` block is
+    written with its traceback to the system log and to stderr, every queue is flushed
+    to disk, and the exception propagates unchanged.
+
+    Args:
+        log_dir: directory for ``roxxel_system.log``, ``roxxel_metrics.csv`` and
+            ``tensorboard/``; created on process 0 if missing. Never touched elsewhere.
+        process_index: this process's index; default ``jax.process_index()`` when
+            ``jax.distributed`` is initialised, else 0. (The default does not call into
+            JAX otherwise, because that would initialise its backends before
+            ``jax.distributed.initialize``: create the Logger after
+            ``roxxel.distributed.initialize()``.)
+        tensorboard: also write TensorBoard event files.
+        progress: ``True`` shows a tqdm progress bar (step/total, steps/s, loss,
+            tokens/s, ETA) on ``stdout``; ``False`` prints one line per metrics call
+            instead; ``None`` (default) chooses the bar when ``stdout`` is a terminal.
+        total_steps: the run's last step, for the bar and the ETA; see :meth:`init_pbar`.
+        stdout: text stream for messages, metric lines and the bar; default ``sys.stdout``.
+
+    Raises:
+        TypeError: ``log_dir`` is not a path, or ``process_index``/``total_steps`` not an int.
+        ValueError: ``process_index`` or ``total_steps`` is negative.
+        OSError: ``log_dir`` or a log file cannot be created (process 0 only).
+        RuntimeError: any method, after the writer thread failed (the first failure is
+            the ``__cause__``), or after :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str],
+        *,
+        process_index: int | None = None,
+        tensorboard: bool = True,
+        progress: bool | None = None,
+        total_steps: int | None = None,
+        stdout: IO[str] | None = None,
+    ) -> None:
+        if not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(f"log_dir must be a path, but got {type(log_dir).__name__}")
+        self.log_dir = os.fspath(log_dir)
+        if process_index is None:
+            process_index = _default_process_index()
+        self.process_index = _check_int("process_index", process_index, minimum=0)
+        self.total_steps = None if total_steps is None else _check_int("total_steps", total_steps, minimum=0)
+        self.is_rank_zero = self.process_index == 0
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._error: BaseException | None = None
+        if not self.is_rank_zero:
+            return
+
+        os.makedirs(self.log_dir, exist_ok=True)
+        self._stdout = sys.stdout if stdout is None else stdout
+        if progress is None:
+            isatty = getattr(self._stdout, "isatty", None)
+            progress = bool(isatty()) if isatty is not None else False
+        self._sink = _Sink(self.log_dir, self._stdout, tensorboard=tensorboard, progress=bool(progress),
+                           total_steps=self.total_steps)
+        self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
+        # A daemon thread: the interpreter joins non-daemon threads *before* running
+        # atexit handlers, so a non-daemon writer would hang exit; close() joins it.
+        self._thread = threading.Thread(target=self._run, name="roxxel-logger", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def __repr__(self) -> str:
+        return f"Logger(log_dir={self.log_dir!r}, process_index={self.process_index})"
+
+    # -- public API ---------------------------------------------------------------
+
+    def log_message(self, msg: str, level: str | int | None = "INFO") -> None:
+        """Queue ``msg`` for stdout and the system log (timestamped when queued).
+
+        Args:
+            msg: the text; may span several lines.
+            level: ``"DEBUG"``, ``"INFO"``, ``"WARNING"``, ``"ERROR"``, ``"CRITICAL"``
+                (any case), the matching :mod:`logging` constant, or ``None`` (INFO).
+                Shown on stdout as a prefix unless it is INFO.
+
+        Raises:
+            TypeError: ``msg`` is not a str.
+            ValueError: unknown ``level``.
+            RuntimeError: the logger is closed or its writer failed.
+        """
+        if not isinstance(msg, str):
+            raise TypeError(f"msg must be a str, but got {type(msg).__name__}")
+        name = _level_name(level)
+        if self._usable():
+            self._queue.put(("message", time.time(), name, msg))
+
+    def log_metrics_summary(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Queue one row of metrics for the CSV, TensorBoard and the progress display.
+
+        Values are converted with ``float()`` on the writer thread, so a JAX array
+        does not block the caller here; but converting it blocks the writer until the
+        device has computed it, and keeps it alive until then. The Trainer passes
+        values it has already fetched to the host at its log steps.
+
+        Args:
+            step: the global step, >= 0.
+            metrics: metric name -> real scalar (Python, NumPy or 0-d/1-element JAX).
+                Names must be non-empty, single-line, and not ``step`` or ``wall_time``.
+                Tokens per second under ``"tokens_per_sec"`` and the loss under
+                ``"loss"`` are shown by the progress display.
+
+        Raises:
+            TypeError: ``step`` is not an int, ``metrics`` not a mapping, a name not a
+                str, or a value not a real scalar.
+            ValueError: negative ``step`` or a reserved/empty/multi-line name.
+            RuntimeError: the logger is closed or its writer failed.
+        """
+        step = _check_int("step", step, minimum=0)
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"metrics must be a mapping of name -> scalar, but got {type(metrics).__name__}")
+        for key, value in metrics.items():
+            _check_metric(key, value)
+        if self._usable():
+            self._queue.put(("metrics", time.time(), time.monotonic(), step, dict(metrics)))
+
+    def init_pbar(self, total_steps: int, initial_step: int = 0) -> None:
+        """Set the run's total steps and the step it starts from (after a restore).
+
+        Sets up the progress bar when it is shown; otherwise feeds the ETA of the log lines.
+
+        Raises:
+            TypeError: not ints.
+            ValueError: negative, or ``initial_step > total_steps``.
+            RuntimeError: the logger is closed or its writer failed.
+        """
+        total_steps = _check_int("total_steps", total_steps, minimum=0)
+        initial_step = _check_int("initial_step", initial_step, minimum=0)
+        if initial_step > total_steps:
+            raise ValueError(f"initial_step must be <= total_steps ({total_steps}), but got {initial_step}")
+        self.total_steps = total_steps
+        if self._usable():
+            self._queue.put(("pbar", total_steps, initial_step))
+
+    def log_exception(self, exc: BaseException) -> None:
+        """Queue ``exc`` with its traceback for the system log (as ERROR) and stderr.
+
+        The traceback is formatted on the calling thread; writing happens on the writer.
+
+        Raises:
+            TypeError: ``exc`` is not an exception.
+            RuntimeError: the logger is closed or its writer failed.
+        """
+        if not isinstance(exc, BaseException):
+            raise TypeError(f"exc must be an exception, but got {type(exc).__name__}")
+        if self._usable():
+            text = "".join(traceback.format_exception(exc)).rstrip("\n")
+            self._queue.put(("exception", time.time(), text))
+
+    def flush(self) -> None:
+        """Block until everything queued so far is written and fsynced (TensorBoard: flushed).
+
+        A no-op after :meth:`close` (which flushed) and on processes other than 0.
+
+        Raises:
+            RuntimeError: the writer failed (now or before).
+        """
+        if not self.is_rank_zero or self._closed:
+            return
+        self._raise_if_failed()
+        self._wait_for_writer()
+        self._raise_if_failed()
+
+    def close(self) -> None:
+        """Flush, stop the writer thread and close the files. Idempotent.
+
+        Raises:
+            RuntimeError: the writer failed at some point (raised once, by the close
+                that stops it).
+        """
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        if not self.is_rank_zero:
+            return
+        atexit.unregister(self.close)
+        self._queue.put(("stop",))
+        self._thread.join()
+        self._raise_if_failed()
+
+    def __enter__(self) -> Logger:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is None:
+            self.close()
+            return False
+        if self.is_rank_zero and not self._closed and self._error is None:
+            if isinstance(exc, SystemExit):
+                code = exc.code
+                self.log_message(f"exiting with code {code!r}", "INFO" if code in (0, None) else "WARNING")
+            else:
+                self.log_exception(exc)
+        try:
+            self.close()
+        except RuntimeError as writer_error:
+            # Keep the user's exception; attach ours instead of replacing it.
+            exc.add_note(f"roxxel Logger also failed while flushing: {writer_error.__cause__!r}")
+        return False
+
+    # -- caller side -------------------------------------------------------------
+
+    def _usable(self) -> bool:
+        """False on processes other than 0; raises when closed or failed."""
+        if not self.is_rank_zero:
+            return False
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        self._raise_if_failed()
+        return True
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"roxxel Logger writer for {self.log_dir} failed: {self._error!r}") from self._error
+
+    def _wait_for_writer(self) -> None:
+        done = threading.Event()
+        self._queue.put(("flush", done))
+        while not done.wait(0.5):
+            if not self._thread.is_alive():
+                raise RuntimeError(f"roxxel Logger writer for {self.log_dir} has stopped")
+
+    # -- writer thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            item = self._queue.get()
+            kind = item[0]
+            try:
+                if kind == "stop":
+                    stop = True
+                    self._sink.close()
+                elif kind == "flush":
+                    try:
+                        self._sink.flush(durable=True)
+                    finally:
+                        item[1].set()
+                else:
+                    getattr(self._sink, kind)(*item[1:])
+                    if self._queue.empty():
+                        self._sink.flush(durable=False)
+            except BaseException as err:  # recorded and re-raised on the caller's thread
+                if self._error is None:
+                    self._error = err
+
+
+class _Sink:
+    """Everything the writer thread touches; used from that thread only."""
+
+    def __init__(self, log_dir: str, stdout: IO[str], *, tensorboard: bool, progress: bool,
+                 total_steps: int | None) -> None:
+        self._stdout = stdout
+        self._progress = progress
+        self._total = total_steps
+        self._bar = None
+        self._rate_origin: tuple[int, float] | None = None  # (step, monotonic time) for the ETA
+        self._system = open(os.path.join(log_dir, SYSTEM_LOG), "a", encoding="utf-8")
+        self._csv = _MetricsCsv(os.path.join(log_dir, METRICS_CSV))
+        self._tb = None
+        if tensorboard:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(os.path.join(log_dir, TENSORBOARD_DIR), flush_secs=30)
+
+    # queue item handlers
+
+    def message(self, wall: float, level: str, msg: str) -> None:
+        self._system.write(f"{_timestamp(wall)} {level} {msg}\n")
+        self._print(msg if level == "INFO" else f"{level}: {msg}", self._stdout)
+
+    def exception(self, wall: float, text: str) -> None:
+        self._system.write(f"{_timestamp(wall)} ERROR uncaught exception\n{text}\n")
+        self._print(text, sys.stderr)
+
+    def pbar(self, total_steps: int, initial_step: int) -> None:
+        self._total = total_steps
+        if not self._progress:
+            return
+        if self._bar is None:
+            self._open_bar(initial_step)
+        else:
+            self._bar.total = total_steps
+            self._bar.n = initial_step
+            self._bar.refresh()
+
+    def metrics(self, wall: float, mono: float, step: int, raw: dict[str, Any]) -> None:
+        values = {key: float(value) for key, value in raw.items()}
+        self._csv.write(step, wall, values)
+        if self._tb is not None:
+            for key, value in values.items():
+                self._tb.add_scalar(key, value, global_step=step, walltime=wall)
+        if self._progress:
+            if self._bar is None:
+                self._open_bar(step)
+            postfix = {}
+            if LOSS_KEY in values:
+                postfix[LOSS_KEY] = f"{values[LOSS_KEY]:.4g}"
+            if TOKENS_PER_SEC_KEY in values:
+                postfix["tok/s"] = _short(values[TOKENS_PER_SEC_KEY])
+            self._bar.set_postfix(postfix, refresh=False)
+            if step >= self._bar.n:
+                self._bar.update(step - self._bar.n)  # tqdm's rate and ETA; redraws at most every 0.1 s
+            else:
+                self._bar.n = step
+                self._bar.refresh()
+        else:
+            self._print(self._metrics_line(step, mono, values), self._stdout)
+
+    # helpers
+
+    def _open_bar(self, initial_step: int) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=self._total, initial=initial_step, file=self._stdout, unit="step",
+                         dynamic_ncols=True, desc="train")
+
+    def _metrics_line(self, step: int, mono: float, values: dict[str, float]) -> str:
+        head = f"step {step}" if self._total is None else f"step {step}/{self._total}"
+        parts = [head] + [f"{key}={_short(value)}" for key, value in values.items()]
+        if self._rate_origin is None or step < self._rate_origin[0]:
+            self._rate_origin = (step, mono)
+        origin_step, origin_time = self._rate_origin
+        if self._total is not None and step > origin_step and mono > origin_time:
+            rate = (step - origin_step) / (mono - origin_time)
+            parts.append(f"eta={datetime.timedelta(seconds=round(max(self._total - step, 0) / rate))}")
+        return "  ".join(parts)
+
+    def _print(self, text: str, stream: IO[str]) -> None:
+        if self._bar is not None:
+            self._bar.write(text, file=stream)  # keeps the bar below the text
+        else:
+            stream.write(text + "\n")
+
+    def flush(self, *, durable: bool) -> None:
+        self._system.flush()
+        self._csv.flush()
+        self._stdout.flush()
+        if durable:
+            os.fsync(self._system.fileno())
+            self._csv.fsync()
+            if self._tb is not None:
+                self._tb.flush()
+
+    def close(self) -> None:
+        try:
+            self.flush(durable=True)
+        finally:
+            if self._bar is not None:
+                self._bar.close()
+            self._system.close()
+            self._csv.close()
+            if self._tb is not None:
+                self._tb.close()
+
+
+class _MetricsCsv:
+    """Appends rows to the wide metrics CSV; rewrites it atomically when the header grows."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.columns = list(_FIXED_COLUMNS)
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with open(path, newline="", encoding="utf-8") as f:
+                header = next(csv.reader(f), [])
+            if tuple(header[:2]) != _FIXED_COLUMNS:
+                raise ValueError(f"{path} is not a roxxel metrics file: its header starts with {header[:2]!r}, "
+                                 f"expected {list(_FIXED_COLUMNS)!r}")
+            self.columns = header
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+            self._file = open(path, "a", encoding="utf-8")
+            if torn:  # the previous process died mid-row: end that row
+                self._file.write("\n")
+        else:
+            with atomic_write(path, "w") as f:
+                csv.writer(f, lineterminator="\n").writerow(self.columns)
+            self._file = open(path, "a", encoding="utf-8")
+        self._known = set(self.columns)
+        self._writer = csv.writer(self._file, lineterminator="\n")
+
+    def write(self, step: int, wall: float, values: dict[str, float]) -> None:
+        new = [key for key in values if key not in self._known]
+        if new:
+            self._grow(new)
+        row = [str(step), repr(wall)]
+        row += [repr(values[c]) if c in values else "" for c in self.columns[len(_FIXED_COLUMNS):]]
+        self._writer.writerow(row)
+
+    def _grow(self, new: list[str]) -> None:
+        self._file.close()
+        pad = [""] * len(new)
+        with open(self.path, newline="", encoding="utf-8") as src, atomic_write(self.path, "w") as dst:
+            reader = csv.reader(src)
+            next(reader)
+            out = csv.writer(dst, lineterminator="\n")
+            out.writerow(self.columns + new)
+            for row in reader:
+                out.writerow(row + pad)
+        self.columns += new
+        self._known.update(new)
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._writer = csv.writer(self._file, lineterminator="\n")
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def fsync(self) -> None:
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_metrics(run_dir: str | os.PathLike[str]) -> dict[str, list[tuple[int, float]]]:
+    """Parse a run's ``roxxel_metrics.csv`` back into ``{metric: [(step, value), ...]}``.
+
+    Metrics come in column order; each list is sorted by step and omits steps where the
+    metric was not logged. For a step logged more than once (a resumed run re-logs the
+    steps after its checkpoint) the value written last wins. ``wall_time`` is not returned.
+
+    Args:
+        run_dir: the run directory (the Logger's ``log_dir``), or the CSV file itself.
+
+    Raises:
+        FileNotFoundError: no ``roxxel_metrics.csv`` there (the message names the path).
+        ValueError: the file is empty, its header is not ``step,wall_time,...``, or a row
+            is malformed (the message names the file and line).
+    """
+    path = os.fspath(run_dir)
+    if os.path.isdir(path):
+        path = os.path.join(path, METRICS_CSV)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no metrics file {path} (written by roxxel's Logger in the run directory)")
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header:
+            raise ValueError(f"{path} is empty: no header line")
+        if tuple(header[:2]) != _FIXED_COLUMNS:
+            raise ValueError(f"{path} is not a roxxel metrics file: its header starts with {header[:2]!r}, "
+                             f"expected {list(_FIXED_COLUMNS)!r}")
+        names = header[2:]
+        by_step: list[dict[int, float]] = [{} for _ in names]
+        for row in reader:
+            if not row:
+                continue
+            if len(row) > len(header):
+                raise ValueError(f"{path}, line {reader.line_num}: {len(row)} fields, header has {len(header)}")
+            try:
+                step = int(row[0])
+                for i, cell in enumerate(row[2:]):
+                    if cell:
+                        by_step[i][step] = float(cell)
+            except ValueError as err:
+                raise ValueError(f"{path}, line {reader.line_num}: {err}") from err
+    return {name: sorted(values.items()) for name, values in zip(names, by_step)}
+
+
+# -- validation and formatting ----------------------------------------------------------
+
+
+def _default_process_index() -> int:
+    import jax
+
+    return jax.process_index() if jax.distributed.is_initialized() else 0
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, but got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, but got {type(value).__name__}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, but got {value}")
+    return value
+
+
+def _check_metric(key: Any, value: Any) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"metric names must be str, but got {type(key).__name__} {key!r}")
+    if not key or "\n" in key or "\r" in key or key in _FIXED_COLUMNS:
+        raise ValueError(f"metric name must be non-empty, single-line and not one of {_FIXED_COLUMNS}, but got {key!r}")
+    if isinstance(value, numbers.Real):
+        return
+    shape = getattr(value, "shape", None)  # NumPy / JAX arrays: metadata only, no device sync
+    if shape is not None and math.prod(shape) == 1 and hasattr(value, "__float__"):
+        return
+    raise TypeError(f"metric {key!r} must be a real scalar (Python, NumPy or JAX), but got {type(value).__name__}")
+
+
+def _level_name(level: str | int | None) -> str:
+    if level is None:
+        return "INFO"
+    if isinstance(level, str) and level.upper() in _LEVELS:
+        return level.upper()
+    if isinstance(level, int) and not isinstance(level, bool) and level in _LEVEL_NAMES:
+        return _LEVEL_NAMES[level]
+    raise ValueError(f"level must be one of {list(_LEVELS)} or a matching logging constant, but got {level!r}")
+
+
+def _timestamp(wall: float) -> str:
+    return datetime.datetime.fromtimestamp(wall).astimezone().isoformat(timespec="milliseconds")
+
+
+def _short(value: float) -> str:
+    if math.isfinite(value) and abs(value) >= 1e4:
+        return f"{value / 1e6:.2f}M" if abs(value) >= 1e6 else f"{value / 1e3:.1f}k"
+    return f"{value:.4g}"

@@ -1,0 +1,247 @@
+"""roxxel.train.logger: rank-0-only writing, the metrics CSV, crash flushing, TensorBoard."""
+
+import csv
+import io
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from roxxel.train.logger import METRICS_CSV, SYSTEM_LOG, TENSORBOARD_DIR, Logger, read_metrics
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _logger(path, **kw):
+    kw.setdefault("process_index", 0)
+    kw.setdefault("stdout", io.StringIO())
+    kw.setdefault("tensorboard", False)
+    return Logger(path, **kw)
+
+
+def _csv_rows(run):
+    with open(run / METRICS_CSV, newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_other_processes_create_nothing_but_still_validate(tmp_path, capsys):
+    run = tmp_path / "run"
+    with Logger(run, process_index=1) as lg:
+        lg.log_message("hello")
+        lg.log_metrics_summary(1, {"loss": 1.0})
+        lg.log_exception(ValueError("x"))
+        lg.init_pbar(10)
+        lg.flush()
+        with pytest.raises(ValueError, match="step must be >= 0"):
+            lg.log_metrics_summary(-1, {"loss": 1.0})
+        with pytest.raises(TypeError, match="real scalar"):
+            lg.log_metrics_summary(1, {"loss": "low"})
+        with pytest.raises(ValueError, match="level"):
+            lg.log_message("x", level="LOUD")
+    with pytest.raises(KeyError):
+        with Logger(run, process_index=3):
+            raise KeyError("boom")
+    assert not run.exists()
+    assert capsys.readouterr() == ("", "")
+
+
+def test_default_process_index_is_zero_without_jax_distributed(tmp_path):
+    with Logger(tmp_path, tensorboard=False, stdout=io.StringIO()) as lg:
+        assert lg.process_index == 0 and lg.is_rank_zero
+
+
+def test_csv_contents_after_flush(tmp_path):
+    import jax.numpy as jnp
+
+    lg = _logger(tmp_path)
+    lg.log_metrics_summary(10, {"loss": 2.5, "tokens_per_sec": np.float32(1000.0)})
+    lg.log_metrics_summary(20, {"loss": jnp.float32(1.25), "tokens_per_sec": np.int64(1100)})
+    lg.flush()
+    rows = _csv_rows(tmp_path)
+    assert rows[0] == ["step", "wall_time", "loss", "tokens_per_sec"]
+    assert [r[0] for r in rows[1:]] == ["10", "20"]
+    assert [r[2:] for r in rows[1:]] == [["2.5", "1000.0"], ["1.25", "1100.0"]]
+    assert all(float(r[1]) > 1e9 for r in rows[1:])  # Unix seconds
+    assert read_metrics(tmp_path) == {"loss": [(10, 2.5), (20, 1.25)], "tokens_per_sec": [(10, 1000.0), (20, 1100.0)]}
+    lg.close()
+
+
+def test_header_grows_when_new_keys_appear(tmp_path):
+    with _logger(tmp_path) as lg:
+        lg.log_metrics_summary(1, {"loss": 3.0})
+        lg.log_metrics_summary(2, {"loss": 2.0, "eval_loss": 2.5})
+        lg.log_metrics_summary(3, {"grad_norm": float("nan"), "loss": 1.0})
+    rows = _csv_rows(tmp_path)
+    assert rows[0] == ["step", "wall_time", "loss", "eval_loss", "grad_norm"]
+    assert [r[:1] + r[2:] for r in rows[1:]] == [["1", "3.0", "", ""], ["2", "2.0", "2.5", ""], ["3", "1.0", "", "nan"]]
+    got = read_metrics(tmp_path)
+    assert got["loss"] == [(1, 3.0), (2, 2.0), (3, 1.0)] and got["eval_loss"] == [(2, 2.5)]
+    assert np.isnan(got["grad_norm"][0][1])
+    assert sorted(os.listdir(tmp_path)) == [METRICS_CSV, SYSTEM_LOG]  # no temporary file left
+
+
+def test_resumed_run_appends_and_last_value_wins(tmp_path):
+    with _logger(tmp_path) as lg:
+        lg.log_metrics_summary(1, {"loss": 3.0})
+        lg.log_metrics_summary(2, {"loss": 2.0})
+    with _logger(tmp_path) as lg:  # restored from the checkpoint at step 1
+        lg.log_metrics_summary(2, {"loss": 2.1, "eval_loss": 2.2})
+        lg.log_metrics_summary(3, {"loss": 1.0})
+    assert _csv_rows(tmp_path)[0] == ["step", "wall_time", "loss", "eval_loss"]
+    assert read_metrics(tmp_path) == {"loss": [(1, 3.0), (2, 2.1), (3, 1.0)], "eval_loss": [(2, 2.2)]}
+
+
+def test_exception_in_with_block_is_logged_flushed_and_reraised(tmp_path, capsys):
+    def failing_step():
+        raise RuntimeError("device out of memory")
+
+    with pytest.raises(RuntimeError, match="device out of memory"):
+        with _logger(tmp_path) as lg:
+            lg.log_message("starting")
+            lg.log_metrics_summary(5, {"loss": 0.5})
+            failing_step()
+    log = (tmp_path / SYSTEM_LOG).read_text()
+    assert " INFO starting\n" in log
+    assert " ERROR " in log and "Traceback (most recent call last)" in log
+    assert "in failing_step" in log and "RuntimeError: device out of memory" in log
+    assert read_metrics(tmp_path) == {"loss": [(5, 0.5)]}
+    assert "RuntimeError: device out of memory" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="closed"):
+        lg.log_message("after")
+    lg.close()  # idempotent
+    lg.flush()  # no-op once closed
+
+
+def test_system_exit_in_with_block_is_logged_as_a_message(tmp_path):
+    with pytest.raises(SystemExit):
+        with _logger(tmp_path):
+            sys.exit(2)
+    assert "WARNING exiting with code 2" in (tmp_path / SYSTEM_LOG).read_text()
+
+
+@pytest.mark.parametrize("ending", ["raise RuntimeError('crash')", "sys.exit(3)"])
+def test_crash_without_close_still_flushes_at_exit(tmp_path, ending):
+    script = textwrap.dedent(f"""
+        import sys
+        from roxxel.train.logger import Logger
+        lg = Logger(sys.argv[1], process_index=0)
+        for step in range(1, 201):
+            lg.log_metrics_summary(step, {{"loss": 1.0 / step}})
+        lg.log_message("last words")
+        {ending}
+    """)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode != 0
+    assert "last words" in proc.stdout
+    metrics = read_metrics(tmp_path)
+    assert [s for s, _ in metrics["loss"]] == list(range(1, 201))
+    assert "INFO last words" in (tmp_path / SYSTEM_LOG).read_text()
+    assert _tb_scalars(tmp_path)["loss"][-1] == (200, pytest.approx(1 / 200))
+
+
+def _tb_scalars(run):
+    """Parse the TFRecord event files: {tag: [(step, value), ...]}."""
+    from tensorboardX.proto import event_pb2
+
+    out = {}
+    for name in sorted(os.listdir(run / TENSORBOARD_DIR)):
+        data = (run / TENSORBOARD_DIR / name).read_bytes()
+        pos = 0
+        while pos < len(data):
+            (length,) = struct.unpack("<Q", data[pos:pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+            pos += 12 + length + 4
+            for v in event.summary.value:
+                out.setdefault(v.tag, []).append((event.step, v.simple_value))
+    return out
+
+
+def test_tensorboard_event_file(tmp_path):
+    with _logger(tmp_path, tensorboard=True) as lg:
+        lg.log_metrics_summary(1, {"loss": 2.0, "eval_loss": 3.0})
+        lg.log_metrics_summary(2, {"loss": 1.5})
+    files = os.listdir(tmp_path / TENSORBOARD_DIR)
+    assert len(files) == 1 and files[0].startswith("events.out.tfevents.")
+    assert _tb_scalars(tmp_path) == {"loss": [(1, 2.0), (2, 1.5)], "eval_loss": [(1, 3.0)]}
+
+
+def test_stdout_lines_when_not_a_terminal(tmp_path):
+    out = io.StringIO()
+    with _logger(tmp_path, stdout=out, total_steps=100) as lg:
+        lg.log_message("hello")
+        lg.log_message("careful", level="warning")
+        lg.log_metrics_summary(10, {"loss": 2.34567, "tokens_per_sec": 123456.0})
+        lg.log_metrics_summary(20, {"loss": 2.0})
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == ["hello", "WARNING: careful", "step 10/100  loss=2.346  tokens_per_sec=123.5k"]
+    assert lines[3].startswith("step 20/100  loss=2  eta=")
+    assert "\r" not in out.getvalue()  # no progress bar
+
+
+def test_progress_bar_when_forced(tmp_path):
+    out = io.StringIO()
+    with _logger(tmp_path, stdout=out, progress=True) as lg:
+        lg.init_pbar(100, initial_step=5)
+        lg.log_message("above the bar")
+        lg.log_metrics_summary(50, {"loss": 1.5, "tokens_per_sec": 2.5e6})
+    text = out.getvalue()
+    assert "above the bar\n" in text
+    assert "50/100" in text and "loss=1.5" in text and "tok/s=2.50M" in text
+    assert "step 50" not in text  # the bar replaces the log lines
+
+
+def test_argument_errors(tmp_path):
+    lg = _logger(tmp_path)
+    with pytest.raises(ValueError, match="'step'"):
+        lg.log_metrics_summary(1, {"step": 1.0})
+    with pytest.raises(TypeError, match="mapping"):
+        lg.log_metrics_summary(1, [("loss", 1.0)])
+    with pytest.raises(TypeError, match="step must be an int"):
+        lg.log_metrics_summary(1.5, {"loss": 1.0})
+    with pytest.raises(TypeError, match="real scalar"):
+        lg.log_metrics_summary(1, {"loss": np.zeros(3)})
+    with pytest.raises(TypeError, match="exception"):
+        lg.log_exception("not an exception")
+    with pytest.raises(ValueError, match="initial_step"):
+        lg.init_pbar(10, initial_step=11)
+    with pytest.raises(TypeError, match="log_dir"):
+        Logger(None, process_index=1)
+    lg.close()
+
+
+def test_writer_failure_is_raised_not_swallowed(tmp_path):
+    class Bad:
+        shape = ()
+
+        def __float__(self):
+            raise ArithmeticError("cannot convert")
+
+    lg = _logger(tmp_path)
+    lg.log_metrics_summary(1, {"loss": Bad()})
+    with pytest.raises(RuntimeError, match="writer") as info:
+        lg.flush()
+    assert isinstance(info.value.__cause__, ArithmeticError)
+    with pytest.raises(RuntimeError, match="writer"):
+        lg.log_message("next")
+    with pytest.raises(RuntimeError, match="writer"):
+        lg.close()
+
+
+def test_read_metrics_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match=METRICS_CSV):
+        read_metrics(tmp_path)
+    (tmp_path / METRICS_CSV).write_text("")
+    with pytest.raises(ValueError, match="empty"):
+        read_metrics(tmp_path)
+    (tmp_path / METRICS_CSV).write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a roxxel metrics file"):
+        read_metrics(tmp_path / METRICS_CSV)
+    (tmp_path / METRICS_CSV).write_text("step,wall_time,loss\n1,0.0,x\n")
+    with pytest.raises(ValueError, match="line 2"):
+        read_metrics(tmp_path)
