@@ -17,6 +17,7 @@ import functools
 import heapq
 import math
 import numbers
+import operator
 from fractions import Fraction
 from typing import NamedTuple, Sequence
 
@@ -172,7 +173,7 @@ class BlendPlan:
         int >= 1; ``weights`` ``k`` finite non-negative floats, one positive.
       repeat: datasets restart instead of running out.
       max_period: longest pattern period in rows; weights that are not simple
-        fractions are approximated to within ``1 / max_period``.
+        fractions are approximated to about ``1 / max_period``.
 
     Raises:
       ValueError: an argument is malformed; the message names the value.
@@ -199,7 +200,7 @@ class BlendPlan:
         self.total_rows: int | None = None if endless else (
             segments[-1].end_row if segments else 0
         )
-        # Per segment: pattern, start positions and seq_len as arrays, for locate().
+        # Per segment: its pattern and start positions as an array, for locate().
         self._compiled = [
             (_pattern(s.weights), np.array(s.start_positions, np.int64)) for s in segments
         ]
@@ -317,6 +318,7 @@ class BlendPlan:
           ``dataset``'s stream (beyond its size in repeat mode).
 
         Raises:
+          TypeError: ``rows`` is not integral.
           IndexError: a row is negative or ``>= total_rows``; the message names it.
         """
         arr = np.asarray(rows)
@@ -348,9 +350,10 @@ class BlendPlan:
         ``row`` may equal ``total_rows`` (the consumption of the whole stream).
 
         Raises:
+          TypeError: ``row`` is not an int.
           IndexError: ``row`` is negative or beyond ``total_rows``.
         """
-        row = int(row)
+        row = operator.index(row)
         limit = None if self.total_rows is None else self.total_rows + 1
         self._check_rows(np.array([row]), limit)
         if row == self.total_rows:
