@@ -1,0 +1,765 @@
+"""Asynchronous, multi-process checkpoints of an NNX model and its optimizer (Orbax).
+
+Orbax does the I/O; this module decides what a checkpoint holds and when it is safe.
+
+What one checkpoint (one step) holds
+====================================
+A directory ``<checkpoint_path>/<step>/`` written by ``orbax.checkpoint.CheckpointManager``
+as a composite of two items:
+
+- ``state``: the model's and the optimizer's variables, as the pure nested dict
+  ``{"model": ..., "optimizer": ...}`` of ``nnx.to_pure_dict`` (so a checkpoint does not
+  depend on NNX's variable classes), saved with ``StandardSave``. Every process writes
+  the shards it owns; arrays keep their dtypes (PRNG key arrays included).
+- ``run``: a JSON dict ``{"step", "tokens_consumed", "metrics", "fingerprint",
+  "roxxel_version", "process_count", "format"}``; ``fingerprint`` is what the caller
+  passed (the trainer passes ``Curriculum.describe()``: datasets and phases).
+
+Orbax also writes ``metrics/metrics`` (the value of ``best_metric``, for keeping the
+best step) and its own metadata. A step becomes visible only when complete: on a local
+disk it is written under ``<step>.orbax-checkpoint-tmp-*`` and renamed, on ``gs://``
+it is committed by a ``commit_success.txt`` file written last. Incomplete steps are
+never restored and are deleted when the next :class:`Checkpointer` opens the directory.
+
+Keeping
+=======
+The latest ``max_to_keep`` steps plus the best one by ``best_metric`` (Orbax
+preservation policies ``LatestN`` OR ``BestN(n=1)``); old steps are deleted only after
+the newer step is committed. A step saved without a finite ``best_metric`` never
+counts as the best.
+
+Preemption and exit code
+========================
+Every process calls :meth:`Checkpointer.reached_preemption` (or
+:meth:`Checkpointer.save_and_exit_if_preempted`) once per step, before the step's
+update. After a SIGTERM to any process, all processes agree on the same step
+(JAX's preemption sync point over ``jax.distributed``; in a single process without
+``jax.distributed``, the first step checked after the signal), save it, wait until the
+save is complete, and raise :class:`Preempted`, a ``SystemExit`` whose code is
+:data:`roxxel.exit_codes.PREEMPTED_EXIT_CODE` (42): uncaught, the interpreter exits with
+42, which the launcher treats as "preempted after a complete checkpoint, restart"::
+
+    with Checkpointer(path, model, optimizer, fingerprint=curriculum.describe()) as ckpt:
+        step = ckpt.restore()
+        while step < total_steps:
+            ckpt.save_and_exit_if_preempted(step, tokens_consumed=curriculum.tokens_before(step))
+            loss = train_step(model, optimizer, batch(step))
+            step += 1
+            ckpt.save(step, {"loss": loss}, tokens_consumed=curriculum.tokens_before(step))
+
+Errors
+======
+An error in an asynchronous save is raised as :class:`CheckpointSaveError` by the
+next :meth:`Checkpointer.save` call (at the latest when that call writes),
+:meth:`Checkpointer.wait_until_finished`, :meth:`Checkpointer.restore` or
+:meth:`Checkpointer.close` -- never swallowed. A restore under a different run
+fingerprint raises :class:`RunMismatchError` listing what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import numbers
+import os
+import re
+import signal
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
+from flax import nnx
+from orbax.checkpoint import checkpoint_managers as ocm
+
+from roxxel._version import __version__
+from roxxel.exit_codes import PREEMPTED_EXIT_CODE
+from roxxel.train.state import ModelState
+
+__all__ = [
+    "CheckpointSaveError",
+    "Checkpointer",
+    "Preempted",
+    "RunMismatchError",
+    "describe_changes",
+]
+
+log = logging.getLogger("roxxel.checkpoint")
+
+STATE_ITEM = "state"
+"""Name of the composite item holding model and optimizer variables."""
+RUN_ITEM = "run"
+"""Name of the composite item holding the run's JSON record."""
+RUN_FORMAT = 1
+"""Version of the ``run`` item's layout."""
+
+_MAX_CHANGES_SHOWN = 25
+
+
+class CheckpointSaveError(RuntimeError):
+    """An asynchronous save failed; no complete checkpoint exists for ``step``.
+
+    Attributes:
+        step: the step whose save failed, or ``None`` when unknown.
+    """
+
+    def __init__(self, message: str, step: int | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+class RunMismatchError(ValueError):
+    """The checkpoint was saved by a run with a different fingerprint.
+
+    Attributes:
+        step: the checkpoint's step.
+        changes: one line per difference, e.g. ``"phases[1].batch_size: 16 -> 32"``.
+        saved: the fingerprint stored in the checkpoint.
+        current: the fingerprint of this run.
+    """
+
+    def __init__(self, message: str, *, step: int, changes: list[str], saved: Any, current: Any) -> None:
+        super().__init__(message)
+        self.step = step
+        self.changes = changes
+        self.saved = saved
+        self.current = current
+
+
+class Preempted(SystemExit):
+    """Raised after a preemption checkpoint of ``step`` is complete on every process.
+
+    A ``SystemExit`` whose ``code`` is :data:`~roxxel.exit_codes.PREEMPTED_EXIT_CODE`:
+    generic ``except Exception`` handlers let it through, ``finally`` blocks and context
+    managers run, and uncaught it makes the interpreter exit with that code. An
+    entrypoint may catch it to log and ``sys.exit(err.code)`` itself.
+
+    Attributes:
+        step: the step that was saved (training resumes from it).
+        code: ``PREEMPTED_EXIT_CODE`` (42).
+    """
+
+    def __init__(self, step: int) -> None:
+        super().__init__(PREEMPTED_EXIT_CODE)
+        self.step = step
+
+    def __str__(self) -> str:
+        return f"preempted: checkpoint of step {self.step} is complete; exit code {PREEMPTED_EXIT_CODE}"
+
+
+# --- fingerprint comparison ---------------------------------------------------------
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _child(path: str, key: Any) -> str:
+    if isinstance(key, str) and _IDENT.match(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"
+
+
+def _same_scalar(a: Any, b: Any) -> bool:
+    return a == b and isinstance(a, bool) == isinstance(b, bool) and (a is None) == (b is None)
+
+
+def _diff(a: Any, b: Any, path: str, out: list[str]) -> None:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in sorted(set(a) | set(b), key=str):
+            sub = _child(path, key)
+            if key not in b:
+                out.append(f"{sub}: removed (was {_short(a[key])})")
+            elif key not in a:
+                out.append(f"{sub}: added {_short(b[key])}")
+            else:
+                _diff(a[key], b[key], sub, out)
+    elif isinstance(a, list) and isinstance(b, list):
+        for i in range(min(len(a), len(b))):
+            _diff(a[i], b[i], f"{path}[{i}]", out)
+        for i in range(len(b), len(a)):
+            out.append(f"{path}[{i}]: removed (was {_short(a[i])})")
+        for i in range(len(a), len(b)):
+            out.append(f"{path}[{i}]: added {_short(b[i])}")
+    elif not _same_scalar(a, b):
+        out.append(f"{path or '<fingerprint>'}: {_short(a)} -> {_short(b)}")
+
+
+def _normalize_json(value: Any, what: str) -> Any:
+    """``value`` as JSON would give it back (tuples -> lists, keys -> str).
+
+    Raises:
+        TypeError: ``value`` is not JSON-serialisable.
+    """
+    try:
+        return json.loads(json.dumps(value, allow_nan=True))
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{what} must be JSON-serialisable (dicts, lists, str, numbers, bool, None): {err}") from err
+
+
+def describe_changes(saved: Any, current: Any) -> list[str]:
+    """List the differences between two JSON-like values, one readable line each.
+
+    Paths use ``.key`` for identifier keys, ``["key"]`` otherwise and ``[i]`` for list
+    items: ``"phases[1].batch_size: 16 -> 32"``, ``"datasets.web: removed (was ...)"``,
+    ``"phases[2]: added {...}"``. Both values are first normalised as JSON (tuples become
+    lists). ``True`` and ``1`` differ; ``1`` and ``1.0`` do not.
+
+    Args:
+        saved: the old value (from a checkpoint).
+        current: the new value.
+
+    Returns:
+        The lines, in key order; empty when the values are equal.
+
+    Raises:
+        TypeError: either value is not JSON-serialisable.
+    """
+    out: list[str] = []
+    _diff(_normalize_json(saved, "saved"), _normalize_json(current, "current"), "", out)
+    return out
+
+
+# --- JSON helpers ---------------------------------------------------------------------
+
+
+def _json_scalar(value: Any, name: str) -> Any:
+    """A metric value as a plain Python scalar (numbers, 0-d / 1-element arrays, str, bool)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.size(value) == 1:
+        item = np.asarray(value).reshape(()).item()
+        return item if isinstance(item, (bool, int, float)) else float(item)
+    raise TypeError(f"metric {name!r} must be a number, a one-element array, a str, a bool or None; got {type(value).__name__}")
+
+
+def _json_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, Mapping):
+        raise TypeError(f"metrics_dict must be a mapping of names to numbers, got {type(metrics).__name__}")
+    return {str(k): _json_scalar(v, str(k)) for k, v in metrics.items()}
+
+
+# --- the checkpointer -------------------------------------------------------------------
+
+
+def _resolve_directory(checkpoint_path: str | os.PathLike[str]) -> epath.Path:
+    text = os.fspath(checkpoint_path)
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"checkpoint_path must be a non-empty path, got {checkpoint_path!r}")
+    if text.startswith("gs://"):
+        if len(text) <= len("gs://") or text[len("gs://") :].startswith("/"):
+            raise ValueError(f"checkpoint_path {text!r} names no bucket; expected gs://bucket/prefix")
+        return epath.Path(text.rstrip("/"))
+    if "://" in text:
+        raise ValueError(
+            f"checkpoint_path {text!r}: only local directories and gs://bucket/prefix are supported "
+            "(Orbax writes object storage through TensorStore's GCS driver)"
+        )
+    return epath.Path(os.path.abspath(os.path.expanduser(text)))
+
+
+def _replicated_sharding() -> jax.sharding.Sharding:
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("all",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
+def _abstract_leaf(x: Any) -> Any:
+    """Restore target for one leaf: shape, dtype and the sharding it has *now*."""
+    if isinstance(x, jax.Array):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    if isinstance(x, jax.ShapeDtypeStruct):  # an abstract model (nnx.eval_shape)
+        if x.sharding is None:
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=_replicated_sharding())
+        return x
+    return x  # numpy arrays and Python scalars restore as their own type
+
+
+def _preemption_service_available() -> bool:
+    try:
+        from jax._src import distributed as jax_distributed  # no public accessor
+    except ImportError:  # pragma: no cover - layout of a future jax
+        return True
+    state = jax_distributed.global_state
+    return getattr(state, "client", None) is None or getattr(state, "preemption_sync_manager", True) is not None
+
+
+class Checkpointer:
+    """Save and restore a model and optimizer with Orbax, asynchronously, on every process.
+
+    Every process of a ``jax.distributed`` job constructs it and calls :meth:`save`,
+    :meth:`restore`, :meth:`reached_preemption` and :meth:`close` in the same order with
+    the same arguments (Orbax synchronises them with barriers).
+
+    Args:
+        checkpoint_path: a local directory (created, also on every missing parent)
+            or ``gs://bucket/prefix``.
+        model: the ``nnx.Module`` to checkpoint (or give ``state=``).
+        optimizer: its ``nnx.Optimizer``, or ``None`` to checkpoint the model alone.
+        max_to_keep: how many of the latest steps to keep (``None``: all), ``>= 1``.
+        timeout: seconds an asynchronous save may take, including waiting for the
+            other processes, before it fails with a ``TimeoutError`` (surfaced as
+            :class:`CheckpointSaveError`).
+        state: instead of ``model``/``optimizer``: a :class:`ModelState`, or an object
+            with ``model`` and ``optimizer`` attributes (a restore sets its ``step``
+            when it is an int attribute).
+        fingerprint: JSON-serialisable description of the run (the trainer passes
+            ``Curriculum.describe()``), stored with each step and compared on restore;
+            ``None`` stores nothing and checks nothing.
+        keep_best: also keep the best step by ``best_metric``.
+        best_metric: the key of ``metrics_dict`` that ranks steps.
+        best_mode: ``"min"`` (lower is better, e.g. a loss) or ``"max"``.
+        allow_changed_run: on a fingerprint mismatch, log a warning instead of raising.
+        save_interval_steps: :meth:`save` writes only steps divisible by it (``>= 1``),
+            unless forced or at a preemption step.
+
+    Raises:
+        TypeError: neither or both of ``model`` and ``state`` given, wrong types, or a
+            fingerprint that is not JSON-serialisable.
+        ValueError: a bad path or option value.
+    """
+
+    def __init__(
+        self,
+        checkpoint_path: str | os.PathLike[str],
+        model: nnx.Module | None = None,
+        optimizer: nnx.Optimizer | None = None,
+        max_to_keep: int | None = 3,
+        timeout: float = 600,
+        *,
+        state: Any = None,
+        fingerprint: Mapping[str, Any] | None = None,
+        keep_best: bool = True,
+        best_metric: str = "loss",
+        best_mode: str = "min",
+        allow_changed_run: bool = False,
+        save_interval_steps: int = 1,
+    ) -> None:
+        if (model is None) == (state is None):
+            raise TypeError("give either `model` (and `optimizer`) or `state=`, not both and not neither")
+        if state is not None and optimizer is not None:
+            raise TypeError("`optimizer` cannot be combined with `state=`; put it in the state object")
+        self._target = state
+        self._state = ModelState.from_object(state) if state is not None else ModelState(model, optimizer)
+        if max_to_keep is not None and (isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1):
+            raise ValueError(f"max_to_keep must be an int >= 1 or None, got {max_to_keep!r}")
+        if isinstance(save_interval_steps, bool) or not isinstance(save_interval_steps, int) or save_interval_steps < 1:
+            raise ValueError(f"save_interval_steps must be an int >= 1, got {save_interval_steps!r}")
+        if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if best_mode not in ("min", "max"):
+            raise ValueError(f"best_mode must be 'min' or 'max', got {best_mode!r}")
+        if not isinstance(best_metric, str) or not best_metric:
+            raise ValueError(f"best_metric must be a non-empty str, got {best_metric!r}")
+
+        self.directory = _resolve_directory(checkpoint_path)
+        self.fingerprint = None if fingerprint is None else _normalize_json(fingerprint, "fingerprint")
+        self.allow_changed_run = bool(allow_changed_run)
+        self.best_metric = best_metric
+        self.best_mode = best_mode
+        self.keep_best = bool(keep_best)
+        self.max_to_keep = max_to_keep
+        self.save_interval_steps = save_interval_steps
+        self.restored_run: dict[str, Any] | None = None
+        """The ``run`` record of the last restored step (``step``, ``tokens_consumed``,
+        ``metrics``, ``fingerprint``, ...), or ``None`` before a restore / when none."""
+
+        metric = best_metric
+        preserve: list[Any] = [ocm.LatestN(n=max_to_keep)]
+        if keep_best:
+            preserve.append(
+                ocm.BestN(
+                    get_metric_fn=lambda m: float(m[metric]),
+                    reverse=(best_mode == "min"),
+                    n=1,
+                    keep_checkpoints_without_metrics=False,
+                )
+            )
+        options = ocp.CheckpointManagerOptions(
+            # No InitialSavePolicy: the first save of a run follows the interval like the others.
+            save_decision_policy=ocm.AnySavePolicy(
+                [ocm.FixedIntervalPolicy(save_interval_steps), ocm.PreemptionCheckpointingPolicy()]
+            ),
+            preservation_policy=ocm.AnyPreservationPolicy(preserve),
+            # best_fn makes Orbax write each step's metrics next to it, so the best step
+            # is still known after a restart; keeping itself is the policy above.
+            best_fn=(lambda m: float(m[metric])) if keep_best else None,
+            best_mode=best_mode,
+            keep_checkpoints_without_metrics=False,
+            create=True,
+            cleanup_tmp_directories=True,
+            enable_async_checkpointing=True,
+            async_options=ocp.AsyncOptions(timeout_secs=max(1, int(math.ceil(timeout)))),
+        )
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        self._pending_step: int | None = None  # a save whose completion has not been checked
+        self._closed = False
+        self._sigterm = threading.Event()
+        self._previous_sigterm_handler: Any = None
+        self._handler_installed = False
+        self._preempt_step: int | None = None  # single-process agreed step
+        self._warned_no_preemption = False
+        log.info(
+            "checkpoints in %s: keep latest %s%s, save every %d steps, existing steps %s",
+            self.directory,
+            "all" if max_to_keep is None else max_to_keep,
+            f" + best by {best_metric} ({best_mode})" if keep_best else "",
+            save_interval_steps,
+            list(self._manager.all_steps()),
+        )
+
+    # -- introspection ---------------------------------------------------------------
+
+    @property
+    def manager(self) -> ocp.CheckpointManager:
+        """The underlying ``orbax.checkpoint.CheckpointManager`` (advanced use)."""
+        return self._manager
+
+    @property
+    def state(self) -> ModelState:
+        """The :class:`ModelState` being checkpointed."""
+        return self._state
+
+    def all_steps(self) -> list[int]:
+        """Steps saved or being saved, ascending, as this process knows them."""
+        return list(self._manager.all_steps())
+
+    def latest_step(self) -> int | None:
+        """The latest step saved or being saved, or ``None``."""
+        return self._manager.latest_step()
+
+    def best_step(self) -> int | None:
+        """The step with the best ``best_metric`` (the latest when ``keep_best`` is off
+        or no step has the metric), or ``None`` when there is no step."""
+        best = self._manager.best_step()
+        return best if best is not None else self._manager.latest_step()
+
+    # -- saving ---------------------------------------------------------------------------
+
+    def save(
+        self,
+        step: int,
+        metrics_dict: Mapping[str, Any] | None = None,
+        *,
+        tokens_consumed: int | None = None,
+        force: bool = False,
+    ) -> bool:
+        """Start an asynchronous save of the current state as ``step``; every process calls it.
+
+        Blocks only for the device-to-host copy (and for the previous save, if it is
+        still being written); the files are written in the background.
+
+        Args:
+            step: completed optimizer steps (``>= 0``) the state corresponds to.
+            metrics_dict: scalars to store, e.g. ``{"loss": 2.31}`` (numbers or
+                one-element arrays). ``best_metric`` ranks the step for keeping.
+            tokens_consumed: training tokens consumed before ``step``, stored as is.
+            force: save even if ``step`` is not a multiple of ``save_interval_steps``.
+
+        Returns:
+            True if a save of ``step`` started; False when the interval skips it or it
+            is not newer than the latest saved step (a step is never overwritten).
+
+        Raises:
+            CheckpointSaveError: a previous asynchronous save failed.
+            TypeError, ValueError: bad arguments.
+            RuntimeError: the checkpointer is closed.
+        """
+        self._check_open()
+        step = self._check_step(step)
+        if tokens_consumed is not None:
+            if isinstance(tokens_consumed, bool) or not isinstance(tokens_consumed, numbers.Integral) or tokens_consumed < 0:
+                raise ValueError(f"tokens_consumed must be an int >= 0 or None, got {tokens_consumed!r}")
+            tokens_consumed = int(tokens_consumed)
+        metrics = _json_metrics(metrics_dict)
+
+        if self._pending_step is not None and not self._manager.is_saving_in_progress():
+            self._wait()  # the previous save has finished: surface its error now
+
+        if step in self._manager.all_steps():
+            log.debug("step %d is already saved; not saving it again", step)
+            return False
+        preempted = self._preempt_step == step
+        if not (force or preempted or self._manager.should_save(step)):
+            return False
+        latest = self._manager.latest_step()
+        if latest is not None and step < latest:
+            log.warning("saving step %d although step %d is newer; restore() takes the latest", step, latest)
+
+        self._wait()  # surface an error of the previous save before starting this one
+        orbax_metrics = None
+        if self.keep_best:
+            value = metrics.get(self.best_metric)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                orbax_metrics = {self.best_metric: float(value)}
+            elif value is not None:
+                log.warning("step %d: %s=%r is not a finite number; the step cannot be the best", step, self.best_metric, value)
+        run = {
+            "format": RUN_FORMAT,
+            "step": step,
+            "tokens_consumed": tokens_consumed,
+            "metrics": metrics,
+            "fingerprint": self.fingerprint,
+            "roxxel_version": __version__,
+            "process_count": jax.process_count(),
+        }
+        pure = nnx.to_pure_dict(self._state.nnx_state())
+        saved = self._manager.save(
+            step,
+            args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(pure), RUN_ITEM: ocp.args.JsonSave(run)}),
+            metrics=orbax_metrics,
+            force=True,  # the decision was made above
+        )
+        if saved:
+            self._pending_step = step
+            log.info("saving step %d to %s%s", step, self.directory, " (preemption)" if preempted else "")
+        return bool(saved)
+
+    def wait_until_finished(self) -> None:
+        """Block until the save in progress (if any) is complete on every process.
+
+        Raises:
+            CheckpointSaveError: that save failed (the step is not complete).
+        """
+        self._check_open()
+        self._wait()
+
+    def _wait(self) -> None:
+        step = self._pending_step
+        try:
+            self._manager.wait_until_finished()
+        except Exception as err:
+            self._pending_step = None
+            raise CheckpointSaveError(
+                f"the asynchronous save of step {step} to {self.directory} failed: {type(err).__name__}: {err}",
+                step=step,
+            ) from err
+        if step is not None:
+            log.debug("save of step %d is complete", step)
+        self._pending_step = None
+
+    # -- restoring ------------------------------------------------------------------------
+
+    def restore(self, step: int | None = None) -> int:
+        """Load the latest complete step (or ``step``) into the live model and optimizer.
+
+        Arrays are read straight into the shapes, dtypes and shardings the live state
+        has now (its current mesh), whatever the number of processes that saved them.
+        Every process calls it.
+
+        Args:
+            step: the step to restore; ``None`` for the latest complete one.
+
+        Returns:
+            The restored step; 0 when the directory holds no complete step (the state is
+            then left as it is and ``restored_run`` is ``None``).
+
+        Raises:
+            RunMismatchError: the checkpoint's fingerprint differs from this run's
+                (unless ``allow_changed_run``); nothing was loaded.
+            FileNotFoundError: ``step`` was given but is not a complete checkpoint.
+            CheckpointSaveError: a save of this checkpointer failed.
+            ValueError: the saved state does not fit the live model (Orbax's message).
+        """
+        self._check_open()
+        self._wait()
+        self._manager.reload()
+        steps = self._manager.all_steps()
+        if step is None:
+            if not steps:
+                log.info("no checkpoint in %s; starting from step 0", self.directory)
+                self.restored_run = None
+                return 0
+            step = max(steps)
+        else:
+            step = self._check_step(step)
+            if step not in steps:
+                raise FileNotFoundError(f"no complete checkpoint of step {step} in {self.directory} (steps: {list(steps)})")
+
+        run = self._manager.restore(step, args=ocp.args.Composite(**{RUN_ITEM: ocp.args.JsonRestore()}))[RUN_ITEM]
+        run = dict(run or {})
+        self._check_fingerprint(step, run.get("fingerprint"))
+
+        current = self._state.nnx_state()
+        target = jax.tree.map(_abstract_leaf, nnx.to_pure_dict(current))
+        restored = self._manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)}))[
+            STATE_ITEM
+        ]
+        nnx.replace_by_pure_dict(current, restored)
+        self._state.update(current)
+        self._state.step = step
+        if self._target is not None and not isinstance(self._target, ModelState):
+            if isinstance(getattr(self._target, "step", None), int):
+                self._target.step = step
+        self.restored_run = run
+        log.info(
+            "restored step %d from %s (tokens_consumed=%s, metrics=%s)",
+            step,
+            self.directory,
+            run.get("tokens_consumed"),
+            run.get("metrics"),
+        )
+        return step
+
+    def _check_fingerprint(self, step: int, saved: Any) -> None:
+        if self.fingerprint is None:
+            log.info("no fingerprint given: not checking that step %d belongs to this run", step)
+            return
+        if saved is None:
+            log.warning("checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, self.directory)
+            return
+        changes = describe_changes(saved, self.fingerprint)
+        if not changes:
+            return
+        shown = "\n".join(f"  {line}" for line in changes[:_MAX_CHANGES_SHOWN])
+        if len(changes) > _MAX_CHANGES_SHOWN:
+            shown += f"\n  ... and {len(changes) - _MAX_CHANGES_SHOWN} more"
+        if self.allow_changed_run:
+            log.warning("resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, self.directory, shown)
+            return
+        raise RunMismatchError(
+            f"the checkpoint of step {step} in {self.directory} was saved by a different run "
+            f"(saved -> current):\n{shown}\n"
+            "Resume with the same curriculum and datasets, or pass allow_changed_run=True to resume anyway.",
+            step=step,
+            changes=changes,
+            saved=saved,
+            current=self.fingerprint,
+        )
+
+    # -- preemption -------------------------------------------------------------------------
+
+    def reached_preemption(self, step: int) -> bool:
+        """Whether this is the step at which all processes save because of a preemption.
+
+        Every process must call it at every step, with the same increasing ``step``s.
+        Under ``jax.distributed``, a SIGTERM to any process (caught by JAX's preemption
+        notifier) makes all processes agree on one step; this returns True there, on
+        all of them. In a single process without ``jax.distributed``, the first call
+        installs a SIGTERM handler that only records the signal (restored by
+        :meth:`close`), and the first step checked after it is the one. Afterwards,
+        the same ``step`` keeps returning True.
+
+        Returns:
+            True exactly at the agreed step; :meth:`save` then saves it whatever the
+            interval.
+
+        Raises:
+            RuntimeError: the checkpointer is closed.
+        """
+        self._check_open()
+        step = self._check_step(step)
+        if jax.process_count() > 1 or jax.distributed.is_initialized():
+            if not _preemption_service_available() and not self._warned_no_preemption:
+                self._warned_no_preemption = True
+                log.warning("JAX's preemption service is disabled (jax_enable_preemption_service): SIGTERM is not detected")
+            return bool(self._manager.reached_preemption(step))
+        self._install_sigterm_handler()
+        if self._preempt_step is not None:
+            return step == self._preempt_step
+        if self._sigterm.is_set():
+            self._preempt_step = step
+            log.warning("SIGTERM received: saving step %d and stopping", step)
+            return True
+        return False
+
+    def save_and_exit_if_preempted(
+        self,
+        step: int,
+        metrics_dict: Mapping[str, Any] | None = None,
+        *,
+        tokens_consumed: int | None = None,
+    ) -> None:
+        """At the agreed preemption step: save ``step``, wait until complete, raise :class:`Preempted`.
+
+        Call it on every process at every step, before the step's update; otherwise it
+        returns at once. Uncaught, :class:`Preempted` exits with ``PREEMPTED_EXIT_CODE``.
+
+        Args:
+            step, metrics_dict, tokens_consumed: as for :meth:`save`.
+
+        Raises:
+            Preempted: the checkpoint of ``step`` is complete on every process.
+            CheckpointSaveError: the preemption save (or an earlier one) failed: no
+                complete checkpoint of ``step`` exists, so this is a failure, not 42.
+        """
+        if not self.reached_preemption(step):
+            return
+        if step not in self._manager.all_steps():
+            self.save(step, metrics_dict, tokens_consumed=tokens_consumed, force=True)
+        self.wait_until_finished()
+        log.warning("preempted: checkpoint of step %d is complete in %s; exiting with %d", step, self.directory, PREEMPTED_EXIT_CODE)
+        raise Preempted(step)
+
+    def _install_sigterm_handler(self) -> None:
+        if self._handler_installed:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            if not self._warned_no_preemption:
+                self._warned_no_preemption = True
+                log.warning("reached_preemption() called outside the main thread: no SIGTERM handler installed")
+            return
+        self._previous_sigterm_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._handler_installed = True
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._sigterm.set()
+
+    def _restore_sigterm_handler(self) -> None:
+        if not self._handler_installed:
+            return
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            signal.signal(signal.SIGTERM, self._previous_sigterm_handler)
+        self._handler_installed = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Wait for the save in progress, then release Orbax's resources; idempotent.
+
+        Raises:
+            CheckpointSaveError: the last save failed (resources are released anyway).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._wait()
+        finally:
+            try:
+                self._manager.close()
+            finally:
+                self._restore_sigterm_handler()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"Checkpointer for {self.directory} is closed")
+
+    @staticmethod
+    def _check_step(step: Any) -> int:
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+            raise TypeError(f"step must be an int, got {type(step).__name__}")
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        return int(step)
+
+    def __repr__(self) -> str:
+        return f"Checkpointer({str(self.directory)!r}, steps={self.all_steps()})"

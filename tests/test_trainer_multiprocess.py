@@ -1,0 +1,53 @@
+"""Real multi-process training over loopback: only process 0 logs; 2 processes resume as 1, exactly."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from _lm import make_dataset
+
+WORKER = os.path.join(os.path.dirname(__file__), "_train_worker.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(n, devices, data, run_dir, log_dir, stop, params_out="-", init_seed=0):
+    coordinator = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, WORKER, coordinator, str(i), str(n), data, run_dir, log_dir, str(stop),
+                               params_out, str(init_seed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(n)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for i, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"process {i}:\n{out[-2000:]}\n{err[-4000:]}"
+    return outs
+
+
+@pytest.mark.slow
+def test_two_processes_log_once_and_resume_as_one(tmp_path):
+    data = str(tmp_path / "data")
+    make_dataset(data)
+    # Reference: one process with two devices, start to end.
+    run(1, 2, data, str(tmp_path / "ref"), str(tmp_path / "ref-logs"), -1, str(tmp_path / "ref.npz"))
+    # Two processes with one device each (the same 2-device mesh) stop inside phase 1...
+    outs = run(2, 1, data, str(tmp_path / "job"), str(tmp_path / "logs"), 9)
+    ours = lambda text: [line for line in text.splitlines() if not line.startswith("[Gloo]")]  # JAX's own
+    assert "step 9/9" in outs[0][0] and ours(outs[1][0]) == []  # only process 0 printed
+    assert sorted(os.listdir(tmp_path / "logs-0")) == ["roxxel_metrics.csv", "roxxel_system.log", "tensorboard"]
+    assert not os.path.exists(tmp_path / "logs-1")  # process 1 created no log files
+    # ... and one process resumes their checkpoint to the end.
+    run(1, 2, data, str(tmp_path / "job"), str(tmp_path / "logs-resumed"), -1, str(tmp_path / "resumed.npz"),
+        init_seed=9)  # another init: only the checkpoint can make it equal
+    want, got = np.load(tmp_path / "ref.npz"), np.load(tmp_path / "resumed.npz")
+    assert sorted(want.files) == sorted(got.files)
+    for k in want.files:
+        assert np.array_equal(want[k], got[k]), k
