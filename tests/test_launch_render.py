@@ -349,9 +349,13 @@ def _raw(field_index: int, value: str, workload: str) -> dict:
 
 
 def _shape(node, hostile: str, baseline: str):
-    """The structure of a document: keys and nesting, with every string leaf abstracted."""
+    """The structure of a document: keys and nesting, with every string leaf abstracted.
+
+    A key equal to the hostile or the baseline value (a field used as a key, or a real key
+    such as "kind" that the value happens to spell) becomes "<key>" in both documents.
+    """
     if isinstance(node, dict):
-        return {(baseline if k == hostile else k): _shape(v, hostile, baseline)
+        return {("<key>" if k in (hostile, baseline) else k): _shape(v, hostile, baseline)
                 for k, v in node.items()}
     if isinstance(node, list):
         return [_shape(v, hostile, baseline) for v in node]
@@ -371,7 +375,7 @@ def _check_injection(field_index: int, value: str, workload: str) -> None:
     parsed = list(yaml.load_all(rendered.yaml, Loader=_LOADER))
     assert parsed == list(rendered.objects)
     assert [_shape(o, value, baseline_value) for o in parsed] == [
-        _shape(o, baseline_value, baseline_value) for o in baseline.objects], field
+        _shape(o, value, baseline_value) for o in baseline.objects], field
     workload_obj = parsed[-1]
     # Every field's value survives exactly (the spec annotation holds all of them) ...
     assert json.loads(workload_obj["metadata"]["annotations"]["roxxel.dev/spec"]) == (
