@@ -1,0 +1,71 @@
+"""A small decoder-only Transformer in Flax NNX whose attention never crosses a document boundary.
+
+Documents are packed back to back in each row; the streamer's ``segment_ids`` say which
+document each token belongs to and ``positions`` where it sits in it. A token attends
+to earlier tokens of its own document only, and its position embedding restarts at
+each document, so a packed row trains exactly like separate documents.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+
+class Block(nnx.Module):
+    """Pre-norm attention + MLP."""
+
+    def __init__(self, width: int, heads: int, rngs: nnx.Rngs):
+        self.norm1 = nnx.LayerNorm(width, rngs=rngs)
+        self.attn = nnx.MultiHeadAttention(num_heads=heads, in_features=width, decode=False, rngs=rngs)
+        self.norm2 = nnx.LayerNorm(width, rngs=rngs)
+        self.up = nnx.Linear(width, 4 * width, rngs=rngs)
+        self.down = nnx.Linear(4 * width, width, rngs=rngs)
+
+    def __call__(self, x, mask):
+        x = x + self.attn(self.norm1(x), mask=mask)
+        return x + self.down(nnx.gelu(self.up(self.norm2(x))))
+
+
+class DecoderLM(nnx.Module):
+    """Tokens ``(batch, seq)`` int → logits ``(batch, seq, vocab)`` float32.
+
+    Args:
+        vocab: number of token ids (257 for byte-level tokens with EOS).
+        width, depth, heads: model size.
+        max_len: longest document position embedded (positions beyond it are clipped).
+    """
+
+    def __init__(self, vocab: int = 257, width: int = 128, depth: int = 2, heads: int = 4, max_len: int = 512,
+                 *, rngs: nnx.Rngs):
+        self.max_len = max_len
+        self.embed = nnx.Embed(vocab, width, rngs=rngs)
+        self.pos = nnx.Embed(max_len, width, rngs=rngs)
+        self.blocks = nnx.List([Block(width, heads, rngs) for _ in range(depth)])
+        self.norm = nnx.LayerNorm(width, rngs=rngs)
+        self.head = nnx.Linear(width, vocab, rngs=rngs)
+
+    def __call__(self, tokens, segment_ids=None, positions=None):
+        seq = tokens.shape[1]
+        if segment_ids is None:
+            segment_ids = jnp.ones_like(tokens)
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(seq), tokens.shape)
+        causal = jnp.tril(jnp.ones((seq, seq), bool))
+        same_doc = segment_ids[:, :, None] == segment_ids[:, None, :]
+        mask = (causal[None] & same_doc)[:, None]  # (batch, 1 head axis, query, key)
+        x = self.embed(tokens) + self.pos(jnp.minimum(positions, self.max_len - 1))
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(self.norm(x)).astype(jnp.float32)
+
+
+def lm_loss(model: DecoderLM, batch: dict) -> tuple[jax.Array, dict]:
+    """Next-token cross-entropy over valid targets (``loss_mask``), and perplexity."""
+    logits = model(batch["tokens"], batch["segment_ids"], batch["positions"])
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], batch["tokens"][:, 1:])
+    mask = batch["loss_mask"][:, :-1].astype(jnp.float32)
+    loss = (losses * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+    return loss, {"perplexity": jnp.exp(loss)}

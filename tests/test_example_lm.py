@@ -1,0 +1,24 @@
+"""The language-model example runs end to end (short), so it cannot rot."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_prepare_and_train_briefly(tmp_path):
+    data, run = str(tmp_path / "data"), str(tmp_path / "run")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    subprocess.run([sys.executable, "examples/lm/prepare.py", data], cwd=ROOT, check=True, env=env)
+    assert sorted(os.listdir(data)) == ["code", "code-eval", "text"]
+    out = subprocess.run([sys.executable, "examples/lm/train.py", "--data", data, "--run-dir", run,
+                          "--steps", "6", "4", "--batch", "4", "2", "--log-every", "2", "--eval-every", "5",
+                          "--checkpoint-every", "5"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "held-out loss" in out.stdout and "unigram baseline" in out.stdout and "sample:" in out.stdout
+    assert os.path.exists(os.path.join(run, "roxxel_metrics.png"))
+    assert sorted(os.listdir(os.path.join(run, "checkpoints")))[-1] == "10"
