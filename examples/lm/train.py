@@ -115,7 +115,8 @@ def main(argv=None) -> dict:
     eval_curriculum = Curriculum(held_out, [Phase(steps=4, batch_size=b2, seq_len=256)])
 
     model = DecoderLM(width=args.width, depth=args.depth, rngs=nnx.Rngs(args.seed))
-    schedule = optax.warmup_cosine_decay_schedule(0.0, args.lr, 20, s1 + s2, args.lr / 10)
+    warmup = max(1, min(20, (s1 + s2) // 5))
+    schedule = optax.warmup_cosine_decay_schedule(0.0, args.lr, warmup, max(s1 + s2, warmup + 1), args.lr / 10)
     optimizer = nnx.Optimizer(model, optax.adamw(schedule, weight_decay=0.01), wrt=nnx.Param)
     ckpt_dir = args.checkpoint_dir or os.path.join(os.path.abspath(args.run_dir), "checkpoints")
     checkpointer = Checkpointer(ckpt_dir, model, optimizer, fingerprint=curriculum.describe())
