@@ -15,6 +15,7 @@ from roxxel.data.dataset import Roxxel
 from roxxel.data.permutation import FeistelPermutation, _mix64
 
 DEFAULT_CHUNK_TOKENS = 1024
+_WINDOW = 4096  # chunks whose shuffled places are computed together
 
 
 def stream_key(seed: int, index: int) -> int:
@@ -45,6 +46,7 @@ class ShuffledTokens:
         self.size = self.num_chunks * self.chunk
         self._key = stream_key(seed, index)
         self._permutations: dict[int, FeistelPermutation] = {}
+        self._window: tuple[int, int, np.ndarray] | None = None  # (epoch, first chunk, permuted chunks)
 
     def permutation(self, epoch: int) -> FeistelPermutation:
         """The chunk order of ``epoch`` (the last few are kept)."""
@@ -54,6 +56,19 @@ class ShuffledTokens:
                 self._permutations.pop(next(iter(self._permutations)))
             perm = self._permutations[epoch] = FeistelPermutation(self.num_chunks, self._key, epoch)
         return perm
+
+    def _permute(self, epoch: int, chunks: np.ndarray) -> np.ndarray:
+        """``permutation(epoch)(chunks)``, served from a window of consecutive chunks computed at once.
+
+        A stream reads chunks in increasing order, so one vectorised Feistel pass over the
+        next ``_WINDOW`` chunks replaces many small ones (fixed memory: one window).
+        """
+        lo, hi = int(chunks.min()), int(chunks.max())
+        w = self._window
+        if w is None or w[0] != epoch or lo < w[1] or hi >= w[1] + len(w[2]):
+            size = min(max(_WINDOW, hi - lo + 1), self.num_chunks - lo)
+            w = self._window = (epoch, lo, self.permutation(epoch)(np.arange(lo, lo + size, dtype=np.int64)))
+        return w[2][chunks - w[1]]
 
     def pieces(self, positions: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Contiguous dataset ranges that make up rows of ``length`` tokens at stream ``positions``.
@@ -78,7 +93,7 @@ class ShuffledTokens:
             physical = np.empty_like(chunk)
             for e in np.unique(epoch):
                 sel = epoch == e
-                physical[sel] = self.permutation(int(e))(chunk[sel])
+                physical[sel] = self._permute(int(e), chunk[sel])
             rows.append(live)
             starts.append(physical * self.chunk + within)
             counts.append(take)
