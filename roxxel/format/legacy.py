@@ -13,19 +13,18 @@ The original stored vocabularies of up to 65,535 ids as ``int16``, which wraps i
 
 from __future__ import annotations
 
-import mmap
-import os
 import struct
 
 import numpy as np
 
+from roxxel.format.mapped import MappedFile
 from roxxel.format.errors import CorruptShardError, TruncatedShardError
 
 FOOTER = struct.Struct("<qq8s8s")
 _REINTERPRET = {"int16": "uint16"}
 
 
-class LegacyShard:
+class LegacyShard(MappedFile):
     """A memory-mapped ``ROXXEL02`` shard, read-only. Same reading interface as :class:`~roxxel.format.shard.Shard`.
 
     Attributes:
@@ -40,6 +39,8 @@ class LegacyShard:
     """
 
     legacy = True
+    _VIEWS = ("_tokens", "_ends")
+    _data_offset = 0
     sha256 = None
     version = (0, 2)
 
@@ -64,8 +65,6 @@ class LegacyShard:
         self.num_tokens = raw_size // self.dtype.itemsize
         self.num_documents = total_records
         self._raw_size = raw_size
-        self._mmap: mmap.mmap | None = None
-        self._fd: int | None = None
         self._tokens: np.ndarray | None = None
         self._ends: np.ndarray | None = None
         ends = self.block_end_offsets
@@ -75,12 +74,6 @@ class LegacyShard:
             "block_size": self.block_size, "num_tokens": self.num_tokens, "num_documents": total_records,
             "vocab_size": None, "eos_id": None, "tokenizer": None,
         }
-
-    def _map(self) -> mmap.mmap:
-        if self._mmap is None:
-            with open(self.path, "rb") as f:
-                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        return self._mmap
 
     @property
     def tokens(self) -> np.ndarray:
@@ -108,37 +101,6 @@ class LegacyShard:
         ends = self.block_end_offsets
         start = 0 if i == 0 else int(ends[i - 1])
         return start // self.dtype.itemsize, int(ends[i]) // self.dtype.itemsize
-
-    def pread_into(self, out: np.ndarray, start: int) -> None:
-        """Copy tokens ``[start, start + len(out))`` into ``out`` (1-D, this shard's dtype) with ``pread``.
-
-        Unlike slicing the memory map, a read maps no pages into the process, so copying
-        through a whole dataset leaves the RSS where it was.
-
-        Raises:
-            TruncatedShardError: the file ended early (it shrank after opening).
-        """
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        buf = memoryview(out).cast("B")
-        offset = 0 + start * self.dtype.itemsize
-        while len(buf):
-            n = os.preadv(self._fd, [buf], offset)
-            if n <= 0:
-                raise TruncatedShardError(f"{self.path}: file ended while reading (was it truncated after opening?)", self.path)
-            buf, offset = buf[n:], offset + n
-
-    def release(self) -> None:
-        if self._mmap is not None:
-            self._mmap.madvise(mmap.MADV_DONTNEED)
-
-    def close(self) -> None:
-        """Close the file and forget the mapping; it is unmapped once no view of it is alive."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        self._tokens = self._ends = None
-        self._mmap = None
 
     def verify(self, expected_sha256: str | None = None) -> None:
         """Structural check only (the original format has no checksum): block offsets increase to the data size.

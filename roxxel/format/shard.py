@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 from typing import Any
 
 import numpy as np
 
 from roxxel.format import layout
+from roxxel.format.mapped import MappedFile
 from roxxel.format.errors import (
     BadSignatureError,
     ChecksumMismatchError,
@@ -26,7 +26,7 @@ from roxxel.format.errors import (
 _VERIFY_CHUNK = 8 << 20
 
 
-class Shard:
+class Shard(MappedFile):
     """A memory-mapped shard of the current format (see :mod:`roxxel.format.layout`).
 
     Attributes:
@@ -48,6 +48,7 @@ class Shard:
     """
 
     legacy = False
+    _VIEWS = ("_tokens", "_index")
 
     def __init__(self, path: str, *, _size: int | None = None, _head: bytes | None = None):
         self.path = path
@@ -98,18 +99,10 @@ class Shard:
         self.sha256 = sha.hex()
         self._data_offset = data_offset
         self._index_offset = index_offset
-        self._mmap: mmap.mmap | None = None
-        self._fd: int | None = None
         self._tokens: np.ndarray | None = None
         self._index: np.ndarray | None = None
 
     # -- memory map -------------------------------------------------------------------
-    def _map(self) -> mmap.mmap:
-        if self._mmap is None:
-            with open(self.path, "rb") as f:
-                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        return self._mmap
-
     @property
     def tokens(self) -> np.ndarray:
         """All tokens, shape ``(num_tokens,)``, a read-only zero-copy view of the file."""
@@ -130,43 +123,6 @@ class Shard:
         stop = int(starts[i + 1]) if i + 1 < self.num_documents else self.num_tokens
         return int(starts[i]), stop
 
-    def pread_into(self, out: np.ndarray, start: int) -> None:
-        """Copy tokens ``[start, start + len(out))`` into ``out`` (1-D, this shard's dtype) with ``pread``.
-
-        Unlike slicing the memory map, a read maps no pages into the process, so copying
-        through a whole dataset leaves the RSS where it was.
-
-        Raises:
-            TruncatedShardError: the file ended early (it shrank after opening).
-        """
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        buf = memoryview(out).cast("B")
-        offset = self._data_offset + start * self.dtype.itemsize
-        while len(buf):
-            n = os.preadv(self._fd, [buf], offset)
-            if n <= 0:
-                raise TruncatedShardError(f"{self.path}: file ended while reading (was it truncated after opening?)", self.path)
-            buf, offset = buf[n:], offset + n
-
-    def release(self) -> None:
-        """Drop this process's mapped pages (they stay in the page cache; views stay valid).
-
-        Reading through a memory map counts the touched pages in the process RSS; calling
-        this after a pass keeps host RAM flat whatever the dataset size.
-        """
-        if self._mmap is not None:
-            self._mmap.madvise(mmap.MADV_DONTNEED)
-
-    def close(self) -> None:
-        """Close the file and forget the mapping; it is unmapped once no view of it is alive."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        self._tokens = self._index = None
-        self._mmap = None
-
-    # -- integrity --------------------------------------------------------------------
     def compute_sha256(self) -> str:
         """Recompute the content SHA-256 in the layout's order by reading the file (not the map)."""
         h = hashlib.sha256()
