@@ -1,0 +1,1029 @@
+"""The Kubernetes backend, driven through the real ``kubernetes`` client against a test double.
+
+No Kubernetes API server runs here (none can be installed, and the network is closed).
+Each test builds the backend with the official client exactly as in production — a real
+kubeconfig file loaded by ``kubernetes.config``, the real ``ApiClient``, ``CustomObjectsApi``,
+``BatchV1Api`` and ``CoreV1Api`` with their URL building, query parameters, JSON bodies and
+error handling — and replaces only the transport: the ``urllib3`` pool manager inside
+``kubernetes.client.rest.RESTClientObject``. :class:`FakeApiServer` answers there, speaking
+the subset of the Kubernetes REST API the backend uses (JobSets, Jobs, Services, Pods, pod
+logs) with canned JSON shaped like a real API server's (Status objects for errors, 201 for
+creates, ``dryRun=All`` persisting nothing, foreground deletion that keeps the object for a
+while). Every object the backend sends is checked offline against the schemas used in
+launcher/validate.py: the JobSet CRD schema from tests/fixtures/k8s (unknown fields
+rejected) and kubernetes-validate (strict) for built-in kinds. A socket guard fails any
+test that tries to open a connection.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import pathlib
+import re
+import socket
+import urllib.parse
+from typing import Any
+
+import pytest
+import urllib3
+import yaml
+from kubernetes import config as k8s_config
+from kubernetes.client import rest
+
+from roxxel_launch import render as R
+from roxxel_launch import spec as S
+from roxxel_launch import validate as V
+from roxxel_launch.backends import kubernetes as K
+from roxxel_launch.backends.base import (
+    BackendError,
+    JobExistsError,
+    JobNotFoundError,
+    JobState,
+)
+
+CRD = pathlib.Path(__file__).parent / "fixtures" / "k8s" / "jobset.x-k8s.io_jobsets.yaml"
+HOST = "https://apiserver.roxxel-test.invalid:6443"
+TOKEN = "test-token-123"
+NS = "team-a"
+
+_ROUTES = [
+    ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/([^/]+)/jobsets(?:/([^/]+))?$")),
+    ("jobs", re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")),
+    ("services", re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")),
+    ("logs", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")),
+    ("pods", re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")),
+]
+_KINDS = {"jobsets": ("JobSet", "jobset.x-k8s.io"), "jobs": ("Job", "batch"),
+          "services": ("Service", ""), "pods": ("Pod", "")}
+
+
+# ----------------------------------------------------------------------------- the test double
+
+
+class _Chunks(io.RawIOBase):
+    """A response body delivered one chunk per read, like a chunked HTTP stream.
+
+    A callable chunk is called when the client reaches it (to observe what the client has
+    consumed by then) and returns the bytes.
+    """
+
+    def __init__(self, chunks):
+        self._chunks = list(chunks)
+
+    def readable(self):
+        return True
+
+    def read(self, amt=-1):
+        if not self._chunks:
+            self.close()
+            return b""
+        chunk = self._chunks.pop(0)
+        return chunk() if callable(chunk) else chunk
+
+    def readinto(self, buffer):
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class Request:
+    def __init__(self, method: str, url: str, body: Any, headers: dict):
+        parsed = urllib.parse.urlsplit(url)
+        self.method = method
+        self.url = url
+        self.host = f"{parsed.scheme}://{parsed.netloc}"
+        self.path = parsed.path
+        self.query = dict(urllib.parse.parse_qsl(parsed.query))
+        self.body = json.loads(body) if body else None
+        self.headers = headers or {}
+        self.resource, self.namespace, self.name = None, None, None
+        for resource, pattern in _ROUTES:
+            match = pattern.match(self.path)
+            if match:
+                self.resource, self.namespace, self.name = resource, match.group(1), match.group(2)
+                break
+
+    @property
+    def dry_run(self) -> bool:
+        return self.query.get("dryRun") == "All"
+
+    def __repr__(self):
+        query = f"?{urllib.parse.urlencode(self.query)}" if self.query else ""
+        return f"{self.method} {self.path}{query}"
+
+
+def _status(code: int, reason: str, message: str, **details) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "details": details, "code": code}
+
+
+def _selector_matches(selector: str | None, labels: dict) -> bool:
+    if not selector:
+        return True
+    for term in selector.split(","):
+        if "=" in term:
+            key, value = term.split("=", 1)
+            if "!" in key or labels.get(key) != value:
+                return False
+        elif not re.fullmatch(r"[A-Za-z0-9./_-]+", term):
+            raise AssertionError(f"the test double does not parse selector term {term!r}")
+        elif term not in labels:
+            return False
+    return True
+
+
+class FakeApiServer:
+    """A test double of the Kubernetes API server (no API server runs here).
+
+    Plugged in as the urllib3 pool manager of the real kubernetes client; it stores objects
+    in memory, records every request and can be told to fail requests.
+    """
+
+    def __init__(self):
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.requests: list[Request] = []
+        self.logs: dict[str, list] = {}
+        self.faults: list[dict] = []
+        self.jobset_api = True  # is the JobSet CRD installed?
+        self.namespaces: set[str] | None = None  # None: every namespace exists
+        self.linger = 0  # GETs an object survives its DELETE (foreground deletion under way)
+        self._dying: dict[tuple[str, str, str], int] = {}
+        self._uid = 0
+
+    # --- helpers for tests
+    def put(self, resource: str, obj: dict) -> dict:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", NS)
+        meta.setdefault("creationTimestamp", "2025-01-01T00:00:00Z")
+        self._uid += 1
+        meta.setdefault("uid", f"uid-{self._uid}")
+        self.objects[(resource, meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def get(self, resource: str, name: str, namespace: str = NS) -> dict | None:
+        return self.objects.get((resource, namespace, name))
+
+    def fail(self, method: str, resource: str, code: int, *, dry_run: bool | None = None,
+             body: Any = None, times: int = 1, raw: bytes | None = None) -> None:
+        self.faults.append(dict(method=method, resource=resource, code=code, dry_run=dry_run,
+                                body=body, times=times, raw=raw))
+
+    def calls(self, method: str | None = None, resource: str | None = None) -> list[Request]:
+        return [r for r in self.requests if (method is None or r.method == method)
+                and (resource is None or r.resource == resource)]
+
+    # --- urllib3 PoolManager interface
+    def clear(self):
+        pass
+
+    def request(self, method, url, fields=None, body=None, timeout=None, headers=None,
+                preload_content=False, **kwargs):
+        request = Request(method, url, body, headers)
+        self.requests.append(request)
+        code, payload = self._answer(request)
+        if isinstance(payload, _Chunks):
+            stream, content_type = payload, "text/plain"
+        elif isinstance(payload, bytes):
+            stream, content_type = io.BytesIO(payload), "text/plain; charset=utf-8"
+        else:
+            stream, content_type = io.BytesIO(json.dumps(payload).encode()), "application/json"
+        return urllib3.HTTPResponse(body=stream, status=code, headers={"content-type": content_type},
+                                    preload_content=False, reason={200: "OK", 201: "Created"}.get(code, "Error"))
+
+    def _fault(self, request: Request):
+        for fault in self.faults:
+            if (fault["method"] == request.method and fault["resource"] == request.resource
+                    and fault["dry_run"] in (None, request.dry_run) and fault["times"] > 0):
+                fault["times"] -= 1
+                if fault["raw"] is not None:
+                    return fault["code"], fault["raw"]
+                return fault["code"], fault["body"] or _status(fault["code"], "Injected", "injected failure")
+        return None
+
+    def _answer(self, request: Request):
+        assert request.host == HOST, f"request to {request.host}, not the kubeconfig's server"
+        assert request.headers.get("authorization") == f"Bearer {TOKEN}" or \
+            request.headers.get("Authorization") == f"Bearer {TOKEN}", request.headers
+        fault = self._fault(request)
+        if fault:
+            return fault
+        resource, ns, name = request.resource, request.namespace, request.name
+        if resource is None or (resource == "jobsets" and not self.jobset_api):
+            return 404, b"404 page not found\n"
+        kind, group = _KINDS.get(resource, ("Pod", ""))
+        qualified = f"{resource}.{group}" if group else resource
+        if resource == "logs":
+            pod = self.get("pods", name, ns)
+            if pod is None:
+                return 404, _status(404, "NotFound", f'pods "{name}" not found', name=name, kind="pods")
+            return 200, _Chunks(self.logs.get(name, []))
+        key = (resource, ns, name)
+        if request.method == "POST":
+            obj = request.body
+            assert obj["kind"] == kind and obj["metadata"]["namespace"] == ns
+            if self.namespaces is not None and ns not in self.namespaces:
+                return 404, _status(404, "NotFound", f'namespaces "{ns}" not found', name=ns, kind="namespaces")
+            name = obj["metadata"]["name"]
+            if (resource, ns, name) in self.objects:
+                return 409, _status(409, "AlreadyExists", f'{qualified} "{name}" already exists',
+                                    name=name, group=group, kind=resource)
+            stored = copy.deepcopy(obj)
+            stored["metadata"].update(uid="uid-new", creationTimestamp="2025-02-02T00:00:00Z")
+            if not request.dry_run:
+                self.objects[(resource, ns, name)] = copy.deepcopy(stored)
+            return 201, stored
+        if request.method == "GET" and name is None:
+            selector = request.query.get("labelSelector")
+            items = [o for (r, n, _), o in sorted(self.objects.items())
+                     if r == resource and n == ns
+                     and _selector_matches(selector, o["metadata"].get("labels") or {})]
+            return 200, {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": items}
+        if key not in self.objects:
+            return 404, _status(404, "NotFound", f'{qualified} "{name}" not found', name=name,
+                                group=group, kind=resource)
+        if request.method == "GET":
+            obj = self.objects[key]
+            if key in self._dying:
+                self._dying[key] -= 1
+                if self._dying[key] < 0:
+                    del self.objects[key], self._dying[key]
+                    return 404, _status(404, "NotFound", f'{qualified} "{name}" not found',
+                                        name=name, group=group, kind=resource)
+            return 200, obj
+        if request.method == "DELETE":
+            obj = self.objects[key]
+            if self.linger:
+                obj["metadata"]["deletionTimestamp"] = "2025-03-03T00:00:00Z"
+                obj["metadata"]["finalizers"] = ["foregroundDeletion"]
+                self._dying[key] = self.linger
+            else:
+                del self.objects[key]
+            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
+                         "details": {"name": name, "kind": resource}}
+        raise AssertionError(f"the test double does not answer {request!r}")
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(autouse=True)
+def no_sockets(monkeypatch):
+    """Nothing in these tests may open a network connection."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("a test tried to open a network connection")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture
+def kubeconfig(tmp_path, monkeypatch):
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "work",
+        "clusters": [{"name": "fake", "cluster": {"server": HOST, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "dev", "user": {"token": TOKEN}}],
+        "contexts": [{"name": "work", "context": {"cluster": "fake", "user": "dev", "namespace": NS}},
+                     {"name": "plain", "context": {"cluster": "fake", "user": "dev"}}],
+    }))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def crd_schema() -> dict:
+    return V.jobset_crd_schema(yaml.safe_load(CRD.read_text()))
+
+
+@pytest.fixture
+def server(monkeypatch, kubeconfig, crd_schema) -> FakeApiServer:
+    """The test double, plugged into every ApiClient; afterwards, every object sent must
+    have passed the offline schema checks."""
+    fake = FakeApiServer()
+    original = rest.RESTClientObject.__init__
+
+    def init(self, configuration):
+        original(self, configuration)
+        self.pool_manager = fake
+
+    monkeypatch.setattr(rest.RESTClientObject, "__init__", init)
+    yield fake
+    for request in fake.calls("POST"):
+        assert_valid(request.body, crd_schema)
+
+
+@pytest.fixture
+def backend(server) -> K.KubernetesBackend:
+    return K.KubernetesBackend(poll_seconds=0, delete_timeout=5)
+
+
+def make_spec(**changes) -> S.JobSpec:
+    data = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm",
+            "namespace": NS, "image": "us-docker.pkg.dev/proj/repo/worker:1",
+            "command": ["python", "-m", "examples.lm"], "accelerator": "cpu",
+            "checkpoint_dir": "gs://ckpt/lm"}
+    data.update(changes)
+    return S.spec_from_dict(data)
+
+
+SPECS = {
+    "cpu-jobset": make_spec(),
+    "tpu-v5p-2-slices": make_spec(accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}},
+                                  num_slices=2, queue="team-a", service_account="trainer"),
+    "gpu-2-hosts": make_spec(accelerator={"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2}},
+                             data={"nfs": {"server": "10.0.0.2", "path": "/vol1/data"}}),
+    "indexed-job": make_spec(accelerator={"cpu": {"hosts": 4}}, workload="indexed-job"),
+}
+
+
+def assert_valid(obj: dict, crd_schema: dict) -> None:
+    """The offline checks of launcher/validate.py (no API server here)."""
+    assert V.check_objects([obj]) == []
+    assert V.check_schemas([obj]) == []  # kubernetes-validate strict (JobSet: its child Jobs)
+    if obj["kind"] == "JobSet":
+        assert V.check_jobset_crd(obj, crd_schema) == []
+
+
+def submitted(server: FakeApiServer, spec: S.JobSpec) -> None:
+    """Puts the rendered objects of ``spec`` into the server, as a successful submit would."""
+    for obj in R.render(spec).objects:
+        server.put({"JobSet": "jobsets", "Job": "jobs", "Service": "services"}[obj["kind"]], obj)
+
+
+def pod(name: str, *, jobset: str | None = None, job: str | None = None, slice_index: int = 0,
+        index: int = 0, attempt: int = 0, phase: str = "Running", state: dict | None = None,
+        conditions: list | None = None, created: str = "2025-01-01T00:00:00Z",
+        deleting: bool = False, index_as_annotation: bool = False) -> dict:
+    """A pod as the JobSet/Job controllers and the kubelet leave it (canned JSON)."""
+    labels = {R.RUN_NAME_LABEL: jobset or job}
+    annotations = {}
+    index_keys = annotations if index_as_annotation else labels
+    index_keys[K.COMPLETION_INDEX_KEY] = str(index)
+    annotations[K.COMPLETION_INDEX_KEY] = str(index)
+    if jobset:
+        labels.update({K.JOBSET_NAME_LABEL: jobset, "jobset.sigs.k8s.io/replicatedjob-name": "slice",
+                       K.JOB_INDEX_LABEL: str(slice_index), K.RESTART_ATTEMPT_KEY: str(attempt),
+                       K.JOB_NAME_LABEL: f"{jobset}-slice-{slice_index}"})
+        annotations[K.RESTART_ATTEMPT_KEY] = str(attempt)
+    else:
+        labels.update({K.JOB_NAME_LABEL: job, "batch.kubernetes.io/job-name": job, R.JOB_LABEL: job})
+    if state is None:
+        state = {"running": {"startedAt": "2025-01-01T00:01:00Z"}} if phase == "Running" else \
+            {"waiting": {"reason": "ContainerCreating"}}
+    meta = {"name": name, "namespace": NS, "labels": labels, "annotations": annotations,
+            "creationTimestamp": created}
+    if deleting:
+        meta["deletionTimestamp"] = "2025-03-03T00:00:00Z"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "status": {"phase": phase, "conditions": conditions or [],
+                       "containerStatuses": [{"name": "worker", "state": state, "ready": phase == "Running",
+                                              "restartCount": 0, "image": "x", "imageID": "",
+                                              "started": phase == "Running"}]}}
+
+
+def jobset_pods(name: str, slices: int, hosts: int, *, attempt: int = 0, phase: str = "Running",
+                **kwargs) -> list[dict]:
+    return [pod(f"{name}-slice-{s}-{i}-a{attempt}x", jobset=name, slice_index=s, index=i,
+                attempt=attempt, phase=phase, **kwargs)
+            for s in range(slices) for i in range(hosts)]
+
+
+def terminated(code: int, reason: str = "Error", message: str = "", finished: str = "2025-01-01T01:00:00Z"):
+    return {"terminated": {"exitCode": code, "reason": reason, "message": message,
+                           "finishedAt": finished, "startedAt": "2025-01-01T00:01:00Z"}}
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def test_constructing_does_no_io_and_the_first_call_loads_the_kubeconfig(server, monkeypatch):
+    """Constructing reads no file and sends nothing; the first API call loads credentials once."""
+    loads = []
+    real_load = k8s_config.load_kube_config
+    monkeypatch.setattr(K.k8s_config, "load_kube_config",
+                        lambda *a, **kw: loads.append(kw) or real_load(*a, **kw))
+    monkeypatch.setattr(K.k8s_config, "load_incluster_config",
+                        lambda *a, **kw: pytest.fail("in-cluster config outside a pod"))
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **kw: opened.append(a) or real_open(*a, **kw))
+    backend = K.KubernetesBackend(namespace="elsewhere", context="plain")
+    assert loads == [] and server.requests == [] and opened == []
+    monkeypatch.setattr("builtins.open", real_open)
+    assert backend.list() == []
+    assert [kw["context"] for kw in loads] == ["plain"]
+    assert {r.namespace for r in server.requests} == {"elsewhere"}
+    backend.list()
+    assert len(loads) == 1
+
+
+def test_namespace_comes_from_the_kubeconfig_context(server):
+    assert K.KubernetesBackend().namespace == NS  # context "work" names it
+    assert K.KubernetesBackend(context="plain").namespace == "default"
+    assert K.KubernetesBackend(namespace="x", context="plain").namespace == "x"
+    assert server.requests == []
+
+
+def test_in_cluster_config_comes_first_in_a_pod(server, monkeypatch, tmp_path):
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    namespace_file = tmp_path / "namespace"
+    namespace_file.write_text("ml-jobs\n")
+    monkeypatch.setattr(K, "INCLUSTER_NAMESPACE_FILE", str(namespace_file))
+
+    def incluster(client_configuration):
+        client_configuration.host = HOST
+        client_configuration.api_key = {"authorization": f"Bearer {TOKEN}"}
+    monkeypatch.setattr(K.k8s_config, "load_incluster_config", incluster)
+    monkeypatch.setattr(K.k8s_config, "load_kube_config",
+                        lambda *a, **kw: pytest.fail("kubeconfig used inside a pod"))
+    backend = K.KubernetesBackend()
+    assert backend.list() == []
+    assert backend.namespace == "ml-jobs"
+    assert server.calls("GET", "jobsets")[0].namespace == "ml-jobs"
+
+
+def test_in_cluster_failure_falls_back_to_the_kubeconfig(server, monkeypatch):
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+
+    def incluster(client_configuration):
+        raise k8s_config.ConfigException("Service token file does not exist.")
+    monkeypatch.setattr(K.k8s_config, "load_incluster_config", incluster)
+    assert K.KubernetesBackend().list() == []
+    assert server.requests
+
+
+def test_missing_kubeconfig_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nope"))
+    backend = K.KubernetesBackend()  # still fine: nothing is loaded yet
+    with pytest.raises(BackendError, match=r"cannot load Kubernetes credentials.*KUBECONFIG.*--context"):
+        backend.status("lm")
+
+
+# ----------------------------------------------------------------------------- submit
+
+
+@pytest.mark.parametrize("case", SPECS)
+def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, backend, crd_schema):
+    spec = SPECS[case]
+    expected = sorted(R.render(spec).objects, key=lambda o: o["kind"] != "Service")
+    status = backend.submit(spec)
+    posts = server.calls("POST")
+    kinds = [o["kind"] for o in expected]
+    assert [(r.body["kind"], r.dry_run) for r in posts] == \
+        [(k, True) for k in kinds] + [(k, False) for k in kinds]
+    for request, obj in zip(posts, expected + expected):
+        assert request.body == obj  # exactly the rendered object
+        assert request.query["fieldManager"] == "roxxel-launch"
+        assert_valid(request.body, crd_schema)
+    assert len(server.requests) == len(posts)  # nothing but the creates
+    assert status.state is JobState.PENDING and status.processes == spec.num_processes
+    assert status.created == "2025-02-02T00:00:00Z"
+    stored = server.get("jobsets" if spec.workload == "jobset" else "jobs", "lm")
+    assert stored["metadata"]["annotations"][R.SPEC_ANNOTATION]
+
+
+def test_submit_dry_run_creates_nothing(server, backend):
+    status = backend.submit(SPECS["indexed-job"], dry_run=True)
+    assert all(r.dry_run for r in server.requests) and len(server.requests) == 2
+    assert server.objects == {}
+    assert "dry run" in status.message and status.state is JobState.PENDING
+
+
+def test_submit_validates_offline_before_sending_anything(server, backend, monkeypatch):
+    def broken(spec):
+        rendered = R.render(spec)
+        obj = copy.deepcopy(rendered.objects[0])
+        obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+        return R.Rendered(objects=(obj,), yaml="")
+    monkeypatch.setattr(K, "render", broken)
+    with pytest.raises(BackendError, match="(?s)nothing was sent.*restartPolicy.*'OnFailure'"):
+        backend.submit(SPECS["cpu-jobset"])
+    assert server.requests == []
+
+
+def test_submit_places_the_job_in_the_backends_namespace(server, crd_schema):
+    K.KubernetesBackend(namespace="team-b").submit(SPECS["cpu-jobset"])
+    (dry, real) = server.calls("POST")
+    assert real.namespace == "team-b" and real.body["metadata"]["namespace"] == "team-b"
+    assert_valid(real.body, crd_schema)
+
+
+def test_existing_name_is_found_by_the_dry_run(server, backend):
+    submitted(server, SPECS["cpu-jobset"])
+    with pytest.raises(JobExistsError, match=r"JobSet team-a/lm already exists.*delete.*resume"):
+        backend.submit(SPECS["cpu-jobset"])
+    assert [r.dry_run for r in server.calls("POST")] == [True]
+
+
+def test_partial_failure_rolls_back_what_was_created(server, backend):
+    """Service created, Job refused: the Service is deleted again (never half a job)."""
+    server.fail("POST", "jobs", 422, dry_run=False, body=_status(
+        422, "Invalid", 'Job.batch "lm" is invalid: spec.template.spec.containers[0].image: Required value'))
+    with pytest.raises(BackendError) as info:
+        backend.submit(SPECS["indexed-job"])
+    message = str(info.value)
+    assert "spec.template.spec.containers[0].image: Required value" in message
+    assert "Rolled back: deleted Service/lm" in message
+    (delete,) = server.calls("DELETE")
+    assert delete.resource == "services" and delete.query["propagationPolicy"] == "Foreground"
+    assert server.objects == {}
+
+
+def test_a_failed_rollback_says_what_is_left_and_how_to_remove_it(server, backend):
+    server.fail("POST", "jobs", 500, dry_run=False)
+    server.fail("DELETE", "services", 500)
+    with pytest.raises(BackendError, match=r"Could NOT roll back: Service/lm .*kubectl delete service lm -n team-a"):
+        backend.submit(SPECS["indexed-job"])
+
+
+def test_an_interrupted_submit_rolls_back_too(server, backend, monkeypatch):
+    real = K.KubernetesBackend._create
+
+    def create(self, obj, *, dry_run):
+        if obj["kind"] == "Job" and not dry_run:
+            raise KeyboardInterrupt
+        return real(self, obj, dry_run=dry_run)
+    monkeypatch.setattr(K.KubernetesBackend, "_create", create)
+    with pytest.raises(KeyboardInterrupt):
+        backend.submit(SPECS["indexed-job"])
+    assert server.objects == {}
+
+
+# ----------------------------------------------------------------------------- API errors
+
+
+@pytest.mark.parametrize("fault, error, pattern", [
+    (dict(code=403, body=_status(403, "Forbidden", 'jobsets.jobset.x-k8s.io is forbidden: User "dev" '
+                                 'cannot create resource "jobsets" in API group "jobset.x-k8s.io"')),
+     BackendError, r"forbidden to create \(dry run\) JobSet team-a/lm: jobsets.jobset.x-k8s.io is forbidden.*"
+                   r"RBAC.*kubectl auth can-i create jobsets.jobset.x-k8s.io -n team-a.*--namespace"),
+    (dict(code=404, raw=b"404 page not found\n"), BackendError,
+     r"JobSet API \(jobset.x-k8s.io/v1alpha2\) is not installed.*install JobSet.*kubectl apply --server-side -f "
+     r"https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml.*indexed-job"),
+    (dict(code=404, body=_status(404, "NotFound", "the server could not find the requested resource")),
+     BackendError, r"JobSet API .* is not installed.*install JobSet"),
+    (dict(code=409, body=_status(409, "AlreadyExists", 'jobsets.jobset.x-k8s.io "lm" already exists',
+                                 name="lm", kind="jobsets")), JobExistsError, r"already exists"),
+    (dict(code=422, body=_status(422, "Invalid", 'JobSet.jobset.x-k8s.io "lm" is invalid: spec.replicatedJobs[0].'
+                                 'name: Invalid value: "slice": must be no more than 63 characters')),
+     BackendError, r"rejected JobSet team-a/lm.*spec.replicatedJobs\[0\].name: Invalid value"),
+    (dict(code=401, body=_status(401, "Unauthorized", "Unauthorized")), BackendError,
+     r"rejected the credentials.*get-credentials"),
+    (dict(code=500, body=_status(500, "InternalError", "etcdserver: request timed out")), BackendError,
+     r"failed to create \(dry run\) JobSet team-a/lm: HTTP 500.*etcdserver: request timed out.*Retry"),
+])
+def test_api_errors_become_clear_backend_errors(server, backend, fault, error, pattern):
+    server.fail("POST", "jobsets", **fault)
+    with pytest.raises(error, match=pattern) as info:
+        backend.submit(SPECS["cpu-jobset"])
+    assert isinstance(info.value.__cause__, K.ApiException)
+    assert server.objects == {}
+
+
+def test_missing_namespace_is_named(server, backend):
+    server.namespaces = {"default"}
+    with pytest.raises(BackendError, match=r"namespace 'team-a' does not exist.*kubectl create namespace team-a"):
+        backend.submit(SPECS["indexed-job"])
+
+
+def test_unreachable_api_server(server, backend, monkeypatch):
+    def down(*args, **kwargs):
+        raise urllib3.exceptions.MaxRetryError(None, "/apis", "connection refused")
+    monkeypatch.setattr(server, "request", down)
+    with pytest.raises(BackendError, match=rf"cannot reach the Kubernetes API server at {HOST}"):
+        backend.status("lm")
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def _jobset(server, spec=None, *, status: dict | None = None, suspend: bool = False) -> dict:
+    spec = spec or SPECS["tpu-v5p-2-slices"]
+    submitted(server, spec)
+    obj = server.get("jobsets", spec.name)
+    obj["status"] = status or {}
+    if suspend:
+        obj["spec"]["suspend"] = True
+    return obj
+
+
+def test_status_jobset_pending_until_every_worker_runs(server, backend):
+    _jobset(server, status={"restarts": 0})
+    assert backend.status("lm").state is JobState.PENDING  # no pods yet
+    for p in jobset_pods("lm", 2, 4)[:6]:
+        server.put("pods", p)
+    server.put("pods", pod("lm-slice-1-2-z", jobset="lm", slice_index=1, index=2, phase="Pending",
+                           state={"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}))
+    status = backend.status("lm")
+    assert status.state is JobState.PENDING and status.processes == 8
+    assert "6/8 workers running" in status.message
+    assert "slice 1: 1 Pending, 2 Running" in status.message
+    assert "process 6 (pod lm-slice-1-2-z) Pending (ImagePullBackOff: Back-off pulling image)" in status.message
+    assert server.calls("GET", "pods")[0].query["labelSelector"] == "jobset.sigs.k8s.io/jobset-name=lm"
+
+
+def test_status_jobset_unschedulable_reason_is_surfaced(server, backend):
+    _jobset(server)
+    server.put("pods", pod("lm-slice-0-0-q", jobset="lm", phase="Pending", state={}, conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/3 nodes are available: 3 Insufficient google.com/tpu."}]))
+    assert "Unschedulable: 0/3 nodes are available: 3 Insufficient google.com/tpu." in \
+        backend.status("lm").message
+
+
+def test_status_jobset_running(server, backend):
+    _jobset(server, status={"restarts": 0, "replicatedJobsStatus": [
+        {"name": "slice", "ready": 2, "active": 2, "succeeded": 0, "failed": 0, "suspended": 0}]})
+    for p in jobset_pods("lm", 2, 4):
+        server.put("pods", p)
+    status = backend.status("lm")
+    assert (status.state, status.restarts, status.exit_code) == (JobState.RUNNING, 0, None)
+    assert status.created == "2025-01-01T00:00:00Z"
+
+
+def test_status_jobset_restarting_after_a_gang_restart(server, backend):
+    _jobset(server, status={"restarts": 2, "restartsCountTowardsMax": 1})
+    for p in jobset_pods("lm", 2, 4, attempt=1, deleting=True)[:3] + jobset_pods("lm", 2, 4, attempt=2)[:5]:
+        server.put("pods", p)
+    status = backend.status("lm")
+    assert status.state is JobState.RESTARTING and status.restarts == 2
+    assert "3 pods of the previous attempt still terminating" in status.message
+    assert "2 restarts, 1 counted toward max_restarts=3" in status.message
+    # Once every worker of the new attempt runs and the old pods are gone: Running again.
+    for key in [k for k in server.objects if k[0] == "pods"]:
+        del server.objects[key]
+    for p in jobset_pods("lm", 2, 4, attempt=2):
+        server.put("pods", p)
+    status = backend.status("lm")
+    assert (status.state, status.restarts) == (JobState.RUNNING, 2)
+
+
+def test_status_jobset_succeeded(server, backend):
+    _jobset(server, status={"restarts": 1, "terminalState": "Completed", "conditions": [
+        {"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed successfully"}]})
+    status = backend.status("lm")
+    assert (status.state, status.exit_code, status.restarts) == (JobState.SUCCEEDED, 0, 1)
+    assert status.state.terminal
+
+
+def test_status_jobset_failed_names_the_first_failed_worker(server, backend):
+    _jobset(server, status={"restarts": 3, "restartsCountTowardsMax": 3, "terminalState": "Failed", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts",
+         "message": "jobset failed due to reaching max number of restarts"}]})
+    pods = jobset_pods("lm", 2, 4, attempt=3)
+    pods[5] = pod("lm-slice-1-1-boom", jobset="lm", slice_index=1, index=1, attempt=3, phase="Failed",
+                  state=terminated(1, "Error", "ValueError: NaN loss", "2025-01-01T01:00:00Z"))
+    pods[2] = pod("lm-slice-0-2-later", jobset="lm", slice_index=0, index=2, attempt=3, phase="Failed",
+                  state=terminated(137, "Error", "", "2025-01-01T01:00:09Z"))
+    for p in pods:
+        server.put("pods", p)
+    status = backend.status("lm")
+    assert (status.state, status.exit_code, status.restarts) == (JobState.FAILED, 1, 3)
+    assert "ReachedMaxRestarts: jobset failed due to reaching max number of restarts" in status.message
+    assert "first failure: process 5 (pod lm-slice-1-1-boom) exited with code 1 (Error: ValueError: NaN loss)" \
+        in status.message
+
+
+def test_status_jobset_suspended_by_kueue(server, backend):
+    _jobset(server, suspend=True, status={"conditions": [
+        {"type": "Suspended", "status": "True", "reason": "SuspendedTrue", "message": "jobset is suspended"}]})
+    status = backend.status("lm")
+    assert status.state is JobState.SUSPENDED and not status.state.terminal
+    assert "waiting for Kueue to admit it (queue team-a)" in status.message
+
+
+def _job(server, *, conditions=(), suspend=False) -> dict:
+    submitted(server, SPECS["indexed-job"])
+    obj = server.get("jobs", "lm")
+    obj["status"] = {"conditions": list(conditions)}
+    obj["spec"]["suspend"] = suspend
+    return obj
+
+
+def _job_pods(phase="Running", **overrides) -> list[dict]:
+    pods = [pod(f"lm-{i}-x", job="lm", index=i, phase=phase) for i in range(4)]
+    for i, p in overrides.items():
+        pods[int(i[1:])] = p
+    return pods
+
+
+@pytest.mark.parametrize("conditions, pods, state, exit_code, fragment", [
+    ([], _job_pods(), JobState.RUNNING, None, "4/4 workers running"),
+    ([], _job_pods(phase="Pending"), JobState.PENDING, None, "0/4 workers running"),
+    ([{"type": "Complete", "status": "True", "reason": "CompletionsReached"}], [], JobState.SUCCEEDED, 0, ""),
+    ([{"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy",
+       "message": "Pod team-a/lm-2-x has condition DisruptionTarget matching FailJob rule at index 0"},
+      {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+       "message": "Pod team-a/lm-2-x has condition DisruptionTarget matching FailJob rule at index 0"}],
+     _job_pods(p2=pod("lm-2-x", job="lm", index=2, phase="Failed", state=terminated(143), conditions=[
+         {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}])),
+     JobState.PREEMPTED, 42, "roxxel-launch resume lm"),
+    ([{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+       "message": "Container worker for pod team-a/lm-1-x failed with exit code 42 matching FailJob rule at index 1"}],
+     _job_pods(p1=pod("lm-1-x", job="lm", index=1, phase="Failed", state=terminated(42))),
+     JobState.PREEMPTED, 42, "exit code 42"),
+    ([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+       "message": "Job has reached the specified backoff limit"}],
+     _job_pods(p3=pod("lm-3-x", job="lm", index=3, phase="Failed", state=terminated(137, "OOMKilled"))),
+     JobState.FAILED, 137, "first failure: process 3 (pod lm-3-x) exited with code 137 (OOMKilled)"),
+], ids=["running", "pending", "succeeded", "preempted-disruption", "preempted-exit-42", "failed"])
+def test_status_indexed_job(server, backend, conditions, pods, state, exit_code, fragment):
+    _job(server, conditions=conditions)
+    for p in pods:
+        server.put("pods", p)
+    status = backend.status("lm")
+    assert (status.state, status.exit_code, status.processes, status.restarts) == (state, exit_code, 4, 0)
+    assert fragment in status.message
+    assert [r.query.get("labelSelector") for r in server.calls("GET", "pods")] == ["job-name=lm"]
+
+
+def test_status_indexed_job_suspended(server, backend):
+    _job(server, suspend=True)
+    assert backend.status("lm").state is JobState.SUSPENDED
+
+
+def test_status_of_unknown_foreign_and_child_objects(server, backend):
+    with pytest.raises(JobNotFoundError, match="no job 'lm'.*roxxel-launch list.*--namespace"):
+        backend.status("lm")
+    server.put("jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "lm-slice-0", "labels": {K.JOBSET_NAME_LABEL: "lm", R.MANAGED_BY_LABEL: R.MANAGED_BY}}})
+    with pytest.raises(JobNotFoundError, match="child of JobSet lm"):
+        backend.status("lm-slice-0")
+    server.put("jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "theirs"}})
+    with pytest.raises(BackendError, match="not created by roxxel-launch"):
+        backend.delete("theirs")
+    assert server.calls("DELETE") == []
+
+
+def test_status_without_the_jobset_api_still_finds_indexed_jobs(server, backend):
+    server.jobset_api = False
+    _job(server)
+    assert backend.status("lm").processes == 4
+
+
+def test_wait_returns_the_terminal_status(server, backend):
+    obj = _jobset(server, status={"restarts": 0})
+    real = backend.status
+    seen = []
+
+    def status(name):
+        seen.append(name)
+        if len(seen) == 3:
+            obj["status"] = {"terminalState": "Completed"}
+        return real(name)
+    backend.status = status
+    assert backend.wait("lm", poll_seconds=0).state is JobState.SUCCEEDED
+    assert len(seen) == 3
+
+
+# ----------------------------------------------------------------------------- list
+
+
+def test_list_shows_roxxel_jobs_only(server, backend):
+    submitted(server, SPECS["tpu-v5p-2-slices"])
+    submitted(server, make_spec(name="small", accelerator={"cpu": {"hosts": 2}}, workload="indexed-job"))
+    # The JobSet's child Job carries the JobSet's labels; it is not a job of its own.
+    server.put("jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "lm-slice-0", "labels": {K.JOBSET_NAME_LABEL: "lm", R.MANAGED_BY_LABEL: R.MANAGED_BY}}})
+    server.put("jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "other"}})
+    for p in jobset_pods("lm", 2, 4) + [pod(f"small-{i}", job="small", index=i) for i in range(2)]:
+        server.put("pods", p)
+    statuses = backend.list()
+    assert [(s.name, s.state, s.processes) for s in statuses] == [
+        ("lm", JobState.RUNNING, 8), ("small", JobState.RUNNING, 2)]
+    selectors = {r.resource: r.query.get("labelSelector") for r in server.calls("GET")}
+    assert selectors == {"jobsets": "app.kubernetes.io/managed-by=roxxel-launch",
+                         "jobs": "app.kubernetes.io/managed-by=roxxel-launch",
+                         "pods": "roxxel.dev/run-name"}
+
+
+def test_list_without_the_jobset_api(server, backend):
+    server.jobset_api = False
+    submitted(server, make_spec(name="small", workload="indexed-job"))
+    assert [s.name for s in backend.list()] == ["small"]
+
+
+def test_list_passes_other_errors_on(server, backend):
+    server.fail("GET", "jobsets", 403, body=_status(403, "Forbidden", "forbidden"))
+    with pytest.raises(BackendError, match="forbidden to list JobSets in namespace team-a"):
+        backend.list()
+
+
+# ----------------------------------------------------------------------------- logs
+
+
+def test_logs_picks_the_pod_of_the_process_in_the_newest_attempt(server, backend):
+    _jobset(server, status={"restarts": 1})
+    pods = jobset_pods("lm", 2, 4, attempt=0) + jobset_pods("lm", 2, 4, attempt=1)
+    for p in pods:
+        server.put("pods", p)
+    server.logs["lm-slice-1-2-a1x"] = [b"step 1 loss 2.0\nstep 2 ", b"loss 1.9\r\n", b"done"]
+    lines = backend.logs("lm", process=6)  # slice 6 // 4 = 1, index 6 % 4 = 2
+    (pods_query,) = [r for r in server.calls("GET", "pods")]
+    assert pods_query.query["labelSelector"] == "jobset.sigs.k8s.io/jobset-name=lm,jobset.sigs.k8s.io/job-index=1"
+    assert list(lines) == ["step 1 loss 2.0", "step 2 loss 1.9", "done"]
+    (log,) = server.calls("GET", "logs")
+    assert log.name == "lm-slice-1-2-a1x"
+    assert log.query == {"container": "worker", "follow": "false"}
+
+
+def test_logs_finds_the_completion_index_in_an_annotation_too(server, backend):
+    _job(server)
+    for i in range(4):
+        server.put("pods", pod(f"lm-{i}-old-cluster", job="lm", index=i, index_as_annotation=True))
+    server.logs["lm-3-old-cluster"] = [b"hello\n"]
+    assert list(backend.logs("lm", process=3)) == ["hello"]
+
+
+def test_logs_follow_streams_lines_as_they_arrive(server, backend):
+    _job(server)
+    for p in _job_pods():
+        server.put("pods", p)
+    produced = []
+
+    def later(data):
+        def chunk():
+            produced.append(data)
+            return data
+        return chunk
+    euro = "€".encode()
+    server.logs["lm-0-x"] = [later(b"first\nsec"), later(b"ond " + euro[:1]), later(euro[1:] + b"\n"), later(b"last\n")]
+    lines = backend.logs("lm", follow=True)
+    assert produced == []  # the stream is read lazily
+    assert next(lines) == "first"
+    assert produced == [b"first\nsec"]  # yielded before the server sent more
+    assert next(lines) == "second €"
+    assert list(lines) == ["last"]
+    (log,) = server.calls("GET", "logs")
+    assert log.query["follow"] == "true"
+
+
+def test_logs_closes_the_stream_when_the_reader_stops(server, backend, monkeypatch):
+    _job(server)
+    for p in _job_pods():
+        server.put("pods", p)
+    server.logs["lm-0-x"] = [b"a\n", b"b\n", b"c\n"]
+    closed = []
+    monkeypatch.setattr(urllib3.HTTPResponse, "close",
+                        lambda self: closed.append(True) or None)
+    lines = backend.logs("lm", follow=True)
+    assert next(lines) == "a"
+    lines.close()
+    assert closed
+
+
+def test_logs_follow_waits_for_the_pod_to_start(server, backend):
+    _job(server)
+    pods = _job_pods(phase="Pending")
+    for p in pods:
+        server.put("pods", p)
+    server.logs["lm-1-x"] = [b"up\n"]
+    real_list = backend._list
+
+    def list_(kind, selector):
+        result = real_list(kind, selector)
+        if kind == "Pod" and len(server.calls("GET", "pods")) == 2:  # starts after two polls
+            server.put("pods", pod("lm-1-x", job="lm", index=1, phase="Running"))
+        return result
+    backend._list = list_
+    assert list(backend.logs("lm", process=1, follow=True)) == ["up"]
+    assert len(server.calls("GET", "pods")) == 3
+
+
+def test_logs_follow_gives_up_on_a_finished_job_without_pods(server, backend):
+    _job(server, conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}])
+    with pytest.raises(BackendError, match="lm is Failed and process 2 has no pod left"):
+        backend.logs("lm", process=2, follow=True)
+
+
+def test_logs_errors(server, backend):
+    with pytest.raises(JobNotFoundError):
+        backend.logs("lm")
+    _job(server)
+    with pytest.raises(BackendError, match="has processes 0..3; there is no process 4"):
+        backend.logs("lm", process=4)
+    with pytest.raises(BackendError, match="process 0 of lm has no pod yet.*-f"):
+        backend.logs("lm")
+    for p in _job_pods():
+        server.put("pods", p)
+    server.fail("GET", "logs", 400, body=_status(
+        400, "BadRequest", 'container "worker" in pod "lm-0-x" is waiting to start: ContainerCreating'))
+    with pytest.raises(BackendError, match="is waiting to start: ContainerCreating"):
+        backend.logs("lm")
+
+
+# ----------------------------------------------------------------------------- delete
+
+
+def test_delete_jobset_uses_foreground_propagation(server, backend):
+    submitted(server, SPECS["cpu-jobset"])
+    backend.delete("lm")
+    (delete,) = server.calls("DELETE")
+    assert (delete.resource, delete.name, delete.query) == ("jobsets", "lm", {"propagationPolicy": "Foreground"})
+    assert server.objects == {}
+
+
+def test_delete_indexed_job_removes_its_service_too(server, backend):
+    submitted(server, SPECS["indexed-job"])
+    server.linger = 2  # foreground deletion keeps the objects for a while
+    backend.delete("lm", wait=True)
+    assert [(r.resource, r.query["propagationPolicy"]) for r in server.calls("DELETE")] == [
+        ("jobs", "Foreground"), ("services", "Foreground")]
+    assert server.objects == {}
+
+
+def test_delete_unknown_job(server, backend):
+    with pytest.raises(JobNotFoundError):
+        backend.delete("lm")
+
+
+def test_delete_wait_times_out_with_a_hint(server):
+    submitted(server, SPECS["cpu-jobset"])
+    server.linger = 10**6
+    backend = K.KubernetesBackend(poll_seconds=0, delete_timeout=0)
+    with pytest.raises(BackendError, match=r"still exists.*kubectl get pods -n team-a -l jobset.sigs.k8s.io/jobset-name=lm"):
+        backend.delete("lm", wait=True)
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def test_resume_reads_the_spec_annotation_and_resubmits(server, backend, crd_schema):
+    spec = SPECS["tpu-v5p-2-slices"]
+    _jobset(server, spec, status={"restarts": 4, "terminalState": "Failed", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "FailedJobs"}]})
+    server.linger = 2  # the old JobSet lingers while its pods terminate
+    status = backend.resume("lm")
+    methods = [(r.method, r.resource, r.dry_run) for r in server.requests]
+    first_delete = methods.index(("DELETE", "jobsets", False))
+    first_post = methods.index(("POST", "jobsets", True))
+    assert first_delete < first_post
+    # after the delete: polled until the JobSet was gone (2 lingering GETs + the 404)
+    assert methods[first_delete + 1:first_post] == [("GET", "jobsets", False)] * 3
+    (real_post,) = [r for r in server.calls("POST") if not r.dry_run]
+    assert real_post.body == R.render(spec).objects[0]  # same run name, checkpoint_dir, everything
+    assert_valid(real_post.body, crd_schema)
+    assert server.get("jobsets", "lm")["metadata"]["labels"][R.RUN_NAME_LABEL] == "lm"
+    assert status.state is JobState.PENDING
+
+
+def test_resume_after_a_simulated_preemption_of_an_indexed_job(server, backend, crd_schema):
+    spec = make_spec(name="lm", accelerator={"cpu": {"hosts": 4}}, workload="indexed-job", run_name="run-7")
+    submitted(server, spec)
+    server.get("jobs", "lm")["status"] = {"conditions": [
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+         "message": "Pod team-a/lm-0-x has condition DisruptionTarget matching FailJob rule at index 0"}]}
+    assert backend.status("lm").state is JobState.PREEMPTED
+    backend.resume("lm")
+    deletes = [(r.resource, r.query["propagationPolicy"]) for r in server.calls("DELETE")]
+    assert deletes == [("jobs", "Foreground"), ("services", "Foreground")]
+    creates = [r for r in server.calls("POST") if not r.dry_run]
+    assert [r.body["kind"] for r in creates] == ["Service", "Job"]
+    for request, obj in zip(creates, R.render(spec).objects):
+        assert request.body == obj
+        assert_valid(request.body, crd_schema)
+    env = {e["name"]: e.get("value") for e in
+           creates[1].body["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["ROXXEL_RUN_NAME"] == "run-7" and env["ROXXEL_CHECKPOINT_DIR"] == "gs://ckpt/lm"
+    assert "status" not in server.get("jobs", "lm")  # a fresh Job
+
+
+def test_resume_refuses_a_running_job(server, backend):
+    _jobset(server, status={"restarts": 0})
+    for p in jobset_pods("lm", 2, 4):
+        server.put("pods", p)
+    with pytest.raises(BackendError, match=r"lm is Running.*Wait for it.*roxxel-launch wait lm.*roxxel-launch delete lm"):
+        backend.resume("lm")
+    assert server.calls("DELETE") == [] and server.calls("POST") == []
+
+
+def test_resume_refuses_a_job_that_succeeded(server, backend):
+    _jobset(server, status={"terminalState": "Completed"})
+    with pytest.raises(BackendError, match="succeeded; there is nothing to resume"):
+        backend.resume("lm")
+    assert server.calls("DELETE") == []
+
+
+def test_resume_a_deleted_job_needs_its_spec(server, backend):
+    with pytest.raises(JobNotFoundError, match="Submit its spec file again"):
+        backend.resume("lm")
+    backend.resume("lm", spec=SPECS["cpu-jobset"])
+    assert [r.dry_run for r in server.calls("POST")] == [True, False]
+
+
+def test_resume_with_an_unreadable_annotation_deletes_nothing(server, backend):
+    obj = _jobset(server, status={"terminalState": "Failed"})
+    obj["metadata"]["annotations"][R.SPEC_ANNOTATION] = "{not json"
+    with pytest.raises(BackendError, match="annotation is not a valid job spec.*resubmit"):
+        backend.resume("lm")
+    assert server.calls("DELETE") == []
+
+
+def test_resume_a_suspended_job(server, backend):
+    _jobset(server, suspend=True)
+    backend.resume("lm")
+    assert len(server.calls("DELETE")) == 1 and len(server.calls("POST")) == 2
