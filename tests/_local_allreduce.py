@@ -1,0 +1,50 @@
+"""A real jax.distributed program for the local backend's tests (tests/test_launch_local.py).
+
+Run by ``roxxel-launch submit --local`` as ``roxxel-worker -- python _local_allreduce.py``:
+it finds its place through roxxel.distributed.initialize() (the ROXXEL_* variables the
+local backend sets), all-reduces ``process_id + 1`` across the processes, checks the sum
+and prints it on process 0.
+
+With ``LOCAL_TEST_HANG_FIRST_ATTEMPT=1`` every process keeps a per-process attempt counter
+in ``$ROXXEL_CHECKPOINT_DIR`` (standing in for a checkpoint that survives restarts): on its
+first attempt it writes ``ready-<id>`` (holding its pid) after the all-reduce and waits
+to be killed, so that a test can kill a worker mid-run; on later attempts it completes.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+import roxxel.distributed as rd
+
+info = rd.initialize(initialization_timeout=60, heartbeat_timeout_seconds=30)
+
+import jax  # noqa: E402  (after initialize, as a training program would)
+from jax.experimental import multihost_utils  # noqa: E402
+
+n, pid = info.num_processes, info.process_id
+gathered = multihost_utils.process_allgather(np.array([pid + 1], dtype=np.int32))
+total = int(np.sum(gathered))
+assert total == n * (n + 1) // 2, (total, n)
+if pid == 0:
+    print(f"allreduce sum={total} processes={n} local_devices={jax.local_device_count()}", flush=True)
+
+if os.environ.get("LOCAL_TEST_HANG_FIRST_ATTEMPT") == "1":
+    state = pathlib.Path(os.environ["ROXXEL_CHECKPOINT_DIR"])
+    state.mkdir(parents=True, exist_ok=True)
+    counter = state / f"attempts-{pid}"
+    attempt = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(attempt))
+    if attempt == 1:
+        (state / f"ready-{pid}").write_text(str(os.getpid()))
+        print(f"process {pid}: first attempt, waiting to be killed", flush=True)
+        time.sleep(120)
+        sys.exit(3)  # nobody killed us: make the test fail loudly
+    print(f"process {pid}: attempt {attempt}, completing", flush=True)
+
+rd.shutdown()

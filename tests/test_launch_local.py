@@ -1,0 +1,404 @@
+"""The local backend: `roxxel-launch submit --local` runs a job spec's workers as processes.
+
+End-to-end through the CLI (a subprocess per command) with small specs written here; the
+programs the workers run are tests/_local_allreduce.py (real jax.distributed) and
+tests/_local_program.py (no JAX, fast). PIDs are checked after every stop: no worker (nor
+the training program it started) may be left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import yaml
+
+from roxxel import distributed
+from roxxel_launch.backends import local as L
+from roxxel_launch.backends.base import BackendError, JobExistsError, JobNotFoundError, JobState
+from roxxel_launch.spec import spec_from_dict
+
+HERE = pathlib.Path(__file__).parent
+ALLREDUCE = HERE / "_local_allreduce.py"
+PROGRAM = HERE / "_local_program.py"
+TIMEOUT = 120  # seconds for one CLI run (JAX's own timeouts are lower)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _spec(name: str, hosts: int, command: list[str], **extra) -> dict:
+    data = {
+        "apiVersion": "roxxel.dev/v1alpha1",
+        "kind": "RoxxelJob",
+        "name": name,
+        "image": "local",  # never pulled by the local backend
+        "command": command,
+        "accelerator": {"cpu": {"hosts": hosts}},
+        "termination_grace_period": 2,
+    }
+    data.update(extra)
+    return data
+
+
+def _write_spec(tmp_path: pathlib.Path, data: dict) -> pathlib.Path:
+    path = tmp_path / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _program_spec(tmp_path, name, hosts, mode, **extra) -> pathlib.Path:
+    env = {"LOCAL_TEST_MODE": mode, **extra.pop("env", {})}
+    return _write_spec(tmp_path, _spec(name, hosts, [sys.executable, str(PROGRAM)], env=env,
+                                       checkpoint_dir=str(tmp_path / "ckpt"), **extra))
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch) -> pathlib.Path:
+    path = tmp_path / "runs"
+    monkeypatch.setenv(L.ROOT_ENV, str(path))
+    return path
+
+
+def _env(root: pathlib.Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JOB", "TPU_"))}
+    env.update({L.ROOT_ENV: str(root), "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def _cli(root, *args, cwd=None, timeout=TIMEOUT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "roxxel_launch.cli", *map(str, args)], env=_env(root),
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def _popen_cli(root, *args, cwd=None) -> subprocess.Popen:
+    # Its own session, like a shell's foreground job: killpg() on it then acts like a
+    # terminal's Ctrl-C (it reaches the CLI's process group, not the workers' groups).
+    return subprocess.Popen([sys.executable, "-m", "roxxel_launch.cli", *map(str, args)], env=_env(root),
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _status(root, name) -> dict:
+    return json.loads((root / name / "status.json").read_text())
+
+
+def _all_worker_pids(root, name) -> set[int]:
+    return {pid for attempt in _status(root, name)["attempts"] for pid in attempt["pids"]}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _assert_all_gone(pids, timeout: float = 5.0) -> None:
+    """Every pid is gone (zombies waiting for a reaper count as gone)."""
+    deadline = time.monotonic() + timeout
+    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive, f"processes left behind: {alive}"
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _program_pids(tmp_path, prefix="pid-") -> set[int]:
+    return {int(p.read_text()) for p in (tmp_path / "ckpt").glob(f"{prefix}*")}
+
+
+# ----------------------------------------------------------------------------- the environment
+
+
+def test_worker_env_is_the_pod_contract_on_loopback():
+    spec = spec_from_dict(_spec("envjob", 3, ["train"], env={"MY_FLAG": "1"},
+                                checkpoint_dir="gs://bucket/ckpt", run_name="run-a"))
+    base = {"PATH": "/bin", "ROXXEL_PROCESS_ID": "9", "JOBSET_NAME": "stale", "TPU_WORKER_ID": "4",
+            "XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8", "ROXXEL_INIT_TIMEOUT": "7"}
+    env = L.worker_env(spec, 2, "127.0.0.1:1234", base_env=base, data_dir="/tmp/d", devices_per_worker=2)
+    assert env["ROXXEL_COORDINATOR_ADDRESS"] == "127.0.0.1:1234"
+    assert (env["ROXXEL_NUM_PROCESSES"], env["ROXXEL_PROCESS_ID"]) == ("3", "2")
+    assert (env["ROXXEL_RUN_NAME"], env["ROXXEL_CHECKPOINT_DIR"], env["ROXXEL_DATA_DIR"]) == (
+        "run-a", "gs://bucket/ckpt", "/tmp/d")
+    assert env["MY_FLAG"] == "1" and env["PATH"] == "/bin" and env["ROXXEL_INIT_TIMEOUT"] == "7"
+    assert "JOBSET_NAME" not in env and "TPU_WORKER_ID" not in env  # launcher-owned, not inherited
+    assert env["JAX_PLATFORMS"] == "cpu"
+    assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=2"
+    assert distributed.detect(env) == distributed.Detected("127.0.0.1:1234", 3, 2, "roxxel")
+
+    plain = L.worker_env(spec_from_dict(_spec("envjob", 1, ["train"], env={"JAX_PLATFORMS": "cuda"})), 0,
+                         "127.0.0.1:1", base_env={})
+    assert plain["JAX_PLATFORMS"] == "cuda"  # set by the spec: kept
+    assert "ROXXEL_CHECKPOINT_DIR" not in plain and "ROXXEL_DATA_DIR" not in plain and "XLA_FLAGS" not in plain
+    with pytest.raises(ValueError):
+        L.worker_env(spec, 3, "127.0.0.1:1", base_env={})
+
+
+def test_data_dir_rule(tmp_path):
+    with_data = spec_from_dict(_spec("d", 1, ["x"], data={"nfs": {"server": "10.0.0.2", "path": "/vol"}}))
+    without = spec_from_dict(_spec("d", 1, ["x"]))
+    (tmp_path / "shards").mkdir()
+    with pytest.raises(BackendError, match="--data-dir"):
+        L.resolve_data_dir(with_data, None, environ={})
+    assert L.resolve_data_dir(with_data, "shards", environ={}, cwd=str(tmp_path)) == str(tmp_path / "shards")
+    assert L.resolve_data_dir(with_data, None, environ={L.DATA_DIR_ENV: str(tmp_path / "shards")}) == str(
+        tmp_path / "shards")
+    assert L.resolve_data_dir(without, None, environ={}) is None
+    with pytest.raises(BackendError, match="does not exist"):
+        L.resolve_data_dir(without, "missing", environ={}, cwd=str(tmp_path))
+
+
+def test_invalid_spec_or_missing_data_dir_starts_nothing(tmp_path, root):
+    bad = _write_spec(tmp_path, _spec("bad", 2, []))  # empty command
+    result = _cli(root, "submit", "--local", bad)
+    assert result.returncode == 1 and "command" in result.stderr
+    data = _write_spec(tmp_path, _spec("needsdata", 2, ["x"], data={"pvc": {"claim": "shards"}}))
+    result = _cli(root, "submit", "--local", data)
+    assert result.returncode == 1 and "--data-dir" in result.stderr
+    assert not root.exists() or not any(root.iterdir())
+    result = _cli(root, "submit", "--local", "--dry-run", "--data-dir", tmp_path, data)
+    assert result.returncode == 0 and "would start 2 local worker(s)" in result.stdout
+    assert not root.exists() or not any(root.iterdir())
+
+
+# ----------------------------------------------------------------------------- jax.distributed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hosts", [2, 4])
+def test_submit_local_runs_a_jax_distributed_allreduce(tmp_path, root, hosts):
+    spec = _write_spec(tmp_path, _spec(f"allreduce{hosts}", hosts, [sys.executable, str(ALLREDUCE)]))
+    result = _cli(root, "submit", "--local", "--devices-per-worker", 2, spec, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    total = hosts * (hosts + 1) // 2
+    assert f"[worker 0] allreduce sum={total} processes={hosts} local_devices=2" in result.stdout
+    assert "[worker 1]" not in result.stdout  # only rank 0 is streamed
+    run = root / f"allreduce{hosts}"
+    for i in range(hosts):
+        log = (run / f"worker-{i}.log").read_text()
+        assert log.startswith(L.ATTEMPT_HEADER) and f"process {i} of {hosts}" in log
+        assert "exited with 0" in log
+    status = _status(root, f"allreduce{hosts}")
+    assert (status["state"], status["exit_code"], status["restarts"]) == ("Succeeded", 0, 0)
+    assert json.loads((run / "spec.json").read_text())["accelerator"] == {"cpu": {"hosts": hosts}}
+    _assert_all_gone(_all_worker_pids(root, f"allreduce{hosts}"))
+
+
+@pytest.mark.slow
+def test_killing_one_worker_mid_run_restarts_the_whole_gang(tmp_path, root):
+    name = "gang"
+    spec = _write_spec(tmp_path, _spec(name, 2, [sys.executable, str(ALLREDUCE)], max_restarts=2,
+                                       checkpoint_dir=str(tmp_path / "ckpt"),
+                                       env={"LOCAL_TEST_HANG_FIRST_ATTEMPT": "1"}))
+    cli = _popen_cli(root, "submit", "--local", spec, cwd=tmp_path)
+    try:
+        ready = [tmp_path / "ckpt" / f"ready-{i}" for i in range(2)]
+        _wait_for(lambda: all(p.exists() for p in ready) or cli.poll() is not None, 90, "both workers mid-run")
+        assert cli.poll() is None, cli.communicate()
+        first_pids = _status(root, name)["pids"]
+        programs = _program_pids(tmp_path, "ready-")
+        os.kill(first_pids[1], signal.SIGKILL)  # worker 1's roxxel-worker: its program is orphaned
+        out, err = cli.communicate(timeout=TIMEOUT)
+    finally:
+        if cli.poll() is None:
+            os.killpg(cli.pid, signal.SIGKILL)
+    assert cli.returncode == 0, out + err
+    status = _status(root, name)
+    assert (status["state"], status["restarts"], status["exit_code"]) == ("Succeeded", 1, 0)
+    first, second = status["attempts"]
+    assert first["outcome"] == "failure" and first["exit_codes"][1] == 128 + signal.SIGKILL
+    assert not set(first["pids"]) & set(second["pids"])  # every worker was started again
+    assert "gang restart 1 of at most 2" in err
+    assert out.count("[worker 0] allreduce sum=3 processes=2") == 2
+    assert "[worker 0] process 0: attempt 2, completing" in out
+    _assert_all_gone(_all_worker_pids(root, name) | programs)
+
+
+# ----------------------------------------------------------------------------- signals, exit codes
+
+
+@pytest.mark.parametrize("signo,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_stops_every_worker(tmp_path, root, signo, code):
+    name = f"stop{code}"
+    # Worker 2's program ignores SIGTERM: only the SIGKILL after the grace period stops it.
+    spec = _program_spec(tmp_path, name, 3, "wait", env={"LOCAL_TEST_IGNORE_TERM": "2"})
+    cli = _popen_cli(root, "submit", "--local", spec, cwd=tmp_path)
+    try:
+        _wait_for(lambda: len(_program_pids(tmp_path)) == 3 or cli.poll() is not None, 30, "the programs")
+        assert cli.poll() is None, cli.communicate()
+        workers, programs = set(_status(root, name)["pids"]), _program_pids(tmp_path)
+        assert all(_alive(p) for p in workers | programs)
+        started = time.monotonic()
+        os.killpg(cli.pid, signo)  # what a terminal does on Ctrl-C: the CLI's group only
+        out, err = cli.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        if cli.poll() is None:
+            os.killpg(cli.pid, signal.SIGKILL)
+    assert cli.returncode == code, out + err
+    assert took < 2 + 5  # grace period (2 s) + slack
+    _assert_all_gone(workers | programs)
+    status = _status(root, name)
+    assert (status["state"], status["exit_code"]) == ("Failed", code)
+    assert status["message"].startswith(f"stopped by {signal.Signals(signo).name}")
+    assert status["worker_exit_codes"][2] == 128 + signal.SIGKILL
+    assert "SIGKILL" in (root / name / "supervisor.log").read_text()
+
+
+def test_preempted_worker_stops_the_job_and_resume_completes_it(tmp_path, root):
+    name = "preempt"
+    spec = _program_spec(tmp_path, name, 2, "preempt")
+    result = _cli(root, "submit", "--local", spec, cwd=tmp_path)
+    assert result.returncode == 42, result.stdout + result.stderr
+    assert "[worker 0] process 0: SIGTERM, checkpoint saved" in result.stdout
+    status = _status(root, name)
+    assert (status["state"], status["exit_code"], status["restarts"]) == ("Preempted", 42, 0)
+    assert status["worker_exit_codes"] == [42, 42]
+    assert f"resume {name} --local" in result.stderr
+
+    result = _cli(root, "resume", name, "--local", cwd=root)  # the run's own cwd is reused
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[worker 0] process 0: restored checkpoint step-7, finishing" in result.stdout
+    status = _status(root, name)
+    assert (status["state"], status["exit_code"], status["resumes"]) == ("Succeeded", 0, 1)
+    assert len(status["attempts"]) == 2
+    log = (root / name / "worker-1.log").read_text()
+    assert log.count(L.ATTEMPT_HEADER) == 2 and "attempt 2 (restart 0, resume 1)" in log
+    result = _cli(root, "resume", name, "--local")
+    assert result.returncode == 1 and "nothing to resume" in result.stderr
+    _assert_all_gone(_all_worker_pids(root, name))
+
+
+def test_max_restarts_used_up_fails_with_the_workers_code_and_log(tmp_path, root):
+    name = "failing"
+    spec = _program_spec(tmp_path, name, 2, "fail", max_restarts=1)
+    result = _cli(root, "submit", "--local", spec, cwd=tmp_path)
+    assert result.returncode == 3, result.stdout + result.stderr
+    status = _status(root, name)
+    assert (status["state"], status["exit_code"], status["restarts"], status["failed_process"]) == (
+        "Failed", 3, 1, 1)
+    message = status["message"]
+    assert message.startswith("worker 1 exited with 3 (failed); max_restarts (1) used up")
+    assert "process 1: fatal: the loss is NaN" in message and "line 29" in message
+    assert "line 5\n" not in message  # only the tail
+    assert "== roxxel-launch" not in message  # of the last attempt only
+    assert [a["outcome"] for a in status["attempts"]] == ["failure", "failure"]
+    assert "fatal: the loss is NaN" in result.stderr  # the error is surfaced, not a log path
+    _assert_all_gone(_all_worker_pids(root, name))
+
+
+# ----------------------------------------------------------------------------- status, list, logs
+
+
+def test_status_list_logs_and_detached_runs(tmp_path, root):
+    ok = _program_spec(tmp_path, "okjob", 2, "ok")
+    result = _cli(root, "submit", "--local", "--detach", ok, cwd=tmp_path)
+    assert result.returncode == 0 and "started local job okjob: 2 worker(s)" in result.stdout, result.stderr
+    result = _cli(root, "wait", "okjob", "--local", "--poll", 0.1)
+    assert result.returncode == 0 and "okjob succeeded" in result.stderr
+
+    result = _cli(root, "status", "okjob", "--local")
+    assert result.returncode == 0
+    assert "state:      Succeeded" in result.stdout and f"run dir:    {root / 'okjob'}" in result.stdout
+    as_json = json.loads(_cli(root, "status", "okjob", "--local", "--json").stdout)
+    assert (as_json["state"], as_json["processes"], as_json["exit_code"]) == ("Succeeded", 2, 0)
+
+    result = _cli(root, "logs", "okjob", "--local", "--process", 1)
+    assert result.returncode == 0
+    assert result.stdout.startswith(L.ATTEMPT_HEADER) and "process 1 of 2: ok run=okjob" in result.stdout
+    assert _cli(root, "logs", "okjob", "--local", "-p", 5).returncode == 1
+    assert "no local job 'nope'" in _cli(root, "status", "nope", "--local").stderr
+    submitted_again = _cli(root, "submit", "--local", ok)
+    assert submitted_again.returncode == 1 and "already exists" in submitted_again.stderr
+
+    # A detached job that runs: followed, listed, then deleted (which stops it).
+    waiting = _program_spec(tmp_path, "waitjob", 2, "wait")
+    assert _cli(root, "submit", "--local", "--detach", waiting, cwd=tmp_path).returncode == 0
+    _wait_for(lambda: len(_program_pids(tmp_path)) == 2, 30, "the detached workers")
+    listing = _cli(root, "list", "--local").stdout.splitlines()
+    assert listing[0].split() == ["NAME", "STATE", "PROCESSES", "RESTARTS", "EXIT", "CREATED"]
+    assert [line.split()[:5] for line in listing[1:]] == [["okjob", "Succeeded", "2", "0", "0"],
+                                                          ["waitjob", "Running", "2", "0", "-"]]
+    follower = subprocess.Popen([sys.executable, "-m", "roxxel_launch.cli", "logs", "waitjob", "--local", "-f"],
+                                env=_env(root), stdout=subprocess.PIPE, text=True)
+    pids = set(_status(root, "waitjob")["pids"]) | _program_pids(tmp_path)
+    supervisor = _status(root, "waitjob")["supervisor_pid"]
+    result = _cli(root, "delete", "waitjob", "--local")
+    assert result.returncode == 0, result.stderr
+    out, _ = follower.communicate(timeout=30)  # -f ends with the job
+    assert "process 0: waiting" in out
+    assert not (root / "waitjob").exists()
+    _assert_all_gone(pids | {supervisor})
+    assert [j["name"] for j in json.loads(_cli(root, "list", "--local", "--json").stdout)] == ["okjob"]
+
+
+def test_backend_api_errors(tmp_path, root):
+    backend = L.LocalBackend()
+    assert backend.root == root and backend.list() == []
+    with pytest.raises(JobNotFoundError):
+        backend.status("../etc")
+    with pytest.raises(JobNotFoundError):
+        backend.delete("missing")
+    spec = spec_from_dict(_spec("apijob", 1, [sys.executable, str(PROGRAM)], checkpoint_dir=str(tmp_path / "c")))
+    status = backend.submit(spec, foreground=True)
+    assert (status.state, status.exit_code, status.processes) == (JobState.SUCCEEDED, 0, 1)
+    assert backend.wait("apijob", poll_seconds=0.1) == status
+    assert list(backend.logs("apijob"))[-1].endswith("exited with 0: done")
+    with pytest.raises(JobExistsError):
+        backend.submit(spec)
+    with pytest.raises(BackendError, match="devices per worker"):
+        backend.submit(spec_from_dict(_spec("other", 1, ["x"])), devices_per_worker=0)
+    backend.delete("apijob")
+    assert backend.list() == []
+
+
+def test_without_local_the_kubernetes_backend_is_imported_lazily(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from roxxel_launch import cli
+
+    # As if launcher/backends/kubernetes.py were missing or could not be imported.
+    monkeypatch.setitem(sys.modules, "roxxel_launch.backends.kubernetes", None)
+    runner = CliRunner()
+    result = runner.invoke(cli.cli, ["status", "somejob"])
+    assert result.exit_code == 1 and "Kubernetes backend is not available" in result.output
+    assert "--local" in result.output
+    spec = _write_spec(tmp_path, _spec("k8sjob", 2, ["train"]))
+    result = runner.invoke(cli.cli, ["submit", str(spec), "--detach"])
+    assert result.exit_code == 2 and "--detach applies to --local runs only" in result.output
+    result = runner.invoke(cli.cli, ["list", "--local", "--context", "prod"])
+    assert result.exit_code == 2 and "--namespace and --context apply to Kubernetes" in result.output
+
+
+def test_a_killed_supervisor_takes_its_workers_along_and_is_reported(tmp_path, root):
+    name = "orphans"
+    spec = _program_spec(tmp_path, name, 2, "wait")
+    assert _cli(root, "submit", "--local", "--detach", spec, cwd=tmp_path).returncode == 0
+    _wait_for(lambda: len(_program_pids(tmp_path)) == 2, 30, "the detached workers")
+    status = _status(root, name)
+    pids = set(status["pids"]) | _program_pids(tmp_path)
+    os.kill(status["supervisor_pid"], signal.SIGKILL)  # no chance to stop anything itself
+    _assert_all_gone(pids | {status["supervisor_pid"]})  # PR_SET_PDEATHSIG: SIGTERM to each worker
+    shown = json.loads(_cli(root, "status", name, "--local", "--json").stdout)
+    assert shown["state"] == "Failed" and "ended without recording a final state" in shown["message"]
+    assert _status(root, name)["state"] == "Running"  # status only reports; the record is untouched
+    for pid_file in (tmp_path / "ckpt").glob("pid-*"):
+        pid_file.unlink()
+    assert _cli(root, "resume", name, "--local", "--detach").returncode == 0  # resumable
+    _wait_for(lambda: len(_program_pids(tmp_path)) == 2, 30, "the resumed workers")
+    pids = set(_status(root, name)["pids"]) | _program_pids(tmp_path)
+    assert _cli(root, "delete", name, "--local").returncode == 0
+    _assert_all_gone(pids)
