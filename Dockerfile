@@ -1,0 +1,70 @@
+# The Roxxel worker image: JAX for one accelerator, Roxxel, and `roxxel-worker` under tini.
+#
+#   docker build --build-arg ACCELERATOR=tpu  -t REGION-docker.pkg.dev/PROJECT/roxxel/worker:tpu .
+#   docker build --build-arg ACCELERATOR=cuda -t REGION-docker.pkg.dev/PROJECT/roxxel/worker:cuda .
+#   docker build                              -t REGION-docker.pkg.dev/PROJECT/roxxel/worker:cpu .
+#
+# `docker run IMAGE CMD...` runs `tini -- roxxel-worker -- CMD...`: tini (PID 1) reaps
+# orphans and passes SIGTERM to roxxel-worker, which passes it to CMD once and exits with
+# CMD's code (42 = preempted after a checkpoint, 128+N = killed by signal N). tini runs
+# without -g: roxxel-worker keeps CMD in its own process group and forwards signals
+# itself, so signalling the whole group would deliver every SIGTERM to CMD twice.
+#
+# Pods rendered by roxxel-launch set `command: [roxxel-worker, --]`, which replaces this
+# ENTRYPOINT; roxxel-worker is then PID 1 and reaps orphans itself.
+#
+# tests/test_image.py lints this file with hadolint, runs its install steps (the cpu
+# variant) in a fresh virtual environment and runs its ENTRYPOINT with signals.
+
+# Both stages must use the same base: the virtual environment links to its Python.
+# python:3.11-slim-bookworm, pinned by digest; override with --build-arg BASE_IMAGE=...
+ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
+
+FROM ${BASE_IMAGE} AS build
+ARG ACCELERATOR=cpu
+ENV VIRTUAL_ENV=/opt/venv \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+COPY docker/install.sh docker/requirements-*.txt docker/
+RUN sh docker/install.sh "$ACCELERATOR"
+COPY pyproject.toml README.md LICENSE ./
+COPY roxxel/ roxxel/
+COPY launcher/ launcher/
+COPY k8s/ k8s/
+RUN sh docker/install.sh "$ACCELERATOR" .
+
+FROM ${BASE_IMAGE}
+ARG BASE_IMAGE
+ARG ACCELERATOR=cpu
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="roxxel-worker" \
+      org.opencontainers.image.description="Roxxel worker for ${ACCELERATOR}: train JAX models on multi-host pods" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.vendor="The Roxxel authors" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      dev.roxxel.accelerator="${ACCELERATOR}"
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends tini=0.19.0-1+b3 \
+    && rm -rf /var/lib/apt/lists/*
+
+# A fixed numeric UID, so that a pod's runAsNonRoot can verify it.
+RUN groupadd --system --gid 10001 roxxel \
+    && useradd --system --uid 10001 --gid roxxel --create-home --home-dir /home/roxxel \
+       --shell /usr/sbin/nologin roxxel
+
+# Owned by root: the worker can read its code but not change it.
+COPY --from=build /opt/venv /opt/venv
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1
+
+USER 10001:10001
+WORKDIR /home/roxxel
+ENTRYPOINT ["/usr/bin/tini", "--", "roxxel-worker", "--"]
+CMD ["python", "-c", "import jax, roxxel; print('roxxel', roxxel.__version__, 'jax', jax.__version__, jax.devices())"]
