@@ -64,6 +64,9 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1
 
+# The examples (examples/lm) sit in the working directory, readable, owned by root.
+COPY examples/ /home/roxxel/examples/
+
 USER 10001:10001
 WORKDIR /home/roxxel
 ENTRYPOINT ["/usr/bin/tini", "--", "roxxel-worker", "--"]

@@ -23,18 +23,15 @@ setup() {
 }
 
 main_job() {
-  # Until the launcher lands, the main job packs real text (the .py sources of the Python
-  # standard library, byte-level tokens) and checks the dataset end to end.
-  local data=runs/data/stdlib-py
-  local stdlib
-  stdlib=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
-  if [ -f "$data/dataset.json" ]; then
-    echo "dataset already packed at $data"
-  else
-    "$VENV/bin/roxxel" pack "$stdlib" --include '*.py' --exclude '*/site-packages/*' --output "$data"
-  fi
-  "$VENV/bin/roxxel" info "$data"
-  "$VENV/bin/roxxel" verify "$data"
+  # The main job: pack real text (the Python standard library, byte-level tokens), then
+  # train a small Transformer on it as a 2-worker local pod through roxxel-launch.
+  local bin="$VENV/bin"
+  "$bin/python" examples/lm/prepare.py runs/data/lm
+  # Start afresh: forget an earlier local run of this job and its checkpoints.
+  "$bin/roxxel-launch" delete lm --local >/dev/null 2>&1 || true
+  rm -rf runs/lm
+  "$bin/roxxel-launch" submit examples/lm/job.yaml --local --data-dir runs/data/lm \
+    --set "checkpoint_dir=$PWD/runs/lm/checkpoints"
 }
 
 case "${1:-}" in

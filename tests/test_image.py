@@ -274,7 +274,7 @@ def test_dockerignore_keeps_the_context_to_what_is_copied():
     for private in (".git/config", ".venv/bin/python", "runs/data/x.rox", "tests/test_image.py",
                     ".pytest_cache/v/x", ".hypothesis/examples/x", "bench/.cache/x", "build/lib/x.py",
                     "dist/roxxel.whl", "roxxel.egg-info/PKG-INFO", "roxxel/__pycache__/worker.cpython-311.pyc",
-                    ".env", "key.json", "examples/lm.py"):
+                    ".env", "key.json", "examples/lm/__pycache__/x.pyc"):
         assert ignore.ignored(private), private
     # Every COPY in the build stage finds files in the context.
     for ins in _instructions():

@@ -222,7 +222,9 @@ def worker_env(
     one), ``ROXXEL_DATA_DIR`` (when ``data_dir`` is given); ``JAX_PLATFORMS=cpu`` unless
     ``base_env`` or the spec sets it; ``XLA_FLAGS`` gains
     ``--xla_force_host_platform_device_count=N`` (replacing an earlier one) when
-    ``devices_per_worker`` is given.
+    ``devices_per_worker`` is given. ``PATH`` starts with the folder of the Python that
+    runs the launcher, so ``python`` and the ``roxxel`` commands in a spec's command are
+    that environment's, as they are the image's in a pod.
 
     Args:
         spec: a ``roxxel_launch.spec.JobSpec``.
@@ -245,6 +247,8 @@ def worker_env(
     for var in contract.run_env(run_name=spec.run_name, checkpoint_dir=spec.checkpoint_dir, data_dir=data_dir):
         env[var.name] = var.value
     env.setdefault("JAX_PLATFORMS", "cpu")
+    bin_dir = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join([bin_dir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
     if devices_per_worker is not None:
         if devices_per_worker < 1:
             raise ValueError(f"devices_per_worker must be >= 1, got {devices_per_worker}")

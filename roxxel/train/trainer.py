@@ -96,6 +96,7 @@ class Trainer:
         self.checkpointer, self.logger = checkpointer, logger
         place_on_mesh(self.mesh, self.state.model, self.state.optimizer)
         self._train_step = make_train_step(loss_fn, self.grad_accum_steps)
+        self._evaluated_at: int | None = None
 
     def _check_batch_sizes(self) -> None:
         spec0 = self.data_sharding.spec[0] if len(self.data_sharding.spec) else None
@@ -127,6 +128,7 @@ class Trainer:
         return metrics
 
     def _evaluate(self, step: int) -> dict[str, float]:
+        self._evaluated_at = step
         out = self.eval_fn(self.state)
         results = out if isinstance(out, Mapping) else {"eval_loss": out}
         results = {k: float(v) for k, v in results.items()}
@@ -186,7 +188,7 @@ class Trainer:
                 step, last = self._run_phase(phase, stream, step, last)
         if ckpt is not None and (step not in ckpt.all_steps()):
             ckpt.save(step, last or None, tokens_consumed=cur.tokens_before(step), force=True)
-        if self.eval_fn is not None and step % self.eval_every:
+        if self.eval_fn is not None and self._evaluated_at != step:
             last.update(self._evaluate(step))
         self._log(f"finished at step {step}")
         self._close(wait=True)

@@ -1,0 +1,80 @@
+"""The main job end to end: the LM example as a 2-worker local pod, preempted at a random
+step by SIGTERM, resumed with `roxxel-launch resume`, ends with exactly the parameters of
+an uninterrupted run."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCH = [sys.executable, "-m", "roxxel_launch.cli"]
+STEPS = ("16", "8")
+
+
+def write_spec(tmp_path, name: str, params: str) -> str:
+    spec = yaml.safe_load(open(os.path.join(ROOT, "examples/lm/job.yaml")))
+    spec["name"] = name
+    spec["checkpoint_dir"] = str(tmp_path / name / "checkpoints")
+    spec["command"] = ["python", "examples/lm/train.py", "--steps", *STEPS, "--batch", "8", "4", "--width", "64",
+                       "--log-every", "1", "--eval-every", "1000", "--checkpoint-every", "1000",
+                       "--run-dir", str(tmp_path / name / "logs"), "--save-params", params]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def launch(tmp_path, *args, check=None, timeout=600):
+    env = dict(os.environ, ROXXEL_LOCAL_ROOT=str(tmp_path / "local"))
+    out = subprocess.run(LAUNCH + list(args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if check is not None:
+        assert out.returncode == check, f"exit {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+def worker_log(tmp_path, name, i=0):
+    path = tmp_path / "local" / name / f"worker-{i}.log"
+    return path.read_text() if path.exists() else ""
+
+
+@pytest.mark.slow
+def test_preempted_at_a_random_step_then_resumed_equals_uninterrupted(tmp_path):
+    data = str(tmp_path / "data")
+    subprocess.run([sys.executable, "examples/lm/prepare.py", data], cwd=ROOT, check=True, capture_output=True)
+    total = sum(map(int, STEPS))
+
+    # The uninterrupted run.
+    ref = write_spec(tmp_path, "ref", str(tmp_path / "ref.npz"))
+    launch(tmp_path, "submit", ref, "--local", "--data-dir", data, check=0)
+
+    # The same job, preempted: SIGTERM to one worker's process at a random step.
+    job = write_spec(tmp_path, "job", str(tmp_path / "job.npz"))
+    launch(tmp_path, "submit", job, "--local", "--detach", "--data-dir", data, check=0)
+    at = random.Random().randint(2, total - 6)
+    deadline = time.time() + 300
+    while f"step {at}/{total}" not in worker_log(tmp_path, "job"):
+        assert time.time() < deadline, worker_log(tmp_path, "job")[-3000:]
+        time.sleep(0.05)
+    status = json.loads((tmp_path / "local" / "job" / "status.json").read_text())
+    victim = psutil.Process(status["pids"][1]).children()[0]  # worker 1's training program
+    victim.send_signal(signal.SIGTERM)
+    done = launch(tmp_path, "wait", "job", "--local")
+    assert done.returncode == 42, done.stdout + done.stderr + worker_log(tmp_path, "job")[-3000:]
+    saved = [int(n) for n in os.listdir(tmp_path / "job" / "checkpoints") if n.isdigit()]
+    assert len(saved) == 1 and at <= saved[0] < total, (at, saved)  # both processes saved one agreed step
+    assert not (tmp_path / "job.npz").exists()
+
+    launch(tmp_path, "resume", "job", "--local", check=0)
+    assert f"training steps {saved[0]}..{total}" in worker_log(tmp_path, "job")  # resumed at the saved step
+    want, got = np.load(tmp_path / "ref.npz"), np.load(tmp_path / "job.npz")
+    assert sorted(want.files) == sorted(got.files)
+    for k in want.files:
+        assert np.array_equal(want[k], got[k]), k
