@@ -20,9 +20,11 @@ Each process prints ``RESULT <json>`` (``kill-loop``: ``started <step>`` per sav
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -56,6 +58,7 @@ def result(**fields) -> None:
 
 def main() -> int:
     args = parse()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # debugging a hang: kill -USR1 <pid>
     quiet_logs()
     import roxxel.distributed as rd
 

@@ -130,6 +130,19 @@ def test_keeps_the_latest_n_plus_the_best_by_loss_across_restarts(tmp_path):
     assert _steps_on_disk(tmp_path) == [9, 10, 11]
 
 
+def test_a_changed_best_metric_ranks_old_steps_worst(tmp_path):
+    ms = common.build(dropout=None)
+    with Checkpointer(tmp_path, ms.model, ms.optimizer, max_to_keep=1) as ckpt:
+        ckpt.save(1, {"loss": 0.1})
+        ckpt.save(2, {"loss": 0.2})
+    assert _steps_on_disk(tmp_path) == [1, 2]
+    with Checkpointer(tmp_path, ms.model, ms.optimizer, max_to_keep=1, best_metric="acc", best_mode="max") as ckpt:
+        ckpt.save(3, {"acc": 0.5})  # steps 1 and 2 have no "acc": never the best
+        ckpt.save(4, {"acc": 0.4})
+        assert ckpt.best_step() == 3
+    assert _steps_on_disk(tmp_path) == [3, 4]
+
+
 def test_keep_best_off_and_max_to_keep_none(tmp_path):
     ms = common.build()
     with Checkpointer(tmp_path / "latest", ms.model, ms.optimizer, max_to_keep=1, keep_best=False) as ckpt:
@@ -341,13 +354,14 @@ def _worker_env() -> dict[str, str]:
 
 def _kill_mid_save(ckpt_dir: Path) -> int | None:
     """Run the save loop and SIGKILL it while a step is half written; that step, or None."""
-    proc = subprocess.Popen(
-        [sys.executable, str(WORKER), "kill-loop", "--dir", str(ckpt_dir)],
-        env=_worker_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log_path = ckpt_dir.parent / f"{ckpt_dir.name}.log"
+    with open(log_path, "w") as log_file:  # a file, not a pipe that nobody reads while it runs
+        proc = subprocess.Popen(
+            [sys.executable, str(WORKER), "kill-loop", "--dir", str(ckpt_dir)],
+            env=_worker_env(),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
     victim = None
     try:
         deadline = time.monotonic() + 90
@@ -363,8 +377,8 @@ def _kill_mid_save(ckpt_dir: Path) -> int | None:
     finally:
         if proc.poll() is None and victim is None:
             proc.kill()
-        _, err = proc.communicate(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, f"the save loop ended by itself ({proc.returncode}):\n{err[-3000:]}"
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, f"the save loop ended by itself ({proc.returncode}):\n{log_path.read_text()[-3000:]}"
     if str(victim) in os.listdir(ckpt_dir):
         return None  # it committed between the listing and the kill: try again
     return victim

@@ -17,7 +17,7 @@ as a composite of two items:
 
 Orbax also writes ``metrics/metrics`` (the value of ``best_metric``, for keeping the
 best step) and its own metadata. A step becomes visible only when complete: on a local
-disk it is written under ``<step>.orbax-checkpoint-tmp-*`` and renamed, on ``gs://``
+disk it is written under ``<step>.orbax-checkpoint-tmp*`` and renamed, on ``gs://``
 it is committed by a ``commit_success.txt`` file written last. Incomplete steps are
 never restored and are deleted when the next :class:`Checkpointer` opens the directory.
 
@@ -287,6 +287,36 @@ def _abstract_leaf(x: Any) -> Any:
     return x  # numpy arrays and Python scalars restore as their own type
 
 
+def _metric_ranker(metric: str, mode: str) -> Any:
+    """Orbax's ``best_fn``: the metric as a float; a step whose stored metrics lack it
+    (e.g. saved under another ``best_metric``) or hold a non-finite value ranks worst."""
+    worst = math.inf if mode == "min" else -math.inf
+
+    def rank(metrics: Any) -> float:
+        value = metrics.get(metric) if isinstance(metrics, Mapping) else None
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return worst
+        return value if math.isfinite(value) else worst
+
+    return rank
+
+
+def _check_gcs_backend(directory: epath.Path) -> None:
+    """``gs://`` paths need a file-system backend for epath besides TensorStore's driver."""
+    if not os.fspath(directory).startswith("gs://"):
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("gcsfs") is None and importlib.util.find_spec("tensorflow") is None:
+        raise ImportError(
+            f"checkpoint_path {os.fspath(directory)!r}: gs:// checkpoints need the `gcsfs` package "
+            "(Orbax lists and renames objects through etils.epath, which uses gcsfs or TensorFlow); "
+            "pip install gcsfs"
+        )
+
+
 def _preemption_service_available() -> bool:
     try:
         from jax._src import distributed as jax_distributed  # no public accessor
@@ -329,6 +359,7 @@ class Checkpointer:
         TypeError: neither or both of ``model`` and ``state`` given, wrong types, or a
             fingerprint that is not JSON-serialisable.
         ValueError: a bad path or option value.
+        ImportError: a ``gs://`` path without the ``gcsfs`` package.
     """
 
     def __init__(
@@ -365,6 +396,7 @@ class Checkpointer:
             raise ValueError(f"best_metric must be a non-empty str, got {best_metric!r}")
 
         self.directory = _resolve_directory(checkpoint_path)
+        _check_gcs_backend(self.directory)
         self.fingerprint = None if fingerprint is None else _normalize_json(fingerprint, "fingerprint")
         self.allow_changed_run = bool(allow_changed_run)
         self.best_metric = best_metric
@@ -376,12 +408,12 @@ class Checkpointer:
         """The ``run`` record of the last restored step (``step``, ``tokens_consumed``,
         ``metrics``, ``fingerprint``, ...), or ``None`` before a restore / when none."""
 
-        metric = best_metric
+        rank = _metric_ranker(best_metric, best_mode)
         preserve: list[Any] = [ocm.LatestN(n=max_to_keep)]
         if keep_best:
             preserve.append(
                 ocm.BestN(
-                    get_metric_fn=lambda m: float(m[metric]),
+                    get_metric_fn=rank,
                     reverse=(best_mode == "min"),
                     n=1,
                     keep_checkpoints_without_metrics=False,
@@ -395,7 +427,7 @@ class Checkpointer:
             preservation_policy=ocm.AnyPreservationPolicy(preserve),
             # best_fn makes Orbax write each step's metrics next to it, so the best step
             # is still known after a restart; keeping itself is the policy above.
-            best_fn=(lambda m: float(m[metric])) if keep_best else None,
+            best_fn=rank if keep_best else None,
             best_mode=best_mode,
             keep_checkpoints_without_metrics=False,
             create=True,

@@ -1,0 +1,188 @@
+"""Checkpointer across real jax.distributed processes (CPU, loopback), local disk and gs://.
+
+Each run spawns tests/_ckpt_worker.py once per process; each process has 2 CPU devices.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from roxxel.exit_codes import PREEMPTED_EXIT_CODE
+
+pytestmark = pytest.mark.slow
+
+WORKER = Path(__file__).parent / "_ckpt_worker.py"
+EMULATOR = Path(__file__).parent / "_ckpt_gcs_emulator.py"
+TIMEOUT = 150  # seconds for one run of all its processes; JAX's own timeouts are lower
+BUCKET = "roxxel-test"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JAX_", "TPU_", "JOB"))}
+    env.update(
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        PYTHONUNBUFFERED="1",
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    env.update(extra or {})
+    return env
+
+
+def _start(mode: str, nproc: int, *args: str, logs: Path, env: dict[str, str] | None = None) -> list[subprocess.Popen]:
+    """Start one worker per process. Output goes to files under ``logs``: with pipes, a
+    chatty process blocks on a full pipe while we read another, and the run deadlocks."""
+    port = _free_port()
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for pid in range(nproc):
+        cmd = [sys.executable, str(WORKER), mode, *args, "--nproc", str(nproc), "--pid", str(pid)]
+        if nproc > 1:
+            cmd += ["--coordinator", f"127.0.0.1:{port}"]
+        with open(logs / f"{mode}-{nproc}-{pid}.out", "w") as out, open(logs / f"{mode}-{nproc}-{pid}.err", "w") as err:
+            proc = subprocess.Popen(cmd, env=_env(env), stdout=out, stderr=err, text=True)
+        proc.logs = (logs / f"{mode}-{nproc}-{pid}.out", logs / f"{mode}-{nproc}-{pid}.err")  # type: ignore[attr-defined]
+        procs.append(proc)
+    return procs
+
+
+def _finish(procs: list[subprocess.Popen], expect: int = 0) -> list[dict]:
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        for proc in procs:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    results = []
+    for pid, proc in enumerate(procs):
+        out, err = (path.read_text() for path in proc.logs)  # type: ignore[attr-defined]
+        code = proc.returncode
+        assert code == expect, f"process {pid} exited with {code}, expected {expect}:\n{out[-2000:]}\n{err[-4000:]}"
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        assert lines, f"process {pid} printed no result:\n{out[-2000:]}\n{err[-4000:]}"
+        results.append(json.loads(lines[-1][len("RESULT ") :]))
+    return results
+
+
+def _run(mode: str, nproc: int, *args: str, logs: Path, env: dict[str, str] | None = None, expect: int = 0) -> list[dict]:
+    return _finish(_start(mode, nproc, *args, logs=logs, env=env), expect)
+
+
+def _check_restored(results: list[dict], step: int, nproc: int) -> None:
+    assert len(results) == nproc
+    for r in results:
+        assert r["step"] == step and r["model_state_step"] == step
+        assert r["compared"] == 14 and r["mismatched"] == [], r
+        assert r["devices"] == 2 * nproc
+        # Arrays land sharded over this run's devices, not the saving run's.
+        assert r["sharding"] == {"spec": "P('d',)", "devices": 2 * nproc}
+
+
+def test_two_processes_save_and_one_and_four_processes_restore_bitwise(tmp_path):
+    ckpt, ref = str(tmp_path / "ckpt"), str(tmp_path / "ref.npz")
+    saved = _run("train", 2, "--dir", ckpt, "--steps", "3", "--ref", ref, logs=tmp_path / "logs")
+    for r in saved:
+        assert r["steps"] == [2, 3] and r["sharding"] == {"spec": "P('d',)", "devices": 4}
+    assert sorted(os.listdir(Path(ckpt) / "3" / "state")).count("ocdbt.process_1") == 1  # both wrote shards
+
+    one = _run("restore", 1, "--dir", ckpt, "--ref", ref, logs=tmp_path / "logs")
+    _check_restored(one, step=3, nproc=1)
+    assert one[0]["saved_process_count"] == 2 and one[0]["tokens"] == 96
+    _check_restored(_run("restore", 4, "--dir", ckpt, "--ref", ref, logs=tmp_path / "logs"), step=3, nproc=4)
+
+
+def test_sigterm_to_one_of_two_processes_saves_the_same_step_and_exits_42(tmp_path):
+    ckpt, ref, ready = tmp_path / "ckpt", str(tmp_path / "ref.npz"), str(tmp_path / "ready")
+    procs = _start("preempt", 2, "--dir", str(ckpt), "--ref", ref, "--ready", ready, logs=tmp_path / "logs")
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not all(os.path.exists(f"{ready}.{i}") for i in range(2)):
+            assert all(p.poll() is None for p in procs), "a worker died before training"
+            assert time.monotonic() < deadline, "workers never became ready"
+            time.sleep(0.05)
+        time.sleep(0.5)  # let a few steps pass
+        procs[1].send_signal(signal.SIGTERM)
+    finally:
+        results = _finish(procs, expect=PREEMPTED_EXIT_CODE)
+    steps = {r["preempted_at"] for r in results}
+    assert len(steps) == 1 and None not in steps, results
+    (step,) = steps
+    assert step > 0
+    assert all(r["code"] == PREEMPTED_EXIT_CODE and r["steps"] == [step] for r in results)
+    assert sorted(n for n in os.listdir(ckpt) if n.isdigit()) == [str(step)]  # the interval never saved
+
+    restored = _run("restore", 1, "--dir", str(ckpt), "--ref", ref, logs=tmp_path / "logs")
+    _check_restored(restored, step=step, nproc=1)
+    assert restored[0]["tokens"] == step * 32
+
+
+@pytest.fixture(scope="module")
+def gcs_emulator(tmp_path_factory):
+    pytest.importorskip("gcp_storage_emulator", reason="gcp-storage-emulator is not installed")
+    pytest.importorskip("gcsfs", reason="gcsfs (epath's gs:// backend without TensorFlow) is not installed")
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("gcs") / "emulator.log"
+    # The wrapper adds the x-goog-generation header the emulator omits (see the script).
+    # Its output goes to a file: it logs every request, and an unread pipe would fill and stall it.
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, str(EMULATOR), "start", "-H", "127.0.0.1", "--port", str(port), "--default-bucket", BUCKET, "--in-memory"],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the GCS emulator did not start:\n{log_path.read_text()[-3000:]}")
+                time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}"
+        yield {
+            "TENSORSTORE_GCS_HTTP_URL": url,
+            "STORAGE_EMULATOR_HOST": url,
+            "NO_GCE_CHECK": "true",
+            "GCE_METADATA_HOST": "127.0.0.1:1",
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_gcs_round_trip_one_process(tmp_path, gcs_emulator):
+    path, ref = f"gs://{BUCKET}/one", str(tmp_path / "ref.npz")
+    saved = _run("train", 1, "--dir", path, "--steps", "3", "--ref", ref, env=gcs_emulator, logs=tmp_path / "logs")
+    assert saved[0]["steps"] == [2, 3]
+    _check_restored(_run("restore", 1, "--dir", path, "--ref", ref, env=gcs_emulator, logs=tmp_path / "logs"), step=3, nproc=1)
+
+
+def test_gcs_two_processes_save_one_restores(tmp_path, gcs_emulator):
+    path, ref = f"gs://{BUCKET}/two", str(tmp_path / "ref.npz")
+    saved = _run("train", 2, "--dir", path, "--steps", "3", "--ref", ref, env=gcs_emulator, logs=tmp_path / "logs")
+    assert all(r["steps"] == [2, 3] for r in saved)
+    _check_restored(_run("restore", 1, "--dir", path, "--ref", ref, env=gcs_emulator, logs=tmp_path / "logs"), step=3, nproc=1)
