@@ -114,3 +114,24 @@ def test_checkpointer_is_the_one_passed(ds, tmp_path):
     cur = Curriculum(ds, [Phase(steps=3, batch_size=2, seq_len=16)], chunk_tokens=256)
     Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, checkpoint_every=2).run()
     assert sorted(int(p.name) for p in (tmp_path / "ck").iterdir() if p.name.isdigit()) == [2, 3]
+
+
+@pytest.mark.slow
+def test_with_partitioning_annotations_shard_parameters(tmp_path):
+    """Parameters follow nnx.with_partitioning (the rest stay replicated) on a 2-device mesh."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(__file__)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    out = subprocess.run([sys.executable, os.path.join(here, "_sharded_model.py"), str(tmp_path / "data")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["devices"] == 2
+    assert result["specs"]["hidden/kernel"] == "P(None, 'data')"
+    assert result["specs"]["out/kernel"] == "P()"
+    assert result["adam_mu_spec"] == "P(None, 'data')"  # optimizer state follows its parameter
+    assert result["loss"] < 5.0

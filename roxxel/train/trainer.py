@@ -47,7 +47,10 @@ class Trainer:
         eval_fn: ``eval_fn(state) -> dict | scalar`` run every ``eval_every`` steps and at the end.
         eval_every, checkpoint_every, log_every: intervals in steps.
         seed: data shuffle seed.
-        mesh: device mesh (default: every device on one ``"data"`` axis).
+        mesh: device mesh (default: every device on one ``"data"`` axis). Parameters are
+            replicated on it, or placed by their ``nnx.with_partitioning`` annotations; Flax
+            creates annotated variables on the current mesh, so build such a model under
+            ``with jax.set_mesh(mesh):`` and pass the same ``mesh`` here.
         data_sharding: sharding of each batch (default: rows over the mesh's first axis).
         max_to_keep: checkpoints kept besides the best.
         async_queue_depth: steps dispatched ahead of the host before it waits for a result.
