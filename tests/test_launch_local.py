@@ -133,7 +133,9 @@ def test_worker_env_is_the_pod_contract_on_loopback():
     assert (env["ROXXEL_NUM_PROCESSES"], env["ROXXEL_PROCESS_ID"]) == ("3", "2")
     assert (env["ROXXEL_RUN_NAME"], env["ROXXEL_CHECKPOINT_DIR"], env["ROXXEL_DATA_DIR"]) == (
         "run-a", "gs://bucket/ckpt", "/tmp/d")
-    assert env["MY_FLAG"] == "1" and env["PATH"] == "/bin" and env["ROXXEL_INIT_TIMEOUT"] == "7"
+    assert env["MY_FLAG"] == "1" and env["ROXXEL_INIT_TIMEOUT"] == "7"
+    # The launcher's own Python comes first, as the image's does in a pod.
+    assert env["PATH"] == os.pathsep.join([os.path.dirname(sys.executable), "/bin"])
     assert "JOBSET_NAME" not in env and "TPU_WORKER_ID" not in env  # launcher-owned, not inherited
     assert env["JAX_PLATFORMS"] == "cpu"
     assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=2"

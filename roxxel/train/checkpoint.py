@@ -607,6 +607,7 @@ class Checkpointer:
         """
         self._check_open()
         self._wait()
+        self._await_tmp_cleanup()
         self._manager.reload()
         steps = self._manager.all_steps()
         if step is None:
@@ -769,6 +770,7 @@ class Checkpointer:
         self._closed = True
         try:
             self._wait()
+            self._await_tmp_cleanup()
         finally:
             try:
                 self._manager.close()
@@ -780,6 +782,16 @@ class Checkpointer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def _await_tmp_cleanup(self) -> None:
+        """Wait for Orbax's background removal of half-written steps (started by the manager).
+
+        Only Orbax's ``save`` waits for it; without this a restore-only checkpointer could
+        close while that thread still talks to storage. Private Orbax API (pinned version).
+        """
+        wait = getattr(self._manager, "_maybe_await_cleanup_tmp_directory", None)
+        if wait is not None:
+            wait()
 
     def _check_open(self) -> None:
         if self._closed:
