@@ -6,10 +6,22 @@ command imports what it needs (YAML, jinja2, schemas, the kubernetes client).
 Job commands (``submit``, ``status``, ``logs``, ``list``, ``delete``, ``resume``, ``wait``)
 talk to a backend: the Kubernetes cluster of the current kubeconfig context by default
 (``roxxel_launch.backends.kubernetes``, imported only then), or this machine with
-``--local`` (``roxxel_launch.backends.local``). Exit codes of ``submit --local`` (in the
-foreground), ``resume --local`` and ``wait``: the job's, as :mod:`roxxel.exit_codes`
-defines them (0 done, 42 preempted after a checkpoint, else the failing worker's code);
-1 for an error of roxxel-launch itself (invalid spec, unknown job, ...).
+``--local`` (``roxxel_launch.backends.local``).
+
+Exit codes:
+
+* ``wait`` and ``resume --until-done`` say how the job ended: :data:`EXIT_SUCCEEDED` (0),
+  :data:`EXIT_PREEMPTED` (42, the same code as :data:`roxxel.exit_codes.PREEMPTED_EXIT_CODE`:
+  stopped after a checkpoint, evicted or preempted — ``resume`` continues it),
+  :data:`EXIT_TIMED_OUT` (124, ``--timeout`` passed first; the job keeps running, as with
+  coreutils' ``timeout``) and :data:`EXIT_FAILED` (125, any other end; the failing worker's
+  own exit code is printed). A preempted job keeps its own code rather than 125 because
+  "resume me" and "fix me" call for different actions in a script.
+* ``submit --local`` (in the foreground) and ``resume --local`` without ``--until-done``:
+  the job's own exit code, as :mod:`roxxel.exit_codes` defines it (0 done, 42 preempted
+  after a checkpoint, else the failing worker's code), like running the program itself.
+* 1 for an error of roxxel-launch itself (invalid spec, unknown job, no cluster access, ...);
+  2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -17,8 +29,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 
 import click
+
+# Exit codes of `wait` and `resume --until-done` (see the module docstring).
+EXIT_SUCCEEDED = 0
+EXIT_PREEMPTED = 42  # roxxel.exit_codes.PREEMPTED_EXIT_CODE (not imported: --help stays light)
+EXIT_TIMED_OUT = 124
+EXIT_FAILED = 125
+DEFAULT_MAX_RESUMES = 20
 
 SET_HELP = ("Override a spec field: --set key.path=value (repeatable; escape dots in keys "
             "as '\\.', e.g. --set resources.limits.memory=64Gi).")
@@ -119,8 +139,13 @@ _namespace_option = click.option("-n", "--namespace", default=None,
                                       "context's).")
 
 
-def _backend(local: bool, *, namespace: str | None = None, context: str | None = None):
-    """The local backend, or the Kubernetes one (imported only when needed)."""
+def _backend(local: bool, *, namespace: str | None = None, context: str | None = None,
+             poll: float | None = None):
+    """The local backend, or the Kubernetes one (imported only when needed).
+
+    ``poll``: seconds between the Kubernetes backend's own polls (resume waiting for the old
+    objects to go, logs -f waiting for a pod); None keeps its default.
+    """
     if local:
         if namespace is not None or context is not None:
             raise click.UsageError("--namespace and --context apply to Kubernetes, not to --local")
@@ -134,7 +159,8 @@ def _backend(local: bool, *, namespace: str | None = None, context: str | None =
             f"the Kubernetes backend is not available ({err}); check that roxxel-launch is fully "
             "installed with the kubernetes client, or run the job on this machine with --local"
         ) from err
-    return KubernetesBackend(namespace=namespace, context=context)
+    options = {} if poll is None else {"poll_seconds": poll}
+    return KubernetesBackend(namespace=namespace, context=context, **options)
 
 
 @contextlib.contextmanager
@@ -148,7 +174,19 @@ def _backend_errors():
         raise click.ClickException(str(err)) from err
 
 
-def _status_lines(status) -> list[str]:
+def _table(rows: list[tuple]) -> list[str]:
+    """Left-aligned columns, two spaces apart (the first row is the header)."""
+    cells = [tuple(str(c) for c in row) for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+
+
+def _one_line(text: str, limit: int = 0) -> str:
+    text = " ".join((text or "").split())
+    return text if not limit or len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _status_lines(status, details=None) -> list[str]:
     rows = [
         ("name", status.name),
         ("state", status.state.value),
@@ -157,6 +195,10 @@ def _status_lines(status) -> list[str]:
         ("exit code", "-" if status.exit_code is None else status.exit_code),
         ("created", status.created or "-"),
     ]
+    if details is not None:
+        rows.insert(1, ("object", f"{details.kind} {details.namespace}/{status.name}"))
+        rows[3] = ("processes", f"{status.processes} ({details.slices} slice(s) x "
+                                f"{details.hosts_per_slice} host(s))")
     if status.run_dir:
         rows.append(("run dir", status.run_dir))
     lines = [f"{key + ':':<11} {value}" for key, value in rows]
@@ -167,11 +209,58 @@ def _status_lines(status) -> list[str]:
     return lines
 
 
-def _status_json(status) -> dict:
+_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+def _slice_rows(details) -> list[tuple]:
+    """One row per slice (consecutive slices alike share a row): pods and their phases."""
+    counts = [dict.fromkeys(_PHASES, 0) for _ in range(details.slices)]
+    for worker in details.workers:
+        if 0 <= worker.slice < details.slices:
+            phase = worker.phase if worker.phase in _PHASES else "Unknown"
+            counts[worker.slice][phase] += 1
+    rows: list[tuple] = []
+    start = 0
+    for s in range(1, details.slices + 1):
+        if s < details.slices and counts[s] == counts[start]:
+            continue
+        label = str(start) if s - 1 == start else f"{start}-{s - 1}"
+        phases = counts[start]
+        rows.append((label, f"{sum(phases.values())}/{details.hosts_per_slice}",
+                     *(phases[p] for p in _PHASES)))
+        start = s
+    return [("SLICE", "PODS", *(p.upper() for p in _PHASES)), *rows]
+
+
+def _details_lines(details, show_workers: bool) -> list[str]:
+    lines = []
+    if details.conditions:
+        rows = [("CONDITION", "STATUS", "REASON", "SINCE", "MESSAGE")]
+        rows += [(c.get("type", "?"), c.get("status", "?"), c.get("reason") or "-",
+                  c.get("lastTransitionTime") or "-", _one_line(c.get("message") or "-", 100))
+                 for c in details.conditions]
+        lines += ["", *_table(rows)]
+    lines += ["", *_table(_slice_rows(details))]
+    if show_workers:
+        rows = [("PROCESS", "SLICE", "INDEX", "POD", "PHASE", "EXIT", "REASON")]
+        rows += [(w.process, w.slice, w.index, w.pod, w.phase + (" (terminating)" if w.terminating else ""),
+                  "-" if w.exit_code is None else w.exit_code,
+                  _one_line(": ".join(p for p in (w.reason, w.message) if p) or "-", 80))
+                 for w in details.workers]
+        lines += ["", *_table(rows)]
+    return lines
+
+
+def _status_json(status, details=None) -> dict:
     import dataclasses
 
     data = dataclasses.asdict(status)
     data["state"] = status.state.value
+    if details is not None:
+        data.update(kind=details.kind, namespace=details.namespace, slices=details.slices,
+                    hosts_per_slice=details.hosts_per_slice,
+                    conditions=[dict(c) for c in details.conditions],
+                    workers=[dataclasses.asdict(w) for w in details.workers])
     return data
 
 
@@ -190,6 +279,65 @@ def _report_end(status) -> int:
         click.echo(f"roxxel-launch: job {status.name} {status.state.value.lower()} (exit {code}): "
                    f"{status.message}", err=True)
     return code
+
+
+def _report_outcome(status) -> int:
+    """Say how a job ended (on stderr) and return the exit code of `wait` (0, 42 or 125)."""
+    from roxxel_launch.backends.base import JobState
+
+    if status.state is JobState.SUCCEEDED:
+        click.echo(f"roxxel-launch: job {status.name} succeeded", err=True)
+        return EXIT_SUCCEEDED
+    detail = f": {status.message}" if status.message else ""
+    if status.state is JobState.PREEMPTED:
+        click.echo(f"roxxel-launch: job {status.name} preempted (exit {EXIT_PREEMPTED}){detail}",
+                   err=True)
+        return EXIT_PREEMPTED
+    if status.state is JobState.SUSPENDED:
+        click.echo(f"roxxel-launch: job {status.name} evicted (Suspended; exit {EXIT_PREEMPTED})"
+                   f"{detail}", err=True)
+        return EXIT_PREEMPTED
+    code = "unknown" if status.exit_code is None else status.exit_code
+    click.echo(f"roxxel-launch: job {status.name} {status.state.value.lower()} (worker exit code "
+               f"{code}; exit {EXIT_FAILED}){detail}", err=True)
+    return EXIT_FAILED
+
+
+def _poll_until_end(backend, name: str, *, poll: float, timeout: float | None = None,
+                    evicted_ends: bool = False, announce: bool = False):
+    """Polls a job's status until it is terminal; returns ``(status, timed_out)``.
+
+    Args:
+        timeout: seconds; when they pass first, returns the last status with ``timed_out``.
+        evicted_ends: also return a job that was admitted (seen in any state but Suspended)
+            and is Suspended again: evicted by its queue.
+        announce: print each change of state on stderr.
+    """
+    from roxxel_launch.backends.base import JobState
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    admitted = False
+    shown = None
+    while True:
+        status = backend.status(name)
+        if announce and status.state is not shown:
+            click.echo(f"roxxel-launch: {name} is {status.state.value}"
+                       + (f": {_one_line(status.message, 160)}" if status.message else ""), err=True)
+            shown = status.state
+        if status.state.terminal:
+            return status, False
+        if status.state is JobState.SUSPENDED:
+            if evicted_ends and admitted:
+                return status, False
+        else:
+            admitted = True
+        if deadline is None:
+            time.sleep(poll)
+            continue
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return status, True
+        time.sleep(min(poll, left))
 
 
 @cli.command()
@@ -254,19 +402,36 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
 @click.argument("name")
 @_local_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@click.option("-w", "--workers", "show_workers", is_flag=True,
+              help="Also list every worker pod of the current attempt (Kubernetes only).")
 @_namespace_option
 @_context_option
-def status(name: str, local: bool, as_json: bool, namespace: str | None, context: str | None) -> None:
-    """Show a job's state, restarts, exit code and message."""
+def status(name: str, local: bool, as_json: bool, show_workers: bool, namespace: str | None,
+           context: str | None) -> None:
+    """Show a job's state, restarts, exit code and message.
+
+    On Kubernetes also, as tables: the JobSet's (or Job's) conditions and the pod phases of
+    each slice (consecutive slices alike share a row); --workers adds one row per pod.
+    """
+    if show_workers and local:
+        raise click.UsageError("--workers applies to Kubernetes jobs, not to --local")
     backend = _backend(local, namespace=namespace, context=context)
+    details = None
     with _backend_errors():
-        job = backend.status(name)
+        if hasattr(backend, "details"):
+            details = backend.details(name)
+            job = details.status
+        else:
+            job = backend.status(name)
     if as_json:
         import json
 
-        click.echo(json.dumps(_status_json(job), indent=2))
-    else:
-        click.echo("\n".join(_status_lines(job)))
+        click.echo(json.dumps(_status_json(job, details), indent=2))
+        return
+    lines = _status_lines(job, details)
+    if details is not None:
+        lines += _details_lines(details, show_workers)
+    click.echo("\n".join(lines))
 
 
 @cli.command("list")
@@ -287,22 +452,23 @@ def list_command(local: bool, as_json: bool, namespace: str | None, context: str
     rows = [("NAME", "STATE", "PROCESSES", "RESTARTS", "EXIT", "CREATED")]
     rows += [(j.name, j.state.value, str(j.processes), str(j.restarts),
               "-" if j.exit_code is None else str(j.exit_code), j.created or "-") for j in jobs]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    for line in _table(rows):
+        click.echo(line)
 
 
 @cli.command()
 @click.argument("name")
 @_local_option
-@click.option("-p", "--process", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Which worker (process id).")
+@click.option("-p", "--process", "--rank", "process", type=click.IntRange(min=0), default=0,
+              show_default=True,
+              help="Which worker: its JAX process id (rank); --rank is the same option. On a "
+                   "JobSet, process = slice * hosts_per_slice + host.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the job ends.")
 @_namespace_option
 @_context_option
 def logs(name: str, local: bool, process: int, follow: bool, namespace: str | None,
          context: str | None) -> None:
-    """Print one worker's output (worker 0 by default)."""
+    """Print one worker's output (rank 0 by default; on Kubernetes, of the newest attempt)."""
     backend = _backend(local, namespace=namespace, context=context)
     with _backend_errors():
         for line in backend.logs(name, process=process, follow=follow):
@@ -322,21 +488,47 @@ def delete(name: str, local: bool, namespace: str | None, context: str | None) -
     click.echo(f"deleted {name}")
 
 
+_poll_option = click.option("--poll", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+                            help="Seconds between status checks.")
+
+
 @cli.command()
 @click.argument("name")
 @_local_option
 @click.option("--detach", is_flag=True,
               help="With --local: resume in the background (default: in the foreground, like submit).")
+@click.option("--until-done", is_flag=True,
+              help="Stay until the job succeeds: watch it and re-submit it each time it ends "
+                   "preempted or is evicted (Suspended again after it had been admitted), at "
+                   "most --max-resumes times. A real failure is not retried.")
+@click.option("--max-resumes", type=click.IntRange(min=1), default=DEFAULT_MAX_RESUMES,
+              show_default=True, help="With --until-done: the most re-submissions before giving up.")
+@_poll_option
 @_namespace_option
 @_context_option
 @click.pass_context
-def resume(ctx: click.Context, name: str, local: bool, detach: bool, namespace: str | None,
-           context: str | None) -> None:
-    """Start a preempted or failed job again; it continues from its last checkpoint."""
+def resume(ctx: click.Context, name: str, local: bool, detach: bool, until_done: bool,
+           max_resumes: int, poll: float, namespace: str | None, context: str | None) -> None:
+    """Start a preempted, failed or evicted job again; it continues from its last checkpoint.
+
+    The job is re-created from the spec it was submitted with: same name, run name and
+    checkpoint_dir, so training restores its last checkpoint.
+
+    With --until-done, a job that still runs is watched first, and one that has succeeded
+    is left alone. Exit codes with --until-done, as for `wait`: 0 succeeded; 42 still
+    preempted or evicted after --max-resumes re-submissions; 125 failed (a failure of the
+    program is not retried after the first resume: fix it first); 1 roxxel-launch could not
+    go on (e.g. the job was deleted meanwhile). Without it: 0 once re-submitted (Kubernetes,
+    --detach), or the job's own exit code (--local in the foreground).
+    """
     if detach and not local:
         raise click.UsageError("--detach applies to --local runs only")
-    backend = _backend(local, namespace=namespace, context=context)
+    if until_done and detach:
+        raise click.UsageError("--until-done stays to watch the job; it cannot be combined with --detach")
+    backend = _backend(local, namespace=namespace, context=context, poll=None if local else poll)
     with _backend_errors():
+        if until_done:
+            ctx.exit(_resume_until_done(backend, name, local=local, max_resumes=max_resumes, poll=poll))
         if not local or detach:
             job = backend.resume(name)
             click.echo(f"resumed {name}: state {job.state.value}")
@@ -345,21 +537,79 @@ def resume(ctx: click.Context, name: str, local: bool, detach: bool, namespace: 
     ctx.exit(_report_end(job))
 
 
+def _resume_until_done(backend, name: str, *, local: bool, max_resumes: int, poll: float) -> int:
+    """Resume, watch, and resume again after each preemption or eviction; the `wait` code."""
+    from roxxel_launch.backends.base import JobState
+
+    status = backend.status(name)
+    resumes = 0
+    first = True
+    while True:
+        state = status.state
+        if state is JobState.SUCCEEDED:
+            if first:
+                click.echo(f"roxxel-launch: {name} has already succeeded; nothing to resume", err=True)
+            return _report_outcome(status)
+        # A local job stopped by Ctrl-C / SIGTERM saves a checkpoint and ends Preempted: the
+        # user asked it to stop, so it is not resumed again.
+        stopped = local and not first and status.message.startswith("stopped by ")
+        if (state is JobState.FAILED and not first) or stopped:
+            click.echo(f"roxxel-launch: not resuming {name} again: it "
+                       f"{'was stopped on request' if stopped else 'failed'}", err=True)
+            return _report_outcome(status)
+        if state in (JobState.PREEMPTED, JobState.SUSPENDED, JobState.FAILED):
+            if resumes >= max_resumes:
+                click.echo(f"roxxel-launch: giving up on {name}: {state.value} again after "
+                           f"{resumes} resume(s) (--max-resumes {max_resumes})", err=True)
+                return _report_outcome(status)
+            resumes += 1
+            click.echo(f"roxxel-launch: resuming {name} ({state.value}"
+                       + (f": {_one_line(status.message, 160)}" if status.message else "")
+                       + f"); resume {resumes} of at most {max_resumes}", err=True)
+            if local:
+                status = backend.resume(name, foreground=True, echo=sys.stdout)
+                first = False
+                continue
+            backend.resume(name)
+        first = False
+        status, _ = _poll_until_end(backend, name, poll=poll, evicted_ends=True, announce=True)
+
+
 @cli.command()
 @click.argument("name")
 @_local_option
-@click.option("--poll", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
-              help="Seconds between status checks.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Give up after this many seconds, with exit code 124 (the job keeps running). "
+                   "Default: wait as long as it takes.")
+@_poll_option
 @_namespace_option
 @_context_option
 @click.pass_context
-def wait(ctx: click.Context, name: str, local: bool, poll: float, namespace: str | None,
-         context: str | None) -> None:
-    """Wait until a job ends; exit with its exit code (0 done, 42 preempted, else failed)."""
+def wait(ctx: click.Context, name: str, local: bool, timeout: float | None, poll: float,
+         namespace: str | None, context: str | None) -> None:
+    """Wait until a job ends; the exit code says how it ended.
+
+    \b
+      0    succeeded
+      42   preempted, or stopped after a checkpoint: `roxxel-launch resume NAME`
+           continues it (roxxel's preemption code, kept apart from 125 because it
+           calls for a resume, not a fix)
+      124  --timeout passed first; the job keeps running
+      125  failed (the failing worker's own exit code is printed)
+      1    roxxel-launch could not tell (unknown or deleted job, no cluster access)
+
+    A Suspended job (queued, held or evicted by Kueue) has not ended: wait keeps waiting
+    (bound it with --timeout, or use `resume --until-done`).
+    """
     backend = _backend(local, namespace=namespace, context=context)
     with _backend_errors():
-        job = backend.wait(name, poll_seconds=poll)
-    ctx.exit(_report_end(job))
+        job, timed_out = _poll_until_end(backend, name, poll=poll, timeout=timeout)
+    if timed_out:
+        click.echo(f"roxxel-launch: timed out after {timeout:g} s waiting for job {name}: still "
+                   f"{job.state.value}" + (f" ({_one_line(job.message, 200)})" if job.message else ""),
+                   err=True)
+        ctx.exit(EXIT_TIMED_OUT)
+    ctx.exit(_report_outcome(job))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -93,6 +93,7 @@ _RBAC_RESOURCE = {"JobSet": f"{JOBSET_PLURAL}.{JOBSET_GROUP}", "Job": "jobs.batc
 _RBAC_VERB = {"create": "create", "read": "get", "list": "list", "delete": "delete",
               "read logs of": "get"}
 _RUNNING_PHASES = ("Running", "Succeeded")
+_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
 
 
 # ----------------------------------------------------------------------------- worker view
@@ -205,6 +206,30 @@ def _true_conditions(status: Mapping) -> dict[str, dict]:
     return {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
 
 
+@dataclasses.dataclass(frozen=True)
+class JobDetails:
+    """A job as ``roxxel-launch status`` shows it: its status, conditions and worker pods.
+
+    Attributes:
+        status: the job's :class:`JobStatus`.
+        kind: ``JobSet`` or ``Job`` (an indexed job).
+        namespace: where the job lives.
+        slices: slices (JobSet replicas; 1 for an indexed job).
+        hosts_per_slice: worker pods per slice.
+        conditions: the object's ``status.conditions`` (type, status, reason, message,
+            lastTransitionTime), as the API server returned them.
+        workers: the worker pods of the current attempt, by process.
+    """
+
+    status: JobStatus
+    kind: str
+    namespace: str
+    slices: int
+    hosts_per_slice: int
+    conditions: tuple[Mapping, ...]
+    workers: tuple[Worker, ...]
+
+
 def _condition_text(condition: Mapping | None) -> str:
     if not condition:
         return ""
@@ -219,6 +244,22 @@ def _first_failure(workers: Iterable[Worker]) -> Worker | None:
     # A peer that saved a checkpoint and exited 42 after SIGTERM is a consequence, not a cause.
     causes = [w for w in failed if w.exit_code != contract.PREEMPTION_EXIT_CODE] or failed
     return min(causes, key=lambda w: (w.finished_at or "~", w.process))
+
+
+# Why a pod stopped when the cluster, not the program, stopped it (the reasons of its
+# DisruptionTarget condition): preemption, eviction, node drain or loss.
+_DISRUPTION_REASONS = ("DisruptionTarget", "PreemptionByScheduler", "PreemptionByKubeScheduler",
+                       "TerminationByKubelet", "EvictionByEvictionAPI", "DeletionByTaintManager",
+                       "DeletionByPodGC")
+
+
+def _failed(worker: Worker) -> bool:
+    return worker.exit_code not in (None, 0) or worker.phase == "Failed"
+
+
+def _preempted(worker: Worker) -> bool:
+    """A worker stopped by the cluster, or one that saved a checkpoint after SIGTERM (exit 42)."""
+    return worker.exit_code == contract.PREEMPTION_EXIT_CODE or worker.reason in _DISRUPTION_REASONS
 
 
 def _failed_exit_code(worker: Worker | None) -> int:
@@ -280,7 +321,9 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
 
     Succeeded: terminalState Completed (or condition Completed). Failed: terminalState Failed
     (or condition Failed), with the condition and the first failed worker's exit code and
-    reason. Suspended: spec.suspend or condition Suspended (Kueue holds or evicted it).
+    reason — or Preempted (exit code 42) when every failed worker of the last attempt was
+    preempted or exited 42 after saving a checkpoint. Suspended: spec.suspend or condition
+    Suspended (Kueue holds or evicted it).
     Otherwise the pods of the current attempt (restart-attempt == status.restarts) decide:
     Running when every worker runs (and no pod of an older attempt remains), else Restarting
     after a gang restart (status.restarts > 0), else Pending.
@@ -314,8 +357,20 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
         return JobStatus(state=JobState.SUCCEEDED, exit_code=0,
                          message=message(_condition_text(conditions.get("Completed"))), **common)
     if terminal == "Failed" or "Failed" in conditions:
-        first = _first_failure(current) or _first_failure(workers)
         text = _condition_text(conditions.get("Failed")) or "failed"
+        # The JobSet's failure policy restarts the gang on a preemption without counting it,
+        # so a JobSet that ends Failed normally ran out of max_restarts on real errors. When
+        # every failed worker of its last attempt was preempted instead (a JobSet controller
+        # without failure-policy rules, or a policy edited by hand), it is Preempted: resume
+        # continues it from its checkpoint.
+        failed_now = [w for w in current if _failed(w)] or [w for w in workers if _failed(w)]
+        if failed_now and all(_preempted(w) for w in failed_now):
+            preempted = min(failed_now, key=lambda w: (w.finished_at or "~", w.process))
+            text = (f"preempted ({text}; {preempted.describe()}); `roxxel-launch resume {name}` "
+                    "continues from the last checkpoint")
+            return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTION_EXIT_CODE,
+                             message=message(text), **common)
+        first = _first_failure(current) or _first_failure(workers)
         if first is not None:
             text += f"; first failure: {first.describe()}"
         return JobStatus(state=JobState.FAILED, exit_code=_failed_exit_code(first),
@@ -350,9 +405,7 @@ def _is_preemption(condition: Mapping, workers: list[Worker]) -> bool:
     if "DisruptionTarget" in text or re.search(
             rf"exit code {contract.PREEMPTION_EXIT_CODE}\b", text):
         return True
-    return any(w.exit_code == contract.PREEMPTION_EXIT_CODE or w.reason in (
-        "DisruptionTarget", "PreemptionByScheduler", "TerminationByKubelet",
-        "EvictionByEvictionAPI", "DeletionByTaintManager", "DeletionByPodGC") for w in workers)
+    return any(_preempted(w) for w in workers)
 
 
 def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
@@ -851,11 +904,30 @@ class KubernetesBackend(Backend):
     def workers(self, name: str) -> list[Worker]:
         """The worker pods of the current attempt, by process (for a per-slice table)."""
         kind, obj = self._require(name)
+        return self._current_workers(kind, obj, self._pods(kind, name))
+
+    def _current_workers(self, kind: str, obj: Mapping, pods: Iterable[Mapping]) -> list[Worker]:
         hosts, _, _ = self._shape(kind, obj)
         restarts = _int(((obj.get("status") or {}).get("restarts")), 0)
-        workers = [worker_from_pod(p, hosts) for p in self._pods(kind, name)]
+        workers = [worker_from_pod(p, hosts) for p in pods]
         return sorted((w for w in workers if w.restart_attempt == restarts),
                       key=lambda w: w.process)
+
+    def details(self, name: str) -> JobDetails:
+        """Status, conditions and the current attempt's worker pods, from one read of each.
+
+        Raises: JobNotFoundError.
+        """
+        kind, obj = self._require(name)
+        pods = self._pods(kind, name)
+        hosts, slices, _ = self._shape(kind, obj)
+        conditions = tuple(
+            {key: c.get(key) for key in _CONDITION_FIELDS if c.get(key) is not None}
+            for c in (obj.get("status") or {}).get("conditions") or [])
+        return JobDetails(status=self._status_of(kind, obj, pods), kind=kind,
+                          namespace=(obj.get("metadata") or {}).get("namespace") or self.namespace,
+                          slices=slices, hosts_per_slice=hosts, conditions=conditions,
+                          workers=tuple(self._current_workers(kind, obj, pods)))
 
     def list(self) -> list[JobStatus]:
         selector = f"{MANAGED_BY_LABEL}={MANAGED_BY}"

@@ -1,0 +1,532 @@
+"""A test double of the Kubernetes API server: a small HTTP server on 127.0.0.1, in a thread.
+
+This is NOT a Kubernetes API server and no real controller runs behind it. It answers the
+subset of the REST API that ``roxxel_launch.backends.kubernetes`` uses, over real HTTP, so
+the official ``kubernetes`` client is exercised end to end (kubeconfig loading, URL and
+query building, bearer token, JSON bodies, chunked log streams, error Status objects):
+
+* JobSets (``/apis/jobset.x-k8s.io/v1alpha2/namespaces/NS/jobsets[/NAME]``, the
+  CustomObjects API), Jobs (``/apis/batch/v1/...``), Services and Pods (``/api/v1/...``):
+  create (``POST``, with ``dryRun=All`` persisting nothing), read, list (equality and
+  existence label selectors) and delete (``propagationPolicy`` recorded; the object and
+  its pods go at once, or after ``linger`` reads to mimic foreground deletion);
+* pod logs (``/api/v1/namespaces/NS/pods/NAME/log``), with ``follow=true`` streamed as a
+  chunked response that ends when the pod has terminated or :meth:`FakeKubernetes.end_log`
+  is called (and after at most ``FOLLOW_LIMIT_S`` seconds in any case);
+* errors as the API server sends them (a ``Status`` object): 401 for a wrong token, 404
+  for a missing object or an unknown path, 409 ``AlreadyExists``, 422 ``Invalid`` for an
+  object name that is not a DNS-1123 label, and any status injected with
+  :meth:`FakeKubernetes.fail`.
+
+In place of the JobSet, Job and Kueue controllers, a scripted stand-in: creating a JobSet
+or Job also creates its worker pods (Running, with the labels the controllers put on
+them), and :meth:`FakeKubernetes.plan` says how each successive submission of a job ends
+— ``succeed``, ``fail`` (a worker exits 1), ``preempt`` (a pod gets the DisruptionTarget
+condition and every worker exits 42 after its checkpoint, failing the child Job by its
+PodFailurePolicy), ``evict`` (Kueue suspends it and its pods go) or ``run`` (keeps
+running) — applied when the object has been read ``after`` times (status polls), so that
+tests are deterministic and need no sleeps.
+"""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import itertools
+import json
+import re
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TOKEN = "fake-token-for-tests"
+FOLLOW_LIMIT_S = 20.0  # a followed log stream never stays open longer than this
+
+_ROUTES = [
+    ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/([^/]+)/jobsets(?:/([^/]+))?$")),
+    ("jobs", re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")),
+    ("services", re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")),
+    ("log", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")),
+    ("pods", re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")),
+]
+_KINDS = {"jobsets": ("JobSet", "jobset.x-k8s.io", "jobset.x-k8s.io/v1alpha2"),
+          "jobs": ("Job", "batch", "batch/v1"), "services": ("Service", "", "v1"),
+          "pods": ("Pod", "", "v1")}
+_RESOURCE_OF = {kind: resource for resource, (kind, _, _) in _KINDS.items()}
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_OUTCOMES = ("succeed", "fail", "preempt", "evict", "run")
+
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+RJOB_NAME = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def status_object(code: int, reason: str, message: str, **details) -> dict:
+    """An API server error answer (``kind: Status``)."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "details": details, "code": code}
+
+
+def _selector_matches(selector: str | None, labels: dict) -> bool:
+    for term in filter(None, (selector or "").split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key.rstrip("=")) != value:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+class _Request:
+    def __init__(self, method: str, raw_path: str, body: bytes):
+        parsed = urllib.parse.urlsplit(raw_path)
+        self.method = method
+        self.path = parsed.path
+        self.query = dict(urllib.parse.parse_qsl(parsed.query))
+        self.body = json.loads(body) if body else None
+        self.resource = self.namespace = self.name = None
+        for resource, pattern in _ROUTES:
+            match = pattern.match(self.path)
+            if match:
+                self.resource, self.namespace, self.name = resource, match.group(1), match.group(2)
+                break
+
+    @property
+    def dry_run(self) -> bool:
+        return self.query.get("dryRun") == "All"
+
+    def __repr__(self) -> str:
+        query = f"?{urllib.parse.urlencode(self.query)}" if self.query else ""
+        return f"{self.method} {self.path}{query}"
+
+
+class FakeKubernetes:
+    """The test double (see the module docstring). Use as a context manager.
+
+    Attributes:
+        requests: every request served, in order (``method``, ``path``, ``query``, ``body``,
+            ``resource``, ``namespace``, ``name``, ``dry_run``).
+        objects: ``{(resource, namespace, name): object}`` as stored.
+        linger: reads a deleted object survives (foreground deletion under way).
+    """
+
+    def __init__(self, namespace: str = "team-a"):
+        self.namespace = namespace
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.requests: list[_Request] = []
+        self.linger = 0
+        self._faults: list[dict] = []
+        self._plans: dict[str, list[tuple[str, int]]] = {}
+        self._scripts: dict[tuple[str, str, str], list] = {}
+        self._dying: dict[tuple[str, str, str], int] = {}
+        self._logs: dict[str, list[str]] = {}
+        self._log_ended: set[str] = set()
+        self._submissions: dict[str, int] = {}
+        self._lock = threading.Condition()
+        self._closing = False
+        self._ids = itertools.count(1)
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> FakeKubernetes:
+        fake = self
+
+        class Handler(_Handler):
+            server_fake = fake
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-k8s",
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def write_kubeconfig(self, path: Path, *, token: str = TOKEN) -> Path:
+        """A kubeconfig whose current context points at this server, in ``self.namespace``."""
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": token}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester",
+                                                      "namespace": self.namespace}}],
+        }))
+        return path
+
+    # ------------------------------------------------------------------ test controls
+
+    def plan(self, name: str, *outcomes: str, after: int = 2) -> None:
+        """How the next submissions of job ``name`` end, one outcome per submission.
+
+        Each outcome applies when the object has been read ``after`` times since it was
+        created; submissions beyond the plan keep running.
+        """
+        for outcome in outcomes:
+            if outcome not in _OUTCOMES:
+                raise ValueError(f"unknown outcome {outcome!r}; use one of {_OUTCOMES}")
+        with self._lock:
+            self._plans.setdefault(name, []).extend((o, after) for o in outcomes)
+
+    def fail(self, method: str, resource: str, code: int, message: str = "injected failure", *,
+             reason: str = "InternalError", dry_run: bool | None = None, times: int = 1,
+             **details) -> None:
+        """Answer the next ``times`` matching requests with this error Status."""
+        with self._lock:
+            self._faults.append(dict(method=method, resource=resource, dry_run=dry_run, times=times,
+                                     answer=status_object(code, reason, message, **details)))
+
+    def log(self, pod: str, *lines: str) -> None:
+        """Append lines to a pod's log (a followed stream sends them at once)."""
+        with self._lock:
+            self._logs.setdefault(pod, []).extend(lines)
+            self._lock.notify_all()
+
+    def end_log(self, pod: str) -> None:
+        """End a followed log stream of ``pod`` (as when its container exits)."""
+        with self._lock:
+            self._log_ended.add(pod)
+            self._lock.notify_all()
+
+    def get(self, resource: str, name: str) -> dict | None:
+        with self._lock:
+            return copy.deepcopy(self.objects.get((resource, self.namespace, name)))
+
+    def pods(self, owner: str) -> list[dict]:
+        """The pods of a JobSet or Job, by name."""
+        with self._lock:
+            return sorted((copy.deepcopy(o) for (r, _, _), o in self.objects.items() if r == "pods"
+                           and owner in (o["metadata"]["labels"].get(JOBSET_NAME),
+                                         o["metadata"]["labels"].get("job-name"))),
+                          key=lambda p: p["metadata"]["name"])
+
+    def submissions(self, name: str) -> int:
+        """How many times a job of this name was created (not dry runs)."""
+        with self._lock:
+            return self._submissions.get(name, 0)
+
+    def calls(self, method: str | None = None, resource: str | None = None) -> list[_Request]:
+        with self._lock:
+            return [r for r in self.requests if (method is None or r.method == method)
+                    and (resource is None or r.resource == resource)]
+
+    # ------------------------------------------------------------------ answering
+
+    def answer(self, request: _Request, authorization: str | None) -> tuple[int, Any]:
+        """(status code, JSON-able body) — or (200, ("stream", pod, follow)) for a log."""
+        with self._lock:
+            self.requests.append(request)
+            if authorization != f"Bearer {TOKEN}":
+                return 401, status_object(401, "Unauthorized", "Unauthorized")
+            for fault in self._faults:
+                if (fault["times"] > 0 and fault["method"] == request.method
+                        and fault["resource"] == request.resource
+                        and fault["dry_run"] in (None, request.dry_run)):
+                    fault["times"] -= 1
+                    return fault["answer"]["code"], fault["answer"]
+            if request.resource is None:
+                return 404, status_object(404, "NotFound", "the server could not find the requested resource")
+            if request.resource == "log":
+                return self._log_answer(request)
+            if request.method == "POST":
+                return self._create(request)
+            if request.method == "GET" and request.name is None:
+                return self._list(request)
+            if request.method == "GET":
+                return self._read(request)
+            if request.method == "DELETE":
+                return self._delete(request)
+            return 405, status_object(405, "MethodNotAllowed", f"{request.method} is not supported here")
+
+    def _not_found(self, resource: str, name: str) -> tuple[int, dict]:
+        kind, group, _ = _KINDS[resource]
+        qualified = f"{resource}.{group}" if group else resource
+        return 404, status_object(404, "NotFound", f'{qualified} "{name}" not found',
+                                  name=name, group=group, kind=resource)
+
+    def _create(self, request: _Request) -> tuple[int, dict]:
+        resource, ns = request.resource, request.namespace
+        kind, group, api_version = _KINDS[resource]
+        obj = copy.deepcopy(request.body or {})
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
+        if obj.get("kind") != kind or obj.get("apiVersion") != api_version:
+            return 400, status_object(400, "BadRequest", f"expected {api_version} {kind}, got "
+                                      f"{obj.get('apiVersion')} {obj.get('kind')}")
+        if meta.get("namespace", ns) != ns:
+            return 400, status_object(400, "BadRequest", "the namespace of the object does not "
+                                      "match the namespace of the request")
+        if len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
+            message = f'{kind}.{group or "core"} "{name}" is invalid: metadata.name: Invalid value'
+            return 422, status_object(422, "Invalid", message, name=name, kind=resource, causes=[
+                {"reason": "FieldValueInvalid", "field": "metadata.name",
+                 "message": "must be a DNS-1123 label of at most 63 characters"}])
+        if (resource, ns, name) in self.objects:
+            return 409, status_object(409, "AlreadyExists",
+                                      f'{resource}{"." + group if group else ""} "{name}" already exists',
+                                      name=name, group=group, kind=resource)
+        meta.update(namespace=ns, uid=f"uid-{next(self._ids)}", resourceVersion=str(next(self._ids)),
+                    creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        obj["metadata"] = meta
+        if request.dry_run:
+            return 201, obj
+        self.objects[(resource, ns, name)] = obj
+        if resource in ("jobsets", "jobs"):
+            self._submissions[name] = self._submissions.get(name, 0) + 1
+            plan = self._plans.get(name) or []
+            outcome, after = plan.pop(0) if plan else ("run", 0)
+            self._scripts[(resource, ns, name)] = [outcome, after]
+            self._start_pods(resource, obj)
+        return 201, copy.deepcopy(obj)
+
+    def _list(self, request: _Request) -> tuple[int, dict]:
+        kind, _, api_version = _KINDS[request.resource]
+        selector = request.query.get("labelSelector")
+        items = [copy.deepcopy(o) for (r, n, _), o in sorted(self.objects.items())
+                 if r == request.resource and n == request.namespace
+                 and _selector_matches(selector, o["metadata"].get("labels") or {})]
+        return 200, {"kind": f"{kind}List", "apiVersion": api_version,
+                     "metadata": {"resourceVersion": str(next(self._ids))}, "items": items}
+
+    def _read(self, request: _Request) -> tuple[int, dict]:
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects:
+            return self._not_found(request.resource, request.name)
+        if key in self._dying:
+            self._dying[key] -= 1
+            if self._dying[key] < 0:
+                self._remove(key)
+                return self._not_found(request.resource, request.name)
+        script = self._scripts.get(key)
+        if script is not None:
+            script[1] -= 1
+            if script[1] <= 0:
+                del self._scripts[key]
+                self._apply(key, script[0])
+        return 200, copy.deepcopy(self.objects[key])
+
+    def _delete(self, request: _Request) -> tuple[int, dict]:
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects:
+            return self._not_found(request.resource, request.name)
+        self._scripts.pop(key, None)
+        if self.linger:
+            meta = self.objects[key]["metadata"]
+            meta["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            if request.query.get("propagationPolicy") == "Foreground":
+                meta["finalizers"] = ["foregroundDeletion"]
+            self._dying[key] = self.linger
+        else:
+            self._remove(key)
+        return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                     "details": {"name": request.name, "kind": request.resource}}
+
+    def _remove(self, key: tuple[str, str, str]) -> None:
+        self.objects.pop(key, None)
+        self._dying.pop(key, None)
+        resource, ns, name = key
+        if resource in ("jobsets", "jobs"):
+            owner_label = JOBSET_NAME if resource == "jobsets" else "job-name"
+            for pod_key in [k for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
+                            and o["metadata"]["labels"].get(owner_label) == name]:
+                del self.objects[pod_key]
+        self._lock.notify_all()
+
+    # ------------------------------------------------------------------ the scripted controllers
+
+    def _start_pods(self, resource: str, obj: dict) -> None:
+        name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if resource == "jobsets":
+            for rjob in obj["spec"]["replicatedJobs"]:
+                job_spec = rjob["template"]["spec"]
+                template_labels = (job_spec["template"].get("metadata") or {}).get("labels") or {}
+                for s in range(rjob.get("replicas", 1)):
+                    for i in range(job_spec.get("completions", 1)):
+                        labels = {**template_labels, JOBSET_NAME: name, RJOB_NAME: rjob["name"],
+                                  JOB_INDEX: str(s), RESTART_ATTEMPT: "0", COMPLETION_INDEX: str(i),
+                                  "job-name": f"{name}-{rjob['name']}-{s}",
+                                  "batch.kubernetes.io/job-name": f"{name}-{rjob['name']}-{s}"}
+                        self._put_pod(f"{name}-{rjob['name']}-{s}-{i}-{next(self._ids):05d}", ns, labels,
+                                      started)
+        else:
+            template_labels = (obj["spec"]["template"].get("metadata") or {}).get("labels") or {}
+            for i in range(obj["spec"].get("completions", 1)):
+                labels = {**template_labels, "job-name": name, "batch.kubernetes.io/job-name": name,
+                          COMPLETION_INDEX: str(i)}
+                self._put_pod(f"{name}-{i}-{next(self._ids):05d}", ns, labels, started)
+
+    def _put_pod(self, name: str, ns: str, labels: dict, started: str) -> None:
+        self.objects[("pods", ns, name)] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": labels,
+                         "annotations": {COMPLETION_INDEX: labels[COMPLETION_INDEX]},
+                         "creationTimestamp": started, "uid": f"uid-{next(self._ids)}"},
+            "status": {"phase": "Running", "conditions": [],
+                       "containerStatuses": [{"name": "worker", "ready": True, "restartCount": 0,
+                                              "state": {"running": {"startedAt": started}}}]}}
+
+    def _apply(self, key: tuple[str, str, str], outcome: str) -> None:
+        resource, ns, name = key
+        obj = self.objects[key]
+        owner_label = JOBSET_NAME if resource == "jobsets" else "job-name"
+        pods = sorted((o for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
+                       and o["metadata"]["labels"].get(owner_label) == name),
+                      key=lambda p: (int(p["metadata"]["labels"].get(JOB_INDEX, "0")),
+                                     int(p["metadata"]["labels"][COMPLETION_INDEX])))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+        def condition(type_: str, reason: str, message: str) -> dict:
+            return {"type": type_, "status": "True", "reason": reason, "message": message,
+                    "lastTransitionTime": now}
+
+        def end(pod: dict, code: int, reason: str, message: str = "", finished: str = now) -> None:
+            pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+            pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": {
+                "exitCode": code, "reason": reason, "message": message, "finishedAt": finished}})
+
+        if outcome == "run":
+            return
+        if outcome == "succeed":
+            for pod in pods:
+                end(pod, 0, "Completed")
+            if resource == "jobsets":
+                obj["status"] = {"terminalState": "Completed", "restarts": 0, "conditions": [
+                    condition("Completed", "AllJobsCompleted", "jobset completed successfully")]}
+            else:
+                obj["status"] = {"succeeded": len(pods), "conditions": [
+                    condition("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"),
+                    condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods")]}
+        elif outcome == "fail":
+            for i, pod in enumerate(pods):
+                if i == min(1, len(pods) - 1):
+                    end(pod, 1, "Error", "ValueError: the loss is NaN", finished="2000-01-01T00:00:00Z")
+                else:  # stopped by the Job controller after the first failure
+                    end(pod, 143, "Error")
+            if resource == "jobsets":
+                obj["status"] = {"terminalState": "Failed", "restarts": 0, "conditions": [
+                    condition("Failed", "FailedJobs", "jobset failed due to reaching max number of restarts")]}
+            else:
+                obj["status"] = {"failed": 1, "conditions": [
+                    condition("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")]}
+        elif outcome == "preempt":
+            first = pods[0]["metadata"]["name"] if pods else "?"
+            for i, pod in enumerate(pods):
+                if i == 0:
+                    pod["status"]["conditions"].append(condition(
+                        "DisruptionTarget", "PreemptionByScheduler",
+                        "Preempted in order to admit critical pod"))
+                end(pod, 42, "Error", "checkpoint saved after SIGTERM")
+            rule = f"Pod {ns}/{first} has condition DisruptionTarget matching FailJob rule at index 0"
+            if resource == "jobsets":
+                obj["status"] = {"terminalState": "Failed", "restarts": 0, "conditions": [
+                    condition("Failed", "FailedJobs",
+                              f"jobset failed: child Job failed with reason PodFailurePolicy: {rule}")]}
+            else:
+                obj["status"] = {"failed": len(pods), "conditions": [
+                    condition("FailureTarget", "PodFailurePolicy", rule),
+                    condition("Failed", "PodFailurePolicy", rule)]}
+        elif outcome == "evict":
+            obj["spec"]["suspend"] = True
+            obj["status"] = {"conditions": [condition(
+                "Suspended", "SuspendedTrue" if resource == "jobsets" else "JobSuspended",
+                "evicted by Kueue: preempted to admit a higher-priority workload")]}
+            for pod in pods:
+                del self.objects[("pods", ns, pod["metadata"]["name"])]
+        for pod in pods:
+            self._log_ended.add(pod["metadata"]["name"])
+        self._lock.notify_all()
+
+    # ------------------------------------------------------------------ logs
+
+    def _log_answer(self, request: _Request) -> tuple[int, Any]:
+        if ("pods", request.namespace, request.name) not in self.objects:
+            return self._not_found("pods", request.name)
+        return 200, ("stream", request.namespace, request.name, request.query.get("follow") == "true")
+
+    def stream_log(self, ns: str, pod: str, follow: bool, write) -> None:
+        """Writes a pod's log lines with ``write(bytes)``; with ``follow`` until it ends."""
+        sent = 0
+        deadline = time.monotonic() + FOLLOW_LIMIT_S
+        while True:
+            with self._lock:
+                lines = self._logs.get(pod, [])[sent:]
+                sent += len(lines)
+                obj = self.objects.get(("pods", ns, pod))
+                over = (not follow or self._closing or obj is None or pod in self._log_ended
+                        or obj["status"]["phase"] in ("Succeeded", "Failed"))
+                if not lines and not over:
+                    self._lock.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+                    if time.monotonic() >= deadline:
+                        return
+                    continue
+            if lines:
+                write("".join(line + "\n" for line in lines).encode())
+            if over:
+                with self._lock:
+                    if not self._logs.get(pod, [])[sent:]:
+                        return
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_fake: FakeKubernetes
+
+    def log_message(self, format, *args):  # noqa: A002 - quiet: tests read fake.requests instead
+        pass
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        request = _Request(self.command, self.path, body)
+        code, payload = self.server_fake.answer(request, self.headers.get("Authorization"))
+        if isinstance(payload, tuple) and payload[0] == "stream":
+            _, ns, pod, follow = payload
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+            def write(data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            try:
+                self.server_fake.stream_log(ns, pod, follow, write)
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client stopped reading
+            return
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve

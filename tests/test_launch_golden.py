@@ -1,0 +1,196 @@
+"""Golden files: the exact manifests ``roxxel-launch render`` prints for representative jobs.
+
+Each case's rendered YAML is compared, character for character, with
+``tests/golden/<case>.yaml`` (after that file's leading comment lines), so that any change in
+what reaches a cluster shows up in review as a diff of the golden file. Every golden file
+also validates offline (no API server runs here): built-in kinds, and each JobSet's child
+Job, with kubernetes-validate in strict mode; JobSets against the JobSet CRD's OpenAPI
+schema (tests/fixtures/k8s) with jsonschema, unknown fields rejected.
+
+After an intended change to the rendering, regenerate the files and review the diff:
+
+    ROXXEL_UPDATE_GOLDEN=1 pytest tests/test_launch_golden.py
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import pathlib
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from roxxel_launch import render as R
+from roxxel_launch import spec as S
+from roxxel_launch import validate as V
+from roxxel_launch.cli import cli
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+CRD = pathlib.Path(__file__).parent / "fixtures" / "k8s" / "jobset.x-k8s.io_jobsets.yaml"
+UPDATE_ENV = "ROXXEL_UPDATE_GOLDEN"
+HEADER = ("# Golden file of tests/test_launch_golden.py: `roxxel-launch render` of case {case!r}.\n"
+          "# Do not edit by hand; regenerate with: " + UPDATE_ENV + "=1 pytest tests/test_launch_golden.py\n")
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+BASE = {
+    "apiVersion": "roxxel.dev/v1alpha1",
+    "kind": "RoxxelJob",
+    "image": "us-docker.pkg.dev/my-project/roxxel/worker:1.0",
+    "command": ["python", "examples/lm/train.py", "--steps", "10000"],
+}
+
+# Each case: the spec, and the shape the rendering must have (checked besides the golden
+# text, so that a regenerated golden file cannot silently accept a wrong shape).
+CASES: dict[str, tuple[dict, dict]] = {
+    # The smallest job: one CPU pod.
+    "cpu-1-host": (
+        {"name": "smoke", "accelerator": "cpu",
+         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+         "max_restarts": 0, "termination_grace_period": 30},
+        {"kinds": ["JobSet"], "slices": 1, "hosts": 1}),
+    # v5p topologies are 3-D (AxBxC chips): 2x2x4 = 16 chips, 4 chips per host -> 4 hosts
+    # per slice, derived from the topology table (launcher/tpu.py), never given by the user.
+    "tpu-v5p-2x2x4-2-slices": (
+        {"name": "lm-v5p", "namespace": "ml", "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}},
+         "num_slices": 2, "checkpoint_dir": "gs://my-checkpoints/lm-v5p", "service_account": "roxxel-trainer",
+         "queue": "team-a", "priority_class": "training", "max_restarts": 5, "termination_grace_period": 600},
+        {"kinds": ["JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5p-slice", "2x2x4", "4")}),
+    # v5e topologies are 2-D: 4x4 = 16 chips, 4 per host -> 4 hosts; data through GCS FUSE.
+    "tpu-v5e-4x4-2-slices-gcsfuse": (
+        {"name": "lm-v5e", "namespace": "ml", "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}},
+         "num_slices": 2, "checkpoint_dir": "gs://my-checkpoints/lm-v5e", "service_account": "roxxel-trainer",
+         "data": {"gcsfuse": {"bucket": "my-datasets", "only_dir": "shards/web-v1",
+                              "mount_options": ["implicit-dirs", "file-cache:max-size-mb:-1",
+                                                "metadata-cache:ttl-secs:-1"]}}},
+        {"kinds": ["JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5-lite-podslice", "4x4", "4"),
+         "data": "gcsfuse"}),
+    # Two A3 hosts with 8 H100s each; data read-only from an NFS (Filestore) share.
+    "gpu-h100-8x2-nfs": (
+        {"name": "lm-h100", "namespace": "ml",
+         "accelerator": {"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2}},
+         "data": {"nfs": {"server": "10.0.0.2", "path": "/datasets"}},
+         "checkpoint_dir": "gs://my-checkpoints/lm-h100", "service_account": "roxxel-trainer",
+         "env": {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.92"},
+         "resources": {"requests": {"cpu": "180", "memory": "1600Gi"}, "limits": {"memory": "1700Gi"}},
+         "tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
+         "termination_grace_period": 600},
+        {"kinds": ["JobSet"], "slices": 1, "hosts": 2, "gpu": ("nvidia-h100-80gb", "8"), "data": "nfs"}),
+    # The indexed-job kind: a headless Service and an Indexed Job (no JobSet controller).
+    "indexed-job-cpu-4-hosts": (
+        {"name": "lm-idx", "namespace": "ml", "accelerator": {"cpu": {"hosts": 4}}, "workload": "indexed-job",
+         "queue": "team-a", "data": {"pvc": {"claim": "shared-data"}}, "checkpoint_dir": "/ckpt/lm-idx"},
+        {"kinds": ["Service", "Job"], "slices": 1, "hosts": 4, "data": "persistentVolumeClaim"}),
+}
+
+
+def _spec(case: str) -> S.JobSpec:
+    return S.spec_from_dict({**BASE, **CASES[case][0]})
+
+
+def _strip_header(text: str) -> str:
+    lines = text.splitlines(keepends=True)
+    while lines and lines[0].startswith("#"):
+        lines.pop(0)
+    return "".join(lines)
+
+
+def _diff(expected: str, actual: str, path: pathlib.Path) -> str:
+    diff = "".join(difflib.unified_diff(expected.splitlines(keepends=True), actual.splitlines(keepends=True),
+                                        fromfile=f"{path} (golden)", tofile="rendered now", n=2))
+    return (f"the rendered manifests differ from {path}:\n{diff}\nIf the change is intended, regenerate "
+            f"the golden files with {UPDATE_ENV}=1 pytest tests/test_launch_golden.py and review the diff.")
+
+
+@pytest.fixture(scope="module")
+def crd_schema() -> dict:
+    return V.jobset_crd_schema(yaml.load(CRD.read_text(), Loader=_LOADER))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rendered_manifests_match_the_golden_file(case):
+    path = GOLDEN / f"{case}.yaml"
+    actual = R.render(_spec(case)).yaml
+    if os.environ.get(UPDATE_ENV) == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(HEADER.format(case=case) + actual, encoding="utf-8")
+    assert path.is_file(), f"{path} is missing; create it with {UPDATE_ENV}=1 pytest tests/test_launch_golden.py"
+    expected = _strip_header(path.read_text(encoding="utf-8"))
+    if expected != actual:
+        pytest.fail(_diff(expected, actual, path), pytrace=False)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_manifests_validate_and_have_the_expected_shape(case, crd_schema):
+    """Offline (no API server): kubernetes-validate strict + the JobSet CRD schema, closed."""
+    objects = [o for o in yaml.load_all((GOLDEN / f"{case}.yaml").read_text(), Loader=_LOADER) if o]
+    assert V.check_objects(objects) == []
+    assert V.check_schemas(objects) == []  # built-in kinds, and each JobSet's child Job
+    V.validate(objects)
+    for obj in objects:
+        if obj["kind"] == "JobSet":
+            assert V.check_jobset_crd(obj, crd_schema) == []
+
+    shape = CASES[case][1]
+    assert [o["kind"] for o in objects] == shape["kinds"]
+    workload = objects[-1]
+    if workload["kind"] == "JobSet":
+        (rjob,) = workload["spec"]["replicatedJobs"]
+        assert rjob["replicas"] == shape["slices"]
+        job = rjob["template"]["spec"]
+    else:
+        job = workload["spec"]
+    assert job["parallelism"] == job["completions"] == shape["hosts"]
+    pod = job["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    (container,) = pod["containers"]
+    limits = container["resources"]["limits"]
+    if "tpu" in shape:
+        accelerator, topology, chips = shape["tpu"]
+        assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == accelerator
+        assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == topology
+        assert limits["google.com/tpu"] == chips
+        assert workload["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"] == \
+            "cloud.google.com/gke-nodepool"
+    if "gpu" in shape:
+        accelerator, count = shape["gpu"]
+        assert pod["nodeSelector"]["cloud.google.com/gke-accelerator"] == accelerator
+        assert limits["nvidia.com/gpu"] == count
+    data = [v for v in pod["volumes"] if v["name"] == "data"]
+    if "data" in shape:
+        (volume,) = data
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "data")
+        assert mount == {"name": "data", "mountPath": "/data", "readOnly": True}
+        if shape["data"] == "gcsfuse":
+            assert volume["csi"]["driver"] == "gcsfuse.csi.storage.gke.io" and volume["csi"]["readOnly"]
+            assert volume["csi"]["volumeAttributes"]["mountOptions"] == \
+                "implicit-dirs,file-cache:max-size-mb:-1,metadata-cache:ttl-secs:-1,only-dir:shards/web-v1"
+            assert job["template"]["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}
+        else:
+            assert volume[shape["data"]]["readOnly"] is True
+    else:
+        assert data == []
+
+
+def test_cli_render_prints_the_golden_text(tmp_path):
+    """`roxxel-launch render` prints exactly the golden manifests (what kubectl apply gets)."""
+    case = "tpu-v5p-2x2x4-2-slices"
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump({**BASE, **CASES[case][0]}))
+    result = CliRunner().invoke(cli, ["render", str(spec_file)])
+    assert result.exit_code == 0, result.output
+    assert result.output == _strip_header((GOLDEN / f"{case}.yaml").read_text())
+
+
+def test_every_golden_file_belongs_to_a_case():
+    files = {p.stem for p in GOLDEN.glob("*.yaml")}
+    assert files == set(CASES), f"stale golden files: {sorted(files - set(CASES))}"
+
+
+def test_a_changed_rendering_fails_with_a_readable_diff():
+    golden = _strip_header((GOLDEN / "cpu-1-host.yaml").read_text())
+    changed = golden.replace("backoffLimit: 0", "backoffLimit: 6")
+    message = _diff(golden, changed, GOLDEN / "cpu-1-host.yaml")
+    assert "-        backoffLimit: 0\n+        backoffLimit: 6\n" in message
+    assert f"{UPDATE_ENV}=1" in message
