@@ -14,7 +14,7 @@ Example::
     kind: RoxxelJob
     name: lm-small
     image: us-docker.pkg.dev/my-proj/roxxel/worker:tpu
-    command: [python, -m, examples.lm, --steps, "10000"]
+    command: [python, examples/lm/train.py, --steps, "2000", "1000"]
     accelerator:
       tpu: {type: v5p, topology: 4x4x4}
     num_slices: 2
@@ -364,7 +364,7 @@ class JobSpec:
             raise SpecError("image", f"{self.image!r} is not an image reference",
                             "Use e.g. us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG.")
         if not self.command:
-            raise SpecError("command", "must not be empty", "Give e.g. [python, -m, examples.lm].")
+            raise SpecError("command", "must not be empty", "Give e.g. [python, examples/lm/train.py].")
         if self.num_slices < 1:
             raise SpecError("num_slices", f"must be at least 1, got {self.num_slices}")
         if self.workload == "indexed-job" and self.num_slices != 1:

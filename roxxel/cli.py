@@ -42,6 +42,25 @@ def _fail(err: Exception) -> None:
     sys.exit(1)
 
 
+class _LazyPlot(click.Command):
+    """``roxxel plot``, imported only when run: it needs JAX and matplotlib, the rest of ``roxxel`` does not."""
+
+    def __init__(self) -> None:
+        super().__init__("plot", help="Plot RUN_DIR's metrics (roxxel_metrics.csv) as a PNG.")
+
+    @staticmethod
+    def _real() -> click.Command:
+        from roxxel.train.plot import plot_command
+
+        return plot_command
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        return self._real().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: click.Context):
+        return self._real().invoke(ctx)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="roxxel")
 def main() -> None:
@@ -172,10 +191,7 @@ def cat(path, index, tokenizer, ids) -> None:
     except (OSError, ValueError, IndexError) as e:
         _fail(e)
 
-
-from roxxel.train.plot import plot_command  # noqa: E402  (defined in the training package)
-
-main.add_command(plot_command)
+main.add_command(_LazyPlot())
 
 if __name__ == "__main__":
     main()

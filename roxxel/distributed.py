@@ -737,7 +737,7 @@ def shutdown() -> None:
     cluster again in the same process once its backend is up).
 
     Raises:
-        Whatever ``jax.distributed.shutdown`` raises.
+        RuntimeError: what ``jax.distributed.shutdown`` raises (e.g. a peer is gone).
     """
     global _record
     with _lock:

@@ -27,10 +27,12 @@ class ByteTokenizer:
     identity = {"type": "bytes", "vocab_size": 257, "eos_id": 256}
 
     def encode(self, text: str | bytes) -> np.ndarray:
+        """Bytes of ``text`` (UTF-8 for a str) as a ``uint8`` array, no EOS."""
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         return np.frombuffer(data, np.uint8)
 
     def encode_batch(self, texts: Sequence[str | bytes]) -> list[np.ndarray]:
+        """``encode`` of each text."""
         return [self.encode(t) for t in texts]
 
     def decode_bytes(self, ids: Iterable[int] | np.ndarray) -> bytes:
@@ -87,6 +89,7 @@ class HFTokenizer:
                          "vocab_size": self.vocab_size, "eos_id": self.eos_id}
 
     def encode(self, text: str) -> np.ndarray:
+        """Token ids of ``text`` (``uint32``), no special tokens added."""
         return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, np.uint32)
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
@@ -94,6 +97,7 @@ class HFTokenizer:
         return [np.asarray(e.ids, np.uint32) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def decode(self, ids) -> str:
+        """Text of the tokens, EOS removed."""
         ids = [int(i) for i in np.asarray(ids) if i != self.eos_id]
         return self._tok.decode(ids)
 

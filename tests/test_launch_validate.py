@@ -220,7 +220,8 @@ def test_cli_help_imports_nothing_heavy():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-EXAMPLES = sorted((pathlib.Path(__file__).parent.parent / "k8s").glob("example-*.yaml"))
+_REPO = pathlib.Path(__file__).parent.parent
+EXAMPLES = sorted((_REPO / "k8s" / "examples").glob("*.yaml")) + [_REPO / "examples" / "lm" / "job.yaml"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
@@ -234,5 +235,5 @@ def test_example_specs_render_and_validate(path, strict_schema):
 
 
 def test_examples_are_found():
-    assert {p.name for p in EXAMPLES} >= {"example-cpu.yaml", "example-gpu.yaml",
-                                          "example-tpu-multislice.yaml"}
+    assert {p.name for p in EXAMPLES} >= {"cpu-smoke.yaml", "gpu-h100-nfs.yaml",
+                                          "tpu-v5p-multislice.yaml", "job.yaml"}

@@ -135,3 +135,9 @@ def test_with_partitioning_annotations_shard_parameters(tmp_path):
     assert result["specs"]["out/kernel"] == "P()"
     assert result["adam_mu_spec"] == "P(None, 'data')"  # optimizer state follows its parameter
     assert result["loss"] < 5.0
+
+
+def test_object_storage_save_path_needs_a_local_logger(ds):
+    cur = Curriculum(ds, [Phase(steps=1, batch_size=2, seq_len=16)], chunk_tokens=256)
+    with pytest.raises(ValueError, match="object storage, but logs are local files"):
+        Trainer(*make_model(), cur, loss_fn, save_path="gs://bucket/run")

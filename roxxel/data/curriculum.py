@@ -101,6 +101,7 @@ class ResolvedPhase:
 
     @property
     def tokens_per_step(self) -> int:
+        """Tokens in one global batch of this phase: ``batch_size * seq_len``."""
         return self.batch_size * self.seq_len
 
 

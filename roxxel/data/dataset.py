@@ -93,7 +93,7 @@ class Roxxel:
         if self._is_open:
             return self
         specs = self.filepath if isinstance(self.filepath, list) else [self.filepath]
-        manifests: list[Manifest] = []
+        manifests: list[tuple[str, Manifest]] = []
         entries: list[_Entry] = []
         for spec in specs:
             _resolve(spec, manifests, entries)
@@ -101,7 +101,7 @@ class Roxxel:
             raise EmptyDatasetError(f"dataset {self.filepath!r} holds no tokens (its manifest lists no shards)")
         if not entries:
             raise ShardNotFoundError(f"no shards found for {self.filepath!r}")
-        self._manifest = manifests[0] if len(manifests) == 1 and len(specs) == 1 else None
+        self._manifest = manifests[0][1] if len(manifests) == 1 and len(specs) == 1 else None
         self._entries = entries
         self._shards: collections.OrderedDict[int, Any] = collections.OrderedDict()
         props = self._shared_properties(manifests)
@@ -116,12 +116,12 @@ class Roxxel:
             raise EmptyDatasetError(f"dataset {self.filepath!r} holds no tokens")
         return self
 
-    def _shared_properties(self, manifests: list[Manifest]) -> dict[str, Any]:
+    def _shared_properties(self, manifests: list[tuple[str, Manifest]]) -> dict[str, Any]:
         """dtype/vocabulary/EOS/tokenizer shared by every shard; opens the shards no manifest described."""
         first_by_dtype: dict[str, str] = {}
         props: dict[str, Any] = {}
-        for m in manifests:
-            first_by_dtype.setdefault(m.dtype, m.shards[0].path if m.shards else "manifest")
+        for path, m in manifests:
+            first_by_dtype.setdefault(m.dtype, os.path.join(os.path.dirname(path), m.shards[0].path) if m.shards else path)
             props.setdefault("meta", {"vocab_size": m.vocab_size, "eos_id": m.eos_id, "tokenizer": m.tokenizer})
         for i, e in enumerate(self._entries):
             if e.num_tokens is None:
@@ -217,11 +217,13 @@ class Roxxel:
 
     @property
     def num_shards(self) -> int:
+        """Shards in the dataset."""
         self._ensure_open()
         return len(self._entries)
 
     @property
     def shard_paths(self) -> list[str]:
+        """Path of every shard, in dataset order."""
         self._ensure_open()
         return [e.path for e in self._entries]
 
@@ -494,7 +496,7 @@ class Roxxel:
 # ----------------------------------------------------------------------------------
 # path resolution
 # ----------------------------------------------------------------------------------
-def _resolve(spec: str, manifests: list[Manifest], entries: list[_Entry]) -> None:
+def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_Entry]) -> None:
     if any(c in spec for c in _GLOB_CHARS) and not os.path.exists(spec):
         matches = sorted(glob.glob(spec))
         if not matches:
@@ -528,10 +530,10 @@ def _resolve(spec: str, manifests: list[Manifest], entries: list[_Entry]) -> Non
     entries.extend(_Entry(p) for p in shards)
 
 
-def _add_manifest(path: str, manifests: list[Manifest], entries: list[_Entry]) -> None:
+def _add_manifest(path: str, manifests: list[tuple[str, Manifest]], entries: list[_Entry]) -> None:
     m = Manifest.load(path)
     base = os.path.dirname(path)
-    manifests.append(m)
+    manifests.append((path, m))
     entries.extend(_Entry(os.path.join(base, s.path), s.num_tokens, s.num_documents, s.sha256, s.bytes) for s in m.shards)
 
 

@@ -19,14 +19,12 @@ def document_features(tokens: np.ndarray, eos_id: int) -> dict[str, np.ndarray]:
         eos_id: the token that ends every document.
 
     Returns:
-        A dict of ``(rows, seq_len)`` int32 arrays:
-
-        * ``tokens``: the input, as int32;
-        * ``segment_ids``: 1 for the first document in a row, +1 after each EOS (the EOS
-          belongs to the document it ends); attention is allowed only within a segment;
-        * ``positions``: the index of each token within its document, 0 at each start;
-        * ``loss_mask``: 1 where predicting the *next* token is a valid target: 0 on EOS
-          (what follows is another document) and on the last column (no target in the row).
+        A dict of ``(rows, seq_len)`` int32 arrays. ``tokens``: the input, as int32.
+        ``segment_ids``: 1 for the first document in a row, +1 after each EOS (the EOS
+        belongs to the document it ends); attention is allowed only within a segment.
+        ``positions``: the index of each token within its document, 0 at each start.
+        ``loss_mask``: 1 where predicting the *next* token is a valid target; 0 on EOS
+        (what follows is another document) and on the last column (no target in the row).
     """
     tokens = np.asarray(tokens)
     rows, seq_len = tokens.shape

@@ -77,4 +77,5 @@ class Prefetcher(Iterator[T]):
 
     @property
     def alive(self) -> bool:
+        """Whether the producer thread is still running."""
         return self._thread.is_alive()

@@ -93,6 +93,7 @@ def normalize_token_dtype(dtype) -> np.dtype:
 
 
 def dtype_name_bytes(dtype: np.dtype) -> bytes:
+    """The dtype's name, NUL-padded to the 8 bytes the header holds."""
     return np.dtype(dtype).name.encode("ascii").ljust(8, b"\0")
 
 
@@ -102,8 +103,10 @@ def header_crc(header_prefix: bytes, metadata: bytes) -> int:
 
 
 def index_offset_for(data_offset: int, num_tokens: int, itemsize: int) -> int:
+    """Byte offset of the document index: after the token data, 8-aligned."""
     return align(data_offset + num_tokens * itemsize, INDEX_ALIGNMENT)
 
 
 def file_size_for(index_offset: int, num_documents: int) -> int:
+    """Total file size implied by the header: index, then the footer."""
     return index_offset + num_documents * INDEX_DTYPE.itemsize + FOOTER.size

@@ -98,6 +98,7 @@ class LegacyShard(MappedFile):
         return starts
 
     def document_bounds(self, i: int) -> tuple[int, int]:
+        """``(start, stop)`` token offsets of block ``i`` within this shard."""
         ends = self.block_end_offsets
         start = 0 if i == 0 else int(ends[i - 1])
         return start // self.dtype.itemsize, int(ends[i]) // self.dtype.itemsize

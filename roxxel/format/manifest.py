@@ -19,8 +19,6 @@ from roxxel.format.errors import CorruptShardError, ShardNotFoundError
 MANIFEST_NAME = "dataset.json"
 MANIFEST_FORMAT = "roxxel.dataset"
 MANIFEST_VERSION = 1
-# Present while a pack into a directory is under way; a directory holding it is refused.
-INCOMPLETE_MARKER = ".roxxel-pack-incomplete"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +54,12 @@ class Manifest:
 
     @property
     def num_tokens(self) -> int:
+        """Tokens in all shards."""
         return sum(s.num_tokens for s in self.shards)
 
     @property
     def num_documents(self) -> int:
+        """Documents in all shards."""
         return sum(s.num_documents for s in self.shards)
 
     def fingerprint(self) -> str:
@@ -69,6 +69,7 @@ class Manifest:
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
+        """The manifest as the JSON object written to ``dataset.json``."""
         return {
             "format": MANIFEST_FORMAT, "format_version": MANIFEST_VERSION,
             "dtype": self.dtype, "vocab_size": self.vocab_size, "eos_id": self.eos_id,

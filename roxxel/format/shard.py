@@ -155,7 +155,10 @@ def open_shard(path: str):
     """Open a shard of either format: :class:`Shard` or :class:`~roxxel.format.legacy.LegacyShard`.
 
     Raises:
-        ShardNotFoundError, BadSignatureError, TruncatedShardError, CorruptShardError.
+        ShardNotFoundError: the file does not exist.
+        BadSignatureError: it is not a shard of either format.
+        TruncatedShardError: it is shorter than its header or footer says.
+        CorruptShardError: its header, metadata and footer disagree.
     """
     from roxxel.format.legacy import LegacyShard
 

@@ -69,6 +69,7 @@ class ShardWriter:
 
     @property
     def num_documents(self) -> int:
+        """Documents started in this shard so far."""
         return len(self._starts)
 
     @property
@@ -77,6 +78,7 @@ class ShardWriter:
         return self._data_offset + self.num_tokens * self.dtype.itemsize + 8 * len(self._starts) + layout.FOOTER.size
 
     def start_document(self) -> None:
+        """Mark the next token written as the first of a new document."""
         self._starts.append(self.num_tokens)
 
     def write(self, tokens: np.ndarray) -> None:
@@ -294,6 +296,7 @@ class DatasetWriter:
         self.num_tokens += n
 
     def add_documents(self, documents: Iterable) -> None:
+        """``add_document`` for each document of an iterable."""
         for doc in documents:
             self.add_document(doc)
 

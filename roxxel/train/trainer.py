@@ -91,6 +91,9 @@ class Trainer:
         self.data_sharding = data_sharding if data_sharding is not None else batch_sharding(self.mesh)
         self._check_batch_sizes()
         self.save_path = save_path
+        if logger is None and save_path is not None and "://" in save_path:
+            raise ValueError(f"save_path {save_path!r} is object storage, but logs are local files: keep save_path "
+                             "local, or pass checkpointer=Checkpointer('gs://...', ...) and logger=Logger('runs/NAME')")
         if checkpointer is None and save_path is not None:
             checkpointer = Checkpointer(os.path.join(save_path, "checkpoints"), state=self.state, max_to_keep=max_to_keep,
                                         fingerprint=curriculum.describe(), allow_changed_run=allow_changed_run)
