@@ -78,7 +78,7 @@ _version_option = click.option("--kubernetes-version", default="1.30.0", show_de
 _set_option = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def cli(verbose: int) -> None:
     """Render, validate and submit multi-host JAX training jobs on Kubernetes."""

@@ -95,10 +95,11 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
     size = parse_size(shard_size)
     show = sys.stderr.isatty() if progress is None else progress
     bar = tqdm(unit=" docs", disable=not show, dynamic_ncols=True, file=sys.stderr)
-    totals = {"tokens": 0, "bytes": 0}
+    totals = {"documents": 0, "tokens": 0, "bytes": 0}
     t0 = time.perf_counter()
 
     def on_progress(docs: int, tokens: int, nbytes: int) -> None:
+        totals["documents"] += docs
         totals["tokens"] += tokens
         totals["bytes"] += nbytes
         elapsed = max(time.perf_counter() - t0, 1e-9)
@@ -114,8 +115,9 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
         _fail(e)
     bar.close()
     elapsed = time.perf_counter() - t0
-    click.echo(f"packed {manifest.num_documents:,} documents, {manifest.num_tokens:,} tokens in "
-               f"{len(manifest.shards)} shard(s) into {output} ({totals['bytes'] / elapsed / 1e6:.1f} MB/s)")
+    click.echo(f"packed {totals['documents']:,} documents, {totals['tokens']:,} tokens into {output} "
+               f"({totals['bytes'] / elapsed / 1e6:.1f} MB/s); the dataset holds {manifest.num_documents:,} documents, "
+               f"{manifest.num_tokens:,} tokens in {len(manifest.shards)} shard(s)")
 
 
 @main.command()

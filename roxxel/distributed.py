@@ -810,9 +810,26 @@ def _jax_initialize(**kwargs: Any) -> None:
     jax.distributed.initialize(**kwargs)
 
 
-def _jax_shutdown() -> None:
-    import jax
+_SHUTDOWN_BARRIER_MS = 60_000
 
+
+def _jax_shutdown() -> None:
+    """Meet every process at a barrier, then shut down.
+
+    A process that shuts down (and exits) while the coordinator's process is still busy
+    can leave the coordinator waiting in its own shutdown for a peer that is gone: seen as
+    a rank-0 hang after all work was done. Meeting first makes them leave together; a
+    peer that never comes only costs the barrier's timeout.
+    """
+    import jax
+    from jax._src import distributed as jax_distributed
+
+    client = jax_distributed.global_state.client
+    if client is not None and jax.process_count() > 1:
+        try:
+            client.wait_at_barrier("roxxel_shutdown", _SHUTDOWN_BARRIER_MS)
+        except Exception as e:  # a missing peer: shut down anyway, as JAX would
+            logger.warning("not every process reached shutdown within %d s: %s", _SHUTDOWN_BARRIER_MS // 1000, e)
     jax.distributed.shutdown()
 
 

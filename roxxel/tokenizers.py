@@ -73,8 +73,13 @@ class HFTokenizer:
         if isinstance(tokenizer, (str, os.PathLike)):
             name = os.path.basename(os.fspath(tokenizer))
             if not os.path.exists(tokenizer):
-                raise FileNotFoundError(f"tokenizer file not found: {tokenizer}")
-            tokenizer = Tokenizer.from_file(os.fspath(tokenizer))
+                hint = " (the built-in byte-level tokenizer is called 'bytes')" if name in ("byte", "bytes", "utf8") else ""
+                raise FileNotFoundError(f"tokenizer file not found: {tokenizer}{hint}")
+            try:
+                tokenizer = Tokenizer.from_file(os.fspath(tokenizer))
+            except Exception as e:  # the library raises a bare Exception for a malformed file
+                raise ValueError(f"{tokenizer} is not a Hugging Face tokenizer.json ({e}); pass a tokenizer.json "
+                                 "file or 'bytes'") from None
         self._tok = tokenizer
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         if eos_id is None:
@@ -82,7 +87,7 @@ class HFTokenizer:
         if eos_id is None:
             raise ValueError(
                 f"tokenizer {name or tokenizer!r} has none of the usual end-of-document tokens "
-                f"({', '.join(EOS_CANDIDATES)}); pass eos_id= explicitly")
+                f"({', '.join(EOS_CANDIDATES)}); give its id with eos_id= (roxxel pack --eos-id)")
         self.eos_id = int(eos_id)
         digest = hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
         self.identity = {"type": "huggingface", "name": name, "sha256": digest,

@@ -143,6 +143,7 @@ def main(argv=None) -> dict:
 
         print(f"\nloss plot: {plot_run(args.run_dir)}")
         print(f"TensorBoard: tensorboard --logdir {os.path.join(args.run_dir, 'tensorboard')}")
+    roxxel.distributed.shutdown()  # leave the cluster together
     return final
 
 
