@@ -382,6 +382,10 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
             click.echo(f"{verb} {spec.workload} {spec.namespace}/{spec.name}: {status.processes} "
                        f"process(es), state {status.state.value}")
             return
+        if spec.checkpoint_dir and "://" in spec.checkpoint_dir:
+            click.echo(f"roxxel-launch: note: checkpoint_dir is {spec.checkpoint_dir}: the local workers will write "
+                       "there (with this machine's credentials); for a local run give a local directory, e.g. "
+                       f"--set checkpoint_dir=$PWD/runs/{spec.name}/checkpoints", err=True)
         if dry_run:
             status = backend.submit(spec, dry_run=True, data_dir=data_dir,
                                     devices_per_worker=devices_per_worker)

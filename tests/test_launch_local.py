@@ -404,3 +404,15 @@ def test_a_killed_supervisor_takes_its_workers_along_and_is_reported(tmp_path, r
     pids = set(_status(root, name)["pids"]) | _program_pids(tmp_path)
     assert _cli(root, "delete", name, "--local").returncode == 0
     _assert_all_gone(pids)
+
+
+def test_local_run_with_object_storage_checkpoints_is_pointed_out(root, tmp_path):
+    """A spec made for the cluster (gs:// checkpoints) run locally: say so before starting."""
+    spec = tmp_path / "gs.yaml"
+    spec.write_text(yaml.safe_dump({
+        "apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "gsjob", "image": "local",
+        "command": ["python", "-c", "pass"], "accelerator": {"cpu": {"hosts": 1}},
+        "checkpoint_dir": "gs://bucket/run"}))
+    result = _cli(root, "submit", "--local", "--dry-run", str(spec), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "checkpoint_dir is gs://bucket/run" in result.stderr and "--set checkpoint_dir=" in result.stderr
