@@ -40,75 +40,34 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-EMULATOR = HERE.parent / "tests" / "_ckpt_gcs_emulator.py"  # the tests' patched emulator, run by path
+sys.path.insert(0, str(HERE.parent / "tests"))
+import _ckpt_gcs_emulator as emulator_wrapper  # noqa: E402  (the tests' patched emulator)
 BUCKET = "roxxel-bench"
 LAYERS, WIDTH = 4, 2048
 REPEATS = 3
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_emulator(log_path: str) -> tuple[subprocess.Popen, str]:
-    """Start the patched emulator on a free loopback port; return it and its URL."""
-    port = _free_port()
-    # Its output goes to a file: it logs every request, and an unread pipe would stall it.
-    with open(log_path, "w") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, str(EMULATOR), "start", "-H", "127.0.0.1", "--port", str(port),
-             "--default-bucket", BUCKET, "--in-memory"],
-            stdout=log_file, stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                stop_emulator(proc)
-                sys.exit(f"the GCS emulator did not start:\n{Path(log_path).read_text()[-3000:]}")
-            time.sleep(0.1)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def stop_emulator(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def main() -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     work = tempfile.mkdtemp(prefix="roxxel-bench-ckpt-")
-    emulator, url = start_emulator(os.path.join(work, "emulator.log"))
+    try:
+        emulator, url = emulator_wrapper.start(os.path.join(work, "emulator.log"), BUCKET)
+    except RuntimeError as e:
+        sys.exit(str(e))
     try:
         # TensorStore (arrays) and gcsfs (epath: directories, JSON, listing) read these;
-        # set before they are imported. NO_GCE_CHECK=true avoids metadata-server probes.
-        os.environ.update(
-            TENSORSTORE_GCS_HTTP_URL=url,
-            STORAGE_EMULATOR_HOST=url,
-            NO_GCE_CHECK="true",
-            GCE_METADATA_HOST="127.0.0.1:1",
-        )
+        # set before they are imported.
+        os.environ.update(emulator_wrapper.client_env(url))
         run(work)
     finally:
-        stop_emulator(emulator)
+        emulator_wrapper.stop(emulator)
         shutil.rmtree(work, ignore_errors=True)
 
 

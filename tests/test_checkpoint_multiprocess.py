@@ -21,7 +21,6 @@ from roxxel.exit_codes import PREEMPTED_EXIT_CODE
 pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).parent / "_ckpt_worker.py"
-EMULATOR = Path(__file__).parent / "_ckpt_gcs_emulator.py"
 TIMEOUT = 150  # seconds for one run of all its processes; JAX's own timeouts are lower
 BUCKET = "roxxel-test"
 
@@ -138,40 +137,16 @@ def test_sigterm_to_one_of_two_processes_saves_the_same_step_and_exits_42(tmp_pa
 def gcs_emulator(tmp_path_factory):
     pytest.importorskip("gcp_storage_emulator", reason="gcp-storage-emulator is not installed")
     pytest.importorskip("gcsfs", reason="gcsfs (epath's gs:// backend without TensorFlow) is not installed")
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("gcs") / "emulator.log"
-    # The wrapper adds the x-goog-generation header the emulator omits (see the script).
-    # Its output goes to a file: it logs every request, and an unread pipe would fill and stall it.
-    with open(log_path, "w") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, str(EMULATOR), "start", "-H", "127.0.0.1", "--port", str(port), "--default-bucket", BUCKET, "--in-memory"],
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
+    import _ckpt_gcs_emulator as wrapper  # adds the x-goog-generation header the emulator omits
+
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the GCS emulator did not start:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.1)
-        url = f"http://127.0.0.1:{port}"
-        yield {
-            "TENSORSTORE_GCS_HTTP_URL": url,
-            "STORAGE_EMULATOR_HOST": url,
-            "NO_GCE_CHECK": "true",
-            "GCE_METADATA_HOST": "127.0.0.1:1",
-        }
+        proc, url = wrapper.start(tmp_path_factory.mktemp("gcs") / "emulator.log", BUCKET)
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    try:
+        yield wrapper.client_env(url)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        wrapper.stop(proc)
 
 
 def test_gcs_round_trip_one_process(tmp_path, gcs_emulator):
