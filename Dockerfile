@@ -32,7 +32,6 @@ RUN sh docker/install.sh "$ACCELERATOR"
 COPY pyproject.toml README.md LICENSE ./
 COPY roxxel/ roxxel/
 COPY launcher/ launcher/
-COPY k8s/ k8s/
 RUN sh docker/install.sh "$ACCELERATOR" .
 
 FROM ${BASE_IMAGE}

@@ -51,7 +51,7 @@ CASES: dict[str, tuple[dict, dict]] = {
          "max_restarts": 0, "termination_grace_period": 30},
         {"kinds": ["JobSet"], "slices": 1, "hosts": 1}),
     # v5p topologies are 3-D (AxBxC chips): 2x2x4 = 16 chips, 4 chips per host -> 4 hosts
-    # per slice, derived from the topology table (launcher/tpu.py), never given by the user.
+    # per slice, derived from the topology table (launcher/roxxel_launch/tpu.py), never given by the user.
     "tpu-v5p-2x2x4-2-slices": (
         {"name": "lm-v5p", "namespace": "ml", "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}},
          "num_slices": 2, "checkpoint_dir": "gs://my-checkpoints/lm-v5p", "service_account": "roxxel-trainer",

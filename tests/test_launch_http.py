@@ -6,7 +6,7 @@ Kubernetes backend uses, with scripted stand-ins for the JobSet, Job and Kueue c
 A kubeconfig written to a temporary directory points the official ``kubernetes`` client at
 it, so everything from the CLI down to the HTTP requests is the production code: commands
 run through click's CliRunner (and one through a real subprocess, for its exit status).
-Every object the backend sends is checked offline with launcher/validate.py's checks
+Every object the backend sends is checked offline with launcher/roxxel_launch/validate.py's checks
 (kubernetes-validate strict; the JobSet CRD schema with unknown fields rejected).
 Connections go to loopback only.
 

@@ -10,7 +10,7 @@ the subset of the Kubernetes REST API the backend uses (JobSets, Jobs, Services,
 logs) with canned JSON shaped like a real API server's (Status objects for errors, 201 for
 creates, ``dryRun=All`` persisting nothing, foreground deletion that keeps the object for a
 while). Every object the backend sends is checked offline against the schemas used in
-launcher/validate.py: the JobSet CRD schema from tests/fixtures/k8s (unknown fields
+launcher/roxxel_launch/validate.py: the JobSet CRD schema from tests/fixtures/k8s (unknown fields
 rejected) and kubernetes-validate (strict) for built-in kinds. A socket guard fails any
 test that tries to open a connection.
 """
@@ -340,7 +340,7 @@ SPECS = {
 
 
 def assert_valid(obj: dict, crd_schema: dict) -> None:
-    """The offline checks of launcher/validate.py (no API server here)."""
+    """The offline checks of launcher/roxxel_launch/validate.py (no API server here)."""
     assert V.check_objects([obj]) == []
     assert V.check_schemas([obj]) == []  # kubernetes-validate strict (JobSet: its child Jobs)
     if obj["kind"] == "JobSet":

@@ -372,7 +372,7 @@ def test_without_local_the_kubernetes_backend_is_imported_lazily(tmp_path, monke
 
     from roxxel_launch import cli
 
-    # As if launcher/backends/kubernetes.py were missing or could not be imported.
+    # As if launcher/roxxel_launch/backends/kubernetes.py were missing or could not be imported.
     monkeypatch.setitem(sys.modules, "roxxel_launch.backends.kubernetes", None)
     runner = CliRunner()
     result = runner.invoke(cli.cli, ["status", "somejob"])

@@ -385,7 +385,7 @@ def api_pages() -> dict[str, str]:
     modules = api_modules()
     index = ["# API reference", "",
              GENERATED_NOTE.format(what="One page per module of the installed packages `roxxel` and "
-                                        "`roxxel_launch` (the launcher, whose source is in `launcher/`), "
+                                        "`roxxel_launch` (the launcher, in `launcher/roxxel_launch/`), "
                                         "rendered from the docstrings by mkdocstrings."),
              "The names most programs use are importable from the packages themselves: "
              "`from roxxel import Roxxel, Curriculum, Phase, Stream` and "

@@ -1,6 +1,6 @@
 """Renders a JobSpec into Kubernetes manifests: a JobSet, or an Indexed Job + headless Service.
 
-Python decides every value (:func:`template_values`); the jinja2 templates in ``k8s/`` only
+Python decides every value (:func:`template_values`); the jinja2 templates in ``templates/`` only
 place them. Each value reaches the text through the ``q`` filter, which writes it as JSON
 (valid YAML) with every character that YAML could read as structure, a line break or
 non-printable escaped, so no string can change the shape of the output. The environment's
