@@ -13,7 +13,7 @@
 # Pods rendered by roxxel-launch set `command: [roxxel-worker, --]`, which replaces this
 # ENTRYPOINT; roxxel-worker is then PID 1 and reaps orphans itself.
 #
-# tests/test_image.py lints this file with hadolint, runs its install steps (the cpu
+# tests/image/test_image.py lints this file with hadolint, runs its install steps (the cpu
 # variant) in a fresh virtual environment and runs its ENTRYPOINT with signals.
 
 # Both stages must use the same base: the virtual environment links to its Python.

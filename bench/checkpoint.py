@@ -6,7 +6,7 @@ Storage, each measured in the same run:
   * local  - a fresh temporary directory on the local disk;
   * gs://  - ``gs://BUCKET/prefix`` on gcp-storage-emulator (in memory), started by this
              script as a subprocess on a free loopback port through the tests' wrapper
-             ``tests/_ckpt_gcs_emulator.py`` and stopped at the end. The emulator is a
+             ``tests/support/gcs_emulator.py`` and stopped at the end. The emulator is a
              single-threaded Python HTTP server: its numbers measure Roxxel + Orbax +
              TensorStore against a slow server, not real GCS throughput.
 
@@ -46,8 +46,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
-import _ckpt_gcs_emulator as emulator_wrapper  # noqa: E402  (the tests' patched emulator)
+sys.path.insert(0, str(HERE.parent / "tests"))  # the tests' support package
+import support.gcs_emulator as emulator_wrapper  # noqa: E402  (the tests' patched emulator)
 BUCKET = "roxxel-bench"
 LAYERS, WIDTH = 4, 2048
 REPEATS = 3

@@ -8,7 +8,7 @@
 # virtual environment is created with ${PYTHON:-python3} when it does not exist yet.
 #
 # The Dockerfile runs this twice: JAX first (its large layer stays cached while only
-# Roxxel's sources change), then the project. tests/test_image.py runs the Dockerfile's
+# Roxxel's sources change), then the project. tests/image/test_image.py runs the Dockerfile's
 # own RUN lines, which call this script, in a fresh virtual environment: the image and
 # the test share one install procedure and cannot drift apart.
 set -eu

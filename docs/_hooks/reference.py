@@ -8,7 +8,7 @@
 * ``reference/api/<module>.md``: one mkdocstrings page per module of the installed packages
   ``roxxel`` and ``roxxel_launch``, listed in the nav under the ``API`` entry.
 
-Registered in mkdocs.yml under ``hooks:``. ``tests/test_docs.py`` imports this file and
+Registered in mkdocs.yml under ``hooks:``. ``tests/docs/test_docs.py`` imports this file and
 checks that every spec field, CLI command and option, and module is covered.
 """
 

@@ -1,6 +1,6 @@
 """Checkpointer across real jax.distributed processes (CPU, loopback), local disk and gs://.
 
-Each run spawns tests/_ckpt_worker.py once per process; each process has 2 CPU devices.
+Each run spawns tests/support/workers/ckpt_worker.py once per process; each process has 2 CPU devices.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import pytest
 
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE
 
+from support.paths import WORKERS
+
 pytestmark = pytest.mark.slow
 
-WORKER = Path(__file__).parent / "_ckpt_worker.py"
+WORKER = WORKERS / "ckpt_worker.py"
 TIMEOUT = 150  # seconds for one run of all its processes; JAX's own timeouts are lower
 BUCKET = "roxxel-test"
 
@@ -137,7 +139,7 @@ def test_sigterm_to_one_of_two_processes_saves_the_same_step_and_exits_42(tmp_pa
 def gcs_emulator(tmp_path_factory):
     pytest.importorskip("gcp_storage_emulator", reason="gcp-storage-emulator is not installed")
     pytest.importorskip("gcsfs", reason="gcsfs (epath's gs:// backend without TensorFlow) is not installed")
-    import _ckpt_gcs_emulator as wrapper  # adds the x-goog-generation header the emulator omits
+    import support.gcs_emulator as wrapper  # adds the x-goog-generation header the emulator omits
 
     try:
         proc, url = wrapper.start(tmp_path_factory.mktemp("gcs") / "emulator.log", BUCKET)

@@ -43,7 +43,8 @@ from roxxel_launch.backends.base import (
     JobState,
 )
 
-CRD = pathlib.Path(__file__).parent / "fixtures" / "k8s" / "jobset.x-k8s.io_jobsets.yaml"
+from support.paths import JOBSET_CRD as CRD
+
 HOST = "https://apiserver.roxxel-test.invalid:6443"
 TOKEN = "test-token-123"
 NS = "team-a"

@@ -15,7 +15,9 @@ import psutil
 import pytest
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support.paths import REPO
+
+ROOT = str(REPO)
 LAUNCH = [sys.executable, "-m", "roxxel_launch.cli"]
 STEPS = ("16", "8")
 

@@ -8,9 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from _lm import make_dataset
+from support.lm import make_dataset
+from support.paths import TESTS, WORKERS
 
-WORKER = os.path.join(os.path.dirname(__file__), "_train_worker.py")
+WORKER = str(WORKERS / "train_worker.py")
 
 
 def free_port() -> int:
@@ -22,7 +23,7 @@ def free_port() -> int:
 def run(n, devices, data, run_dir, log_dir, stop, params_out="-", init_seed=0):
     coordinator = f"127.0.0.1:{free_port()}"
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = [subprocess.Popen([sys.executable, WORKER, coordinator, str(i), str(n), data, run_dir, log_dir, str(stop),
                                params_out, str(init_seed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(n)]

@@ -12,8 +12,8 @@ import jax
 import optax
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _lm import VOCAB, loss_fn, make_dataset  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/
+from support.lm import VOCAB, loss_fn, make_dataset  # noqa: E402
 
 from roxxel import Curriculum, Phase  # noqa: E402
 from roxxel.train import Trainer  # noqa: E402

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-import _ckpt_common as common
+import support.ckpt as common
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE
 from roxxel.train.checkpoint import (
     CheckpointSaveError,
@@ -27,8 +27,9 @@ from roxxel.train.checkpoint import (
     describe_changes,
 )
 from roxxel.train.state import ModelState
+from support.paths import WORKERS
 
-WORKER = Path(__file__).parent / "_ckpt_worker.py"
+WORKER = WORKERS / "ckpt_worker.py"
 TMP_STEP = re.compile(r"^(\d+)\.orbax-checkpoint-tmp")
 
 

@@ -9,7 +9,7 @@ schema (tests/fixtures/k8s) with jsonschema, unknown fields rejected.
 
 After an intended change to the rendering, regenerate the files and review the diff:
 
-    ROXXEL_UPDATE_GOLDEN=1 pytest tests/test_launch_golden.py
+    ROXXEL_UPDATE_GOLDEN=1 pytest tests/launcher/test_launch_golden.py
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 from roxxel_launch.cli import cli
+from support.paths import GOLDEN
+from support.paths import JOBSET_CRD as CRD
 
-GOLDEN = pathlib.Path(__file__).parent / "golden"
-CRD = pathlib.Path(__file__).parent / "fixtures" / "k8s" / "jobset.x-k8s.io_jobsets.yaml"
 UPDATE_ENV = "ROXXEL_UPDATE_GOLDEN"
-HEADER = ("# Golden file of tests/test_launch_golden.py: `roxxel-launch render` of case {case!r}.\n"
-          "# Do not edit by hand; regenerate with: " + UPDATE_ENV + "=1 pytest tests/test_launch_golden.py\n")
+HEADER = ("# Golden file of tests/launcher/test_launch_golden.py: `roxxel-launch render` of case {case!r}.\n"
+          "# Do not edit by hand; regenerate with: " + UPDATE_ENV + "=1 pytest tests/launcher/test_launch_golden.py\n")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 BASE = {
@@ -100,7 +100,7 @@ def _diff(expected: str, actual: str, path: pathlib.Path) -> str:
     diff = "".join(difflib.unified_diff(expected.splitlines(keepends=True), actual.splitlines(keepends=True),
                                         fromfile=f"{path} (golden)", tofile="rendered now", n=2))
     return (f"the rendered manifests differ from {path}:\n{diff}\nIf the change is intended, regenerate "
-            f"the golden files with {UPDATE_ENV}=1 pytest tests/test_launch_golden.py and review the diff.")
+            f"the golden files with {UPDATE_ENV}=1 pytest tests/launcher/test_launch_golden.py and review the diff.")
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_rendered_manifests_match_the_golden_file(case):
     if os.environ.get(UPDATE_ENV) == "1":
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(HEADER.format(case=case) + actual, encoding="utf-8")
-    assert path.is_file(), f"{path} is missing; create it with {UPDATE_ENV}=1 pytest tests/test_launch_golden.py"
+    assert path.is_file(), f"{path} is missing; create it with {UPDATE_ENV}=1 pytest tests/launcher/test_launch_golden.py"
     expected = _strip_header(path.read_text(encoding="utf-8"))
     if expected != actual:
         pytest.fail(_diff(expected, actual, path), pytrace=False)

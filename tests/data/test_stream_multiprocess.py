@@ -11,7 +11,9 @@ import pytest
 
 from roxxel import Roxxel
 
-WORKER = os.path.join(os.path.dirname(__file__), "_stream_worker.py")
+from support.paths import WORKERS
+
+WORKER = str(WORKERS / "stream_worker.py")
 TOKENS_PER_PROCESS_RUN = 3 * 8 * 32 + 4 * 16 * 16  # all steps of the worker's curriculum
 
 

@@ -35,7 +35,7 @@ from roxxel import exit_codes
 from roxxel_launch import contract
 from roxxel_launch.cli import cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 EXAMPLES = sorted((REPO / "k8s" / "examples").glob("*.yaml"))
@@ -271,7 +271,7 @@ def test_dockerfile_shape():
 
 def test_dockerignore_keeps_the_context_to_what_is_copied():
     ignore = _dockerignore()
-    for private in (".git/config", ".venv/bin/python", "runs/data/x.rox", "tests/test_image.py",
+    for private in (".git/config", ".venv/bin/python", "runs/data/x.rox", "tests/image/test_image.py",
                     ".pytest_cache/v/x", ".hypothesis/examples/x", "bench/.cache/x", "build/lib/x.py",
                     "dist/roxxel.whl", "roxxel.egg-info/PKG-INFO", "roxxel/__pycache__/worker.cpython-311.pyc",
                     ".env", "key.json", "examples/lm/__pycache__/x.pyc"):

@@ -11,7 +11,8 @@ from roxxel.train import Checkpointer, NaNLossError, Trainer
 from roxxel.train.logger import read_metrics
 from roxxel.train.step import unpack_loss
 
-from _lm import loss_fn, make_curriculum, make_dataset, make_model
+from support.lm import loss_fn, make_curriculum, make_dataset, make_model
+from support.paths import WORKERS
 
 
 @pytest.fixture(scope="module")
@@ -124,9 +125,8 @@ def test_with_partitioning_annotations_shard_parameters(tmp_path):
     import subprocess
     import sys
 
-    here = os.path.dirname(__file__)
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    out = subprocess.run([sys.executable, os.path.join(here, "_sharded_model.py"), str(tmp_path / "data")],
+    out = subprocess.run([sys.executable, str(WORKERS / "sharded_model.py"), str(tmp_path / "data")],
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support.paths import REPO
+
+ROOT = str(REPO)
 
 
 @pytest.mark.slow

@@ -25,7 +25,9 @@ from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 from roxxel_launch.cli import cli
 
-CRD = pathlib.Path(__file__).parent / "fixtures" / "k8s" / "jobset.x-k8s.io_jobsets.yaml"
+from support.paths import REPO
+from support.paths import JOBSET_CRD as CRD
+
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 SPEC = {
@@ -220,7 +222,7 @@ def test_cli_help_imports_nothing_heavy():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-_REPO = pathlib.Path(__file__).parent.parent
+_REPO = REPO
 EXAMPLES = sorted((_REPO / "k8s" / "examples").glob("*.yaml")) + [_REPO / "examples" / "lm" / "job.yaml"]
 
 

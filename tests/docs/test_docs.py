@@ -1,7 +1,7 @@
 """The documentation site: every example runs, reference pages are generated, ``mkdocs build --strict`` passes.
 
 Each page of ``docs/`` (and README.md) is one test: its ```python and ```bash blocks run in
-order in a fresh working directory (see ``_docs_blocks.py`` for the markers that skip a
+order in a fresh working directory (see ``support/docs_blocks.py`` for the markers that skip a
 block with a reason, expect an exit status or exception, or check an output). A renamed
 argument or a changed message therefore fails here, not in a reader's terminal.
 """
@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
-import _docs_blocks as blocks
+import support.docs_blocks as blocks
+from support.paths import WORKERS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 HOOK = DOCS / "_hooks" / "reference.py"
-DRIVER = Path(__file__).resolve().parent / "_docs_driver.py"
+DRIVER = WORKERS / "docs_driver.py"
 PAGE_TIMEOUT = 900
 
 # README.md belongs to the project's front page and carries no markers; its examples that
@@ -282,7 +283,7 @@ def test_page_examples(path: Path, tmp_path: Path):
         first = b.code.strip().splitlines()[0] if b.code.strip() else ""
         for key, prelude in (README_PRELUDE.items() if page.path == "README.md" else ()):
             if first.startswith(key):
-                spec.append({"kind": "python", "code": prelude, "where": f"tests/test_docs.py:README_PRELUDE[{key!r}]",
+                spec.append({"kind": "python", "code": prelude, "where": f"tests/docs/test_docs.py:README_PRELUDE[{key!r}]",
                              "line": 1, "file": None, "exit": None, "raises": None})
         spec.append({"kind": b.kind, "code": b.code, "where": b.where, "line": b.line, "file": b.file,
                      "exit": b.markers.get("exit"), "raises": b.markers.get("raises")})

@@ -4,6 +4,7 @@ argv: coordinator process_id num_processes data_dir run_dir log_dir stop_at_step
 Processes other than 0 initialise with another seed: the Trainer must start them all from process 0's values.
 """
 
+import os
 import sys
 
 import jax
@@ -17,7 +18,8 @@ if nproc > 1:
     jax.distributed.initialize(coordinator, num_processes=nproc, process_id=pid,
                                initialization_timeout=60, heartbeat_timeout_seconds=30)
 
-from _lm import loss_fn, make_curriculum, make_dataset, make_model  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/
+from support.lm import loss_fn, make_curriculum, make_dataset, make_model  # noqa: E402
 
 from roxxel.train import Checkpointer, Logger, Trainer  # noqa: E402
 

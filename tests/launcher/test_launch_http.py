@@ -1,6 +1,6 @@
 """The job commands of ``roxxel-launch`` end to end over HTTP, against a test double.
 
-No Kubernetes API server runs here. ``tests/_k8s_fake_server.py`` is a test double: an
+No Kubernetes API server runs here. ``tests/support/k8s_fake_server.py`` is a test double: an
 HTTP server on 127.0.0.1 (a thread of this process) speaking the subset of the API the
 Kubernetes backend uses, with scripted stand-ins for the JobSet, Job and Kueue controllers.
 A kubeconfig written to a temporary directory points the official ``kubernetes`` client at
@@ -33,12 +33,12 @@ from roxxel_launch.backends import kubernetes as K
 from roxxel_launch.backends.base import JobState
 from roxxel_launch.cli import EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMED_OUT, cli
 
-from _k8s_fake_server import TOKEN, FakeKubernetes
+from support.k8s_fake_server import TOKEN, FakeKubernetes
+from support.paths import JOBSET_CRD as CRD
 
 pytestmark = pytest.mark.timeout(60)
 
 NS = "team-a"
-CRD = pathlib.Path(__file__).parent / "fixtures" / "k8s" / "jobset.x-k8s.io_jobsets.yaml"
 POLL = "0.1"
 
 SPEC = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,

@@ -1,6 +1,6 @@
 """Run the examples of one documentation page, in order, the way a reader would.
 
-Usage: python _docs_driver.py BLOCKS_JSON RESULTS_JSON   (run with cwd = the page's working directory)
+Usage: python docs_driver.py BLOCKS_JSON RESULTS_JSON   (run with cwd = the page's working directory)
 
 BLOCKS_JSON is a list of ``{"kind": "python"|"bash"|"file", "code", "where", "line", "exit", "raises", "file"}``.
 Python blocks run with ``exec`` in one shared namespace (``__name__ == "__main__"``, the

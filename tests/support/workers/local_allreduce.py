@@ -1,6 +1,6 @@
-"""A real jax.distributed program for the local backend's tests (tests/test_launch_local.py).
+"""A real jax.distributed program for the local backend's tests (tests/launcher/test_launch_local.py).
 
-Run by ``roxxel-launch submit --local`` as ``roxxel-worker -- python _local_allreduce.py``:
+Run by ``roxxel-launch submit --local`` as ``roxxel-worker -- python local_allreduce.py``:
 it finds its place through roxxel.distributed.initialize() (the ROXXEL_* variables the
 local backend sets), all-reduces ``process_id + 1`` across the processes, checks the sum
 and prints it on process 0.

@@ -1,7 +1,7 @@
 """Find the code examples of a Markdown page and the markers that say how to test them.
 
 Every fenced ```python and ```bash block of ``docs/*.md`` (and of README.md) is an example
-that ``tests/test_docs.py`` runs: all blocks of one page in document order, in one fresh
+that ``tests/docs/test_docs.py`` runs: all blocks of one page in document order, in one fresh
 working directory, Python blocks sharing one namespace (like a reader who types them into
 one interpreter), bash blocks run with ``bash -e -o pipefail``.
 

@@ -1,6 +1,6 @@
 """Run gcp-storage-emulator with the object generation in media download headers.
 
-    python tests/_ckpt_gcs_emulator.py start -H 127.0.0.1 --port PORT --default-bucket B --in-memory
+    python tests/support/gcs_emulator.py start -H 127.0.0.1 --port PORT --default-bucket B --in-memory
 
 Real GCS answers every object download with ``x-goog-generation``. The emulator
 (gcp-storage-emulator 2026.7.19) leaves it out, and TensorStore's GCS driver takes the

@@ -1,8 +1,8 @@
 """The local backend: `roxxel-launch submit --local` runs a job spec's workers as processes.
 
 End-to-end through the CLI (a subprocess per command) with small specs written here; the
-programs the workers run are tests/_local_allreduce.py (real jax.distributed) and
-tests/_local_program.py (no JAX, fast). PIDs are checked after every stop: no worker (nor
+programs the workers run are tests/support/workers/local_allreduce.py (real jax.distributed) and
+tests/support/workers/local_program.py (no JAX, fast). PIDs are checked after every stop: no worker (nor
 the training program it started) may be left behind.
 """
 
@@ -25,9 +25,10 @@ from roxxel_launch.backends import local as L
 from roxxel_launch.backends.base import BackendError, JobExistsError, JobNotFoundError, JobState
 from roxxel_launch.spec import spec_from_dict
 
-HERE = pathlib.Path(__file__).parent
-ALLREDUCE = HERE / "_local_allreduce.py"
-PROGRAM = HERE / "_local_program.py"
+from support.paths import WORKERS
+
+ALLREDUCE = WORKERS / "local_allreduce.py"
+PROGRAM = WORKERS / "local_program.py"
 TIMEOUT = 120  # seconds for one CLI run (JAX's own timeouts are lower)
 
 

@@ -13,7 +13,9 @@ import pytest
 
 from roxxel.train.logger import METRICS_CSV, SYSTEM_LOG, TENSORBOARD_DIR, Logger, read_metrics
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import paths
+
+REPO = str(paths.REPO)
 
 
 def _logger(path, **kw):

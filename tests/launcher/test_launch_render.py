@@ -23,7 +23,8 @@ from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 
-CRD = pathlib.Path(__file__).parent / "fixtures" / "k8s" / "jobset.x-k8s.io_jobsets.yaml"
+from support.paths import JOBSET_CRD as CRD
+
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

@@ -1,6 +1,6 @@
-"""One process of a checkpoint test run (spawned by tests/test_checkpoint_*.py).
+"""One process of a checkpoint test run (spawned by tests/train/test_checkpoint*.py).
 
-    python tests/_ckpt_worker.py MODE --dir DIR [--coordinator HOST:PORT --nproc N --pid I] ...
+    python tests/support/workers/ckpt_worker.py MODE --dir DIR [--coordinator HOST:PORT --nproc N --pid I] ...
 
 Modes (every process of a run gets the same arguments but its own --pid):
 
@@ -74,7 +74,8 @@ def main() -> int:
     import jax.numpy as jnp
     from flax import nnx
 
-    import _ckpt_common as common
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    import support.ckpt as common  # tests/ on sys.path: the shared helpers
     from roxxel.train.checkpoint import Checkpointer, Preempted
 
     def kernel_sharding(ms) -> dict:

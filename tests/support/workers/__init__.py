@@ -1,0 +1,1 @@
+"""Programs that tests spawn as subprocesses (run as scripts, never imported by tests)."""
