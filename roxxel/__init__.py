@@ -1,6 +1,43 @@
-"""Roxxel: train JAX models on multi-host pods from memory-mapped token shards."""
+"""Roxxel: train JAX models on multi-host pods from memory-mapped token shards.
+
+``import roxxel`` stays light (no numpy, no JAX): the public names below are imported on
+first use (PEP 562 module ``__getattr__``), so that ``roxxel-launch`` and ``roxxel-worker``
+can use :mod:`roxxel.contract` without loading the training stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from roxxel._version import __version__
-from roxxel.data import Curriculum, Phase, Roxxel, Stream
 
-__all__ = ["__version__", "Curriculum", "Phase", "Roxxel", "Stream"]
+if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and editors
+    from roxxel.data import Curriculum, Phase, Roxxel, Stream
+    from roxxel.train import Checkpointer, Logger, Trainer
+
+# Public name -> the module that defines it.
+_LAZY = {
+    "Curriculum": "roxxel.data",
+    "Phase": "roxxel.data",
+    "Roxxel": "roxxel.data",
+    "Stream": "roxxel.data",
+    "Checkpointer": "roxxel.train",
+    "Logger": "roxxel.train",
+    "Trainer": "roxxel.train",
+}
+
+__all__ = ["__version__", "Checkpointer", "Curriculum", "Logger", "Phase", "Roxxel", "Stream", "Trainer"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'roxxel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

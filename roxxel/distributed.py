@@ -105,8 +105,37 @@ import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from typing import Any
+
+# The environment contract's names live in the dependency-free roxxel.contract (the launcher
+# imports them from there); re-exported here, where they are read.
+from roxxel.contract import (
+    ENV_COORDINATOR_ADDRESS,
+    ENV_NUM_PROCESSES,
+    ENV_PROCESS_ID,
+    ENV_JOBSET_NAME,
+    ENV_REPLICATED_JOB_NAME,
+    ENV_JOB_INDEX,
+    ENV_REPLICATED_JOB_REPLICAS,
+    ENV_JOB_COMPLETION_INDEX,
+    ENV_HOSTS_PER_SLICE,
+    ENV_NUM_SLICES,
+    ENV_JOBSET_SUBDOMAIN,
+    ENV_COORDINATOR_PORT,
+    ENV_JOB_NAME,
+    ENV_SERVICE_NAME,
+    ENV_TPU_WORKER_HOSTNAMES,
+    ENV_TPU_PROCESS_ADDRESSES,
+    ENV_TPU_WORKER_ID,
+    ENV_MEGASCALE_NUM_SLICES,
+    ENV_MEGASCALE_SLICE_ID,
+    ENV_INIT_TIMEOUT,
+    ENV_HEARTBEAT_TIMEOUT,
+    DEFAULT_COORDINATOR_PORT,
+    DEFAULT_INIT_TIMEOUT,
+    DEFAULT_HEARTBEAT_TIMEOUT,
+    JOBSET_DOWNWARD_API,
+)
 
 __all__ = [
     "DEFAULT_COORDINATOR_PORT",
@@ -144,59 +173,6 @@ __all__ = [
 
 logger = logging.getLogger("roxxel.distributed")
 
-# --- 1. Set by roxxel-launch -------------------------------------------------------
-ENV_COORDINATOR_ADDRESS = "ROXXEL_COORDINATOR_ADDRESS"
-"""``host:port`` of the coordinator service (process 0)."""
-ENV_NUM_PROCESSES = "ROXXEL_NUM_PROCESSES"
-"""Total number of processes (>= 1)."""
-ENV_PROCESS_ID = "ROXXEL_PROCESS_ID"
-"""This process's id, ``0 <= id < ROXXEL_NUM_PROCESSES``."""
-
-# --- 2. JobSet (downward API + template values) -------------------------------------
-ENV_JOBSET_NAME = "JOBSET_NAME"
-ENV_REPLICATED_JOB_NAME = "REPLICATED_JOB_NAME"
-ENV_JOB_INDEX = "JOB_INDEX"
-ENV_REPLICATED_JOB_REPLICAS = "REPLICATED_JOB_REPLICAS"
-ENV_JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
-"""Set by the Kubernetes Job controller on pods of ``completionMode: Indexed`` Jobs."""
-ENV_HOSTS_PER_SLICE = "ROXXEL_HOSTS_PER_SLICE"
-ENV_NUM_SLICES = "ROXXEL_NUM_SLICES"
-ENV_JOBSET_SUBDOMAIN = "JOBSET_SUBDOMAIN"
-ENV_COORDINATOR_PORT = "ROXXEL_COORDINATOR_PORT"
-
-# --- 3. Indexed Job + headless Service --------------------------------------------
-ENV_JOB_NAME = "ROXXEL_JOB_NAME"
-ENV_SERVICE_NAME = "ROXXEL_SERVICE_NAME"
-
-# --- 4. GKE TPU (injected by GKE; read by JAX's GkeTpuCluster) ----------------------
-ENV_TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"
-ENV_TPU_PROCESS_ADDRESSES = "TPU_PROCESS_ADDRESSES"
-ENV_TPU_WORKER_ID = "TPU_WORKER_ID"
-ENV_MEGASCALE_NUM_SLICES = "MEGASCALE_NUM_SLICES"
-ENV_MEGASCALE_SLICE_ID = "MEGASCALE_SLICE_ID"
-
-# --- Timeouts ------------------------------------------------------------------------
-ENV_INIT_TIMEOUT = "ROXXEL_INIT_TIMEOUT"
-"""Seconds JAX keeps retrying to reach the coordinator (``initialization_timeout``)."""
-ENV_HEARTBEAT_TIMEOUT = "ROXXEL_HEARTBEAT_TIMEOUT"
-"""Seconds without heartbeat before a peer is declared dead (``heartbeat_timeout_seconds``)."""
-
-DEFAULT_COORDINATOR_PORT = 8476
-DEFAULT_INIT_TIMEOUT = 300
-"""Seconds; the default of ``jax.distributed.initialize``."""
-DEFAULT_HEARTBEAT_TIMEOUT = 100
-"""Seconds; the default of ``jax.distributed.initialize``."""
-
-JOBSET_DOWNWARD_API: Mapping[str, str] = MappingProxyType(
-    {
-        ENV_JOBSET_NAME: "metadata.labels['jobset.sigs.k8s.io/jobset-name']",
-        ENV_REPLICATED_JOB_NAME: "metadata.labels['jobset.sigs.k8s.io/replicatedjob-name']",
-        ENV_JOB_INDEX: "metadata.labels['jobset.sigs.k8s.io/job-index']",
-        ENV_REPLICATED_JOB_REPLICAS: "metadata.labels['jobset.sigs.k8s.io/replicatedjob-replicas']",
-    }
-)
-"""Environment variable -> ``valueFrom.fieldRef.fieldPath`` for the JobSet labels
-(label keys from the JobSet API, ``jobset.x-k8s.io/v1alpha2``)."""
 
 SOURCES = ("explicit", "roxxel", "jobset", "indexed-job", "gke-tpu", "single")
 """Possible values of :attr:`Detected.source`."""

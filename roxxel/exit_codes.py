@@ -25,6 +25,16 @@ from __future__ import annotations
 
 import signal
 
+# The codes themselves are part of the launcher/worker contract (dependency-free module).
+from roxxel.contract import (
+    COMMAND_NOT_EXECUTABLE,
+    COMMAND_NOT_FOUND,
+    PREEMPTED_EXIT_CODE,
+    SIGNAL_EXIT_BASE,
+    SUCCESS,
+    USAGE_ERROR,
+)
+
 __all__ = [
     "COMMAND_NOT_EXECUTABLE",
     "COMMAND_NOT_FOUND",
@@ -35,19 +45,6 @@ __all__ = [
     "describe",
     "from_returncode",
 ]
-
-SUCCESS = 0
-"""Training finished; nothing to restart."""
-PREEMPTED_EXIT_CODE = 42
-"""Stopped on request after a complete checkpoint: restart the job to resume."""
-USAGE_ERROR = 2
-"""Bad command line (the convention of shells and ``argparse``)."""
-COMMAND_NOT_EXECUTABLE = 126
-"""The command exists but could not be executed (shell convention)."""
-COMMAND_NOT_FOUND = 127
-"""The command was not found (shell convention)."""
-SIGNAL_EXIT_BASE = 128
-"""A process killed by signal ``N`` is reported as ``128 + N`` (shell convention)."""
 
 
 def from_returncode(returncode: int) -> int:

@@ -33,9 +33,11 @@ import time
 
 import click
 
+from roxxel.contract import PREEMPTED_EXIT_CODE  # dependency-free: --help stays light
+
 # Exit codes of `wait` and `resume --until-done` (see the module docstring).
 EXIT_SUCCEEDED = 0
-EXIT_PREEMPTED = 42  # roxxel.exit_codes.PREEMPTED_EXIT_CODE (not imported: --help stays light)
+EXIT_PREEMPTED = PREEMPTED_EXIT_CODE  # a preempted job keeps its own code
 EXIT_TIMED_OUT = 124
 EXIT_FAILED = 125
 DEFAULT_MAX_RESUMES = 20
@@ -266,7 +268,6 @@ def _status_json(status, details=None) -> dict:
 
 def _report_end(status) -> int:
     """Say how a job ended (on stderr) and return its exit code."""
-    from roxxel.exit_codes import PREEMPTED_EXIT_CODE
     from roxxel_launch.backends.base import JobState
 
     code = 1 if status.exit_code is None else status.exit_code

@@ -2,48 +2,48 @@
 
 Every environment variable a pod gets is declared here once, as a row of a table; the
 renderer turns the rows into ``env`` entries and the templates never spell a name.
-The distributed-runtime names, the coordinator port and the preemption exit code come from
-``roxxel.distributed`` and ``roxxel.exit_codes``, which read them on the worker side.
+The variable names, the coordinator port and the preemption exit code come from the
+dependency-free :mod:`roxxel.contract`, which the worker side reads too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from roxxel import distributed, exit_codes
+from roxxel import contract as shared  # the names the worker side reads
+from roxxel.contract import DEFAULT_COORDINATOR_PORT, PREEMPTED_EXIT_CODE
 
 # The image entrypoint: forwards SIGTERM to the trainer and keeps its exit code.
 WORKER_ENTRYPOINT = ("roxxel-worker", "--")
 CONTAINER_NAME = "worker"
-# Exit code of a worker that saved a checkpoint after SIGTERM (preemption / maintenance).
-PREEMPTION_EXIT_CODE = exit_codes.PREEMPTED_EXIT_CODE
-DEFAULT_COORDINATOR_PORT = distributed.DEFAULT_COORDINATOR_PORT
+# PREEMPTED_EXIT_CODE: exit code of a worker that saved a checkpoint after SIGTERM (preemption,
+# maintenance); DEFAULT_COORDINATOR_PORT: process 0's coordinator port (both roxxel.contract).
 
 # Where the read-only data volume is mounted in every pod.
 DATA_MOUNT_PATH = "/data"
 SHM_MOUNT_PATH = "/dev/shm"
 
-# Worker environment (names owned by roxxel.distributed). JobSet pods:
-JOBSET_NAME = distributed.ENV_JOBSET_NAME
-REPLICATED_JOB_NAME = distributed.ENV_REPLICATED_JOB_NAME
-JOB_INDEX = distributed.ENV_JOB_INDEX
-JOBSET_SUBDOMAIN = distributed.ENV_JOBSET_SUBDOMAIN
-ROXXEL_HOSTS_PER_SLICE = distributed.ENV_HOSTS_PER_SLICE
-ROXXEL_NUM_SLICES = distributed.ENV_NUM_SLICES
-ROXXEL_COORDINATOR_PORT = distributed.ENV_COORDINATOR_PORT
+# Worker environment (names owned by roxxel.contract, read by roxxel.distributed). JobSet pods:
+JOBSET_NAME = shared.ENV_JOBSET_NAME
+REPLICATED_JOB_NAME = shared.ENV_REPLICATED_JOB_NAME
+JOB_INDEX = shared.ENV_JOB_INDEX
+JOBSET_SUBDOMAIN = shared.ENV_JOBSET_SUBDOMAIN
+ROXXEL_HOSTS_PER_SLICE = shared.ENV_HOSTS_PER_SLICE
+ROXXEL_NUM_SLICES = shared.ENV_NUM_SLICES
+ROXXEL_COORDINATOR_PORT = shared.ENV_COORDINATOR_PORT
 # Indexed Job pods:
-ROXXEL_JOB_NAME = distributed.ENV_JOB_NAME
-ROXXEL_SERVICE_NAME = distributed.ENV_SERVICE_NAME
-ROXXEL_NUM_PROCESSES = distributed.ENV_NUM_PROCESSES
+ROXXEL_JOB_NAME = shared.ENV_JOB_NAME
+ROXXEL_SERVICE_NAME = shared.ENV_SERVICE_NAME
+ROXXEL_NUM_PROCESSES = shared.ENV_NUM_PROCESSES
 # Set by the Job controller itself in every Indexed Job pod; never rendered.
-JOB_COMPLETION_INDEX = distributed.ENV_JOB_COMPLETION_INDEX
+JOB_COMPLETION_INDEX = shared.ENV_JOB_COMPLETION_INDEX
 # Set by the local backend only.
-ROXXEL_COORDINATOR_ADDRESS = distributed.ENV_COORDINATOR_ADDRESS
-ROXXEL_PROCESS_ID = distributed.ENV_PROCESS_ID
+ROXXEL_COORDINATOR_ADDRESS = shared.ENV_COORDINATOR_ADDRESS
+ROXXEL_PROCESS_ID = shared.ENV_PROCESS_ID
 # Launcher-defined, both kinds: what the training command needs to resume the same run.
-ROXXEL_RUN_NAME = "ROXXEL_RUN_NAME"
-ROXXEL_CHECKPOINT_DIR = "ROXXEL_CHECKPOINT_DIR"
-ROXXEL_DATA_DIR = "ROXXEL_DATA_DIR"
+ROXXEL_RUN_NAME = shared.ENV_RUN_NAME
+ROXXEL_CHECKPOINT_DIR = shared.ENV_CHECKPOINT_DIR
+ROXXEL_DATA_DIR = shared.ENV_DATA_DIR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,9 +68,9 @@ def jobset_env(*, subdomain: str, hosts_per_slice: int, num_slices: int,
                coordinator_port: int = DEFAULT_COORDINATOR_PORT) -> tuple[EnvVar, ...]:
     """The distributed-runtime variables of a JobSet pod (JOB_COMPLETION_INDEX comes from the Job)."""
     return (
-        EnvVar(JOBSET_NAME, field_path=distributed.JOBSET_DOWNWARD_API[JOBSET_NAME]),
-        EnvVar(REPLICATED_JOB_NAME, field_path=distributed.JOBSET_DOWNWARD_API[REPLICATED_JOB_NAME]),
-        EnvVar(JOB_INDEX, field_path=distributed.JOBSET_DOWNWARD_API[JOB_INDEX]),
+        EnvVar(JOBSET_NAME, field_path=shared.JOBSET_DOWNWARD_API[JOBSET_NAME]),
+        EnvVar(REPLICATED_JOB_NAME, field_path=shared.JOBSET_DOWNWARD_API[REPLICATED_JOB_NAME]),
+        EnvVar(JOB_INDEX, field_path=shared.JOBSET_DOWNWARD_API[JOB_INDEX]),
         EnvVar(JOBSET_SUBDOMAIN, value=subdomain),
         EnvVar(ROXXEL_HOSTS_PER_SLICE, value=str(hosts_per_slice)),
         EnvVar(ROXXEL_NUM_SLICES, value=str(num_slices)),
@@ -103,5 +103,5 @@ RESERVED_ENV_NAMES = frozenset({
     ROXXEL_NUM_SLICES, ROXXEL_COORDINATOR_PORT, ROXXEL_JOB_NAME, ROXXEL_SERVICE_NAME,
     ROXXEL_NUM_PROCESSES, JOB_COMPLETION_INDEX, ROXXEL_COORDINATOR_ADDRESS, ROXXEL_PROCESS_ID,
     ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, ROXXEL_DATA_DIR,
-    distributed.ENV_REPLICATED_JOB_REPLICAS,
+    shared.ENV_REPLICATED_JOB_REPLICAS,
 })

@@ -222,7 +222,7 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
         "num_slices": spec.num_slices,
         "hosts_per_slice": spec.hosts_per_slice,
         "max_restarts": spec.max_restarts,
-        "preemption_exit_code": contract.PREEMPTION_EXIT_CODE,
+        "preemption_exit_code": contract.PREEMPTED_EXIT_CODE,
         "container_name": contract.CONTAINER_NAME,
         "coordinator_port": contract.DEFAULT_COORDINATOR_PORT,
         "pod_labels": pod_labels,

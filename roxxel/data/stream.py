@@ -19,23 +19,15 @@ from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.data.documents import document_features
 from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import ShuffledTokens
+from roxxel.sharding import batch_sharding, default_batch_sharding
 
 log = logging.getLogger("roxxel.data")
 
 OUTPUTS = ("tokens", "documents")
 
 
-def default_sharding():
-    """Rows sharded over every device of every process on one ``"data"`` mesh axis.
-
-    Returns:
-        ``jax.sharding.NamedSharding(Mesh(jax.devices(), ("data",)), PartitionSpec("data"))``.
-    """
-    import jax
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    mesh = Mesh(np.array(jax.devices()), ("data",))
-    return NamedSharding(mesh, PartitionSpec("data"))
+# The default batch sharding (rows over one "data" axis of every device), shared with the Trainer.
+default_sharding = default_batch_sharding
 
 
 def process_rows(sharding, global_shape: tuple[int, int], phase: int | None = None) -> tuple[int, int]:
@@ -138,7 +130,7 @@ class Stream:
         if outputs == "documents" and self.eos_id is None:
             raise ValueError("outputs='documents' needs an EOS id, and the primary dataset has none; pack it with a tokenizer")
         self.to_device = to_device
-        self.sharding = sharding or data_sharding or (None if mesh is None else _mesh_sharding(mesh))
+        self.sharding = sharding or data_sharding or (None if mesh is None else batch_sharding(mesh))
         if self.sharding is None and to_device:
             self.sharding = default_sharding()
         self.reader = BatchReader(curriculum, seed)
@@ -212,9 +204,3 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"Stream(steps=[{self.start_step}, {self.stop_step}), outputs={self.outputs!r})"
-
-
-def _mesh_sharding(mesh):
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    return NamedSharding(mesh, PartitionSpec(mesh.axis_names[0]))

@@ -13,17 +13,10 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-DATA_AXIS = "data"
+# The defaults are shared with the streamer (roxxel.sharding); re-exported here.
+from roxxel.sharding import DATA_AXIS, batch_sharding, default_mesh
 
-
-def default_mesh() -> Mesh:
-    """A 1-D mesh named ``"data"`` over every device of every process."""
-    return Mesh(np.array(jax.devices()), (DATA_AXIS,))
-
-
-def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Rows of a batch split over the mesh's first axis (data parallelism)."""
-    return NamedSharding(mesh, PartitionSpec(mesh.axis_names[0]))
+__all__ = ["DATA_AXIS", "batch_sharding", "default_mesh", "place_on_mesh"]
 
 
 def _place(x, sharding: NamedSharding):

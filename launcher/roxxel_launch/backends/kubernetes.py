@@ -242,7 +242,7 @@ def _first_failure(workers: Iterable[Worker]) -> Worker | None:
     if not failed:
         return None
     # A peer that saved a checkpoint and exited 42 after SIGTERM is a consequence, not a cause.
-    causes = [w for w in failed if w.exit_code != contract.PREEMPTION_EXIT_CODE] or failed
+    causes = [w for w in failed if w.exit_code != contract.PREEMPTED_EXIT_CODE] or failed
     return min(causes, key=lambda w: (w.finished_at or "~", w.process))
 
 
@@ -259,11 +259,11 @@ def _failed(worker: Worker) -> bool:
 
 def _preempted(worker: Worker) -> bool:
     """A worker stopped by the cluster, or one that saved a checkpoint after SIGTERM (exit 42)."""
-    return worker.exit_code == contract.PREEMPTION_EXIT_CODE or worker.reason in _DISRUPTION_REASONS
+    return worker.exit_code == contract.PREEMPTED_EXIT_CODE or worker.reason in _DISRUPTION_REASONS
 
 
 def _failed_exit_code(worker: Worker | None) -> int:
-    if worker is None or worker.exit_code in (None, 0, contract.PREEMPTION_EXIT_CODE):
+    if worker is None or worker.exit_code in (None, 0, contract.PREEMPTED_EXIT_CODE):
         return 1
     return worker.exit_code
 
@@ -368,7 +368,7 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
             preempted = min(failed_now, key=lambda w: (w.finished_at or "~", w.process))
             text = (f"preempted ({text}; {preempted.describe()}); `roxxel-launch resume {name}` "
                     "continues from the last checkpoint")
-            return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTION_EXIT_CODE,
+            return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTED_EXIT_CODE,
                              message=message(text), **common)
         first = _first_failure(current) or _first_failure(workers)
         if first is not None:
@@ -403,7 +403,7 @@ def _is_preemption(condition: Mapping, workers: list[Worker]) -> bool:
         return False
     text = condition.get("message") or ""
     if "DisruptionTarget" in text or re.search(
-            rf"exit code {contract.PREEMPTION_EXIT_CODE}\b", text):
+            rf"exit code {contract.PREEMPTED_EXIT_CODE}\b", text):
         return True
     return any(_preempted(w) for w in workers)
 
@@ -435,7 +435,7 @@ def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
         if _is_preemption(failed, workers):
             text = (f"preempted ({_condition_text(failed)}); `roxxel-launch resume {name}` "
                     "continues from the last checkpoint")
-            return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTION_EXIT_CODE,
+            return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTED_EXIT_CODE,
                              message=text + deleting, **common)
         first = _first_failure(workers)
         text = _condition_text(failed) or "failed"

@@ -125,7 +125,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from roxxel import distributed, exit_codes
+from roxxel import exit_codes
+from roxxel.contract import (
+    ENV_MEGASCALE_NUM_SLICES,
+    ENV_MEGASCALE_SLICE_ID,
+    ENV_TPU_PROCESS_ADDRESSES,
+    ENV_TPU_WORKER_HOSTNAMES,
+    ENV_TPU_WORKER_ID,
+)
 from roxxel_launch import contract, names
 from roxxel_launch.backends.base import (
     Backend,
@@ -179,11 +186,11 @@ _XLA_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 # Inherited variables the launcher owns (or that would mislead process detection): never
 # passed through from the caller's environment.
 _OWNED_ENV = frozenset(contract.RESERVED_ENV_NAMES) | {
-    distributed.ENV_TPU_WORKER_HOSTNAMES,
-    distributed.ENV_TPU_PROCESS_ADDRESSES,
-    distributed.ENV_TPU_WORKER_ID,
-    distributed.ENV_MEGASCALE_NUM_SLICES,
-    distributed.ENV_MEGASCALE_SLICE_ID,
+    ENV_TPU_WORKER_HOSTNAMES,
+    ENV_TPU_PROCESS_ADDRESSES,
+    ENV_TPU_WORKER_ID,
+    ENV_MEGASCALE_NUM_SLICES,
+    ENV_MEGASCALE_SLICE_ID,
 }
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

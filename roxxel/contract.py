@@ -1,0 +1,91 @@
+"""The contract between ``roxxel-launch`` and the workers it starts: environment variable
+names, the coordinator port, and exit codes.
+
+Dependency-free on purpose (standard library only, no numpy, no JAX): the launcher imports
+it to render pods and judge exit codes without loading the training stack, and the worker
+side (:mod:`roxxel.distributed`, :mod:`roxxel.exit_codes`, :mod:`roxxel.train.checkpoint`)
+imports the same names, so that no name or code is spelled twice. The meaning of each
+variable, and the order in which they are read, is documented in :mod:`roxxel.distributed`;
+the meaning of each exit code in :mod:`roxxel.exit_codes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+# --- 1. Set by roxxel-launch -------------------------------------------------------
+ENV_COORDINATOR_ADDRESS = "ROXXEL_COORDINATOR_ADDRESS"
+"""``host:port`` of the coordinator service (process 0)."""
+ENV_NUM_PROCESSES = "ROXXEL_NUM_PROCESSES"
+"""Total number of processes (>= 1)."""
+ENV_PROCESS_ID = "ROXXEL_PROCESS_ID"
+"""This process's id, ``0 <= id < ROXXEL_NUM_PROCESSES``."""
+
+# --- 2. JobSet (downward API + template values) -------------------------------------
+ENV_JOBSET_NAME = "JOBSET_NAME"
+ENV_REPLICATED_JOB_NAME = "REPLICATED_JOB_NAME"
+ENV_JOB_INDEX = "JOB_INDEX"
+ENV_REPLICATED_JOB_REPLICAS = "REPLICATED_JOB_REPLICAS"
+ENV_JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+"""Set by the Kubernetes Job controller on pods of ``completionMode: Indexed`` Jobs."""
+ENV_HOSTS_PER_SLICE = "ROXXEL_HOSTS_PER_SLICE"
+ENV_NUM_SLICES = "ROXXEL_NUM_SLICES"
+ENV_JOBSET_SUBDOMAIN = "JOBSET_SUBDOMAIN"
+ENV_COORDINATOR_PORT = "ROXXEL_COORDINATOR_PORT"
+
+# --- 3. Indexed Job + headless Service --------------------------------------------
+ENV_JOB_NAME = "ROXXEL_JOB_NAME"
+ENV_SERVICE_NAME = "ROXXEL_SERVICE_NAME"
+
+# --- 4. GKE TPU (injected by GKE; read by JAX's GkeTpuCluster) ----------------------
+ENV_TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"
+ENV_TPU_PROCESS_ADDRESSES = "TPU_PROCESS_ADDRESSES"
+ENV_TPU_WORKER_ID = "TPU_WORKER_ID"
+ENV_MEGASCALE_NUM_SLICES = "MEGASCALE_NUM_SLICES"
+ENV_MEGASCALE_SLICE_ID = "MEGASCALE_SLICE_ID"
+
+# --- Timeouts ------------------------------------------------------------------------
+ENV_INIT_TIMEOUT = "ROXXEL_INIT_TIMEOUT"
+"""Seconds JAX keeps retrying to reach the coordinator (``initialization_timeout``)."""
+ENV_HEARTBEAT_TIMEOUT = "ROXXEL_HEARTBEAT_TIMEOUT"
+"""Seconds without heartbeat before a peer is declared dead (``heartbeat_timeout_seconds``)."""
+
+DEFAULT_COORDINATOR_PORT = 8476
+DEFAULT_INIT_TIMEOUT = 300
+"""Seconds; the default of ``jax.distributed.initialize``."""
+DEFAULT_HEARTBEAT_TIMEOUT = 100
+"""Seconds; the default of ``jax.distributed.initialize``."""
+
+JOBSET_DOWNWARD_API: Mapping[str, str] = MappingProxyType(
+    {
+        ENV_JOBSET_NAME: "metadata.labels['jobset.sigs.k8s.io/jobset-name']",
+        ENV_REPLICATED_JOB_NAME: "metadata.labels['jobset.sigs.k8s.io/replicatedjob-name']",
+        ENV_JOB_INDEX: "metadata.labels['jobset.sigs.k8s.io/job-index']",
+        ENV_REPLICATED_JOB_REPLICAS: "metadata.labels['jobset.sigs.k8s.io/replicatedjob-replicas']",
+    }
+)
+"""Environment variable -> ``valueFrom.fieldRef.fieldPath`` for the JobSet labels
+(label keys from the JobSet API, ``jobset.x-k8s.io/v1alpha2``)."""
+
+# --- Launcher-defined, every kind of pod: what the training command needs to resume the run
+ENV_RUN_NAME = "ROXXEL_RUN_NAME"
+"""The job's name: the same across restarts of the job, so a run resumes under it."""
+ENV_CHECKPOINT_DIR = "ROXXEL_CHECKPOINT_DIR"
+"""The job spec's ``checkpoint_dir`` (local path or ``gs://`` URL); unset when the spec has none."""
+ENV_DATA_DIR = "ROXXEL_DATA_DIR"
+"""Where the job's datasets are mounted (read-only) in the pod; unset when the spec has no data."""
+
+# --- Exit codes (see roxxel.exit_codes for the convention) -------------------------------
+SUCCESS = 0
+"""Training finished; nothing to restart."""
+PREEMPTED_EXIT_CODE = 42
+"""Stopped on request after a complete checkpoint: restart the job to resume."""
+USAGE_ERROR = 2
+"""Bad command line (the convention of shells and ``argparse``)."""
+COMMAND_NOT_EXECUTABLE = 126
+"""The command exists but could not be executed (shell convention)."""
+COMMAND_NOT_FOUND = 127
+"""The command was not found (shell convention)."""
+SIGNAL_EXIT_BASE = 128
+"""A process killed by signal ``N`` is reported as ``128 + N`` (shell convention)."""
