@@ -13,21 +13,23 @@ from typing import TYPE_CHECKING, Any
 from roxxel._version import __version__
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and editors
-    from roxxel.data import Curriculum, Phase, Roxxel, Stream
+    from roxxel.compat import Roxxel
+    from roxxel.data import Curriculum, Dataset, Phase, Stream
     from roxxel.train import Checkpointer, Logger, Trainer
 
 # Public name -> the module that defines it.
 _LAZY = {
     "Curriculum": "roxxel.data",
     "Phase": "roxxel.data",
-    "Roxxel": "roxxel.data",
+    "Dataset": "roxxel.data",
+    "Roxxel": "roxxel.compat",
     "Stream": "roxxel.data",
     "Checkpointer": "roxxel.train",
     "Logger": "roxxel.train",
     "Trainer": "roxxel.train",
 }
 
-__all__ = ["__version__", "Checkpointer", "Curriculum", "Logger", "Phase", "Roxxel", "Stream", "Trainer"]
+__all__ = ["__version__", "Checkpointer", "Curriculum", "Dataset", "Logger", "Phase", "Roxxel", "Stream", "Trainer"]
 
 
 def __getattr__(name: str) -> Any:

@@ -125,10 +125,10 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def info(path, as_json) -> None:
     """Summarise the dataset at PATH: shards, tokens, documents, dtype, bytes."""
-    from roxxel.data.dataset import Roxxel
+    from roxxel.data.dataset import Dataset
 
     try:
-        ds = Roxxel(path).open()
+        ds = Dataset(path).open()
         summary = ds.info()
     except (OSError, RoxxelFormatError) as e:
         _fail(e)
@@ -152,7 +152,7 @@ def info(path, as_json) -> None:
 @click.argument("path")
 def verify(path) -> None:
     """Recompute every shard's checksum; exit 1 naming the first damaged file."""
-    from roxxel.data.dataset import Roxxel
+    from roxxel.data.dataset import Dataset
 
     done = {"shards": 0, "bytes": 0}
 
@@ -161,7 +161,7 @@ def verify(path) -> None:
         done["bytes"] += nbytes
 
     try:
-        Roxxel(path).verify(progress=progress)
+        Dataset(path).verify(progress=progress)
     except (OSError, RoxxelFormatError) as e:
         _fail(e)
     click.echo(f"OK: {done['shards']} shard(s), {_human(done['bytes'])} verified")
@@ -174,11 +174,11 @@ def verify(path) -> None:
 @click.option("--ids", is_flag=True, help="Print the token ids instead of decoding them.")
 def cat(path, index, tokenizer, ids) -> None:
     """Write document INDEX of the dataset at PATH to stdout (decoded, EOS removed)."""
-    from roxxel.data.dataset import Roxxel
+    from roxxel.data.dataset import Dataset
     from roxxel.tokenizers import load_tokenizer
 
     try:
-        ds = Roxxel(path).open()
+        ds = Dataset(path).open()
         tokens = ds[index]
         if ids:
             click.echo(" ".join(map(str, tokens.tolist())))

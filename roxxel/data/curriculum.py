@@ -15,8 +15,9 @@ import math
 from typing import Any, Mapping, Sequence
 
 from roxxel.data.blend import BlendPlan
-from roxxel.data.dataset import Roxxel
+from roxxel.data.dataset import Dataset
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS
+from roxxel.data.stream import Stream
 
 PRIMARY = "self"
 _PHASE_KEYS = {"steps", "epochs", "batch_size", "seq_len", "weights"}
@@ -121,13 +122,13 @@ class Curriculum:
             without steps or epochs before the last; an endless curriculum asked for its length.
     """
 
-    def __init__(self, primary_streamer: Roxxel, phases: Sequence[Phase | Mapping[str, Any]],
-                 mix_streamers: Mapping[str, Roxxel] | None = None, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    def __init__(self, primary_streamer: Dataset, phases: Sequence[Phase | Mapping[str, Any]],
+                 mix_streamers: Mapping[str, Dataset] | None = None, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
                  repeat: bool = False):
         mix = dict(mix_streamers or {})
         if PRIMARY in mix:
             raise ValueError(f"{PRIMARY!r} names the primary dataset; pick another name for the mixed one")
-        self.datasets: dict[str, Roxxel] = {PRIMARY: primary_streamer, **mix}
+        self.datasets: dict[str, Dataset] = {PRIMARY: primary_streamer, **mix}
         self.names = tuple(self.datasets)
         self.phases = tuple(Phase.coerce(p) for p in phases)
         if not self.phases:
@@ -140,7 +141,7 @@ class Curriculum:
         self._sizes = tuple(self._usable_size(ds) for ds in self.datasets.values())
         self.plan, self.resolved = self._resolve()
 
-    def _usable_size(self, ds: Roxxel) -> int:
+    def _usable_size(self, ds: Dataset) -> int:
         chunk = min(self.chunk_tokens, ds.num_tokens)
         return (ds.num_tokens // chunk) * chunk
 
@@ -235,10 +236,8 @@ class Curriculum:
         """SHA-256 (hex) of :meth:`describe`: equal fingerprints mean the same data at every step."""
         return hashlib.sha256(json.dumps(self.describe(), sort_keys=True).encode()).hexdigest()
 
-    def stream(self, start_step: int = 0, stop_step: int | None = None, **kwargs):
+    def stream(self, start_step: int = 0, stop_step: int | None = None, **kwargs) -> Stream:
         """A :class:`~roxxel.data.stream.Stream` over steps ``[start_step, stop_step)``; see its arguments."""
-        from roxxel.data.stream import Stream
-
         return Stream(self, start_step=start_step, stop_step=stop_step, **kwargs)
 
     def phase_streams(self, start_step: int = 0, **kwargs):

@@ -1,4 +1,4 @@
-"""``Roxxel``: a dataset of shards read as one virtual token array.
+"""``Dataset``: shards read as one virtual token array (the core of :class:`roxxel.Roxxel`).
 
 A dataset is a sequence of shards (a manifest, a directory, a glob, one shard, or a
 list of those). Its tokens are the shards' tokens concatenated in order; its documents
@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 import os
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -51,8 +51,11 @@ class _Entry:
         self.path, self.num_tokens, self.num_documents, self.sha256, self.nbytes = path, num_tokens, num_documents, sha256, nbytes
 
 
-class Roxxel:
+class Dataset:
     """A dataset of ``.rox`` shards (current format or the original ``ROXXEL02``), read as one token array.
+
+    :class:`roxxel.Roxxel` is this class plus the original Roxxel's methods (``stream``,
+    ``write``, ``estimate_steps``) and its default path; see :mod:`roxxel.compat`.
 
     Args:
         filepath: a shard file; a dataset directory (``dataset.json`` inside, else its ``*.rox``
@@ -73,7 +76,7 @@ class Roxxel:
         EmptyDatasetError: no tokens at all.
     """
 
-    def __init__(self, filepath: PathSpec = "./stream_reservoir.rox", *,
+    def __init__(self, filepath: PathSpec, *,
                  release_bytes: int = DEFAULT_RELEASE_BYTES, max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS):
         if isinstance(filepath, (str, os.PathLike)):
             self.filepath: str | list[str] = os.fspath(filepath)
@@ -88,7 +91,7 @@ class Roxxel:
     # ------------------------------------------------------------------------------
     # opening
     # ------------------------------------------------------------------------------
-    def open(self) -> "Roxxel":
+    def open(self) -> "Dataset":
         """Resolve the paths and read manifests/headers. Idempotent. Returns ``self``."""
         if self._is_open:
             return self
@@ -166,7 +169,7 @@ class Roxxel:
         self._shards.clear()
         self._is_open = False
 
-    def __enter__(self) -> "Roxxel":
+    def __enter__(self) -> "Dataset":
         return self.open()
 
     def __exit__(self, *exc) -> None:
@@ -412,84 +415,10 @@ class Roxxel:
             if progress is not None:
                 progress(e.path, shard.nbytes)
 
-    def estimate_steps(self, seq_len: int, batch_size: int, chunk_tokens: int | None = None) -> int:
-        """Whole steps of ``batch_size`` rows of ``seq_len`` tokens in one epoch of :meth:`stream`.
-
-        An epoch is every whole shuffled chunk of ``chunk_tokens`` tokens (the tail shorter than a
-        chunk is left out), so this equals ``len()`` of a one-phase stream over this dataset.
-        """
-        from roxxel.data.source import DEFAULT_CHUNK_TOKENS
-
-        if seq_len < 1 or batch_size < 1:
-            raise ValueError(f"seq_len and batch_size must be >= 1, got {seq_len} and {batch_size}")
-        chunk = min(chunk_tokens or DEFAULT_CHUNK_TOKENS, self.num_tokens)
-        return (self.num_tokens // chunk * chunk) // (seq_len * batch_size)
-
-    def stream(self, seq_len: int, batch_size: int, seed: int, start_step: int = 0,
-               completed_phases: Sequence[tuple[int, int, int]] | None = None, total_steps: int | None = None,
-               dtype=np.int32, mesh=None, data_sharding=None, mix_datasets: dict[str, "Roxxel"] | None = None,
-               weights: dict[str, float] | None = None, prefetch_size: int = 4, **kwargs):
-        """Stream global batches of ``(batch_size, seq_len)`` tokens (the original API).
-
-        Args:
-            seq_len, batch_size: shape of each global batch of the current phase.
-            seed: shuffle seed.
-            start_step: global step to start at (counted from the first completed phase).
-            completed_phases: ``(steps, batch_size, seq_len)`` of the phases trained before
-                this one; their tokens are skipped in O(phases).
-            total_steps: at most this many steps from ``start_step`` (default: until the data runs out).
-            dtype: token dtype of the batches.
-            mesh, data_sharding: where the batch goes (default: rows over every device).
-            mix_datasets, weights: datasets to blend in, weights keyed by ``"self"`` and their names.
-            prefetch_size: batches prepared ahead on a background thread.
-            **kwargs: passed to :class:`~roxxel.data.stream.Stream` (``outputs``, ``to_device``)
-                and :class:`~roxxel.data.curriculum.Curriculum` (``chunk_tokens``, ``repeat``).
-
-        Returns:
-            A :class:`~roxxel.data.stream.Stream`; ``len()`` is its exact number of steps.
-
-        Raises:
-            ValueError: ``start_step`` inside a completed phase; weights naming unknown datasets.
-        """
-        from roxxel.data.curriculum import Curriculum, Phase
-
-        if mix_datasets and not weights:
-            raise ValueError("mix_datasets needs weights keyed by 'self' and the mixed datasets' names")
-        w = dict(weights) if weights else None
-        phases = [Phase(steps=s, batch_size=b, seq_len=q, weights=w) for s, b, q in (completed_phases or [])]
-        done = sum(p.steps for p in phases)
-        if start_step < done:
-            raise ValueError(f"start_step {start_step} falls inside the completed phases ({done} steps); "
-                             "stream those phases with their own shapes")
-        phases.append(Phase(batch_size=batch_size, seq_len=seq_len, weights=w))
-        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat") if k in kwargs}
-        curriculum = Curriculum(self, phases, mix_datasets, **curriculum_args)
-        stop = None
-        if total_steps is not None:
-            stop = min(start_step + total_steps, curriculum.resolved[-1].end_step)
-        return curriculum.stream(start_step, stop, seed=seed, dtype=dtype, mesh=mesh, data_sharding=data_sharding,
-                                 prefetch_size=prefetch_size, **kwargs)
-
-    # ------------------------------------------------------------------------------
-    # writing (the original API)
-    # ------------------------------------------------------------------------------
-    def write(self, data_generator: Iterable, separator: bytes | int | None = None, block_size: int | None = None,
-              max_shard_bytes: int | None = None, dtype=None, tokenizer=None, *, eos_id: int | None = None,
-              vocab_size: int | None = None, append: bool = False) -> Manifest | None:
-        """Pack documents into this path, in the current format (see :func:`roxxel.data.write.write_dataset`)."""
-        from roxxel.data.write import write_dataset
-
-        if isinstance(self.filepath, list):
-            raise ValueError("write() needs a single path, not a list")
-        self.close()
-        return write_dataset(self.filepath, data_generator, separator=separator, block_size=block_size,
-                             max_shard_bytes=max_shard_bytes, dtype=dtype, tokenizer=tokenizer, eos_id=eos_id,
-                             vocab_size=vocab_size, append=append)
-
     def __repr__(self) -> str:
         if not self._is_open:
-            return f"Roxxel({self.filepath!r})"
-        return (f"Roxxel({self.filepath!r}, shards={self.num_shards}, tokens={self.num_tokens}, "
+            return f"{type(self).__name__}({self.filepath!r})"
+        return (f"{type(self).__name__}({self.filepath!r}, shards={self.num_shards}, tokens={self.num_tokens}, "
                 f"documents={self.num_documents}, dtype={self.dtype.name})")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from roxxel.data.dataset import Roxxel
+from roxxel.data.dataset import Dataset
 from roxxel.data.permutation import FeistelPermutation, _mix64
 
 DEFAULT_CHUNK_TOKENS = 1024
@@ -37,7 +37,7 @@ class ShuffledTokens:
         size: tokens of one epoch (``num_chunks * chunk``).
     """
 
-    def __init__(self, dataset: Roxxel, seed: int, index: int = 0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
+    def __init__(self, dataset: Dataset, seed: int, index: int = 0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
         self.dataset = dataset

@@ -11,15 +11,17 @@ whatever the number of processes, and after a resume with a different one.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.data.documents import document_features
 from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import ShuffledTokens
 from roxxel.sharding import batch_sharding, default_batch_sharding
+
+if TYPE_CHECKING:  # annotations only: the curriculum builds streams (roxxel.data.curriculum imports this)
+    from roxxel.data.curriculum import Curriculum, ResolvedPhase
 
 log = logging.getLogger("roxxel.data")
 
