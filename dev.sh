@@ -2,6 +2,7 @@
 # Roxxel's developer entry point.
 #   ./dev.sh main   set up .venv, then run the main job
 #   ./dev.sh test   set up .venv, then run the whole test suite
+#   ./dev.sh lint   set up .venv, then ruff check (lint) and mypy (types) over the repository
 # Needs only Python >= 3.11 (PYTHON=... picks the interpreter).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -34,8 +35,15 @@ main_job() {
     --set "checkpoint_dir=$PWD/runs/lm/checkpoints"
 }
 
+lint() {
+  # Lint rules and the type checker's settings are in pyproject.toml ([tool.ruff], [tool.mypy]).
+  "$VENV/bin/ruff" check .
+  "$VENV/bin/mypy"
+}
+
 case "${1:-}" in
   main) setup; main_job ;;
   test) setup; shift; exec "$VENV/bin/python" -m pytest -q "$@" ;;
-  *) echo "usage: ./dev.sh main | ./dev.sh test [pytest args]" >&2; exit 2 ;;
+  lint) setup; lint ;;
+  *) echo "usage: ./dev.sh main | ./dev.sh test [pytest args] | ./dev.sh lint" >&2; exit 2 ;;
 esac

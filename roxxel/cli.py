@@ -175,7 +175,7 @@ def verify(path) -> None:
 def cat(path, index, tokenizer, ids) -> None:
     """Write document INDEX of the dataset at PATH to stdout (decoded, EOS removed)."""
     from roxxel.data.dataset import Dataset
-    from roxxel.tokenizers import load_tokenizer
+    from roxxel.tokenizers import ByteTokenizer, load_tokenizer
 
     try:
         ds = Dataset(path).open()
@@ -187,7 +187,7 @@ def cat(path, index, tokenizer, ids) -> None:
         if tokenizer is not None:
             sys.stdout.write(load_tokenizer(tokenizer).decode(tokens))
         elif kind == "bytes":
-            sys.stdout.buffer.write(load_tokenizer("bytes").decode_bytes(tokens))
+            sys.stdout.buffer.write(ByteTokenizer().decode_bytes(tokens))
         else:
             raise ValueError(f"{path} was not packed with the byte tokenizer; pass --tokenizer tokenizer.json, or --ids")
     except (OSError, ValueError, IndexError) as e:

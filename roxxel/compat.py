@@ -82,7 +82,7 @@ class Roxxel(Dataset):
             raise ValueError("mix_datasets needs weights keyed by 'self' and the mixed datasets' names")
         w = dict(weights) if weights else None
         phases = [Phase(steps=s, batch_size=b, seq_len=q, weights=w) for s, b, q in (completed_phases or [])]
-        done = sum(p.steps for p in phases)
+        done = sum(s for s, _, _ in completed_phases or [])
         if start_step < done:
             raise ValueError(f"start_step {start_step} falls inside the completed phases ({done} steps); "
                              "stream those phases with their own shapes")

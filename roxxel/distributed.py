@@ -110,30 +110,30 @@ from typing import Any
 # The environment contract's names live in the dependency-free roxxel.contract (the launcher
 # imports them from there); re-exported here, where they are read.
 from roxxel.contract import (
+    DEFAULT_COORDINATOR_PORT,
+    DEFAULT_HEARTBEAT_TIMEOUT,
+    DEFAULT_INIT_TIMEOUT,
     ENV_COORDINATOR_ADDRESS,
-    ENV_NUM_PROCESSES,
-    ENV_PROCESS_ID,
-    ENV_JOBSET_NAME,
-    ENV_REPLICATED_JOB_NAME,
-    ENV_JOB_INDEX,
-    ENV_REPLICATED_JOB_REPLICAS,
-    ENV_JOB_COMPLETION_INDEX,
-    ENV_HOSTS_PER_SLICE,
-    ENV_NUM_SLICES,
-    ENV_JOBSET_SUBDOMAIN,
     ENV_COORDINATOR_PORT,
+    ENV_HEARTBEAT_TIMEOUT,
+    ENV_HOSTS_PER_SLICE,
+    ENV_INIT_TIMEOUT,
+    ENV_JOB_COMPLETION_INDEX,
+    ENV_JOB_INDEX,
     ENV_JOB_NAME,
-    ENV_SERVICE_NAME,
-    ENV_TPU_WORKER_HOSTNAMES,
-    ENV_TPU_PROCESS_ADDRESSES,
-    ENV_TPU_WORKER_ID,
+    ENV_JOBSET_NAME,
+    ENV_JOBSET_SUBDOMAIN,
     ENV_MEGASCALE_NUM_SLICES,
     ENV_MEGASCALE_SLICE_ID,
-    ENV_INIT_TIMEOUT,
-    ENV_HEARTBEAT_TIMEOUT,
-    DEFAULT_COORDINATOR_PORT,
-    DEFAULT_INIT_TIMEOUT,
-    DEFAULT_HEARTBEAT_TIMEOUT,
+    ENV_NUM_PROCESSES,
+    ENV_NUM_SLICES,
+    ENV_PROCESS_ID,
+    ENV_REPLICATED_JOB_NAME,
+    ENV_REPLICATED_JOB_REPLICAS,
+    ENV_SERVICE_NAME,
+    ENV_TPU_PROCESS_ADDRESSES,
+    ENV_TPU_WORKER_HOSTNAMES,
+    ENV_TPU_WORKER_ID,
     JOBSET_DOWNWARD_API,
 )
 
@@ -282,16 +282,17 @@ def detect(
     if not given:
         return _detect_env(env)
 
-    complete = num_processes is not None and process_id is not None and (
+    base: Detected | None
+    origins: dict[str, str]
+    if num_processes is not None and process_id is not None and (
         coordinator_address is not None or num_processes == 1
-    )
-    if complete:
+    ):  # complete: the environment is not read
         base, origins = None, {}
+        merged_count, merged_id = num_processes, process_id
     else:
         base, origins = _detect_env_with_origins(env)
-
-    merged_count = num_processes if num_processes is not None else base.num_processes
-    merged_id = process_id if process_id is not None else base.process_id
+        merged_count = num_processes if num_processes is not None else base.num_processes
+        merged_id = process_id if process_id is not None else base.process_id
     merged_coord = coordinator_address
     if merged_coord is None and base is not None:
         merged_coord = base.coordinator_address
@@ -669,7 +670,8 @@ def initialize(
             _log_info(info, "using the jax.distributed runtime that other code initialised")
             return info
 
-        detected = detect(env, **requested)
+        detected = detect(env, coordinator_address=coordinator_address, num_processes=num_processes,
+                          process_id=process_id)
         if detected.source == "single" and _get(env, ENV_JOB_COMPLETION_INDEX) is not None:
             logger.warning(
                 "%s=%s is set but nothing says how many processes there are: running as a single "

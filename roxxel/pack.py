@@ -14,7 +14,7 @@ import glob
 import json
 import os
 import sys
-from typing import Callable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -99,14 +99,14 @@ def iter_documents(path: str, fmt: str = "auto", text_field: str = "text") -> It
             with open(path, "rb") as f:
                 yield f.read()
     elif fmt == "jsonl":
-        f = sys.stdin.buffer if path == "-" else open(path, "rb")
+        stream: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")
         try:
-            for lineno, line in enumerate(f, 1):
+            for lineno, line in enumerate(stream, 1):
                 if line.strip():
                     yield _jsonl_text(line, text_field, path, lineno)
         finally:
-            if f is not sys.stdin.buffer:
-                f.close()
+            if stream is not sys.stdin.buffer:
+                stream.close()
     elif fmt == "parquet":
         try:
             import pyarrow.parquet as pq

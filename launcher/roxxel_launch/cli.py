@@ -161,8 +161,9 @@ def _backend(local: bool, *, namespace: str | None = None, context: str | None =
             f"the Kubernetes backend is not available ({err}); check that roxxel-launch is fully "
             "installed with the kubernetes client, or run the job on this machine with --local"
         ) from err
-    options = {} if poll is None else {"poll_seconds": poll}
-    return KubernetesBackend(namespace=namespace, context=context, **options)
+    if poll is None:
+        return KubernetesBackend(namespace=namespace, context=context)
+    return KubernetesBackend(namespace=namespace, context=context, poll_seconds=poll)
 
 
 @contextlib.contextmanager
@@ -237,7 +238,7 @@ def _slice_rows(details) -> list[tuple]:
 def _details_lines(details, show_workers: bool) -> list[str]:
     lines = []
     if details.conditions:
-        rows = [("CONDITION", "STATUS", "REASON", "SINCE", "MESSAGE")]
+        rows: list[tuple] = [("CONDITION", "STATUS", "REASON", "SINCE", "MESSAGE")]
         rows += [(c.get("type", "?"), c.get("status", "?"), c.get("reason") or "-",
                   c.get("lastTransitionTime") or "-", _one_line(c.get("message") or "-", 100))
                  for c in details.conditions]
@@ -622,4 +623,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 from roxxel import contract as shared  # the names the worker side reads
-from roxxel.contract import DEFAULT_COORDINATOR_PORT, PREEMPTED_EXIT_CODE
+from roxxel.contract import DEFAULT_COORDINATOR_PORT as DEFAULT_COORDINATOR_PORT  # re-exported
+from roxxel.contract import PREEMPTED_EXIT_CODE as PREEMPTED_EXIT_CODE  # re-exported
 
 # The image entrypoint: forwards SIGTERM to the trainer and keeps its exit code.
 WORKER_ENTRYPOINT = ("roxxel-worker", "--")
@@ -57,6 +58,12 @@ class EnvVar:
     def __post_init__(self):
         if (self.value is None) == (self.field_path is None):
             raise ValueError(f"env var {self.name}: give exactly one of value and field_path")
+
+    def literal(self) -> str:
+        """The literal value; ``ValueError`` for a downward-API entry (only a pod can resolve it)."""
+        if self.value is None:
+            raise ValueError(f"env var {self.name} comes from the downward API ({self.field_path}), not a literal")
+        return self.value
 
     def to_k8s(self) -> dict:
         if self.field_path is not None:

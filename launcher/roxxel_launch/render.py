@@ -145,6 +145,8 @@ def _data_volume(spec: JobSpec) -> dict | None:
     if data.nfs is not None:
         return {"name": DATA_VOLUME,
                 "nfs": {"server": data.nfs.server, "path": data.nfs.path, "readOnly": True}}
+    if data.pvc is None:
+        raise ValueError("data: none of gcsfuse, nfs and pvc is set")
     return {"name": DATA_VOLUME,
             "persistentVolumeClaim": {"claimName": data.pvc.claim, "readOnly": True}}
 
@@ -193,7 +195,7 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
         distributed = contract.indexed_job_env(job_name=spec.name, service_name=spec.name,
                                                num_processes=spec.num_processes)
     data_volume = _data_volume(spec)
-    run = contract.run_env(run_name=spec.run_name, checkpoint_dir=spec.checkpoint_dir,
+    run = contract.run_env(run_name=spec.run_name or spec.name, checkpoint_dir=spec.checkpoint_dir,
                            data_dir=contract.DATA_MOUNT_PATH if data_volume else None)
     env = [var.to_k8s() for var in (*distributed, *run)]
     for var in env:
@@ -204,7 +206,7 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
     limits = {**spec.resources.limits, **_accelerator_limits(spec)}
     requests = {**spec.resources.requests, **_accelerator_limits(spec)}
     volumes = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]
-    mounts = [{"name": SHM_VOLUME, "mountPath": contract.SHM_MOUNT_PATH}]
+    mounts: list[dict[str, Any]] = [{"name": SHM_VOLUME, "mountPath": contract.SHM_MOUNT_PATH}]
     if data_volume is not None:
         volumes.append(data_volume)
         mounts.append({"name": DATA_VOLUME, "mountPath": contract.DATA_MOUNT_PATH, "readOnly": True})

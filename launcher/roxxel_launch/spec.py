@@ -175,7 +175,10 @@ class Accelerator:
     def hosts_per_slice(self) -> int:
         if self.tpu is not None:
             return self.tpu.slice.hosts
-        return (self.gpu or self.cpu).hosts
+        accelerator = self.gpu or self.cpu
+        if accelerator is None:
+            raise ValueError("the spec names no accelerator (tpu, gpu or cpu)")
+        return accelerator.hosts
 
 
 # ----------------------------------------------------------------------------- data mounts
@@ -513,7 +516,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         key_type, value_type = typing.get_args(tp)
         return {_convert(key_type, k, path): _convert(value_type, v, f"{path}.{k}")
                 for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, path)
     raise TypeError(f"no converter for {tp!r} at {path}")
 

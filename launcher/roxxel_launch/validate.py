@@ -229,7 +229,8 @@ def check_objects(objects: Iterable[Mapping]) -> list[str]:
         meta = obj.get("metadata") or {}
         f.add("metadata.namespace", names.dns1123_label_problem(meta.get("namespace", "default")))
         _check_labels(f, "metadata", meta)
-        check = _CHECKS.get(obj.get("kind"))
+        kind = obj.get("kind")
+        check = _CHECKS.get(kind) if isinstance(kind, str) else None
         if check is None:
             f.add("kind", f"roxxel-launch does not render {obj.get('kind')!r}")
         else:
@@ -263,6 +264,7 @@ def check_schemas(objects: Iterable[Mapping],
     kv = _kubernetes_validate()
     problems = []
     for obj in objects:
+        docs: list[tuple[str, Mapping]]
         if obj.get("kind") == "JobSet":
             docs = [(f"{_ident(obj)}: replicatedJobs[{i}] child Job", _child_job(obj, rjob))
                     for i, rjob in enumerate((obj.get("spec") or {}).get("replicatedJobs") or [])]

@@ -275,7 +275,7 @@ class BlendPlan:
                         length = last if length is None else min(length, last)
                 end = None if length is None else row + length
                 segments.append(Segment(row, end, j, seq_len, active, iw, tuple(pos)))
-                if length is None:
+                if end is None or length is None:
                     return segments, tuple(pos)  # endless repeat
                 counts = pat.counts(length)
                 for i in active:

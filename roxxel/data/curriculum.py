@@ -66,7 +66,7 @@ class Phase:
             object.__setattr__(self, "weights", dict(self.weights))
 
     @classmethod
-    def coerce(cls, phase: "Phase | Mapping[str, Any]") -> "Phase":
+    def coerce(cls, phase: Phase | Mapping[str, Any]) -> Phase:
         """A ``Phase`` from a ``Phase`` or a dict with the same keys (the original's form)."""
         if isinstance(phase, Phase):
             return phase
@@ -188,7 +188,7 @@ class Curriculum:
         last = self.resolved[-1]
         if last.steps is None:
             raise ValueError("this curriculum is endless (repeat=True and the last phase has no steps/epochs)")
-        return last.end_step
+        return last.start_step + last.steps
 
     def __len__(self) -> int:
         return self.total_steps
@@ -236,7 +236,7 @@ class Curriculum:
         """SHA-256 (hex) of :meth:`describe`: equal fingerprints mean the same data at every step."""
         return hashlib.sha256(json.dumps(self.describe(), sort_keys=True).encode()).hexdigest()
 
-    def stream(self, start_step: int = 0, stop_step: int | None = None, **kwargs) -> Stream:
+    def stream(self, start_step: int = 0, stop_step: float | None = None, **kwargs) -> Stream:
         """A :class:`~roxxel.data.stream.Stream` over steps ``[start_step, stop_step)``; see its arguments."""
         return Stream(self, start_step=start_step, stop_step=stop_step, **kwargs)
 

@@ -91,7 +91,7 @@ class Dataset:
     # ------------------------------------------------------------------------------
     # opening
     # ------------------------------------------------------------------------------
-    def open(self) -> "Dataset":
+    def open(self) -> Dataset:
         """Resolve the paths and read manifests/headers. Idempotent. Returns ``self``."""
         if self._is_open:
             return self
@@ -169,7 +169,7 @@ class Dataset:
         self._shards.clear()
         self._is_open = False
 
-    def __enter__(self) -> "Dataset":
+    def __enter__(self) -> Dataset:
         return self.open()
 
     def __exit__(self, *exc) -> None:

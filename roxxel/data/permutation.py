@@ -65,6 +65,14 @@ class FeistelPermutation:
       ValueError: an argument is out of range or not an int.
     """
 
+    n: int
+    seed: int
+    epoch: int
+    rounds: int
+    _half: np.uint64
+    _mask: np.uint64
+    _keys: np.ndarray
+
     def __init__(self, n: int, seed: int, epoch: int = 0, rounds: int = 6):
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= _MAX_N:
             raise ValueError(f"n must be >= 1 (and <= 2**63), got {n!r}")

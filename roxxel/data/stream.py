@@ -113,7 +113,7 @@ class Stream:
             dataset without an EOS id.
     """
 
-    def __init__(self, curriculum: Curriculum, start_step: int = 0, stop_step: int | None = None, *, seed: int = 0,
+    def __init__(self, curriculum: Curriculum, start_step: int = 0, stop_step: float | None = None, *, seed: int = 0,
                  dtype=np.int32, sharding=None, mesh=None, data_sharding=None, outputs: str = "tokens",
                  prefetch_size: int = 2, to_device: bool = True):
         if outputs not in OUTPUTS:
@@ -157,20 +157,24 @@ class Stream:
 
     def _place(self, step: int, rows: np.ndarray):
         phase = self.curriculum.phase_at(step)
-        arrays: Any = rows if self.outputs == "tokens" else document_features(rows, self.eos_id)
+        eos_id = self.eos_id  # never None with outputs='documents' (checked in __init__)
+        arrays: Any = rows if self.outputs == "tokens" or eos_id is None else document_features(rows, eos_id)
         if not self.to_device:
             return arrays
         import jax
 
         shape = (phase.batch_size, phase.seq_len)
-        place = lambda a: jax.make_array_from_process_local_data(self.sharding, a, shape)
+
+        def place(a):
+            return jax.make_array_from_process_local_data(self.sharding, a, shape)
+
         return place(arrays) if self.outputs == "tokens" else {k: place(v) for k, v in arrays.items()}
 
     def _produce(self, start: int) -> Iterator:
         for step in range(start, self.stop_step):
             yield self._place(step, self.local_rows(step))
 
-    def __iter__(self) -> "Stream":
+    def __iter__(self) -> Stream:
         return self
 
     def __next__(self):
@@ -192,7 +196,7 @@ class Stream:
         if self._prefetch is not None:
             self._prefetch.close()
 
-    def __enter__(self) -> "Stream":
+    def __enter__(self) -> Stream:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -74,7 +74,10 @@ def write_dataset(path: str, documents: Iterable, *, separator: bytes | int | No
                 tail = np.frombuffer(bytes(separator), np.uint8)
         elif separator is not None:
             eos_id = int(separator)
-        encode = lambda d: d.encode("utf-8") if isinstance(d, str) else d
+
+        def encode(d):
+            return d.encode("utf-8") if isinstance(d, str) else d
+
     first, documents = _peek(documents)
     if first is None:
         raise ValueError(f"no documents to write to {path}")
@@ -84,8 +87,9 @@ def write_dataset(path: str, documents: Iterable, *, separator: bytes | int | No
     opts = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, tokenizer=ident)
 
     if path.endswith(".rox") and max_shard_bytes is None:
-        return _write_single_shard(path, docs, opts, append)
-    if path.endswith(".rox"):
+        _write_single_shard(path, docs, opts, append)
+        return None
+    if path.endswith(".rox") and max_shard_bytes is not None:
         stem = path[:-4]
         writer = DatasetWriter(stem + ".dataset.json", shard_pattern=os.path.basename(stem) + "_{:04d}.rox",
                                shard_size=max_shard_bytes, append=append, **opts)

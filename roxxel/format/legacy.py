@@ -17,8 +17,8 @@ import struct
 
 import numpy as np
 
-from roxxel.format.mapped import MappedFile
 from roxxel.format.errors import CorruptShardError, TruncatedShardError
+from roxxel.format.mapped import MappedFile
 
 FOOTER = struct.Struct("<qq8s8s")
 _REINTERPRET = {"int16": "uint16"}

@@ -85,7 +85,7 @@ class Manifest:
             f.write("\n")
 
     @classmethod
-    def load(cls, path: str) -> "Manifest":
+    def load(cls, path: str) -> Manifest:
         """Read a manifest.
 
         Raises:

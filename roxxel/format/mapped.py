@@ -41,7 +41,7 @@ class MappedFile:
         """
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDONLY)
-        buf = memoryview(out).cast("B")
+        buf = out.data.cast("B")  # the array's own buffer (C-contiguous), as bytes
         offset = self._data_offset + start * self.dtype.itemsize
         while len(buf):
             n = os.preadv(self._fd, [buf], offset)

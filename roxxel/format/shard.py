@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from roxxel.format import layout
-from roxxel.format.mapped import MappedFile
 from roxxel.format.errors import (
     BadSignatureError,
     ChecksumMismatchError,
@@ -22,6 +21,7 @@ from roxxel.format.errors import (
     ShardNotFoundError,
     TruncatedShardError,
 )
+from roxxel.format.mapped import MappedFile
 
 _VERIFY_CHUNK = 8 << 20
 

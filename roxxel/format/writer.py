@@ -83,7 +83,7 @@ class ShardWriter:
 
     def write(self, tokens: np.ndarray) -> None:
         """Append tokens (already in this shard's dtype, 1-D, C-contiguous) to the current document."""
-        buf = memoryview(np.ascontiguousarray(tokens)).cast("B")
+        buf = np.ascontiguousarray(tokens).data.cast("B")
         self._file.write(buf)
         self._hash.update(buf)
         self.num_tokens += len(tokens)
@@ -99,7 +99,7 @@ class ShardWriter:
         index_offset = layout.align(data_end, layout.INDEX_ALIGNMENT)
         pad = b"\0" * (index_offset - data_end)
         index = np.frombuffer(self._starts, dtype=np.uint64).astype(layout.INDEX_DTYPE, copy=False)
-        for part in (pad, memoryview(index).cast("B")):
+        for part in (pad, index.data.cast("B")):
             f.write(part)
             h.update(part)
         meta = self._metadata_json(self.num_tokens, self.num_documents)
@@ -116,6 +116,13 @@ class ShardWriter:
         size = os.fstat(f.fileno()).st_size
         f.close()
         self.entry = ShardEntry(os.path.basename(self.path), self.num_tokens, self.num_documents, size, h.hexdigest())
+        return self.entry
+
+    @property
+    def finished_entry(self) -> ShardEntry:
+        """The manifest entry of a finished shard; ``RuntimeError`` before :meth:`finish`."""
+        if self.entry is None:
+            raise RuntimeError(f"{self.path}: shard not finished; call finish() before listing it")
         return self.entry
 
     def commit(self) -> None:
@@ -242,7 +249,8 @@ class DatasetWriter:
         meta = {"vocab_size": self.vocab_size, "eos_id": self.eos_id, "tokenizer": self.tokenizer}
         return ShardWriter(os.path.join(self.directory, name), self.dtype, meta)
 
-    def _roll_if_needed(self, incoming_bytes: int) -> None:
+    def _roll_if_needed(self, incoming_bytes: int) -> ShardWriter:
+        """The shard to write the next document to: a new one once the current one is full."""
         cur = self._current
         if cur is not None and cur.num_documents and cur.nbytes + incoming_bytes > self.shard_size:
             cur.finish()
@@ -250,6 +258,7 @@ class DatasetWriter:
             self._current = None
         if self._current is None:
             self._current = self._new_shard()
+        return self._current
 
     def _convert(self, tokens) -> np.ndarray:
         arr = np.asarray(tokens)
@@ -281,8 +290,7 @@ class DatasetWriter:
             tokens = np.asarray(tokens)
         chunks = [tokens] if isinstance(tokens, np.ndarray) else tokens
         size_hint = tokens.size * self.dtype.itemsize if isinstance(tokens, np.ndarray) else 0
-        self._roll_if_needed(size_hint)
-        shard = self._current
+        shard = self._roll_if_needed(size_hint)
         shard.start_document()
         n = 0
         for chunk in chunks:
@@ -318,7 +326,7 @@ class DatasetWriter:
             s.commit()
         prev = self._previous.shards if self._previous else ()
         manifest = Manifest(dtype=self.dtype.name, vocab_size=self.vocab_size, eos_id=self.eos_id,
-                            tokenizer=self.tokenizer, shards=prev + tuple(s.entry for s in self._shards),
+                            tokenizer=self.tokenizer, shards=prev + tuple(s.finished_entry for s in self._shards),
                             writer_version=__version__,
                             created=self._previous.created if self._previous else _now())
         manifest.save(self.manifest_path)
@@ -336,7 +344,7 @@ class DatasetWriter:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.marker_path)
 
-    def __enter__(self) -> "DatasetWriter":
+    def __enter__(self) -> DatasetWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -1,6 +1,6 @@
 """Training: the Trainer, the model state, Orbax checkpoints, and the rank-0 logger."""
 
-from roxxel.train.checkpoint import CheckpointSaveError, Checkpointer, Preempted, RunMismatchError, describe_changes
+from roxxel.train.checkpoint import Checkpointer, CheckpointSaveError, Preempted, RunMismatchError, describe_changes
 from roxxel.train.logger import Logger
 from roxxel.train.state import ModelState
 from roxxel.train.trainer import NaNLossError, Trainer

@@ -293,9 +293,11 @@ def _metric_ranker(metric: str, mode: str) -> Any:
     worst = math.inf if mode == "min" else -math.inf
 
     def rank(metrics: Any) -> float:
-        value = metrics.get(metric) if isinstance(metrics, Mapping) else None
+        raw = metrics.get(metric) if isinstance(metrics, Mapping) else None
+        if raw is None:
+            return worst
         try:
-            value = float(value)
+            value = float(raw)
         except (TypeError, ValueError):
             return worst
         return value if math.isfinite(value) else worst
@@ -383,7 +385,11 @@ class Checkpointer:
         if state is not None and optimizer is not None:
             raise TypeError("`optimizer` cannot be combined with `state=`; put it in the state object")
         self._target = state
-        self._state = ModelState.from_object(state) if state is not None else ModelState(model, optimizer)
+        if state is not None:
+            self._state = ModelState.from_object(state)
+        else:
+            assert model is not None  # checked above: exactly one of model and state
+            self._state = ModelState(model, optimizer)
         if max_to_keep is not None and (isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1):
             raise ValueError(f"max_to_keep must be an int >= 1 or None, got {max_to_keep!r}")
         if isinstance(save_interval_steps, bool) or not isinstance(save_interval_steps, int) or save_interval_steps < 1:

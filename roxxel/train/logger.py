@@ -48,7 +48,10 @@ import threading
 import time
 import traceback
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 from roxxel.format.atomic import atomic_write
 
@@ -266,7 +269,7 @@ class Logger:
     def __enter__(self) -> Logger:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if exc is None:
             self.close()
             return False
@@ -338,7 +341,7 @@ class _Sink:
         self._stdout = stdout
         self._progress = progress
         self._total = total_steps
-        self._bar = None
+        self._bar: tqdm | None = None
         self._rate_origin: tuple[int, float] | None = None  # (step, monotonic time) for the ETA
         self._system = open(os.path.join(log_dir, SYSTEM_LOG), "a", encoding="utf-8")
         self._csv = _MetricsCsv(os.path.join(log_dir, METRICS_CSV))
@@ -376,29 +379,29 @@ class _Sink:
             for key, value in values.items():
                 self._tb.add_scalar(key, value, global_step=step, walltime=wall)
         if self._progress:
-            if self._bar is None:
-                self._open_bar(step)
+            bar = self._bar if self._bar is not None else self._open_bar(step)
             postfix = {}
             if LOSS_KEY in values:
                 postfix[LOSS_KEY] = f"{values[LOSS_KEY]:.4g}"
             if TOKENS_PER_SEC_KEY in values:
                 postfix["tok/s"] = _short(values[TOKENS_PER_SEC_KEY])
-            self._bar.set_postfix(postfix, refresh=False)
-            if step >= self._bar.n:
-                self._bar.update(step - self._bar.n)  # tqdm's rate and ETA; redraws at most every 0.1 s
+            bar.set_postfix(postfix, refresh=False)
+            if step >= bar.n:
+                bar.update(step - bar.n)  # tqdm's rate and ETA; redraws at most every 0.1 s
             else:
-                self._bar.n = step
-                self._bar.refresh()
+                bar.n = step
+                bar.refresh()
         else:
             self._print(self._metrics_line(step, mono, values), self._stdout)
 
     # helpers
 
-    def _open_bar(self, initial_step: int) -> None:
+    def _open_bar(self, initial_step: int) -> tqdm:
         from tqdm import tqdm
 
         self._bar = tqdm(total=self._total, initial=initial_step, file=self._stdout, unit="step",
                          dynamic_ncols=True, desc="train")
+        return self._bar
 
     def _metrics_line(self, step: int, mono: float, values: dict[str, float]) -> str:
         head = f"step {step}" if self._total is None else f"step {step}/{self._total}"

@@ -44,7 +44,7 @@ def _host_values_of_process_0(state):
                         host, state, keys)
 
 
-def place_on_mesh(mesh: Mesh, *modules: nnx.Module) -> None:
+def place_on_mesh(mesh: Mesh, *modules: nnx.Module | nnx.Optimizer) -> None:
     """Move every variable of ``modules`` onto ``mesh``, in place.
 
     Each variable goes to ``NamedSharding(mesh, spec)`` where ``spec`` comes from its

@@ -54,7 +54,8 @@ def make_train_step(loss_fn: Callable, grad_accum_steps: int = 1) -> Callable:
     """An ``nnx.jit`` function ``(model, optimizer, batch) -> (loss, aux)`` that updates in place."""
 
     def train_step(model: nnx.Module, optimizer: nnx.Optimizer, batch: Any):
-        graphdef, params, rest = nnx.split(model, optimizer.wrt, ...)
+        graphdef, params, *others = nnx.split(model, optimizer.wrt, ...)
+        (rest,) = others  # two filters: the trained parameters, then everything else
 
         def compute(params, rest, micro):
             m = nnx.merge(graphdef, params, rest)

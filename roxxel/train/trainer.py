@@ -134,6 +134,8 @@ class Trainer:
         return metrics
 
     def _evaluate(self, step: int) -> dict[str, float]:
+        if self.eval_fn is None:
+            raise RuntimeError("_evaluate needs an eval_fn")  # callers check first
         self._evaluated_at = step
         out = self.eval_fn(self.state)
         results = out if isinstance(out, Mapping) else {"eval_loss": out}

@@ -178,7 +178,6 @@ def _cli_invocations(code: str) -> list[list[str]]:
 
 
 def _cli_problems(argv: list[str]) -> list[str]:
-    import click
 
     from roxxel.cli import main as roxxel_cli
     from roxxel_launch.cli import cli as launch_cli

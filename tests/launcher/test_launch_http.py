@@ -16,7 +16,6 @@ The last section runs ``resume --until-done`` with ``--local`` (processes on thi
 from __future__ import annotations
 
 import json
-import pathlib
 import socket
 import subprocess
 import sys

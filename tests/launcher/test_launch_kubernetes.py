@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import io
 import json
-import pathlib
 import re
 import socket
 import urllib.parse

@@ -9,7 +9,6 @@ kubernetes-validate (strict), JobSets against the JobSet CRD's OpenAPI schema
 from __future__ import annotations
 
 import json
-import pathlib
 import re
 
 import jinja2

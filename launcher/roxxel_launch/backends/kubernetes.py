@@ -585,6 +585,8 @@ class KubernetesBackend(Backend):
         if self._namespace is not None:
             return self._namespace
         self.api_client  # noqa: B018 - resolves the namespace from the config
+        if self._resolved_namespace is None:
+            raise RuntimeError("loading the Kubernetes configuration resolved no namespace")
         return self._resolved_namespace
 
     def close(self) -> None:

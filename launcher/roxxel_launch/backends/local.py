@@ -252,7 +252,7 @@ def worker_env(
     env[contract.ROXXEL_NUM_PROCESSES] = str(spec.num_processes)
     env[contract.ROXXEL_PROCESS_ID] = str(process_id)
     for var in contract.run_env(run_name=spec.run_name, checkpoint_dir=spec.checkpoint_dir, data_dir=data_dir):
-        env[var.name] = var.value
+        env[var.name] = var.literal()
     env.setdefault("JAX_PLATFORMS", "cpu")
     bin_dir = os.path.dirname(sys.executable)
     env["PATH"] = os.pathsep.join([bin_dir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
@@ -481,6 +481,13 @@ class _Outcome:
     codes: list[int | None]
     worker: int | None = None  # the first failing (or preempted) worker
 
+    def failing_worker(self) -> tuple[int, int]:
+        """``(index, exit code)`` of the worker that decided a "failure" or "preempted" outcome."""
+        code = None if self.worker is None else self.codes[self.worker]
+        if self.worker is None or code is None:
+            raise RuntimeError(f"a {self.kind!r} outcome names no worker that exited (codes {self.codes})")
+        return self.worker, code
+
 
 class _Supervisor:
     """Runs one job's attempts in the calling process (see the module docstring)."""
@@ -602,8 +609,7 @@ class _Supervisor:
             if outcome.kind == "stopped":
                 return self._finish_stopped(outcome)
             # A worker failed.
-            i = outcome.worker
-            code = outcome.codes[i]
+            i, code = outcome.failing_worker()
             what = f"worker {i} exited with {code} ({exit_codes.describe(code)})"
             restarts = self.status["restarts"]
             if self.signals:
@@ -686,13 +692,15 @@ class _Supervisor:
                 self._stop_workers(self.grace, echo=echo)
                 outcome = _Outcome("stopped", self._codes(n))
                 break
-            exited = sorted((w for w in self.workers if w.exit_code is not None), key=lambda w: w.exit_order)
-            stopped_early = [w for w in exited if w.exit_code != exit_codes.SUCCESS]
+            # (exit order, exit code, worker) of the workers that ended, in the order they ended.
+            exited = sorted((w.exit_order, w.exit_code, w) for w in self.workers
+                            if w.exit_order is not None and w.exit_code is not None)
+            stopped_early = [(code, w) for _, code, w in exited if code != exit_codes.SUCCESS]
             if stopped_early:
                 # The first worker that ended with anything but 0 decides: 42 preempted, else failed.
-                first = stopped_early[0]
-                kind = "preempted" if first.exit_code == exit_codes.PREEMPTED_EXIT_CODE else "failure"
-                what = f"worker {first.index} exited with {first.exit_code} ({exit_codes.describe(first.exit_code)})"
+                first_code, first = stopped_early[0]
+                kind = "preempted" if first_code == exit_codes.PREEMPTED_EXIT_CODE else "failure"
+                what = f"worker {first.index} exited with {first_code} ({exit_codes.describe(first_code)})"
                 if kind == "failure" and not self.signals and self.status["restarts"] < spec.max_restarts:
                     # BlockingRecreate: the restart is under way while the old workers go.
                     self.status.update(state=JobState.RESTARTING.value,
@@ -1014,6 +1022,8 @@ class LocalBackend(Backend):
             BackendError: the job is running, or it succeeded (nothing to resume).
         """
         status = self.status(name)
+        if status.run_dir is None:
+            raise BackendError(f"job {name}: the local backend's status names no run directory")
         run_dir = Path(status.run_dir)
         if not status.state.terminal or _lock_is_held(run_dir / LOCK_FILE):
             raise BackendError(f"local job {name!r} is {status.state.value.lower()}: wait for it "
