@@ -71,7 +71,7 @@ model = _ByteLM(nnx.Rngs(0))
 optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
 """,
 }
-README_SLOW = None  # about 5 s: it prepares the LM's datasets (as ./dev.sh main does) and trains 300 tiny steps
+README_SLOW = "about 30 s"  # it prepares the LM's datasets (as ./dev.sh main does) and trains 300 tiny steps
 
 # Pages that others write, without markers: every example in them needs a Google Cloud
 # project and a GKE cluster, so unmarked ones are not run. Their roxxel / roxxel-launch
@@ -461,6 +461,7 @@ def test_docstrings_parse_cleanly():
 # ----------------------------------------------------------------------------- the site
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):  # about 5 s
     try:
         import mkdocs  # noqa: F401

@@ -296,6 +296,7 @@ def test_wait_for_an_unknown_job_is_an_error(fake):
     assert "no job 'lm'" in run("wait", "lm", "--poll", POLL, code=1).output
 
 
+@pytest.mark.slow
 def test_wait_exit_code_of_a_real_process(fake, tmp_path):
     """The status a shell sees, from a separate `python -m roxxel_launch.cli` process."""
     fake.plan("lm", "preempt")

@@ -233,6 +233,7 @@ def test_killing_one_worker_mid_run_restarts_the_whole_gang(tmp_path, root):
 # ----------------------------------------------------------------------------- signals, exit codes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signo,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_stops_every_worker(tmp_path, root, signo, code):
     name = f"stop{code}"
@@ -261,6 +262,7 @@ def test_ctrl_c_stops_every_worker(tmp_path, root, signo, code):
     assert "SIGKILL" in (root / name / "supervisor.log").read_text()
 
 
+@pytest.mark.slow
 def test_preempted_worker_stops_the_job_and_resume_completes_it(tmp_path, root):
     name = "preempt"
     spec = _program_spec(tmp_path, name, 2, "preempt")
@@ -306,6 +308,7 @@ def test_max_restarts_used_up_fails_with_the_workers_code_and_log(tmp_path, root
 # ----------------------------------------------------------------------------- status, list, logs
 
 
+@pytest.mark.slow
 def test_status_list_logs_and_detached_runs(tmp_path, root):
     ok = _program_spec(tmp_path, "okjob", 2, "ok")
     result = _cli(root, "submit", "--local", "--detach", ok, cwd=tmp_path)
@@ -386,6 +389,7 @@ def test_without_local_the_kubernetes_backend_is_imported_lazily(tmp_path, monke
     assert result.exit_code == 2 and "--namespace and --context apply to Kubernetes" in result.output
 
 
+@pytest.mark.slow
 def test_a_killed_supervisor_takes_its_workers_along_and_is_reported(tmp_path, root):
     name = "orphans"
     spec = _program_spec(tmp_path, name, 2, "wait")

@@ -391,6 +391,7 @@ def _check_injection(field_index: int, value: str, workload: str) -> None:
         assert container["image"] == value
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(field_index=st.integers(0, len(FIELDS) - 1), value=_TEXT)
 def test_hostile_strings_never_change_the_structure(field_index, value):

@@ -45,6 +45,7 @@ def _trained(seed: int = 0, steps: int = 3, dropout: float | None = 0.1) -> Mode
     return ms
 
 
+@pytest.mark.slow
 def test_round_trip_is_bitwise_and_keeps_the_run_record(tmp_path):
     ms = _trained(seed=0)
     ms.model.train()  # dropout consumes its rng stream: the key and count must round trip too
@@ -72,6 +73,7 @@ def test_round_trip_is_bitwise_and_keeps_the_run_record(tmp_path):
     assert isinstance(kernel, jax.Array) and kernel.sharding == live_sharding
 
 
+@pytest.mark.slow
 def test_restore_into_an_abstract_model_and_an_object_with_attributes(tmp_path):
     ms = _trained(seed=0, dropout=None)
     ref = common.flat_host(ms)
@@ -312,6 +314,7 @@ def test_single_process_sigterm_saves_the_next_step_and_exits_42(tmp_path):
     assert common.mismatches(common.flat_host(fresh), ref) == []
 
 
+@pytest.mark.slow
 def test_preempted_exits_the_interpreter_with_code_42():
     proc = subprocess.run(
         [sys.executable, "-c", "from roxxel.train.checkpoint import Preempted\nraise Preempted(7)"],
@@ -385,6 +388,7 @@ def _kill_mid_save(ckpt_dir: Path) -> int | None:
     return victim
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_save_restores_the_previous_complete_step(tmp_path):
     for attempt in range(4):
         ckpt_dir = tmp_path / f"attempt{attempt}"

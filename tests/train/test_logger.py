@@ -125,6 +125,7 @@ def test_system_exit_in_with_block_is_logged_as_a_message(tmp_path):
     assert "WARNING exiting with code 2" in (tmp_path / SYSTEM_LOG).read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ending", ["raise RuntimeError('crash')", "sys.exit(3)"])
 def test_crash_without_close_still_flushes_at_exit(tmp_path, ending):
     script = textwrap.dedent(f"""

@@ -24,6 +24,7 @@ def params_of(model):
     return {"/".join(map(str, k)): np.asarray(v) for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 
 
+@pytest.mark.slow
 def test_loss_falls_on_real_text(ds, tmp_path):
     model, opt = make_model(lr=1e-2)
     cur = Curriculum(ds, [Phase(steps=60, batch_size=8, seq_len=64)], chunk_tokens=256)
@@ -33,6 +34,7 @@ def test_loss_falls_on_real_text(ds, tmp_path):
     assert "perplexity" in read_metrics(str(tmp_path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [4, 6, 9])  # inside phase 0, at the boundary, inside phase 1
 def test_resume_equals_uninterrupted(ds, tmp_path, stop):
     cur = make_curriculum(ds)
@@ -64,6 +66,7 @@ def test_nan_raises_at_next_log_step_with_traceback_in_log(ds, tmp_path):
     assert issubclass(NaNLossError, ValueError)
 
 
+@pytest.mark.slow
 def test_grad_accumulation_matches_one_big_step(ds, tmp_path):
     cur = Curriculum(ds, [Phase(steps=3, batch_size=8, seq_len=32)], chunk_tokens=256)
     runs = []
@@ -76,6 +79,7 @@ def test_grad_accumulation_matches_one_big_step(ds, tmp_path):
         Trainer(*make_model(), cur, loss_fn, grad_accum_steps=3)
 
 
+@pytest.mark.slow
 def test_loss_forms_and_eval(ds, tmp_path):
     cur = Curriculum(ds, [Phase(steps=4, batch_size=2, seq_len=16)], chunk_tokens=256)
     for form in (lambda m, b: loss_fn(m, b)[0], lambda m, b: {"loss": loss_fn(m, b)[0], "extra": 1.0}):
