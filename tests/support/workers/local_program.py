@@ -30,6 +30,14 @@ state = pathlib.Path(os.environ["ROXXEL_CHECKPOINT_DIR"])
 state.mkdir(parents=True, exist_ok=True)
 
 
+def write_pid_file() -> None:
+    """``pid-<id>`` holding this process's pid, written atomically (temp + rename): the tests poll
+    these files and must never read a half-written one."""
+    tmp = state / f".pid-{pid}.tmp"
+    tmp.write_text(str(os.getpid()))
+    os.replace(tmp, state / f"pid-{pid}")
+
+
 def wait_forever(seconds: float = 60.0) -> None:
     time.sleep(seconds)
     print(f"process {pid}: nobody stopped me", flush=True)
@@ -41,7 +49,7 @@ if mode == "ok":
 elif mode == "wait":
     if os.environ.get("LOCAL_TEST_IGNORE_TERM") == str(pid):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    (state / f"pid-{pid}").write_text(str(os.getpid()))
+    write_pid_file()
     print(f"process {pid}: waiting", flush=True)
     wait_forever()
 elif mode == "preempt":
@@ -66,7 +74,7 @@ elif mode == "preempt":
         done.write_text("step-7")
         print("process 1: preempted after a checkpoint", flush=True)
         sys.exit(42)
-    (state / f"pid-{pid}").write_text(str(os.getpid()))
+    write_pid_file()
     wait_forever()
 elif mode == "fail":
     if pid == 1:
