@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 from roxxel.data.blend import BlendPlan
 from roxxel.data.dataset import Roxxel
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS
+from roxxel.format.errors import DtypeMismatchError
 
 PRIMARY = "self"
 _PHASE_KEYS = {"steps", "epochs", "batch_size", "seq_len", "weights"}
@@ -105,6 +106,37 @@ class ResolvedPhase:
         return self.batch_size * self.seq_len
 
 
+_SHARED_FIELDS = ("tokenizer", "vocab_size", "eos_id", "dtype")
+
+
+def _check_compatible(datasets: Mapping[str, Roxxel], vocab_size: int | None) -> int | None:
+    """Refuse datasets that cannot share one model; returns the vocabulary size rows are checked against.
+
+    Blended rows feed one embedding table and one EOS convention, so tokenizer identity,
+    vocabulary size, EOS id and token dtype must be the same for every dataset.
+    """
+    first_name, first = next(iter(datasets.items()))
+    for name, ds in list(datasets.items())[1:]:
+        for field in _SHARED_FIELDS:
+            a, b = getattr(first, field), getattr(ds, field)
+            if a != b:
+                raise DtypeMismatchError(
+                    f"datasets {first_name!r} ({first.filepath}) and {name!r} ({ds.filepath}) differ in {field}: "
+                    f"{a!r} vs {b!r}; blended datasets must come from the same tokenizer - re-pack one of them "
+                    "with the other's tokenizer")
+    declared = first.vocab_size
+    if vocab_size is None:
+        return declared
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+        raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+    if declared is not None and declared > vocab_size:
+        raise ValueError(
+            f"dataset {first_name!r} ({first.filepath}) has a vocabulary of {declared} ids but the model's vocab_size "
+            f"is {vocab_size}; ids up to {declared - 1} would be out of range - pack the data with the model's "
+            "tokenizer or give the model a vocabulary of at least that size")
+    return vocab_size
+
+
 class Curriculum:
     """Phases over a primary dataset and optional mixed datasets.
 
@@ -115,15 +147,21 @@ class Curriculum:
         chunk_tokens: tokens per shuffled chunk of each dataset.
         repeat: start a new epoch of a dataset when it runs out (instead of dropping it from
             the blend and re-normalising the others' weights, the original's behaviour).
+        vocab_size: the number of token ids the model embeds. Data that declares a larger
+            vocabulary is refused here; every row read is checked to hold ids below it.
+            Default: the datasets' own ``vocab_size``.
 
     Raises:
         ValueError: an unknown dataset name in weights (lists the known ones); a phase
-            without steps or epochs before the last; an endless curriculum asked for its length.
+            without steps or epochs before the last; an endless curriculum asked for its length;
+            a dataset whose vocabulary exceeds ``vocab_size``.
+        DtypeMismatchError: two datasets disagree on tokenizer, vocabulary size, EOS id or
+            token dtype (names both datasets and the field).
     """
 
     def __init__(self, primary_streamer: Roxxel, phases: Sequence[Phase | Mapping[str, Any]],
                  mix_streamers: Mapping[str, Roxxel] | None = None, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-                 repeat: bool = False):
+                 repeat: bool = False, vocab_size: int | None = None):
         mix = dict(mix_streamers or {})
         if PRIMARY in mix:
             raise ValueError(f"{PRIMARY!r} names the primary dataset; pick another name for the mixed one")
@@ -137,6 +175,7 @@ class Curriculum:
                 raise ValueError(f"phase {i}: only the last phase may omit steps/epochs (it then runs until the data runs out)")
         self.chunk_tokens = chunk_tokens
         self.repeat = repeat
+        self.vocab_size = _check_compatible(self.datasets, vocab_size)
         self._sizes = tuple(self._usable_size(ds) for ds in self.datasets.values())
         self.plan, self.resolved = self._resolve()
 

@@ -443,7 +443,8 @@ class Roxxel:
             mix_datasets, weights: datasets to blend in, weights keyed by ``"self"`` and their names.
             prefetch_size: batches prepared ahead on a background thread.
             **kwargs: passed to :class:`~roxxel.data.stream.Stream` (``outputs``, ``to_device``)
-                and :class:`~roxxel.data.curriculum.Curriculum` (``chunk_tokens``, ``repeat``).
+                and :class:`~roxxel.data.curriculum.Curriculum` (``chunk_tokens``, ``repeat``,
+                ``vocab_size``: the model's vocabulary, see there).
 
         Returns:
             A :class:`~roxxel.data.stream.Stream`; ``len()`` is its exact number of steps.
@@ -462,7 +463,7 @@ class Roxxel:
             raise ValueError(f"start_step {start_step} falls inside the completed phases ({done} steps); "
                              "stream those phases with their own shapes")
         phases.append(Phase(batch_size=batch_size, seq_len=seq_len, weights=w))
-        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat") if k in kwargs}
+        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat", "vocab_size") if k in kwargs}
         curriculum = Curriculum(self, phases, mix_datasets, **curriculum_args)
         stop = None
         if total_steps is not None:

@@ -14,7 +14,7 @@ import numpy as np
 from roxxel.data.dataset import Roxxel
 from roxxel.data.permutation import FeistelPermutation, _mix64
 
-DEFAULT_CHUNK_TOKENS = 1024
+DEFAULT_CHUNK_TOKENS = 16384  # 2k-8k rows span at most two chunks (usually one)
 _WINDOW = 4096  # chunks whose shuffled places are computed together
 
 
