@@ -61,6 +61,9 @@ class Roxxel:
         release_bytes: hand mapped pages back to the OS after this many bytes have been read
             (keeps RSS flat; the pages stay in the page cache).
         max_open_shards: shards kept mapped at once (file descriptors), least recently used closed.
+        check_blocks: check each block of tokens against its stored CRC-32 the first time this
+            process reads it (format 1.1 shards; older shards have no block checksums). Leave
+            on; turning it off is for benchmarks.
 
     The dataset opens on first use (or ``open()``/``with``); opening reads manifests and
     shard headers, never token data.
@@ -69,12 +72,19 @@ class Roxxel:
         ShardNotFoundError: a path does not exist, or a glob/directory has no shards.
         IncompleteDatasetError: a directory whose pack was killed before committing.
         BadSignatureError, TruncatedShardError, CorruptShardError: a damaged shard (names the file).
+        CorruptShardError: a broken manifest; a manifest path outside the dataset directory; a
+            shard whose size or footer SHA-256 differs from its manifest entry (checked when
+            the shard is opened, so swapped or replaced shards are refused).
         DtypeMismatchError: shards with different token dtypes.
         EmptyDatasetError: no tokens at all.
+
+    Raises (on read):
+        BlockChecksumError: a block of tokens does not match its CRC-32 (names shard and block).
     """
 
     def __init__(self, filepath: PathSpec = "./stream_reservoir.rox", *,
-                 release_bytes: int = DEFAULT_RELEASE_BYTES, max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS):
+                 release_bytes: int = DEFAULT_RELEASE_BYTES, max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+                 check_blocks: bool = True):
         if isinstance(filepath, (str, os.PathLike)):
             self.filepath: str | list[str] = os.fspath(filepath)
         elif isinstance(filepath, (list, tuple)):
@@ -83,6 +93,7 @@ class Roxxel:
             raise TypeError(f"filepath must be a path, a glob or a list of paths, got {type(filepath).__name__}")
         self.release_bytes = release_bytes
         self.max_open_shards = max_open_shards
+        self.check_blocks = check_blocks
         self._is_open = False
 
     # ------------------------------------------------------------------------------
@@ -150,6 +161,14 @@ class Roxxel:
             raise CorruptShardError(
                 f"{e.path}: holds {shard.num_tokens} tokens / {shard.num_documents} documents but the manifest says "
                 f"{e.num_tokens} / {e.num_documents}; the shard was replaced - re-pack the dataset", e.path)
+        if e.sha256 is not None and shard.sha256 is not None and shard.sha256 != e.sha256:
+            raise CorruptShardError(
+                f"{e.path}: is not the shard its manifest lists (its footer SHA-256 is {shard.sha256}, the manifest "
+                f"says {e.sha256}); shards were swapped, renamed or replaced - restore them or re-pack the dataset", e.path)
+        if e.nbytes is not None and shard.nbytes != e.nbytes:
+            raise CorruptShardError(f"{e.path}: {shard.nbytes} bytes but the manifest says {e.nbytes}; "
+                                    "the shard was replaced - restore it or re-pack the dataset", e.path)
+        shard.check_blocks = self.check_blocks
         if self._is_open and shard.dtype != self.dtype:
             raise DtypeMismatchError(f"{e.path}: token dtype {shard.dtype.name}, the dataset's is {self.dtype.name}", e.path)
         self._shards[i] = shard
@@ -165,6 +184,12 @@ class Roxxel:
             shard.close()
         self._shards.clear()
         self._is_open = False
+
+    def __del__(self):
+        try:
+            self.close()  # a dropped dataset must not keep descriptors open until interpreter exit
+        except Exception:
+            pass
 
     def __enter__(self) -> "Roxxel":
         return self.open()
@@ -282,6 +307,7 @@ class Roxxel:
         s = bisect.bisect_right(self._doc_offsets, idx) - 1
         shard = self._shard(s)
         start, stop = shard.document_bounds(idx - int(self._doc_offsets[s]))
+        shard.check_range(start, stop)
         return self._account(shard.tokens[start:stop])
 
     def document_bounds(self, idx: int) -> tuple[int, int]:
@@ -307,7 +333,9 @@ class Roxxel:
         s = int(np.searchsorted(self._token_offsets, start, side="right")) - 1
         base = int(self._token_offsets[s])
         if stop <= int(self._token_offsets[s + 1]):
-            return self._account(self._shard(s).tokens[start - base:stop - base])
+            shard = self._shard(s)
+            shard.check_range(start - base, stop - base)
+            return self._account(shard.tokens[start - base:stop - base])
         return self.read_into(np.empty(stop - start, self.dtype), start)
 
     def read_into(self, out: np.ndarray, start: int) -> np.ndarray:
@@ -507,7 +535,7 @@ def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_En
         return
     if os.path.isdir(spec):
         manifest = os.path.join(spec, MANIFEST_NAME)
-        if os.path.exists(manifest):
+        if os.path.lexists(manifest):  # a dangling link or unreadable manifest is an error, never skipped
             return _add_manifest(manifest, manifests, entries)
         _refuse_incomplete(spec)
         shards = sorted(glob.glob(os.path.join(spec, "*.rox")))
@@ -522,7 +550,7 @@ def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_En
         entries.append(_Entry(spec))
         return
     stem = spec[:-4] if spec.endswith(".rox") else spec
-    if os.path.exists(stem + ".dataset.json"):
+    if os.path.lexists(stem + ".dataset.json"):
         return _add_manifest(stem + ".dataset.json", manifests, entries)
     shards = sorted(glob.glob(glob.escape(stem) + "_*.rox"))
     if not shards:

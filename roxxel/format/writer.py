@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import zlib
 from array import array
 from typing import Any, Iterable
 
@@ -57,12 +58,16 @@ class ShardWriter:
         self.tmp_path = temp_name(path)
         self.dtype = layout.normalize_token_dtype(dtype)
         self._metadata = dict(metadata, format="roxxel.shard", dtype=self.dtype.name,
-                              writer_version=__version__, created=_now())
+                              writer_version=__version__, created=_now(),
+                              block_checksums={"algorithm": "crc32", "block_bytes": layout.DEFAULT_BLOCK_BYTES})
         reserve = len(self._metadata_json(_PLACEHOLDER_COUNT, _PLACEHOLDER_COUNT))
         self._data_offset = layout.align(layout.HEADER.size + reserve, layout.DATA_ALIGNMENT)
         self._file = open(self.tmp_path, "wb", buffering=_WRITE_BUFFER)
         self._file.seek(self._data_offset)
         self._hash = hashlib.sha256()
+        self._block_crcs = array("I")
+        self._crc = 0  # CRC-32 of the current block so far
+        self._in_block = 0  # bytes of the current block written
         self._starts = array("Q")
         self.num_tokens = 0
         self.entry: ShardEntry | None = None
@@ -75,7 +80,8 @@ class ShardWriter:
     @property
     def nbytes(self) -> int:
         """Bytes the shard will take if finished now (approximately; the index and footer included)."""
-        return self._data_offset + self.num_tokens * self.dtype.itemsize + 8 * len(self._starts) + layout.FOOTER.size
+        return (self._data_offset + self.num_tokens * self.dtype.itemsize + 8 * len(self._starts)
+                + 4 * (len(self._block_crcs) + 1) + layout.FOOTER.size)
 
     def start_document(self) -> None:
         """Mark the next token written as the first of a new document."""
@@ -86,7 +92,19 @@ class ShardWriter:
         buf = memoryview(np.ascontiguousarray(tokens)).cast("B")
         self._file.write(buf)
         self._hash.update(buf)
+        self._update_block_crcs(buf)
         self.num_tokens += len(tokens)
+
+    def _update_block_crcs(self, buf: memoryview) -> None:
+        block = layout.DEFAULT_BLOCK_BYTES
+        while len(buf):
+            take = min(block - self._in_block, len(buf))
+            self._crc = zlib.crc32(buf[:take], self._crc)
+            self._in_block += take
+            buf = buf[take:]
+            if self._in_block == block:
+                self._block_crcs.append(self._crc)
+                self._crc, self._in_block = 0, 0
 
     def _metadata_json(self, num_tokens: int, num_documents: int) -> bytes:
         meta = dict(self._metadata, num_tokens=num_tokens, num_documents=num_documents)
@@ -99,7 +117,10 @@ class ShardWriter:
         index_offset = layout.align(data_end, layout.INDEX_ALIGNMENT)
         pad = b"\0" * (index_offset - data_end)
         index = np.frombuffer(self._starts, dtype=np.uint64).astype(layout.INDEX_DTYPE, copy=False)
-        for part in (pad, memoryview(index).cast("B")):
+        if self._in_block:
+            self._block_crcs.append(self._crc)
+        crcs = np.frombuffer(self._block_crcs, dtype=np.uint32).astype(layout.BLOCK_CRC_DTYPE, copy=False)
+        for part in (pad, memoryview(index).cast("B"), memoryview(crcs).cast("B")):
             f.write(part)
             h.update(part)
         meta = self._metadata_json(self.num_tokens, self.num_documents)
