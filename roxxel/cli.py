@@ -79,9 +79,12 @@ def main() -> None:
               help="auto: .jsonl/.ndjson lines, .parquet rows, any other file is one document.")
 @click.option("--text-field", default="text", show_default=True, help="JSONL key / Parquet column holding the text.")
 @click.option("--append", is_flag=True, help="Add to an existing dataset instead of refusing.")
+@click.option("--wait-lock", type=float, default=0.0, show_default=True, metavar="SECONDS",
+              help="Wait this long for another pack/append into the same dataset to finish (default: fail at once).")
 @click.option("--eos-id", type=int, default=None, help="End-of-document id, when the tokenizer has no standard one.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
-def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_field, append, eos_id, progress) -> None:
+def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_field, append, wait_lock, eos_id,
+         progress) -> None:
     """Pack INPUTS (files, directories, globs, or - for stdin) into a dataset at --output.
 
     Each text file is one document; each JSONL line / Parquet row is one document. Every
@@ -109,7 +112,8 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
     try:
         manifest = run_pack(list(inputs), output, tokenizer=tokenizer, shard_size=size, include=include, exclude=exclude,
                             fmt=fmt,
-                            text_field=text_field, append=append, eos_id=eos_id, on_progress=on_progress)
+                            text_field=text_field, append=append, eos_id=eos_id, on_progress=on_progress,
+                            lock_timeout=wait_lock)
     except (OSError, ValueError, ImportError) as e:
         bar.close()
         _fail(e)

@@ -141,7 +141,7 @@ def _tokenized_batches(inputs, tok, fmt, text_field) -> Iterator[tuple[list[np.n
                 try:
                     doc = doc.decode("utf-8")
                 except UnicodeDecodeError:
-                    raise ValueError(f"{path} is not UTF-8 text; use --tokenizer bytes, or leave it out with --include") from None
+                    raise ValueError(f"{path} is not UTF-8 text; use --tokenizer bytes, or leave it out with --exclude") from None
             nbytes += len(doc)
             batch.append(doc)
             if len(batch) == _BATCH:
@@ -153,7 +153,8 @@ def _tokenized_batches(inputs, tok, fmt, text_field) -> Iterator[tuple[list[np.n
 
 def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: int = DEFAULT_SHARD_SIZE,
          include: Sequence[str] = (), exclude: Sequence[str] = (), fmt: str = "auto", text_field: str = "text", append: bool = False,
-         eos_id: int | None = None, on_progress: Callable[[int, int, int], None] | None = None) -> Manifest:
+         eos_id: int | None = None, on_progress: Callable[[int, int, int], None] | None = None,
+         lock_timeout: float = 0.0) -> Manifest:
     """Pack inputs into the dataset directory ``output`` (``dataset.json`` + ``shard-NNNNN.rox``).
 
     Args:
@@ -162,6 +163,7 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
         shard_size: bytes per shard before rolling over.
         fmt, text_field: see :func:`iter_documents`.
         append: add to an existing dataset in ``output`` instead of refusing.
+        lock_timeout: seconds to wait while another pack/append holds ``output`` (0: fail at once).
         on_progress: called with (documents, tokens, input bytes) added since the last call.
 
     Returns:
@@ -170,6 +172,7 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
     Raises:
         FileNotFoundError, ValueError: bad inputs (named). DatasetExistsError: ``output`` holds a
         dataset and ``append`` is False. DtypeMismatchError: appending with another tokenizer.
+        DatasetLockedError: another pack/append into ``output`` is running.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown input format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -178,7 +181,8 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
     if not files:
         raise FileNotFoundError(f"no input files in {list(inputs)} (include={list(include)})")
     with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
-                       tokenizer=tok.identity, shard_size=shard_size, append=append) as writer:
+                       tokenizer=tok.identity, shard_size=shard_size, append=append,
+                       lock_timeout=lock_timeout) as writer:
         reader = Prefetcher(_tokenized_batches(files, tok, fmt, text_field), _QUEUE_DEPTH, name="roxxel-pack-reader")
         try:
             for docs, nbytes in reader:

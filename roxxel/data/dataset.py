@@ -528,6 +528,8 @@ class Roxxel:
 def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_Entry]) -> None:
     if any(c in spec for c in _GLOB_CHARS) and not os.path.exists(spec):
         matches = sorted(glob.glob(spec))
+        pending = {d: _refuse_incomplete(d) for d in {os.path.dirname(m) or "." for m in matches if os.path.isfile(m)}}
+        matches = [m for m in matches if os.path.basename(m) not in pending.get(os.path.dirname(m) or ".", ())]
         if not matches:
             raise ShardNotFoundError(f"no files match {spec!r}")
         for m in matches:
@@ -537,8 +539,7 @@ def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_En
         manifest = os.path.join(spec, MANIFEST_NAME)
         if os.path.lexists(manifest):  # a dangling link or unreadable manifest is an error, never skipped
             return _add_manifest(manifest, manifests, entries)
-        _refuse_incomplete(spec)
-        shards = sorted(glob.glob(os.path.join(spec, "*.rox")))
+        shards = _committed(sorted(glob.glob(os.path.join(spec, "*.rox"))), _refuse_incomplete(spec))
         if not shards:
             raise ShardNotFoundError(f"{spec}: no {MANIFEST_NAME} and no .rox shards in this directory")
         entries.extend(_Entry(p) for p in shards)
@@ -546,16 +547,17 @@ def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_En
     if spec.endswith(".json"):
         return _add_manifest(spec, manifests, entries)
     if os.path.exists(spec):
-        _refuse_incomplete(os.path.dirname(spec) or ".")
+        if not _committed([spec], _refuse_incomplete(os.path.dirname(spec) or ".")):
+            raise IncompleteDatasetError(f"{spec}: this shard belongs to an append that did not finish; it is not part "
+                                         "of the dataset - the next pack or append into its directory removes it", spec)
         entries.append(_Entry(spec))
         return
     stem = spec[:-4] if spec.endswith(".rox") else spec
     if os.path.lexists(stem + ".dataset.json"):
         return _add_manifest(stem + ".dataset.json", manifests, entries)
-    shards = sorted(glob.glob(glob.escape(stem) + "_*.rox"))
+    shards = _committed(sorted(glob.glob(glob.escape(stem) + "_*.rox")), _refuse_incomplete(os.path.dirname(spec) or "."))
     if not shards:
         raise ShardNotFoundError(f"dataset not found: {spec} (no such file, directory, manifest or {stem}_*.rox shards)")
-    _refuse_incomplete(os.path.dirname(spec) or ".")
     entries.extend(_Entry(p) for p in shards)
 
 
@@ -566,11 +568,25 @@ def _add_manifest(path: str, manifests: list[tuple[str, Manifest]], entries: lis
     entries.extend(_Entry(os.path.join(base, s.path), s.num_tokens, s.num_documents, s.sha256, s.bytes) for s in m.shards)
 
 
-def _refuse_incomplete(directory: str) -> None:
-    """Refuse shards next to the marker of a pack that never wrote its manifest."""
+def _refuse_incomplete(directory: str) -> set[str]:
+    """Refuse shards next to the marker of a pack that never wrote its manifest.
+
+    Returns the names of shards an unfinished append was committing (not yet in the dataset:
+    opening by glob or file skips them, so the dataset reads as it was before the append).
+    """
+    from roxxel.format.writer import pending_shards
+
+    pending: set[str] = set()
     for marker in glob.glob(os.path.join(glob.escape(directory), ".*.incomplete")):
         manifest = os.path.join(directory, os.path.basename(marker)[1:-len(".incomplete")])
         if not os.path.exists(manifest):
             raise IncompleteDatasetError(
                 f"{directory}: a pack into this directory did not finish (found {os.path.basename(marker)}); "
                 "its shards are not a complete dataset - re-run the pack", directory)
+        listed = {s.path for s in Manifest.load(manifest).shards}
+        pending.update(n for n in pending_shards(marker) if n not in listed)
+    return pending
+
+
+def _committed(paths: list[str], pending: set[str]) -> list[str]:
+    return [p for p in paths if os.path.basename(p) not in pending]
