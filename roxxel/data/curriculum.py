@@ -20,6 +20,7 @@ from roxxel.data.source import DEFAULT_CHUNK_TOKENS
 from roxxel.format.errors import DtypeMismatchError
 
 PRIMARY = "self"
+_MAX_POSITION = 2**62
 _PHASE_KEYS = {"steps", "epochs", "batch_size", "seq_len", "weights"}
 
 
@@ -154,6 +155,8 @@ class Curriculum:
     Raises:
         ValueError: an unknown dataset name in weights (lists the known ones); a phase
             without steps or epochs before the last; an endless curriculum asked for its length;
+            a phase the data cannot deliver (fewer steps than asked without ``repeat``, or not
+            one step), with how many steps it can give and the fix;
             a dataset whose vocabulary exceeds ``vocab_size``.
         DtypeMismatchError: two datasets disagree on tokenizer, vocabulary size, EOS id or
             token dtype (names both datasets and the field).
@@ -206,14 +209,44 @@ class Curriculum:
         for i, (p, s, w) in enumerate(zip(self.phases, steps, weights)):
             if plan.total_rows is None:  # endless blend: repeat mode with an open last phase
                 n = s
-            else:  # cut the phase short where the data runs out
+            else:  # the data runs out: only a last phase without steps/epochs may end there
                 cap = max(0, plan.total_rows - row) // p.batch_size
                 n = cap if s is None else min(s, cap)
+                if n < (1 if s is None else s):
+                    raise ValueError(self._short_message(i, p, s, n))
             resolved.append(ResolvedPhase(i, step, n, p.batch_size, p.seq_len, w, row, token))
             if n is None:
                 break
             step, row, token = step + n, row + n * p.batch_size, token + n * p.batch_size * p.seq_len
         return plan, tuple(resolved)
+
+    def _short_message(self, i: int, p: Phase, asked: int | None, n: int) -> str:
+        want = (f"asks for {asked} steps" if p.epochs is None else f"asks for {p.epochs} epochs ({asked} steps)") \
+            if asked is not None else "runs until the data runs out"
+        sizes = ", ".join(f"{name}: {size:,} tokens" for name, size in zip(self.names, self._sizes))
+        fix = ("use data of at least one row per step, or a smaller batch_size/seq_len" if n == 0 else
+               f"pass repeat=True to start new epochs, ask for at most {n} steps, or leave steps/epochs unset on "
+               "the last phase to train until the data runs out")
+        return (f"phase {i} {want} of {p.batch_size} x {p.seq_len} tokens, but the data ({sizes}, in chunks of "
+                f"{self.chunk_tokens}) can give only {n} steps there; {fix}")
+
+    def check_positions(self, step: int) -> None:
+        """Refuse a step whose token positions do not fit the streamer's int64 arithmetic.
+
+        Positions are exact Python ints in the curriculum and int64 in the vectorised reader;
+        a wrapped-around position would read an unrelated batch, so anything past 2**62
+        tokens (headroom for a row and a chunk) is an error.
+
+        Raises:
+            ValueError: names the step, its token position and the limit.
+        """
+        p = self._phase_or_end(step) if step >= 0 else None
+        if p is None:
+            raise ValueError(f"step {step} is negative")
+        end = self.tokens_before(step) + p.tokens_per_step + self.chunk_tokens
+        if end >= _MAX_POSITION:
+            raise ValueError(f"step {step} starts at token position {self.tokens_before(step):,}, beyond the 2**62 "
+                             "tokens the streamer's 64-bit positions can address; use a smaller start step")
 
     # -- the step -> data position map --------------------------------------------------
     @property
@@ -258,6 +291,7 @@ class Curriculum:
 
     def dataset_positions(self, step: int) -> dict[str, int]:
         """Tokens consumed from each dataset's shuffled stream before ``step`` (closed form)."""
+        self.check_positions(step)
         return dict(zip(self.names, self.plan.positions_at(self.rows_before(step)).tolist()))
 
     # -- identity -----------------------------------------------------------------------

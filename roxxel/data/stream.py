@@ -173,6 +173,8 @@ class Stream:
             raise ValueError("an endless curriculum needs an explicit stop_step")
         self.curriculum = curriculum
         self.start_step, self.stop_step = start_step, int(stop)
+        if stop > start_step:
+            curriculum.check_positions(self.stop_step - 1)
         self.dtype = np.dtype(dtype)
         self.outputs = outputs
         self.eos_id = curriculum.datasets["self"].eos_id
