@@ -80,14 +80,15 @@ phase_st = st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 150), 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(chunk=st.integers(1, 400), phases=st.lists(phase_st, min_size=1, max_size=3), repeat=st.booleans(),
-       seed=st.integers(0, 2**31), blend=st.booleans(), data_=st.data())
-def test_every_join_is_a_boundary(data, chunk, phases, repeat, seed, blend, data_):
-    """Random chunk sizes, sequence lengths, phases, blends, resume points and process row ranges."""
+       seed=st.integers(0, 2**31), blend=st.booleans(), order=st.sampled_from(["chunks", "documents"]),
+       data_=st.data())
+def test_every_join_is_a_boundary(data, chunk, phases, repeat, seed, blend, order, data_):
+    """Random chunk sizes, sequence lengths, phases, blends, orders, resume points and process row ranges."""
     ps = [Phase(steps=s, batch_size=bs, seq_len=q,
                 weights={"self": wa or 1, "b": wb} if blend else None) for s, bs, q, wa, wb in phases]
     mix = {"b": data["b"][0]} if blend else None
     try:
-        c = Curriculum(data["self"][0], ps, mix, chunk_tokens=chunk, repeat=repeat)
+        c = Curriculum(data["self"][0], ps, mix, chunk_tokens=chunk, repeat=repeat, order=order)
     except ValueError as e:
         assert "can give only" in str(e) and not repeat  # phases the data cannot deliver are refused
         return
@@ -117,3 +118,21 @@ def test_document_features_breaks_start_segments():
     assert f["segment_ids"].tolist() == [[1, 1, 1, 2, 2, 2]]
     assert f["positions"].tolist() == [[0, 1, 2, 0, 1, 2]]
     assert f["loss_mask"].tolist() == [[1, 1, 0, 1, 1, 0]]
+
+
+def test_document_order_packs_every_whole_document_once_per_epoch(data):
+    """order="documents": one epoch's rows, concatenated, are the dataset's documents in a shuffled order."""
+    ds, src = data["self"]
+    starts = np.append(ds.document_starts(), ds.num_tokens)
+    docs = {tuple(src[a:b]) for a, b in zip(starts[:-1], starts[1:])}
+    seq = 64
+    c = Curriculum(ds, [Phase(batch_size=2, seq_len=seq)], order="documents")
+    flat = np.concatenate([b.ravel() for b in c.stream(seed=5, to_device=False, dtype=np.int64, prefetch_size=0)])
+    assert len(flat) == ds.num_tokens // (2 * seq) * 2 * seq  # every token is usable: no chunk tail is dropped
+    cuts = np.flatnonzero(flat == EOS) + 1
+    pieces = [tuple(p) for p in np.split(flat, cuts)[:-1]]
+    assert len(set(pieces)) == len(pieces) and set(pieces) <= docs  # whole documents, none twice
+    assert len(pieces) >= len(docs) - 3  # all but the few cut off at the epoch's end
+    order_a = Curriculum(ds, [Phase(batch_size=2, seq_len=seq)], order="documents").stream(seed=5, to_device=False)
+    assert np.array_equal(next(order_a), next(c.stream(seed=5, to_device=False)))
+    assert pieces != sorted(pieces, key=lambda p: p[0])  # shuffled, not in dataset order

@@ -20,6 +20,7 @@ from roxxel.data.source import DEFAULT_CHUNK_TOKENS
 from roxxel.format.errors import DtypeMismatchError
 
 PRIMARY = "self"
+ORDERS = ("chunks", "documents")
 _MAX_POSITION = 2**62
 _PHASE_KEYS = {"steps", "epochs", "batch_size", "seq_len", "weights"}
 
@@ -145,7 +146,12 @@ class Curriculum:
         primary_streamer: the primary dataset (``"self"`` in weights).
         phases: :class:`Phase` objects or dicts with the same keys.
         mix_streamers: other datasets by name, blended in by the phases' weights.
-        chunk_tokens: tokens per shuffled chunk of each dataset.
+        chunk_tokens: tokens per shuffled chunk of each dataset (``order="chunks"``).
+        order: ``"chunks"`` (default) - each dataset is cut into chunks of ``chunk_tokens``
+            tokens, shuffled, in O(1) memory; a row may jump between chunks mid-document.
+            ``"documents"`` - whole documents are shuffled and packed back to back (Megatron
+            style): rows are runs of whole documents, every token of the dataset is used,
+            at 16 bytes of host memory per document.
         repeat: start a new epoch of a dataset when it runs out (instead of dropping it from
             the blend and re-normalising the others' weights, the original's behaviour).
         vocab_size: the number of token ids the model embeds. Data that declares a larger
@@ -164,7 +170,10 @@ class Curriculum:
 
     def __init__(self, primary_streamer: Roxxel, phases: Sequence[Phase | Mapping[str, Any]],
                  mix_streamers: Mapping[str, Roxxel] | None = None, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-                 repeat: bool = False, vocab_size: int | None = None):
+                 repeat: bool = False, vocab_size: int | None = None, order: str = "chunks"):
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        self.order = order
         mix = dict(mix_streamers or {})
         if PRIMARY in mix:
             raise ValueError(f"{PRIMARY!r} names the primary dataset; pick another name for the mixed one")
@@ -183,6 +192,8 @@ class Curriculum:
         self.plan, self.resolved = self._resolve()
 
     def _usable_size(self, ds: Roxxel) -> int:
+        if self.order == "documents":
+            return ds.num_tokens
         chunk = min(self.chunk_tokens, ds.num_tokens)
         return (ds.num_tokens // chunk) * chunk
 
@@ -297,7 +308,9 @@ class Curriculum:
     # -- identity -----------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         """JSON-able description: datasets (fingerprints), resolved phases, chunking, repeat."""
+        order = {} if self.order == "chunks" else {"order": self.order}  # keeps older fingerprints valid
         return {
+            **order,
             "datasets": {n: ds.fingerprint() for n, ds in self.datasets.items()},
             "chunk_tokens": self.chunk_tokens, "repeat": self.repeat,
             "phases": [{"steps": p.steps, "batch_size": p.batch_size, "seq_len": p.seq_len,

@@ -310,6 +310,15 @@ class Roxxel:
         shard.check_range(start, stop)
         return self._account(shard.tokens[start:stop])
 
+    def document_starts(self) -> np.ndarray:
+        """Global token offset of every document's first token, shape ``(num_documents,)``, int64.
+
+        Opens every shard (reads each document index); O(documents) memory.
+        """
+        self._ensure_open()
+        parts = [self._shard(i).document_starts.astype(np.int64) + self._token_offsets[i] for i in range(self.num_shards)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
     def document_bounds(self, idx: int) -> tuple[int, int]:
         """``(start, stop)`` global token offsets of document ``idx``."""
         self._ensure_open()
@@ -491,7 +500,7 @@ class Roxxel:
             raise ValueError(f"start_step {start_step} falls inside the completed phases ({done} steps); "
                              "stream those phases with their own shapes")
         phases.append(Phase(batch_size=batch_size, seq_len=seq_len, weights=w))
-        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat", "vocab_size") if k in kwargs}
+        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat", "vocab_size", "order") if k in kwargs}
         curriculum = Curriculum(self, phases, mix_datasets, **curriculum_args)
         stop = None
         if total_steps is not None:

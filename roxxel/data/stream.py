@@ -18,7 +18,7 @@ import numpy as np
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.data.documents import document_features
 from roxxel.data.prefetch import Prefetcher
-from roxxel.data.source import ShuffledTokens
+from roxxel.data.source import ShuffledDocuments, ShuffledTokens
 
 log = logging.getLogger("roxxel.data")
 
@@ -78,7 +78,8 @@ class BatchReader:
         self.curriculum = curriculum
         self.seed = seed
         self.vocab_size = vocab_size if vocab_size is not None else curriculum.vocab_size
-        self.sources = [ShuffledTokens(ds, seed, i, curriculum.chunk_tokens)
+        self.sources = [ShuffledDocuments(ds, seed, i) if curriculum.order == "documents"
+                        else ShuffledTokens(ds, seed, i, curriculum.chunk_tokens)
                         for i, ds in enumerate(curriculum.datasets.values())]
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
 
