@@ -209,6 +209,21 @@ def _check_job(obj: Mapping) -> list[str]:
     return f.problems
 
 
+def _check_network_policy(obj: Mapping) -> list[str]:
+    f = _Findings(obj)
+    f.add("metadata.name", names.dns1123_subdomain_problem((obj.get("metadata") or {}).get("name", "")))
+    spec = obj.get("spec") or {}
+    selector = (spec.get("podSelector") or {}).get("matchLabels") or {}
+    if not selector:
+        f.add("spec.podSelector", "must select the job's pods by label, not every pod in the "
+              "namespace")
+    for i, rule in enumerate(spec.get("ingress") or []):
+        for j, peer in enumerate(rule.get("from") or []):
+            if (peer.get("podSelector") or {}).get("matchLabels") != selector:
+                f.add(f"spec.ingress[{i}].from[{j}]", "admits pods other than the job's own")
+    return f.problems
+
+
 def _check_service(obj: Mapping) -> list[str]:
     f = _Findings(obj)
     f.add("metadata.name", names.dns1035_label_problem((obj.get("metadata") or {}).get("name", "")))
@@ -218,7 +233,8 @@ def _check_service(obj: Mapping) -> list[str]:
     return f.problems
 
 
-_CHECKS = {"JobSet": _check_jobset, "Job": _check_job, "Service": _check_service}
+_CHECKS = {"JobSet": _check_jobset, "Job": _check_job, "Service": _check_service,
+           "NetworkPolicy": _check_network_policy}
 
 
 def check_objects(objects: Iterable[Mapping]) -> list[str]:
