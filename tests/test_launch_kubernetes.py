@@ -52,11 +52,14 @@ _ROUTES = [
     ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/([^/]+)/jobsets(?:/([^/]+))?$")),
     ("jobs", re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")),
     ("services", re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")),
+    ("networkpolicies", re.compile(
+        r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")),
     ("logs", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")),
     ("pods", re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")),
 ]
 _KINDS = {"jobsets": ("JobSet", "jobset.x-k8s.io"), "jobs": ("Job", "batch"),
-          "services": ("Service", ""), "pods": ("Pod", "")}
+          "services": ("Service", ""), "pods": ("Pod", ""),
+          "networkpolicies": ("NetworkPolicy", "networking.k8s.io")}
 
 
 # ----------------------------------------------------------------------------- the test double
