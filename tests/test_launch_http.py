@@ -119,8 +119,8 @@ def test_submit_dry_runs_then_creates_and_refuses_an_existing_name(fake, tmp_pat
     assert len(fake.pods("lm")) == 8  # the fake JobSet controller started 2 slices x 4 hosts
 
     again = run("submit", spec_file(tmp_path), code=1)
-    # Found by the dry run of the first object, the job's NetworkPolicy.
-    assert "NetworkPolicy team-a/lm already exists" in again.output
+    # The dry run of the first object (the NetworkPolicy) finds it; the error names the job.
+    assert "JobSet team-a/lm already exists" in again.output
     assert "roxxel-launch delete lm" in again.output and "roxxel-launch resume lm" in again.output
     assert [r.dry_run for r in fake.calls("POST")] == [True, True, False, False, True]
 

@@ -21,6 +21,7 @@ from roxxel_launch import contract
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
+from roxxel_launch.backends.base import JobExistsError
 # The fake API server's fixtures (pytest finds fixtures imported into a test module).
 from test_launch_kubernetes import backend, crd_schema, kubeconfig, make_spec, server  # noqa: F401
 
@@ -288,3 +289,32 @@ def test_delete_of_a_jobset_removes_its_policy_and_leaves_a_foreign_one(server, 
     server.objects[("networkpolicies", spec.namespace, "lm")]["metadata"]["labels"] = {}
     backend.delete("lm", wait=True)
     assert ("networkpolicies", spec.namespace, "lm") in server.objects  # not ours: left alone
+
+
+def test_a_policy_left_by_a_job_deleted_with_kubectl_is_replaced(server, backend):
+    """`kubectl delete jobset lm` leaves the NetworkPolicy: a new submit replaces it."""
+    spec = make_spec(security={"network_policy": True})
+    backend.submit(spec)
+    del server.objects[("jobsets", spec.namespace, "lm")]
+    backend.submit(spec)
+    assert ("jobsets", spec.namespace, "lm") in server.objects
+    deletes = [r.resource for r in server.calls("DELETE")]
+    assert deletes == ["networkpolicies"]
+
+
+def test_an_existing_job_is_named_even_when_its_policy_is_found_first(server, backend):
+    spec = make_spec(security={"network_policy": True})
+    backend.submit(spec)
+    with pytest.raises(JobExistsError, match=r"JobSet team-a/lm already exists.*delete.*resume"):
+        backend.submit(spec)
+    assert ("networkpolicies", spec.namespace, "lm") in server.objects  # untouched
+
+
+def test_a_foreign_policy_of_the_same_name_is_not_replaced(server, backend):
+    spec = make_spec(security={"network_policy": True})
+    backend.submit(spec)
+    del server.objects[("jobsets", spec.namespace, "lm")]
+    server.objects[("networkpolicies", spec.namespace, "lm")]["metadata"]["labels"] = {}
+    with pytest.raises(JobExistsError, match="NetworkPolicy team-a/lm already exists"):
+        backend.submit(spec)
+    assert server.calls("DELETE") == []

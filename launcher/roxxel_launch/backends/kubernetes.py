@@ -867,7 +867,7 @@ class KubernetesBackend(Backend):
         """
         spec, objects = self._prepare(spec)
         for obj in objects:
-            self._create(obj, dry_run=True)
+            self._dry_run_create(spec, obj)
         idents = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
         logger.info("server-side dry run accepted %s in namespace %s", idents, spec.namespace)
         if dry_run:
@@ -894,6 +894,30 @@ class KubernetesBackend(Backend):
                            if a.get("kind") in ("JobSet", "Job")), None)
         return JobStatus(name=spec.name, state=JobState.PENDING, processes=spec.num_processes,
                          message=f"created {idents}", created=created_at)
+
+    def _dry_run_create(self, spec: JobSpec, obj: Mapping) -> None:
+        """A server-side dry run of one create. A companion (Service, NetworkPolicy) that
+        exists already is either the job's, and the error names the job, or one of ours
+        left behind by a job deleted with kubectl (no JobSet/Job of that name any more),
+        which is deleted so that the job can be made again."""
+        try:
+            self._create(obj, dry_run=True)
+            return
+        except JobExistsError:
+            if obj["kind"] not in ("Service", "NetworkPolicy"):
+                raise
+            workload = "JobSet" if spec.workload == "jobset" else "Job"
+            if self._get(workload, spec.name) is not None:
+                raise JobExistsError(
+                    f"{workload} {self.namespace}/{spec.name} already exists. Delete it "
+                    f"(roxxel-launch delete {spec.name}), resume it (roxxel-launch resume "
+                    f"{spec.name}), or choose another name.") from None
+            if obj["kind"] not in self._companions(workload, spec.name):
+                raise  # not ours (or not ours to remove): the 409 stands
+        logger.warning("%s %s/%s is left over from a deleted job of that name; replacing it",
+                       obj["kind"], self.namespace, spec.name)
+        self._delete(obj["kind"], spec.name)
+        self._create(obj, dry_run=True)
 
     def _rollback(self, created: list[dict]) -> str:
         """Deletes objects a failed submit created; says what happened (for the error)."""
