@@ -1,6 +1,6 @@
 """Checks rendered manifests before anything is sent to a cluster.
 
-Three layers, each returning a list of problems (``Kind/name: where: what``):
+Four layers, each returning a list of problems (``Kind/name: where: what``):
 
 * :func:`check_objects` — rules a schema cannot express: DNS names including the 63-character
   limit on the longest generated pod name, enum values (schemas of built-in kinds carry no
@@ -10,6 +10,10 @@ Three layers, each returning a list of problems (``Kind/name: where: what``):
   ``kubernetes-validate`` package in strict mode (unknown fields are errors).
 * :func:`check_jobset_crd` — a JobSet against the JobSet CRD's OpenAPI schema with
   ``jsonschema``, optionally rejecting unknown fields (a plain CRD schema prunes them).
+
+* :func:`check_pod_security` — every Pod Security Standards control ("baseline", then
+  "restricted") a rendered pod template breaks; :func:`validate` logs these as warnings with
+  the level the namespace must then enforce (an option such as inline NFS may need it).
 
 Against a real cluster, a server-side dry run remains the authoritative check.
 """
