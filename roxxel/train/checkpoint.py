@@ -58,6 +58,8 @@ fingerprint raises :class:`RunMismatchError` listing what changed.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import logging
 import math
@@ -66,7 +68,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
@@ -77,10 +79,14 @@ from flax import nnx
 from orbax.checkpoint import checkpoint_managers as ocm
 
 from roxxel._version import __version__
+from roxxel.data.curriculum import classify_changes
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE
+from roxxel.train.digest import array_checksums
 from roxxel.train.state import ModelState
 
 __all__ = [
+    "CheckpointCorruptError",
+    "CheckpointRestoreError",
     "CheckpointSaveError",
     "Checkpointer",
     "Preempted",
@@ -110,6 +116,49 @@ class CheckpointSaveError(RuntimeError):
     def __init__(self, message: str, step: int | None = None) -> None:
         super().__init__(message)
         self.step = step
+
+
+class CheckpointRestoreError(RuntimeError):
+    """A step could not be read (damaged files, unreadable metadata, a state that does not fit).
+
+    Attributes:
+        step: the step that failed.
+        earlier_steps: the complete steps before it, any of which ``restore(step=N)`` can load.
+    """
+
+    def __init__(self, message: str, *, step: int, earlier_steps: list[int]) -> None:
+        super().__init__(message)
+        self.step = step
+        self.earlier_steps = earlier_steps
+
+
+class CheckpointCorruptError(CheckpointRestoreError):
+    """A restored array does not match the checksum recorded when its step was saved.
+
+    Attributes:
+        array: the array's path in the state, e.g. ``"model/l1/kernel"``.
+    """
+
+    def __init__(self, message: str, *, step: int, earlier_steps: list[int], array: str) -> None:
+        super().__init__(message, step=step, earlier_steps=earlier_steps)
+        self.array = array
+
+
+def _is_curriculum(fingerprint: Any) -> bool:
+    """Whether a fingerprint is a ``Curriculum.describe()`` (whose changes can be classified)."""
+    return isinstance(fingerprint, Mapping) and isinstance(fingerprint.get("phases"), list) and "datasets" in fingerprint
+
+
+def _shown(lines: list[str]) -> str:
+    shown = "\n".join(f"  {line}" for line in lines[:_MAX_CHANGES_SHOWN])
+    if len(lines) > _MAX_CHANGES_SHOWN:
+        shown += f"\n  ... and {len(lines) - _MAX_CHANGES_SHOWN} more"
+    return shown
+
+
+def _one_line(err: BaseException, width: int = 300) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 class RunMismatchError(ValueError):
@@ -548,6 +597,8 @@ class Checkpointer:
             "process_count": jax.process_count(),
         }
         pure = nnx.to_pure_dict(self._state.nnx_state())
+        run["checksums"] = array_checksums(pure)
+        run["saved_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         saved = self._manager.save(
             step,
             args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(pure), RUN_ITEM: ocp.args.JsonSave(run)}),
@@ -621,15 +672,19 @@ class Checkpointer:
             if step not in steps:
                 raise FileNotFoundError(f"no complete checkpoint of step {step} in {self.directory} (steps: {list(steps)})")
 
-        run = self._manager.restore(step, args=ocp.args.Composite(**{RUN_ITEM: ocp.args.JsonRestore()}))[RUN_ITEM]
-        run = dict(run or {})
-        self._check_fingerprint(step, run.get("fingerprint"))
+        earlier = sorted(s for s in steps if s < step)
+        with self._restore_errors(step, earlier, "its run record"):
+            run = self._manager.restore(step, args=ocp.args.Composite(**{RUN_ITEM: ocp.args.JsonRestore()}))[RUN_ITEM]
+            run = dict(run or {})
+        self._check_fingerprint(step, run.get("fingerprint"), run.get("process_count"))
 
         current = self._state.nnx_state()
         target = jax.tree.map(_abstract_leaf, nnx.to_pure_dict(current))
-        restored = self._manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)}))[
-            STATE_ITEM
-        ]
+        with self._restore_errors(step, earlier, "its arrays"):
+            restored = self._manager.restore(
+                step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)})
+            )[STATE_ITEM]
+        self._verify_checksums(step, earlier, run.get("checksums"), restored)
         nnx.replace_by_pure_dict(current, restored)
         self._state.update(current)
         self._state.step = step
@@ -638,34 +693,82 @@ class Checkpointer:
                 self._target.step = step
         self.restored_run = run
         log.info(
-            "restored step %d from %s (tokens_consumed=%s, metrics=%s)",
+            "restored step %d from %s (saved at %s; tokens_consumed=%s, metrics=%s)",
             step,
             self.directory,
+            run.get("saved_at", "an unknown time"),
             run.get("tokens_consumed"),
             run.get("metrics"),
         )
         return step
 
-    def _check_fingerprint(self, step: int, saved: Any) -> None:
+    def _fix_hint(self, earlier: list[int]) -> str:
+        if not earlier:
+            return f"no earlier step exists in {self.directory}: start the run afresh (move the directory away)"
+        return f"restore an earlier step with restore(step=N), N in {earlier}, or delete the damaged step's directory"
+
+    @contextlib.contextmanager
+    def _restore_errors(self, step: int, earlier: list[int], what: str) -> Iterator[None]:
+        """Turn any failure to read a step (bad JSON, missing metadata, a damaged chunk, a shape
+        that does not fit) into one :class:`CheckpointRestoreError` naming the step and the fix."""
+        try:
+            yield
+        except (CheckpointRestoreError, RunMismatchError):
+            raise
+        except Exception as err:
+            raise CheckpointRestoreError(
+                f"cannot restore step {step} from {self.directory} (reading {what}): {type(err).__name__}: "
+                f"{_one_line(err)}. The step may be damaged or written by an incompatible model; "
+                f"{self._fix_hint(earlier)}",
+                step=step,
+                earlier_steps=earlier,
+            ) from err
+
+    def _verify_checksums(self, step: int, earlier: list[int], saved: Any, restored: Any) -> None:
+        if not isinstance(saved, Mapping):
+            log.warning("step %d in %s has no array checksums (saved by an older Roxxel): not verified", step, self.directory)
+            return
+        got = array_checksums(restored)
+        for path, value in got.items():
+            if path in saved and saved[path] != value:
+                raise CheckpointCorruptError(
+                    f"step {step} in {self.directory} is damaged: array {path!r} does not match the checksum "
+                    f"recorded at save ({saved[path]} saved, {value} read); nothing was loaded. "
+                    f"{self._fix_hint(earlier)}",
+                    step=step,
+                    earlier_steps=earlier,
+                    array=path,
+                )
+        log.debug("step %d: %d array checksums verified", step, len(got))
+
+    def _check_fingerprint(self, step: int, saved: Any, process_count: Any = None) -> None:
+        if process_count is not None and process_count != jax.process_count():
+            log.info("step %d was saved by %s process(es); resuming on %d", step, process_count, jax.process_count())
         if self.fingerprint is None:
             log.info("no fingerprint given: not checking that step %d belongs to this run", step)
             return
         if saved is None:
             log.warning("checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, self.directory)
             return
-        changes = describe_changes(saved, self.fingerprint)
+        if _is_curriculum(saved) and _is_curriculum(self.fingerprint):
+            allowed, changes = classify_changes(saved, self.fingerprint, step, describe_changes)
+        else:
+            allowed, changes = [], describe_changes(saved, self.fingerprint)
+        if allowed:
+            log.warning("resuming step %d of %s with changes that leave the batches before it as they were:\n%s",
+                        step, self.directory, _shown(allowed))
         if not changes:
             return
-        shown = "\n".join(f"  {line}" for line in changes[:_MAX_CHANGES_SHOWN])
-        if len(changes) > _MAX_CHANGES_SHOWN:
-            shown += f"\n  ... and {len(changes) - _MAX_CHANGES_SHOWN} more"
+        shown = _shown(changes)
         if self.allow_changed_run:
             log.warning("resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, self.directory, shown)
             return
         raise RunMismatchError(
             f"the checkpoint of step {step} in {self.directory} was saved by a different run "
             f"(saved -> current):\n{shown}\n"
-            "Resume with the same curriculum and datasets, or pass allow_changed_run=True to resume anyway.",
+            "These change batches already taken before the step. Resume with the same datasets, chunking and "
+            "phases up to the step (lengthening the current phase and changing later phases are allowed), "
+            "or pass allow_changed_run=True to resume anyway.",
             step=step,
             changes=changes,
             saved=saved,

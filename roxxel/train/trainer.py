@@ -96,7 +96,7 @@ class Trainer:
                              "local, or pass checkpointer=Checkpointer('gs://...', ...) and logger=Logger('runs/NAME')")
         if checkpointer is None and save_path is not None:
             checkpointer = Checkpointer(os.path.join(save_path, "checkpoints"), state=self.state, max_to_keep=max_to_keep,
-                                        fingerprint=curriculum.describe(), allow_changed_run=allow_changed_run)
+                                        fingerprint={**curriculum.describe(), "seed": seed}, allow_changed_run=allow_changed_run)
         if logger is None and save_path is not None:
             logger = Logger(save_path, total_steps=curriculum.total_steps)
         self.checkpointer, self.logger = checkpointer, logger
