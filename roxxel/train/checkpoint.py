@@ -839,6 +839,18 @@ class Checkpointer:
         log.warning("preempted: checkpoint of step %d is complete in %s; exiting with %d", step, self.directory, PREEMPTED_EXIT_CODE)
         raise Preempted(step)
 
+    def request_preemption(self) -> None:
+        """Act as if this process had received SIGTERM: save at the next agreed step and stop.
+
+        Safe to call from a signal handler (the Trainer calls it on Ctrl-C). In a single
+        process it records the request; under ``jax.distributed`` it sends SIGTERM to this
+        process, which JAX's preemption notifier turns into a step all processes agree on.
+        """
+        if jax.process_count() > 1 or jax.distributed.is_initialized():
+            os.kill(os.getpid(), signal.SIGTERM)
+        else:
+            self._sigterm.set()
+
     def _install_sigterm_handler(self) -> None:
         if self._handler_installed:
             return

@@ -216,10 +216,15 @@ class Logger:
         if self._usable():
             self._queue.put(("pbar", total_steps, initial_step))
 
-    def log_exception(self, exc: BaseException) -> None:
+    def log_exception(self, exc: BaseException, *, echo: bool = True) -> None:
         """Queue ``exc`` with its traceback for the system log (as ERROR) and stderr.
 
         The traceback is formatted on the calling thread; writing happens on the writer.
+
+        Args:
+            exc: the exception.
+            echo: also print the traceback to stderr. Pass ``False`` when the exception
+                propagates and Python will print it anyway (so it is printed once).
 
         Raises:
             TypeError: ``exc`` is not an exception.
@@ -229,7 +234,7 @@ class Logger:
             raise TypeError(f"exc must be an exception, but got {type(exc).__name__}")
         if self._usable():
             text = "".join(traceback.format_exception(exc)).rstrip("\n")
-            self._queue.put(("exception", time.time(), text))
+            self._queue.put(("exception", time.time(), text, echo))
 
     def flush(self) -> None:
         """Block until everything queued so far is written and fsynced (TensorBoard: flushed).
@@ -354,9 +359,10 @@ class _Sink:
         self._system.write(f"{_timestamp(wall)} {level} {msg}\n")
         self._print(msg if level == "INFO" else f"{level}: {msg}", self._stdout)
 
-    def exception(self, wall: float, text: str) -> None:
+    def exception(self, wall: float, text: str, echo: bool = True) -> None:
         self._system.write(f"{_timestamp(wall)} ERROR uncaught exception\n{text}\n")
-        self._print(text, sys.stderr)
+        if echo:
+            self._print(text, sys.stderr)
 
     def pbar(self, total_steps: int, initial_step: int) -> None:
         self._total = total_steps
