@@ -58,6 +58,7 @@ fingerprint raises :class:`RunMismatchError` listing what changed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import json
@@ -67,7 +68,9 @@ import numbers
 import os
 import re
 import signal
+import sys
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -366,6 +369,113 @@ def _check_gcs_backend(directory: epath.Path) -> None:
         )
 
 
+def _current_operation_id() -> str | None:
+    """Orbax's id of the save just started (its background threads wait on signals keyed by it)."""
+    try:
+        from orbax.checkpoint._src.futures import synchronization  # private: pinned Orbax version
+    except ImportError:  # pragma: no cover - layout of a future Orbax
+        return None
+    return synchronization.OperationIdGenerator.get_current_operation_id()
+
+
+def _release_waiters(operation_id: str | None) -> None:
+    """After a failed save, send the signals its other background threads still wait for.
+
+    When the thread that creates the step directory fails, Orbax never sends "directory
+    created"; about 30 non-daemon threads then wait for it for Orbax's coordination timeout
+    (300 s), and the interpreter cannot exit until they give up. Sending the signals lets
+    them run on at once; they find no directory, fail, and end. Private Orbax API (pinned).
+    """
+    if operation_id is None:
+        return
+    try:
+        from orbax.checkpoint._src.futures import future, synchronization
+    except ImportError:  # pragma: no cover - layout of a future Orbax
+        return
+    signals = [s for s in synchronization.HandlerAwaitableSignal if s.name != "AWAITABLE_SIGNALS_CONTRACT"]
+    try:
+        future.set_signals(signals, operation_id=operation_id)
+    except Exception:  # the coordination service may be gone too: nothing more to release
+        log.debug("could not release Orbax's waiting threads", exc_info=True)
+
+
+ORBAX_DETAILS_LOGGER = "roxxel.checkpoint.orbax"
+"""Where Orbax's tracebacks from background threads go (at DEBUG), instead of the terminal.
+The Trainer writes this logger's records to the run's system log."""
+
+
+class _OrbaxTracebacks(logging.Filter):
+    """On the ``absl`` logger: divert Orbax's ERROR records that carry a traceback (each
+    failed background thread logs one, ~30 per failed save) to :data:`ORBAX_DETAILS_LOGGER`;
+    the error itself reaches the user once, as :class:`CheckpointSaveError`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.levelno >= logging.ERROR and "orbax" in record.pathname:
+            logging.getLogger(ORBAX_DETAILS_LOGGER).debug(
+                "%s", record.getMessage(), exc_info=record.exc_info
+            )
+            return False
+        return True
+
+
+_orbax_filter = _OrbaxTracebacks()
+
+
+def _keep_short(err: BaseException) -> None:
+    """Send the full traceback of Orbax's ``err`` to :data:`ORBAX_DETAILS_LOGGER`, then drop the
+    tracebacks from its chain, so the :class:`CheckpointSaveError` raised from it prints as a few
+    lines (the cause's type and message stay, as ``__cause__``)."""
+    logging.getLogger(ORBAX_DETAILS_LOGGER).debug("Orbax's error", exc_info=err)
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        err.__traceback__ = None
+        err = err.__cause__ or err.__context__
+
+
+def _divert_orbax_tracebacks() -> None:
+    absl_logger = logging.getLogger("absl")
+    if _orbax_filter not in absl_logger.filters:
+        absl_logger.addFilter(_orbax_filter)
+
+
+_open_checkpointers: "weakref.WeakSet[Checkpointer]" = weakref.WeakSet()
+_exit_hook_installed = False
+
+
+def _close_at_exit() -> None:
+    """Runs when the main thread ends, before Python waits for non-daemon threads: close every
+    open Checkpointer, so a save that failed unseen ends the process with status 1 and one
+    line, instead of a silent exit 0 after Orbax's threads time out (300 s)."""
+    failed = None
+    for ckpt in list(_open_checkpointers):
+        try:
+            ckpt.close()
+        except CheckpointSaveError as err:
+            failed = failed or err
+        except Exception as err:  # pragma: no cover - defensive: exiting anyway
+            failed = failed or err
+    if failed is None:
+        return
+    sys.stderr.write(f"roxxel: {type(failed).__name__}: {failed}\n")
+    sys.stderr.flush()
+    atexit._run_exitfuncs()  # flush loggers (they registered with atexit), then fail the process
+    logging.shutdown()
+    os._exit(1)
+
+
+def _install_exit_hook() -> None:
+    global _exit_hook_installed
+    if _exit_hook_installed:
+        return
+    _exit_hook_installed = True
+    register = getattr(threading, "_register_atexit", None)  # what concurrent.futures uses
+    if register is not None:
+        register(_close_at_exit)
+    else:  # pragma: no cover - a Python without it
+        atexit.register(_close_at_exit)
+
+
 def _preemption_service_available() -> bool:
     try:
         from jax._src import distributed as jax_distributed  # no public accessor
@@ -485,7 +595,11 @@ class Checkpointer:
             async_options=ocp.AsyncOptions(timeout_secs=max(1, int(math.ceil(timeout)))),
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        _open_checkpointers.add(self)
+        _install_exit_hook()
+        _divert_orbax_tracebacks()
         self._pending_step: int | None = None  # a save whose completion has not been checked
+        self._pending_operation: str | None = None  # Orbax's operation id of that save
         self._closed = False
         self._sigterm = threading.Event()
         self._previous_sigterm_handler: Any = None
@@ -607,6 +721,7 @@ class Checkpointer:
         )
         if saved:
             self._pending_step = step
+            self._pending_operation = _current_operation_id()
             log.info("saving step %d to %s%s", step, self.directory, " (preemption)" if preempted else "")
         return bool(saved)
 
@@ -625,6 +740,8 @@ class Checkpointer:
             self._manager.wait_until_finished()
         except Exception as err:
             self._pending_step = None
+            _release_waiters(self._pending_operation)
+            _keep_short(err)
             raise CheckpointSaveError(
                 f"the asynchronous save of step {step} to {self.directory} failed: {type(err).__name__}: {err}",
                 step=step,
@@ -877,20 +994,36 @@ class Checkpointer:
     def close(self) -> None:
         """Wait for the save in progress, then release Orbax's resources; idempotent.
 
+        Returns within ``timeout`` plus a small margin, also after a failed save.
+
         Raises:
-            CheckpointSaveError: the last save failed (resources are released anyway).
+            CheckpointSaveError: the last save failed, or releasing the storage failed
+                (e.g. an object store answering errors); resources are released anyway.
         """
         if self._closed:
             return
         self._closed = True
+        _open_checkpointers.discard(self)
+        error: BaseException | None = None
         try:
             self._wait()
-            self._await_tmp_cleanup()
-        finally:
+        except CheckpointSaveError as err:
+            error = err
+        for what, release in (("removing half-written steps", self._await_tmp_cleanup),
+                              ("closing Orbax's checkpoint manager", self._manager.close)):
             try:
-                self._manager.close()
-            finally:
-                self._restore_sigterm_handler()
+                release()
+            except Exception as err:  # e.g. an HttpError from the object store: one readable line
+                _keep_short(err)
+                if error is None:
+                    error = CheckpointSaveError(
+                        f"{what} in {self.directory} failed: {type(err).__name__}: {_one_line(err)}",
+                        step=self._pending_step,
+                    )
+                    error.__cause__ = err
+        self._restore_sigterm_handler()
+        if error is not None:
+            raise error
 
     def __enter__(self) -> Checkpointer:
         return self

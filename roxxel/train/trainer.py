@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
-from roxxel.train.checkpoint import Checkpointer, Preempted
+from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempted
 from roxxel.train.logger import Logger
 from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.state import ModelState
@@ -244,7 +244,7 @@ class Trainer:
             The last logged metrics (and the last evaluation's).
         """
         try:
-            with self._sigint_saves():
+            with self._sigint_saves(), self._orbax_details_to_system_log():
                 return self._run(stop_at_step)
         except Preempted:
             self._log("preempted: the checkpoint is complete; exiting for a restart")
@@ -257,6 +257,35 @@ class Trainer:
             raise
         finally:
             self._stop_profile()
+
+    @contextlib.contextmanager
+    def _orbax_details_to_system_log(self) -> Iterator[None]:
+        """Orbax's tracebacks of a failed save go to the system log only (the terminal gets
+        the one-line :class:`CheckpointSaveError`)."""
+        if self.logger is None:
+            yield
+            return
+        logger = self.logger
+
+        class ToSystemLog(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                try:
+                    logger.log_message(f"orbax: {self.format(record)}", "ERROR", echo=False)
+                except Exception:  # the logger is closed: the details are lost, the error is not
+                    pass
+
+        handler = ToSystemLog(logging.DEBUG)
+        details = logging.getLogger(ORBAX_DETAILS_LOGGER)
+        details.addHandler(handler)
+        previous = details.level, details.propagate
+        details.setLevel(logging.DEBUG)
+        details.propagate = False  # not to the terminal through the root logger's handlers
+        try:
+            yield
+        finally:
+            details.removeHandler(handler)
+            details.setLevel(previous[0])
+            details.propagate = previous[1]
 
     @contextlib.contextmanager
     def _sigint_saves(self) -> Iterator[None]:
