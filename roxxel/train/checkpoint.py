@@ -867,8 +867,11 @@ class Checkpointer:
         if saved is None:
             log.warning("checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, self.directory)
             return
+        hint = ""
         if _is_curriculum(saved) and _is_curriculum(self.fingerprint):
             allowed, changes = classify_changes(saved, self.fingerprint, step, describe_changes)
+            hint = (f" for the batches before step {step} (lengthening the phase that holds it, "
+                    "or changing later phases, is allowed)")
         else:
             allowed, changes = [], describe_changes(saved, self.fingerprint)
         if allowed:
@@ -883,9 +886,7 @@ class Checkpointer:
         raise RunMismatchError(
             f"the checkpoint of step {step} in {self.directory} was saved by a different run "
             f"(saved -> current):\n{shown}\n"
-            "These change batches already taken before the step. Resume with the same datasets, chunking and "
-            "phases up to the step (lengthening the current phase and changing later phases are allowed), "
-            "or pass allow_changed_run=True to resume anyway.",
+            f"Resume with the same curriculum and datasets{hint}, or pass allow_changed_run=True to resume anyway.",
             step=step,
             changes=changes,
             saved=saved,

@@ -205,9 +205,6 @@ class Trainer:
         if not math.isfinite(loss):
             raise NaNLossError(f"the loss is {loss} at step {step}; stopping (lower the learning rate, check the data)")
         metrics = {"loss": loss}
-        for key in auxes[-1] if auxes else ():
-            metrics[key] = float(jnp.mean(jnp.stack([a[key] for a in auxes])))
-        metrics["perplexity"] = math.exp(min(loss, 700.0))  # exp of the mean, not the mean of exp
         if steps:
             rate = tokens / max(seconds, 1e-9)
             metrics.update(tokens_per_sec=rate, tokens_per_sec_per_device=rate / jax.device_count(),
@@ -217,6 +214,10 @@ class Trainer:
                 metrics["model_tflops_per_device"] = per_device / 1e12
                 if self.peak_flops_per_device:
                     metrics["mfu"] = per_device / self.peak_flops_per_device
+        for key in auxes[-1] if auxes else ():
+            metrics[key] = float(jnp.mean(jnp.stack([a[key] for a in auxes])))
+        # exp of the mean loss, not the mean of per-step exp (replaces an aux of that name)
+        metrics["perplexity"] = math.exp(min(loss, 700.0))
         if self.learning_rate is not None:
             lr = self.learning_rate(step - 1) if callable(self.learning_rate) else self.learning_rate
             metrics["learning_rate"] = float(lr)  # optax counts updates from 0: step s used count s-1
