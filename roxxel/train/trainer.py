@@ -193,10 +193,10 @@ class Trainer:
                     f"multiple of {shards * self.grad_accum_steps}")
 
     # ----------------------------------------------------------------------------------
-    def _log(self, msg: str) -> None:
+    def _log(self, msg: str, echo: bool = True) -> None:
         log.info(msg)
         if self.logger is not None:
-            self.logger.log_message(msg)
+            self.logger.log_message(msg, echo=echo)
 
     def _metrics(self, step: int, losses: list, auxes: list, tokens: int, seconds: float, steps: int) -> dict[str, float]:
         """The window's metrics: mean loss and aux values, ``perplexity = exp(mean loss)``, and,
@@ -337,13 +337,13 @@ class Trainer:
     def _run(self, stop_at_step: int | None) -> dict[str, float]:
         cur, ckpt = self.curriculum, self.checkpointer
         start = ckpt.restore() if ckpt is not None else 0
-        if ckpt is not None and ckpt.restored_run is not None:
-            self._log(f"restored step {start} from {ckpt.directory} "
-                      f"(saved at {ckpt.restored_run.get('saved_at', 'an unknown time')})")
         self.state.step = start
         total = cur.total_steps if stop_at_step is None else min(stop_at_step, cur.total_steps)
         self._log(f"training steps {start}..{total} on {jax.process_count()} process(es), "
                   f"{len(jax.devices())} device(s); {cur}")
+        if ckpt is not None and ckpt.restored_run is not None:
+            self._log(f"restored step {start} from {ckpt.directory} "
+                      f"(saved at {ckpt.restored_run.get('saved_at', 'an unknown time')})")
         if self.logger is not None:
             self.logger.init_pbar(total, start)
         last: dict[str, float] = {}
@@ -386,7 +386,7 @@ class Trainer:
                 timed_start = time.perf_counter()
                 compile_s = timed_start - t0
                 self._log(f"step {step}: first step of phase {phase.index} took {compile_s:.2f} s including "
-                          f"compilation; throughput is measured from the next step")
+                          f"compilation; throughput is measured from the next step", echo=False)
             else:
                 timed_steps += 1
             losses.append(loss)
