@@ -12,8 +12,10 @@ as a composite of two items:
   depend on NNX's variable classes), saved with ``StandardSave``. Every process writes
   the shards it owns; arrays keep their dtypes (PRNG key arrays included).
 - ``run``: a JSON dict ``{"step", "tokens_consumed", "metrics", "fingerprint",
-  "roxxel_version", "process_count", "format"}``; ``fingerprint`` is what the caller
-  passed (the trainer passes ``Curriculum.describe()``: datasets and phases).
+  "roxxel_version", "process_count", "format", "checksums", "saved_at"}``; ``fingerprint``
+  is what the caller passed (the trainer passes ``Curriculum.describe()`` and its seed),
+  ``checksums`` one sharding-independent checksum per array (:mod:`roxxel.train.digest`),
+  verified at restore, ``saved_at`` the UTC time of the save (ISO 8601).
 
 Orbax also writes ``metrics/metrics`` (the value of ``best_metric``, for keeping the
 best step) and its own metadata. A step becomes visible only when complete: on a local
@@ -767,11 +769,16 @@ class Checkpointer:
             then left as it is and ``restored_run`` is ``None``).
 
         Raises:
-            RunMismatchError: the checkpoint's fingerprint differs from this run's
-                (unless ``allow_changed_run``); nothing was loaded.
+            RunMismatchError: the checkpoint's fingerprint differs from this run's in what
+                batches before the step depended on (unless ``allow_changed_run``);
+                nothing was loaded.
+            CheckpointCorruptError: an array read back does not match its checksum
+                recorded at save (names the array and the earlier steps); nothing was loaded.
+            CheckpointRestoreError: the step cannot be read (damaged or missing files,
+                bad JSON, a state that does not fit the live model); names the directory,
+                the step, the cause and the earlier steps.
             FileNotFoundError: ``step`` was given but is not a complete checkpoint.
             CheckpointSaveError: a save of this checkpointer failed.
-            ValueError: the saved state does not fit the live model (Orbax's message).
         """
         self._check_open()
         self._wait()
