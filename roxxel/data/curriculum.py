@@ -336,3 +336,72 @@ class Curriculum:
     def __repr__(self) -> str:
         phases = ", ".join(f"{p.steps}x({p.batch_size}x{p.seq_len})" for p in self.resolved)
         return f"Curriculum(datasets={list(self.names)}, phases=[{phases}])"
+
+
+def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step: int,
+                     diff: Any) -> tuple[list[str], list[str]]:
+    """Split the differences between two :meth:`Curriculum.describe` values into those a run
+    resumed at ``step`` may take and those it must refuse.
+
+    Batches ``0..step-1`` were taken under ``saved``; the resumed run must give exactly the
+    batches an uninterrupted run of ``current`` would. So every phase that started before
+    ``step`` must keep its batch size, sequence length and weights; one that ended before
+    ``step`` must also keep its length; the phase holding ``step`` may be lengthened or
+    shortened down to ``step`` (extending the run); phases starting at or after ``step``
+    may be changed, added or removed. Datasets, ``chunk_tokens`` and ``repeat`` shape every
+    batch and may not change.
+
+    Args:
+        saved: the description stored with the checkpoint.
+        current: this run's description.
+        step: the restored step.
+        diff: ``diff(a, b) -> list[str]``, one readable line per difference (the
+            checkpointer's :func:`~roxxel.train.checkpoint.describe_changes`).
+
+    Returns:
+        ``(allowed, refused)``: lines like ``"phases[0].steps: 60 -> 80"``.
+    """
+    allowed: list[str] = []
+    refused: list[str] = []
+    for key in sorted(set(saved) | set(current)):
+        if key == "phases":
+            continue
+        if key not in saved:  # recorded only by newer versions: nothing to compare against
+            allowed.append(f"{key}: not recorded in the checkpoint, now {json.dumps(current[key], default=str)}")
+        else:
+            refused += diff({key: saved.get(key)}, {key: current.get(key)})
+    old, new = list(saved.get("phases") or []), list(current.get("phases") or [])
+    start = 0
+    for i, phase in enumerate(old):
+        steps = phase.get("steps")
+        end = math.inf if steps is None else start + steps
+        if start >= step:
+            break  # this phase and the later ones are all future
+        lines = diff({"phases": [phase]}, {"phases": [new[i]]}) if i < len(new) else [f"phases[{i}]: removed"]
+        lines = [line.replace("phases[0]", f"phases[{i}]", 1) for line in lines]
+        if i >= len(new):
+            refused += lines
+        else:
+            new_steps = new[i].get("steps")
+            new_end = math.inf if new_steps is None else start + new_steps
+            length = [line for line in lines if line.startswith(f"phases[{i}].steps:")]
+            refused += [line for line in lines if line not in length]
+            if length and end >= step and new_end >= step:
+                allowed += [f"{line} (the phase holding step {step} changes length)" for line in length]
+            else:
+                refused += length
+        start = end
+    else:
+        i = len(old)
+    future_from = i if old else 0
+    later = diff({"phases": old[future_from:]}, {"phases": new[future_from:]})
+    allowed += [_reindex(line, future_from) + f" (starts at or after step {step})" for line in later]
+    return allowed, refused
+
+
+def _reindex(line: str, offset: int) -> str:
+    """``phases[k]...`` -> ``phases[k + offset]...`` for a diff made on a slice of the phases."""
+    if not line.startswith("phases[") or offset == 0:
+        return line
+    k, rest = line[len("phases["):].split("]", 1)
+    return f"phases[{int(k) + offset}]{rest}"

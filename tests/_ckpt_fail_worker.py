@@ -1,0 +1,50 @@
+"""A process whose background checkpoint save fails (spawned by test_train_checkpoint_failures.py).
+
+    python tests/_ckpt_fail_worker.py DIR INJECTION PATH_OUT
+
+INJECTION: ``file`` (the checkpoint directory is replaced by a file) or ``rename`` (the
+commit that renames the finished step fails with ENOSPC). PATH_OUT, the way out after
+the failed save: ``exit`` (none: the interpreter exits), ``wait`` (wait_until_finished),
+``save`` (the next save), ``close``, ``preempt`` (the failing save is the preemption save).
+Nothing is caught: the process must end promptly, non-zero, with one readable message.
+"""
+
+import errno
+import os
+import shutil
+import sys
+
+import _ckpt_common as common
+from roxxel.train.checkpoint import Checkpointer
+
+directory, injection, path_out = sys.argv[1:4]
+ms = common.build(dropout=None)
+ckpt = Checkpointer(directory, state=ms, timeout=5, max_to_keep=1)
+ckpt.save(1)
+ckpt.wait_until_finished()
+
+if injection == "file":
+    shutil.rmtree(directory)
+    with open(directory, "w") as f:
+        f.write("not a directory")
+else:
+    from orbax.checkpoint._src.checkpointers import async_checkpointer
+
+    def broken_commit(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "injected: no space left on device")
+
+    async_checkpointer._on_commit_callback = broken_commit
+
+print("INJECTED", flush=True)
+if path_out == "preempt":
+    ckpt._sigterm.set()  # as the SIGTERM handler does
+    ckpt.save_and_exit_if_preempted(2)
+ckpt.save(2)
+if path_out == "wait":
+    ckpt.wait_until_finished()
+elif path_out == "save":
+    ckpt.save(3)
+    ckpt.wait_until_finished()
+elif path_out == "close":
+    ckpt.close()
+print("END OF SCRIPT", flush=True)
