@@ -178,9 +178,10 @@ class Job:
     def __init__(self, tmp_path, data, jax_cache, name: str, hosts: int, *, pause: float = 0.0):
         self.root, self.name = tmp_path / "runs", name
         self.params = tmp_path / f"{name}.npz"
+        self.checkpoints = tmp_path / name / "checkpoints"
         spec = _spec(name, hosts, [sys.executable, str(TRAIN), str(data), str(self.params), str(STEPS), str(EVERY),
                                    str(pause)],
-                     checkpoint_dir=str(tmp_path / name / "checkpoints"), max_restarts=2,
+                     checkpoint_dir=str(self.checkpoints), max_restarts=2,
                      env={"ROXXEL_HEARTBEAT_TIMEOUT": str(HEARTBEAT), "ROXXEL_INIT_TIMEOUT": "60",
                           "JAX_COMPILATION_CACHE_DIR": str(jax_cache),
                           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
@@ -211,15 +212,18 @@ class Job:
         return self.start(*flags).finish()
 
     def status(self) -> dict:
-        return json.loads((self.root / self.name / "status.json").read_text())
+        path = self.root / self.name / "status.json"
+        return json.loads(path.read_text()) if path.exists() else {}
 
     def log(self, i: int = 0) -> str:
         path = self.root / self.name / f"worker-{i}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def wait_for_step(self, step: int) -> None:
+    def wait_for_checkpoint(self, step: int) -> None:
+        """Until the checkpoint of ``step`` is complete (Orbax renames it to its step number
+        once every process has written it) and training has gone past it."""
         deadline = time.monotonic() + TIMEOUT
-        while f"step {step}/{STEPS}" not in self.log(0):
+        while f"step {step + 1}/{STEPS}" not in self.log(0) or not (self.checkpoints / str(step)).is_dir():
             assert self.proc.poll() is None, self.proc.communicate()
             assert time.monotonic() < deadline, self.log(0)[-3000:]
             time.sleep(0.05)
@@ -300,8 +304,8 @@ def test_pod_across_namespaces_equals_loopback(tmp_path, data, jax_cache, refere
 @pytest.mark.slow
 @needs_netns
 def test_a_host_taken_off_the_network_is_noticed_and_the_gang_resumes(tmp_path, data, jax_cache, reference):
-    job = Job(tmp_path, data, jax_cache, "linkdown", 2, pause=0.3).start("--netns")
-    job.wait_for_step(EVERY + 1)  # past the first checkpoint
+    job = Job(tmp_path, data, jax_cache, "linkdown", 2, pause=1.0).start("--netns")
+    job.wait_for_checkpoint(EVERY)
     cut = time.time()
     _ip("link", "set", job.host(1)["link"], "down")  # unplugged: no FIN, no RST, just silence
     _, err = job.finish()
@@ -332,7 +336,7 @@ def _shape(link: str, ns: str) -> str:
 def test_a_slow_lossy_link_slows_the_steps_but_changes_nothing(tmp_path, data, jax_cache, reference):
     job = Job(tmp_path, data, jax_cache, "slowlink", 2).start("--netns")
     deadline = time.monotonic() + TIMEOUT
-    while not (job.status().get("attempts") and "hosts" in job.status()["attempts"][-1]):
+    while "hosts" not in (job.status().get("attempts") or [{}])[-1]:
         assert time.monotonic() < deadline and job.proc.poll() is None
         time.sleep(0.05)
     host = job.host(1)
@@ -349,8 +353,8 @@ def test_a_slow_lossy_link_slows_the_steps_but_changes_nothing(tmp_path, data, j
 def test_losing_the_coordinators_host_is_noticed_and_the_gang_resumes(tmp_path, data, jax_cache, reference):
     """Process 0's host dies: its link goes down and its processes freeze (SIGSTOP), as when a
     machine loses power. Like Kubernetes, the launcher learns it only from the survivors."""
-    job = Job(tmp_path, data, jax_cache, "coordlost", 2, pause=0.3).start("--netns")
-    job.wait_for_step(EVERY + 1)
+    job = Job(tmp_path, data, jax_cache, "coordlost", 2, pause=1.0).start("--netns")
+    job.wait_for_checkpoint(EVERY)
     host = job.host(0)
     cut = time.time()
     _ip("link", "set", host["link"], "down")
