@@ -105,6 +105,15 @@ def test_without_root_it_says_so_in_one_line_and_runs_on_loopback(tmp_path, monk
     with pytest.raises(BackendError, match="network must be one of loopback, netns"):
         L.LocalBackend().submit(spec_from_dict(_spec("other", 1, ["x"])), network="vpn")
 
+    from click.testing import CliRunner
+
+    from roxxel_launch import cli
+
+    path = tmp_path / "k8s.yaml"
+    path.write_text(yaml.safe_dump(_spec("k8sjob", 2, ["train"])))
+    result = CliRunner().invoke(cli.cli, ["submit", str(path), "--netns"])
+    assert result.exit_code == 2 and "--netns applies to --local runs only" in result.output
+
 
 # ----------------------------------------------------------------------------- namespaces
 
@@ -150,6 +159,41 @@ def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(t
     assert {n for n in _ours() - before if run_id in n}, "the killed launcher's network should still be there"
     with netns.PodNetwork(spec):
         assert not {n for n in _ours() if run_id in n}
+    assert _ours() == before
+
+
+@pytest.mark.slow
+@needs_netns
+def test_delete_after_a_killed_supervisor_removes_its_namespaces(tmp_path):
+    before = _ours()
+    state = tmp_path / "state"
+    state.mkdir()
+    waiting = "import os, pathlib, socket, time; " \
+              "pathlib.Path(os.environ['ROXXEL_CHECKPOINT_DIR'], socket.gethostname()).write_text('up'); time.sleep(60)"
+    spec = tmp_path / "sleepers.yaml"
+    spec.write_text(yaml.safe_dump(_spec("sleepers", 2, [sys.executable, "-c", waiting], checkpoint_dir=str(state))))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JOB", "TPU_"))}
+    env[L.ROOT_ENV] = str(tmp_path / "runs")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "roxxel_launch.cli", *args, "--local"], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    assert cli("submit", str(spec), "--netns", "--detach").returncode == 0
+    deadline = time.monotonic() + 60
+    while sorted(p.name for p in state.glob("sleepers-*")) != ["sleepers-slice-0-0", "sleepers-slice-0-1"]:
+        assert time.monotonic() < deadline, "the workers did not start with their pods' hostnames"
+        time.sleep(0.05)
+    status = json.loads((tmp_path / "runs" / "sleepers" / "status.json").read_text())
+    hosts = status["attempts"][-1]["hosts"]
+    os.kill(status["supervisor_pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in status["pids"]):
+        assert time.monotonic() < deadline, "the workers outlived their supervisor"
+        time.sleep(0.05)
+    assert {h["netns"] for h in hosts} <= _ours()  # nobody removed them: the supervisor was killed
+    result = cli("delete", "sleepers")
+    assert result.returncode == 0, result.stderr
     assert _ours() == before
 
 
@@ -322,7 +366,7 @@ def _shape(link: str, ns: str) -> str:
     """Slow both directions of one host's link: netem delay + loss where the kernel has
     sch_netem, else a token bucket (tbf) that queues and drops. Returns what was used."""
     for kind, args in (("netem", ["netem", "delay", "20ms", "5ms", "loss", "1%"]),
-                       ("tbf", ["tbf", "rate", "8mbit", "burst", "16kb", "limit", "32kb"])):
+                       ("tbf", ["tbf", "rate", "4mbit", "burst", "16kb", "limit", "32kb"])):
         try:
             subprocess.run(["tc", "qdisc", "add", "dev", link, "root", *args], check=True, capture_output=True)
             subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", *args],
@@ -353,6 +397,8 @@ def test_a_slow_lossy_link_slows_the_steps_but_changes_nothing(tmp_path, data, j
     job.params_equal(reference(2))
     sent = int(re.search(r"Sent (\d+) bytes", stats).group(1))
     assert sent > 100_000, stats  # the gradients to process 1 went through the shaper
+    if kind == "tbf":
+        assert int(re.search(r"overlimits (\d+)", stats).group(1)) > 0, stats  # and it held them back
     step_times = [float(t) for t in re.findall(r"step [2-9]/\d+ .*step_time_s=([0-9.e-]+)", job.log(0))]
     print(f"slow link ({kind}): mean step time {np.mean(step_times):.3f}s over steps 2..{STEPS}; "
           f"{' '.join(stats.split())}")

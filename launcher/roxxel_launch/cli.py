@@ -395,6 +395,11 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
             click.echo(status.message)
             return
         if detach:
+            if netns:
+                from roxxel_launch.backends.netns import unavailable_reason
+
+                if (reason := unavailable_reason()) is not None:  # a foreground supervisor says it itself
+                    click.echo(f"roxxel-launch: --netns: {reason}; running the workers on loopback instead", err=True)
             status = backend.submit(spec, data_dir=data_dir, devices_per_worker=devices_per_worker,
                                     network="netns" if netns else "loopback")
             click.echo(f"started local job {spec.name}: {status.processes} worker(s), run directory "

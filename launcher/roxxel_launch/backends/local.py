@@ -903,6 +903,10 @@ class LocalBackend(Backend):
             raise BackendError(f"devices per worker must be at least 1, got {devices_per_worker}")
         if network not in NETWORKS:
             raise BackendError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
+        if network == "netns":
+            from roxxel_launch.backends import netns
+
+            netns.pod_hosts(spec)  # the pods' names and coordinator, checked before anything starts
         resolved_data = resolve_data_dir(spec, data_dir, cwd=cwd)
         run_dir = self.run_dir(spec.name)
         if run_dir.exists():
@@ -1042,6 +1046,11 @@ class LocalBackend(Backend):
             if _is_local_worker(pid) and _group_alive(pid):
                 logger.warning("killing leftover worker process group %d of job %s", pid, name)
                 _kill_group(pid)
+        if _read_json(run_dir / LAUNCH_FILE).get("network") == "netns":
+            from roxxel_launch.backends import netns
+
+            if netns.unavailable_reason() is None:
+                netns.cleanup_stale()  # the namespaces a killed supervisor left
         shutil.rmtree(run_dir)
         logger.info("deleted local job %s (%s)", name, run_dir)
 
