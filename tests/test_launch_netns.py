@@ -219,13 +219,14 @@ def jax_cache(tmp_path_factory) -> pathlib.Path:
 class Job:
     """One `_netns_train.py` job run with the CLI, and what the test needs to poke at it."""
 
-    def __init__(self, tmp_path, data, jax_cache, name: str, hosts: int, *, pause: float = 0.0):
+    def __init__(self, tmp_path, data, jax_cache, name: str, hosts: int, *, pause: float = 0.0,
+                 workload: str = "jobset"):
         self.root, self.name = tmp_path / "runs", name
         self.params = tmp_path / f"{name}.npz"
         self.checkpoints = tmp_path / name / "checkpoints"
         spec = _spec(name, hosts, [sys.executable, str(TRAIN), str(data), str(self.params), str(STEPS), str(EVERY),
                                    str(pause)],
-                     checkpoint_dir=str(self.checkpoints), max_restarts=2,
+                     checkpoint_dir=str(self.checkpoints), max_restarts=2, workload=workload,
                      env={"ROXXEL_HEARTBEAT_TIMEOUT": str(HEARTBEAT), "ROXXEL_INIT_TIMEOUT": "60",
                           "JAX_COMPILATION_CACHE_DIR": str(jax_cache),
                           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
@@ -327,18 +328,20 @@ def _assert_restored_and_equal(job: Job, lost: int, reference: pathlib.Path) -> 
 
 @pytest.mark.slow
 @needs_netns
-@pytest.mark.parametrize("hosts", [2, 4])
-def test_pod_across_namespaces_equals_loopback(tmp_path, data, jax_cache, reference, hosts):
+@pytest.mark.parametrize("hosts,workload", [(2, "jobset"), (4, "indexed-job")])
+def test_pod_across_namespaces_equals_loopback(tmp_path, data, jax_cache, reference, hosts, workload):
     before = _ours()
-    job = Job(tmp_path, data, jax_cache, f"hosts{hosts}", hosts)
+    name = f"hosts{hosts}"
+    job = Job(tmp_path, data, jax_cache, name, hosts, workload=workload)
     out, _ = job.run("--netns")
+    pods = [f"{name}-slice-0-{i}" if workload == "jobset" else f"{name}-{i}" for i in range(hosts)]
     record = job.status()["attempts"][0]
-    assert record["coordinator_address"] == f"hosts{hosts}-slice-0-0.hosts{hosts}:8476"
+    assert record["coordinator_address"] == f"{pods[0]}.{name}:8476"  # the manifest's name, not an address
     assert [h["address"] for h in record["hosts"]] == [f"10.213.0.{i + 1}" for i in range(hosts)]
     for i in range(hosts):
         log = job.log(i)
-        assert (f"host: process {i} hostname=hosts{hosts}-slice-0-{i} address=10.213.0.{i + 1} "
-                f"coordinator=hosts{hosts}-slice-0-0.hosts{hosts}=10.213.0.1") in log
+        assert (f"host: process {i} hostname={pods[i]} address=10.213.0.{i + 1} "
+                f"coordinator={pods[0]}.{name}=10.213.0.1") in log
         sent = int(re.search(r"eth0_tx_bytes=(\d+)", log).group(1))
         assert sent > 100_000, sent  # the gradients went over the pod's own link
     job.params_equal(reference(hosts))
