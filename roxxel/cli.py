@@ -79,14 +79,21 @@ def main() -> None:
               help="auto: .jsonl/.ndjson lines, .parquet rows, any other file is one document.")
 @click.option("--text-field", default="text", show_default=True, help="JSONL key / Parquet column holding the text.")
 @click.option("--append", is_flag=True, help="Add to an existing dataset instead of refusing.")
+@click.option("--wait-lock", type=float, default=0.0, show_default=True, metavar="SECONDS",
+              help="Wait this long for another pack/append into the same dataset to finish (default: fail at once).")
+@click.option("--include-binary", is_flag=True,
+              help="Pack files with binary content (a NUL byte in the first 8 KiB) too; by default they are skipped.")
 @click.option("--eos-id", type=int, default=None, help="End-of-document id, when the tokenizer has no standard one.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
-def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_field, append, eos_id, progress) -> None:
+def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_field, append, wait_lock, include_binary,
+         eos_id, progress) -> None:
     """Pack INPUTS (files, directories, globs, or - for stdin) into a dataset at --output.
 
     Each text file is one document; each JSONL line / Parquet row is one document. Every
-    document ends with the EOS token. Inputs are read in the order given, directories in
-    sorted order, so document k is the k-th input document.
+    document ends with the EOS token. .gz and .zst inputs are decompressed (x.jsonl.gz is
+    JSONL); files with binary content are skipped and counted unless --include-binary.
+    Inputs are read in the order given, directories in sorted order, so document k is the
+    k-th input document.
     """
     from tqdm import tqdm
 
@@ -96,6 +103,7 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
     show = sys.stderr.isatty() if progress is None else progress
     bar = tqdm(unit=" docs", disable=not show, dynamic_ncols=True, file=sys.stderr)
     totals = {"documents": 0, "tokens": 0, "bytes": 0}
+    skipped: list[str] = []
     t0 = time.perf_counter()
 
     def on_progress(docs: int, tokens: int, nbytes: int) -> None:
@@ -109,7 +117,8 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
     try:
         manifest = run_pack(list(inputs), output, tokenizer=tokenizer, shard_size=size, include=include, exclude=exclude,
                             fmt=fmt,
-                            text_field=text_field, append=append, eos_id=eos_id, on_progress=on_progress)
+                            text_field=text_field, append=append, eos_id=eos_id, on_progress=on_progress,
+                            lock_timeout=wait_lock, include_binary=include_binary, on_skip=skipped.append)
     except (OSError, ValueError, ImportError) as e:
         bar.close()
         _fail(e)
@@ -118,6 +127,9 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
     click.echo(f"packed {totals['documents']:,} documents, {totals['tokens']:,} tokens into {output} "
                f"({totals['bytes'] / elapsed / 1e6:.1f} MB/s); the dataset holds {manifest.num_documents:,} documents, "
                f"{manifest.num_tokens:,} tokens in {len(manifest.shards)} shard(s)")
+    if skipped:
+        click.echo(f"skipped {len(skipped)} binary file(s) (e.g. {skipped[0]}); pass --include-binary to pack them, "
+                   "or --exclude to leave them out quietly")
 
 
 @main.command()

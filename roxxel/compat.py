@@ -34,12 +34,13 @@ class Roxxel(Dataset):
     Args:
         filepath: as for :class:`~roxxel.data.dataset.Dataset`; default ``./stream_reservoir.rox``
             (the original's default).
-        release_bytes, max_open_shards: as for :class:`~roxxel.data.dataset.Dataset`.
+        release_bytes, max_open_shards, check_blocks: as for :class:`~roxxel.data.dataset.Dataset`.
     """
 
     def __init__(self, filepath: PathSpec = DEFAULT_PATH, *, release_bytes: int = DEFAULT_RELEASE_BYTES,
-                 max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS):
-        super().__init__(filepath, release_bytes=release_bytes, max_open_shards=max_open_shards)
+                 max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS, check_blocks: bool = True):
+        super().__init__(filepath, release_bytes=release_bytes, max_open_shards=max_open_shards,
+                         check_blocks=check_blocks)
 
     def estimate_steps(self, seq_len: int, batch_size: int, chunk_tokens: int | None = None) -> int:
         """Whole steps of ``batch_size`` rows of ``seq_len`` tokens in one epoch of :meth:`stream`.
@@ -70,7 +71,8 @@ class Roxxel(Dataset):
             mix_datasets, weights: datasets to blend in, weights keyed by ``"self"`` and their names.
             prefetch_size: batches prepared ahead on a background thread.
             **kwargs: passed to :class:`~roxxel.data.stream.Stream` (``outputs``, ``to_device``)
-                and :class:`~roxxel.data.curriculum.Curriculum` (``chunk_tokens``, ``repeat``).
+                and :class:`~roxxel.data.curriculum.Curriculum` (``chunk_tokens``, ``repeat``,
+                ``vocab_size``: the model's vocabulary, ``order``; see there).
 
         Returns:
             A :class:`~roxxel.data.stream.Stream`; ``len()`` is its exact number of steps.
@@ -87,7 +89,7 @@ class Roxxel(Dataset):
             raise ValueError(f"start_step {start_step} falls inside the completed phases ({done} steps); "
                              "stream those phases with their own shapes")
         phases.append(Phase(batch_size=batch_size, seq_len=seq_len, weights=w))
-        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat") if k in kwargs}
+        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat", "vocab_size", "order") if k in kwargs}
         curriculum = Curriculum(self, phases, mix_datasets, **curriculum_args)
         stop = None
         if total_steps is not None:

@@ -93,7 +93,12 @@ and the later ones are not consulted.
 ``jax.distributed.initialize`` is called only when the process count is
 greater than one. Timeouts (seconds): ``ROXXEL_INIT_TIMEOUT`` (default 300)
 and ``ROXXEL_HEARTBEAT_TIMEOUT`` (default 100), overridden by the arguments
-of :func:`initialize`.
+of :func:`initialize`. The heartbeat timeout bounds how long a lost host goes
+unnoticed: the coordination service declares a process dead after that long
+without its heartbeat (and a process whose heartbeats to process 0 go
+unanswered that long gives up), and every process then aborts (exit 134), so
+that the gang restarts (measured in docs/troubleshooting.md, "A host lost
+mid-training").
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import gzip
+import io
 import json
+import logging
 import os
 import sys
 from typing import BinaryIO, Callable, Iterator, Sequence
@@ -23,8 +26,12 @@ from roxxel.format.manifest import MANIFEST_NAME, Manifest
 from roxxel.format.writer import DEFAULT_SHARD_SIZE, DatasetWriter
 from roxxel.tokenizers import ByteTokenizer, load_tokenizer
 
+log = logging.getLogger("roxxel.pack")
+
 FORMATS = ("auto", "text", "jsonl", "parquet")
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
+_COMPRESSED = (".gz", ".zst", ".zstd")
+_BINARY_PROBE = 8192  # like git: a NUL byte in the first 8 KiB marks a binary file
 _BATCH = 64  # documents tokenized together (lets the Rust tokenizer parallelise)
 _QUEUE_DEPTH = 8
 
@@ -72,8 +79,36 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
             raise FileNotFoundError(f"input not found: {item}")
 
 
+def open_input(path: str) -> io.BufferedIOBase:
+    """Open an input for binary reading, decompressing ``.gz`` (gzip) and ``.zst``/``.zstd`` (Zstandard).
+
+    Raises:
+        ImportError: a ``.zst`` input without the ``zstandard`` package (``pip install 'roxxel[zstd]'``).
+    """
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if path.endswith((".zst", ".zstd")):
+        try:
+            import zstandard
+        except ImportError as e:
+            raise ImportError(f"{path}: reading .zst input needs zstandard: pip install 'roxxel[zstd]'") from e
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
+    return open(path, "rb")
+
+
+def is_binary(data: bytes) -> bool:
+    """True for content that is not text: a NUL byte in its first 8 KiB (git's rule)."""
+    return b"\0" in data[:_BINARY_PROBE]
+
+
 def detect_format(path: str) -> str:
-    """``jsonl`` for .jsonl/.ndjson, ``parquet`` for .parquet, else ``text`` (one file = one document)."""
+    """``jsonl`` for .jsonl/.ndjson, ``parquet`` for .parquet, else ``text`` (one file = one document).
+
+    A compression suffix (``.gz``, ``.zst``) is looked through: ``x.jsonl.gz`` is JSONL.
+    """
+    for suffix in _COMPRESSED:
+        if path.endswith(suffix):
+            path = path[:-len(suffix)]
     if path.endswith(_JSONL_SUFFIXES):
         return "jsonl"
     if path.endswith(".parquet"):
@@ -96,10 +131,10 @@ def iter_documents(path: str, fmt: str = "auto", text_field: str = "text") -> It
         if path == "-":
             yield sys.stdin.buffer.read()
         else:
-            with open(path, "rb") as f:
+            with open_input(path) as f:
                 yield f.read()
     elif fmt == "jsonl":
-        stream: BinaryIO = sys.stdin.buffer if path == "-" else open(path, "rb")
+        stream: BinaryIO | io.BufferedIOBase = sys.stdin.buffer if path == "-" else open_input(path)
         try:
             for lineno, line in enumerate(stream, 1):
                 if line.strip():
@@ -131,17 +166,23 @@ def _jsonl_text(line: bytes, field: str, path: str, lineno: int) -> str:
     return obj[field]
 
 
-def _tokenized_batches(inputs, tok, fmt, text_field) -> Iterator[tuple[list[np.ndarray], int]]:
+def _tokenized_batches(inputs, tok, fmt, text_field, include_binary=False,
+                       on_skip: Callable[[str], None] | None = None) -> Iterator[tuple[list[np.ndarray], int]]:
     batch: list = []
     nbytes = 0
     is_bytes = isinstance(tok, ByteTokenizer)
     for path in inputs:
         for doc in iter_documents(path, fmt, text_field):
+            if isinstance(doc, bytes) and not include_binary and is_binary(doc):
+                log.warning("skipping %s: binary content (pass --include-binary to pack it)", path)
+                if on_skip is not None:
+                    on_skip(path)
+                continue
             if not is_bytes and isinstance(doc, bytes):
                 try:
                     doc = doc.decode("utf-8")
                 except UnicodeDecodeError:
-                    raise ValueError(f"{path} is not UTF-8 text; use --tokenizer bytes, or leave it out with --include") from None
+                    raise ValueError(f"{path} is not UTF-8 text; use --tokenizer bytes, or leave it out with --exclude") from None
             nbytes += len(doc)
             batch.append(doc)
             if len(batch) == _BATCH:
@@ -153,7 +194,9 @@ def _tokenized_batches(inputs, tok, fmt, text_field) -> Iterator[tuple[list[np.n
 
 def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: int = DEFAULT_SHARD_SIZE,
          include: Sequence[str] = (), exclude: Sequence[str] = (), fmt: str = "auto", text_field: str = "text", append: bool = False,
-         eos_id: int | None = None, on_progress: Callable[[int, int, int], None] | None = None) -> Manifest:
+         eos_id: int | None = None, on_progress: Callable[[int, int, int], None] | None = None,
+         lock_timeout: float = 0.0, include_binary: bool = False,
+         on_skip: Callable[[str], None] | None = None) -> Manifest:
     """Pack inputs into the dataset directory ``output`` (``dataset.json`` + ``shard-NNNNN.rox``).
 
     Args:
@@ -162,6 +205,10 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
         shard_size: bytes per shard before rolling over.
         fmt, text_field: see :func:`iter_documents`.
         append: add to an existing dataset in ``output`` instead of refusing.
+        lock_timeout: seconds to wait while another pack/append holds ``output`` (0: fail at once).
+        include_binary: pack whole files with binary content (a NUL byte in the first 8 KiB) as
+            documents too; by default they are skipped and ``on_skip(path)`` is called for each.
+            ``.gz``/``.zst`` inputs are decompressed first, so they are not binary.
         on_progress: called with (documents, tokens, input bytes) added since the last call.
 
     Returns:
@@ -170,6 +217,7 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
     Raises:
         FileNotFoundError, ValueError: bad inputs (named). DatasetExistsError: ``output`` holds a
         dataset and ``append`` is False. DtypeMismatchError: appending with another tokenizer.
+        DatasetLockedError: another pack/append into ``output`` is running.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown input format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -178,8 +226,10 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
     if not files:
         raise FileNotFoundError(f"no input files in {list(inputs)} (include={list(include)})")
     with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
-                       tokenizer=tok.identity, shard_size=shard_size, append=append) as writer:
-        reader = Prefetcher(_tokenized_batches(files, tok, fmt, text_field), _QUEUE_DEPTH, name="roxxel-pack-reader")
+                       tokenizer=tok.identity, shard_size=shard_size, append=append,
+                       lock_timeout=lock_timeout) as writer:
+        batches = _tokenized_batches(files, tok, fmt, text_field, include_binary, on_skip)
+        reader = Prefetcher(batches, _QUEUE_DEPTH, name="roxxel-pack-reader")
         try:
             for docs, nbytes in reader:
                 before = writer.num_tokens

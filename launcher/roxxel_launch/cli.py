@@ -356,13 +356,16 @@ def _poll_until_end(backend, name: str, *, poll: float, timeout: float | None = 
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="With --local: local directory the workers get as ROXXEL_DATA_DIR in place "
                    "of the spec's data volume (default: $ROXXEL_LOCAL_DATA_DIR).")
+@click.option("--netns", is_flag=True,
+              help="With --local: run each worker in its own network namespace, with its pod's hostname "
+                   "and the manifest's DNS names (needs root; loopback otherwise).")
 @click.option("--dry-run", is_flag=True, help="Check everything, start nothing.")
 @_schema_option
 @_version_option
 @_context_option
 @click.pass_context
 def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local: bool, detach: bool,
-           devices_per_worker: int | None, data_dir: str | None, dry_run: bool, schema: bool,
+           devices_per_worker: int | None, data_dir: str | None, netns: bool, dry_run: bool, schema: bool,
            kubernetes_version: str, context: str | None) -> None:
     """Start a job: on the cluster, or as local processes with --local.
 
@@ -371,7 +374,7 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
     """
     if not local:
         for flag, given in (("--detach", detach), ("--devices-per-worker", devices_per_worker is not None),
-                            ("--data-dir", data_dir is not None)):
+                            ("--data-dir", data_dir is not None), ("--netns", netns)):
             if given:
                 raise click.UsageError(f"{flag} applies to --local runs only")
     spec = _load(spec_path, overrides)
@@ -394,13 +397,19 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
             click.echo(status.message)
             return
         if detach:
-            status = backend.submit(spec, data_dir=data_dir, devices_per_worker=devices_per_worker)
+            if netns:
+                from roxxel_launch.backends.netns import unavailable_reason
+
+                if (reason := unavailable_reason()) is not None:  # a foreground supervisor says it itself
+                    click.echo(f"roxxel-launch: --netns: {reason}; running the workers on loopback instead", err=True)
+            status = backend.submit(spec, data_dir=data_dir, devices_per_worker=devices_per_worker,
+                                    network="netns" if netns else "loopback")
             click.echo(f"started local job {spec.name}: {status.processes} worker(s), run directory "
                        f"{status.run_dir}\nfollow it with `roxxel-launch logs {spec.name} --local -f`, "
                        f"wait for it with `roxxel-launch wait {spec.name} --local`")
             return
         status = backend.submit(spec, foreground=True, echo=sys.stdout, data_dir=data_dir,
-                                devices_per_worker=devices_per_worker)
+                                devices_per_worker=devices_per_worker, network="netns" if netns else "loopback")
     ctx.exit(_report_end(status))
 
 

@@ -112,3 +112,30 @@ RESERVED_ENV_NAMES = frozenset({
     ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, ROXXEL_DATA_DIR,
     shared.ENV_REPLICATED_JOB_REPLICAS,
 })
+
+
+# ----------------------------------------------------------------------------- pod security
+# The worker image's user (Dockerfile: `useradd --uid 10001`, `USER 10001:10001`); pods run
+# as it with a read-only root filesystem. tests/launcher/test_launch_security.py checks the Dockerfile.
+WORKER_UID = 10001
+WORKER_GID = 10001
+
+# What the worker writes, each an emptyDir (the root filesystem is read-only):
+# name -> (mount path, environment variables pointing at it). XDG_CACHE_HOME collects the
+# caches of pip, JAX/XLA helpers and most libraries; JAX_COMPILATION_CACHE_DIR turns on
+# JAX's persistent compilation cache there (a user's env setting wins).
+TMP_MOUNT_PATH = "/tmp"
+CACHE_MOUNT_PATH = "/var/cache/roxxel"
+JAX_CACHE_MOUNT_PATH = "/var/cache/roxxel-jax"
+WRITABLE_DIRS = {
+    "tmp": (TMP_MOUNT_PATH, {"TMPDIR": TMP_MOUNT_PATH}),
+    "cache": (CACHE_MOUNT_PATH, {"XDG_CACHE_HOME": CACHE_MOUNT_PATH}),
+    "jax-cache": (JAX_CACHE_MOUNT_PATH, {"JAX_COMPILATION_CACHE_DIR": JAX_CACHE_MOUNT_PATH}),
+}
+
+# Ports TPU pods use between the hosts of a job, besides roxxel's coordinator port. On GKE
+# TPU, jax.distributed.initialize() detects the cluster itself (GkeTpuCluster) and puts its
+# coordinator on port 8482 (jax/_src/clusters/cloud_tpu_cluster.py). xpk, Google's GKE
+# launcher, opens 8471 and 8080 on TPU workers ("slice builder and megascale container
+# ports"); GKE's TPU examples name 8471 the port TPU VMs communicate on.
+TPU_RUNTIME_PORTS = {"jax-coordinator": 8482, "tpu-runtime": 8471, "megascale": 8080}

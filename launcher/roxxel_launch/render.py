@@ -35,6 +35,7 @@ from roxxel_launch.spec import (
     TPU_RESOURCE,
     JobSpec,
     accelerator_node_selectors,
+    image_is_pinned,
     spec_to_dict,
 )
 
@@ -167,6 +168,77 @@ def _accelerator_tolerations(spec: JobSpec) -> list[dict]:
     return [{"key": resource, "operator": "Exists", "effect": "NoSchedule"}]
 
 
+# ----------------------------------------------------------------------------- pod security
+
+
+def image_pull_policy(image: str) -> str:
+    """Always for a tag (it can move: every pod must get what the tag names now); IfNotPresent
+    for a digest, which names one immutable image."""
+    return "IfNotPresent" if image_is_pinned(image) else "Always"
+
+
+def _security_values(spec: JobSpec) -> dict[str, Any]:
+    """Pod and container securityContext meeting the Pod Security Standards "restricted"
+    profile (kubernetes.io/docs/concepts/security/pod-security-standards), plus a read-only
+    root filesystem, and the service-account token only when asked for."""
+    security = spec.security
+    return {
+        "automount_service_account_token": security.automount_service_account_token,
+        "pod_security_context": {
+            "runAsNonRoot": True,
+            "runAsUser": security.run_as_user,
+            "runAsGroup": security.run_as_group,
+            # Group-writable volumes (a PVC for checkpoints); skip the recursive chown when
+            # the volume's root already has the group, so large volumes mount fast.
+            "fsGroup": security.run_as_group,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "container_security_context": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "image_pull_policy": image_pull_policy(spec.image),
+    }
+
+
+def _writable_dirs(spec: JobSpec) -> dict[str, list[dict]]:
+    """emptyDir volumes, mounts and env for what the worker writes (contract.WRITABLE_DIRS).
+
+    A variable the user's ``env`` sets already keeps the user's value."""
+    out: dict[str, list[dict]] = {"volumes": [], "mounts": [], "env": []}
+    for name, (path, variables) in contract.WRITABLE_DIRS.items():
+        out["volumes"].append({"name": name, "emptyDir": {}})
+        out["mounts"].append({"name": name, "mountPath": path})
+        out["env"] += [{"name": key, "value": value} for key, value in variables.items()
+                       if key not in spec.env]
+    return out
+
+
+def _network_policy_ports(spec: JobSpec) -> list[dict]:
+    """Ports the job's pods accept from each other; [] means every port.
+
+    TPU: the JAX coordinator and the TPU runtime's ports (contract.TPU_RUNTIME_PORTS). GPU and
+    CPU: every port, because NCCL (GPU) and Gloo (JAX's CPU collectives) listen on ephemeral
+    ports that no fixed list can name; only the job's own pods may connect either way.
+    """
+    if spec.accelerator.kind != "tpu":
+        return []
+    ports = [contract.DEFAULT_COORDINATOR_PORT, *contract.TPU_RUNTIME_PORTS.values()]
+    return [{"protocol": "TCP", "port": port} for port in ports]
+
+
+def _tpu_runtime_ports(spec: JobSpec) -> list[dict]:
+    if spec.accelerator.kind != "tpu":
+        return []
+    return [{"name": name, "containerPort": port}
+            for name, port in contract.TPU_RUNTIME_PORTS.items()]
+
+
+# ----------------------------------------------------------------------------- values
+
+
 def template_values(spec: JobSpec) -> dict[str, Any]:
     """Every value the templates place, computed from a (valid) spec."""
     jobset = spec.workload == "jobset"
@@ -178,9 +250,8 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
                                                separators=(",", ":"))}
     if jobset and spec.accelerator.kind == "tpu" and spec.hosts_per_slice > 1:
         annotations[EXCLUSIVE_TOPOLOGY_ANNOTATION] = NODEPOOL_LABEL
-    pod_labels = {RUN_NAME_LABEL: spec.run_name}
-    if not jobset:
-        pod_labels[JOB_LABEL] = spec.name
+    # JOB_LABEL selects the job's pods: the Service of an indexed job, the NetworkPolicy.
+    pod_labels = {RUN_NAME_LABEL: spec.run_name, JOB_LABEL: spec.name}
     pod_annotations = {}
     if spec.data is not None and spec.data.gcsfuse is not None:
         pod_annotations[GCSFUSE_ANNOTATION] = "true"
@@ -202,6 +273,8 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
         if "value" in var:
             var["value"] = _literal(var["value"])
     env += [{"name": key, "value": _literal(value)} for key, value in spec.env.items()]
+    writable = _writable_dirs(spec)
+    env += writable["env"]
 
     limits = {**spec.resources.limits, **_accelerator_limits(spec)}
     requests = {**spec.resources.requests, **_accelerator_limits(spec)}
@@ -227,6 +300,7 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
         "preemption_exit_code": contract.PREEMPTED_EXIT_CODE,
         "container_name": contract.CONTAINER_NAME,
         "coordinator_port": contract.DEFAULT_COORDINATOR_PORT,
+        "tpu_runtime_ports": _tpu_runtime_ports(spec),
         "pod_labels": pod_labels,
         "pod_annotations": pod_annotations,
         # The JobSet controller sets the pods' subdomain itself; a bare Job needs it here.
@@ -244,6 +318,10 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
         "requests": requests,
         "volumes": volumes,
         "volume_mounts": mounts,
+        **_security_values(spec),
+        "writable_volumes": writable["volumes"],
+        "writable_mounts": writable["mounts"],
+        "network_policy_ports": _network_policy_ports(spec),
     }
 
 
@@ -253,13 +331,19 @@ def _parse(text: str) -> tuple[dict, ...]:
 
 
 def render(spec: JobSpec) -> Rendered:
-    """Renders the manifests of a job: [JobSet] or [Service, Job]."""
+    """Renders the manifests of a job, in creation order: [NetworkPolicy, JobSet] or
+    [Service, NetworkPolicy, Job] (no NetworkPolicy with ``security.network_policy: false``).
+
+    The NetworkPolicy comes before the pods' owner so that no pod ever runs unprotected.
+    """
     values = template_values(spec)
     env = _environment()
-    if spec.workload == "jobset":
-        text = env.get_template("jobset.yaml.j2").render(values)
-    else:
-        text = (env.get_template("service.yaml.j2").render(values) + "---\n"
-                + env.get_template("indexed-job.yaml.j2").render(values))
+    parts = []
+    if spec.workload == "indexed-job":
+        parts.append("service.yaml.j2")
+    if spec.security.network_policy:
+        parts.append("networkpolicy.yaml.j2")
+    parts.append("jobset.yaml.j2" if spec.workload == "jobset" else "indexed-job.yaml.j2")
+    text = "---\n".join(env.get_template(name).render(values) for name in parts)
     logger.debug("rendered %s %s/%s", spec.workload, spec.namespace, spec.name)
     return Rendered(objects=_parse(text), yaml=text)

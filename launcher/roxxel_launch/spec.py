@@ -54,6 +54,7 @@ GPU_ACCELERATOR_SELECTOR = "cloud.google.com/gke-accelerator"
 
 _QUANTITY = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/:@+]*")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9_.\-]{1,220}[a-z0-9]")
 _BAD_TEXT = re.compile(r"[\x00\ud800-\udfff]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -315,6 +316,41 @@ class Resources:
             object.__setattr__(self, section, _freeze(mapping))
 
 
+# ----------------------------------------------------------------------------- security
+
+
+@dataclasses.dataclass(frozen=True)
+class Security:
+    """What the pods may do: who they run as, API credentials, who may reach them.
+
+    The pods meet the Kubernetes Pod Security Standards "restricted" profile: non-root user,
+    no privilege escalation, all capabilities dropped, RuntimeDefault seccomp, read-only root
+    filesystem with emptyDir mounts for /tmp and caches (docs/run-on-gke.md, "Security").
+    """
+
+    run_as_user: int = _doc("UID the worker runs as; the worker image's user (Dockerfile).",
+                            default=contract.WORKER_UID)
+    run_as_group: int = _doc("GID the worker runs as, and the pod's fsGroup.",
+                             default=contract.WORKER_GID)
+    automount_service_account_token: bool = _doc(
+        "Mount a Kubernetes API token into the pods. Off: the worker never calls the API, and "
+        "Workload Identity gets cloud credentials from the GKE metadata server without it. "
+        "Turn it on for a program that uses the Kubernetes API (e.g. JAX's K8sCluster "
+        "auto-detection).", default=False)
+    network_policy: bool = _doc(
+        "Create a NetworkPolicy with the job that admits traffic to its pods only from its own "
+        "pods (needs a CNI that enforces NetworkPolicy, e.g. GKE Dataplane V2).", default=True)
+
+    def __post_init__(self):
+        # Pod Security "restricted" forbids UID 0; the kubelet refuses it with runAsNonRoot.
+        for name in ("run_as_user", "run_as_group"):
+            value = getattr(self, name)
+            if not 1 <= value <= 2**31 - 1:
+                raise SpecError(name, f"must be between 1 and 2147483647, got {value}",
+                                "Pods never run as root (0); use the image's user, e.g. "
+                                f"{contract.WORKER_UID}.")
+
+
 # ----------------------------------------------------------------------------- the job
 
 
@@ -354,6 +390,8 @@ class JobSpec:
     resources: Resources = _doc("Extra container requests/limits.", default_factory=Resources)
     node_selectors: Mapping[str, str] = _doc("Extra node selectors.", default_factory=dict)
     tolerations: tuple[Toleration, ...] = _doc("Extra tolerations.", default=())
+    security: Security = _doc("Pod security context, API token, NetworkPolicy.",
+                              default_factory=Security)
 
     def __post_init__(self):
         if self.api_version != API_VERSION:
@@ -363,9 +401,9 @@ class JobSpec:
             raise SpecError("kind", f"{self.kind!r} is not a job spec kind", f"Use kind: {KIND}.")
         _check("name", names.dns1035_label_problem(self.name))
         _check("namespace", names.dns1123_label_problem(self.namespace))
-        if not _IMAGE.fullmatch(self.image):
-            raise SpecError("image", f"{self.image!r} is not an image reference",
-                            "Use e.g. us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG.")
+        _check("image", image_reference_problem(self.image),
+               "Use e.g. us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG, or pin a digest: "
+               "us-docker.pkg.dev/PROJECT/REPO/IMAGE@sha256:<64 hex digits>.")
         if not self.command:
             raise SpecError("command", "must not be empty", "Give e.g. [python, examples/lm/train.py].")
         if self.num_slices < 1:
@@ -436,6 +474,24 @@ class JobSpec:
 # ----------------------------------------------------------------------------- derived names
 
 
+def image_reference_problem(image: str) -> str | None:
+    """Why ``image`` is not a pullable reference (``NAME[:TAG][@sha256:DIGEST]``), or None."""
+    if not _IMAGE.fullmatch(image):
+        return f"{image!r} is not an image reference"
+    name, at, digest = image.partition("@")
+    if at and not _DIGEST.fullmatch(digest):
+        return (f"{image!r}: the digest {digest!r} is not sha256: followed by 64 lowercase hex "
+                "digits")
+    if "@" in digest or not name or name.endswith((":", "/")):
+        return f"{image!r} is not an image reference"
+    return None
+
+
+def image_is_pinned(image: str) -> bool:
+    """Whether the image is pinned by digest (immutable) rather than named by a tag (mutable)."""
+    return "@" in image
+
+
 # Name of the replicated job inside a JobSet (short: it is part of every pod name).
 REPLICATED_JOB_NAME = "slice"
 
@@ -500,6 +556,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
                             "Quote the value in YAML.")
         if _BAD_TEXT.search(value):
             raise SpecError(path, "contains a NUL character or a lone surrogate, which is not text")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise SpecError(path, f"must be true or false, got {_type_name(value)} {value!r}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -587,6 +647,10 @@ def apply_overrides(data: Mapping, overrides: Sequence[str]) -> dict:
                 value = int(text)
             except ValueError:
                 raise SpecError(path, f"{text!r} is not an integer") from None
+        elif tp is bool:
+            if text.lower() not in ("true", "false"):
+                raise SpecError(path, f"{text!r} is not true or false")
+            value = text.lower() == "true"
         else:
             try:
                 value = yaml.safe_load(text)
@@ -648,6 +712,8 @@ def _schema_of(tp: Any) -> dict:
         return {"type": "string", "enum": list(typing.get_args(tp))}
     if tp is str:
         return {"type": "string"}
+    if tp is bool:
+        return {"type": "boolean"}
     if tp is int:
         return {"type": "integer"}
     if origin is tuple:

@@ -1,6 +1,6 @@
 """Checks rendered manifests before anything is sent to a cluster.
 
-Three layers, each returning a list of problems (``Kind/name: where: what``):
+Four layers, each returning a list of problems (``Kind/name: where: what``):
 
 * :func:`check_objects` — rules a schema cannot express: DNS names including the 63-character
   limit on the longest generated pod name, enum values (schemas of built-in kinds carry no
@@ -10,6 +10,10 @@ Three layers, each returning a list of problems (``Kind/name: where: what``):
   ``kubernetes-validate`` package in strict mode (unknown fields are errors).
 * :func:`check_jobset_crd` — a JobSet against the JobSet CRD's OpenAPI schema with
   ``jsonschema``, optionally rejecting unknown fields (a plain CRD schema prunes them).
+
+* :func:`check_pod_security` — every Pod Security Standards control ("baseline", then
+  "restricted") a rendered pod template breaks; :func:`validate` logs these as warnings with
+  the level the namespace must then enforce (an option such as inline NFS may need it).
 
 Against a real cluster, a server-side dry run remains the authoritative check.
 """
@@ -209,6 +213,21 @@ def _check_job(obj: Mapping) -> list[str]:
     return f.problems
 
 
+def _check_network_policy(obj: Mapping) -> list[str]:
+    f = _Findings(obj)
+    f.add("metadata.name", names.dns1123_subdomain_problem((obj.get("metadata") or {}).get("name", "")))
+    spec = obj.get("spec") or {}
+    selector = (spec.get("podSelector") or {}).get("matchLabels") or {}
+    if not selector:
+        f.add("spec.podSelector", "must select the job's pods by label, not every pod in the "
+              "namespace")
+    for i, rule in enumerate(spec.get("ingress") or []):
+        for j, peer in enumerate(rule.get("from") or []):
+            if (peer.get("podSelector") or {}).get("matchLabels") != selector:
+                f.add(f"spec.ingress[{i}].from[{j}]", "admits pods other than the job's own")
+    return f.problems
+
+
 def _check_service(obj: Mapping) -> list[str]:
     f = _Findings(obj)
     f.add("metadata.name", names.dns1035_label_problem((obj.get("metadata") or {}).get("name", "")))
@@ -218,7 +237,8 @@ def _check_service(obj: Mapping) -> list[str]:
     return f.problems
 
 
-_CHECKS = {"JobSet": _check_jobset, "Job": _check_job, "Service": _check_service}
+_CHECKS = {"JobSet": _check_jobset, "Job": _check_job, "Service": _check_service,
+           "NetworkPolicy": _check_network_policy}
 
 
 def check_objects(objects: Iterable[Mapping]) -> list[str]:
@@ -236,6 +256,146 @@ def check_objects(objects: Iterable[Mapping]) -> list[str]:
         else:
             problems += check(obj)
         problems += f.problems
+    return problems
+
+
+# ----------------------------------------------------------------------------- Pod Security
+# The Pod Security Standards' controls, as listed on
+# https://kubernetes.io/docs/concepts/security/pod-security-standards/ ("baseline", then what
+# "restricted" adds). Each check returns (profile the pod breaks, control, problem).
+
+BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL",
+                         "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID",
+                         "SYS_CHROOT"}
+SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+                "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+                "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"}
+SELINUX_TYPES = {None, "", "container_t", "container_init_t", "container_kvm_t",
+                 "container_engine_t"}
+RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                           "persistentVolumeClaim", "projected", "secret"}
+RESTRICTED_ADDABLE_CAPABILITIES = {"NET_BIND_SERVICE"}
+
+
+def _containers(spec: Mapping) -> list[tuple[str, Mapping]]:
+    return [(f"{field}[{i}]", c) for field in ("initContainers", "containers", "ephemeralContainers")
+            for i, c in enumerate(spec.get(field) or [])]
+
+
+def pod_security_findings(pod: Mapping) -> list[tuple[str, str, str]]:
+    """What keeps a pod template (metadata + spec) from the Pod Security "restricted" profile.
+
+    Returns (profile broken: ``baseline`` or ``restricted``, control name as on the Pod
+    Security Standards page, problem) for every failed control; [] when the pod is restricted.
+    A pod breaking "baseline" needs a namespace that enforces "privileged"; one breaking only
+    "restricted" needs "baseline".
+    """
+    spec = pod.get("spec") or {}
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    out: list[tuple[str, str, str]] = []
+    pod_sc = spec.get("securityContext") or {}
+    containers = _containers(spec)
+
+    def add(profile: str, control: str, problem: str) -> None:
+        out.append((profile, control, problem))
+
+    def effective(sc: Mapping, key: str) -> Any:
+        return sc.get(key, pod_sc.get(key))
+
+    # Baseline.
+    if (pod_sc.get("windowsOptions") or {}).get("hostProcess"):
+        add("baseline", "HostProcess", "securityContext.windowsOptions.hostProcess is true")
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(key):
+            add("baseline", "Host Namespaces", f"{key} is true")
+    for i, volume in enumerate(spec.get("volumes") or []):
+        if "hostPath" in volume:
+            add("baseline", "HostPath Volumes", f"volumes[{i}] ({volume.get('name')}) is a hostPath")
+        kinds = set(volume) - {"name"}
+        if kinds - RESTRICTED_VOLUME_TYPES:
+            add("restricted", "Volume Types", f"volumes[{i}] ({volume.get('name')}) is of type "
+                f"{', '.join(sorted(kinds - RESTRICTED_VOLUME_TYPES))}; allowed: "
+                f"{', '.join(sorted(RESTRICTED_VOLUME_TYPES))}")
+    for sysctl in pod_sc.get("sysctls") or []:
+        if sysctl.get("name") not in SAFE_SYSCTLS:
+            add("baseline", "Sysctls", f"sysctl {sysctl.get('name')} is not in the safe set")
+    for key, value in annotations.items():
+        if key.startswith("container.apparmor.security.beta.kubernetes.io/") and not (
+                value == "runtime/default" or value.startswith("localhost/")):
+            add("baseline", "AppArmor", f"annotation {key}={value}")
+    for where, sc in [("securityContext", pod_sc)] + [
+            (f"{at}.securityContext", c.get("securityContext") or {}) for at, c in containers]:
+        if (sc.get("appArmorProfile") or {}).get("type") not in (None, "RuntimeDefault", "Localhost"):
+            add("baseline", "AppArmor", f"{where}.appArmorProfile.type is "
+                f"{sc['appArmorProfile']['type']}")
+        selinux = sc.get("seLinuxOptions") or {}
+        if selinux.get("type") not in SELINUX_TYPES or selinux.get("user") or selinux.get("role"):
+            add("baseline", "SELinux", f"{where}.seLinuxOptions sets {selinux}")
+        if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
+            add("baseline", "Seccomp", f"{where}.seccompProfile.type is Unconfined")
+    for at, container in containers:
+        sc = container.get("securityContext") or {}
+        if (sc.get("windowsOptions") or {}).get("hostProcess"):
+            add("baseline", "HostProcess", f"{at}: windowsOptions.hostProcess is true")
+        if sc.get("privileged"):
+            add("baseline", "Privileged Containers", f"{at}: privileged is true")
+        added = set((sc.get("capabilities") or {}).get("add") or [])
+        if added - BASELINE_CAPABILITIES:
+            add("baseline", "Capabilities", f"{at}: adds {', '.join(sorted(added - BASELINE_CAPABILITIES))}")
+        for port in container.get("ports") or []:
+            if port.get("hostPort"):
+                add("baseline", "Host Ports", f"{at}: hostPort {port['hostPort']}")
+        if sc.get("procMount", "Default") != "Default":
+            add("baseline", "/proc Mount Type", f"{at}: procMount is {sc['procMount']}")
+        # Restricted.
+        if sc.get("allowPrivilegeEscalation") is not False:
+            add("restricted", "Privilege Escalation", f"{at}: allowPrivilegeEscalation is not false")
+        if effective(sc, "runAsNonRoot") is not True:
+            add("restricted", "Running as Non-root", f"{at}: runAsNonRoot is not true "
+                "(in the container or the pod)")
+        if effective(sc, "runAsUser") == 0:
+            add("restricted", "Running as Non-root user", f"{at}: runAsUser is 0")
+        if (effective(sc, "seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            add("restricted", "Seccomp", f"{at}: seccompProfile.type is not RuntimeDefault or "
+                "Localhost (in the container or the pod)")
+        capabilities = sc.get("capabilities") or {}
+        if "ALL" not in (capabilities.get("drop") or []):
+            add("restricted", "Capabilities", f"{at}: capabilities.drop does not include ALL")
+        if added - RESTRICTED_ADDABLE_CAPABILITIES:
+            add("restricted", "Capabilities", f"{at}: adds "
+                f"{', '.join(sorted(added - RESTRICTED_ADDABLE_CAPABILITIES))}")
+    if pod_sc.get("runAsUser") == 0:
+        add("restricted", "Running as Non-root user", "securityContext.runAsUser is 0")
+    return out
+
+
+def _pod_templates(obj: Mapping) -> list[tuple[str, Mapping]]:
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Job":
+        return [("spec.template", spec.get("template") or {})]
+    if obj.get("kind") == "JobSet":
+        return [(f"spec.replicatedJobs[{i}].template.spec.template",
+                 ((rjob.get("template") or {}).get("spec") or {}).get("template") or {})
+                for i, rjob in enumerate(spec.get("replicatedJobs") or [])]
+    return []
+
+
+def required_pod_security_level(findings: Iterable[tuple[str, str, str]]) -> str:
+    """The least Pod Security level a namespace must enforce to admit pods with these findings."""
+    profiles = {profile for profile, _, _ in findings}
+    return "privileged" if "baseline" in profiles else "baseline" if profiles else "restricted"
+
+
+def check_pod_security(objects: Iterable[Mapping]) -> list[str]:
+    """Every Pod Security "restricted" control the rendered pods fail, one line each."""
+    problems = []
+    for obj in objects:
+        for where, template in _pod_templates(obj):
+            for profile, control, problem in pod_security_findings(template):
+                problems.append(f"{_ident(obj)}: {where}: breaks Pod Security {profile!r} "
+                                f"({control}): {problem}")
     return problems
 
 
@@ -319,4 +479,23 @@ def validate(objects: Iterable[Mapping], *, schema: bool = True,
         problems += check_schemas(objects, kubernetes_version)
     if problems:
         raise ManifestError(problems)
+    warn_pod_security(objects)
     logger.debug("validated %d objects", len(objects))
+
+
+def warn_pod_security(objects: Iterable[Mapping]) -> list[str]:
+    """Logs (as warnings) what keeps the pods from Pod Security "restricted", and the level
+    their namespace must enforce instead; returns the lines. Not an error: an option such as
+    inline NFS data or host networking may need it, and the namespace decides."""
+    objects = list(objects)
+    lines = check_pod_security(objects)
+    if lines:
+        findings = [f for obj in objects for _, t in _pod_templates(obj)
+                    for f in pod_security_findings(t)]
+        level = required_pod_security_level(findings)
+        lines.append(f"the namespace must admit Pod Security {level!r} pods "
+                     f"(label pod-security.kubernetes.io/enforce={level}); see "
+                     "docs/run-on-gke.md, Security")
+        for line in lines:
+            logger.warning("%s", line)
+    return lines

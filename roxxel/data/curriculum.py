@@ -18,8 +18,11 @@ from roxxel.data.blend import BlendPlan
 from roxxel.data.dataset import Dataset
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS
 from roxxel.data.stream import Stream
+from roxxel.format.errors import DtypeMismatchError
 
 PRIMARY = "self"
+ORDERS = ("chunks", "documents")
+_MAX_POSITION = 2**62
 _PHASE_KEYS = {"steps", "epochs", "batch_size", "seq_len", "weights"}
 
 
@@ -106,6 +109,37 @@ class ResolvedPhase:
         return self.batch_size * self.seq_len
 
 
+_SHARED_FIELDS = ("tokenizer", "vocab_size", "eos_id", "dtype")
+
+
+def _check_compatible(datasets: Mapping[str, Dataset], vocab_size: int | None) -> int | None:
+    """Refuse datasets that cannot share one model; returns the vocabulary size rows are checked against.
+
+    Blended rows feed one embedding table and one EOS convention, so tokenizer identity,
+    vocabulary size, EOS id and token dtype must be the same for every dataset.
+    """
+    first_name, first = next(iter(datasets.items()))
+    for name, ds in list(datasets.items())[1:]:
+        for field in _SHARED_FIELDS:
+            a, b = getattr(first, field), getattr(ds, field)
+            if a != b:
+                raise DtypeMismatchError(
+                    f"datasets {first_name!r} ({first.filepath}) and {name!r} ({ds.filepath}) differ in {field}: "
+                    f"{a!r} vs {b!r}; blended datasets must come from the same tokenizer - re-pack one of them "
+                    "with the other's tokenizer")
+    declared = first.vocab_size
+    if vocab_size is None:
+        return declared
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+        raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+    if declared is not None and declared > vocab_size:
+        raise ValueError(
+            f"dataset {first_name!r} ({first.filepath}) has a vocabulary of {declared} ids but the model's vocab_size "
+            f"is {vocab_size}; ids up to {declared - 1} would be out of range - pack the data with the model's "
+            "tokenizer or give the model a vocabulary of at least that size")
+    return vocab_size
+
+
 class Curriculum:
     """Phases over a primary dataset and optional mixed datasets.
 
@@ -113,18 +147,34 @@ class Curriculum:
         primary_streamer: the primary dataset (``"self"`` in weights).
         phases: :class:`Phase` objects or dicts with the same keys.
         mix_streamers: other datasets by name, blended in by the phases' weights.
-        chunk_tokens: tokens per shuffled chunk of each dataset.
+        chunk_tokens: tokens per shuffled chunk of each dataset (``order="chunks"``).
+        order: ``"chunks"`` (default) - each dataset is cut into chunks of ``chunk_tokens``
+            tokens, shuffled, in O(1) memory; a row may jump between chunks mid-document.
+            ``"documents"`` - whole documents are shuffled and packed back to back (Megatron
+            style): rows are runs of whole documents, every token of the dataset is used,
+            at 16 bytes of host memory per document.
         repeat: start a new epoch of a dataset when it runs out (instead of dropping it from
             the blend and re-normalising the others' weights, the original's behaviour).
+        vocab_size: the number of token ids the model embeds. Data that declares a larger
+            vocabulary is refused here; every row read is checked to hold ids below it.
+            Default: the datasets' own ``vocab_size``.
 
     Raises:
         ValueError: an unknown dataset name in weights (lists the known ones); a phase
-            without steps or epochs before the last; an endless curriculum asked for its length.
+            without steps or epochs before the last; an endless curriculum asked for its length;
+            a phase the data cannot deliver (fewer steps than asked without ``repeat``, or not
+            one step), with how many steps it can give and the fix;
+            a dataset whose vocabulary exceeds ``vocab_size``.
+        DtypeMismatchError: two datasets disagree on tokenizer, vocabulary size, EOS id or
+            token dtype (names both datasets and the field).
     """
 
     def __init__(self, primary_streamer: Dataset, phases: Sequence[Phase | Mapping[str, Any]],
                  mix_streamers: Mapping[str, Dataset] | None = None, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-                 repeat: bool = False):
+                 repeat: bool = False, vocab_size: int | None = None, order: str = "chunks"):
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        self.order = order
         mix = dict(mix_streamers or {})
         if PRIMARY in mix:
             raise ValueError(f"{PRIMARY!r} names the primary dataset; pick another name for the mixed one")
@@ -138,10 +188,13 @@ class Curriculum:
                 raise ValueError(f"phase {i}: only the last phase may omit steps/epochs (it then runs until the data runs out)")
         self.chunk_tokens = chunk_tokens
         self.repeat = repeat
+        self.vocab_size = _check_compatible(self.datasets, vocab_size)
         self._sizes = tuple(self._usable_size(ds) for ds in self.datasets.values())
         self.plan, self.resolved = self._resolve()
 
     def _usable_size(self, ds: Dataset) -> int:
+        if self.order == "documents":
+            return ds.num_tokens
         chunk = min(self.chunk_tokens, ds.num_tokens)
         return (ds.num_tokens // chunk) * chunk
 
@@ -168,14 +221,44 @@ class Curriculum:
         for i, (p, s, w) in enumerate(zip(self.phases, steps, weights)):
             if plan.total_rows is None:  # endless blend: repeat mode with an open last phase
                 n = s
-            else:  # cut the phase short where the data runs out
+            else:  # the data runs out: only a last phase without steps/epochs may end there
                 cap = max(0, plan.total_rows - row) // p.batch_size
                 n = cap if s is None else min(s, cap)
+                if n < (1 if s is None else s):
+                    raise ValueError(self._short_message(i, p, s, n))
             resolved.append(ResolvedPhase(i, step, n, p.batch_size, p.seq_len, w, row, token))
             if n is None:
                 break
             step, row, token = step + n, row + n * p.batch_size, token + n * p.batch_size * p.seq_len
         return plan, tuple(resolved)
+
+    def _short_message(self, i: int, p: Phase, asked: int | None, n: int) -> str:
+        want = (f"asks for {asked} steps" if p.epochs is None else f"asks for {p.epochs} epochs ({asked} steps)") \
+            if asked is not None else "runs until the data runs out"
+        sizes = ", ".join(f"{name}: {size:,} tokens" for name, size in zip(self.names, self._sizes))
+        fix = ("use data of at least one row per step, or a smaller batch_size/seq_len" if n == 0 else
+               f"pass repeat=True to start new epochs, ask for at most {n} steps, or leave steps/epochs unset on "
+               "the last phase to train until the data runs out")
+        return (f"phase {i} {want} of {p.batch_size} x {p.seq_len} tokens, but the data ({sizes}, in chunks of "
+                f"{self.chunk_tokens}) can give only {n} steps there; {fix}")
+
+    def check_positions(self, step: int) -> None:
+        """Refuse a step whose token positions do not fit the streamer's int64 arithmetic.
+
+        Positions are exact Python ints in the curriculum and int64 in the vectorised reader;
+        a wrapped-around position would read an unrelated batch, so anything past 2**62
+        tokens (headroom for a row and a chunk) is an error.
+
+        Raises:
+            ValueError: names the step, its token position and the limit.
+        """
+        p = self._phase_or_end(step) if step >= 0 else None
+        if p is None:
+            raise ValueError(f"step {step} is negative")
+        end = self.tokens_before(step) + p.tokens_per_step + self.chunk_tokens
+        if end >= _MAX_POSITION:
+            raise ValueError(f"step {step} starts at token position {self.tokens_before(step):,}, beyond the 2**62 "
+                             "tokens the streamer's 64-bit positions can address; use a smaller start step")
 
     # -- the step -> data position map --------------------------------------------------
     @property
@@ -220,12 +303,15 @@ class Curriculum:
 
     def dataset_positions(self, step: int) -> dict[str, int]:
         """Tokens consumed from each dataset's shuffled stream before ``step`` (closed form)."""
+        self.check_positions(step)
         return dict(zip(self.names, self.plan.positions_at(self.rows_before(step)).tolist()))
 
     # -- identity -----------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         """JSON-able description: datasets (fingerprints), resolved phases, chunking, repeat."""
+        order = {} if self.order == "chunks" else {"order": self.order}  # keeps older fingerprints valid
         return {
+            **order,
             "datasets": {n: ds.fingerprint() for n, ds in self.datasets.items()},
             "chunk_tokens": self.chunk_tokens, "repeat": self.repeat,
             "phases": [{"steps": p.steps, "batch_size": p.batch_size, "seq_len": p.seq_len,
@@ -249,3 +335,72 @@ class Curriculum:
     def __repr__(self) -> str:
         phases = ", ".join(f"{p.steps}x({p.batch_size}x{p.seq_len})" for p in self.resolved)
         return f"Curriculum(datasets={list(self.names)}, phases=[{phases}])"
+
+
+def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step: int,
+                     diff: Any) -> tuple[list[str], list[str]]:
+    """Split the differences between two :meth:`Curriculum.describe` values into those a run
+    resumed at ``step`` may take and those it must refuse.
+
+    Batches ``0..step-1`` were taken under ``saved``; the resumed run must give exactly the
+    batches an uninterrupted run of ``current`` would. So every phase that started before
+    ``step`` must keep its batch size, sequence length and weights; one that ended before
+    ``step`` must also keep its length; the phase holding ``step`` may be lengthened or
+    shortened down to ``step`` (extending the run); phases starting at or after ``step``
+    may be changed, added or removed. Datasets, ``chunk_tokens`` and ``repeat`` shape every
+    batch and may not change.
+
+    Args:
+        saved: the description stored with the checkpoint.
+        current: this run's description.
+        step: the restored step.
+        diff: ``diff(a, b) -> list[str]``, one readable line per difference (the
+            checkpointer's :func:`~roxxel.train.checkpoint.describe_changes`).
+
+    Returns:
+        ``(allowed, refused)``: lines like ``"phases[0].steps: 60 -> 80"``.
+    """
+    allowed: list[str] = []
+    refused: list[str] = []
+    for key in sorted(set(saved) | set(current)):
+        if key == "phases":
+            continue
+        if key not in saved:  # recorded only by newer versions: nothing to compare against
+            allowed.append(f"{key}: not recorded in the checkpoint, now {json.dumps(current[key], default=str)}")
+        else:
+            refused += diff({key: saved.get(key)}, {key: current.get(key)})
+    old, new = list(saved.get("phases") or []), list(current.get("phases") or [])
+    start: float = 0  # step where phase i starts (inf after an open-ended phase)
+    for i, phase in enumerate(old):
+        steps = phase.get("steps")
+        end = math.inf if steps is None else start + steps
+        if start >= step:
+            break  # this phase and the later ones are all future
+        lines = diff({"phases": [phase]}, {"phases": [new[i]]}) if i < len(new) else [f"phases[{i}]: removed"]
+        lines = [line.replace("phases[0]", f"phases[{i}]", 1) for line in lines]
+        if i >= len(new):
+            refused += lines
+        else:
+            new_steps = new[i].get("steps")
+            new_end = math.inf if new_steps is None else start + new_steps
+            length = [line for line in lines if line.startswith(f"phases[{i}].steps:")]
+            refused += [line for line in lines if line not in length]
+            if length and end >= step and new_end >= step:
+                allowed += [f"{line} (the phase holding step {step} changes length)" for line in length]
+            else:
+                refused += length
+        start = end
+    else:
+        i = len(old)
+    future_from = i if old else 0
+    later = diff({"phases": old[future_from:]}, {"phases": new[future_from:]})
+    allowed += [_reindex(line, future_from) + f" (starts at or after step {step})" for line in later]
+    return allowed, refused
+
+
+def _reindex(line: str, offset: int) -> str:
+    """``phases[k]...`` -> ``phases[k + offset]...`` for a diff made on a slice of the phases."""
+    if not line.startswith("phases[") or offset == 0:
+        return line
+    k, rest = line[len("phases["):].split("]", 1)
+    return f"phases[{int(k) + offset}]{rest}"

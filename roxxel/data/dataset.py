@@ -64,6 +64,9 @@ class Dataset:
         release_bytes: hand mapped pages back to the OS after this many bytes have been read
             (keeps RSS flat; the pages stay in the page cache).
         max_open_shards: shards kept mapped at once (file descriptors), least recently used closed.
+        check_blocks: check each block of tokens against its stored CRC-32 the first time this
+            process reads it (format 1.1 shards; older shards have no block checksums). Leave
+            on; turning it off is for benchmarks.
 
     The dataset opens on first use (or ``open()``/``with``); opening reads manifests and
     shard headers, never token data.
@@ -72,12 +75,19 @@ class Dataset:
         ShardNotFoundError: a path does not exist, or a glob/directory has no shards.
         IncompleteDatasetError: a directory whose pack was killed before committing.
         BadSignatureError, TruncatedShardError, CorruptShardError: a damaged shard (names the file).
+        CorruptShardError: a broken manifest; a manifest path outside the dataset directory; a
+            shard whose size or footer SHA-256 differs from its manifest entry (checked when
+            the shard is opened, so swapped or replaced shards are refused).
         DtypeMismatchError: shards with different token dtypes.
         EmptyDatasetError: no tokens at all.
+
+    Raises (on read):
+        BlockChecksumError: a block of tokens does not match its CRC-32 (names shard and block).
     """
 
     def __init__(self, filepath: PathSpec, *,
-                 release_bytes: int = DEFAULT_RELEASE_BYTES, max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS):
+                 release_bytes: int = DEFAULT_RELEASE_BYTES, max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+                 check_blocks: bool = True):
         if isinstance(filepath, (str, os.PathLike)):
             self.filepath: str | list[str] = os.fspath(filepath)
         elif isinstance(filepath, (list, tuple)):
@@ -86,6 +96,7 @@ class Dataset:
             raise TypeError(f"filepath must be a path, a glob or a list of paths, got {type(filepath).__name__}")
         self.release_bytes = release_bytes
         self.max_open_shards = max_open_shards
+        self.check_blocks = check_blocks
         self._is_open = False
 
     # ------------------------------------------------------------------------------
@@ -153,6 +164,14 @@ class Dataset:
             raise CorruptShardError(
                 f"{e.path}: holds {shard.num_tokens} tokens / {shard.num_documents} documents but the manifest says "
                 f"{e.num_tokens} / {e.num_documents}; the shard was replaced - re-pack the dataset", e.path)
+        if e.sha256 is not None and shard.sha256 is not None and shard.sha256 != e.sha256:
+            raise CorruptShardError(
+                f"{e.path}: is not the shard its manifest lists (its footer SHA-256 is {shard.sha256}, the manifest "
+                f"says {e.sha256}); shards were swapped, renamed or replaced - restore them or re-pack the dataset", e.path)
+        if e.nbytes is not None and shard.nbytes != e.nbytes:
+            raise CorruptShardError(f"{e.path}: {shard.nbytes} bytes but the manifest says {e.nbytes}; "
+                                    "the shard was replaced - restore it or re-pack the dataset", e.path)
+        shard.check_blocks = self.check_blocks
         if self._is_open and shard.dtype != self.dtype:
             raise DtypeMismatchError(f"{e.path}: token dtype {shard.dtype.name}, the dataset's is {self.dtype.name}", e.path)
         self._shards[i] = shard
@@ -168,6 +187,12 @@ class Dataset:
             shard.close()
         self._shards.clear()
         self._is_open = False
+
+    def __del__(self) -> None:
+        try:
+            self.close()  # a dropped dataset must not keep descriptors open until interpreter exit
+        except Exception:
+            pass
 
     def __enter__(self) -> Dataset:
         return self.open()
@@ -285,7 +310,17 @@ class Dataset:
         s = bisect.bisect_right(self._doc_offsets, idx) - 1
         shard = self._shard(s)
         start, stop = shard.document_bounds(idx - int(self._doc_offsets[s]))
+        shard.check_range(start, stop)
         return self._account(shard.tokens[start:stop])
+
+    def document_starts(self) -> np.ndarray:
+        """Global token offset of every document's first token, shape ``(num_documents,)``, int64.
+
+        Opens every shard (reads each document index); O(documents) memory.
+        """
+        self._ensure_open()
+        parts = [self._shard(i).document_starts.astype(np.int64) + self._token_offsets[i] for i in range(self.num_shards)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def document_bounds(self, idx: int) -> tuple[int, int]:
         """``(start, stop)`` global token offsets of document ``idx``."""
@@ -310,7 +345,9 @@ class Dataset:
         s = int(np.searchsorted(self._token_offsets, start, side="right")) - 1
         base = int(self._token_offsets[s])
         if stop <= int(self._token_offsets[s + 1]):
-            return self._account(self._shard(s).tokens[start - base:stop - base])
+            shard = self._shard(s)
+            shard.check_range(start - base, stop - base)
+            return self._account(shard.tokens[start - base:stop - base])
         return self.read_into(np.empty(stop - start, self.dtype), start)
 
     def read_into(self, out: np.ndarray, start: int) -> np.ndarray:
@@ -428,6 +465,8 @@ class Dataset:
 def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_Entry]) -> None:
     if any(c in spec for c in _GLOB_CHARS) and not os.path.exists(spec):
         matches = sorted(glob.glob(spec))
+        pending = {d: _refuse_incomplete(d) for d in {os.path.dirname(m) or "." for m in matches if os.path.isfile(m)}}
+        matches = [m for m in matches if os.path.basename(m) not in pending.get(os.path.dirname(m) or ".", ())]
         if not matches:
             raise ShardNotFoundError(f"no files match {spec!r}")
         for m in matches:
@@ -435,10 +474,9 @@ def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_En
         return
     if os.path.isdir(spec):
         manifest = os.path.join(spec, MANIFEST_NAME)
-        if os.path.exists(manifest):
+        if os.path.lexists(manifest):  # a dangling link or unreadable manifest is an error, never skipped
             return _add_manifest(manifest, manifests, entries)
-        _refuse_incomplete(spec)
-        shards = sorted(glob.glob(os.path.join(spec, "*.rox")))
+        shards = _committed(sorted(glob.glob(os.path.join(spec, "*.rox"))), _refuse_incomplete(spec))
         if not shards:
             raise ShardNotFoundError(f"{spec}: no {MANIFEST_NAME} and no .rox shards in this directory")
         entries.extend(_Entry(p) for p in shards)
@@ -446,16 +484,17 @@ def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_En
     if spec.endswith(".json"):
         return _add_manifest(spec, manifests, entries)
     if os.path.exists(spec):
-        _refuse_incomplete(os.path.dirname(spec) or ".")
+        if not _committed([spec], _refuse_incomplete(os.path.dirname(spec) or ".")):
+            raise IncompleteDatasetError(f"{spec}: this shard belongs to an append that did not finish; it is not part "
+                                         "of the dataset - the next pack or append into its directory removes it", spec)
         entries.append(_Entry(spec))
         return
     stem = spec[:-4] if spec.endswith(".rox") else spec
-    if os.path.exists(stem + ".dataset.json"):
+    if os.path.lexists(stem + ".dataset.json"):
         return _add_manifest(stem + ".dataset.json", manifests, entries)
-    shards = sorted(glob.glob(glob.escape(stem) + "_*.rox"))
+    shards = _committed(sorted(glob.glob(glob.escape(stem) + "_*.rox")), _refuse_incomplete(os.path.dirname(spec) or "."))
     if not shards:
         raise ShardNotFoundError(f"dataset not found: {spec} (no such file, directory, manifest or {stem}_*.rox shards)")
-    _refuse_incomplete(os.path.dirname(spec) or ".")
     entries.extend(_Entry(p) for p in shards)
 
 
@@ -466,11 +505,25 @@ def _add_manifest(path: str, manifests: list[tuple[str, Manifest]], entries: lis
     entries.extend(_Entry(os.path.join(base, s.path), s.num_tokens, s.num_documents, s.sha256, s.bytes) for s in m.shards)
 
 
-def _refuse_incomplete(directory: str) -> None:
-    """Refuse shards next to the marker of a pack that never wrote its manifest."""
+def _refuse_incomplete(directory: str) -> set[str]:
+    """Refuse shards next to the marker of a pack that never wrote its manifest.
+
+    Returns the names of shards an unfinished append was committing (not yet in the dataset:
+    opening by glob or file skips them, so the dataset reads as it was before the append).
+    """
+    from roxxel.format.writer import pending_shards
+
+    pending: set[str] = set()
     for marker in glob.glob(os.path.join(glob.escape(directory), ".*.incomplete")):
         manifest = os.path.join(directory, os.path.basename(marker)[1:-len(".incomplete")])
         if not os.path.exists(manifest):
             raise IncompleteDatasetError(
                 f"{directory}: a pack into this directory did not finish (found {os.path.basename(marker)}); "
                 "its shards are not a complete dataset - re-run the pack", directory)
+        listed = {s.path for s in Manifest.load(manifest).shards}
+        pending.update(n for n in pending_shards(marker) if n not in listed)
+    return pending
+
+
+def _committed(paths: list[str], pending: set[str]) -> list[str]:
+    return [p for p in paths if os.path.basename(p) not in pending]

@@ -14,7 +14,7 @@ import numpy as np
 from roxxel.data.dataset import Dataset
 from roxxel.data.permutation import FeistelPermutation, _mix64
 
-DEFAULT_CHUNK_TOKENS = 1024
+DEFAULT_CHUNK_TOKENS = 16384  # 2k-8k rows span at most two chunks (usually one)
 _WINDOW = 4096  # chunks whose shuffled places are computed together
 
 
@@ -104,3 +104,72 @@ class ShuffledTokens:
 
     def __repr__(self) -> str:
         return f"ShuffledTokens({self.dataset!r}, chunk={self.chunk}, chunks={self.num_chunks})"
+
+
+class ShuffledDocuments:
+    """The stream of one dataset in document order: whole documents, shuffled, back to back.
+
+    Epoch ``e`` visits every document once in the order of a Feistel permutation keyed by
+    ``(seed, dataset index, e)`` and concatenates them (Megatron-style packing): a row is
+    a run of whole documents, except where it starts or ends inside one. Unlike
+    :class:`ShuffledTokens` this keeps per-epoch prefix sums of the shuffled document
+    lengths in memory: 16 bytes per document (two epochs cached).
+
+    Args:
+        dataset: the dataset.
+        seed: the run's shuffle seed.
+        index: the dataset's index in the blend.
+
+    Attributes:
+        size: tokens of one epoch (every token of the dataset).
+    """
+
+    def __init__(self, dataset: Dataset, seed: int, index: int = 0):
+        self.dataset = dataset
+        self.bounds = np.append(dataset.document_starts(), np.int64(dataset.num_tokens))
+        self.lengths = np.diff(self.bounds)
+        self.num_documents = len(self.lengths)
+        self.size = int(dataset.num_tokens)
+        self._key = stream_key(seed, index)
+        self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(order, ends)``: documents in visiting order and the cumulative token count after each."""
+        cached = self._epochs.get(epoch)
+        if cached is None:
+            if len(self._epochs) >= 2:
+                self._epochs.pop(next(iter(self._epochs)))
+            order = FeistelPermutation(self.num_documents, self._key, epoch)(np.arange(self.num_documents, dtype=np.int64))
+            cached = self._epochs[epoch] = (order, np.cumsum(self.lengths[order]))
+        return cached
+
+    def pieces(self, positions: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Contiguous dataset ranges that make up rows of ``length`` tokens (see :meth:`ShuffledTokens.pieces`)."""
+        positions = np.asarray(positions, np.int64)
+        offset = np.zeros(len(positions), np.int64)
+        rows, starts, counts = [], [], []
+        while True:
+            live = np.flatnonzero(offset < length)
+            if not live.size:
+                break
+            epoch, q = np.divmod(positions[live] + offset[live], self.size)
+            start = np.empty_like(q)
+            take = np.empty_like(q)
+            for e in np.unique(epoch):
+                sel = epoch == e
+                order, ends = self._epoch(int(e))
+                k = np.searchsorted(ends, q[sel], side="right")
+                doc = order[k]
+                within = q[sel] - (ends[k] - self.lengths[doc])
+                start[sel] = self.bounds[doc] + within
+                take[sel] = np.minimum(self.lengths[doc] - within, length - offset[live][sel])
+            rows.append(live)
+            starts.append(start)
+            counts.append(take)
+            offset[live] += take
+        row, start, count = (np.concatenate(a) for a in (rows, starts, counts))
+        order = np.lexsort((np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)]), row))
+        return row[order], start[order], count[order]
+
+    def __repr__(self) -> str:
+        return f"ShuffledDocuments({self.dataset!r}, documents={self.num_documents})"

@@ -17,7 +17,7 @@ import numpy as np
 
 from roxxel.data.documents import document_features
 from roxxel.data.prefetch import Prefetcher
-from roxxel.data.source import ShuffledTokens
+from roxxel.data.source import ShuffledDocuments, ShuffledTokens
 from roxxel.sharding import batch_sharding, default_batch_sharding
 
 if TYPE_CHECKING:  # annotations only: the curriculum builds streams (roxxel.data.curriculum imports this)
@@ -63,29 +63,68 @@ class BatchReader:
     Args:
         curriculum: the curriculum (plan, datasets, phases).
         seed: shuffle seed.
+        vocab_size: the model's vocabulary; a row holding an id ``>= vocab_size`` raises
+            ``ValueError`` (JAX clamps out-of-range gathers, so such ids would train silently
+            on the wrong embedding). Default: the curriculum's ``vocab_size``.
     """
 
-    def __init__(self, curriculum: Curriculum, seed: int):
+    def __init__(self, curriculum: Curriculum, seed: int, vocab_size: int | None = None):
         self.curriculum = curriculum
         self.seed = seed
-        self.sources = [ShuffledTokens(ds, seed, i, curriculum.chunk_tokens)
+        self.vocab_size = vocab_size if vocab_size is not None else curriculum.vocab_size
+        self.sources = [ShuffledDocuments(ds, seed, i) if curriculum.order == "documents"
+                        else ShuffledTokens(ds, seed, i, curriculum.chunk_tokens)
                         for i, ds in enumerate(curriculum.datasets.values())]
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
 
-    def rows(self, step: int, lo: int, hi: int, dtype=np.int32) -> np.ndarray:
-        """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``."""
+    def rows(self, step: int, lo: int, hi: int, dtype=np.int32, *, with_breaks: bool = False):
+        """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``.
+
+        With ``with_breaks``, returns ``(rows, breaks)``: ``breaks`` is a bool array of the same
+        shape, True at column ``t`` when token ``t`` is not the token that follows token
+        ``t - 1`` in its dataset (the row joins two shuffled chunks there).
+        """
         phase = self.curriculum.phase_at(step)
         first = self.curriculum.rows_before(step)
         which, position, _ = self.curriculum.plan.locate(np.arange(first + lo, first + hi, dtype=np.int64))
         out = np.empty((hi - lo, phase.seq_len), dtype)
+        breaks = np.zeros(out.shape, bool) if with_breaks else None
         for d in np.unique(which):
             sel = np.flatnonzero(which == d)
             source = self.sources[d]
-            _, starts, counts = source.pieces(position[sel], phase.seq_len)
+            row, starts, counts = source.pieces(position[sel], phase.seq_len)
             flat = np.empty(len(sel) * phase.seq_len, self.dtypes[d])
             source.dataset.gather_into(flat, starts, counts)
+            self._check_vocab(flat, d)
             out[sel] = flat.reshape(len(sel), phase.seq_len)
+            if breaks is not None:
+                breaks[sel] = _joins(row, starts, counts, len(sel), phase.seq_len)
+        return (out, breaks) if with_breaks else out
+
+    def _check_vocab(self, tokens: np.ndarray, d: int) -> None:
+        limit = self.vocab_size
+        if limit is not None and tokens.size and int(tokens.max()) >= limit:
+            bad = int(tokens.max())
+            name = self.curriculum.names[d]
+            raise ValueError(
+                f"dataset {name!r} ({self.curriculum.datasets[name].filepath}) holds token id {bad}, beyond the "
+                f"model's vocab_size {limit}; pack it with the model's tokenizer or raise vocab_size")
+
+
+def _joins(row: np.ndarray, start: np.ndarray, count: np.ndarray, n_rows: int, seq_len: int) -> np.ndarray:
+    """Bool ``(n_rows, seq_len)``: True where a piece starts that does not continue the previous piece of its row."""
+    out = np.zeros((n_rows, seq_len), bool)
+    if len(row) < 2:
         return out
+    same_row = row[1:] == row[:-1]
+    not_next = start[1:] != start[:-1] + count[:-1]
+    k = np.flatnonzero(same_row & not_next) + 1
+    if k.size:
+        ends = np.cumsum(count)  # the pieces of a row are consecutive: column = offset within the row
+        row_first = np.searchsorted(row, row, side="left")
+        col = ends - count - np.where(row_first > 0, ends[row_first - 1], 0)
+        out[row[k], col[k]] = True
+    return out
 
 
 class Stream:
@@ -99,8 +138,11 @@ class Stream:
         dtype: integer dtype of the token array (default int32).
         sharding: the batch's sharding; default :func:`default_sharding`. ``mesh`` plus
             ``data_sharding`` (the original's arguments) are accepted too.
-        outputs: ``"tokens"`` - a ``(batch_size, seq_len)`` array per step; ``"documents"`` -
-            a dict of such arrays (see :func:`~roxxel.data.documents.document_features`).
+        outputs: ``"tokens"`` - a ``(batch_size, seq_len)`` array per step: each row is a
+            concatenation of shuffled chunks of ``chunk_tokens`` tokens, so it may jump from the
+            middle of one document into the middle of another; ``"documents"`` - a dict of such
+            arrays (see :func:`~roxxel.data.documents.document_features`) whose ``segment_ids``,
+            ``positions`` and ``loss_mask`` mark every EOS *and* every chunk join as a boundary.
         prefetch_size: batches prepared ahead on a background thread (0: none).
         to_device: False yields this process's numpy rows instead of global arrays.
 
@@ -126,6 +168,8 @@ class Stream:
             raise ValueError("an endless curriculum needs an explicit stop_step")
         self.curriculum = curriculum
         self.start_step, self.stop_step = start_step, int(stop)
+        if stop > start_step:
+            curriculum.check_positions(self.stop_step - 1)
         self.dtype = np.dtype(dtype)
         self.outputs = outputs
         self.eos_id = curriculum.datasets["self"].eos_id
@@ -149,16 +193,19 @@ class Stream:
             return 0, p.batch_size
         return process_rows(self.sharding, (p.batch_size, p.seq_len), p.index)
 
-    def local_rows(self, step: int) -> np.ndarray:
-        """This process's rows of the global batch of ``step`` (numpy, before device placement)."""
+    def local_rows(self, step: int, *, with_breaks: bool = False):
+        """This process's rows of the global batch of ``step`` (numpy, before device placement).
+
+        With ``with_breaks``, ``(rows, breaks)`` (see :meth:`BatchReader.rows`).
+        """
         phase = self.curriculum.phase_at(step)
         lo, hi = self._row_ranges[phase.index]
-        return self.reader.rows(step, lo, hi, self.dtype)
+        return self.reader.rows(step, lo, hi, self.dtype, with_breaks=with_breaks)
 
-    def _place(self, step: int, rows: np.ndarray):
+    def _place(self, step: int, rows):
         phase = self.curriculum.phase_at(step)
         eos_id = self.eos_id  # never None with outputs='documents' (checked in __init__)
-        arrays: Any = rows if self.outputs == "tokens" or eos_id is None else document_features(rows, eos_id)
+        arrays: Any = rows if self.outputs == "tokens" or eos_id is None else document_features(rows[0], eos_id, rows[1])
         if not self.to_device:
             return arrays
         import jax
@@ -172,7 +219,7 @@ class Stream:
 
     def _produce(self, start: int) -> Iterator:
         for step in range(start, self.stop_step):
-            yield self._place(step, self.local_rows(step))
+            yield self._place(step, self.local_rows(step, with_breaks=self.outputs == "documents"))
 
     def __iter__(self) -> Stream:
         return self

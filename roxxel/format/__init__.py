@@ -2,9 +2,11 @@
 
 from roxxel.format.errors import (
     BadSignatureError,
+    BlockChecksumError,
     ChecksumMismatchError,
     CorruptShardError,
     DatasetExistsError,
+    DatasetLockedError,
     DtypeMismatchError,
     EmptyDatasetError,
     IncompleteDatasetError,
@@ -18,7 +20,8 @@ from roxxel.format.shard import Shard, open_shard
 from roxxel.format.writer import DatasetWriter, ShardWriter
 
 __all__ = [
-    "BadSignatureError", "ChecksumMismatchError", "CorruptShardError", "DatasetExistsError", "DtypeMismatchError",
+    "BadSignatureError", "BlockChecksumError", "ChecksumMismatchError", "CorruptShardError", "DatasetExistsError",
+    "DatasetLockedError", "DtypeMismatchError",
     "EmptyDatasetError", "IncompleteDatasetError", "RoxxelFormatError", "ShardNotFoundError", "TruncatedShardError",
     "LegacyShard", "MANIFEST_NAME", "Manifest", "ShardEntry", "Shard", "open_shard", "DatasetWriter", "ShardWriter",
 ]

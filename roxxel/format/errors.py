@@ -41,6 +41,14 @@ class ChecksumMismatchError(RoxxelFormatError):
     """The SHA-256 recomputed by ``verify()`` differs from the one stored in the footer or the manifest."""
 
 
+class BlockChecksumError(ChecksumMismatchError):
+    """A block of token data does not match the CRC-32 stored for it (checked on its first read)."""
+
+
+class DatasetLockedError(RoxxelFormatError):
+    """Another pack or append holds the dataset's lock; wait for it to finish, then retry."""
+
+
 class DtypeMismatchError(RoxxelFormatError):
     """Shards of one dataset disagree on token dtype (or tokenizer), or a token does not fit the dtype."""
 

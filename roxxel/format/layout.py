@@ -1,4 +1,4 @@
-"""The on-disk layout of a ``.rox`` shard (format version 1).
+"""The on-disk layout of a ``.rox`` shard (format version 1.1; 1.0 lacks the block checksums).
 
 All integers are little-endian. Offsets are in bytes from the start of the file.
 
@@ -17,12 +17,21 @@ token data              ``num_tokens`` tokens of the dtype, starting at
 padding                 zero bytes up to the next multiple of 8
 document index          ``num_documents`` uint64: token offset of each document's
                         first token (the first is 0; documents are contiguous)
+block checksums (1.1)   one uint32 CRC-32 per block of ``block_bytes`` bytes of the
+                        token data (the last block may be shorter); the metadata's
+                        ``block_checksums`` = ``{"algorithm": "crc32", "block_bytes": N}``
+                        says the region is there
 footer (56 bytes)       ``FOOTER``: SHA-256 of the contents, token count, document
                         count, end signature ``ROXSHEND``
 ======================  ==========================================================
 
-The SHA-256 covers, in this order, the token data, the padding, the document index and
-the header + metadata block ``[0, data_offset)``. That order lets a writer hash while
+Version 1.1 added the block checksums so that a reader can check each block of tokens the
+first time it reads it, at a cost of one CRC-32 per block per process, instead of hashing
+the whole shard. A 1.0 shard (no such region, no ``block_checksums`` key) still opens; its
+tokens are checked only by ``verify`` (SHA-256).
+
+The SHA-256 covers, in this order, the token data, the padding, the document index, the
+block checksums and the header + metadata block ``[0, data_offset)``. That order lets a writer hash while
 it streams tokens and fill the header in last. A file whose size differs from the one
 the header implies is truncated (or has trailing garbage) and is refused on open.
 
@@ -41,7 +50,10 @@ import numpy as np
 SIGNATURE = b"ROXSHARD"
 END_SIGNATURE = b"ROXSHEND"
 LEGACY_SIGNATURE = b"ROXXEL02"
-FORMAT_VERSION = (1, 0)
+FORMAT_VERSION = (1, 1)
+BLOCK_CHECKSUM_VERSION = (1, 1)  # first version whose shards carry block checksums
+DEFAULT_BLOCK_BYTES = 64 << 10  # CRC-32 granularity: cheap to check on a first read, 1/16384 of the data
+BLOCK_CRC_DTYPE = np.dtype("<u4")
 
 HEADER = struct.Struct("<8sHHIQQQQ8sI4x")
 FOOTER = struct.Struct("<32sQQ8s")
@@ -107,6 +119,11 @@ def index_offset_for(data_offset: int, num_tokens: int, itemsize: int) -> int:
     return align(data_offset + num_tokens * itemsize, INDEX_ALIGNMENT)
 
 
-def file_size_for(index_offset: int, num_documents: int) -> int:
-    """Total file size implied by the header: index, then the footer."""
-    return index_offset + num_documents * INDEX_DTYPE.itemsize + FOOTER.size
+def num_blocks(data_bytes: int, block_bytes: int) -> int:
+    """Blocks of ``block_bytes`` (the last one shorter) that cover ``data_bytes`` bytes of tokens."""
+    return -(-data_bytes // block_bytes) if block_bytes else 0
+
+
+def file_size_for(index_offset: int, num_documents: int, blocks: int = 0) -> int:
+    """Total file size implied by the header: index, block checksums (1.1), then the footer."""
+    return index_offset + num_documents * INDEX_DTYPE.itemsize + blocks * BLOCK_CRC_DTYPE.itemsize + FOOTER.size

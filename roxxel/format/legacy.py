@@ -18,7 +18,7 @@ import struct
 import numpy as np
 
 from roxxel.format.errors import CorruptShardError, TruncatedShardError
-from roxxel.format.mapped import MappedFile
+from roxxel.format.mapped import MappedFile, open_regular
 
 FOOTER = struct.Struct("<qq8s8s")
 _REINTERPRET = {"int16": "uint16"}
@@ -49,7 +49,7 @@ class LegacyShard(MappedFile):
         self.nbytes = _size
         if _size < FOOTER.size:
             raise TruncatedShardError(f"{path}: truncated original-format shard ({_size} bytes)", path)
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.seek(_size - FOOTER.size)
             total_records, raw_size, dtype_bytes, _ = FOOTER.unpack(f.read(FOOTER.size))
         expected = raw_size + 8 * total_records + FOOTER.size

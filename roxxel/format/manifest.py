@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import posixpath
 from typing import Any
 
 from roxxel.format.atomic import atomic_write
@@ -90,13 +92,16 @@ class Manifest:
 
         Raises:
             ShardNotFoundError: no such file.
-            CorruptShardError: not a Roxxel manifest, or an unreadable one (names the file).
+            CorruptShardError: not a Roxxel manifest, or an unreadable one (names the file); a
+                shard path that is not a relative name inside the manifest's directory.
         """
         try:
             with open(path, encoding="utf-8") as f:
                 raw = json.load(f)
         except FileNotFoundError:
-            raise ShardNotFoundError(f"dataset manifest not found: {path}") from None
+            raise ShardNotFoundError(f"dataset manifest not found (or a dangling link): {path}") from None
+        except (IsADirectoryError, PermissionError) as e:
+            raise CorruptShardError(f"{path}: cannot read the dataset manifest ({e.strerror}); fix or remove it", path) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise CorruptShardError(f"{path}: dataset manifest is not valid JSON ({e}); re-pack the dataset", path) from None
         if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
@@ -105,8 +110,20 @@ class Manifest:
             raise CorruptShardError(f"{path}: manifest version {raw['format_version']} is newer than this Roxxel reads; upgrade roxxel", path)
         try:
             shards = tuple(ShardEntry(**s) for s in raw["shards"])
+            for s in shards:
+                _check_shard_path(path, s.path)
             return cls(dtype=raw["dtype"], vocab_size=raw.get("vocab_size"), eos_id=raw.get("eos_id"),
                        tokenizer=raw.get("tokenizer"), shards=shards,
                        writer_version=raw.get("writer_version", "?"), created=raw.get("created", "?"))
         except (KeyError, TypeError) as e:
             raise CorruptShardError(f"{path}: dataset manifest is missing or has a malformed field ({e}); re-pack the dataset", path) from None
+
+
+def _check_shard_path(manifest: str, name: object) -> None:
+    """Refuse shard paths that leave the dataset directory (``../x``, ``/etc/passwd``, ``a/../../b``)."""
+    ok = (isinstance(name, str) and name and not os.path.isabs(name) and "\\" not in name and "\0" not in name
+          and ".." not in name.split("/") and posixpath.normpath(name) == name)
+    if not ok:
+        raise CorruptShardError(
+            f"{manifest}: shard path {name!r} is not a relative name inside the dataset directory; a manifest may "
+            "only list shards next to it (or below it) - fix the manifest or re-pack the dataset", manifest)

@@ -4,10 +4,37 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
+from typing import BinaryIO
 
 import numpy as np
 
-from roxxel.format.errors import TruncatedShardError
+from roxxel.format.blocks import BlockChecks
+from roxxel.format.errors import RoxxelFormatError, TruncatedShardError
+
+
+def open_regular(path: str) -> BinaryIO:
+    """Open ``path`` for binary reading, refusing anything but a regular file.
+
+    The open does not block (a FIFO or device would wait for a writer forever); the type
+    is checked on the opened descriptor, so a file swapped in between cannot slip through.
+
+    Raises:
+        FileNotFoundError: no such file.
+        RoxxelFormatError: a directory, FIFO, socket or device.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "directory" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "socket" \
+                if stat.S_ISSOCK(mode) else "device"
+            raise RoxxelFormatError(f"{path}: is a {kind}, not a regular file; a shard must be a regular file", path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class MappedFile:
@@ -23,10 +50,33 @@ class MappedFile:
     _data_offset: int
     _mmap: mmap.mmap | None = None
     _fd: int | None = None
+    _blocks: BlockChecks | None = None  # set when the shard stores block checksums (format 1.1)
+    check_blocks: bool = True  # check each block on its first read (off only for benchmarks)
+
+    @property
+    def has_block_checksums(self) -> bool:
+        """True when reads are checked against stored per-block CRC-32s (format 1.1 shards)."""
+        return self._blocks is not None
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            with open_regular(self.path) as f:
+                self._fd = os.dup(f.fileno())
+        return self._fd
+
+    def check_range(self, start: int, stop: int) -> None:
+        """Check the blocks holding tokens ``[start, stop)`` not yet checked in this process.
+
+        Raises:
+            BlockChecksumError: a block is damaged (names the shard, the block and the fix).
+        """
+        if self._blocks is not None and self.check_blocks:
+            size = self.dtype.itemsize
+            self._blocks.check(self._descriptor(), start * size, stop * size)
 
     def _map(self) -> mmap.mmap:
         if self._mmap is None:
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:
                 self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return self._mmap
 
@@ -39,15 +89,17 @@ class MappedFile:
         Raises:
             TruncatedShardError: the file ended early (it shrank after opening).
         """
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        buf = out.data.cast("B")  # the array's own buffer (C-contiguous), as bytes
+        fd = self._descriptor()
+        whole = buf = out.data.cast("B")  # the array's own buffer (C-contiguous), as bytes
         offset = self._data_offset + start * self.dtype.itemsize
         while len(buf):
-            n = os.preadv(self._fd, [buf], offset)
+            n = os.preadv(fd, [buf], offset)
             if n <= 0:
                 raise TruncatedShardError(f"{self.path}: file ended while reading (was it truncated after opening?)", self.path)
             buf, offset = buf[n:], offset + n
+        if self._blocks is not None and self.check_blocks:
+            first = start * self.dtype.itemsize
+            self._blocks.check(fd, first, first + len(whole), whole)
 
     def release(self) -> None:
         """Drop this process's mapped pages (they stay in the page cache; views stay valid).
@@ -66,3 +118,12 @@ class MappedFile:
         for name in self._VIEWS:
             setattr(self, name, None)
         self._mmap = None
+
+    def __del__(self):
+        # A dropped shard must not keep its descriptor open (the mmap closes itself).
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -14,16 +14,19 @@ from typing import Any
 import numpy as np
 
 from roxxel.format import layout
+from roxxel.format.blocks import BlockChecks
 from roxxel.format.errors import (
     BadSignatureError,
+    BlockChecksumError,
     ChecksumMismatchError,
     CorruptShardError,
     ShardNotFoundError,
     TruncatedShardError,
 )
-from roxxel.format.mapped import MappedFile
+from roxxel.format.mapped import MappedFile, open_regular
 
 _VERIFY_CHUNK = 8 << 20
+_MAX_DATA_OFFSET = 1 << 24  # metadata is a few KiB; a larger data offset means a garbage header
 
 
 class Shard(MappedFile):
@@ -54,7 +57,7 @@ class Shard(MappedFile):
         self.path = path
         size = _size if _size is not None else _file_size(path)
         self.nbytes = size
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = _head if _head is not None else f.read(layout.HEADER.size)
             if len(head) < layout.HEADER.size:
                 raise TruncatedShardError(
@@ -66,21 +69,33 @@ class Shard(MappedFile):
              index_offset, dtype_name, crc) = layout.HEADER.unpack(head)
             if magic != layout.SIGNATURE:
                 raise BadSignatureError(f"{path}: not a Roxxel shard (no {layout.SIGNATURE.decode()} signature)", path)
-            if major > layout.FORMAT_VERSION[0]:
+            meta_bytes = b""
+            if layout.HEADER.size + meta_len <= size:
+                f.seek(layout.HEADER.size)
+                meta_bytes = f.read(meta_len)
+            crc_ok = len(meta_bytes) == meta_len and layout.header_crc(head, meta_bytes) == crc
+            if major > layout.FORMAT_VERSION[0] and crc_ok:
                 raise CorruptShardError(
                     f"{path}: shard format version {major}.{minor} is newer than this Roxxel "
                     f"reads ({layout.FORMAT_VERSION[0]}.x); upgrade roxxel", path)
-            f.seek(layout.HEADER.size)
-            meta_bytes = f.read(meta_len)
-            if len(meta_bytes) < meta_len:
+            plausible = (major <= layout.FORMAT_VERSION[0] and data_offset % layout.DATA_ALIGNMENT == 0
+                         and layout.HEADER.size + meta_len <= data_offset <= _MAX_DATA_OFFSET
+                         and dtype_name.rstrip(b"\0").decode("ascii", "replace") in layout.TOKEN_DTYPES)
+            if len(meta_bytes) < meta_len and plausible:
                 raise TruncatedShardError(_truncated_message(path, "metadata", size, data_offset), path)
-            if layout.header_crc(head, meta_bytes) != crc:
-                raise CorruptShardError(f"{path}: header checksum mismatch; the header or metadata is corrupt - re-pack the shard", path)
+            if not crc_ok:
+                raise CorruptShardError(
+                    f"{path}: header checksum mismatch: the file has the {layout.SIGNATURE.decode()} signature but "
+                    "its header or metadata is damaged (or it is not really a shard) - re-copy or re-pack it", path)
+            self.metadata: dict[str, Any] = json.loads(meta_bytes.decode("utf-8"))
             self.dtype = np.dtype(dtype_name.rstrip(b"\0").decode("ascii")).newbyteorder("<")
             expected_index = layout.index_offset_for(data_offset, num_tokens, self.dtype.itemsize)
-            expected_size = layout.file_size_for(index_offset, num_documents)
             if index_offset != expected_index or data_offset % layout.DATA_ALIGNMENT:
                 raise CorruptShardError(f"{path}: inconsistent offsets in the header - re-pack the shard", path)
+            data_bytes = num_tokens * self.dtype.itemsize
+            block_bytes = self._block_bytes(path, (major, minor))
+            blocks = layout.num_blocks(data_bytes, block_bytes)
+            expected_size = layout.file_size_for(index_offset, num_documents, blocks)
             if size < expected_size:
                 region = _region_at(size, data_offset, index_offset, num_documents)
                 raise TruncatedShardError(_truncated_message(path, region, size, expected_size), path)
@@ -92,7 +107,6 @@ class Shard(MappedFile):
             sha, f_tokens, f_docs, end = layout.FOOTER.unpack(f.read(layout.FOOTER.size))
         if end != layout.END_SIGNATURE or (f_tokens, f_docs) != (num_tokens, num_documents):
             raise CorruptShardError(f"{path}: footer does not match the header; the shard is corrupt - re-pack it", path)
-        self.metadata: dict[str, Any] = json.loads(meta_bytes.decode("utf-8"))
         self.version = (major, minor)
         self.num_tokens = num_tokens
         self.num_documents = num_documents
@@ -101,6 +115,20 @@ class Shard(MappedFile):
         self._index_offset = index_offset
         self._tokens: np.ndarray | None = None
         self._index: np.ndarray | None = None
+        if block_bytes:
+            table = index_offset + num_documents * layout.INDEX_DTYPE.itemsize
+            self._blocks = BlockChecks(path, data_offset, data_bytes, block_bytes, table)
+
+    def _block_bytes(self, path: str, version: tuple[int, int]) -> int:
+        """Block size of the stored checksums: 0 for a 1.0 shard (it has none)."""
+        spec = self.metadata.get("block_checksums")
+        if version < layout.BLOCK_CHECKSUM_VERSION and spec is None:
+            return 0
+        if (not isinstance(spec, dict) or spec.get("algorithm") != "crc32" or not isinstance(spec.get("block_bytes"), int)
+                or spec["block_bytes"] < 1 or spec["block_bytes"] % self.dtype.itemsize):
+            raise CorruptShardError(f"{path}: format {version[0]}.{version[1]} shard with a missing or malformed "
+                                    f"block_checksums entry ({spec!r}) - re-pack the shard", path)
+        return spec["block_bytes"]
 
     # -- memory map -------------------------------------------------------------------
     @property
@@ -136,16 +164,27 @@ class Shard(MappedFile):
         """Check the content checksum (and the document index's order).
 
         Raises:
-            ChecksumMismatchError: the data differs from what was written.
+            ChecksumMismatchError: the data differs from what was written (a
+                ``BlockChecksumError`` names the first damaged block of a 1.1 shard).
             CorruptShardError: the document index is not increasing from 0.
         """
         actual = self.compute_sha256()
         for label, want in (("footer", self.sha256), ("manifest", expected_sha256)):
             if want is not None and actual != want:
                 raise ChecksumMismatchError(
-                    f"{self.path}: checksum mismatch (SHA-256 {actual}, {label} says {want}); "
+                    f"{self.path}: checksum mismatch (SHA-256 {actual}, {label} says {want}){self._damaged_block()}; "
                     "the shard is corrupt - re-copy or re-pack it", self.path)
         _check_index(self.path, self.document_starts, self.num_tokens)
+
+    def _damaged_block(self) -> str:
+        """Where the block checksums place the damage (", first damaged token block: N"), if they can."""
+        if self._blocks is None:
+            return ""
+        try:
+            self._blocks.check_all(self._descriptor())
+        except BlockChecksumError as e:
+            return f", first damaged token block: {str(e).split('token block ')[1].split(' fails')[0]}"
+        return ", every token block matches its CRC-32: the damage is in the header, index or checksums"
 
     def __repr__(self) -> str:
         return f"Shard({self.path!r}, tokens={self.num_tokens}, documents={self.num_documents}, dtype={self.dtype.name})"
@@ -163,7 +202,7 @@ def open_shard(path: str):
     from roxxel.format.legacy import LegacyShard
 
     size = _file_size(path)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         head = f.read(layout.HEADER.size)
         if head.startswith(layout.SIGNATURE):
             return Shard(path, _size=size, _head=head)

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import glob
 import hashlib
 import json
 import logging
 import os
 import re
+import socket
+import time
+import zlib
 from array import array
 from typing import Any, Iterable
 
@@ -25,8 +29,8 @@ import numpy as np
 
 from roxxel._version import __version__
 from roxxel.format import layout
-from roxxel.format.atomic import commit, fsync_dir, is_temp_name, temp_name
-from roxxel.format.errors import DatasetExistsError, DtypeMismatchError
+from roxxel.format.atomic import atomic_write, commit, fsync_dir, is_temp_name, temp_name
+from roxxel.format.errors import DatasetExistsError, DatasetLockedError, DtypeMismatchError
 from roxxel.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
 
 log = logging.getLogger("roxxel.format")
@@ -57,12 +61,16 @@ class ShardWriter:
         self.tmp_path = temp_name(path)
         self.dtype = layout.normalize_token_dtype(dtype)
         self._metadata = dict(metadata, format="roxxel.shard", dtype=self.dtype.name,
-                              writer_version=__version__, created=_now())
+                              writer_version=__version__, created=_now(),
+                              block_checksums={"algorithm": "crc32", "block_bytes": layout.DEFAULT_BLOCK_BYTES})
         reserve = len(self._metadata_json(_PLACEHOLDER_COUNT, _PLACEHOLDER_COUNT))
         self._data_offset = layout.align(layout.HEADER.size + reserve, layout.DATA_ALIGNMENT)
         self._file = open(self.tmp_path, "wb", buffering=_WRITE_BUFFER)
         self._file.seek(self._data_offset)
         self._hash = hashlib.sha256()
+        self._block_crcs = array("I")
+        self._crc = 0  # CRC-32 of the current block so far
+        self._in_block = 0  # bytes of the current block written
         self._starts = array("Q")
         self.num_tokens = 0
         self.entry: ShardEntry | None = None
@@ -75,7 +83,8 @@ class ShardWriter:
     @property
     def nbytes(self) -> int:
         """Bytes the shard will take if finished now (approximately; the index and footer included)."""
-        return self._data_offset + self.num_tokens * self.dtype.itemsize + 8 * len(self._starts) + layout.FOOTER.size
+        return (self._data_offset + self.num_tokens * self.dtype.itemsize + 8 * len(self._starts)
+                + 4 * (len(self._block_crcs) + 1) + layout.FOOTER.size)
 
     def start_document(self) -> None:
         """Mark the next token written as the first of a new document."""
@@ -86,7 +95,19 @@ class ShardWriter:
         buf = np.ascontiguousarray(tokens).data.cast("B")
         self._file.write(buf)
         self._hash.update(buf)
+        self._update_block_crcs(buf)
         self.num_tokens += len(tokens)
+
+    def _update_block_crcs(self, buf: memoryview) -> None:
+        block = layout.DEFAULT_BLOCK_BYTES
+        while len(buf):
+            take = min(block - self._in_block, len(buf))
+            self._crc = zlib.crc32(buf[:take], self._crc)
+            self._in_block += take
+            buf = buf[take:]
+            if self._in_block == block:
+                self._block_crcs.append(self._crc)
+                self._crc, self._in_block = 0, 0
 
     def _metadata_json(self, num_tokens: int, num_documents: int) -> bytes:
         meta = dict(self._metadata, num_tokens=num_tokens, num_documents=num_documents)
@@ -99,7 +120,10 @@ class ShardWriter:
         index_offset = layout.align(data_end, layout.INDEX_ALIGNMENT)
         pad = b"\0" * (index_offset - data_end)
         index = np.frombuffer(self._starts, dtype=np.uint64).astype(layout.INDEX_DTYPE, copy=False)
-        for part in (pad, index.data.cast("B")):
+        if self._in_block:
+            self._block_crcs.append(self._crc)
+        crcs = np.frombuffer(self._block_crcs, dtype=np.uint32).astype(layout.BLOCK_CRC_DTYPE, copy=False)
+        for part in (pad, index.data.cast("B"), crcs.data.cast("B")):
             f.write(part)
             h.update(part)
         meta = self._metadata_json(self.num_tokens, self.num_documents)
@@ -150,8 +174,13 @@ class DatasetWriter:
         shard_size: roll over to a new shard when the next document would take the current
             one past this many bytes (a shard may exceed it only when one document does).
         append: add shards to an existing dataset instead of refusing.
+        lock_timeout: seconds to wait for another pack/append into the same dataset to
+            finish (0: fail at once). The writer holds an exclusive ``flock`` on
+            ``DIR/.dataset.json.lock`` from construction to commit or abort; Linux maps it to
+            POSIX byte-range locks on NFS, so it also excludes writers on other hosts.
 
     Raises:
+        DatasetLockedError: another writer holds the dataset's lock past ``lock_timeout``.
         DatasetExistsError: the target holds a dataset or shards and ``append`` is False.
         DtypeMismatchError: appending with a different dtype, vocabulary, EOS id or tokenizer;
             a token outside ``[0, vocab_size)``.
@@ -163,7 +192,7 @@ class DatasetWriter:
     def __init__(self, manifest_path: str, *, shard_pattern: str = "shard-{:05d}.rox", dtype=None,
                  vocab_size: int | None = None, eos_id: int | None = None,
                  tokenizer: dict[str, Any] | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
-                 append: bool = False):
+                 append: bool = False, lock_timeout: float = 0.0):
         if shard_size < 1:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size}")
         self.manifest_path = manifest_path
@@ -182,7 +211,13 @@ class DatasetWriter:
         self._eos = None if eos_id is None else np.array([eos_id], self.dtype)
         self.marker_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".incomplete")
         os.makedirs(self.directory, exist_ok=True)
-        self._previous = self._prepare(append)
+        self._lock_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".lock")
+        self._lock_fd: int | None = _lock(self._lock_path, lock_timeout)
+        try:
+            self._previous = self._prepare(append)
+        except BaseException:
+            self._unlock()
+            raise
         self._shards: list[ShardWriter] = []
         self._current: ShardWriter | None = None
         self._next_index = self._first_free_index()
@@ -203,6 +238,15 @@ class DatasetWriter:
             log.warning("removing the leftovers of an unfinished pack in %s", self.directory)
             for p in self._own_shard_paths() + [self.marker_path]:
                 os.remove(p)
+        elif os.path.exists(self.marker_path):
+            # An append was killed while committing: drop the shards its manifest never listed.
+            listed = {s.path for s in Manifest.load(self.manifest_path).shards}
+            for name in pending_shards(self.marker_path):
+                if name not in listed:
+                    log.warning("removing %s, left by an append into %s that did not finish", name, self.directory)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(self.directory, name))
+            os.remove(self.marker_path)
         self._remove_stale_temps()
         if os.path.exists(self.manifest_path):
             if not append:
@@ -219,8 +263,7 @@ class DatasetWriter:
             raise DatasetExistsError(
                 f"{self.directory} already holds shards ({os.path.basename(existing[0])}, ...) but no manifest "
                 f"{os.path.basename(self.manifest_path)}; write to an empty directory")
-        with open(self.marker_path, "w") as f:
-            f.write(f"pack started {_now()} by pid {os.getpid()}\n")
+        _write_marker(self.marker_path, [])
         return None
 
     def _remove_stale_temps(self) -> None:
@@ -317,11 +360,21 @@ class DatasetWriter:
         if self._closed:
             raise RuntimeError("DatasetWriter is already closed")
         self._closed = True
+        try:
+            return self._commit()
+        finally:
+            self._unlock()
+
+    def _commit(self) -> Manifest:
         if self._current is not None and self._current.num_documents:
             self._current.finish()
             self._shards.append(self._current)
         elif self._current is not None:
             self._current.abort()
+        if self._previous is not None and self._shards:
+            # Until the manifest names them, the appended shards are not part of the dataset:
+            # the marker lists them so that readers by glob skip them and the next pack removes them.
+            _write_marker(self.marker_path, [os.path.basename(s.path) for s in self._shards])
         for s in self._shards:
             s.commit()
         prev = self._previous.shards if self._previous else ()
@@ -343,6 +396,14 @@ class DatasetWriter:
         if self._previous is None:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.marker_path)
+        self._unlock()
+
+    def _unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self._lock_path)  # still holding the lock: waiters notice the new inode
+            os.close(fd)  # closing the descriptor releases the flock
 
     def __enter__(self) -> DatasetWriter:
         return self
@@ -352,6 +413,60 @@ class DatasetWriter:
             self.close()
         elif not self._closed:
             self.abort()
+
+
+def _write_marker(path: str, pending: list[str]) -> None:
+    with atomic_write(path, "w") as f:
+        json.dump({"pid": os.getpid(), "started": _now(), "pending_shards": pending}, f)
+
+
+def pending_shards(marker_path: str) -> list[str]:
+    """Shard names an unfinished append was committing (empty for a pack's marker or an old marker)."""
+    try:
+        with open(marker_path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return []
+    names = raw.get("pending_shards") if isinstance(raw, dict) else None
+    return [n for n in names if isinstance(n, str) and "/" not in n] if isinstance(names, list) else []
+
+
+def _lock(path: str, timeout: float) -> int:
+    """Take an exclusive ``flock`` on ``path`` (created if needed); returns its descriptor.
+
+    The holder unlinks the file before releasing it (so no lock file is left behind); a
+    waiter that then wins the lock on the unlinked file sees that its inode is no longer
+    the one at ``path`` and starts over.
+
+    Raises:
+        DatasetLockedError: still held by another writer after ``timeout`` seconds (names its pid).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+                os.close(fd)
+                raise DatasetLockedError(
+                    f"{os.path.dirname(path)}: another pack or append into this dataset is running ({holder}); "
+                    "wait for it to finish and run this one again (roxxel pack --wait-lock SECONDS waits)",
+                    path) from None
+            os.close(fd)
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            continue
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # locked a file its holder had just removed: take the new one
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {_now()}\n".encode(), 0)
+    return fd
 
 
 def _pid_alive(pid: int) -> bool:

@@ -1,8 +1,16 @@
 """Training: the Trainer, the model state, Orbax checkpoints, and the rank-0 logger."""
 
-from roxxel.train.checkpoint import Checkpointer, CheckpointSaveError, Preempted, RunMismatchError, describe_changes
+from roxxel.train.checkpoint import (
+    CheckpointCorruptError,
+    Checkpointer,
+    CheckpointRestoreError,
+    CheckpointSaveError,
+    Preempted,
+    RunMismatchError,
+    describe_changes,
+)
 from roxxel.train.logger import Logger
 from roxxel.train.state import ModelState
-from roxxel.train.trainer import NaNLossError, Trainer
+from roxxel.train.trainer import Callback, NaNLossError, Trainer
 
-__all__ = ["CheckpointSaveError", "Checkpointer", "describe_changes", "Logger", "ModelState", "NaNLossError", "Preempted", "RunMismatchError", "Trainer"]
+__all__ = ["Callback", "CheckpointCorruptError", "CheckpointRestoreError", "CheckpointSaveError", "Checkpointer", "describe_changes", "Logger", "ModelState", "NaNLossError", "Preempted", "RunMismatchError", "Trainer"]

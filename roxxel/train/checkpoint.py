@@ -12,8 +12,10 @@ as a composite of two items:
   depend on NNX's variable classes), saved with ``StandardSave``. Every process writes
   the shards it owns; arrays keep their dtypes (PRNG key arrays included).
 - ``run``: a JSON dict ``{"step", "tokens_consumed", "metrics", "fingerprint",
-  "roxxel_version", "process_count", "format"}``; ``fingerprint`` is what the caller
-  passed (the trainer passes ``Curriculum.describe()``: datasets and phases).
+  "roxxel_version", "process_count", "format", "checksums", "saved_at"}``; ``fingerprint``
+  is what the caller passed (the trainer passes ``Curriculum.describe()`` and its seed),
+  ``checksums`` one sharding-independent checksum per array (:mod:`roxxel.train.digest`),
+  verified at restore, ``saved_at`` the UTC time of the save (ISO 8601).
 
 Orbax also writes ``metrics/metrics`` (the value of ``best_metric``, for keeping the
 best step) and its own metadata. A step becomes visible only when complete: on a local
@@ -58,6 +60,9 @@ fingerprint raises :class:`RunMismatchError` listing what changed.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import datetime
 import json
 import logging
 import math
@@ -65,8 +70,10 @@ import numbers
 import os
 import re
 import signal
+import sys
 import threading
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
@@ -77,10 +84,14 @@ from flax import nnx
 from orbax.checkpoint import checkpoint_managers as ocm
 
 from roxxel._version import __version__
+from roxxel.data.curriculum import classify_changes
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE
+from roxxel.train.digest import array_checksums
 from roxxel.train.state import ModelState
 
 __all__ = [
+    "CheckpointCorruptError",
+    "CheckpointRestoreError",
     "CheckpointSaveError",
     "Checkpointer",
     "Preempted",
@@ -110,6 +121,49 @@ class CheckpointSaveError(RuntimeError):
     def __init__(self, message: str, step: int | None = None) -> None:
         super().__init__(message)
         self.step = step
+
+
+class CheckpointRestoreError(RuntimeError):
+    """A step could not be read (damaged files, unreadable metadata, a state that does not fit).
+
+    Attributes:
+        step: the step that failed.
+        earlier_steps: the complete steps before it, any of which ``restore(step=N)`` can load.
+    """
+
+    def __init__(self, message: str, *, step: int, earlier_steps: list[int]) -> None:
+        super().__init__(message)
+        self.step = step
+        self.earlier_steps = earlier_steps
+
+
+class CheckpointCorruptError(CheckpointRestoreError):
+    """A restored array does not match the checksum recorded when its step was saved.
+
+    Attributes:
+        array: the array's path in the state, e.g. ``"model/l1/kernel"``.
+    """
+
+    def __init__(self, message: str, *, step: int, earlier_steps: list[int], array: str) -> None:
+        super().__init__(message, step=step, earlier_steps=earlier_steps)
+        self.array = array
+
+
+def _is_curriculum(fingerprint: Any) -> bool:
+    """Whether a fingerprint is a ``Curriculum.describe()`` (whose changes can be classified)."""
+    return isinstance(fingerprint, Mapping) and isinstance(fingerprint.get("phases"), list) and "datasets" in fingerprint
+
+
+def _shown(lines: list[str]) -> str:
+    shown = "\n".join(f"  {line}" for line in lines[:_MAX_CHANGES_SHOWN])
+    if len(lines) > _MAX_CHANGES_SHOWN:
+        shown += f"\n  ... and {len(lines) - _MAX_CHANGES_SHOWN} more"
+    return shown
+
+
+def _one_line(err: BaseException, width: int = 300) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 class RunMismatchError(ValueError):
@@ -319,6 +373,114 @@ def _check_gcs_backend(directory: epath.Path) -> None:
         )
 
 
+def _current_operation_id() -> str | None:
+    """Orbax's id of the save just started (its background threads wait on signals keyed by it)."""
+    try:
+        from orbax.checkpoint._src.futures import synchronization  # private: pinned Orbax version
+    except ImportError:  # pragma: no cover - layout of a future Orbax
+        return None
+    return synchronization.OperationIdGenerator.get_current_operation_id()
+
+
+def _release_waiters(operation_id: str | None) -> None:
+    """After a failed save, send the signals its other background threads still wait for.
+
+    When the thread that creates the step directory fails, Orbax never sends "directory
+    created"; about 30 non-daemon threads then wait for it for Orbax's coordination timeout
+    (300 s), and the interpreter cannot exit until they give up. Sending the signals lets
+    them run on at once; they find no directory, fail, and end. Private Orbax API (pinned).
+    """
+    if operation_id is None:
+        return
+    try:
+        from orbax.checkpoint._src.futures import future, synchronization
+    except ImportError:  # pragma: no cover - layout of a future Orbax
+        return
+    signals = [s for s in synchronization.HandlerAwaitableSignal if s.name != "AWAITABLE_SIGNALS_CONTRACT"]
+    try:
+        future.set_signals(signals, operation_id=operation_id)
+    except Exception:  # the coordination service may be gone too: nothing more to release
+        log.debug("could not release Orbax's waiting threads", exc_info=True)
+
+
+ORBAX_DETAILS_LOGGER = "roxxel.checkpoint.orbax"
+"""Where Orbax's tracebacks from background threads go (at DEBUG), instead of the terminal.
+The Trainer writes this logger's records to the run's system log."""
+
+
+class _OrbaxTracebacks(logging.Filter):
+    """On the ``absl`` logger: divert Orbax's ERROR records that carry a traceback (each
+    failed background thread logs one, ~30 per failed save) to :data:`ORBAX_DETAILS_LOGGER`;
+    the error itself reaches the user once, as :class:`CheckpointSaveError`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.levelno >= logging.ERROR and "orbax" in record.pathname:
+            logging.getLogger(ORBAX_DETAILS_LOGGER).debug(
+                "%s", record.getMessage(), exc_info=record.exc_info
+            )
+            return False
+        return True
+
+
+_orbax_filter = _OrbaxTracebacks()
+
+
+def _keep_short(err: BaseException) -> None:
+    """Send the full traceback of Orbax's ``err`` to :data:`ORBAX_DETAILS_LOGGER`, then drop the
+    tracebacks from its chain, so the :class:`CheckpointSaveError` raised from it prints as a few
+    lines (the cause's type and message stay, as ``__cause__``)."""
+    logging.getLogger(ORBAX_DETAILS_LOGGER).debug("Orbax's error", exc_info=err)
+    seen = set()
+    link: BaseException | None = err
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+
+
+def _divert_orbax_tracebacks() -> None:
+    absl_logger = logging.getLogger("absl")
+    if _orbax_filter not in absl_logger.filters:
+        absl_logger.addFilter(_orbax_filter)
+
+
+_open_checkpointers: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
+_exit_hook_installed = False
+
+
+def _close_at_exit() -> None:
+    """Runs when the main thread ends, before Python waits for non-daemon threads: close every
+    open Checkpointer, so a save that failed unseen ends the process with status 1 and one
+    line, instead of a silent exit 0 after Orbax's threads time out (300 s)."""
+    failed: Exception | None = None
+    for ckpt in list(_open_checkpointers):
+        try:
+            ckpt.close()
+        except CheckpointSaveError as err:
+            failed = failed or err
+        except Exception as err:  # pragma: no cover - defensive: exiting anyway
+            failed = failed or err
+    if failed is None:
+        return
+    sys.stderr.write(f"roxxel: {type(failed).__name__}: {failed}\n")
+    sys.stderr.flush()
+    atexit._run_exitfuncs()  # flush loggers (they registered with atexit), then fail the process
+    logging.shutdown()
+    os._exit(1)
+
+
+def _install_exit_hook() -> None:
+    global _exit_hook_installed
+    if _exit_hook_installed:
+        return
+    _exit_hook_installed = True
+    register = getattr(threading, "_register_atexit", None)  # what concurrent.futures uses
+    if register is not None:
+        register(_close_at_exit)
+    else:  # pragma: no cover - a Python without it
+        atexit.register(_close_at_exit)
+
+
 def _preemption_service_available() -> bool:
     try:
         from jax._src import distributed as jax_distributed  # no public accessor
@@ -442,7 +604,11 @@ class Checkpointer:
             async_options=ocp.AsyncOptions(timeout_secs=max(1, int(math.ceil(timeout)))),
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        _open_checkpointers.add(self)
+        _install_exit_hook()
+        _divert_orbax_tracebacks()
         self._pending_step: int | None = None  # a save whose completion has not been checked
+        self._pending_operation: str | None = None  # Orbax's operation id of that save
         self._closed = False
         self._sigterm = threading.Event()
         self._previous_sigterm_handler: Any = None
@@ -554,6 +720,8 @@ class Checkpointer:
             "process_count": jax.process_count(),
         }
         pure = nnx.to_pure_dict(self._state.nnx_state())
+        run["checksums"] = array_checksums(pure)
+        run["saved_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         saved = self._manager.save(
             step,
             args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(pure), RUN_ITEM: ocp.args.JsonSave(run)}),
@@ -562,6 +730,7 @@ class Checkpointer:
         )
         if saved:
             self._pending_step = step
+            self._pending_operation = _current_operation_id()
             log.info("saving step %d to %s%s", step, self.directory, " (preemption)" if preempted else "")
         return bool(saved)
 
@@ -580,6 +749,8 @@ class Checkpointer:
             self._manager.wait_until_finished()
         except Exception as err:
             self._pending_step = None
+            _release_waiters(self._pending_operation)
+            _keep_short(err)
             raise CheckpointSaveError(
                 f"the asynchronous save of step {step} to {self.directory} failed: {type(err).__name__}: {err}",
                 step=step,
@@ -605,11 +776,16 @@ class Checkpointer:
             then left as it is and ``restored_run`` is ``None``).
 
         Raises:
-            RunMismatchError: the checkpoint's fingerprint differs from this run's
-                (unless ``allow_changed_run``); nothing was loaded.
+            RunMismatchError: the checkpoint's fingerprint differs from this run's in what
+                batches before the step depended on (unless ``allow_changed_run``);
+                nothing was loaded.
+            CheckpointCorruptError: an array read back does not match its checksum
+                recorded at save (names the array and the earlier steps); nothing was loaded.
+            CheckpointRestoreError: the step cannot be read (damaged or missing files,
+                bad JSON, a state that does not fit the live model); names the directory,
+                the step, the cause and the earlier steps.
             FileNotFoundError: ``step`` was given but is not a complete checkpoint.
             CheckpointSaveError: a save of this checkpointer failed.
-            ValueError: the saved state does not fit the live model (Orbax's message).
         """
         self._check_open()
         self._wait()
@@ -627,15 +803,19 @@ class Checkpointer:
             if step not in steps:
                 raise FileNotFoundError(f"no complete checkpoint of step {step} in {self.directory} (steps: {list(steps)})")
 
-        run = self._manager.restore(step, args=ocp.args.Composite(**{RUN_ITEM: ocp.args.JsonRestore()}))[RUN_ITEM]
-        run = dict(run or {})
-        self._check_fingerprint(step, run.get("fingerprint"))
+        earlier = sorted(s for s in steps if s < step)
+        with self._restore_errors(step, earlier, "its run record"):
+            run = self._manager.restore(step, args=ocp.args.Composite(**{RUN_ITEM: ocp.args.JsonRestore()}))[RUN_ITEM]
+            run = dict(run or {})
+        self._check_fingerprint(step, run.get("fingerprint"), run.get("process_count"))
 
         current = self._state.nnx_state()
         target = jax.tree.map(_abstract_leaf, nnx.to_pure_dict(current))
-        restored = self._manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)}))[
-            STATE_ITEM
-        ]
+        with self._restore_errors(step, earlier, "its arrays"):
+            restored = self._manager.restore(
+                step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)})
+            )[STATE_ITEM]
+        self._verify_checksums(step, earlier, run.get("checksums"), restored)
         nnx.replace_by_pure_dict(current, restored)
         self._state.update(current)
         self._state.step = step
@@ -644,34 +824,83 @@ class Checkpointer:
                 self._target.step = step
         self.restored_run = run
         log.info(
-            "restored step %d from %s (tokens_consumed=%s, metrics=%s)",
+            "restored step %d from %s (saved at %s; tokens_consumed=%s, metrics=%s)",
             step,
             self.directory,
+            run.get("saved_at", "an unknown time"),
             run.get("tokens_consumed"),
             run.get("metrics"),
         )
         return step
 
-    def _check_fingerprint(self, step: int, saved: Any) -> None:
+    def _fix_hint(self, earlier: list[int]) -> str:
+        if not earlier:
+            return f"no earlier step exists in {self.directory}: start the run afresh (move the directory away)"
+        return f"restore an earlier step with restore(step=N), N in {earlier}, or delete the damaged step's directory"
+
+    @contextlib.contextmanager
+    def _restore_errors(self, step: int, earlier: list[int], what: str) -> Iterator[None]:
+        """Turn any failure to read a step (bad JSON, missing metadata, a damaged chunk, a shape
+        that does not fit) into one :class:`CheckpointRestoreError` naming the step and the fix."""
+        try:
+            yield
+        except (CheckpointRestoreError, RunMismatchError):
+            raise
+        except Exception as err:
+            raise CheckpointRestoreError(
+                f"cannot restore step {step} from {self.directory} (reading {what}): {type(err).__name__}: "
+                f"{_one_line(err)}. The step may be damaged or written by an incompatible model; "
+                f"{self._fix_hint(earlier)}",
+                step=step,
+                earlier_steps=earlier,
+            ) from err
+
+    def _verify_checksums(self, step: int, earlier: list[int], saved: Any, restored: Any) -> None:
+        if not isinstance(saved, Mapping):
+            log.warning("step %d in %s has no array checksums (saved by an older Roxxel): not verified", step, self.directory)
+            return
+        got = array_checksums(restored)
+        for path, value in got.items():
+            if path in saved and saved[path] != value:
+                raise CheckpointCorruptError(
+                    f"step {step} in {self.directory} is damaged: array {path!r} does not match the checksum "
+                    f"recorded at save ({saved[path]} saved, {value} read); nothing was loaded. "
+                    f"{self._fix_hint(earlier)}",
+                    step=step,
+                    earlier_steps=earlier,
+                    array=path,
+                )
+        log.debug("step %d: %d array checksums verified", step, len(got))
+
+    def _check_fingerprint(self, step: int, saved: Any, process_count: Any = None) -> None:
+        if process_count is not None and process_count != jax.process_count():
+            log.info("step %d was saved by %s process(es); resuming on %d", step, process_count, jax.process_count())
         if self.fingerprint is None:
             log.info("no fingerprint given: not checking that step %d belongs to this run", step)
             return
         if saved is None:
             log.warning("checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, self.directory)
             return
-        changes = describe_changes(saved, self.fingerprint)
+        hint = ""
+        if _is_curriculum(saved) and _is_curriculum(self.fingerprint):
+            allowed, changes = classify_changes(saved, self.fingerprint, step, describe_changes)
+            hint = (f" for the batches before step {step} (lengthening the phase that holds it, "
+                    "or changing later phases, is allowed)")
+        else:
+            allowed, changes = [], describe_changes(saved, self.fingerprint)
+        if allowed:
+            log.warning("resuming step %d of %s with changes that leave the batches before it as they were:\n%s",
+                        step, self.directory, _shown(allowed))
         if not changes:
             return
-        shown = "\n".join(f"  {line}" for line in changes[:_MAX_CHANGES_SHOWN])
-        if len(changes) > _MAX_CHANGES_SHOWN:
-            shown += f"\n  ... and {len(changes) - _MAX_CHANGES_SHOWN} more"
+        shown = _shown(changes)
         if self.allow_changed_run:
             log.warning("resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, self.directory, shown)
             return
         raise RunMismatchError(
             f"the checkpoint of step {step} in {self.directory} was saved by a different run "
             f"(saved -> current):\n{shown}\n"
-            "Resume with the same curriculum and datasets, or pass allow_changed_run=True to resume anyway.",
+            f"Resume with the same curriculum and datasets{hint}, or pass allow_changed_run=True to resume anyway.",
             step=step,
             changes=changes,
             saved=saved,
@@ -742,6 +971,18 @@ class Checkpointer:
         log.warning("preempted: checkpoint of step %d is complete in %s; exiting with %d", step, self.directory, PREEMPTED_EXIT_CODE)
         raise Preempted(step)
 
+    def request_preemption(self) -> None:
+        """Act as if this process had received SIGTERM: save at the next agreed step and stop.
+
+        Safe to call from a signal handler (the Trainer calls it on Ctrl-C). In a single
+        process it records the request; under ``jax.distributed`` it sends SIGTERM to this
+        process, which JAX's preemption notifier turns into a step all processes agree on.
+        """
+        if jax.process_count() > 1 or jax.distributed.is_initialized():
+            os.kill(os.getpid(), signal.SIGTERM)
+        else:
+            self._sigterm.set()
+
     def _install_sigterm_handler(self) -> None:
         if self._handler_installed:
             return
@@ -768,20 +1009,36 @@ class Checkpointer:
     def close(self) -> None:
         """Wait for the save in progress, then release Orbax's resources; idempotent.
 
+        Returns within ``timeout`` plus a small margin, also after a failed save.
+
         Raises:
-            CheckpointSaveError: the last save failed (resources are released anyway).
+            CheckpointSaveError: the last save failed, or releasing the storage failed
+                (e.g. an object store answering errors); resources are released anyway.
         """
         if self._closed:
             return
         self._closed = True
+        _open_checkpointers.discard(self)
+        error: BaseException | None = None
         try:
             self._wait()
-            self._await_tmp_cleanup()
-        finally:
+        except CheckpointSaveError as err:
+            error = err
+        for what, release in (("removing half-written steps", self._await_tmp_cleanup),
+                              ("closing Orbax's checkpoint manager", self._manager.close)):
             try:
-                self._manager.close()
-            finally:
-                self._restore_sigterm_handler()
+                release()
+            except Exception as err:  # e.g. an HttpError from the object store: one readable line
+                _keep_short(err)
+                if error is None:
+                    error = CheckpointSaveError(
+                        f"{what} in {self.directory} failed: {type(err).__name__}: {_one_line(err)}",
+                        step=self._pending_step,
+                    )
+                    error.__cause__ = err
+        self._restore_sigterm_handler()
+        if error is not None:
+            raise error
 
     def __enter__(self) -> Checkpointer:
         return self

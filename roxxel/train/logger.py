@@ -152,7 +152,7 @@ class Logger:
 
     # -- public API ---------------------------------------------------------------
 
-    def log_message(self, msg: str, level: str | int | None = "INFO") -> None:
+    def log_message(self, msg: str, level: str | int | None = "INFO", *, echo: bool = True) -> None:
         """Queue ``msg`` for stdout and the system log (timestamped when queued).
 
         Args:
@@ -160,6 +160,8 @@ class Logger:
             level: ``"DEBUG"``, ``"INFO"``, ``"WARNING"``, ``"ERROR"``, ``"CRITICAL"``
                 (any case), the matching :mod:`logging` constant, or ``None`` (INFO).
                 Shown on stdout as a prefix unless it is INFO.
+            echo: also print it to stdout; ``False`` writes the system log only (details
+                such as a library's traceback that would flood the terminal).
 
         Raises:
             TypeError: ``msg`` is not a str.
@@ -170,7 +172,7 @@ class Logger:
             raise TypeError(f"msg must be a str, but got {type(msg).__name__}")
         name = _level_name(level)
         if self._usable():
-            self._queue.put(("message", time.time(), name, msg))
+            self._queue.put(("message", time.time(), name, msg, echo))
 
     def log_metrics_summary(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Queue one row of metrics for the CSV, TensorBoard and the progress display.
@@ -219,10 +221,15 @@ class Logger:
         if self._usable():
             self._queue.put(("pbar", total_steps, initial_step))
 
-    def log_exception(self, exc: BaseException) -> None:
+    def log_exception(self, exc: BaseException, *, echo: bool = True) -> None:
         """Queue ``exc`` with its traceback for the system log (as ERROR) and stderr.
 
         The traceback is formatted on the calling thread; writing happens on the writer.
+
+        Args:
+            exc: the exception.
+            echo: also print the traceback to stderr. Pass ``False`` when the exception
+                propagates and Python will print it anyway (so it is printed once).
 
         Raises:
             TypeError: ``exc`` is not an exception.
@@ -232,7 +239,7 @@ class Logger:
             raise TypeError(f"exc must be an exception, but got {type(exc).__name__}")
         if self._usable():
             text = "".join(traceback.format_exception(exc)).rstrip("\n")
-            self._queue.put(("exception", time.time(), text))
+            self._queue.put(("exception", time.time(), text, echo))
 
     def flush(self) -> None:
         """Block until everything queued so far is written and fsynced (TensorBoard: flushed).
@@ -353,13 +360,15 @@ class _Sink:
 
     # queue item handlers
 
-    def message(self, wall: float, level: str, msg: str) -> None:
+    def message(self, wall: float, level: str, msg: str, echo: bool = True) -> None:
         self._system.write(f"{_timestamp(wall)} {level} {msg}\n")
-        self._print(msg if level == "INFO" else f"{level}: {msg}", self._stdout)
+        if echo:
+            self._print(msg if level == "INFO" else f"{level}: {msg}", self._stdout)
 
-    def exception(self, wall: float, text: str) -> None:
+    def exception(self, wall: float, text: str, echo: bool = True) -> None:
         self._system.write(f"{_timestamp(wall)} ERROR uncaught exception\n{text}\n")
-        self._print(text, sys.stderr)
+        if echo:
+            self._print(text, sys.stderr)
 
     def pbar(self, total_steps: int, initial_step: int) -> None:
         self._total = total_steps

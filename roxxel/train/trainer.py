@@ -10,17 +10,20 @@ makes the launcher restart the job.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import os
+import signal
+import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
-from roxxel.train.checkpoint import Checkpointer, Preempted
+from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempted
 from roxxel.train.logger import Logger
 from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.state import ModelState
@@ -31,6 +34,40 @@ log = logging.getLogger("roxxel.train")
 
 class NaNLossError(ValueError):
     """The loss became NaN or infinite; training stopped before wasting more compute."""
+
+
+class Callback:
+    """Hooks into the training loop, e.g. to send metrics to an experiment tracker.
+
+    Subclass it and override what you need; every process calls them (guard with
+    ``jax.process_index() == 0`` to act once per job). They run on the training thread,
+    so keep them quick.
+    """
+
+    def on_step(self, step: int, metrics: Mapping[str, float]) -> None:
+        """After each logging window, with the window's metrics (see docs/logging.md)."""
+
+    def on_eval(self, step: int, results: Mapping[str, float]) -> None:
+        """After each evaluation, with what ``eval_fn`` returned (as floats)."""
+
+    def on_checkpoint(self, step: int, directory: str) -> None:
+        """After a checkpoint save of ``step`` started (it completes in the background)."""
+
+
+# Peak dense bf16 FLOP/s per device, from the vendors' datasheets; matched on the start
+# of ``device.device_kind``. Pass ``peak_flops_per_device`` for anything else.
+PEAK_FLOPS_PER_DEVICE = {
+    "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v5": 459e12,
+    "TPU v6 lite": 918e12, "TPU v6e": 918e12, "NVIDIA H100": 989e12, "NVIDIA H200": 989e12,
+    "NVIDIA A100": 312e12, "NVIDIA B200": 2250e12,
+}
+
+
+def _peak_flops(device_kind: str) -> float | None:
+    for kind in sorted(PEAK_FLOPS_PER_DEVICE, key=len, reverse=True):
+        if device_kind.startswith(kind):
+            return PEAK_FLOPS_PER_DEVICE[kind]
+    return None
 
 
 class Trainer:
@@ -59,7 +96,23 @@ class Trainer:
         state: a :class:`ModelState` or object with ``model`` and ``optimizer``.
         outputs: ``"tokens"`` or ``"documents"`` (tokens + segment ids, positions, loss mask).
         prefetch_size: batches prepared ahead on a background thread.
-        allow_changed_run: restore a checkpoint made under another curriculum or dataset.
+        allow_changed_run: restore a checkpoint made under another curriculum or dataset
+            even where the change alters batches already taken (lengthening the current
+            phase and changing later phases are always allowed; see docs/trainer.md).
+        learning_rate: the optax schedule (``step -> lr``) or constant the optimizer uses;
+            logged as ``learning_rate`` (the rate of the window's last update).
+        flops_per_token: model FLOPs per trained token (forward + backward), or give
+            ``num_params`` for the usual ``6 * num_params``; enables ``model_tflops_per_device``
+            and, with a known peak, ``mfu``.
+        num_params: the model's parameter count (see ``flops_per_token``).
+        peak_flops_per_device: the device's peak FLOP/s for ``mfu`` (default: a table of
+            TPU and GPU bf16 peaks by device kind; none for CPUs).
+        profile_steps: ``(first, last)``: record a ``jax.profiler`` trace of steps
+            ``first..last`` (1-based, inclusive) into ``save_path/profile`` (TensorBoard's
+            profile plugin reads it).
+        callbacks: :class:`Callback` objects called at each log window, eval and checkpoint.
+        handle_sigint: treat Ctrl-C like SIGTERM (save, then exit with the preemption exit
+            code; a second Ctrl-C interrupts at once).
 
     Raises:
         ValueError: a batch size that does not divide over micro-batches or data shards
@@ -72,7 +125,11 @@ class Trainer:
                  eval_fn: Callable | None = None, eval_every: int = 500, checkpoint_every: int = 100,
                  log_every: int = 100, seed: int = 42, mesh=None, data_sharding=None, max_to_keep: int = 3,
                  async_queue_depth: int = 2, grad_accum_steps: int | None = None, *, state: Any = None,
-                 outputs: str = "tokens", prefetch_size: int = 2, allow_changed_run: bool = False):
+                 outputs: str = "tokens", prefetch_size: int = 2, allow_changed_run: bool = False,
+                 learning_rate: Callable[[int], Any] | float | None = None, flops_per_token: float | None = None,
+                 num_params: int | None = None, peak_flops_per_device: float | None = None,
+                 profile_steps: tuple[int, int] | None = None, callbacks: Sequence[Callback] = (),
+                 handle_sigint: bool = True):
         if curriculum is None or loss_fn is None:
             raise TypeError("Trainer needs a curriculum and a loss_fn")
         for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every), ("log_every", log_every),
@@ -96,13 +153,30 @@ class Trainer:
                              "local, or pass checkpointer=Checkpointer('gs://...', ...) and logger=Logger('runs/NAME')")
         if checkpointer is None and save_path is not None:
             checkpointer = Checkpointer(os.path.join(save_path, "checkpoints"), state=self.state, max_to_keep=max_to_keep,
-                                        fingerprint=curriculum.describe(), allow_changed_run=allow_changed_run)
+                                        fingerprint={**curriculum.describe(), "seed": seed}, allow_changed_run=allow_changed_run)
         if logger is None and save_path is not None:
             logger = Logger(save_path, total_steps=curriculum.total_steps)
         self.checkpointer, self.logger = checkpointer, logger
         place_on_mesh(self.mesh, self.state.model, self.state.optimizer)
         self._train_step = make_train_step(loss_fn, self.grad_accum_steps)
         self._evaluated_at: int | None = None
+        self.learning_rate = learning_rate
+        if flops_per_token is None and num_params is not None:
+            flops_per_token = 6.0 * num_params  # forward 2N + backward 4N per token (Kaplan et al. 2020)
+        self.flops_per_token = flops_per_token
+        self.peak_flops_per_device = (peak_flops_per_device if peak_flops_per_device is not None
+                                      else _peak_flops(jax.devices()[0].device_kind))
+        if profile_steps is not None:
+            first, last = profile_steps
+            if not (isinstance(first, int) and isinstance(last, int) and 1 <= first <= last):
+                raise ValueError(f"profile_steps must be (first, last) with 1 <= first <= last, got {profile_steps!r}")
+            if save_path is None:
+                raise ValueError("profile_steps needs save_path (the trace goes to save_path/profile)")
+        self.profile_steps = profile_steps
+        self.callbacks = list(callbacks)
+        self.handle_sigint = handle_sigint
+        self._profiling = False
+        self._interrupts = 0
 
     def _check_batch_sizes(self) -> None:
         spec0 = self.data_sharding.spec[0] if len(self.data_sharding.spec) else None
@@ -119,18 +193,34 @@ class Trainer:
                     f"multiple of {shards * self.grad_accum_steps}")
 
     # ----------------------------------------------------------------------------------
-    def _log(self, msg: str) -> None:
+    def _log(self, msg: str, echo: bool = True) -> None:
         log.info(msg)
         if self.logger is not None:
-            self.logger.log_message(msg)
+            self.logger.log_message(msg, echo=echo)
 
     def _metrics(self, step: int, losses: list, auxes: list, tokens: int, seconds: float, steps: int) -> dict[str, float]:
+        """The window's metrics: mean loss and aux values, ``perplexity = exp(mean loss)``, and,
+        over the ``steps`` timed steps (those not including a compilation), throughput."""
         loss = float(jnp.mean(jnp.stack(losses)))
         if not math.isfinite(loss):
             raise NaNLossError(f"the loss is {loss} at step {step}; stopping (lower the learning rate, check the data)")
-        metrics = {"loss": loss, "tokens_per_sec": tokens / max(seconds, 1e-9), "step_time_s": seconds / max(steps, 1)}
+        metrics = {"loss": loss}
+        if steps:
+            rate = tokens / max(seconds, 1e-9)
+            metrics.update(tokens_per_sec=rate, tokens_per_sec_per_device=rate / jax.device_count(),
+                           step_time_s=seconds / steps)
+            if self.flops_per_token is not None:
+                per_device = rate * self.flops_per_token / jax.device_count()
+                metrics["model_tflops_per_device"] = per_device / 1e12
+                if self.peak_flops_per_device:
+                    metrics["mfu"] = per_device / self.peak_flops_per_device
         for key in auxes[-1] if auxes else ():
             metrics[key] = float(jnp.mean(jnp.stack([a[key] for a in auxes])))
+        # exp of the mean loss, not the mean of per-step exp (replaces an aux of that name)
+        metrics["perplexity"] = math.exp(min(loss, 700.0))
+        if self.learning_rate is not None:
+            lr = self.learning_rate(step - 1) if callable(self.learning_rate) else self.learning_rate
+            metrics["learning_rate"] = float(lr)  # optax counts updates from 0: step s used count s-1
         return metrics
 
     def _evaluate(self, step: int) -> dict[str, float]:
@@ -142,6 +232,8 @@ class Trainer:
         results = {k: float(v) for k, v in results.items()}
         if self.logger is not None:
             self.logger.log_metrics_summary(step, results)
+        for cb in self.callbacks:
+            cb.on_eval(step, results)
         return results
 
     def run(self, stop_at_step: int | None = None) -> dict[str, float]:
@@ -155,16 +247,86 @@ class Trainer:
             The last logged metrics (and the last evaluation's).
         """
         try:
-            return self._run(stop_at_step)
+            with self._sigint_saves(), self._orbax_details_to_system_log():
+                return self._run(stop_at_step)
         except Preempted:
             self._log("preempted: the checkpoint is complete; exiting for a restart")
             self._close(wait=False)
             raise
         except BaseException as e:
             if self.logger is not None:
-                self.logger.log_exception(e)
+                self.logger.log_exception(e, echo=False)  # Python prints it as it propagates: once
             self._close(wait=False)
             raise
+        finally:
+            self._stop_profile()
+
+    @contextlib.contextmanager
+    def _orbax_details_to_system_log(self) -> Iterator[None]:
+        """Orbax's tracebacks of a failed save go to the system log only (the terminal gets
+        the one-line :class:`CheckpointSaveError`)."""
+        if self.logger is None:
+            yield
+            return
+        logger = self.logger
+
+        class ToSystemLog(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                try:
+                    logger.log_message(f"orbax: {self.format(record)}", "ERROR", echo=False)
+                except Exception:  # the logger is closed: the details are lost, the error is not
+                    pass
+
+        handler = ToSystemLog(logging.DEBUG)
+        details = logging.getLogger(ORBAX_DETAILS_LOGGER)
+        details.addHandler(handler)
+        previous = details.level, details.propagate
+        details.setLevel(logging.DEBUG)
+        details.propagate = False  # not to the terminal through the root logger's handlers
+        try:
+            yield
+        finally:
+            details.removeHandler(handler)
+            details.setLevel(previous[0])
+            details.propagate = previous[1]
+
+    @contextlib.contextmanager
+    def _sigint_saves(self) -> Iterator[None]:
+        """Ctrl-C saves like SIGTERM; a second one raises KeyboardInterrupt at once."""
+        if (not self.handle_sigint or self.checkpointer is None
+                or threading.current_thread() is not threading.main_thread()):
+            yield
+            return
+
+        def on_sigint(signum, frame):
+            self._interrupts += 1
+            if self._interrupts > 1:
+                raise KeyboardInterrupt
+            log.warning("Ctrl-C: saving a checkpoint at the next step, then exiting (Ctrl-C again to stop at once)")
+            self.checkpointer.request_preemption()
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _start_profile(self, step: int) -> None:
+        steps, run_dir = self.profile_steps, self.save_path  # both set when profiling (checked in __init__)
+        if steps is not None and run_dir is not None and not self._profiling and step + 1 == steps[0]:
+            jax.profiler.start_trace(os.path.join(run_dir, "profile"))
+            self._profiling = True
+
+    def _stop_profile(self, step: int | None = None, loss: Any = None) -> None:
+        steps, run_dir = self.profile_steps, self.save_path
+        if not self._profiling or steps is None or run_dir is None or (step is not None and step < steps[1]):
+            return
+        if loss is not None:
+            loss.block_until_ready()  # the trace covers the device work of the last step
+        jax.profiler.stop_trace()
+        self._profiling = False
+        self._log(f"profile of steps {steps[0]}..{steps[1]} written to "
+                  f"{os.path.join(run_dir, 'profile')} (tensorboard --logdir {run_dir})")
 
     def _close(self, wait: bool) -> None:
         if self.checkpointer is not None:
@@ -184,6 +346,9 @@ class Trainer:
         total = cur.total_steps if stop_at_step is None else min(stop_at_step, cur.total_steps)
         self._log(f"training steps {start}..{total} on {jax.process_count()} process(es), "
                   f"{len(jax.devices())} device(s); {cur}")
+        if ckpt is not None and ckpt.restored_run is not None:
+            self._log(f"restored step {start} from {ckpt.directory} "
+                      f"(saved at {ckpt.restored_run.get('saved_at', 'an unknown time')})")
         if self.logger is not None:
             self.logger.init_pbar(total, start)
         last: dict[str, float] = {}
@@ -195,7 +360,9 @@ class Trainer:
                             outputs=self.outputs, prefetch_size=self.prefetch_size) as stream:
                 step, last = self._run_phase(phase, stream, step, last)
         if ckpt is not None and (step not in ckpt.all_steps()):
-            ckpt.save(step, last or None, tokens_consumed=cur.tokens_before(step), force=True)
+            if ckpt.save(step, last or None, tokens_consumed=cur.tokens_before(step), force=True):
+                for cb in self.callbacks:
+                    cb.on_checkpoint(step, str(ckpt.directory))
         if self.eval_fn is not None and self._evaluated_at != step:
             last.update(self._evaluate(step))
         self._log(f"finished at step {step}")
@@ -208,28 +375,51 @@ class Trainer:
                   f"{phase.seq_len} tokens, weights {dict(zip(cur.names, phase.weights))}")
         pending: collections.deque = collections.deque()
         losses, auxes = [], []
-        window_start, window_steps = time.perf_counter(), 0
+        timed_start: float | None = None  # the first step of a phase compiles: not timed
+        timed_steps = 0
+        compile_s = None
         for batch in stream:
             if ckpt is not None:
                 ckpt.save_and_exit_if_preempted(step, last or None, tokens_consumed=cur.tokens_before(step))
+            self._start_profile(step)
+            t0 = time.perf_counter()
             loss, aux = self._train_step(self.state.model, self.state.optimizer, batch)
             step += 1
             self.state.step = step
+            if timed_start is None:  # compilation (or a cache hit) happens in this call; wait for it to finish
+                loss.block_until_ready()
+                timed_start = time.perf_counter()
+                compile_s = timed_start - t0
+                self._log(f"step {step}: first step of phase {phase.index} took {compile_s:.2f} s including "
+                          f"compilation; throughput is measured from the next step", echo=False)
+            else:
+                timed_steps += 1
             losses.append(loss)
             auxes.append(aux)
-            window_steps += 1
             pending.append(loss)
             if len(pending) > self.async_queue_depth:  # bound how far dispatch runs ahead
                 pending.popleft().block_until_ready()
+            self._stop_profile(step, loss)
             log_now, ckpt_now = step % self.log_every == 0, step % self.checkpoint_every == 0
-            if log_now or ckpt_now or step == phase.end_step or step == stream.stop_step:
-                elapsed = time.perf_counter() - window_start
-                last = self._metrics(step, losses, auxes, window_steps * phase.tokens_per_step, elapsed, window_steps)
-                if self.logger is not None:
-                    self.logger.log_metrics_summary(step, last)
-                losses, auxes, window_start, window_steps = [], [], time.perf_counter(), 0
+            end_now = step == phase.end_step or step == stream.stop_step
+            if log_now or end_now or ckpt_now:
+                loss.block_until_ready()  # time the window's device work, not its dispatch
+                elapsed = time.perf_counter() - timed_start
+                metrics = self._metrics(step, losses, auxes, timed_steps * phase.tokens_per_step, elapsed, timed_steps)
+                if log_now or end_now:  # windows end only at multiples of log_every (and at the end)
+                    if compile_s is not None:
+                        metrics["compile_time_s"] = compile_s
+                        compile_s = None
+                    if self.logger is not None:
+                        self.logger.log_metrics_summary(step, metrics)
+                    for cb in self.callbacks:
+                        cb.on_step(step, metrics)
+                    losses, auxes, timed_start, timed_steps = [], [], time.perf_counter(), 0
+                last = metrics
             if ckpt_now and ckpt is not None:
-                ckpt.save(step, last, tokens_consumed=cur.tokens_before(step))
+                if ckpt.save(step, last, tokens_consumed=cur.tokens_before(step)):
+                    for cb in self.callbacks:
+                        cb.on_checkpoint(step, str(ckpt.directory))
             if self.eval_fn is not None and step % self.eval_every == 0:
                 last.update(self._evaluate(step))
         return step, last

@@ -120,9 +120,11 @@ def test_shuffle_needs_no_index(tmp_path):
 
 
 def test_epochs_resolve_to_steps(datasets):
-    c = Curriculum(datasets["self"], [Phase(epochs=2, batch_size=4, seq_len=50)], chunk_tokens=100)
-    assert c.total_steps == (2 * (20_011 // 100 * 100)) // 200 or c.total_steps < (2 * 20_000) // 200
+    c = Curriculum(datasets["self"], [Phase(epochs=2, batch_size=4, seq_len=50)], chunk_tokens=100, repeat=True)
+    assert c.total_steps == (2 * (20_011 // 100 * 100)) // 200
     assert len(all_batches(c)) == c.total_steps
+    with pytest.raises(ValueError, match="can give only 100 steps there; pass repeat=True"):  # 2 epochs need repeat
+        Curriculum(datasets["self"], [Phase(epochs=2, batch_size=4, seq_len=50)], chunk_tokens=100)
 
 
 def test_original_stream_api(datasets):

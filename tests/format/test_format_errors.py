@@ -109,7 +109,7 @@ def test_swapped_shard_is_caught(tmp_path):
     Roxxel(str(tmp_path / "a")).write([np.arange(10)] * 40, vocab_size=11, eos_id=10, max_shard_bytes=4200)
     Roxxel(str(tmp_path / "b")).write([np.arange(10)[::-1]] * 40, vocab_size=11, eos_id=10, max_shard_bytes=4200)
     shutil.copy(tmp_path / "b" / "shard-00000.rox", tmp_path / "a" / "shard-00000.rox")
-    with pytest.raises(ChecksumMismatchError, match="manifest says"):
+    with pytest.raises(CorruptShardError, match="manifest says"):  # refused when the shard is opened
         Roxxel(str(tmp_path / "a")).verify()
 
 

@@ -40,7 +40,7 @@ def tree(tmp_path):
 
 def test_pack_info_verify_cat(tree, tmp_path):
     out = str(tmp_path / "ds")
-    r = run("pack", str(tree), "--include", "*.py", "-o", out, "--shard-size", "1KiB")
+    r = run("pack", str(tree), "--include", "*.py", "-o", out, "--shard-size", "1KiB", "--include-binary")
     assert r.exit_code == 0, r.output
     files = list(iter_input_files([str(tree)], ["*.py"]))
     assert [os.path.relpath(f, tree) for f in files] == ["z.py", "pkg/a.py", "pkg/sub/binary.py", "pkg/sub/c.py"]

@@ -509,8 +509,8 @@ def test_example_renders_and_validates(spec):
     assert rendered.exit_code == 0, rendered.output
     validated = runner.invoke(cli, ["validate", str(spec)], catch_exceptions=False)
     assert validated.exit_code == 0, validated.output
-    assert validated.output.startswith("ok: JobSet/")
-    (jobset,) = list(yaml.safe_load_all(rendered.output))
+    assert validated.output.startswith("ok: ") and "JobSet/" in validated.output
+    jobset = next(o for o in yaml.safe_load_all(rendered.output) if o["kind"] == "JobSet")
     pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     container = pod["spec"]["containers"][0]
     variant = container["image"].rsplit(":", 1)[1]
@@ -525,7 +525,7 @@ def test_example_renders_and_validates(spec):
         assert env["ROXXEL_CHECKPOINT_DIR"].startswith("gs://") and pod["spec"]["serviceAccountName"]
     elif spec.stem == "gpu-h100-nfs":
         assert variant == "cuda" and container["resources"]["limits"]["nvidia.com/gpu"] == "8"
-        assert volumes["data"]["nfs"]["readOnly"] is True
+        assert volumes["data"]["persistentVolumeClaim"]["readOnly"] is True
         assert pod["spec"]["nodeSelector"]["cloud.google.com/gke-accelerator"] == "nvidia-h100-80gb"
     else:
         assert variant == "cpu" and "roxxel.distributed" in " ".join(container["args"])
@@ -548,7 +548,7 @@ def test_cpu_smoke_command_forms_a_two_process_cluster(tmp_path):
     """
     runner = CliRunner()
     rendered = runner.invoke(cli, ["render", str(REPO / "k8s/examples/cpu-smoke.yaml")], catch_exceptions=False)
-    (jobset,) = list(yaml.safe_load_all(rendered.output))
+    jobset = next(o for o in yaml.safe_load_all(rendered.output) if o["kind"] == "JobSet")
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
     container = job["template"]["spec"]["containers"][0]
     processes = job["parallelism"] * jobset["spec"]["replicatedJobs"][0]["replicas"]

@@ -49,14 +49,14 @@ CASES: dict[str, tuple[dict, dict]] = {
         {"name": "smoke", "accelerator": "cpu",
          "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
          "max_restarts": 0, "termination_grace_period": 30},
-        {"kinds": ["JobSet"], "slices": 1, "hosts": 1}),
+        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 1}),
     # v5p topologies are 3-D (AxBxC chips): 2x2x4 = 16 chips, 4 chips per host -> 4 hosts
     # per slice, derived from the topology table (launcher/roxxel_launch/tpu.py), never given by the user.
     "tpu-v5p-2x2x4-2-slices": (
         {"name": "lm-v5p", "namespace": "ml", "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}},
          "num_slices": 2, "checkpoint_dir": "gs://my-checkpoints/lm-v5p", "service_account": "roxxel-trainer",
          "queue": "team-a", "priority_class": "training", "max_restarts": 5, "termination_grace_period": 600},
-        {"kinds": ["JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5p-slice", "2x2x4", "4")}),
+        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5p-slice", "2x2x4", "4")}),
     # v5e topologies are 2-D: 4x4 = 16 chips, 4 per host -> 4 hosts; data through GCS FUSE.
     "tpu-v5e-4x4-2-slices-gcsfuse": (
         {"name": "lm-v5e", "namespace": "ml", "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}},
@@ -64,7 +64,7 @@ CASES: dict[str, tuple[dict, dict]] = {
          "data": {"gcsfuse": {"bucket": "my-datasets", "only_dir": "shards/web-v1",
                               "mount_options": ["implicit-dirs", "file-cache:max-size-mb:-1",
                                                 "metadata-cache:ttl-secs:-1"]}}},
-        {"kinds": ["JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5-lite-podslice", "4x4", "4"),
+        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5-lite-podslice", "4x4", "4"),
          "data": "gcsfuse"}),
     # Two A3 hosts with 8 H100s each; data read-only from an NFS (Filestore) share.
     "gpu-h100-8x2-nfs": (
@@ -76,12 +76,12 @@ CASES: dict[str, tuple[dict, dict]] = {
          "resources": {"requests": {"cpu": "180", "memory": "1600Gi"}, "limits": {"memory": "1700Gi"}},
          "tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
          "termination_grace_period": 600},
-        {"kinds": ["JobSet"], "slices": 1, "hosts": 2, "gpu": ("nvidia-h100-80gb", "8"), "data": "nfs"}),
+        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 2, "gpu": ("nvidia-h100-80gb", "8"), "data": "nfs"}),
     # The indexed-job kind: a headless Service and an Indexed Job (no JobSet controller).
     "indexed-job-cpu-4-hosts": (
         {"name": "lm-idx", "namespace": "ml", "accelerator": {"cpu": {"hosts": 4}}, "workload": "indexed-job",
          "queue": "team-a", "data": {"pvc": {"claim": "shared-data"}}, "checkpoint_dir": "/ckpt/lm-idx"},
-        {"kinds": ["Service", "Job"], "slices": 1, "hosts": 4, "data": "persistentVolumeClaim"}),
+        {"kinds": ["Service", "NetworkPolicy", "Job"], "slices": 1, "hosts": 4, "data": "persistentVolumeClaim"}),
 }
 
 

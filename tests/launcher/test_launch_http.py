@@ -109,16 +109,19 @@ def test_submit_dry_runs_then_creates_and_refuses_an_existing_name(fake, tmp_pat
     result = submit(tmp_path)
     assert "submitted jobset team-a/lm: 8 process(es), state Pending" in result.output
     posts = fake.calls("POST")
-    assert [(r.resource, r.dry_run) for r in posts] == [("jobsets", True), ("jobsets", False)]
-    expected = R.render(S.spec_from_dict(SPEC)).objects[0]
-    assert posts[0].body == posts[1].body == expected
-    assert posts[1].query["fieldManager"] == "roxxel-launch"
+    # The job's NetworkPolicy goes first, so that no pod ever runs unprotected.
+    assert [(r.resource, r.dry_run) for r in posts] == [
+        ("networkpolicies", True), ("jobsets", True), ("networkpolicies", False), ("jobsets", False)]
+    policy, expected = R.render(S.spec_from_dict(SPEC)).objects
+    assert posts[1].body == posts[3].body == expected and posts[0].body == posts[2].body == policy
+    assert posts[3].query["fieldManager"] == "roxxel-launch"
     assert len(fake.pods("lm")) == 8  # the fake JobSet controller started 2 slices x 4 hosts
 
     again = run("submit", spec_file(tmp_path), code=1)
+    # The dry run of the first object (the NetworkPolicy) finds it; the error names the job.
     assert "JobSet team-a/lm already exists" in again.output
     assert "roxxel-launch delete lm" in again.output and "roxxel-launch resume lm" in again.output
-    assert [r.dry_run for r in fake.calls("POST")] == [True, False, True]  # found by the dry run
+    assert [r.dry_run for r in fake.calls("POST")] == [True, True, False, False, True]
 
     dry = run("submit", spec_file(tmp_path, name="other"), "--dry-run")
     assert "would submit jobset team-a/other" in dry.output
@@ -128,7 +131,7 @@ def test_submit_dry_runs_then_creates_and_refuses_an_existing_name(fake, tmp_pat
 def test_submit_indexed_job_creates_its_service_first(fake, tmp_path):
     submit(tmp_path, INDEXED)
     real = [r for r in fake.calls("POST") if not r.dry_run]
-    assert [r.resource for r in real] == ["services", "jobs"]
+    assert [r.resource for r in real] == ["services", "networkpolicies", "jobs"]
     assert fake.get("services", "lm")["spec"]["clusterIP"] == "None"
     assert len(fake.pods("lm")) == 4
 
@@ -152,7 +155,7 @@ def test_server_errors_are_named_and_nothing_is_left_behind(fake, tmp_path, faul
 def test_a_half_made_indexed_job_is_rolled_back(fake, tmp_path):
     fake.fail("POST", "jobs", 500, "etcdserver: request timed out", dry_run=False)
     result = run("submit", spec_file(tmp_path, INDEXED), code=1)
-    assert "HTTP 500" in result.output and "Rolled back: deleted Service/lm" in result.output
+    assert "HTTP 500" in result.output and "Rolled back: deleted NetworkPolicy/lm, Service/lm" in result.output
     assert fake.objects == {}
 
 
@@ -253,8 +256,9 @@ def test_delete_uses_foreground_propagation(fake, tmp_path):
     submit(tmp_path, INDEXED)
     assert run("delete", "lm").output == "deleted lm\n"
     assert [(r.resource, r.query) for r in fake.calls("DELETE")] == [
-        ("jobs", {"propagationPolicy": "Foreground"}), ("services", {"propagationPolicy": "Foreground"})]
-    assert fake.objects == {}  # the Job, its pods and the Service
+        ("jobs", {"propagationPolicy": "Foreground"}), ("services", {"propagationPolicy": "Foreground"}),
+        ("networkpolicies", {"propagationPolicy": "Foreground"})]
+    assert fake.objects == {}  # the Job, its pods, the Service and the NetworkPolicy
     assert "no job 'lm'" in run("delete", "lm", code=1).output
 
 
@@ -323,8 +327,11 @@ def test_resume_after_a_simulated_preemption(fake, tmp_path):
     calls = [(r.method, r.resource, r.dry_run) for r in fake.requests[before:]]
     delete = calls.index(("DELETE", "jobsets", False))
     assert fake.requests[before + delete].query == {"propagationPolicy": "Foreground"}
-    assert calls[delete + 1:] == [("GET", "jobsets", False),  # gone (404) before re-creating
-                                  ("POST", "jobsets", True), ("POST", "jobsets", False)]
+    assert calls[delete + 1:] == [
+        ("DELETE", "networkpolicies", False), ("GET", "jobsets", False),
+        ("GET", "networkpolicies", False),  # both gone (404) before re-creating
+        ("POST", "networkpolicies", True), ("POST", "jobsets", True),
+        ("POST", "networkpolicies", False), ("POST", "jobsets", False)]
     second = fake.get("jobsets", "lm")
     assert second["metadata"]["uid"] != first["metadata"]["uid"] and "status" not in second
     for key in ("labels", "annotations"):
@@ -354,7 +361,7 @@ def test_resume_until_done_through_preemptions_and_an_eviction(fake, tmp_path):
     assert "resuming lm (Preempted" in err and "resuming lm (Suspended" in err
     assert "resume 3 of at most 20" in err and "resume 4" not in err
     assert "job lm succeeded" in err
-    assert [r.resource for r in fake.calls("DELETE")] == ["jobsets"] * 3
+    assert [r.resource for r in fake.calls("DELETE")] == ["jobsets", "networkpolicies"] * 3
 
 
 def test_resume_until_done_of_an_indexed_job(fake, tmp_path):
@@ -363,7 +370,7 @@ def test_resume_until_done_of_an_indexed_job(fake, tmp_path):
     run("wait", "lm", "--poll", POLL, code=EXIT_PREEMPTED)
     run("resume", "lm", "--until-done", "--poll", POLL)
     assert fake.submissions("lm") == 2
-    assert [r.resource for r in fake.calls("DELETE")] == ["jobs", "services"]
+    assert [r.resource for r in fake.calls("DELETE")] == ["jobs", "services", "networkpolicies"]
     assert fake.get("services", "lm") is not None  # re-created with the Job
 
 

@@ -52,11 +52,14 @@ _ROUTES = [
     ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/([^/]+)/jobsets(?:/([^/]+))?$")),
     ("jobs", re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")),
     ("services", re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")),
+    ("networkpolicies", re.compile(
+        r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")),
     ("logs", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")),
     ("pods", re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")),
 ]
 _KINDS = {"jobsets": ("JobSet", "jobset.x-k8s.io"), "jobs": ("Job", "batch"),
-          "services": ("Service", ""), "pods": ("Pod", "")}
+          "services": ("Service", ""), "pods": ("Pod", ""),
+          "networkpolicies": ("NetworkPolicy", "networking.k8s.io")}
 
 
 # ----------------------------------------------------------------------------- the test double
@@ -324,7 +327,9 @@ def make_spec(**changes) -> S.JobSpec:
     data = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm",
             "namespace": NS, "image": "us-docker.pkg.dev/proj/repo/worker:1",
             "command": ["python", "-m", "examples.lm"], "accelerator": "cpu",
-            "checkpoint_dir": "gs://ckpt/lm"}
+            "checkpoint_dir": "gs://ckpt/lm",
+            # The NetworkPolicy's own create/delete tests are in test_launch_security.py.
+            "security": {"network_policy": False}}
     data.update(changes)
     return S.spec_from_dict(data)
 
@@ -350,7 +355,8 @@ def assert_valid(obj: dict, crd_schema: dict) -> None:
 def submitted(server: FakeApiServer, spec: S.JobSpec) -> None:
     """Puts the rendered objects of ``spec`` into the server, as a successful submit would."""
     for obj in R.render(spec).objects:
-        server.put({"JobSet": "jobsets", "Job": "jobs", "Service": "services"}[obj["kind"]], obj)
+        server.put({"JobSet": "jobsets", "Job": "jobs", "Service": "services",
+                    "NetworkPolicy": "networkpolicies"}[obj["kind"]], obj)
 
 
 def pod(name: str, *, jobset: str | None = None, job: str | None = None, slice_index: int = 0,

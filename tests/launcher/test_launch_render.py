@@ -40,6 +40,8 @@ def _spec(**changes) -> S.JobSpec:
         "image": "us-docker.pkg.dev/proj/repo/worker:1",
         "command": ["python", "-m", "examples.lm"],
         "accelerator": "cpu",
+        # The NetworkPolicy's rendering is tested in test_launch_security.py.
+        "security": {"network_policy": False},
     }
     data.update(changes)
     return S.spec_from_dict(data)

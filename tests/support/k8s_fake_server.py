@@ -50,11 +50,14 @@ _ROUTES = [
     ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/([^/]+)/jobsets(?:/([^/]+))?$")),
     ("jobs", re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")),
     ("services", re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")),
+    ("networkpolicies", re.compile(
+        r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")),
     ("log", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")),
     ("pods", re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")),
 ]
 _KINDS = {"jobsets": ("JobSet", "jobset.x-k8s.io", "jobset.x-k8s.io/v1alpha2"),
           "jobs": ("Job", "batch", "batch/v1"), "services": ("Service", "", "v1"),
+          "networkpolicies": ("NetworkPolicy", "networking.k8s.io", "networking.k8s.io/v1"),
           "pods": ("Pod", "", "v1")}
 _RESOURCE_OF = {kind: resource for resource, (kind, _, _) in _KINDS.items()}
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")

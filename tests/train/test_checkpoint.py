@@ -188,7 +188,7 @@ def test_changed_fingerprint_is_refused_with_a_readable_diff(tmp_path, caplog):
         ckpt.save(3, {"loss": 1.0}, tokens_consumed=96)
 
     changed = copy.deepcopy(common.FINGERPRINT)
-    changed["phases"][1]["batch_size"] = 32
+    changed["phases"][0]["batch_size"] = 32  # phase 0 holds step 3: its batches were taken
     changed["datasets"]["toy"]["fingerprint"] = "sha256:1"
     changed["datasets"]["web"] = {"fingerprint": "sha256:2", "tokens": 5}
     other = common.build(seed=5, dropout=None)
@@ -199,7 +199,7 @@ def test_changed_fingerprint_is_refused_with_a_readable_diff(tmp_path, caplog):
     err = info.value
     assert isinstance(err, ValueError)
     message = str(err)
-    assert "phases[1].batch_size: 16 -> 32" in message
+    assert "phases[0].batch_size: 4 -> 32" in message
     assert 'datasets.toy.fingerprint: "sha256:0" -> "sha256:1"' in message
     assert "datasets.web: added" in message
     assert "allow_changed_run=True" in message and "step 3" in message
@@ -210,7 +210,7 @@ def test_changed_fingerprint_is_refused_with_a_readable_diff(tmp_path, caplog):
     with Checkpointer(tmp_path, other.model, other.optimizer, fingerprint=changed, allow_changed_run=True) as ckpt:
         assert ckpt.restore() == 3
         assert ckpt.restored_run["fingerprint"] == common.FINGERPRINT
-    assert "phases[1].batch_size: 16 -> 32" in caplog.text
+    assert "phases[0].batch_size: 4 -> 32" in caplog.text
     assert common.mismatches(common.flat_host(other), common.flat_host(ms)) == []
 
     # No fingerprint given: nothing to compare, the restore goes ahead.

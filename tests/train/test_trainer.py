@@ -95,9 +95,10 @@ def test_loss_forms_and_eval(ds, tmp_path):
 def test_changed_curriculum_is_refused_on_resume(ds, tmp_path):
     cur = make_curriculum(ds)
     Trainer(*make_model(), cur, loss_fn, save_path=str(tmp_path), checkpoint_every=100).run(stop_at_step=3)
-    changed = Curriculum(ds, [Phase(steps=6, batch_size=4, seq_len=32), Phase(steps=6, batch_size=4, seq_len=64)],
+    # phase 0 held the 3 batches already taken: changing it is refused (a later phase may change)
+    changed = Curriculum(ds, [Phase(steps=6, batch_size=2, seq_len=32), Phase(steps=6, batch_size=4, seq_len=64)],
                          chunk_tokens=256)
-    with pytest.raises(ValueError, match=r"batch_size: 2 -> 4"):
+    with pytest.raises(ValueError, match=r"phases\[0\]\.batch_size: 4 -> 2"):
         Trainer(*make_model(), changed, loss_fn, save_path=str(tmp_path)).run()
 
 

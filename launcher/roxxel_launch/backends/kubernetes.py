@@ -9,14 +9,15 @@ What each operation does on the cluster:
 
 * ``submit``: render, validate offline (names, enums, the official schema of built-in kinds),
   then a server-side dry run (``dryRun=All``) of every object, then the real creates in
-  order (Service before Job). A create that fails after an earlier one succeeded deletes
+  order (Service and NetworkPolicy before the Job or JobSet). A create that fails after an earlier one succeeded deletes
   what was created, so a job is never left half made.
 * ``status``: reads the JobSet (or Job) and its pods; see :func:`jobset_status` and
   :func:`job_status` for how they map to :class:`JobState`.
 * ``logs``: the pod of one process (JobSet: job-index = process // hosts_per_slice,
   completion index = process % hosts_per_slice) of the newest restart attempt.
 * ``delete``: foreground propagation (the object goes only after its Jobs and pods), and
-  the headless Service of an indexed job.
+  the objects created alongside it: the headless Service of an indexed job and the job's
+  NetworkPolicy (both carry the job's name and the managed-by label).
 * ``resume``: re-creates a stopped job from the spec stored in its ``roxxel.dev/spec``
   annotation, under the same run name and checkpoint_dir, so training restores its last
   checkpoint.
@@ -30,6 +31,7 @@ and the fix.
 
 from __future__ import annotations
 
+import builtins
 import codecs
 import dataclasses
 import json
@@ -37,7 +39,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import urllib3
@@ -86,10 +88,12 @@ INCLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namesp
 DEFAULT_KUBECONFIG = "~/.kube/config"
 
 # Creation order: a Service before the Job whose pods it names.
-_CREATE_ORDER = {"Service": 0, "Job": 1, "JobSet": 1}
+# A NetworkPolicy before the pods it protects, so that no pod ever runs unprotected.
+_CREATE_ORDER = {"Service": 0, "NetworkPolicy": 0, "Job": 1, "JobSet": 1}
 # What RBAC calls each kind, for "kubectl auth can-i VERB RESOURCE" hints.
 _RBAC_RESOURCE = {"JobSet": f"{JOBSET_PLURAL}.{JOBSET_GROUP}", "Job": "jobs.batch",
-                  "Service": "services", "Pod": "pods", "Pod log": "pods/log"}
+                  "Service": "services", "Pod": "pods", "Pod log": "pods/log",
+                  "NetworkPolicy": "networkpolicies.networking.k8s.io"}
 _RBAC_VERB = {"create": "create", "read": "get", "list": "list", "delete": "delete",
               "read logs of": "get"}
 _RUNNING_PHASES = ("Running", "Succeeded")
@@ -693,6 +697,9 @@ class KubernetesBackend(Backend):
     def _core(self) -> k8s_client.CoreV1Api:
         return k8s_client.CoreV1Api(self.api_client)
 
+    def _networking(self) -> k8s_client.NetworkingV1Api:
+        return k8s_client.NetworkingV1Api(self.api_client)
+
     def _create(self, obj: Mapping, *, dry_run: bool) -> dict:
         kind = obj["kind"]
         name = obj["metadata"]["name"]
@@ -713,6 +720,10 @@ class KubernetesBackend(Backend):
         if kind == "Service":
             return self._json(action, kind, name, namespace, self._core().create_namespaced_service,
                               namespace, body, **options)
+        if kind == "NetworkPolicy":
+            return self._json(action, kind, name, namespace,
+                              self._networking().create_namespaced_network_policy,
+                              namespace, body, **options)
         raise BackendError(f"roxxel-launch does not create {kind} objects")
 
     def _get(self, kind: str, name: str) -> dict | None:
@@ -729,6 +740,10 @@ class KubernetesBackend(Backend):
             if kind == "Service":
                 return self._json("read", kind, name, namespace,
                                   self._core().read_namespaced_service, name, namespace)
+            if kind == "NetworkPolicy":
+                return self._json("read", kind, name, namespace,
+                                  self._networking().read_namespaced_network_policy, name,
+                                  namespace)
         except JobNotFoundError:
             return None
         except BackendError as err:
@@ -772,6 +787,10 @@ class KubernetesBackend(Backend):
             elif kind == "Service":
                 self._json("delete", kind, name, namespace,
                            self._core().delete_namespaced_service, name, namespace,
+                           propagation_policy=FOREGROUND)
+            elif kind == "NetworkPolicy":
+                self._json("delete", kind, name, namespace,
+                           self._networking().delete_namespaced_network_policy, name, namespace,
                            propagation_policy=FOREGROUND)
             else:
                 raise ValueError(f"unknown kind {kind}")
@@ -851,7 +870,7 @@ class KubernetesBackend(Backend):
         """
         spec, objects = self._prepare(spec)
         for obj in objects:
-            self._create(obj, dry_run=True)
+            self._dry_run_create(spec, obj)
         idents = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
         logger.info("server-side dry run accepted %s in namespace %s", idents, spec.namespace)
         if dry_run:
@@ -878,6 +897,30 @@ class KubernetesBackend(Backend):
                            if a.get("kind") in ("JobSet", "Job")), None)
         return JobStatus(name=spec.name, state=JobState.PENDING, processes=spec.num_processes,
                          message=f"created {idents}", created=created_at)
+
+    def _dry_run_create(self, spec: JobSpec, obj: Mapping) -> None:
+        """A server-side dry run of one create. A companion (Service, NetworkPolicy) that
+        exists already is either the job's, and the error names the job, or one of ours
+        left behind by a job deleted with kubectl (no JobSet/Job of that name any more),
+        which is deleted so that the job can be made again."""
+        try:
+            self._create(obj, dry_run=True)
+            return
+        except JobExistsError:
+            if obj["kind"] not in ("Service", "NetworkPolicy"):
+                raise
+            workload = "JobSet" if spec.workload == "jobset" else "Job"
+            if self._get(workload, spec.name) is not None:
+                raise JobExistsError(
+                    f"{workload} {self.namespace}/{spec.name} already exists. Delete it "
+                    f"(roxxel-launch delete {spec.name}), resume it (roxxel-launch resume "
+                    f"{spec.name}), or choose another name.") from None
+            if obj["kind"] not in self._companions(workload, spec.name):
+                raise  # not ours (or not ours to remove): the 409 stands
+        logger.warning("%s %s/%s is left over from a deleted job of that name; replacing it",
+                       obj["kind"], self.namespace, spec.name)
+        self._delete(obj["kind"], spec.name)
+        self._create(obj, dry_run=True)
 
     def _rollback(self, created: list[dict]) -> str:
         """Deletes objects a failed submit created; says what happened (for the error)."""
@@ -965,31 +1008,44 @@ class KubernetesBackend(Backend):
         """
         kind, obj = self._require(name)
         self._delete(kind, name)
-        service = self._owned_service(kind, name)
-        if service:
-            self._delete("Service", name)
+        companions = self._companions(kind, name)
+        for companion in companions:
+            self._delete(companion, name)
         if wait:
-            self._wait_gone(kind, name, obj, service)
+            self._wait_gone(kind, name, obj, companions)
 
-    def _owned_service(self, kind: str, name: str) -> bool:
-        if kind != "Job":
-            return False
-        service = self._get("Service", name)
-        if service is None:
-            return False
-        labels = (service.get("metadata") or {}).get("labels") or {}
-        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
-            logger.warning("Service %s/%s was not created by roxxel-launch; leaving it",
-                           self.namespace, name)
-            return False
-        return True
+    def _companions(self, kind: str, name: str) -> builtins.list[str]:  # `list` is a method here
+        """Kinds of the objects created alongside the job that go with it: an indexed job's
+        headless Service, and the NetworkPolicy of either kind (same name, our label)."""
+        found = []
+        for companion in (["Service"] if kind == "Job" else []) + ["NetworkPolicy"]:
+            try:
+                obj = self._get(companion, name)
+            except BackendError as err:
+                cause = err.__cause__
+                if companion != "NetworkPolicy" or getattr(cause, "status", None) != 403:
+                    raise
+                # A job submitted with security.network_policy: false by an account that
+                # may not read NetworkPolicies: nothing of ours to delete there.
+                logger.warning("cannot read NetworkPolicy %s/%s (%s); leaving it", self.namespace,
+                               name, err)
+                continue
+            if obj is None:
+                continue
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+                logger.warning("%s %s/%s was not created by roxxel-launch; leaving it",
+                               companion, self.namespace, name)
+                continue
+            found.append(companion)
+        return found
 
-    def _wait_gone(self, kind: str, name: str, obj: Mapping, service: bool) -> None:
+    def _wait_gone(self, kind: str, name: str, obj: Mapping, companions: Sequence[str]) -> None:
         timeout = self.delete_timeout
         if timeout is None:
             timeout = self._grace_period(kind, obj) + 300
         deadline = time.monotonic() + timeout
-        pending = [kind] + (["Service"] if service else [])
+        pending = [kind, *companions]
         while True:
             pending = [k for k in pending if self._get(k, name) is not None]
             if not pending:
@@ -1065,12 +1121,12 @@ class KubernetesBackend(Backend):
         _, objects = self._prepare(stored)  # check offline before deleting anything
         logger.info("resuming %s (%s, run %s): replacing %s", name, current.state.value,
                     stored.run_name, ", ".join(o["kind"] for o in objects))
-        service = self._owned_service(kind, name)
+        companions = self._companions(kind, name)
         if not deleting:
             self._delete(kind, name)
-        if service:
-            self._delete("Service", name)
-        self._wait_gone(kind, name, obj, service)
+        for companion in companions:
+            self._delete(companion, name)
+        self._wait_gone(kind, name, obj, companions)
         return self.submit(stored)
 
     def _stored_spec(self, kind: str, obj: Mapping) -> JobSpec:

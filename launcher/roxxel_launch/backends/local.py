@@ -27,7 +27,7 @@ Runs live under a root directory (``root`` argument, else ``$ROXXEL_LOCAL_ROOT``
     the effective job spec (``--set`` overrides applied), as plain data.
 ``launch.json``
     the local settings of the run: working directory, data directory, devices per worker,
-    Python interpreter. ``resume`` reuses them.
+    Python interpreter, network (``loopback`` or ``netns``). ``resume`` reuses them.
 ``status.json``
     written atomically (temporary file + rename) by the supervisor at every change: state,
     restarts, exit code, message, the supervisor's pid, the current workers' pids and
@@ -86,6 +86,13 @@ Outcomes of an attempt (the first worker that ends with a code other than 0 deci
 
 When a worker's ``roxxel-worker`` process ends, whatever is left in its process group is
 SIGKILLed, as when a container ends.
+
+Network
+=======
+By default every worker runs on this machine's loopback with a fresh coordinator port per
+attempt. With ``network="netns"`` (CLI ``--netns``) each worker is a network host of its
+own, with its pod's hostname and the manifest's DNS names (:mod:`roxxel_launch.backends.netns`);
+without root the supervisor says so in one line and uses loopback.
 
 Data directory
 ==============
@@ -175,6 +182,9 @@ TAIL_LINES = 20
 """Lines of a failed worker's log quoted in the job's message."""
 HANDSHAKE_SECONDS = 60.0
 """Seconds ``submit``/``resume`` wait for a detached supervisor to take over the run."""
+NETWORKS = ("loopback", "netns")
+"""Values of ``submit``'s ``network``: every worker on loopback, or each in its own network
+namespace (:mod:`roxxel_launch.backends.netns`)."""
 
 SPEC_FILE = "spec.json"
 LAUNCH_FILE = "launch.json"
@@ -500,6 +510,7 @@ class _Supervisor:
         self.workers: list[_Worker] = []
         self.signals: list[int] = []
         self.exits_seen = 0
+        self.network = None  # a netns.PodNetwork in --netns runs
 
     # -- entry point -------------------------------------------------------------------
     def run(self) -> JobStatus:
@@ -510,7 +521,8 @@ class _Supervisor:
             with self._logging(), self._signal_handlers():
                 self._load()
                 try:
-                    return self._supervise()
+                    with self._pod_network():
+                        return self._supervise()
                 except BaseException as err:
                     logger.exception("supervisor error; stopping every worker")
                     self._stop_workers(grace=0.0)
@@ -554,6 +566,29 @@ class _Supervisor:
         finally:
             for signo, old in previous.items():
                 signal.signal(signo, old)
+
+    @contextlib.contextmanager
+    def _pod_network(self):
+        """``self.network``: the run's network namespaces with ``--netns``, else None (loopback)."""
+        if self.launch.get("network", "loopback") != "netns":
+            yield
+            return
+        from roxxel_launch.backends import netns
+
+        reason = netns.unavailable_reason()
+        if reason is not None:
+            logger.warning("--netns: %s; running the workers on loopback instead", reason)
+            yield
+            return
+        with netns.PodNetwork(self.spec, self.launch.get("python")) as self.network:
+            yield
+        self.network = None
+
+    def _worker_name(self, i: int) -> str:
+        """``worker i``, with its host in --netns runs (which host failed is what a user asks)."""
+        if self.network is None:
+            return f"worker {i}"
+        return f"worker {i} (host {self.network.hosts[i].hostname}, {self.network.address(i)})"
 
     # -- state ---------------------------------------------------------------------------
     def _load(self) -> None:
@@ -610,7 +645,7 @@ class _Supervisor:
                 return self._finish_stopped(outcome)
             # A worker failed.
             i, code = outcome.failing_worker()
-            what = f"worker {i} exited with {code} ({exit_codes.describe(code)})"
+            what = f"{self._worker_name(i)} exited with {code} ({exit_codes.describe(code)})"
             restarts = self.status["restarts"]
             if self.signals:
                 return self._finish(JobState.FAILED, code, f"{what}; not restarted: stop requested by "
@@ -649,10 +684,16 @@ class _Supervisor:
     def _attempt(self) -> _Outcome:
         spec, n = self.spec, self.spec.num_processes
         number = len(self.status["attempts"]) + 1
-        address = f"127.0.0.1:{_free_port()}"
+        if self.network is not None:
+            self.network.up()  # fresh pods' network for every attempt, as a gang restart recreates pods
+            address = self.network.coordinator_address
+        else:
+            address = f"127.0.0.1:{_free_port()}"
         record = {"attempt": number, "started": _now(), "coordinator_address": address,
                   "restart": self.status["restarts"], "resume": self.status.get("resumes", 0),
                   "pids": [], "exit_codes": [], "outcome": None, "ended": None}
+        if self.network is not None:
+            record["hosts"] = self.network.describe()
         self.status["attempts"].append(record)
         self.workers, self.exits_seen = [], 0
         echo = _LogEcho(self.run_dir / "worker-0.log", "[worker 0] ", self.echo) if self.echo else None
@@ -664,16 +705,19 @@ class _Supervisor:
                 break
             env = worker_env(spec, i, address, data_dir=self.launch.get("data_dir"),
                              devices_per_worker=self.launch.get("devices_per_worker"))
+            worker_argv = argv
+            if self.network is not None:
+                env, worker_argv = self.network.worker_env(i, env), self.network.wrap(i, argv)
             with open(self.run_dir / f"worker-{i}.log", "ab") as log:
                 log.write(f"{ATTEMPT_HEADER} attempt {number} (restart {record['restart']}, resume "
                           f"{record['resume']}) of job {spec.name}, process {i} of {n}, coordinator "
                           f"{address}, {_now()} =====\n".encode())
                 log.flush()
                 proc = subprocess.Popen(
-                    argv, cwd=self.launch["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    worker_argv, cwd=self.launch["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, process_group=0)
             self.workers.append(_Worker(i, proc))
-            logger.info("worker %d: pid %d", i, proc.pid)
+            logger.info("%s: pid %d", self._worker_name(i), proc.pid)
         record["pids"] = [w.proc.pid for w in self.workers]
         # After a gang restart the message keeps saying why it happened.
         self.status.update(state=JobState.RUNNING.value, pids=record["pids"], worker_exit_codes=[None] * n)
@@ -700,7 +744,8 @@ class _Supervisor:
                 # The first worker that ended with anything but 0 decides: 42 preempted, else failed.
                 first_code, first = stopped_early[0]
                 kind = "preempted" if first_code == exit_codes.PREEMPTED_EXIT_CODE else "failure"
-                what = f"worker {first.index} exited with {first_code} ({exit_codes.describe(first_code)})"
+                what = (f"{self._worker_name(first.index)} exited with {first_code} "
+                        f"({exit_codes.describe(first_code)})")
                 if kind == "failure" and not self.signals and self.status["restarts"] < spec.max_restarts:
                     # BlockingRecreate: the restart is under way while the old workers go.
                     self.status.update(state=JobState.RESTARTING.value,
@@ -717,6 +762,8 @@ class _Supervisor:
             time.sleep(POLL_SECONDS)
         if echo:
             echo.pump(final=True)
+        if self.network is not None:
+            self.network.down()  # every worker of the attempt is gone
         record.update(exit_codes=outcome.codes, outcome=outcome.kind, ended=_now())
         self.status["worker_exit_codes"] = outcome.codes
         self._save()
@@ -838,6 +885,7 @@ class LocalBackend(Backend):
         data_dir: str | None = None,
         devices_per_worker: int | None = None,
         cwd: str | None = None,
+        network: str = "loopback",
     ) -> JobStatus:
         """Create the run directory of ``spec`` and start its supervisor.
 
@@ -853,6 +901,8 @@ class LocalBackend(Backend):
                 :func:`resolve_data_dir`).
             devices_per_worker: CPU devices per worker (``XLA_FLAGS``), >= 1.
             cwd: the workers' working directory; default the current directory.
+            network: one of :data:`NETWORKS`: ``loopback``, or ``netns`` for a network
+                namespace per worker (needs root; loopback with a warning otherwise).
 
         Returns:
             The job's status: terminal with ``foreground``, else as the supervisor started it.
@@ -866,6 +916,12 @@ class LocalBackend(Backend):
         cwd = os.path.abspath(cwd or os.getcwd())
         if devices_per_worker is not None and devices_per_worker < 1:
             raise BackendError(f"devices per worker must be at least 1, got {devices_per_worker}")
+        if network not in NETWORKS:
+            raise BackendError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
+        if network == "netns":
+            from roxxel_launch.backends import netns
+
+            netns.pod_hosts(spec)  # the pods' names and coordinator, checked before anything starts
         resolved_data = resolve_data_dir(spec, data_dir, cwd=cwd)
         run_dir = self.run_dir(spec.name)
         if run_dir.exists():
@@ -886,7 +942,7 @@ class LocalBackend(Backend):
         _write_json(run_dir / SPEC_FILE, spec_to_dict(spec))
         _write_json(run_dir / LAUNCH_FILE, {
             "cwd": cwd, "data_dir": resolved_data, "devices_per_worker": devices_per_worker,
-            "python": sys.executable, "created": created})
+            "python": sys.executable, "network": network, "created": created})
         _write_json(run_dir / STATUS_FILE, {
             "name": spec.name, "state": JobState.PENDING.value, "processes": spec.num_processes,
             "max_restarts": spec.max_restarts, "restarts": 0, "resumes": 0, "exit_code": None,
@@ -1005,6 +1061,11 @@ class LocalBackend(Backend):
             if _is_local_worker(pid) and _group_alive(pid):
                 logger.warning("killing leftover worker process group %d of job %s", pid, name)
                 _kill_group(pid)
+        if _read_json(run_dir / LAUNCH_FILE).get("network") == "netns":
+            from roxxel_launch.backends import netns
+
+            if netns.unavailable_reason() is None:
+                netns.cleanup_stale()  # the namespaces a killed supervisor left
         shutil.rmtree(run_dir)
         logger.info("deleted local job %s (%s)", name, run_dir)
 

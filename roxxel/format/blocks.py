@@ -1,0 +1,94 @@
+"""Per-block checksums of a shard's token data, checked the first time each block is read.
+
+A format-1.1 shard stores one CRC-32 per ``block_bytes`` bytes of its token data. A
+reader checks a block before any of its tokens leave the shard, once per process: a map
+of checked blocks (one byte per block, 1/65536 of the data at the default block size)
+makes every later read of that block free. A block read in full is checked on the bytes
+just copied; one read in part is read whole once more (from the page cache) to check it.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+
+from roxxel.format import layout
+from roxxel.format.errors import BlockChecksumError, TruncatedShardError
+
+
+class BlockChecks:
+    """The block checksums of one shard and which blocks this process has checked.
+
+    Args:
+        path: the shard (for messages).
+        data_offset: byte offset of token 0 in the file.
+        data_bytes: bytes of token data.
+        block_bytes: bytes per block (the last block may be shorter).
+        table_offset: byte offset of the uint32 CRC table in the file.
+    """
+
+    def __init__(self, path: str, data_offset: int, data_bytes: int, block_bytes: int, table_offset: int):
+        self.path, self.data_offset, self.data_bytes = path, data_offset, data_bytes
+        self.block_bytes, self.table_offset = block_bytes, table_offset
+        self.num_blocks = layout.num_blocks(data_bytes, block_bytes)
+        self.checked = np.zeros(self.num_blocks, bool)
+        self._crcs: np.ndarray | None = None
+
+    def crcs(self, fd: int) -> np.ndarray:
+        """The stored CRC-32 of every block, uint32, read on first use."""
+        if self._crcs is None:
+            raw = _pread(fd, self.num_blocks * layout.BLOCK_CRC_DTYPE.itemsize, self.table_offset, self.path)
+            self._crcs = np.frombuffer(raw, layout.BLOCK_CRC_DTYPE)
+        return self._crcs
+
+    def check(self, fd: int, start: int, stop: int, copied: memoryview | None = None) -> None:
+        """Check every not yet checked block that overlaps data bytes ``[start, stop)``.
+
+        Args:
+            fd: an open descriptor of the shard.
+            start, stop: byte range of the token data that was (or is about to be) read.
+            copied: the bytes ``[start, stop)`` as just read, if any: blocks they cover in full
+                are checked on them, without a second read.
+
+        Raises:
+            BlockChecksumError: a block's bytes do not match its stored CRC-32.
+        """
+        if stop <= start:
+            return
+        b0, b1 = start // self.block_bytes, -(-stop // self.block_bytes)
+        todo = np.flatnonzero(~self.checked[b0:b1])
+        if not todo.size:
+            return
+        crcs = self.crcs(fd)
+        for b in (todo + b0).tolist():
+            lo = b * self.block_bytes
+            hi = min(lo + self.block_bytes, self.data_bytes)
+            data: bytes | memoryview
+            if copied is not None and start <= lo and hi <= stop:
+                data = copied[lo - start:hi - start]
+            else:
+                data = _pread(fd, hi - lo, self.data_offset + lo, self.path)
+            actual = zlib.crc32(data)
+            if actual != int(crcs[b]):
+                raise BlockChecksumError(
+                    f"{self.path}: token block {b} (data bytes {lo}-{hi}) fails its CRC-32 check (stored "
+                    f"{int(crcs[b]):08x}, read {actual:08x}); the shard is damaged - run `roxxel verify` on the "
+                    "dataset, then re-copy the shard from its source or re-pack it", self.path)
+            self.checked[b] = True
+
+    def check_all(self, fd: int) -> None:
+        """Check every block (``verify``), whether or not it was checked before."""
+        self.checked[:] = False
+        step = max(1, (8 << 20) // self.block_bytes) * self.block_bytes
+        for start in range(0, self.data_bytes, step):
+            stop = min(start + step, self.data_bytes)
+            self.check(fd, start, stop, memoryview(_pread(fd, stop - start, self.data_offset + start, self.path)))
+
+
+def _pread(fd: int, n: int, offset: int, path: str) -> bytes:
+    data = os.pread(fd, n, offset)
+    if len(data) < n:
+        raise TruncatedShardError(f"{path}: file ended while reading (was it truncated after opening?)", path)
+    return data

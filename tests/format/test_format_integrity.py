@@ -1,0 +1,181 @@
+"""Damaged or foreign bytes never reach a batch: block checksums, shard identity, safe opening."""
+
+import gc
+import hashlib
+import json
+import os
+import types
+
+import numpy as np
+import pytest
+
+from roxxel import Curriculum, Phase, Roxxel
+from roxxel.format import (
+    BlockChecksumError,
+    ChecksumMismatchError,
+    CorruptShardError,
+    DatasetWriter,
+    RoxxelFormatError,
+    ShardNotFoundError,
+    layout,
+    open_shard,
+)
+
+from support import paths
+
+FIXTURES = str(paths.FIXTURES)
+
+
+def write(path, n_docs=20, doc=5000, shard_size=1 << 40, vocab=257, eos=256):
+    rng = np.random.default_rng(0)
+    with DatasetWriter(os.path.join(path, "dataset.json"), vocab_size=vocab, eos_id=eos, dtype="uint16",
+                       shard_size=shard_size) as w:
+        for _ in range(n_docs):
+            w.add_document(rng.integers(0, eos, doc))
+    return str(path)
+
+
+def flip(path, token_index):
+    s = open_shard(path)
+    off = s._data_offset + token_index * s.dtype.itemsize + 1
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0xFF]))  # a uint16 id < 257 becomes >= 65,280: the issue's case
+
+
+def test_flipped_byte_is_refused_before_it_reaches_a_batch(tmp_path):
+    d = write(tmp_path)
+    shard = Roxxel(d).shard_paths[0]
+    flip(shard, 70_000)  # inside block 2 (64 KiB blocks of uint16 = 32768 tokens)
+    ds = Roxxel(d)
+    c = Curriculum(ds, [Phase(batch_size=4, seq_len=512)], chunk_tokens=2048)
+    with pytest.raises(BlockChecksumError, match=rf"{shard}: token block 2 .*roxxel verify.*re-pack"):
+        list(c.stream(seed=0, to_device=False, prefetch_size=0))
+    with pytest.raises(BlockChecksumError):
+        Roxxel(d).read(69_990, 70_010)  # the zero-copy view path
+    with pytest.raises(BlockChecksumError):
+        Roxxel(d)[14]  # document 14 holds token 70,000
+    assert Roxxel(d).read(0, 100).max() < 257  # undamaged blocks still read
+    with pytest.raises(ChecksumMismatchError, match="checksum mismatch.*first damaged token block: 2"):
+        Roxxel(d).verify()
+
+
+def test_each_block_is_checked_once_per_process(tmp_path, monkeypatch):
+    import roxxel.format.blocks as blocks
+
+    d = write(tmp_path)
+    calls = []
+    real = blocks.zlib.crc32
+    monkeypatch.setattr(blocks, "zlib", types.SimpleNamespace(crc32=lambda b, *a: calls.append(len(b)) or real(b, *a)))
+    ds = Roxxel(d).open()
+    out = np.empty(100, ds.dtype)
+    ds.read_into(out, 10)
+    ds.read_into(out, 500)  # same block: not checked again
+    assert len(calls) == 1
+    ds.read_into(np.empty(40_000, ds.dtype), 0)
+    assert len(calls) == 2  # block 1 only
+    blk = open_shard(ds.shard_paths[0])._blocks
+    assert blk.block_bytes == layout.DEFAULT_BLOCK_BYTES
+    s = ds._shard(0)
+    assert s.has_block_checksums and s._blocks.checked[:2].all() and not s._blocks.checked[2:].any()
+
+
+def test_unchecked_reader_reads_the_same_tokens(tmp_path):
+    d = write(tmp_path)
+    a, b = Roxxel(d), Roxxel(d, check_blocks=False)
+    assert np.array_equal(a.read(0, a.num_tokens), b.read(0, b.num_tokens))
+    b.read_into(np.empty(1000, b.dtype), 0)
+    assert not b._shard(0)._blocks.checked.any()
+
+
+def test_format_1_0_shards_still_open_without_block_checks():
+    d = os.path.join(FIXTURES, "format-v1.0")
+    want = json.load(open(os.path.join(d, "expected.json")))
+    ds = Roxxel(d)
+    toks = ds.read_into(np.empty(ds.num_tokens, ds.dtype), 0)
+    assert hashlib.sha256(toks.tobytes()).hexdigest() == want["tokens_sha256"]
+    s = open_shard(ds.shard_paths[0])
+    assert s.version == (1, 0) and not s.has_block_checksums
+    ds.verify()
+
+
+def test_new_shards_are_format_1_1_with_block_checksums(tmp_path):
+    d = write(tmp_path, n_docs=2, doc=40_000)
+    s = open_shard(Roxxel(d).shard_paths[0])
+    assert s.version == (1, 1) and s._blocks.num_blocks == 3  # 80,002 uint16 tokens in 64 KiB blocks
+    s.verify()
+
+
+def test_swapped_shards_of_equal_size_are_refused(tmp_path):
+    d = write(tmp_path, n_docs=4, doc=1000, shard_size=2000 * 2 + 5000)
+    paths = Roxxel(d).shard_paths
+    assert len(paths) == 2 and os.path.getsize(paths[0]) == os.path.getsize(paths[1])
+    tmp = paths[0] + ".x"
+    os.rename(paths[0], tmp)
+    os.rename(paths[1], paths[0])
+    os.rename(tmp, paths[1])
+    with pytest.raises(CorruptShardError, match="is not the shard its manifest lists.*swapped"):
+        Roxxel(d).read(0, 10)
+
+
+@pytest.mark.parametrize("bad", ["../other/shard-00000.rox", "/etc/passwd", "a/../../x.rox", "", "./shard.rox"])
+def test_manifest_paths_must_stay_inside_the_dataset_directory(tmp_path, bad):
+    d = write(tmp_path / "ds", n_docs=2, doc=100)
+    m = json.load(open(os.path.join(d, "dataset.json")))
+    m["shards"][0]["path"] = bad
+    json.dump(m, open(os.path.join(d, "dataset.json"), "w"))
+    with pytest.raises(CorruptShardError, match="not a relative name inside the dataset directory"):
+        Roxxel(d).open()
+
+
+def test_only_regular_files_are_opened_as_shards(tmp_path):
+    os.mkfifo(tmp_path / "a.rox")  # opening a FIFO for reading would wait for a writer forever
+    with pytest.raises(RoxxelFormatError, match="is a FIFO, not a regular file"):
+        Roxxel(str(tmp_path)).open()
+    os.remove(tmp_path / "a.rox")
+    os.symlink("/dev/zero", tmp_path / "b.rox")  # endless zeros
+    with pytest.raises(RoxxelFormatError, match="is a device, not a regular file"):
+        Roxxel(str(tmp_path)).open()
+
+
+@pytest.mark.parametrize("how", ["dangling-link", "empty", "directory", "not-json"])
+def test_broken_manifest_is_an_error_not_ignored(tmp_path, how):
+    d = write(tmp_path / "ds", n_docs=2, doc=100)
+    m = os.path.join(d, "dataset.json")
+    os.remove(m)
+    if how == "dangling-link":
+        os.symlink(os.path.join(d, "nowhere.json"), m)
+    elif how == "directory":
+        os.mkdir(m)
+    else:
+        open(m, "w").write("" if how == "empty" else "{oops")
+    with pytest.raises((CorruptShardError, ShardNotFoundError), match="manifest"):
+        Roxxel(d).open()
+
+
+def test_garbage_after_a_valid_signature_is_called_damage_not_a_newer_version(tmp_path):
+    p = tmp_path / "x.rox"
+    rng = np.random.default_rng(1)
+    p.write_bytes(layout.SIGNATURE + bytes([9, 0]) + rng.integers(0, 256, 5000, dtype=np.uint8).tobytes())
+    with pytest.raises(CorruptShardError) as e:
+        open_shard(str(p))
+    assert "upgrade" not in str(e.value) and "damaged" in str(e.value)
+
+
+def test_dropped_datasets_release_their_file_descriptors(tmp_path):
+    d = write(tmp_path, n_docs=30, doc=200, shard_size=500)
+    assert Roxxel(d).num_shards == 30
+
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    gc.collect()
+    before = open_fds()
+    for _ in range(20):
+        ds = Roxxel(d)
+        ds.gather_into(np.empty(30, ds.dtype), np.arange(30) * 201, np.ones(30, np.int64))
+        del ds
+    gc.collect()
+    assert open_fds() - before < 5

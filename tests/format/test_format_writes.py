@@ -1,0 +1,130 @@
+"""Writes lose no data: one writer at a time per dataset, and a killed commit is all or nothing."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+from roxxel import Roxxel
+from roxxel.format import DatasetLockedError, DatasetWriter
+
+ROXXEL = os.path.join(os.path.dirname(sys.executable), "roxxel")
+
+
+def write(d, docs, append=False, **kw):
+    with DatasetWriter(os.path.join(d, "dataset.json"), vocab_size=1000, eos_id=999, dtype="uint16",
+                       shard_size=3000, append=append, **kw) as w:
+        w.add_documents(docs)
+
+
+def docs(seed, n=10):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 999, int(rng.integers(50, 900))) for _ in range(n)]
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_dataset(tmp_path):
+    d = str(tmp_path)
+    write(d, docs(0))
+    first = DatasetWriter(os.path.join(d, "dataset.json"), vocab_size=1000, eos_id=999, dtype="uint16", append=True)
+    with pytest.raises(DatasetLockedError, match=rf"another pack or append into this dataset is running \(pid {os.getpid()}"):
+        write(d, docs(1), append=True)
+    r = subprocess.run([ROXXEL, "pack", "--append", __file__, "-o", d, "--tokenizer", "bytes"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "another pack or append" in r.stderr and "--wait-lock" in r.stderr
+    first.add_documents(docs(2))
+    first.close()
+    write(d, docs(3), append=True)  # the lock is free again
+    assert Roxxel(d).num_documents == 30
+
+
+def test_a_waiting_writer_gets_the_lock_when_the_first_finishes(tmp_path):
+    d = str(tmp_path)
+    write(d, docs(0))
+    first = DatasetWriter(os.path.join(d, "dataset.json"), vocab_size=1000, eos_id=999, dtype="uint16", append=True)
+    first.add_documents(docs(1))
+    threading.Timer(0.3, first.close).start()
+    write(d, docs(2), append=True, lock_timeout=30)
+    assert Roxxel(d).num_documents == 30
+
+
+CONCURRENT = textwrap.dedent("""
+    import sys, numpy as np
+    from roxxel.format import DatasetWriter, DatasetLockedError
+    rng = np.random.default_rng(int(sys.argv[2]))
+    try:
+        with DatasetWriter(sys.argv[1] + "/dataset.json", vocab_size=1000, eos_id=999, dtype="uint16",
+                           shard_size=3000, append=True) as w:
+            for _ in range(40):
+                w.add_document(rng.integers(0, 999, 500))
+    except DatasetLockedError as e:
+        print("LOCKED", e)
+        sys.exit(3)
+""")
+
+
+@pytest.mark.slow
+def test_concurrent_appends_never_both_succeed_with_data_lost(tmp_path):
+    """The issue's race (in 4 of 5 trials one append vanished): every append that exits 0 is in the dataset."""
+    for trial in range(5):
+        d = str(tmp_path / f"t{trial}")
+        write(d, docs(trial))
+        procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, d, str(i)], stdout=subprocess.PIPE, text=True)
+                 for i in range(2)]
+        codes = [p.wait(timeout=120) for p in procs]
+        assert set(codes) <= {0, 3} and 0 in codes, codes
+        assert Roxxel(d).num_documents == 10 + 40 * codes.count(0)
+
+
+KILLED = textwrap.dedent("""
+    import os, sys, numpy as np
+    import roxxel.format.writer as W
+    from roxxel.format.manifest import Manifest
+    kill_at, calls = int(sys.argv[2]), [0]
+    def step(fn):
+        def wrapped(*a, **k):
+            calls[0] += 1
+            if calls[0] == kill_at:
+                os._exit(9)  # as SIGKILL: no cleanup runs
+            return fn(*a, **k)
+        return wrapped
+    W.commit = step(W.commit)
+    W._write_marker = step(W._write_marker)
+    Manifest.save = step(Manifest.save)
+    os.remove = step(os.remove)
+    rng = np.random.default_rng(7)
+    with W.DatasetWriter(sys.argv[1] + "/dataset.json", vocab_size=1000, eos_id=999, dtype="uint16",
+                         shard_size=3000, append=True) as w:
+        for _ in range(12):
+            w.add_document(rng.integers(0, 999, 400))
+""")
+
+
+def _tokens(spec):
+    ds = Roxxel(spec)
+    return ds.read_into(np.empty(ds.num_tokens, ds.dtype), 0)
+
+
+@pytest.mark.parametrize("kill_at", [1, 2, 3, 4, 6, 8])
+def test_an_append_killed_at_any_commit_step_leaves_before_or_after(tmp_path, kill_at):
+    d = str(tmp_path / "ds")
+    write(d, docs(0))
+    before = _tokens(d)
+    r = subprocess.run([sys.executable, "-c", KILLED, d, str(kill_at)], timeout=120)
+    views = {"directory": d, "manifest": os.path.join(d, "dataset.json"), "glob": os.path.join(d, "*.rox")}
+    got = {k: _tokens(v) for k, v in views.items()}
+    after = np.concatenate([before, np.concatenate([np.append(x, 999) for x in _seven_docs()])])
+    for how, toks in got.items():
+        assert np.array_equal(toks, before) or np.array_equal(toks, after), (how, r.returncode, len(toks))
+    assert len({len(t) for t in got.values()}) == 1, {k: len(t) for k, t in got.items()}  # every view agrees
+    write(d, docs(1), append=True)  # the next append cleans up what the killed one left
+    assert _tokens(d).size == _tokens(os.path.join(d, "*.rox")).size
+    assert not [n for n in os.listdir(d) if n.endswith(".incomplete") or ".tmp-" in n]
+
+
+def _seven_docs():
+    rng = np.random.default_rng(7)
+    return [rng.integers(0, 999, 400) for _ in range(12)]

@@ -1,0 +1,437 @@
+"""`roxxel-launch submit --local --netns`: every worker on its own network host.
+
+The pods' names, addresses and environment come from the rendered manifests
+(roxxel_launch.backends.netns); the multi-host runs below use real network namespaces,
+veth pairs on a private bridge and per-namespace hosts files (root only: skipped with the
+reason otherwise), real jax.distributed across them and real Orbax checkpoints, and compare
+the final parameters with the same job on loopback, bit for bit.
+
+Failure detection: the jobs set ROXXEL_HEARTBEAT_TIMEOUT=HEARTBEAT (jax.distributed's
+heartbeat_timeout_seconds, for both the coordination service and its clients), so a host
+cut off is declared dead after HEARTBEAT seconds; the gang restart then restores the last
+checkpoint. docs/troubleshooting.md has the times measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+import yaml
+
+from roxxel_launch.backends import local as L
+from roxxel_launch.backends import netns
+from roxxel_launch.backends.base import BackendError, JobState
+from roxxel_launch.spec import spec_from_dict
+from support.paths import WORKERS
+
+TRAIN = WORKERS / "netns_train.py"
+PROGRAM = WORKERS / "local_program.py"
+STEPS, EVERY = 8, 4  # training steps, checkpoint interval
+HEARTBEAT = 5  # seconds: ROXXEL_HEARTBEAT_TIMEOUT of the jobs below
+GRACE = 2  # seconds: termination_grace_period of the jobs below
+DETECTION_BOUND = 2 * HEARTBEAT + 10  # seconds from a host's loss to the first worker's exit
+TIMEOUT = 300  # seconds for one CLI run
+RATE = 125_000  # bytes/s: a slowed link's rate where the kernel has no sch_netem (1 Mbit/s)
+
+UNAVAILABLE = netns.unavailable_reason()
+needs_netns = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"--netns cannot run here: {UNAVAILABLE}")
+
+
+def _spec(name: str, hosts: int, command: list[str], **extra) -> dict:
+    data = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": name, "image": "local",
+            "command": command, "accelerator": {"cpu": {"hosts": hosts}}, "termination_grace_period": GRACE}
+    data.update(extra)
+    return data
+
+
+# ----------------------------------------------------------------------------- the pods of a manifest
+
+
+def test_pods_are_named_as_the_rendered_jobset_and_indexed_job_name_them():
+    jobset = netns.pod_hosts(spec_from_dict(_spec("lm", 2, ["x"], namespace="research",
+                                                  env={"ROXXEL_HEARTBEAT_TIMEOUT": "5"})))
+    assert [h.hostname for h in jobset] == ["lm-slice-0-0", "lm-slice-0-1"]
+    assert jobset[1].dns_names == ("lm-slice-0-1.lm.research.svc.cluster.local", "lm-slice-0-1.lm")
+    assert {h.coordinator_address for h in jobset} == {"lm-slice-0-0.lm:8476"}
+    assert jobset[1].env == {"JOBSET_NAME": "lm", "REPLICATED_JOB_NAME": "slice", "JOB_INDEX": "0",
+                             "JOB_COMPLETION_INDEX": "1", "JOBSET_SUBDOMAIN": "lm", "ROXXEL_HOSTS_PER_SLICE": "2",
+                             "ROXXEL_NUM_SLICES": "1", "ROXXEL_COORDINATOR_PORT": "8476"}  # not the spec's env
+
+    indexed = netns.pod_hosts(spec_from_dict(_spec("tr", 3, ["x"], workload="indexed-job")))
+    assert [(h.process_id, h.hostname) for h in indexed] == [(0, "tr-0"), (1, "tr-1"), (2, "tr-2")]
+    assert indexed[2].dns_names == ("tr-2.tr.default.svc.cluster.local", "tr-2.tr")
+    assert indexed[2].coordinator_address == "tr-0.tr:8476"
+
+
+def test_a_coordinator_that_is_no_pods_name_is_refused(monkeypatch):
+    """A manifest whose pods have no DNS names (here: no enableDNSHostnames) cannot work on a
+    cluster either: the workers would never find the coordinator. Refused before starting."""
+    from roxxel_launch import render
+
+    real = render.render
+
+    def without_dns(spec):
+        out = real(spec)
+        jobset = next(o for o in out.objects if o["kind"] == "JobSet")  # after its NetworkPolicy
+        jobset["spec"]["network"]["enableDNSHostnames"] = False
+        return out
+
+    monkeypatch.setattr(render, "render", without_dns)
+    with pytest.raises(BackendError, match="lm-slice-0-0.lm:8476, which is no pod's DNS name"):
+        netns.pod_hosts(spec_from_dict(_spec("lm", 2, ["x"])))
+
+
+def test_without_root_it_says_so_in_one_line_and_runs_on_loopback(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert netns.unavailable_reason() == "network namespaces need root (CAP_NET_ADMIN, CAP_SYS_ADMIN)"
+    monkeypatch.setenv(L.ROOT_ENV, str(tmp_path / "runs"))
+    spec = spec_from_dict(_spec("noroot", 2, [sys.executable, str(PROGRAM)], env={"LOCAL_TEST_MODE": "ok"},
+                                checkpoint_dir=str(tmp_path / "ckpt")))
+    status = L.LocalBackend().submit(spec, foreground=True, network="netns")
+    assert (status.state, status.exit_code) == (JobState.SUCCEEDED, 0)
+    said = capsys.readouterr().err.splitlines()
+    assert said == ["[roxxel-launch] WARNING: --netns: network namespaces need root (CAP_NET_ADMIN, "
+                    "CAP_SYS_ADMIN); running the workers on loopback instead"]
+    record = json.loads((tmp_path / "runs" / "noroot" / "status.json").read_text())["attempts"][0]
+    assert record["coordinator_address"].startswith("127.0.0.1:") and "hosts" not in record
+    with pytest.raises(BackendError, match="network must be one of loopback, netns"):
+        L.LocalBackend().submit(spec_from_dict(_spec("other", 1, ["x"])), network="vpn")
+
+    from click.testing import CliRunner
+
+    from roxxel_launch import cli
+
+    path = tmp_path / "k8s.yaml"
+    path.write_text(yaml.safe_dump(_spec("k8sjob", 2, ["train"])))
+    result = CliRunner().invoke(cli.cli, ["submit", str(path), "--netns"])
+    assert result.exit_code == 2 and "--netns applies to --local runs only" in result.output
+
+
+# ----------------------------------------------------------------------------- namespaces
+
+
+def _ours() -> set[str]:
+    names = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    names |= {line.split(": ")[1].split("@")[0]
+              for line in subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()}
+    names |= {p.name for p in netns.NETNS_ETC.glob(f"{netns.PREFIX}-*")} if netns.NETNS_ETC.is_dir() else set()
+    return {n for n in names if n.startswith(netns.PREFIX) and "probe" not in n}
+
+
+@needs_netns
+def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(tmp_path):
+    before = _ours()
+    spec = spec_from_dict(_spec("lm", 3, ["x"]))
+    with netns.PodNetwork(spec) as net:
+        net.up()
+        net.up()  # idempotent: an attempt's leftovers are replaced
+        hosts = net.describe()
+        assert [(h["hostname"], h["address"]) for h in hosts] == [
+            ("lm-slice-0-0", "10.213.0.1"), ("lm-slice-0-1", "10.213.0.2"), ("lm-slice-0-2", "10.213.0.3")]
+        inside = subprocess.run(
+            net.wrap(2, [sys.executable, "-c",
+                         "import socket; print(socket.gethostname(), socket.gethostbyname('lm-slice-0-0.lm'), "
+                         "socket.gethostbyname('lm-slice-0-1.lm.default.svc.cluster.local'), "
+                         "socket.gethostbyname(socket.gethostname()))"]),
+            capture_output=True, text=True, timeout=30)
+        assert inside.stdout.split() == ["lm-slice-0-2", "10.213.0.1", "10.213.0.2", "10.213.0.3"], inside.stderr
+        assert _ours() - before == {h["netns"] for h in hosts} | {h["link"] for h in hosts} | {net.bridge}
+        assert all((netns.NETNS_ETC / h["netns"] / "hosts").is_file() for h in hosts)
+    assert _ours() == before
+
+    # A launcher killed with its network up: the next one removes what it left.
+    code = ("import sys, time; sys.path[:0] = %r\n"
+            "from roxxel_launch.backends import netns\nfrom roxxel_launch.spec import spec_from_dict\n"
+            "net = netns.PodNetwork(spec_from_dict(%r)).__enter__(); net.up(); print(net.run_id, flush=True); "
+            "time.sleep(60)" % (sys.path, _spec("lm", 2, ["x"])))
+    killed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    run_id = killed.stdout.readline().strip()
+    killed.kill()
+    killed.wait()
+    assert {n for n in _ours() - before if run_id in n}, "the killed launcher's network should still be there"
+    with netns.PodNetwork(spec):
+        assert not {n for n in _ours() if run_id in n}
+    assert _ours() == before
+
+
+@pytest.mark.slow
+@needs_netns
+def test_delete_after_a_killed_supervisor_removes_its_namespaces(tmp_path):
+    before = _ours()
+    state = tmp_path / "state"
+    state.mkdir()
+    waiting = "import os, pathlib, socket, time; " \
+              "pathlib.Path(os.environ['ROXXEL_CHECKPOINT_DIR'], socket.gethostname()).write_text('up'); time.sleep(60)"
+    spec = tmp_path / "sleepers.yaml"
+    spec.write_text(yaml.safe_dump(_spec("sleepers", 2, [sys.executable, "-c", waiting], checkpoint_dir=str(state))))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JOB", "TPU_"))}
+    env[L.ROOT_ENV] = str(tmp_path / "runs")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "roxxel_launch.cli", *args, "--local"], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    assert cli("submit", str(spec), "--netns", "--detach").returncode == 0
+    deadline = time.monotonic() + 60
+    while sorted(p.name for p in state.glob("sleepers-*")) != ["sleepers-slice-0-0", "sleepers-slice-0-1"]:
+        assert time.monotonic() < deadline, "the workers did not start with their pods' hostnames"
+        time.sleep(0.05)
+    status = json.loads((tmp_path / "runs" / "sleepers" / "status.json").read_text())
+    hosts = status["attempts"][-1]["hosts"]
+    os.kill(status["supervisor_pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in status["pids"]):
+        assert time.monotonic() < deadline, "the workers outlived their supervisor"
+        time.sleep(0.05)
+    assert {h["netns"] for h in hosts} <= _ours()  # nobody removed them: the supervisor was killed
+    result = cli("delete", "sleepers")
+    assert result.returncode == 0, result.stderr
+    assert _ours() == before
+
+
+# ----------------------------------------------------------------------------- multi-host training
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> pathlib.Path:
+    from support.lm import make_dataset
+
+    path = tmp_path_factory.mktemp("netns-data") / "json"
+    make_dataset(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def jax_cache(tmp_path_factory) -> pathlib.Path:
+    """One persistent compilation cache for the module's runs: the same executables, compiled once."""
+    return tmp_path_factory.mktemp("jax-cache")
+
+
+class Job:
+    """One `netns_train.py` job run with the CLI, and what the test needs to poke at it."""
+
+    def __init__(self, tmp_path, data, jax_cache, name: str, hosts: int, *, pause: float = 0.0,
+                 workload: str = "jobset"):
+        self.root, self.name = tmp_path / "runs", name
+        self.params = tmp_path / f"{name}.npz"
+        self.checkpoints = tmp_path / name / "checkpoints"
+        spec = _spec(name, hosts, [sys.executable, str(TRAIN), str(data), str(self.params), str(STEPS), str(EVERY),
+                                   str(pause)],
+                     checkpoint_dir=str(self.checkpoints), max_restarts=2, workload=workload,
+                     env={"ROXXEL_HEARTBEAT_TIMEOUT": str(HEARTBEAT), "ROXXEL_INIT_TIMEOUT": "60",
+                          "JAX_COMPILATION_CACHE_DIR": str(jax_cache),
+                          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
+        self.spec_path = tmp_path / f"{name}.yaml"
+        self.spec_path.write_text(yaml.safe_dump(spec))
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JOB", "TPU_"))}
+        self.env.update({L.ROOT_ENV: str(self.root), "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"})
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, *flags: str) -> Job:
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([sys.executable, "-m", "roxxel_launch.cli", "submit", "--local",
+                                      str(self.spec_path), *flags], env=self.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        return self
+
+    def finish(self) -> tuple[str, str]:
+        try:
+            out, err = self.proc.communicate(timeout=TIMEOUT)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.seconds = time.monotonic() - self.started
+        assert self.proc.returncode == 0, out[-4000:] + err[-4000:]
+        return out, err
+
+    def run(self, *flags: str) -> tuple[str, str]:
+        return self.start(*flags).finish()
+
+    def status(self) -> dict:
+        path = self.root / self.name / "status.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def log(self, i: int = 0) -> str:
+        path = self.root / self.name / f"worker-{i}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait_for_checkpoint(self, step: int) -> None:
+        """Until the checkpoint of ``step`` is complete (Orbax renames it to its step number
+        once every process has written it) and training has gone past it."""
+        deadline = time.monotonic() + TIMEOUT
+        while f"step {step + 1}/{STEPS}" not in self.log(0) or not (self.checkpoints / str(step)).is_dir():
+            assert self.proc.poll() is None, self.proc.communicate()
+            assert time.monotonic() < deadline, self.log(0)[-3000:]
+            time.sleep(0.05)
+
+    def host(self, i: int) -> dict:
+        return self.status()["attempts"][-1]["hosts"][i]
+
+    def params_equal(self, other: pathlib.Path) -> None:
+        want, got = np.load(other), np.load(self.params)
+        assert sorted(want.files) == sorted(got.files)
+        for key in want.files:
+            assert np.array_equal(want[key], got[key]), key
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data, jax_cache) -> dict[int, pathlib.Path]:
+    """Final parameters of the job on loopback, by process count (computed when first asked)."""
+    out: dict[int, pathlib.Path] = {}
+
+    def get(hosts: int) -> pathlib.Path:
+        if hosts not in out:
+            job = Job(tmp_path_factory.mktemp(f"loopback{hosts}"), data, jax_cache, f"loop{hosts}", hosts)
+            job.run()
+            assert job.status()["attempts"][0]["coordinator_address"].startswith("127.0.0.1:")
+            out[hosts] = job.params
+        return out[hosts]
+
+    return get
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+def _detected_after(job: Job, cut: float) -> float:
+    """Seconds from ``cut`` (time.time()) to the first worker exit the supervisor logged."""
+    for line in (job.root / job.name / "supervisor.log").read_text().splitlines():
+        if re.search(r"worker \d+ \(pid \d+\) exited with", line):
+            stamp = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + int(line[20:23]) / 1000
+            return stamp - cut
+    raise AssertionError("no worker exit in the supervisor log")
+
+
+def _assert_restored_and_equal(job: Job, lost: int, reference: pathlib.Path) -> None:
+    """The gang restarted once, restored the checkpoint of step EVERY and ended equal to ``reference``."""
+    status = job.status()
+    first, second = status["attempts"]
+    assert (status["state"], status["restarts"]) == ("Succeeded", 1)
+    assert first["outcome"] == "failure" and second["outcome"] == "succeeded"
+    assert f"training steps {EVERY}..{STEPS}" in job.log(0).split(L.ATTEMPT_HEADER)[-1]
+    # The coordination service names the lost process (its task number) in the survivors' logs.
+    survivor = 1 if lost == 0 else 0
+    attempt1 = job.log(survivor).split(L.ATTEMPT_HEADER)[1]
+    assert "stopped sending heartbeats" in attempt1 or "heartbeat" in attempt1.lower(), attempt1[-3000:]
+    job.params_equal(reference)
+
+
+@pytest.mark.slow
+@needs_netns
+@pytest.mark.parametrize("hosts,workload", [(2, "jobset"), (4, "indexed-job")])
+def test_pod_across_namespaces_equals_loopback(tmp_path, data, jax_cache, reference, hosts, workload):
+    before = _ours()
+    name = f"hosts{hosts}"
+    job = Job(tmp_path, data, jax_cache, name, hosts, workload=workload)
+    out, _ = job.run("--netns")
+    pods = [f"{name}-slice-0-{i}" if workload == "jobset" else f"{name}-{i}" for i in range(hosts)]
+    record = job.status()["attempts"][0]
+    assert record["coordinator_address"] == f"{pods[0]}.{name}:8476"  # the manifest's name, not an address
+    assert [h["address"] for h in record["hosts"]] == [f"10.213.0.{i + 1}" for i in range(hosts)]
+    for i in range(hosts):
+        log = job.log(i)
+        assert (f"host: process {i} hostname={pods[i]} address=10.213.0.{i + 1} "
+                f"coordinator={pods[0]}.{name}=10.213.0.1") in log
+        sent = int(re.search(r"eth0_tx_bytes=(\d+)", log).group(1))
+        assert sent > 100_000, sent  # the gradients went over the pod's own link
+    job.params_equal(reference(hosts))
+    assert _ours() == before  # every namespace, link and hosts file removed
+    step_times = [float(t) for t in re.findall(r"step [2-9]/\d+ .*step_time_s=([0-9.e-]+)", out)]
+    print(f"{hosts} hosts across namespaces: mean step time {np.mean(step_times):.3f}s over steps 2..{STEPS}")
+
+
+@pytest.mark.slow
+@needs_netns
+def test_a_host_taken_off_the_network_is_noticed_and_the_gang_resumes(tmp_path, data, jax_cache, reference):
+    job = Job(tmp_path, data, jax_cache, "linkdown", 2, pause=1.0).start("--netns")
+    job.wait_for_checkpoint(EVERY)
+    cut = time.time()
+    _ip("link", "set", job.host(1)["link"], "down")  # unplugged: no FIN, no RST, just silence
+    _, err = job.finish()
+    detected = _detected_after(job, cut)
+    assert detected < DETECTION_BOUND, detected
+    _assert_restored_and_equal(job, 1, reference(2))
+    assert "gang restart 1 of at most 2" in err
+    print(f"link down: first worker exit after {detected:.1f}s (heartbeat timeout {HEARTBEAT}s)")
+
+
+def _shape(link: str, ns: str) -> str:
+    """Slow both directions of one host's link: netem delay + loss where the kernel has
+    sch_netem, else a token bucket (tbf) that queues and drops. Returns what was used."""
+    for kind, args in (("netem", ["netem", "delay", "20ms", "5ms", "loss", "1%"]),
+                       ("tbf", ["tbf", "rate", f"{RATE * 8}bit", "burst", "8kb", "limit", "16kb"])):
+        try:
+            subprocess.run(["tc", "qdisc", "add", "dev", link, "root", *args], check=True, capture_output=True)
+            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", *args],
+                           check=True, capture_output=True)
+            return kind
+        except subprocess.CalledProcessError:
+            subprocess.run(["tc", "qdisc", "del", "dev", link, "root"], capture_output=True)
+    pytest.skip("neither sch_netem nor sch_tbf is available in this kernel: cannot shape a link")
+
+
+@pytest.mark.slow
+@needs_netns
+def test_a_slow_lossy_link_slows_the_steps_but_changes_nothing(tmp_path, data, jax_cache, reference):
+    job = Job(tmp_path, data, jax_cache, "slowlink", 2).start("--netns")
+    deadline = time.monotonic() + TIMEOUT
+    while "hosts" not in (job.status().get("attempts") or [{}])[-1]:
+        assert time.monotonic() < deadline and job.proc.poll() is None
+        time.sleep(0.05)
+    host = job.host(1)
+    kind = _shape(host["link"], host["netns"])  # before the workers connect: every byte goes through it
+    stats, seen = "", {}
+    while job.proc.poll() is None:  # the link goes with the attempt: keep the last reading
+        shown = subprocess.run(["tc", "-s", "qdisc", "show", "dev", host["link"]], capture_output=True, text=True)
+        stats = shown.stdout if shown.returncode == 0 and kind in shown.stdout else stats
+        for step in (2, STEPS):
+            if step not in seen and f"step {step}/{STEPS}" in job.log(0):
+                seen[step] = time.monotonic()
+        time.sleep(0.05)
+    job.finish()
+    assert job.status()["restarts"] == 0
+    job.params_equal(reference(2))
+    sent = int(re.search(r"Sent (\d+) bytes", stats).group(1))
+    assert sent > 100_000, stats  # the gradients to process 1 went through the shaper
+    took = seen[STEPS] - seen[2]
+    if kind == "tbf":
+        assert int(re.search(r"overlimits (\d+)", stats).group(1)) > 0, stats  # it held them back
+        # Each step all-reduces the gradients (as many bytes as the parameters) through a
+        # link of RATE bytes/s: steps 2..STEPS cannot take less, whatever the CPU does
+        # (half of it, and two steps less, for the steps JAX dispatches ahead).
+        grads = sum(a.nbytes for a in np.load(reference(2)).values())
+        assert took >= 0.5 * (STEPS - 4) * grads / RATE, (took, grads)
+    print(f"slow link ({kind}): steps 2..{STEPS} took {took:.2f}s; {' '.join(stats.split())}")
+
+
+@pytest.mark.slow
+@needs_netns
+def test_losing_the_coordinators_host_is_noticed_and_the_gang_resumes(tmp_path, data, jax_cache, reference):
+    """Process 0's host dies: its link goes down and its processes freeze (SIGSTOP), as when a
+    machine loses power. Like Kubernetes, the launcher learns it only from the survivors."""
+    job = Job(tmp_path, data, jax_cache, "coordlost", 2, pause=1.0).start("--netns")
+    job.wait_for_checkpoint(EVERY)
+    host = job.host(0)
+    cut = time.time()
+    _ip("link", "set", host["link"], "down")
+    worker = psutil.Process(job.status()["pids"][0])
+    for proc in [worker, *worker.children(recursive=True)]:
+        proc.send_signal(signal.SIGSTOP)
+    job.finish()
+    detected = _detected_after(job, cut)
+    assert detected < DETECTION_BOUND, detected
+    first = job.status()["attempts"][0]
+    assert first["exit_codes"][1] not in (0, None)  # the survivor gave up on its own
+    _assert_restored_and_equal(job, 0, reference(2))
+    print(f"coordinator lost: first worker exit after {detected:.1f}s (heartbeat timeout {HEARTBEAT}s)")

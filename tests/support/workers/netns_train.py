@@ -1,0 +1,77 @@
+"""A short multi-process training run for the network-namespace tests (tests/launcher/test_launch_netns.py).
+
+Run by ``roxxel-launch submit --local [--netns]`` as ``roxxel-worker -- python netns_train.py
+DATA PARAMS_OUT STEPS CHECKPOINT_EVERY STEP_SLEEP``: it joins the pod through
+``roxxel.distributed.initialize()`` (the pod's own environment under ``--netns``), trains the
+tiny LM of ``support/lm.py`` for STEPS steps of one phase with checkpoints every CHECKPOINT_EVERY
+steps in ``$ROXXEL_CHECKPOINT_DIR`` (restoring the latest one first), sleeps STEP_SLEEP
+seconds after each step (so that a test can act mid-training) and writes the final
+parameters to PARAMS_OUT (process 0).
+
+Every process prints one ``host:`` line: its hostname, the addresses its hostname and the
+coordinator's name resolve to, and at the end the bytes its ``eth0`` sent (``-`` on
+loopback), so a test can check that the traffic went over the namespaces' links.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+import roxxel.distributed as rd
+
+data, params_out, steps, every, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+info = rd.initialize()
+
+import numpy as np  # noqa: E402  (after initialize, as a training program would)
+from flax import nnx  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/
+from support.lm import loss_fn, make_dataset, make_model  # noqa: E402
+
+from roxxel import Curriculum, Phase  # noqa: E402
+from roxxel.train import Checkpointer, Logger, Trainer  # noqa: E402
+
+
+def _resolve(name: str) -> str:
+    return ",".join(sorted({a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET)}))
+
+
+def _tx_bytes() -> str:
+    try:
+        with open("/sys/class/net/eth0/statistics/tx_bytes") as f:
+            return f.read().strip()
+    except OSError:
+        return "-"
+
+
+class PacedLogger(Logger):
+    """Sleeps after each logged step: the test needs time to cut a host off mid-training."""
+
+    def log_metrics_summary(self, step, metrics):
+        super().log_metrics_summary(step, metrics)
+        time.sleep(pause)
+
+
+host = socket.gethostname()
+coordinator = (info.coordinator_address or "").rpartition(":")[0]
+print(f"host: process {info.process_id} hostname={host} address={_resolve(host)} "
+      f"coordinator={coordinator}={_resolve(coordinator) if coordinator else '-'}", flush=True)
+
+model, opt = make_model(seed=0)
+curriculum = Curriculum(make_dataset(data), [Phase(steps=steps, batch_size=4, seq_len=32)], chunk_tokens=256)
+checkpointer = Checkpointer(os.environ["ROXXEL_CHECKPOINT_DIR"], model, opt, fingerprint=curriculum.describe())
+logger = PacedLogger(os.path.join(os.environ["ROXXEL_CHECKPOINT_DIR"], "..", f"logs-{info.process_id}"),
+                     total_steps=curriculum.total_steps)
+Trainer(model, opt, curriculum, loss_fn, checkpointer=checkpointer, logger=logger, log_every=1,
+        checkpoint_every=every).run()
+
+flat = {"/".join(map(str, k)): np.asarray(multihost_utils.process_allgather(v, tiled=True))
+        for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+if info.process_id == 0:
+    np.savez(params_out, **flat)
+print(f"host: process {info.process_id} eth0_tx_bytes={_tx_bytes()}", flush=True)
+rd.shutdown()
