@@ -17,6 +17,8 @@ WORKER_ENTRYPOINT = ("roxxel-worker", "--")
 CONTAINER_NAME = "worker"
 # Exit code of a worker that saved a checkpoint after SIGTERM (preemption / maintenance).
 PREEMPTION_EXIT_CODE = exit_codes.PREEMPTED_EXIT_CODE
+# Exit code of a worker that found a configuration error before its first step: final.
+CONFIG_ERROR_EXIT_CODE = exit_codes.CONFIG_ERROR_EXIT_CODE
 DEFAULT_COORDINATOR_PORT = distributed.DEFAULT_COORDINATOR_PORT
 
 # Where the read-only data volume is mounted in every pod.
