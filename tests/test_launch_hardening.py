@@ -435,3 +435,29 @@ def test_strategic_merge_rules():
     assert original["a"] == {"b": 1, "c": 2}  # not modified
     with pytest.raises(ValueError, match="directive"):
         P.strategic_merge(original, {"containers": [{"name": "w", "$patch": "replace"}]})
+
+
+# ----------------------------------------------------------------------------- TPU shapes
+
+
+@pytest.mark.parametrize("tpu,hosts,chips", [
+    ({"type": "v5e", "topology": "2x4"}, 1, "8"),                        # ct5lp-hightpu-8t
+    ({"type": "v5e", "topology": "2x4", "chips_per_host": 4}, 2, "4"),   # ct5lp-hightpu-4t
+    ({"type": "v6e", "topology": "2x4", "chips_per_host": 4}, 2, "4"),   # ct6e-standard-4t (xpk v6e-8)
+    ({"type": "tpu7x", "topology": "2x2x1"}, 1, "4"),
+    ({"type": "tpu7x", "topology": "4x4x8"}, 32, "4"),
+])
+def test_tpu_shapes_render_and_validate(tpu, hosts, chips):
+    (jobset,) = _valid(_spec(accelerator={"tpu": tpu}))
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    pod = job["template"]["spec"]
+    assert job["completions"] == hosts
+    assert pod["containers"][0]["resources"]["limits"]["google.com/tpu"] == chips
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == tpu["topology"]
+    exclusive = "alpha.jobset.sigs.k8s.io/exclusive-topology" in jobset["metadata"]["annotations"]
+    assert exclusive == (hosts > 1)
+
+
+def test_chips_per_host_must_fit_the_topology():
+    err = _error(accelerator={"tpu": {"type": "v5e", "topology": "4x4", "chips_per_host": 8}})
+    assert err.field == "accelerator.tpu.chips_per_host" and "4 chips per host, not 8" in str(err)

@@ -139,20 +139,25 @@ class TpuAccelerator:
     """A Cloud TPU slice on GKE; the number of hosts follows from the topology."""
 
     type: str = _doc("TPU generation: " + ", ".join(tpu.TPU_TYPES) + ".")
-    topology: str = _doc("Chip topology of one slice, e.g. 4x4 (v5e/v6e) or 2x2x4 (v4/v5p).")
+    topology: str = _doc("Chip topology of one slice, e.g. 4x4 (v5e/v6e) or 2x2x4 (v4/v5p/tpu7x).")
+    chips_per_host: int | None = _doc(
+        "Only for topologies served both ways (v5e/v6e 2x4): 8 = one host (ct5lp-hightpu-8t, "
+        "ct6e-standard-8t, the default), 4 = two hosts (ct5lp-hightpu-4t, ct6e-standard-4t).",
+        default=None)
 
     def __post_init__(self):
         if self.type not in tpu.TPU_TYPES:
             raise SpecError("type", f"unknown TPU type {self.type!r}",
                             f"Use one of {', '.join(tpu.TPU_TYPES)}.")
         try:
-            tpu.tpu_slice(self.type, self.topology)
+            tpu.tpu_slice(self.type, self.topology, self.chips_per_host)
         except ValueError as err:
-            raise SpecError("topology", str(err)) from err
+            raise SpecError("chips_per_host" if self.chips_per_host and "chips per host" in str(err)
+                            else "topology", str(err)) from err
 
     @property
     def slice(self) -> tpu.TpuSlice:
-        return tpu.tpu_slice(self.type, self.topology)
+        return tpu.tpu_slice(self.type, self.topology, self.chips_per_host)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -99,7 +99,8 @@ def _check_accelerator(f: _Findings, where: str, pod_spec: Mapping, limits: Mapp
                   f"and {TPU_TOPOLOGY_SELECTOR}")
             return
         try:
-            shape = tpu.tpu_slice(by_accelerator[accelerator].name, topology)
+            chips = int(limits[TPU_RESOURCE]) if str(limits[TPU_RESOURCE]).isdigit() else None
+            shape = tpu.tpu_slice(by_accelerator[accelerator].name, topology, chips)
         except ValueError as err:
             f.add(f"{where}.nodeSelector", str(err))
             return
