@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -192,10 +194,10 @@ def test_config_error_exit_code_fails_the_job_without_restart_in_the_manifests()
     # The Job controller's failure message for rule 0 (its format, from the Kubernetes docs:
     # "Container main for pod default/x failed with exit code 42 matching FailJob rule at
     # index 0") must match the JobSet rule's pattern, and a preemption's must not.
-    import re
     (pattern,) = rules[0]["onJobFailureMessagePatterns"]
-    config = "Container worker for pod ml/lm-slice-0-1-abcde failed with exit code 78 matching FailJob rule at index 0"
-    preempted = "Container worker for pod ml/lm-slice-0-1-abcde failed with exit code 42 matching FailJob rule at index 2"
+    pod = "Container worker for pod ml/lm-slice-0-1-abcde"
+    config = f"{pod} failed with exit code 78 matching FailJob rule at index 0"
+    preempted = f"{pod} failed with exit code 42 matching FailJob rule at index 2"
     assert re.search(pattern, config) and not re.search(pattern, preempted)
     (_, job) = _valid(_spec(workload="indexed-job"))
     assert job["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"] == [78]
@@ -214,7 +216,7 @@ def test_local_backend_treats_a_config_error_as_final(tmp_path, monkeypatch):
     spec.write_text(yaml.safe_dump({**BASE, "name": "bad", "image": "local", "max_restarts": 3,
                                     "termination_grace_period": 2,
                                     "command": [sys.executable, "-c", program]}))
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("ROXXEL_", "JOB"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JOB"))}
     env[L.ROOT_ENV] = str(root)
     result = subprocess.run([sys.executable, "-m", "roxxel_launch.cli", "submit", "--local", str(spec)],
                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)

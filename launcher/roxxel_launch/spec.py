@@ -586,7 +586,8 @@ class JobSpec:
         if not self.command:
             raise SpecError("command", "must not be empty", "Give e.g. [python, examples/lm/train.py].")
         if not 1 <= self.num_slices <= MAX_SLICES:
-            raise SpecError("num_slices", f"must be at least 1 and at most {MAX_SLICES}, got {self.num_slices}")
+            raise SpecError("num_slices",
+                            f"must be at least 1 and at most {MAX_SLICES}, got {self.num_slices}")
         if self.num_processes > INT32_MAX:
             raise SpecError("num_slices", f"{self.num_slices} slices of {self.hosts_per_slice} hosts "
                             f"are {self.num_processes} processes, more than fit in an int32")

@@ -108,16 +108,15 @@ def tpu_slice(type_name: str, topology: str, chips_per_host: int | None = None) 
         )
     single = tpu.single_host.get(topology)
     multi = topology in tpu.multi_host and chips_in(topology) > tpu.chips_per_host
-    if chips_per_host is not None and chips_per_host not in (
-            {single} if single else set()) | ({tpu.chips_per_host} if multi else set()):
-        options = sorted({c for c in (single, tpu.chips_per_host if multi else None) if c})
-        raise ValueError(f"a {type_name} {topology} slice has {' or '.join(map(str, options)) or 'no'} "
+    if single is None and not multi:
+        choices = tpu.topologies()
+        shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")
+        raise ValueError(f"{topology!r} is not a {type_name} topology; use one of {shown}")
+    layouts = {c for c in (single, tpu.chips_per_host if multi else None) if c is not None}
+    if chips_per_host is not None and chips_per_host not in layouts:
+        raise ValueError(f"a {type_name} {topology} slice has {' or '.join(map(str, sorted(layouts)))} "
                          f"chips per host, not {chips_per_host}")
-    if single is not None and (chips_per_host is None or chips_per_host == single):
+    if single is not None and chips_per_host in (None, single):
         return TpuSlice(tpu, topology, single, 1, single)
-    if multi:
-        chips = chips_in(topology)
-        return TpuSlice(tpu, topology, chips, chips // tpu.chips_per_host, tpu.chips_per_host)
-    choices = tpu.topologies()
-    shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")
-    raise ValueError(f"{topology!r} is not a {type_name} topology; use one of {shown}")
+    chips = chips_in(topology)
+    return TpuSlice(tpu, topology, chips, chips // tpu.chips_per_host, tpu.chips_per_host)
