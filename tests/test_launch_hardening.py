@@ -463,3 +463,36 @@ def test_tpu_shapes_render_and_validate(tpu, hosts, chips):
 def test_chips_per_host_must_fit_the_topology():
     err = _error(accelerator={"tpu": {"type": "v5e", "topology": "4x4", "chips_per_host": 8}})
     assert err.field == "accelerator.tpu.chips_per_host" and "4 chips per host, not 8" in str(err)
+
+
+# ----------------------------------------------------------------------------- restart budget
+
+
+def test_jobset_pods_carry_their_restart_budget():
+    (jobset,) = _valid(_spec(max_restarts=3, max_preemptions=20))
+    env = {e["name"]: e for e in _pod(jobset)["spec"]["containers"][0]["env"]}
+    assert env["ROXXEL_MAX_RESTART_ATTEMPT"]["value"] == "23"
+    assert env["ROXXEL_RESTART_ATTEMPT"]["valueFrom"] == {"fieldRef": {
+        "fieldPath": "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"}}
+    (_, job) = _valid(_spec(workload="indexed-job"))  # no gang restarts: no budget
+    assert "ROXXEL_MAX_RESTART_ATTEMPT" not in {e["name"] for e in _pod(job)["spec"]["containers"][0]["env"]}
+    assert _error(max_preemptions=-1).field == "max_preemptions"
+
+
+@pytest.mark.parametrize("attempt,last,starts", [("23", "23", True), ("24", "23", False), (None, "23", True)])
+def test_worker_refuses_a_restart_beyond_the_budget(tmp_path, attempt, last, starts):
+    """roxxel-worker itself (the image entrypoint): exit 78 without running the command."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROXXEL_")}
+    env["ROXXEL_MAX_RESTART_ATTEMPT"] = last
+    if attempt is not None:
+        env["ROXXEL_RESTART_ATTEMPT"] = attempt
+    marker = tmp_path / "ran"
+    result = subprocess.run([sys.executable, "-m", "roxxel.worker", "--", sys.executable, "-c",
+                             f"open({str(marker)!r}, 'w').close()"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert marker.exists() == starts
+    if starts:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode == exit_codes.CONFIG_ERROR_EXIT_CODE
+        assert "gang restart 24 is beyond the job's budget of 23 restarts" in result.stderr

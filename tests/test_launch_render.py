@@ -215,14 +215,14 @@ def test_indexed_job_and_headless_service():
 
 
 def _downward(env_list: list[dict], labels: dict, completion_index: int) -> dict[str, str]:
-    """The environment a pod sees: literal values, label fieldRefs, JOB_COMPLETION_INDEX."""
+    """The environment a pod sees: literal values, label/annotation fieldRefs, JOB_COMPLETION_INDEX."""
     env = {distributed.ENV_JOB_COMPLETION_INDEX: str(completion_index)}
     for var in env_list:
         if "value" in var:
             env[var["name"]] = var["value"]
         else:
             path = var["valueFrom"]["fieldRef"]["fieldPath"]
-            key = re.fullmatch(r"metadata\.labels\['(.+)'\]", path).group(1)
+            key = re.fullmatch(r"metadata\.(?:labels|annotations)\['(.+)'\]", path).group(1)
             env[var["name"]] = labels[key]
     return env
 
@@ -235,7 +235,8 @@ def test_jobset_env_gives_every_pod_a_distinct_process_id():
     for slice_index in range(spec.num_slices):
         labels = {"jobset.sigs.k8s.io/jobset-name": "lm",
                   "jobset.sigs.k8s.io/replicatedjob-name": "slice",
-                  "jobset.sigs.k8s.io/job-index": str(slice_index)}
+                  "jobset.sigs.k8s.io/job-index": str(slice_index),
+                  "jobset.sigs.k8s.io/restart-attempt": "0"}
         for host in range(spec.hosts_per_slice):
             found = distributed.detect(_downward(env_list, labels, host))
             assert found.source == "jobset"

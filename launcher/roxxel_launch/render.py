@@ -277,7 +277,8 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
 
     if jobset:
         distributed = contract.jobset_env(subdomain=spec.name, hosts_per_slice=spec.hosts_per_slice,
-                                          num_slices=spec.num_slices)
+                                          num_slices=spec.num_slices,
+                                          max_restart_attempt=spec.max_restarts + spec.max_preemptions)
     else:
         distributed = contract.indexed_job_env(job_name=spec.name, service_name=spec.name,
                                                num_processes=spec.num_processes)

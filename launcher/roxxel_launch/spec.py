@@ -536,6 +536,10 @@ class JobSpec:
     priority_class: str | None = _doc("PriorityClass name.", default=None)
     max_restarts: int = _doc("Gang restarts for failures other than preemption (JobSet only).",
                              default=3)
+    max_preemptions: int = _doc(
+        "Free gang restarts (preemption, eviction, exit 42) on top of max_restarts (JobSet "
+        "only): a pod of a later restart exits 78 before starting, failing the JobSet.",
+        default=100)
     termination_grace_period: int = _doc(
         "Seconds between SIGTERM and SIGKILL: enough to save a checkpoint.", default=300)
     workload: Literal["jobset", "indexed-job"] = _doc(
@@ -611,6 +615,8 @@ class JobSpec:
             _check("priority_class", names.dns1123_subdomain_problem(self.priority_class))
         if not 0 <= self.max_restarts <= 10_000:
             raise SpecError("max_restarts", f"must be between 0 and 10000, got {self.max_restarts}")
+        if not 0 <= self.max_preemptions <= 100_000:
+            raise SpecError("max_preemptions", f"must be between 0 and 100000, got {self.max_preemptions}")
         if not 0 <= self.termination_grace_period <= 86_400:
             raise SpecError("termination_grace_period",
                             f"must be between 0 and 86400 seconds, got {self.termination_grace_period}")
