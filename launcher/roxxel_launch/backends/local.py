@@ -162,11 +162,12 @@ to the current directory)."""
 DATA_DIR_ENV = "ROXXEL_LOCAL_DATA_DIR"
 """Environment variable: the local directory that stands for the spec's data volume."""
 GRACE_CAP_SECONDS = 30
-# The most workers a local run starts unless told otherwise (--max-workers,
-# $ROXXEL_LOCAL_MAX_WORKERS): every worker is a Python process with JAX loaded.
-DEFAULT_MAX_WORKERS = 64
-MAX_WORKERS_ENV = "ROXXEL_LOCAL_MAX_WORKERS"
 """Seconds: the most a local run waits between SIGTERM and SIGKILL, whatever the spec says."""
+DEFAULT_MAX_WORKERS = 64
+"""The most workers a local run starts unless told otherwise (``--max-workers``,
+``$ROXXEL_LOCAL_MAX_WORKERS``): every worker is a Python process with JAX loaded."""
+MAX_WORKERS_ENV = "ROXXEL_LOCAL_MAX_WORKERS"
+"""Environment variable: the local worker cap (see :data:`DEFAULT_MAX_WORKERS`)."""
 POLL_SECONDS = 0.1
 """Seconds between two looks of the supervisor at its workers."""
 ATTEMPT_HEADER = "===== roxxel-launch:"
