@@ -41,7 +41,9 @@ if mode == "ok":
 elif mode == "wait":
     if os.environ.get("LOCAL_TEST_IGNORE_TERM") == str(pid):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    (state / f"pid-{pid}").write_text(str(os.getpid()))
+    # Atomic (temp file + rename): the test reads pid files while the programs start.
+    (state / f".pid-{pid}.tmp").write_text(str(os.getpid()))
+    os.replace(state / f".pid-{pid}.tmp", state / f"pid-{pid}")
     print(f"process {pid}: waiting", flush=True)
     wait_forever()
 elif mode == "preempt":

@@ -80,9 +80,10 @@ def test_a_coordinator_that_is_no_pods_name_is_refused(monkeypatch):
 
     real = render.render
 
-    def without_dns(spec):
-        out = real(spec)
-        out.objects[0]["spec"]["network"]["enableDNSHostnames"] = False
+    def without_dns(spec, **kwargs):
+        out = real(spec, **kwargs)
+        jobset = next(o for o in out.objects if o["kind"] == "JobSet")
+        jobset["spec"]["network"]["enableDNSHostnames"] = False
         return out
 
     monkeypatch.setattr(render, "render", without_dns)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from roxxel import distributed, exit_codes
+from roxxel import distributed, exit_codes, worker
 
 # The image entrypoint: forwards SIGTERM to the trainer and keeps its exit code.
 WORKER_ENTRYPOINT = ("roxxel-worker", "--")
 CONTAINER_NAME = "worker"
 # Exit code of a worker that saved a checkpoint after SIGTERM (preemption / maintenance).
 PREEMPTION_EXIT_CODE = exit_codes.PREEMPTED_EXIT_CODE
+# Exit code of a worker that found a configuration error before its first step: final.
+CONFIG_ERROR_EXIT_CODE = exit_codes.CONFIG_ERROR_EXIT_CODE
 DEFAULT_COORDINATOR_PORT = distributed.DEFAULT_COORDINATOR_PORT
 
 # Where the read-only data volume is mounted in every pod.
@@ -40,6 +42,10 @@ JOB_COMPLETION_INDEX = distributed.ENV_JOB_COMPLETION_INDEX
 # Set by the local backend only.
 ROXXEL_COORDINATOR_ADDRESS = distributed.ENV_COORDINATOR_ADDRESS
 ROXXEL_PROCESS_ID = distributed.ENV_PROCESS_ID
+# JobSet pods: the gang restart of this pod, and the last one allowed (roxxel-worker checks).
+ROXXEL_RESTART_ATTEMPT = worker.ENV_RESTART_ATTEMPT
+ROXXEL_MAX_RESTART_ATTEMPT = worker.ENV_MAX_RESTART_ATTEMPT
+RESTART_ATTEMPT_FIELD = "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"
 # Launcher-defined, both kinds: what the training command needs to resume the same run.
 ROXXEL_RUN_NAME = "ROXXEL_RUN_NAME"
 ROXXEL_CHECKPOINT_DIR = "ROXXEL_CHECKPOINT_DIR"
@@ -65,9 +71,14 @@ class EnvVar:
 
 
 def jobset_env(*, subdomain: str, hosts_per_slice: int, num_slices: int,
-               coordinator_port: int = DEFAULT_COORDINATOR_PORT) -> tuple[EnvVar, ...]:
-    """The distributed-runtime variables of a JobSet pod (JOB_COMPLETION_INDEX comes from the Job)."""
-    return (
+               coordinator_port: int = DEFAULT_COORDINATOR_PORT,
+               max_restart_attempt: int | None = None) -> tuple[EnvVar, ...]:
+    """The distributed-runtime variables of a JobSet pod (JOB_COMPLETION_INDEX comes from the Job),
+    and with ``max_restart_attempt`` the restart budget roxxel-worker enforces."""
+    budget = () if max_restart_attempt is None else (
+        EnvVar(ROXXEL_RESTART_ATTEMPT, field_path=RESTART_ATTEMPT_FIELD),
+        EnvVar(ROXXEL_MAX_RESTART_ATTEMPT, value=str(max_restart_attempt)))
+    return budget + (
         EnvVar(JOBSET_NAME, field_path=distributed.JOBSET_DOWNWARD_API[JOBSET_NAME]),
         EnvVar(REPLICATED_JOB_NAME, field_path=distributed.JOBSET_DOWNWARD_API[REPLICATED_JOB_NAME]),
         EnvVar(JOB_INDEX, field_path=distributed.JOBSET_DOWNWARD_API[JOB_INDEX]),
@@ -102,8 +113,8 @@ RESERVED_ENV_NAMES = frozenset({
     JOBSET_NAME, REPLICATED_JOB_NAME, JOB_INDEX, JOBSET_SUBDOMAIN, ROXXEL_HOSTS_PER_SLICE,
     ROXXEL_NUM_SLICES, ROXXEL_COORDINATOR_PORT, ROXXEL_JOB_NAME, ROXXEL_SERVICE_NAME,
     ROXXEL_NUM_PROCESSES, JOB_COMPLETION_INDEX, ROXXEL_COORDINATOR_ADDRESS, ROXXEL_PROCESS_ID,
-    ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, ROXXEL_DATA_DIR,
-    distributed.ENV_REPLICATED_JOB_REPLICAS,
+    ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, ROXXEL_DATA_DIR, ROXXEL_RESTART_ATTEMPT,
+    ROXXEL_MAX_RESTART_ATTEMPT, distributed.ENV_REPLICATED_JOB_REPLICAS,
 })
 
 
