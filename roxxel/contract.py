@@ -75,12 +75,20 @@ ENV_CHECKPOINT_DIR = "ROXXEL_CHECKPOINT_DIR"
 """The job spec's ``checkpoint_dir`` (local path or ``gs://`` URL); unset when the spec has none."""
 ENV_DATA_DIR = "ROXXEL_DATA_DIR"
 """Where the job's datasets are mounted (read-only) in the pod; unset when the spec has no data."""
+ENV_RESTART_ATTEMPT = "ROXXEL_RESTART_ATTEMPT"
+"""JobSet pods: the gang restart this pod belongs to (its ``jobset.sigs.k8s.io/restart-attempt``)."""
+ENV_MAX_RESTART_ATTEMPT = "ROXXEL_MAX_RESTART_ATTEMPT"
+"""JobSet pods: the last restart attempt allowed to run (``max_restarts + max_preemptions``);
+``roxxel-worker`` exits with :data:`CONFIG_ERROR_EXIT_CODE` in a later one."""
 
 # --- Exit codes (see roxxel.exit_codes for the convention) -------------------------------
 SUCCESS = 0
 """Training finished; nothing to restart."""
 PREEMPTED_EXIT_CODE = 42
 """Stopped on request after a complete checkpoint: restart the job to resume."""
+CONFIG_ERROR_EXIT_CODE = 78
+"""A configuration error before the first step: final, do not restart (``EX_CONFIG`` of BSD's
+``sysexits.h``)."""
 USAGE_ERROR = 2
 """Bad command line (the convention of shells and ``argparse``)."""
 COMMAND_NOT_EXECUTABLE = 126

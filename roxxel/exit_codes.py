@@ -10,6 +10,12 @@ child's code through unchanged):
   own meanings (1-2 errors/usage, 126-127 exec failures, 128+N death by signal N),
   so a restart policy can match it exactly, e.g. a Job ``podFailurePolicy`` rule
   with ``onExitCodes: {operator: In, values: [42]}``.
+- ``78`` (:data:`CONFIG_ERROR_EXIT_CODE`): a deterministic configuration error found
+  before the first step (global batch not divisible by the process count, a missing
+  dataset, a spec that does not match the checkpoint): restarting cannot help, so the
+  launcher fails the job at once (a ``podFailurePolicy`` ``FailJob`` rule plus a JobSet
+  ``FailJobSet`` rule; the local backend does not restart). 78 is ``EX_CONFIG`` of BSD's
+  ``sysexits.h`` ("configuration error").
 - anything else: a failure. By the shell convention ``128 + N`` means "killed by
   signal N" (143 = SIGTERM without a checkpoint, 137 = SIGKILL, e.g. out of
   memory); Kubernetes treats these as failures too, so a preemption that did not
@@ -24,11 +30,14 @@ Codes ``roxxel-worker`` produces itself follow the shell (POSIX ``sh``/bash):
 from __future__ import annotations
 
 import signal
+import sys
+from typing import NoReturn
 
 # The codes themselves are part of the launcher/worker contract (dependency-free module).
 from roxxel.contract import (
     COMMAND_NOT_EXECUTABLE,
     COMMAND_NOT_FOUND,
+    CONFIG_ERROR_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     SIGNAL_EXIT_BASE,
     SUCCESS,
@@ -38,6 +47,8 @@ from roxxel.contract import (
 __all__ = [
     "COMMAND_NOT_EXECUTABLE",
     "COMMAND_NOT_FOUND",
+    "CONFIG_ERROR_EXIT_CODE",
+    "exit_config_error",
     "PREEMPTED_EXIT_CODE",
     "SIGNAL_EXIT_BASE",
     "SUCCESS",
@@ -45,6 +56,24 @@ __all__ = [
     "describe",
     "from_returncode",
 ]
+
+
+def exit_config_error(message: str) -> NoReturn:
+    """Print a configuration error to stderr and exit with :data:`CONFIG_ERROR_EXIT_CODE`.
+
+    For errors found before the first step that every restart would hit again: a bad
+    global batch for the process count, a missing dataset, a spec the checkpoint does not
+    match. The message is the last line of the pod's (or local worker's) log.
+
+    Args:
+        message: what is wrong and how to fix it, one line.
+
+    Raises:
+        SystemExit: always, with code 78.
+    """
+    print(f"configuration error (exit code {CONFIG_ERROR_EXIT_CODE}, not restarted): {message}",
+          file=sys.stderr, flush=True)
+    raise SystemExit(CONFIG_ERROR_EXIT_CODE)
 
 
 def from_returncode(returncode: int) -> int:
@@ -73,6 +102,8 @@ def describe(code: int) -> str:
         return "done"
     if code == PREEMPTED_EXIT_CODE:
         return "preempted after a complete checkpoint (restart to resume)"
+    if code == CONFIG_ERROR_EXIT_CODE:
+        return "configuration error (not restarted: fix the job and submit again)"
     signum = code - SIGNAL_EXIT_BASE
     if signum > 0 and signum in signal.valid_signals():
         name = signal.Signals(signum).name if signum in set(signal.Signals) else f"signal {signum}"

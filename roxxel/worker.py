@@ -42,9 +42,11 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from roxxel import exit_codes
+from roxxel.contract import ENV_MAX_RESTART_ATTEMPT, ENV_RESTART_ATTEMPT  # re-exported
 from roxxel.distributed import detect
 
-__all__ = ["FORWARDED_SIGNALS", "USAGE", "main", "prepare_env", "run"]
+__all__ = ["ENV_MAX_RESTART_ATTEMPT", "ENV_RESTART_ATTEMPT", "FORWARDED_SIGNALS", "USAGE", "main",
+           "prepare_env", "restart_budget_problem", "run"]
 
 logger = logging.getLogger("roxxel.worker")
 
@@ -100,9 +102,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             level=logging.INFO,
             format="%(asctime)s %(name)s %(levelname)s: %(message)s",
         )
+    problem = restart_budget_problem(os.environ)
+    if problem:
+        sys.stderr.write(f"roxxel-worker: {problem}\n")
+        return exit_codes.CONFIG_ERROR_EXIT_CODE
     env = prepare_env(os.environ)
     _log_identity(env)
     return run(cmd, env)
+
+
+def restart_budget_problem(environ: Mapping[str, str]) -> str | None:
+    """Why this pod must not start its command: its gang restart is beyond the budget.
+
+    The JobSet restarts the gang for free on preemptions and evictions; the launcher bounds
+    those restarts by giving each pod its restart attempt and the last one allowed. A pod
+    of a later attempt exits with :data:`~roxxel.exit_codes.CONFIG_ERROR_EXIT_CODE`, which
+    the rendered failure policy turns into a failed JobSet.
+
+    Args:
+        environ: the worker's environment (both variables unset: no budget, None).
+
+    Returns:
+        None to go on, else a one-line message.
+    """
+    attempt, last = environ.get(ENV_RESTART_ATTEMPT), environ.get(ENV_MAX_RESTART_ATTEMPT)
+    if not attempt or not last or not attempt.isdigit() or not last.isdigit():
+        return None
+    if int(attempt) <= int(last):
+        return None
+    return (f"gang restart {attempt} is beyond the job's budget of {last} restarts (max_restarts + "
+            f"max_preemptions): not starting the command (exit {exit_codes.CONFIG_ERROR_EXIT_CODE}, "
+            "which fails the JobSet); find out why it keeps being preempted or evicted, then "
+            "resume or resubmit it")
 
 
 def _parse_args(args: list[str]) -> list[str]:

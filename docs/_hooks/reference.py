@@ -61,7 +61,7 @@ def _type_text(prop: dict, path: str, links: dict[str, str]) -> str:
 
 
 def _anchor(path: str) -> str:
-    return "spec-" + (path.replace("[]", "-item").replace(".", "-") or "root")
+    return "spec-" + (path.replace("[]", "-item").replace(".*", "-value").replace(".", "-") or "root")
 
 
 def _objects(schema: dict, path: str, cls, out: list) -> None:
@@ -78,6 +78,8 @@ def _objects(schema: dict, path: str, cls, out: list) -> None:
             _objects(prop, sub, by_key.get(key), out)
         elif prop.get("type") == "array" and "properties" in prop.get("items", {}):
             _objects(prop["items"], sub + "[]", by_key.get(key), out)
+        elif prop.get("type") == "object" and "properties" in (prop.get("additionalProperties") or {}):
+            _objects(prop["additionalProperties"], sub + ".*", by_key.get(key), out)
 
 
 def _dataclass_of(tp):

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model import DecoderLM, lm_loss  # noqa: E402
 
 import roxxel.distributed  # noqa: E402
-from roxxel import Curriculum, Phase, Roxxel  # noqa: E402
+from roxxel import Curriculum, Phase, Roxxel, exit_codes  # noqa: E402
 from roxxel.train import Checkpointer, Logger, Trainer  # noqa: E402
 
 
@@ -106,13 +106,17 @@ def sample_text(model: DecoderLM, prompt: bytes, n: int = 240, seed: int = 0, co
 def main(argv=None) -> dict:
     args = parse_args(argv)
     info = roxxel.distributed.initialize()
-    code, text, held_out = (Roxxel(os.path.join(args.data, n)) for n in ("code", "text", "code-eval"))
-    (s1, s2), (b1, b2) = args.steps, args.batch
-    curriculum = Curriculum(code, [
-        Phase(steps=s1, batch_size=b1, seq_len=128, weights={"self": 0.8, "text": 0.2}),
-        Phase(steps=s2, batch_size=b2, seq_len=256, weights={"self": 0.6, "text": 0.4}),
-    ], {"text": text})
-    eval_curriculum = Curriculum(held_out, [Phase(steps=4, batch_size=b2, seq_len=256)])
+    try:
+        code, text, held_out = (Roxxel(os.path.join(args.data, n)) for n in ("code", "text", "code-eval"))
+        (s1, s2), (b1, b2) = args.steps, args.batch
+        curriculum = Curriculum(code, [
+            Phase(steps=s1, batch_size=b1, seq_len=128, weights={"self": 0.8, "text": 0.2}),
+            Phase(steps=s2, batch_size=b2, seq_len=256, weights={"self": 0.6, "text": 0.4}),
+        ], {"text": text})
+        eval_curriculum = Curriculum(held_out, [Phase(steps=4, batch_size=b2, seq_len=256)])
+    except (OSError, ValueError) as err:
+        # A missing or unreadable dataset, a bad phase: every restart would fail the same way.
+        exit_codes.exit_config_error(f"{type(err).__name__}: {err}")
 
     model = DecoderLM(width=args.width, depth=args.depth, rngs=nnx.Rngs(args.seed))
     warmup = max(1, min(20, (s1 + s2) // 5))

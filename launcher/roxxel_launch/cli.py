@@ -55,11 +55,15 @@ def _load(spec_path: str, overrides: tuple[str, ...]):
         raise click.ClickException(f"invalid job spec: {err}") from err
 
 
-def _check_manifests(spec, schema: bool, kubernetes_version: str):
+def _check_manifests(spec, schema: bool, kubernetes_version: str, *, cluster: bool = True):
     from roxxel_launch.render import render
+    from roxxel_launch.spec import SpecError
     from roxxel_launch.validate import ManifestError, validate
 
-    rendered = render(spec)
+    try:
+        rendered = render(spec, cluster=cluster)
+    except SpecError as err:
+        raise click.ClickException(f"invalid job spec: {err}") from err
     try:
         validate(rendered.objects, schema=schema, kubernetes_version=kubernetes_version)
     except ManifestError as err:
@@ -359,14 +363,17 @@ def _poll_until_end(backend, name: str, *, poll: float, timeout: float | None = 
 @click.option("--netns", is_flag=True,
               help="With --local: run each worker in its own network namespace, with its pod's hostname "
                    "and the manifest's DNS names (needs root; loopback otherwise).")
+@click.option("--max-workers", type=click.IntRange(min=1), default=None,
+              help="With --local: the most worker processes to start (default "
+                   "$ROXXEL_LOCAL_MAX_WORKERS, else 64).")
 @click.option("--dry-run", is_flag=True, help="Check everything, start nothing.")
 @_schema_option
 @_version_option
 @_context_option
 @click.pass_context
 def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local: bool, detach: bool,
-           devices_per_worker: int | None, data_dir: str | None, netns: bool, dry_run: bool, schema: bool,
-           kubernetes_version: str, context: str | None) -> None:
+           devices_per_worker: int | None, data_dir: str | None, netns: bool, max_workers: int | None,
+           dry_run: bool, schema: bool, kubernetes_version: str, context: str | None) -> None:
     """Start a job: on the cluster, or as local processes with --local.
 
     The spec and the manifests it renders are validated before anything starts (for
@@ -374,11 +381,12 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
     """
     if not local:
         for flag, given in (("--detach", detach), ("--devices-per-worker", devices_per_worker is not None),
-                            ("--data-dir", data_dir is not None), ("--netns", netns)):
+                            ("--data-dir", data_dir is not None), ("--netns", netns),
+                            ("--max-workers", max_workers is not None)):
             if given:
                 raise click.UsageError(f"{flag} applies to --local runs only")
     spec = _load(spec_path, overrides)
-    _check_manifests(spec, schema, kubernetes_version)
+    _check_manifests(spec, schema, kubernetes_version, cluster=not local)
     backend = _backend(local, context=context)
     with _backend_errors():
         if not local:
@@ -393,7 +401,7 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
                        f"--set checkpoint_dir=$PWD/runs/{spec.name}/checkpoints", err=True)
         if dry_run:
             status = backend.submit(spec, dry_run=True, data_dir=data_dir,
-                                    devices_per_worker=devices_per_worker)
+                                    devices_per_worker=devices_per_worker, max_workers=max_workers)
             click.echo(status.message)
             return
         if detach:
@@ -403,13 +411,15 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
                 if (reason := unavailable_reason()) is not None:  # a foreground supervisor says it itself
                     click.echo(f"roxxel-launch: --netns: {reason}; running the workers on loopback instead", err=True)
             status = backend.submit(spec, data_dir=data_dir, devices_per_worker=devices_per_worker,
-                                    network="netns" if netns else "loopback")
+                                    network="netns" if netns else "loopback",
+                                    max_workers=max_workers)
             click.echo(f"started local job {spec.name}: {status.processes} worker(s), run directory "
                        f"{status.run_dir}\nfollow it with `roxxel-launch logs {spec.name} --local -f`, "
                        f"wait for it with `roxxel-launch wait {spec.name} --local`")
             return
         status = backend.submit(spec, foreground=True, echo=sys.stdout, data_dir=data_dir,
-                                devices_per_worker=devices_per_worker, network="netns" if netns else "loopback")
+                                devices_per_worker=devices_per_worker, network="netns" if netns else "loopback",
+                                max_workers=max_workers)
     ctx.exit(_report_end(status))
 
 

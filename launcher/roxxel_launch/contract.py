@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from roxxel import contract as shared  # the names the worker side reads
+from roxxel.contract import CONFIG_ERROR_EXIT_CODE as CONFIG_ERROR_EXIT_CODE  # re-exported
 from roxxel.contract import DEFAULT_COORDINATOR_PORT as DEFAULT_COORDINATOR_PORT  # re-exported
 from roxxel.contract import PREEMPTED_EXIT_CODE as PREEMPTED_EXIT_CODE  # re-exported
 
@@ -18,7 +19,8 @@ from roxxel.contract import PREEMPTED_EXIT_CODE as PREEMPTED_EXIT_CODE  # re-exp
 WORKER_ENTRYPOINT = ("roxxel-worker", "--")
 CONTAINER_NAME = "worker"
 # PREEMPTED_EXIT_CODE: exit code of a worker that saved a checkpoint after SIGTERM (preemption,
-# maintenance); DEFAULT_COORDINATOR_PORT: process 0's coordinator port (both roxxel.contract).
+# maintenance); CONFIG_ERROR_EXIT_CODE: a worker that found a configuration error before its
+# first step (final); DEFAULT_COORDINATOR_PORT: process 0's coordinator port (all roxxel.contract).
 
 # Where the read-only data volume is mounted in every pod.
 DATA_MOUNT_PATH = "/data"
@@ -41,6 +43,10 @@ JOB_COMPLETION_INDEX = shared.ENV_JOB_COMPLETION_INDEX
 # Set by the local backend only.
 ROXXEL_COORDINATOR_ADDRESS = shared.ENV_COORDINATOR_ADDRESS
 ROXXEL_PROCESS_ID = shared.ENV_PROCESS_ID
+# JobSet pods: the gang restart of this pod, and the last one allowed (roxxel-worker checks).
+ROXXEL_RESTART_ATTEMPT = shared.ENV_RESTART_ATTEMPT
+ROXXEL_MAX_RESTART_ATTEMPT = shared.ENV_MAX_RESTART_ATTEMPT
+RESTART_ATTEMPT_FIELD = "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"
 # Launcher-defined, both kinds: what the training command needs to resume the same run.
 ROXXEL_RUN_NAME = shared.ENV_RUN_NAME
 ROXXEL_CHECKPOINT_DIR = shared.ENV_CHECKPOINT_DIR
@@ -72,9 +78,14 @@ class EnvVar:
 
 
 def jobset_env(*, subdomain: str, hosts_per_slice: int, num_slices: int,
-               coordinator_port: int = DEFAULT_COORDINATOR_PORT) -> tuple[EnvVar, ...]:
-    """The distributed-runtime variables of a JobSet pod (JOB_COMPLETION_INDEX comes from the Job)."""
-    return (
+               coordinator_port: int = DEFAULT_COORDINATOR_PORT,
+               max_restart_attempt: int | None = None) -> tuple[EnvVar, ...]:
+    """The distributed-runtime variables of a JobSet pod (JOB_COMPLETION_INDEX comes from the Job),
+    and with ``max_restart_attempt`` the restart budget roxxel-worker enforces."""
+    budget = () if max_restart_attempt is None else (
+        EnvVar(ROXXEL_RESTART_ATTEMPT, field_path=RESTART_ATTEMPT_FIELD),
+        EnvVar(ROXXEL_MAX_RESTART_ATTEMPT, value=str(max_restart_attempt)))
+    return budget + (
         EnvVar(JOBSET_NAME, field_path=shared.JOBSET_DOWNWARD_API[JOBSET_NAME]),
         EnvVar(REPLICATED_JOB_NAME, field_path=shared.JOBSET_DOWNWARD_API[REPLICATED_JOB_NAME]),
         EnvVar(JOB_INDEX, field_path=shared.JOBSET_DOWNWARD_API[JOB_INDEX]),
@@ -109,8 +120,8 @@ RESERVED_ENV_NAMES = frozenset({
     JOBSET_NAME, REPLICATED_JOB_NAME, JOB_INDEX, JOBSET_SUBDOMAIN, ROXXEL_HOSTS_PER_SLICE,
     ROXXEL_NUM_SLICES, ROXXEL_COORDINATOR_PORT, ROXXEL_JOB_NAME, ROXXEL_SERVICE_NAME,
     ROXXEL_NUM_PROCESSES, JOB_COMPLETION_INDEX, ROXXEL_COORDINATOR_ADDRESS, ROXXEL_PROCESS_ID,
-    ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, ROXXEL_DATA_DIR,
-    shared.ENV_REPLICATED_JOB_REPLICAS,
+    ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, ROXXEL_DATA_DIR, ROXXEL_RESTART_ATTEMPT,
+    ROXXEL_MAX_RESTART_ATTEMPT, shared.ENV_REPLICATED_JOB_REPLICAS,
 })
 
 

@@ -28,12 +28,13 @@ from typing import Any
 import jinja2
 import yaml
 
-from roxxel_launch import contract
+from roxxel_launch import contract, patch
 from roxxel_launch.spec import (
     GPU_RESOURCE,
     REPLICATED_JOB_NAME,
     TPU_RESOURCE,
     JobSpec,
+    SpecError,
     accelerator_node_selectors,
     image_is_pinned,
     spec_to_dict,
@@ -52,8 +53,27 @@ EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 GCSFUSE_ANNOTATION = "gke-gcsfuse/volumes"
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+GCSFUSE_LIMIT_ANNOTATIONS = {"cpu": "gke-gcsfuse/cpu-limit", "memory": "gke-gcsfuse/memory-limit",
+                             "ephemeral_storage": "gke-gcsfuse/ephemeral-storage-limit"}
+# The volume name the GCS FUSE driver's sidecar uses for its file cache when present.
+GCSFUSE_CACHE_VOLUME = "gke-gcsfuse-cache"
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 DATA_VOLUME = "data"
 SHM_VOLUME = "dshm"
+# Kubernetes refuses an object whose annotations (keys + values) exceed 256 KiB in total
+# (TotalAnnotationSizeLimitB in apimachinery's ValidateAnnotations).
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+# GKE's GPU nodes mount the NVIDIA driver's libraries here; images not built on a CUDA base
+# image need it on the loader path (GKE "Run GPUs in GKE Standard node pools").
+GKE_NVIDIA_LIB_DIR = "/usr/local/nvidia/lib64"
+# GKE gives Spot / preemptible nodes about 30 s after the preemption notice.
+SPOT_GRACE_SECONDS = 30
+SPOT_SELECTORS = ("cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible")
+# A Job's failure message when podFailurePolicy rule 0 (exit code CONFIG_ERROR_EXIT_CODE)
+# fails it, as the Job controller writes it: "Container worker for pod NS/POD failed with
+# exit code 78 matching FailJob rule at index 0".
+CONFIG_ERROR_MESSAGE_PATTERN = (f"failed with exit code {contract.CONFIG_ERROR_EXIT_CODE} "
+                                "matching FailJob rule at index 0")
 
 # Characters written as-is inside a double-quoted scalar: printable ASCII except '"' and
 # '\', and printable non-ASCII except YAML line breaks (U+2028/9), BOM and surrogates.
@@ -152,6 +172,56 @@ def _data_volume(spec: JobSpec) -> dict | None:
             "persistentVolumeClaim": {"claimName": data.pvc.claim, "readOnly": True}}
 
 
+def _gcsfuse_extras(spec: JobSpec) -> tuple[dict[str, str], list[dict]]:
+    """The sidecar's annotations (injection + explicit limits) and its cache volume, if any."""
+    fuse = spec.data.gcsfuse if spec.data is not None else None
+    if fuse is None:
+        return {}, []
+    annotations = {GCSFUSE_ANNOTATION: "true",
+                   GCSFUSE_LIMIT_ANNOTATIONS["cpu"]: fuse.sidecar_cpu_limit,
+                   GCSFUSE_LIMIT_ANNOTATIONS["memory"]: fuse.sidecar_memory_limit,
+                   GCSFUSE_LIMIT_ANNOTATIONS["ephemeral_storage"]: fuse.sidecar_ephemeral_storage_limit}
+    if fuse.file_cache_mb is None:
+        return annotations, []
+    # The cache volume holds the bounded cache plus gcsfuse's own bookkeeping: 10% headroom.
+    empty_dir = {"sizeLimit": f"{fuse.file_cache_mb + max(fuse.file_cache_mb // 10, 64)}Mi"}
+    if fuse.file_cache_medium == "memory":
+        empty_dir["medium"] = "Memory"
+    return annotations, [{"name": GCSFUSE_CACHE_VOLUME, "emptyDir": empty_dir}]
+
+
+def _checkpoint_problem(spec: JobSpec) -> str | None:
+    """A local checkpoint_dir is only durable on a pod if a writable extra volume backs it."""
+    path = spec.checkpoint_dir
+    if path is None or "://" in path:
+        return None
+    for volume in spec.volumes:
+        root = volume.mount_path.rstrip("/")
+        if (path == root or path.startswith(root + "/")) and not volume.read_only \
+                and volume.empty_dir is None:
+            return None
+    return (f"{path!r} is a local path, and no writable persistent volume (pvc or nfs in "
+            "volumes, read_only: false) is mounted there: a pod's own file system is lost on "
+            "every restart, and so would be the checkpoints")
+
+
+def _size_problem(annotations: Mapping[str, str]) -> str | None:
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        return (f"the annotations take {size} bytes, more than the {MAX_ANNOTATIONS_BYTES} "
+                f"Kubernetes allows (the whole spec is stored in {SPEC_ANNOTATION})")
+    return None
+
+
+def _warn_spot(spec: JobSpec) -> None:
+    spot = [k for k in SPOT_SELECTORS if spec.node_selectors.get(k) == "true"]
+    if spot and spec.termination_grace_period > SPOT_GRACE_SECONDS:
+        logger.warning("%s: termination_grace_period is %d s but the pods target Spot / preemptible "
+                       "nodes (%s), which GKE stops about %d s after the notice: only the last "
+                       "periodic checkpoint is sure to survive; size checkpoint_every for it",
+                       spec.name, spec.termination_grace_period, spot[0], SPOT_GRACE_SECONDS)
+
+
 def _accelerator_limits(spec: JobSpec) -> dict[str, str]:
     accelerator = spec.accelerator
     if accelerator.tpu is not None:
@@ -171,9 +241,12 @@ def _accelerator_tolerations(spec: JobSpec) -> list[dict]:
 # ----------------------------------------------------------------------------- pod security
 
 
-def image_pull_policy(image: str) -> str:
-    """Always for a tag (it can move: every pod must get what the tag names now); IfNotPresent
-    for a digest, which names one immutable image."""
+def image_pull_policy(image: str, override: str | None = None) -> str:
+    """The container's imagePullPolicy: ``override`` (the spec's ``image_pull_policy``) if
+    given; else Always for a tag (it can move: every pod must get what the tag names now) and
+    IfNotPresent for a digest, which names one immutable image."""
+    if override is not None:
+        return override
     return "IfNotPresent" if image_is_pinned(image) else "Always"
 
 
@@ -199,20 +272,20 @@ def _security_values(spec: JobSpec) -> dict[str, Any]:
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "image_pull_policy": image_pull_policy(spec.image),
+        "image_pull_policy": image_pull_policy(spec.image, spec.image_pull_policy),
     }
 
 
 def _writable_dirs(spec: JobSpec) -> dict[str, list[dict]]:
     """emptyDir volumes, mounts and env for what the worker writes (contract.WRITABLE_DIRS).
 
-    A variable the user's ``env`` sets already keeps the user's value."""
+    A variable the user sets already (``env`` or ``env_refs``) keeps the user's value."""
     out: dict[str, list[dict]] = {"volumes": [], "mounts": [], "env": []}
     for name, (path, variables) in contract.WRITABLE_DIRS.items():
         out["volumes"].append({"name": name, "emptyDir": {}})
         out["mounts"].append({"name": name, "mountPath": path})
         out["env"] += [{"name": key, "value": value} for key, value in variables.items()
-                       if key not in spec.env]
+                       if key not in spec.env and key not in spec.env_refs]
     return out
 
 
@@ -239,10 +312,25 @@ def _tpu_runtime_ports(spec: JobSpec) -> list[dict]:
 # ----------------------------------------------------------------------------- values
 
 
-def template_values(spec: JobSpec) -> dict[str, Any]:
-    """Every value the templates place, computed from a (valid) spec."""
+def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
+    """Every value the templates place, computed from a (valid) spec.
+
+    Args:
+        spec: the job.
+        cluster: the manifests go to a cluster (not ``--local``): a local ``checkpoint_dir``
+            then needs a writable persistent volume behind it.
+
+    Raises:
+        SpecError: the spec cannot run as manifests (annotations over Kubernetes' limit, a
+            local checkpoint directory with nothing durable behind it on a cluster).
+    """
     jobset = spec.workload == "jobset"
-    labels = {MANAGED_BY_LABEL: MANAGED_BY, RUN_NAME_LABEL: spec.run_name}
+    if cluster:
+        _check_spec("checkpoint_dir", _checkpoint_problem(spec),
+                    "Write checkpoints to gs://BUCKET/PATH, or mount a pvc or nfs volume "
+                    "(read_only: false) under volumes and put checkpoint_dir inside it.")
+    _warn_spot(spec)
+    labels = {MANAGED_BY_LABEL: MANAGED_BY, RUN_NAME_LABEL: spec.run_name, **spec.labels}
     job_labels = dict(labels)
     if spec.queue is not None:
         labels[QUEUE_LABEL] = spec.queue
@@ -250,18 +338,24 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
                                                separators=(",", ":"))}
     if jobset and spec.accelerator.kind == "tpu" and spec.hosts_per_slice > 1:
         annotations[EXCLUSIVE_TOPOLOGY_ANNOTATION] = NODEPOOL_LABEL
+    _check_spec("", _size_problem(annotations), "Make the spec smaller (move large values into a "
+                "ConfigMap and read them with env_from).")
     # JOB_LABEL selects the job's pods: the Service of an indexed job, the NetworkPolicy.
-    pod_labels = {RUN_NAME_LABEL: spec.run_name, JOB_LABEL: spec.name}
-    pod_annotations = {}
-    if spec.data is not None and spec.data.gcsfuse is not None:
-        pod_annotations[GCSFUSE_ANNOTATION] = "true"
+    # The user's labels come first and cannot replace ours (their prefixes are refused).
+    pod_labels = {**spec.labels, RUN_NAME_LABEL: spec.run_name, JOB_LABEL: spec.name}
+    fuse_annotations, fuse_volumes = _gcsfuse_extras(spec)
+    pod_annotations = {DEFAULT_CONTAINER_ANNOTATION: contract.CONTAINER_NAME, **fuse_annotations,
+                       **spec.annotations}
+    _check_spec("annotations", _size_problem(pod_annotations))
+    if fuse_annotations:
         if spec.service_account is None:
             logger.warning("%s: no service_account; reading a bucket through GCS FUSE usually "
                            "needs one bound to a cloud identity (Workload Identity)", spec.name)
 
     if jobset:
         distributed = contract.jobset_env(subdomain=spec.name, hosts_per_slice=spec.hosts_per_slice,
-                                          num_slices=spec.num_slices)
+                                          num_slices=spec.num_slices,
+                                          max_restart_attempt=spec.max_restarts + spec.max_preemptions)
     else:
         distributed = contract.indexed_job_env(job_name=spec.name, service_name=spec.name,
                                                num_processes=spec.num_processes)
@@ -273,8 +367,19 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
         if "value" in var:
             var["value"] = _literal(var["value"])
     env += [{"name": key, "value": _literal(value)} for key, value in spec.env.items()]
+    env += [{"name": key, "valueFrom": ref.to_k8s()} for key, ref in spec.env_refs.items()]
     writable = _writable_dirs(spec)
     env += writable["env"]
+    # GPU: the driver's libraries on the loader path, unless the user sets it (an env_refs
+    # value is read from a Secret or ConfigMap: nothing to check here).
+    if spec.accelerator.kind == "gpu" and "LD_LIBRARY_PATH" not in spec.env_refs:
+        library_path = spec.env.get("LD_LIBRARY_PATH")
+        if library_path is None:
+            env.append({"name": "LD_LIBRARY_PATH", "value": GKE_NVIDIA_LIB_DIR})
+        elif GKE_NVIDIA_LIB_DIR not in library_path.split(":"):
+            logger.warning("%s: env LD_LIBRARY_PATH does not include %s, where GKE mounts the "
+                           "NVIDIA driver's libraries: JAX may not find CUDA", spec.name,
+                           GKE_NVIDIA_LIB_DIR)
 
     limits = {**spec.resources.limits, **_accelerator_limits(spec)}
     requests = {**spec.resources.requests, **_accelerator_limits(spec)}
@@ -283,6 +388,11 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
     if data_volume is not None:
         volumes.append(data_volume)
         mounts.append({"name": DATA_VOLUME, "mountPath": contract.DATA_MOUNT_PATH, "readOnly": True})
+    volumes += fuse_volumes
+    for extra in spec.volumes:
+        volume, mount = extra.to_k8s()
+        volumes.append(volume)
+        mounts.append(mount)
 
     return {
         "name": spec.name,
@@ -298,6 +408,15 @@ def template_values(spec: JobSpec) -> dict[str, Any]:
         "hosts_per_slice": spec.hosts_per_slice,
         "max_restarts": spec.max_restarts,
         "preemption_exit_code": contract.PREEMPTED_EXIT_CODE,
+        "config_error_exit_code": contract.CONFIG_ERROR_EXIT_CODE,
+        "config_error_message_pattern": CONFIG_ERROR_MESSAGE_PATTERN,
+        "jobset_ttl": spec.ttl_seconds_after_finished if jobset else None,
+        "job_ttl": None if jobset else spec.ttl_seconds_after_finished,
+        "host_network": spec.uses_host_network,
+        "image_pull_secrets": [{"name": n} for n in spec.image_pull_secrets],
+        "env_from": [source.to_k8s() for source in spec.env_from],
+        "affinity": None if spec.affinity is None else dict(spec.affinity),
+        "pod_template": None,
         "container_name": contract.CONTAINER_NAME,
         "coordinator_port": contract.DEFAULT_COORDINATOR_PORT,
         "tpu_runtime_ports": _tpu_runtime_ports(spec),
@@ -330,14 +449,33 @@ def _parse(text: str) -> tuple[dict, ...]:
     return tuple(doc for doc in yaml.load_all(text, Loader=loader) if doc is not None)
 
 
-def render(spec: JobSpec) -> Rendered:
+def _check_spec(field: str, problem: str | None, fix: str = "") -> None:
+    if problem:
+        raise SpecError(field, problem, fix)
+
+
+def render(spec: JobSpec, *, cluster: bool = True) -> Rendered:
     """Renders the manifests of a job, in creation order: [NetworkPolicy, JobSet] or
     [Service, NetworkPolicy, Job] (no NetworkPolicy with ``security.network_policy: false``).
 
     The NetworkPolicy comes before the pods' owner so that no pod ever runs unprotected.
+
+    Args:
+        spec: the job.
+        cluster: see :func:`template_values` (False for ``--local`` dress rehearsals).
+
+    Raises:
+        SpecError: see :func:`template_values`; a ``pod_patch`` that is not a valid patch.
     """
-    values = template_values(spec)
+    values = template_values(spec, cluster=cluster)
     env = _environment()
+    if spec.pod_patch is not None:
+        # The pod template as rendered, patched, then placed whole through the q filter.
+        pod = yaml.safe_load(env.get_template("_pod.yaml.j2").render(values))
+        try:
+            values["pod_template"] = patch.strategic_merge(pod, spec.pod_patch)
+        except ValueError as err:
+            raise SpecError("pod_patch", str(err)) from err
     parts = []
     if spec.workload == "indexed-job":
         parts.append("service.yaml.j2")

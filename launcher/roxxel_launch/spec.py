@@ -43,7 +43,7 @@ from roxxel_launch import contract, names, tpu
 
 API_VERSION = "roxxel.dev/v1alpha1"
 KIND = "RoxxelJob"
-DEFAULT_GCSFUSE_MOUNT_OPTIONS = ("implicit-dirs", "file-cache:max-size-mb:-1")
+DEFAULT_GCSFUSE_MOUNT_OPTIONS = ("implicit-dirs",)
 
 # Resource names the accelerator block owns; users may not set them in `resources`.
 TPU_RESOURCE = "google.com/tpu"
@@ -52,13 +52,42 @@ TPU_ACCELERATOR_SELECTOR = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_SELECTOR = "cloud.google.com/gke-tpu-topology"
 GPU_ACCELERATOR_SELECTOR = "cloud.google.com/gke-accelerator"
 
-_QUANTITY = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?")
+# A non-negative resource quantity (Kubernetes' Quantity grammar without a sign: a negative
+# request or limit is refused by the API server only at submit time).
+_QUANTITY = re.compile(r"\+?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/:@+]*")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9_.\-]{1,220}[a-z0-9]")
 _BAD_TEXT = re.compile(r"[\x00\ud800-\udfff]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# gcsfuse options as the CSI driver takes them: key, key:value or section:key:value.
+_GCSFUSE_OPTION = re.compile(r"[a-z][a-z0-9-]*(:[A-Za-z0-9_.\-]+){0,2}")
+_GCSFUSE_DIR = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*/?")
+_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+# Volume names the renderer uses itself: shared memory, data, the GCS FUSE file cache and
+# the writable emptyDirs of the read-only root filesystem (contract.WRITABLE_DIRS).
+RESERVED_VOLUME_NAMES = frozenset({"dshm", "data", "gke-gcsfuse-cache", *contract.WRITABLE_DIRS})
+# Label/annotation prefixes users may not set: ours and the controllers'.
+RESERVED_PREFIXES = frozenset({"roxxel.dev", "jobset.sigs.k8s.io", "alpha.jobset.sigs.k8s.io",
+                               "batch.kubernetes.io", "kueue.x-k8s.io", "gke-gcsfuse",
+                               "app.kubernetes.io", "kubectl.kubernetes.io"})
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*")
+
+
+# Kubernetes stores replicas, parallelism, completions and most counts as int32.
+INT32_MAX = 2**31 - 1
+# An Indexed Job runs at most 100,000 pods in parallel (maxParallelismForIndexedJob in
+# kubernetes/pkg/apis/batch/validation): the bound of hosts per slice.
+MAX_HOSTS_PER_SLICE = 100_000
+# A spec file is at most this many bytes: the whole spec is stored in one annotation and
+# Kubernetes refuses more than 256 KiB of annotations per object (JSON escaping can triple
+# non-ASCII text, so 64 KiB of YAML always fits).
+MAX_SPEC_BYTES = 64 * 1024
+# Deepest nesting of mappings and lists a spec may have (the real spec nests about 6 deep;
+# the cap keeps a hostile file from exhausting the parser's recursion).
+MAX_SPEC_DEPTH = 32
+# Slices of one JobSet (replicas of its replicated job, an int32; JAX's process ids too).
+MAX_SLICES = 100_000
 
 
 class SpecError(ValueError):
@@ -93,6 +122,12 @@ def _check(field: str, problem: str | None, fix: str = "") -> None:
         raise SpecError(field, problem, fix)
 
 
+def _check_quantity(field: str, quantity: str) -> None:
+    if not _QUANTITY.fullmatch(quantity):
+        raise SpecError(field, f"{quantity!r} is not a non-negative resource quantity",
+                        "Use e.g. '8', '500m', '32Gi'.")
+
+
 def _freeze(mapping: Mapping) -> Mapping:
     return types.MappingProxyType(dict(mapping))
 
@@ -105,20 +140,25 @@ class TpuAccelerator:
     """A Cloud TPU slice on GKE; the number of hosts follows from the topology."""
 
     type: str = _doc("TPU generation: " + ", ".join(tpu.TPU_TYPES) + ".")
-    topology: str = _doc("Chip topology of one slice, e.g. 4x4 (v5e/v6e) or 2x2x4 (v4/v5p).")
+    topology: str = _doc("Chip topology of one slice, e.g. 4x4 (v5e/v6e) or 2x2x4 (v4/v5p/tpu7x).")
+    chips_per_host: int | None = _doc(
+        "Only for topologies served both ways (v5e/v6e 2x4): 8 = one host (ct5lp-hightpu-8t, "
+        "ct6e-standard-8t, the default), 4 = two hosts (ct5lp-hightpu-4t, ct6e-standard-4t).",
+        default=None)
 
     def __post_init__(self):
         if self.type not in tpu.TPU_TYPES:
             raise SpecError("type", f"unknown TPU type {self.type!r}",
                             f"Use one of {', '.join(tpu.TPU_TYPES)}.")
         try:
-            tpu.tpu_slice(self.type, self.topology)
+            tpu.tpu_slice(self.type, self.topology, self.chips_per_host)
         except ValueError as err:
-            raise SpecError("topology", str(err)) from err
+            raise SpecError("chips_per_host" if self.chips_per_host and "chips per host" in str(err)
+                            else "topology", str(err)) from err
 
     @property
     def slice(self) -> tpu.TpuSlice:
-        return tpu.tpu_slice(self.type, self.topology)
+        return tpu.tpu_slice(self.type, self.topology, self.chips_per_host)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +173,7 @@ class GpuAccelerator:
         _check("type", names.label_value_problem(self.type) or (None if self.type else "must not be empty"))
         if not 1 <= self.count <= 16:
             raise SpecError("count", f"must be between 1 and 16 GPUs per host, got {self.count}")
-        if self.hosts < 1:
-            raise SpecError("hosts", f"must be at least 1, got {self.hosts}")
+        _check_hosts(self.hosts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,8 +183,13 @@ class CpuAccelerator:
     hosts: int = _doc("Hosts (pods) per slice.", default=1)
 
     def __post_init__(self):
-        if self.hosts < 1:
-            raise SpecError("hosts", f"must be at least 1, got {self.hosts}")
+        _check_hosts(self.hosts)
+
+
+def _check_hosts(hosts: int) -> None:
+    if not 1 <= hosts <= MAX_HOSTS_PER_SLICE:
+        raise SpecError("hosts", f"must be at least 1 and at most {MAX_HOSTS_PER_SLICE} (the most pods an "
+                        f"Indexed Job runs in parallel), got {hosts}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,30 +231,63 @@ class Accelerator:
 
 @dataclasses.dataclass(frozen=True)
 class GcsFuseMount:
-    """A GCS bucket mounted read-only through the GKE GCS FUSE CSI driver."""
+    """A GCS bucket mounted read-only through the GKE GCS FUSE CSI driver.
+
+    The driver injects a sidecar (``gke-gcsfuse-sidecar``) whose cpu, memory and
+    ephemeral-storage limits are set explicitly through pod annotations. The file cache
+    is off unless ``file_cache_mb`` is given; then it is bounded and lives on its own
+    ``gke-gcsfuse-cache`` volume, never under the sidecar's ephemeral-storage limit.
+    """
 
     bucket: str = _doc("Bucket name (without gs://).")
-    only_dir: str | None = _doc("Mount only this directory of the bucket.", default=None)
+    only_dir: str | None = _doc("Mount only this directory of the bucket (only-dir:DIR).", default=None)
     mount_options: tuple[str, ...] = _doc(
-        "gcsfuse mount options, joined with commas.", default=DEFAULT_GCSFUSE_MOUNT_OPTIONS)
+        "gcsfuse mount options in the driver's key or key:value form (e.g. "
+        "metadata-cache:ttl-secs:-1), joined with commas; the file cache is set by file_cache_mb.",
+        default=DEFAULT_GCSFUSE_MOUNT_OPTIONS)
+    file_cache_mb: int | None = _doc(
+        "Turn the gcsfuse file cache on, bounded to this many MiB (file-cache:max-size-mb), "
+        "on a dedicated gke-gcsfuse-cache volume.", default=None)
+    file_cache_medium: Literal["memory", "disk"] = _doc(
+        "Where the gke-gcsfuse-cache volume lives: memory (tmpfs, counts against the pod's "
+        "memory) or disk (the node's ephemeral storage: local SSD on node pools created with "
+        "--ephemeral-storage-local-ssd).", default="disk")
+    sidecar_cpu_limit: str = _doc("gke-gcsfuse/cpu-limit annotation; \"0\" = no limit.", default="0")
+    sidecar_memory_limit: str = _doc("gke-gcsfuse/memory-limit annotation; \"0\" = no limit.",
+                                     default="0")
+    sidecar_ephemeral_storage_limit: str = _doc(
+        "gke-gcsfuse/ephemeral-storage-limit annotation; \"0\" = no limit.", default="0")
 
     def __post_init__(self):
         if not _BUCKET.fullmatch(self.bucket):
             raise SpecError("bucket", f"{self.bucket!r} is not a GCS bucket name",
                             "Give the bare bucket name, e.g. my-data (no gs://, no path).")
-        if self.only_dir is not None and (
-                not self.only_dir or "," in self.only_dir or _CONTROL.search(self.only_dir)):
-            raise SpecError("only_dir", f"{self.only_dir!r} must be non-empty, with no ',' and "
-                            "no control characters", "A comma would start another mount option.")
+        if self.only_dir is not None and not _GCSFUSE_DIR.fullmatch(self.only_dir):
+            raise SpecError("only_dir", f"{self.only_dir!r} must be a relative directory of letters, "
+                            "digits and . _ - / (no ',', ':', '=' or spaces)",
+                            "The driver splits mount options at ',' and at ':'.")
         for i, option in enumerate(self.mount_options):
-            if not option or "," in option or _CONTROL.search(option):
-                raise SpecError(f"mount_options[{i}]", f"{option!r} must be non-empty, with no ',' "
-                                "and no control characters", "Give one option per list item.")
+            if not _GCSFUSE_OPTION.fullmatch(option):
+                raise SpecError(f"mount_options[{i}]", f"{option!r} is not a gcsfuse mount option in "
+                                "the key or key:value form (no ',', '=' or spaces)",
+                                "Give one option per list item, e.g. implicit-dirs or "
+                                "metadata-cache:ttl-secs:-1.")
+            key = option.split(":", 1)[0]
+            if key in ("file-cache", "cache-dir", "only-dir"):
+                raise SpecError(f"mount_options[{i}]", f"{option!r} is set by roxxel-launch",
+                                "Use file_cache_mb / only_dir instead.")
+        if self.file_cache_mb is not None and not 1 <= self.file_cache_mb <= INT32_MAX:
+            raise SpecError("file_cache_mb", f"must be at least 1 MiB, got {self.file_cache_mb}",
+                            "Leave it out to turn the file cache off.")
+        for field in ("sidecar_cpu_limit", "sidecar_memory_limit", "sidecar_ephemeral_storage_limit"):
+            _check_quantity(field, getattr(self, field))
 
     def joined_options(self) -> str:
         options = list(self.mount_options)
         if self.only_dir is not None:
             options.append(f"only-dir:{self.only_dir}")
+        if self.file_cache_mb is not None:
+            options.append(f"file-cache:max-size-mb:{self.file_cache_mb}")
         return ",".join(options)
 
 
@@ -310,9 +387,7 @@ class Resources:
                 if name in (TPU_RESOURCE, GPU_RESOURCE):
                     raise SpecError(f"{section}.{name}", "is set from the accelerator block",
                                     "Remove it; set accelerator.tpu or accelerator.gpu.count instead.")
-                if not _QUANTITY.fullmatch(quantity):
-                    raise SpecError(f"{section}.{name}", f"{quantity!r} is not a resource quantity",
-                                    "Use e.g. '8', '500m', '32Gi'.")
+                _check_quantity(f"{section}.{name}", quantity)
             object.__setattr__(self, section, _freeze(mapping))
 
 
@@ -345,10 +420,131 @@ class Security:
         # Pod Security "restricted" forbids UID 0; the kubelet refuses it with runAsNonRoot.
         for name in ("run_as_user", "run_as_group"):
             value = getattr(self, name)
-            if not 1 <= value <= 2**31 - 1:
-                raise SpecError(name, f"must be between 1 and 2147483647, got {value}",
+            if not 1 <= value <= INT32_MAX:
+                raise SpecError(name, f"must be between 1 and {INT32_MAX}, got {value}",
                                 "Pods never run as root (0); use the image's user, e.g. "
                                 f"{contract.WORKER_UID}.")
+
+
+# ----------------------------------------------------------------------------- escape hatches
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvFromSource:
+    """Every key of a Secret or a ConfigMap as environment variables (Kubernetes ``envFrom``)."""
+
+    secret: str | None = _doc("Secret name.", default=None)
+    config_map: str | None = _doc("ConfigMap name.", default=None)
+    prefix: str | None = _doc("Prefix added to every variable name.", default=None)
+    optional: bool = _doc("Start even if the object is missing.", default=False)
+
+    def __post_init__(self):
+        _one_of(self, ("secret", "config_map"))
+        for field in ("secret", "config_map"):
+            if getattr(self, field) is not None:
+                _check(field, names.dns1123_subdomain_problem(getattr(self, field)))
+        if self.prefix is not None:
+            _check("prefix", names.env_var_name_problem(self.prefix))
+
+    def to_k8s(self) -> dict:
+        ref = {"name": self.secret or self.config_map, "optional": self.optional}
+        out: dict = {"secretRef" if self.secret else "configMapRef": ref}
+        if self.prefix is not None:
+            out["prefix"] = self.prefix
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyRef:
+    """One key of a Secret or ConfigMap as one variable (Kubernetes ``valueFrom``)."""
+
+    key: str = _doc("Key in the object's data.")
+    secret: str | None = _doc("Secret name.", default=None)
+    config_map: str | None = _doc("ConfigMap name.", default=None)
+    optional: bool = _doc("Start even if the key is missing.", default=False)
+
+    def __post_init__(self):
+        _one_of(self, ("secret", "config_map"))
+        _check("key", None if _CONFIG_KEY.fullmatch(self.key) else
+               f"{self.key!r} is not a Secret/ConfigMap key (letters, digits, '-', '_', '.')")
+        for field in ("secret", "config_map"):
+            if getattr(self, field) is not None:
+                _check(field, names.dns1123_subdomain_problem(getattr(self, field)))
+
+    def to_k8s(self) -> dict:
+        ref = {"name": self.secret or self.config_map, "key": self.key, "optional": self.optional}
+        return {"secretKeyRef" if self.secret else "configMapKeyRef": ref}
+
+
+@dataclasses.dataclass(frozen=True)
+class EmptyDirSource:
+    """A scratch directory: the node's ephemeral storage (a local SSD) or memory."""
+
+    medium: Literal["disk", "memory"] = _doc("disk (node ephemeral storage) or memory (tmpfs).",
+                                             default="disk")
+    size_limit: str | None = _doc("sizeLimit quantity, e.g. 100Gi.", default=None)
+
+    def __post_init__(self):
+        if self.size_limit is not None:
+            _check_quantity("size_limit", self.size_limit)
+
+    def to_k8s(self) -> dict:
+        out = {"medium": "Memory"} if self.medium == "memory" else {}
+        if self.size_limit is not None:
+            out["sizeLimit"] = self.size_limit
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtraVolume:
+    """An extra volume mounted in the worker: exactly one of secret, config_map, pvc, nfs, empty_dir."""
+
+    name: str = _doc("Volume name (DNS-1123 label).")
+    mount_path: str = _doc("Absolute path in the worker container.")
+    read_only: bool = _doc("Mount read-only.", default=True)
+    secret: str | None = _doc("Secret name.", default=None)
+    config_map: str | None = _doc("ConfigMap name.", default=None)
+    pvc: str | None = _doc("PersistentVolumeClaim name (e.g. a Filestore share).", default=None)
+    nfs: NfsMount | None = _doc("NFS export.", default=None)
+    empty_dir: EmptyDirSource | None = _doc("Scratch space (local SSD or memory).", default=None)
+
+    def __post_init__(self):
+        _check("name", names.dns1123_label_problem(self.name))
+        if self.name in RESERVED_VOLUME_NAMES:
+            raise SpecError("name", f"{self.name!r} is used by roxxel-launch", "Pick another name.")
+        if not self.mount_path.startswith("/") or _CONTROL.search(self.mount_path) \
+                or ":" in self.mount_path:
+            raise SpecError("mount_path", f"{self.mount_path!r} must be an absolute path without "
+                            "':' or control characters")
+        kind = _one_of(self, ("secret", "config_map", "pvc", "nfs", "empty_dir"))
+        if kind in ("secret", "config_map", "pvc"):
+            _check(kind, names.dns1123_subdomain_problem(getattr(self, kind)))
+
+    def to_k8s(self) -> tuple[dict, dict]:
+        """The pod ``volumes`` entry and the container ``volumeMounts`` entry."""
+        source: dict[str, Any]
+        if self.secret is not None:
+            source = {"secret": {"secretName": self.secret}}
+        elif self.config_map is not None:
+            source = {"configMap": {"name": self.config_map}}
+        elif self.pvc is not None:
+            source = {"persistentVolumeClaim": {"claimName": self.pvc, "readOnly": self.read_only}}
+        elif self.nfs is not None:
+            source = {"nfs": {"server": self.nfs.server, "path": self.nfs.path,
+                              "readOnly": self.read_only}}
+        elif self.empty_dir is not None:
+            source = {"emptyDir": self.empty_dir.to_k8s()}
+        else:  # __post_init__ requires exactly one source; a volume changed since is refused here
+            raise SpecError("name", f"volume {self.name!r} has no source")
+        return ({"name": self.name, **source},
+                {"name": self.name, "mountPath": self.mount_path, "readOnly": self.read_only})
+
+
+def _one_of(obj: Any, fields: Sequence[str]) -> str:
+    given = [f for f in fields if getattr(obj, f) is not None]
+    if len(given) != 1:
+        raise SpecError("", f"give exactly one of {', '.join(fields)} (got {', '.join(given) or 'none'})")
+    return given[0]
 
 
 # ----------------------------------------------------------------------------- the job
@@ -382,6 +578,10 @@ class JobSpec:
     priority_class: str | None = _doc("PriorityClass name.", default=None)
     max_restarts: int = _doc("Gang restarts for failures other than preemption (JobSet only).",
                              default=3)
+    max_preemptions: int = _doc(
+        "Free gang restarts (preemption, eviction, exit 42) on top of max_restarts (JobSet "
+        "only): a pod of a later restart exits 78 before starting, failing the JobSet.",
+        default=100)
     termination_grace_period: int = _doc(
         "Seconds between SIGTERM and SIGKILL: enough to save a checkpoint.", default=300)
     workload: Literal["jobset", "indexed-job"] = _doc(
@@ -392,6 +592,33 @@ class JobSpec:
     tolerations: tuple[Toleration, ...] = _doc("Extra tolerations.", default=())
     security: Security = _doc("Pod security context, API token, NetworkPolicy.",
                               default_factory=Security)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = _doc(
+        "Container imagePullPolicy; default Always for a tag (tags are mutable), IfNotPresent "
+        "for an image pinned by @sha256 digest.", default=None)
+    image_pull_secrets: tuple[str, ...] = _doc("Secrets for pulling the image from a private "
+                                               "registry (imagePullSecrets).", default=())
+    env_from: tuple[EnvFromSource, ...] = _doc("Whole Secrets / ConfigMaps as environment "
+                                               "variables (envFrom).", default=())
+    env_refs: Mapping[str, KeyRef] = _doc("Variables read from one key of a Secret or ConfigMap "
+                                          "(valueFrom).", default_factory=dict)
+    volumes: tuple[ExtraVolume, ...] = _doc("Extra volumes and their mounts in the worker.",
+                                            default=())
+    labels: Mapping[str, str] = _doc("Extra labels on the workload object and its pods.",
+                                     default_factory=dict)
+    annotations: Mapping[str, str] = _doc("Extra annotations on the pods.", default_factory=dict)
+    affinity: Mapping[str, Any] | None = _doc(
+        "Pod affinity, as Kubernetes' Affinity object (checked against the official schema).",
+        default=None)
+    host_network: bool | None = _doc(
+        "Run the pods on the node's network (hostNetwork + dnsPolicy ClusterFirstWithHostNet). "
+        "Default: true for TPU multislice (DCN traffic), as GKE's reference TPU JobSets do; "
+        "false otherwise.", default=None)
+    ttl_seconds_after_finished: int | None = _doc(
+        "Delete the finished JobSet / Job (and its pods' logs) this many seconds after it "
+        "ends; `resume` cannot read a deleted job's spec.", default=None)
+    pod_patch: Mapping[str, Any] | None = _doc(
+        "Last resort: a strategic-merge patch of the rendered pod template (metadata + spec); "
+        "the result is validated like everything else.", default=None)
 
     def __post_init__(self):
         if self.api_version != API_VERSION:
@@ -406,8 +633,12 @@ class JobSpec:
                "us-docker.pkg.dev/PROJECT/REPO/IMAGE@sha256:<64 hex digits>.")
         if not self.command:
             raise SpecError("command", "must not be empty", "Give e.g. [python, examples/lm/train.py].")
-        if self.num_slices < 1:
-            raise SpecError("num_slices", f"must be at least 1, got {self.num_slices}")
+        if not 1 <= self.num_slices <= MAX_SLICES:
+            raise SpecError("num_slices",
+                            f"must be at least 1 and at most {MAX_SLICES}, got {self.num_slices}")
+        if self.num_processes > INT32_MAX:
+            raise SpecError("num_slices", f"{self.num_slices} slices of {self.hosts_per_slice} hosts "
+                            f"are {self.num_processes} processes, more than fit in an int32")
         if self.workload == "indexed-job" and self.num_slices != 1:
             raise SpecError("num_slices", "an indexed-job runs a single slice",
                             "Use workload: jobset for several slices.")
@@ -428,6 +659,8 @@ class JobSpec:
             _check("priority_class", names.dns1123_subdomain_problem(self.priority_class))
         if not 0 <= self.max_restarts <= 10_000:
             raise SpecError("max_restarts", f"must be between 0 and 10000, got {self.max_restarts}")
+        if not 0 <= self.max_preemptions <= 100_000:
+            raise SpecError("max_preemptions", f"must be between 0 and 100000, got {self.max_preemptions}")
         if not 0 <= self.termination_grace_period <= 86_400:
             raise SpecError("termination_grace_period",
                             f"must be between 0 and 86400 seconds, got {self.termination_grace_period}")
@@ -439,8 +672,62 @@ class JobSpec:
                 raise SpecError(f"node_selectors.{key}", "is set from the accelerator block",
                                 "Remove it from node_selectors.")
         object.__setattr__(self, "node_selectors", _freeze(self.node_selectors))
+        self._check_escape_hatches()
         _check("name", names.pod_name_problem(longest_pod_name(self)),
                f"Shorten name to at most {max_name_length(self)} characters.")
+
+    def _check_escape_hatches(self) -> None:
+        for i, secret in enumerate(self.image_pull_secrets):
+            _check(f"image_pull_secrets[{i}]", names.dns1123_subdomain_problem(secret))
+        for key in self.env_refs:
+            _check(f"env_refs.{key}", names.env_var_name_problem(key))
+            if key in contract.RESERVED_ENV_NAMES or key in self.env:
+                raise SpecError(f"env_refs.{key}", "is already set (by roxxel-launch or in env)")
+        object.__setattr__(self, "env_refs", _freeze(self.env_refs))
+        paths = [v.mount_path.rstrip("/") for v in self.volumes]
+        taken = [contract.SHM_MOUNT_PATH] + ([contract.DATA_MOUNT_PATH] if self.data else []) \
+            + [path for path, _ in contract.WRITABLE_DIRS.values()]
+        for i, volume in enumerate(self.volumes):
+            if paths[i] in taken:
+                raise SpecError(f"volumes[{i}].mount_path", f"{volume.mount_path!r} is where "
+                                "roxxel-launch mounts a volume of its own", "Pick another path.")
+            if paths.count(paths[i]) > 1:
+                raise SpecError(f"volumes[{i}].mount_path", f"{volume.mount_path!r} is mounted twice")
+        volume_names = [v.name for v in self.volumes]
+        for i, name in enumerate(volume_names):
+            if volume_names.count(name) > 1:
+                raise SpecError(f"volumes[{i}].name", f"{name!r} is used twice")
+        for section in ("labels", "annotations"):
+            for key, value in getattr(self, section).items():
+                _check(f"{section}.{key}", names.qualified_name_problem(key))
+                if section == "labels":
+                    _check(f"{section}.{key}", names.label_value_problem(value))
+                if key.split("/", 1)[0] in RESERVED_PREFIXES:
+                    raise SpecError(f"{section}.{key}", "uses a prefix roxxel-launch or its "
+                                    "controllers own", "Pick a key under your own prefix.")
+            object.__setattr__(self, section, _freeze(getattr(self, section)))
+        if self.ttl_seconds_after_finished is not None and self.ttl_seconds_after_finished < 0:
+            raise SpecError("ttl_seconds_after_finished",
+                            f"must be 0 or more seconds, got {self.ttl_seconds_after_finished}")
+        if self.host_network and self.accelerator.kind != "tpu":
+            raise SpecError("host_network", "is offered for TPU slices only",
+                            "GPU pods use GKE's multi-networking presets instead; remove it.")
+        if self.host_network and self.data is not None and self.data.gcsfuse is not None:
+            raise SpecError("host_network", "host-network pods cannot mount GCS FUSE volumes "
+                            "without the driver's host-network opt-in, which roxxel-launch does not "
+                            "render", "Set host_network: false, or read data from gs:// directly.")
+        if self.host_network and self.workload != "jobset":
+            raise SpecError("host_network", "needs workload: jobset (an indexed-job's headless "
+                            "Service DNS names do not cover host-network pods)")
+
+    @property
+    def uses_host_network(self) -> bool:
+        """hostNetwork: as given, else on for TPU multislice (the reference TPU JobSets do)
+        unless the pods mount GCS FUSE, which host-network pods cannot without an opt-in."""
+        if self.host_network is not None:
+            return self.host_network
+        gcsfuse = self.data is not None and self.data.gcsfuse is not None
+        return self.accelerator.kind == "tpu" and self.num_slices > 1 and not gcsfuse
 
     def _check_checkpoint_dir(self) -> None:
         path = self.checkpoint_dir
@@ -561,9 +848,14 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if not isinstance(value, bool):
             raise SpecError(path, f"must be true or false, got {_type_name(value)} {value!r}")
         return value
+    if tp is Any:
+        return _plain(value, path)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(path, f"must be an integer, got {_type_name(value)} {value!r}")
+        if not -INT32_MAX - 1 <= value <= INT32_MAX:
+            raise SpecError(path, f"{value} does not fit in the 32-bit integer Kubernetes stores",
+                            f"Use a value between 0 and {INT32_MAX}.")
         return value
     if origin is tuple:
         if not isinstance(value, list):
@@ -579,6 +871,28 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, path)
     raise TypeError(f"no converter for {tp!r} at {path}")
+
+
+def _plain(value: Any, path: str) -> Any:
+    """A free-form value (affinity, pod_patch): strings, integers, booleans, null, lists and
+    string-keyed mappings, returned as plain data; the schema check comes after rendering."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise SpecError(path, f"key {k!r} must be a string")
+            out[_convert(str, k, path)] = _plain(v, f"{path}.{k}")
+        return out
+    if isinstance(value, list):
+        return [_plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str):
+        return _convert(str, value, path)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _convert(int, value, path)
+    if value is None or isinstance(value, bool):
+        return value
+    raise SpecError(path, f"a {_type_name(value)} cannot be placed in a manifest",
+                    "Write numbers as integers or quoted strings.")
 
 
 def _build(cls: type, data: Any, path: str) -> Any:
@@ -652,10 +966,7 @@ def apply_overrides(data: Mapping, overrides: Sequence[str]) -> dict:
                 raise SpecError(path, f"{text!r} is not true or false")
             value = text.lower() == "true"
         else:
-            try:
-                value = yaml.safe_load(text)
-            except yaml.YAMLError as err:
-                raise SpecError(path, f"{text!r} is not YAML: {err}") from err
+            value = parse_yaml(text, f"--set {path}")
         node = out
         for i, part in enumerate(parts[:-1]):
             child = node.get(part)
@@ -677,13 +988,100 @@ def spec_from_dict(data: Any, overrides: Sequence[str] = ()) -> JobSpec:
     return _build(JobSpec, apply_overrides(data, overrides), "")
 
 
-def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
-    """Reads a YAML job spec file and applies ``--set`` overrides."""
-    text = Path(path).read_text(encoding="utf-8")
+class _SpecYAMLError(yaml.MarkedYAMLError):
+    """Valid YAML that a job spec still refuses (duplicate keys, aliases, deep nesting)."""
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """YAML's safe loader, stricter: no duplicate keys, no aliases, bounded nesting.
+
+    PyYAML keeps the last of two equal keys silently, expands aliases (a small file can
+    name a huge tree) and composes nested nodes recursively; a spec needs none of these.
+    """
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _SpecYAMLError(None, None, "aliases (*name) are not allowed in a job spec; "
+                                       "write the value out", event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_SPEC_DEPTH:
+                raise _SpecYAMLError(None, None, f"nested more than {MAX_SPEC_DEPTH} levels deep",
+                                           self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise _SpecYAMLError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _position(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "unknown position"
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parses YAML text with :class:`_SpecLoader`; every failure is one SpecError line.
+
+    Raises:
+        SpecError: syntax errors, duplicate keys, aliases and too deep nesting, naming
+            ``source`` and the line and column (1-based).
+    """
     try:
-        data = yaml.safe_load(text)
+        return yaml.load(text, Loader=_SpecLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        what = " ".join(str(p) for p in (err.context, err.problem) if p)
+        kind = "" if isinstance(err, _SpecYAMLError) else "not valid YAML: "
+        raise SpecError("", f"{source}: {_position(mark)}: {kind}{' '.join(what.split())}") from None
     except yaml.YAMLError as err:
-        raise SpecError("", f"{path} is not valid YAML: {err}") from err
+        raise SpecError("", f"{source}: not valid YAML: {' '.join(str(err).split())}") from None
+
+
+def read_spec_text(path: str | Path) -> str:
+    """Reads a spec file as UTF-8 text of at most :data:`MAX_SPEC_BYTES` bytes.
+
+    Raises:
+        SpecError: the file is unreadable, too large or not UTF-8 (with the line and column
+            of the first bad byte).
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as err:
+        raise SpecError("", f"{path}: cannot read the job spec: {err.strerror or err}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError("", f"{path}: the job spec is larger than {MAX_SPEC_BYTES // 1024} KiB",
+                        "The whole spec is stored in one annotation (Kubernetes allows 256 KiB of "
+                        "annotations); move large values into a ConfigMap and use env_from.")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
+        raise SpecError("", f"{path}: line {line}, column {column}: byte 0x{raw[err.start]:02x} is "
+                        "not UTF-8", "Save the file as UTF-8.") from None
+
+
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
+    """Reads a YAML job spec file and applies ``--set`` overrides.
+
+    Raises:
+        SpecError: one line naming the file, and the position for malformed YAML.
+    """
+    data = parse_yaml(read_spec_text(path), str(path))
     try:
         return spec_from_dict(data, overrides)
     except SpecError as err:
@@ -715,7 +1113,9 @@ def _schema_of(tp: Any) -> dict:
     if tp is bool:
         return {"type": "boolean"}
     if tp is int:
-        return {"type": "integer"}
+        return {"type": "integer", "minimum": -INT32_MAX - 1, "maximum": INT32_MAX}
+    if tp is Any:
+        return {}
     if origin is tuple:
         return {"type": "array", "items": _schema_of(typing.get_args(tp)[0])}
     if origin is Mapping:
@@ -736,7 +1136,7 @@ def _schema_of(tp: Any) -> dict:
                   "properties": properties, "additionalProperties": False}
         if required:
             schema["required"] = required
-        if tp in (Accelerator, DataMount):
+        if tp in (Accelerator, DataMount, EnvFromSource, KeyRef, ExtraVolume):
             schema["minProperties"] = schema["maxProperties"] = 1
         return schema
     raise TypeError(f"no schema for {tp!r}")

@@ -4,6 +4,14 @@ A TPU slice is requested on GKE by two node selectors (accelerator and topology)
 per-host chip count; the number of hosts (pods) follows from them:
 hosts per slice = chips in the topology / chips per host. Single-host topologies put every
 chip on one host. The table is data, so adding a generation is one entry.
+
+Source: GKE's "Plan TPUs in GKE" page
+(https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus), which lists for each
+TPU version its ``cloud.google.com/gke-tpu-accelerator`` value, machine types and
+topologies. Some topologies exist both ways: v5e / v6e ``2x4`` is one host of 8 chips
+(ct5lp-hightpu-8t, ct6e-standard-8t, the default here) or two hosts of 4 chips
+(ct5lp-hightpu-4t, ct6e-standard-4t: what xpk calls v5litepod-8 / v6e-8 on multi-host node
+pools); ``chips_per_host`` picks between them.
 """
 
 from __future__ import annotations
@@ -72,26 +80,43 @@ TPU_TYPES: Mapping[str, TpuType] = {
     t.name: t
     for t in (
         TpuType("v4", "tpu-v4-podslice", 4, {"2x2x1": 4}, _cubes(4096, 16)),
-        TpuType("v5e", "tpu-v5-lite-podslice", 4, {"1x1": 1, "2x2": 4, "2x4": 8}, _PLANES),
+        # 2x4 is single-host (8 chips) or multi-host (2 hosts x 4 chips): see the module doc.
+        TpuType("v5e", "tpu-v5-lite-podslice", 4, {"1x1": 1, "2x2": 4, "2x4": 8},
+                _PLANES | {"2x4"}),
         TpuType("v5p", "tpu-v5p-slice", 4, {"2x2x1": 4}, _cubes(6144, 24)),
-        TpuType("v6e", "tpu-v6e-slice", 4, {"1x1": 1, "2x2": 4, "2x4": 8}, _PLANES),
+        TpuType("v6e", "tpu-v6e-slice", 4, {"1x1": 1, "2x2": 4, "2x4": 8},
+                _PLANES | {"2x4"}),
+        # TPU7x (Ironwood): 3-D slices of 4-chip hosts (tpu7x-standard-4t), up to 9,216 chips.
+        TpuType("tpu7x", "tpu7x", 4, {"2x2x1": 4}, _cubes(9216, 24)),
     )
 }
 
 
-def tpu_slice(type_name: str, topology: str) -> TpuSlice:
-    """Looks up a TPU type and topology; raises ``ValueError`` naming the valid choices."""
+def tpu_slice(type_name: str, topology: str, chips_per_host: int | None = None) -> TpuSlice:
+    """Looks up a TPU type and topology; raises ``ValueError`` naming the valid choices.
+
+    Args:
+        type_name: e.g. ``v5e``.
+        topology: e.g. ``2x4``.
+        chips_per_host: for a topology served both by one host and by several (v5e/v6e
+            ``2x4``), which one; None: the single-host one.
+    """
     tpu = TPU_TYPES.get(type_name)
     if tpu is None:
         raise ValueError(
             f"unknown TPU type {type_name!r}; supported types are {', '.join(TPU_TYPES)}"
         )
-    if topology in tpu.single_host:
-        chips = tpu.single_host[topology]
-        return TpuSlice(tpu, topology, chips, 1, chips)
-    if topology in tpu.multi_host:
-        chips = chips_in(topology)
-        return TpuSlice(tpu, topology, chips, chips // tpu.chips_per_host, tpu.chips_per_host)
-    choices = tpu.topologies()
-    shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")
-    raise ValueError(f"{topology!r} is not a {type_name} topology; use one of {shown}")
+    single = tpu.single_host.get(topology)
+    multi = topology in tpu.multi_host and chips_in(topology) > tpu.chips_per_host
+    if single is None and not multi:
+        choices = tpu.topologies()
+        shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")
+        raise ValueError(f"{topology!r} is not a {type_name} topology; use one of {shown}")
+    layouts = {c for c in (single, tpu.chips_per_host if multi else None) if c is not None}
+    if chips_per_host is not None and chips_per_host not in layouts:
+        raise ValueError(f"a {type_name} {topology} slice has {' or '.join(map(str, sorted(layouts)))} "
+                         f"chips per host, not {chips_per_host}")
+    if single is not None and chips_per_host in (None, single):
+        return TpuSlice(tpu, topology, single, 1, single)
+    chips = chips_in(topology)
+    return TpuSlice(tpu, topology, chips, chips // tpu.chips_per_host, tpu.chips_per_host)

@@ -20,6 +20,7 @@ Against a real cluster, a server-side dry run remains the authoritative check.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from collections.abc import Iterable, Mapping
@@ -104,6 +105,10 @@ def _check_accelerator(f: _Findings, where: str, pod_spec: Mapping, limits: Mapp
             return
         try:
             shape = tpu.tpu_slice(by_accelerator[accelerator].name, topology)
+            if str(limits[TPU_RESOURCE]) != str(shape.chips_per_host) and str(limits[TPU_RESOURCE]).isdigit():
+                # A topology served both ways (v5e/v6e 2x4): the chip limit picks the layout.
+                with contextlib.suppress(ValueError):
+                    shape = tpu.tpu_slice(shape.type.name, topology, int(limits[TPU_RESOURCE]))
         except ValueError as err:
             f.add(f"{where}.nodeSelector", str(err))
             return

@@ -62,8 +62,8 @@ CASES: dict[str, tuple[dict, dict]] = {
         {"name": "lm-v5e", "namespace": "ml", "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}},
          "num_slices": 2, "checkpoint_dir": "gs://my-checkpoints/lm-v5e", "service_account": "roxxel-trainer",
          "data": {"gcsfuse": {"bucket": "my-datasets", "only_dir": "shards/web-v1",
-                              "mount_options": ["implicit-dirs", "file-cache:max-size-mb:-1",
-                                                "metadata-cache:ttl-secs:-1"]}}},
+                              "mount_options": ["implicit-dirs", "metadata-cache:ttl-secs:-1"],
+                              "file_cache_mb": 50000}}},
         {"kinds": ["NetworkPolicy", "JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5-lite-podslice", "4x4", "4"),
          "data": "gcsfuse"}),
     # Two A3 hosts with 8 H100s each; data read-only from an NFS (Filestore) share.
@@ -80,7 +80,8 @@ CASES: dict[str, tuple[dict, dict]] = {
     # The indexed-job kind: a headless Service and an Indexed Job (no JobSet controller).
     "indexed-job-cpu-4-hosts": (
         {"name": "lm-idx", "namespace": "ml", "accelerator": {"cpu": {"hosts": 4}}, "workload": "indexed-job",
-         "queue": "team-a", "data": {"pvc": {"claim": "shared-data"}}, "checkpoint_dir": "/ckpt/lm-idx"},
+         "queue": "team-a", "data": {"pvc": {"claim": "shared-data"}}, "checkpoint_dir": "/ckpt/lm-idx",
+         "volumes": [{"name": "ckpt", "mount_path": "/ckpt", "read_only": False, "pvc": "checkpoints"}]},
         {"kinds": ["Service", "NetworkPolicy", "Job"], "slices": 1, "hosts": 4, "data": "persistentVolumeClaim"}),
 }
 
@@ -165,8 +166,13 @@ def test_golden_manifests_validate_and_have_the_expected_shape(case, crd_schema)
         if shape["data"] == "gcsfuse":
             assert volume["csi"]["driver"] == "gcsfuse.csi.storage.gke.io" and volume["csi"]["readOnly"]
             assert volume["csi"]["volumeAttributes"]["mountOptions"] == \
-                "implicit-dirs,file-cache:max-size-mb:-1,metadata-cache:ttl-secs:-1,only-dir:shards/web-v1"
-            assert job["template"]["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}
+                "implicit-dirs,metadata-cache:ttl-secs:-1,only-dir:shards/web-v1,file-cache:max-size-mb:50000"
+            # The sidecar's limits are explicit, and the bounded file cache has its own volume.
+            assert job["template"]["metadata"]["annotations"] == {
+                "kubectl.kubernetes.io/default-container": "worker", "gke-gcsfuse/volumes": "true",
+                "gke-gcsfuse/cpu-limit": "0", "gke-gcsfuse/memory-limit": "0",
+                "gke-gcsfuse/ephemeral-storage-limit": "0"}
+            assert {"name": "gke-gcsfuse-cache", "emptyDir": {"sizeLimit": "55000Mi"}} in pod["volumes"]
         else:
             assert volume[shape["data"]]["readOnly"] is True
     else:

@@ -658,7 +658,7 @@ def test_status_jobset_restarting_after_a_gang_restart(server, backend):
     status = backend.status("lm")
     assert status.state is JobState.RESTARTING and status.restarts == 2
     assert "3 pods of the previous attempt still terminating" in status.message
-    assert "2 restarts, 1 counted toward max_restarts=3" in status.message
+    assert "2 restarts, 1 counted toward max_restarts=3, 1 free (preemption or eviction)" in status.message
     # Once every worker of the new attempt runs and the old pods are gone: Running again.
     for key in [k for k in server.objects if k[0] == "pods"]:
         del server.objects[key]

@@ -80,8 +80,8 @@ def test_a_coordinator_that_is_no_pods_name_is_refused(monkeypatch):
 
     real = render.render
 
-    def without_dns(spec):
-        out = real(spec)
+    def without_dns(spec, **kwargs):
+        out = real(spec, **kwargs)
         jobset = next(o for o in out.objects if o["kind"] == "JobSet")  # after its NetworkPolicy
         jobset["spec"]["network"]["enableDNSHostnames"] = False
         return out

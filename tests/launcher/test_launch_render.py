@@ -65,7 +65,9 @@ CASES = {
         node_selectors={"cloud.google.com/gke-nodepool": "h100"},
         tolerations=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]),
     "cpu-pvc": _spec(accelerator={"cpu": {"hosts": 2}}, data={"pvc": {"claim": "shared-data"}},
-                     checkpoint_dir="/ckpt"),
+                     checkpoint_dir="/ckpt",
+                     volumes=[{"name": "ckpt", "mount_path": "/ckpt", "read_only": False,
+                               "pvc": "checkpoints"}]),
     "indexed-job-cpu-4-hosts": _spec(accelerator={"cpu": {"hosts": 4}}, workload="indexed-job",
                                      queue="team-a", data={"pvc": {"claim": "shared-data"}}),
     "indexed-job-tpu-v5p": _spec(accelerator={"tpu": {"type": "v5p", "topology": "2x2x2"}},
@@ -110,9 +112,11 @@ def test_conventions_common_to_both_kinds(case):
     assert job["completionMode"] == "Indexed" and job["backoffLimit"] == 0
     assert job["parallelism"] == job["completions"] == spec.hosts_per_slice
     rules = job["podFailurePolicy"]["rules"]
-    assert rules[0] == {"action": "FailJob",
+    assert rules[0] == {"action": "FailJob", "onExitCodes": {
+        "containerName": "worker", "operator": "In", "values": [78]}}
+    assert rules[1] == {"action": "FailJob",
                         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    assert rules[1]["onExitCodes"] == {"containerName": "worker", "operator": "In", "values": [42]}
+    assert rules[2]["onExitCodes"] == {"containerName": "worker", "operator": "In", "values": [42]}
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["terminationGracePeriodSeconds"] == spec.termination_grace_period
     (container,) = pod["spec"]["containers"]
@@ -133,7 +137,11 @@ def test_jobset_failure_policy_network_and_scheduling():
     assert obj["spec"]["coordinator"] == {"replicatedJob": "slice", "jobIndex": 0, "podIndex": 0}
     assert obj["spec"]["failurePolicy"] == {
         "maxRestarts": 5, "restartStrategy": "BlockingRecreate",
-        "rules": [{"name": "preemption", "action": "RestartJobSetAndIgnoreMaxRestarts",
+        "rules": [{"name": "configError", "action": "FailJobSet",
+                   "onJobFailureReasons": ["PodFailurePolicy"],
+                   "onJobFailureMessagePatterns": [
+                       "failed with exit code 78 matching FailJob rule at index 0"]},
+                  {"name": "preemption", "action": "RestartJobSetAndIgnoreMaxRestarts",
                    "onJobFailureReasons": ["PodFailurePolicy"]}]}
     (rjob,) = obj["spec"]["replicatedJobs"]
     assert rjob["replicas"] == 2
@@ -177,11 +185,14 @@ def test_gpu_selectors_resources_tolerations_and_nfs():
 
 def test_gcsfuse_annotation_and_read_only_inline_volume():
     pod = _pod(_workload(R.render(CASES["tpu-v5e-4x4-2-slices-gcsfuse"])))
-    assert pod["metadata"]["annotations"] == {"gke-gcsfuse/volumes": "true"}
+    assert pod["metadata"]["annotations"] == {
+        "kubectl.kubernetes.io/default-container": "worker", "gke-gcsfuse/volumes": "true",
+        "gke-gcsfuse/cpu-limit": "0", "gke-gcsfuse/memory-limit": "0",
+        "gke-gcsfuse/ephemeral-storage-limit": "0"}
     assert {"name": "data", "csi": {
         "driver": "gcsfuse.csi.storage.gke.io", "readOnly": True,
         "volumeAttributes": {"bucketName": "my-data", "mountOptions":
-                             "implicit-dirs,file-cache:max-size-mb:-1,only-dir:shards/v1"}},
+                             "implicit-dirs,only-dir:shards/v1"}},
             } in pod["spec"]["volumes"]
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["ROXXEL_DATA_DIR"] == "/data"
@@ -206,14 +217,14 @@ def test_indexed_job_and_headless_service():
 
 
 def _downward(env_list: list[dict], labels: dict, completion_index: int) -> dict[str, str]:
-    """The environment a pod sees: literal values, label fieldRefs, JOB_COMPLETION_INDEX."""
+    """The environment a pod sees: literal values, label/annotation fieldRefs, JOB_COMPLETION_INDEX."""
     env = {distributed.ENV_JOB_COMPLETION_INDEX: str(completion_index)}
     for var in env_list:
         if "value" in var:
             env[var["name"]] = var["value"]
         else:
             path = var["valueFrom"]["fieldRef"]["fieldPath"]
-            key = re.fullmatch(r"metadata\.labels\['(.+)'\]", path).group(1)
+            key = re.fullmatch(r"metadata\.(?:labels|annotations)\['(.+)'\]", path).group(1)
             env[var["name"]] = labels[key]
     return env
 
@@ -226,7 +237,8 @@ def test_jobset_env_gives_every_pod_a_distinct_process_id():
     for slice_index in range(spec.num_slices):
         labels = {"jobset.sigs.k8s.io/jobset-name": "lm",
                   "jobset.sigs.k8s.io/replicatedjob-name": "slice",
-                  "jobset.sigs.k8s.io/job-index": str(slice_index)}
+                  "jobset.sigs.k8s.io/job-index": str(slice_index),
+                  "jobset.sigs.k8s.io/restart-attempt": "0"}
         for host in range(spec.hosts_per_slice):
             found = distributed.detect(_downward(env_list, labels, host))
             assert found.source == "jobset"
@@ -372,8 +384,9 @@ def _check_injection(field_index: int, value: str, workload: str) -> None:
         # Rejected: the error names a field and says what is wrong.
         assert err.field and err.problem
         return
-    rendered = R.render(spec)
-    baseline = R.render(S.spec_from_dict(_raw(field_index, baseline_value, workload)))
+    # cluster=False: a local checkpoint_dir is refused for clusters, not an injection matter.
+    rendered = R.render(spec, cluster=False)
+    baseline = R.render(S.spec_from_dict(_raw(field_index, baseline_value, workload)), cluster=False)
     parsed = list(yaml.load_all(rendered.yaml, Loader=_LOADER))
     assert parsed == list(rendered.objects)
     assert [_shape(o, value, baseline_value) for o in parsed] == [

@@ -69,7 +69,7 @@ def test_hosts_per_slice_come_from_the_tpu_table(type_name, topology, hosts, chi
 def test_gke_accelerator_names():
     assert {t: tpu.TPU_TYPES[t].gke_accelerator for t in tpu.TPU_TYPES} == {
         "v4": "tpu-v4-podslice", "v5e": "tpu-v5-lite-podslice",
-        "v5p": "tpu-v5p-slice", "v6e": "tpu-v6e-slice"}
+        "v5p": "tpu-v5p-slice", "v6e": "tpu-v6e-slice", "tpu7x": "tpu7x"}
 
 
 def test_gpu_and_cpu_hosts_are_explicit():

@@ -349,7 +349,11 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
         counted = status.get("restartsCountTowardsMax")
         limit = (spec.get("failurePolicy") or {}).get("maxRestarts")
         if counted is not None:
-            notes.append(f"{restarts} restarts, {counted} counted toward max_restarts={limit}")
+            # The rest were free: child Jobs failed by their podFailurePolicy (a DisruptionTarget
+            # pod condition — preemption, API, taint or node-pressure eviction — or exit 42).
+            free = max(restarts - _int(counted, 0), 0)
+            notes.append(f"{restarts} restarts, {counted} counted toward max_restarts={limit}, "
+                         f"{free} free (preemption or eviction)")
     if meta.get("deletionTimestamp"):
         notes.append("being deleted")
     terminal = status.get("terminalState")

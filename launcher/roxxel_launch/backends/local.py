@@ -74,6 +74,9 @@ Outcomes of an attempt (the first worker that ends with a code other than 0 deci
 - exit 42 (preempted after a checkpoint): the others get SIGTERM, the job becomes
   ``Preempted`` (terminal), exit 42; :meth:`LocalBackend.resume` runs it again and the
   training program restores its last checkpoint;
+- exit 78 (:data:`roxxel.exit_codes.CONFIG_ERROR_EXIT_CODE`, a configuration error before
+  the first step): the others get SIGTERM and the job is ``Failed`` with 78 at once, no
+  restart (as the rendered ``podFailurePolicy`` does on a cluster);
 - any other code (a worker killed by signal ``N`` gives ``128 + N``): the others get
   SIGTERM and the job is ``Restarting`` until all of them are gone; then every worker
   starts again (a new coordinator port, an attempt header in each log). After
@@ -174,6 +177,11 @@ DATA_DIR_ENV = "ROXXEL_LOCAL_DATA_DIR"
 """Environment variable: the local directory that stands for the spec's data volume."""
 GRACE_CAP_SECONDS = 30
 """Seconds: the most a local run waits between SIGTERM and SIGKILL, whatever the spec says."""
+DEFAULT_MAX_WORKERS = 64
+"""The most workers a local run starts unless told otherwise (``--max-workers``,
+``$ROXXEL_LOCAL_MAX_WORKERS``): every worker is a Python process with JAX loaded."""
+MAX_WORKERS_ENV = "ROXXEL_LOCAL_MAX_WORKERS"
+"""Environment variable: the local worker cap (see :data:`DEFAULT_MAX_WORKERS`)."""
 POLL_SECONDS = 0.1
 """Seconds between two looks of the supervisor at its workers."""
 ATTEMPT_HEADER = "===== roxxel-launch:"
@@ -650,21 +658,23 @@ class _Supervisor:
             if self.signals:
                 return self._finish(JobState.FAILED, code, f"{what}; not restarted: stop requested by "
                                     f"{signal.Signals(self.signals[0]).name}")
+            if code == exit_codes.CONFIG_ERROR_EXIT_CODE:
+                return self._finish_failed(i, code, f"{what}; not restarted: a configuration error "
+                                           "fails the same way on every attempt")
             if restarts < max_restarts:
                 self.status.update(restarts=restarts + 1, state=JobState.RESTARTING.value,
                                    message=f"{what}; gang restart {restarts + 1} of at most {max_restarts}")
                 self._save()
                 logger.warning("%s; gang restart %d of at most %d", what, restarts + 1, max_restarts)
                 continue
-            log = self.run_dir / f"worker-{i}.log"
-            tail = "\n".join(_tail(log, TAIL_LINES)) or "(empty)"
-            self.status["failed_process"] = i
-            return self._finish(
-                JobState.FAILED,
-                code,
-                f"{what}; max_restarts ({max_restarts}) used up after {restarts} gang restart(s). "
-                f"Last lines of {log}:\n{tail}",
-            )
+            return self._finish_failed(i, code, f"{what}; max_restarts ({max_restarts}) used up after "
+                                       f"{restarts} gang restart(s)")
+
+    def _finish_failed(self, worker: int, code: int, what: str) -> JobStatus:
+        log = self.run_dir / f"worker-{worker}.log"
+        tail = "\n".join(_tail(log, TAIL_LINES)) or "(empty)"
+        self.status["failed_process"] = worker
+        return self._finish(JobState.FAILED, code, f"{what}. Last lines of {log}:\n{tail}")
 
     def _finish_stopped(self, outcome: _Outcome) -> JobStatus:
         signo = self.signals[0]
@@ -746,7 +756,8 @@ class _Supervisor:
                 kind = "preempted" if first_code == exit_codes.PREEMPTED_EXIT_CODE else "failure"
                 what = (f"{self._worker_name(first.index)} exited with {first_code} "
                         f"({exit_codes.describe(first_code)})")
-                if kind == "failure" and not self.signals and self.status["restarts"] < spec.max_restarts:
+                if kind == "failure" and not self.signals and self.status["restarts"] < spec.max_restarts \
+                        and first_code != exit_codes.CONFIG_ERROR_EXIT_CODE:
                     # BlockingRecreate: the restart is under way while the old workers go.
                     self.status.update(state=JobState.RESTARTING.value,
                                        message=f"{what}; stopping every worker for a gang restart")
@@ -842,6 +853,39 @@ def _status_from_dict(data: Mapping[str, Any], run_dir: Path) -> JobStatus:
 # ------------------------------------------------------------------------------------
 
 
+def max_workers_setting(max_workers: int | None = None) -> int:
+    """The local worker cap: ``max_workers``, else ``$ROXXEL_LOCAL_MAX_WORKERS``, else the default.
+
+    Raises:
+        BackendError: the cap (or the variable) is not a positive integer.
+    """
+    if max_workers is None:
+        text = os.environ.get(MAX_WORKERS_ENV)
+        if text is None:
+            return DEFAULT_MAX_WORKERS
+        try:
+            max_workers = int(text)
+        except ValueError:
+            raise BackendError(f"${MAX_WORKERS_ENV}={text!r} is not an integer") from None
+    if max_workers < 1:
+        raise BackendError(f"the local worker cap must be at least 1, got {max_workers}")
+    return max_workers
+
+
+def check_worker_count(spec, max_workers: int | None = None) -> None:
+    """Refuses a spec with more processes than a local run may start (each is a Python + JAX).
+
+    Raises:
+        BackendError: naming the count, the cap and how to raise it.
+    """
+    cap = max_workers_setting(max_workers)
+    if spec.num_processes > cap:
+        raise BackendError(
+            f"{spec.name}: {spec.num_processes} worker processes is more than the local cap of {cap}; "
+            f"shrink the job for a local run (e.g. --set accelerator=cpu) or raise the cap with "
+            f"--max-workers N (or ${MAX_WORKERS_ENV})")
+
+
 class LocalBackend(Backend):
     """Runs jobs as processes on this machine (see the module docstring).
 
@@ -886,6 +930,7 @@ class LocalBackend(Backend):
         devices_per_worker: int | None = None,
         cwd: str | None = None,
         network: str = "loopback",
+        max_workers: int | None = None,
     ) -> JobStatus:
         """Create the run directory of ``spec`` and start its supervisor.
 
@@ -903,14 +948,17 @@ class LocalBackend(Backend):
             cwd: the workers' working directory; default the current directory.
             network: one of :data:`NETWORKS`: ``loopback``, or ``netns`` for a network
                 namespace per worker (needs root; loopback with a warning otherwise).
+            max_workers: the most worker processes this machine may start for one job;
+                None: ``$ROXXEL_LOCAL_MAX_WORKERS``, else :data:`DEFAULT_MAX_WORKERS`.
 
         Returns:
             The job's status: terminal with ``foreground``, else as the supervisor started it.
 
         Raises:
             JobExistsError: a local job of that name exists.
-            BackendError: bad data directory or device count, the supervisor did not start,
-                or ``foreground`` outside the main thread.
+            BackendError: bad data directory or device count, more workers than
+                ``max_workers``, the supervisor did not start, or ``foreground`` outside the
+                main thread.
             OSError: the run directory cannot be written.
         """
         cwd = os.path.abspath(cwd or os.getcwd())
@@ -922,6 +970,7 @@ class LocalBackend(Backend):
             from roxxel_launch.backends import netns
 
             netns.pod_hosts(spec)  # the pods' names and coordinator, checked before anything starts
+        check_worker_count(spec, max_workers)
         resolved_data = resolve_data_dir(spec, data_dir, cwd=cwd)
         run_dir = self.run_dir(spec.name)
         if run_dir.exists():

@@ -153,7 +153,7 @@ def pod_hosts(spec) -> list[PodHost]:
     """
     from roxxel_launch.render import render
 
-    objects = render(spec).objects
+    objects = render(spec, cluster=False).objects  # a local run: no cluster-only checks
     kinds = {obj.get("kind"): obj for obj in objects}
     if "JobSet" in kinds:
         hosts = _jobset_hosts(kinds["JobSet"])
@@ -204,8 +204,11 @@ def _resolve_env(entries: Sequence[Mapping], *, labels: Mapping[str, str], names
     return env
 
 
-# Reserved names the local backend sets itself (local paths), never the manifest's.
-_LOCAL_ENV = frozenset({contract.ROXXEL_RUN_NAME, contract.ROXXEL_CHECKPOINT_DIR, contract.ROXXEL_DATA_DIR})
+# Reserved names the local backend sets itself (local paths), never the manifest's; and the
+# restart budget's variables: the local supervisor counts and bounds its restarts itself (a
+# local pod has no JobSet restart-attempt annotation to read).
+_LOCAL_ENV = frozenset({contract.ROXXEL_RUN_NAME, contract.ROXXEL_CHECKPOINT_DIR, contract.ROXXEL_DATA_DIR,
+                        contract.ROXXEL_RESTART_ATTEMPT, contract.ROXXEL_MAX_RESTART_ATTEMPT})
 
 
 def _host(env: dict[str, str], hostname: str, subdomain: str | None, namespace: str) -> PodHost:
