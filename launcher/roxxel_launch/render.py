@@ -28,7 +28,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from roxxel_launch import contract, patch
+from roxxel_launch import contract, gpu_networking, patch
 from roxxel_launch.spec import (
     GPU_RESOURCE,
     REPLICATED_JOB_NAME,
@@ -344,9 +344,6 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     # The user's labels come first and cannot replace ours (their prefixes are refused).
     pod_labels = {**spec.labels, RUN_NAME_LABEL: spec.run_name, JOB_LABEL: spec.name}
     fuse_annotations, fuse_volumes = _gcsfuse_extras(spec)
-    pod_annotations = {DEFAULT_CONTAINER_ANNOTATION: contract.CONTAINER_NAME, **fuse_annotations,
-                       **spec.annotations}
-    _check_spec("annotations", _size_problem(pod_annotations))
     if fuse_annotations:
         if spec.service_account is None:
             logger.warning("%s: no service_account; reading a bucket through GCS FUSE usually "
@@ -370,17 +367,29 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     env += [{"name": key, "valueFrom": ref.to_k8s()} for key, ref in spec.env_refs.items()]
     writable = _writable_dirs(spec)
     env += writable["env"]
+    gpu = spec.accelerator.gpu
+    networking = gpu_networking.render(gpu.networking or "none", gpu.network_names, gpu.daemon_image) \
+        if gpu is not None else gpu_networking.Rendered()
+    _check_spec("env", next((f"{key} is set by accelerator.gpu.networking"
+                             for key in networking.env if key != "LD_LIBRARY_PATH"
+                             and (key in spec.env or key in spec.env_refs)), None), "Remove it.")
+    env += [{"name": key, "value": value} for key, value in networking.env.items()
+            if key != "LD_LIBRARY_PATH"]
     # GPU: the driver's libraries on the loader path, unless the user sets it (an env_refs
     # value is read from a Secret or ConfigMap: nothing to check here).
     if spec.accelerator.kind == "gpu" and "LD_LIBRARY_PATH" not in spec.env_refs:
         library_path = spec.env.get("LD_LIBRARY_PATH")
         if library_path is None:
-            env.append({"name": "LD_LIBRARY_PATH", "value": GKE_NVIDIA_LIB_DIR})
+            env.append({"name": "LD_LIBRARY_PATH",
+                        "value": networking.env.get("LD_LIBRARY_PATH", GKE_NVIDIA_LIB_DIR)})
         elif GKE_NVIDIA_LIB_DIR not in library_path.split(":"):
             logger.warning("%s: env LD_LIBRARY_PATH does not include %s, where GKE mounts the "
                            "NVIDIA driver's libraries: JAX may not find CUDA", spec.name,
                            GKE_NVIDIA_LIB_DIR)
 
+    pod_annotations = {DEFAULT_CONTAINER_ANNOTATION: contract.CONTAINER_NAME, **fuse_annotations,
+                       **networking.annotations, **spec.annotations}
+    _check_spec("annotations", _size_problem(pod_annotations))
     limits = {**spec.resources.limits, **_accelerator_limits(spec)}
     requests = {**spec.resources.requests, **_accelerator_limits(spec)}
     volumes = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]
@@ -388,7 +397,8 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     if data_volume is not None:
         volumes.append(data_volume)
         mounts.append({"name": DATA_VOLUME, "mountPath": contract.DATA_MOUNT_PATH, "readOnly": True})
-    volumes += fuse_volumes
+    volumes += fuse_volumes + networking.volumes
+    mounts += networking.mounts
     for extra in spec.volumes:
         volume, mount = extra.to_k8s()
         volumes.append(volume)
@@ -437,6 +447,7 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
         "requests": requests,
         "volumes": volumes,
         "volume_mounts": mounts,
+        "init_containers": networking.init_containers,
         **_security_values(spec),
         "writable_volumes": writable["volumes"],
         "writable_mounts": writable["mounts"],

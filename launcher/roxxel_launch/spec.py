@@ -39,7 +39,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from roxxel_launch import contract, names, tpu
+from roxxel_launch import contract, gpu_networking, names, tpu
 
 API_VERSION = "roxxel.dev/v1alpha1"
 KIND = "RoxxelJob"
@@ -66,7 +66,8 @@ _GCSFUSE_DIR = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*/?")
 _CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 # Volume names the renderer uses itself: shared memory, data, the GCS FUSE file cache and
 # the writable emptyDirs of the read-only root filesystem (contract.WRITABLE_DIRS).
-RESERVED_VOLUME_NAMES = frozenset({"dshm", "data", "gke-gcsfuse-cache", *contract.WRITABLE_DIRS})
+RESERVED_VOLUME_NAMES = frozenset({"dshm", "data", "gke-gcsfuse-cache", *contract.WRITABLE_DIRS,
+                                   *gpu_networking.VOLUME_NAMES})
 # Label/annotation prefixes users may not set: ours and the controllers'.
 RESERVED_PREFIXES = frozenset({"roxxel.dev", "jobset.sigs.k8s.io", "alpha.jobset.sigs.k8s.io",
                                "batch.kubernetes.io", "kueue.x-k8s.io", "gke-gcsfuse",
@@ -168,12 +169,60 @@ class GpuAccelerator:
     type: str = _doc("Value of the cloud.google.com/gke-accelerator node label, e.g. nvidia-h100-80gb.")
     count: int = _doc("GPUs per host (nvidia.com/gpu limit).")
     hosts: int = _doc("Hosts (pods) per slice.", default=1)
+    networking: Literal["none", "tcpx", "tcpxo", "rdma"] | None = _doc(
+        "GKE high-bandwidth GPU networking preset: tcpx (A3 High, a3-highgpu-8g), tcpxo (A3 "
+        "Mega, a3-megagpu-8g), rdma (A3 Ultra a3-ultragpu-8g / A4 a4-highgpu-8g); none "
+        "or unset: the node's default network only.",
+        default=None)
+    networks: tuple[str, ...] | None = _doc(
+        "The node pool's additional network names, in interface order (default: the GKE "
+        "recipe's vpc1..vpc4 for tcpx, vpc1..vpc8 for tcpxo, rdma-0..rdma-7 for rdma).",
+        default=None)
+    daemon_image: str | None = _doc(
+        "Image of the TCPX/TCPXO receive-datapath daemon sidecar (default: the GKE recipe's).",
+        default=None)
 
     def __post_init__(self):
         _check("type", names.label_value_problem(self.type) or (None if self.type else "must not be empty"))
         if not 1 <= self.count <= 16:
             raise SpecError("count", f"must be between 1 and 16 GPUs per host, got {self.count}")
         _check_hosts(self.hosts)
+        self._check_networking()
+
+    def _check_networking(self) -> None:
+        mode = self.networking or "none"
+        if mode == "none":
+            if self.networks is not None or self.daemon_image is not None:
+                raise SpecError("networking", "networks and daemon_image need a networking preset",
+                                "Set networking: tcpx, tcpxo or rdma, or remove them.")
+            return
+        preset = gpu_networking.PRESETS[mode]
+        if self.type not in preset.gke_accelerators:
+            raise SpecError("networking", f"{mode} runs on {preset.machine_type} nodes "
+                            f"({', '.join(preset.gke_accelerators)}), not on {self.type!r}",
+                            "Pick the preset of your machine type, or networking: none.")
+        if self.count != gpu_networking.GPUS_PER_HOST:
+            raise SpecError("count", f"networking: {mode} needs whole {preset.machine_type} hosts "
+                            f"({gpu_networking.GPUS_PER_HOST} GPUs), got {self.count}")
+        if self.networks is not None:
+            if len(self.networks) != len(preset.networks):
+                raise SpecError("networks", f"{mode} uses {len(preset.networks)} additional "
+                                f"networks, got {len(self.networks)}")
+            for i, network in enumerate(self.networks):
+                _check(f"networks[{i}]", names.dns1123_label_problem(network))
+            if len(set(self.networks)) != len(self.networks):
+                raise SpecError("networks", "a network is named twice")
+        if self.daemon_image is not None:
+            if preset.daemon_image is None:
+                raise SpecError("daemon_image", f"{mode} runs no daemon sidecar", "Remove it.")
+            _check("daemon_image", image_reference_problem(self.daemon_image))
+
+    @property
+    def network_names(self) -> tuple[str, ...]:
+        """The additional networks the preset attaches (empty for networking: none)."""
+        if self.networking in (None, "none"):
+            return ()
+        return self.networks or gpu_networking.PRESETS[self.networking].networks
 
 
 @dataclasses.dataclass(frozen=True)

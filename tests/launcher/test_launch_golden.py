@@ -15,6 +15,7 @@ After an intended change to the rendering, regenerate the files and review the d
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import pathlib
 
@@ -83,6 +84,27 @@ CASES: dict[str, tuple[dict, dict]] = {
          "queue": "team-a", "data": {"pvc": {"claim": "shared-data"}}, "checkpoint_dir": "/ckpt/lm-idx",
          "volumes": [{"name": "ckpt", "mount_path": "/ckpt", "read_only": False, "pvc": "checkpoints"}]},
         {"kinds": ["Service", "NetworkPolicy", "Job"], "slices": 1, "hosts": 4, "data": "persistentVolumeClaim"}),
+    # GKE's GPU networking presets (launcher/roxxel_launch/gpu_networking.py): A3 High with
+    # GPUDirect-TCPX, A3 Mega with GPUDirect-TCPXO (custom network names), A4 with RDMA.
+    "gpu-a3high-tcpx": (
+        {"name": "lm-a3high", "namespace": "ml",
+         "accelerator": {"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2, "networking": "tcpx"}},
+         "checkpoint_dir": "gs://my-checkpoints/lm-a3high"},
+        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 2, "gpu": ("nvidia-h100-80gb", "8"),
+         "networking": ("tcpx", 5)}),
+    "gpu-a3mega-tcpxo": (
+        {"name": "lm-a3mega", "namespace": "ml",
+         "accelerator": {"gpu": {"type": "nvidia-h100-mega-80gb", "count": 8, "hosts": 4, "networking": "tcpxo",
+                                 "networks": [f"a3mega-net-{i}" for i in range(1, 9)]}},
+         "checkpoint_dir": "gs://my-checkpoints/lm-a3mega"},
+        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 4,
+         "gpu": ("nvidia-h100-mega-80gb", "8"), "networking": ("tcpxo", 9)}),
+    "gpu-a4-rdma": (
+        {"name": "lm-a4", "namespace": "ml",
+         "accelerator": {"gpu": {"type": "nvidia-b200", "count": 8, "hosts": 2, "networking": "rdma"}},
+         "checkpoint_dir": "gs://my-checkpoints/lm-a4"},
+        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 2, "gpu": ("nvidia-b200", "8"),
+         "networking": ("rdma", 9)}),
 }
 
 
@@ -154,6 +176,19 @@ def test_golden_manifests_validate_and_have_the_expected_shape(case, crd_schema)
         assert limits["google.com/tpu"] == chips
         assert workload["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"] == \
             "cloud.google.com/gke-nodepool"
+    annotations = job["template"]["metadata"]["annotations"]
+    if "networking" in shape:
+        mode, interfaces = shape["networking"]
+        assert annotations["networking.gke.io/default-interface"] == "eth0"
+        assert len(json.loads(annotations["networking.gke.io/interfaces"])) == interfaces
+        sidecars = pod.get("initContainers", [])
+        assert [c["restartPolicy"] for c in sidecars] == ([] if mode == "rdma" else ["Always"])
+        env = {v["name"]: v.get("value") for v in container["env"]}
+        assert "/usr/local/nvidia/lib64" in env["LD_LIBRARY_PATH"].split(":")
+        # Host paths and added capabilities: the namespace must allow "privileged".
+        assert {p for p, _, _ in V.pod_security_findings(job["template"])} == {"baseline", "restricted"}
+    else:
+        assert "initContainers" not in pod
     if "gpu" in shape:
         accelerator, count = shape["gpu"]
         assert pod["nodeSelector"]["cloud.google.com/gke-accelerator"] == accelerator

@@ -1,0 +1,153 @@
+"""GKE's high-bandwidth GPU networking presets (GPUDirect-TCPX, -TCPXO, RDMA).
+
+Each preset renders what Google's GKE "Maximize GPU network bandwidth" guides and the
+manifests in GoogleCloudPlatform/container-engine-accelerators (gpudirect-tcpx/
+nccl-test-latest.yaml, gpudirect-tcpxo/nccl-test-latest.yaml, gpudirect-rdma/nccl-test.yaml)
+add to a GPU pod: the multi-network annotations, the receive-datapath daemon (TCPX, TCPXO)
+as a native sidecar (an init container with ``restartPolicy: Always``, as
+gpudirect-tcpxo/best-practice.md recommends, so the Job completes when the worker exits),
+the host paths the NCCL plugin lives in, and the NCCL environment those manifests set.
+The node pool must have been created with the matching additional networks and the NCCL
+plugin installer DaemonSet; docs/kubernetes.md lists every field and its source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+NETWORKING_MODES = ("none", "tcpx", "tcpxo", "rdma")
+# Where GKE's GPU nodes keep the driver (and, for TCPX/TCPXO, the NCCL plugin the installer
+# DaemonSet copies there) and, for RDMA, the gIB NCCL plugin.
+HOST_NVIDIA_DIR = "/home/kubernetes/bin/nvidia"
+HOST_GIB_DIR = "/home/kubernetes/bin/gib"
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """One machine family's networking, as the GKE recipes render it."""
+
+    machine_type: str
+    gke_accelerators: tuple[str, ...]  # cloud.google.com/gke-accelerator values it runs on
+    networks: tuple[str, ...]  # the recipe's additional network names (eth1...; RDMA eth2...)
+    first_interface: int  # interface number of the first additional network
+    daemon_image: str | None  # the receive-datapath daemon's image (None: no daemon)
+
+
+PRESETS: dict[str, Preset] = {
+    # A3 High: 4 additional NICs, GPUDirect-TCPX (gpudirect-tcpx/nccl-test-latest.yaml).
+    "tcpx": Preset("a3-highgpu-8g", ("nvidia-h100-80gb",), tuple(f"vpc{i}" for i in range(1, 5)), 1,
+                   "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"),
+    # A3 Mega: 8 additional NICs, GPUDirect-TCPXO (gpudirect-tcpxo/nccl-test-latest.yaml).
+    "tcpxo": Preset("a3-megagpu-8g", ("nvidia-h100-mega-80gb",), tuple(f"vpc{i}" for i in range(1, 9)),
+                    1, "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.9"),
+    # A3 Ultra / A4: 8 RDMA NICs from eth2 on (eth1 is the second gVNIC), GPUDirect RDMA with
+    # the gIB plugin (gpudirect-rdma/nccl-test.yaml).
+    "rdma": Preset("a3-ultragpu-8g / a4-highgpu-8g", ("nvidia-h200-141gb", "nvidia-b200"),
+                   tuple(f"rdma-{i}" for i in range(8)), 2, None),
+}
+GPUS_PER_HOST = 8  # every machine type above has 8 GPUs
+TCPX_SOCKET_DIR = "/run/tcpx"
+APERTURE_DEVICES = "/dev/aperture_devices"
+DAEMON_CONTAINER = "gpudirect-daemon"
+# The NVIDIA devices the daemon needs (the devices.gke.io/container.<name> annotation).
+_DAEMON_DEVICES = [f"/dev/nvidia{i}" for i in range(GPUS_PER_HOST)] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+
+
+@dataclasses.dataclass
+class Rendered:
+    """What a preset adds to the pod template."""
+
+    annotations: dict[str, str] = dataclasses.field(default_factory=dict)
+    init_containers: list[dict] = dataclasses.field(default_factory=list)
+    volumes: list[dict] = dataclasses.field(default_factory=list)
+    mounts: list[dict] = dataclasses.field(default_factory=list)
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _host(name: str, path: str) -> dict:
+    return {"name": name, "hostPath": {"path": path}}
+
+
+def _interfaces(preset: Preset, networks: tuple[str, ...]) -> str:
+    interfaces = [{"interfaceName": "eth0", "network": "default"}]
+    interfaces += [{"interfaceName": f"eth{preset.first_interface + i}", "network": network}
+                   for i, network in enumerate(networks)]
+    return json.dumps(interfaces, separators=(",", ":"))
+
+
+def _daemon(mode: str, image: str, devices_annotation: dict[str, str]) -> dict[str, Any]:
+    mounts = [{"name": "gpudirect-nvidia-lib", "mountPath": "/usr/local/nvidia/lib64"},
+              {"name": "gpudirect-sys", "mountPath": "/hostsysfs"},
+              {"name": "gpudirect-proc-sys", "mountPath": "/hostprocsysfs"}]
+    if mode == "tcpx":
+        command = ["/tcpgpudmarxd/build/app/tcpgpudmarxd", "--gpu_nic_preset", "a3vm",
+                   "--gpu_shmem_type", "fd", "--uds_path", TCPX_SOCKET_DIR,
+                   "--setup_param", "--verbose 128 2 0 "]
+        mounts.append({"name": "gpudirect-tcpx-socket", "mountPath": TCPX_SOCKET_DIR})
+        capabilities = ["NET_ADMIN"]
+    else:
+        command = ["/bin/sh", "-c", "chmod 755 /fts/entrypoint_rxdm_container.sh && exec "
+                   "/fts/entrypoint_rxdm_container.sh --num_hops=2 --num_nics=8 --uid= "
+                   "--alsologtostderr"]
+        devices_annotation["/dev/dmabuf_import_helper"] = ""
+        capabilities = ["NET_ADMIN", "NET_BIND_SERVICE"]
+    return {"name": DAEMON_CONTAINER, "image": image, "restartPolicy": "Always",
+            # The daemon runs as root, as in the recipes (the pod's runAsNonRoot is the
+            # worker's): it programs the NICs' flow steering through /hostsysfs.
+            "command": command, "securityContext": {"runAsNonRoot": False, "runAsUser": 0,
+                                                    "capabilities": {"add": capabilities}},
+            "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
+            "volumeMounts": mounts}
+
+
+def render(mode: str, networks: tuple[str, ...], daemon_image: str | None) -> Rendered:
+    """The pod-template additions of preset ``mode`` ("none" adds nothing).
+
+    Args:
+        mode: one of NETWORKING_MODES.
+        networks: the node pool's additional network names, in interface order.
+        daemon_image: the TCPX/TCPXO daemon image (None: the recipe's).
+    Raises:
+        ValueError: unknown mode.
+    """
+    out = Rendered()
+    if mode == "none":
+        return out
+    if mode not in PRESETS:
+        raise ValueError(f"unknown GPU networking mode {mode!r}")
+    preset = PRESETS[mode]
+    out.annotations = {"networking.gke.io/default-interface": "eth0",
+                       "networking.gke.io/interfaces": _interfaces(preset, networks)}
+    if mode == "rdma":
+        out.volumes = [_host("gpudirect-nvidia", HOST_NVIDIA_DIR), _host("gpudirect-gib", HOST_GIB_DIR)]
+        out.mounts = [{"name": "gpudirect-nvidia", "mountPath": "/usr/local/nvidia"},
+                      {"name": "gpudirect-gib", "mountPath": "/usr/local/gib"}]
+        # The recipe sources /usr/local/gib/scripts/set_nccl_env.sh; these are the values the
+        # gIB images set (NCCL_NET=gIB and the plugin's libraries first on the loader path).
+        out.env = {"LD_LIBRARY_PATH": "/usr/local/gib/lib64:/usr/local/nvidia/lib64",
+                   "NCCL_NET": "gIB"}
+        return out
+    devices: dict[str, str] = dict.fromkeys(_DAEMON_DEVICES, "")
+    daemon = _daemon(mode, daemon_image or str(preset.daemon_image), devices)
+    out.annotations[f"devices.gke.io/container.{DAEMON_CONTAINER}"] = \
+        "".join(f"- path: {path}\n" for path in devices)
+    out.init_containers = [daemon]
+    out.volumes = [_host("gpudirect-nvidia-lib", f"{HOST_NVIDIA_DIR}/lib64"),
+                   _host("gpudirect-sys", "/sys"), _host("gpudirect-proc-sys", "/proc/sys")]
+    out.mounts = [{"name": "gpudirect-nvidia-lib", "mountPath": "/usr/local/nvidia/lib64"}]
+    out.env = {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64"}
+    if mode == "tcpx":
+        out.volumes.append(_host("gpudirect-tcpx-socket", TCPX_SOCKET_DIR))
+        out.mounts.append({"name": "gpudirect-tcpx-socket", "mountPath": TCPX_SOCKET_DIR})
+        out.env["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"] = TCPX_SOCKET_DIR
+    else:
+        out.volumes.append(_host("gpudirect-aperture-devices", APERTURE_DEVICES))
+        out.mounts.append({"name": "gpudirect-aperture-devices", "mountPath": APERTURE_DEVICES})
+        out.env["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"] = APERTURE_DEVICES
+    return out
+
+# Volume names the presets use (reserved in the spec's volumes).
+VOLUME_NAMES = frozenset({"gpudirect-nvidia", "gpudirect-gib", "gpudirect-nvidia-lib", "gpudirect-sys",
+                          "gpudirect-proc-sys", "gpudirect-tcpx-socket", "gpudirect-aperture-devices"})
