@@ -23,6 +23,7 @@ from roxxel.data.source import ShuffledDocuments, ShuffledTokens
 log = logging.getLogger("roxxel.data")
 
 OUTPUTS = ("tokens", "documents")
+_AHEAD = 64  # steps whose rows are located and cut in one vectorised pass
 
 
 def default_sharding():
@@ -82,6 +83,7 @@ class BatchReader:
                         else ShuffledTokens(ds, seed, i, curriculum.chunk_tokens)
                         for i, ds in enumerate(curriculum.datasets.values())]
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
+        self._plan = None  # (key, first step, end step, dataset, start, one dataset per step) of planned steps
 
     def rows(self, step: int, lo: int, hi: int, dtype=np.int32, *, with_breaks: bool = False):
         """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``.
@@ -91,15 +93,70 @@ class BatchReader:
         ``t - 1`` in its dataset (the row joins two shuffled chunks there).
         """
         phase = self.curriculum.phase_at(step)
+        planned = self._planned(step, lo, hi, phase)
+        if planned is None:
+            return self._rows_by_pieces(step, lo, hi, phase, dtype, with_breaks)
+        which, starts, single = planned
+        out = np.empty((hi - lo, phase.seq_len), dtype)
+        for d in ([int(which[0])] if single else np.unique(which).tolist()):
+            sel = slice(None) if single else np.flatnonzero(which == d)
+            rows = out if single else np.empty((len(sel), phase.seq_len), dtype)
+            self.sources[d].dataset.gather_rows(rows, starts[sel])
+            self._check_vocab(rows, d)
+            if not single:
+                out[sel] = rows
+        return (out, np.zeros(out.shape, bool)) if with_breaks else out
+
+    def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase):
+        """``(dataset, start, one_dataset)`` of each row of ``step`` when every row is one contiguous range, else None.
+
+        Rows are located and cut for ``_AHEAD`` steps at once (one vectorised pass instead
+        of one per step); a stream reads steps in order, so the next ones come from this plan.
+        """
+        key = (phase.index, lo, hi)
+        plan = self._plan
+        if plan is None or plan[0] != key or not plan[1] <= step < plan[2]:
+            plan = self._plan = self._plan_ahead(step, lo, hi, phase, key)
+        if plan[3] is None:
+            return None
+        k, n = step - plan[1], hi - lo
+        which = plan[3][k * n:(k + 1) * n]
+        return which, plan[4][k * n:(k + 1) * n], bool(plan[5][k])
+
+    def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key):
+        n = hi - lo
+        for steps in (int(min(_AHEAD, phase.end_step - step)), 1):
+            rows = (self.curriculum.rows_before(step) + lo + phase.batch_size * np.arange(steps, dtype=np.int64)[:, None]
+                    + np.arange(n, dtype=np.int64)).reshape(-1)
+            try:
+                which, position, _ = self.curriculum.plan.locate(rows)
+            except (IndexError, ValueError):
+                if steps == 1:
+                    raise
+                continue  # the steps ahead run past the data: plan only this one (its own error, if any)
+            starts = np.empty_like(position)
+            for d in np.unique(which).tolist():
+                sel = np.flatnonzero(which == d)
+                _, start, count = self.sources[d].pieces(position[sel], phase.seq_len)
+                if len(start) != len(sel) or (count != phase.seq_len).any():  # some row is cut into pieces
+                    return key, step, step + 1, None, None, None
+                starts[sel] = start
+            by_step = which.reshape(steps, n)
+            single = (by_step == by_step[:, :1]).all(axis=1) if n else np.ones(steps, bool)
+            return key, step, step + steps, which, starts, single
+        raise AssertionError("unreachable")
+
+    def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype, with_breaks: bool):
+        """:meth:`rows` for steps whose rows join several pieces (chunk or document boundaries inside a row)."""
         first = self.curriculum.rows_before(step)
         which, position, _ = self.curriculum.plan.locate(np.arange(first + lo, first + hi, dtype=np.int64))
         out = np.empty((hi - lo, phase.seq_len), dtype)
         breaks = np.zeros(out.shape, bool) if with_breaks else None
-        for d in np.unique(which):
+        for d in np.unique(which).tolist():
             sel = np.flatnonzero(which == d)
             source = self.sources[d]
             row, starts, counts = source.pieces(position[sel], phase.seq_len)
-            flat = np.empty(len(sel) * phase.seq_len, self.dtypes[d])
+            flat = np.empty(len(sel) * phase.seq_len, dtype)
             source.dataset.gather_into(flat, starts, counts)
             self._check_vocab(flat, d)
             out[sel] = flat.reshape(len(sel), phase.seq_len)
@@ -109,7 +166,9 @@ class BatchReader:
 
     def _check_vocab(self, tokens: np.ndarray, d: int) -> None:
         limit = self.vocab_size
-        if limit is not None and tokens.size and int(tokens.max()) >= limit:
+        if limit is None or np.iinfo(self.dtypes[d]).max < limit:  # the stored dtype cannot hold a larger id
+            return
+        if tokens.size and int(tokens.max()) >= limit:
             bad = int(tokens.max())
             name = self.curriculum.names[d]
             raise ValueError(
@@ -216,7 +275,10 @@ class Stream:
         import jax
 
         shape = (phase.batch_size, phase.seq_len)
-        place = lambda a: jax.make_array_from_process_local_data(self.sharding, a, shape)
+        if jax.process_count() == 1:  # this process holds the whole batch: one device_put, one transfer per device
+            place = lambda a: jax.device_put(a, self.sharding)
+        else:
+            place = lambda a: jax.make_array_from_process_local_data(self.sharding, a, shape)
         return place(arrays) if self.outputs == "tokens" else {k: place(v) for k, v in arrays.items()}
 
     def _produce(self, start: int) -> Iterator:

@@ -1,4 +1,4 @@
-"""What both shard formats share: a lazily opened memory map, ``pread`` copies, and page release."""
+"""What both shard formats share: a lazily opened memory map, ``pread`` copies, batched gathers, and page release."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import stat
 from typing import BinaryIO
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from roxxel.format.errors import RoxxelFormatError, TruncatedShardError
 
@@ -52,9 +53,11 @@ class MappedFile:
     _blocks = None  # a BlockChecks when the shard stores block checksums (format 1.1)
     check_blocks: bool = True  # check each block on its first read (off only for benchmarks)
 
+    _windows: dict | None = None  # row length -> strided (num_tokens - n + 1, n) view of the map
+
     @property
     def has_block_checksums(self) -> bool:
-        """True when reads are checked against stored per-block CRC-32s (format 1.1 shards)."""
+        """True when reads are checked against stored per-block checksums (format 1.1 shards)."""
         return self._blocks is not None
 
     def _descriptor(self) -> int:
@@ -72,6 +75,32 @@ class MappedFile:
         if self._blocks is not None and self.check_blocks:
             size = self.dtype.itemsize
             self._blocks.check(self._descriptor(), start * size, stop * size)
+
+    def check_pieces(self, starts: np.ndarray, counts: np.ndarray) -> None:
+        """:meth:`check_range` for many token ranges ``[starts[k], starts[k] + counts[k])`` at once (int64 arrays).
+
+        Raises:
+            BlockChecksumError: a block is damaged.
+        """
+        if self._blocks is not None and self.check_blocks:
+            size = self.dtype.itemsize
+            self._blocks.check_pieces(self._descriptor(), starts * size, (starts + counts) * size)
+
+    def windows(self, n: int) -> np.ndarray:
+        """Every run of ``n`` consecutive tokens: a read-only ``(num_tokens - n + 1, n)`` strided view of the map.
+
+        ``windows(n)[starts]`` copies rows of ``n`` tokens from any ``starts`` in one vectorised
+        gather (no per-row Python call, no system call). The caller checks the blocks first.
+        """
+        views = self._windows if self._windows is not None else {}
+        self._windows = views
+        view = views.get(n)
+        if view is None:
+            tokens = self.tokens
+            if len(views) >= 4:
+                views.pop(next(iter(views)))
+            view = views[n] = as_strided(tokens, (len(tokens) - n + 1, n), tokens.strides * 2, writeable=False)
+        return view
 
     def _map(self) -> mmap.mmap:
         if self._mmap is None:
@@ -116,6 +145,7 @@ class MappedFile:
             self._fd = None
         for name in self._VIEWS:
             setattr(self, name, None)
+        self._windows = None
         self._mmap = None
 
     def __del__(self):
