@@ -66,7 +66,9 @@ class ShuffledTokens:
         lo, hi = int(chunks.min()), int(chunks.max())
         w = self._window
         if w is None or w[0] != epoch or lo < w[1] or hi >= w[1] + len(w[2]):
-            size = min(max(_WINDOW, hi - lo + 1), self.num_chunks - lo)
+            # Grow from what is asked (a resume's first batch pays for its own chunks only) to _WINDOW.
+            grown = 4 * len(w[2]) if w is not None and w[0] == epoch else 0
+            size = min(max(min(grown, _WINDOW), hi - lo + 1), self.num_chunks - lo)
             w = self._window = (epoch, lo, self.permutation(epoch)(np.arange(lo, lo + size, dtype=np.int64)))
         return w[2][chunks - w[1]]
 

@@ -116,16 +116,18 @@ class BatchReader:
         key = (phase.index, lo, hi)
         plan = self._plan
         if plan is None or plan[0] != key or not plan[1] <= step < plan[2]:
-            plan = self._plan = self._plan_ahead(step, lo, hi, phase, key)
+            # Plan 1 step after a jump (a resume's first batch pays for itself), then more and more up to _AHEAD.
+            ahead = min(_AHEAD, 4 * (plan[2] - plan[1])) if plan is not None and plan[0] == key and step == plan[2] else 1
+            plan = self._plan = self._plan_ahead(step, lo, hi, phase, key, ahead)
         if plan[3] is None:
             return None
         k, n = step - plan[1], hi - lo
         which = plan[3][k * n:(k + 1) * n]
         return which, plan[4][k * n:(k + 1) * n], bool(plan[5][k])
 
-    def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key):
+    def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int):
         n = hi - lo
-        for steps in (int(min(_AHEAD, phase.end_step - step)), 1):
+        for steps in dict.fromkeys((int(min(ahead, phase.end_step - step)), 1)):
             rows = (self.curriculum.rows_before(step) + lo + phase.batch_size * np.arange(steps, dtype=np.int64)[:, None]
                     + np.arange(n, dtype=np.int64)).reshape(-1)
             try:

@@ -81,22 +81,27 @@ class BlockChecks:
         todo = np.flatnonzero(~self.checked[b0:b1])
         if not todo.size:
             return
-        crcs = self.crcs(fd)
         for b in (todo + b0).tolist():
             lo = b * self.block_bytes
             hi = min(lo + self.block_bytes, self.data_bytes)
-            if copied is not None and start <= lo and hi <= stop:
-                data = copied[lo - start:hi - start]
-            else:
-                data = _pread(fd, hi - lo, self.data_offset + lo, self.path)
-            actual = self._checksum(data)
-            if actual != int(crcs[b]):
-                name = self.algorithm.upper().replace("CRC", "CRC-")
-                raise BlockChecksumError(
-                    f"{self.path}: token block {b} (data bytes {lo}-{hi}) fails its {name} check (stored "
-                    f"{int(crcs[b]):08x}, read {actual:08x}); the shard is damaged - run `roxxel verify` on the "
-                    "dataset, then re-copy the shard from its source or re-pack it", self.path)
-            self.checked[b] = True
+            self._check_block(fd, b, copied[lo - start:hi - start] if copied is not None and start <= lo and hi <= stop
+                              else None)
+
+    def _check_block(self, fd: int, b: int, data=None) -> None:
+        """Check block ``b`` on ``data`` (its bytes, if already read) or on a fresh read; mark it checked."""
+        lo = b * self.block_bytes
+        hi = min(lo + self.block_bytes, self.data_bytes)
+        if data is None:
+            data = _pread(fd, hi - lo, self.data_offset + lo, self.path)
+        actual = self._checksum(data)
+        stored = int(self.crcs(fd)[b])
+        if actual != stored:
+            name = self.algorithm.upper().replace("CRC", "CRC-")
+            raise BlockChecksumError(
+                f"{self.path}: token block {b} (data bytes {lo}-{hi}) fails its {name} check (stored "
+                f"{stored:08x}, read {actual:08x}); the shard is damaged - run `roxxel verify` on the "
+                "dataset, then re-copy the shard from its source or re-pack it", self.path)
+        self.checked[b] = True
 
     def check_pieces(self, fd: int, starts: np.ndarray, stops: np.ndarray) -> None:
         """:meth:`check` for many byte ranges ``[starts[k], stops[k])`` at once (int64 arrays, non-empty ranges).
@@ -108,10 +113,14 @@ class BlockChecks:
             return
         b0, b1 = starts // self.block_bytes, (stops - 1) // self.block_bytes
         checked = self.checked
-        if checked[b0].all() and checked[b1].all() and int((b1 - b0).max()) <= 1:
-            return
-        for a, z in zip(starts.tolist(), stops.tolist()):
-            self.check(fd, a, z)
+        if int((b1 - b0).max()) <= 1:
+            if checked[b0].all() and checked[b1].all():
+                return
+            blocks = np.union1d(b0, b1)
+        else:  # ranges longer than a block: every block they cover
+            blocks = np.unique(np.concatenate([np.arange(a, z + 1) for a, z in zip(b0.tolist(), b1.tolist())]))
+        for b in blocks[~checked[blocks]].tolist():
+            self._check_block(fd, b)
 
     def check_all(self, fd: int) -> None:
         """Check every block (``verify``), whether or not it was checked before."""

@@ -1,0 +1,71 @@
+"""The batched read path: planned-ahead rows, gathers across shards, random access, damaged data mid-plan."""
+
+import numpy as np
+import pytest
+
+from roxxel import Curriculum, Phase, Roxxel
+from roxxel.format import BlockChecksumError, open_shard
+
+
+def make(path, n_tokens, shard_tokens=None):
+    ids = (np.arange(n_tokens, dtype=np.int64) * 7919) % 60000
+    docs = [ids[i:i + 1000] for i in range(0, n_tokens, 1000)]
+    Roxxel(str(path)).write(docs, vocab_size=65536, dtype="uint16",
+                            max_shard_bytes=None if shard_tokens is None else 2 * shard_tokens)
+    return Roxxel(str(path))
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    return make(tmp_path_factory.mktemp("rp") / "a", 300_000, shard_tokens=50_000)
+
+
+def expected_rows(ds, stream, step):
+    """Rows rebuilt token by token from the source's pieces (the slow, obvious way)."""
+    reader = stream.reader
+    phase = stream.curriculum.phase_at(step)
+    first = stream.curriculum.rows_before(step)
+    _, position, _ = stream.curriculum.plan.locate(np.arange(first, first + phase.batch_size))
+    row, start, count = reader.sources[0].pieces(position, phase.seq_len)
+    flat = np.concatenate([ds.read(int(a), int(a + n)) for a, n in zip(start, count)])
+    return flat.reshape(phase.batch_size, phase.seq_len).astype(np.int32)
+
+
+@pytest.mark.parametrize("chunk", [256, 512, 700])
+def test_rows_equal_the_pieces_read_one_by_one_in_any_step_order(ds, chunk):
+    c = Curriculum(ds, [Phase(steps=40, batch_size=8, seq_len=256), Phase(batch_size=4, seq_len=128)],
+                   chunk_tokens=chunk)
+    s = c.stream(seed=5, to_device=False, prefetch_size=0)
+    order = np.random.default_rng(chunk).permutation(len(s))[:60]
+    for step in order.tolist():  # random access: the plan of steps ahead is rebuilt as needed
+        assert np.array_equal(s.local_rows(step), expected_rows(ds, s, step)), step
+
+
+def test_a_process_sub_range_is_the_slice_of_the_global_batch(ds):
+    c = Curriculum(ds, [Phase(steps=30, batch_size=8, seq_len=256)], chunk_tokens=1024)
+    s = c.stream(seed=1, to_device=False, prefetch_size=0)
+    for step in (0, 1, 29, 3):
+        full = s.reader.rows(step, 0, 8)
+        assert np.array_equal(s.reader.rows(step, 2, 6), full[2:6])
+
+
+def test_rows_across_a_shard_boundary_are_gathered_whole(ds):
+    out = np.empty((3, 100), np.int32)
+    starts = np.array([49_950, 10, 99_990])  # the first and last cross into the next shard
+    ds.gather_rows(out, starts)
+    for row, a in zip(out, starts):
+        assert np.array_equal(row, ds.read(int(a), int(a) + 100))
+    with pytest.raises(IndexError, match="outside the dataset"):
+        ds.gather_rows(out, np.array([0, 299_950, 5]))
+
+
+def test_a_damaged_block_is_caught_in_a_planned_step(tmp_path):
+    d = make(tmp_path / "b", 200_000)
+    path = d.shard_paths[0]
+    s = open_shard(path)
+    with open(path, "r+b") as f:
+        f.seek(s._data_offset + 2 * 150_000)
+        f.write(b"\xff\xff")
+    c = Curriculum(Roxxel(str(tmp_path / "b")), [Phase(batch_size=8, seq_len=256)], chunk_tokens=2048)
+    with pytest.raises(BlockChecksumError, match="token block 4 "):
+        list(c.stream(seed=0, to_device=False, prefetch_size=0))
