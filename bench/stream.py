@@ -249,6 +249,34 @@ def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
     return interleaved(methods, args.rounds, args.seconds)
 
 
+def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
+    """Microseconds per batch of each part of reading host rows (blocks already checked), and of the whole."""
+    stream = endless(ds, to_device=False, prefetch_size=0)
+    reader, phase = stream.reader, stream.curriculum.resolved[0]
+    for _ in range(200):
+        next(stream)
+    steps = iter(range(10**6, 10**9, 64))
+    sequential = iter(range(2 * 10**6, 10**9))
+    plan = reader._plan_ahead(10**6, 0, BATCH, phase, None, 64)
+    starts = plan[4][:BATCH]
+    shard = ds._shard(0)
+    inside = starts[starts + SEQ <= shard.num_tokens][:BATCH]
+    out = np.empty((len(inside), SEQ), np.int32)
+    counts = np.full(len(inside), SEQ, np.int64)
+    per = {
+        "whole batch (rows())": lambda: reader.rows(next(sequential), 0, BATCH),
+        "locate + cut into ranges (per step of a 64-step plan)":
+            lambda: reader._plan_ahead(next(steps), 0, BATCH, phase, None, 64) and None,
+        "block lookup in the checked map": lambda: shard.check_pieces(inside, counts),
+        "gather + cast to int32 (one numpy call)": lambda: out.__setitem__(Ellipsis, shard.windows(SEQ)[inside]),
+        "vocab check (max of the batch)": lambda: out.max(),
+    }
+    scale = {"locate + cut into ranges (per step of a 64-step plan)": 64}
+    methods = {k: (lambda f, k=k: lambda w: over_window(lambda: (f(), scale.get(k, 1))[1], w))(f) for k, f in per.items()}
+    rates = interleaved(methods, args.rounds, args.seconds)
+    return {k: [1e6 / r for r in v] for k, v in rates.items()}
+
+
 def prefetch_with_step(ds: Roxxel, args) -> dict[str, list[float]]:
     step = args.step_ms / 1e3
     methods = {f"prefetch {p}": stream_method(endless(ds, to_device=False, prefetch_size=p), step) for p in (0, 1, 2)}
@@ -335,13 +363,13 @@ def main(argv=None) -> int:
     p.add_argument("--rss-gb", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 5.0],
                    help="dataset sizes in GB streamed for the host-memory table (default 1,5)")
     p.add_argument("--step-ms", type=float, default=2.0, help="training step time in the prefetch table (default 2 ms)")
-    p.add_argument("--only", choices=["throughput", "prefetch", "first-batch", "rss"], action="append",
+    p.add_argument("--only", choices=["throughput", "breakdown", "prefetch", "first-batch", "rss"], action="append",
                    help="run only these tables (repeatable)")
     args = p.parse_args(argv)
-    only = set(args.only or ["throughput", "prefetch", "first-batch", "rss"])
+    only = set(args.only or ["throughput", "breakdown", "prefetch", "first-batch", "rss"])
     os.makedirs(CACHE, exist_ok=True)
     print(f"machine: {load_average()} at start")
-    if "throughput" in only or "prefetch" in only:
+    if only & {"throughput", "breakdown", "prefetch"}:
         ds = dataset(int(args.tokens))
     if "throughput" in only:
         py = original_python()
@@ -366,6 +394,11 @@ def main(argv=None) -> int:
             best = max(m["roxxel jax.Array"], m["roxxel jax.Array, prefetch 2"])
             record("jax.Array vs roxxel 0.9.14", f"{best / m['roxxel 0.9.14 jax.Array']:.2f}x", ">= 3x",
                    best >= 3 * m["roxxel 0.9.14 jax.Array"])
+        print()
+    if "breakdown" in only:
+        res = breakdown(ds, args)
+        print_samples("where the time of a host-rows batch goes (steady state, blocks checked)", res, "us/batch",
+                      ["whole batch (rows())"], higher_is_better=False, note=load_average())
         print()
     if "prefetch" in only:
         res = prefetch_with_step(ds, args)

@@ -1,4 +1,4 @@
-"""What both shard formats share: a lazily opened memory map, ``pread`` copies, batched gathers, and page release."""
+"""What both shard formats share: a lazily opened memory map, ``pread`` copies (one range or many), and page release."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import stat
 from typing import BinaryIO
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from roxxel.format.errors import RoxxelFormatError, TruncatedShardError
 
@@ -53,8 +52,6 @@ class MappedFile:
     _blocks = None  # a BlockChecks when the shard stores block checksums (format 1.1)
     check_blocks: bool = True  # check each block on its first read (off only for benchmarks)
 
-    _windows: dict | None = None  # row length -> strided (num_tokens - n + 1, n) view of the map
-
     @property
     def has_block_checksums(self) -> bool:
         """True when reads are checked against stored per-block checksums (format 1.1 shards)."""
@@ -86,21 +83,28 @@ class MappedFile:
             size = self.dtype.itemsize
             self._blocks.check_pieces(self._descriptor(), starts * size, (starts + counts) * size)
 
-    def windows(self, n: int) -> np.ndarray:
-        """Every run of ``n`` consecutive tokens: a read-only ``(num_tokens - n + 1, n)`` strided view of the map.
+    def read_pieces(self, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> None:
+        """Copy token ranges ``[starts[k], starts[k] + counts[k])`` back to back into ``out`` (1-D, C-contiguous, this dtype).
 
-        ``windows(n)[starts]`` copies rows of ``n`` tokens from any ``starts`` in one vectorised
-        gather (no per-row Python call, no system call). The caller checks the blocks first.
+        The blocks they touch are checked first in one vectorised lookup; then one ``pread``
+        per range, nothing mapped (a page fault per newly touched page makes gathering out of
+        the map slower on large datasets).
+
+        Raises:
+            BlockChecksumError: a block is damaged.
+            TruncatedShardError: the file ended early (it shrank after opening).
         """
-        views = self._windows if self._windows is not None else {}
-        self._windows = views
-        view = views.get(n)
-        if view is None:
-            tokens = self.tokens
-            if len(views) >= 4:
-                views.pop(next(iter(views)))
-            view = views[n] = as_strided(tokens, (len(tokens) - n + 1, n), tokens.strides * 2, writeable=False)
-        return view
+        self.check_pieces(starts, counts)
+        fd = self._descriptor()
+        size = self.dtype.itemsize
+        view = memoryview(out).cast("B")
+        base = self._data_offset
+        pos = 0
+        for a, c in zip(starts.tolist(), counts.tolist()):
+            nbytes = c * size
+            if os.preadv(fd, [view[pos:pos + nbytes]], base + a * size) != nbytes:  # short read: retry or raise
+                self.pread_into(out[pos // size:pos // size + c], a)
+            pos += nbytes
 
     def _map(self) -> mmap.mmap:
         if self._mmap is None:
@@ -145,7 +149,6 @@ class MappedFile:
             self._fd = None
         for name in self._VIEWS:
             setattr(self, name, None)
-        self._windows = None
         self._mmap = None
 
     def __del__(self):
