@@ -54,6 +54,7 @@ class BlockChecks:
         self.block_bytes, self.table_offset = block_bytes, table_offset
         self.num_blocks = layout.num_blocks(data_bytes, block_bytes)
         self.checked = np.zeros(self.num_blocks, bool)
+        self.unchecked = self.num_blocks  # blocks not yet checked: at 0 every read of the shard is free
         self._crcs: np.ndarray | None = None
 
     def crcs(self, fd: int) -> np.ndarray:
@@ -101,7 +102,9 @@ class BlockChecks:
                 f"{self.path}: token block {b} (data bytes {lo}-{hi}) fails its {name} check (stored "
                 f"{stored:08x}, read {actual:08x}); the shard is damaged - run `roxxel verify` on the "
                 "dataset, then re-copy the shard from its source or re-pack it", self.path)
-        self.checked[b] = True
+        if not self.checked[b]:
+            self.checked[b] = True
+            self.unchecked -= 1
 
     def check_pieces(self, fd: int, starts: np.ndarray, stops: np.ndarray) -> None:
         """:meth:`check` for many byte ranges ``[starts[k], stops[k])`` at once (int64 arrays, non-empty ranges).
@@ -109,7 +112,7 @@ class BlockChecks:
         The common case, every block already checked, costs a few vectorised lookups in the
         map of checked blocks, whatever the number of ranges.
         """
-        if not len(starts):
+        if not len(starts) or not self.unchecked:
             return
         b0, b1 = starts // self.block_bytes, (stops - 1) // self.block_bytes
         checked = self.checked
@@ -125,6 +128,7 @@ class BlockChecks:
     def check_all(self, fd: int) -> None:
         """Check every block (``verify``), whether or not it was checked before."""
         self.checked[:] = False
+        self.unchecked = self.num_blocks
         step = max(1, (8 << 20) // self.block_bytes) * self.block_bytes
         for start in range(0, self.data_bytes, step):
             stop = min(start + step, self.data_bytes)
