@@ -69,3 +69,13 @@ def test_a_damaged_block_is_caught_in_a_planned_step(tmp_path):
     c = Curriculum(Roxxel(str(tmp_path / "b")), [Phase(batch_size=8, seq_len=256)], chunk_tokens=2048)
     with pytest.raises(BlockChecksumError, match="token block 4 "):
         list(c.stream(seed=0, to_device=False, prefetch_size=0))
+
+
+def test_a_narrow_batch_dtype_does_not_hide_ids_beyond_the_vocabulary(tmp_path):
+    """ids >= 32768 wrap negative in int16: the vocabulary check runs on the stored ids, before the cast."""
+    Roxxel(str(tmp_path / "w")).write([np.full(5000, 40_000, np.uint16)], dtype="uint16")  # no declared vocabulary
+    for chunk in (4096, 100):  # planned rows, and rows cut into pieces
+        c = Curriculum(Roxxel(str(tmp_path / "w")), [Phase(batch_size=2, seq_len=256)], chunk_tokens=chunk,
+                       vocab_size=30_000)
+        with pytest.raises(ValueError, match="holds token id 40000, beyond the model.s vocab_size 30000"):
+            next(c.stream(seed=0, to_device=False, prefetch_size=0, dtype=np.int16))

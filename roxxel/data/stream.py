@@ -100,10 +100,12 @@ class BatchReader:
         out = np.empty((hi - lo, phase.seq_len), dtype)
         for d in ([int(which[0])] if single else np.unique(which).tolist()):
             sel = slice(None) if single else np.flatnonzero(which == d)
-            rows = out if single else np.empty((len(sel), phase.seq_len), dtype)
+            # Read straight into the batch when its dtype holds every stored id (else check before a narrowing cast).
+            exact = np.can_cast(self.dtypes[d], dtype)
+            rows = out if single and exact else np.empty((len(out[sel]), phase.seq_len), dtype if exact else self.dtypes[d])
             self.sources[d].dataset.gather_rows(rows, starts[sel])
             self._check_vocab(rows, d)
-            if not single:
+            if rows is not out:
                 out[sel] = rows
         return (out, np.zeros(out.shape, bool)) if with_breaks else out
 
@@ -158,7 +160,7 @@ class BatchReader:
             sel = np.flatnonzero(which == d)
             source = self.sources[d]
             row, starts, counts = source.pieces(position[sel], phase.seq_len)
-            flat = np.empty(len(sel) * phase.seq_len, dtype)
+            flat = np.empty(len(sel) * phase.seq_len, dtype if np.can_cast(self.dtypes[d], dtype) else self.dtypes[d])
             source.dataset.gather_into(flat, starts, counts)
             self._check_vocab(flat, d)
             out[sel] = flat.reshape(len(sel), phase.seq_len)
