@@ -1,5 +1,7 @@
 """The batched read path: planned-ahead rows, gathers across shards, random access, damaged data mid-plan."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -79,3 +81,18 @@ def test_a_narrow_batch_dtype_does_not_hide_ids_beyond_the_vocabulary(tmp_path):
                        vocab_size=30_000)
         with pytest.raises(ValueError, match="holds token id 40000, beyond the model.s vocab_size 30000"):
             next(c.stream(seed=0, to_device=False, prefetch_size=0, dtype=np.int16))
+
+
+def test_a_shard_truncated_while_streaming_is_an_error_not_a_crash(tmp_path):
+    """The gather reads with pread (nothing mapped): a file cut short under a reader raises, it cannot SIGBUS."""
+    from roxxel.format import TruncatedShardError
+
+    d = make(tmp_path / "t", 100_000)
+    c = Curriculum(Roxxel(str(tmp_path / "t"), check_blocks=False), [Phase(batch_size=4, seq_len=1024)],
+                   chunk_tokens=4096)
+    s = c.stream(seed=0, to_device=False, prefetch_size=0)
+    next(s)
+    os.truncate(d.shard_paths[0], 4096 + 2 * 1000)  # header + the first 1000 tokens survive
+    with pytest.raises(TruncatedShardError, match="truncated after opening"):
+        for _ in s:
+            pass
