@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _measure import interleaved, load_average, median, over_window, record, rss_anon_bytes  # noqa: E402
+from _measure import interleaved, load_average, median, over_window, record  # noqa: E402
 from _table import print_samples  # noqa: E402
 
 from roxxel import Curriculum, Phase, Roxxel  # noqa: E402

@@ -96,3 +96,12 @@ def test_a_shard_truncated_while_streaming_is_an_error_not_a_crash(tmp_path):
     with pytest.raises(TruncatedShardError, match="truncated after opening"):
         for _ in s:
             pass
+
+
+def test_a_batch_over_more_shards_than_stay_open_reads_every_row_from_its_own_shard(ds):
+    one_open = Roxxel(ds.filepath, max_open_shards=1)
+    starts = np.array([10, 60_000, 120_000, 170_000, 260_000])  # five shards
+    out = np.empty((5, 300), np.int32)
+    one_open.gather_rows(out, starts)
+    for row, a in zip(out, starts):
+        assert np.array_equal(row, ds.read(int(a), int(a) + 300))

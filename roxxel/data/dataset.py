@@ -449,10 +449,12 @@ class Roxxel:
         else:
             shard_of = np.searchsorted(offsets, starts, side="right") - 1
             local = starts - offsets[shard_of]
-            if (local + length > offsets[shard_of + 1] - offsets[shard_of]).any():  # a row crosses into the next shard
+            shards = np.unique(shard_of).tolist()
+            # A row crossing into the next shard, or more shards than stay open at once (their descriptors
+            # would be closed before the reads): shard by shard.
+            if (local + length > offsets[shard_of + 1] - offsets[shard_of]).any() or len(shards) > self.max_open_shards:
                 self.gather_into(out.reshape(-1), starts, np.full(n, length, np.int64))
                 return out
-            shards = np.unique(shard_of).tolist()
         where = {}
         for s in shards:
             shard = self._shard(s)
