@@ -105,3 +105,21 @@ def test_a_batch_over_more_shards_than_stay_open_reads_every_row_from_its_own_sh
     one_open.gather_rows(out, starts)
     for row, a in zip(out, starts):
         assert np.array_equal(row, ds.read(int(a), int(a) + 300))
+
+
+def test_streams_read_on_several_threads_at_once_get_their_own_batches(ds):
+    """gather_rows's scratch buffers are per thread: concurrent prefetch threads never share one."""
+    import threading
+
+    c = Curriculum(ds, [Phase(steps=40, batch_size=8, seq_len=256)], chunk_tokens=1024)
+    want = {seed: list(c.stream(seed=seed, to_device=False, prefetch_size=0)) for seed in (1, 2, 3)}
+    got = {}
+    threads = [threading.Thread(target=lambda s=seed: got.__setitem__(s, list(c.stream(seed=s, to_device=False,
+                                                                                      prefetch_size=2))))
+               for seed in want]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for seed, batches in want.items():
+        assert len(got[seed]) == len(batches) and all(np.array_equal(a, b) for a, b in zip(got[seed], batches))

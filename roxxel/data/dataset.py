@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -41,6 +42,7 @@ _GLOB_CHARS = "*?["
 DEFAULT_RELEASE_BYTES = 32 << 20
 DEFAULT_MAX_OPEN_SHARDS = 256
 _FAULT_AROUND = 2 << 20  # a fault can map a whole large folio of the page cache (up to 2 MiB)
+_SCRATCH = threading.local()  # per thread: gather_rows's row buffers by (dtype, shape), used then cast at once
 
 
 class _Entry:
@@ -465,18 +467,38 @@ class Roxxel:
             where[s] = (shard._descriptor(), shard._data_offset)
         size = self.dtype.itemsize
         direct = out.dtype == self.dtype and out.flags.c_contiguous
-        buf = out if direct else np.empty(out.shape, self.dtype)
-        view = memoryview(buf.reshape(-1)).cast("B")
+        buf, rows = self._row_buffers(out, direct)
         row_bytes = length * size
         places = [where[0]] * n if shard_of is None else [where[s] for s in shard_of.tolist()]
-        for k, ((fd, base), a) in enumerate(zip(places, local.tolist())):
-            if os.preadv(fd, [view[k * row_bytes:(k + 1) * row_bytes]], base + a * size) != row_bytes:
+        for k, (row, (fd, base), a) in enumerate(zip(rows, places, local.tolist())):
+            if os.preadv(fd, row, base + a * size) != row_bytes:
                 s = 0 if shard_of is None else int(shard_of[k])
                 self._shard(s).pread_into(buf[k], a)  # a short read: retried, or TruncatedShardError
         if not direct:
             out[...] = buf
         self.bytes_read += out.size * size
         return out
+
+    def _row_buffers(self, out: np.ndarray, direct: bool) -> tuple[np.ndarray, list[list[memoryview]]]:
+        """``(buffer, [[row view]] per row)`` to ``preadv`` rows into: ``out`` itself, or this thread's scratch buffer.
+
+        The scratch buffer (stored dtype, cast into ``out`` before the call returns) and its
+        row views are kept per thread, dtype and shape, so a batch slices nothing per row.
+        """
+        if direct:
+            view = memoryview(out.reshape(-1)).cast("B")
+            step = out.shape[1] * out.itemsize
+            return out, [[view[k * step:(k + 1) * step]] for k in range(out.shape[0])]
+        cache = _SCRATCH.__dict__.setdefault("buffers", {})
+        key = (self.dtype.str, out.shape)
+        if key not in cache:
+            if len(cache) >= 4:
+                cache.pop(next(iter(cache)))
+            buf = np.empty(out.shape, self.dtype)
+            view = memoryview(buf.reshape(-1)).cast("B")
+            step = out.shape[1] * self.dtype.itemsize
+            cache[key] = buf, [[view[k * step:(k + 1) * step]] for k in range(out.shape[0])]
+        return cache[key]
 
     def _gather_shard(self, s: int, out: np.ndarray, dst: np.ndarray | None, local: np.ndarray,
                       counts: np.ndarray) -> None:

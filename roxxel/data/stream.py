@@ -83,6 +83,8 @@ class BatchReader:
                         else ShuffledTokens(ds, seed, i, curriculum.chunk_tokens)
                         for i, ds in enumerate(curriculum.datasets.values())]
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
+        # The largest id each dataset's stored dtype can hold (None: not an integer dtype, original-format data).
+        self._max_ids = [np.iinfo(dt).max if np.issubdtype(dt, np.integer) else None for dt in self.dtypes]
         self._plan = None  # (key, first step, end step, dataset, start, one dataset per step) of planned steps
 
     def rows(self, step: int, lo: int, hi: int, dtype=np.int32, *, with_breaks: bool = False):
@@ -170,7 +172,7 @@ class BatchReader:
 
     def _check_vocab(self, tokens: np.ndarray, d: int) -> None:
         limit = self.vocab_size
-        if limit is None or np.iinfo(self.dtypes[d]).max < limit:  # the stored dtype cannot hold a larger id
+        if limit is None or (self._max_ids[d] is not None and self._max_ids[d] < limit):  # no larger id fits the dtype
             return
         if tokens.size and int(tokens.max()) >= limit:
             bad = int(tokens.max())
