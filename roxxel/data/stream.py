@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # annotations only: the curriculum builds streams (roxxel.dat
 log = logging.getLogger("roxxel.data")
 
 OUTPUTS = ("tokens", "documents")
+_AHEAD = 64  # steps whose rows are located and cut in one vectorised pass
 
 
 # The default batch sharding (rows over one "data" axis of every device), shared with the Trainer.
@@ -76,6 +77,9 @@ class BatchReader:
                         else ShuffledTokens(ds, seed, i, curriculum.chunk_tokens)
                         for i, ds in enumerate(curriculum.datasets.values())]
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
+        # The largest id each dataset's stored dtype can hold (None: not an integer dtype, original-format data).
+        self._max_ids = [np.iinfo(dt).max if np.issubdtype(dt, np.integer) else None for dt in self.dtypes]
+        self._plan = None  # (key, first step, end step, dataset, start, one dataset per step) of planned steps
 
     def rows(self, step: int, lo: int, hi: int, dtype=np.int32, *, with_breaks: bool = False):
         """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``.
@@ -85,15 +89,74 @@ class BatchReader:
         ``t - 1`` in its dataset (the row joins two shuffled chunks there).
         """
         phase = self.curriculum.phase_at(step)
+        planned = self._planned(step, lo, hi, phase)
+        if planned is None:
+            return self._rows_by_pieces(step, lo, hi, phase, dtype, with_breaks)
+        which, starts, single = planned
+        out = np.empty((hi - lo, phase.seq_len), dtype)
+        for d in ([int(which[0])] if single else np.unique(which).tolist()):
+            sel = slice(None) if single else np.flatnonzero(which == d)
+            # Read straight into the batch when its dtype holds every stored id (else check before a narrowing cast).
+            exact = np.can_cast(self.dtypes[d], dtype)
+            rows = out if single and exact else np.empty((len(out[sel]), phase.seq_len), dtype if exact else self.dtypes[d])
+            self.sources[d].dataset.gather_rows(rows, starts[sel])
+            self._check_vocab(rows, d)
+            if rows is not out:
+                out[sel] = rows
+        return (out, np.zeros(out.shape, bool)) if with_breaks else out
+
+    def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase):
+        """``(dataset, start, one_dataset)`` of each row of ``step`` when every row is one contiguous range, else None.
+
+        Rows are located and cut for ``_AHEAD`` steps at once (one vectorised pass instead
+        of one per step); a stream reads steps in order, so the next ones come from this plan.
+        """
+        key = (phase.index, lo, hi)
+        plan = self._plan
+        if plan is None or plan[0] != key or not plan[1] <= step < plan[2]:
+            # Plan 1 step after a jump (a resume's first batch pays for itself), then more and more up to _AHEAD.
+            ahead = min(_AHEAD, 4 * (plan[2] - plan[1])) if plan is not None and plan[0] == key and step == plan[2] else 1
+            plan = self._plan = self._plan_ahead(step, lo, hi, phase, key, ahead)
+        if plan[3] is None:
+            return None
+        k, n = step - plan[1], hi - lo
+        which = plan[3][k * n:(k + 1) * n]
+        return which, plan[4][k * n:(k + 1) * n], bool(plan[5][k])
+
+    def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int):
+        n = hi - lo
+        for steps in dict.fromkeys((int(min(ahead, phase.end_step - step)), 1)):
+            rows = (self.curriculum.rows_before(step) + lo + phase.batch_size * np.arange(steps, dtype=np.int64)[:, None]
+                    + np.arange(n, dtype=np.int64)).reshape(-1)
+            try:
+                which, position, _ = self.curriculum.plan.locate(rows)
+            except (IndexError, ValueError):
+                if steps == 1:
+                    raise
+                continue  # the steps ahead run past the data: plan only this one (its own error, if any)
+            starts = np.empty_like(position)
+            for d in np.unique(which).tolist():
+                sel = np.flatnonzero(which == d)
+                _, start, count = self.sources[d].pieces(position[sel], phase.seq_len)
+                if len(start) != len(sel) or (count != phase.seq_len).any():  # some row is cut into pieces
+                    return key, step, step + 1, None, None, None
+                starts[sel] = start
+            by_step = which.reshape(steps, n)
+            single = (by_step == by_step[:, :1]).all(axis=1) if n else np.ones(steps, bool)
+            return key, step, step + steps, which, starts, single
+        raise AssertionError("unreachable")
+
+    def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype, with_breaks: bool):
+        """:meth:`rows` for steps whose rows join several pieces (chunk or document boundaries inside a row)."""
         first = self.curriculum.rows_before(step)
         which, position, _ = self.curriculum.plan.locate(np.arange(first + lo, first + hi, dtype=np.int64))
         out = np.empty((hi - lo, phase.seq_len), dtype)
         breaks = np.zeros(out.shape, bool) if with_breaks else None
-        for d in np.unique(which):
+        for d in np.unique(which).tolist():
             sel = np.flatnonzero(which == d)
             source = self.sources[d]
             row, starts, counts = source.pieces(position[sel], phase.seq_len)
-            flat = np.empty(len(sel) * phase.seq_len, self.dtypes[d])
+            flat = np.empty(len(sel) * phase.seq_len, dtype if np.can_cast(self.dtypes[d], dtype) else self.dtypes[d])
             source.dataset.gather_into(flat, starts, counts)
             self._check_vocab(flat, d)
             out[sel] = flat.reshape(len(sel), phase.seq_len)
@@ -102,8 +165,10 @@ class BatchReader:
         return (out, breaks) if with_breaks else out
 
     def _check_vocab(self, tokens: np.ndarray, d: int) -> None:
-        limit = self.vocab_size
-        if limit is not None and tokens.size and int(tokens.max()) >= limit:
+        limit, max_id = self.vocab_size, self._max_ids[d]
+        if limit is None or (max_id is not None and max_id < limit):  # no larger id fits the dtype
+            return
+        if tokens.size and int(tokens.max()) >= limit:
             bad = int(tokens.max())
             name = self.curriculum.names[d]
             raise ValueError(
@@ -212,8 +277,12 @@ class Stream:
 
         shape = (phase.batch_size, phase.seq_len)
 
-        def place(a):
-            return jax.make_array_from_process_local_data(self.sharding, a, shape)
+        if jax.process_count() == 1:  # this process holds the whole batch: one device_put, one transfer per device
+            def place(a):
+                return jax.device_put(a, self.sharding)
+        else:
+            def place(a):
+                return jax.make_array_from_process_local_data(self.sharding, a, shape)
 
         return place(arrays) if self.outputs == "tokens" else {k: place(v) for k, v in arrays.items()}
 

@@ -17,10 +17,11 @@ token data              ``num_tokens`` tokens of the dtype, starting at
 padding                 zero bytes up to the next multiple of 8
 document index          ``num_documents`` uint64: token offset of each document's
                         first token (the first is 0; documents are contiguous)
-block checksums (1.1)   one uint32 CRC-32 per block of ``block_bytes`` bytes of the
+block checksums (1.1)   one uint32 checksum per block of ``block_bytes`` bytes of the
                         token data (the last block may be shorter); the metadata's
-                        ``block_checksums`` = ``{"algorithm": "crc32", "block_bytes": N}``
-                        says the region is there
+                        ``block_checksums`` = ``{"algorithm": A, "block_bytes": N}``
+                        says the region is there; ``A`` is ``"crc32c"`` (written
+                        now) or ``"crc32"`` (the first 1.1 shards; still read)
 footer (56 bytes)       ``FOOTER``: SHA-256 of the contents, token count, document
                         count, end signature ``ROXSHEND``
 ======================  ==========================================================

@@ -21,14 +21,13 @@ import os
 import re
 import socket
 import time
-import zlib
 from array import array
 from typing import Any, Iterable
 
 import numpy as np
 
 from roxxel._version import __version__
-from roxxel.format import layout
+from roxxel.format import blocks, layout
 from roxxel.format.atomic import atomic_write, commit, fsync_dir, is_temp_name, temp_name
 from roxxel.format.errors import DatasetExistsError, DatasetLockedError, DtypeMismatchError
 from roxxel.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
@@ -62,14 +61,16 @@ class ShardWriter:
         self.dtype = layout.normalize_token_dtype(dtype)
         self._metadata = dict(metadata, format="roxxel.shard", dtype=self.dtype.name,
                               writer_version=__version__, created=_now(),
-                              block_checksums={"algorithm": "crc32", "block_bytes": layout.DEFAULT_BLOCK_BYTES})
+                              block_checksums={"algorithm": blocks.DEFAULT_ALGORITHM,
+                                               "block_bytes": layout.DEFAULT_BLOCK_BYTES})
         reserve = len(self._metadata_json(_PLACEHOLDER_COUNT, _PLACEHOLDER_COUNT))
         self._data_offset = layout.align(layout.HEADER.size + reserve, layout.DATA_ALIGNMENT)
         self._file = open(self.tmp_path, "wb", buffering=_WRITE_BUFFER)
         self._file.seek(self._data_offset)
         self._hash = hashlib.sha256()
         self._block_crcs = array("I")
-        self._crc = 0  # CRC-32 of the current block so far
+        self._block_checksum = blocks.ALGORITHMS[blocks.DEFAULT_ALGORITHM]
+        self._crc = 0  # checksum of the current block so far
         self._in_block = 0  # bytes of the current block written
         self._starts = array("Q")
         self.num_tokens = 0
@@ -102,7 +103,7 @@ class ShardWriter:
         block = layout.DEFAULT_BLOCK_BYTES
         while len(buf):
             take = min(block - self._in_block, len(buf))
-            self._crc = zlib.crc32(buf[:take], self._crc)
+            self._crc = self._block_checksum(buf[:take], self._crc)
             self._in_block += take
             buf = buf[take:]
             if self._in_block == block:
