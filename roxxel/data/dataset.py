@@ -206,7 +206,8 @@ class Roxxel:
     # ------------------------------------------------------------------------------
     @property
     def dtype(self) -> np.dtype:
-        """Token dtype shared by all shards (``uint8``/``uint16``/``uint32``; any for original-format shards)."""
+        """Dtype shared by all shards: ``uint8``/``uint16``/``uint32`` for tokens, ``float16``/``bfloat16``/
+        ``float32`` for float arrays (any for original-format shards)."""
         self._ensure_open()
         return self._props["dtype"]
 
@@ -464,7 +465,7 @@ class Roxxel:
 
     def stream(self, seq_len: int, batch_size: int, seed: int, start_step: int = 0,
                completed_phases: Sequence[tuple[int, int, int]] | None = None, total_steps: int | None = None,
-               dtype=np.int32, mesh=None, data_sharding=None, mix_datasets: dict[str, "Roxxel"] | None = None,
+               dtype=None, mesh=None, data_sharding=None, mix_datasets: dict[str, "Roxxel"] | None = None,
                weights: dict[str, float] | None = None, prefetch_size: int = 4, **kwargs):
         """Stream global batches of ``(batch_size, seq_len)`` tokens (the original API).
 
@@ -475,7 +476,8 @@ class Roxxel:
             completed_phases: ``(steps, batch_size, seq_len)`` of the phases trained before
                 this one; their tokens are skipped in O(phases).
             total_steps: at most this many steps from ``start_step`` (default: until the data runs out).
-            dtype: token dtype of the batches.
+            dtype: dtype of the batches (default: ``int32`` for tokens, the data's own dtype
+                for float arrays; see :class:`~roxxel.data.stream.Stream`).
             mesh, data_sharding: where the batch goes (default: rows over every device).
             mix_datasets, weights: datasets to blend in, weights keyed by ``"self"`` and their names.
             prefetch_size: batches prepared ahead on a background thread.
