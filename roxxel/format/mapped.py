@@ -89,7 +89,7 @@ class MappedFile:
             TruncatedShardError: the file ended early (it shrank after opening).
         """
         fd = self._descriptor()
-        whole = buf = memoryview(out.view(np.uint8))  # as bytes: bfloat16 has no buffer format
+        whole = buf = out.view(np.uint8).data  # as bytes: bfloat16 has no buffer format
         offset = self._data_offset + start * self.dtype.itemsize
         while len(buf):
             n = os.preadv(fd, [buf], offset)

@@ -92,7 +92,7 @@ class ShardWriter:
 
     def write(self, tokens: np.ndarray) -> None:
         """Append tokens (already in this shard's dtype, 1-D, C-contiguous) to the current document."""
-        buf = memoryview(np.ascontiguousarray(tokens).view(np.uint8))  # bytes (bfloat16 has no buffer format)
+        buf = np.ascontiguousarray(tokens).view(np.uint8).data  # as bytes: bfloat16 has no buffer format
         self._file.write(buf)
         self._hash.update(buf)
         self._update_block_crcs(buf)
