@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import logging
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 from flax import nnx
 
+from roxxel import Curriculum, Phase, Roxxel
+from roxxel.train import Trainer
 from roxxel.train.checkpoint import CheckpointCorruptError, Checkpointer, ModelChangeError
 
 
@@ -70,6 +73,9 @@ def test_a_model_that_adds_a_layer_restores_the_old_one_and_keeps_the_new_ones_i
 
         with caplog.at_level(logging.INFO, logger="roxxel.checkpoint"):
             assert ckpt.restore(partial=True) == 5
+        ckpt.save(6, {"loss": 0.5}, force=True)  # the manager still saves after a partial restore
+        ckpt.wait_until_finished()
+        assert 6 in ckpt.all_steps()
     np.testing.assert_array_equal(_host(new.l1.kernel), _host(old.l1.kernel))
     np.testing.assert_array_equal(_host(new.l1.bias), _host(old.l1.bias))
     np.testing.assert_array_equal(_host(new.l2.kernel), l2_initial)
@@ -155,3 +161,58 @@ def test_a_model_alone_restores_from_a_training_checkpoint_without_partial(tmp_p
         assert ckpt.restore() == 5
         assert ckpt.restore_plan is not None and ckpt.restore_plan.unchanged
     np.testing.assert_array_equal(_host(new.l1.kernel), _host(old.l1.kernel))
+
+
+def test_rng_state_of_dropout_restores_through_the_partial_path(tmp_path):
+    class Drop(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs, extra: bool) -> None:
+            self.l1 = nnx.Linear(4, 3, rngs=rngs)
+            self.drop = nnx.Dropout(0.1, rngs=rngs)
+            self.l2 = nnx.Linear(3, 2, rngs=rngs) if extra else None
+
+    old = Drop(nnx.Rngs(0), extra=False)
+    _save(tmp_path, old, None)
+    new = Drop(nnx.Rngs(7), extra=True)
+    with Checkpointer(tmp_path, new) as ckpt:
+        ckpt.restore(partial=True)
+        assert ckpt.restore_plan is not None and "model/drop/rngs/key" in ckpt.restore_plan.restored
+    saved_key, restored_key = (nnx.to_pure_dict(nnx.state(m))["drop"]["rngs"]["key"] for m in (old, new))
+    np.testing.assert_array_equal(jax.random.key_data(saved_key), jax.random.key_data(restored_key))
+
+
+class PerPosition(nnx.Module):
+    """Maps each value of a row to a prediction of the next; ``extra`` adds a second layer."""
+
+    def __init__(self, rngs: nnx.Rngs, extra: bool = False) -> None:
+        self.l1 = nnx.Linear(1, 1, rngs=rngs)
+        self.l2 = nnx.Linear(1, 1, rngs=rngs) if extra else None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = self.l1(x[..., None])
+        return (self.l2(y) if self.l2 is not None else y)[..., 0]
+
+
+def _mse(model: nnx.Module, batch: jax.Array) -> jax.Array:
+    pred = model(batch[:, :-1].astype(jnp.float32))
+    return jnp.mean((pred - batch[:, 1:].astype(jnp.float32)) ** 2)
+
+
+@pytest.mark.slow
+def test_the_trainer_continues_a_run_with_a_grown_model_only_when_asked(tmp_path):
+    data = str(tmp_path / "data.rox")
+    Roxxel(data).write([np.random.default_rng(0).integers(0, 8, 4000).astype(np.uint16)])
+    curriculum = Curriculum(Roxxel(data), [Phase(steps=8, batch_size=4, seq_len=16)], chunk_tokens=256)
+    run = str(tmp_path / "run")
+
+    def trainer(model: nnx.Module, **kwargs) -> Trainer:
+        return Trainer(model=model, optimizer=nnx.Optimizer(model, optax.sgd(1e-3), wrt=nnx.Param),
+                       curriculum=curriculum, loss_fn=_mse, save_path=run, checkpoint_every=4, log_every=4, **kwargs)
+
+    trainer(PerPosition(nnx.Rngs(0))).run(stop_at_step=4)
+    with pytest.raises(ModelChangeError, match="partial_restore=True"):
+        trainer(PerPosition(nnx.Rngs(1), extra=True)).run()
+    grown = trainer(PerPosition(nnx.Rngs(1), extra=True), partial_restore=True)
+    grown.run()
+    assert grown.state.step == 8
+    log = (tmp_path / "run" / "roxxel_system.log").read_text()
+    assert "restored into a changed model" in log and "new: model/l2/kernel" in log

@@ -849,13 +849,11 @@ class Checkpointer:
         plan = self._plan(step, earlier, target, partial)
         with self._restore_errors(step, earlier, "its arrays"):
             if plan.unchanged and plan.restored == plan.saved:
-                args: Any = ocp.args.StandardRestore(target)
-            else:  # Orbax's partial restore reads only the arrays in `item`
-                item = subset(target, plan.restored)
-                args = ocp.args.PyTreeRestore(
-                    item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True
-                )
-            restored = self._manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: args}))[STATE_ITEM]
+                restored = self._manager.restore(
+                    step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)})
+                )[STATE_ITEM]
+            else:
+                restored = self._read_partially(step, subset(target, plan.restored))
         self._verify_checksums(step, earlier, run.get("checksums"), restored)
         nnx.replace_by_pure_dict(current, restored)
         self._state.update(current)
@@ -878,12 +876,27 @@ class Checkpointer:
         )
         return step
 
+    def _read_partially(self, step: int, item: Any) -> Any:
+        """Only the arrays of ``item`` (abstract leaves), with Orbax's partial restore, through a
+        checkpointer of its own (see :mod:`roxxel.train.partial` for why not the manager)."""
+        reader = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
+        try:
+            return reader.restore(
+                self.directory / str(step) / STATE_ITEM,
+                args=ocp.args.PyTreeRestore(
+                    item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True
+                ),
+            )
+        finally:
+            reader.close()
+
     def _plan(self, step: int, earlier: list[int], target: Any, partial: bool) -> RestorePlan:
         """Compare the saved arrays with the live ones; refuse what cannot be restored."""
         with self._restore_errors(step, earlier, "its array metadata"):
             # The manager's layout `<directory>/<step>/<item>`; Orbax's handler reads the metadata.
             metadata = ocp.PyTreeCheckpointHandler().metadata(self.directory / str(step) / STATE_ITEM)
-        saved_layout, current_layout = layout_of_metadata(getattr(metadata, "tree", metadata)), layout_of_state(target)
+        saved_layout = layout_of_metadata(getattr(metadata, "tree", metadata))
+        current_layout = layout_of_state(target)
         plan = plan_restore(saved_layout, current_layout)
         where = f"step {step} in {self.directory}"
         if plan.mismatched:

@@ -15,7 +15,10 @@ the two, array by array (paths like ``"model/l1/kernel"``), and decides:
   the optimizer is never restored piecemeal.
 
 The arrays to restore are read by Orbax's own partial restore
-(``ocp.args.PyTreeRestore(item=subset, partial_restore=True)``), which reads only them.
+(``ocp.args.PyTreeRestore(item=subset, partial_restore=True)``), which reads only them. It
+runs through a separate ``ocp.Checkpointer`` on the step's ``state`` item: a checkpoint
+manager keeps one handler per item, and restoring through it with another handler than the
+one that saved (``StandardSave``, which has no partial restore) would break its next save.
 """
 
 from __future__ import annotations
@@ -134,12 +137,16 @@ def plan_restore(saved: Layout, current: Layout) -> RestorePlan:
                        mismatched=[m for m in mismatched if _part(m[0]) == "model"], saved=sorted(saved))
 
 
-def subset(tree: Any, paths: list[str]) -> dict[str, Any]:
+def _names(keys: Any) -> list[Any]:
+    return [getattr(k, "key", getattr(k, "idx", k)) for k in keys]
+
+
+def subset(tree: Any, paths: list[str]) -> dict[Any, Any]:
     """The nested dict of ``tree``'s leaves at ``paths`` (keys kept as they are in ``tree``)."""
     wanted = set(paths)
     out: dict[Any, Any] = {}
     for keys, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        names = [getattr(k, "key", getattr(k, "idx", k)) for k in keys]
+        names = _names(keys)
         if "/".join(str(n) for n in names) not in wanted:
             continue
         node = out
