@@ -894,7 +894,11 @@ class Checkpointer:
         """Compare the saved arrays with the live ones; refuse what cannot be restored."""
         with self._restore_errors(step, earlier, "its array metadata"):
             # The manager's layout `<directory>/<step>/<item>`; Orbax's handler reads the metadata.
-            metadata = ocp.PyTreeCheckpointHandler().metadata(self.directory / str(step) / STATE_ITEM)
+            handler = ocp.PyTreeCheckpointHandler()
+            try:
+                metadata = handler.metadata(self.directory / str(step) / STATE_ITEM)
+            finally:
+                handler.close()
         saved_layout = layout_of_metadata(getattr(metadata, "tree", metadata))
         current_layout = layout_of_state(target)
         plan = plan_restore(saved_layout, current_layout)
