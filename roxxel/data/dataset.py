@@ -213,7 +213,8 @@ class Dataset:
     # ------------------------------------------------------------------------------
     @property
     def dtype(self) -> np.dtype:
-        """Token dtype shared by all shards (``uint8``/``uint16``/``uint32``; any for original-format shards)."""
+        """Dtype shared by all shards: ``uint8``/``uint16``/``uint32`` for tokens, ``float16``/``bfloat16``/
+        ``float32`` for float arrays (any for original-format shards)."""
         self._ensure_open()
         return self._props["dtype"]
 

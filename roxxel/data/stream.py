@@ -18,6 +18,7 @@ import numpy as np
 from roxxel.data.documents import document_features
 from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import ShuffledDocuments, ShuffledTokens
+from roxxel.format.layout import is_float
 from roxxel.sharding import batch_sharding, default_batch_sharding
 
 if TYPE_CHECKING:  # annotations only: the curriculum builds streams (roxxel.data.curriculum imports this)
@@ -200,7 +201,9 @@ class Stream:
         start_step: first step (any step: O(phases) to get there).
         stop_step: end (exclusive); default the curriculum's end.
         seed: shuffle seed.
-        dtype: integer dtype of the token array (default int32).
+        dtype: dtype of the batch. Default: ``int32`` for token data; for float data
+            (``float16``/``bfloat16``/``float32`` shards) the data's own dtype. Float data may be
+            cast to another float dtype, never to an integer one.
         sharding: the batch's sharding; default :func:`default_sharding`. ``mesh`` plus
             ``data_sharding`` (the original's arguments) are accepted too.
         outputs: ``"tokens"`` - a ``(batch_size, seq_len)`` array per step: each row is a
@@ -217,11 +220,11 @@ class Stream:
     Raises:
         ValueError: a batch size that does not divide over the processes/devices (names
             the phase); a step range outside the curriculum; ``outputs="documents"`` on a
-            dataset without an EOS id.
+            dataset without an EOS id or on float data; an integer ``dtype`` for float data.
     """
 
     def __init__(self, curriculum: Curriculum, start_step: int = 0, stop_step: float | None = None, *, seed: int = 0,
-                 dtype=np.int32, sharding=None, mesh=None, data_sharding=None, outputs: str = "tokens",
+                 dtype=None, sharding=None, mesh=None, data_sharding=None, outputs: str = "tokens",
                  prefetch_size: int = 2, to_device: bool = True):
         if outputs not in OUTPUTS:
             raise ValueError(f"outputs must be one of {OUTPUTS}, got {outputs!r}")
@@ -235,7 +238,7 @@ class Stream:
         self.start_step, self.stop_step = start_step, int(stop)
         if stop > start_step:
             curriculum.check_positions(self.stop_step - 1)
-        self.dtype = np.dtype(dtype)
+        self.dtype = _batch_dtype(curriculum, dtype, outputs)
         self.outputs = outputs
         self.eos_id = curriculum.datasets["self"].eos_id
         if outputs == "documents" and self.eos_id is None:
@@ -326,3 +329,21 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"Stream(steps=[{self.start_step}, {self.stop_step}), outputs={self.outputs!r})"
+
+
+def _batch_dtype(curriculum: Curriculum, dtype: Any, outputs: str) -> np.dtype:
+    """The batch dtype: ``dtype``, or the default for the data (see :class:`Stream`); refuses
+    token-only outputs and integer casts of float data."""
+    primary = curriculum.datasets["self"]
+    if not is_float(primary.dtype):
+        return np.dtype(np.int32 if dtype is None else dtype)
+    data = f"{primary.filepath} holds {primary.dtype.name} arrays, not tokens"
+    if outputs != "tokens":
+        raise ValueError(f"outputs={outputs!r} needs token data with an EOS id; {data}: use outputs='tokens'")
+    if dtype is None:
+        return primary.dtype
+    if not is_float(dtype):
+        raise ValueError(f"dtype {np.dtype(dtype).name} would truncate float data ({data}): pass a float dtype "
+                         f"(float32, bfloat16, float16) or leave dtype unset to keep {primary.dtype.name}")
+    return np.dtype(dtype)
+

@@ -123,7 +123,7 @@ class MappedFile:
             TruncatedShardError: the file ended early (it shrank after opening).
         """
         fd = self._descriptor()
-        whole = buf = out.data.cast("B")  # the array's own buffer (C-contiguous), as bytes
+        whole = buf = out.view(np.uint8).data  # as bytes: bfloat16 has no buffer format
         offset = self._data_offset + start * self.dtype.itemsize
         while len(buf):
             n = os.preadv(fd, [buf], offset)

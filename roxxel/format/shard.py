@@ -34,7 +34,8 @@ class Shard(MappedFile):
 
     Attributes:
         path: the file.
-        dtype: token dtype (``uint8``, ``uint16`` or ``uint32``, little-endian).
+        dtype: token dtype (``uint8``, ``uint16`` or ``uint32``), or for float data ``float16``,
+            ``bfloat16`` or ``float32``; little-endian.
         num_tokens: tokens in the shard.
         num_documents: documents in the shard (each ends with the EOS token when the
             dataset has one).
@@ -80,7 +81,7 @@ class Shard(MappedFile):
                     f"reads ({layout.FORMAT_VERSION[0]}.x); upgrade roxxel", path)
             plausible = (major <= layout.FORMAT_VERSION[0] and data_offset % layout.DATA_ALIGNMENT == 0
                          and layout.HEADER.size + meta_len <= data_offset <= _MAX_DATA_OFFSET
-                         and dtype_name.rstrip(b"\0").decode("ascii", "replace") in layout.TOKEN_DTYPES)
+                         and dtype_name.rstrip(b"\0").decode("ascii", "replace") in layout.ARRAY_DTYPES)
             if len(meta_bytes) < meta_len and plausible:
                 raise TruncatedShardError(_truncated_message(path, "metadata", size, data_offset), path)
             if not crc_ok:
@@ -88,7 +89,10 @@ class Shard(MappedFile):
                     f"{path}: header checksum mismatch: the file has the {layout.SIGNATURE.decode()} signature but "
                     "its header or metadata is damaged (or it is not really a shard) - re-copy or re-pack it", path)
             self.metadata: dict[str, Any] = json.loads(meta_bytes.decode("utf-8"))
-            self.dtype = np.dtype(dtype_name.rstrip(b"\0").decode("ascii")).newbyteorder("<")
+            name = dtype_name.rstrip(b"\0").decode("ascii", "replace")
+            if name not in layout.ARRAY_DTYPES:
+                raise CorruptShardError(f"{path}: unknown dtype {name!r} in the header - re-pack the shard", path)
+            self.dtype = layout.dtype_from_name(name)
             expected_index = layout.index_offset_for(data_offset, num_tokens, self.dtype.itemsize)
             if index_offset != expected_index or data_offset % layout.DATA_ALIGNMENT:
                 raise CorruptShardError(f"{path}: inconsistent offsets in the header - re-pack the shard", path)
