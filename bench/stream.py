@@ -1,190 +1,429 @@
-"""Streaming: throughput, host RAM, and time to the first batch after a far resume.
+"""The read path: throughput, prefetch, first batch after a far resume, and host memory.
 
-Baselines, each measured in this run on the same machine and page cache:
-  * memcpy          - copying the same number of token bytes out of the memory map in
-                      large sequential slices (the ceiling for any loader);
-  * nanoGPT memmap  - random windows of a flat np.memmap, stacked (nanoGPT's get_batch);
-  * roxxel 0.9.14   - the original Roxxel, installed by this script into
-                      bench/.cache/roxxel-0.9.14 when the registry has it.
-Roxxel rows are shuffled chunks with full resume determinism; the baselines have less.
+Everything is measured in this run, on this machine and page cache, in interleaved rounds
+of >= ``--seconds`` windows (medians and spreads; see ``_measure.py``). Shapes are real:
+32 x 2048 shuffled rows of uint16 tokens delivered as int32. Block checks (format 1.1
+CRC-32C) are ON in every roxxel figure unless the row says "checks off".
+
+Bounds and baselines:
+  * memcpy            - copying the batch's token bytes out of the page-cached map in large
+                        sequential slices (no loader can beat it);
+  * pread per row     - one random 4 KiB ``pread`` per row of the batch (the floor of a
+                        loader that makes one system call per row);
+  * nanoGPT get_batch - nanoGPT's own shape: a fresh ``np.memmap`` per batch, random
+                        windows, ``np.stack`` of int64 ``x`` and ``y``;
+  * roxxel 0.9.14     - the original, installed by this script into a separate venv under
+                        bench/.cache/ (it shares the import name) and called as its
+                        documentation says (``Roxxel.stream(..., total_steps=...)``, its
+                        default prefetch of 4), yielding jax.Arrays.
+
+Usage: python bench/stream.py [--seconds 2] [--rounds 3] [--tokens 500e6] [--rss-gb 1,5]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _table import print_table  # noqa: E402
+from _measure import interleaved, load_average, median, over_window, record  # noqa: E402
+from _table import print_samples  # noqa: E402
 
 from roxxel import Curriculum, Phase, Roxxel  # noqa: E402
-from roxxel.format import DatasetWriter  # noqa: E402
+from roxxel.format import DatasetWriter, open_shard  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ORIGINAL_DIR = os.path.join(HERE, ".cache", "roxxel-0.9.14")
-BATCH, SEQ = 32, 1024
-STEPS = 60
+CACHE = os.path.join(HERE, ".cache")
+ORIGINAL_VENV = os.path.join(CACHE, "roxxel-0.9.14-venv")
+BATCH, SEQ = 32, 2048
+TOKENS = BATCH * SEQ
+VOCAB = 50_257
 
 
-def write_tokens(path: str, n_tokens: int, seed: int = 0, dtype="uint16", doc=50_000) -> Roxxel:
-    rng = np.random.default_rng(seed)
-    hi = 50_000 if dtype == "uint16" else 250
-    with DatasetWriter(os.path.join(path, "dataset.json"), dtype=dtype, vocab_size=hi + 1, eos_id=hi) as w:
-        for start in range(0, n_tokens, doc):
-            w.add_document(rng.integers(0, hi, size=min(doc, n_tokens - start), dtype=dtype))
-    return Roxxel(path)
+# ----------------------------------------------------------------------------------------
+# data
+# ----------------------------------------------------------------------------------------
+def dataset(n_tokens: int, name: str = "tp") -> Roxxel:
+    """A page-cacheable dataset of ``n_tokens`` uint16 tokens under bench/.cache (written once, reused)."""
+    path = os.path.join(CACHE, f"stream-{name}-{n_tokens}")
+    if not os.path.exists(os.path.join(path, "dataset.json")):
+        rng = np.random.default_rng(0)
+        block = rng.integers(0, VOCAB - 1, 1 << 24, dtype=np.uint16)
+        with DatasetWriter(os.path.join(path, "dataset.json"), dtype="uint16", vocab_size=VOCAB, eos_id=VOCAB - 1) as w:
+            for i, start in enumerate(range(0, n_tokens, len(block))):
+                w.add_document(np.roll(block, i * 7919)[:min(len(block), n_tokens - start)])
+    ds = Roxxel(path)
+    for p in ds.shard_paths:  # into the page cache, for every method alike
+        with open(p, "rb") as f:
+            while f.read(64 << 20):
+                pass
+    return ds
 
 
-def original_available() -> bool:
-    if os.path.isdir(os.path.join(ORIGINAL_DIR, "roxxel")):
-        return True
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", ORIGINAL_DIR,
-                        "roxxel==0.9.14"], capture_output=True, text=True)
-    return r.returncode == 0
+def endless(ds, **kw):
+    c = Curriculum(ds, [Phase(batch_size=BATCH, seq_len=SEQ)], repeat=True)
+    return c.stream(0, 10**9, seed=0, **kw)
 
 
-def run_original(code: str) -> dict:
-    """Run code against the original package (its import name is also `roxxel`) in a subprocess."""
-    env = dict(os.environ, PYTHONPATH=ORIGINAL_DIR, JAX_PLATFORMS="cpu")
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                       cwd=tempfile.gettempdir(), timeout=900)
+# ----------------------------------------------------------------------------------------
+# methods (each: window seconds -> tokens per second)
+# ----------------------------------------------------------------------------------------
+def memcpy(shard):
+    flat = shard.tokens
+    buf = np.empty(TOKENS, flat.dtype)
+    pos = [0]
+
+    def step():
+        a = pos[0] = (pos[0] + TOKENS) % (len(flat) - TOKENS)
+        np.copyto(buf, flat[a:a + TOKENS])
+        return TOKENS
+    return lambda w: over_window(step, w)
+
+
+def pread_per_row(shard):
+    fd = os.open(shard.path, os.O_RDONLY)
+    rng = np.random.default_rng(1)
+    buf = np.empty((BATCH, SEQ), shard.dtype)
+    rows = [memoryview(buf[i]).cast("B") for i in range(BATCH)]
+    base = shard._data_offset
+    span = shard.num_tokens - SEQ
+
+    def step():
+        for row, t in zip(rows, rng.integers(0, span, BATCH).tolist()):
+            os.preadv(fd, [row], base + 2 * t)
+        return TOKENS
+    return lambda w: over_window(step, w)
+
+
+def nanogpt(shard):
+    """nanoGPT's train.py get_batch (numpy in place of torch.from_numpy), on the shard's token region."""
+    rng = np.random.default_rng(2)
+
+    def step():
+        data = np.memmap(shard.path, dtype=np.uint16, mode="r", offset=shard._data_offset, shape=(shard.num_tokens,))
+        ix = rng.integers(0, len(data) - SEQ - 1, BATCH)
+        x = np.stack([data[i:i + SEQ].astype(np.int64) for i in ix])
+        y = np.stack([data[i + 1:i + 1 + SEQ].astype(np.int64) for i in ix])
+        assert x.shape == y.shape
+        return TOKENS
+    return lambda w: over_window(step, w)
+
+
+def stream_method(stream, step_seconds: float = 0.0, block=False):
+    def step():
+        batch = next(stream)
+        if block:
+            batch.block_until_ready()
+        if step_seconds:
+            time.sleep(step_seconds)  # the host waiting for the device's training step
+        return TOKENS
+    return lambda w: over_window(step, w)
+
+
+def first_pass(path: str, check: bool):
+    """Host rows from a fresh dataset object each window: every block is read (and checked, or not) for the first time."""
+    starts = iter(range(0, 10**9, 7919))
+
+    def run(window):
+        c = Curriculum(Roxxel(path, check_blocks=check), [Phase(batch_size=BATCH, seq_len=SEQ)], repeat=True)
+        return stream_method(c.stream(next(starts), 10**9, seed=0, to_device=False, prefetch_size=0))(window)
+    return run
+
+
+# ----------------------------------------------------------------------------------------
+# the original roxxel 0.9.14, in its own venv
+# ----------------------------------------------------------------------------------------
+def original_python() -> str | None:
+    """A venv holding roxxel 0.9.14 and, through a .pth, this environment's numpy/jax; None if pip cannot get it."""
+    py = os.path.join(ORIGINAL_VENV, "bin", "python")
+    if os.path.exists(os.path.join(ORIGINAL_VENV, "ok")):
+        return py
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", ORIGINAL_VENV], check=True)
+    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site, "roxxel==0.9.14"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"roxxel 0.9.14 could not be installed ({r.stderr.strip()[-300:]}): its rows are left out")
+        return None
+    deps = os.path.dirname(os.path.dirname(np.__file__))  # numpy, jax, ... (a path line, not a site dir: no finders)
+    with open(os.path.join(site, "zz-deps.pth"), "w") as f:
+        f.write(deps + "\n")
+    open(os.path.join(ORIGINAL_VENV, "ok"), "w").close()
+    return py
+
+
+def original_data(py: str, ds: Roxxel) -> str:
+    """The same tokens in the original's format (its ``write``, 4 KiB blocks), written once."""
+    path = os.path.join(CACHE, f"stream-original-{ds.num_tokens}.rox")
+    if not os.path.exists(path + ".ok"):
+        src = [(p, open_shard(p)._data_offset, open_shard(p).num_tokens) for p in ds.shard_paths]
+        run_original(py, f"""
+            import json, numpy as np
+            from roxxel import Roxxel, __file__ as where
+            assert ".cache" in where, where  # the original package, not this checkout
+            def chunks():
+                for path, offset, n in {src!r}:
+                    toks = np.memmap(path, np.uint16, "r", offset, (n,))
+                    for a in range(0, n, 1 << 22):
+                        yield np.array(toks[a:a + (1 << 22)])
+            Roxxel({path!r}).write(chunks(), block_size=4096, dtype="uint16")
+            print("{{}}")
+        """)
+        open(path + ".ok", "w").close()
+    return path
+
+
+def run_original(py: str, code: str) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+    r = subprocess.run([py, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, cwd=CACHE, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def throughput(work: str, use_original: bool) -> list[tuple[str, float]]:
-    ds = write_tokens(os.path.join(work, "tp"), 40_000_000)
-    tokens = STEPS * BATCH * SEQ
-    flat = ds.read(0, ds.num_tokens)  # zero-copy view of the single shard
-    out = np.empty(BATCH * SEQ, np.uint16)
+def original_method(py: str, path: str):
+    """jax.Array batches of the original, as documented: stream(..., total_steps=..., default prefetch)."""
+    rounds = iter(range(10**6))
 
-    t0 = time.perf_counter()
-    for s in range(STEPS):
-        a = (s * BATCH * SEQ) % (len(flat) - len(out))
-        np.copyto(out, flat[a:a + len(out)])
-    memcpy = tokens / (time.perf_counter() - t0)
-
-    rng = np.random.default_rng(0)
-    t0 = time.perf_counter()
-    for _ in range(STEPS):
-        ix = rng.integers(0, len(flat) - SEQ - 1, BATCH)
-        np.stack([flat[i:i + SEQ].astype(np.int64) for i in ix])
-    nanogpt = tokens / (time.perf_counter() - t0)
-
-    c = Curriculum(ds, [Phase(steps=STEPS, batch_size=BATCH, seq_len=SEQ)])
-    stream = c.stream(seed=0, to_device=False, prefetch_size=0)
-    t0 = time.perf_counter()
-    for _ in stream:
-        pass
-    host = tokens / (time.perf_counter() - t0)
-    stream = c.stream(seed=0, prefetch_size=4)
-    next(stream)
-    t0 = time.perf_counter()
-    for _ in stream:
-        pass
-    device = (STEPS - 1) * BATCH * SEQ / (time.perf_counter() - t0)
-    rows = [("memcpy", memcpy), ("nanoGPT memmap", nanogpt), ("roxxel host rows", host), ("roxxel jax.Array", device)]
-    if use_original:
-        res = run_original(f"""
-            import json, time, numpy as np
+    def run(window):
+        res = run_original(py, f"""
+            import json, time
             from roxxel import Roxxel
-            rng = np.random.default_rng(0)
-            r = Roxxel("{work}/orig_tp.rox")
-            r.write((rng.integers(0, 50000, 50000, dtype=np.int32) for _ in range(800)), block_size=4096)
-            r = Roxxel("{work}/orig_tp.rox"); r.open()
-            s = r.stream(seq_len={SEQ}, batch_size={BATCH}, seed=0, total_steps={STEPS}, prefetch_size=4)
-            next(s); t0 = time.perf_counter(); n = 0
-            for b in s: n += 1
-            print(json.dumps({{"tps": n * {BATCH * SEQ} / (time.perf_counter() - t0)}}))
+            r = Roxxel({path!r}); r.open()
+            seed, busy, n = {next(rounds) * 1000}, 0.0, 0
+            while busy < {window}:  # a new epoch's stream when one runs out; its set-up is not timed
+                s = r.stream(seq_len={SEQ}, batch_size={BATCH}, seed=seed, total_steps=len(r) * 4096 // {2 * TOKENS})
+                it = iter(s); next(it).block_until_ready(); seed += 1
+                while busy < {window}:
+                    t0 = time.perf_counter()
+                    try:
+                        next(it).block_until_ready()
+                    except StopIteration:
+                        break
+                    busy += time.perf_counter() - t0; n += 1
+                s.close()
+            print(json.dumps({{"tps": n * {TOKENS} / busy}}))
         """)
-        rows.append(("roxxel 0.9.14 jax.Array", res["tps"]))
-    return rows
+        return res["tps"]
+    return run
+
+
+# ----------------------------------------------------------------------------------------
+# tables
+# ----------------------------------------------------------------------------------------
+def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
+    import jax
+
+    shard = open_shard(ds.shard_paths[0])
+    path = ds.filepath
+    checked = endless(ds, to_device=False, prefetch_size=0)
+    for _ in range(ds.num_tokens // TOKENS + 1):  # one epoch: every block checked, as in a long run
+        next(checked)
+    unchecked = endless(Roxxel(path, check_blocks=False), to_device=False, prefetch_size=0)
+    methods = {
+        "memcpy": memcpy(shard),
+        "pread per row": pread_per_row(shard),
+        "nanoGPT get_batch": nanogpt(shard),
+        "roxxel host rows": stream_method(checked),
+        "roxxel host rows, checks off": stream_method(unchecked),
+        "roxxel host rows, prefetch 2": stream_method(endless(ds, to_device=False, prefetch_size=2)),
+        "roxxel host rows, 1st pass": first_pass(path, True),
+        "roxxel host rows, 1st pass, checks off": first_pass(path, False),
+        "roxxel jax.Array": stream_method(endless(ds, prefetch_size=0), block=True),
+        "roxxel jax.Array, prefetch 2": stream_method(endless(ds, prefetch_size=2), block=True),
+    }
+    batch = np.zeros((BATCH, SEQ), np.int32)
+    sharding = endless(ds, prefetch_size=0).sharding
+    methods["place one batch (device_put)"] = lambda w: over_window(
+        lambda: jax.device_put(batch, sharding).block_until_ready() is None and TOKENS or TOKENS, w)
+    if py:
+        methods["roxxel 0.9.14 jax.Array"] = original_method(py, original_data(py, ds))
+    return interleaved(methods, args.rounds, args.seconds)
+
+
+def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
+    """Microseconds per batch of each part of reading host rows (steady state: blocks checked), and of the whole."""
+    stream = endless(ds, to_device=False, prefetch_size=0)
+    for _ in range(ds.num_tokens // TOKENS + 1):  # one epoch: every block checked
+        next(stream)
+    reader, phase = stream.reader, stream.curriculum.resolved[0]
+    steps = iter(range(10**6, 10**9, 64))
+    starts = reader._plan_ahead(10**6, 0, BATCH, phase, None, 64)[4][:BATCH]
+    out = np.empty((BATCH, SEQ), np.int32)
+    per = {
+        "whole batch (next(stream))": lambda: next(stream),
+        "locate + cut into ranges (per step of a 64-step plan)":
+            lambda: reader._plan_ahead(next(steps), 0, BATCH, phase, None, 64) and None,
+        "gather_rows: 32 preads + one cast to int32": lambda: ds.gather_rows(out, starts),
+        "vocab check (max of the batch)": lambda: out.max(),
+    }
+    scale = {"locate + cut into ranges (per step of a 64-step plan)": 64}
+    methods = {k: (lambda f, k=k: lambda w: over_window(lambda: (f(), scale.get(k, 1))[1], w))(f) for k, f in per.items()}
+    rates = interleaved(methods, args.rounds, args.seconds)
+    return {k: [1e6 / r for r in v] for k, v in rates.items()}
+
+
+def prefetch_with_step(ds: Roxxel, args) -> dict[str, list[float]]:
+    step = args.step_ms / 1e3
+    methods = {f"prefetch {p}": stream_method(endless(ds, to_device=False, prefetch_size=p), step) for p in (0, 1, 2)}
+    return interleaved(methods, args.rounds, args.seconds)
+
+
+def first_batch(args) -> tuple[dict[str, list[float]], float]:
+    """Milliseconds from opening 3 datasets to the first batch at step 10**6 of 3 phases (32x2048 in the last)."""
+    import jax
+
+    paths = [dataset(20_000_000, f"mix{i}").filepath for i in range(3)]
+    weights = {"self": 0.5, "b": 0.3, "c": 0.2}
+
+    def once(to_device):
+        t0 = time.perf_counter()
+        a, b, c = (Roxxel(p) for p in paths)
+        cur = Curriculum(a, [Phase(steps=400_000, batch_size=64, seq_len=1024, weights=weights),
+                             Phase(steps=400_000, batch_size=16, seq_len=4096, weights=weights),
+                             Phase(batch_size=BATCH, seq_len=SEQ, weights=weights)], {"b": b, "c": c}, repeat=True)
+        s = cur.stream(10**6, 10**6 + 1, seed=0, to_device=to_device, prefetch_size=0)
+        batch = next(s)
+        if to_device:
+            batch.block_until_ready()
+        return (time.perf_counter() - t0) * 1e3
+
+    once(True)  # imports and jax start-up are not part of a resume
+    out = {"host rows": [], "jax.Array": []}
+    for _ in range(max(5, args.rounds)):
+        out["host rows"].append(once(False))
+        out["jax.Array"].append(once(True))
+    batch = np.zeros((BATCH, SEQ), np.int32)
+    from roxxel.data.stream import default_sharding
+
+    sharding = default_sharding()
+    place = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        jax.device_put(batch, sharding).block_until_ready()
+        place.append((time.perf_counter() - t0) * 1e3)
+    return out, median(place)
 
 
 _RSS_CHILD = """
-import sys, psutil, numpy as np
+import json, sys
+sys.path.insert(0, {bench!r})
+from _measure import rss_anon_bytes
 from roxxel import Curriculum, Phase, Roxxel
-ds = Roxxel(sys.argv[1]); proc = psutil.Process()
-c = Curriculum(ds, [Phase(batch_size=16, seq_len=2048)], chunk_tokens=4096)
-base = proc.memory_info().rss; peak = base
-for batch in c.stream(seed=0, to_device=False, prefetch_size=2):
-    peak = max(peak, proc.memory_info().rss)
-print((peak - base) / 2**20)
+ds = Roxxel({path!r})
+c = Curriculum(ds, [Phase(batch_size={batch}, seq_len={seq})])
+s = c.stream(seed=0, to_device={to_device}, prefetch_size={prefetch})
+n = 0
+for b in s:
+    n += 1
+    if n == 50:
+        base = peak = rss_anon_bytes()
+    elif n > 50 and n % 10 == 0:
+        peak = max(peak, rss_anon_bytes())
+vm = [l for l in open("/proc/self/status") if l.startswith("VmRSS")][0].split()[1]
+print(json.dumps({{"growth": (peak - base) / 2**20, "bytes": n * {batch} * {seq} * 2, "vmrss_mib": int(vm) / 1024}}))
 """
 
 
-def rss(work: str) -> list[tuple[str, float]]:
+def rss(args) -> list[tuple[str, dict]]:
     rows = []
-    for label, n in (("streaming 100 MB", 50_000_000), ("streaming 1 GB (10x)", 500_000_000)):
-        path = os.path.join(work, f"rss{n}")
-        write_tokens(path, n, doc=5_000_000)
-        r = subprocess.run([sys.executable, "-c", _RSS_CHILD, path], capture_output=True, text=True, check=True)
-        rows.append((label, float(r.stdout.strip().splitlines()[-1])))
+    for gb in args.rss_gb:
+        ds = dataset(int(gb * 1e9 / 2), "rss")
+        for to_device, prefetch in ((False, 0), (True, 2)):
+            code = _RSS_CHILD.format(bench=HERE, path=ds.filepath, batch=BATCH, seq=SEQ, to_device=to_device,
+                                     prefetch=prefetch)
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600,
+                               env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
+            if r.returncode != 0:
+                raise RuntimeError(r.stderr[-2000:])
+            kind = "jax.Array, prefetch 2" if to_device else "host rows"
+            rows.append((f"{gb:g} GB, {kind}", json.loads(r.stdout.strip().splitlines()[-1])))
     return rows
 
 
-def first_batch(work: str, use_original: bool) -> list[tuple[str, float]]:
-    """Resume at step 10**6 of 3 phases over 3 blended datasets (batch 1 x 4 tokens, uint8)."""
-    paths = []
-    for i in range(3):
-        p = os.path.join(work, f"mix{i}")
-        write_tokens(p, 8_000_000, seed=i, dtype="uint8", doc=1_000_000)
-        paths.append(p)
-    weights = {"self": 0.5, "b": 0.3, "c": 0.2}
-    t0 = time.perf_counter()
-    a, b, c = (Roxxel(p) for p in paths)
-    cur = Curriculum(a, [Phase(steps=300_000, batch_size=1, seq_len=4, weights=weights),
-                         Phase(steps=300_000, batch_size=2, seq_len=2, weights=weights),
-                         Phase(batch_size=1, seq_len=4, weights=weights)], {"b": b, "c": c})
-    next(cur.stream(start_step=10**6, seed=0, to_device=False, prefetch_size=0))
-    ours = (time.perf_counter() - t0) * 1e3
-    rows = [("roxxel", ours)]
-    if use_original:
-        for i, p in enumerate(paths):  # the same bytes, in the original format
-            data = Roxxel(p).read(0, Roxxel(p).num_tokens)
-            np.save(os.path.join(work, f"orig{i}.npy"), data)
-        res = run_original(f"""
-            import json, time, numpy as np
-            from roxxel import Roxxel
-            ds = []
-            for i in range(3):
-                r = Roxxel("{work}/orig_mix%d.rox" % i)
-                r.write(iter([np.load("{work}/orig%d.npy" % i)]), block_size=4096)
-                ds.append(Roxxel("{work}/orig_mix%d.rox" % i)); ds[-1].open()
-            t0 = time.perf_counter()
-            s = ds[0].stream(seq_len=4, batch_size=1, seed=0, start_step=10**6,
-                             completed_phases=[(300000, 1, 4), (300000, 2, 2)],
-                             mix_datasets={{"b": ds[1], "c": ds[2]}}, weights={json.dumps(weights)}, prefetch_size=0)
-            next(s)
-            print(json.dumps({{"ms": (time.perf_counter() - t0) * 1e3}}))
-        """)
-        rows.append(("roxxel 0.9.14", res["ms"]))
-    return rows
-
-
-def main() -> None:
-    use_original = original_available()
-    if not use_original:
-        print("roxxel 0.9.14 could not be installed from the registry: its rows are left out")
-    with tempfile.TemporaryDirectory(prefix="roxxel-bench-") as work:
-        print_table(f"stream throughput: {STEPS} steps of {BATCH}x{SEQ} uint16 tokens, one process, CPU",
-                    [(n, v / 1e6) for n, v in throughput(work, use_original)], "Mtok/s", "memcpy")
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=2.0, help="window per figure (default 2 s)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--tokens", type=float, default=500e6, help="tokens of the throughput dataset (default 500e6 = 1 GB)")
+    p.add_argument("--rss-gb", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 5.0],
+                   help="dataset sizes in GB streamed for the host-memory table (default 1,5)")
+    p.add_argument("--step-ms", type=float, default=2.0, help="training step time in the prefetch table (default 2 ms)")
+    p.add_argument("--only", choices=["throughput", "breakdown", "prefetch", "first-batch", "rss"], action="append",
+                   help="run only these tables (repeatable)")
+    args = p.parse_args(argv)
+    only = set(args.only or ["throughput", "breakdown", "prefetch", "first-batch", "rss"])
+    os.makedirs(CACHE, exist_ok=True)
+    print(f"machine: {load_average()} at start")
+    if only & {"throughput", "breakdown", "prefetch"}:
+        ds = dataset(int(args.tokens))
+    if "throughput" in only:
+        py = original_python()
+        res = throughput(ds, args, py)
+        print_samples(f"read path, {BATCH}x{SEQ} shuffled uint16 -> int32, one process, page-cached, "
+                      f"{ds.num_tokens / 1e6:.0f}M tokens", res, "Mtok/s",
+                      ["memcpy", "pread per row"] + (["roxxel 0.9.14 jax.Array"] if py else []),
+                      scale=1e-6, note=f"{args.seconds:g} s windows; {load_average()}")
+        m = {k: median(v) for k, v in res.items()}
+        record("host rows vs memcpy", f"{m['roxxel host rows'] / m['memcpy']:.2f}x", ">= 0.5x",
+               m["roxxel host rows"] >= 0.5 * m["memcpy"])
+        record("host rows vs pread per row (floor)", f"{m['roxxel host rows'] / m['pread per row']:.2f}x", ">= 1.0x",
+               m["roxxel host rows"] >= m["pread per row"])
+        record("checks on vs off (host rows, steady)", f"{m['roxxel host rows'] / m['roxxel host rows, checks off']:.2f}x",
+               ">= 0.95x", m["roxxel host rows"] >= 0.95 * m["roxxel host rows, checks off"])
+        record("checks on vs off (first pass)",
+               f"{m['roxxel host rows, 1st pass'] / m['roxxel host rows, 1st pass, checks off']:.2f}x", ">= 0.95x",
+               m["roxxel host rows, 1st pass"] >= 0.95 * m["roxxel host rows, 1st pass, checks off"])
+        record("host rows: prefetch 2 vs 0 (no step)", f"{m['roxxel host rows, prefetch 2'] / m['roxxel host rows']:.2f}x",
+               ">= 1.0x (within noise)", m["roxxel host rows, prefetch 2"] >= 0.95 * m["roxxel host rows"])
+        if py:
+            best = max(m["roxxel jax.Array"], m["roxxel jax.Array, prefetch 2"])
+            record("jax.Array vs roxxel 0.9.14", f"{best / m['roxxel 0.9.14 jax.Array']:.2f}x", ">= 3x",
+                   best >= 3 * m["roxxel 0.9.14 jax.Array"])
         print()
-        rows = rss(work)
-        print_table("host RSS growth while streaming (flat means O(1) in dataset size)", rows, "MiB",
-                    rows[0][0], higher_is_better=False)
+    if "breakdown" in only:
+        res = breakdown(ds, args)
+        print_samples("where the time of a host-rows batch goes (steady state, blocks checked)", res, "us/batch",
+                      ["whole batch (next(stream))"], higher_is_better=False, note=load_average())
         print()
-        print_table("time to the first batch at start_step=10**6 (3 datasets, 3 phases; target <= 5 ms)",
-                    first_batch(work, use_original), "ms", "roxxel", higher_is_better=False)
+    if "prefetch" in only:
+        res = prefetch_with_step(ds, args)
+        print_samples(f"prefetch with a {args.step_ms:g} ms training step (host waits, as for a device), host rows",
+                      res, "steps/s", ["prefetch 0"], scale=1 / TOKENS, note=load_average())
+        m = {k: median(v) for k, v in res.items()}
+        record("prefetch gain with a step", f"{m['prefetch 2'] / m['prefetch 0']:.2f}x", "> 1x", m["prefetch 2"] > m["prefetch 0"])
+        print()
+    if "first-batch" in only:
+        res, place = first_batch(args)
+        print_samples("first batch at step 10**6: 3 datasets, 3 phases, 32x2048 (opening included)",
+                      {**res, "place one batch": [place]}, "ms", ["host rows"], higher_is_better=False)
+        host, dev = median(res["host rows"]), median(res["jax.Array"])
+        record("first batch at 10**6, host rows", f"{host:.2f} ms", "<= 5 ms", host <= 5)
+        record("first batch at 10**6, jax.Array minus one placement", f"{dev - place:.2f} ms", "<= 10 ms", dev - place <= 10)
+        print()
+    if "rss" in only:
+        rows = rss(args)
+        width = max(len(n) for n, _ in rows)
+        print("host memory while streaming one epoch: RssAnon growth after the first 50 batches (VmRSS at the end "
+              "counts mapped page cache, shown for reference)")
+        for name, r in rows:
+            print(f"{name:<{width}}  streamed {r['bytes'] / 1e9:6.2f} GB  RssAnon +{r['growth']:6.2f} MiB  "
+                  f"VmRSS {r['vmrss_mib']:8.1f} MiB")
+        worst = max(r["growth"] for _, r in rows)
+        record(f"RssAnon growth streaming {','.join(f'{g:g}' for g in args.rss_gb)} GB", f"{worst:.2f} MiB", "< 8 MiB",
+               worst < 8)
+        print()
+    print(f"machine: {load_average()} at the end")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

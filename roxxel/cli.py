@@ -138,6 +138,7 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
 def info(path, as_json) -> None:
     """Summarise the dataset at PATH: shards, tokens, documents, dtype, bytes."""
     from roxxel.data.dataset import Dataset
+    from roxxel.format.layout import FLOAT_DTYPES
 
     try:
         ds = Dataset(path).open()
@@ -148,7 +149,8 @@ def info(path, as_json) -> None:
         click.echo(json.dumps(summary, indent=1))
         return
     tok = summary["tokenizer"]
-    rows = [("path", path), ("shards", f"{summary['shards']:,}"), ("tokens", f"{summary['tokens']:,}"),
+    count = "values" if summary["dtype"] in FLOAT_DTYPES else "tokens"  # float data: arrays of values, no ids
+    rows = [("path", path), ("shards", f"{summary['shards']:,}"), (count, f"{summary['tokens']:,}"),
             ("documents", f"{summary['documents']:,}"), ("dtype", summary["dtype"]),
             ("vocab size", summary["vocab_size"] if summary["vocab_size"] is not None else "-"),
             ("EOS id", summary["eos_id"] if summary["eos_id"] is not None else "-"),
@@ -185,13 +187,19 @@ def verify(path) -> None:
 @click.option("--tokenizer", default=None, help="tokenizer.json to decode with (byte-level datasets need none).")
 @click.option("--ids", is_flag=True, help="Print the token ids instead of decoding them.")
 def cat(path, index, tokenizer, ids) -> None:
-    """Write document INDEX of the dataset at PATH to stdout (decoded, EOS removed)."""
+    """Write document INDEX of the dataset at PATH to stdout (decoded, EOS removed; a float array's values)."""
     from roxxel.data.dataset import Dataset
+    from roxxel.format.layout import is_float
     from roxxel.tokenizers import ByteTokenizer, load_tokenizer
 
     try:
         ds = Dataset(path).open()
         tokens = ds[index]
+        if is_float(ds.dtype):  # an array, not text: its values, one line
+            if tokenizer is not None:
+                raise ValueError(f"{path} holds {ds.dtype.name} arrays, not tokens: nothing to decode; drop --tokenizer")
+            click.echo(" ".join(str(v) for v in tokens))  # numpy's shortest repr in the stored dtype
+            return
         if ids:
             click.echo(" ".join(map(str, tokens.tolist())))
             return

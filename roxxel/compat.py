@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-import numpy as np
-
 from roxxel.data.curriculum import Curriculum, Phase
 from roxxel.data.dataset import DEFAULT_MAX_OPEN_SHARDS, DEFAULT_RELEASE_BYTES, Dataset, PathSpec
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS
@@ -55,7 +53,7 @@ class Roxxel(Dataset):
 
     def stream(self, seq_len: int, batch_size: int, seed: int, start_step: int = 0,
                completed_phases: Sequence[tuple[int, int, int]] | None = None, total_steps: int | None = None,
-               dtype=np.int32, mesh=None, data_sharding=None, mix_datasets: dict[str, Dataset] | None = None,
+               dtype=None, mesh=None, data_sharding=None, mix_datasets: dict[str, Dataset] | None = None,
                weights: dict[str, float] | None = None, prefetch_size: int = 4, **kwargs) -> Stream:
         """Stream global batches of ``(batch_size, seq_len)`` tokens (the original API).
 
@@ -66,7 +64,8 @@ class Roxxel(Dataset):
             completed_phases: ``(steps, batch_size, seq_len)`` of the phases trained before
                 this one; their tokens are skipped in O(phases).
             total_steps: at most this many steps from ``start_step`` (default: until the data runs out).
-            dtype: token dtype of the batches.
+            dtype: dtype of the batches (default: ``int32`` for tokens, the data's own dtype
+                for float arrays; see :class:`~roxxel.data.stream.Stream`).
             mesh, data_sharding: where the batch goes (default: rows over every device).
             mix_datasets, weights: datasets to blend in, weights keyed by ``"self"`` and their names.
             prefetch_size: batches prepared ahead on a background thread.

@@ -297,7 +297,7 @@ class BlendPlan:
 
     @staticmethod
     def _check_rows(rows: np.ndarray, limit: int | None) -> None:
-        if rows.size == 0:
+        if rows.size == 0 or (rows.min() >= 0 and (limit is None or rows.max() < limit)):
             return
         bad = rows < 0
         if limit is not None:
@@ -324,15 +324,18 @@ class BlendPlan:
         arr = np.asarray(rows)
         if arr.size and not np.issubdtype(arr.dtype, np.integer):
             raise TypeError(f"rows must be integers, got dtype {arr.dtype}")
-        flat = arr.astype(np.int64).reshape(-1)
+        flat = arr.astype(np.int64, copy=False).reshape(-1)
         self._check_rows(flat, self.total_rows)
         dataset = np.empty(flat.shape, np.int64)
         position = np.empty(flat.shape, np.int64)
         seq_len = np.empty(flat.shape, np.int64)
-        seg = np.searchsorted(self._starts, flat, side="right") - 1
-        # A batch usually lies in one or two segments, so a pass per segment is cheap.
-        for s in np.unique(seg):
-            idx = np.flatnonzero(seg == s) if len(self._segments) > 1 else slice(None)
+        if len(self._segments) == 1:
+            seg, one = np.zeros(1, np.int64), True
+        else:  # a batch usually lies in one segment (else two), so a pass per segment is cheap
+            seg = np.searchsorted(self._starts, flat, side="right") - 1
+            one = bool(flat.size) and int(seg.min()) == int(seg.max())
+        for s in (seg[:1] if one else np.unique(seg)).tolist():
+            idx = slice(None) if one else np.flatnonzero(seg == s)
             pat, start_pos = self._compiled[s]
             segment = self._segments[s]
             q, r = np.divmod(flat[idx] - segment.start_row, pat.period)

@@ -19,6 +19,7 @@ from roxxel.data.dataset import Dataset
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS
 from roxxel.data.stream import Stream
 from roxxel.format.errors import DtypeMismatchError
+from roxxel.format.layout import is_float
 
 PRIMARY = "self"
 ORDERS = ("chunks", "documents")
@@ -119,6 +120,16 @@ def _check_compatible(datasets: Mapping[str, Dataset], vocab_size: int | None) -
     vocabulary size, EOS id and token dtype must be the same for every dataset.
     """
     first_name, first = next(iter(datasets.items()))
+    floats = [name for name, ds in datasets.items() if is_float(ds.dtype)]
+    if floats and len(floats) < len(datasets):
+        tokens = next(name for name in datasets if name not in floats)
+        raise DtypeMismatchError(
+            f"dataset {floats[0]!r} ({datasets[floats[0]].filepath}) holds {datasets[floats[0]].dtype.name} arrays and "
+            f"{tokens!r} ({datasets[tokens].filepath}) holds token ids: a blend feeds one model input, so blend float "
+            "datasets only with float datasets of the same dtype")
+    if floats and vocab_size is not None:
+        raise ValueError(f"vocab_size={vocab_size} checks token ids, but {first.filepath} holds {first.dtype.name} "
+                         "arrays: drop vocab_size for float data")
     for name, ds in list(datasets.items())[1:]:
         for field in _SHARED_FIELDS:
             a, b = getattr(first, field), getattr(ds, field)

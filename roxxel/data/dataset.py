@@ -4,10 +4,11 @@ A dataset is a sequence of shards (a manifest, a directory, a glob, one shard, o
 list of those). Its tokens are the shards' tokens concatenated in order; its documents
 are the shards' documents in order. Nothing grows with the dataset's size on the host:
 shards are memory maps opened lazily (a manifest gives their sizes without opening
-them); copies (``read_into``, ``gather_into``, what the streamer uses) go through
-``pread`` and map nothing, and pages touched through zero-copy views are handed back to
-the OS after every ``release_bytes`` bytes, so the process RSS stays flat while
-streaming terabytes.
+them); copies (``read_into``, and the streamer's batched ``gather_rows``/``gather_into``:
+one ``pread`` per row, no per-row Python work beyond the call) map nothing, and pages
+touched through zero-copy views are handed back to the OS after every ``release_bytes``
+bytes, so the process RSS stays flat while streaming terabytes. (Gathering out of the map
+instead costs a page fault per newly touched page: 3-4x slower on a 1 GB dataset here.)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -40,6 +42,7 @@ _GLOB_CHARS = "*?["
 DEFAULT_RELEASE_BYTES = 32 << 20
 DEFAULT_MAX_OPEN_SHARDS = 256
 _FAULT_AROUND = 2 << 20  # a fault can map a whole large folio of the page cache (up to 2 MiB)
+_SCRATCH = threading.local()  # per thread: gather_rows's row buffers by (dtype, shape), used then cast at once
 
 
 class _Entry:
@@ -64,8 +67,9 @@ class Dataset:
         release_bytes: hand mapped pages back to the OS after this many bytes have been read
             (keeps RSS flat; the pages stay in the page cache).
         max_open_shards: shards kept mapped at once (file descriptors), least recently used closed.
-        check_blocks: check each block of tokens against its stored CRC-32 the first time this
-            process reads it (format 1.1 shards; older shards have no block checksums). Leave
+        check_blocks: check each block of tokens against its stored checksum (CRC-32C, or CRC-32 in
+            the first 1.1 shards) the first time this process reads it (format 1.1 shards; older
+            shards have no block checksums). Leave
             on; turning it off is for benchmarks.
 
     The dataset opens on first use (or ``open()``/``with``); opening reads manifests and
@@ -82,7 +86,7 @@ class Dataset:
         EmptyDatasetError: no tokens at all.
 
     Raises (on read):
-        BlockChecksumError: a block of tokens does not match its CRC-32 (names shard and block).
+        BlockChecksumError: a block of tokens does not match its checksum (names shard and block).
     """
 
     def __init__(self, filepath: PathSpec, *,
@@ -209,7 +213,8 @@ class Dataset:
     # ------------------------------------------------------------------------------
     @property
     def dtype(self) -> np.dtype:
-        """Token dtype shared by all shards (``uint8``/``uint16``/``uint32``; any for original-format shards)."""
+        """Dtype shared by all shards: ``uint8``/``uint16``/``uint32`` for tokens, ``float16``/``bfloat16``/
+        ``float32`` for float arrays (any for original-format shards)."""
         self._ensure_open()
         return self._props["dtype"]
 
@@ -382,32 +387,146 @@ class Dataset:
             out[:] = buf
 
     def gather_into(self, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Copy the ranges ``[starts[k], starts[k] + counts[k])`` one after another into ``out`` (1-D).
+        """Copy the ranges ``[starts[k], starts[k] + counts[k])`` one after another into ``out`` (1-D; cast to its dtype).
 
         ``len(out)`` must equal ``counts.sum()``. Returns ``out``.
 
+        This is the streamer's read: per shard, the blocks the ranges touch are checked in one
+        vectorised lookup (each block's checksum once per process), then each range is one
+        ``pread`` straight into its place (through one buffer and one cast when ``out``'s dtype
+        differs). Nothing is mapped.
+
         Raises:
             IndexError: a range is outside the dataset.
+            BlockChecksumError: a block the ranges touch is damaged.
         """
         self._ensure_open()
         starts = np.asarray(starts, np.int64)
         counts = np.asarray(counts, np.int64)
         if len(out) != int(counts.sum()):
             raise ValueError(f"out holds {len(out)} tokens but the ranges add up to {int(counts.sum())}")
-        if starts.size and (starts.min() < 0 or int((starts + counts).max()) > self.num_tokens):
+        if not starts.size:
+            return out
+        ends = starts + counts
+        if starts.min() < 0 or int(ends.max()) > self.num_tokens:
             raise IndexError(f"a token range is outside the dataset's [0, {self.num_tokens})")
-        shard_of = np.searchsorted(self._token_offsets, starts, side="right") - 1
-        local = starts - self._token_offsets[shard_of]
-        inside = local + counts <= self._token_offsets[shard_of + 1] - self._token_offsets[shard_of]
-        pos = 0
-        for s, a, n, ok, g in zip(shard_of.tolist(), local.tolist(), counts.tolist(), inside.tolist(), starts.tolist()):
-            if ok:
-                self._copy(s, a, out[pos:pos + n])
-            else:  # crosses into the next shard
-                self.read_into(out[pos:pos + n], g)
-            pos += n
+        offsets = self._token_offsets
+        n = int(counts[0])
+        rows = n > 0 and (counts == n).all()  # ranges of one length: out holds them as rows
+        dst = None if rows else np.cumsum(counts) - counts
+        if len(offsets) == 2:  # one shard: every range is inside it
+            self._gather_shard(0, out, dst, starts, counts)
+            self.bytes_read += len(out) * self.dtype.itemsize
+            return out
+        shard_of = np.searchsorted(offsets, starts, side="right") - 1
+        inside = ends <= offsets[shard_of + 1]
+        if dst is None and not inside.all():
+            dst = np.cumsum(counts) - counts
+        for s in np.unique(shard_of[inside]).tolist():
+            sel = np.flatnonzero((shard_of == s) & inside)
+            self._gather_shard(s, out, sel * n if dst is None else dst[sel], starts[sel] - offsets[s], counts[sel])
+        for k in np.flatnonzero(~inside).tolist():  # a range that crosses into the next shard
+            assert dst is not None  # set above whenever a range is not inside one shard
+            self.read_into(out[dst[k]:dst[k] + counts[k]], int(starts[k]))
         self.bytes_read += int(counts[inside].sum()) * self.dtype.itemsize  # read_into counts the rest
         return out
+
+    def gather_rows(self, out: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Copy ``out.shape[1]`` tokens from each of ``starts`` into the rows of ``out`` (2-D, C-contiguous).
+
+        The same as :meth:`gather_into` with every range one row long, with less work per
+        row: the blocks of each shard are looked up in one vectorised step (none once the
+        shard is wholly checked), then one ``pread`` per row into one buffer, cast once.
+        Returns ``out``.
+
+        Raises:
+            IndexError: a row is outside the dataset.
+            BlockChecksumError: a block the rows touch is damaged.
+        """
+        self._ensure_open()
+        n, length = out.shape
+        if not n or not length:
+            return out
+        starts = np.asarray(starts, np.int64)
+        if int(starts.min()) < 0 or int(starts.max()) + length > self.num_tokens:
+            raise IndexError(f"a token range is outside the dataset's [0, {self.num_tokens})")
+        offsets = self._token_offsets
+        if len(offsets) == 2:
+            shard_of, local, shards = None, starts, [0]
+        else:
+            shard_of = np.searchsorted(offsets, starts, side="right") - 1
+            local = starts - offsets[shard_of]
+            shards = np.unique(shard_of).tolist()
+            # A row crossing into the next shard, or more shards than stay open at once (their descriptors
+            # would be closed before the reads): shard by shard.
+            if (local + length > offsets[shard_of + 1] - offsets[shard_of]).any() or len(shards) > self.max_open_shards:
+                self.gather_into(out.reshape(-1), starts, np.full(n, length, np.int64))
+                return out
+        where = {}
+        for s in shards:
+            shard = self._shard(s)
+            blocks = shard._blocks
+            if blocks is not None and blocks.unchecked and shard.check_blocks:
+                mine = local if shard_of is None else local[shard_of == s]
+                shard.check_pieces(mine, np.full(len(mine), length, np.int64))
+            where[s] = (shard._descriptor(), shard._data_offset)
+        size = self.dtype.itemsize
+        direct = out.dtype == self.dtype and out.flags.c_contiguous
+        buf, rows = self._row_buffers(out, direct)
+        row_bytes = length * size
+        places = [where[0]] * n if shard_of is None else [where[s] for s in shard_of.tolist()]
+        for k, (row, (fd, base), a) in enumerate(zip(rows, places, local.tolist())):
+            if os.preadv(fd, row, base + a * size) != row_bytes:
+                s = 0 if shard_of is None else int(shard_of[k])
+                self._shard(s).pread_into(buf[k], a)  # a short read: retried, or TruncatedShardError
+        if not direct:
+            out[...] = buf
+        self.bytes_read += out.size * size
+        return out
+
+    def _row_buffers(self, out: np.ndarray, direct: bool) -> tuple[np.ndarray, list[list[memoryview]]]:
+        """``(buffer, [[row view]] per row)`` to ``preadv`` rows into: ``out`` itself, or this thread's scratch buffer.
+
+        The scratch buffer (stored dtype, cast into ``out`` before the call returns) and its
+        row views are kept per thread, dtype and shape, so a batch slices nothing per row.
+        """
+        if direct:
+            view = out.reshape(-1).view(np.uint8).data  # bytes: bfloat16 has no buffer format
+            step = out.shape[1] * out.itemsize
+            return out, [[view[k * step:(k + 1) * step]] for k in range(out.shape[0])]
+        cache = _SCRATCH.__dict__.setdefault("buffers", {})
+        key = (self.dtype.str, out.shape)
+        if key not in cache:
+            if len(cache) >= 4:
+                cache.pop(next(iter(cache)))
+            buf = np.empty(out.shape, self.dtype)
+            view = buf.reshape(-1).view(np.uint8).data
+            step = out.shape[1] * self.dtype.itemsize
+            cache[key] = buf, [[view[k * step:(k + 1) * step]] for k in range(out.shape[0])]
+        return cache[key]
+
+    def _gather_shard(self, s: int, out: np.ndarray, dst: np.ndarray | None, local: np.ndarray,
+                      counts: np.ndarray) -> None:
+        """Copy ranges ``[local[k], local[k] + counts[k])`` of shard ``s`` to ``out[dst[k]:]``, blocks checked first.
+
+        ``dst`` None: the ranges are all ``counts[0]`` long and fill ``out`` in order, as rows.
+        """
+        shard = self._shard(s)
+        if dst is None and out.dtype == shard.dtype and out.flags.c_contiguous:
+            shard.read_pieces(out, local, counts)  # straight into the batch
+            return
+        buf = np.empty(len(out) if dst is None else int(counts.sum()), shard.dtype)
+        shard.read_pieces(buf, local, counts)
+        n = int(counts[0])
+        if dst is None:
+            out[...] = buf  # one cast of the whole batch
+        elif n and not len(out) % n and (counts == n).all() and not (dst % n).any():  # some of the rows
+            out.reshape(-1, n)[dst // n] = buf.reshape(-1, n)
+        else:
+            pos = 0
+            for d, c in zip(dst.tolist(), counts.tolist()):
+                out[d:d + c] = buf[pos:pos + c]
+                pos += c
 
     def _check_range(self, start: int, stop: int) -> None:
         if not 0 <= start <= stop <= self.num_tokens:

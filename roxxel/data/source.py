@@ -66,9 +66,22 @@ class ShuffledTokens:
         lo, hi = int(chunks.min()), int(chunks.max())
         w = self._window
         if w is None or w[0] != epoch or lo < w[1] or hi >= w[1] + len(w[2]):
-            size = min(max(_WINDOW, hi - lo + 1), self.num_chunks - lo)
+            # Grow from what is asked (a resume's first batch pays for its own chunks only) to _WINDOW.
+            grown = 4 * len(w[2]) if w is not None and w[0] == epoch else 0
+            size = min(max(min(grown, _WINDOW), hi - lo + 1), self.num_chunks - lo)
             w = self._window = (epoch, lo, self.permutation(epoch)(np.arange(lo, lo + size, dtype=np.int64)))
         return w[2][chunks - w[1]]
+
+    def _physical(self, epoch: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        """The dataset chunk at each ``(epoch, chunk)`` of the stream (one permutation pass per epoch present)."""
+        e0 = int(epoch[0])
+        if (epoch == e0).all():  # the usual case: a batch inside one epoch
+            return self._permute(e0, chunk)
+        physical = np.empty_like(chunk)
+        for e in np.unique(epoch):
+            sel = epoch == e
+            physical[sel] = self._permute(int(e), chunk[sel])
+        return physical
 
     def pieces(self, positions: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Contiguous dataset ranges that make up rows of ``length`` tokens at stream ``positions``.
@@ -79,6 +92,12 @@ class ShuffledTokens:
         """
         positions = np.asarray(positions, np.int64)
         n_rows = len(positions)
+        if n_rows:
+            epoch, q = np.divmod(positions, self.size)
+            chunk, within = np.divmod(q, self.chunk)
+            if int((within + length).max()) <= self.chunk:  # every row inside one chunk: one piece per row
+                return (np.arange(n_rows, dtype=np.int64), self._physical(epoch, chunk) * self.chunk + within,
+                        np.full(n_rows, length, np.int64))
         max_pieces = -(-length // self.chunk) + 1
         rows, starts, counts = [], [], []
         offset = np.zeros(n_rows, np.int64)  # tokens of each row already covered
@@ -90,10 +109,7 @@ class ShuffledTokens:
             epoch, q = np.divmod(pos, self.size)
             chunk, within = np.divmod(q, self.chunk)
             take = np.minimum(self.chunk - within, length - offset[live])
-            physical = np.empty_like(chunk)
-            for e in np.unique(epoch):
-                sel = epoch == e
-                physical[sel] = self._permute(int(e), chunk[sel])
+            physical = self._physical(epoch, chunk)
             rows.append(live)
             starts.append(physical * self.chunk + within)
             counts.append(take)

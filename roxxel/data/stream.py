@@ -18,6 +18,7 @@ import numpy as np
 from roxxel.data.documents import document_features
 from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import ShuffledDocuments, ShuffledTokens
+from roxxel.format.layout import is_float
 from roxxel.sharding import batch_sharding, default_batch_sharding
 
 if TYPE_CHECKING:  # annotations only: the curriculum builds streams (roxxel.data.curriculum imports this)
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # annotations only: the curriculum builds streams (roxxel.dat
 log = logging.getLogger("roxxel.data")
 
 OUTPUTS = ("tokens", "documents")
+_AHEAD = 64  # steps whose rows are located and cut in one vectorised pass
 
 
 # The default batch sharding (rows over one "data" axis of every device), shared with the Trainer.
@@ -76,6 +78,9 @@ class BatchReader:
                         else ShuffledTokens(ds, seed, i, curriculum.chunk_tokens)
                         for i, ds in enumerate(curriculum.datasets.values())]
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
+        # The largest id each dataset's stored dtype can hold (None: not an integer dtype, original-format data).
+        self._max_ids = [np.iinfo(dt).max if np.issubdtype(dt, np.integer) else None for dt in self.dtypes]
+        self._plan = None  # (key, first step, end step, dataset, start, one dataset per step) of planned steps
 
     def rows(self, step: int, lo: int, hi: int, dtype=np.int32, *, with_breaks: bool = False):
         """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``.
@@ -85,15 +90,74 @@ class BatchReader:
         ``t - 1`` in its dataset (the row joins two shuffled chunks there).
         """
         phase = self.curriculum.phase_at(step)
+        planned = self._planned(step, lo, hi, phase)
+        if planned is None:
+            return self._rows_by_pieces(step, lo, hi, phase, dtype, with_breaks)
+        which, starts, single = planned
+        out = np.empty((hi - lo, phase.seq_len), dtype)
+        for d in ([int(which[0])] if single else np.unique(which).tolist()):
+            sel = slice(None) if single else np.flatnonzero(which == d)
+            # Read straight into the batch when its dtype holds every stored id (else check before a narrowing cast).
+            exact = np.can_cast(self.dtypes[d], dtype)
+            rows = out if single and exact else np.empty((len(out[sel]), phase.seq_len), dtype if exact else self.dtypes[d])
+            self.sources[d].dataset.gather_rows(rows, starts[sel])
+            self._check_vocab(rows, d)
+            if rows is not out:
+                out[sel] = rows
+        return (out, np.zeros(out.shape, bool)) if with_breaks else out
+
+    def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase):
+        """``(dataset, start, one_dataset)`` of each row of ``step`` when every row is one contiguous range, else None.
+
+        Rows are located and cut for ``_AHEAD`` steps at once (one vectorised pass instead
+        of one per step); a stream reads steps in order, so the next ones come from this plan.
+        """
+        key = (phase.index, lo, hi)
+        plan = self._plan
+        if plan is None or plan[0] != key or not plan[1] <= step < plan[2]:
+            # Plan 1 step after a jump (a resume's first batch pays for itself), then more and more up to _AHEAD.
+            ahead = min(_AHEAD, 4 * (plan[2] - plan[1])) if plan is not None and plan[0] == key and step == plan[2] else 1
+            plan = self._plan = self._plan_ahead(step, lo, hi, phase, key, ahead)
+        if plan[3] is None:
+            return None
+        k, n = step - plan[1], hi - lo
+        which = plan[3][k * n:(k + 1) * n]
+        return which, plan[4][k * n:(k + 1) * n], bool(plan[5][k])
+
+    def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int):
+        n = hi - lo
+        for steps in dict.fromkeys((int(min(ahead, phase.end_step - step)), 1)):
+            rows = (self.curriculum.rows_before(step) + lo + phase.batch_size * np.arange(steps, dtype=np.int64)[:, None]
+                    + np.arange(n, dtype=np.int64)).reshape(-1)
+            try:
+                which, position, _ = self.curriculum.plan.locate(rows)
+            except (IndexError, ValueError):
+                if steps == 1:
+                    raise
+                continue  # the steps ahead run past the data: plan only this one (its own error, if any)
+            starts = np.empty_like(position)
+            for d in np.unique(which).tolist():
+                sel = np.flatnonzero(which == d)
+                _, start, count = self.sources[d].pieces(position[sel], phase.seq_len)
+                if len(start) != len(sel) or (count != phase.seq_len).any():  # some row is cut into pieces
+                    return key, step, step + 1, None, None, None
+                starts[sel] = start
+            by_step = which.reshape(steps, n)
+            single = (by_step == by_step[:, :1]).all(axis=1) if n else np.ones(steps, bool)
+            return key, step, step + steps, which, starts, single
+        raise AssertionError("unreachable")
+
+    def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype, with_breaks: bool):
+        """:meth:`rows` for steps whose rows join several pieces (chunk or document boundaries inside a row)."""
         first = self.curriculum.rows_before(step)
         which, position, _ = self.curriculum.plan.locate(np.arange(first + lo, first + hi, dtype=np.int64))
         out = np.empty((hi - lo, phase.seq_len), dtype)
         breaks = np.zeros(out.shape, bool) if with_breaks else None
-        for d in np.unique(which):
+        for d in np.unique(which).tolist():
             sel = np.flatnonzero(which == d)
             source = self.sources[d]
             row, starts, counts = source.pieces(position[sel], phase.seq_len)
-            flat = np.empty(len(sel) * phase.seq_len, self.dtypes[d])
+            flat = np.empty(len(sel) * phase.seq_len, dtype if np.can_cast(self.dtypes[d], dtype) else self.dtypes[d])
             source.dataset.gather_into(flat, starts, counts)
             self._check_vocab(flat, d)
             out[sel] = flat.reshape(len(sel), phase.seq_len)
@@ -102,8 +166,10 @@ class BatchReader:
         return (out, breaks) if with_breaks else out
 
     def _check_vocab(self, tokens: np.ndarray, d: int) -> None:
-        limit = self.vocab_size
-        if limit is not None and tokens.size and int(tokens.max()) >= limit:
+        limit, max_id = self.vocab_size, self._max_ids[d]
+        if limit is None or (max_id is not None and max_id < limit):  # no larger id fits the dtype
+            return
+        if tokens.size and int(tokens.max()) >= limit:
             bad = int(tokens.max())
             name = self.curriculum.names[d]
             raise ValueError(
@@ -135,7 +201,9 @@ class Stream:
         start_step: first step (any step: O(phases) to get there).
         stop_step: end (exclusive); default the curriculum's end.
         seed: shuffle seed.
-        dtype: integer dtype of the token array (default int32).
+        dtype: dtype of the batch. Default: ``int32`` for token data; for float data
+            (``float16``/``bfloat16``/``float32`` shards) the data's own dtype. Float data may be
+            cast to another float dtype, never to an integer one.
         sharding: the batch's sharding; default :func:`default_sharding`. ``mesh`` plus
             ``data_sharding`` (the original's arguments) are accepted too.
         outputs: ``"tokens"`` - a ``(batch_size, seq_len)`` array per step: each row is a
@@ -152,11 +220,11 @@ class Stream:
     Raises:
         ValueError: a batch size that does not divide over the processes/devices (names
             the phase); a step range outside the curriculum; ``outputs="documents"`` on a
-            dataset without an EOS id.
+            dataset without an EOS id or on float data; an integer ``dtype`` for float data.
     """
 
     def __init__(self, curriculum: Curriculum, start_step: int = 0, stop_step: float | None = None, *, seed: int = 0,
-                 dtype=np.int32, sharding=None, mesh=None, data_sharding=None, outputs: str = "tokens",
+                 dtype=None, sharding=None, mesh=None, data_sharding=None, outputs: str = "tokens",
                  prefetch_size: int = 2, to_device: bool = True):
         if outputs not in OUTPUTS:
             raise ValueError(f"outputs must be one of {OUTPUTS}, got {outputs!r}")
@@ -170,7 +238,7 @@ class Stream:
         self.start_step, self.stop_step = start_step, int(stop)
         if stop > start_step:
             curriculum.check_positions(self.stop_step - 1)
-        self.dtype = np.dtype(dtype)
+        self.dtype = _batch_dtype(curriculum, dtype, outputs)
         self.outputs = outputs
         self.eos_id = curriculum.datasets["self"].eos_id
         if outputs == "documents" and self.eos_id is None:
@@ -212,8 +280,12 @@ class Stream:
 
         shape = (phase.batch_size, phase.seq_len)
 
-        def place(a):
-            return jax.make_array_from_process_local_data(self.sharding, a, shape)
+        if jax.process_count() == 1:  # this process holds the whole batch: one device_put, one transfer per device
+            def place(a):
+                return jax.device_put(a, self.sharding)
+        else:
+            def place(a):
+                return jax.make_array_from_process_local_data(self.sharding, a, shape)
 
         return place(arrays) if self.outputs == "tokens" else {k: place(v) for k, v in arrays.items()}
 
@@ -257,3 +329,21 @@ class Stream:
 
     def __repr__(self) -> str:
         return f"Stream(steps=[{self.start_step}, {self.stop_step}), outputs={self.outputs!r})"
+
+
+def _batch_dtype(curriculum: Curriculum, dtype: Any, outputs: str) -> np.dtype:
+    """The batch dtype: ``dtype``, or the default for the data (see :class:`Stream`); refuses
+    token-only outputs and integer casts of float data."""
+    primary = curriculum.datasets["self"]
+    if not is_float(primary.dtype):
+        return np.dtype(np.int32 if dtype is None else dtype)
+    data = f"{primary.filepath} holds {primary.dtype.name} arrays, not tokens"
+    if outputs != "tokens":
+        raise ValueError(f"outputs={outputs!r} needs token data with an EOS id; {data}: use outputs='tokens'")
+    if dtype is None:
+        return primary.dtype
+    if not is_float(dtype):
+        raise ValueError(f"dtype {np.dtype(dtype).name} would truncate float data ({data}): pass a float dtype "
+                         f"(float32, bfloat16, float16) or leave dtype unset to keep {primary.dtype.name}")
+    return np.dtype(dtype)
+

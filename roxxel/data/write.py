@@ -37,7 +37,9 @@ def write_dataset(path: str, documents: Iterable, *, separator: bytes | int | No
             documents unpadded, and the streamer chooses its own chunk size.
         max_shard_bytes: roll over to a new shard past this size (default 256 MiB for directories).
         dtype: token dtype; signed requests map to the unsigned type of the same width. Default:
-            from the tokenizer's vocabulary, ``uint8`` for text/bytes, else the first array's width.
+            from the tokenizer's vocabulary, ``uint8`` for text/bytes, else the first array's
+            dtype: a ``float16``/``bfloat16``/``float32`` array makes a float dataset (detected,
+            as the original did; no separator, tokenizer or EOS then), ``float64`` is refused.
         tokenizer: ``"bytes"``, a ``tokenizer.json`` path or a ``tokenizers.Tokenizer``; strings are
             encoded with it and its EOS id ends every document.
         eos_id, vocab_size: set them explicitly (e.g. for pre-tokenized arrays).
@@ -83,6 +85,9 @@ def write_dataset(path: str, documents: Iterable, *, separator: bytes | int | No
         raise ValueError(f"no documents to write to {path}")
     if dtype is None and vocab_size is None:
         dtype = _default_dtype(encode(first), eos_id)
+    if dtype is not None and layout.is_float(layout.normalize_dtype(dtype)) and (eos_id is not None or tail.size):
+        raise ValueError(f"float arrays ({np.dtype(dtype).name}) have no end-of-document token: drop separator= / "
+                         "tokenizer= / eos_id= (the shard's document index keeps the arrays apart)")
     docs = (_with_tail(encode(d), tail) for d in documents)
     opts = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, tokenizer=ident)
 
@@ -125,7 +130,7 @@ def _peek(it: Iterator) -> tuple[Any, Iterator]:
 def _default_dtype(first, eos_id: int | None) -> np.dtype:
     if isinstance(first, (bytes, bytearray, memoryview)):
         return np.dtype(np.uint8) if eos_id is None or eos_id < 256 else np.dtype(np.uint16)
-    return layout.normalize_token_dtype(np.asarray(first).dtype)  # a float array gets a clear error
+    return layout.normalize_dtype(np.asarray(first).dtype)  # float16/bfloat16/float32 kept; float64 refused
 
 
 def _with_tail(doc, tail: np.ndarray):

@@ -1,6 +1,9 @@
 """Per-block checksums of a shard's token data, checked the first time each block is read.
 
-A format-1.1 shard stores one CRC-32 per ``block_bytes`` bytes of its token data. A
+A format-1.1 shard stores one checksum per ``block_bytes`` bytes of its token data: CRC-32C
+(Castagnoli, hardware-accelerated through ``google_crc32c``, several GB/s) for shards written
+by this version, CRC-32 (``zlib``, ~1 GB/s) for the first 1.1 shards; the metadata's
+``block_checksums.algorithm`` names which. A
 reader checks a block before any of its tokens leave the shard, once per process: a map
 of checked blocks (one byte per block, 1/65536 of the data at the default block size)
 makes every later read of that block free. A block read in full is checked on the bytes
@@ -12,10 +15,23 @@ from __future__ import annotations
 import os
 import zlib
 
+import google_crc32c
 import numpy as np
 
 from roxxel.format import layout
 from roxxel.format.errors import BlockChecksumError, TruncatedShardError
+
+
+def _crc32(data: bytes | memoryview, crc: int = 0) -> int:
+    return zlib.crc32(data, crc)
+
+
+def _crc32c(data: bytes | memoryview, crc: int = 0) -> int:
+    return google_crc32c.extend(crc, bytes(data))  # its C extension takes bytes only
+
+
+ALGORITHMS = {"crc32": _crc32, "crc32c": _crc32c}  # name in the metadata -> checksum(data, crc=0)
+DEFAULT_ALGORITHM = "crc32c"
 
 
 class BlockChecks:
@@ -26,18 +42,23 @@ class BlockChecks:
         data_offset: byte offset of token 0 in the file.
         data_bytes: bytes of token data.
         block_bytes: bytes per block (the last block may be shorter).
-        table_offset: byte offset of the uint32 CRC table in the file.
+        table_offset: byte offset of the uint32 checksum table in the file.
+        algorithm: ``"crc32c"`` or ``"crc32"`` (a key of :data:`ALGORITHMS`).
     """
 
-    def __init__(self, path: str, data_offset: int, data_bytes: int, block_bytes: int, table_offset: int):
+    def __init__(self, path: str, data_offset: int, data_bytes: int, block_bytes: int, table_offset: int,
+                 algorithm: str = DEFAULT_ALGORITHM):
         self.path, self.data_offset, self.data_bytes = path, data_offset, data_bytes
+        self.algorithm = algorithm
+        self._checksum = ALGORITHMS[algorithm]
         self.block_bytes, self.table_offset = block_bytes, table_offset
         self.num_blocks = layout.num_blocks(data_bytes, block_bytes)
         self.checked = np.zeros(self.num_blocks, bool)
+        self.unchecked = self.num_blocks  # blocks not yet checked: at 0 every read of the shard is free
         self._crcs: np.ndarray | None = None
 
     def crcs(self, fd: int) -> np.ndarray:
-        """The stored CRC-32 of every block, uint32, read on first use."""
+        """The stored checksum of every block, uint32, read on first use."""
         if self._crcs is None:
             raw = _pread(fd, self.num_blocks * layout.BLOCK_CRC_DTYPE.itemsize, self.table_offset, self.path)
             self._crcs = np.frombuffer(raw, layout.BLOCK_CRC_DTYPE)
@@ -53,7 +74,7 @@ class BlockChecks:
                 are checked on them, without a second read.
 
         Raises:
-            BlockChecksumError: a block's bytes do not match its stored CRC-32.
+            BlockChecksumError: a block's bytes do not match its stored checksum.
         """
         if stop <= start:
             return
@@ -61,26 +82,53 @@ class BlockChecks:
         todo = np.flatnonzero(~self.checked[b0:b1])
         if not todo.size:
             return
-        crcs = self.crcs(fd)
         for b in (todo + b0).tolist():
             lo = b * self.block_bytes
             hi = min(lo + self.block_bytes, self.data_bytes)
-            data: bytes | memoryview
-            if copied is not None and start <= lo and hi <= stop:
-                data = copied[lo - start:hi - start]
-            else:
-                data = _pread(fd, hi - lo, self.data_offset + lo, self.path)
-            actual = zlib.crc32(data)
-            if actual != int(crcs[b]):
-                raise BlockChecksumError(
-                    f"{self.path}: token block {b} (data bytes {lo}-{hi}) fails its CRC-32 check (stored "
-                    f"{int(crcs[b]):08x}, read {actual:08x}); the shard is damaged - run `roxxel verify` on the "
-                    "dataset, then re-copy the shard from its source or re-pack it", self.path)
+            self._check_block(fd, b, copied[lo - start:hi - start] if copied is not None and start <= lo and hi <= stop
+                              else None)
+
+    def _check_block(self, fd: int, b: int, data=None) -> None:
+        """Check block ``b`` on ``data`` (its bytes, if already read) or on a fresh read; mark it checked."""
+        lo = b * self.block_bytes
+        hi = min(lo + self.block_bytes, self.data_bytes)
+        if data is None:
+            data = _pread(fd, hi - lo, self.data_offset + lo, self.path)
+        actual = self._checksum(data)
+        stored = int(self.crcs(fd)[b])
+        if actual != stored:
+            name = self.algorithm.upper().replace("CRC", "CRC-")
+            raise BlockChecksumError(
+                f"{self.path}: token block {b} (data bytes {lo}-{hi}) fails its {name} check (stored "
+                f"{stored:08x}, read {actual:08x}); the shard is damaged - run `roxxel verify` on the "
+                "dataset, then re-copy the shard from its source or re-pack it", self.path)
+        if not self.checked[b]:
             self.checked[b] = True
+            self.unchecked -= 1
+
+    def check_pieces(self, fd: int, starts: np.ndarray, stops: np.ndarray) -> None:
+        """:meth:`check` for many byte ranges ``[starts[k], stops[k])`` at once (int64 arrays, non-empty ranges).
+
+        The common case, every block already checked, costs a few vectorised lookups in the
+        map of checked blocks, whatever the number of ranges.
+        """
+        if not len(starts) or not self.unchecked:
+            return
+        b0, b1 = starts // self.block_bytes, (stops - 1) // self.block_bytes
+        checked = self.checked
+        if int((b1 - b0).max()) <= 1:
+            if checked[b0].all() and checked[b1].all():
+                return
+            blocks = np.union1d(b0, b1)
+        else:  # ranges longer than a block: every block they cover
+            blocks = np.unique(np.concatenate([np.arange(a, z + 1) for a, z in zip(b0.tolist(), b1.tolist())]))
+        for b in blocks[~checked[blocks]].tolist():
+            self._check_block(fd, b)
 
     def check_all(self, fd: int) -> None:
         """Check every block (``verify``), whether or not it was checked before."""
         self.checked[:] = False
+        self.unchecked = self.num_blocks
         step = max(1, (8 << 20) // self.block_bytes) * self.block_bytes
         for start in range(0, self.data_bytes, step):
             stop = min(start + step, self.data_bytes)

@@ -17,10 +17,11 @@ token data              ``num_tokens`` tokens of the dtype, starting at
 padding                 zero bytes up to the next multiple of 8
 document index          ``num_documents`` uint64: token offset of each document's
                         first token (the first is 0; documents are contiguous)
-block checksums (1.1)   one uint32 CRC-32 per block of ``block_bytes`` bytes of the
+block checksums (1.1)   one uint32 checksum per block of ``block_bytes`` bytes of the
                         token data (the last block may be shorter); the metadata's
-                        ``block_checksums`` = ``{"algorithm": "crc32", "block_bytes": N}``
-                        says the region is there
+                        ``block_checksums`` = ``{"algorithm": A, "block_bytes": N}``
+                        says the region is there; ``A`` is ``"crc32c"`` (written
+                        now) or ``"crc32"`` (the first 1.1 shards; still read)
 footer (56 bytes)       ``FOOTER``: SHA-256 of the contents, token count, document
                         count, end signature ``ROXSHEND``
 ======================  ==========================================================
@@ -38,13 +39,21 @@ the header implies is truncated (or has trailing garbage) and is refused on open
 Token dtypes are unsigned: ``uint16`` when the vocabulary fits in 65,536 ids, else
 ``uint32`` (``uint8`` when asked for raw bytes). The original Roxxel stored vocabularies
 up to 65,535 ids as ``int16``, which turns every id >= 32,768 negative.
+
+A shard may instead hold floating-point arrays (features, embeddings, regression targets,
+as the original allowed): ``float16``, ``bfloat16`` (ml_dtypes' type, JAX's ``bfloat16``)
+or ``float32``, little-endian, in the same layout; each "document" is one array. Such data
+has no vocabulary and no EOS id; the block checksums and the SHA-256 cover its bytes the
+same way.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from typing import Any
 
+import ml_dtypes  # registers numpy's "bfloat16" dtype name (installed with JAX)
 import numpy as np
 
 SIGNATURE = b"ROXSHARD"
@@ -65,6 +74,9 @@ INDEX_ALIGNMENT = 8
 INDEX_DTYPE = np.dtype("<u8")
 
 TOKEN_DTYPES = ("uint8", "uint16", "uint32")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32")
+ARRAY_DTYPES = TOKEN_DTYPES + FLOAT_DTYPES
+"""Every dtype a shard's header may name."""
 # Signed requests from the original API map to the unsigned dtype of the same width.
 _SIGNED_TO_UNSIGNED = {"int8": "uint8", "int16": "uint16", "int32": "uint32", "int64": "uint32", "uint64": "uint32"}
 
@@ -101,6 +113,36 @@ def normalize_token_dtype(dtype) -> np.dtype:
             f"token dtype must be one of {', '.join(TOKEN_DTYPES)} (or a signed integer type of the "
             f"same width), got {np.dtype(dtype).name!r}; float data is not a token stream"
         )
+    return np.dtype(name).newbyteorder("<")
+
+
+def is_float(dtype: Any) -> bool:
+    """Whether ``dtype`` is a floating-point type (``bfloat16`` included, whose numpy kind is ``V``)."""
+    d = np.dtype(dtype)
+    return d.kind == "f" or d == np.dtype(ml_dtypes.bfloat16)
+
+
+def normalize_dtype(dtype: Any) -> np.dtype:
+    """Map a requested dtype to the little-endian dtype a shard stores it as.
+
+    Integer types map as in :func:`normalize_token_dtype`; ``float16``, ``bfloat16`` and
+    ``float32`` are kept.
+
+    Raises:
+        ValueError: another floating-point type (``float64``: cast to ``float32`` first; a
+            silent downcast would lose precision) or a type that is neither.
+    """
+    d = np.dtype(dtype)
+    if is_float(d):
+        if d.name not in FLOAT_DTYPES:
+            raise ValueError(f"float arrays are stored as {', '.join(FLOAT_DTYPES)}, got {d.name!r}; "
+                             "cast them (e.g. .astype(np.float32)) or pass dtype='float32'")
+        return dtype_from_name(d.name)
+    return normalize_token_dtype(d)
+
+
+def dtype_from_name(name: str) -> np.dtype:
+    """The little-endian dtype a header names (``"uint16"``, ``"bfloat16"``, ...)."""
     return np.dtype(name).newbyteorder("<")
 
 

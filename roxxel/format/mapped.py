@@ -1,4 +1,4 @@
-"""What both shard formats share: a lazily opened memory map, ``pread`` copies, and page release."""
+"""What both shard formats share: a lazily opened memory map, ``pread`` copies (one range or many), and page release."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class MappedFile:
 
     @property
     def has_block_checksums(self) -> bool:
-        """True when reads are checked against stored per-block CRC-32s (format 1.1 shards)."""
+        """True when reads are checked against stored per-block checksums (format 1.1 shards)."""
         return self._blocks is not None
 
     def _descriptor(self) -> int:
@@ -74,6 +74,39 @@ class MappedFile:
             size = self.dtype.itemsize
             self._blocks.check(self._descriptor(), start * size, stop * size)
 
+    def check_pieces(self, starts: np.ndarray, counts: np.ndarray) -> None:
+        """:meth:`check_range` for many token ranges ``[starts[k], starts[k] + counts[k])`` at once (int64 arrays).
+
+        Raises:
+            BlockChecksumError: a block is damaged.
+        """
+        if self._blocks is not None and self.check_blocks:
+            size = self.dtype.itemsize
+            self._blocks.check_pieces(self._descriptor(), starts * size, (starts + counts) * size)
+
+    def read_pieces(self, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> None:
+        """Copy token ranges ``[starts[k], starts[k] + counts[k])`` back to back into ``out`` (1-D, C-contiguous, this dtype).
+
+        The blocks they touch are checked first in one vectorised lookup; then one ``pread``
+        per range, nothing mapped (a page fault per newly touched page makes gathering out of
+        the map slower on large datasets).
+
+        Raises:
+            BlockChecksumError: a block is damaged.
+            TruncatedShardError: the file ended early (it shrank after opening).
+        """
+        self.check_pieces(starts, counts)
+        fd = self._descriptor()
+        size = self.dtype.itemsize
+        view = out.view(np.uint8).data  # as bytes: bfloat16 has no buffer format
+        base = self._data_offset
+        pos = 0
+        for a, c in zip(starts.tolist(), counts.tolist()):
+            nbytes = c * size
+            if os.preadv(fd, [view[pos:pos + nbytes]], base + a * size) != nbytes:  # short read: retry or raise
+                self.pread_into(out[pos // size:pos // size + c], a)
+            pos += nbytes
+
     def _map(self) -> mmap.mmap:
         if self._mmap is None:
             with open_regular(self.path) as f:
@@ -90,7 +123,7 @@ class MappedFile:
             TruncatedShardError: the file ended early (it shrank after opening).
         """
         fd = self._descriptor()
-        whole = buf = out.data.cast("B")  # the array's own buffer (C-contiguous), as bytes
+        whole = buf = out.view(np.uint8).data  # as bytes: bfloat16 has no buffer format
         offset = self._data_offset + start * self.dtype.itemsize
         while len(buf):
             n = os.preadv(fd, [buf], offset)

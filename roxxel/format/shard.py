@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from roxxel.format import layout
-from roxxel.format.blocks import BlockChecks
+from roxxel.format.blocks import ALGORITHMS, BlockChecks
 from roxxel.format.errors import (
     BadSignatureError,
     BlockChecksumError,
@@ -34,7 +34,8 @@ class Shard(MappedFile):
 
     Attributes:
         path: the file.
-        dtype: token dtype (``uint8``, ``uint16`` or ``uint32``, little-endian).
+        dtype: token dtype (``uint8``, ``uint16`` or ``uint32``), or for float data ``float16``,
+            ``bfloat16`` or ``float32``; little-endian.
         num_tokens: tokens in the shard.
         num_documents: documents in the shard (each ends with the EOS token when the
             dataset has one).
@@ -80,7 +81,7 @@ class Shard(MappedFile):
                     f"reads ({layout.FORMAT_VERSION[0]}.x); upgrade roxxel", path)
             plausible = (major <= layout.FORMAT_VERSION[0] and data_offset % layout.DATA_ALIGNMENT == 0
                          and layout.HEADER.size + meta_len <= data_offset <= _MAX_DATA_OFFSET
-                         and dtype_name.rstrip(b"\0").decode("ascii", "replace") in layout.TOKEN_DTYPES)
+                         and dtype_name.rstrip(b"\0").decode("ascii", "replace") in layout.ARRAY_DTYPES)
             if len(meta_bytes) < meta_len and plausible:
                 raise TruncatedShardError(_truncated_message(path, "metadata", size, data_offset), path)
             if not crc_ok:
@@ -88,12 +89,15 @@ class Shard(MappedFile):
                     f"{path}: header checksum mismatch: the file has the {layout.SIGNATURE.decode()} signature but "
                     "its header or metadata is damaged (or it is not really a shard) - re-copy or re-pack it", path)
             self.metadata: dict[str, Any] = json.loads(meta_bytes.decode("utf-8"))
-            self.dtype = np.dtype(dtype_name.rstrip(b"\0").decode("ascii")).newbyteorder("<")
+            name = dtype_name.rstrip(b"\0").decode("ascii", "replace")
+            if name not in layout.ARRAY_DTYPES:
+                raise CorruptShardError(f"{path}: unknown dtype {name!r} in the header - re-pack the shard", path)
+            self.dtype = layout.dtype_from_name(name)
             expected_index = layout.index_offset_for(data_offset, num_tokens, self.dtype.itemsize)
             if index_offset != expected_index or data_offset % layout.DATA_ALIGNMENT:
                 raise CorruptShardError(f"{path}: inconsistent offsets in the header - re-pack the shard", path)
             data_bytes = num_tokens * self.dtype.itemsize
-            block_bytes = self._block_bytes(path, (major, minor))
+            block_bytes, algorithm = self._block_spec(path, (major, minor))
             blocks = layout.num_blocks(data_bytes, block_bytes)
             expected_size = layout.file_size_for(index_offset, num_documents, blocks)
             if size < expected_size:
@@ -117,18 +121,20 @@ class Shard(MappedFile):
         self._index: np.ndarray | None = None
         if block_bytes:
             table = index_offset + num_documents * layout.INDEX_DTYPE.itemsize
-            self._blocks = BlockChecks(path, data_offset, data_bytes, block_bytes, table)
+            self._blocks = BlockChecks(path, data_offset, data_bytes, block_bytes, table, algorithm)
 
-    def _block_bytes(self, path: str, version: tuple[int, int]) -> int:
-        """Block size of the stored checksums: 0 for a 1.0 shard (it has none)."""
+    def _block_spec(self, path: str, version: tuple[int, int]) -> tuple[int, str]:
+        """Block size and algorithm of the stored checksums: ``(0, "")`` for a 1.0 shard (it has none)."""
         spec = self.metadata.get("block_checksums")
         if version < layout.BLOCK_CHECKSUM_VERSION and spec is None:
-            return 0
-        if (not isinstance(spec, dict) or spec.get("algorithm") != "crc32" or not isinstance(spec.get("block_bytes"), int)
+            return 0, ""
+        if (not isinstance(spec, dict) or spec.get("algorithm") not in ALGORITHMS
+                or not isinstance(spec.get("block_bytes"), int)
                 or spec["block_bytes"] < 1 or spec["block_bytes"] % self.dtype.itemsize):
             raise CorruptShardError(f"{path}: format {version[0]}.{version[1]} shard with a missing or malformed "
-                                    f"block_checksums entry ({spec!r}) - re-pack the shard", path)
-        return spec["block_bytes"]
+                                    f"block_checksums entry ({spec!r}; algorithms read: {', '.join(ALGORITHMS)}) - "
+                                    "re-pack the shard", path)
+        return spec["block_bytes"], spec["algorithm"]
 
     # -- memory map -------------------------------------------------------------------
     @property
@@ -184,7 +190,7 @@ class Shard(MappedFile):
             self._blocks.check_all(self._descriptor())
         except BlockChecksumError as e:
             return f", first damaged token block: {str(e).split('token block ')[1].split(' fails')[0]}"
-        return ", every token block matches its CRC-32: the damage is in the header, index or checksums"
+        return ", every token block matches its checksum: the damage is in the header, index or checksums"
 
     def __repr__(self) -> str:
         return f"Shard({self.path!r}, tokens={self.num_tokens}, documents={self.num_documents}, dtype={self.dtype.name})"

@@ -21,14 +21,13 @@ import os
 import re
 import socket
 import time
-import zlib
 from array import array
 from typing import Any, Iterable
 
 import numpy as np
 
 from roxxel._version import __version__
-from roxxel.format import layout
+from roxxel.format import blocks, layout
 from roxxel.format.atomic import atomic_write, commit, fsync_dir, is_temp_name, temp_name
 from roxxel.format.errors import DatasetExistsError, DatasetLockedError, DtypeMismatchError
 from roxxel.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
@@ -49,7 +48,7 @@ class ShardWriter:
 
     Args:
         path: final path of the shard.
-        dtype: token dtype (see :func:`roxxel.format.layout.normalize_token_dtype`).
+        dtype: token or float dtype (see :func:`roxxel.format.layout.normalize_dtype`).
         metadata: JSON-serialisable fields stored in the shard (vocab_size, eos_id, tokenizer, ...).
 
     Call :meth:`start_document` before each document's tokens, :meth:`write` for its tokens
@@ -59,17 +58,19 @@ class ShardWriter:
     def __init__(self, path: str, dtype, metadata: dict[str, Any]):
         self.path = path
         self.tmp_path = temp_name(path)
-        self.dtype = layout.normalize_token_dtype(dtype)
+        self.dtype = layout.normalize_dtype(dtype)
         self._metadata = dict(metadata, format="roxxel.shard", dtype=self.dtype.name,
                               writer_version=__version__, created=_now(),
-                              block_checksums={"algorithm": "crc32", "block_bytes": layout.DEFAULT_BLOCK_BYTES})
+                              block_checksums={"algorithm": blocks.DEFAULT_ALGORITHM,
+                                               "block_bytes": layout.DEFAULT_BLOCK_BYTES})
         reserve = len(self._metadata_json(_PLACEHOLDER_COUNT, _PLACEHOLDER_COUNT))
         self._data_offset = layout.align(layout.HEADER.size + reserve, layout.DATA_ALIGNMENT)
         self._file = open(self.tmp_path, "wb", buffering=_WRITE_BUFFER)
         self._file.seek(self._data_offset)
         self._hash = hashlib.sha256()
         self._block_crcs = array("I")
-        self._crc = 0  # CRC-32 of the current block so far
+        self._block_checksum = blocks.ALGORITHMS[blocks.DEFAULT_ALGORITHM]
+        self._crc = 0  # checksum of the current block so far
         self._in_block = 0  # bytes of the current block written
         self._starts = array("Q")
         self.num_tokens = 0
@@ -92,7 +93,7 @@ class ShardWriter:
 
     def write(self, tokens: np.ndarray) -> None:
         """Append tokens (already in this shard's dtype, 1-D, C-contiguous) to the current document."""
-        buf = np.ascontiguousarray(tokens).data.cast("B")
+        buf = np.ascontiguousarray(tokens).view(np.uint8).data  # as bytes: bfloat16 has no buffer format
         self._file.write(buf)
         self._hash.update(buf)
         self._update_block_crcs(buf)
@@ -102,7 +103,7 @@ class ShardWriter:
         block = layout.DEFAULT_BLOCK_BYTES
         while len(buf):
             take = min(block - self._in_block, len(buf))
-            self._crc = zlib.crc32(buf[:take], self._crc)
+            self._crc = self._block_checksum(buf[:take], self._crc)
             self._in_block += take
             buf = buf[take:]
             if self._in_block == block:
@@ -168,6 +169,7 @@ class DatasetWriter:
         shard_pattern: shard file name with one ``{}`` field for the shard number, relative
             to the manifest's directory (``shard-{:05d}.rox``).
         dtype: token dtype; default from ``vocab_size`` (uint16 up to 65,536 ids, else uint32).
+            ``float16``/``bfloat16``/``float32`` store float arrays instead (no vocabulary, no EOS).
         vocab_size: number of token ids; tokens must be below it.
         eos_id: token appended after every document (None: no separator).
         tokenizer: identity of the tokenizer, stored in every shard and the manifest.
@@ -201,13 +203,17 @@ class DatasetWriter:
         self.shard_size = shard_size
         if dtype is None:
             dtype = layout.token_dtype_for_vocab(vocab_size) if vocab_size else np.dtype("uint32")
-        self.dtype = layout.normalize_token_dtype(dtype)
+        self.dtype = layout.normalize_dtype(dtype)
+        self.is_float = layout.is_float(self.dtype)
+        if self.is_float and (vocab_size is not None or eos_id is not None or tokenizer is not None):
+            raise ValueError(f"{self.dtype.name} data is not a token stream: it has no vocabulary, EOS id or tokenizer; "
+                             "drop vocab_size/eos_id/tokenizer (the document index keeps the arrays apart)")
         if vocab_size is not None and vocab_size > 2 ** (8 * self.dtype.itemsize):
             raise DtypeMismatchError(f"vocab_size {vocab_size} does not fit dtype {self.dtype.name}; use uint32")
         if eos_id is not None and not 0 <= eos_id < (vocab_size or 2 ** (8 * self.dtype.itemsize)):
             raise ValueError(f"eos_id {eos_id} is outside the vocabulary [0, {vocab_size})")
         self.vocab_size, self.eos_id, self.tokenizer = vocab_size, eos_id, tokenizer
-        self._limit = vocab_size if vocab_size is not None else 2 ** (8 * self.dtype.itemsize)
+        self._limit = vocab_size if vocab_size is not None else (0 if self.is_float else 2 ** (8 * self.dtype.itemsize))
         self._eos = None if eos_id is None else np.array([eos_id], self.dtype)
         self.marker_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".incomplete")
         os.makedirs(self.directory, exist_ok=True)
@@ -307,13 +313,19 @@ class DatasetWriter:
         arr = np.asarray(tokens)
         if arr.ndim != 1:
             arr = arr.reshape(-1)
+        if self.is_float:
+            if arr.size and not (layout.is_float(arr.dtype) or arr.dtype.kind in "iu"):
+                raise DtypeMismatchError(f"document {self.num_documents}: {self.dtype.name} data must be numbers, "
+                                         f"got {arr.dtype}")
+            return arr.astype(self.dtype, copy=False)
         if arr.dtype == self.dtype or (arr.dtype.kind == "u" and 2 ** (8 * arr.dtype.itemsize) <= self._limit
                                        and arr.dtype.itemsize <= self.dtype.itemsize):
             return arr.astype(self.dtype, copy=False)  # every value of this type fits: no range check
         if arr.dtype.kind not in "iu":
             if arr.size == 0:
                 return arr.astype(self.dtype)
-            raise DtypeMismatchError(f"document {self.num_documents}: tokens must be integers, got {arr.dtype}")
+            raise DtypeMismatchError(f"document {self.num_documents}: tokens must be integers, got {arr.dtype}; "
+                                     "float arrays go into a dataset of their own (dtype='float32')")
         if arr.size and (arr.min() < 0 or arr.max() >= self._limit):
             bad = arr[(arr < 0) | (arr >= self._limit)][0]
             raise DtypeMismatchError(

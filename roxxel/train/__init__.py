@@ -5,6 +5,7 @@ from roxxel.train.checkpoint import (
     Checkpointer,
     CheckpointRestoreError,
     CheckpointSaveError,
+    ModelChangeError,
     Preempted,
     RunMismatchError,
     describe_changes,
@@ -13,4 +14,4 @@ from roxxel.train.logger import Logger
 from roxxel.train.state import ModelState
 from roxxel.train.trainer import Callback, NaNLossError, Trainer
 
-__all__ = ["Callback", "CheckpointCorruptError", "CheckpointRestoreError", "CheckpointSaveError", "Checkpointer", "describe_changes", "Logger", "ModelState", "NaNLossError", "Preempted", "RunMismatchError", "Trainer"]
+__all__ = ["Callback", "CheckpointCorruptError", "CheckpointRestoreError", "CheckpointSaveError", "Checkpointer", "describe_changes", "Logger", "ModelChangeError", "ModelState", "NaNLossError", "Preempted", "RunMismatchError", "Trainer"]

@@ -87,6 +87,7 @@ from roxxel._version import __version__
 from roxxel.data.curriculum import classify_changes
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE
 from roxxel.train.digest import array_checksums
+from roxxel.train.partial import RestorePlan, layout_of_metadata, layout_of_state, plan_restore, subset
 from roxxel.train.state import ModelState
 
 __all__ = [
@@ -94,6 +95,7 @@ __all__ = [
     "CheckpointRestoreError",
     "CheckpointSaveError",
     "Checkpointer",
+    "ModelChangeError",
     "Preempted",
     "RunMismatchError",
     "describe_changes",
@@ -147,6 +149,30 @@ class CheckpointCorruptError(CheckpointRestoreError):
     def __init__(self, message: str, *, step: int, earlier_steps: list[int], array: str) -> None:
         super().__init__(message, step=step, earlier_steps=earlier_steps)
         self.array = array
+
+
+class ModelChangeError(CheckpointRestoreError):
+    """The live model does not fit the checkpoint: an array differs in shape or dtype, or
+    (without ``partial=True``) arrays were added or removed.
+
+    Attributes:
+        array: the first offending array's path, e.g. ``"model/l1/kernel"``.
+        saved: its ``(shape, dtype)`` in the checkpoint, ``None`` when the checkpoint lacks it.
+        current: its ``(shape, dtype)`` in the live model, ``None`` when the model lacks it.
+    """
+
+    def __init__(self, message: str, *, step: int, earlier_steps: list[int], array: str,
+                 saved: tuple[tuple[int, ...], str] | None,
+                 current: tuple[tuple[int, ...], str] | None) -> None:
+        super().__init__(message, step=step, earlier_steps=earlier_steps)
+        self.array = array
+        self.saved = saved
+        self.current = current
+
+
+def _fmt(spec: tuple[tuple[int, ...], str] | None) -> str:
+    """``(shape, dtype)`` as ``"shape (4, 3) float32"``."""
+    return "absent" if spec is None else f"shape {spec[0]} {spec[1]}"
 
 
 def _is_curriculum(fingerprint: Any) -> bool:
@@ -572,6 +598,9 @@ class Checkpointer:
         self.keep_best = bool(keep_best)
         self.max_to_keep = max_to_keep
         self.save_interval_steps = save_interval_steps
+        self.restore_plan: RestorePlan | None = None
+        """What the last :meth:`restore` read: arrays restored, new, dropped, and whether
+        the optimizer state was restored (see :class:`~roxxel.train.partial.RestorePlan`)."""
         self.restored_run: dict[str, Any] | None = None
         """The ``run`` record of the last restored step (``step``, ``tokens_consumed``,
         ``metrics``, ``fingerprint``, ...), or ``None`` before a restore / when none."""
@@ -761,15 +790,25 @@ class Checkpointer:
 
     # -- restoring ------------------------------------------------------------------------
 
-    def restore(self, step: int | None = None) -> int:
+    def restore(self, step: int | None = None, *, partial: bool = False) -> int:
         """Load the latest complete step (or ``step``) into the live model and optimizer.
 
         Arrays are read straight into the shapes, dtypes and shardings the live state
         has now (its current mesh), whatever the number of processes that saved them.
         Every process calls it.
 
+        By default the live model must have exactly the checkpoint's arrays. With
+        ``partial=True`` the model definition may have changed (see
+        :mod:`roxxel.train.partial`): arrays in both are restored, new ones keep their
+        initial values, ones the model no longer has are reported and not read; the
+        optimizer state is restored when its arrays match the checkpoint's exactly and
+        re-initialised otherwise. What was restored, new and dropped is logged and kept in
+        :attr:`restore_plan`. Checksums are verified for every array read.
+
         Args:
             step: the step to restore; ``None`` for the latest complete one.
+            partial: allow a changed model definition (explicit: a resume of an unchanged
+                model never needs it).
 
         Returns:
             The restored step; 0 when the directory holds no complete step (the state is
@@ -781,6 +820,9 @@ class Checkpointer:
                 nothing was loaded.
             CheckpointCorruptError: an array read back does not match its checksum
                 recorded at save (names the array and the earlier steps); nothing was loaded.
+            ModelChangeError: an array of the model has another shape or dtype than in the
+                checkpoint (names its path and both), or, without ``partial``, the model has
+                arrays the checkpoint lacks or lacks some it has; nothing was loaded.
             CheckpointRestoreError: the step cannot be read (damaged or missing files,
                 bad JSON, a state that does not fit the live model); names the directory,
                 the step, the cause and the earlier steps.
@@ -811,10 +853,14 @@ class Checkpointer:
 
         current = self._state.nnx_state()
         target = jax.tree.map(_abstract_leaf, nnx.to_pure_dict(current))
+        plan = self._plan(step, earlier, target, partial)
         with self._restore_errors(step, earlier, "its arrays"):
-            restored = self._manager.restore(
-                step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)})
-            )[STATE_ITEM]
+            if plan.unchanged and plan.restored == plan.saved:
+                restored = self._manager.restore(
+                    step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)})
+                )[STATE_ITEM]
+            else:
+                restored = self._read_partially(step, subset(target, plan.restored))
         self._verify_checksums(step, earlier, run.get("checksums"), restored)
         nnx.replace_by_pure_dict(current, restored)
         self._state.update(current)
@@ -823,6 +869,10 @@ class Checkpointer:
             if isinstance(getattr(self._target, "step", None), int):
                 self._target.step = step
         self.restored_run = run
+        self.restore_plan = plan
+        if not plan.unchanged:
+            log.warning("restored step %d from %s into a changed model (partial=True): %s",
+                        step, self.directory, plan.summary())
         log.info(
             "restored step %d from %s (saved at %s; tokens_consumed=%s, metrics=%s)",
             step,
@@ -832,6 +882,54 @@ class Checkpointer:
             run.get("metrics"),
         )
         return step
+
+    def _read_partially(self, step: int, item: Any) -> Any:
+        """Only the arrays of ``item`` (abstract leaves), with Orbax's partial restore, through a
+        checkpointer of its own (see :mod:`roxxel.train.partial` for why not the manager)."""
+        reader = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
+        try:
+            return reader.restore(
+                self.directory / str(step) / STATE_ITEM,
+                args=ocp.args.PyTreeRestore(
+                    item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True
+                ),
+            )
+        finally:
+            reader.close()
+
+    def _plan(self, step: int, earlier: list[int], target: Any, partial: bool) -> RestorePlan:
+        """Compare the saved arrays with the live ones; refuse what cannot be restored."""
+        with self._restore_errors(step, earlier, "its array metadata"):
+            # The manager's layout `<directory>/<step>/<item>`; Orbax's handler reads the metadata.
+            handler = ocp.PyTreeCheckpointHandler()
+            try:
+                metadata = handler.metadata(self.directory / str(step) / STATE_ITEM)
+            finally:
+                handler.close()
+        saved_layout = layout_of_metadata(getattr(metadata, "tree", metadata))
+        current_layout = layout_of_state(target)
+        plan = plan_restore(saved_layout, current_layout)
+        where = f"step {step} in {self.directory}"
+        if plan.mismatched:
+            path, saved, current = plan.mismatched[0]
+            more = f" (and {len(plan.mismatched) - 1} more)" if len(plan.mismatched) > 1 else ""
+            raise ModelChangeError(
+                f"cannot restore {where}: array {path!r} is {_fmt(saved)} in the checkpoint but {_fmt(current)} "
+                f"in the model{more}; nothing was loaded. Give the model the saved shape, or rename the "
+                "changed layer so that it starts from its initial values with restore(partial=True)",
+                step=step, earlier_steps=earlier, array=path, saved=saved, current=current,
+            )
+        if not plan.unchanged and not partial:
+            first = (plan.new or plan.dropped)[0]
+            raise ModelChangeError(
+                f"cannot restore {where}: the model changed ({len(plan.new)} array(s) new, e.g. "
+                f"{(plan.new or ['-'])[0]!r}; {len(plan.dropped)} no longer in the model, e.g. "
+                f"{(plan.dropped or ['-'])[0]!r}); nothing was loaded. To restore the arrays in both and keep "
+                "initial values for the new ones, pass partial=True (Trainer(partial_restore=True))",
+                step=step, earlier_steps=earlier, array=first,
+                saved=saved_layout.get(first), current=current_layout.get(first),
+            )
+        return plan
 
     def _fix_hint(self, earlier: list[int]) -> str:
         if not earlier:

@@ -99,6 +99,11 @@ class Trainer:
         allow_changed_run: restore a checkpoint made under another curriculum or dataset
             even where the change alters batches already taken (lengthening the current
             phase and changing later phases are always allowed; see docs/trainer.md).
+        partial_restore: resume from a checkpoint of a changed model definition
+            (``Checkpointer.restore(partial=True)``): arrays in both are restored, new ones
+            keep their initial values, removed ones are reported; the optimizer state is
+            restored only when it matches exactly, else re-initialised. Logged. Default: the
+            model must be unchanged.
         learning_rate: the optax schedule (``step -> lr``) or constant the optimizer uses;
             logged as ``learning_rate`` (the rate of the window's last update).
         flops_per_token: model FLOPs per trained token (forward + backward), or give
@@ -126,7 +131,7 @@ class Trainer:
                  log_every: int = 100, seed: int = 42, mesh=None, data_sharding=None, max_to_keep: int = 3,
                  async_queue_depth: int = 2, grad_accum_steps: int | None = None, *, state: Any = None,
                  outputs: str = "tokens", prefetch_size: int = 2, allow_changed_run: bool = False,
-                 learning_rate: Callable[[int], Any] | float | None = None, flops_per_token: float | None = None,
+                 partial_restore: bool = False, learning_rate: Callable[[int], Any] | float | None = None, flops_per_token: float | None = None,
                  num_params: int | None = None, peak_flops_per_device: float | None = None,
                  profile_steps: tuple[int, int] | None = None, callbacks: Sequence[Callback] = (),
                  handle_sigint: bool = True):
@@ -142,6 +147,7 @@ class Trainer:
         self.curriculum, self.loss_fn, self.eval_fn = curriculum, loss_fn, eval_fn
         self.eval_every, self.checkpoint_every, self.log_every = eval_every, checkpoint_every, log_every
         self.seed, self.outputs, self.prefetch_size = seed, outputs, prefetch_size
+        self.partial_restore = bool(partial_restore)
         self.async_queue_depth = async_queue_depth
         self.grad_accum_steps = grad_accum_steps or 1
         self.mesh = mesh if mesh is not None else (data_sharding.mesh if data_sharding is not None else default_mesh())
@@ -341,7 +347,7 @@ class Trainer:
 
     def _run(self, stop_at_step: int | None) -> dict[str, float]:
         cur, ckpt = self.curriculum, self.checkpointer
-        start = ckpt.restore() if ckpt is not None else 0
+        start = ckpt.restore(partial=self.partial_restore) if ckpt is not None else 0
         self.state.step = start
         total = cur.total_steps if stop_at_step is None else min(stop_at_step, cur.total_steps)
         self._log(f"training steps {start}..{total} on {jax.process_count()} process(es), "
@@ -349,6 +355,8 @@ class Trainer:
         if ckpt is not None and ckpt.restored_run is not None:
             self._log(f"restored step {start} from {ckpt.directory} "
                       f"(saved at {ckpt.restored_run.get('saved_at', 'an unknown time')})")
+            if ckpt.restore_plan is not None and not ckpt.restore_plan.unchanged:
+                self._log(f"restored into a changed model: {ckpt.restore_plan.summary()}")
         if self.logger is not None:
             self.logger.init_pbar(total, start)
         last: dict[str, float] = {}

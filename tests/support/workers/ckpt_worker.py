@@ -11,6 +11,9 @@ Modes (every process of a run gets the same arguments but its own --pid):
 - ``preempt``: train, checking for preemption every step (the save interval is too
   large to save otherwise); on :class:`Preempted` process 0 writes the gathered state to
   --ref and the exception exits the process with PREEMPTED_EXIT_CODE.
+- ``restore-grown``: build the model plus a new layer ``l3`` (another seed), restore the
+  latest step with ``partial=True``; compare ``l1``/``l2`` bitwise with --ref and report
+  the restore plan and whether ``l3`` kept its initial values.
 - ``kill-loop``: one process; a bigger state gets ``+1`` per step and is saved every
   step, forever (the test SIGKILLs it in the middle of a save).
 
@@ -33,7 +36,7 @@ import numpy as np
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["train", "restore", "preempt", "kill-loop"])
+    p.add_argument("mode", choices=["train", "restore", "restore-grown", "preempt", "kill-loop"])
     p.add_argument("--dir", required=True)
     p.add_argument("--coordinator")
     p.add_argument("--nproc", type=int, default=1)
@@ -114,6 +117,31 @@ def main() -> int:
             compared=len(ref),
             sharding=kernel_sharding(ms),
             devices=jax.device_count(),
+        )
+        return 0
+
+    if args.mode == "restore-grown":
+        ms = common.build(common.MODEL_DIMS, args.seed + 1000, shard=False)
+        ms.model.l3 = nnx.Linear(common.MODEL_DIMS[-1], common.MODEL_DIMS[0], rngs=nnx.Rngs(7))
+        ms.optimizer = nnx.Optimizer(ms.model, common.optax.adam(1e-2), wrt=nnx.Param)
+        state = ms.nnx_state()  # spread every array (l3 and the new optimizer's too) over all devices
+        nnx.replace_by_pure_dict(state, jax.tree.map(lambda a: common.to_global(a, mesh), nnx.to_pure_dict(state)))
+        ms.update(state)
+        initial_l3 = {k: v for k, v in common.flat_host(ms).items() if k.startswith("model/l3/")}
+        with Checkpointer(args.dir, state=ms, fingerprint=common.FINGERPRINT) as ckpt:
+            step = ckpt.restore(partial=True)
+            plan = ckpt.restore_plan
+        got = common.flat_host(ms)
+        ref = {k: v for k, v in np.load(args.ref).items() if k.startswith(("model/l1/", "model/l2/"))}
+        result(
+            pid=jax.process_index(),
+            step=step,
+            mismatched=common.mismatches({k: got[k] for k in ref}, ref),
+            compared=len(ref),
+            l3_changed=common.mismatches({k: got[k] for k in initial_l3}, initial_l3),
+            new=plan.new if plan else None,
+            optimizer_restored=plan.optimizer_restored if plan else None,
+            sharding=kernel_sharding(ms),
         )
         return 0
 

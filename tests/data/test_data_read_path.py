@@ -1,0 +1,125 @@
+"""The batched read path: planned-ahead rows, gathers across shards, random access, damaged data mid-plan."""
+
+import os
+
+import numpy as np
+import pytest
+
+from roxxel import Curriculum, Phase, Roxxel
+from roxxel.format import BlockChecksumError, open_shard
+
+
+def make(path, n_tokens, shard_tokens=None):
+    ids = (np.arange(n_tokens, dtype=np.int64) * 7919) % 60000
+    docs = [ids[i:i + 1000] for i in range(0, n_tokens, 1000)]
+    Roxxel(str(path)).write(docs, vocab_size=65536, dtype="uint16",
+                            max_shard_bytes=None if shard_tokens is None else 2 * shard_tokens)
+    return Roxxel(str(path))
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    return make(tmp_path_factory.mktemp("rp") / "a", 300_000, shard_tokens=50_000)
+
+
+def expected_rows(ds, stream, step):
+    """Rows rebuilt token by token from the source's pieces (the slow, obvious way)."""
+    reader = stream.reader
+    phase = stream.curriculum.phase_at(step)
+    first = stream.curriculum.rows_before(step)
+    _, position, _ = stream.curriculum.plan.locate(np.arange(first, first + phase.batch_size))
+    row, start, count = reader.sources[0].pieces(position, phase.seq_len)
+    flat = np.concatenate([ds.read(int(a), int(a + n)) for a, n in zip(start, count)])
+    return flat.reshape(phase.batch_size, phase.seq_len).astype(np.int32)
+
+
+@pytest.mark.parametrize("chunk", [256, 512, 700])
+def test_rows_equal_the_pieces_read_one_by_one_in_any_step_order(ds, chunk):
+    c = Curriculum(ds, [Phase(steps=40, batch_size=8, seq_len=256), Phase(batch_size=4, seq_len=128)],
+                   chunk_tokens=chunk)
+    s = c.stream(seed=5, to_device=False, prefetch_size=0)
+    order = np.random.default_rng(chunk).permutation(len(s))[:60]
+    for step in order.tolist():  # random access: the plan of steps ahead is rebuilt as needed
+        assert np.array_equal(s.local_rows(step), expected_rows(ds, s, step)), step
+
+
+def test_a_process_sub_range_is_the_slice_of_the_global_batch(ds):
+    c = Curriculum(ds, [Phase(steps=30, batch_size=8, seq_len=256)], chunk_tokens=1024)
+    s = c.stream(seed=1, to_device=False, prefetch_size=0)
+    for step in (0, 1, 29, 3):
+        full = s.reader.rows(step, 0, 8)
+        assert np.array_equal(s.reader.rows(step, 2, 6), full[2:6])
+
+
+def test_rows_across_a_shard_boundary_are_gathered_whole(ds):
+    out = np.empty((3, 100), np.int32)
+    starts = np.array([49_950, 10, 99_990])  # the first and last cross into the next shard
+    ds.gather_rows(out, starts)
+    for row, a in zip(out, starts):
+        assert np.array_equal(row, ds.read(int(a), int(a) + 100))
+    with pytest.raises(IndexError, match="outside the dataset"):
+        ds.gather_rows(out, np.array([0, 299_950, 5]))
+
+
+def test_a_damaged_block_is_caught_in_a_planned_step(tmp_path):
+    d = make(tmp_path / "b", 200_000)
+    path = d.shard_paths[0]
+    s = open_shard(path)
+    with open(path, "r+b") as f:
+        f.seek(s._data_offset + 2 * 150_000)
+        f.write(b"\xff\xff")
+    c = Curriculum(Roxxel(str(tmp_path / "b")), [Phase(batch_size=8, seq_len=256)], chunk_tokens=2048)
+    with pytest.raises(BlockChecksumError, match="token block 4 "):
+        list(c.stream(seed=0, to_device=False, prefetch_size=0))
+
+
+def test_a_narrow_batch_dtype_does_not_hide_ids_beyond_the_vocabulary(tmp_path):
+    """ids >= 32768 wrap negative in int16: the vocabulary check runs on the stored ids, before the cast."""
+    Roxxel(str(tmp_path / "w")).write([np.full(5000, 40_000, np.uint16)], dtype="uint16")  # no declared vocabulary
+    for chunk in (4096, 100):  # planned rows, and rows cut into pieces
+        c = Curriculum(Roxxel(str(tmp_path / "w")), [Phase(batch_size=2, seq_len=256)], chunk_tokens=chunk,
+                       vocab_size=30_000)
+        with pytest.raises(ValueError, match="holds token id 40000, beyond the model.s vocab_size 30000"):
+            next(c.stream(seed=0, to_device=False, prefetch_size=0, dtype=np.int16))
+
+
+def test_a_shard_truncated_while_streaming_is_an_error_not_a_crash(tmp_path):
+    """The gather reads with pread (nothing mapped): a file cut short under a reader raises, it cannot SIGBUS."""
+    from roxxel.format import TruncatedShardError
+
+    d = make(tmp_path / "t", 100_000)
+    c = Curriculum(Roxxel(str(tmp_path / "t"), check_blocks=False), [Phase(batch_size=4, seq_len=1024)],
+                   chunk_tokens=4096)
+    s = c.stream(seed=0, to_device=False, prefetch_size=0)
+    next(s)
+    os.truncate(d.shard_paths[0], 4096 + 2 * 1000)  # header + the first 1000 tokens survive
+    with pytest.raises(TruncatedShardError, match="truncated after opening"):
+        for _ in s:
+            pass
+
+
+def test_a_batch_over_more_shards_than_stay_open_reads_every_row_from_its_own_shard(ds):
+    one_open = Roxxel(ds.filepath, max_open_shards=1)
+    starts = np.array([10, 60_000, 120_000, 170_000, 260_000])  # five shards
+    out = np.empty((5, 300), np.int32)
+    one_open.gather_rows(out, starts)
+    for row, a in zip(out, starts):
+        assert np.array_equal(row, ds.read(int(a), int(a) + 300))
+
+
+def test_streams_read_on_several_threads_at_once_get_their_own_batches(ds):
+    """gather_rows's scratch buffers are per thread: concurrent prefetch threads never share one."""
+    import threading
+
+    c = Curriculum(ds, [Phase(steps=40, batch_size=8, seq_len=256)], chunk_tokens=1024)
+    want = {seed: list(c.stream(seed=seed, to_device=False, prefetch_size=0)) for seed in (1, 2, 3)}
+    got = {}
+    threads = [threading.Thread(target=lambda s=seed: got.__setitem__(s, list(c.stream(seed=s, to_device=False,
+                                                                                      prefetch_size=2))))
+               for seed in want]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for seed, batches in want.items():
+        assert len(got[seed]) == len(batches) and all(np.array_equal(a, b) for a, b in zip(got[seed], batches))
