@@ -263,6 +263,7 @@ def _status_json(status, details=None) -> dict:
 
     data = dataclasses.asdict(status)
     data["state"] = status.state.value
+    data["reason"] = None if status.reason is None else status.reason.value
     if details is not None:
         data.update(kind=details.kind, namespace=details.namespace, slices=details.slices,
                     hosts_per_slice=details.hosts_per_slice,
@@ -564,7 +565,7 @@ def resume(ctx: click.Context, name: str, local: bool, detach: bool, until_done:
 
 def _resume_until_done(backend, name: str, *, local: bool, max_resumes: int, poll: float) -> int:
     """Resume, watch, and resume again after each preemption or eviction; the `wait` code."""
-    from roxxel_launch.backends.base import JobState
+    from roxxel_launch.backends.base import JobState, StopReason
 
     status = backend.status(name)
     resumes = 0
@@ -575,9 +576,9 @@ def _resume_until_done(backend, name: str, *, local: bool, max_resumes: int, pol
             if first:
                 click.echo(f"roxxel-launch: {name} has already succeeded; nothing to resume", err=True)
             return _report_outcome(status)
-        # A local job stopped by Ctrl-C / SIGTERM saves a checkpoint and ends Preempted: the
-        # user asked it to stop, so it is not resumed again.
-        stopped = local and not first and status.message.startswith("stopped by ")
+        # A job stopped on request (Ctrl-C / SIGTERM to a local run) may save a checkpoint and
+        # end Preempted: the user asked it to stop, so it is not resumed again.
+        stopped = not first and status.reason is StopReason.STOPPED_BY_USER
         if (state is JobState.FAILED and not first) or stopped:
             click.echo(f"roxxel-launch: not resuming {name} again: it "
                        f"{'was stopped on request' if stopped else 'failed'}", err=True)

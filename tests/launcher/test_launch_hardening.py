@@ -224,6 +224,7 @@ def test_local_backend_treats_a_config_error_as_final(tmp_path, monkeypatch):
     assert result.returncode == exit_codes.CONFIG_ERROR_EXIT_CODE, result.stdout + result.stderr
     status = json.loads((root / "bad" / "status.json").read_text())
     assert (status["state"], status["restarts"], len(status["attempts"])) == ("Failed", 0, 1)
+    assert status["reason"] == "config_error"
     assert "configuration error" in status["message"] and "not restarted" in status["message"]
     assert "global batch 10 is not divisible" in status["message"]  # the worker's own line
 

@@ -31,6 +31,20 @@ class JobState(str, enum.Enum):
         return self in (JobState.SUCCEEDED, JobState.PREEMPTED, JobState.FAILED)
 
 
+class StopReason(str, enum.Enum):
+    """Why a job ended other than by succeeding, the same words for every backend.
+
+    The CLI decides from this (and :class:`JobState`), never from the message text, whether
+    ``resume --until-done`` re-submits a job.
+    """
+
+    PREEMPTED = "preempted"  # the cluster stopped it (preemption, eviction, exit 42 after a checkpoint)
+    STOPPED_BY_USER = "stopped_by_user"  # stop requested (Ctrl-C / SIGTERM to the local supervisor)
+    CONFIG_ERROR = "config_error"  # a worker found a configuration error: fails the same way on retry
+    RESTARTS_EXHAUSTED = "restarts_exhausted"  # max_restarts gang restarts used up on failures
+    FAILED = "failed"  # any other failure (the message names the failing worker)
+
+
 @dataclasses.dataclass(frozen=True)
 class JobStatus:
     """A job as a backend sees it.
@@ -42,6 +56,8 @@ class JobStatus:
         restarts: gang restarts so far.
         exit_code: the job's exit status once terminal (0, 42 preempted, else failed), else None.
         message: a short human explanation (the failing worker and its error, the queue's reason).
+        reason: why a Preempted or Failed job ended (see :class:`StopReason`); None otherwise
+            (and for a local run recorded before reasons existed).
         run_dir: where the local backend keeps the run (None on Kubernetes).
         created: ISO-8601 creation time.
     """
@@ -52,6 +68,7 @@ class JobStatus:
     restarts: int = 0
     exit_code: int | None = None
     message: str = ""
+    reason: StopReason | None = None
     run_dir: str | None = None
     created: str | None = None
 

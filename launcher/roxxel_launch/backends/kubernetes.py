@@ -56,6 +56,7 @@ from roxxel_launch.backends.base import (
     JobNotFoundError,
     JobState,
     JobStatus,
+    StopReason,
 )
 from roxxel_launch.render import (
     MANAGED_BY,
@@ -272,6 +273,17 @@ def _failed_exit_code(worker: Worker | None) -> int:
     return worker.exit_code
 
 
+# The reason of a JobSet's Failed condition once failurePolicy.maxRestarts is used up.
+_JOBSET_MAX_RESTARTS_REASON = "ReachedMaxRestarts"
+
+
+def _failure_reason(worker: Worker | None) -> StopReason:
+    """CONFIG_ERROR when the first failed worker exited with the configuration-error code."""
+    if worker is not None and worker.exit_code == contract.CONFIG_ERROR_EXIT_CODE:
+        return StopReason.CONFIG_ERROR
+    return StopReason.FAILED
+
+
 def _progress(workers: list[Worker], processes: int, slices: int) -> str:
     """'3/8 workers running; slice 0: 3 Running, 1 Pending; slice 1: no pods'."""
     running = sum(w.phase in _RUNNING_PHASES for w in workers)
@@ -377,12 +389,16 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
             text = (f"preempted ({text}; {preempted.describe()}); `roxxel-launch resume {name}` "
                     "continues from the last checkpoint")
             return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTED_EXIT_CODE,
-                             message=message(text), **common)
+                             message=message(text), reason=StopReason.PREEMPTED, **common)
         first = _first_failure(current) or _first_failure(workers)
         if first is not None:
             text += f"; first failure: {first.describe()}"
+        reason = _failure_reason(first)
+        if reason is StopReason.FAILED and \
+                (conditions.get("Failed") or {}).get("reason") == _JOBSET_MAX_RESTARTS_REASON:
+            reason = StopReason.RESTARTS_EXHAUSTED
         return JobStatus(state=JobState.FAILED, exit_code=_failed_exit_code(first),
-                         message=message(text), **common)
+                         message=message(text), reason=reason, **common)
     if spec.get("suspend") or "Suspended" in conditions:
         return JobStatus(state=JobState.SUSPENDED,
                          message=message(_suspended_message(jobset, conditions)), **common)
@@ -444,13 +460,13 @@ def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
             text = (f"preempted ({_condition_text(failed)}); `roxxel-launch resume {name}` "
                     "continues from the last checkpoint")
             return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTED_EXIT_CODE,
-                             message=text + deleting, **common)
+                             message=text + deleting, reason=StopReason.PREEMPTED, **common)
         first = _first_failure(workers)
         text = _condition_text(failed) or "failed"
         if first is not None:
             text += f"; first failure: {first.describe()}"
         return JobStatus(state=JobState.FAILED, exit_code=_failed_exit_code(first),
-                         message=text + deleting, **common)
+                         message=text + deleting, reason=_failure_reason(first), **common)
     if spec.get("suspend") or "Suspended" in conditions:
         return JobStatus(state=JobState.SUSPENDED,
                          message=_suspended_message(job, conditions) + deleting, **common)

@@ -151,6 +151,7 @@ from roxxel_launch.backends.base import (
     JobNotFoundError,
     JobState,
     JobStatus,
+    StopReason,
 )
 
 __all__ = [
@@ -535,7 +536,7 @@ class _Supervisor:
                     logger.exception("supervisor error; stopping every worker")
                     self._stop_workers(grace=0.0)
                     self._finish(JobState.FAILED, 1, f"the local supervisor failed: {err!r} "
-                                 f"(see {self.run_dir / SUPERVISOR_LOG})")
+                                 f"(see {self.run_dir / SUPERVISOR_LOG})", StopReason.FAILED)
                     raise
         finally:
             os.close(lock_fd)
@@ -614,6 +615,7 @@ class _Supervisor:
             restarts=0,
             exit_code=None,
             message="",
+            reason=None,
             supervisor_pid=os.getpid(),
             pids=[],
             worker_exit_codes=[],
@@ -626,8 +628,10 @@ class _Supervisor:
         self.status["updated"] = _now()
         _write_json(self.run_dir / STATUS_FILE, self.status)
 
-    def _finish(self, state: JobState, code: int, message: str) -> JobStatus:
-        self.status.update(state=state.value, exit_code=code, message=message)
+    def _finish(self, state: JobState, code: int, message: str,
+                reason: StopReason | None = None) -> JobStatus:
+        self.status.update(state=state.value, exit_code=code, message=message,
+                           reason=None if reason is None else reason.value)
         self._save()
         # INFO: the caller reports the outcome (the CLI prints it; status() returns it).
         logger.info("job %s %s (exit code %d)%s", self.spec.name, state.value.lower(), code,
@@ -648,6 +652,7 @@ class _Supervisor:
                     f"worker {outcome.worker} exited {exit_codes.PREEMPTED_EXIT_CODE} (preempted after a "
                     "complete checkpoint); resume with `roxxel-launch resume "
                     f"{self.spec.name} --local`",
+                    StopReason.PREEMPTED,
                 )
             if outcome.kind == "stopped":
                 return self._finish_stopped(outcome)
@@ -657,10 +662,10 @@ class _Supervisor:
             restarts = self.status["restarts"]
             if self.signals:
                 return self._finish(JobState.FAILED, code, f"{what}; not restarted: stop requested by "
-                                    f"{signal.Signals(self.signals[0]).name}")
+                                    f"{signal.Signals(self.signals[0]).name}", StopReason.STOPPED_BY_USER)
             if code == exit_codes.CONFIG_ERROR_EXIT_CODE:
                 return self._finish_failed(i, code, f"{what}; not restarted: a configuration error "
-                                           "fails the same way on every attempt")
+                                           "fails the same way on every attempt", StopReason.CONFIG_ERROR)
             if restarts < max_restarts:
                 self.status.update(restarts=restarts + 1, state=JobState.RESTARTING.value,
                                    message=f"{what}; gang restart {restarts + 1} of at most {max_restarts}")
@@ -668,13 +673,13 @@ class _Supervisor:
                 logger.warning("%s; gang restart %d of at most %d", what, restarts + 1, max_restarts)
                 continue
             return self._finish_failed(i, code, f"{what}; max_restarts ({max_restarts}) used up after "
-                                       f"{restarts} gang restart(s)")
+                                       f"{restarts} gang restart(s)", StopReason.RESTARTS_EXHAUSTED)
 
-    def _finish_failed(self, worker: int, code: int, what: str) -> JobStatus:
+    def _finish_failed(self, worker: int, code: int, what: str, reason: StopReason) -> JobStatus:
         log = self.run_dir / f"worker-{worker}.log"
         tail = "\n".join(_tail(log, TAIL_LINES)) or "(empty)"
         self.status["failed_process"] = worker
-        return self._finish(JobState.FAILED, code, f"{what}. Last lines of {log}:\n{tail}")
+        return self._finish(JobState.FAILED, code, f"{what}. Last lines of {log}:\n{tail}", reason)
 
     def _finish_stopped(self, outcome: _Outcome) -> JobStatus:
         signo = self.signals[0]
@@ -686,10 +691,10 @@ class _Supervisor:
                 return self._finish(
                     JobState.PREEMPTED, exit_codes.PREEMPTED_EXIT_CODE,
                     f"stopped by {name}; the workers saved a checkpoint ({code_text}); resume with "
-                    f"`roxxel-launch resume {self.spec.name} --local`")
+                    f"`roxxel-launch resume {self.spec.name} --local`", StopReason.STOPPED_BY_USER)
             return self._finish(JobState.SUCCEEDED, exit_codes.SUCCESS, f"all workers had finished when {name} came")
         return self._finish(JobState.FAILED, exit_codes.SIGNAL_EXIT_BASE + signo,
-                            f"stopped by {name} ({code_text})")
+                            f"stopped by {name} ({code_text})", StopReason.STOPPED_BY_USER)
 
     def _attempt(self) -> _Outcome:
         spec, n = self.spec, self.spec.num_processes
@@ -843,6 +848,7 @@ def _status_from_dict(data: Mapping[str, Any], run_dir: Path) -> JobStatus:
         restarts=data.get("restarts", 0),
         exit_code=data.get("exit_code"),
         message=data.get("message", ""),
+        reason=StopReason(data["reason"]) if data.get("reason") else None,
         run_dir=str(run_dir),
         created=data.get("created"),
     )
@@ -1019,7 +1025,7 @@ class LocalBackend(Backend):
             status = _status_from_dict(data, run_dir)
             if not status.state.terminal:
                 status = dataclasses.replace(
-                    status, state=JobState.FAILED,
+                    status, state=JobState.FAILED, reason=StopReason.FAILED,
                     message=f"the supervisor (pid {data['supervisor_pid']}) ended without recording a final "
                             f"state (was {status.state.value}); see {run_dir / SUPERVISOR_LOG}")
         return status
