@@ -175,9 +175,9 @@ def test_local_worker_count_is_capped_with_an_override(monkeypatch, tmp_path):
     monkeypatch.setenv(L.MAX_WORKERS_ENV, "lots")
     with pytest.raises(BackendError, match="not an integer"):
         L.check_worker_count(big)
-    backend = L.LocalBackend(root=tmp_path)
+    backend = L.LocalBackend(root=tmp_path, options=L.LocalOptions(max_workers=3))
     with pytest.raises(BackendError, match="local cap of 3"):
-        backend.submit(big, dry_run=True, max_workers=3)
+        backend.submit(big, dry_run=True)
     assert not (tmp_path / "lm").exists()
 
 

@@ -363,14 +363,15 @@ def test_backend_api_errors(tmp_path, root):
     with pytest.raises(JobNotFoundError):
         backend.delete("missing")
     spec = spec_from_dict(_spec("apijob", 1, [sys.executable, str(PROGRAM)], checkpoint_dir=str(tmp_path / "c")))
-    status = backend.submit(spec, foreground=True)
+    status = L.LocalBackend(options=L.LocalOptions(foreground=True)).submit(spec)
     assert (status.state, status.exit_code, status.processes) == (JobState.SUCCEEDED, 0, 1)
     assert backend.wait("apijob", poll_seconds=0.1) == status
     assert list(backend.logs("apijob"))[-1].endswith("exited with 0: done")
     with pytest.raises(JobExistsError):
         backend.submit(spec)
     with pytest.raises(BackendError, match="devices per worker"):
-        backend.submit(spec_from_dict(_spec("other", 1, ["x"])), devices_per_worker=0)
+        L.LocalBackend(options=L.LocalOptions(devices_per_worker=0)).submit(
+            spec_from_dict(_spec("other", 1, ["x"])))
     backend.delete("apijob")
     assert backend.list() == []
 

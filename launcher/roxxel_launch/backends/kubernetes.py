@@ -52,11 +52,13 @@ from roxxel_launch import contract
 from roxxel_launch.backends.base import (
     Backend,
     BackendError,
+    JobDetails,
     JobExistsError,
     JobNotFoundError,
     JobState,
     JobStatus,
     StopReason,
+    Worker,
 )
 from roxxel_launch.render import (
     MANAGED_BY,
@@ -102,46 +104,6 @@ _CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime"
 
 
 # ----------------------------------------------------------------------------- worker view
-
-
-@dataclasses.dataclass(frozen=True)
-class Worker:
-    """One worker pod, as status and logs see it.
-
-    Attributes:
-        process: JAX process id (slice * hosts_per_slice + index).
-        slice: JobSet job index (0 for an indexed job).
-        index: completion index within the slice.
-        pod: pod name.
-        phase: pod phase (Pending, Running, Succeeded, Failed, Unknown).
-        restart_attempt: JobSet restart attempt the pod belongs to (0 for an indexed job).
-        exit_code: the worker container's exit code once terminated, else None.
-        reason: why it waits or stopped (Unschedulable, ImagePullBackOff, Error, OOMKilled, ...).
-        message: the matching detail from the kubelet or scheduler.
-        finished_at: when the worker container terminated (RFC 3339), else None.
-        terminating: the pod is being deleted.
-    """
-
-    process: int
-    slice: int
-    index: int
-    pod: str
-    phase: str
-    restart_attempt: int = 0
-    exit_code: int | None = None
-    reason: str = ""
-    message: str = ""
-    finished_at: str | None = None
-    terminating: bool = False
-
-    def describe(self) -> str:
-        parts = [f"process {self.process} (pod {self.pod})"]
-        if self.exit_code is not None:
-            parts.append(f"exited with code {self.exit_code}")
-        else:
-            parts.append(self.phase)
-        detail = ": ".join(p for p in (self.reason, self.message.strip()) if p)
-        return " ".join(parts) + (f" ({detail})" if detail else "")
 
 
 def _int(value: Any, default: int) -> int:
@@ -209,30 +171,6 @@ def worker_from_pod(pod: Mapping, hosts_per_slice: int) -> Worker:
 
 def _true_conditions(status: Mapping) -> dict[str, dict]:
     return {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
-
-
-@dataclasses.dataclass(frozen=True)
-class JobDetails:
-    """A job as ``roxxel-launch status`` shows it: its status, conditions and worker pods.
-
-    Attributes:
-        status: the job's :class:`JobStatus`.
-        kind: ``JobSet`` or ``Job`` (an indexed job).
-        namespace: where the job lives.
-        slices: slices (JobSet replicas; 1 for an indexed job).
-        hosts_per_slice: worker pods per slice.
-        conditions: the object's ``status.conditions`` (type, status, reason, message,
-            lastTransitionTime), as the API server returned them.
-        workers: the worker pods of the current attempt, by process.
-    """
-
-    status: JobStatus
-    kind: str
-    namespace: str
-    slices: int
-    hosts_per_slice: int
-    conditions: tuple[Mapping, ...]
-    workers: tuple[Worker, ...]
 
 
 def _condition_text(condition: Mapping | None) -> str:
