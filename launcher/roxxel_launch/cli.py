@@ -29,11 +29,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-import time
 
 import click
 
 from roxxel.contract import PREEMPTED_EXIT_CODE  # dependency-free: --help stays light
+from roxxel_launch.backends.base import (  # dependency-free too
+    Backend,
+    JobState,
+    JobStatus,
+    StopReason,
+    WaitTimeout,
+)
 
 # Exit codes of `wait` and `resume --until-done` (see the module docstring).
 EXIT_SUCCEEDED = 0
@@ -146,18 +152,20 @@ _namespace_option = click.option("-n", "--namespace", default=None,
 
 
 def _backend(local: bool, *, namespace: str | None = None, context: str | None = None,
-             poll: float | None = None):
-    """The local backend, or the Kubernetes one (imported only when needed).
+             poll: float | None = None, local_options=None) -> Backend:
+    """The local backend, or the Kubernetes one (imported only when needed); the only place
+    where the CLI tells them apart.
 
     ``poll``: seconds between the Kubernetes backend's own polls (resume waiting for the old
     objects to go, logs -f waiting for a pod); None keeps its default.
+    ``local_options``: the local backend's ``LocalOptions`` (None: its defaults).
     """
     if local:
         if namespace is not None or context is not None:
             raise click.UsageError("--namespace and --context apply to Kubernetes, not to --local")
         from roxxel_launch.backends.local import LocalBackend
 
-        return LocalBackend()
+        return LocalBackend(options=local_options)
     try:
         from roxxel_launch.backends.kubernetes import KubernetesBackend
     except ImportError as err:
@@ -263,6 +271,7 @@ def _status_json(status, details=None) -> dict:
 
     data = dataclasses.asdict(status)
     data["state"] = status.state.value
+    data["reason"] = None if status.reason is None else status.reason.value
     if details is not None:
         data.update(kind=details.kind, namespace=details.namespace, slices=details.slices,
                     hosts_per_slice=details.hosts_per_slice,
@@ -273,8 +282,6 @@ def _status_json(status, details=None) -> dict:
 
 def _report_end(status) -> int:
     """Say how a job ended (on stderr) and return its exit code."""
-    from roxxel_launch.backends.base import JobState
-
     code = 1 if status.exit_code is None else status.exit_code
     if status.state is JobState.SUCCEEDED:
         click.echo(f"roxxel-launch: job {status.name} succeeded", err=True)
@@ -289,8 +296,6 @@ def _report_end(status) -> int:
 
 def _report_outcome(status) -> int:
     """Say how a job ended (on stderr) and return the exit code of `wait` (0, 42 or 125)."""
-    from roxxel_launch.backends.base import JobState
-
     if status.state is JobState.SUCCEEDED:
         click.echo(f"roxxel-launch: job {status.name} succeeded", err=True)
         return EXIT_SUCCEEDED
@@ -309,41 +314,10 @@ def _report_outcome(status) -> int:
     return EXIT_FAILED
 
 
-def _poll_until_end(backend, name: str, *, poll: float, timeout: float | None = None,
-                    evicted_ends: bool = False, announce: bool = False):
-    """Polls a job's status until it is terminal; returns ``(status, timed_out)``.
-
-    Args:
-        timeout: seconds; when they pass first, returns the last status with ``timed_out``.
-        evicted_ends: also return a job that was admitted (seen in any state but Suspended)
-            and is Suspended again: evicted by its queue.
-        announce: print each change of state on stderr.
-    """
-    from roxxel_launch.backends.base import JobState
-
-    deadline = None if timeout is None else time.monotonic() + timeout
-    admitted = False
-    shown = None
-    while True:
-        status = backend.status(name)
-        if announce and status.state is not shown:
-            click.echo(f"roxxel-launch: {name} is {status.state.value}"
-                       + (f": {_one_line(status.message, 160)}" if status.message else ""), err=True)
-            shown = status.state
-        if status.state.terminal:
-            return status, False
-        if status.state is JobState.SUSPENDED:
-            if evicted_ends and admitted:
-                return status, False
-        else:
-            admitted = True
-        if deadline is None:
-            time.sleep(poll)
-            continue
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return status, True
-        time.sleep(min(poll, left))
+def _announce(status: JobStatus) -> None:
+    """Print a change of a watched job's state on stderr."""
+    click.echo(f"roxxel-launch: {status.name} is {status.state.value}"
+               + (f": {_one_line(status.message, 160)}" if status.message else ""), err=True)
 
 
 @cli.command()
@@ -387,40 +361,39 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
                 raise click.UsageError(f"{flag} applies to --local runs only")
     spec = _load(spec_path, overrides)
     _check_manifests(spec, schema, kubernetes_version, cluster=not local)
-    backend = _backend(local, context=context)
-    with _backend_errors():
-        if not local:
-            status = backend.submit(spec, dry_run=dry_run)
-            verb = "would submit" if dry_run else "submitted"
-            click.echo(f"{verb} {spec.workload} {spec.namespace}/{spec.name}: {status.processes} "
-                       f"process(es), state {status.state.value}")
-            return
+    options = None
+    if local:
+        from roxxel_launch.backends.local import LocalOptions
+
+        foreground = not detach and not dry_run
+        options = LocalOptions(foreground=foreground, echo=sys.stdout if foreground else None,
+                               data_dir=data_dir, devices_per_worker=devices_per_worker,
+                               network="netns" if netns and not dry_run else "loopback",
+                               max_workers=max_workers)
         if spec.checkpoint_dir and "://" in spec.checkpoint_dir:
             click.echo(f"roxxel-launch: note: checkpoint_dir is {spec.checkpoint_dir}: the local workers will write "
                        "there (with this machine's credentials); for a local run give a local directory, e.g. "
                        f"--set checkpoint_dir=$PWD/runs/{spec.name}/checkpoints", err=True)
-        if dry_run:
-            status = backend.submit(spec, dry_run=True, data_dir=data_dir,
-                                    devices_per_worker=devices_per_worker, max_workers=max_workers)
-            click.echo(status.message)
-            return
-        if detach:
-            if netns:
-                from roxxel_launch.backends.netns import unavailable_reason
+        if netns and detach:
+            from roxxel_launch.backends.netns import unavailable_reason
 
-                if (reason := unavailable_reason()) is not None:  # a foreground supervisor says it itself
-                    click.echo(f"roxxel-launch: --netns: {reason}; running the workers on loopback instead", err=True)
-            status = backend.submit(spec, data_dir=data_dir, devices_per_worker=devices_per_worker,
-                                    network="netns" if netns else "loopback",
-                                    max_workers=max_workers)
-            click.echo(f"started local job {spec.name}: {status.processes} worker(s), run directory "
-                       f"{status.run_dir}\nfollow it with `roxxel-launch logs {spec.name} --local -f`, "
-                       f"wait for it with `roxxel-launch wait {spec.name} --local`")
-            return
-        status = backend.submit(spec, foreground=True, echo=sys.stdout, data_dir=data_dir,
-                                devices_per_worker=devices_per_worker, network="netns" if netns else "loopback",
-                                max_workers=max_workers)
-    ctx.exit(_report_end(status))
+            if (reason := unavailable_reason()) is not None:  # a foreground supervisor says it itself
+                click.echo(f"roxxel-launch: --netns: {reason}; running the workers on loopback instead", err=True)
+    backend = _backend(local, context=context, local_options=options)
+    with _backend_errors():
+        status = backend.submit(spec, dry_run=dry_run)
+    if status.state.terminal:  # a job run in the foreground (local)
+        ctx.exit(_report_end(status))
+    if local and dry_run:
+        click.echo(status.message)
+    elif local:
+        click.echo(f"started local job {spec.name}: {status.processes} worker(s), run directory "
+                   f"{status.run_dir}\nfollow it with `roxxel-launch logs {spec.name} --local -f`, "
+                   f"wait for it with `roxxel-launch wait {spec.name} --local`")
+    else:
+        verb = "would submit" if dry_run else "submitted"
+        click.echo(f"{verb} {spec.workload} {spec.namespace}/{spec.name}: {status.processes} "
+                   f"process(es), state {status.state.value}")
 
 
 @cli.command()
@@ -441,13 +414,9 @@ def status(name: str, local: bool, as_json: bool, show_workers: bool, namespace:
     if show_workers and local:
         raise click.UsageError("--workers applies to Kubernetes jobs, not to --local")
     backend = _backend(local, namespace=namespace, context=context)
-    details = None
     with _backend_errors():
-        if hasattr(backend, "details"):
-            details = backend.details(name)
-            job = details.status
-        else:
-            job = backend.status(name)
+        details = backend.details(name)
+        job = details.status if details is not None else backend.status(name)
     if as_json:
         import json
 
@@ -550,22 +519,24 @@ def resume(ctx: click.Context, name: str, local: bool, detach: bool, until_done:
         raise click.UsageError("--detach applies to --local runs only")
     if until_done and detach:
         raise click.UsageError("--until-done stays to watch the job; it cannot be combined with --detach")
-    backend = _backend(local, namespace=namespace, context=context, poll=None if local else poll)
+    options = None
+    if local:
+        from roxxel_launch.backends.local import LocalOptions
+
+        options = LocalOptions(foreground=not detach, echo=None if detach else sys.stdout)
+    backend = _backend(local, namespace=namespace, context=context, poll=None if local else poll,
+                       local_options=options)
     with _backend_errors():
         if until_done:
-            ctx.exit(_resume_until_done(backend, name, local=local, max_resumes=max_resumes, poll=poll))
-        if not local or detach:
-            job = backend.resume(name)
-            click.echo(f"resumed {name}: state {job.state.value}")
-            return
-        job = backend.resume(name, foreground=True, echo=sys.stdout)
-    ctx.exit(_report_end(job))
+            ctx.exit(_resume_until_done(backend, name, max_resumes=max_resumes, poll=poll))
+        job = backend.resume(name)
+    if job.state.terminal:  # resumed in the foreground (local)
+        ctx.exit(_report_end(job))
+    click.echo(f"resumed {name}: state {job.state.value}")
 
 
-def _resume_until_done(backend, name: str, *, local: bool, max_resumes: int, poll: float) -> int:
+def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: float) -> int:
     """Resume, watch, and resume again after each preemption or eviction; the `wait` code."""
-    from roxxel_launch.backends.base import JobState
-
     status = backend.status(name)
     resumes = 0
     first = True
@@ -575,9 +546,9 @@ def _resume_until_done(backend, name: str, *, local: bool, max_resumes: int, pol
             if first:
                 click.echo(f"roxxel-launch: {name} has already succeeded; nothing to resume", err=True)
             return _report_outcome(status)
-        # A local job stopped by Ctrl-C / SIGTERM saves a checkpoint and ends Preempted: the
-        # user asked it to stop, so it is not resumed again.
-        stopped = local and not first and status.message.startswith("stopped by ")
+        # A job stopped on request (Ctrl-C / SIGTERM to a local run) may save a checkpoint and
+        # end Preempted: the user asked it to stop, so it is not resumed again.
+        stopped = not first and status.reason is StopReason.STOPPED_BY_USER
         if (state is JobState.FAILED and not first) or stopped:
             click.echo(f"roxxel-launch: not resuming {name} again: it "
                        f"{'was stopped on request' if stopped else 'failed'}", err=True)
@@ -591,13 +562,12 @@ def _resume_until_done(backend, name: str, *, local: bool, max_resumes: int, pol
             click.echo(f"roxxel-launch: resuming {name} ({state.value}"
                        + (f": {_one_line(status.message, 160)}" if status.message else "")
                        + f"); resume {resumes} of at most {max_resumes}", err=True)
-            if local:
-                status = backend.resume(name, foreground=True, echo=sys.stdout)
-                first = False
+            status = backend.resume(name)
+            first = False
+            if status.state.terminal:  # resumed in the foreground (local)
                 continue
-            backend.resume(name)
         first = False
-        status, _ = _poll_until_end(backend, name, poll=poll, evicted_ends=True, announce=True)
+        status = backend.wait(name, poll_seconds=poll, evicted_ends=True, on_change=_announce)
 
 
 @cli.command()
@@ -628,12 +598,13 @@ def wait(ctx: click.Context, name: str, local: bool, timeout: float | None, poll
     """
     backend = _backend(local, namespace=namespace, context=context)
     with _backend_errors():
-        job, timed_out = _poll_until_end(backend, name, poll=poll, timeout=timeout)
-    if timed_out:
-        click.echo(f"roxxel-launch: timed out after {timeout:g} s waiting for job {name}: still "
-                   f"{job.state.value}" + (f" ({_one_line(job.message, 200)})" if job.message else ""),
-                   err=True)
-        ctx.exit(EXIT_TIMED_OUT)
+        try:
+            job = backend.wait(name, timeout=timeout, poll_seconds=poll)
+        except WaitTimeout as err:  # before _backend_errors: a timeout has its own exit code
+            last = err.status
+            click.echo(f"roxxel-launch: {err}"
+                       + (f" ({_one_line(last.message, 200)})" if last.message else ""), err=True)
+            ctx.exit(EXIT_TIMED_OUT)
     ctx.exit(_report_outcome(job))
 
 

@@ -175,9 +175,9 @@ def test_local_worker_count_is_capped_with_an_override(monkeypatch, tmp_path):
     monkeypatch.setenv(L.MAX_WORKERS_ENV, "lots")
     with pytest.raises(BackendError, match="not an integer"):
         L.check_worker_count(big)
-    backend = L.LocalBackend(root=tmp_path)
+    backend = L.LocalBackend(root=tmp_path, options=L.LocalOptions(max_workers=3))
     with pytest.raises(BackendError, match="local cap of 3"):
-        backend.submit(big, dry_run=True, max_workers=3)
+        backend.submit(big, dry_run=True)
     assert not (tmp_path / "lm").exists()
 
 
@@ -224,6 +224,7 @@ def test_local_backend_treats_a_config_error_as_final(tmp_path, monkeypatch):
     assert result.returncode == exit_codes.CONFIG_ERROR_EXIT_CODE, result.stdout + result.stderr
     status = json.loads((root / "bad" / "status.json").read_text())
     assert (status["state"], status["restarts"], len(status["attempts"])) == ("Failed", 0, 1)
+    assert status["reason"] == "config_error"
     assert "configuration error" in status["message"] and "not restarted" in status["message"]
     assert "global batch 10 is not divisible" in status["message"]  # the worker's own line
 

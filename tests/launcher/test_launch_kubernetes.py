@@ -40,6 +40,7 @@ from roxxel_launch.backends.base import (
     JobExistsError,
     JobNotFoundError,
     JobState,
+    StopReason,
 )
 
 from support.paths import JOBSET_CRD as CRD
@@ -689,6 +690,7 @@ def test_status_jobset_failed_names_the_first_failed_worker(server, backend):
         server.put("pods", p)
     status = backend.status("lm")
     assert (status.state, status.exit_code, status.restarts) == (JobState.FAILED, 1, 3)
+    assert status.reason is StopReason.RESTARTS_EXHAUSTED
     assert "ReachedMaxRestarts: jobset failed due to reaching max number of restarts" in status.message
     assert "first failure: process 5 (pod lm-slice-1-1-boom) exited with code 1 (Error: ValueError: NaN loss)" \
         in status.message

@@ -258,6 +258,7 @@ def test_ctrl_c_stops_every_worker(tmp_path, root, signo, code):
     status = _status(root, name)
     assert (status["state"], status["exit_code"]) == ("Failed", code)
     assert status["message"].startswith(f"stopped by {signal.Signals(signo).name}")
+    assert status["reason"] == "stopped_by_user"
     assert status["worker_exit_codes"][2] == 128 + signal.SIGKILL
     assert "SIGKILL" in (root / name / "supervisor.log").read_text()
 
@@ -271,6 +272,7 @@ def test_preempted_worker_stops_the_job_and_resume_completes_it(tmp_path, root):
     assert "[worker 0] process 0: SIGTERM, checkpoint saved" in result.stdout
     status = _status(root, name)
     assert (status["state"], status["exit_code"], status["restarts"]) == ("Preempted", 42, 0)
+    assert status["reason"] == "preempted"
     assert status["worker_exit_codes"] == [42, 42]
     assert f"resume {name} --local" in result.stderr
 
@@ -280,6 +282,7 @@ def test_preempted_worker_stops_the_job_and_resume_completes_it(tmp_path, root):
     status = _status(root, name)
     assert (status["state"], status["exit_code"], status["resumes"]) == ("Succeeded", 0, 1)
     assert len(status["attempts"]) == 2
+    assert status["reason"] is None  # reset by the resume
     log = (root / name / "worker-1.log").read_text()
     assert log.count(L.ATTEMPT_HEADER) == 2 and "attempt 2 (restart 0, resume 1)" in log
     result = _cli(root, "resume", name, "--local")
@@ -295,6 +298,7 @@ def test_max_restarts_used_up_fails_with_the_workers_code_and_log(tmp_path, root
     status = _status(root, name)
     assert (status["state"], status["exit_code"], status["restarts"], status["failed_process"]) == (
         "Failed", 3, 1, 1)
+    assert status["reason"] == "restarts_exhausted"
     message = status["message"]
     assert message.startswith("worker 1 exited with 3 (failed); max_restarts (1) used up")
     assert "process 1: fatal: the loss is NaN" in message and "line 29" in message
@@ -359,14 +363,15 @@ def test_backend_api_errors(tmp_path, root):
     with pytest.raises(JobNotFoundError):
         backend.delete("missing")
     spec = spec_from_dict(_spec("apijob", 1, [sys.executable, str(PROGRAM)], checkpoint_dir=str(tmp_path / "c")))
-    status = backend.submit(spec, foreground=True)
+    status = L.LocalBackend(options=L.LocalOptions(foreground=True)).submit(spec)
     assert (status.state, status.exit_code, status.processes) == (JobState.SUCCEEDED, 0, 1)
     assert backend.wait("apijob", poll_seconds=0.1) == status
     assert list(backend.logs("apijob"))[-1].endswith("exited with 0: done")
     with pytest.raises(JobExistsError):
         backend.submit(spec)
     with pytest.raises(BackendError, match="devices per worker"):
-        backend.submit(spec_from_dict(_spec("other", 1, ["x"])), devices_per_worker=0)
+        L.LocalBackend(options=L.LocalOptions(devices_per_worker=0)).submit(
+            spec_from_dict(_spec("other", 1, ["x"])))
     backend.delete("apijob")
     assert backend.list() == []
 

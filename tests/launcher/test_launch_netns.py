@@ -97,7 +97,7 @@ def test_without_root_it_says_so_in_one_line_and_runs_on_loopback(tmp_path, monk
     monkeypatch.setenv(L.ROOT_ENV, str(tmp_path / "runs"))
     spec = spec_from_dict(_spec("noroot", 2, [sys.executable, str(PROGRAM)], env={"LOCAL_TEST_MODE": "ok"},
                                 checkpoint_dir=str(tmp_path / "ckpt")))
-    status = L.LocalBackend().submit(spec, foreground=True, network="netns")
+    status = L.LocalBackend(options=L.LocalOptions(foreground=True, network="netns")).submit(spec)
     assert (status.state, status.exit_code) == (JobState.SUCCEEDED, 0)
     said = capsys.readouterr().err.splitlines()
     assert said == ["[roxxel-launch] WARNING: --netns: network namespaces need root (CAP_NET_ADMIN, "
@@ -105,7 +105,7 @@ def test_without_root_it_says_so_in_one_line_and_runs_on_loopback(tmp_path, monk
     record = json.loads((tmp_path / "runs" / "noroot" / "status.json").read_text())["attempts"][0]
     assert record["coordinator_address"].startswith("127.0.0.1:") and "hosts" not in record
     with pytest.raises(BackendError, match="network must be one of loopback, netns"):
-        L.LocalBackend().submit(spec_from_dict(_spec("other", 1, ["x"])), network="vpn")
+        L.LocalBackend(options=L.LocalOptions(network="vpn")).submit(spec_from_dict(_spec("other", 1, ["x"])))
 
     from click.testing import CliRunner
 

@@ -1,10 +1,12 @@
-"""What every backend offers: submit, status, logs, list, delete, resume.
+"""What every backend offers: submit, status, details, logs, list, delete, resume, wait.
 
 The CLI (``roxxel-launch``) talks to backends only through :class:`Backend`, so the local
 backend and the Kubernetes backend are interchangeable and follow the same contract:
 the same environment variables reach the workers, the same exit codes mean the same thing
 (0 done, :data:`roxxel.exit_codes.PREEMPTED_EXIT_CODE` preempted after a checkpoint,
-anything else failed).
+anything else failed). What differs between backends (the local run's data directory and
+devices, the cluster's context and namespace) goes to the backend's constructor, never to a
+call, so the CLI does nothing backend-specific beyond choosing the backend.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-from typing import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 
 
 class JobState(str, enum.Enum):
@@ -31,6 +34,20 @@ class JobState(str, enum.Enum):
         return self in (JobState.SUCCEEDED, JobState.PREEMPTED, JobState.FAILED)
 
 
+class StopReason(str, enum.Enum):
+    """Why a job ended other than by succeeding, the same words for every backend.
+
+    The CLI decides from this (and :class:`JobState`), never from the message text, whether
+    ``resume --until-done`` re-submits a job.
+    """
+
+    PREEMPTED = "preempted"  # the cluster stopped it (preemption, eviction, exit 42 after a checkpoint)
+    STOPPED_BY_USER = "stopped_by_user"  # stop requested (Ctrl-C / SIGTERM to the local supervisor)
+    CONFIG_ERROR = "config_error"  # a worker found a configuration error: fails the same way on retry
+    RESTARTS_EXHAUSTED = "restarts_exhausted"  # max_restarts gang restarts used up on failures
+    FAILED = "failed"  # any other failure (the message names the failing worker)
+
+
 @dataclasses.dataclass(frozen=True)
 class JobStatus:
     """A job as a backend sees it.
@@ -42,6 +59,8 @@ class JobStatus:
         restarts: gang restarts so far.
         exit_code: the job's exit status once terminal (0, 42 preempted, else failed), else None.
         message: a short human explanation (the failing worker and its error, the queue's reason).
+        reason: why a Preempted or Failed job ended (see :class:`StopReason`); None otherwise
+            (and for a local run recorded before reasons existed).
         run_dir: where the local backend keeps the run (None on Kubernetes).
         created: ISO-8601 creation time.
     """
@@ -52,8 +71,73 @@ class JobStatus:
     restarts: int = 0
     exit_code: int | None = None
     message: str = ""
+    reason: StopReason | None = None
     run_dir: str | None = None
     created: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Worker:
+    """One worker pod, as status and logs see it.
+
+    Attributes:
+        process: JAX process id (slice * hosts_per_slice + index).
+        slice: JobSet job index (0 for an indexed job).
+        index: completion index within the slice.
+        pod: pod name.
+        phase: pod phase (Pending, Running, Succeeded, Failed, Unknown).
+        restart_attempt: JobSet restart attempt the pod belongs to (0 for an indexed job).
+        exit_code: the worker container's exit code once terminated, else None.
+        reason: why it waits or stopped (Unschedulable, ImagePullBackOff, Error, OOMKilled, ...).
+        message: the matching detail from the kubelet or scheduler.
+        finished_at: when the worker container terminated (RFC 3339), else None.
+        terminating: the pod is being deleted.
+    """
+
+    process: int
+    slice: int
+    index: int
+    pod: str
+    phase: str
+    restart_attempt: int = 0
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    finished_at: str | None = None
+    terminating: bool = False
+
+    def describe(self) -> str:
+        parts = [f"process {self.process} (pod {self.pod})"]
+        if self.exit_code is not None:
+            parts.append(f"exited with code {self.exit_code}")
+        else:
+            parts.append(self.phase)
+        detail = ": ".join(p for p in (self.reason, self.message.strip()) if p)
+        return " ".join(parts) + (f" ({detail})" if detail else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobDetails:
+    """A job as ``roxxel-launch status`` shows it: its status, conditions and worker pods.
+
+    Attributes:
+        status: the job's :class:`JobStatus`.
+        kind: ``JobSet`` or ``Job`` (an indexed job).
+        namespace: where the job lives.
+        slices: slices (JobSet replicas; 1 for an indexed job).
+        hosts_per_slice: worker pods per slice.
+        conditions: the object's ``status.conditions`` (type, status, reason, message,
+            lastTransitionTime), as the API server returned them.
+        workers: the worker pods of the current attempt, by process.
+    """
+
+    status: JobStatus
+    kind: str
+    namespace: str
+    slices: int
+    hosts_per_slice: int
+    conditions: tuple[Mapping, ...]
+    workers: tuple[Worker, ...]
 
 
 class Backend(abc.ABC):
@@ -81,25 +165,78 @@ class Backend(abc.ABC):
         """Jobs this backend knows (submitted by roxxel-launch)."""
 
     @abc.abstractmethod
-    def delete(self, name: str) -> None:
-        """Stop the job and remove its objects/processes. Raises: JobNotFoundError."""
+    def delete(self, name: str, *, wait: bool = False) -> None:
+        """Stop the job and remove its objects/processes.
 
-    @abc.abstractmethod
-    def resume(self, name: str) -> JobStatus:
-        """Start a stopped (preempted or failed) job again from its last checkpoint.
+        Args:
+            wait: return only once everything is gone (a backend whose delete is
+                synchronous always does).
 
-        Raises: JobNotFoundError; BackendError when it is still running.
+        Raises: JobNotFoundError; BackendError when ``wait`` runs out of time.
         """
 
-    def wait(self, name: str, *, poll_seconds: float = 2.0) -> JobStatus:
-        """Block until the job is terminal; returns its final status."""
-        import time
+    @abc.abstractmethod
+    def resume(self, name: str, *, spec=None) -> JobStatus:
+        """Start a stopped (preempted, failed or evicted) job again from its last checkpoint.
 
+        Args:
+            spec: the job's ``JobSpec``, needed only when the backend's own record of the job
+                is gone (it was deleted); the job is then submitted again under that name.
+
+        Raises: JobNotFoundError (no job and no ``spec``); BackendError when it is still
+            running or succeeded.
+        """
+
+    def details(self, name: str) -> JobDetails | None:
+        """Status plus conditions and worker pods, where the backend has them (Kubernetes);
+        None where the status is all there is (the local backend's run directory holds the rest).
+
+        Raises: JobNotFoundError.
+        """
+        self.status(name)  # an unknown job is an error here too
+        return None
+
+    def wait(self, name: str, *, timeout: float | None = None, poll_seconds: float = 2.0,
+             evicted_ends: bool = False,
+             on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+        """Block until the job is terminal; returns its final status.
+
+        Both backends poll :meth:`status` (the local supervisor and the cluster's controllers
+        record the state where ``status`` reads it).
+
+        Args:
+            timeout: seconds; None waits as long as it takes.
+            poll_seconds: pause between two reads of the status.
+            evicted_ends: also return a job that was admitted (seen in any state but
+                Suspended) and is Suspended again: evicted by its queue.
+            on_change: called with the status each time its state changes (the first read too).
+
+        Raises:
+            WaitTimeout: ``timeout`` passed first (its ``status`` is the last one read).
+            JobNotFoundError: no job of that name (or it was deleted meanwhile).
+        """
+        started = time.monotonic()
+        admitted = False
+        shown = None
         while True:
             status = self.status(name)
+            if on_change is not None and status.state is not shown:
+                on_change(status)
+                shown = status.state
             if status.state.terminal:
                 return status
-            time.sleep(poll_seconds)
+            if status.state is JobState.SUSPENDED:
+                if evicted_ends and admitted:
+                    return status
+            else:
+                admitted = True
+            if timeout is None:
+                time.sleep(poll_seconds)
+                continue
+            left = started + timeout - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(status, timeout)
+            time.sleep(min(poll_seconds, left))
 
 
 class BackendError(RuntimeError):
@@ -112,3 +249,18 @@ class JobNotFoundError(BackendError, LookupError):
 
 class JobExistsError(BackendError):
     """A job of that name already exists."""
+
+
+class WaitTimeout(BackendError, TimeoutError):
+    """:meth:`Backend.wait` gave up; the job keeps running.
+
+    Attributes:
+        status: the last status read.
+        timeout: the seconds waited.
+    """
+
+    def __init__(self, status: JobStatus, timeout: float):
+        super().__init__(f"timed out after {timeout:g} s waiting for job {status.name}: still "
+                         f"{status.state.value}")
+        self.status = status
+        self.timeout = timeout

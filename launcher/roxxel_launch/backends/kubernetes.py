@@ -52,10 +52,13 @@ from roxxel_launch import contract
 from roxxel_launch.backends.base import (
     Backend,
     BackendError,
+    JobDetails,
     JobExistsError,
     JobNotFoundError,
     JobState,
     JobStatus,
+    StopReason,
+    Worker,
 )
 from roxxel_launch.render import (
     MANAGED_BY,
@@ -101,46 +104,6 @@ _CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime"
 
 
 # ----------------------------------------------------------------------------- worker view
-
-
-@dataclasses.dataclass(frozen=True)
-class Worker:
-    """One worker pod, as status and logs see it.
-
-    Attributes:
-        process: JAX process id (slice * hosts_per_slice + index).
-        slice: JobSet job index (0 for an indexed job).
-        index: completion index within the slice.
-        pod: pod name.
-        phase: pod phase (Pending, Running, Succeeded, Failed, Unknown).
-        restart_attempt: JobSet restart attempt the pod belongs to (0 for an indexed job).
-        exit_code: the worker container's exit code once terminated, else None.
-        reason: why it waits or stopped (Unschedulable, ImagePullBackOff, Error, OOMKilled, ...).
-        message: the matching detail from the kubelet or scheduler.
-        finished_at: when the worker container terminated (RFC 3339), else None.
-        terminating: the pod is being deleted.
-    """
-
-    process: int
-    slice: int
-    index: int
-    pod: str
-    phase: str
-    restart_attempt: int = 0
-    exit_code: int | None = None
-    reason: str = ""
-    message: str = ""
-    finished_at: str | None = None
-    terminating: bool = False
-
-    def describe(self) -> str:
-        parts = [f"process {self.process} (pod {self.pod})"]
-        if self.exit_code is not None:
-            parts.append(f"exited with code {self.exit_code}")
-        else:
-            parts.append(self.phase)
-        detail = ": ".join(p for p in (self.reason, self.message.strip()) if p)
-        return " ".join(parts) + (f" ({detail})" if detail else "")
 
 
 def _int(value: Any, default: int) -> int:
@@ -210,30 +173,6 @@ def _true_conditions(status: Mapping) -> dict[str, dict]:
     return {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
 
 
-@dataclasses.dataclass(frozen=True)
-class JobDetails:
-    """A job as ``roxxel-launch status`` shows it: its status, conditions and worker pods.
-
-    Attributes:
-        status: the job's :class:`JobStatus`.
-        kind: ``JobSet`` or ``Job`` (an indexed job).
-        namespace: where the job lives.
-        slices: slices (JobSet replicas; 1 for an indexed job).
-        hosts_per_slice: worker pods per slice.
-        conditions: the object's ``status.conditions`` (type, status, reason, message,
-            lastTransitionTime), as the API server returned them.
-        workers: the worker pods of the current attempt, by process.
-    """
-
-    status: JobStatus
-    kind: str
-    namespace: str
-    slices: int
-    hosts_per_slice: int
-    conditions: tuple[Mapping, ...]
-    workers: tuple[Worker, ...]
-
-
 def _condition_text(condition: Mapping | None) -> str:
     if not condition:
         return ""
@@ -270,6 +209,17 @@ def _failed_exit_code(worker: Worker | None) -> int:
     if worker is None or worker.exit_code in (None, 0, contract.PREEMPTED_EXIT_CODE):
         return 1
     return worker.exit_code
+
+
+# The reason of a JobSet's Failed condition once failurePolicy.maxRestarts is used up.
+_JOBSET_MAX_RESTARTS_REASON = "ReachedMaxRestarts"
+
+
+def _failure_reason(worker: Worker | None) -> StopReason:
+    """CONFIG_ERROR when the first failed worker exited with the configuration-error code."""
+    if worker is not None and worker.exit_code == contract.CONFIG_ERROR_EXIT_CODE:
+        return StopReason.CONFIG_ERROR
+    return StopReason.FAILED
 
 
 def _progress(workers: list[Worker], processes: int, slices: int) -> str:
@@ -377,12 +327,16 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
             text = (f"preempted ({text}; {preempted.describe()}); `roxxel-launch resume {name}` "
                     "continues from the last checkpoint")
             return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTED_EXIT_CODE,
-                             message=message(text), **common)
+                             message=message(text), reason=StopReason.PREEMPTED, **common)
         first = _first_failure(current) or _first_failure(workers)
         if first is not None:
             text += f"; first failure: {first.describe()}"
+        reason = _failure_reason(first)
+        if reason is StopReason.FAILED and \
+                (conditions.get("Failed") or {}).get("reason") == _JOBSET_MAX_RESTARTS_REASON:
+            reason = StopReason.RESTARTS_EXHAUSTED
         return JobStatus(state=JobState.FAILED, exit_code=_failed_exit_code(first),
-                         message=message(text), **common)
+                         message=message(text), reason=reason, **common)
     if spec.get("suspend") or "Suspended" in conditions:
         return JobStatus(state=JobState.SUSPENDED,
                          message=message(_suspended_message(jobset, conditions)), **common)
@@ -444,13 +398,13 @@ def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
             text = (f"preempted ({_condition_text(failed)}); `roxxel-launch resume {name}` "
                     "continues from the last checkpoint")
             return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTED_EXIT_CODE,
-                             message=text + deleting, **common)
+                             message=text + deleting, reason=StopReason.PREEMPTED, **common)
         first = _first_failure(workers)
         text = _condition_text(failed) or "failed"
         if first is not None:
             text += f"; first failure: {first.describe()}"
         return JobStatus(state=JobState.FAILED, exit_code=_failed_exit_code(first),
-                         message=text + deleting, **common)
+                         message=text + deleting, reason=_failure_reason(first), **common)
     if spec.get("suspend") or "Suspended" in conditions:
         return JobStatus(state=JobState.SUSPENDED,
                          message=_suspended_message(job, conditions) + deleting, **common)

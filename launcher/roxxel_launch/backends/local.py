@@ -44,8 +44,8 @@ Runs live under a root directory (``root`` argument, else ``$ROXXEL_LOCAL_ROOT``
 The supervisor
 ==============
 One supervisor process per running job starts the workers, watches them (every
-:data:`POLL_SECONDS`), restarts them and writes ``status.json``. ``submit(foreground=True)``
-(the CLI's default) runs it inside the calling process and echoes worker 0's output with
+:data:`POLL_SECONDS`), restarts them and writes ``status.json``. With
+``LocalOptions(foreground=True)`` (the CLI's default) ``submit`` runs it inside the calling process and echoes worker 0's output with
 the prefix ``[worker 0] ``; otherwise it is a detached process
 (``python -m roxxel_launch.backends.local supervise RUN_DIR``, in its own session, so
 closing the terminal does not stop it).
@@ -151,6 +151,7 @@ from roxxel_launch.backends.base import (
     JobNotFoundError,
     JobState,
     JobStatus,
+    StopReason,
 )
 
 __all__ = [
@@ -159,6 +160,7 @@ __all__ = [
     "DEFAULT_ROOT",
     "GRACE_CAP_SECONDS",
     "LocalBackend",
+    "LocalOptions",
     "POLL_SECONDS",
     "ROOT_ENV",
     "resolve_data_dir",
@@ -191,7 +193,7 @@ TAIL_LINES = 20
 HANDSHAKE_SECONDS = 60.0
 """Seconds ``submit``/``resume`` wait for a detached supervisor to take over the run."""
 NETWORKS = ("loopback", "netns")
-"""Values of ``submit``'s ``network``: every worker on loopback, or each in its own network
+"""Values of :attr:`LocalOptions.network`: every worker on loopback, or each in its own network
 namespace (:mod:`roxxel_launch.backends.netns`)."""
 
 SPEC_FILE = "spec.json"
@@ -535,7 +537,7 @@ class _Supervisor:
                     logger.exception("supervisor error; stopping every worker")
                     self._stop_workers(grace=0.0)
                     self._finish(JobState.FAILED, 1, f"the local supervisor failed: {err!r} "
-                                 f"(see {self.run_dir / SUPERVISOR_LOG})")
+                                 f"(see {self.run_dir / SUPERVISOR_LOG})", StopReason.FAILED)
                     raise
         finally:
             os.close(lock_fd)
@@ -614,6 +616,7 @@ class _Supervisor:
             restarts=0,
             exit_code=None,
             message="",
+            reason=None,
             supervisor_pid=os.getpid(),
             pids=[],
             worker_exit_codes=[],
@@ -626,8 +629,10 @@ class _Supervisor:
         self.status["updated"] = _now()
         _write_json(self.run_dir / STATUS_FILE, self.status)
 
-    def _finish(self, state: JobState, code: int, message: str) -> JobStatus:
-        self.status.update(state=state.value, exit_code=code, message=message)
+    def _finish(self, state: JobState, code: int, message: str,
+                reason: StopReason | None = None) -> JobStatus:
+        self.status.update(state=state.value, exit_code=code, message=message,
+                           reason=None if reason is None else reason.value)
         self._save()
         # INFO: the caller reports the outcome (the CLI prints it; status() returns it).
         logger.info("job %s %s (exit code %d)%s", self.spec.name, state.value.lower(), code,
@@ -648,6 +653,7 @@ class _Supervisor:
                     f"worker {outcome.worker} exited {exit_codes.PREEMPTED_EXIT_CODE} (preempted after a "
                     "complete checkpoint); resume with `roxxel-launch resume "
                     f"{self.spec.name} --local`",
+                    StopReason.PREEMPTED,
                 )
             if outcome.kind == "stopped":
                 return self._finish_stopped(outcome)
@@ -657,10 +663,10 @@ class _Supervisor:
             restarts = self.status["restarts"]
             if self.signals:
                 return self._finish(JobState.FAILED, code, f"{what}; not restarted: stop requested by "
-                                    f"{signal.Signals(self.signals[0]).name}")
+                                    f"{signal.Signals(self.signals[0]).name}", StopReason.STOPPED_BY_USER)
             if code == exit_codes.CONFIG_ERROR_EXIT_CODE:
                 return self._finish_failed(i, code, f"{what}; not restarted: a configuration error "
-                                           "fails the same way on every attempt")
+                                           "fails the same way on every attempt", StopReason.CONFIG_ERROR)
             if restarts < max_restarts:
                 self.status.update(restarts=restarts + 1, state=JobState.RESTARTING.value,
                                    message=f"{what}; gang restart {restarts + 1} of at most {max_restarts}")
@@ -668,13 +674,13 @@ class _Supervisor:
                 logger.warning("%s; gang restart %d of at most %d", what, restarts + 1, max_restarts)
                 continue
             return self._finish_failed(i, code, f"{what}; max_restarts ({max_restarts}) used up after "
-                                       f"{restarts} gang restart(s)")
+                                       f"{restarts} gang restart(s)", StopReason.RESTARTS_EXHAUSTED)
 
-    def _finish_failed(self, worker: int, code: int, what: str) -> JobStatus:
+    def _finish_failed(self, worker: int, code: int, what: str, reason: StopReason) -> JobStatus:
         log = self.run_dir / f"worker-{worker}.log"
         tail = "\n".join(_tail(log, TAIL_LINES)) or "(empty)"
         self.status["failed_process"] = worker
-        return self._finish(JobState.FAILED, code, f"{what}. Last lines of {log}:\n{tail}")
+        return self._finish(JobState.FAILED, code, f"{what}. Last lines of {log}:\n{tail}", reason)
 
     def _finish_stopped(self, outcome: _Outcome) -> JobStatus:
         signo = self.signals[0]
@@ -686,10 +692,10 @@ class _Supervisor:
                 return self._finish(
                     JobState.PREEMPTED, exit_codes.PREEMPTED_EXIT_CODE,
                     f"stopped by {name}; the workers saved a checkpoint ({code_text}); resume with "
-                    f"`roxxel-launch resume {self.spec.name} --local`")
+                    f"`roxxel-launch resume {self.spec.name} --local`", StopReason.STOPPED_BY_USER)
             return self._finish(JobState.SUCCEEDED, exit_codes.SUCCESS, f"all workers had finished when {name} came")
         return self._finish(JobState.FAILED, exit_codes.SIGNAL_EXIT_BASE + signo,
-                            f"stopped by {name} ({code_text})")
+                            f"stopped by {name} ({code_text})", StopReason.STOPPED_BY_USER)
 
     def _attempt(self) -> _Outcome:
         spec, n = self.spec, self.spec.num_processes
@@ -843,6 +849,7 @@ def _status_from_dict(data: Mapping[str, Any], run_dir: Path) -> JobStatus:
         restarts=data.get("restarts", 0),
         exit_code=data.get("exit_code"),
         message=data.get("message", ""),
+        reason=StopReason(data["reason"]) if data.get("reason") else None,
         run_dir=str(run_dir),
         created=data.get("created"),
     )
@@ -886,17 +893,52 @@ def check_worker_count(spec, max_workers: int | None = None) -> None:
             f"--max-workers N (or ${MAX_WORKERS_ENV})")
 
 
+@dataclasses.dataclass(frozen=True)
+class LocalOptions:
+    """How the local backend runs its jobs: what a cluster would decide for the pods.
+
+    Attributes:
+        foreground: ``submit`` and ``resume`` run the supervisor in this process (main
+            thread only) and return when the job is terminal; otherwise they start a
+            detached supervisor and return once it runs.
+        echo: with ``foreground``, a text stream that gets worker 0's output, each line
+            prefixed ``[worker 0] ``; None: logs only.
+        data_dir: local directory given to the workers as ``ROXXEL_DATA_DIR`` (see
+            :func:`resolve_data_dir`).
+        devices_per_worker: CPU devices per worker (``XLA_FLAGS``), >= 1; None: JAX's default.
+        cwd: the workers' working directory; default the current directory at ``submit``.
+        network: one of :data:`NETWORKS`: ``loopback``, or ``netns`` for a network
+            namespace per worker (needs root; loopback with a warning otherwise).
+        max_workers: the most worker processes this machine may start for one job;
+            None: ``$ROXXEL_LOCAL_MAX_WORKERS``, else :data:`DEFAULT_MAX_WORKERS`.
+        stop_timeout: seconds ``delete`` waits for a running supervisor to stop its workers
+            before it SIGKILLs them; None: the job's grace period (capped at
+            :data:`GRACE_CAP_SECONDS`) + 30.
+    """
+
+    foreground: bool = False
+    echo: IO[str] | None = None
+    data_dir: str | None = None
+    devices_per_worker: int | None = None
+    cwd: str | None = None
+    network: str = "loopback"
+    max_workers: int | None = None
+    stop_timeout: float | None = None
+
+
 class LocalBackend(Backend):
     """Runs jobs as processes on this machine (see the module docstring).
 
     Args:
         root: directory holding one run directory per job; default ``$ROXXEL_LOCAL_ROOT``,
             else ``./runs/local``. Created when the first job is submitted.
+        options: how jobs run (see :class:`LocalOptions`); default: detached, on loopback.
     """
 
-    def __init__(self, root: str | os.PathLike | None = None):
+    def __init__(self, root: str | os.PathLike | None = None, options: LocalOptions | None = None):
         root = root if root is not None else os.environ.get(ROOT_ENV) or DEFAULT_ROOT
         self.root = Path(root).expanduser().absolute()
+        self.options = options if options is not None else LocalOptions()
 
     # -- paths -----------------------------------------------------------------------------
     def run_dir(self, name: str) -> Path:
@@ -919,49 +961,28 @@ class LocalBackend(Backend):
         return run_dir
 
     # -- Backend API -----------------------------------------------------------------------
-    def submit(
-        self,
-        spec,
-        *,
-        dry_run: bool = False,
-        foreground: bool = False,
-        echo: IO[str] | None = None,
-        data_dir: str | None = None,
-        devices_per_worker: int | None = None,
-        cwd: str | None = None,
-        network: str = "loopback",
-        max_workers: int | None = None,
-    ) -> JobStatus:
-        """Create the run directory of ``spec`` and start its supervisor.
+    def submit(self, spec, *, dry_run: bool = False) -> JobStatus:
+        """Create the run directory of ``spec`` and start its supervisor, as :attr:`options` say.
 
         Args:
             spec: a validated ``roxxel_launch.spec.JobSpec``.
             dry_run: check everything (name free, data directory) and start nothing.
-            foreground: run the supervisor in this process (main thread only) and return
-                when the job is terminal; otherwise start a detached supervisor and return
-                once it runs.
-            echo: with ``foreground``, a text stream that gets worker 0's output, each line
-                prefixed ``[worker 0] ``; None: logs only.
-            data_dir: local directory given to the workers as ``ROXXEL_DATA_DIR`` (see
-                :func:`resolve_data_dir`).
-            devices_per_worker: CPU devices per worker (``XLA_FLAGS``), >= 1.
-            cwd: the workers' working directory; default the current directory.
-            network: one of :data:`NETWORKS`: ``loopback``, or ``netns`` for a network
-                namespace per worker (needs root; loopback with a warning otherwise).
-            max_workers: the most worker processes this machine may start for one job;
-                None: ``$ROXXEL_LOCAL_MAX_WORKERS``, else :data:`DEFAULT_MAX_WORKERS`.
 
         Returns:
-            The job's status: terminal with ``foreground``, else as the supervisor started it.
+            The job's status: terminal with ``options.foreground``, else as the supervisor
+            started it.
 
         Raises:
             JobExistsError: a local job of that name exists.
-            BackendError: bad data directory or device count, more workers than
+            BackendError: bad data directory, device count or network, more workers than
                 ``max_workers``, the supervisor did not start, or ``foreground`` outside the
                 main thread.
             OSError: the run directory cannot be written.
         """
-        cwd = os.path.abspath(cwd or os.getcwd())
+        opts = self.options
+        data_dir, devices_per_worker, network = opts.data_dir, opts.devices_per_worker, opts.network
+        max_workers = opts.max_workers
+        cwd = os.path.abspath(opts.cwd or os.getcwd())
         if devices_per_worker is not None and devices_per_worker < 1:
             raise BackendError(f"devices per worker must be at least 1, got {devices_per_worker}")
         if network not in NETWORKS:
@@ -998,7 +1019,7 @@ class LocalBackend(Backend):
             "message": "", "created": created, "updated": created, "supervisor_pid": None,
             "pids": [], "worker_exit_codes": [], "failed_process": None, "attempts": []})
         logger.info("local job %s: run directory %s", spec.name, run_dir)
-        return self._start(run_dir, foreground=foreground, echo=echo, resume=False)
+        return self._start(run_dir, resume=False)
 
     def status(self, name: str) -> JobStatus:
         """The job's status as ``status.json`` records it.
@@ -1019,7 +1040,7 @@ class LocalBackend(Backend):
             status = _status_from_dict(data, run_dir)
             if not status.state.terminal:
                 status = dataclasses.replace(
-                    status, state=JobState.FAILED,
+                    status, state=JobState.FAILED, reason=StopReason.FAILED,
                     message=f"the supervisor (pid {data['supervisor_pid']}) ended without recording a final "
                             f"state (was {status.state.value}); see {run_dir / SUPERVISOR_LOG}")
         return status
@@ -1075,12 +1096,13 @@ class LocalBackend(Backend):
                 out.append(self.status(entry.name))
         return out
 
-    def delete(self, name: str, *, timeout: float | None = None) -> None:
+    def delete(self, name: str, *, wait: bool = False) -> None:
         """Stop the job if it runs, then remove its run directory (logs included).
 
         A running supervisor gets SIGTERM and stops its workers as for Ctrl-C; if it has not
-        ended after ``timeout`` seconds (default: the grace period + 30), it and every worker
-        process group recorded in ``status.json`` are SIGKILLed.
+        ended after ``options.stop_timeout`` seconds (default: the grace period + 30), it and
+        every worker process group recorded in ``status.json`` are SIGKILLed. Always returns
+        once the processes and the run directory are gone, so ``wait`` changes nothing here.
 
         Raises:
             JobNotFoundError: no local job of that name.
@@ -1090,6 +1112,7 @@ class LocalBackend(Backend):
         data = _read_json(run_dir / STATUS_FILE)
         lock = run_dir / LOCK_FILE
         supervisor = data.get("supervisor_pid")
+        timeout = self.options.stop_timeout
         if _lock_is_held(lock) and supervisor:
             if timeout is None:
                 spec = _read_json(run_dir / SPEC_FILE)
@@ -1118,19 +1141,26 @@ class LocalBackend(Backend):
         shutil.rmtree(run_dir)
         logger.info("deleted local job %s (%s)", name, run_dir)
 
-    def resume(self, name: str, *, foreground: bool = False, echo: IO[str] | None = None) -> JobStatus:
+    def resume(self, name: str, *, spec=None) -> JobStatus:
         """Run a preempted or failed job again from ``spec.json`` and ``launch.json``; the
         training program restores its last checkpoint itself. Restarts count from 0 again.
+        Runs in the foreground or detached as :attr:`options` say.
 
         Args:
             name: the job.
-            foreground: as for :meth:`submit`.
-            echo: as for :meth:`submit`.
+            spec: for a job whose run directory was deleted: its ``JobSpec``, submitted again
+                with this backend's options (same run name and checkpoint_dir, so training
+                restores its last checkpoint). Ignored while the run directory exists.
 
         Raises:
-            JobNotFoundError: no local job of that name.
-            BackendError: the job is running, or it succeeded (nothing to resume).
+            JobNotFoundError: no local job of that name, and no ``spec``.
+            BackendError: the job is running, it succeeded (nothing to resume), or ``spec``
+                names another job.
         """
+        if spec is not None and not (self.run_dir(name) / STATUS_FILE).is_file():
+            if spec.name != name:
+                raise BackendError(f"the spec is for {spec.name!r}, not {name!r}")
+            return self.submit(spec)
         status = self.status(name)
         if status.run_dir is None:
             raise BackendError(f"job {name}: the local backend's status names no run directory")
@@ -1141,13 +1171,14 @@ class LocalBackend(Backend):
         if status.state is JobState.SUCCEEDED:
             raise BackendError(f"local job {name!r} succeeded; there is nothing to resume "
                                f"(delete it to run it again from scratch)")
-        return self._start(run_dir, foreground=foreground, echo=echo, resume=True)
+        return self._start(run_dir, resume=True)
 
     # -- starting a supervisor ---------------------------------------------------------------
-    def _start(self, run_dir: Path, *, foreground: bool, echo: IO[str] | None, resume: bool) -> JobStatus:
-        if foreground:
+    def _start(self, run_dir: Path, *, resume: bool) -> JobStatus:
+        if self.options.foreground:
             stderr_level = logging.getLogger().getEffectiveLevel()
-            return _Supervisor(run_dir, echo=echo, resume=resume, stderr_level=stderr_level).run()
+            return _Supervisor(run_dir, echo=self.options.echo, resume=resume,
+                               stderr_level=stderr_level).run()
         return self._spawn_detached(run_dir, resume=resume)
 
     def _spawn_detached(self, run_dir: Path, *, resume: bool) -> JobStatus:
