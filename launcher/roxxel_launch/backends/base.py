@@ -183,8 +183,9 @@ class Backend(abc.ABC):
             spec: the job's ``JobSpec``, needed only when the backend's own record of the job
                 is gone (it was deleted); the job is then submitted again under that name.
 
-        Raises: JobNotFoundError (no job and no ``spec``); BackendError when it is still
-            running or succeeded.
+        Raises:
+            JobNotFoundError: no job and no ``spec``.
+            BackendError: the job is still running or has succeeded.
         """
 
     def details(self, name: str) -> JobDetails | None:
