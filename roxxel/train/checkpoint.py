@@ -72,6 +72,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -472,6 +473,49 @@ def _divert_orbax_tracebacks() -> None:
 
 _open_checkpointers: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
 _exit_hook_installed = False
+_save_failed = False  # a save or close failed in this process: storage threads may still retry
+STRAGGLER_GRACE_S = 2.0
+"""Seconds the exit waits, after a failed save, for storage threads still retrying (gcsfs
+retries a request 6 times over ~30 s and cannot be told fewer; TensorStore up to 32)."""
+
+
+def _mark_failed() -> None:
+    global _save_failed
+    _save_failed = True
+
+
+def _call_with_deadline(release: Any, deadline: float, what: str) -> None:
+    """Run ``release()`` in a daemon thread; raise its error, or TimeoutError at ``deadline``
+    (an object store answering errors keeps its client retrying far past the timeout: gcsfs
+    retries each request 6 times, ~30 s, and has no setting for fewer)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            release()
+        except BaseException as err:  # re-raised in the caller's thread
+            errors.append(err)
+
+    thread = threading.Thread(target=run, name=f"roxxel-checkpoint-close: {what}", daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    if thread.is_alive():
+        raise TimeoutError(f"{what} did not finish within the checkpointer's timeout")
+    if errors:
+        raise errors[0]
+
+
+def _stragglers_alive() -> list[threading.Thread]:
+    """Non-daemon threads other than this one still alive after a short grace period. Polled:
+    Orbax's threads re-raise their error from ``join()``."""
+    deadline = time.monotonic() + STRAGGLER_GRACE_S
+    while True:
+        alive = [t for t in threading.enumerate()
+                 if t.is_alive() and not t.daemon and t is not threading.current_thread()
+                 and t is not threading.main_thread()]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
 
 
 def _close_at_exit() -> None:
@@ -487,8 +531,16 @@ def _close_at_exit() -> None:
         except Exception as err:  # pragma: no cover - defensive: exiting anyway
             failed = failed or err
     if failed is None:
-        return
-    sys.stderr.write(f"roxxel: {type(failed).__name__}: {failed}\n")
+        if not _save_failed:
+            return
+        alive = _stragglers_alive()
+        if not alive:
+            return
+        # The process would wait for them for minutes; it ends now, non-zero, since a save failed.
+        sys.stderr.write(f"roxxel: exiting with status 1: a checkpoint save failed and {len(alive)} "
+                         "storage threads still retry it\n")
+    else:
+        sys.stderr.write(f"roxxel: {type(failed).__name__}: {failed}\n")
     sys.stderr.flush()
     atexit._run_exitfuncs()  # flush loggers (they registered with atexit), then fail the process
     logging.shutdown()
@@ -639,6 +691,7 @@ class Checkpointer:
         self._pending_step: int | None = None  # a save whose completion has not been checked
         self._pending_operation: str | None = None  # Orbax's operation id of that save
         self._closed = False
+        self._timeout = float(timeout)
         self._sigterm = threading.Event()
         self._previous_sigterm_handler: Any = None
         self._handler_installed = False
@@ -778,6 +831,7 @@ class Checkpointer:
             self._manager.wait_until_finished()
         except Exception as err:
             self._pending_step = None
+            _mark_failed()
             _release_waiters(self._pending_operation)
             _keep_short(err)
             raise CheckpointSaveError(
@@ -1122,10 +1176,14 @@ class Checkpointer:
             self._wait()
         except CheckpointSaveError as err:
             error = err
+        deadline = time.monotonic() + self._timeout
         for what, release in (("removing half-written steps", self._await_tmp_cleanup),
                               ("closing Orbax's checkpoint manager", self._manager.close)):
             try:
-                release()
+                if os.fspath(self.directory).startswith("gs://"):
+                    _call_with_deadline(release, deadline, what)
+                else:  # local file systems fail at once; Orbax's close misreports from a thread
+                    release()
             except Exception as err:  # e.g. an HttpError from the object store: one readable line
                 _keep_short(err)
                 if error is None:
@@ -1134,6 +1192,8 @@ class Checkpointer:
                         step=self._pending_step,
                     )
                     error.__cause__ = err
+        if error is not None:
+            _mark_failed()
         self._restore_sigterm_handler()
         if error is not None:
             raise error

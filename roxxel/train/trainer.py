@@ -357,6 +357,9 @@ class Trainer:
                       f"(saved at {ckpt.restored_run.get('saved_at', 'an unknown time')})")
             if ckpt.restore_plan is not None and not ckpt.restore_plan.unchanged:
                 self._log(f"restored into a changed model: {ckpt.restore_plan.summary()}")
+            saved_by = ckpt.restored_run.get("process_count")
+            if saved_by is not None and saved_by != jax.process_count():  # allowed: batches do not depend on it
+                self._log(f"step {start} was saved by {saved_by} process(es); resuming on {jax.process_count()}")
         if self.logger is not None:
             self.logger.init_pbar(total, start)
         last: dict[str, float] = {}

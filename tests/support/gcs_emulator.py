@@ -10,17 +10,26 @@ conditionally -- which it does for every OCDBT manifest update after the first, 
 Orbax saves of more than a few arrays fail. This wrapper adds the header (and
 ``x-goog-metageneration``) to the emulator's download handler, then runs its CLI.
 
+Fault injection, for the tests of what a save does when the object store fails:
+``ROXXEL_GCS_FAULT=STATUS:RATE:PREFIX`` (e.g. ``500:1:faulty/`` or ``503:0.5:faulty/``)
+makes the emulator answer STATUS, with the probability RATE, to every write (POST, PUT,
+PATCH, DELETE) whose decoded URL contains PREFIX; reads and other writes are served.
+
 Imported, it offers :func:`start` / :func:`stop` / :func:`client_env`, shared by the
 checkpoint tests and ``bench/checkpoint.py``.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 import subprocess
 import sys
 import time
+from http import HTTPStatus
 from pathlib import Path
+from urllib.parse import unquote
 
 from gcp_storage_emulator import server
 from gcp_storage_emulator.exceptions import NotFound
@@ -50,10 +59,50 @@ def patch() -> int:
     return patched
 
 
-def start(log_path: str | Path, bucket: str, timeout: float = 30) -> tuple[subprocess.Popen, str]:
+FAULT_ENV = "ROXXEL_GCS_FAULT"
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def parse_fault(spec: str) -> tuple[HTTPStatus, float, str]:
+    """``STATUS:RATE:PREFIX`` -> (status, probability, prefix); ValueError names a bad field."""
+    status, rate, prefix = spec.split(":", 2)
+    probability = float(rate)
+    if not 0 <= probability <= 1 or not prefix:
+        raise ValueError(f"{FAULT_ENV}={spec!r}: expected STATUS:RATE:PREFIX with 0 <= RATE <= 1")
+    return HTTPStatus(int(status)), probability, prefix
+
+
+def inject_faults(spec: str) -> None:
+    """Make the router answer the faulty writes of ``spec`` with an error (see the module doc)."""
+    status, probability, prefix = parse_fault(spec)
+    original_handle = server.Router.handle
+    chance = random.Random(0)
+
+    def handle(self, method):
+        handler = self._request_handler
+        method = handler.headers.get("x-http-method-override") or method
+        if method in WRITES and prefix in unquote(handler.path) and chance.random() < probability:
+            length = int(handler.headers.get("Content-Length") or 0)
+            if length:
+                handler.rfile.read(length)  # drain the body so the connection stays usable
+            body = b'{"error": {"code": %d, "message": "injected fault"}}' % status.value
+            handler.send_response(status.value, status.phrase)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+            return
+        original_handle(self, method)
+
+    server.Router.handle = handle
+
+
+def start(log_path: str | Path, bucket: str, timeout: float = 30,
+          fault: str | None = None) -> tuple[subprocess.Popen, str]:
     """Run this wrapper on a free loopback port; return the process and its URL.
 
     Its output goes to ``log_path``: it logs every request, and an unread pipe would stall it.
+    ``fault``: a ``STATUS:RATE:PREFIX`` spec of errors to inject (see the module doc).
 
     Raises:
         RuntimeError: it did not accept connections within ``timeout`` seconds (the log's tail).
@@ -61,9 +110,14 @@ def start(log_path: str | Path, bucket: str, timeout: float = 30) -> tuple[subpr
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+    if fault is not None:
+        parse_fault(fault)  # fail here, not in the child
+        env[FAULT_ENV] = fault
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen([sys.executable, __file__, "start", "-H", "127.0.0.1", "--port", str(port),
-                                 "--default-bucket", bucket, "--in-memory"], stdout=log_file, stderr=subprocess.STDOUT)
+                                 "--default-bucket", bucket, "--in-memory"], stdout=log_file, stderr=subprocess.STDOUT,
+                                env=env)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -99,6 +153,8 @@ def client_env(url: str) -> dict[str, str]:
 if __name__ == "__main__":
     if not patch():
         sys.exit("could not find the emulator's download handler to patch")
+    if os.environ.get(FAULT_ENV):
+        inject_faults(os.environ[FAULT_ENV])
     from gcp_storage_emulator.__main__ import main
 
     main(sys.argv[1:])
