@@ -14,8 +14,11 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
+import fcntl
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 
 class JobState(str, enum.Enum):
@@ -265,3 +268,22 @@ class WaitTimeout(BackendError, TimeoutError):
                          f"{status.state.value}")
         self.status = status
         self.timeout = timeout
+
+
+def lock_is_held(lock_path: Path) -> bool:
+    """True while another process holds an exclusive ``flock`` on ``lock_path`` (a supervisor's lock).
+
+    A missing file is not held. The probe takes a shared lock without blocking and releases it
+    at once by closing its descriptor.
+    """
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also releases the probe's shared lock
+    return False

@@ -152,6 +152,7 @@ from roxxel_launch.backends.base import (
     JobState,
     JobStatus,
     StopReason,
+    lock_is_held,
 )
 
 __all__ = [
@@ -367,21 +368,6 @@ def _tail(path: Path, lines: int, *, since_header: bool = True) -> list[str]:
                 out = out[i + 1:]
                 break
     return out[-lines:]
-
-
-def _lock_is_held(lock_path: Path) -> bool:
-    """True while a supervisor holds the run's lock."""
-    try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # also releases the probe's shared lock
-    return False
 
 
 def _acquire_lock(lock_path: Path, *, wait: float = 2.0) -> int:
@@ -1034,7 +1020,7 @@ class LocalBackend(Backend):
         data = _read_json(run_dir / STATUS_FILE)
         status = _status_from_dict(data, run_dir)
         if not status.state.terminal and data.get("supervisor_pid") is not None \
-                and not _lock_is_held(run_dir / LOCK_FILE):
+                and not lock_is_held(run_dir / LOCK_FILE):
             # Re-read: the supervisor may have finished between the two reads.
             data = _read_json(run_dir / STATUS_FILE)
             status = _status_from_dict(data, run_dir)
@@ -1068,7 +1054,7 @@ class LocalBackend(Backend):
     def _read_log(run_dir: Path, path: Path, follow: bool) -> Iterator[str]:
         offset, partial = 0, b""
         while True:
-            alive = follow and _lock_is_held(run_dir / LOCK_FILE)
+            alive = follow and lock_is_held(run_dir / LOCK_FILE)
             try:
                 with open(path, "rb") as f:
                     f.seek(offset)
@@ -1113,7 +1099,7 @@ class LocalBackend(Backend):
         lock = run_dir / LOCK_FILE
         supervisor = data.get("supervisor_pid")
         timeout = self.options.stop_timeout
-        if _lock_is_held(lock) and supervisor:
+        if lock_is_held(lock) and supervisor:
             if timeout is None:
                 spec = _read_json(run_dir / SPEC_FILE)
                 timeout = min(spec.get("termination_grace_period", 300), GRACE_CAP_SECONDS) + 30
@@ -1121,9 +1107,9 @@ class LocalBackend(Backend):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(supervisor, signal.SIGTERM)
             deadline = time.monotonic() + timeout
-            while _lock_is_held(lock) and time.monotonic() < deadline:
+            while lock_is_held(lock) and time.monotonic() < deadline:
                 time.sleep(POLL_SECONDS)
-            if _lock_is_held(lock):
+            if lock_is_held(lock):
                 logger.warning("the supervisor of %s (pid %d) did not stop within %gs; killing it and its workers",
                                name, supervisor, timeout)
                 with contextlib.suppress(ProcessLookupError):
@@ -1165,7 +1151,7 @@ class LocalBackend(Backend):
         if status.run_dir is None:
             raise BackendError(f"job {name}: the local backend's status names no run directory")
         run_dir = Path(status.run_dir)
-        if not status.state.terminal or _lock_is_held(run_dir / LOCK_FILE):
+        if not status.state.terminal or lock_is_held(run_dir / LOCK_FILE):
             raise BackendError(f"local job {name!r} is {status.state.value.lower()}: wait for it "
                                f"(`roxxel-launch wait {name} --local`) or stop it first")
         if status.state is JobState.SUCCEEDED:

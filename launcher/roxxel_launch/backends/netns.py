@@ -62,7 +62,7 @@ from pathlib import Path
 
 from roxxel import distributed
 from roxxel_launch import contract
-from roxxel_launch.backends.base import BackendError
+from roxxel_launch.backends.base import BackendError, lock_is_held
 
 __all__ = [
     "CLUSTER_DOMAIN",
@@ -303,20 +303,6 @@ def _lock_path(run_id: str) -> Path:
     return LOCK_DIR / f"{run_id}.lock"
 
 
-def _lock_held(run_id: str) -> bool:
-    try:
-        fd = os.open(_lock_path(run_id), os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 def _existing() -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[Path]]]:
     """Namespaces, links and /etc/netns directories of this module, by run id."""
     namespaces: dict[str, list[str]] = {}
@@ -357,7 +343,7 @@ def cleanup_stale() -> list[str]:
     namespaces, links, etc = _existing()
     stale = []
     for run_id in sorted(set(namespaces) | set(links) | set(etc)):
-        if _lock_held(run_id):
+        if lock_is_held(_lock_path(run_id)):
             continue
         logger.warning("removing network namespaces and links of a stopped run (id %s): %s", run_id,
                        ", ".join(namespaces.get(run_id, []) + links.get(run_id, [])) or "hosts files")
