@@ -23,6 +23,15 @@ def stream_key(seed: int, index: int) -> int:
     return int(_mix64(np.array([seed * 1_000_003 + index], np.uint64))[0])
 
 
+
+def _in_row_order(rows: list[np.ndarray], starts: list[np.ndarray],
+                  counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pieces collected pass by pass (pass ``j`` holds the ``j``-th piece of each live row),
+    as ``(row, start, count)`` sorted by row and, within a row, by pass."""
+    row, start, count = (np.concatenate(a) for a in (rows, starts, counts))
+    order = np.lexsort((np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)]), row))
+    return row[order], start[order], count[order]
+
 class ShuffledTokens:
     """The shuffled token stream of one dataset.
 
@@ -114,9 +123,7 @@ class ShuffledTokens:
             starts.append(physical * self.chunk + within)
             counts.append(take)
             offset[live] += take
-        row, start, count = (np.concatenate(a) for a in (rows, starts, counts))
-        order = np.lexsort((np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)]), row))
-        return row[order], start[order], count[order]
+        return _in_row_order(rows, starts, counts)
 
     def __repr__(self) -> str:
         return f"ShuffledTokens({self.dataset!r}, chunk={self.chunk}, chunks={self.num_chunks})"
@@ -183,9 +190,7 @@ class ShuffledDocuments:
             starts.append(start)
             counts.append(take)
             offset[live] += take
-        row, start, count = (np.concatenate(a) for a in (rows, starts, counts))
-        order = np.lexsort((np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)]), row))
-        return row[order], start[order], count[order]
+        return _in_row_order(rows, starts, counts)
 
     def __repr__(self) -> str:
         return f"ShuffledDocuments({self.dataset!r}, documents={self.num_documents})"
