@@ -1,0 +1,236 @@
+"""``kubectl``, a client we did not write, as the referee of the simulated cluster.
+
+No Kubernetes API server runs here. ``tests/support/k8s_fake_server.py`` is a test double:
+an HTTPS server on 127.0.0.1 (a thread of this process) whose discovery, OpenAPI v3, field
+validation, schema checks, watch and delete answers follow the Kubernetes documentation
+(each module of tests/support/k8s_*.py cites what it follows). ``kubectl`` (the binary on
+PATH, skipped when there is none) talks to it through a kubeconfig the fake writes, exactly
+as to a cluster, so where ``kubectl`` and the fake disagree the fake is wrong. The same
+rendered manifests also go through ``roxxel-launch submit`` (the official Python client) to
+the same server, and both must end the same way: accepted with the same objects sent, or
+refused. Connections go to loopback only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from roxxel_launch.cli import cli
+
+from support import k8s_schema
+from support.k8s_fake_server import FakeKubernetes
+from support.paths import REPO
+
+KUBECTL = shutil.which("kubectl")
+EXAMPLES = sorted((REPO / "k8s" / "examples").glob("*.yaml"))
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One simulated cluster for the module (kubectl's discovery is cached per cache dir)."""
+    home = tmp_path_factory.mktemp("kubectl")
+    with FakeKubernetes(namespace="default", tls=True) as fake:
+        fake.kubeconfig = fake.write_kubeconfig(home / "kubeconfig")
+        fake.cache_dir = home / "cache"
+        yield fake
+
+
+@pytest.fixture
+def fake(cluster, monkeypatch):
+    """The cluster with no objects; roxxel-launch uses it through KUBECONFIG."""
+    with cluster._lock:
+        cluster.objects.clear()
+        cluster.requests.clear()
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    return cluster
+
+
+def kubectl_command(fake, *args: str) -> list[str]:
+    return [KUBECTL, f"--kubeconfig={fake.kubeconfig}", f"--cache-dir={fake.cache_dir}",
+            "--request-timeout=20s", *args]
+
+
+def kubectl(fake, *args: str, code: int = 0) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    result = subprocess.run(kubectl_command(fake, *args), capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    return result
+
+
+def launch(*args, code: int = 0):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    return result
+
+
+def render(spec, path, *sets: str) -> list[dict]:
+    # --no-schema: the offline schema check is slow, and submit runs it again anyway
+    launch("render", spec, "-o", path, "--no-schema", *(x for s in sets for x in ("--set", s)))
+    return list(yaml.safe_load_all(path.read_text()))
+
+
+def sent(fake, *, by_kubectl: bool) -> list[dict]:
+    """The bodies of the creates that kubectl (or the Python client) sent, without the
+    annotation kubectl adds for client-side apply."""
+    bodies = []
+    for request in fake.calls("POST"):
+        if (request.query.get("fieldManager") == "kubectl-client-side-apply") != by_kubectl:
+            continue
+        body = yaml.safe_load(yaml.safe_dump(request.body))
+        annotations = body["metadata"].get("annotations") or {}
+        annotations.pop(LAST_APPLIED, None)
+        if not annotations:
+            body["metadata"].pop("annotations", None)
+        bodies.append(body)
+    return sorted(bodies, key=lambda b: b["kind"])
+
+
+# ----------------------------------------------------------------------------- same outcome
+
+
+@pytest.mark.parametrize("example", [
+    pytest.param(e, id=e.stem, marks=() if e.stem == "cpu-smoke" else pytest.mark.slow)
+    for e in EXAMPLES] + [pytest.param("indexed-job", id="cpu-smoke-indexed-job", marks=pytest.mark.slow)])
+def test_rendered_examples_pass_a_server_dry_run_by_kubectl_and_by_roxxel_launch(fake, tmp_path, example):
+    """Every example spec, rendered, is accepted by ``kubectl apply --dry-run=server`` (which
+    asks for strict field validation, https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation)
+    and by ``roxxel-launch submit --dry-run``; both send the same objects; nothing is created
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#dry-run)."""
+    spec, sets = (example, ()) if example != "indexed-job" else (
+        REPO / "k8s" / "examples" / "cpu-smoke.yaml", ("workload=indexed-job",))
+    objects = render(spec, tmp_path / "manifest.yaml", *sets)
+    result = kubectl(fake, "apply", "--dry-run=server", "-f", str(tmp_path / "manifest.yaml"))
+    names = [f"{o['kind']}/{o['metadata']['name']}" for o in objects]
+    assert len(result.stdout.strip().splitlines()) == len(objects), result.stdout
+    assert all(line.endswith("created (server dry run)") for line in result.stdout.splitlines())
+    assert "Warning" not in result.stderr, result.stderr
+    assert [r.query.get("fieldValidation") for r in fake.calls("POST")] == ["Strict"] * len(objects)
+
+    launch("submit", spec, "--dry-run", *(x for s in sets for x in ("--set", s)))
+    assert sent(fake, by_kubectl=True) == sent(fake, by_kubectl=False) == sorted(
+        objects, key=lambda o: o["kind"]), names
+    assert all(r.dry_run for r in fake.calls("POST")) and not any(
+        key[0] != "pods" for key in fake.objects)
+
+
+def test_an_unknown_field_is_refused_by_both_as_strict_validation_demands(fake, tmp_path):
+    """An unknown field in the pod template: under ``fieldValidation=Strict`` (kubectl's
+    default) the API server fails the create with 400 BadRequest naming every unknown field;
+    under ``Warn`` it drops them and says so in ``Warning`` headers, which kubectl prints
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation).
+    ``roxxel-launch`` refuses the same manifest before sending anything."""
+    spec = REPO / "k8s" / "examples" / "cpu-smoke.yaml"
+    bogus = tmp_path / "bogus.yaml"  # the same field, through the spec's pod_patch
+    bogus.write_text(yaml.safe_dump({**yaml.safe_load(spec.read_text()), "pod_patch": {
+        "spec": {"containers": [{"name": "worker", "bogusField": 1}]}}}))
+    path = tmp_path / "manifest.yaml"
+    patched = yaml.safe_load(yaml.safe_dump(render(spec, tmp_path / "plain.yaml")))
+    jobset = next(o for o in patched if o["kind"] == "JobSet")
+    pod_spec = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod_spec["containers"][0]["bogusField"] = 1
+    jobset["spec"]["restartPolicyTypo"] = "Never"
+    path.write_text(yaml.safe_dump_all(patched))
+
+    refused = kubectl(fake, "apply", "--dry-run=server", "-f", str(path), code=1)
+    field = "spec.replicatedJobs[0].template.spec.template.spec.containers[0].bogusField"
+    assert (f'Error from server (BadRequest): error when creating "{path}": JobSet in version '
+            f'"v1alpha2" cannot be handled as a JobSet: strict decoding error: unknown field '
+            f'"{field}", unknown field "spec.restartPolicyTypo"') in refused.stderr
+
+    warned = kubectl(fake, "apply", "--dry-run=server", "--validate=warn", "-f", str(path))
+    assert f'Warning: unknown field "{field}"' in warned.stderr
+    assert "jobset.jobset.x-k8s.io/roxxel-smoke created (server dry run)" in warned.stdout
+
+    fake.requests.clear()
+    result = launch("submit", bogus, "--dry-run", code=1)
+    assert "invalid manifests" in result.output and "bogusField" in result.output
+    assert fake.calls("POST") == []
+
+
+def test_schema_and_cel_rules_of_the_jobset_crd_are_enforced(fake, tmp_path):
+    """What the JobSet CRD's structural schema refuses (an enum value, a required field) and
+    what its CEL rules refuse, with 422 Invalid and one cause each
+    (https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#validation-rules);
+    kubectl prints them as a cluster's errors."""
+    if not k8s_schema.cel_available():
+        pytest.skip("cel-python is not installed: the fake cannot evaluate CEL rules")
+    objects = render(REPO / "k8s" / "examples" / "cpu-smoke.yaml", tmp_path / "plain.yaml")
+    jobset = next(o for o in objects if o["kind"] == "JobSet")
+    jobset["spec"]["failurePolicy"]["rules"][0]["action"] = "Explode"
+    jobset["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    jobset["spec"]["replicatedJobs"][0]["dependsOn"] = [{"name": "other", "status": "Ready"}]
+    del jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["name"]
+    path = tmp_path / "jobset.yaml"
+    path.write_text(yaml.safe_dump(jobset))
+    refused = kubectl(fake, "apply", "--dry-run=server", "-f", str(path), code=1)
+    assert 'The JobSet "roxxel-smoke" is invalid:' in refused.stderr, refused.stderr
+    for line in ['spec.failurePolicy.rules[0].action: Unsupported value: "Explode": supported '
+                 'values: "FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"',
+                 "spec.replicatedJobs[0].template.spec.template.spec.containers[0].name: "
+                 "Required value",
+                 'spec: Invalid value: "object": StartupPolicy and DependsOn APIs are mutually '
+                 'exclusive']:
+        assert line in refused.stderr, refused.stderr
+    assert not any(key[0] == "jobsets" for key in fake.objects)
+
+
+# ----------------------------------------------------------------------------- the verbs
+
+
+def test_get_logs_wait_and_delete_a_job_with_kubectl(fake, tmp_path):
+    """``kubectl get -o yaml`` lists what the fake holds; ``kubectl logs`` reads a pod's log
+    (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#get-read-log-of-the-specified-pod);
+    ``kubectl wait --for=condition=Completed`` watches the JobSet until its controller marks it
+    completed (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes);
+    ``kubectl delete`` removes it with its pods (a custom resource's DELETE answers with the
+    object, https://kubernetes.io/docs/reference/using-api/api-concepts/#deletion)."""
+    path = tmp_path / "manifest.yaml"
+    render(REPO / "k8s" / "examples" / "cpu-smoke.yaml", path)
+    created = kubectl(fake, "apply", "-f", str(path))
+    assert "jobset.jobset.x-k8s.io/roxxel-smoke created" in created.stdout
+
+    listed = yaml.safe_load(kubectl(fake, "get", "jobsets,jobs,pods", "-o", "yaml").stdout)
+    kinds = [item["kind"] for item in listed["items"]]
+    assert listed["kind"] == "List" and kinds == ["JobSet", "Pod", "Pod"], kinds
+    pod = listed["items"][1]["metadata"]["name"]
+    assert listed["items"][1]["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == "roxxel-smoke"
+
+    fake.log(pod, "step 1 loss 2.5", "step 2 loss 2.1")
+    logs = kubectl(fake, "logs", f"pod/{pod}")
+    assert logs.stdout == "step 1 loss 2.5\nstep 2 loss 2.1\n"
+
+    waiting = subprocess.Popen(kubectl_command(
+        fake, "wait", "--for=condition=Completed", "jobset/roxxel-smoke", "--timeout=30s"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not any(r.query.get("watch") == "true" for r in fake.calls("GET", "jobsets")):
+            assert waiting.poll() is None and time.monotonic() < deadline, waiting.communicate()
+            time.sleep(0.05)
+        fake.settle("jobsets", "roxxel-smoke", "succeed")
+        out, err = waiting.communicate(timeout=30)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0 and "jobset.jobset.x-k8s.io/roxxel-smoke condition met" in out, err
+
+    deleted = kubectl(fake, "delete", "-f", str(path))
+    assert 'jobset.jobset.x-k8s.io "roxxel-smoke" deleted' in deleted.stdout
+    assert 'networkpolicy.networking.k8s.io "roxxel-smoke" deleted' in deleted.stdout
+    assert fake.objects == {}
+    none = kubectl(fake, "get", "jobsets,pods", "-o", "name")
+    assert none.stdout == ""
