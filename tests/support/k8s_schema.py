@@ -300,10 +300,15 @@ def cel_problem(rule: str, value: Any) -> str | None:
 
 
 @functools.cache
-def _cel_program(rule: str):
+def _cel_environment():
     import celpy
 
-    environment = celpy.Environment()
+    return celpy.Environment()  # half a second to build (its parser): once per process
+
+
+@functools.cache
+def _cel_program(rule: str):
+    environment = _cel_environment()
     return environment.program(environment.compile(rule))
 
 
