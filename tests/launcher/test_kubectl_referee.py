@@ -13,6 +13,7 @@ refused. Connections go to loopback only.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -193,7 +194,9 @@ def test_schema_and_cel_rules_of_the_jobset_crd_are_enforced(fake, tmp_path):
 
 
 def test_get_logs_wait_and_delete_a_job_with_kubectl(fake, tmp_path):
-    """``kubectl get -o yaml`` lists what the fake holds; ``kubectl logs`` reads a pod's log
+    """``kubectl explain`` reads the JobSet schema from the OpenAPI v3 document
+    (https://kubernetes.io/docs/concepts/overview/kubernetes-api/#openapi-v3);
+    ``kubectl get -o yaml`` lists what the fake holds; ``kubectl logs`` reads a pod's log
     (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#get-read-log-of-the-specified-pod);
     ``kubectl wait --for=condition=Completed`` watches the JobSet until its controller marks it
     completed (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes);
@@ -203,6 +206,8 @@ def test_get_logs_wait_and_delete_a_job_with_kubectl(fake, tmp_path):
     render(REPO / "k8s" / "examples" / "cpu-smoke.yaml", path)
     created = kubectl(fake, "apply", "-f", str(path))
     assert "jobset.jobset.x-k8s.io/roxxel-smoke created" in created.stdout
+    explained = kubectl(fake, "explain", "jobset.spec.failurePolicy.restartStrategy").stdout
+    assert "KIND:       JobSet" in explained and "BlockingRecreate" in explained  # OpenAPI v3
 
     listed = yaml.safe_load(kubectl(fake, "get", "jobsets,jobs,pods", "-o", "yaml").stdout)
     kinds = [item["kind"] for item in listed["items"]]
@@ -234,3 +239,30 @@ def test_get_logs_wait_and_delete_a_job_with_kubectl(fake, tmp_path):
     assert fake.objects == {}
     none = kubectl(fake, "get", "jobsets,pods", "-o", "name")
     assert none.stdout == ""
+
+
+# ----------------------------------------------------------------------------- the Python client
+
+
+def test_the_python_client_gets_the_same_field_validation_answers(fake):
+    """The official Python client against the same server: without ``fieldValidation`` the
+    API server warns (``Warn`` is its default) and drops the unknown field; with ``Strict`` it
+    refuses with 400 BadRequest
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation)."""
+    from kubernetes import client, config
+
+    api = client.CustomObjectsApi(config.new_client_from_config(str(fake.kubeconfig)))
+    objects = render(REPO / "k8s" / "examples" / "cpu-smoke.yaml", fake.cache_dir.parent / "p.yaml")
+    jobset = next(o for o in objects if o["kind"] == "JobSet")
+    jobset["spec"]["bogus"] = True
+    args = ("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", jobset)
+    with pytest.raises(client.ApiException) as refused:
+        api.create_namespaced_custom_object(*args, field_validation="Strict")
+    assert refused.value.status == 400
+    status = json.loads(refused.value.body)
+    assert (status["reason"], status["message"]) == ("BadRequest", 'JobSet in version "v1alpha2" '
+                                                     'cannot be handled as a JobSet: strict decoding '
+                                                     'error: unknown field "spec.bogus"')
+    _, code, headers = api.create_namespaced_custom_object_with_http_info(*args)
+    assert code == 201 and headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
+    assert "bogus" not in fake.get("jobsets", "roxxel-smoke")["spec"]
