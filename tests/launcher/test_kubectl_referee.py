@@ -196,6 +196,8 @@ def test_schema_and_cel_rules_of_the_jobset_crd_are_enforced(fake, tmp_path):
 def test_get_logs_wait_and_delete_a_job_with_kubectl(fake, tmp_path):
     """``kubectl explain`` reads the JobSet schema from the OpenAPI v3 document
     (https://kubernetes.io/docs/concepts/overview/kubernetes-api/#openapi-v3);
+    applying again patches it (a merge patch) and creating again is refused with 409 AlreadyExists
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#create);
     ``kubectl get -o yaml`` lists what the fake holds; ``kubectl logs`` reads a pod's log
     (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#get-read-log-of-the-specified-pod);
     ``kubectl wait --for=condition=Completed`` watches the JobSet until its controller marks it
@@ -206,6 +208,16 @@ def test_get_logs_wait_and_delete_a_job_with_kubectl(fake, tmp_path):
     render(REPO / "k8s" / "examples" / "cpu-smoke.yaml", path)
     created = kubectl(fake, "apply", "-f", str(path))
     assert "jobset.jobset.x-k8s.io/roxxel-smoke created" in created.stdout
+    # Again: the NetworkPolicy is unchanged; the JobSet's replicatedJobs list now holds the
+    # CRD's defaults, so kubectl's three-way merge sends it whole again as a merge patch.
+    uid = fake.get("jobsets", "roxxel-smoke")["metadata"]["uid"]
+    again = kubectl(fake, "apply", "-f", str(path))
+    assert "networkpolicy.networking.k8s.io/roxxel-smoke unchanged" in again.stdout
+    assert "jobset.jobset.x-k8s.io/roxxel-smoke configured" in again.stdout
+    assert fake.get("jobsets", "roxxel-smoke")["metadata"]["uid"] == uid
+    exists = kubectl(fake, "create", "-f", str(path), code=1)
+    assert (f'Error from server (AlreadyExists): error when creating "{path}": '
+            'jobsets.jobset.x-k8s.io "roxxel-smoke" already exists') in exists.stderr
     explained = kubectl(fake, "explain", "jobset.spec.failurePolicy.restartStrategy").stdout
     assert "KIND:       JobSet" in explained and "BlockingRecreate" in explained  # OpenAPI v3
 

@@ -26,6 +26,16 @@ condition and every worker exits 42 after its checkpoint, failing the child Job 
 PodFailurePolicy), ``evict`` (Kueue suspends it and its pods go) or ``run`` (keeps
 running) — applied when the object has been read ``after`` times (status polls), so that
 tests are deterministic and need no sleeps.
+
+Enough for ``kubectl`` too (tests/launcher/test_kubectl_referee.py; ``tls=True``, since
+kubectl sends its token only over TLS, see ``k8s_tls``): discovery and OpenAPI v3 documents
+(``k8s_discovery``); every create decoded, defaulted and validated against the official
+schemas and the JobSet CRD with its CEL rules, honouring ``fieldValidation`` (``k8s_schema``;
+warnings go out as ``Warning`` headers); ``fieldSelector`` on ``metadata.name`` /
+``metadata.namespace``; a minimal watch (``k8s_watch``) for ``kubectl wait``; DELETE
+answering with the deleted object for pods, services and custom resources and with a
+Success Status otherwise, as the API server's registries do; pods made from their Job's pod
+template (containers, annotations); :meth:`FakeKubernetes.settle` ends a job at once.
 """
 
 from __future__ import annotations
@@ -102,6 +112,7 @@ class _Request:
         self.query = dict(urllib.parse.parse_qsl(parsed.query))
         self.body = json.loads(body) if body else None
         self.raw_body = body
+        self.content_type = ""  # set by the handler (PATCH needs it)
         self.warnings: list[str] = []  # sent as Warning headers (k8s_schema.admit)
         self.resource = self.namespace = self.name = None
         for resource, pattern in _ROUTES:
@@ -538,8 +549,10 @@ class FakeKubernetes:
             k8s_tls.certificate()[0].read_bytes()).decode()}
 
     def _discovery_or_watch(self, request: _Request) -> tuple[int, Any] | None:
-        """Discovery and OpenAPI documents (k8s_discovery), and the start of a watch
-        (k8s_watch); None for every other request."""
+        """Discovery and OpenAPI documents (k8s_discovery), the start of a watch
+        (k8s_watch), and a merge patch; None for every other request."""
+        if request.method == "PATCH" and request.resource not in (None, "log") and request.name:
+            return self._patch(request)
         if request.method != "GET":
             return None
         if request.resource is None:
@@ -556,6 +569,35 @@ class FakeKubernetes:
         """A write changes an object's resourceVersion (watchers and lists see it as newer)."""
         for obj in objects:
             obj["metadata"]["resourceVersion"] = str(next(self._ids))
+
+    def _patch(self, request: _Request) -> tuple[int, dict]:
+        """A JSON merge patch (RFC 7386), as ``kubectl apply`` sends to a custom resource
+        (https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/);
+        the result is validated like a create. Strategic merge and JSON patches are not
+        simulated: 415, naming the type."""
+        if request.content_type != "application/merge-patch+json":
+            return 415, status_object(415, "UnsupportedMediaType", f"the fake API server applies "
+                                      f"only application/merge-patch+json, not {request.content_type}")
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects:
+            return self._not_found(request.resource, request.name)
+        current = self.objects[key]
+        patched = _merge_patch(copy.deepcopy(current), request.body or {})
+        admission = k8s_schema.admit(request.resource, patched, raw=request.raw_body,
+                                     field_validation=request.query.get("fieldValidation"),
+                                     status_object=status_object)
+        request.warnings.extend(admission.warnings)
+        if admission.error is not None:
+            return admission.error
+        result = admission.obj or patched
+        for field in ("name", "namespace", "uid", "creationTimestamp"):  # not the patch's to change
+            result["metadata"][field] = current["metadata"].get(field)
+        if request.dry_run:
+            return 200, result
+        self._touch(result)
+        self.objects[key] = result
+        self._lock.notify_all()
+        return 200, copy.deepcopy(result)
 
     def settle(self, resource: str, name: str, outcome: str) -> None:
         """End job ``name`` (a ``jobsets`` or ``jobs`` object) with ``outcome`` now, as its
@@ -581,6 +623,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         request = _Request(self.command, self.path, body)
+        request.content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
         code, payload = self.server_fake.answer(request, self.headers.get("Authorization"))
         if isinstance(payload, tuple) and payload[0] == "watch":
             self._stream(code, "application/json",
@@ -691,3 +734,17 @@ def _deleted_answer(resource: str, deleted: dict) -> dict:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
             "details": {"name": meta["name"], "group": _KINDS[resource][1], "kind": resource,
                         "uid": meta.get("uid")}}
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge key by key, ``null`` removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = _merge_patch(target.get(key), value)
+    return target
