@@ -671,7 +671,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             produce(write)
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
+        except OSError:  # broken pipe, reset, or over TLS an SSLEOFError
             self.close_connection = True  # the client stopped reading
 
     do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
