@@ -165,7 +165,8 @@ def test_an_unknown_field_is_refused_by_both_as_strict_validation_demands(fake, 
 
 def test_schema_and_cel_rules_of_the_jobset_crd_are_enforced(fake, tmp_path):
     """What the JobSet CRD's structural schema refuses (an enum value, a required field) and
-    what its CEL rules refuse, with 422 Invalid and one cause each
+    what its CEL rules refuse, and an object name that is not a DNS label, with 422 Invalid
+    and one cause each
     (https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#validation-rules);
     kubectl prints them as a cluster's errors."""
     if not k8s_schema.cel_available():
@@ -188,6 +189,13 @@ def test_schema_and_cel_rules_of_the_jobset_crd_are_enforced(fake, tmp_path):
                  'exclusive']:
         assert line in refused.stderr, refused.stderr
     assert not any(key[0] == "jobsets" for key in fake.objects)
+
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "Bad_Name"},
+               "spec": {"clusterIP": "None", "selector": {"a": "b"}}}
+    path.write_text(yaml.safe_dump(service))
+    refused = kubectl(fake, "apply", "--dry-run=server", "-f", str(path), code=1)
+    assert ('The Service "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": must be '
+            'a DNS-1123 label') in refused.stderr, refused.stderr
 
 
 # ----------------------------------------------------------------------------- the verbs

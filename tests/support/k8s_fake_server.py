@@ -315,10 +315,14 @@ class FakeKubernetes:
         obj = admission.obj or obj
         meta = obj.get("metadata") or {}
         if len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
-            message = f'{kind}.{group or "core"} "{name}" is invalid: metadata.name: Invalid value'
-            return 422, status_object(422, "Invalid", message, name=name, kind=resource, causes=[
-                {"reason": "FieldValueInvalid", "field": "metadata.name",
-                 "message": "must be a DNS-1123 label of at most 63 characters"}])
+            # As the API server's NewInvalid: "Kind.group" (no group for core kinds) and the Kind
+            # in the details; the field error reads 'Invalid value: "<value>": <detail>'.
+            body = (f'Invalid value: {json.dumps(name)}: must be a DNS-1123 label of at most 63 '
+                    "characters (lower case alphanumeric characters or '-', starting and ending "
+                    "with an alphanumeric character)")
+            message = f'{kind}{"." + group if group else ""} "{name}" is invalid: metadata.name: {body}'
+            return 422, status_object(422, "Invalid", message, name=name, group=group, kind=kind, causes=[
+                {"reason": "FieldValueInvalid", "field": "metadata.name", "message": body}])
         if (resource, ns, name) in self.objects:
             return 409, status_object(409, "AlreadyExists",
                                       f'{resource}{"." + group if group else ""} "{name}" already exists',
