@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -286,3 +289,61 @@ def test_the_python_client_gets_the_same_field_validation_answers(fake):
     _, code, headers = api.create_namespaced_custom_object_with_http_info(*args)
     assert code == 201 and headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
     assert "bogus" not in fake.get("jobsets", "roxxel-smoke")["spec"]
+
+
+# ----------------------------------------------------------------------------- the docs' commands
+
+
+def doc_kubectl_commands(page: str) -> list[str]:
+    """The inline commands of a page that involve kubectl (``...`` spans, in order)."""
+    text = re.sub(r"```.*?```", "", (REPO / page).read_text(), flags=re.S)  # not the blocks
+    spans = (" ".join(span.split()) for span in re.findall(r"`([^`]+)`", text))
+    return [c for c in spans if c.startswith(("kubectl ", "roxxel-launch render")) and "kubectl" in c]
+
+
+@pytest.mark.slow
+def test_the_by_hand_commands_of_run_on_gke_work_against_the_cluster(fake, tmp_path):
+    """docs/run-on-gke.md says how to do by hand what ``submit``, ``logs -f`` and ``resume``
+    do: render piped into ``kubectl create``, ``kubectl logs -f`` of process 0 by label
+    selector, and a delete then a create again. Run verbatim (SPEC = the example) against the
+    cluster; a followed log ends when the pod terminates
+    (https://kubernetes.io/docs/reference/kubectl/generated/kubectl_logs/)."""
+    commands = doc_kubectl_commands("docs/run-on-gke.md")
+    create, logs, delete = (next(c for c in commands if c.startswith(prefix)) for prefix in (
+        "roxxel-launch render SPEC | kubectl create", "kubectl logs -f", "roxxel-launch render SPEC | kubectl delete"))
+    spec = "k8s/examples/tpu-v5p-multislice.yaml"
+    env = {**{k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")},
+           "KUBECONFIG": str(fake.kubeconfig), "KUBECACHEDIR": str(fake.cache_dir),
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+
+    def shell(command: str, code: int = 0) -> subprocess.CompletedProcess:
+        result = subprocess.run(command.replace("SPEC", spec), shell=True, cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == code, (command, result.stdout, result.stderr)
+        return result
+
+    assert shell(create).stdout.splitlines() == ["networkpolicy.networking.k8s.io/lm-v5p created",
+                                                 "jobset.jobset.x-k8s.io/lm-v5p created"]
+    process0 = next(p for p in fake.pods("lm-v5p") if p["metadata"]["labels"][
+        "jobset.sigs.k8s.io/job-index"] == "0" and p["metadata"]["labels"][
+        "batch.kubernetes.io/job-completion-index"] == "0")["metadata"]["name"]
+    following = subprocess.Popen(logs, shell=True, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not fake.calls("GET", "log"):
+            assert following.poll() is None and time.monotonic() < deadline, following.communicate()
+            time.sleep(0.05)
+        fake.log(process0, "step 100 loss 1.9")
+        fake.settle("jobsets", "lm-v5p", "succeed", namespace="ml")
+        out, err = following.communicate(timeout=60)
+    finally:
+        following.kill()
+    assert following.returncode == 0 and out == "step 100 loss 1.9\n", (out, err)
+    assert [r.name for r in fake.calls("GET", "log")] == [process0]
+
+    # Resume by hand: delete what render made, then create it again.
+    assert shell(delete).stdout.splitlines() == ['networkpolicy.networking.k8s.io "lm-v5p" deleted',
+                                                 'jobset.jobset.x-k8s.io "lm-v5p" deleted']
+    shell(create)
+    assert fake.submissions("lm-v5p") == 2

@@ -603,15 +603,17 @@ class FakeKubernetes:
         self._lock.notify_all()
         return 200, copy.deepcopy(result)
 
-    def settle(self, resource: str, name: str, outcome: str) -> None:
-        """End job ``name`` (a ``jobsets`` or ``jobs`` object) with ``outcome`` now, as its
-        controller would (see :meth:`plan` for the outcomes); watchers see the change."""
+    def settle(self, resource: str, name: str, outcome: str, *, namespace: str | None = None) -> None:
+        """End job ``name`` (a ``jobsets`` or ``jobs`` object, in ``namespace`` or this fake's)
+        with ``outcome`` now, as its controller would (see :meth:`plan` for the outcomes);
+        watchers and followed logs see the change."""
         if outcome not in _OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}; use one of {_OUTCOMES}")
+        namespace = namespace or self.namespace
         with self._lock:
-            key = (resource, self.namespace, name)
+            key = (resource, namespace, name)
             if key not in self.objects:
-                raise KeyError(f"no {resource} {name} in {self.namespace}")
+                raise KeyError(f"no {resource} {name} in {namespace}")
             self._scripts.pop(key, None)
             self._apply(key, outcome)
 
