@@ -45,7 +45,19 @@ import yaml
 
 from support.paths import JOBSET_CRD
 
-KUBERNETES_VERSION = "1.32.0"
+_SCHEMAS = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+
+
+def _served_version(wanted: str = "1.32.0") -> str:
+    """``wanted`` (the version of the kubectl here) when kubernetes-validate ships its schemas,
+    else the newest version it ships."""
+    shipped = [d.name[1:-len("-local")] for d in _SCHEMAS.glob("v*-local")]
+    if wanted in shipped or not shipped:
+        return wanted
+    return max(shipped, key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+KUBERNETES_VERSION = _served_version()
 JOBSET_GROUP, JOBSET_VERSION = "jobset.x-k8s.io", "v1alpha2"
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 # resource -> the OpenAPI definition of its kind (built-in kinds)
@@ -80,8 +92,7 @@ def _to_openapi(node: Any) -> Any:
 @functools.cache
 def builtin_schemas() -> dict[str, dict]:
     """Every built-in definition of :data:`KUBERNETES_VERSION`, as OpenAPI v3 schemas by name."""
-    root = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
-    defs = json.loads((root / f"v{KUBERNETES_VERSION}-local" / "_definitions.json").read_text())
+    defs = json.loads((_SCHEMAS / f"v{KUBERNETES_VERSION}-local" / "_definitions.json").read_text())
     return {name: _to_openapi(schema) for name, schema in defs["$defs"].items()}
 
 
