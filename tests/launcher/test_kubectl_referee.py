@@ -212,7 +212,9 @@ def test_get_logs_wait_and_delete_a_job_with_kubectl(fake, tmp_path):
     ``kubectl get -o yaml`` lists what the fake holds; ``kubectl logs`` reads a pod's log
     (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#get-read-log-of-the-specified-pod);
     ``kubectl wait --for=condition=Completed`` watches the JobSet until its controller marks it
-    completed (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes);
+    completed (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes)
+    and ``kubectl get jobsets`` prints the CRD's printer columns from the server's Table
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#receiving-resources-as-tables);
     ``kubectl delete`` removes it with its pods (a custom resource's DELETE answers with the
     object, https://kubernetes.io/docs/reference/using-api/api-concepts/#deletion)."""
     path = tmp_path / "manifest.yaml"
@@ -255,6 +257,9 @@ def test_get_logs_wait_and_delete_a_job_with_kubectl(fake, tmp_path):
     finally:
         waiting.kill()
     assert waiting.returncode == 0 and "jobset.jobset.x-k8s.io/roxxel-smoke condition met" in out, err
+    table = kubectl(fake, "get", "jobsets").stdout.splitlines()  # the CRD's printer columns
+    assert table[0].split() == ["NAME", "TERMINALSTATE", "RESTARTS", "COMPLETED", "SUSPENDED", "AGE"]
+    assert table[1].split()[:4] == ["roxxel-smoke", "Completed", "0", "True"], table
 
     deleted = kubectl(fake, "delete", "-f", str(path))
     assert 'jobset.jobset.x-k8s.io "roxxel-smoke" deleted' in deleted.stdout

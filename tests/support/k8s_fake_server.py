@@ -35,7 +35,8 @@ warnings go out as ``Warning`` headers); ``fieldSelector`` on ``metadata.name`` 
 ``metadata.namespace``; a minimal watch (``k8s_watch``) for ``kubectl wait``; DELETE
 answering with the deleted object for pods, services and custom resources and with a
 Success Status otherwise, as the API server's registries do; pods made from their Job's pod
-template (containers, annotations); :meth:`FakeKubernetes.settle` ends a job at once.
+template (containers, annotations); JSON merge patches; JobSets printed as a Table with the
+CRD's columns (``k8s_table``); :meth:`FakeKubernetes.settle` ends a job at once.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from typing import Any
 
 import yaml
 
-from support import k8s_discovery, k8s_schema, k8s_tls, k8s_watch
+from support import k8s_discovery, k8s_schema, k8s_table, k8s_tls, k8s_watch
 
 TOKEN = "fake-token-for-tests"
 FOLLOW_LIMIT_S = 20.0  # a followed log stream never stays open longer than this
@@ -113,6 +114,7 @@ class _Request:
         self.body = json.loads(body) if body else None
         self.raw_body = body
         self.content_type = ""  # set by the handler (PATCH needs it)
+        self.accept = ""  # set by the handler (a Table of JobSets for kubectl get)
         self.warnings: list[str] = []  # sent as Warning headers (k8s_schema.admit)
         self.resource = self.namespace = self.name = None
         for resource, pattern in _ROUTES:
@@ -567,6 +569,13 @@ class FakeKubernetes:
             if problem:
                 return 400, status_object(400, "BadRequest", problem)
             return 200, ("watch",)
+        if request.resource == "jobsets" and k8s_table.wants_table(request.accept):
+            code, answer = self._list(request) if request.name is None else self._read(request)
+            if code != 200:
+                return code, answer
+            items = answer["items"] if request.name is None else [answer]
+            return 200, k8s_table.table(items, answer["metadata"].get("resourceVersion", ""),
+                                        request.query.get("includeObject"))
         return None
 
     def _touch(self, *objects: dict) -> None:
@@ -630,6 +639,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         request = _Request(self.command, self.path, body)
         request.content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        request.accept = self.headers.get("Accept") or ""
         code, payload = self.server_fake.answer(request, self.headers.get("Authorization"))
         if isinstance(payload, tuple) and payload[0] == "watch":
             self._stream(code, "application/json",
