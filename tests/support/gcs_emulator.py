@@ -10,6 +10,18 @@ conditionally -- which it does for every OCDBT manifest update after the first, 
 Orbax saves of more than a few arrays fail. This wrapper adds the header (and
 ``x-goog-metageneration``) to the emulator's download handler, then runs its CLI.
 
+Real GCS also serves a bucket's storage layout (``GET /storage/v1/b/BUCKET/storageLayout``,
+https://cloud.google.com/storage/docs/json_api/v1/buckets/getStorageLayout), which
+``gcloud storage cp`` reads before every upload to a bucket; the emulator answers 404, so
+gcloud gives up with "HTTPError 404". This wrapper serves it: a flat namespace (no
+hierarchical namespace), in the bucket's location.
+
+``gcloud storage cp`` sends small files as one multipart upload whose boundary is quoted
+with single quotes (``boundary='===...=='``). GCS accepts it; the emulator's MIME parser
+(Python's ``email``, which follows RFC 2045 and strips only double quotes) then sees no
+parts and fails the upload with a dropped connection. This wrapper re-quotes the boundary
+with double quotes before the body is parsed.
+
 Fault injection, for the tests of what a save does when the object store fails:
 ``ROXXEL_GCS_FAULT=STATUS:RATE:PREFIX`` (e.g. ``500:1:faulty/`` or ``503:0.5:faulty/``)
 makes the emulator answer STATUS, with the probability RATE, to every write (POST, PUT,
@@ -23,6 +35,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -31,7 +44,7 @@ from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import unquote
 
-from gcp_storage_emulator import server
+from gcp_storage_emulator import server, settings
 from gcp_storage_emulator.exceptions import NotFound
 from gcp_storage_emulator.handlers import objects
 
@@ -48,8 +61,37 @@ def download_with_generation(request, response, storage, *args, **kwargs):
     response["x-goog-metageneration"] = str(obj.get("metageneration", "1"))
 
 
+def storage_layout(request, response, storage, *args, **kwargs):
+    """A bucket's storage layout, as GCS's ``buckets.getStorageLayout`` answers it."""
+    bucket = storage.buckets.get(request.params["bucket_name"])
+    if bucket is None:
+        response.status = HTTPStatus.NOT_FOUND
+        return
+    response.json({"kind": "storage#storageLayout", "bucket": bucket["name"],
+                   "location": bucket.get("location", "US"),
+                   "locationType": bucket.get("locationType", "multi-region"),
+                   "hierarchicalNamespace": {"enabled": False}})
+
+
+_SINGLE_QUOTED_BOUNDARY = re.compile(r"boundary='([^']*)'")
+_original_read_data = server._read_data
+
+
+def read_data_with_any_quotes(request_handler, query):
+    """The emulator's body parser, after re-quoting a single-quoted multipart boundary."""
+    content_type = request_handler.headers.get("Content-Type") or ""
+    if content_type.startswith("multipart/") and _SINGLE_QUOTED_BOUNDARY.search(content_type):
+        del request_handler.headers["Content-Type"]
+        request_handler.headers["Content-Type"] = _SINGLE_QUOTED_BOUNDARY.sub(r'boundary="\1"',
+                                                                              content_type)
+    return _original_read_data(request_handler, query)
+
+
 def patch() -> int:
+    server._read_data = read_data_with_any_quotes  # Request.data calls it by name
     objects.download = download_with_generation  # objects.get(alt=media) calls it by name
+    layout = rf"^{re.escape(settings.API_ENDPOINT)}/b/(?P<bucket_name>[-.\w]+)/storageLayout$"
+    server.HANDLERS = ((layout, {server.GET: storage_layout}), *server.HANDLERS)
     patched = 0
     for _regex, handlers in server.HANDLERS:
         for method, handler in list(handlers.items()):

@@ -26,10 +26,22 @@ condition and every worker exits 42 after its checkpoint, failing the child Job 
 PodFailurePolicy), ``evict`` (Kueue suspends it and its pods go) or ``run`` (keeps
 running) — applied when the object has been read ``after`` times (status polls), so that
 tests are deterministic and need no sleeps.
+
+Enough for ``kubectl`` too (tests/launcher/test_kubectl_referee.py; ``tls=True``, since
+kubectl sends its token only over TLS, see ``k8s_tls``): discovery and OpenAPI v3 documents
+(``k8s_discovery``); every create decoded, defaulted and validated against the official
+schemas and the JobSet CRD with its CEL rules, honouring ``fieldValidation`` (``k8s_schema``;
+warnings go out as ``Warning`` headers); ``fieldSelector`` on ``metadata.name`` /
+``metadata.namespace``; a minimal watch (``k8s_watch``) for ``kubectl wait``; DELETE
+answering with the deleted object for pods, services and custom resources and with a
+Success Status otherwise, as the API server's registries do; pods made from their Job's pod
+template (containers, annotations); JSON merge patches; JobSets printed as a Table with the
+CRD's columns (``k8s_table``); :meth:`FakeKubernetes.settle` ends a job at once.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import http.server
 import itertools
@@ -42,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from support import k8s_discovery, k8s_schema, k8s_table, k8s_tls, k8s_watch
 
 TOKEN = "fake-token-for-tests"
 FOLLOW_LIMIT_S = 20.0  # a followed log stream never stays open longer than this
@@ -98,6 +112,10 @@ class _Request:
         self.path = parsed.path
         self.query = dict(urllib.parse.parse_qsl(parsed.query))
         self.body = json.loads(body) if body else None
+        self.raw_body = body
+        self.content_type = ""  # set by the handler (PATCH needs it)
+        self.accept = ""  # set by the handler (a Table of JobSets for kubectl get)
+        self.warnings: list[str] = []  # sent as Warning headers (k8s_schema.admit)
         self.resource = self.namespace = self.name = None
         for resource, pattern in _ROUTES:
             match = pattern.match(self.path)
@@ -124,8 +142,9 @@ class FakeKubernetes:
         linger: reads a deleted object survives (foreground deletion under way).
     """
 
-    def __init__(self, namespace: str = "team-a"):
+    def __init__(self, namespace: str = "team-a", *, tls: bool = False):
         self.namespace = namespace
+        self.tls = tls  # serve HTTPS (kubectl sends its token only over TLS; see k8s_tls)
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.requests: list[_Request] = []
         self.linger = 0
@@ -152,6 +171,9 @@ class FakeKubernetes:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if self.tls:  # the handshake happens in the handler's thread, not in accept()
+            self._server.socket = k8s_tls.server_context().wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False)
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-k8s",
                                         kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
@@ -168,13 +190,13 @@ class FakeKubernetes:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     def write_kubeconfig(self, path: Path, *, token: str = TOKEN) -> Path:
         """A kubeconfig whose current context points at this server, in ``self.namespace``."""
         path.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": {"server": self.url, **self._ca_data()}}],
             "users": [{"name": "tester", "user": {"token": token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester",
                                                       "namespace": self.namespace}}],
@@ -251,6 +273,9 @@ class FakeKubernetes:
                         and fault["dry_run"] in (None, request.dry_run)):
                     fault["times"] -= 1
                     return fault["answer"]["code"], fault["answer"]
+            served = self._discovery_or_watch(request)
+            if served is not None:
+                return served
             if request.resource is None:
                 return 404, status_object(404, "NotFound", "the server could not find the requested resource")
             if request.resource == "log":
@@ -283,11 +308,23 @@ class FakeKubernetes:
         if meta.get("namespace", ns) != ns:
             return 400, status_object(400, "BadRequest", "the namespace of the object does not "
                                       "match the namespace of the request")
+        admission = k8s_schema.admit(resource, obj, raw=request.raw_body,
+                                     field_validation=request.query.get("fieldValidation"),
+                                     status_object=status_object)
+        request.warnings.extend(admission.warnings)
+        if admission.error is not None:
+            return admission.error
+        obj = admission.obj or obj
+        meta = obj.get("metadata") or {}
         if len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
-            message = f'{kind}.{group or "core"} "{name}" is invalid: metadata.name: Invalid value'
-            return 422, status_object(422, "Invalid", message, name=name, kind=resource, causes=[
-                {"reason": "FieldValueInvalid", "field": "metadata.name",
-                 "message": "must be a DNS-1123 label of at most 63 characters"}])
+            # As the API server's NewInvalid: "Kind.group" (no group for core kinds) and the Kind
+            # in the details; the field error reads 'Invalid value: "<value>": <detail>'.
+            body = (f'Invalid value: {json.dumps(name)}: must be a DNS-1123 label of at most 63 '
+                    "characters (lower case alphanumeric characters or '-', starting and ending "
+                    "with an alphanumeric character)")
+            message = f'{kind}{"." + group if group else ""} "{name}" is invalid: metadata.name: {body}'
+            return 422, status_object(422, "Invalid", message, name=name, group=group, kind=kind, causes=[
+                {"reason": "FieldValueInvalid", "field": "metadata.name", "message": body}])
         if (resource, ns, name) in self.objects:
             return 409, status_object(409, "AlreadyExists",
                                       f'{resource}{"." + group if group else ""} "{name}" already exists',
@@ -311,7 +348,8 @@ class FakeKubernetes:
         selector = request.query.get("labelSelector")
         items = [copy.deepcopy(o) for (r, n, _), o in sorted(self.objects.items())
                  if r == request.resource and n == request.namespace
-                 and _selector_matches(selector, o["metadata"].get("labels") or {})]
+                 and _selector_matches(selector, o["metadata"].get("labels") or {})
+                 and _field_selector_matches(request.query.get("fieldSelector"), o)]
         return 200, {"kind": f"{kind}List", "apiVersion": api_version,
                      "metadata": {"resourceVersion": str(next(self._ids))}, "items": items}
 
@@ -340,13 +378,13 @@ class FakeKubernetes:
         if self.linger:
             meta = self.objects[key]["metadata"]
             meta["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            if request.query.get("propagationPolicy") == "Foreground":
+            if _propagation_policy(request) == "Foreground":
                 meta["finalizers"] = ["foregroundDeletion"]
             self._dying[key] = self.linger
-        else:
-            self._remove(key)
-        return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                     "details": {"name": request.name, "kind": request.resource}}
+            return 200, copy.deepcopy(self.objects[key])  # still there: the object, as it is now
+        deleted = copy.deepcopy(self.objects[key])
+        self._remove(key)
+        return 200, _deleted_answer(request.resource, deleted)
 
     def _remove(self, key: tuple[str, str, str]) -> None:
         self.objects.pop(key, None)
@@ -375,23 +413,35 @@ class FakeKubernetes:
                                   "job-name": f"{name}-{rjob['name']}-{s}",
                                   "batch.kubernetes.io/job-name": f"{name}-{rjob['name']}-{s}"}
                         self._put_pod(f"{name}-{rjob['name']}-{s}-{i}-{next(self._ids):05d}", ns, labels,
-                                      started)
+                                      started, template=job_spec["template"])
         else:
             template_labels = (obj["spec"]["template"].get("metadata") or {}).get("labels") or {}
             for i in range(obj["spec"].get("completions", 1)):
                 labels = {**template_labels, "job-name": name, "batch.kubernetes.io/job-name": name,
                           COMPLETION_INDEX: str(i)}
-                self._put_pod(f"{name}-{i}-{next(self._ids):05d}", ns, labels, started)
+                self._put_pod(f"{name}-{i}-{next(self._ids):05d}", ns, labels, started,
+                              template=obj["spec"]["template"])
 
-    def _put_pod(self, name: str, ns: str, labels: dict, started: str) -> None:
+    def _put_pod(self, name: str, ns: str, labels: dict, started: str, *,
+                 template: dict | None = None) -> None:
+        # A pod is made from its Job's pod template: the template's annotations and spec (its
+        # containers: kubectl logs picks the container from them), plus what the controllers add.
+        template = template or {}
+        annotations = {**((template.get("metadata") or {}).get("annotations") or {}),
+                       COMPLETION_INDEX: labels[COMPLETION_INDEX]}
+        if RESTART_ATTEMPT in labels:
+            annotations[RESTART_ATTEMPT] = labels[RESTART_ATTEMPT]
+        spec = copy.deepcopy(template.get("spec") or {"containers": [{"name": "worker"}]})
         self.objects[("pods", ns, name)] = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "labels": labels,
-                         "annotations": {COMPLETION_INDEX: labels[COMPLETION_INDEX]},
+                         "annotations": annotations,
                          "creationTimestamp": started, "uid": f"uid-{next(self._ids)}"},
+            "spec": spec,
             "status": {"phase": "Running", "conditions": [],
-                       "containerStatuses": [{"name": "worker", "ready": True, "restartCount": 0,
-                                              "state": {"running": {"startedAt": started}}}]}}
+                       "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
+                                              "state": {"running": {"startedAt": started}}}
+                                             for c in spec.get("containers") or []]}}
 
     def _apply(self, key: tuple[str, str, str], outcome: str) -> None:
         resource, ns, name = key
@@ -462,6 +512,7 @@ class FakeKubernetes:
                 del self.objects[("pods", ns, pod["metadata"]["name"])]
         for pod in pods:
             self._log_ended.add(pod["metadata"]["name"])
+        self._touch(obj, *pods)
         self._lock.notify_all()
 
     # ------------------------------------------------------------------ logs
@@ -495,6 +546,87 @@ class FakeKubernetes:
                         return
 
 
+    # ------------------------------------------------------------------ what kubectl needs too
+
+    def _ca_data(self) -> dict:
+        if not self.tls:
+            return {}
+        return {"certificate-authority-data": base64.b64encode(
+            k8s_tls.certificate()[0].read_bytes()).decode()}
+
+    def _discovery_or_watch(self, request: _Request) -> tuple[int, Any] | None:
+        """Discovery and OpenAPI documents (k8s_discovery), the start of a watch
+        (k8s_watch), and a merge patch; None for every other request."""
+        if request.method == "PATCH" and request.resource not in (None, "log") and request.name:
+            return self._patch(request)
+        if request.method != "GET":
+            return None
+        if request.resource is None:
+            host, port = self._server.server_address[:2]
+            return k8s_discovery.answer(request.path, f"{host}:{port}")
+        if request.name is None and request.query.get("watch") in ("true", "1"):
+            problem = _field_selector_problem(request.query.get("fieldSelector"))
+            if problem:
+                return 400, status_object(400, "BadRequest", problem)
+            return 200, ("watch",)
+        if request.resource == "jobsets" and k8s_table.wants_table(request.accept):
+            code, answer = self._list(request) if request.name is None else self._read(request)
+            if code != 200:
+                return code, answer
+            items = answer["items"] if request.name is None else [answer]
+            return 200, k8s_table.table(items, answer["metadata"].get("resourceVersion", ""),
+                                        request.query.get("includeObject"))
+        return None
+
+    def _touch(self, *objects: dict) -> None:
+        """A write changes an object's resourceVersion (watchers and lists see it as newer)."""
+        for obj in objects:
+            obj["metadata"]["resourceVersion"] = str(next(self._ids))
+
+    def _patch(self, request: _Request) -> tuple[int, dict]:
+        """A JSON merge patch (RFC 7386), as ``kubectl apply`` sends to a custom resource
+        (https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/);
+        the result is validated like a create. Strategic merge and JSON patches are not
+        simulated: 415, naming the type."""
+        if request.content_type != "application/merge-patch+json":
+            return 415, status_object(415, "UnsupportedMediaType", f"the fake API server applies "
+                                      f"only application/merge-patch+json, not {request.content_type}")
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects:
+            return self._not_found(request.resource, request.name)
+        current = self.objects[key]
+        patched = _merge_patch(copy.deepcopy(current), request.body or {})
+        admission = k8s_schema.admit(request.resource, patched, raw=request.raw_body,
+                                     field_validation=request.query.get("fieldValidation"),
+                                     status_object=status_object)
+        request.warnings.extend(admission.warnings)
+        if admission.error is not None:
+            return admission.error
+        result = admission.obj or patched
+        for field in ("name", "namespace", "uid", "creationTimestamp"):  # not the patch's to change
+            result["metadata"][field] = current["metadata"].get(field)
+        if request.dry_run:
+            return 200, result
+        self._touch(result)
+        self.objects[key] = result
+        self._lock.notify_all()
+        return 200, copy.deepcopy(result)
+
+    def settle(self, resource: str, name: str, outcome: str, *, namespace: str | None = None) -> None:
+        """End job ``name`` (a ``jobsets`` or ``jobs`` object, in ``namespace`` or this fake's)
+        with ``outcome`` now, as its controller would (see :meth:`plan` for the outcomes);
+        watchers and followed logs see the change."""
+        if outcome not in _OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}; use one of {_OUTCOMES}")
+        namespace = namespace or self.namespace
+        with self._lock:
+            key = (resource, namespace, name)
+            if key not in self.objects:
+                raise KeyError(f"no {resource} {name} in {namespace}")
+            self._scripts.pop(key, None)
+            self._apply(key, outcome)
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_fake: FakeKubernetes
@@ -506,7 +638,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         request = _Request(self.command, self.path, body)
+        request.content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        request.accept = self.headers.get("Accept") or ""
         code, payload = self.server_fake.answer(request, self.headers.get("Authorization"))
+        if isinstance(payload, tuple) and payload[0] == "watch":
+            self._stream(code, "application/json",
+                         lambda write: k8s_watch.stream(self.server_fake, request, write))
+            return
         if isinstance(payload, tuple) and payload[0] == "stream":
             _, ns, pod, follow = payload
             self.send_response(code)
@@ -527,9 +665,102 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         data = json.dumps(payload).encode()
         self.send_response(code)
+        for warning in request.warnings:  # https://www.rfc-editor.org/rfc/rfc7234#section-5.5
+            self.send_header("Warning", f"299 - {json.dumps(warning)}")
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
+    def _stream(self, code: int, content_type: str, produce) -> None:
+        """A chunked response whose chunks ``produce(write)`` writes."""
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def write(data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        try:
+            produce(write)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:  # broken pipe, reset, or over TLS an SSLEOFError
+            self.close_connection = True  # the client stopped reading
+
     do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
+
+
+# ----------------------------------------------------------------------------- API conventions
+
+# Field selectors the API server supports on every kind
+# (https://kubernetes.io/docs/concepts/overview/working-with-objects/field-selectors/).
+_SELECTABLE_FIELDS = {"metadata.name": ("name",), "metadata.namespace": ("namespace",)}
+
+
+def _field_selector_terms(selector: str | None) -> list[tuple[str, str, str]]:
+    terms = []
+    for term in filter(None, (selector or "").split(",")):
+        match = re.fullmatch(r"([^!=]+)(==|=|!=)(.*)", term)
+        if match is None:
+            raise ValueError(f"invalid selector: '{selector}'; can't understand '{term}'")
+        terms.append((match.group(1), match.group(2), match.group(3)))
+    return terms
+
+
+def _field_selector_problem(selector: str | None) -> str | None:
+    try:
+        terms = _field_selector_terms(selector)
+    except ValueError as err:
+        return str(err)
+    for key, _, _ in terms:
+        if key not in _SELECTABLE_FIELDS:
+            return f'field label not supported: {key}'
+    return None
+
+
+def _field_selector_matches(selector: str | None, obj: dict) -> bool:
+    if _field_selector_problem(selector):
+        return False
+    for key, op, value in _field_selector_terms(selector):
+        actual = obj["metadata"].get(_SELECTABLE_FIELDS[key][0], "")
+        if (actual == value) != (op != "!="):
+            return False
+    return True
+
+
+def _propagation_policy(request: _Request) -> str | None:
+    """From the query (the Python client) or the DeleteOptions body (kubectl)."""
+    body = request.body if isinstance(request.body, dict) else {}
+    return request.query.get("propagationPolicy") or body.get("propagationPolicy")
+
+
+# Kinds whose registry answers a delete with the deleted object (``ReturnDeletedObject`` in the
+# API server's generic registry: pods, services and every custom resource); the others answer
+# with a Success Status naming the object.
+_RETURNS_DELETED_OBJECT = {"pods", "services", "jobsets"}
+
+
+def _deleted_answer(resource: str, deleted: dict) -> dict:
+    if resource in _RETURNS_DELETED_OBJECT:
+        return deleted
+    meta = deleted["metadata"]
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": meta["name"], "group": _KINDS[resource][1], "kind": resource,
+                        "uid": meta.get("uid")}}
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge key by key, ``null`` removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = _merge_patch(target.get(key), value)
+    return target
