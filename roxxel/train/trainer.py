@@ -145,7 +145,8 @@ class Trainer:
     Raises:
         ValueError: a batch size that does not divide over micro-batches or data shards
             (names the phase); two different save intervals (``save_interval_steps`` and
-            ``checkpoint_every``, or the Trainer's and the ``checkpointer``'s); a NaN loss (:class:`NaNLossError`) at a log or checkpoint step.
+            ``checkpoint_every``, or the Trainer's and the ``checkpointer``'s); a NaN loss
+            (:class:`NaNLossError`) at a log or checkpoint step.
         Preempted: (a ``SystemExit`` with code 42) after saving at a preemption.
     """
 
