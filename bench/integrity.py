@@ -55,7 +55,7 @@ def read_epochs(path: str, check: bool) -> tuple[float, float]:
 
 def stream_epoch(path: str, check: bool) -> float:
     ds = Roxxel(path, check_blocks=check)
-    c = Curriculum(ds, [Phase(batch_size=16, seq_len=2048)])
+    c = Curriculum(ds, [Phase(global_batch_size=16, seq_len=2048)])
     t0 = time.perf_counter()
     for _ in c.stream(seed=0, to_device=False, prefetch_size=0):
         pass

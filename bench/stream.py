@@ -68,7 +68,7 @@ def dataset(n_tokens: int, name: str = "tp") -> Roxxel:
 
 
 def endless(ds, **kw):
-    c = Curriculum(ds, [Phase(batch_size=BATCH, seq_len=SEQ)], repeat=True)
+    c = Curriculum(ds, [Phase(global_batch_size=BATCH, seq_len=SEQ)], repeat=True)
     return c.stream(0, 10**9, seed=0, **kw)
 
 
@@ -132,7 +132,7 @@ def first_pass(path: str, check: bool):
     starts = iter(range(0, 10**9, 7919))
 
     def run(window):
-        c = Curriculum(Roxxel(path, check_blocks=check), [Phase(batch_size=BATCH, seq_len=SEQ)], repeat=True)
+        c = Curriculum(Roxxel(path, check_blocks=check), [Phase(global_batch_size=BATCH, seq_len=SEQ)], repeat=True)
         return stream_method(c.stream(next(starts), 10**9, seed=0, to_device=False, prefetch_size=0))(window)
     return run
 
@@ -282,14 +282,14 @@ def first_batch(args) -> tuple[dict[str, list[float]], float]:
     import jax
 
     paths = [dataset(20_000_000, f"mix{i}").filepath for i in range(3)]
-    weights = {"self": 0.5, "b": 0.3, "c": 0.2}
+    weights = {"primary": 0.5, "b": 0.3, "c": 0.2}
 
     def once(to_device):
         t0 = time.perf_counter()
         a, b, c = (Roxxel(p) for p in paths)
-        cur = Curriculum(a, [Phase(steps=400_000, batch_size=64, seq_len=1024, weights=weights),
-                             Phase(steps=400_000, batch_size=16, seq_len=4096, weights=weights),
-                             Phase(batch_size=BATCH, seq_len=SEQ, weights=weights)], {"b": b, "c": c}, repeat=True)
+        cur = Curriculum({"primary": a, "b": b, "c": c}, [Phase(steps=400_000, global_batch_size=64, seq_len=1024, weights=weights),
+                             Phase(steps=400_000, global_batch_size=16, seq_len=4096, weights=weights),
+                             Phase(global_batch_size=BATCH, seq_len=SEQ, weights=weights)], repeat=True)
         s = cur.stream(10**6, 10**6 + 1, seed=0, to_device=to_device, prefetch_size=0)
         batch = next(s)
         if to_device:
@@ -319,7 +319,7 @@ sys.path.insert(0, {bench!r})
 from _measure import rss_anon_bytes
 from roxxel import Curriculum, Phase, Roxxel
 ds = Roxxel({path!r})
-c = Curriculum(ds, [Phase(batch_size={batch}, seq_len={seq})])
+c = Curriculum(ds, [Phase(global_batch_size={batch}, seq_len={seq})])
 s = c.stream(seed=0, to_device={to_device}, prefetch_size={prefetch})
 n = 0
 for b in s:

@@ -69,7 +69,7 @@ def hand_written(batches) -> float:
 
 def trainer(cur) -> float:
     model, opt = fresh()
-    t = Trainer(model, opt, cur, loss_fn, log_every=20, checkpoint_every=10**9)
+    t = Trainer(model, opt, cur, loss_fn, log_every=20, save_interval_steps=10**9)
     t.run(stop_at_step=1)  # compile outside the timing
     t0 = time.perf_counter()
     t.run()  # no checkpointer: all STEPS steps again, compiled
@@ -81,7 +81,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         rng = np.random.default_rng(0)
         Roxxel(f"{work}/ds").write([rng.integers(0, 256, 5000) for _ in range(400)], tokenizer="bytes")
-        cur = Curriculum(Roxxel(f"{work}/ds"), [Phase(steps=STEPS, batch_size=BATCH, seq_len=SEQ)])
+        cur = Curriculum(Roxxel(f"{work}/ds"), [Phase(steps=STEPS, global_batch_size=BATCH, seq_len=SEQ)])
         batches = list(cur.stream(seed=42, prefetch_size=0))
         hw, tr = [], []
         for _ in range(REPEATS):  # interleaved, best of each: the machine is shared

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from roxxel.data.curriculum import Curriculum, Phase
+from roxxel.data.curriculum import ORIGINAL_PRIMARY, PRIMARY, Curriculum, Phase
 from roxxel.data.dataset import DEFAULT_MAX_OPEN_SHARDS, DEFAULT_RELEASE_BYTES, Dataset, PathSpec
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS
 from roxxel.data.stream import Stream
 from roxxel.data.write import write_dataset
 from roxxel.format.manifest import Manifest
+from roxxel.sharding import batch_sharding
 
 __all__ = ["DEFAULT_PATH", "Roxxel"]
 
@@ -67,7 +68,8 @@ class Roxxel(Dataset):
             dtype: dtype of the batches (default: ``int32`` for tokens, the data's own dtype
                 for float arrays; see :class:`~roxxel.data.stream.Stream`).
             mesh, data_sharding: where the batch goes (default: rows over every device).
-            mix_datasets, weights: datasets to blend in, weights keyed by ``"self"`` and their names.
+            mix_datasets, weights: datasets to blend in, weights keyed by ``"self"`` (or
+                ``"primary"``: this dataset) and their names.
             prefetch_size: batches prepared ahead on a background thread.
             **kwargs: passed to :class:`~roxxel.data.stream.Stream` (``outputs``, ``to_device``)
                 and :class:`~roxxel.data.curriculum.Curriculum` (``chunk_tokens``, ``repeat``,
@@ -81,19 +83,25 @@ class Roxxel(Dataset):
         """
         if mix_datasets and not weights:
             raise ValueError("mix_datasets needs weights keyed by 'self' and the mixed datasets' names")
-        w = dict(weights) if weights else None
-        phases = [Phase(steps=s, batch_size=b, seq_len=q, weights=w) for s, b, q in (completed_phases or [])]
+        # This method is the original's API: its "self" key, mesh and data_sharding are read
+        # here, in the core's terms, without the core's deprecation warnings.
+        w = {PRIMARY if k == ORIGINAL_PRIMARY else k: v for k, v in weights.items()} if weights else None
+        phases = [Phase(steps=s, global_batch_size=b, seq_len=q, weights=w) for s, b, q in (completed_phases or [])]
         done = sum(s for s, _, _ in completed_phases or [])
         if start_step < done:
             raise ValueError(f"start_step {start_step} falls inside the completed phases ({done} steps); "
                              "stream those phases with their own shapes")
-        phases.append(Phase(batch_size=batch_size, seq_len=seq_len, weights=w))
+        phases.append(Phase(global_batch_size=batch_size, seq_len=seq_len, weights=w))
         curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat", "vocab_size", "order") if k in kwargs}
-        curriculum = Curriculum(self, phases, mix_datasets, **curriculum_args)
+        if mix_datasets and PRIMARY in mix_datasets:
+            raise ValueError(f"{PRIMARY!r} names this dataset in weights; pick another name for the mixed one")
+        curriculum = Curriculum({PRIMARY: self, **(mix_datasets or {})}, phases, **curriculum_args)
         stop = None
         if total_steps is not None:
             stop = min(start_step + total_steps, curriculum.resolved[-1].end_step)
-        return curriculum.stream(start_step, stop, seed=seed, dtype=dtype, mesh=mesh, data_sharding=data_sharding,
+        if data_sharding is None and mesh is not None:
+            data_sharding = batch_sharding(mesh)
+        return curriculum.stream(start_step, stop, seed=seed, dtype=dtype, sharding=data_sharding,
                                  prefetch_size=prefetch_size, **kwargs)
 
     def write(self, data_generator: Iterable, separator: bytes | int | None = None, block_size: int | None = None,

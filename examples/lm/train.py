@@ -109,11 +109,11 @@ def main(argv=None) -> dict:
     try:
         code, text, held_out = (Roxxel(os.path.join(args.data, n)) for n in ("code", "text", "code-eval"))
         (s1, s2), (b1, b2) = args.steps, args.batch
-        curriculum = Curriculum(code, [
-            Phase(steps=s1, batch_size=b1, seq_len=128, weights={"self": 0.8, "text": 0.2}),
-            Phase(steps=s2, batch_size=b2, seq_len=256, weights={"self": 0.6, "text": 0.4}),
-        ], {"text": text})
-        eval_curriculum = Curriculum(held_out, [Phase(steps=4, batch_size=b2, seq_len=256)])
+        curriculum = Curriculum({"primary": code, "text": text}, [
+            Phase(steps=s1, global_batch_size=b1, seq_len=128, weights={"primary": 0.8, "text": 0.2}),
+            Phase(steps=s2, global_batch_size=b2, seq_len=256, weights={"primary": 0.6, "text": 0.4}),
+        ])
+        eval_curriculum = Curriculum(held_out, [Phase(steps=4, global_batch_size=b2, seq_len=256)])
     except (OSError, ValueError) as err:
         # A missing or unreadable dataset, a bad phase: every restart would fail the same way.
         exit_codes.exit_config_error(f"{type(err).__name__}: {err}")
@@ -126,7 +126,7 @@ def main(argv=None) -> dict:
     checkpointer = Checkpointer(ckpt_dir, model, optimizer, fingerprint=curriculum.describe())
     logger = Logger(args.run_dir, total_steps=curriculum.total_steps)
     trainer = Trainer(model, optimizer, curriculum, lm_loss, checkpointer=checkpointer, logger=logger,
-                      outputs="documents", log_every=args.log_every, checkpoint_every=args.checkpoint_every,
+                      outputs="documents", log_every=args.log_every, save_interval_steps=args.checkpoint_every,
                       eval_every=args.eval_every, seed=args.seed)
     trainer.eval_fn = make_eval(eval_curriculum, trainer.data_sharding)
     final = trainer.run()

@@ -218,7 +218,7 @@ def _warn_spot(spec: JobSpec) -> None:
     if spot and spec.termination_grace_period > SPOT_GRACE_SECONDS:
         logger.warning("%s: termination_grace_period is %d s but the pods target Spot / preemptible "
                        "nodes (%s), which GKE stops about %d s after the notice: only the last "
-                       "periodic checkpoint is sure to survive; size checkpoint_every for it",
+                       "periodic checkpoint is sure to survive; size the Trainer's save_interval_steps for it",
                        spec.name, spec.termination_grace_period, spot[0], SPOT_GRACE_SECONDS)
 
 

@@ -18,42 +18,67 @@ from roxxel.data.blend import BlendPlan
 from roxxel.data.dataset import Dataset
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS
 from roxxel.data.stream import Stream
+from roxxel.deprecation import renamed, warn_renamed
 from roxxel.format.errors import DtypeMismatchError
 from roxxel.format.layout import is_float
 
-PRIMARY = "self"
+PRIMARY = "primary"
+"""The name of the primary dataset when :class:`Curriculum` is given one dataset."""
+ORIGINAL_PRIMARY = "self"
+"""The original's weight key for the primary dataset (deprecated; still accepted)."""
 ORDERS = ("chunks", "documents")
 _MAX_POSITION = 2**62
-_PHASE_KEYS = {"steps", "epochs", "batch_size", "seq_len", "weights"}
+_PHASE_KEYS = {"steps", "epochs", "global_batch_size", "batch_size", "seq_len", "weights"}
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class Phase:
     """One phase of a curriculum.
 
     Args:
-        batch_size: rows in each global batch (all processes together).
+        global_batch_size: rows in each global batch (all processes together).
         seq_len: tokens per row.
         steps: global steps in this phase; or
         epochs: passes over the data the phase blends (resolved to whole steps from the
             datasets' sizes); leave both unset on the last phase to run until the data
             runs out.
-        weights: blend weights keyed by ``"self"`` (the primary dataset) and the names of
-            the mixed datasets; they need not sum to 1. Default: ``{"self": 1}`` without
-            mixed datasets, else every dataset in proportion to its size.
+        weights: blend weights keyed by the datasets' names (the primary dataset is
+            ``"primary"`` unless :class:`Curriculum` is given other names); they need not
+            sum to 1. Default: ``{"primary": 1}`` without mixed datasets, else every dataset
+            in proportion to its size. The original's key ``"self"`` for the primary dataset
+            is accepted with a ``DeprecationWarning``.
+        batch_size: deprecated name of ``global_batch_size`` (the original's; warns).
 
     Raises:
-        ValueError: a non-positive size, both ``steps`` and ``epochs``, negative weights.
+        ValueError: a non-positive size, both ``steps`` and ``epochs``, negative weights,
+            both ``global_batch_size`` and ``batch_size`` with different values.
+        TypeError: no ``global_batch_size`` or no ``seq_len``.
     """
 
-    batch_size: int
+    global_batch_size: int
     seq_len: int
     steps: int | None = None
     epochs: float | None = None
     weights: Mapping[str, float] | None = None
 
+    def __init__(self, global_batch_size: int | None = None, seq_len: int | None = None, steps: int | None = None,
+                 epochs: float | None = None, weights: Mapping[str, float] | None = None, *,
+                 batch_size: int | None = None):
+        size = renamed("Phase", "global_batch_size", global_batch_size, "batch_size", batch_size)
+        if size is None or seq_len is None:
+            raise TypeError(f"Phase needs global_batch_size and seq_len, got {size!r} and {seq_len!r}")
+        for name, value in (("global_batch_size", size), ("seq_len", seq_len), ("steps", steps),
+                            ("epochs", epochs), ("weights", weights)):
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
+    @property
+    def batch_size(self) -> int:
+        """The global batch size (:attr:`global_batch_size`, under the original's name)."""
+        return self.global_batch_size
+
     def __post_init__(self):
-        for name in ("batch_size", "seq_len"):
+        for name in ("global_batch_size", "seq_len"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"Phase {name} must be a positive int, got {v!r}")
@@ -71,7 +96,11 @@ class Phase:
 
     @classmethod
     def coerce(cls, phase: Phase | Mapping[str, Any]) -> Phase:
-        """A ``Phase`` from a ``Phase`` or a dict with the same keys (the original's form)."""
+        """A ``Phase`` from a ``Phase`` or a dict with the same keys (the original's form).
+
+        A dict may say ``"batch_size"`` (the original's key, accepted without a warning: the
+        dict form is the original's) or ``"global_batch_size"``.
+        """
         if isinstance(phase, Phase):
             return phase
         if not isinstance(phase, Mapping):
@@ -79,7 +108,12 @@ class Phase:
         unknown = set(phase) - _PHASE_KEYS
         if unknown:
             raise ValueError(f"unknown phase keys {sorted(unknown)}; known: {sorted(_PHASE_KEYS)}")
-        return cls(**phase)
+        fields = dict(phase)
+        if "batch_size" in fields:
+            if fields.setdefault("global_batch_size", fields["batch_size"]) != fields["batch_size"]:
+                raise ValueError(f"phase {dict(phase)}: global_batch_size and batch_size disagree; give one")
+            del fields["batch_size"]
+        return cls(**fields)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,11 +127,16 @@ class ResolvedPhase:
     index: int
     start_step: int
     steps: int | None
-    batch_size: int
+    global_batch_size: int
     seq_len: int
     weights: tuple[float, ...]
     start_row: int
     start_token: int
+
+    @property
+    def batch_size(self) -> int:
+        """The global batch size (:attr:`global_batch_size`, under the original's name)."""
+        return self.global_batch_size
 
     @property
     def end_step(self) -> float:
@@ -106,8 +145,8 @@ class ResolvedPhase:
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens in one global batch of this phase: ``batch_size * seq_len``."""
-        return self.batch_size * self.seq_len
+        """Tokens in one global batch of this phase: ``global_batch_size * seq_len``."""
+        return self.global_batch_size * self.seq_len
 
 
 _SHARED_FIELDS = ("tokenizer", "vocab_size", "eos_id", "dtype")
@@ -151,13 +190,43 @@ def _check_compatible(datasets: Mapping[str, Dataset], vocab_size: int | None) -
     return vocab_size
 
 
+def _named_datasets(datasets: Dataset | Mapping[str, Dataset] | None,
+                    mix_streamers: Mapping[str, Dataset] | None) -> dict[str, Dataset]:
+    """Curriculum's datasets by name, the primary first, from its new and deprecated arguments."""
+    if datasets is None:
+        raise ValueError("Curriculum needs datasets: a Dataset, or a dict of names to datasets (the first is primary)")
+    if mix_streamers is not None:
+        warn_renamed("Curriculum", "mix_streamers", "datasets={'primary': dataset, **mixed}")
+        if isinstance(datasets, Mapping):
+            raise ValueError("give the mixed datasets in the datasets dict, not also as mix_streamers")
+    named = dict(datasets) if isinstance(datasets, Mapping) else {PRIMARY: datasets, **(mix_streamers or {})}
+    if isinstance(datasets, Mapping) and not named:
+        raise ValueError("Curriculum got an empty datasets dict; give at least one dataset")
+    if ORIGINAL_PRIMARY in named:
+        raise ValueError(f"a dataset is named {ORIGINAL_PRIMARY!r}, the original's weight key for the primary "
+                         "dataset; pick another name")
+    if mix_streamers and PRIMARY in mix_streamers:
+        raise ValueError(f"{PRIMARY!r} names the primary dataset; pick another name for the mixed one")
+    for name, ds in named.items():
+        if not isinstance(ds, Dataset):
+            raise TypeError(f"dataset {name!r} is a {type(ds).__name__}, not a roxxel Dataset (open it with "
+                            "roxxel.Dataset(path))")
+    return named
+
+
 class Curriculum:
-    """Phases over a primary dataset and optional mixed datasets.
+    """Phases over one or more named datasets, blended by the phases' weights.
 
     Args:
-        primary_streamer: the primary dataset (``"self"`` in weights).
+        datasets: the data: one :class:`~roxxel.data.dataset.Dataset` (named ``"primary"``
+            in weights), or a mapping of names to datasets, the first being the primary
+            one (whose EOS id the document features use; all must agree on tokenizer,
+            vocabulary, EOS id and dtype anyway).
         phases: :class:`Phase` objects or dicts with the same keys.
-        mix_streamers: other datasets by name, blended in by the phases' weights.
+        mix_streamers: deprecated (the original's name, also its third positional
+            argument): the mixed datasets by name, blended in next to ``datasets`` (which
+            is then the primary dataset alone); give ``datasets={"primary": ds, **mixed}``.
+        primary_streamer: deprecated (the original's name) for a single ``datasets``.
         chunk_tokens: tokens per shuffled chunk of each dataset (``order="chunks"``).
         order: ``"chunks"`` (default) - each dataset is cut into chunks of ``chunk_tokens``
             tokens, shuffled, in O(1) memory; a row may jump between chunks mid-document.
@@ -170,28 +239,37 @@ class Curriculum:
             vocabulary is refused here; every row read is checked to hold ids below it.
             Default: the datasets' own ``vocab_size``.
 
+    Weights keyed ``"self"`` (the original's key for the primary dataset) are read as the
+    primary dataset's name, with a ``DeprecationWarning``. Checkpoint fingerprints
+    (:meth:`describe`) still record a primary dataset named ``"primary"`` as ``"self"``, so
+    runs saved before the rename resume.
+
     Raises:
         ValueError: an unknown dataset name in weights (lists the known ones); a phase
             without steps or epochs before the last; an endless curriculum asked for its length;
             a phase the data cannot deliver (fewer steps than asked without ``repeat``, or not
             one step), with how many steps it can give and the fix;
-            a dataset whose vocabulary exceeds ``vocab_size``.
+            a dataset whose vocabulary exceeds ``vocab_size``; no datasets, a dataset named
+            ``"self"``, or a new and a deprecated name given together.
+        TypeError: no phases, or a dataset that is not a :class:`~roxxel.data.dataset.Dataset`.
         DtypeMismatchError: two datasets disagree on tokenizer, vocabulary size, EOS id or
             token dtype (names both datasets and the field).
     """
 
-    def __init__(self, primary_streamer: Dataset, phases: Sequence[Phase | Mapping[str, Any]],
-                 mix_streamers: Mapping[str, Dataset] | None = None, *, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-                 repeat: bool = False, vocab_size: int | None = None, order: str = "chunks"):
+    def __init__(self, datasets: Dataset | Mapping[str, Dataset] | None = None,
+                 phases: Sequence[Phase | Mapping[str, Any]] | None = None,
+                 mix_streamers: Mapping[str, Dataset] | None = None, *, primary_streamer: Dataset | None = None,
+                 chunk_tokens: int = DEFAULT_CHUNK_TOKENS, repeat: bool = False, vocab_size: int | None = None,
+                 order: str = "chunks"):
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+        if phases is None:
+            raise TypeError("Curriculum needs phases: a list of Phase objects or dicts")
         self.order = order
-        mix = dict(mix_streamers or {})
-        if PRIMARY in mix:
-            raise ValueError(f"{PRIMARY!r} names the primary dataset; pick another name for the mixed one")
-        self.datasets: dict[str, Dataset] = {PRIMARY: primary_streamer, **mix}
+        self.datasets: dict[str, Dataset] = _named_datasets(
+            renamed("Curriculum", "datasets", datasets, "primary_streamer", primary_streamer), mix_streamers)
         self.names = tuple(self.datasets)
-        self.phases = tuple(Phase.coerce(p) for p in phases)
+        self.phases = tuple(self._primary_key(Phase.coerce(p)) for p in phases)
         if not self.phases:
             raise ValueError("a curriculum needs at least one phase")
         for i, p in enumerate(self.phases[:-1]):
@@ -202,6 +280,27 @@ class Curriculum:
         self.vocab_size = _check_compatible(self.datasets, vocab_size)
         self._sizes = tuple(self._usable_size(ds) for ds in self.datasets.values())
         self.plan, self.resolved = self._resolve()
+
+    @property
+    def primary(self) -> Dataset:
+        """The primary dataset: the first of :attr:`datasets`."""
+        return self.datasets[self.names[0]]
+
+    def _primary_key(self, phase: Phase) -> Phase:
+        """``phase`` with weights keyed ``"self"`` re-keyed by the primary dataset's name (warns)."""
+        if phase.weights is None or ORIGINAL_PRIMARY not in phase.weights:
+            return phase
+        primary = self.names[0]
+        warn_renamed("Curriculum", f"the weight key {ORIGINAL_PRIMARY!r}", f"the primary dataset's name {primary!r}")
+        if primary in phase.weights:
+            raise ValueError(f"weights {dict(phase.weights)} give the primary dataset twice, as {ORIGINAL_PRIMARY!r} "
+                             f"and as {primary!r}; keep {primary!r}")
+        weights = {primary if k == ORIGINAL_PRIMARY else k: w for k, w in phase.weights.items()}
+        return dataclasses.replace(phase, weights=weights)
+
+    def _recorded_name(self, name: str) -> str:
+        """The name :meth:`describe` records: ``"self"`` for a primary dataset named ``"primary"``."""
+        return ORIGINAL_PRIMARY if name == PRIMARY and name == self.names[0] else name
 
     def _usable_size(self, ds: Dataset) -> int:
         if self.order == "documents":
@@ -223,24 +322,24 @@ class Curriculum:
         for p, w in zip(self.phases, weights):
             if p.epochs is not None:
                 tokens = sum(s for s, wi in zip(self._sizes, w) if wi > 0)
-                steps.append(int(p.epochs * tokens) // (p.batch_size * p.seq_len))
+                steps.append(int(p.epochs * tokens) // (p.global_batch_size * p.seq_len))
             else:
                 steps.append(p.steps)
-        plan = BlendPlan(self._sizes, [(None if s is None else s * p.batch_size, p.seq_len, w)
+        plan = BlendPlan(self._sizes, [(None if s is None else s * p.global_batch_size, p.seq_len, w)
                                        for s, p, w in zip(steps, self.phases, weights)], repeat=self.repeat)
         resolved, step, row, token = [], 0, 0, 0
         for i, (p, s, w) in enumerate(zip(self.phases, steps, weights)):
             if plan.total_rows is None:  # endless blend: repeat mode with an open last phase
                 n = s
             else:  # the data runs out: only a last phase without steps/epochs may end there
-                cap = max(0, plan.total_rows - row) // p.batch_size
+                cap = max(0, plan.total_rows - row) // p.global_batch_size
                 n = cap if s is None else min(s, cap)
                 if n < (1 if s is None else s):
                     raise ValueError(self._short_message(i, p, s, n))
-            resolved.append(ResolvedPhase(i, step, n, p.batch_size, p.seq_len, w, row, token))
+            resolved.append(ResolvedPhase(i, step, n, p.global_batch_size, p.seq_len, w, row, token))
             if n is None:
                 break
-            step, row, token = step + n, row + n * p.batch_size, token + n * p.batch_size * p.seq_len
+            step, row, token = step + n, row + n * p.global_batch_size, token + n * p.global_batch_size * p.seq_len
         return plan, tuple(resolved)
 
     def _short_message(self, i: int, p: Phase, asked: int | None, n: int) -> str:
@@ -250,7 +349,7 @@ class Curriculum:
         fix = ("use data of at least one row per step, or a smaller batch_size/seq_len" if n == 0 else
                f"pass repeat=True to start new epochs, ask for at most {n} steps, or leave steps/epochs unset on "
                "the last phase to train until the data runs out")
-        return (f"phase {i} {want} of {p.batch_size} x {p.seq_len} tokens, but the data ({sizes}, in chunks of "
+        return (f"phase {i} {want} of {p.global_batch_size} x {p.seq_len} tokens, but the data ({sizes}, in chunks of "
                 f"{self.chunk_tokens}) can give only {n} steps there; {fix}")
 
     def check_positions(self, step: int) -> None:
@@ -305,7 +404,7 @@ class Curriculum:
     def rows_before(self, step: int) -> int:
         """Global rows consumed before ``step`` (O(phases)); ``step`` may be the end of the curriculum."""
         p = self._phase_or_end(step)
-        return p.start_row + (step - p.start_step) * p.batch_size
+        return p.start_row + (step - p.start_step) * p.global_batch_size
 
     def tokens_before(self, step: int) -> int:
         """Tokens consumed (all processes, all datasets) before ``step``: the sum over phases of steps x batch x seq_len."""
@@ -323,10 +422,11 @@ class Curriculum:
         order = {} if self.order == "chunks" else {"order": self.order}  # keeps older fingerprints valid
         return {
             **order,
-            "datasets": {n: ds.fingerprint() for n, ds in self.datasets.items()},
+            "datasets": {self._recorded_name(n): ds.fingerprint() for n, ds in self.datasets.items()},
             "chunk_tokens": self.chunk_tokens, "repeat": self.repeat,
-            "phases": [{"steps": p.steps, "batch_size": p.batch_size, "seq_len": p.seq_len,
-                        "weights": dict(zip(self.names, p.weights))} for p in self.resolved],
+            "phases": [{"steps": p.steps, "batch_size": p.global_batch_size, "seq_len": p.seq_len,
+                        "weights": dict(zip(map(self._recorded_name, self.names), p.weights))}
+                       for p in self.resolved],
         }
 
     def fingerprint(self) -> str:
@@ -344,7 +444,7 @@ class Curriculum:
                 yield p, self.stream(max(start_step, p.start_step), p.end_step, **kwargs)
 
     def __repr__(self) -> str:
-        phases = ", ".join(f"{p.steps}x({p.batch_size}x{p.seq_len})" for p in self.resolved)
+        phases = ", ".join(f"{p.steps}x({p.global_batch_size}x{p.seq_len})" for p in self.resolved)
         return f"Curriculum(datasets={list(self.names)}, phases=[{phases}])"
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from roxxel.data.documents import document_features
 from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import ShuffledDocuments, ShuffledTokens
+from roxxel.deprecation import renamed, warn_renamed
 from roxxel.format.layout import is_float
 from roxxel.sharding import batch_sharding, default_batch_sharding
 
@@ -127,7 +128,7 @@ class BatchReader:
     def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int):
         n = hi - lo
         for steps in dict.fromkeys((int(min(ahead, phase.end_step - step)), 1)):
-            rows = (self.curriculum.rows_before(step) + lo + phase.batch_size * np.arange(steps, dtype=np.int64)[:, None]
+            rows = (self.curriculum.rows_before(step) + lo + phase.global_batch_size * np.arange(steps, dtype=np.int64)[:, None]
                     + np.arange(n, dtype=np.int64)).reshape(-1)
             try:
                 which, position, _ = self.curriculum.plan.locate(rows)
@@ -204,8 +205,11 @@ class Stream:
         dtype: dtype of the batch. Default: ``int32`` for token data; for float data
             (``float16``/``bfloat16``/``float32`` shards) the data's own dtype. Float data may be
             cast to another float dtype, never to an integer one.
-        sharding: the batch's sharding; default :func:`default_sharding`. ``mesh`` plus
-            ``data_sharding`` (the original's arguments) are accepted too.
+        sharding: the batch's ``jax.sharding.Sharding`` (e.g. ``NamedSharding(mesh,
+            PartitionSpec("data"))``); default :func:`default_sharding`: rows over every device.
+        mesh, data_sharding: deprecated (the original's arguments; warn): ``data_sharding``
+            is ``sharding``; ``mesh`` alone means rows over its first axis, i.e.
+            ``sharding=roxxel.sharding.batch_sharding(mesh)``.
         outputs: ``"tokens"`` - a ``(batch_size, seq_len)`` array per step: each row is a
             concatenation of shuffled chunks of ``chunk_tokens`` tokens, so it may jump from the
             middle of one document into the middle of another; ``"documents"`` - a dict of such
@@ -240,11 +244,11 @@ class Stream:
             curriculum.check_positions(self.stop_step - 1)
         self.dtype = _batch_dtype(curriculum, dtype, outputs)
         self.outputs = outputs
-        self.eos_id = curriculum.datasets["self"].eos_id
+        self.eos_id = curriculum.primary.eos_id
         if outputs == "documents" and self.eos_id is None:
             raise ValueError("outputs='documents' needs an EOS id, and the primary dataset has none; pack it with a tokenizer")
         self.to_device = to_device
-        self.sharding = sharding or data_sharding or (None if mesh is None else batch_sharding(mesh))
+        self.sharding = _one_sharding(sharding, mesh, data_sharding)
         if self.sharding is None and to_device:
             self.sharding = default_sharding()
         self.reader = BatchReader(curriculum, seed)
@@ -258,8 +262,8 @@ class Stream:
 
     def _rows_of(self, p: ResolvedPhase) -> tuple[int, int]:
         if self.sharding is None:
-            return 0, p.batch_size
-        return process_rows(self.sharding, (p.batch_size, p.seq_len), p.index)
+            return 0, p.global_batch_size
+        return process_rows(self.sharding, (p.global_batch_size, p.seq_len), p.index)
 
     def local_rows(self, step: int, *, with_breaks: bool = False):
         """This process's rows of the global batch of ``step`` (numpy, before device placement).
@@ -278,7 +282,7 @@ class Stream:
             return arrays
         import jax
 
-        shape = (phase.batch_size, phase.seq_len)
+        shape = (phase.global_batch_size, phase.seq_len)
 
         if jax.process_count() == 1:  # this process holds the whole batch: one device_put, one transfer per device
             def place(a):
@@ -331,10 +335,24 @@ class Stream:
         return f"Stream(steps=[{self.start_step}, {self.stop_step}), outputs={self.outputs!r})"
 
 
+def _one_sharding(sharding, mesh, data_sharding):
+    """The batch sharding from :class:`Stream`'s ``sharding`` or its deprecated ``mesh``/``data_sharding``."""
+    sharding = renamed("Stream", "sharding", sharding, "data_sharding", data_sharding)
+    if mesh is None:
+        return sharding
+    warn_renamed("Stream", "mesh", "sharding=NamedSharding(mesh, PartitionSpec(axis)) "
+                 "(roxxel.sharding.batch_sharding(mesh) splits rows over the mesh's first axis)")
+    if sharding is None:
+        return batch_sharding(mesh)
+    if getattr(sharding, "mesh", mesh) != mesh:
+        raise ValueError(f"Stream got mesh {mesh} and a sharding on another mesh ({sharding}); give only sharding")
+    return sharding
+
+
 def _batch_dtype(curriculum: Curriculum, dtype: Any, outputs: str) -> np.dtype:
     """The batch dtype: ``dtype``, or the default for the data (see :class:`Stream`); refuses
     token-only outputs and integer casts of float data."""
-    primary = curriculum.datasets["self"]
+    primary = curriculum.primary
     if not is_float(primary.dtype):
         return np.dtype(np.int32 if dtype is None else dtype)
     data = f"{primary.filepath} holds {primary.dtype.name} arrays, not tokens"

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
+from roxxel.deprecation import renamed
 from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempted
 from roxxel.train.logger import Logger
 from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
@@ -70,6 +71,24 @@ def _peak_flops(device_kind: str) -> float | None:
     return None
 
 
+DEFAULT_SAVE_INTERVAL_STEPS = 100
+"""Steps between checkpoints when neither the Trainer nor its checkpointer is given one."""
+
+
+def _save_interval(save_interval_steps: int | None, checkpoint_every: int | None,
+                   checkpointer: Checkpointer | None) -> int:
+    """The one checkpoint cadence, from the Trainer's argument, its deprecated alias or the checkpointer's."""
+    interval = renamed("Trainer", "save_interval_steps", save_interval_steps, "checkpoint_every", checkpoint_every)
+    own = checkpointer.save_interval_steps if checkpointer is not None else 1
+    if own > 1:  # the checkpointer skips other steps: its interval is the cadence
+        if interval is not None and interval != own:
+            raise ValueError(f"Trainer save_interval_steps={interval} but the checkpointer saves every {own} steps; "
+                             "give the interval once (to the checkpointer, or to the Trainer with a checkpointer "
+                             "of save_interval_steps=1)")
+        return own
+    return DEFAULT_SAVE_INTERVAL_STEPS if interval is None else interval
+
+
 class Trainer:
     """Train ``model`` with ``optimizer`` on ``curriculum``, minimising ``loss_fn(model, batch)``.
 
@@ -82,7 +101,11 @@ class Trainer:
         save_path: run directory: checkpoints in ``save_path/checkpoints``, logs in ``save_path``.
         checkpointer, logger: use these instead of the ones ``save_path`` creates.
         eval_fn: ``eval_fn(state) -> dict | scalar`` run every ``eval_every`` steps and at the end.
-        eval_every, checkpoint_every, log_every: intervals in steps.
+        eval_every, log_every: intervals in steps.
+        save_interval_steps: save a checkpoint every this many steps (Orbax's name for it);
+            default: the given ``checkpointer``'s ``save_interval_steps`` when above 1, else
+            100. Preemptions and the end of the run save at any step.
+        checkpoint_every: deprecated name of ``save_interval_steps`` (the original's; warns).
         seed: data shuffle seed.
         mesh: device mesh (default: every device on one ``"data"`` axis). Parameters are
             replicated on it, or placed by their ``nnx.with_partitioning`` annotations; Flax
@@ -121,23 +144,26 @@ class Trainer:
 
     Raises:
         ValueError: a batch size that does not divide over micro-batches or data shards
-            (names the phase); a NaN loss (:class:`NaNLossError`) at a log or checkpoint step.
+            (names the phase); two different save intervals (``save_interval_steps`` and
+            ``checkpoint_every``, or the Trainer's and the ``checkpointer``'s); a NaN loss
+            (:class:`NaNLossError`) at a log or checkpoint step.
         Preempted: (a ``SystemExit`` with code 42) after saving at a preemption.
     """
 
     def __init__(self, model=None, optimizer=None, curriculum: Curriculum | None = None, loss_fn: Callable | None = None,
-                 save_path: str | None = None, checkpointer: Checkpointer | None = None, logger: Logger | None = None,
-                 eval_fn: Callable | None = None, eval_every: int = 500, checkpoint_every: int = 100,
+                 *, save_path: str | None = None, checkpointer: Checkpointer | None = None, logger: Logger | None = None,
+                 eval_fn: Callable | None = None, eval_every: int = 500, save_interval_steps: int | None = None,
                  log_every: int = 100, seed: int = 42, mesh=None, data_sharding=None, max_to_keep: int = 3,
-                 async_queue_depth: int = 2, grad_accum_steps: int | None = None, *, state: Any = None,
+                 async_queue_depth: int = 2, grad_accum_steps: int | None = None, state: Any = None,
                  outputs: str = "tokens", prefetch_size: int = 2, allow_changed_run: bool = False,
                  partial_restore: bool = False, learning_rate: Callable[[int], Any] | float | None = None, flops_per_token: float | None = None,
                  num_params: int | None = None, peak_flops_per_device: float | None = None,
                  profile_steps: tuple[int, int] | None = None, callbacks: Sequence[Callback] = (),
-                 handle_sigint: bool = True):
+                 handle_sigint: bool = True, checkpoint_every: int | None = None):
         if curriculum is None or loss_fn is None:
             raise TypeError("Trainer needs a curriculum and a loss_fn")
-        for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every), ("log_every", log_every),
+        save_interval_steps = _save_interval(save_interval_steps, checkpoint_every, checkpointer)
+        for name, v in (("eval_every", eval_every), ("save_interval_steps", save_interval_steps), ("log_every", log_every),
                         ("async_queue_depth", async_queue_depth), ("grad_accum_steps", grad_accum_steps or 1)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -145,7 +171,7 @@ class Trainer:
         if self.state.optimizer is None:
             raise TypeError("Trainer needs an optimizer (nnx.Optimizer)")
         self.curriculum, self.loss_fn, self.eval_fn = curriculum, loss_fn, eval_fn
-        self.eval_every, self.checkpoint_every, self.log_every = eval_every, checkpoint_every, log_every
+        self.eval_every, self.save_interval_steps, self.log_every = eval_every, save_interval_steps, log_every
         self.seed, self.outputs, self.prefetch_size = seed, outputs, prefetch_size
         self.partial_restore = bool(partial_restore)
         self.async_queue_depth = async_queue_depth
@@ -159,7 +185,8 @@ class Trainer:
                              "local, or pass checkpointer=Checkpointer('gs://...', ...) and logger=Logger('runs/NAME')")
         if checkpointer is None and save_path is not None:
             checkpointer = Checkpointer(os.path.join(save_path, "checkpoints"), state=self.state, max_to_keep=max_to_keep,
-                                        fingerprint={**curriculum.describe(), "seed": seed}, allow_changed_run=allow_changed_run)
+                                        fingerprint={**curriculum.describe(), "seed": seed}, allow_changed_run=allow_changed_run,
+                                        save_interval_steps=save_interval_steps)
         if logger is None and save_path is not None:
             logger = Logger(save_path, total_steps=curriculum.total_steps)
         self.checkpointer, self.logger = checkpointer, logger
@@ -189,12 +216,12 @@ class Trainer:
         axes = () if spec0 is None else (spec0 if isinstance(spec0, tuple) else (spec0,))
         shards = math.prod(self.data_sharding.mesh.shape[a] for a in axes)
         for p in self.curriculum.resolved:
-            if p.batch_size % self.grad_accum_steps:
-                raise ValueError(f"phase {p.index}: batch_size {p.batch_size} does not divide into "
+            if p.global_batch_size % self.grad_accum_steps:
+                raise ValueError(f"phase {p.index}: batch_size {p.global_batch_size} does not divide into "
                                  f"{self.grad_accum_steps} micro-batches; pick a multiple of {self.grad_accum_steps}")
-            if (p.batch_size // self.grad_accum_steps) % shards:
+            if (p.global_batch_size // self.grad_accum_steps) % shards:
                 raise ValueError(
-                    f"phase {p.index}: each micro-batch of {p.batch_size // self.grad_accum_steps} rows must split "
+                    f"phase {p.index}: each micro-batch of {p.global_batch_size // self.grad_accum_steps} rows must split "
                     f"evenly over the {shards} data shards (devices on the data axis); use a batch_size that is a "
                     f"multiple of {shards * self.grad_accum_steps}")
 
@@ -382,7 +409,7 @@ class Trainer:
 
     def _run_phase(self, phase: ResolvedPhase, stream, step: int, last: dict) -> tuple[int, dict]:
         cur, ckpt = self.curriculum, self.checkpointer
-        self._log(f"phase {phase.index}: steps {phase.start_step}..{phase.end_step}, batch {phase.batch_size} x "
+        self._log(f"phase {phase.index}: steps {phase.start_step}..{phase.end_step}, batch {phase.global_batch_size} x "
                   f"{phase.seq_len} tokens, weights {dict(zip(cur.names, phase.weights))}")
         pending: collections.deque = collections.deque()
         losses, auxes = [], []
@@ -411,7 +438,7 @@ class Trainer:
             if len(pending) > self.async_queue_depth:  # bound how far dispatch runs ahead
                 pending.popleft().block_until_ready()
             self._stop_profile(step, loss)
-            log_now, ckpt_now = step % self.log_every == 0, step % self.checkpoint_every == 0
+            log_now, ckpt_now = step % self.log_every == 0, step % self.save_interval_steps == 0
             end_now = step == phase.end_step or step == stream.stop_step
             if log_now or end_now or ckpt_now:
                 loss.block_until_ready()  # time the window's device work, not its dispatch

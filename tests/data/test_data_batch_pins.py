@@ -42,10 +42,11 @@ def digest(batches) -> str:
 
 
 def curriculum(ds, chunk, order="chunks"):
-    phases = [Phase(steps=6, batch_size=8, seq_len=64, weights={"self": 2, "code": 1, "math": 1}),
-              Phase(steps=4, batch_size=4, seq_len=200, weights={"self": 1, "math": 3}),
-              Phase(steps=5, batch_size=6, seq_len=48, weights={"self": 1, "code": 2})]
-    return Curriculum(ds["self"], phases, {"code": ds["code"], "math": ds["math"]}, chunk_tokens=chunk, order=order)
+    phases = [Phase(steps=6, global_batch_size=8, seq_len=64, weights={"primary": 2, "code": 1, "math": 1}),
+              Phase(steps=4, global_batch_size=4, seq_len=200, weights={"primary": 1, "math": 3}),
+              Phase(steps=5, global_batch_size=6, seq_len=48, weights={"primary": 1, "code": 2})]
+    return Curriculum({"primary": ds["self"], "code": ds["code"], "math": ds["math"]}, phases, chunk_tokens=chunk,
+                      order=order)
 
 
 PINS = {

@@ -16,7 +16,7 @@ def make(path, vocab, eos, dtype, n=2000, tokenizer=None, hi=None):
     return Roxxel(str(path))
 
 
-PHASE = [Phase(steps=2, batch_size=2, seq_len=16, weights={"self": 1, "b": 1})]
+PHASE = [Phase(steps=2, global_batch_size=2, seq_len=16, weights={"primary": 1, "b": 1})]
 
 
 @pytest.mark.parametrize("other, field", [
@@ -27,27 +27,27 @@ PHASE = [Phase(steps=2, batch_size=2, seq_len=16, weights={"self": 1, "b": 1})]
 def test_incompatible_blend_is_refused_naming_both_and_the_field(tmp_path, other, field):
     a = make(tmp_path / "a", 257, 256, "uint16")
     b = make(tmp_path / "b", *other)
-    with pytest.raises(DtypeMismatchError, match=rf"'self' .*'b' .*differ in {field}"):
-        Curriculum(a, PHASE, {"b": b}, chunk_tokens=64)
+    with pytest.raises(DtypeMismatchError, match=rf"'primary' .*'b' .*differ in {field}"):
+        Curriculum({"primary": a, "b": b}, PHASE, chunk_tokens=64)
 
 
 def test_different_tokenizers_are_refused(tmp_path):
     a = make(tmp_path / "a", 257, 256, "uint16", tokenizer={"type": "bytes"})
     b = make(tmp_path / "b", 257, 256, "uint16", tokenizer={"type": "hf", "sha256": "ab"})
     with pytest.raises(DtypeMismatchError, match="tokenizer"):
-        Curriculum(a, PHASE, {"b": b}, chunk_tokens=64)
+        Curriculum({"primary": a, "b": b}, PHASE, chunk_tokens=64)
 
 
 def test_compatible_blend_is_accepted(tmp_path):
     a = make(tmp_path / "a", 257, 256, "uint16")
     b = make(tmp_path / "b", 257, 256, "uint16")
-    assert Curriculum(a, PHASE, {"b": b}, chunk_tokens=64).total_steps == 2
+    assert Curriculum({"primary": a, "b": b}, PHASE, chunk_tokens=64).total_steps == 2
 
 
 def test_model_vocab_smaller_than_data_vocab_is_refused(tmp_path):
     a = make(tmp_path / "a", 50_000, 0, "uint16")
     with pytest.raises(ValueError, match="50000 ids but the model's vocab_size is 257"):
-        Curriculum(a, [Phase(steps=1, batch_size=2, seq_len=16)], vocab_size=257)
+        Curriculum(a, [Phase(steps=1, global_batch_size=2, seq_len=16)], vocab_size=257)
     with pytest.raises(ValueError, match="vocab_size is 257"):
         a.stream(seq_len=16, batch_size=2, seed=0, vocab_size=257, to_device=False)
 
@@ -55,9 +55,9 @@ def test_model_vocab_smaller_than_data_vocab_is_refused(tmp_path):
 
 def test_rows_with_ids_beyond_model_vocab_raise(tmp_path, monkeypatch):
     a = make(tmp_path / "a", 65_536, 0, "uint16", hi=60_000)
-    c = Curriculum(a, [Phase(steps=2, batch_size=2, seq_len=16)], chunk_tokens=64)
+    c = Curriculum(a, [Phase(steps=2, global_batch_size=2, seq_len=16)], chunk_tokens=64)
     monkeypatch.setattr(a, "_props", dict(a._props, vocab_size=None))  # as for data that declares nothing
-    c2 = Curriculum(a, [Phase(steps=2, batch_size=2, seq_len=16)], chunk_tokens=64, vocab_size=1000)
+    c2 = Curriculum(a, [Phase(steps=2, global_batch_size=2, seq_len=16)], chunk_tokens=64, vocab_size=1000)
     with pytest.raises(ValueError, match="beyond the model's vocab_size 1000"):
         list(c2.stream(seed=0, to_device=False, prefetch_size=0))
     assert len(list(c.stream(seed=0, to_device=False, prefetch_size=0))) == 2

@@ -68,7 +68,7 @@ def data(tmp_path_factory):
 def test_issue_example_default_chunk_marks_every_join(tmp_path):
     """100 documents of 500 consecutive ids, 6 steps of 2 x 2048, default chunk size (the issue's case)."""
     ds, src = make(tmp_path / "d", [500] * 100, 0)
-    c = Curriculum(ds, [Phase(steps=6, batch_size=2, seq_len=2048)])
+    c = Curriculum(ds, [Phase(steps=6, global_batch_size=2, seq_len=2048)])
     batches = list(c.stream(seed=0, outputs="documents", to_device=False, prefetch_size=0))
     assert len(batches) == 6
     for f in batches:
@@ -84,11 +84,11 @@ phase_st = st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 150), 
        data_=st.data())
 def test_every_join_is_a_boundary(data, chunk, phases, repeat, seed, blend, order, data_):
     """Random chunk sizes, sequence lengths, phases, blends, orders, resume points and process row ranges."""
-    ps = [Phase(steps=s, batch_size=bs, seq_len=q,
-                weights={"self": wa or 1, "b": wb} if blend else None) for s, bs, q, wa, wb in phases]
-    mix = {"b": data["b"][0]} if blend else None
+    ps = [Phase(steps=s, global_batch_size=bs, seq_len=q,
+                weights={"primary": wa or 1, "b": wb} if blend else None) for s, bs, q, wa, wb in phases]
+    named = {"primary": data["self"][0], **({"b": data["b"][0]} if blend else {})}
     try:
-        c = Curriculum(data["self"][0], ps, mix, chunk_tokens=chunk, repeat=repeat, order=order)
+        c = Curriculum(named, ps, chunk_tokens=chunk, repeat=repeat, order=order)
     except ValueError as e:
         assert "can give only" in str(e) and not repeat  # phases the data cannot deliver are refused
         return
@@ -126,13 +126,13 @@ def test_document_order_packs_every_whole_document_once_per_epoch(data):
     starts = np.append(ds.document_starts(), ds.num_tokens)
     docs = {tuple(src[a:b]) for a, b in zip(starts[:-1], starts[1:])}
     seq = 64
-    c = Curriculum(ds, [Phase(batch_size=2, seq_len=seq)], order="documents")
+    c = Curriculum(ds, [Phase(global_batch_size=2, seq_len=seq)], order="documents")
     flat = np.concatenate([b.ravel() for b in c.stream(seed=5, to_device=False, dtype=np.int64, prefetch_size=0)])
     assert len(flat) == ds.num_tokens // (2 * seq) * 2 * seq  # every token is usable: no chunk tail is dropped
     cuts = np.flatnonzero(flat == EOS) + 1
     pieces = [tuple(p) for p in np.split(flat, cuts)[:-1]]
     assert len(set(pieces)) == len(pieces) and set(pieces) <= docs  # whole documents, none twice
     assert len(pieces) >= len(docs) - 3  # all but the few cut off at the epoch's end
-    order_a = Curriculum(ds, [Phase(batch_size=2, seq_len=seq)], order="documents").stream(seed=5, to_device=False)
+    order_a = Curriculum(ds, [Phase(global_batch_size=2, seq_len=seq)], order="documents").stream(seed=5, to_device=False)
     assert np.array_equal(next(order_a), next(c.stream(seed=5, to_device=False)))
     assert pieces != sorted(pieces, key=lambda p: p[0])  # shuffled, not in dataset order

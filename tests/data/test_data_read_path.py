@@ -35,7 +35,7 @@ def expected_rows(ds, stream, step):
 
 @pytest.mark.parametrize("chunk", [256, 512, 700])
 def test_rows_equal_the_pieces_read_one_by_one_in_any_step_order(ds, chunk):
-    c = Curriculum(ds, [Phase(steps=40, batch_size=8, seq_len=256), Phase(batch_size=4, seq_len=128)],
+    c = Curriculum(ds, [Phase(steps=40, global_batch_size=8, seq_len=256), Phase(global_batch_size=4, seq_len=128)],
                    chunk_tokens=chunk)
     s = c.stream(seed=5, to_device=False, prefetch_size=0)
     order = np.random.default_rng(chunk).permutation(len(s))[:60]
@@ -44,7 +44,7 @@ def test_rows_equal_the_pieces_read_one_by_one_in_any_step_order(ds, chunk):
 
 
 def test_a_process_sub_range_is_the_slice_of_the_global_batch(ds):
-    c = Curriculum(ds, [Phase(steps=30, batch_size=8, seq_len=256)], chunk_tokens=1024)
+    c = Curriculum(ds, [Phase(steps=30, global_batch_size=8, seq_len=256)], chunk_tokens=1024)
     s = c.stream(seed=1, to_device=False, prefetch_size=0)
     for step in (0, 1, 29, 3):
         full = s.reader.rows(step, 0, 8)
@@ -68,7 +68,7 @@ def test_a_damaged_block_is_caught_in_a_planned_step(tmp_path):
     with open(path, "r+b") as f:
         f.seek(s._data_offset + 2 * 150_000)
         f.write(b"\xff\xff")
-    c = Curriculum(Roxxel(str(tmp_path / "b")), [Phase(batch_size=8, seq_len=256)], chunk_tokens=2048)
+    c = Curriculum(Roxxel(str(tmp_path / "b")), [Phase(global_batch_size=8, seq_len=256)], chunk_tokens=2048)
     with pytest.raises(BlockChecksumError, match="token block 4 "):
         list(c.stream(seed=0, to_device=False, prefetch_size=0))
 
@@ -77,7 +77,7 @@ def test_a_narrow_batch_dtype_does_not_hide_ids_beyond_the_vocabulary(tmp_path):
     """ids >= 32768 wrap negative in int16: the vocabulary check runs on the stored ids, before the cast."""
     Roxxel(str(tmp_path / "w")).write([np.full(5000, 40_000, np.uint16)], dtype="uint16")  # no declared vocabulary
     for chunk in (4096, 100):  # planned rows, and rows cut into pieces
-        c = Curriculum(Roxxel(str(tmp_path / "w")), [Phase(batch_size=2, seq_len=256)], chunk_tokens=chunk,
+        c = Curriculum(Roxxel(str(tmp_path / "w")), [Phase(global_batch_size=2, seq_len=256)], chunk_tokens=chunk,
                        vocab_size=30_000)
         with pytest.raises(ValueError, match="holds token id 40000, beyond the model.s vocab_size 30000"):
             next(c.stream(seed=0, to_device=False, prefetch_size=0, dtype=np.int16))
@@ -88,7 +88,7 @@ def test_a_shard_truncated_while_streaming_is_an_error_not_a_crash(tmp_path):
     from roxxel.format import TruncatedShardError
 
     d = make(tmp_path / "t", 100_000)
-    c = Curriculum(Roxxel(str(tmp_path / "t"), check_blocks=False), [Phase(batch_size=4, seq_len=1024)],
+    c = Curriculum(Roxxel(str(tmp_path / "t"), check_blocks=False), [Phase(global_batch_size=4, seq_len=1024)],
                    chunk_tokens=4096)
     s = c.stream(seed=0, to_device=False, prefetch_size=0)
     next(s)
@@ -111,7 +111,7 @@ def test_streams_read_on_several_threads_at_once_get_their_own_batches(ds):
     """gather_rows's scratch buffers are per thread: concurrent prefetch threads never share one."""
     import threading
 
-    c = Curriculum(ds, [Phase(steps=40, batch_size=8, seq_len=256)], chunk_tokens=1024)
+    c = Curriculum(ds, [Phase(steps=40, global_batch_size=8, seq_len=256)], chunk_tokens=1024)
     want = {seed: list(c.stream(seed=seed, to_device=False, prefetch_size=0)) for seed in (1, 2, 3)}
     got = {}
     threads = [threading.Thread(target=lambda s=seed: got.__setitem__(s, list(c.stream(seed=s, to_device=False,

@@ -33,11 +33,11 @@ def datasets(tmp_path_factory):
 
 def curriculum(datasets, chunk=64, repeat=False):
     phases = [
-        Phase(steps=7, batch_size=8, seq_len=32, weights={"self": 2, "code": 1, "math": 1}),
-        {"steps": 5, "batch_size": 4, "seq_len": 64, "weights": {"self": 1, "math": 3}},
-        Phase(batch_size=6, seq_len=48, weights={"self": 1, "code": 2}),
+        Phase(steps=7, global_batch_size=8, seq_len=32, weights={"primary": 2, "code": 1, "math": 1}),
+        {"steps": 5, "batch_size": 4, "seq_len": 64, "weights": {"primary": 1, "math": 3}},
+        Phase(global_batch_size=6, seq_len=48, weights={"primary": 1, "code": 2}),
     ]
-    return Curriculum(datasets["self"], phases, {"code": datasets["code"], "math": datasets["math"]},
+    return Curriculum({"primary": datasets["self"], "code": datasets["code"], "math": datasets["math"]}, phases,
                       chunk_tokens=chunk, repeat=repeat)
 
 
@@ -90,7 +90,7 @@ def test_rows_come_from_the_weighted_datasets(datasets):
 def test_exhausted_dataset_is_dropped_and_weights_renormalised(tmp_path):
     a = make(tmp_path / "a", 10_000)
     b = make(tmp_path / "b", 640, base=30_000)  # 640 tokens = 20 rows of 32
-    c = Curriculum(a, [Phase(batch_size=4, seq_len=32, weights={"self": 1, "b": 1})], {"b": b}, chunk_tokens=32)
+    c = Curriculum({"primary": a, "b": b}, [Phase(global_batch_size=4, seq_len=32, weights={"primary": 1, "b": 1})], chunk_tokens=32)
     owners = [(row[0] >= 30_000) for batch in all_batches(c) for row in batch]
     assert sum(owners) == 20  # b gives exactly its 20 rows, then only "self" is left
     last_b = max(i for i, o in enumerate(owners) if o)
@@ -100,14 +100,14 @@ def test_exhausted_dataset_is_dropped_and_weights_renormalised(tmp_path):
 
 def test_every_chunk_exactly_once_per_epoch_on_odd_size(tmp_path):
     ds = make(tmp_path / "odd", 7 * 128 + 50)  # 7 chunks of 128, and a tail
-    c = Curriculum(ds, [Phase(steps=7, batch_size=1, seq_len=128)], chunk_tokens=128, repeat=True)
+    c = Curriculum(ds, [Phase(steps=7, global_batch_size=1, seq_len=128)], chunk_tokens=128, repeat=True)
     for epoch_seed in (0, 1):
         rows = [b[0].astype(np.int64) for b in all_batches(c, seed=epoch_seed)]
         starts = sorted(int(r[0]) for r in rows)
         assert starts == [k * 128 for k in range(7)]
         assert all(np.array_equal(r, np.arange(r[0], r[0] + 128)) for r in rows)
     # The next epoch is another order of the same chunks.
-    c2 = Curriculum(ds, [Phase(steps=14, batch_size=1, seq_len=128)], chunk_tokens=128, repeat=True)
+    c2 = Curriculum(ds, [Phase(steps=14, global_batch_size=1, seq_len=128)], chunk_tokens=128, repeat=True)
     rows = [int(b[0, 0]) for b in all_batches(c2)]
     assert sorted(rows[7:]) == sorted(rows[:7]) and rows[7:] != rows[:7]
 
@@ -120,11 +120,11 @@ def test_shuffle_needs_no_index(tmp_path):
 
 
 def test_epochs_resolve_to_steps(datasets):
-    c = Curriculum(datasets["self"], [Phase(epochs=2, batch_size=4, seq_len=50)], chunk_tokens=100, repeat=True)
+    c = Curriculum(datasets["self"], [Phase(epochs=2, global_batch_size=4, seq_len=50)], chunk_tokens=100, repeat=True)
     assert c.total_steps == (2 * (20_011 // 100 * 100)) // 200
     assert len(all_batches(c)) == c.total_steps
     with pytest.raises(ValueError, match="can give only 100 steps there; pass repeat=True"):  # 2 epochs need repeat
-        Curriculum(datasets["self"], [Phase(epochs=2, batch_size=4, seq_len=50)], chunk_tokens=100)
+        Curriculum(datasets["self"], [Phase(epochs=2, global_batch_size=4, seq_len=50)], chunk_tokens=100)
 
 
 def test_original_stream_api(datasets):
@@ -146,11 +146,11 @@ def test_original_stream_api(datasets):
 
 def test_bad_inputs(datasets):
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
-        Phase(batch_size=0, seq_len=4, steps=1)
+        Phase(global_batch_size=0, seq_len=4, steps=1)
     with pytest.raises(ValueError, match="either steps or epochs"):
-        Phase(batch_size=1, seq_len=4, steps=1, epochs=1)
+        Phase(global_batch_size=1, seq_len=4, steps=1, epochs=1)
     with pytest.raises(ValueError, match="only the last phase"):
-        Curriculum(datasets["self"], [Phase(batch_size=1, seq_len=4), Phase(batch_size=1, seq_len=4, steps=2)])
+        Curriculum(datasets["self"], [Phase(global_batch_size=1, seq_len=4), Phase(global_batch_size=1, seq_len=4, steps=2)])
     with pytest.raises(ValueError, match="unknown phase keys"):
         Curriculum(datasets["self"], [{"steps": 1, "batch": 2, "seq_len": 3}])
     c = curriculum(datasets)
@@ -170,7 +170,7 @@ def test_document_features():
 
 def test_documents_output(tmp_path):
     ds = make(tmp_path / "e", 4000, eos=59999, doc_len=40)
-    c = Curriculum(ds, [Phase(steps=3, batch_size=2, seq_len=64)], chunk_tokens=128)
+    c = Curriculum(ds, [Phase(steps=3, global_batch_size=2, seq_len=64)], chunk_tokens=128)
     batch = next(iter(c.stream(seed=0, outputs="documents", prefetch_size=0)))
     assert set(batch) == {"tokens", "segment_ids", "positions", "loss_mask"}
     assert batch["tokens"].shape == (2, 64)

@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -11,16 +10,11 @@ import pytest
 
 from roxxel import Roxxel
 
+from support.net import free_port
 from support.paths import WORKERS
 
 WORKER = str(WORKERS / "stream_worker.py")
 TOKENS_PER_PROCESS_RUN = 3 * 8 * 32 + 4 * 16 * 16  # all steps of the worker's curriculum
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

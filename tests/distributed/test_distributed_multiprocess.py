@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,8 @@ import textwrap
 import pytest
 
 import roxxel.distributed as rd
+
+from support.net import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -50,12 +51,6 @@ WORKER_SCRIPT = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _base_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JAX_", "TPU_", "JOB"))}
     env.update(
@@ -81,7 +76,7 @@ def _run_all(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
 
 
 def test_two_processes_form_a_cluster_over_loopback():
-    port = _free_port()
+    port = free_port()
     procs = []
     for pid in range(2):
         env = _base_env() | {
@@ -132,7 +127,7 @@ EXTERNAL_SCRIPT = textwrap.dedent(
 
 
 def test_initialize_accepts_a_runtime_that_other_code_started():
-    port = _free_port()
+    port = free_port()
     env = _base_env() | {rd.ENV_JOB_INDEX: "not looked at"}
     proc = subprocess.Popen(
         [sys.executable, "-c", EXTERNAL_SCRIPT, f"127.0.0.1:{port}"],

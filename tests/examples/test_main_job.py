@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import psutil
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from support.paths import REPO
+from support.wait import wait_for
 
 ROOT = str(REPO)
 LAUNCH = [sys.executable, "-m", "roxxel_launch.cli"]
@@ -61,10 +61,8 @@ def test_preempted_at_a_random_step_then_resumed_equals_uninterrupted(tmp_path):
     job = write_spec(tmp_path, "job", str(tmp_path / "job.npz"))
     launch(tmp_path, "submit", job, "--local", "--detach", "--data-dir", data, check=0)
     at = random.Random().randint(2, total - 6)
-    deadline = time.time() + 300
-    while f"step {at}/{total}" not in worker_log(tmp_path, "job"):
-        assert time.time() < deadline, worker_log(tmp_path, "job")[-3000:]
-        time.sleep(0.05)
+    wait_for(lambda: f"step {at}/{total}" in worker_log(tmp_path, "job"), 300,
+             lambda: f"step {at}/{total} in the log:\n{worker_log(tmp_path, 'job')[-3000:]}")
     status = json.loads((tmp_path / "local" / "job" / "status.json").read_text())
     victim = psutil.Process(status["pids"][1]).children()[0]  # worker 1's training program
     victim.send_signal(signal.SIGTERM)

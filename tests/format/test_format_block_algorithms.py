@@ -29,7 +29,7 @@ def flip(path, token_index):
 
 
 def stream_all(d):
-    c = Curriculum(Roxxel(d), [Phase(batch_size=4, seq_len=512)], chunk_tokens=2048)
+    c = Curriculum(Roxxel(d), [Phase(global_batch_size=4, seq_len=512)], chunk_tokens=2048)
     return list(c.stream(seed=0, to_device=False, prefetch_size=0))
 
 

@@ -104,7 +104,7 @@ def test_info_and_cat_show_float_data(tmp_path):
 def test_streaming_gives_windows_of_the_float_values_in_their_dtype_or_a_requested_float_one(tmp_path, dtype):
     path = str(tmp_path / "x.rox")
     Roxxel(path).write([np.arange(256, dtype=np.float32).astype(dtype)])  # integers are exact in all three
-    curriculum = Curriculum(Roxxel(path), [Phase(steps=4, batch_size=4, seq_len=8)], chunk_tokens=8)
+    curriculum = Curriculum(Roxxel(path), [Phase(steps=4, global_batch_size=4, seq_len=8)], chunk_tokens=8)
     batches = list(curriculum.stream(seed=1, to_device=False, prefetch_size=0))
     assert len(batches) == 4
     rows = np.concatenate(batches)
@@ -125,7 +125,7 @@ def test_token_only_streaming_features_refuse_float_data(tmp_path):
     tokens = str(tmp_path / "t.rox")
     Roxxel(floats).write([np.arange(256, dtype=np.float32)])
     Roxxel(tokens).write([np.arange(256, dtype=np.uint16)])
-    phase = [Phase(steps=2, batch_size=2, seq_len=8)]
+    phase = [Phase(steps=2, global_batch_size=2, seq_len=8)]
     curriculum = Curriculum(Roxxel(floats), phase, chunk_tokens=8)
     with pytest.raises(ValueError, match="outputs='documents' needs token data.*holds float32 arrays.*outputs='tokens'"):
         curriculum.stream(seed=0, outputs="documents", to_device=False)
@@ -135,8 +135,8 @@ def test_token_only_streaming_features_refuse_float_data(tmp_path):
         Curriculum(Roxxel(floats), phase, chunk_tokens=8, vocab_size=300)
     for primary, mixed in ((floats, tokens), (tokens, floats)):
         with pytest.raises(DtypeMismatchError, match="holds float32 arrays and .* holds token ids"):
-            Curriculum(Roxxel(primary), [Phase(steps=2, batch_size=2, seq_len=8, weights={"self": 1, "other": 1})],
-                       {"other": Roxxel(mixed)}, chunk_tokens=8)
+            Curriculum({"primary": Roxxel(primary), "other": Roxxel(mixed)},
+                       [Phase(steps=2, global_batch_size=2, seq_len=8, weights={"primary": 1, "other": 1})], chunk_tokens=8)
 
 
 BITS = {2: np.uint16, 4: np.uint32}  # an unsigned token dtype of each float's width: the same bytes
@@ -154,7 +154,7 @@ def test_float_batches_on_the_batched_read_path_are_the_stored_bytes_and_block_c
     Roxxel(str(tmp_path / "u")).write([d.view(BITS[dtype.itemsize]) for d in docs], max_shard_bytes=shard_bytes)
 
     def batches(name, **kw):
-        phase = Phase(steps=20, batch_size=8, seq_len=128)
+        phase = Phase(steps=20, global_batch_size=8, seq_len=128)
         curriculum = Curriculum(Roxxel(str(tmp_path / name)), [phase], chunk_tokens=256)
         return list(curriculum.stream(seed=5, to_device=False, prefetch_size=0, **kw))
 

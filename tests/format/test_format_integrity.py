@@ -49,7 +49,7 @@ def test_flipped_byte_is_refused_before_it_reaches_a_batch(tmp_path):
     shard = Roxxel(d).shard_paths[0]
     flip(shard, 70_000)  # inside block 2 (64 KiB blocks of uint16 = 32768 tokens)
     ds = Roxxel(d)
-    c = Curriculum(ds, [Phase(batch_size=4, seq_len=512)], chunk_tokens=2048)
+    c = Curriculum(ds, [Phase(global_batch_size=4, seq_len=512)], chunk_tokens=2048)
     with pytest.raises(BlockChecksumError, match=rf"{shard}: token block 2 .*roxxel verify.*re-pack"):
         list(c.stream(seed=0, to_device=False, prefetch_size=0))
     with pytest.raises(BlockChecksumError):

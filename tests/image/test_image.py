@@ -23,7 +23,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -34,6 +33,9 @@ from click.testing import CliRunner
 from roxxel import exit_codes
 from roxxel_launch import contract
 from roxxel_launch.cli import cli
+
+from support.net import free_port
+from support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
@@ -451,11 +453,11 @@ def _start(entrypoint: list[str], mode: str, tmp_path: Path) -> tuple[subprocess
 
 
 def _wait_ready(proc: subprocess.Popen, ready: Path) -> None:
-    deadline = time.monotonic() + 30
-    while not ready.exists():
+    def started():
         assert proc.poll() is None, proc.stdout.read().decode()
-        assert time.monotonic() < deadline, "the child never started"
-        time.sleep(0.02)
+        return ready.exists()
+
+    wait_for(started, 30, "the child to start", interval=0.02)
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, str]:
@@ -531,14 +533,6 @@ def test_example_renders_and_validates(spec):
         assert variant == "cpu" and "roxxel.distributed" in " ".join(container["args"])
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_cpu_smoke_command_forms_a_two_process_cluster(tmp_path):
     """Runs the rendered smoke pod's command and literal env in 2 local processes.
@@ -558,7 +552,7 @@ def test_cpu_smoke_command_forms_a_two_process_cluster(tmp_path):
     spec_env = {e["name"]: e["value"].replace("$$", "$") for e in container["env"]
                 if "value" in e and e["name"] not in contract.RESERVED_ENV_NAMES}
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JAX_", "TPU_", "JOB"))}
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     procs = []
     for pid in range(processes):
         env = dict(base, **spec_env, PATH=SEARCH_PATH, ROXXEL_COORDINATOR_ADDRESS=address,

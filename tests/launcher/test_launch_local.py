@@ -26,6 +26,7 @@ from roxxel_launch.backends.base import BackendError, JobExistsError, JobNotFoun
 from roxxel_launch.spec import spec_from_dict
 
 from support.paths import WORKERS
+from support.wait import wait_for as _wait_for
 
 ALLREDUCE = WORKERS / "local_allreduce.py"
 PROGRAM = WORKERS / "local_program.py"
@@ -108,13 +109,6 @@ def _assert_all_gone(pids, timeout: float = 5.0) -> None:
     while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive, f"processes left behind: {alive}"
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _program_pids(tmp_path, prefix="pid-") -> set[int]:

@@ -33,6 +33,7 @@ from roxxel_launch.backends import netns
 from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.spec import spec_from_dict
 from support.paths import WORKERS
+from support.wait import wait_for
 
 TRAIN = WORKERS / "netns_train.py"
 PROGRAM = WORKERS / "local_program.py"
@@ -182,17 +183,13 @@ def test_delete_after_a_killed_supervisor_removes_its_namespaces(tmp_path):
                               capture_output=True, text=True, timeout=60)
 
     assert cli("submit", str(spec), "--netns", "--detach").returncode == 0
-    deadline = time.monotonic() + 60
-    while sorted(p.name for p in state.glob("sleepers-*")) != ["sleepers-slice-0-0", "sleepers-slice-0-1"]:
-        assert time.monotonic() < deadline, "the workers did not start with their pods' hostnames"
-        time.sleep(0.05)
+    wait_for(lambda: sorted(p.name for p in state.glob("sleepers-*")) == ["sleepers-slice-0-0", "sleepers-slice-0-1"],
+             60, "the workers to start with their pods' hostnames")
     status = json.loads((tmp_path / "runs" / "sleepers" / "status.json").read_text())
     hosts = status["attempts"][-1]["hosts"]
     os.kill(status["supervisor_pid"], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in status["pids"]):
-        assert time.monotonic() < deadline, "the workers outlived their supervisor"
-        time.sleep(0.05)
+    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                             for p in status["pids"]), 30, "the workers to end with their supervisor")
     assert {h["netns"] for h in hosts} <= _ours()  # nobody removed them: the supervisor was killed
     result = cli("delete", "sleepers")
     assert result.returncode == 0, result.stderr

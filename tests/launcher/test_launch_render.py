@@ -8,6 +8,7 @@ kubernetes-validate (strict), JobSets against the JobSet CRD's OpenAPI schema
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -23,6 +24,7 @@ from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 
 from support.paths import JOBSET_CRD as CRD
+from support.specs import NO_NETWORK_POLICY, job_spec
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -32,19 +34,7 @@ def crd_schema() -> dict:
     return V.jobset_crd_schema(yaml.load(CRD.read_text(), Loader=_LOADER))
 
 
-def _spec(**changes) -> S.JobSpec:
-    data = {
-        "apiVersion": "roxxel.dev/v1alpha1",
-        "kind": "RoxxelJob",
-        "name": "lm",
-        "image": "us-docker.pkg.dev/proj/repo/worker:1",
-        "command": ["python", "-m", "examples.lm"],
-        "accelerator": "cpu",
-        # The NetworkPolicy's rendering is tested in test_launch_security.py.
-        "security": {"network_policy": False},
-    }
-    data.update(changes)
-    return S.spec_from_dict(data)
+_spec = functools.partial(job_spec, security=NO_NETWORK_POLICY)
 
 
 CASES = {

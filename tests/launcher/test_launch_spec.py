@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 
 import pytest
@@ -11,19 +12,10 @@ import yaml
 from roxxel_launch import spec as S
 from roxxel_launch import tpu
 
+from support.specs import TPU_V5P, spec_dict
 
-def _base(**changes) -> dict:
-    data = {
-        "apiVersion": "roxxel.dev/v1alpha1",
-        "kind": "RoxxelJob",
-        "name": "lm",
-        "image": "us-docker.pkg.dev/proj/repo/worker:1",
-        "command": ["python", "-m", "examples.lm"],
-        "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}},
-        "num_slices": 2,
-    }
-    data.update(changes)
-    return data
+
+_base = functools.partial(spec_dict, accelerator=TPU_V5P, num_slices=2)
 
 
 def _error(data: dict, overrides=()) -> S.SpecError:

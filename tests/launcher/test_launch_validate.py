@@ -27,21 +27,11 @@ from roxxel_launch.cli import cli
 
 from support.paths import REPO
 from support.paths import JOBSET_CRD as CRD
+from support.specs import NO_NETWORK_POLICY, TPU_V5P, spec_dict
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-SPEC = {
-    "apiVersion": "roxxel.dev/v1alpha1",
-    "kind": "RoxxelJob",
-    "name": "lm",
-    "image": "us-docker.pkg.dev/proj/repo/worker:1",
-    "command": ["python", "-m", "examples.lm"],
-    "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}},
-    "num_slices": 2,
-    "checkpoint_dir": "gs://ckpt/lm",
-    # The NetworkPolicy's checks are in test_launch_security.py.
-    "security": {"network_policy": False},
-}
+SPEC = spec_dict(accelerator=TPU_V5P, num_slices=2, checkpoint_dir="gs://ckpt/lm", security=NO_NETWORK_POLICY)
 
 
 @pytest.fixture(scope="module")

@@ -149,9 +149,9 @@ def start(log_path: str | Path, bucket: str, timeout: float = 30,
     Raises:
         RuntimeError: it did not accept connections within ``timeout`` seconds (the log's tail).
     """
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from support.net import free_port  # here: this file also runs as the emulator, without tests/ on its path
+
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
     if fault is not None:
         parse_fault(fault)  # fail here, not in the child

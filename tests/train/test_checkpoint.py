@@ -28,6 +28,7 @@ from roxxel.train.checkpoint import (
 )
 from roxxel.train.state import ModelState
 from support.paths import WORKERS
+from support.wait import wait_for
 
 WORKER = WORKERS / "ckpt_worker.py"
 TMP_STEP = re.compile(r"^(\d+)\.orbax-checkpoint-tmp")
@@ -275,9 +276,7 @@ def test_an_async_error_surfaces_at_a_skipped_save_once_the_write_has_ended(tmp_
     ckpt = Checkpointer(tmp_path, ms.model, ms.optimizer, save_interval_steps=100)
     try:
         assert ckpt.save(100)
-        deadline = time.monotonic() + 30
-        while ckpt.manager.is_saving_in_progress() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: not ckpt.manager.is_saving_in_progress(), 30, "the failing save to end", interval=0.01)
         with pytest.raises(CheckpointSaveError, match="step 100"):
             ckpt.save(101)  # not a step to save, but the failure is known by now
         assert ckpt.save(102) is False  # raised once, then the checkpointer goes on

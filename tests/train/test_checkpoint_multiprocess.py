@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,19 +17,15 @@ import pytest
 
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE
 
+from support.net import free_port
 from support.paths import WORKERS
+from support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
 WORKER = WORKERS / "ckpt_worker.py"
 TIMEOUT = 150  # seconds for one run of all its processes; JAX's own timeouts are lower
 BUCKET = "roxxel-test"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -48,7 +43,7 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def _start(mode: str, nproc: int, *args: str, logs: Path, env: dict[str, str] | None = None) -> list[subprocess.Popen]:
     """Start one worker per process. Output goes to files under ``logs``: with pipes, a
     chatty process blocks on a full pipe while we read another, and the run deadlocks."""
-    port = _free_port()
+    port = free_port()
     logs.mkdir(parents=True, exist_ok=True)
     procs = []
     for pid in range(nproc):
@@ -114,11 +109,11 @@ def test_sigterm_to_one_of_two_processes_saves_the_same_step_and_exits_42(tmp_pa
     ckpt, ref, ready = tmp_path / "ckpt", str(tmp_path / "ref.npz"), str(tmp_path / "ready")
     procs = _start("preempt", 2, "--dir", str(ckpt), "--ref", ref, "--ready", ready, logs=tmp_path / "logs")
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while not all(os.path.exists(f"{ready}.{i}") for i in range(2)):
+        def both_ready():
             assert all(p.poll() is None for p in procs), "a worker died before training"
-            assert time.monotonic() < deadline, "workers never became ready"
-            time.sleep(0.05)
+            return all(os.path.exists(f"{ready}.{i}") for i in range(2))
+
+        wait_for(both_ready, TIMEOUT, "the workers to become ready")
         time.sleep(0.5)  # let a few steps pass
         procs[1].send_signal(signal.SIGTERM)
     finally:

@@ -23,7 +23,7 @@ def ds(tmp_path_factory):
 
 
 def _cur(ds, *phases):
-    return Curriculum(ds, [Phase(steps=s, batch_size=b, seq_len=t) for s, b, t in phases], chunk_tokens=256)
+    return Curriculum(ds, [Phase(steps=s, global_batch_size=b, seq_len=t) for s, b, t in phases], chunk_tokens=256)
 
 
 def _params(model):
@@ -32,7 +32,7 @@ def _params(model):
 
 def _train(cur, path, init_seed=0, **kw):
     model, opt = make_model(seed=init_seed)
-    Trainer(model, opt, cur, loss_fn, save_path=str(path), log_every=1, checkpoint_every=100, **kw).run()
+    Trainer(model, opt, cur, loss_fn, save_path=str(path), log_every=1, save_interval_steps=100, **kw).run()
     return _params(model)
 
 

@@ -44,8 +44,8 @@ def _run(ds, path, stop=None, **kw):
     model = TinyLM(nnx.Rngs(0))
     opt = nnx.Optimizer(model, optax.adam(SCHEDULE), wrt=nnx.Param)
     n_params = sum(x.size for x in jax_leaves(nnx.state(model, nnx.Param)))
-    cur = Curriculum(ds, [Phase(steps=12, batch_size=4, seq_len=32)], chunk_tokens=256)
-    trainer = Trainer(model, opt, cur, loss_fn, save_path=str(path), log_every=4, checkpoint_every=3,
+    cur = Curriculum(ds, [Phase(steps=12, global_batch_size=4, seq_len=32)], chunk_tokens=256)
+    trainer = Trainer(model, opt, cur, loss_fn, save_path=str(path), log_every=4, save_interval_steps=3,
                       learning_rate=SCHEDULE, num_params=n_params, peak_flops_per_device=1e12, **kw)
     return trainer, trainer.run(stop_at_step=stop), n_params
 

@@ -201,12 +201,12 @@ def _mse(model: nnx.Module, batch: jax.Array) -> jax.Array:
 def test_the_trainer_continues_a_run_with_a_grown_model_only_when_asked(tmp_path):
     data = str(tmp_path / "data.rox")
     Roxxel(data).write([np.random.default_rng(0).integers(0, 8, 4000).astype(np.uint16)])
-    curriculum = Curriculum(Roxxel(data), [Phase(steps=8, batch_size=4, seq_len=16)], chunk_tokens=256)
+    curriculum = Curriculum(Roxxel(data), [Phase(steps=8, global_batch_size=4, seq_len=16)], chunk_tokens=256)
     run = str(tmp_path / "run")
 
     def trainer(model: nnx.Module, **kwargs) -> Trainer:
         return Trainer(model=model, optimizer=nnx.Optimizer(model, optax.sgd(1e-3), wrt=nnx.Param),
-                       curriculum=curriculum, loss_fn=_mse, save_path=run, checkpoint_every=4, log_every=4, **kwargs)
+                       curriculum=curriculum, loss_fn=_mse, save_path=run, save_interval_steps=4, log_every=4, **kwargs)
 
     trainer(PerPosition(nnx.Rngs(0))).run(stop_at_step=4)
     with pytest.raises(ModelChangeError, match="partial_restore=True"):

@@ -27,8 +27,8 @@ def params_of(model):
 @pytest.mark.slow
 def test_loss_falls_on_real_text(ds, tmp_path):
     model, opt = make_model(lr=1e-2)
-    cur = Curriculum(ds, [Phase(steps=60, batch_size=8, seq_len=64)], chunk_tokens=256)
-    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path), log_every=10, checkpoint_every=1000).run()
+    cur = Curriculum(ds, [Phase(steps=60, global_batch_size=8, seq_len=64)], chunk_tokens=256)
+    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path), log_every=10, save_interval_steps=1000).run()
     loss = [v for _, v in read_metrics(str(tmp_path))["loss"]]
     assert loss[0] > 4.5 and loss[-1] < loss[0] - 1.5, loss  # ln(257) = 5.55 at the start
     assert "perplexity" in read_metrics(str(tmp_path))
@@ -39,13 +39,13 @@ def test_loss_falls_on_real_text(ds, tmp_path):
 def test_resume_equals_uninterrupted(ds, tmp_path, stop):
     cur = make_curriculum(ds)
     model, opt = make_model()
-    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "full"), log_every=1, checkpoint_every=100).run()
+    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "full"), log_every=1, save_interval_steps=100).run()
     want = params_of(model)
     model, opt = make_model()
     Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "cut"), log_every=1,
-            checkpoint_every=100).run(stop_at_step=stop)
+            save_interval_steps=100).run(stop_at_step=stop)
     model, opt = make_model(seed=7)  # another init: only the checkpoint can make it equal
-    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "cut"), log_every=1, checkpoint_every=100).run()
+    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "cut"), log_every=1, save_interval_steps=100).run()
     got = params_of(model)
     assert got.keys() == want.keys()
     for k in want:
@@ -58,9 +58,9 @@ def test_nan_raises_at_next_log_step_with_traceback_in_log(ds, tmp_path):
     model = make_model()[0]
     lr = lambda count: jax.numpy.where(count >= 3, jax.numpy.nan, 1e-3)  # parameters turn NaN after step 3
     opt = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.Param)
-    cur = Curriculum(ds, [Phase(steps=20, batch_size=4, seq_len=32)], chunk_tokens=256)
+    cur = Curriculum(ds, [Phase(steps=20, global_batch_size=4, seq_len=32)], chunk_tokens=256)
     with pytest.raises(ValueError, match="loss is nan at step 5"):
-        Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path), log_every=5, checkpoint_every=100).run()
+        Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path), log_every=5, save_interval_steps=100).run()
     log = (tmp_path / "roxxel_system.log").read_text()
     assert "Traceback" in log and "NaNLossError" in log
     assert issubclass(NaNLossError, ValueError)
@@ -68,11 +68,11 @@ def test_nan_raises_at_next_log_step_with_traceback_in_log(ds, tmp_path):
 
 @pytest.mark.slow
 def test_grad_accumulation_matches_one_big_step(ds, tmp_path):
-    cur = Curriculum(ds, [Phase(steps=3, batch_size=8, seq_len=32)], chunk_tokens=256)
+    cur = Curriculum(ds, [Phase(steps=3, global_batch_size=8, seq_len=32)], chunk_tokens=256)
     runs = []
     for accum in (1, 4):
         model, opt = make_model(lr=0.0)  # lr 0: compare the loss of identical parameters
-        out = Trainer(model, opt, cur, loss_fn, log_every=1, checkpoint_every=100, grad_accum_steps=accum).run()
+        out = Trainer(model, opt, cur, loss_fn, log_every=1, save_interval_steps=100, grad_accum_steps=accum).run()
         runs.append(out["loss"])
     assert runs[0] == pytest.approx(runs[1], rel=1e-5)
     with pytest.raises(ValueError, match="phase 0: batch_size 8 does not divide into 3 micro-batches"):
@@ -81,11 +81,11 @@ def test_grad_accumulation_matches_one_big_step(ds, tmp_path):
 
 @pytest.mark.slow
 def test_loss_forms_and_eval(ds, tmp_path):
-    cur = Curriculum(ds, [Phase(steps=4, batch_size=2, seq_len=16)], chunk_tokens=256)
+    cur = Curriculum(ds, [Phase(steps=4, global_batch_size=2, seq_len=16)], chunk_tokens=256)
     for form in (lambda m, b: loss_fn(m, b)[0], lambda m, b: {"loss": loss_fn(m, b)[0], "extra": 1.0}):
-        Trainer(*make_model(), cur, form, log_every=2, checkpoint_every=100).run()
+        Trainer(*make_model(), cur, form, log_every=2, save_interval_steps=100).run()
     evals = []
-    out = Trainer(*make_model(), cur, loss_fn, log_every=2, checkpoint_every=100, eval_every=2,
+    out = Trainer(*make_model(), cur, loss_fn, log_every=2, save_interval_steps=100, eval_every=2,
                   eval_fn=lambda state: evals.append(state.step) or 1.25).run()
     assert evals == [2, 4] and out["eval_loss"] == 1.25
     with pytest.raises(TypeError, match="must include 'loss'"):
@@ -94,9 +94,9 @@ def test_loss_forms_and_eval(ds, tmp_path):
 
 def test_changed_curriculum_is_refused_on_resume(ds, tmp_path):
     cur = make_curriculum(ds)
-    Trainer(*make_model(), cur, loss_fn, save_path=str(tmp_path), checkpoint_every=100).run(stop_at_step=3)
+    Trainer(*make_model(), cur, loss_fn, save_path=str(tmp_path), save_interval_steps=100).run(stop_at_step=3)
     # phase 0 held the 3 batches already taken: changing it is refused (a later phase may change)
-    changed = Curriculum(ds, [Phase(steps=6, batch_size=2, seq_len=32), Phase(steps=6, batch_size=4, seq_len=64)],
+    changed = Curriculum(ds, [Phase(steps=6, global_batch_size=2, seq_len=32), Phase(steps=6, global_batch_size=4, seq_len=64)],
                          chunk_tokens=256)
     with pytest.raises(ValueError, match=r"phases\[0\]\.batch_size: 4 -> 2"):
         Trainer(*make_model(), changed, loss_fn, save_path=str(tmp_path)).run()
@@ -109,16 +109,16 @@ def test_documents_outputs_reach_the_loss(ds, tmp_path):
         seen.update({k: v.shape for k, v in batch.items()})
         return loss_fn(model, batch["tokens"])
 
-    cur = Curriculum(ds, [Phase(steps=2, batch_size=2, seq_len=16)], chunk_tokens=256)
-    Trainer(*make_model(), cur, doc_loss, outputs="documents", checkpoint_every=100).run()
+    cur = Curriculum(ds, [Phase(steps=2, global_batch_size=2, seq_len=16)], chunk_tokens=256)
+    Trainer(*make_model(), cur, doc_loss, outputs="documents", save_interval_steps=100).run()
     assert set(seen) == {"tokens", "segment_ids", "positions", "loss_mask"}
 
 
 def test_checkpointer_is_the_one_passed(ds, tmp_path):
     model, opt = make_model()
     ckpt = Checkpointer(str(tmp_path / "ck"), model, opt)
-    cur = Curriculum(ds, [Phase(steps=3, batch_size=2, seq_len=16)], chunk_tokens=256)
-    Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, checkpoint_every=2).run()
+    cur = Curriculum(ds, [Phase(steps=3, global_batch_size=2, seq_len=16)], chunk_tokens=256)
+    Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, save_interval_steps=2).run()
     assert sorted(int(p.name) for p in (tmp_path / "ck").iterdir() if p.name.isdigit()) == [2, 3]
 
 
@@ -143,6 +143,6 @@ def test_with_partitioning_annotations_shard_parameters(tmp_path):
 
 
 def test_object_storage_save_path_needs_a_local_logger(ds):
-    cur = Curriculum(ds, [Phase(steps=1, batch_size=2, seq_len=16)], chunk_tokens=256)
+    cur = Curriculum(ds, [Phase(steps=1, global_batch_size=2, seq_len=16)], chunk_tokens=256)
     with pytest.raises(ValueError, match="object storage, but logs are local files"):
         Trainer(*make_model(), cur, loss_fn, save_path="gs://bucket/run")

@@ -1,7 +1,6 @@
 """Real multi-process training over loopback: only process 0 logs; 2 processes resume as 1, exactly."""
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -9,15 +8,10 @@ import numpy as np
 import pytest
 
 from support.lm import make_dataset
+from support.net import free_port
 from support.paths import TESTS, WORKERS
 
 WORKER = str(WORKERS / "train_worker.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(n, devices, data, run_dir, log_dir, stop, params_out="-", init_seed=0):

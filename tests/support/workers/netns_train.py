@@ -62,12 +62,12 @@ print(f"host: process {info.process_id} hostname={host} address={_resolve(host)}
       f"coordinator={coordinator}={_resolve(coordinator) if coordinator else '-'}", flush=True)
 
 model, opt = make_model(seed=0)
-curriculum = Curriculum(make_dataset(data), [Phase(steps=steps, batch_size=4, seq_len=32)], chunk_tokens=256)
+curriculum = Curriculum(make_dataset(data), [Phase(steps=steps, global_batch_size=4, seq_len=32)], chunk_tokens=256)
 checkpointer = Checkpointer(os.environ["ROXXEL_CHECKPOINT_DIR"], model, opt, fingerprint=curriculum.describe())
 logger = PacedLogger(os.path.join(os.environ["ROXXEL_CHECKPOINT_DIR"], "..", f"logs-{info.process_id}"),
                      total_steps=curriculum.total_steps)
 Trainer(model, opt, curriculum, loss_fn, checkpointer=checkpointer, logger=logger, log_every=1,
-        checkpoint_every=every).run()
+        save_interval_steps=every).run()
 
 flat = {"/".join(map(str, k)): np.asarray(multihost_utils.process_allgather(v, tiled=True))
         for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}

@@ -36,8 +36,8 @@ mesh = default_mesh()
 with jax.set_mesh(mesh):  # Flax creates annotated variables sharded on the current mesh
     model = ShardedLM(nnx.Rngs(0))
     opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
-cur = Curriculum(make_dataset(sys.argv[1]), [Phase(steps=20, batch_size=8, seq_len=32)], chunk_tokens=256)
-out = Trainer(model, opt, cur, loss_fn, mesh=mesh, log_every=5, checkpoint_every=1000).run()
+cur = Curriculum(make_dataset(sys.argv[1]), [Phase(steps=20, global_batch_size=8, seq_len=32)], chunk_tokens=256)
+out = Trainer(model, opt, cur, loss_fn, mesh=mesh, log_every=5, save_interval_steps=1000).run()
 specs = {"/".join(map(str, k)): str(v.sharding.spec) for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 moment = nnx.state(opt)["opt_state"][0].mu["hidden"]["kernel"]
 print(json.dumps({"specs": specs, "devices": jax.device_count(), "loss": out["loss"],

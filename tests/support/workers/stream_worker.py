@@ -20,8 +20,8 @@ if nproc > 1:
 from roxxel import Curriculum, Phase, Roxxel  # noqa: E402
 
 a, b = Roxxel(f"{root}/a"), Roxxel(f"{root}/b")
-c = Curriculum(a, [Phase(steps=3, batch_size=8, seq_len=32, weights={"self": 1, "b": 1}),
-                   Phase(steps=4, batch_size=16, seq_len=16, weights={"self": 3, "b": 1})], {"b": b}, chunk_tokens=64)
+c = Curriculum({"primary": a, "b": b}, [Phase(steps=3, global_batch_size=8, seq_len=32, weights={"primary": 1, "b": 1}),
+                   Phase(steps=4, global_batch_size=16, seq_len=16, weights={"primary": 3, "b": 1})], chunk_tokens=64)
 batches = []
 with c.stream(seed=11) as stream:
     for batch in stream:

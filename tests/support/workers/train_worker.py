@@ -27,7 +27,7 @@ model, opt = make_model(seed=init_seed)
 cur = make_curriculum(make_dataset(data))
 ckpt = Checkpointer(f"{run_dir}/checkpoints", model, opt, fingerprint=cur.describe())
 trainer = Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, logger=Logger(f"{log_dir}-{pid}"),
-                  log_every=1, checkpoint_every=100)
+                  log_every=1, save_interval_steps=100)
 trainer.run(stop_at_step=stop if stop >= 0 else None)
 if params_out != "-":
     from jax.experimental import multihost_utils

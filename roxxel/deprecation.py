@@ -1,0 +1,69 @@
+"""Renamed parameters: the old name keeps working, warns once per call, and names the new one.
+
+Roxxel renamed some of the original's parameters to the field's terms (``datasets`` for
+``primary_streamer``/``mix_streamers``, ``save_interval_steps`` for ``checkpoint_every``, ...).
+The old names stay accepted; :func:`renamed` is the one place that decides what a call that
+uses one of them means, so every renamed parameter behaves alike.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from types import FrameType
+from typing import Any
+
+__all__ = ["renamed", "warn_renamed"]
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_renamed(owner: str, old: str, new: str) -> None:
+    """Emit the :class:`DeprecationWarning` for ``owner``'s parameter ``old``, renamed to ``new``.
+
+    The warning points at the first caller outside the ``roxxel`` package: Python shows a
+    ``DeprecationWarning`` by default only when it points into ``__main__``, so it must name
+    the user's line, however deep inside Roxxel the old name was read.
+    """
+    warnings.warn(f"{owner}: {old} is deprecated, use {new} instead (same meaning)", DeprecationWarning,
+                  stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """``stacklevel`` for a :func:`warnings.warn` in :func:`warn_renamed`: the first frame outside roxxel."""
+    frame: FrameType | None = sys._getframe(2)  # the caller of warn_renamed; level 1 is warn_renamed itself
+    level = 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def renamed(owner: str, new: str, new_value: Any, old: str, old_value: Any) -> Any:
+    """The value of a parameter given under its new name, its old name, or neither.
+
+    Args:
+        owner: what takes the parameter, for messages (``"Trainer"``).
+        new, new_value: the parameter's name and value (``None``: not given).
+        old, old_value: its deprecated name and value (``None``: not given).
+
+    Returns:
+        ``new_value``, else ``old_value`` (after a :class:`DeprecationWarning`), else ``None``.
+
+    Raises:
+        ValueError: both names given with different values (names both and the fix).
+    """
+    if old_value is None:
+        return new_value
+    if new_value is not None and not _same(new_value, old_value):
+        raise ValueError(f"{owner}: {new}={new_value!r} and its deprecated name {old}={old_value!r} disagree; "
+                         f"give only {new}")
+    warn_renamed(owner, old, new)
+    return old_value if new_value is None else new_value
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a is b or a == b)
+    except Exception:  # objects whose == is not a bool (arrays): only identity counts
+        return a is b
