@@ -32,11 +32,11 @@ setup() {
       dev) echo "dev.sh: installing Roxxel with its development extra into $VENV: what the main job needs," \
                 "pytest, the docs toolchain (MkDocs), ruff, mypy and the optional formats' libraries." ;;
     esac
-    echo "dev.sh: about 400 MB of wheels (jaxlib alone is ~80 MB); once only, later runs reuse $VENV."
+    echo "dev.sh: about 170 MB of wheels (jaxlib alone is 85 MB), then unpacked and compiled: a few minutes, once."
   else
     echo "dev.sh: pyproject.toml changed since $VENV was set up: updating it ($extra extra)"
   fi
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  "$VENV/bin/python" -m pip install --quiet --upgrade 'pip>=23'  # an older pip lacks what pyproject.toml uses
   "$VENV/bin/python" -m pip install "${quiet[@]}" -e ".[$extra]"
   cp pyproject.toml "$stamp"
 }

@@ -14,6 +14,7 @@ ROXXEL_CHECKPOINT_DIR (checkpoints: a local path or gs://), ROXXEL_RUN_NAME.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -29,6 +30,9 @@ from model import DecoderLM, lm_loss  # noqa: E402
 import roxxel.distributed  # noqa: E402
 from roxxel import Curriculum, Phase, Roxxel, exit_codes  # noqa: E402
 from roxxel.train import Checkpointer, Logger, Trainer  # noqa: E402
+
+
+SAMPLE_PROMPT = b"def "
 
 
 def parse_args(argv=None):
@@ -142,13 +146,33 @@ def main(argv=None) -> dict:
         baseline = unigram_cross_entropy(code, held_out)
         print(f"\nheld-out loss {final['eval_loss']:.3f} nats/byte (perplexity {final['eval_perplexity']:.2f}); "
               f"unigram baseline {baseline:.3f} nats/byte")
-        print("sample:\n" + sample_text(model, b"def ").decode("utf-8", errors="replace"))
-        from roxxel.train.plot import plot_run
-
-        print(f"\nloss plot: {plot_run(args.run_dir)}")
-        print(f"TensorBoard: tensorboard --logdir {os.path.join(args.run_dir, 'tensorboard')}")
+        sample = sample_text(model, SAMPLE_PROMPT).decode("utf-8", errors="replace")
+        print(f"sample (temperature 0.8, after {SAMPLE_PROMPT.decode()!r}):\n{'-' * 60}\n{sample}\n{'-' * 60}")
+        for line in optional_outputs(args.run_dir):
+            print(line)
     roxxel.distributed.shutdown()  # leave the cluster together
     return final
+
+
+def optional_outputs(run_dir: str) -> list[str]:
+    """Where the loss plot and the TensorBoard logs are, one line each.
+
+    Both are extras (``pip install 'roxxel[main]'``): without matplotlib or TensorBoard the
+    line says so and how to get it. Training is done by then, so nothing here may fail the
+    job: a non-zero exit would make the launcher restart a finished run.
+    """
+    from roxxel.train.plot import plot_run
+
+    try:
+        plot = f"loss plot: {plot_run(run_dir)}"
+    except (ImportError, OSError, ValueError) as err:
+        plot = f"loss plot: not drawn ({err})"
+    logdir = os.path.join(run_dir, "tensorboard")
+    if importlib.util.find_spec("tensorboard") is not None:
+        board = f"TensorBoard: tensorboard --logdir {logdir}"
+    else:
+        board = f"TensorBoard logs: {logdir} (to view them: pip install tensorboard; tensorboard --logdir {logdir})"
+    return [plot, board]
 
 
 if __name__ == "__main__":

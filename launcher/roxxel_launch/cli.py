@@ -394,6 +394,9 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
         verb = "would submit" if dry_run else "submitted"
         click.echo(f"{verb} {spec.workload} {spec.namespace}/{spec.name}: {status.processes} "
                    f"process(es), state {status.state.value}")
+        if not dry_run:  # the commands by name use the kubeconfig's namespace unless told
+            click.echo(f"follow it with `roxxel-launch status {spec.name} -n {spec.namespace}` and "
+                       f"`roxxel-launch logs {spec.name} -n {spec.namespace} -f`")
 
 
 @cli.command()
@@ -448,6 +451,15 @@ def list_command(local: bool, as_json: bool, namespace: str | None, context: str
               "-" if j.exit_code is None else str(j.exit_code), j.created or "-") for j in jobs]
     for line in _table(rows):
         click.echo(line)
+    if local:  # local state is per directory: say which one, above all when it holds no job
+        from roxxel_launch.backends.local import ROOT_ENV
+
+        root = getattr(backend, "root", "?")
+        if jobs:
+            click.echo(f"(local jobs kept in {root})", err=True)
+        else:
+            click.echo(f"no local jobs in {root}: local jobs are kept in ./runs/local of the directory "
+                       f"they were submitted from, or in ${ROOT_ENV} when it is set", err=True)
 
 
 @cli.command()
