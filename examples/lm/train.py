@@ -75,8 +75,9 @@ def make_eval(curriculum_eval: Curriculum, sharding):
     return eval_fn
 
 
-def sample_text(model: DecoderLM, prompt: bytes, n: int = 240, seed: int = 0, context: int = 256) -> bytes:
-    """Sample ``n`` bytes after ``prompt`` with temperature 0.8 from this process's copy of the model.
+def sample_text(model: DecoderLM, prompt: bytes, n: int = 240, seed: int = 0, context: int = 256,
+                temperature: float = 0.8) -> bytes:
+    """Sample ``n`` bytes after ``prompt`` at ``temperature`` from this process's copy of the model.
 
     The context is a fixed window, left-padded with a segment of its own, so one compiled
     forward pass serves every step.
@@ -100,7 +101,7 @@ def sample_text(model: DecoderLM, prompt: bytes, n: int = 240, seed: int = 0, co
         window = np.zeros((1, context), np.int32)
         window[0, context - len(recent):] = recent
         key, sub = jax.random.split(key)
-        nxt = int(jax.random.categorical(sub, next_logits(window, len(recent)) / 0.8))
+        nxt = int(jax.random.categorical(sub, next_logits(window, len(recent)) / temperature))
         if nxt == 256:  # EOS
             break
         tokens.append(nxt)
