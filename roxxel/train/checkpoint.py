@@ -976,10 +976,10 @@ class Checkpointer:
             )
         if not plan.unchanged and not partial:
             first = (plan.new or plan.dropped)[0]
+            changes = [f"{count(len(names), 'array')} {what}, e.g. {names[0]!r}"
+                       for names, what in ((plan.new, "new"), (plan.dropped, "no longer in the model")) if names]
             raise ModelChangeError(
-                f"cannot restore {where}: the model changed ({count(len(plan.new), 'array')} new, e.g. "
-                f"{(plan.new or ['-'])[0]!r}; {len(plan.dropped)} no longer in the model, e.g. "
-                f"{(plan.dropped or ['-'])[0]!r}); nothing was loaded. To restore the arrays in both and keep "
+                f"cannot restore {where}: the model changed ({'; '.join(changes)}); nothing was loaded. To restore the arrays in both and keep "
                 "initial values for the new ones, pass partial=True (Trainer(partial_restore=True))",
                 step=step, earlier_steps=earlier, array=first,
                 saved=saved_layout.get(first), current=current_layout.get(first),
