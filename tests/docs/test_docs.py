@@ -3,7 +3,9 @@
 Each page of ``docs/`` (and README.md) is one test: its ```python and ```bash blocks run in
 order in a fresh working directory (see ``support/docs_blocks.py`` for the markers that skip a
 block with a reason, expect an exit status or exception, or check an output). A renamed
-argument or a changed message therefore fails here, not in a reader's terminal.
+argument or a changed message therefore fails here, not in a reader's terminal. Blocks that
+need a cluster cannot run here (no API server): their specs are rendered and validated offline
+instead, and the commands that follow must name the job's namespace (_cluster_problems).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ model = _ByteLM(nnx.Rngs(0))
 optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
 """,
 }
-README_SLOW = "about 30 s"  # it prepares the LM's datasets (as ./dev.sh main does) and trains 300 tiny steps
+README_SLOW = "about 30 s"  # its blocks pack the LM's datasets (as ./dev.sh main does) and train 300 tiny steps
 
 # Pages that others write, without markers: every example in them needs a Google Cloud
 # project and a GKE cluster, so unmarked ones are not run. Their roxxel / roxxel-launch
