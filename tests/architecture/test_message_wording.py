@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import re
 
+import pytest
+
 from support.paths import REPO
 
 SOURCES = sorted([*(REPO / "roxxel").rglob("*.py"), *(REPO / "launcher" / "roxxel_launch").rglob("*.py")])
@@ -178,3 +180,18 @@ def test_roxxel_pack_names_the_flag(tmp_path):
     appended = CliRunner().invoke(main, ["pack", str(tmp_path / "a.txt"), "-o", out, "--append"])
     assert "packed 1 document, 4 tokens" in appended.output and "holds 2 documents" in appended.output, \
         appended.output
+
+
+def test_roxxel_pack_names_the_eos_flag(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from click.testing import CliRunner
+
+    from roxxel.cli import main
+
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tok.save(str(tmp_path / "tokenizer.json"))  # no end-of-text token among the usual names
+    (tmp_path / "x.txt").write_text("a a")
+    result = CliRunner().invoke(main, ["pack", str(tmp_path / "x.txt"), "-o", str(tmp_path / "ds"),
+                                       "--tokenizer", str(tmp_path / "tokenizer.json")])
+    assert result.exit_code == 1
+    assert "give its id with --eos-id N" in result.output and "eos_id=" not in result.output, result.output
