@@ -11,16 +11,33 @@ PYTHON=${PYTHON:-python3}
 VENV=.venv
 
 setup() {
+  # $1: the extra to install: `main` (what the main job needs) or `dev` (tests, lint, docs; includes main).
+  local extra=$1
   if [ ! -x "$VENV/bin/python" ]; then
+    echo "dev.sh: creating the virtual environment $VENV ($("$PYTHON" --version 2>&1))"
     "$PYTHON" -m venv "$VENV"
   fi
-  # Reinstall only when the dependency list changed.
-  local stamp="$VENV/.roxxel-installed"
-  if [ ! -f "$stamp" ] || ! cmp -s pyproject.toml "$stamp"; then
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e '.[dev]'
-    cp pyproject.toml "$stamp"
+  # Reinstall only when the dependency list changed; a dev install covers main.
+  local stamp="$VENV/.roxxel-installed-$extra"
+  if cmp -s pyproject.toml "$stamp" || { [ "$extra" = main ] && cmp -s pyproject.toml "$VENV/.roxxel-installed-dev"; }; then
+    return
   fi
+  local quiet=(--quiet)
+  if [ -f "$stamp" ]; then
+    echo "dev.sh: pyproject.toml changed since $VENV was set up: updating it ($extra extra)"
+  else
+    quiet=()  # the first install of an extra takes a while: show pip's progress
+    case $extra in
+      main) echo "dev.sh: installing Roxxel and what the main job needs into $VENV: JAX, Flax, Optax, Orbax," \
+                 "the Kubernetes client, matplotlib (the loss plot), TensorBoard (to view the logs):" \
+                 "about 170 MB of wheels (jaxlib alone is 85 MB), unpacked into 38,000 files. Minutes, once." ;;
+      dev) echo "dev.sh: installing Roxxel with its development extra into $VENV: what the main job needs," \
+                "pytest, the docs toolchain (MkDocs), ruff, mypy and the optional formats' libraries. Minutes, once." ;;
+    esac
+  fi
+  "$VENV/bin/python" -m pip install --quiet --upgrade 'pip>=23'  # an older pip lacks what pyproject.toml uses
+  "$VENV/bin/python" -m pip install ${quiet[@]+"${quiet[@]}"} -e ".[$extra]"
+  cp pyproject.toml "$stamp"
 }
 
 main_job() {
@@ -28,11 +45,30 @@ main_job() {
   # train a small Transformer on it as a 2-worker local pod through roxxel-launch.
   local bin="$VENV/bin"
   "$bin/python" examples/lm/prepare.py runs/data/lm
-  # Start afresh: forget an earlier local run of this job and its checkpoints.
-  "$bin/roxxel-launch" delete lm --local >/dev/null 2>&1 || true
-  rm -rf runs/lm
+  forget_previous_run
   "$bin/roxxel-launch" submit examples/lm/job.yaml --local --data-dir runs/data/lm \
     --set "checkpoint_dir=$PWD/runs/lm/checkpoints"
+}
+
+forget_previous_run() {
+  # Start afresh: a previous run's checkpoints would be restored (its last step ends training at
+  # once). Its outputs are runs/lm (checkpoints, logs, plot) and the launcher's record of job `lm`.
+  local old=() dir
+  for dir in runs/lm "${ROXXEL_LOCAL_ROOT:-runs/local}/lm"; do
+    if [ -e "$dir" ]; then old+=("$dir"); fi
+  done
+  if [ ${#old[@]} -eq 0 ]; then return; fi
+  if [ -t 0 ] && [ -t 1 ]; then
+    local answer=""
+    read -r -p "dev.sh: a previous run of the main job is in ${old[*]}. Delete it and train afresh? [y/N] " answer || true
+    case $answer in
+      [yY]*) ;;
+      *) echo "dev.sh: kept ${old[*]}; nothing run. Move it aside (or answer y) to train again."; exit 0 ;;
+    esac
+  fi
+  echo "dev.sh: removing the previous run's outputs: ${old[*]}"
+  "$VENV/bin/roxxel-launch" delete lm --local >/dev/null 2>&1 || true  # stops it, should it still run
+  rm -rf "${old[@]}"
 }
 
 lint() {
@@ -42,8 +78,8 @@ lint() {
 }
 
 case "${1:-}" in
-  main) setup; main_job ;;
-  test) setup; shift; exec "$VENV/bin/python" -m pytest -q "$@" ;;
-  lint) setup; lint ;;
+  main) setup main; main_job ;;
+  test) setup dev; shift; exec "$VENV/bin/python" -m pytest -q "$@" ;;
+  lint) setup dev; lint ;;
   *) echo "usage: ./dev.sh main | ./dev.sh test [pytest args] | ./dev.sh lint" >&2; exit 2 ;;
 esac

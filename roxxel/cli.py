@@ -12,6 +12,7 @@ import click
 from roxxel._version import __version__
 from roxxel.format.errors import RoxxelFormatError
 from roxxel.format.writer import DEFAULT_SHARD_SIZE
+from roxxel.wording import count
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
           "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
@@ -38,7 +39,8 @@ def _human(n: float) -> str:
 
 
 def _fail(err: Exception) -> None:
-    click.echo(f"roxxel: error: {err}", err=True)
+    # Errors the library words for Python callers (append=True) carry the flags' wording too.
+    click.echo(f"roxxel: error: {getattr(err, 'cli_message', None) or err}", err=True)
     sys.exit(1)
 
 
@@ -124,11 +126,11 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
         _fail(e)
     bar.close()
     elapsed = time.perf_counter() - t0
-    click.echo(f"packed {totals['documents']:,} documents, {totals['tokens']:,} tokens into {output} "
-               f"({totals['bytes'] / elapsed / 1e6:.1f} MB/s); the dataset holds {manifest.num_documents:,} documents, "
-               f"{manifest.num_tokens:,} tokens in {len(manifest.shards)} shard(s)")
+    click.echo(f"packed {count(totals['documents'], 'document')}, {count(totals['tokens'], 'token')} into {output} "
+               f"({totals['bytes'] / elapsed / 1e6:.1f} MB/s); the dataset holds {count(manifest.num_documents, 'document')}, "
+               f"{count(manifest.num_tokens, 'token')} in {count(len(manifest.shards), 'shard')}")
     if skipped:
-        click.echo(f"skipped {len(skipped)} binary file(s) (e.g. {skipped[0]}); pass --include-binary to pack them, "
+        click.echo(f"skipped {count(len(skipped), 'binary file')} (e.g. {skipped[0]}); pass --include-binary to pack them, "
                    "or --exclude to leave them out quietly")
 
 
@@ -178,7 +180,7 @@ def verify(path) -> None:
         Dataset(path).verify(progress=progress)
     except (OSError, RoxxelFormatError) as e:
         _fail(e)
-    click.echo(f"OK: {done['shards']} shard(s), {_human(done['bytes'])} verified")
+    click.echo(f"OK: {count(done['shards'], 'shard')}, {_human(done['bytes'])} verified")
 
 
 @main.command()

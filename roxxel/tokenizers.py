@@ -12,6 +12,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from roxxel.format.errors import for_cli
+
 # Token names that mark the end of a document in common Hugging Face tokenizers.
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|end|>", "[EOS]", "<|eot_id|>")
 
@@ -85,9 +87,9 @@ class HFTokenizer:
         if eos_id is None:
             eos_id = next((i for t in EOS_CANDIDATES if (i := tokenizer.token_to_id(t)) is not None), None)
         if eos_id is None:
-            raise ValueError(
-                f"tokenizer {name or tokenizer!r} has none of the usual end-of-document tokens "
-                f"({', '.join(EOS_CANDIDATES)}); give its id with eos_id= (roxxel pack --eos-id)")
+            problem = (f"tokenizer {name or tokenizer!r} has none of the usual end-of-document tokens "
+                       f"({', '.join(EOS_CANDIDATES)})")
+            raise for_cli(ValueError(f"{problem}; give its id with eos_id=N"), f"{problem}; give its id with --eos-id N")
         self.eos_id = int(eos_id)
         digest = hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
         self.identity = {"type": "huggingface", "name": name, "sha256": digest,

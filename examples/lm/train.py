@@ -14,6 +14,7 @@ ROXXEL_CHECKPOINT_DIR (checkpoints: a local path or gs://), ROXXEL_RUN_NAME.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -29,6 +30,9 @@ from model import DecoderLM, lm_loss  # noqa: E402
 import roxxel.distributed  # noqa: E402
 from roxxel import Curriculum, Phase, Roxxel, exit_codes  # noqa: E402
 from roxxel.train import Checkpointer, Logger, Trainer  # noqa: E402
+
+
+SAMPLE_PROMPT = b"def "
 
 
 def parse_args(argv=None):
@@ -71,8 +75,9 @@ def make_eval(curriculum_eval: Curriculum, sharding):
     return eval_fn
 
 
-def sample_text(model: DecoderLM, prompt: bytes, n: int = 240, seed: int = 0, context: int = 256) -> bytes:
-    """Sample ``n`` bytes after ``prompt`` with temperature 0.8 from this process's copy of the model.
+def sample_text(model: DecoderLM, prompt: bytes, n: int = 240, seed: int = 0, context: int = 256,
+                temperature: float = 0.8) -> bytes:
+    """Sample ``n`` bytes after ``prompt`` at ``temperature`` from this process's copy of the model.
 
     The context is a fixed window, left-padded with a segment of its own, so one compiled
     forward pass serves every step.
@@ -96,7 +101,7 @@ def sample_text(model: DecoderLM, prompt: bytes, n: int = 240, seed: int = 0, co
         window = np.zeros((1, context), np.int32)
         window[0, context - len(recent):] = recent
         key, sub = jax.random.split(key)
-        nxt = int(jax.random.categorical(sub, next_logits(window, len(recent)) / 0.8))
+        nxt = int(jax.random.categorical(sub, next_logits(window, len(recent)) / temperature))
         if nxt == 256:  # EOS
             break
         tokens.append(nxt)
@@ -142,13 +147,33 @@ def main(argv=None) -> dict:
         baseline = unigram_cross_entropy(code, held_out)
         print(f"\nheld-out loss {final['eval_loss']:.3f} nats/byte (perplexity {final['eval_perplexity']:.2f}); "
               f"unigram baseline {baseline:.3f} nats/byte")
-        print("sample:\n" + sample_text(model, b"def ").decode("utf-8", errors="replace"))
-        from roxxel.train.plot import plot_run
-
-        print(f"\nloss plot: {plot_run(args.run_dir)}")
-        print(f"TensorBoard: tensorboard --logdir {os.path.join(args.run_dir, 'tensorboard')}")
+        sample = sample_text(model, SAMPLE_PROMPT).decode("utf-8", errors="replace")
+        print(f"sample (temperature 0.8, after {SAMPLE_PROMPT.decode()!r}):\n{'-' * 60}\n{sample}\n{'-' * 60}")
+        for line in optional_outputs(args.run_dir):
+            print(line)
     roxxel.distributed.shutdown()  # leave the cluster together
     return final
+
+
+def optional_outputs(run_dir: str) -> list[str]:
+    """Where the loss plot and the TensorBoard logs are, one line each.
+
+    Both are extras (``pip install 'roxxel[main]'``): without matplotlib or TensorBoard the
+    line says so and how to get it. Training is done by then, so nothing here may fail the
+    job: a non-zero exit would make the launcher restart a finished run.
+    """
+    from roxxel.train.plot import plot_run
+
+    try:
+        plot = f"loss plot: {plot_run(run_dir)}"
+    except (ImportError, OSError, ValueError) as err:
+        plot = f"loss plot: not drawn ({err})"
+    logdir = os.path.join(run_dir, "tensorboard")
+    if importlib.util.find_spec("tensorboard") is not None:
+        board = f"TensorBoard: tensorboard --logdir {logdir}"
+    else:
+        board = f"TensorBoard logs: {logdir} (to view them: pip install tensorboard; tensorboard --logdir {logdir})"
+    return [plot, board]
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import sys
 import click
 
 from roxxel.contract import PREEMPTED_EXIT_CODE  # dependency-free: --help stays light
+from roxxel.wording import count  # dependency-free too
 from roxxel_launch.backends.base import (  # dependency-free too
     Backend,
     JobState,
@@ -212,8 +213,8 @@ def _status_lines(status, details=None) -> list[str]:
     ]
     if details is not None:
         rows.insert(1, ("object", f"{details.kind} {details.namespace}/{status.name}"))
-        rows[3] = ("processes", f"{status.processes} ({details.slices} slice(s) x "
-                                f"{details.hosts_per_slice} host(s))")
+        rows[3] = ("processes", f"{status.processes} ({count(details.slices, 'slice')} x "
+                                f"{count(details.hosts_per_slice, 'host')})")
     if status.run_dir:
         rows.append(("run dir", status.run_dir))
     lines = [f"{key + ':':<11} {value}" for key, value in rows]
@@ -387,13 +388,16 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
     if local and dry_run:
         click.echo(status.message)
     elif local:
-        click.echo(f"started local job {spec.name}: {status.processes} worker(s), run directory "
+        click.echo(f"started local job {spec.name}: {count(status.processes, 'worker')}, run directory "
                    f"{status.run_dir}\nfollow it with `roxxel-launch logs {spec.name} --local -f`, "
                    f"wait for it with `roxxel-launch wait {spec.name} --local`")
     else:
         verb = "would submit" if dry_run else "submitted"
-        click.echo(f"{verb} {spec.workload} {spec.namespace}/{spec.name}: {status.processes} "
-                   f"process(es), state {status.state.value}")
+        click.echo(f"{verb} {spec.workload} {spec.namespace}/{spec.name}: "
+                   f"{count(status.processes, 'process')}, state {status.state.value}")
+        if not dry_run:  # the commands by name use the kubeconfig's namespace unless told
+            click.echo(f"follow it with `roxxel-launch status {spec.name} -n {spec.namespace}` and "
+                       f"`roxxel-launch logs {spec.name} -n {spec.namespace} -f`")
 
 
 @cli.command()
@@ -448,6 +452,15 @@ def list_command(local: bool, as_json: bool, namespace: str | None, context: str
               "-" if j.exit_code is None else str(j.exit_code), j.created or "-") for j in jobs]
     for line in _table(rows):
         click.echo(line)
+    if local:  # local state is per directory: say which one, above all when it holds no job
+        from roxxel_launch.backends.local import ROOT_ENV
+
+        root = getattr(backend, "root", "?")
+        if jobs:
+            click.echo(f"(local jobs kept in {root})", err=True)
+        else:
+            click.echo(f"no local jobs in {root}: local jobs are kept in ./runs/local of the directory "
+                       f"they were submitted from, or in ${ROOT_ENV} when it is set", err=True)
 
 
 @cli.command()
@@ -556,7 +569,7 @@ def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: f
         if state in (JobState.PREEMPTED, JobState.SUSPENDED, JobState.FAILED):
             if resumes >= max_resumes:
                 click.echo(f"roxxel-launch: giving up on {name}: {state.value} again after "
-                           f"{resumes} resume(s) (--max-resumes {max_resumes})", err=True)
+                           f"{count(resumes, 'resume')} (--max-resumes {max_resumes})", err=True)
                 return _report_outcome(status)
             resumes += 1
             click.echo(f"roxxel-launch: resuming {name} ({state.value}"

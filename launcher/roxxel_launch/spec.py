@@ -39,6 +39,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from roxxel.wording import as_clause
 from roxxel_launch import contract, gpu_networking, names, tpu
 
 API_VERSION = "roxxel.dev/v1alpha1"
@@ -99,7 +100,7 @@ class SpecError(ValueError):
         self.problem = problem
         self.fix = fix
         message = f"{field}: {problem}" if field else problem
-        super().__init__(f"{message}. {fix}" if fix else message)
+        super().__init__(f"{as_clause(message)}. {fix}" if fix else message)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,16 @@ subclasses so that ``except FileNotFoundError`` keeps working.
 from __future__ import annotations
 
 
+def for_cli(err: BaseException, message: str) -> BaseException:
+    """Give ``err`` the wording a command line shows instead of ``str(err)``; return it.
+
+    The library's messages name Python arguments (``append=True``); a command's user knows
+    its flags (``--append``). ``roxxel`` prints ``err.cli_message`` when an error has one.
+    """
+    err.cli_message = message  # type: ignore[attr-defined]
+    return err
+
+
 class RoxxelFormatError(ValueError):
     """A shard or dataset is malformed, inconsistent, or cannot be used as asked."""
 

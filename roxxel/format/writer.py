@@ -29,7 +29,7 @@ import numpy as np
 from roxxel._version import __version__
 from roxxel.format import blocks, layout
 from roxxel.format.atomic import atomic_write, commit, fsync_dir, is_temp_name, temp_name
-from roxxel.format.errors import DatasetExistsError, DatasetLockedError, DtypeMismatchError
+from roxxel.format.errors import DatasetExistsError, DatasetLockedError, DtypeMismatchError, for_cli
 from roxxel.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
 
 log = logging.getLogger("roxxel.format")
@@ -256,9 +256,9 @@ class DatasetWriter:
         self._remove_stale_temps()
         if os.path.exists(self.manifest_path):
             if not append:
-                raise DatasetExistsError(
-                    f"{self.manifest_path} already holds a dataset; pass append=True (roxxel pack --append) to add "
-                    "to it, or write to an empty directory")
+                fix = "to add to it, or write to an empty directory"
+                raise for_cli(DatasetExistsError(f"{self.manifest_path} already holds a dataset; pass append=True {fix}"),
+                              f"{self.manifest_path} already holds a dataset; pass --append {fix}")
             previous = Manifest.load(self.manifest_path)
             self._check_compatible(previous)
             return previous

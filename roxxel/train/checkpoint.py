@@ -90,6 +90,7 @@ from roxxel.exit_codes import PREEMPTED_EXIT_CODE
 from roxxel.train.digest import array_checksums
 from roxxel.train.partial import RestorePlan, layout_of_metadata, layout_of_state, plan_restore, subset
 from roxxel.train.state import ModelState
+from roxxel.wording import as_clause, count
 
 __all__ = [
     "CheckpointCorruptError",
@@ -975,10 +976,10 @@ class Checkpointer:
             )
         if not plan.unchanged and not partial:
             first = (plan.new or plan.dropped)[0]
+            changes = [f"{count(len(names), 'array')} {what}, e.g. {names[0]!r}"
+                       for names, what in ((plan.new, "new"), (plan.dropped, "no longer in the model")) if names]
             raise ModelChangeError(
-                f"cannot restore {where}: the model changed ({len(plan.new)} array(s) new, e.g. "
-                f"{(plan.new or ['-'])[0]!r}; {len(plan.dropped)} no longer in the model, e.g. "
-                f"{(plan.dropped or ['-'])[0]!r}); nothing was loaded. To restore the arrays in both and keep "
+                f"cannot restore {where}: the model changed ({'; '.join(changes)}); nothing was loaded. To restore the arrays in both and keep "
                 "initial values for the new ones, pass partial=True (Trainer(partial_restore=True))",
                 step=step, earlier_steps=earlier, array=first,
                 saved=saved_layout.get(first), current=current_layout.get(first),
@@ -1001,7 +1002,7 @@ class Checkpointer:
         except Exception as err:
             raise CheckpointRestoreError(
                 f"cannot restore step {step} from {self.directory} (reading {what}): {type(err).__name__}: "
-                f"{_one_line(err)}. The step may be damaged or written by an incompatible model; "
+                f"{as_clause(_one_line(err))}. The step may be damaged or written by an incompatible model; "
                 f"{self._fix_hint(earlier)}",
                 step=step,
                 earlier_steps=earlier,
@@ -1026,7 +1027,7 @@ class Checkpointer:
 
     def _check_fingerprint(self, step: int, saved: Any, process_count: Any = None) -> None:
         if process_count is not None and process_count != jax.process_count():
-            log.info("step %d was saved by %s process(es); resuming on %d", step, process_count, jax.process_count())
+            log.info("step %d was saved by %s; resuming on %d", step, count(process_count, "process"), jax.process_count())
         if self.fingerprint is None:
             log.info("no fingerprint given: not checking that step %d belongs to this run", step)
             return

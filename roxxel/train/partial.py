@@ -30,6 +30,7 @@ import jax
 import numpy as np
 
 from roxxel.train.digest import leaf_paths
+from roxxel.wording import count
 
 __all__ = ["Layout", "RestorePlan", "layout_of_metadata", "layout_of_state", "plan_restore", "subset"]
 
@@ -94,7 +95,7 @@ class RestorePlan:
         """One paragraph for the log: counts, then the paths of what is new and dropped."""
         opt = {None: "no optimizer", True: "optimizer state restored",
                False: "optimizer state re-initialised (its arrays differ from the checkpoint's)"}
-        lines = [f"{len(self.restored)} array(s) restored, {len(self.new)} new (kept their initial values), "
+        lines = [f"{count(len(self.restored), 'array')} restored, {len(self.new)} new (kept their initial values), "
                  f"{len(self.dropped)} dropped (in the checkpoint, not in the model); {opt[self.optimizer_restored]}"]
         lines += [f"  new: {p}" for p in self.new]
         lines += [f"  dropped: {p}" for p in self.dropped]

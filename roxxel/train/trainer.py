@@ -29,6 +29,7 @@ from roxxel.train.logger import Logger
 from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.state import ModelState
 from roxxel.train.step import make_train_step
+from roxxel.wording import count
 
 log = logging.getLogger("roxxel.train")
 
@@ -377,8 +378,8 @@ class Trainer:
         start = ckpt.restore(partial=self.partial_restore) if ckpt is not None else 0
         self.state.step = start
         total = cur.total_steps if stop_at_step is None else min(stop_at_step, cur.total_steps)
-        self._log(f"training steps {start}..{total} on {jax.process_count()} process(es), "
-                  f"{len(jax.devices())} device(s); {cur}")
+        self._log(f"training steps {start}..{total} on {count(jax.process_count(), 'process')}, "
+                  f"{count(len(jax.devices()), 'device')}; {cur}")
         if ckpt is not None and ckpt.restored_run is not None:
             self._log(f"restored step {start} from {ckpt.directory} "
                       f"(saved at {ckpt.restored_run.get('saved_at', 'an unknown time')})")
@@ -386,7 +387,7 @@ class Trainer:
                 self._log(f"restored into a changed model: {ckpt.restore_plan.summary()}")
             saved_by = ckpt.restored_run.get("process_count")
             if saved_by is not None and saved_by != jax.process_count():  # allowed: batches do not depend on it
-                self._log(f"step {start} was saved by {saved_by} process(es); resuming on {jax.process_count()}")
+                self._log(f"step {start} was saved by {count(saved_by, 'process')}; resuming on {jax.process_count()}")
         if self.logger is not None:
             self.logger.init_pbar(total, start)
         last: dict[str, float] = {}

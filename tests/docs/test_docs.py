@@ -3,7 +3,9 @@
 Each page of ``docs/`` (and README.md) is one test: its ```python and ```bash blocks run in
 order in a fresh working directory (see ``support/docs_blocks.py`` for the markers that skip a
 block with a reason, expect an exit status or exception, or check an output). A renamed
-argument or a changed message therefore fails here, not in a reader's terminal.
+argument or a changed message therefore fails here, not in a reader's terminal. Blocks that
+need a cluster cannot run here (no API server): their specs are rendered and validated offline
+instead, and the commands that follow must name the job's namespace (_cluster_problems).
 """
 
 from __future__ import annotations
@@ -28,18 +30,7 @@ HOOK = DOCS / "_hooks" / "reference.py"
 DRIVER = WORKERS / "docs_driver.py"
 PAGE_TIMEOUT = 900
 
-# README.md belongs to the project's front page and carries no markers; its examples that
-# cannot run here are listed with the reason (keyed by their first line). A key that no
-# longer matches a README block fails test_every_example_runs_or_says_why.
-README_EXEMPT = {
-    "./dev.sh main": ("minutes", "creates .venv, installs the project and trains the LM for about a minute; "
-                                 "./dev.sh test runs this test suite itself"),
-    "roxxel pack /data/corpus": ("minutes", "illustrates options with placeholder inputs "
-                                            "(/data/corpus, tokenizer.json, docs.jsonl)"),
-    "roxxel-launch render k8s/examples/tpu-v5p-multislice.yaml": (
-        "cluster", "submits to the cluster of the current kubeconfig context"),
-    "./dev.sh test": ("minutes", "runs this test suite itself; bench/run.py takes minutes"),
-}
+# README.md uses the same markers as the pages of docs/ (HTML comments: invisible on GitHub).
 # README examples that use names the reader brings (a model, an optimizer, a loss): the test
 # defines them first, invisibly, so that the README's calls still run against the real API.
 README_PRELUDE = {
@@ -71,7 +62,7 @@ model = _ByteLM(nnx.Rngs(0))
 optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
 """,
 }
-README_SLOW = "about 30 s"  # it prepares the LM's datasets (as ./dev.sh main does) and trains 300 tiny steps
+README_SLOW = "about 30 s"  # its blocks pack the LM's datasets (as ./dev.sh main does) and train 300 tiny steps
 
 # Pages that others write, without markers: every example in them needs a Google Cloud
 # project and a GKE cluster, so unmarked ones are not run. Their roxxel / roxxel-launch
@@ -100,11 +91,6 @@ def _skip_reason(page: blocks.Page, block: blocks.Block) -> str | None:
     if page.path in OWNED_ELSEWHERE and block.kind in ("python", "bash"):
         kind, reason = OWNED_ELSEWHERE[page.path]
         return f"{kind}: {reason}"
-    if page.path == "README.md":
-        first = block.code.strip().splitlines()[0] if block.code.strip() else ""
-        for key, (kind, reason) in README_EXEMPT.items():
-            if first.startswith(key):
-                return f"{kind}: {reason}"
     return None
 
 
@@ -137,7 +123,7 @@ def test_every_example_runs_or_says_why():
     examples = [b for p in pages for b in p.examples]
     assert len(examples) > 40, "the docs have lost their examples"
     readme = next(p for p in pages if p.path == "README.md")
-    for table in (README_EXEMPT, README_PRELUDE):
+    for table in (README_PRELUDE,):
         for key in table:
             assert any(b.code.strip().startswith(key) for b in readme.examples), \
                 f"{key!r} in test_docs.py's README tables matches no README block any more: update the table"
@@ -230,6 +216,81 @@ def test_cli_lines_in_skipped_examples(path: Path):
     assert not problems, "\n".join(problems)
 
 
+_SHELL_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+_BY_NAME = {"status", "logs", "resume", "delete", "wait"}
+
+
+def _cluster_problems(page: blocks.Page) -> list[str]:
+    """What cluster examples get wrong, found offline (no API server can run here).
+
+    Every ``roxxel-launch submit SPEC`` of a block that needs a cluster (or a cloud) is
+    rendered and validated as ``roxxel-launch validate`` would (the official schemas), with
+    its ``--set`` overrides (shell variables stand for placeholders); SPEC is a file of the
+    repository or one the page writes (``title="..."``). Each later command naming that job
+    (status, logs, resume, delete, wait) must pass the spec's namespace (``-n``) unless it
+    is ``default``: these commands cannot read the spec and use the kubeconfig's namespace.
+    """
+    from roxxel_launch.render import render
+    from roxxel_launch.spec import load_spec, spec_from_dict
+    from roxxel_launch.validate import validate
+
+    files = {b.file: b.code for b in page.blocks if b.file}
+    namespaces: dict[str, str] = {}
+    problems = []
+    for block in page.examples:
+        reason = _skip_reason(page, block) or ""
+        if block.kind != "bash" or reason.split(":")[0].strip() not in ("cluster", "cloud", "accelerator"):
+            continue
+        for argv in _cli_invocations(_SHELL_VAR.sub("example", block.code)):
+            args = argv[1:]
+            while args and args[0].startswith("-"):
+                args = args[1:]
+            if argv[0] != "roxxel-launch" or not args or "--local" in args:
+                continue
+            where = f"{block.where}: {' '.join(argv)}"
+            positional = [a for i, a in enumerate(args[1:], 1) if not a.startswith("-")
+                          and not args[i - 1].startswith("-")]
+            if args[0] == "submit" and positional:
+                overrides = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--set"]
+                overrides += [a.split("=", 1)[1] for a in args if a.startswith("--set=")]
+                try:
+                    if positional[0] in files:
+                        import yaml
+
+                        spec = spec_from_dict(yaml.safe_load(files[positional[0]]), overrides)
+                    else:
+                        spec = load_spec(REPO / positional[0], overrides)
+                    validate(render(spec).objects)
+                except Exception as err:  # noqa: BLE001 - any failure is the problem to report
+                    problems.append(f"{where}: does not render and validate: {err}")
+                    continue
+                namespaces[spec.name] = spec.namespace
+            elif args[0] in _BY_NAME and positional and namespaces.get(positional[0], "default") != "default":
+                if not any(a in ("-n", "--namespace") or a.startswith("--namespace=") for a in args):
+                    problems.append(f"{where}: job {positional[0]} is in namespace {namespaces[positional[0]]} "
+                                    f"(its spec's): add -n {namespaces[positional[0]]}")
+    return problems
+
+
+@pytest.mark.parametrize("path", _skipped_params())
+def test_cluster_examples_render_validate_and_name_the_namespace(path: Path):
+    """Examples that need a cluster are checked offline: their specs render and validate, and the
+    commands that follow them name the job's namespace (see _cluster_problems)."""
+    problems = _cluster_problems(_parse(path))
+    assert not problems, "\n".join(problems)
+
+
+def test_cluster_check_finds_a_missing_namespace():
+    page = blocks.parse("<!-- requires: cluster: x -->\n```bash\nroxxel-launch submit "
+                        "k8s/examples/tpu-v5p-multislice.yaml --set image=$IMAGE:tpu\n"
+                        "roxxel-launch status lm-v5p\nroxxel-launch logs lm-v5p -n ml -f\n"
+                        "roxxel-launch submit k8s/examples/cpu-smoke.yaml --set no_such_field=1\n```\n", "p.md")
+    problems = _cluster_problems(page)
+    assert len(problems) == 2, problems
+    assert "roxxel-launch status lm-v5p: job lm-v5p is in namespace ml (its spec's): add -n ml" in problems[0]
+    assert "cpu-smoke.yaml --set no_such_field=1: does not render and validate" in problems[1]
+
+
 def test_cli_line_check_finds_mistakes():
     assert _cli_invocations("KUBECONFIG=x roxxel-launch logs lm -f --no-such 2 | tail\nroxxel pack a \\\n  -o b") == [
         ["roxxel-launch", "logs", "lm", "-f", "--no-such", "2"], ["roxxel", "pack", "a", "-o", "b"]]
@@ -255,10 +316,6 @@ def _workdir(tmp_path: Path, page: str) -> Path:
     # The repository's example specs and programs, as in a checkout (copies: pages may not edit the repo).
     for name in ("k8s", "examples"):
         shutil.copytree(REPO / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
-    if page == "README.md":
-        # What `./dev.sh main` packs first: the LM's datasets under runs/data/lm.
-        subprocess.run([sys.executable, "examples/lm/prepare.py", "runs/data/lm"], cwd=work, check=True,
-                       capture_output=True)
     return work
 
 

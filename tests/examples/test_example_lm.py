@@ -21,6 +21,6 @@ def test_prepare_and_train_briefly(tmp_path):
                           "--steps", "6", "4", "--batch", "4", "2", "--log-every", "2", "--eval-every", "5",
                           "--checkpoint-every", "5"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "held-out loss" in out.stdout and "unigram baseline" in out.stdout and "sample:" in out.stdout
+    assert "held-out loss" in out.stdout and "unigram baseline" in out.stdout and "sample (temperature" in out.stdout
     assert os.path.exists(os.path.join(run, "roxxel_metrics.png"))
     assert max(int(n) for n in os.listdir(os.path.join(run, "checkpoints")) if n.isdigit()) == 10

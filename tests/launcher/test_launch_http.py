@@ -107,7 +107,7 @@ def submit(tmp_path, data=SPEC, **changes):
 
 def test_submit_dry_runs_then_creates_and_refuses_an_existing_name(fake, tmp_path):
     result = submit(tmp_path)
-    assert "submitted jobset team-a/lm: 8 process(es), state Pending" in result.output
+    assert "submitted jobset team-a/lm: 8 processes, state Pending" in result.output
     posts = fake.calls("POST")
     # The job's NetworkPolicy goes first, so that no pod ever runs unprotected.
     assert [(r.resource, r.dry_run) for r in posts] == [
@@ -174,7 +174,7 @@ def test_status_shows_conditions_and_per_slice_pod_phases(fake, tmp_path):
     result = run("status", "lm")
     lines = result.output.splitlines()
     assert "state:      Running" in lines and "object:     JobSet team-a/lm" in lines
-    assert "processes:  8 (2 slice(s) x 4 host(s))" in lines
+    assert "processes:  8 (2 slices x 4 hosts)" in lines
     assert "SLICE  PODS  PENDING  RUNNING  SUCCEEDED  FAILED  UNKNOWN" in lines
     assert "0-1    4/4   0        4        0          0       0" in lines  # alike slices share a row
 
@@ -378,7 +378,7 @@ def test_resume_until_done_gives_up_after_max_resumes(fake, tmp_path):
     fake.plan("lm", "preempt", "preempt", "preempt", "preempt")
     submit(tmp_path)
     result = run("resume", "lm", "--until-done", "--max-resumes", "2", "--poll", POLL, code=EXIT_PREEMPTED)
-    assert "giving up on lm: Preempted again after 2 resume(s) (--max-resumes 2)" in result.stderr
+    assert "giving up on lm: Preempted again after 2 resumes (--max-resumes 2)" in result.stderr
     assert fake.submissions("lm") == 3
 
 

@@ -167,7 +167,7 @@ def test_invalid_spec_or_missing_data_dir_starts_nothing(tmp_path, root):
     assert result.returncode == 1 and "--data-dir" in result.stderr
     assert not root.exists() or not any(root.iterdir())
     result = _cli(root, "submit", "--local", "--dry-run", "--data-dir", tmp_path, data)
-    assert result.returncode == 0 and "would start 2 local worker(s)" in result.stdout
+    assert result.returncode == 0 and "would start 2 local workers" in result.stdout
     assert not root.exists() or not any(root.iterdir())
 
 
@@ -310,7 +310,7 @@ def test_max_restarts_used_up_fails_with_the_workers_code_and_log(tmp_path, root
 def test_status_list_logs_and_detached_runs(tmp_path, root):
     ok = _program_spec(tmp_path, "okjob", 2, "ok")
     result = _cli(root, "submit", "--local", "--detach", ok, cwd=tmp_path)
-    assert result.returncode == 0 and "started local job okjob: 2 worker(s)" in result.stdout, result.stderr
+    assert result.returncode == 0 and "started local job okjob: 2 workers" in result.stdout, result.stderr
     result = _cli(root, "wait", "okjob", "--local", "--poll", 0.1)
     assert result.returncode == 0 and "okjob succeeded" in result.stderr
 

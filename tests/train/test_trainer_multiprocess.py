@@ -44,7 +44,7 @@ def test_two_processes_log_once_and_resume_as_one(tmp_path):
                   str(tmp_path / "resumed.npz"), init_seed=9)  # another init: only the checkpoint can make it equal
     # The process-count change is allowed (no allow_changed_run) and logged (issue 18).
     system_log = (tmp_path / "logs-resumed-0" / "roxxel_system.log").read_text()
-    assert "saved by 2 process(es); resuming on 1" in system_log + resumed[0][0] + resumed[0][1], system_log[-3000:]
+    assert "saved by 2 processes; resuming on 1" in system_log + resumed[0][0] + resumed[0][1], system_log[-3000:]
     want, got = np.load(tmp_path / "ref.npz"), np.load(tmp_path / "resumed.npz")
     assert sorted(want.files) == sorted(got.files)
     for k in want.files:

@@ -48,6 +48,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from roxxel.wording import as_clause
 from roxxel_launch import contract
 from roxxel_launch.backends.base import (
     Backend,
@@ -604,7 +605,7 @@ class KubernetesBackend(Backend):
                 f"the API server rejected {what} ({action}): {server}. Fix the field it names "
                 "in the job spec (roxxel-launch validate checks a spec offline).")
         if not status:
-            return BackendError(f"cannot {action} {what}: {err.reason or server}. Check the "
+            return BackendError(f"cannot {action} {what}: {as_clause(err.reason or server)}. Check the "
                                 f"connection to the API server at {self._host}.")
         return BackendError(
             f"the API server failed to {action} {what}: HTTP {status} {err.reason or ''}: "
@@ -621,7 +622,7 @@ class KubernetesBackend(Backend):
         except urllib3.exceptions.HTTPError as err:
             raise BackendError(
                 f"cannot reach the Kubernetes API server at {self._host} to {action} {kind} "
-                f"{name or ''}: {err}. Check the network and the kubeconfig context "
+                f"{name or ''}: {as_clause(err)}. Check the network and the kubeconfig context "
                 "(kubectl cluster-info).") from err
         except ValueError as err:
             # The client checks arguments and (kubernetes >= 35, pydantic) bodies itself.
@@ -635,7 +636,7 @@ class KubernetesBackend(Backend):
             data = response.data
         except urllib3.exceptions.HTTPError as err:
             raise BackendError(f"the connection to {self._host} broke while reading the answer "
-                               f"to {action} {kind} {name or ''}: {err}. Retry.") from err
+                               f"to {action} {kind} {name or ''}: {as_clause(err)}. Retry.") from err
         finally:
             response.release_conn()
         if not data:
@@ -1183,7 +1184,7 @@ class KubernetesBackend(Backend):
                 yield buffer.removesuffix("\r")
             finished = True
         except urllib3.exceptions.HTTPError as err:
-            raise BackendError(f"the log stream of pod {pod} broke: {err}. Run logs again "
+            raise BackendError(f"the log stream of pod {pod} broke: {as_clause(err)}. Run logs again "
                                "(with -f to keep following).") from err
         finally:
             if finished:

@@ -143,6 +143,7 @@ from roxxel.contract import (
     ENV_TPU_WORKER_HOSTNAMES,
     ENV_TPU_WORKER_ID,
 )
+from roxxel.wording import count
 from roxxel_launch import contract, names
 from roxxel_launch.backends.base import (
     Backend,
@@ -660,7 +661,7 @@ class _Supervisor:
                 logger.warning("%s; gang restart %d of at most %d", what, restarts + 1, max_restarts)
                 continue
             return self._finish_failed(i, code, f"{what}; max_restarts ({max_restarts}) used up after "
-                                       f"{restarts} gang restart(s)", StopReason.RESTARTS_EXHAUSTED)
+                                       f"{count(restarts, 'gang restart')}", StopReason.RESTARTS_EXHAUSTED)
 
     def _finish_failed(self, worker: int, code: int, what: str, reason: StopReason) -> JobStatus:
         log = self.run_dir / f"worker-{worker}.log"
@@ -701,7 +702,7 @@ class _Supervisor:
         echo = _LogEcho(self.run_dir / "worker-0.log", "[worker 0] ", self.echo) if self.echo else None
         cmd = worker_command(spec, self.launch.get("python"))
         argv = _with_parent_death_signal(cmd)
-        logger.info("attempt %d: starting %d worker(s), coordinator %s: %s", number, n, address, shlex.join(cmd))
+        logger.info("attempt %d: starting %s, coordinator %s: %s", number, count(n, "worker"), address, shlex.join(cmd))
         for i in range(n):
             if self.signals:
                 break
@@ -732,9 +733,9 @@ class _Supervisor:
             self._reap()
             if self.signals or len(self.workers) < n:
                 if self.signals:
-                    logger.warning("%s received: stopping %d worker(s) (SIGTERM, then SIGKILL after %gs; "
+                    logger.warning("%s received: stopping %s (SIGTERM, then SIGKILL after %gs; "
                                    "a second Ctrl-C kills them at once)",
-                                   signal.Signals(self.signals[0]).name, n, self.grace)
+                                   signal.Signals(self.signals[0]).name, count(n, "worker"), self.grace)
                 self._stop_workers(self.grace, echo=echo)
                 outcome = _Outcome("stopped", self._codes(n))
                 break
@@ -812,7 +813,7 @@ class _Supervisor:
             if time.monotonic() >= deadline or forced:
                 left = [w for w in self.workers if w.exit_code is None]
                 reason = "a second stop signal" if forced else f"the grace period ({grace:g}s)"
-                logger.warning("after %s, SIGKILL to the process group of worker(s) %s", reason,
+                logger.warning("after %s, SIGKILL to the process groups of workers %s", reason,
                                ", ".join(str(w.index) for w in left))
                 for w in left:
                     _kill_group(w.proc.pid)
@@ -985,7 +986,7 @@ class LocalBackend(Backend):
         if dry_run:
             return JobStatus(
                 name=spec.name, state=JobState.PENDING, processes=spec.num_processes, run_dir=str(run_dir),
-                message=f"dry run: would start {spec.num_processes} local worker(s): "
+                message=f"dry run: would start {count(spec.num_processes, 'local worker')}: "
                         f"{shlex.join(worker_command(spec))} in {cwd}")
         from roxxel_launch.spec import spec_to_dict
 
