@@ -95,7 +95,7 @@ class BatchReader:
         if planned is None:
             return self._rows_by_pieces(step, lo, hi, phase, dtype, with_breaks)
         which, starts, single = planned
-        out = np.empty((hi - lo, phase.seq_len), dtype)
+        out = empty_aligned((hi - lo, phase.seq_len), dtype)
         for d in ([int(which[0])] if single else np.unique(which).tolist()):
             sel = slice(None) if single else np.flatnonzero(which == d)
             # Read straight into the batch when its dtype holds every stored id (else check before a narrowing cast).
@@ -152,7 +152,7 @@ class BatchReader:
         """:meth:`rows` for steps whose rows join several pieces (chunk or document boundaries inside a row)."""
         first = self.curriculum.rows_before(step)
         which, position, _ = self.curriculum.plan.locate(np.arange(first + lo, first + hi, dtype=np.int64))
-        out = np.empty((hi - lo, phase.seq_len), dtype)
+        out = empty_aligned((hi - lo, phase.seq_len), dtype)
         breaks = np.zeros(out.shape, bool) if with_breaks else None
         for d in np.unique(which).tolist():
             sel = np.flatnonzero(which == d)
@@ -176,6 +176,20 @@ class BatchReader:
             raise ValueError(
                 f"dataset {name!r} ({self.curriculum.datasets[name].filepath}) holds token id {bad}, beyond the "
                 f"model's vocab_size {limit}; pack it with the model's tokenizer or raise vocab_size")
+
+
+def empty_aligned(shape: tuple[int, int], dtype, align: int = 64) -> np.ndarray:
+    """``np.empty(shape, dtype)`` whose data starts on an ``align``-byte boundary.
+
+    XLA's CPU client takes a host array of that alignment as the device buffer itself in
+    ``jax.device_put`` (no copy); numpy's own allocations are only 16-byte aligned. Each
+    batch gets a fresh buffer, so a placed batch never shares memory with the next one.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = shape[0] * shape[1] * dtype.itemsize
+    raw = np.empty(nbytes + align, np.uint8)
+    skip = -raw.__array_interface__["data"][0] % align  # (cheaper than .ctypes.data)
+    return raw[skip:skip + nbytes].view(dtype).reshape(shape)
 
 
 def _joins(row: np.ndarray, start: np.ndarray, count: np.ndarray, n_rows: int, seq_len: int) -> np.ndarray:
