@@ -976,6 +976,8 @@ def _type_at(path: Sequence[str]) -> Any:
     tp: Any = JobSpec
     for part in path:
         tp = _strip_optional(tp)
+        if tp is Any:  # inside a free-form value (pod_patch, affinity): everything below is too
+            return Any
         if dataclasses.is_dataclass(tp):
             fields = {_key(f): f for f in dataclasses.fields(tp)}
             if part not in fields:
@@ -993,7 +995,8 @@ def apply_overrides(data: Mapping, overrides: Sequence[str]) -> dict:
 
     The value's type follows the field: strings are taken verbatim (``--set env.X=007`` keeps
     ``007``), integers are parsed, and lists or mappings are read as YAML flow text
-    (``--set 'command=[python, train.py]'``).
+    (``--set 'command=[python, train.py]'``); inside a free-form field (``pod_patch``,
+    ``affinity``) every value is YAML, as it would be in the spec file.
     """
     out = copy.deepcopy(dict(data))
     for override in overrides:
@@ -1004,8 +1007,11 @@ def apply_overrides(data: Mapping, overrides: Sequence[str]) -> dict:
             raise SpecError("--set", f"{override!r} is not key.path=value",
                             "Write e.g. --set accelerator.tpu.topology=4x4.")
         tp = _type_at(parts)
-        if tp is str or typing.get_origin(tp) is Literal or tp is None:
-            value: Any = text
+        value: Any
+        if tp is Any:  # free-form (pod_patch, affinity): a YAML value, as in the spec file
+            value = parse_yaml(text, f"--set {path}")
+        elif tp is str or typing.get_origin(tp) is Literal or tp is None:
+            value = text
         elif tp is int:
             try:
                 value = int(text)

@@ -55,6 +55,9 @@ JOB_FAILURE_REASONS = {"BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexe
                        "MaxFailedIndexesExceeded", "PodFailurePolicy"}
 
 
+WRONG_TYPE = "a field has the wrong type"
+
+
 class ManifestError(ValueError):
     """Rendered manifests that must not be sent; ``problems`` lists every finding."""
 
@@ -250,18 +253,27 @@ def check_objects(objects: Iterable[Mapping]) -> list[str]:
     """Names, enums and accelerator consistency of rendered objects."""
     problems = []
     for obj in objects:
-        f = _Findings(obj)
-        meta = obj.get("metadata") or {}
-        f.add("metadata.namespace", names.dns1123_label_problem(meta.get("namespace", "default")))
-        _check_labels(f, "metadata", meta)
-        kind = obj.get("kind")
-        check = _CHECKS.get(kind) if isinstance(kind, str) else None
-        if check is None:
-            f.add("kind", f"roxxel-launch does not render {obj.get('kind')!r}")
-        else:
-            problems += check(obj)
-        problems += f.problems
+        try:
+            problems += _check_object(obj)
+        except (AttributeError, TypeError) as err:
+            # A free-form value (pod_patch, affinity) of the wrong shape, e.g. a container given
+            # as a string: the schema check names the field; these checks cannot read past it.
+            problems.append(f"{_ident(obj)}: {WRONG_TYPE} ({err}); the schema check (on unless "
+                            "--no-schema) names it - fix pod_patch / affinity values")
     return problems
+
+
+def _check_object(obj: Mapping) -> list[str]:
+    f = _Findings(obj)
+    meta = obj.get("metadata") or {}
+    f.add("metadata.namespace", names.dns1123_label_problem(meta.get("namespace", "default")))
+    _check_labels(f, "metadata", meta)
+    kind = obj.get("kind")
+    check = _CHECKS.get(kind) if isinstance(kind, str) else None
+    if check is None:
+        f.add("kind", f"roxxel-launch does not render {obj.get('kind')!r}")
+        return f.problems
+    return check(obj) + f.problems
 
 
 # ----------------------------------------------------------------------------- Pod Security
@@ -481,7 +493,10 @@ def validate(objects: Iterable[Mapping], *, schema: bool = True,
     objects = list(objects)
     problems = check_objects(objects)
     if schema:
-        problems += check_schemas(objects, kubernetes_version)
+        typed = check_schemas(objects, kubernetes_version)
+        if typed:  # the schema names a wrongly typed field better than the line saying one exists
+            problems = [p for p in problems if WRONG_TYPE not in p]
+        problems += typed
     if problems:
         raise ManifestError(problems)
     warn_pod_security(objects)
