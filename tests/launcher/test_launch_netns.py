@@ -120,17 +120,27 @@ def test_without_root_it_says_so_in_one_line_and_runs_on_loopback(tmp_path, monk
 # ----------------------------------------------------------------------------- namespaces
 
 
-def _ours() -> set[str]:
+def _ours(*run_ids: str) -> set[str]:
+    """The namespaces, links and hosts files of the given runs (their names carry the run id)
+    that exist now. Only this test's own runs: other runs on the machine (another developer's
+    tests) create and remove theirs at the same time."""
+    assert run_ids and all(re.fullmatch(r"[0-9a-f]{6}", r) for r in run_ids), run_ids
     names = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
     names |= {line.split(": ")[1].split("@")[0]
               for line in subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()}
     names |= {p.name for p in netns.NETNS_ETC.glob(f"{netns.PREFIX}-*")} if netns.NETNS_ETC.is_dir() else set()
-    return {n for n in names if n.startswith(netns.PREFIX) and "probe" not in n}
+    return {n for n in names if n.startswith(netns.PREFIX) and any(r in n for r in run_ids)}
+
+
+def _run_id(hosts: list[dict]) -> str:
+    """The run id in the names of an attempt's hosts (``rxl-<id>-<i>``)."""
+    ids = {h["netns"].split("-")[1] for h in hosts}
+    assert len(ids) == 1, ids
+    return ids.pop()
 
 
 @needs_netns
 def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(tmp_path):
-    before = _ours()
     spec = spec_from_dict(_spec("lm", 3, ["x"]))
     with netns.PodNetwork(spec) as net:
         net.up()
@@ -145,9 +155,9 @@ def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(t
                          "socket.gethostbyname(socket.gethostname()))"]),
             capture_output=True, text=True, timeout=30)
         assert inside.stdout.split() == ["lm-slice-0-2", "10.213.0.1", "10.213.0.2", "10.213.0.3"], inside.stderr
-        assert _ours() - before == {h["netns"] for h in hosts} | {h["link"] for h in hosts} | {net.bridge}
+        assert _ours(net.run_id) == {h["netns"] for h in hosts} | {h["link"] for h in hosts} | {net.bridge}
         assert all((netns.NETNS_ETC / h["netns"] / "hosts").is_file() for h in hosts)
-    assert _ours() == before
+    assert _ours(net.run_id) == set()
 
     # A launcher killed with its network up: the next one removes what it left.
     code = ("import sys, time; sys.path[:0] = %r\n"
@@ -158,16 +168,15 @@ def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(t
     run_id = killed.stdout.readline().strip()
     killed.kill()
     killed.wait()
-    assert {n for n in _ours() - before if run_id in n}, "the killed launcher's network should still be there"
-    with netns.PodNetwork(spec):
-        assert not {n for n in _ours() if run_id in n}
-    assert _ours() == before
+    assert _ours(run_id), "the killed launcher's network should still be there"
+    with netns.PodNetwork(spec) as net:
+        assert not _ours(run_id)
+    assert _ours(run_id, net.run_id) == set()
 
 
 @pytest.mark.slow
 @needs_netns
 def test_delete_after_a_killed_supervisor_removes_its_namespaces(tmp_path):
-    before = _ours()
     state = tmp_path / "state"
     state.mkdir()
     waiting = "import os, pathlib, socket, time; " \
@@ -193,10 +202,10 @@ def test_delete_after_a_killed_supervisor_removes_its_namespaces(tmp_path):
     while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in status["pids"]):
         assert time.monotonic() < deadline, "the workers outlived their supervisor"
         time.sleep(0.05)
-    assert {h["netns"] for h in hosts} <= _ours()  # nobody removed them: the supervisor was killed
+    assert {h["netns"] for h in hosts} <= _ours(_run_id(hosts))  # nobody removed them: the supervisor was killed
     result = cli("delete", "sleepers")
     assert result.returncode == 0, result.stderr
-    assert _ours() == before
+    assert _ours(_run_id(hosts)) == set()
 
 
 # ----------------------------------------------------------------------------- multi-host training
@@ -325,13 +334,13 @@ def _assert_restored_and_equal(job: Job, lost: int, reference: pathlib.Path) -> 
     attempt1 = job.log(survivor).split(L.ATTEMPT_HEADER)[1]
     assert "stopped sending heartbeats" in attempt1 or "heartbeat" in attempt1.lower(), attempt1[-3000:]
     job.params_equal(reference)
+    assert not _ours(*{_run_id(a["hosts"]) for a in status["attempts"]})  # nothing left behind
 
 
 @pytest.mark.slow
 @needs_netns
 @pytest.mark.parametrize("hosts,workload", [(2, "jobset"), (4, "indexed-job")])
 def test_pod_across_namespaces_equals_loopback(tmp_path, data, jax_cache, reference, hosts, workload):
-    before = _ours()
     name = f"hosts{hosts}"
     job = Job(tmp_path, data, jax_cache, name, hosts, workload=workload)
     out, _ = job.run("--netns")
@@ -346,7 +355,7 @@ def test_pod_across_namespaces_equals_loopback(tmp_path, data, jax_cache, refere
         sent = int(re.search(r"eth0_tx_bytes=(\d+)", log).group(1))
         assert sent > 100_000, sent  # the gradients went over the pod's own link
     job.params_equal(reference(hosts))
-    assert _ours() == before  # every namespace, link and hosts file removed
+    assert _ours(_run_id(record["hosts"])) == set()  # every namespace, link and hosts file removed
     step_times = [float(t) for t in re.findall(r"step [2-9]/\d+ .*step_time_s=([0-9.e-]+)", out)]
     print(f"{hosts} hosts across namespaces: mean step time {np.mean(step_times):.3f}s over steps 2..{STEPS}")
 
