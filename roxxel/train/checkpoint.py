@@ -678,7 +678,11 @@ class Checkpointer:
         the optimizer state was restored (see :class:`~roxxel.train.partial.RestorePlan`)."""
         self.restored_run: dict[str, Any] | None = None
         """The ``run`` record of the last restored step (``step``, ``tokens_consumed``,
-        ``metrics``, ``fingerprint``, ...), or ``None`` before a restore / when none."""
+        ``metrics``, ``fingerprint``, ``settings``, ...), or ``None`` before a restore / when none."""
+        self.settings: dict[str, Any] = {"save_interval_steps": save_interval_steps}
+        """Settings that leave the run's batches as they are (cadences, prefetch; the Trainer
+        adds its own), JSON-serialisable: stored with each step as ``settings``; a resume
+        under other ones is allowed and :meth:`changed_settings` lists what changed."""
 
         rank = _metric_ranker(best_metric, best_mode)
         preserve: list[Any] = [ocm.LatestN(n=max_to_keep)]
@@ -825,6 +829,7 @@ class Checkpointer:
             "fingerprint": self.fingerprint,
             "roxxel_version": __version__,
             "process_count": jax.process_count(),
+            "settings": _normalize_json(self.settings, "settings"),
         }
         deadline = time.monotonic() + self._timeout  # bounds the whole save, from this call on
         pure = nnx.to_pure_dict(self._state.nnx_state())
@@ -982,6 +987,15 @@ class Checkpointer:
             run.get("metrics"),
         )
         return step
+
+    def changed_settings(self) -> list[str]:
+        """The :attr:`settings` that differ from those the last restored step was saved with,
+        one ``name: saved -> current`` line each; ``[]`` before a restore or for a step saved
+        without settings (by an older Roxxel)."""
+        saved = (self.restored_run or {}).get("settings")
+        if not isinstance(saved, Mapping):
+            return []
+        return describe_changes(saved, _normalize_json(self.settings, "settings"))
 
     def _read_partially(self, step: int, item: Any) -> Any:
         """Only the arrays of ``item`` (abstract leaves), with Orbax's partial restore, through a
