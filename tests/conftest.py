@@ -1,5 +1,7 @@
 import os
 import pathlib
+import sys
+import tempfile
 
 import pytest
 
@@ -12,7 +14,38 @@ def seed_dir() -> pathlib.Path:
     return FIXTURES / "seed-format"
 
 
+_JAX_CACHE: tempfile.TemporaryDirectory | None = None
+
+
 def pytest_configure(config):
     # Tests run JAX on the CPU; keep them off any accelerator and quiet.
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    _share_jax_compilations()
+
+
+def _share_jax_compilations() -> None:
+    """One persistent compilation cache for this test run, in a fresh temporary directory:
+    the suite compiles the same few programs (the tiny LM's train step, mostly) hundreds of
+    times, in this process and in the workers it spawns (they inherit the environment).
+    Cached executables are the compiled code itself, so results stay bitwise the same; a
+    fresh directory per run keeps runs independent. JAX reads these variables when imported;
+    ``jax.config`` covers a JAX already imported by a plugin."""
+    global _JAX_CACHE
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:  # the caller chose one
+        return
+    _JAX_CACHE = tempfile.TemporaryDirectory(prefix="roxxel-tests-jax-cache-")
+    settings = {"JAX_COMPILATION_CACHE_DIR": _JAX_CACHE.name, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    os.environ.update(settings)
+    if "jax" in sys.modules:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", _JAX_CACHE.name)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_unconfigure(config):
+    if _JAX_CACHE is not None:
+        _JAX_CACHE.cleanup()

@@ -485,10 +485,14 @@ def _mark_failed() -> None:
     _save_failed = True
 
 
+class _DeadlinePassed(TimeoutError):
+    """A call still running at its deadline (its thread is left to end, or to the exit hook)."""
+
+
 def _call_with_deadline(release: Any, deadline: float, what: str) -> None:
-    """Run ``release()`` in a daemon thread; raise its error, or TimeoutError at ``deadline``
-    (an object store answering errors keeps its client retrying far past the timeout: gcsfs
-    retries each request 6 times, ~30 s, and has no setting for fewer)."""
+    """Run ``release()`` in a daemon thread; raise its error, or :class:`_DeadlinePassed` at
+    ``deadline`` (an object store answering errors keeps its client retrying far past the
+    timeout: gcsfs retries each request 6 times, ~30 s, and has no setting for fewer)."""
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -501,9 +505,26 @@ def _call_with_deadline(release: Any, deadline: float, what: str) -> None:
     thread.start()
     thread.join(max(0.0, deadline - time.monotonic()))
     if thread.is_alive():
-        raise TimeoutError(f"{what} did not finish within the checkpointer's timeout")
+        raise _DeadlinePassed(f"{what} did not finish within the checkpointer's timeout")
     if errors:
         raise errors[0]
+
+
+def _join_save(manager: ocp.CheckpointManager, deadline: float) -> bool:
+    """Wait until the manager's background save has ended (True) or ``deadline`` has passed
+    (False). Joins Orbax's finalize thread without its ``join`` override, which raises the
+    save's error once per calling thread: the caller's ``wait_until_finished`` must get it.
+    Private Orbax API (pinned version); without it, polls ``is_saving_in_progress``."""
+    ref = getattr(manager, "_finalize_thread", None)
+    thread = ref.get() if ref is not None and hasattr(ref, "get") else None
+    if isinstance(thread, threading.Thread):
+        threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))
+        return not thread.is_alive()
+    while manager.is_saving_in_progress():  # pragma: no cover - layout of a future Orbax
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _stragglers_alive() -> list[threading.Thread]:
@@ -582,9 +603,11 @@ class Checkpointer:
         model: the ``nnx.Module`` to checkpoint (or give ``state=``).
         optimizer: its ``nnx.Optimizer``, or ``None`` to checkpoint the model alone.
         max_to_keep: how many of the latest steps to keep (``None``: all), ``>= 1``.
-        timeout: seconds an asynchronous save may take, including waiting for the
-            other processes, before it fails with a ``TimeoutError`` (surfaced as
-            :class:`CheckpointSaveError`).
+        timeout: seconds an asynchronous save may take from the call to :meth:`save`
+            until it is committed, including waiting for the other processes and the
+            storage library's own retries (gcsfs, TensorStore); past it the save fails
+            with :class:`CheckpointSaveError`, its writes are abandoned (the step stays
+            incomplete) and the process exits non-zero at the end.
         state: instead of ``model``/``optimizer``: a :class:`ModelState`, or an object
             with ``model`` and ``optimizer`` attributes (a restore sets its ``step``
             when it is an int attribute).
@@ -656,7 +679,11 @@ class Checkpointer:
         the optimizer state was restored (see :class:`~roxxel.train.partial.RestorePlan`)."""
         self.restored_run: dict[str, Any] | None = None
         """The ``run`` record of the last restored step (``step``, ``tokens_consumed``,
-        ``metrics``, ``fingerprint``, ...), or ``None`` before a restore / when none."""
+        ``metrics``, ``fingerprint``, ``settings``, ...), or ``None`` before a restore / when none."""
+        self.settings: dict[str, Any] = {"save_interval_steps": save_interval_steps}
+        """Settings that leave the run's batches as they are (cadences, prefetch; the Trainer
+        adds its own), JSON-serialisable: stored with each step as ``settings``; a resume
+        under other ones is allowed and :meth:`changed_settings` lists what changed."""
 
         rank = _metric_ranker(best_metric, best_mode)
         preserve: list[Any] = [ocm.LatestN(n=max_to_keep)]
@@ -691,6 +718,8 @@ class Checkpointer:
         _divert_orbax_tracebacks()
         self._pending_step: int | None = None  # a save whose completion has not been checked
         self._pending_operation: str | None = None  # Orbax's operation id of that save
+        self._save_deadline: float | None = None  # time.monotonic() that save must end by
+        self._abandoned = False  # that save outlived its deadline: its threads may still run
         self._closed = False
         self._timeout = float(timeout)
         self._sigterm = threading.Event()
@@ -801,7 +830,9 @@ class Checkpointer:
             "fingerprint": self.fingerprint,
             "roxxel_version": __version__,
             "process_count": jax.process_count(),
+            "settings": _normalize_json(self.settings, "settings"),
         }
+        deadline = time.monotonic() + self._timeout  # bounds the whole save, from this call on
         pure = nnx.to_pure_dict(self._state.nnx_state())
         run["checksums"] = array_checksums(pure)
         run["saved_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -814,6 +845,7 @@ class Checkpointer:
         if saved:
             self._pending_step = step
             self._pending_operation = _current_operation_id()
+            self._save_deadline = deadline
             log.info("saving step %d to %s%s", step, self.directory, " (preemption)" if preempted else "")
         return bool(saved)
 
@@ -827,11 +859,29 @@ class Checkpointer:
         self._wait()
 
     def _wait(self) -> None:
+        """Wait for the pending save until its deadline. Orbax's own timeout bounds only its
+        barriers; a storage client retrying errors (gcsfs: 6 tries, ~30 s) outlasts it, so
+        the wait itself is bounded: past the deadline the save is abandoned and every later
+        wait fails at once (its threads still hold Orbax's manager; the exit hook ends the
+        process non-zero)."""
         step = self._pending_step
         try:
-            self._manager.wait_until_finished()
+            if self._save_deadline is not None and not _join_save(self._manager, self._save_deadline):
+                raise _DeadlinePassed(f"the save of step {step}")
+            self._manager.wait_until_finished()  # raises a failed save's error, once per thread
+        except _DeadlinePassed:
+            self._abandoned = True
+            _mark_failed()
+            _release_waiters(self._pending_operation)
+            raise CheckpointSaveError(
+                f"the asynchronous save of step {step} to {self.directory} did not finish within "
+                f"the checkpointer's timeout ({self._timeout:g} s): the storage keeps failing or is "
+                "too slow; the step is left incomplete (restore takes an earlier one)",
+                step=step,
+            ) from None
         except Exception as err:
             self._pending_step = None
+            self._save_deadline = None
             _mark_failed()
             _release_waiters(self._pending_operation)
             _keep_short(err)
@@ -842,6 +892,7 @@ class Checkpointer:
         if step is not None:
             log.debug("save of step %d is complete", step)
         self._pending_step = None
+        self._save_deadline = None
 
     # -- restoring ------------------------------------------------------------------------
 
@@ -937,6 +988,15 @@ class Checkpointer:
             run.get("metrics"),
         )
         return step
+
+    def changed_settings(self) -> list[str]:
+        """The :attr:`settings` that differ from those the last restored step was saved with,
+        one ``name: saved -> current`` line each; ``[]`` before a restore or for a step saved
+        without settings (by an older Roxxel)."""
+        saved = (self.restored_run or {}).get("settings")
+        if not isinstance(saved, Mapping):
+            return []
+        return describe_changes(saved, _normalize_json(self.settings, "settings"))
 
     def _read_partially(self, step: int, item: Any) -> Any:
         """Only the arrays of ``item`` (abstract leaves), with Orbax's partial restore, through a
@@ -1178,8 +1238,9 @@ class Checkpointer:
         except CheckpointSaveError as err:
             error = err
         deadline = time.monotonic() + self._timeout
-        for what, release in (("removing half-written steps", self._await_tmp_cleanup),
-                              ("closing Orbax's checkpoint manager", self._manager.close)):
+        releases = (("removing half-written steps", self._await_tmp_cleanup),
+                    ("closing Orbax's checkpoint manager", self._manager.close))
+        for what, release in () if self._abandoned else releases:  # abandoned: close would wait on it
             try:
                 if os.fspath(self.directory).startswith("gs://"):
                     _call_with_deadline(release, deadline, what)

@@ -191,6 +191,9 @@ class Trainer:
         if logger is None and save_path is not None:
             logger = Logger(save_path, total_steps=curriculum.total_steps)
         self.checkpointer, self.logger = checkpointer, logger
+        if checkpointer is not None:  # stored with each step: a resume logs the ones that changed
+            checkpointer.settings.update(save_interval_steps=save_interval_steps, log_every=log_every,
+                                         eval_every=eval_every, prefetch_size=prefetch_size)
         place_on_mesh(self.mesh, self.state.model, self.state.optimizer)
         self._train_step = make_train_step(loss_fn, self.grad_accum_steps)
         self._evaluated_at: int | None = None
@@ -388,6 +391,8 @@ class Trainer:
             saved_by = ckpt.restored_run.get("process_count")
             if saved_by is not None and saved_by != jax.process_count():  # allowed: batches do not depend on it
                 self._log(f"step {start} was saved by {count(saved_by, 'process')}; resuming on {jax.process_count()}")
+            for change in ckpt.changed_settings():  # allowed: cadences and prefetch leave the batches as they were
+                self._log(f"step {start} was saved with other settings; now {change}")
         if self.logger is not None:
             self.logger.init_pbar(total, start)
         last: dict[str, float] = {}

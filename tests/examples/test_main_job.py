@@ -1,6 +1,8 @@
 """The main job end to end: the LM example as a 2-worker local pod, preempted at a random
 step by SIGTERM, resumed with `roxxel-launch resume`, ends with exactly the parameters of
-an uninterrupted run."""
+an uninterrupted run. Where network namespaces can run (root), the uninterrupted run is the
+pod across hosts (`--netns`: each worker on its own network host, reached by its pod's name)
+and the preempted one runs on loopback: one run checks both."""
 
 import json
 import os
@@ -14,6 +16,7 @@ import psutil
 import pytest
 import yaml
 
+from roxxel_launch.backends import netns
 from support.paths import REPO
 from support.wait import wait_for
 
@@ -53,9 +56,14 @@ def test_preempted_at_a_random_step_then_resumed_equals_uninterrupted(tmp_path):
     subprocess.run([sys.executable, "examples/lm/prepare.py", data], cwd=ROOT, check=True, capture_output=True)
     total = sum(map(int, STEPS))
 
-    # The uninterrupted run.
+    # The uninterrupted run, each worker on its own network host where that can run.
     ref = write_spec(tmp_path, "ref", str(tmp_path / "ref.npz"))
-    launch(tmp_path, "submit", ref, "--local", "--data-dir", data, check=0)
+    across_hosts = netns.unavailable_reason() is None
+    launch(tmp_path, "submit", ref, "--local", "--data-dir", data, *(["--netns"] if across_hosts else []), check=0)
+    if across_hosts:
+        record = json.loads((tmp_path / "local" / "ref" / "status.json").read_text())["attempts"][0]
+        assert record["coordinator_address"] == "ref-slice-0-0.ref:8476"  # the manifest's name for process 0
+        assert [h["hostname"] for h in record["hosts"]] == ["ref-slice-0-0", "ref-slice-0-1"]
 
     # The same job, preempted: SIGTERM to one worker's process at a random step.
     job = write_spec(tmp_path, "job", str(tmp_path / "job.npz"))

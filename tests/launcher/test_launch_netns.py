@@ -121,17 +121,27 @@ def test_without_root_it_says_so_in_one_line_and_runs_on_loopback(tmp_path, monk
 # ----------------------------------------------------------------------------- namespaces
 
 
-def _ours() -> set[str]:
+def _ours(*run_ids: str) -> set[str]:
+    """The namespaces, links and hosts files of the given runs (their names carry the run id)
+    that exist now. Only this test's own runs: other runs on the machine (another developer's
+    tests) create and remove theirs at the same time."""
+    assert run_ids and all(re.fullmatch(r"[0-9a-f]{6}", r) for r in run_ids), run_ids
     names = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
     names |= {line.split(": ")[1].split("@")[0]
               for line in subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()}
     names |= {p.name for p in netns.NETNS_ETC.glob(f"{netns.PREFIX}-*")} if netns.NETNS_ETC.is_dir() else set()
-    return {n for n in names if n.startswith(netns.PREFIX) and "probe" not in n}
+    return {n for n in names if n.startswith(netns.PREFIX) and any(r in n for r in run_ids)}
+
+
+def _run_id(hosts: list[dict]) -> str:
+    """The run id in the names of an attempt's hosts (``rxl-<id>-<i>``)."""
+    ids = {h["netns"].split("-")[1] for h in hosts}
+    assert len(ids) == 1, ids
+    return ids.pop()
 
 
 @needs_netns
 def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(tmp_path):
-    before = _ours()
     spec = spec_from_dict(_spec("lm", 3, ["x"]))
     with netns.PodNetwork(spec) as net:
         net.up()
@@ -146,9 +156,9 @@ def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(t
                          "socket.gethostbyname(socket.gethostname()))"]),
             capture_output=True, text=True, timeout=30)
         assert inside.stdout.split() == ["lm-slice-0-2", "10.213.0.1", "10.213.0.2", "10.213.0.3"], inside.stderr
-        assert _ours() - before == {h["netns"] for h in hosts} | {h["link"] for h in hosts} | {net.bridge}
+        assert _ours(net.run_id) == {h["netns"] for h in hosts} | {h["link"] for h in hosts} | {net.bridge}
         assert all((netns.NETNS_ETC / h["netns"] / "hosts").is_file() for h in hosts)
-    assert _ours() == before
+    assert _ours(net.run_id) == set()
 
     # A launcher killed with its network up: the next one removes what it left.
     code = ("import sys, time; sys.path[:0] = %r\n"
@@ -159,16 +169,15 @@ def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(t
     run_id = killed.stdout.readline().strip()
     killed.kill()
     killed.wait()
-    assert {n for n in _ours() - before if run_id in n}, "the killed launcher's network should still be there"
-    with netns.PodNetwork(spec):
-        assert not {n for n in _ours() if run_id in n}
-    assert _ours() == before
+    assert _ours(run_id), "the killed launcher's network should still be there"
+    with netns.PodNetwork(spec) as net:
+        assert not _ours(run_id)
+    assert _ours(run_id, net.run_id) == set()
 
 
 @pytest.mark.slow
 @needs_netns
 def test_delete_after_a_killed_supervisor_removes_its_namespaces(tmp_path):
-    before = _ours()
     state = tmp_path / "state"
     state.mkdir()
     waiting = "import os, pathlib, socket, time; " \
@@ -190,10 +199,10 @@ def test_delete_after_a_killed_supervisor_removes_its_namespaces(tmp_path):
     os.kill(status["supervisor_pid"], signal.SIGKILL)
     wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                              for p in status["pids"]), 30, "the workers to end with their supervisor")
-    assert {h["netns"] for h in hosts} <= _ours()  # nobody removed them: the supervisor was killed
+    assert {h["netns"] for h in hosts} <= _ours(_run_id(hosts))  # nobody removed them: the supervisor was killed
     result = cli("delete", "sleepers")
     assert result.returncode == 0, result.stderr
-    assert _ours() == before
+    assert _ours(_run_id(hosts)) == set()
 
 
 # ----------------------------------------------------------------------------- multi-host training
@@ -322,30 +331,7 @@ def _assert_restored_and_equal(job: Job, lost: int, reference: pathlib.Path) -> 
     attempt1 = job.log(survivor).split(L.ATTEMPT_HEADER)[1]
     assert "stopped sending heartbeats" in attempt1 or "heartbeat" in attempt1.lower(), attempt1[-3000:]
     job.params_equal(reference)
-
-
-@pytest.mark.slow
-@needs_netns
-@pytest.mark.parametrize("hosts,workload", [(2, "jobset"), (4, "indexed-job")])
-def test_pod_across_namespaces_equals_loopback(tmp_path, data, jax_cache, reference, hosts, workload):
-    before = _ours()
-    name = f"hosts{hosts}"
-    job = Job(tmp_path, data, jax_cache, name, hosts, workload=workload)
-    out, _ = job.run("--netns")
-    pods = [f"{name}-slice-0-{i}" if workload == "jobset" else f"{name}-{i}" for i in range(hosts)]
-    record = job.status()["attempts"][0]
-    assert record["coordinator_address"] == f"{pods[0]}.{name}:8476"  # the manifest's name, not an address
-    assert [h["address"] for h in record["hosts"]] == [f"10.213.0.{i + 1}" for i in range(hosts)]
-    for i in range(hosts):
-        log = job.log(i)
-        assert (f"host: process {i} hostname={pods[i]} address=10.213.0.{i + 1} "
-                f"coordinator={pods[0]}.{name}=10.213.0.1") in log
-        sent = int(re.search(r"eth0_tx_bytes=(\d+)", log).group(1))
-        assert sent > 100_000, sent  # the gradients went over the pod's own link
-    job.params_equal(reference(hosts))
-    assert _ours() == before  # every namespace, link and hosts file removed
-    step_times = [float(t) for t in re.findall(r"step [2-9]/\d+ .*step_time_s=([0-9.e-]+)", out)]
-    print(f"{hosts} hosts across namespaces: mean step time {np.mean(step_times):.3f}s over steps 2..{STEPS}")
+    assert not _ours(*{_run_id(a["hosts"]) for a in status["attempts"]})  # nothing left behind
 
 
 @pytest.mark.slow
@@ -363,9 +349,10 @@ def test_a_host_taken_off_the_network_is_noticed_and_the_gang_resumes(tmp_path, 
     print(f"link down: first worker exit after {detected:.1f}s (heartbeat timeout {HEARTBEAT}s)")
 
 
-def _shape(link: str, ns: str) -> str:
+def _shape(link: str, ns: str) -> str | None:
     """Slow both directions of one host's link: netem delay + loss where the kernel has
-    sch_netem, else a token bucket (tbf) that queues and drops. Returns what was used."""
+    sch_netem, else a token bucket (tbf) that queues and drops. Returns what was used, or
+    None when the kernel has neither."""
     for kind, args in (("netem", ["netem", "delay", "20ms", "5ms", "loss", "1%"]),
                        ("tbf", ["tbf", "rate", f"{RATE * 8}bit", "burst", "8kb", "limit", "16kb"])):
         try:
@@ -375,41 +362,69 @@ def _shape(link: str, ns: str) -> str:
             return kind
         except subprocess.CalledProcessError:
             subprocess.run(["tc", "qdisc", "del", "dev", link, "root"], capture_output=True)
-    pytest.skip("neither sch_netem nor sch_tbf is available in this kernel: cannot shape a link")
+    return None
 
 
-@pytest.mark.slow
-@needs_netns
-def test_a_slow_lossy_link_slows_the_steps_but_changes_nothing(tmp_path, data, jax_cache, reference):
-    job = Job(tmp_path, data, jax_cache, "slowlink", 2).start("--netns")
-    deadline = time.monotonic() + TIMEOUT
-    while "hosts" not in (job.status().get("attempts") or [{}])[-1]:
-        assert time.monotonic() < deadline and job.proc.poll() is None
-        time.sleep(0.05)
-    host = job.host(1)
-    kind = _shape(host["link"], host["netns"])  # before the workers connect: every byte goes through it
-    stats, seen = "", {}
-    while job.proc.poll() is None:  # the link goes with the attempt: keep the last reading
-        shown = subprocess.run(["tc", "-s", "qdisc", "show", "dev", host["link"]], capture_output=True, text=True)
-        stats = shown.stdout if shown.returncode == 0 and kind in shown.stdout else stats
-        for step in (2, STEPS):
-            if step not in seen and f"step {step}/{STEPS}" in job.log(0):
-                seen[step] = time.monotonic()
-        time.sleep(0.05)
-    job.finish()
-    assert job.status()["restarts"] == 0
-    job.params_equal(reference(2))
+def _assert_shaped(kind: str, stats: str, took: float, reference: pathlib.Path) -> None:
+    """The shaper saw the gradients (``stats``: its ``tc -s`` reading) and, for a token bucket,
+    held steps 2..STEPS back for at least the time their bytes take at RATE (``took``)."""
     sent = int(re.search(r"Sent (\d+) bytes", stats).group(1))
     assert sent > 100_000, stats  # the gradients to process 1 went through the shaper
-    took = seen[STEPS] - seen[2]
     if kind == "tbf":
         assert int(re.search(r"overlimits (\d+)", stats).group(1)) > 0, stats  # it held them back
         # Each step all-reduces the gradients (as many bytes as the parameters) through a
         # link of RATE bytes/s: steps 2..STEPS cannot take less, whatever the CPU does
         # (half of it, and two steps less, for the steps JAX dispatches ahead).
-        grads = sum(a.nbytes for a in np.load(reference(2)).values())
+        grads = sum(a.nbytes for a in np.load(reference).values())
         assert took >= 0.5 * (STEPS - 4) * grads / RATE, (took, grads)
     print(f"slow link ({kind}): steps 2..{STEPS} took {took:.2f}s; {' '.join(stats.split())}")
+
+
+@pytest.mark.slow
+@needs_netns
+@pytest.mark.parametrize("hosts,workload,shaped", [(2, "jobset", True), (4, "indexed-job", False)])
+def test_pod_across_namespaces_equals_loopback(tmp_path, data, jax_cache, reference, hosts, workload, shaped):
+    """Each worker on its own host, reached by its pod's name, ends bitwise equal to loopback.
+    With ``shaped``, process 1's link is also slowed and lossy from before the workers connect
+    (netem delay and loss, or a token bucket): it slows the steps but changes nothing (one run
+    proves both: the same job, the same reference)."""
+    name = f"hosts{hosts}"
+    job = Job(tmp_path, data, jax_cache, name, hosts, workload=workload).start("--netns")
+    kind, stats, seen = None, "", {}
+    if shaped:
+        deadline = time.monotonic() + TIMEOUT
+        while "hosts" not in (job.status().get("attempts") or [{}])[-1]:
+            assert time.monotonic() < deadline and job.proc.poll() is None
+            time.sleep(0.05)
+        host = job.host(1)
+        kind = _shape(host["link"], host["netns"])  # before the workers connect: every byte goes through it
+        while kind is not None and job.proc.poll() is None:  # the link goes with the attempt: keep the last reading
+            shown = subprocess.run(["tc", "-s", "qdisc", "show", "dev", host["link"]], capture_output=True, text=True)
+            stats = shown.stdout if shown.returncode == 0 and kind in shown.stdout else stats
+            for step in (2, STEPS):
+                if step not in seen and f"step {step}/{STEPS}" in job.log(0):
+                    seen[step] = time.monotonic()
+            time.sleep(0.05)
+    out, _ = job.finish()
+    pods = [f"{name}-slice-0-{i}" if workload == "jobset" else f"{name}-{i}" for i in range(hosts)]
+    record = job.status()["attempts"][0]
+    assert job.status()["restarts"] == 0
+    assert record["coordinator_address"] == f"{pods[0]}.{name}:8476"  # the manifest's name, not an address
+    assert [h["address"] for h in record["hosts"]] == [f"10.213.0.{i + 1}" for i in range(hosts)]
+    for i in range(hosts):
+        log = job.log(i)
+        assert (f"host: process {i} hostname={pods[i]} address=10.213.0.{i + 1} "
+                f"coordinator={pods[0]}.{name}=10.213.0.1") in log
+        sent = int(re.search(r"eth0_tx_bytes=(\d+)", log).group(1))
+        assert sent > 100_000, sent  # the gradients went over the pod's own link
+    job.params_equal(reference(hosts))
+    assert _ours(_run_id(record["hosts"])) == set()  # every namespace, link and hosts file removed
+    step_times = [float(t) for t in re.findall(r"step [2-9]/\d+ .*step_time_s=([0-9.e-]+)", out)]
+    print(f"{hosts} hosts across namespaces: mean step time {np.mean(step_times):.3f}s over steps 2..{STEPS}")
+    if shaped and kind is None:
+        pytest.skip("neither sch_netem nor sch_tbf is available in this kernel: the link was not shaped")
+    if shaped:
+        _assert_shaped(kind, stats, seen[STEPS] - seen[2], reference(hosts))
 
 
 @pytest.mark.slow

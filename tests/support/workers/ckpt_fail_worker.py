@@ -21,7 +21,7 @@ from roxxel.train.checkpoint import Checkpointer  # noqa: E402
 
 directory, injection, path_out = sys.argv[1:4]
 ms = common.build(dropout=None)
-ckpt = Checkpointer(directory, state=ms, timeout=5, max_to_keep=1)
+ckpt = Checkpointer(directory, state=ms, timeout=20, max_to_keep=1)  # bounds a whole save, also on a busy machine
 ckpt.save(1)
 ckpt.wait_until_finished()
 

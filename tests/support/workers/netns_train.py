@@ -5,8 +5,9 @@ DATA PARAMS_OUT STEPS CHECKPOINT_EVERY STEP_SLEEP``: it joins the pod through
 ``roxxel.distributed.initialize()`` (the pod's own environment under ``--netns``), trains the
 tiny LM of ``support/lm.py`` for STEPS steps of one phase with checkpoints every CHECKPOINT_EVERY
 steps in ``$ROXXEL_CHECKPOINT_DIR`` (restoring the latest one first), sleeps STEP_SLEEP
-seconds after each step (so that a test can act mid-training) and writes the final
-parameters to PARAMS_OUT (process 0).
+seconds after each step of a run that started from scratch (so that a test can act
+mid-training; a resumed attempt runs at full speed) and writes the final parameters to
+PARAMS_OUT (process 0).
 
 Every process prints one ``host:`` line: its hostname, the addresses its hostname and the
 coordinator's name resolve to, and at the end the bytes its ``eth0`` sent (``-`` on
@@ -49,11 +50,15 @@ def _tx_bytes() -> str:
 
 
 class PacedLogger(Logger):
-    """Sleeps after each logged step: the test needs time to cut a host off mid-training."""
+    """Sleeps after each logged step of a fresh run: the test needs time to cut a host off
+    mid-training (only the first attempt is cut)."""
+
+    paced = True
 
     def log_metrics_summary(self, step, metrics):
         super().log_metrics_summary(step, metrics)
-        time.sleep(pause)
+        if self.paced:
+            time.sleep(pause)
 
 
 host = socket.gethostname()
@@ -64,6 +69,7 @@ print(f"host: process {info.process_id} hostname={host} address={_resolve(host)}
 model, opt = make_model(seed=0)
 curriculum = Curriculum(make_dataset(data), [Phase(steps=steps, global_batch_size=4, seq_len=32)], chunk_tokens=256)
 checkpointer = Checkpointer(os.environ["ROXXEL_CHECKPOINT_DIR"], model, opt, fingerprint=curriculum.describe())
+PacedLogger.paced = checkpointer.latest_step() is None
 logger = PacedLogger(os.path.join(os.environ["ROXXEL_CHECKPOINT_DIR"], "..", f"logs-{info.process_id}"),
                      total_steps=curriculum.total_steps)
 Trainer(model, opt, curriculum, loss_fn, checkpointer=checkpointer, logger=logger, log_every=1,

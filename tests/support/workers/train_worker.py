@@ -1,6 +1,7 @@
 """One process of a multi-process Trainer run (launched by test_trainer_multiprocess.py).
 
 argv: coordinator process_id num_processes data_dir run_dir log_dir stop_at_step(or -1) params_out(or -) init_seed
+[save_interval_steps (default 100)]
 Processes other than 0 initialise with another seed: the Trainer must start them all from process 0's values.
 """
 
@@ -14,6 +15,7 @@ from flax import nnx
 coordinator, pid, nproc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 data, run_dir, log_dir, stop, params_out = sys.argv[4], sys.argv[5], sys.argv[6], int(sys.argv[7]), sys.argv[8]
 init_seed = int(sys.argv[9]) + 100 * pid
+save_interval_steps = int(sys.argv[10]) if len(sys.argv) > 10 else 100
 if nproc > 1:
     jax.distributed.initialize(coordinator, num_processes=nproc, process_id=pid,
                                initialization_timeout=60, heartbeat_timeout_seconds=30)
@@ -27,7 +29,7 @@ model, opt = make_model(seed=init_seed)
 cur = make_curriculum(make_dataset(data))
 ckpt = Checkpointer(f"{run_dir}/checkpoints", model, opt, fingerprint=cur.describe())
 trainer = Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, logger=Logger(f"{log_dir}-{pid}"),
-                  log_every=1, save_interval_steps=100)
+                  log_every=1, save_interval_steps=save_interval_steps)
 trainer.run(stop_at_step=stop if stop >= 0 else None)
 if params_out != "-":
     from jax.experimental import multihost_utils
