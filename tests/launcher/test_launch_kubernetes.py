@@ -35,6 +35,7 @@ from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 from roxxel_launch.backends import kubernetes as K
+from roxxel_launch.backends import kubernetes_api as KA
 from roxxel_launch.backends.base import (
     BackendError,
     JobExistsError,
@@ -410,9 +411,9 @@ def test_constructing_does_no_io_and_the_first_call_loads_the_kubeconfig(server,
     """Constructing reads no file and sends nothing; the first API call loads credentials once."""
     loads = []
     real_load = k8s_config.load_kube_config
-    monkeypatch.setattr(K.k8s_config, "load_kube_config",
+    monkeypatch.setattr(KA.k8s_config, "load_kube_config",
                         lambda *a, **kw: loads.append(kw) or real_load(*a, **kw))
-    monkeypatch.setattr(K.k8s_config, "load_incluster_config",
+    monkeypatch.setattr(KA.k8s_config, "load_incluster_config",
                         lambda *a, **kw: pytest.fail("in-cluster config outside a pod"))
     opened = []
     real_open = open
@@ -438,13 +439,13 @@ def test_in_cluster_config_comes_first_in_a_pod(server, monkeypatch, tmp_path):
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     namespace_file = tmp_path / "namespace"
     namespace_file.write_text("ml-jobs\n")
-    monkeypatch.setattr(K, "INCLUSTER_NAMESPACE_FILE", str(namespace_file))
+    monkeypatch.setattr(KA, "INCLUSTER_NAMESPACE_FILE", str(namespace_file))
 
     def incluster(client_configuration):
         client_configuration.host = HOST
         client_configuration.api_key = {"authorization": f"Bearer {TOKEN}"}
-    monkeypatch.setattr(K.k8s_config, "load_incluster_config", incluster)
-    monkeypatch.setattr(K.k8s_config, "load_kube_config",
+    monkeypatch.setattr(KA.k8s_config, "load_incluster_config", incluster)
+    monkeypatch.setattr(KA.k8s_config, "load_kube_config",
                         lambda *a, **kw: pytest.fail("kubeconfig used inside a pod"))
     backend = K.KubernetesBackend()
     assert backend.list() == []
@@ -457,7 +458,7 @@ def test_in_cluster_failure_falls_back_to_the_kubeconfig(server, monkeypatch):
 
     def incluster(client_configuration):
         raise k8s_config.ConfigException("Service token file does not exist.")
-    monkeypatch.setattr(K.k8s_config, "load_incluster_config", incluster)
+    monkeypatch.setattr(KA.k8s_config, "load_incluster_config", incluster)
     assert K.KubernetesBackend().list() == []
     assert server.requests
 
@@ -548,13 +549,13 @@ def test_a_failed_rollback_says_what_is_left_and_how_to_remove_it(server, backen
 
 
 def test_an_interrupted_submit_rolls_back_too(server, backend, monkeypatch):
-    real = K.KubernetesBackend._create
+    real = KA.KubernetesApi.create
 
     def create(self, obj, *, dry_run):
         if obj["kind"] == "Job" and not dry_run:
             raise KeyboardInterrupt
         return real(self, obj, dry_run=dry_run)
-    monkeypatch.setattr(K.KubernetesBackend, "_create", create)
+    monkeypatch.setattr(KA.KubernetesApi, "create", create)
     with pytest.raises(KeyboardInterrupt):
         backend.submit(SPECS["indexed-job"])
     assert server.objects == {}
@@ -587,7 +588,7 @@ def test_api_errors_become_clear_backend_errors(server, backend, fault, error, p
     server.fail("POST", "jobsets", **fault)
     with pytest.raises(error, match=pattern) as info:
         backend.submit(SPECS["cpu-jobset"])
-    assert isinstance(info.value.__cause__, K.ApiException)
+    assert isinstance(info.value.__cause__, KA.ApiException)
     assert server.objects == {}
 
 
@@ -890,14 +891,14 @@ def test_logs_follow_waits_for_the_pod_to_start(server, backend):
     for p in pods:
         server.put("pods", p)
     server.logs["lm-1-x"] = [b"up\n"]
-    real_list = backend._list
+    real_list = backend.api.list
 
     def list_(kind, selector):
         result = real_list(kind, selector)
         if kind == "Pod" and len(server.calls("GET", "pods")) == 2:  # starts after two polls
             server.put("pods", pod("lm-1-x", job="lm", index=1, phase="Running"))
         return result
-    backend._list = list_
+    backend.api.list = list_
     assert list(backend.logs("lm", process=1, follow=True)) == ["up"]
     assert len(server.calls("GET", "pods")) == 3
 
