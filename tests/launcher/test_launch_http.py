@@ -29,9 +29,11 @@ from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 from roxxel_launch.backends import kubernetes as K
+from roxxel_launch.backends import kubernetes_retry
 from roxxel_launch.backends.base import JobState
 from roxxel_launch.cli import EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMED_OUT, cli
 
+from support.fake_clock import fast_retry
 from support.k8s_fake_server import TOKEN, FakeKubernetes
 from support.paths import JOBSET_CRD as CRD
 
@@ -72,6 +74,7 @@ def fake(tmp_path, monkeypatch, crd_schema):
     with FakeKubernetes(namespace=NS) as server:
         monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())  # simulated delays
         for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             monkeypatch.delenv(var, raising=False)
         yield server
@@ -153,7 +156,7 @@ def test_server_errors_are_named_and_nothing_is_left_behind(fake, tmp_path, faul
 
 
 def test_a_half_made_indexed_job_is_rolled_back(fake, tmp_path):
-    fake.fail("POST", "jobs", 500, "etcdserver: request timed out", dry_run=False)
+    fake.fail("POST", "jobs", 500, "etcdserver: request timed out", dry_run=False, times=100)
     result = run("submit", spec_file(tmp_path, INDEXED), code=1)
     assert "HTTP 500" in result.output and "Rolled back: deleted NetworkPolicy/lm, Service/lm" in result.output
     assert fake.objects == {}

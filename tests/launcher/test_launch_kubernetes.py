@@ -44,6 +44,7 @@ from roxxel_launch.backends.base import (
     StopReason,
 )
 
+from support.fake_clock import fast_retry
 from support.paths import JOBSET_CRD as CRD
 
 HOST = "https://apiserver.roxxel-test.invalid:6443"
@@ -322,7 +323,7 @@ def server(monkeypatch, kubeconfig, crd_schema) -> FakeApiServer:
 
 @pytest.fixture
 def backend(server) -> K.KubernetesBackend:
-    return K.KubernetesBackend(poll_seconds=0, delete_timeout=5)
+    return K.KubernetesBackend(poll_seconds=0, delete_timeout=5, retry=fast_retry())
 
 
 def make_spec(**changes) -> S.JobSpec:
@@ -542,8 +543,8 @@ def test_partial_failure_rolls_back_what_was_created(server, backend):
 
 
 def test_a_failed_rollback_says_what_is_left_and_how_to_remove_it(server, backend):
-    server.fail("POST", "jobs", 500, dry_run=False)
-    server.fail("DELETE", "services", 500)
+    server.fail("POST", "jobs", 500, dry_run=False, times=100)  # past the retries' deadline
+    server.fail("DELETE", "services", 500, times=100)
     with pytest.raises(BackendError, match=r"Could NOT roll back: Service/lm .*kubectl delete service lm -n team-a"):
         backend.submit(SPECS["indexed-job"])
 
@@ -585,7 +586,7 @@ def test_an_interrupted_submit_rolls_back_too(server, backend, monkeypatch):
      r"failed to create \(dry run\) JobSet team-a/lm: HTTP 500.*etcdserver: request timed out.*Retry"),
 ])
 def test_api_errors_become_clear_backend_errors(server, backend, fault, error, pattern):
-    server.fail("POST", "jobsets", **fault)
+    server.fail("POST", "jobsets", **{"times": 100, **fault})  # a 500 persists past the retries
     with pytest.raises(error, match=pattern) as info:
         backend.submit(SPECS["cpu-jobset"])
     assert isinstance(info.value.__cause__, KA.ApiException)

@@ -60,6 +60,7 @@ from roxxel_launch.backends.kubernetes_api import (
     KubernetesApi,
     _resource_type_missing,
 )
+from roxxel_launch.backends.kubernetes_retry import RetryPolicy
 from roxxel_launch.backends.kubernetes_status import (
     _CONDITION_FIELDS,
     COMPLETION_INDEX_KEY,
@@ -107,6 +108,8 @@ class KubernetesBackend(Backend):
         poll_seconds: pause between polls while waiting (resume, delete(wait=True), logs -f).
         delete_timeout: seconds ``resume`` and ``delete(wait=True)`` wait for the old objects
             to go; None: the job's termination grace period plus 300 s.
+        retry: timeouts and retries of every API call (:class:`RetryPolicy`; tests pass
+            one on a simulated clock).
 
     Constructing reads nothing and sends nothing; the first API call loads the credentials.
     """
@@ -114,9 +117,10 @@ class KubernetesBackend(Backend):
     def __init__(self, namespace: str | None = None, context: str | None = None, *,
                  config_file: str | None = None,
                  kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
-                 poll_seconds: float = 2.0, delete_timeout: float | None = None):
+                 poll_seconds: float = 2.0, delete_timeout: float | None = None,
+                 retry: RetryPolicy | None = None):
         self._namespace = namespace
-        self.api = KubernetesApi(namespace, context, config_file=config_file)
+        self.api = KubernetesApi(namespace, context, config_file=config_file, retry=retry)
         self.kubernetes_version = kubernetes_version
         self.poll_seconds = poll_seconds
         self.delete_timeout = delete_timeout

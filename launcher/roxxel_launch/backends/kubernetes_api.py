@@ -14,10 +14,12 @@ and the fix.
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
 from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import urllib3
 import yaml
@@ -25,9 +27,13 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from roxxel_launch.backends import kubernetes_retry
 from roxxel_launch.backends.base import BackendError, JobExistsError, JobNotFoundError
+from roxxel_launch.backends.kubernetes_retry import RetryPolicy, describe, retrying
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_VERSION = "v1alpha2"
@@ -39,6 +45,7 @@ JOBSET_INSTALL_HINT = (
     "https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml")
 INCLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_KUBECONFIG = "~/.kube/config"
+LIST_PAGE_SIZE = 500  # objects per page of a list (kubectl asks for 500 too)
 
 # What RBAC calls each kind, for "kubectl auth can-i VERB RESOURCE" hints.
 _RBAC_RESOURCE = {"JobSet": f"{JOBSET_PLURAL}.{JOBSET_GROUP}", "Job": "jobs.batch",
@@ -89,6 +96,13 @@ def _resource_type_missing(err: ApiException) -> bool:
     return not details.get("name")
 
 
+def _made_from(existing: Mapping, sent: Mapping) -> bool:
+    """Whether ``existing`` carries every label and annotation of ``sent`` (our own create)."""
+    have, want = existing.get("metadata") or {}, sent.get("metadata") or {}
+    return all(((have.get(key) or {}).get(k) == v) for key in ("labels", "annotations")
+               for k, v in (want.get(key) or {}).items())
+
+
 # ----------------------------------------------------------------------------- the client
 
 
@@ -101,13 +115,16 @@ class KubernetesApi:
         context: kubeconfig context; None uses the current one. Asking for a context makes
             it use the kubeconfig even inside a pod.
         config_file: kubeconfig path; None: ``$KUBECONFIG``, else ``~/.kube/config``.
+        retry: timeouts and retries of every call (default: ``kubernetes_retry.DEFAULT_POLICY``).
 
     Constructing reads nothing and sends nothing; the first API call loads the credentials.
     """
 
     def __init__(self, namespace: str | None = None, context: str | None = None, *,
-                 config_file: str | None = None):
+                 config_file: str | None = None, retry: RetryPolicy | None = None):
         self._namespace = namespace
+        self.retry = retry or kubernetes_retry.DEFAULT_POLICY
+        self.last_attempts = 0
         self._context = context
         self._config_file = config_file
         self._api_client: k8s_client.ApiClient | None = None
@@ -158,6 +175,8 @@ class KubernetesApi:
             configuration, namespace, source = self._load_config()
             self._resolved_namespace = self._namespace or namespace or "default"
             self._host = configuration.host
+            # One retry loop (ours, with backoff and a deadline), not urllib3's immediate ones.
+            configuration.retries = False
             self._api_client = k8s_client.ApiClient(configuration)
             logger.info("Kubernetes API %s (credentials from %s), namespace %s",
                         self._host, source, self._resolved_namespace)
@@ -235,32 +254,56 @@ class KubernetesApi:
             "(kubectl get --raw /readyz).")
 
     def call(self, action: str, kind: str, name: str | None, namespace: str,
-              fn: Callable, *args, **kwargs):
-        """Calls an API method for its raw response (``_preload_content=False``)."""
+             fn: Callable, *args, idempotent: bool = True, **kwargs):
+        """Calls an API method for its raw response (``_preload_content=False``).
+
+        Every call has a timeout (the policy's, unless ``_request_timeout`` is given) and is
+        retried by the :class:`RetryPolicy` (``idempotent``: may a 5xx or a broken connection
+        be retried; 429 always is). ``self.last_attempts`` says how many attempts it took.
+        """
+        kwargs.setdefault("_request_timeout", self.retry.request_timeout)
+        return self._retrying(action, kind, name, namespace, idempotent,
+                              lambda: fn(*args, _preload_content=False, **kwargs))
+
+    def _retrying(self, action: str, kind: str, name: str | None, namespace: str,
+                  idempotent: bool, attempt: Callable[[], T]) -> T:
+        what = f"{action} {kind} {namespace}/{name}" if name else \
+            f"{action} {kind}s in namespace {namespace}"
+        self.last_attempts = 0
+
+        def counted() -> T:
+            self.last_attempts += 1
+            return attempt()
         try:
-            return fn(*args, _preload_content=False, **kwargs)
+            return retrying(counted, self.retry, what, idempotent=idempotent)
         except ApiException as err:
-            raise self.error(err, action, kind, name, namespace) from err
+            error = self.error(err, action, kind, name, namespace)
+            notes = "; ".join(getattr(err, "__notes__", ()))
+            raise (type(error)(f"{error} ({notes})") if notes else error) from err
         except urllib3.exceptions.HTTPError as err:
+            notes = "; ".join(getattr(err, "__notes__", ()))
             raise BackendError(
-                f"cannot reach the Kubernetes API server at {self._host} to {action} {kind} "
-                f"{name or ''}: {err}. Check the network and the kubeconfig context "
-                "(kubectl cluster-info).") from err
+                f"cannot reach the Kubernetes API server at {self._host} to {what}: "
+                f"{describe(err)}{f' ({notes})' if notes else ''}. Check the network and the "
+                "kubeconfig context (kubectl cluster-info).") from err
         except ValueError as err:
             # The client checks arguments and (kubernetes >= 35, pydantic) bodies itself.
             raise BackendError(f"the kubernetes client refused to {action} {kind} "
                                f"{name or ''}: {err}") from err
 
     def json(self, action: str, kind: str, name: str | None, namespace: str,
-              fn: Callable, *args, **kwargs) -> dict:
-        response = self.call(action, kind, name, namespace, fn, *args, **kwargs)
-        try:
-            data = response.data
-        except urllib3.exceptions.HTTPError as err:
-            raise BackendError(f"the connection to {self._host} broke while reading the answer "
-                               f"to {action} {kind} {name or ''}: {err}. Retry.") from err
-        finally:
-            response.release_conn()
+             fn: Callable, *args, idempotent: bool = True, **kwargs) -> dict:
+        """The JSON answer of an API method (the request and the read of the answer are
+        retried together: a connection that breaks mid-answer is retried too)."""
+        kwargs.setdefault("_request_timeout", self.retry.request_timeout)
+
+        def attempt() -> bytes:
+            response = fn(*args, _preload_content=False, **kwargs)
+            try:
+                return response.data
+            finally:
+                response.release_conn()
+        data = self._retrying(action, kind, name, namespace, idempotent, attempt)
         if not data:
             return {}
         try:
@@ -282,30 +325,46 @@ class KubernetesApi:
         return k8s_client.NetworkingV1Api(self.api_client)
 
     def create(self, obj: Mapping, *, dry_run: bool) -> dict:
+        """Creates ``obj`` (``dryRun=All`` with ``dry_run``), with strict field validation.
+
+        ``fieldValidation=Strict`` makes the API server refuse a field its schema does not
+        know (an older JobSet CRD without ``failurePolicy.rules``, a typo) instead of
+        dropping it silently (https://kubernetes.io/docs/reference/using-api/api-concepts/
+        #field-validation). A create is retried like a read: when an attempt that failed
+        without an answer (5xx, broken connection) had in fact created the object, the
+        next attempt's 409 is resolved by reading it back: the same labels and annotations
+        are ours, and the create succeeded.
+        """
         kind = obj["kind"]
         name = obj["metadata"]["name"]
         namespace = obj["metadata"].get("namespace") or self.namespace
-        options = {"field_manager": FIELD_MANAGER}
+        options: dict[str, Any] = {"field_manager": FIELD_MANAGER, "field_validation": "Strict"}
         if dry_run:
             options["dry_run"] = "All"
         action = "create (dry run)" if dry_run else "create"
         logger.debug("%s %s %s/%s", action, kind, namespace, name)
         body = dict(obj)
         if kind == "JobSet":
-            return self.json(action, kind, name, namespace,
-                              self.custom().create_namespaced_custom_object, JOBSET_GROUP,
-                              JOBSET_VERSION, namespace, JOBSET_PLURAL, body, **options)
-        if kind == "Job":
-            return self.json(action, kind, name, namespace, self.batch().create_namespaced_job,
-                              namespace, body, **options)
-        if kind == "Service":
-            return self.json(action, kind, name, namespace, self.core().create_namespaced_service,
-                              namespace, body, **options)
-        if kind == "NetworkPolicy":
-            return self.json(action, kind, name, namespace,
-                              self.networking().create_namespaced_network_policy,
-                              namespace, body, **options)
-        raise BackendError(f"roxxel-launch does not create {kind} objects")
+            call: tuple = (self.custom().create_namespaced_custom_object, JOBSET_GROUP,
+                           JOBSET_VERSION, namespace, JOBSET_PLURAL, body)
+        elif kind == "Job":
+            call = (self.batch().create_namespaced_job, namespace, body)
+        elif kind == "Service":
+            call = (self.core().create_namespaced_service, namespace, body)
+        elif kind == "NetworkPolicy":
+            call = (self.networking().create_namespaced_network_policy, namespace, body)
+        else:
+            raise BackendError(f"roxxel-launch does not create {kind} objects")
+        try:
+            return self.json(action, kind, name, namespace, *call, **options)
+        except JobExistsError:
+            if dry_run or self.last_attempts < 2:
+                raise
+            existing = self.get(kind, name)
+            if existing is None or not _made_from(existing, obj):
+                raise
+            logger.info("%s %s/%s was created by an earlier attempt", kind, namespace, name)
+            return existing
 
     def get(self, kind: str, name: str) -> dict | None:
         """The object, or None when there is none (or, for a JobSet, no JobSet API)."""
@@ -337,20 +396,49 @@ class KubernetesApi:
         raise ValueError(f"unknown kind {kind}")
 
     def list(self, kind: str, selector: str) -> list[dict]:
+        """Every object of ``kind`` matching the label ``selector``, page by page.
+
+        Pages of :data:`LIST_PAGE_SIZE` (``limit``/``continue``,
+        https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks);
+        a continue token that expired meanwhile (410) restarts the list from the beginning.
+        """
+        items, _ = self.list_with_version(kind, selector)
+        return items
+
+    def list_with_version(self, kind: str, selector: str) -> tuple[builtins.list[dict], str | None]:
+        """(items, the list's resourceVersion: where a watch of the same objects starts)."""
+        fn, args = self._list_call(kind)
+        namespace = self.namespace
+        for _ in range(3):
+            items: builtins.list[dict] = []
+            token = None
+            try:
+                while True:
+                    page: dict[str, Any] = {"limit": LIST_PAGE_SIZE, **({"_continue": token} if token else {})}
+                    data = self.json("list", kind, None, namespace, fn, *args,
+                                     label_selector=selector, **page)
+                    items += data.get("items") or []
+                    meta = data.get("metadata") or {}
+                    token = meta.get("continue")
+                    if not token:
+                        return items, meta.get("resourceVersion")
+            except BackendError as err:
+                if getattr(err.__cause__, "status", None) != 410:
+                    raise
+                logger.info("the list of %ss expired between two pages; listing again", kind)
+        raise BackendError(f"the list of {kind}s in namespace {namespace} kept expiring between "
+                           f"pages (410 Gone); retry.")
+
+    def _list_call(self, kind: str) -> tuple[Callable, tuple]:
         namespace = self.namespace
         if kind == "JobSet":
-            data = self.json("list", kind, None, namespace,
-                              self.custom().list_namespaced_custom_object, JOBSET_GROUP,
-                              JOBSET_VERSION, namespace, JOBSET_PLURAL, label_selector=selector)
-        elif kind == "Job":
-            data = self.json("list", kind, None, namespace, self.batch().list_namespaced_job,
-                              namespace, label_selector=selector)
-        elif kind == "Pod":
-            data = self.json("list", kind, None, namespace, self.core().list_namespaced_pod,
-                              namespace, label_selector=selector)
-        else:
-            raise ValueError(f"unknown kind {kind}")
-        return list(data.get("items") or [])
+            return (self.custom().list_namespaced_custom_object,
+                    (JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL))
+        if kind == "Job":
+            return self.batch().list_namespaced_job, (namespace,)
+        if kind == "Pod":
+            return self.core().list_namespaced_pod, (namespace,)
+        raise ValueError(f"unknown kind {kind}")
 
     def delete(self, kind: str, name: str, namespace: str | None = None) -> bool:
         """Deletes with foreground propagation; False when it was already gone."""
