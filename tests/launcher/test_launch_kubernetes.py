@@ -216,6 +216,8 @@ class FakeApiServer:
         fault = self._fault(request)
         if fault:
             return fault
+        if request.query.get("watch") == "true":  # this double has no watches: wait polls
+            return 405, _status(405, "MethodNotAllowed", "the server does not allow this method")
         resource, ns, name = request.resource, request.namespace, request.name
         if resource is None or (resource == "jobsets" and not self.jobset_api):
             return 404, b"404 page not found\n"
@@ -775,19 +777,20 @@ def test_status_without_the_jobset_api_still_finds_indexed_jobs(server, backend)
     assert backend.status("lm").processes == 4
 
 
-def test_wait_returns_the_terminal_status(server, backend):
+def test_wait_polls_when_the_server_refuses_watches(server, backend, caplog):
+    """A server (or Role) without watches: wait falls back to polling, with one warning."""
     obj = _jobset(server, status={"restarts": 0})
-    real = backend.status
-    seen = []
+    real = server._answer
 
-    def status(name):
-        seen.append(name)
-        if len(seen) == 3:
+    def answer(request):
+        if request.method == "GET" and request.resource == "jobsets" and \
+                len(server.calls("GET", "jobsets")) == 4:
             obj["status"] = {"terminalState": "Completed"}
-        return real(name)
-    backend.status = status
+        return real(request)
+    server._answer = answer
     assert backend.wait("lm", poll_seconds=0).state is JobState.SUCCEEDED
-    assert len(seen) == 3
+    assert len(server.calls("GET", "jobsets")) == 4  # the read, the refused watch, two polls
+    assert sum("polling every" in r.message for r in caplog.records) == 1
 
 
 # ----------------------------------------------------------------------------- list
@@ -1033,7 +1036,17 @@ def test_resume_with_an_unreadable_annotation_deletes_nothing(server, backend):
     assert server.calls("DELETE") == []
 
 
-def test_resume_a_suspended_job(server, backend):
-    _jobset(server, suspend=True)
+def test_resume_leaves_a_job_suspended_by_kueue_to_kueue(server, backend):
+    """Re-creating a Kueue-suspended JobSet would send it to the back of its queue."""
+    obj = _jobset(server, suspend=True)
+    assert obj["metadata"]["labels"][R.QUEUE_LABEL]
+    status = backend.resume("lm")
+    assert status.state is JobState.SUSPENDED and "left to Kueue" in status.message
+    assert server.calls("DELETE") == [] and server.calls("POST") == []
+
+
+def test_resume_re_creates_a_suspended_job_without_a_queue(server, backend):
+    obj = _jobset(server, suspend=True)
+    del obj["metadata"]["labels"][R.QUEUE_LABEL]
     backend.resume("lm")
     assert len(server.calls("DELETE")) == 1 and len(server.calls("POST")) == 2

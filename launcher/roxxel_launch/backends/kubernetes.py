@@ -37,7 +37,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -76,7 +76,15 @@ from roxxel_launch.backends.kubernetes_status import (
     jobset_status,
     worker_from_pod,
 )
-from roxxel_launch.render import MANAGED_BY, MANAGED_BY_LABEL, RUN_NAME_LABEL, SPEC_ANNOTATION, render
+from roxxel_launch.backends.kubernetes_watch import wait_for_job
+from roxxel_launch.render import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    QUEUE_LABEL,
+    RUN_NAME_LABEL,
+    SPEC_ANNOTATION,
+    render,
+)
 from roxxel_launch.spec import JobSpec, SpecError, spec_from_dict
 from roxxel_launch.validate import DEFAULT_KUBERNETES_VERSION, ManifestError, validate
 
@@ -412,6 +420,21 @@ class KubernetesBackend(Backend):
         pod_spec = (spec.get("template") or {}).get("spec") or {}
         return _int(pod_spec.get("terminationGracePeriodSeconds"), 30)
 
+    def wait(self, name: str, *, timeout: float | None = None, poll_seconds: float = 2.0,
+             evicted_ends: bool = False,
+             on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+        """:meth:`Backend.wait` by a watch of the job's object (polling only where watches are
+        refused; see :mod:`kubernetes_watch`). A job suspended by Kueue (it has a queue) is
+        Kueue's to re-admit: ``evicted_ends`` does not end the wait for it."""
+        return wait_for_job(self, name, timeout=timeout, poll_seconds=poll_seconds,
+                            evicted_ends=evicted_ends, on_change=on_change)
+
+    @staticmethod
+    def _kueue_holds(obj: Mapping) -> bool:
+        """Whether Kueue manages the job (it carries a queue label): Kueue suspends it while
+        it waits for quota and after an eviction, and un-suspends it when it re-admits it."""
+        return bool(((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL))
+
     def resume(self, name: str, *, spec: JobSpec | None = None) -> JobStatus:
         """Re-creates a stopped job so that training continues from its last checkpoint.
 
@@ -420,8 +443,10 @@ class KubernetesBackend(Backend):
         object is deleted (foreground) and gone before the new one is created. A job that
         was deleted already can be resumed only with ``spec``.
 
-        Resumes Failed, Preempted and Suspended jobs. A Suspended job (held or evicted by
-        Kueue) is re-created, which puts it at the back of its queue.
+        Resumes Failed, Preempted and Suspended jobs. A job suspended by Kueue (queued, or
+        evicted and requeued) is left to Kueue, which re-admits it in its turn: re-creating
+        it would send it to the back of the queue and fight Kueue's own requeue. Its status
+        is returned unchanged. A Suspended job without a queue is re-created.
 
         Raises:
             JobNotFoundError: no such job and no ``spec``.
@@ -449,6 +474,10 @@ class KubernetesBackend(Backend):
                 f"{name} is {current.state.value} ({current.message}); resume only restarts a "
                 f"stopped job. Wait for it to finish (roxxel-launch wait {name}) or delete it "
                 f"first (roxxel-launch delete {name}).")
+        if not deleting and current.state is JobState.SUSPENDED and self._kueue_holds(obj):
+            logger.info("%s is suspended by Kueue; leaving it to Kueue to re-admit", name)
+            return dataclasses.replace(current, message=(
+                f"{current.message}; left to Kueue, which re-admits it (not re-created)"))
         if not deleting and current.state is JobState.SUCCEEDED:
             raise BackendError(
                 f"{name} succeeded; there is nothing to resume. To run it again, delete it "
