@@ -355,16 +355,19 @@ def test_resume_refuses_a_running_job(fake, tmp_path):
 
 
 def test_resume_until_done_through_preemptions_and_an_eviction(fake, tmp_path):
+    """A Kueue eviction is left to Kueue: the fake's Kueue re-admits the same JobSet (not
+    re-created, so it keeps its place in the queue), then the next outcome applies to it."""
     fake.plan("lm", "preempt", "evict", "preempt", "succeed")
     submit(tmp_path, queue="team-a-queue")
     result = run("resume", "lm", "--until-done", "--poll", POLL)
-    assert fake.submissions("lm") == 4
+    assert fake.submissions("lm") == 3
     err = result.stderr
     assert "lm is Running" in err  # watched first: it was running when the command started
-    assert "resuming lm (Preempted" in err and "resuming lm (Suspended" in err
-    assert "resume 3 of at most 20" in err and "resume 4" not in err
+    assert "resuming lm (Preempted" in err and "resuming lm (Suspended" not in err
+    assert "lm is Suspended" in err and fake._real.readmissions == 1
+    assert "resume 2 of at most 20" in err and "resume 3" not in err
     assert "job lm succeeded" in err
-    assert [r.resource for r in fake.calls("DELETE")] == ["jobsets", "networkpolicies"] * 3
+    assert [r.resource for r in fake.calls("DELETE")] == ["jobsets", "networkpolicies"] * 2
 
 
 def test_resume_until_done_of_an_indexed_job(fake, tmp_path):

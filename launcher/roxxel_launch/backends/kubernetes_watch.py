@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +97,7 @@ def wait_for_job(backend: KubernetesBackend, name: str, *, timeout: float | None
                  on_change: Callable[[JobStatus], None] | None) -> JobStatus:
     """:meth:`Backend.wait` on Kubernetes, by watching the job's object (see the module doc)."""
     api = backend.api
-    clock, sleep = api.retry.clock, api.retry.sleep
+    clock = time.monotonic  # the wait's own timeout is wall time; backoff is the policy's
     started = clock()
     kind, obj = backend._require(name)
     version = resource_version(obj)
@@ -132,7 +133,7 @@ def wait_for_job(backend: KubernetesBackend, name: str, *, timeout: float | None
         seconds = WATCH_SECONDS if remaining is None else max(1, min(WATCH_SECONDS,
                                                                       int(remaining) + 1))
         if not watching:
-            sleep(poll_seconds if remaining is None else min(poll_seconds, remaining))
+            time.sleep(poll_seconds if remaining is None else min(poll_seconds, remaining))
             kind, obj = backend._require(name)
             status = settle(obj)
             continue
@@ -162,7 +163,7 @@ def wait_for_job(backend: KubernetesBackend, name: str, *, timeout: float | None
             delay = api.retry.delay(breaks)
             logger.warning("the watch of %s broke (%s); reconnecting in %.1f s", name,
                            type(err).__name__, delay)
-            sleep(delay)
+            api.retry.sleep(delay)
         except JobNotFoundError:
             raise
         except BackendError as err:
