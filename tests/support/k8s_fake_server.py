@@ -774,7 +774,10 @@ class FakeKubernetes:
             script[1] -= 1
             if script[1] <= 0:
                 del self._scripts[key]
+                restarts = ((self.objects.get(key) or {}).get("status") or {}).get("restarts")
                 self._apply(key, script[0])
+                if restarts and key in self.objects:  # the outcome keeps the restarts so far
+                    self.objects[key].setdefault("status", {})["restarts"] = restarts
             return
         self._kueue_readmits(key)
 

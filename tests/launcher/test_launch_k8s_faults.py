@@ -1,0 +1,153 @@
+"""The Kubernetes verbs that run for days, through the faults of a real cluster, in seconds.
+
+No Kubernetes API server runs here. ``tests/support/k8s_fake_server.py`` is a test double
+(real HTTP through the official client) that injects what an hour of a busy cluster brings:
+429 storms with ``Retry-After``, 500s, connections dropped with no answer, watches that
+expire (410) or break mid-stream, gang restarts. Backoff delays are simulated
+(``support.fake_clock``: the policy's sleeps advance a clock instead of sleeping), so an
+hour of retries takes no wall time, while the retry deadlines are checked against the time
+that would have passed. Connections go to loopback only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from roxxel_launch import spec as S
+from roxxel_launch.backends import kubernetes as K
+from roxxel_launch.backends import kubernetes_retry
+from roxxel_launch.backends.base import BackendError, JobState
+from roxxel_launch.cli import EXIT_SUCCEEDED, cli
+
+from support.fake_clock import FakeClock, fast_retry
+from support.k8s_fake_server import FakeKubernetes
+
+pytestmark = pytest.mark.timeout(60)
+
+NS = "team-a"
+SPEC = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
+        "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
+        "accelerator": {"cpu": {"hosts": 2}}, "num_slices": 2,
+        "checkpoint_dir": "gs://ckpt/lm", "run_name": "lm-run-1", "service_account": "trainer"}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch, clock):
+    with FakeKubernetes(namespace=NS) as server:
+        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry(clock))
+        yield server
+
+
+def backend() -> K.KubernetesBackend:
+    return K.KubernetesBackend(poll_seconds=0.05, delete_timeout=10)
+
+
+def retry_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and "retry" in r.getMessage()]
+
+
+def test_retry_honours_retry_after_and_backs_off_with_a_cap(clock):
+    policy = fast_retry(clock, base=0.5, cap=8.0)
+    assert [policy.delay(n) for n in (1, 2, 3, 4, 5, 6)] == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert policy.delay(1, retry_after=5) == 5.0  # Retry-After wins over a shorter backoff
+    assert policy.delay(1, retry_after=600) == 8.0  # ... up to the cap
+    jittered = fast_retry(clock, jitter=lambda: 0.0)
+    assert jittered.delay(3) == 1.0  # full jitter draws in [delay/2, delay]
+
+
+def test_an_hour_of_faults_wait_and_resume_until_done_end_right(fake, clock, tmp_path, caplog):
+    """The done-when of issue 17: 429 storms, 500s, resets, expired and broken watches and
+    two gang restarts mid-stream, then a preemption and a resume: `wait` follows the job to
+    its end and `resume --until-done` exits 0 once it succeeded."""
+    spec = S.spec_from_dict(SPEC)
+    fake.plan("lm", "preempt", "succeed", after=4)
+    fake.plan_restarts("lm", 3, 3)
+    with backend() as b:
+        b.submit(spec)
+    fake.storm("GET", "jobsets", 3, retry_after=7)
+    fake.fail("GET", "pods", 500, times=2)
+    fake.drop("GET", "jobsets")
+    fake.expire_watches(1)
+    fake.break_watches(1, after_events=1)
+    seen = []
+    with backend() as b, caplog.at_level(logging.WARNING):
+        status = b.wait("lm", poll_seconds=0.05, on_change=seen.append)
+    assert status.state is JobState.PREEMPTED and status.restarts == 2
+    assert [s.state for s in seen] == [JobState.RUNNING, JobState.PREEMPTED]
+    assert fake._real.gang_restarts == 2 and fake._real.watches >= 3
+    assert 7.0 in clock.slept  # Retry-After honoured (simulated seconds)
+    lines = retry_lines(caplog)
+    assert len(lines) == 3 + 2 + 1 and all("\n" not in line for line in lines)
+    assert any("HTTP 429" in line for line in lines) and any("HTTP 500" in line for line in lines)
+    assert any("RemoteDisconnected" in line or "ProtocolError" in line for line in lines)
+    assert any("watch of lm broke" in r.getMessage() for r in caplog.records)
+    # No GET+LIST every poll_seconds: the object was watched, pods listed on changes only.
+    assert len(fake.calls("GET", "jobsets")) < 20
+
+    fake.storm("POST", "jobsets", 2, retry_after=1)  # creates retry 429 too
+    fake.fail("DELETE", "jobsets", 503, times=1)
+    result = CliRunner().invoke(cli, ["resume", "lm", "--until-done", "--poll", "0.1"])
+    assert result.exit_code == EXIT_SUCCEEDED, result.output
+    assert "job lm succeeded" in result.stderr and "Traceback" not in result.output
+    assert fake.submissions("lm") == 2
+
+
+def test_a_black_holed_api_server_ends_within_the_deadline(fake, clock, monkeypatch):
+    """Every attempt times out: the call gives up at the policy's deadline, in one line."""
+    fake.drop("GET", "jobsets", times=1000)
+    with K.KubernetesBackend(retry=fast_retry(clock, deadline=30.0)) as b:
+        with pytest.raises(BackendError) as info:
+            b.status("lm")
+    message = str(info.value)
+    assert "cannot reach the Kubernetes API server" in message and "\n" not in message
+    assert "gave up after" in message and "retry deadline 30 s" in message
+    assert sum(clock.slept) <= 30.0
+
+
+def test_a_create_that_happened_before_its_answer_was_lost_is_not_an_error(fake, clock):
+    """A 500 after the object was stored (etcd wrote it, the answer was lost): the retried
+    create's 409 is resolved by reading the object back."""
+    real = fake._create
+
+    def create_then_fail(request):
+        code, body = real(request)
+        if not request.dry_run and request.resource == "jobsets" and code == 201:
+            return 500, {"kind": "Status", "code": 500, "message": "etcdserver: leader changed"}
+        return code, body
+    fake._create = create_then_fail
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict(SPEC))
+    fake._create = real
+    assert fake.submissions("lm") == 1 and fake.get("jobsets", "lm") is not None
+
+
+def test_lists_page_through_every_item(fake, clock, monkeypatch):
+    monkeypatch.setattr(K.KubernetesApi, "list_with_version", K.KubernetesApi.list_with_version)
+    monkeypatch.setattr("roxxel_launch.backends.kubernetes_api.LIST_PAGE_SIZE", 3)
+    for n in range(4):
+        with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+            b.submit(S.spec_from_dict({**SPEC, "name": f"lm{n}"}))
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        assert [s.name for s in b.list()] == ["lm0", "lm1", "lm2", "lm3"]
+        assert len(b.api.list("Pod", "")) == 16
+    assert fake._real.pages >= 6
+
+
+def spec_yaml(tmp_path, **changes) -> str:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**SPEC, **changes}))
+    return str(path)
