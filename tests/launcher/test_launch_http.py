@@ -75,6 +75,7 @@ def fake(tmp_path, monkeypatch, crd_schema):
         monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())  # simulated delays
+        server.kueue("team-a-queue")  # Kueue installed, with the queue the specs use
         for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             monkeypatch.delenv(var, raising=False)
         yield server
@@ -333,6 +334,7 @@ def test_resume_after_a_simulated_preemption(fake, tmp_path):
     assert calls[delete + 1:] == [
         ("DELETE", "networkpolicies", False), ("GET", "jobsets", False),
         ("GET", "networkpolicies", False),  # both gone (404) before re-creating
+        ("GET", None, False),  # the JobSet CRD: does it serve every field the JobSet uses?
         ("POST", "networkpolicies", True), ("POST", "jobsets", True),
         ("POST", "networkpolicies", False), ("POST", "jobsets", False)]
     second = fake.get("jobsets", "lm")

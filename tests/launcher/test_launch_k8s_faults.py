@@ -151,3 +151,43 @@ def spec_yaml(tmp_path, **changes) -> str:
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump({**SPEC, **changes}))
     return str(path)
+
+
+# ----------------------------------------------------------------------------- before the first create
+
+
+@pytest.mark.parametrize("field", ["restartStrategy", "rules"])
+def test_an_older_jobset_crd_is_refused_before_anything_is_created(fake, clock, field):
+    """An older JobSet would drop failurePolicy.{rules,restartStrategy} silently."""
+    fake.serve_jobset_crd(without=(field,))
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        with pytest.raises(BackendError) as info:
+            b.submit(S.spec_from_dict(SPEC))
+    message = str(info.value)
+    assert f"spec.failurePolicy.{field}" in message and "Upgrade JobSet" in message
+    assert "v0.8.0" in message and fake.calls("POST") == []
+
+
+def test_strict_field_validation_catches_what_the_crd_check_cannot_read(fake, clock):
+    """Without permission to read CRDs, the server's strict field validation refuses."""
+    fake.serve_jobset_crd(without=("restartStrategy",))
+    fake.set_role([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])  # no ClusterRole
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        with pytest.raises(BackendError, match=r"failurePolicy.restartStrategy: field not "
+                                               r"declared in schema"):
+            b.submit(S.spec_from_dict(SPEC))
+    assert fake.get("jobsets", "lm") is None
+
+
+def test_a_missing_local_queue_is_refused(fake, clock):
+    fake.kueue("other-queue")
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        with pytest.raises(BackendError, match=r"no LocalQueue 'team-a-queue' in namespace "
+                                               r"team-a.*kubectl get localqueues -n team-a"):
+            b.submit(S.spec_from_dict({**SPEC, "queue": "team-a-queue"}))
+    fake.kueue()
+    fake._real.local_queues = None  # no Kueue at all
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        with pytest.raises(BackendError, match=r"Kueue is not installed"):
+            b.submit(S.spec_from_dict({**SPEC, "queue": "team-a-queue"}))
+    assert fake.calls("POST") == []

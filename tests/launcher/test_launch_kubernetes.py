@@ -216,6 +216,8 @@ class FakeApiServer:
         fault = self._fault(request)
         if fault:
             return fault
+        if "/localqueues/" in request.path and request.method == "GET":  # Kueue's queues exist
+            return 200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue"}
         if request.query.get("watch") == "true":  # this double has no watches: wait polls
             return 405, _status(405, "MethodNotAllowed", "the server does not allow this method")
         resource, ns, name = request.resource, request.namespace, request.name
@@ -489,8 +491,12 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
     for request, obj in zip(posts, expected + expected):
         assert request.body == obj  # exactly the rendered object
         assert request.query["fieldManager"] == "roxxel-launch"
+        assert request.query["fieldValidation"] == "Strict"  # an unknown field is an error
         assert_valid(request.body, crd_schema)
-    assert len(server.requests) == len(posts)  # nothing but the creates
+    # Nothing but the creates, after the reads of the JobSet CRD and the Kueue LocalQueue.
+    reads = [r for r in server.requests if r.method == "GET"]
+    assert len(server.requests) == len(posts) + len(reads)
+    assert {r.path.rsplit("/", 2)[-2] for r in reads} <= {"customresourcedefinitions", "localqueues"}
     assert status.state is JobState.PENDING and status.processes == spec.num_processes
     assert status.created == "2025-02-02T00:00:00Z"
     stored = server.get("jobsets" if spec.workload == "jobset" else "jobs", "lm")
@@ -976,7 +982,9 @@ def test_resume_reads_the_spec_annotation_and_resubmits(server, backend, crd_sch
     first_post = methods.index(("POST", "jobsets", True))
     assert first_delete < first_post
     # after the delete: polled until the JobSet was gone (2 lingering GETs + the 404)
-    assert methods[first_delete + 1:first_post] == [("GET", "jobsets", False)] * 3
+    # (then the reads of the JobSet CRD and the LocalQueue before the first create)
+    assert methods[first_delete + 1:first_post] == [("GET", "jobsets", False)] * 3 + \
+        [("GET", None, False)] * 2
     (real_post,) = [r for r in server.calls("POST") if not r.dry_run]
     assert real_post.body == R.render(spec).objects[0]  # same run name, checkpoint_dir, everything
     assert_valid(real_post.body, crd_schema)

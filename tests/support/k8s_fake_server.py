@@ -920,7 +920,7 @@ class _RealServerState:
         self.role: list[dict] | None = None
         self.cluster_role: list[dict] = []
         self.used: set[tuple[str, str, str]] = set()
-        self.crd = False
+        self.crd = True  # JobSet is installed: its CRD is served
         self.crd_without: tuple[str, ...] = ()
         self.local_queues: set[str] | None = None
         self.seen: dict[tuple[str, str, str], str] = {}

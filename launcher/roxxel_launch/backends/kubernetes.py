@@ -60,6 +60,7 @@ from roxxel_launch.backends.kubernetes_api import (
     KubernetesApi,
     _resource_type_missing,
 )
+from roxxel_launch.backends.kubernetes_preflight import check_jobset_crd, check_local_queue
 from roxxel_launch.backends.kubernetes_retry import RetryPolicy
 from roxxel_launch.backends.kubernetes_status import (
     _CONDITION_FIELDS,
@@ -216,6 +217,7 @@ class KubernetesBackend(Backend):
                 call created before the failure has been deleted again.
         """
         spec, objects = self._prepare(spec)
+        self._preflight(spec, objects)
         for obj in objects:
             self._dry_run_create(spec, obj)
         idents = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
@@ -244,6 +246,15 @@ class KubernetesBackend(Backend):
                            if a.get("kind") in ("JobSet", "Job")), None)
         return JobStatus(name=spec.name, state=JobState.PENDING, processes=spec.num_processes,
                          message=f"created {idents}", created=created_at)
+
+    def _preflight(self, spec: JobSpec, objects: Sequence[Mapping]) -> None:
+        """The installed JobSet CRD serves every field the JobSet uses, and the spec's Kueue
+        LocalQueue exists (see :mod:`kubernetes_preflight`). Raises: BackendError."""
+        for obj in objects:
+            if obj["kind"] == "JobSet":
+                check_jobset_crd(self.api, obj)
+        if spec.queue:
+            check_local_queue(self.api, spec.queue, self.namespace)
 
     def _dry_run_create(self, spec: JobSpec, obj: Mapping) -> None:
         """A server-side dry run of one create. A companion (Service, NetworkPolicy) that

@@ -86,9 +86,9 @@ def _server_message(err: ApiException) -> str:
 
 
 
-def _resource_type_missing(err: ApiException) -> bool:
+def _resource_type_missing(err: BaseException | None) -> bool:
     """A 404 for the resource type itself (no such API), not for one named object."""
-    if err.status != 404:
+    if not isinstance(err, ApiException) or err.status != 404:
         return False
     details = _status_body(err).get("details") or {}
     # A missing object's Status names it; an unknown API answers "404 page not found" or a
@@ -320,6 +320,9 @@ class KubernetesApi:
 
     def core(self) -> k8s_client.CoreV1Api:
         return k8s_client.CoreV1Api(self.api_client)
+
+    def apiextensions(self) -> k8s_client.ApiextensionsV1Api:
+        return k8s_client.ApiextensionsV1Api(self.api_client)
 
     def networking(self) -> k8s_client.NetworkingV1Api:
         return k8s_client.NetworkingV1Api(self.api_client)
