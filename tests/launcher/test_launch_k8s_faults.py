@@ -191,3 +191,18 @@ def test_a_missing_local_queue_is_refused(fake, clock):
         with pytest.raises(BackendError, match=r"Kueue is not installed"):
             b.submit(S.spec_from_dict({**SPEC, "queue": "team-a-queue"}))
     assert fake.calls("POST") == []
+
+
+def test_the_indexed_jobs_service_is_owned_by_its_job(fake, clock):
+    """`kubectl delete job` (the garbage collector) removes the headless Service too."""
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict({**SPEC, "num_slices": 1, "workload": "indexed-job"}))
+    job, service = fake.get("jobs", "lm"), fake.get("services", "lm")
+    (owner,) = service["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", "lm", job["metadata"]["uid"])
+    with fake._lock:  # kubectl delete job lm
+        fake._remove(("jobs", NS, "lm"))
+    fake.calls()  # any request lets the garbage collector run
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.list()
+    assert fake.get("services", "lm") is None

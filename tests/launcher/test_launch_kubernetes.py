@@ -216,6 +216,11 @@ class FakeApiServer:
         fault = self._fault(request)
         if fault:
             return fault
+        if request.method == "PATCH" and (request.resource, request.namespace, request.name) \
+                in self.objects:  # a merge patch of metadata (the Service's owner)
+            obj = self.objects[(request.resource, request.namespace, request.name)]
+            obj["metadata"].update(request.body.get("metadata") or {})
+            return 200, obj
         if "/localqueues/" in request.path and request.method == "GET":  # Kueue's queues exist
             return 200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue"}
         if request.query.get("watch") == "true":  # this double has no watches: wait polls

@@ -242,10 +242,29 @@ class KubernetesBackend(Backend):
             err.add_note(undo)
             raise
         logger.info("created %s in namespace %s", idents, spec.namespace)
+        self._own_companions(created, answers)
         created_at = next((a.get("metadata", {}).get("creationTimestamp") for a in answers
                            if a.get("kind") in ("JobSet", "Job")), None)
         return JobStatus(name=spec.name, state=JobState.PENDING, processes=spec.num_processes,
                          message=f"created {idents}", created=created_at)
+
+    def _own_companions(self, created: Sequence[Mapping], answers: Sequence[Mapping]) -> None:
+        """An indexed job's headless Service gets its Job as owner (the uid comes from the
+        create's answer), so that `kubectl delete job` removes the Service too. The job
+        runs either way: a failure here is logged, and `roxxel-launch delete` still
+        removes the Service."""
+        job = next((a for a in answers if a.get("kind") == "Job"), None)
+        if job is None:
+            return
+        for obj in created:
+            if obj["kind"] != "Service":
+                continue
+            try:
+                self.api.set_owner("Service", obj["metadata"]["name"], job)
+            except BackendError as err:
+                logger.warning("could not make Job %s the owner of its Service (%s); "
+                               "`roxxel-launch delete` still removes both",
+                               obj["metadata"]["name"], err)
 
     def _preflight(self, spec: JobSpec, objects: Sequence[Mapping]) -> None:
         """The installed JobSet CRD serves every field the JobSet uses, and the spec's Kueue

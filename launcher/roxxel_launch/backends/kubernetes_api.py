@@ -52,6 +52,7 @@ _RBAC_RESOURCE = {"JobSet": f"{JOBSET_PLURAL}.{JOBSET_GROUP}", "Job": "jobs.batc
                   "Service": "services", "Pod": "pods", "Pod log": "pods/log",
                   "NetworkPolicy": "networkpolicies.networking.k8s.io"}
 _RBAC_VERB = {"create": "create", "read": "get", "list": "list", "delete": "delete",
+              "watch": "watch", "patch": "patch",
               "read logs of": "get"}
 
 
@@ -368,6 +369,22 @@ class KubernetesApi:
                 raise
             logger.info("%s %s/%s was created by an earlier attempt", kind, namespace, name)
             return existing
+
+    def set_owner(self, kind: str, name: str, owner: Mapping) -> dict:
+        """Makes ``owner`` (an object as the API returned it: apiVersion, kind, name, uid)
+        the owner of ``kind``/``name``, so that the garbage collector deletes it with its
+        owner (https://kubernetes.io/docs/concepts/overview/working-with-objects/owners-dependents/).
+        Only Services are patched this way."""
+        if kind != "Service":
+            raise ValueError(f"roxxel-launch sets owners of Services only, not {kind}")
+        meta = owner.get("metadata") or {}
+        reference = {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"),
+                     "name": meta.get("name"), "uid": meta.get("uid"),
+                     "blockOwnerDeletion": False, "controller": False}
+        body = {"metadata": {"ownerReferences": [reference]}}
+        return self.json("patch", kind, name, self.namespace,
+                         self.core().patch_namespaced_service, name, self.namespace, body,
+                         field_manager=FIELD_MANAGER)
 
     def get(self, kind: str, name: str) -> dict | None:
         """The object, or None when there is none (or, for a JobSet, no JobSet API)."""
