@@ -206,3 +206,50 @@ def test_the_indexed_jobs_service_is_owned_by_its_job(fake, clock):
     with K.KubernetesBackend(retry=fast_retry(clock)) as b:
         b.list()
     assert fake.get("services", "lm") is None
+
+
+# ----------------------------------------------------------------------------- logs -f
+
+
+def _rank0_pod(fake, attempt: int) -> str:
+    (pod,) = [p["metadata"]["name"] for p in fake.pods("lm")
+              if p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == str(attempt)
+              and p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] == "0"
+              and p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "0"]
+    return pod
+
+
+def test_logs_follow_the_job_across_a_gang_restart(fake, clock):
+    """`logs -f` re-attaches to the new attempt's pod, marks the attempt, and ends with the
+    job; a 429 storm on the log requests is retried."""
+    with K.KubernetesBackend(retry=fast_retry(clock), poll_seconds=0.05) as b:
+        b.submit(S.spec_from_dict(SPEC))
+        fake.log(_rank0_pod(fake, 0), "step 1", "step 2")
+        fake.storm("GET", "log", 2)
+        seen = []
+        for line in b.logs("lm", process=0, follow=True):
+            seen.append(line)
+            if line == "step 2":
+                fake.restart("lm")  # a preemption: the gang restarts in place
+                fake.log(_rank0_pod(fake, 1), "restored step 2", "step 3")
+            if line == "step 3":
+                with fake._lock:
+                    fake._apply(("jobsets", NS, "lm"), "succeed")
+    assert seen == ["step 1", "step 2", "── attempt 2 (restart 1) ──", "restored step 2", "step 3"]
+
+
+def test_logs_of_every_rank_are_prefixed_and_since_is_passed_on(fake, clock):
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict(SPEC))
+        for pod in fake.pods("lm"):
+            labels = pod["metadata"]["labels"]
+            rank = int(labels["jobset.sigs.k8s.io/job-index"]) * 2 + \
+                int(labels["batch.kubernetes.io/job-completion-index"])
+            fake.log(pod["metadata"]["name"], f"hello from {rank}")
+        result = CliRunner().invoke(cli, ["logs", "lm", "--all", "--since", "1h30m"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [f"[rank {r}] hello from {r}" for r in range(4)]
+    # The same instant for every pod (5400 s before the command started).
+    assert all(5400 <= int(r.query["sinceSeconds"]) < 5410 for r in fake.calls("GET", "log"))
+    bad = CliRunner().invoke(cli, ["logs", "lm", "--since", "soon"])
+    assert bad.exit_code == 2 and "not a duration" in bad.output

@@ -32,17 +32,14 @@ and the fix.
 from __future__ import annotations
 
 import builtins
-import codecs
 import dataclasses
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from roxxel_launch import contract
 from roxxel_launch.backends.base import (
     Backend,
     BackendError,
@@ -60,6 +57,7 @@ from roxxel_launch.backends.kubernetes_api import (
     KubernetesApi,
     _resource_type_missing,
 )
+from roxxel_launch.backends.kubernetes_logs import read_logs
 from roxxel_launch.backends.kubernetes_preflight import check_jobset_crd, check_local_queue
 from roxxel_launch.backends.kubernetes_retry import RetryPolicy
 from roxxel_launch.backends.kubernetes_status import (
@@ -72,7 +70,6 @@ from roxxel_launch.backends.kubernetes_status import (
     _int,
     _job_shape,
     _jobset_shape,
-    _pod_key,
     job_status,
     jobset_status,
     worker_from_pod,
@@ -542,91 +539,12 @@ class KubernetesBackend(Backend):
 
     # ------------------------------------------------------------------ logs
 
-    def logs(self, name: str, *, process: int = 0, follow: bool = False) -> Iterator[str]:
-        """Lines of one process's output, from its pod of the newest restart attempt.
-
-        The pod is looked up now (errors raise here, not while iterating). With ``follow``
-        the lines stream as they are written, and a pod that has not started yet is waited
-        for; without it, a pod that has not started is an error.
-        """
-        kind, obj = self._require(name)
-        hosts, _, processes = self._shape(kind, obj)
-        if not 0 <= process < processes:
-            raise BackendError(f"{name} has processes 0..{processes - 1}; there is no process "
-                               f"{process}.")
-        pod = self._pod_of(kind, obj, process, hosts, wait=follow)
-        logger.info("logs of %s process %d: pod %s", name, process, pod)
-        response = self.api.call("read logs of", "Pod log", pod, self.namespace,
-                              self.api.core().read_namespaced_pod_log, pod, self.namespace,
-                              container=contract.CONTAINER_NAME, follow=follow)
-        return self._lines(response, pod)
-
-    def _pod_of(self, kind: str, obj: Mapping, process: int, hosts: int, *, wait: bool) -> str:
-        name = obj["metadata"]["name"]
-        if kind == "JobSet":
-            slice_index, index = divmod(process, hosts)
-            selector = f"{JOBSET_NAME_LABEL}={name},{JOB_INDEX_LABEL}={slice_index}"
-        else:
-            index = process
-            selector = f"{JOB_NAME_LABEL}={name}"
-        announced = None
-        while True:
-            pods = [p for p in self.api.list("Pod", selector)
-                    if _int(_pod_key(p, COMPLETION_INDEX_KEY), -1) == index]
-            if pods:
-                newest = max(pods, key=lambda p: (_int(_pod_key(p, RESTART_ATTEMPT_KEY), 0),
-                                                  (p.get("metadata") or {}).get(
-                                                      "creationTimestamp") or ""))
-                worker = worker_from_pod(newest, hosts)
-                states = [c.get("state") or {} for c in
-                          (newest.get("status") or {}).get("containerStatuses") or []]
-                started = worker.phase != "Pending" or any(
-                    "running" in s or "terminated" in s for s in states)
-                if started or not wait:
-                    return worker.pod
-                reason = worker.describe()
-            else:
-                newest = None
-                if not wait:
-                    raise BackendError(
-                        f"process {process} of {name} has no pod yet (see roxxel-launch status "
-                        f"{name}); follow the logs (-f) to wait for it.")
-                reason = f"process {process} has no pod yet"
-            current = self.api.get(kind, name)
-            if current is None:
-                raise JobNotFoundError(f"{kind} {self.namespace}/{name} was deleted while "
-                                       "waiting for its pod.")
-            state = self._status_of(kind, current, []).state
-            if state.terminal:
-                if newest is not None:
-                    return newest["metadata"]["name"]  # it will not start any more: show what is
-                raise BackendError(f"{name} is {state.value} and process {process} has no pod "
-                                   "left to read logs from.")
-            if reason != announced:
-                logger.info("waiting for %s to start: %s", name, reason)
-                announced = reason
-            time.sleep(self.poll_seconds)
-
-    @staticmethod
-    def _lines(response, pod: str) -> Iterator[str]:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        buffer = ""
-        finished = False
-        try:
-            for chunk in response.stream(amt=None, decode_content=True):
-                buffer += decoder.decode(chunk)
-                *lines, buffer = buffer.split("\n")
-                for line in lines:
-                    yield line.removesuffix("\r")
-            buffer += decoder.decode(b"", final=True)
-            if buffer:
-                yield buffer.removesuffix("\r")
-            finished = True
-        except urllib3.exceptions.HTTPError as err:
-            raise BackendError(f"the log stream of pod {pod} broke: {err}. Run logs again "
-                               "(with -f to keep following).") from err
-        finally:
-            if finished:
-                response.release_conn()
-            else:
-                response.close()  # stopped early: drop the connection, the server still streams
+    def logs(self, name: str, *, process: int = 0, follow: bool = False,
+             all_processes: bool = False, since_seconds: int | None = None,
+             previous: bool = False) -> Iterator[str]:
+        """Lines of one process's output (or every process's, prefixed with its rank), from
+        its pod of the newest restart attempt; with ``follow``, across gang restarts until
+        the job ends. See :func:`kubernetes_logs.read_logs`."""
+        return read_logs(self, name, process=process, follow=follow,
+                         all_processes=all_processes, since_seconds=since_seconds,
+                         previous=previous)
