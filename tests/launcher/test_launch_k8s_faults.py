@@ -253,3 +253,19 @@ def test_logs_of_every_rank_are_prefixed_and_since_is_passed_on(fake, clock):
     assert all(5400 <= int(r.query["sinceSeconds"]) < 5410 for r in fake.calls("GET", "log"))
     bad = CliRunner().invoke(cli, ["logs", "lm", "--since", "soon"])
     assert bad.exit_code == 2 and "not a duration" in bad.output
+
+
+# ----------------------------------------------------------------------------- Kueue
+
+
+def test_status_reports_the_queue_state_from_kueues_workload(fake, clock):
+    fake.kueue("team-a-queue")
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict({**SPEC, "queue": "team-a-queue"}))
+        assert "queue team-a-queue: admitted" in b.details("lm").status.message
+        with fake._lock:
+            fake._apply(("jobsets", NS, "lm"), "evict")
+        details = b.details("lm")
+    assert details.status.state is JobState.SUSPENDED
+    assert "queue team-a-queue: evicted (Preempted: Preempted to accommodate a workload" \
+        in details.status.message and "Kueue requeues it" in details.status.message

@@ -58,7 +58,12 @@ from roxxel_launch.backends.kubernetes_api import (
     _resource_type_missing,
 )
 from roxxel_launch.backends.kubernetes_logs import read_logs
-from roxxel_launch.backends.kubernetes_preflight import check_jobset_crd, check_local_queue
+from roxxel_launch.backends.kubernetes_preflight import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    check_jobset_crd,
+    check_local_queue,
+)
 from roxxel_launch.backends.kubernetes_retry import RetryPolicy
 from roxxel_launch.backends.kubernetes_status import (
     _CONDITION_FIELDS,
@@ -72,6 +77,7 @@ from roxxel_launch.backends.kubernetes_status import (
     _jobset_shape,
     job_status,
     jobset_status,
+    queue_state,
     worker_from_pod,
 )
 from roxxel_launch.backends.kubernetes_watch import wait_for_job
@@ -343,10 +349,31 @@ class KubernetesBackend(Backend):
         conditions = tuple(
             {key: c.get(key) for key in _CONDITION_FIELDS if c.get(key) is not None}
             for c in (obj.get("status") or {}).get("conditions") or [])
-        return JobDetails(status=self._status_of(kind, obj, pods), kind=kind,
+        status = self._status_of(kind, obj, pods)
+        queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+        if queue:
+            note = queue_state(queue, bool((obj.get("spec") or {}).get("suspend")),
+                               self._workloads(obj))
+            status = dataclasses.replace(status, message="; ".join(
+                p for p in (status.message, note) if p))
+        return JobDetails(status=status, kind=kind,
                           namespace=(obj.get("metadata") or {}).get("namespace") or self.namespace,
                           slices=slices, hosts_per_slice=hosts, conditions=conditions,
                           workers=tuple(self._current_workers(kind, obj, pods)))
+
+    def _workloads(self, obj: Mapping) -> builtins.list[dict] | None:
+        """Kueue's Workloads of the job (label ``kueue.x-k8s.io/job-uid``); None when they
+        cannot be read (no Kueue API, no RBAC permission)."""
+        uid = (obj.get("metadata") or {}).get("uid")
+        try:
+            data = self.api.json("list", "Workload", None, self.namespace,
+                                 self.api.custom().list_namespaced_custom_object, KUEUE_GROUP,
+                                 KUEUE_VERSION, self.namespace, "workloads",
+                                 label_selector=f"kueue.x-k8s.io/job-uid={uid}")
+        except BackendError as err:
+            logger.info("cannot read Kueue Workloads (%s)", err)
+            return None
+        return list(data.get("items") or [])
 
     def list(self) -> list[JobStatus]:
         selector = f"{MANAGED_BY_LABEL}={MANAGED_BY}"

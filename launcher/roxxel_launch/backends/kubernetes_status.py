@@ -335,3 +335,26 @@ def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
     state = JobState.RUNNING if running >= processes else JobState.PENDING
     return JobStatus(state=state, message=_progress(live, processes, slices) + deleting, **common)
 
+
+
+def queue_state(queue: str, suspended: bool, workloads: Iterable[Mapping] | None) -> str:
+    """'queue Q: admitted' / 'queue Q: waiting (reason: message)' / 'queue Q: evicted (...)'.
+
+    From Kueue's Workload of the job (conditions QuotaReserved, Admitted, Evicted,
+    https://kueue.sigs.k8s.io/docs/concepts/workload/); ``workloads`` None when they could
+    not be read, and then from the job's ``suspend`` alone.
+    """
+    head = f"queue {queue}: "
+    workload = next(iter(workloads or ()), None)
+    if workload is None:
+        state = "suspended (waiting for Kueue to admit it)" if suspended else "admitted"
+        return head + state + ("" if workloads is not None else "; its Workload is not readable")
+    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    evicted = conditions.get("Evicted") or {}
+    admitted = conditions.get("Admitted") or {}
+    if evicted.get("status") == "True" and admitted.get("status") != "True":
+        return head + f"evicted ({_condition_text(evicted)}); Kueue requeues it"
+    if admitted.get("status") == "True":
+        return head + "admitted"
+    waiting = conditions.get("QuotaReserved") or admitted
+    return head + f"waiting ({_condition_text(waiting) or 'not admitted yet'})"
