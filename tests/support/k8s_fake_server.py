@@ -614,8 +614,9 @@ class FakeKubernetes:
         return None
 
     def _authorize(self, request: _Request, extra: tuple | None) -> tuple[int, dict] | None:
+        name = request.name
         if extra is not None:
-            resource, group = extra[0], extra[1]
+            resource, group, name = extra[0], extra[1], extra[3]
         elif request.resource == "log":
             resource, group = "pods/log", ""
         elif request.resource in _KINDS:
@@ -626,7 +627,7 @@ class FakeKubernetes:
             request.method)
         if verb is None:
             verb = ("watch" if request.query.get("watch") == "true" else "list") \
-                if request.name is None else "get"
+                if name is None else "get"
         self._real.used.add((group, resource, verb))
         if self._real.role is None:
             return None
@@ -636,16 +637,16 @@ class FakeKubernetes:
             if (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", [])) and \
                     (resource in rule.get("resources", []) or "*" in rule.get("resources", [])) and \
                     (verb in rule.get("verbs", []) or "*" in rule.get("verbs", [])) and \
-                    (not rule.get("resourceNames") or request.name in rule["resourceNames"]):
+                    (not rule.get("resourceNames") or name in rule["resourceNames"]):
                 return None
         # The RBAC authorizer's message (kube-apiserver, forbidden.go).
         where = "at the cluster scope" if cluster else f'in the namespace "{request.namespace}"'
-        name = f' "{request.name}"' if request.name else ""
+        named = f' "{name}"' if name else ""
         qualified = f"{resource}.{group}" if group else resource
         return 403, status_object(
-            403, "Forbidden", f'{qualified}{name} is forbidden: User "tester" cannot {verb} '
+            403, "Forbidden", f'{qualified}{named} is forbidden: User "tester" cannot {verb} '
             f'resource "{resource}" in API group "{group}" {where}',
-            name=request.name or "", group=group, kind=resource)
+            name=name or "", group=group, kind=resource)
 
     def _paginate(self, request: _Request, code: int, body: dict) -> tuple[int, dict]:
         """``limit``/``continue`` (https://kubernetes.io/docs/reference/using-api/api-concepts/

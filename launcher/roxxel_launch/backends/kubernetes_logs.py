@@ -178,15 +178,17 @@ class _RankReader:
                 continue
             if self._ended():
                 return
-            pod, attempt = self.pod, self.attempt
+            pod = self.pod
             self.attach(wait=True)
             if self.pod != pod:
                 self._shown = 0
             if self.attempt != shown_attempt:
                 shown_attempt = self.attempt
                 yield attempt_marker(self.attempt)
-            elif self.pod == pod and attempt == self.attempt and self._finished():
-                time.sleep(self.backend.poll_seconds)  # the next attempt has no pod yet
+            elif self.pod == pod:
+                # The same pod: a stream the server ended (the pod finished, and the next
+                # attempt has no pod yet; or a long stream closed): look again shortly.
+                time.sleep(self.backend.poll_seconds)
 
     def _ended(self) -> bool:
         """Whether the job has ended (then the log is complete); raises when it is gone."""
@@ -196,12 +198,6 @@ class _RankReader:
                                    "deleted while following its logs.")
         self.obj = current
         return self.backend._status_of(self.kind, current, []).state.terminal
-
-    def _finished(self) -> bool:
-        pod = self.backend.api.json("read", "Pod", self.pod, self.backend.namespace,
-                                    self.backend.api.core().read_namespaced_pod, self.pod,
-                                    self.backend.namespace)
-        return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def _pod_of(backend: KubernetesBackend, kind: str, obj: Mapping, process: int, hosts: int, *,
