@@ -519,7 +519,8 @@ _poll_option = click.option("--poll", type=click.FloatRange(min=0.1), default=2.
 @click.option("--until-done", is_flag=True,
               help="Stay until the job succeeds: watch it and re-submit it each time it ends "
                    "preempted or is evicted (Suspended again after it had been admitted), at "
-                   "most --max-resumes times. A real failure is not retried.")
+                   "most --max-resumes times. A job Kueue suspended is left to Kueue, which "
+                   "re-admits it. A real failure is not retried.")
 @click.option("--max-resumes", type=click.IntRange(min=1), default=DEFAULT_MAX_RESUMES,
               show_default=True, help="With --until-done: the most re-submissions before giving up.")
 @_poll_option
