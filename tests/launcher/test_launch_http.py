@@ -245,7 +245,8 @@ def test_logs_follow_streams_until_the_pod_ends(fake, tmp_path):
         assert next(lines) == "first"
         fake.log(pod, "second", "third")  # written while the stream is open
         assert next(lines) == "second" and next(lines) == "third"
-        fake.end_log(pod)
+        with fake._lock:  # the job ends (its pods' streams with it): so does the follow
+            fake._apply(("jobs", NS, "lm"), "succeed")
         assert list(lines) == []
     assert fake.calls("GET", "log")[0].query["follow"] == "true"
     # Through the CLI, on a pod that has ended: what there is, then the command returns.

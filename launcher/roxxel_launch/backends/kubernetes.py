@@ -1,32 +1,32 @@
 """The Kubernetes backend: JobSets (or an Indexed Job + headless Service) through the API server.
 
-Built on the official ``kubernetes`` client. Credentials load lazily, on the first API call
-(constructing a :class:`KubernetesBackend` touches neither files nor the network): in a pod
-(``KUBERNETES_SERVICE_HOST`` set, no ``context`` asked for) the service account comes
-first, else the kubeconfig (``KUBECONFIG`` or ``~/.kube/config``) with the given context.
+The verbs live here; the rest is in modules of one responsibility each:
+``kubernetes_api`` (credentials, requests, errors, CRUD by kind, pagination),
+``kubernetes_retry`` (timeouts, backoff, ``Retry-After``), ``kubernetes_status`` (objects
+and pods -> :class:`JobStatus`), ``kubernetes_watch`` (``wait`` by a watch),
+``kubernetes_logs`` (``logs``, following across gang restarts) and
+``kubernetes_preflight`` (the JobSet CRD and Kueue LocalQueue checks before a create).
 
 What each operation does on the cluster:
 
 * ``submit``: render, validate offline (names, enums, the official schema of built-in kinds),
-  then a server-side dry run (``dryRun=All``) of every object, then the real creates in
-  order (Service and NetworkPolicy before the Job or JobSet). A create that fails after an earlier one succeeded deletes
-  what was created, so a job is never left half made.
+  check the installed JobSet CRD and the Kueue LocalQueue, then a server-side dry run
+  (``dryRun=All``) of every object, then the real creates in order (Service and
+  NetworkPolicy before the Job or JobSet), all with strict field validation. A create that
+  fails after an earlier one succeeded deletes what was created, so a job is never left
+  half made. An indexed job's Service is then owned by its Job.
 * ``status``: reads the JobSet (or Job) and its pods; see :func:`jobset_status` and
   :func:`job_status` for how they map to :class:`JobState`.
+* ``wait``: watches the JobSet (or Job); see :mod:`kubernetes_watch`.
 * ``logs``: the pod of one process (JobSet: job-index = process // hosts_per_slice,
-  completion index = process % hosts_per_slice) of the newest restart attempt.
+  completion index = process % hosts_per_slice) of the newest restart attempt, followed
+  across gang restarts with ``follow``.
 * ``delete``: foreground propagation (the object goes only after its Jobs and pods), and
   the objects created alongside it: the headless Service of an indexed job and the job's
   NetworkPolicy (both carry the job's name and the managed-by label).
 * ``resume``: re-creates a stopped job from the spec stored in its ``roxxel.dev/spec``
   annotation, under the same run name and checkpoint_dir, so training restores its last
-  checkpoint.
-
-Responses are read as raw JSON (``_preload_content=False``) rather than through the
-client's models, so pods, Jobs and JobSets are all plain dicts with the API's field names.
-Every :class:`~kubernetes.client.exceptions.ApiException` becomes a :class:`BackendError`
-(or :class:`JobNotFoundError` / :class:`JobExistsError`) whose message names the problem
-and the fix.
+  checkpoint; a job suspended by Kueue is left to Kueue.
 """
 
 from __future__ import annotations
@@ -408,8 +408,10 @@ class KubernetesBackend(Backend):
         With ``wait``, returns only once the objects are gone.
         """
         kind, obj = self._require(name)
-        self.api.delete(kind, name)
+        # Looked up first: the garbage collector may remove the Service (owned by the Job)
+        # as soon as the Job is gone.
         companions = self._companions(kind, name)
+        self.api.delete(kind, name)
         for companion in companions:
             self.api.delete(companion, name)
         if wait:
