@@ -500,7 +500,10 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
         assert_valid(request.body, crd_schema)
     # Nothing but the creates, after the reads of the JobSet CRD and the Kueue LocalQueue.
     reads = [r for r in server.requests if r.method == "GET"]
-    assert len(server.requests) == len(posts) + len(reads)
+    # ... and, for an indexed job, the patch that makes its Job the owner of its Service.
+    patches = [r for r in server.requests if r.method == "PATCH"]
+    assert [r.resource for r in patches] == (["services"] if spec.workload == "indexed-job" else [])
+    assert len(server.requests) == len(posts) + len(reads) + len(patches)
     assert {r.path.rsplit("/", 2)[-2] for r in reads} <= {"customresourcedefinitions", "localqueues"}
     assert status.state is JobState.PENDING and status.processes == spec.num_processes
     assert status.created == "2025-02-02T00:00:00Z"
@@ -864,7 +867,7 @@ def test_logs_finds_the_completion_index_in_an_annotation_too(server, backend):
 
 
 def test_logs_follow_streams_lines_as_they_arrive(server, backend):
-    _job(server)
+    job = _job(server)
     for p in _job_pods():
         server.put("pods", p)
     produced = []
@@ -876,6 +879,8 @@ def test_logs_follow_streams_lines_as_they_arrive(server, backend):
         return chunk
     euro = "€".encode()
     server.logs["lm-0-x"] = [later(b"first\nsec"), later(b"ond " + euro[:1]), later(euro[1:] + b"\n"), later(b"last\n")]
+    # The job ends with the stream: follow stops with the job, not with one pod's stream.
+    job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
     lines = backend.logs("lm", follow=True)
     assert produced == []  # the stream is read lazily
     assert next(lines) == "first"
@@ -901,11 +906,15 @@ def test_logs_closes_the_stream_when_the_reader_stops(server, backend, monkeypat
 
 
 def test_logs_follow_waits_for_the_pod_to_start(server, backend):
-    _job(server)
+    job = _job(server)
     pods = _job_pods(phase="Pending")
     for p in pods:
         server.put("pods", p)
-    server.logs["lm-1-x"] = [b"up\n"]
+
+    def up():  # the job ends with its only line: follow stops with the job
+        job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        return b"up\n"
+    server.logs["lm-1-x"] = [up]
     real_list = backend.api.list
 
     def list_(kind, selector):

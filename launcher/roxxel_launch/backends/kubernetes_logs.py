@@ -72,7 +72,8 @@ def read_logs(backend: KubernetesBackend, name: str, *, process: int, follow: bo
     readers = [_RankReader(backend, kind, obj, rank, hosts, since_seconds, previous)
                for rank in ranks]
     for reader in readers:
-        reader.attach(wait=follow)  # errors now
+        reader.attach(wait=follow)  # errors now, not while iterating
+        reader.first = reader._open(follow)
     if not all_processes:
         return readers[0].lines(follow)
     return _merged(readers, follow)
@@ -130,6 +131,7 @@ class _RankReader:
         self.pod: str | None = None
         self.attempt = 0
         self._shown = 0  # lines of self.pod already yielded (skipped when it is reopened)
+        self.first: Any = None  # the response opened by read_logs, read first
 
     def attach(self, *, wait: bool) -> None:
         self.pod, self.attempt = _pod_of(self.backend, self.kind, self.obj, self.rank,
@@ -151,7 +153,7 @@ class _RankReader:
 
     def lines(self, follow: bool) -> Iterator[str]:
         if not follow:
-            yield from _lines(self._open(False), self.pod or "?")
+            yield from _lines(self._take(False), self.pod or "?")
             return
         shown_attempt = self.attempt
         if self.attempt > 0:
@@ -161,7 +163,7 @@ class _RankReader:
             count = 0
             skip = self._shown
             try:
-                for line in _lines(self._open(True), self.pod or "?"):
+                for line in _lines(self._take(True), self.pod or "?"):
                     count += 1
                     if count > skip:
                         self._shown = count
@@ -189,6 +191,10 @@ class _RankReader:
                 # The same pod: a stream the server ended (the pod finished, and the next
                 # attempt has no pod yet; or a long stream closed): look again shortly.
                 time.sleep(self.backend.poll_seconds)
+
+    def _take(self, follow: bool) -> Any:
+        response, self.first = self.first, None
+        return response if response is not None else self._open(follow)
 
     def _ended(self) -> bool:
         """Whether the job has ended (then the log is complete); raises when it is gone."""
