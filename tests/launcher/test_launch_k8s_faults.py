@@ -269,3 +269,37 @@ def test_status_reports_the_queue_state_from_kueues_workload(fake, clock):
     assert details.status.state is JobState.SUSPENDED
     assert "queue team-a-queue: evicted (Preempted: Preempted to accommodate a workload" \
         in details.status.message and "Kueue requeues it" in details.status.message
+
+
+def test_a_server_that_never_answers_ends_status_within_its_timeout(tmp_path, monkeypatch, clock):
+    """A real socket that accepts connections and never answers (a black hole behind a
+    load balancer): each attempt ends at the read timeout, the call at its deadline."""
+    import socket
+    import time
+
+    sink = socket.socket()
+    sink.bind(("127.0.0.1", 0))
+    sink.listen(64)  # the kernel completes the handshakes; nobody ever reads or answers
+    try:
+        host, port = sink.getsockname()
+        config = tmp_path / "kubeconfig"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "hole",
+            "clusters": [{"name": "hole", "cluster": {"server": f"http://{host}:{port}"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "hole", "context": {"cluster": "hole", "user": "u",
+                                                      "namespace": NS}}]}))
+        monkeypatch.setenv("KUBECONFIG", str(config))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        policy = fast_retry(clock, connect_timeout=0.2, read_timeout=0.2, deadline=20.0)
+        started = time.monotonic()
+        with K.KubernetesBackend(retry=policy) as b:
+            with pytest.raises(BackendError) as info:
+                b.status("lm")
+        took = time.monotonic() - started
+    finally:
+        sink.close()
+    message = str(info.value)
+    assert "ReadTimeoutError" in message and "gave up after" in message and "\n" not in message
+    attempts = len(clock.slept) + 1
+    assert took < attempts * 0.2 + 5  # read timeouts only: nothing hangs
