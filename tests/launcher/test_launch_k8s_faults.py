@@ -136,15 +136,13 @@ def test_a_create_that_happened_before_its_answer_was_lost_is_not_an_error(fake,
 
 
 def test_lists_page_through_every_item(fake, clock, monkeypatch):
-    monkeypatch.setattr(K.KubernetesApi, "list_with_version", K.KubernetesApi.list_with_version)
-    monkeypatch.setattr("roxxel_launch.backends.kubernetes_api.LIST_PAGE_SIZE", 3)
-    for n in range(4):
-        with K.KubernetesBackend(retry=fast_retry(clock)) as b:
-            b.submit(S.spec_from_dict({**SPEC, "name": f"lm{n}"}))
+    monkeypatch.setattr("roxxel_launch.backends.kubernetes_api.LIST_PAGE_SIZE", 2)
     with K.KubernetesBackend(retry=fast_retry(clock)) as b:
-        assert [s.name for s in b.list()] == ["lm0", "lm1", "lm2", "lm3"]
-        assert len(b.api.list("Pod", "")) == 16
-    assert fake._real.pages >= 6
+        for n in range(3):
+            b.submit(S.spec_from_dict({**SPEC, "name": f"lm{n}"}))
+        assert [s.name for s in b.list()] == ["lm0", "lm1", "lm2"]
+        assert len(b.api.list("Pod", "")) == 12
+    assert fake._real.pages >= 2 + 6  # 3 JobSets in 2 pages, 12 pods in 6
 
 
 def spec_yaml(tmp_path, **changes) -> str:
