@@ -470,16 +470,41 @@ def list_command(local: bool, as_json: bool, namespace: str | None, context: str
               show_default=True,
               help="Which worker: its JAX process id (rank); --rank is the same option. On a "
                    "JobSet, process = slice * hosts_per_slice + host.")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new output until the job ends.")
+@click.option("-f", "--follow", is_flag=True,
+              help="Keep printing new output until the job ends. On Kubernetes it follows the "
+                   "job across gang restarts: it re-attaches to each new attempt's pod and "
+                   "prints a line '── attempt N (restart N-1) ──' between attempts.")
+@click.option("--all", "all_processes", is_flag=True,
+              help="Every worker's output, each line prefixed with '[rank N] ' (Kubernetes).")
+@click.option("--since", metavar="DURATION", default=None,
+              help="Only output newer than this: 30s, 10m, 2h (Kubernetes).")
+@click.option("--previous", is_flag=True,
+              help="The previous terminated container of the pod, as `kubectl logs --previous` "
+                   "(Kubernetes).")
 @_namespace_option
 @_context_option
-def logs(name: str, local: bool, process: int, follow: bool, namespace: str | None,
-         context: str | None) -> None:
+def logs(name: str, local: bool, process: int, follow: bool, all_processes: bool,
+         since: str | None, previous: bool, namespace: str | None, context: str | None) -> None:
     """Print one worker's output (rank 0 by default; on Kubernetes, of the newest attempt)."""
+    since_seconds = _duration_seconds(since) if since is not None else None
     backend = _backend(local, namespace=namespace, context=context)
     with _backend_errors():
-        for line in backend.logs(name, process=process, follow=follow):
+        for line in backend.logs(name, process=process, follow=follow,
+                                 all_processes=all_processes, since_seconds=since_seconds,
+                                 previous=previous):
             click.echo(line.rstrip("\n"))
+
+
+def _duration_seconds(text: str) -> int:
+    """Seconds of a duration such as 45s, 10m, 2h or 1h30m (as kubectl's --since takes)."""
+    import re
+
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text.strip())
+    if not text.strip() or match is None:
+        raise click.BadParameter(f"{text!r} is not a duration; use e.g. 30s, 10m, 2h or 1h30m",
+                                 param_hint="--since")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
 
 
 @cli.command()
@@ -507,7 +532,8 @@ _poll_option = click.option("--poll", type=click.FloatRange(min=0.1), default=2.
 @click.option("--until-done", is_flag=True,
               help="Stay until the job succeeds: watch it and re-submit it each time it ends "
                    "preempted or is evicted (Suspended again after it had been admitted), at "
-                   "most --max-resumes times. A real failure is not retried.")
+                   "most --max-resumes times. A job Kueue suspended is left to Kueue, which "
+                   "re-admits it. A real failure is not retried.")
 @click.option("--max-resumes", type=click.IntRange(min=1), default=DEFAULT_MAX_RESUMES,
               show_default=True, help="With --until-done: the most re-submissions before giving up.")
 @_poll_option

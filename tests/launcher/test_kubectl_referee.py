@@ -47,6 +47,7 @@ def cluster(tmp_path_factory):
     with FakeKubernetes(namespace="default", tls=True) as fake:
         fake.kubeconfig = fake.write_kubeconfig(home / "kubeconfig")
         fake.cache_dir = home / "cache"
+        fake.kueue("team-a")  # the LocalQueue the TPU example names (roxxel-launch checks it exists)
         yield fake
 
 

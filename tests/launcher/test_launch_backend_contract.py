@@ -38,7 +38,8 @@ class ScriptedBackend(Backend):
     def status(self, name: str) -> JobStatus:
         return self.statuses[min(self.resumes, len(self.statuses) - 1)]
 
-    def logs(self, name: str, *, process: int = 0, follow: bool = False) -> Iterator[str]:
+    def logs(self, name: str, *, process: int = 0, follow: bool = False, all_processes: bool = False,
+             since_seconds: int | None = None, previous: bool = False) -> Iterator[str]:
         return iter(())
 
     def list(self) -> list[JobStatus]:

@@ -29,9 +29,11 @@ from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 from roxxel_launch.backends import kubernetes as K
+from roxxel_launch.backends import kubernetes_retry
 from roxxel_launch.backends.base import JobState
 from roxxel_launch.cli import EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMED_OUT, cli
 
+from support.fake_clock import fast_retry
 from support.k8s_fake_server import TOKEN, FakeKubernetes
 from support.paths import JOBSET_CRD as CRD
 
@@ -72,6 +74,8 @@ def fake(tmp_path, monkeypatch, crd_schema):
     with FakeKubernetes(namespace=NS) as server:
         monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())  # simulated delays
+        server.kueue("team-a-queue")  # Kueue installed, with the queue the specs use
         for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             monkeypatch.delenv(var, raising=False)
         yield server
@@ -153,7 +157,7 @@ def test_server_errors_are_named_and_nothing_is_left_behind(fake, tmp_path, faul
 
 
 def test_a_half_made_indexed_job_is_rolled_back(fake, tmp_path):
-    fake.fail("POST", "jobs", 500, "etcdserver: request timed out", dry_run=False)
+    fake.fail("POST", "jobs", 500, "etcdserver: request timed out", dry_run=False, times=100)
     result = run("submit", spec_file(tmp_path, INDEXED), code=1)
     assert "HTTP 500" in result.output and "Rolled back: deleted NetworkPolicy/lm, Service/lm" in result.output
     assert fake.objects == {}
@@ -241,7 +245,8 @@ def test_logs_follow_streams_until_the_pod_ends(fake, tmp_path):
         assert next(lines) == "first"
         fake.log(pod, "second", "third")  # written while the stream is open
         assert next(lines) == "second" and next(lines) == "third"
-        fake.end_log(pod)
+        with fake._lock:  # the job ends (its pods' streams with it): so does the follow
+            fake._apply(("jobs", NS, "lm"), "succeed")
         assert list(lines) == []
     assert fake.calls("GET", "log")[0].query["follow"] == "true"
     # Through the CLI, on a pod that has ended: what there is, then the command returns.
@@ -330,6 +335,7 @@ def test_resume_after_a_simulated_preemption(fake, tmp_path):
     assert calls[delete + 1:] == [
         ("DELETE", "networkpolicies", False), ("GET", "jobsets", False),
         ("GET", "networkpolicies", False),  # both gone (404) before re-creating
+        ("GET", None, False),  # the JobSet CRD: does it serve every field the JobSet uses?
         ("POST", "networkpolicies", True), ("POST", "jobsets", True),
         ("POST", "networkpolicies", False), ("POST", "jobsets", False)]
     second = fake.get("jobsets", "lm")
@@ -352,16 +358,19 @@ def test_resume_refuses_a_running_job(fake, tmp_path):
 
 
 def test_resume_until_done_through_preemptions_and_an_eviction(fake, tmp_path):
+    """A Kueue eviction is left to Kueue: the fake's Kueue re-admits the same JobSet (not
+    re-created, so it keeps its place in the queue), then the next outcome applies to it."""
     fake.plan("lm", "preempt", "evict", "preempt", "succeed")
     submit(tmp_path, queue="team-a-queue")
     result = run("resume", "lm", "--until-done", "--poll", POLL)
-    assert fake.submissions("lm") == 4
+    assert fake.submissions("lm") == 3
     err = result.stderr
     assert "lm is Running" in err  # watched first: it was running when the command started
-    assert "resuming lm (Preempted" in err and "resuming lm (Suspended" in err
-    assert "resume 3 of at most 20" in err and "resume 4" not in err
+    assert "resuming lm (Preempted" in err and "resuming lm (Suspended" not in err
+    assert "lm is Suspended" in err and fake._real.readmissions == 1
+    assert "resume 2 of at most 20" in err and "resume 3" not in err
     assert "job lm succeeded" in err
-    assert [r.resource for r in fake.calls("DELETE")] == ["jobsets", "networkpolicies"] * 3
+    assert [r.resource for r in fake.calls("DELETE")] == ["jobsets", "networkpolicies"] * 2
 
 
 def test_resume_until_done_of_an_indexed_job(fake, tmp_path):

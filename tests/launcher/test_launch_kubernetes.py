@@ -35,6 +35,7 @@ from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 from roxxel_launch.backends import kubernetes as K
+from roxxel_launch.backends import kubernetes_api as KA
 from roxxel_launch.backends.base import (
     BackendError,
     JobExistsError,
@@ -43,6 +44,7 @@ from roxxel_launch.backends.base import (
     StopReason,
 )
 
+from support.fake_clock import fast_retry
 from support.paths import JOBSET_CRD as CRD
 
 HOST = "https://apiserver.roxxel-test.invalid:6443"
@@ -214,6 +216,15 @@ class FakeApiServer:
         fault = self._fault(request)
         if fault:
             return fault
+        if request.method == "PATCH" and (request.resource, request.namespace, request.name) \
+                in self.objects:  # a merge patch of metadata (the Service's owner)
+            obj = self.objects[(request.resource, request.namespace, request.name)]
+            obj["metadata"].update(request.body.get("metadata") or {})
+            return 200, obj
+        if "/localqueues/" in request.path and request.method == "GET":  # Kueue's queues exist
+            return 200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue"}
+        if request.query.get("watch") == "true":  # this double has no watches: wait polls
+            return 405, _status(405, "MethodNotAllowed", "the server does not allow this method")
         resource, ns, name = request.resource, request.namespace, request.name
         if resource is None or (resource == "jobsets" and not self.jobset_api):
             return 404, b"404 page not found\n"
@@ -321,7 +332,7 @@ def server(monkeypatch, kubeconfig, crd_schema) -> FakeApiServer:
 
 @pytest.fixture
 def backend(server) -> K.KubernetesBackend:
-    return K.KubernetesBackend(poll_seconds=0, delete_timeout=5)
+    return K.KubernetesBackend(poll_seconds=0, delete_timeout=5, retry=fast_retry())
 
 
 def make_spec(**changes) -> S.JobSpec:
@@ -410,9 +421,9 @@ def test_constructing_does_no_io_and_the_first_call_loads_the_kubeconfig(server,
     """Constructing reads no file and sends nothing; the first API call loads credentials once."""
     loads = []
     real_load = k8s_config.load_kube_config
-    monkeypatch.setattr(K.k8s_config, "load_kube_config",
+    monkeypatch.setattr(KA.k8s_config, "load_kube_config",
                         lambda *a, **kw: loads.append(kw) or real_load(*a, **kw))
-    monkeypatch.setattr(K.k8s_config, "load_incluster_config",
+    monkeypatch.setattr(KA.k8s_config, "load_incluster_config",
                         lambda *a, **kw: pytest.fail("in-cluster config outside a pod"))
     opened = []
     real_open = open
@@ -438,13 +449,13 @@ def test_in_cluster_config_comes_first_in_a_pod(server, monkeypatch, tmp_path):
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     namespace_file = tmp_path / "namespace"
     namespace_file.write_text("ml-jobs\n")
-    monkeypatch.setattr(K, "INCLUSTER_NAMESPACE_FILE", str(namespace_file))
+    monkeypatch.setattr(KA, "INCLUSTER_NAMESPACE_FILE", str(namespace_file))
 
     def incluster(client_configuration):
         client_configuration.host = HOST
         client_configuration.api_key = {"authorization": f"Bearer {TOKEN}"}
-    monkeypatch.setattr(K.k8s_config, "load_incluster_config", incluster)
-    monkeypatch.setattr(K.k8s_config, "load_kube_config",
+    monkeypatch.setattr(KA.k8s_config, "load_incluster_config", incluster)
+    monkeypatch.setattr(KA.k8s_config, "load_kube_config",
                         lambda *a, **kw: pytest.fail("kubeconfig used inside a pod"))
     backend = K.KubernetesBackend()
     assert backend.list() == []
@@ -457,7 +468,7 @@ def test_in_cluster_failure_falls_back_to_the_kubeconfig(server, monkeypatch):
 
     def incluster(client_configuration):
         raise k8s_config.ConfigException("Service token file does not exist.")
-    monkeypatch.setattr(K.k8s_config, "load_incluster_config", incluster)
+    monkeypatch.setattr(KA.k8s_config, "load_incluster_config", incluster)
     assert K.KubernetesBackend().list() == []
     assert server.requests
 
@@ -485,8 +496,15 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
     for request, obj in zip(posts, expected + expected):
         assert request.body == obj  # exactly the rendered object
         assert request.query["fieldManager"] == "roxxel-launch"
+        assert request.query["fieldValidation"] == "Strict"  # an unknown field is an error
         assert_valid(request.body, crd_schema)
-    assert len(server.requests) == len(posts)  # nothing but the creates
+    # Nothing but the creates, after the reads of the JobSet CRD and the Kueue LocalQueue.
+    reads = [r for r in server.requests if r.method == "GET"]
+    # ... and, for an indexed job, the patch that makes its Job the owner of its Service.
+    patches = [r for r in server.requests if r.method == "PATCH"]
+    assert [r.resource for r in patches] == (["services"] if spec.workload == "indexed-job" else [])
+    assert len(server.requests) == len(posts) + len(reads) + len(patches)
+    assert {r.path.rsplit("/", 2)[-2] for r in reads} <= {"customresourcedefinitions", "localqueues"}
     assert status.state is JobState.PENDING and status.processes == spec.num_processes
     assert status.created == "2025-02-02T00:00:00Z"
     stored = server.get("jobsets" if spec.workload == "jobset" else "jobs", "lm")
@@ -541,20 +559,20 @@ def test_partial_failure_rolls_back_what_was_created(server, backend):
 
 
 def test_a_failed_rollback_says_what_is_left_and_how_to_remove_it(server, backend):
-    server.fail("POST", "jobs", 500, dry_run=False)
-    server.fail("DELETE", "services", 500)
+    server.fail("POST", "jobs", 500, dry_run=False, times=100)  # past the retries' deadline
+    server.fail("DELETE", "services", 500, times=100)
     with pytest.raises(BackendError, match=r"Could NOT roll back: Service/lm .*kubectl delete service lm -n team-a"):
         backend.submit(SPECS["indexed-job"])
 
 
 def test_an_interrupted_submit_rolls_back_too(server, backend, monkeypatch):
-    real = K.KubernetesBackend._create
+    real = KA.KubernetesApi.create
 
     def create(self, obj, *, dry_run):
         if obj["kind"] == "Job" and not dry_run:
             raise KeyboardInterrupt
         return real(self, obj, dry_run=dry_run)
-    monkeypatch.setattr(K.KubernetesBackend, "_create", create)
+    monkeypatch.setattr(KA.KubernetesApi, "create", create)
     with pytest.raises(KeyboardInterrupt):
         backend.submit(SPECS["indexed-job"])
     assert server.objects == {}
@@ -584,10 +602,10 @@ def test_an_interrupted_submit_rolls_back_too(server, backend, monkeypatch):
      r"failed to create \(dry run\) JobSet team-a/lm: HTTP 500.*etcdserver: request timed out.*Retry"),
 ])
 def test_api_errors_become_clear_backend_errors(server, backend, fault, error, pattern):
-    server.fail("POST", "jobsets", **fault)
+    server.fail("POST", "jobsets", **{"times": 100, **fault})  # a 500 persists past the retries
     with pytest.raises(error, match=pattern) as info:
         backend.submit(SPECS["cpu-jobset"])
-    assert isinstance(info.value.__cause__, K.ApiException)
+    assert isinstance(info.value.__cause__, KA.ApiException)
     assert server.objects == {}
 
 
@@ -773,19 +791,20 @@ def test_status_without_the_jobset_api_still_finds_indexed_jobs(server, backend)
     assert backend.status("lm").processes == 4
 
 
-def test_wait_returns_the_terminal_status(server, backend):
+def test_wait_polls_when_the_server_refuses_watches(server, backend, caplog):
+    """A server (or Role) without watches: wait falls back to polling, with one warning."""
     obj = _jobset(server, status={"restarts": 0})
-    real = backend.status
-    seen = []
+    real = server._answer
 
-    def status(name):
-        seen.append(name)
-        if len(seen) == 3:
+    def answer(request):
+        if request.method == "GET" and request.resource == "jobsets" and \
+                len(server.calls("GET", "jobsets")) == 4:
             obj["status"] = {"terminalState": "Completed"}
-        return real(name)
-    backend.status = status
+        return real(request)
+    server._answer = answer
     assert backend.wait("lm", poll_seconds=0).state is JobState.SUCCEEDED
-    assert len(seen) == 3
+    assert len(server.calls("GET", "jobsets")) == 4  # the read, the refused watch, two polls
+    assert sum("polling every" in r.message for r in caplog.records) == 1
 
 
 # ----------------------------------------------------------------------------- list
@@ -848,7 +867,7 @@ def test_logs_finds_the_completion_index_in_an_annotation_too(server, backend):
 
 
 def test_logs_follow_streams_lines_as_they_arrive(server, backend):
-    _job(server)
+    job = _job(server)
     for p in _job_pods():
         server.put("pods", p)
     produced = []
@@ -860,6 +879,8 @@ def test_logs_follow_streams_lines_as_they_arrive(server, backend):
         return chunk
     euro = "€".encode()
     server.logs["lm-0-x"] = [later(b"first\nsec"), later(b"ond " + euro[:1]), later(euro[1:] + b"\n"), later(b"last\n")]
+    # The job ends with the stream: follow stops with the job, not with one pod's stream.
+    job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
     lines = backend.logs("lm", follow=True)
     assert produced == []  # the stream is read lazily
     assert next(lines) == "first"
@@ -885,19 +906,23 @@ def test_logs_closes_the_stream_when_the_reader_stops(server, backend, monkeypat
 
 
 def test_logs_follow_waits_for_the_pod_to_start(server, backend):
-    _job(server)
+    job = _job(server)
     pods = _job_pods(phase="Pending")
     for p in pods:
         server.put("pods", p)
-    server.logs["lm-1-x"] = [b"up\n"]
-    real_list = backend._list
+
+    def up():  # the job ends with its only line: follow stops with the job
+        job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+        return b"up\n"
+    server.logs["lm-1-x"] = [up]
+    real_list = backend.api.list
 
     def list_(kind, selector):
         result = real_list(kind, selector)
         if kind == "Pod" and len(server.calls("GET", "pods")) == 2:  # starts after two polls
             server.put("pods", pod("lm-1-x", job="lm", index=1, phase="Running"))
         return result
-    backend._list = list_
+    backend.api.list = list_
     assert list(backend.logs("lm", process=1, follow=True)) == ["up"]
     assert len(server.calls("GET", "pods")) == 3
 
@@ -971,7 +996,9 @@ def test_resume_reads_the_spec_annotation_and_resubmits(server, backend, crd_sch
     first_post = methods.index(("POST", "jobsets", True))
     assert first_delete < first_post
     # after the delete: polled until the JobSet was gone (2 lingering GETs + the 404)
-    assert methods[first_delete + 1:first_post] == [("GET", "jobsets", False)] * 3
+    # (then the reads of the JobSet CRD and the LocalQueue before the first create)
+    assert methods[first_delete + 1:first_post] == [("GET", "jobsets", False)] * 3 + \
+        [("GET", None, False)] * 2
     (real_post,) = [r for r in server.calls("POST") if not r.dry_run]
     assert real_post.body == R.render(spec).objects[0]  # same run name, checkpoint_dir, everything
     assert_valid(real_post.body, crd_schema)
@@ -1031,7 +1058,17 @@ def test_resume_with_an_unreadable_annotation_deletes_nothing(server, backend):
     assert server.calls("DELETE") == []
 
 
-def test_resume_a_suspended_job(server, backend):
-    _jobset(server, suspend=True)
+def test_resume_leaves_a_job_suspended_by_kueue_to_kueue(server, backend):
+    """Re-creating a Kueue-suspended JobSet would send it to the back of its queue."""
+    obj = _jobset(server, suspend=True)
+    assert obj["metadata"]["labels"][R.QUEUE_LABEL]
+    status = backend.resume("lm")
+    assert status.state is JobState.SUSPENDED and "left to Kueue" in status.message
+    assert server.calls("DELETE") == [] and server.calls("POST") == []
+
+
+def test_resume_re_creates_a_suspended_job_without_a_queue(server, backend):
+    obj = _jobset(server, suspend=True)
+    del obj["metadata"]["labels"][R.QUEUE_LABEL]
     backend.resume("lm")
     assert len(server.calls("DELETE")) == 1 and len(server.calls("POST")) == 2

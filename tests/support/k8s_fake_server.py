@@ -267,6 +267,9 @@ class FakeKubernetes:
             self.requests.append(request)
             if authorization != f"Bearer {TOKEN}":
                 return 401, status_object(401, "Unauthorized", "Unauthorized")
+            client_side = self._client_side_answer(request)  # see "behaving like a real server"
+            if client_side is not None:
+                return client_side
             for fault in self._faults:
                 if (fault["times"] > 0 and fault["method"] == request.method
                         and fault["resource"] == request.resource
@@ -283,7 +286,7 @@ class FakeKubernetes:
             if request.method == "POST":
                 return self._create(request)
             if request.method == "GET" and request.name is None:
-                return self._list(request)
+                return self._paginate(request, *self._list(request))
             if request.method == "GET":
                 return self._read(request)
             if request.method == "DELETE":
@@ -545,6 +548,417 @@ class FakeKubernetes:
                     if not self._logs.get(pod, [])[sent:]:
                         return
 
+    # ================================================================== behaving like a real server
+    # Watches, pagination, fault injection, RBAC, the JobSet CRD, Kueue objects, gang
+    # restarts and owner references: what a client that runs for days meets on a real
+    # cluster. Each behaviour cites the documentation it follows. State lives in one
+    # object (``self._real``), made on first use.
+
+    @property
+    def _real(self) -> _RealServerState:
+        state = self.__dict__.get("_real_state")
+        if state is None:
+            state = self.__dict__["_real_state"] = _RealServerState()
+        return state
+
+    # --- test controls
+
+    def storm(self, method: str, resource: str, times: int, *, retry_after: int = 1,
+              code: int = 429) -> None:
+        """The next ``times`` matching requests get 429 TooManyRequests with ``Retry-After``
+        (https://kubernetes.io/docs/concepts/cluster-administration/flow-control/: a request
+        rejected by API Priority and Fairness gets 429 and a Retry-After header), or any
+        other ``code`` (500, 503) with the same header."""
+        reason = {429: "TooManyRequests", 503: "ServiceUnavailable"}.get(code, "InternalError")
+        with self._lock:
+            self._real.faults.append(dict(
+                method=method, resource=resource, times=times, answer=(code, (
+                    "headers", status_object(code, reason, "the server has received too many "
+                                             "requests and has asked us to try again later"
+                                             if code == 429 else "injected failure",
+                                             retryAfterSeconds=retry_after),
+                    {"Retry-After": str(retry_after)}))))
+
+    def drop(self, method: str, resource: str, times: int = 1) -> None:
+        """The next ``times`` matching requests lose their connection with no answer."""
+        with self._lock:
+            self._real.faults.append(dict(method=method, resource=resource, times=times,
+                                          answer=(0, ("drop",))))
+
+    def expire_watches(self, times: int = 1) -> None:
+        """The next ``times`` watches answer at once with an ERROR event, code 410 Gone
+        (https://kubernetes.io/docs/reference/using-api/api-concepts/#410-gone-responses:
+        the resourceVersion asked for is older than the server keeps; the client re-lists)."""
+        with self._lock:
+            self._real.expire += times
+
+    def break_watches(self, times: int = 1, after_events: int = 1) -> None:
+        """The next ``times`` watches break (the connection drops mid-stream) after
+        ``after_events`` events."""
+        with self._lock:
+            self._real.breaks.extend([after_events] * times)
+
+    def restart(self, name: str) -> None:
+        """A gang restart of JobSet ``name`` now (see :meth:`_gang_restart`)."""
+        with self._lock:
+            self._gang_restart(("jobsets", self.namespace, name))
+
+    def plan_restarts(self, name: str, *afters: int) -> None:
+        """Gang restarts of the next submission of JobSet ``name``, each when the JobSet
+        has been read or watched ``after`` more times, before its planned outcome."""
+        with self._lock:
+            self._real.restart_plans.setdefault(name, []).extend(afters)
+
+    def set_role(self, rules: list[dict] | None, cluster_rules: list[dict] | None = None) -> None:
+        """Enforce an RBAC Role: every request is checked against ``rules`` (namespaced)
+        and ``cluster_rules`` (a ClusterRole, for cluster-scoped objects such as CRDs), as
+        the RBAC authorizer does (https://kubernetes.io/docs/reference/access-authn-authz/rbac/:
+        rules are additive, a request is allowed when one rule matches its API group,
+        resource (``pods/log`` for a subresource), verb and, if listed, resource name).
+        ``None`` turns enforcement off."""
+        with self._lock:
+            self._real.role = rules
+            self._real.cluster_role = cluster_rules or []
+
+    def serve_jobset_crd(self, *, without: tuple[str, ...] = ()) -> None:
+        """Serve the JobSet CRD (tests/fixtures), with the named properties of
+        ``spec.failurePolicy`` removed (``restartStrategy``, ``rules``): an older JobSet."""
+        with self._lock:
+            self._real.crd_without = tuple(without)
+            self._real.crd = True
+
+    def kueue(self, *queues: str) -> None:
+        """Install Kueue with these LocalQueues in the namespace (none: no Kueue API)."""
+        with self._lock:
+            self._real.local_queues = set(queues)
+
+    @property
+    def rbac_used(self) -> set[tuple[str, str, str]]:
+        """Every (apiGroup, resource, verb) the client asked for."""
+        with self._lock:
+            return set(self._real.used)
+
+    # --- answering
+
+    def _client_side_answer(self, request: _Request) -> tuple[int, Any] | None:
+        real = self._real
+        self._collect_garbage()
+        self._bump_versions()
+        extra = _extra_route(request)
+        forbidden = self._authorize(request, extra)
+        if forbidden is not None:
+            return forbidden
+        for fault in real.faults:
+            if (fault["times"] > 0 and fault["method"] == request.method
+                    and fault["resource"] in (request.resource, extra and extra[0])):
+                fault["times"] -= 1
+                return fault["answer"]
+        if extra is not None:
+            return self._extra_answer(request, *extra)
+        if request.resource in _KINDS and request.method == "GET" and request.name is None \
+                and request.query.get("watch") == "true":
+            return 200, ("watch", request)
+        if request.resource == "services" and request.method == "PATCH":
+            return self._patch_owner(request)
+        if request.resource == "jobsets" and request.method == "POST":
+            return self._strict_jobset(request)
+        return None
+
+    def _authorize(self, request: _Request, extra: tuple | None) -> tuple[int, dict] | None:
+        name = request.name
+        if extra is not None:
+            resource, group, name = extra[0], extra[1], extra[3]
+        elif request.resource == "log":
+            resource, group = "pods/log", ""
+        elif request.resource in _KINDS:
+            resource, group = request.resource, _KINDS[request.resource][1]
+        else:
+            return None
+        verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(
+            request.method)
+        if verb is None:
+            verb = ("watch" if request.query.get("watch") == "true" else "list") \
+                if name is None else "get"
+        self._real.used.add((group, resource, verb))
+        if self._real.role is None:
+            return None
+        cluster = extra is not None and extra[0] == "customresourcedefinitions"
+        rules = self._real.cluster_role if cluster else self._real.role
+        for rule in rules:
+            if (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", [])) and \
+                    (resource in rule.get("resources", []) or "*" in rule.get("resources", [])) and \
+                    (verb in rule.get("verbs", []) or "*" in rule.get("verbs", [])) and \
+                    (not rule.get("resourceNames") or name in rule["resourceNames"]):
+                return None
+        # The RBAC authorizer's message (kube-apiserver, forbidden.go).
+        where = "at the cluster scope" if cluster else f'in the namespace "{request.namespace}"'
+        named = f' "{name}"' if name else ""
+        qualified = f"{resource}.{group}" if group else resource
+        return 403, status_object(
+            403, "Forbidden", f'{qualified}{named} is forbidden: User "tester" cannot {verb} '
+            f'resource "{resource}" in API group "{group}" {where}',
+            name=name or "", group=group, kind=resource)
+
+    def _paginate(self, request: _Request, code: int, body: dict) -> tuple[int, dict]:
+        """``limit``/``continue`` (https://kubernetes.io/docs/reference/using-api/api-concepts/
+        #retrieving-large-results-sets-in-chunks): a page of ``limit`` items, and a continue
+        token while more remain; an expired token is 410 Expired."""
+        limit = int(request.query.get("limit") or 0)
+        if code != 200 or limit <= 0:
+            return code, body
+        token = request.query.get("continue")
+        offset = 0
+        if token:
+            if self._real.expire_continue > 0:
+                self._real.expire_continue -= 1
+                return 410, status_object(410, "Expired", "The provided continue parameter is "
+                                          "too old to display a consistent list result.")
+            offset = int(token.removeprefix("offset-"))
+        items = body["items"]
+        body["items"] = items[offset:offset + limit]
+        self._real.pages += 1
+        if offset + limit < len(items):
+            body["metadata"]["continue"] = f"offset-{offset + limit}"
+            body["metadata"]["remainingItemCount"] = len(items) - offset - limit
+        return code, body
+
+    def _strict_jobset(self, request: _Request) -> tuple[int, dict] | None:
+        """An older JobSet CRD (:meth:`serve_jobset_crd` ``without``): under
+        ``fieldValidation=Strict`` a field its schema lacks is an error, else it is dropped
+        silently (https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation)."""
+        missing = self._real.crd_without
+        policy = ((request.body or {}).get("spec") or {}).get("failurePolicy") or {}
+        unknown = [f for f in missing if f in policy]
+        if not unknown:
+            return None
+        if request.query.get("fieldValidation") == "Strict":
+            return 400, status_object(400, "BadRequest", "; ".join(
+                f".spec.failurePolicy.{f}: field not declared in schema" for f in unknown))
+        for field in unknown:
+            del policy[field]
+        return None
+
+    def _extra_answer(self, request: _Request, resource: str, group: str,
+                      namespace: str | None, name: str | None) -> tuple[int, Any]:
+        real = self._real
+        if resource == "customresourcedefinitions":
+            if not real.crd or name != "jobsets.jobset.x-k8s.io":
+                return 404, status_object(404, "NotFound", f'customresourcedefinitions.'
+                                          f'apiextensions.k8s.io "{name}" not found', name=name)
+            return 200, _jobset_crd(real.crd_without)
+        if real.local_queues is None:  # Kueue is not installed: no such API
+            return 404, status_object(404, "NotFound",
+                                      "the server could not find the requested resource")
+        if resource == "localqueues":
+            if name not in real.local_queues:
+                return 404, status_object(404, "NotFound", f'localqueues.kueue.x-k8s.io "{name}" '
+                                          "not found", name=name, group=group, kind=resource)
+            return 200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                         "metadata": {"name": name, "namespace": namespace},
+                         "spec": {"clusterQueue": "cluster-queue"}}
+        # workloads: one per JobSet/Job with a queue, as Kueue's job controller makes them
+        # (label kueue.x-k8s.io/job-uid; conditions QuotaReserved, Admitted, Evicted).
+        selector = request.query.get("labelSelector") or ""
+        items = []
+        for (r, ns, n), obj in sorted(self.objects.items()):
+            labels = obj["metadata"].get("labels") or {}
+            if r not in ("jobsets", "jobs") or ns != namespace or "kueue.x-k8s.io/queue-name" \
+                    not in labels or labels.get("jobset.sigs.k8s.io/jobset-name"):
+                continue
+            workload_labels = {"kueue.x-k8s.io/job-uid": obj["metadata"]["uid"]}
+            if not _selector_matches(selector, workload_labels):
+                continue
+            items.append(_workload(r, n, ns, obj, workload_labels))
+        return 200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadList",
+                     "metadata": {}, "items": items}
+
+    def _patch_owner(self, request: _Request) -> tuple[int, dict]:
+        """A merge patch of a Service's ``metadata.ownerReferences`` (all the launcher patches)."""
+        key = ("services", request.namespace, request.name)
+        if key not in self.objects:
+            return self._not_found("services", request.name)
+        refs = ((request.body or {}).get("metadata") or {}).get("ownerReferences")
+        if refs is not None:
+            self.objects[key]["metadata"]["ownerReferences"] = refs
+        return 200, copy.deepcopy(self.objects[key])
+
+    def _collect_garbage(self) -> None:
+        """The garbage collector: an object whose owners (ownerReferences uids) are all gone
+        goes too (https://kubernetes.io/docs/concepts/architecture/garbage-collection/)."""
+        uids = {o["metadata"].get("uid") for o in self.objects.values()}
+        for key, obj in list(self.objects.items()):
+            refs = obj["metadata"].get("ownerReferences") or []
+            if refs and not any(r.get("uid") in uids for r in refs):
+                del self.objects[key]
+
+    # --- resourceVersions and watches
+
+    def _bump_versions(self) -> int:
+        """Gives every object whose content changed since last seen a new resourceVersion
+        (the API server's is etcd's revision: it grows with every write); returns the
+        newest."""
+        real = self._real
+        for key, obj in self.objects.items():
+            meta = obj["metadata"]
+            body = json.dumps({k: v for k, v in obj.items() if k != "metadata"}, sort_keys=True) \
+                + json.dumps({k: v for k, v in meta.items() if k != "resourceVersion"},
+                             sort_keys=True)
+            if real.seen.get(key) != body:
+                real.seen[key] = body
+                meta["resourceVersion"] = str(next(self._ids))
+        for key in [k for k in real.seen if k not in self.objects]:
+            del real.seen[key]
+        return max([int(o["metadata"].get("resourceVersion") or 0) for o in
+                    self.objects.values()] + [real.floor])
+
+    def _tick(self, key: tuple[str, str, str]) -> None:
+        """A watch of ``key`` counts as a read for the scripted controllers (the outcome of
+        :meth:`plan`, the restarts of :meth:`plan_restarts`)."""
+        restarts = self._real.restart_plans.get(key[2])
+        if key[0] == "jobsets" and key in self.objects and restarts:
+            restarts[0] -= 1
+            if restarts[0] <= 0:
+                restarts.pop(0)
+                self._gang_restart(key)
+            return
+        script = self._scripts.get(key)
+        if script is not None:
+            script[1] -= 1
+            if script[1] <= 0:
+                del self._scripts[key]
+                restarts = ((self.objects.get(key) or {}).get("status") or {}).get("restarts")
+                self._apply(key, script[0])
+                if restarts and key in self.objects:  # the outcome keeps the restarts so far
+                    self.objects[key].setdefault("status", {})["restarts"] = restarts
+            return
+        self._kueue_readmits(key)
+
+    def _kueue_readmits(self, key: tuple[str, str, str]) -> None:
+        """Kueue's requeue of an evicted workload (https://kueue.sigs.k8s.io/docs/concepts/
+        workload/#requeuing-strategy): after ``readmit_after`` ticks it is admitted again,
+        un-suspended, and its pods start; the next planned outcome then applies to it."""
+        obj = self.objects.get(key)
+        if obj is None or not obj["spec"].get("suspend") or \
+                "kueue.x-k8s.io/queue-name" not in (obj["metadata"].get("labels") or {}):
+            return
+        left = self._real.requeues.get(key, self._real.readmit_after) - 1
+        self._real.requeues[key] = left
+        if left > 0:
+            return
+        del self._real.requeues[key]
+        obj["spec"]["suspend"] = False
+        obj["status"] = {"restarts": 0} if key[0] == "jobsets" else {}
+        self._start_pods(key[0], obj)
+        plan = self._plans.get(key[2]) or []
+        outcome, after = plan.pop(0) if plan else ("run", 0)
+        self._scripts[key] = [outcome, after]
+        self._real.readmissions += 1
+
+    def stream_watch(self, request: _Request, write) -> bool:
+        """Writes watch events (https://kubernetes.io/docs/reference/using-api/api-concepts/
+        #efficient-detection-of-changes): ADDED/MODIFIED/DELETED for the objects matching
+        the selectors with a resourceVersion newer than the one asked for, BOOKMARK events
+        when ``allowWatchBookmarks`` (https://kubernetes.io/docs/reference/using-api/
+        api-concepts/#watch-bookmarks), until ``timeoutSeconds`` (at most FOLLOW_LIMIT_S).
+        Returns False when the stream was broken on purpose (:meth:`break_watches`)."""
+        kind, _, api_version = _KINDS[request.resource]
+        fields = dict(term.split("=", 1) for term in
+                      filter(None, (request.query.get("fieldSelector") or "").split(",")))
+        name = fields.get("metadata.name")
+        selector = request.query.get("labelSelector")
+        since = int(request.query.get("resourceVersion") or 0)
+        seconds = min(float(request.query.get("timeoutSeconds") or FOLLOW_LIMIT_S), FOLLOW_LIMIT_S)
+        bookmarks = request.query.get("allowWatchBookmarks") == "true"
+        deadline = time.monotonic() + seconds
+        with self._lock:
+            real = self._real
+            real.watches += 1
+            if real.expire > 0:
+                real.expire -= 1
+                write(json.dumps({"type": "ERROR", "object": status_object(
+                    410, "Expired", f"too old resource version: {since} "
+                    f"({self._bump_versions()})")}).encode() + b"\n")
+                return True
+            break_after = real.breaks.pop(0) if real.breaks else None
+
+        def matches(key, obj) -> bool:
+            return (key[0] == request.resource and key[1] == request.namespace
+                    and (name is None or key[2] == name)
+                    and _selector_matches(selector, obj["metadata"].get("labels") or {}))
+        with self._lock:
+            self._bump_versions()
+            known = {k for k, o in self.objects.items() if matches(k, o)}
+        sent_events = 0
+        last_bookmark = time.monotonic()
+        while True:
+            events = []
+            with self._lock:
+                for key in sorted(known):
+                    self._tick(key)
+                newest = self._bump_versions()
+                for key, obj in sorted(self.objects.items()):
+                    if not matches(key, obj):
+                        continue
+                    version = int(obj["metadata"]["resourceVersion"])
+                    if version > since:
+                        events.append({"type": "MODIFIED" if key in known else "ADDED",
+                                       "object": copy.deepcopy(obj)})
+                    known.add(key)
+                for key in sorted(k for k in known if k not in self.objects):
+                    known.discard(key)
+                    events.append({"type": "DELETED", "object": {
+                        "kind": kind, "apiVersion": api_version, "metadata": {
+                            "name": key[2], "namespace": key[1],
+                            "resourceVersion": str(newest)}}})
+                if events:
+                    since = max(since, newest)
+                if bookmarks and not events and time.monotonic() - last_bookmark > 0.2:
+                    last_bookmark = time.monotonic()
+                    since = max(since, newest)
+                    events.append({"type": "BOOKMARK", "object": {
+                        "kind": kind, "apiVersion": api_version,
+                        "metadata": {"resourceVersion": str(newest)}}})
+                    real.bookmarks += 1
+            for event in events:
+                if break_after is not None and sent_events >= break_after:
+                    return False
+                write(json.dumps(event).encode() + b"\n")
+                if event["type"] != "BOOKMARK":
+                    sent_events += 1
+            with self._lock:
+                if self._closing or time.monotonic() >= deadline:
+                    return True
+                self._lock.wait(timeout=0.02)
+
+    # --- gang restarts
+
+    def _gang_restart(self, key: tuple[str, str, str]) -> None:
+        """A JobSet gang restart after a preemption, as the JobSet controller does it
+        (https://jobset.sigs.k8s.io/docs/concepts/#failure-policy): the pods of the attempt
+        end (the preempted one with a DisruptionTarget condition, all with exit 42 after
+        their checkpoint), every child Job is recreated, ``status.restarts`` grows by one
+        (not counted toward maxRestarts: the rule's action is RestartJobSetAndIgnoreMaxRestarts),
+        and the new pods carry the new ``restart-attempt`` label."""
+        obj = self.objects.get(key)
+        if obj is None:
+            return
+        resource, ns, name = key
+        status = obj.setdefault("status", {})
+        attempt = int(status.get("restarts") or 0) + 1
+        status["restarts"] = attempt
+        status.setdefault("restartsCountTowardsMax", 0)
+        old = [(k, o) for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
+               and o["metadata"]["labels"].get(JOBSET_NAME) == name]
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for pod_key, pod in old:
+            del self.objects[pod_key]
+            self._log_ended.add(pod_key[2])
+            labels = dict(pod["metadata"]["labels"], **{RESTART_ATTEMPT: str(attempt)})
+            base = pod_key[2].rsplit("-", 1)[0]
+            self._put_pod(f"{base}-{next(self._ids):05d}", ns, labels, started)
+        self._real.gang_restarts += 1
+        self._lock.notify_all()
+
 
     # ------------------------------------------------------------------ what kubectl needs too
 
@@ -627,6 +1041,91 @@ class FakeKubernetes:
             self._apply(key, outcome)
 
 
+class _RealServerState:
+    """The state of the FakeKubernetes "behaving like a real server" section."""
+
+    def __init__(self):
+        self.faults: list[dict] = []
+        self.expire = 0  # watches still to expire (410)
+        self.expire_continue = 0  # continue tokens still to expire (410)
+        self.breaks: list[int] = []  # watches still to break, after so many events
+        self.restart_plans: dict[str, list[int]] = {}
+        self.role: list[dict] | None = None
+        self.cluster_role: list[dict] = []
+        self.used: set[tuple[str, str, str]] = set()
+        self.crd = True  # JobSet is installed: its CRD is served
+        self.crd_without: tuple[str, ...] = ()
+        self.local_queues: set[str] | None = None
+        self.seen: dict[tuple[str, str, str], str] = {}
+        self.floor = 0
+        self.watches = 0
+        self.bookmarks = 0
+        self.pages = 0
+        self.gang_restarts = 0
+        self.requeues: dict[tuple[str, str, str], int] = {}
+        self.readmit_after = 3  # watch ticks before Kueue admits an evicted workload again
+        self.readmissions = 0
+
+
+_EXTRA_ROUTES = [
+    ("customresourcedefinitions", "apiextensions.k8s.io", re.compile(
+        r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/([^/]+)$"), False),
+    ("localqueues", "kueue.x-k8s.io", re.compile(
+        r"^/apis/kueue\.x-k8s\.io/v1beta1/namespaces/([^/]+)/localqueues(?:/([^/]+))?$"), True),
+    ("workloads", "kueue.x-k8s.io", re.compile(
+        r"^/apis/kueue\.x-k8s\.io/v1beta1/namespaces/([^/]+)/workloads(?:/([^/]+))?$"), True),
+]
+
+
+def _extra_route(request: _Request) -> tuple[str, str, str | None, str | None] | None:
+    """(resource, group, namespace, name) of a path outside ``_ROUTES``, else None."""
+    for resource, group, pattern, namespaced in _EXTRA_ROUTES:
+        match = pattern.match(request.path)
+        if match:
+            if namespaced:
+                return resource, group, match.group(1), match.group(2)
+            return resource, group, None, match.group(1)
+    return None
+
+
+def _jobset_crd(without: tuple[str, ...]) -> dict:
+    from support.paths import JOBSET_CRD
+
+    crd = yaml.safe_load(JOBSET_CRD.read_text())
+    for version in crd["spec"]["versions"]:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        policy = spec["properties"].get("failurePolicy") or {}
+        for field in without:
+            (policy.get("properties") or {}).pop(field, None)
+    return crd
+
+
+def _workload(resource: str, name: str, ns: str, obj: dict, labels: dict) -> dict:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    suspended = bool(obj["spec"].get("suspend"))
+    evicted = any(c.get("type") == "Suspended" for c in (obj.get("status") or {}).get("conditions") or [])
+    conditions = [{"type": "QuotaReserved", "status": "False" if suspended else "True",
+                   "reason": "Pending" if suspended else "QuotaReserved",
+                   "message": "couldn't assign flavors to pod set slice: insufficient quota for "
+                              "google.com/tpu in flavor v5p" if suspended else
+                              "Quota reserved in ClusterQueue cluster-queue",
+                   "lastTransitionTime": now},
+                  {"type": "Admitted", "status": "False" if suspended else "True",
+                   "reason": "NoReservation" if suspended else "Admitted",
+                   "message": "The workload has no reservation" if suspended else
+                              "The workload is admitted", "lastTransitionTime": now}]
+    if evicted:
+        conditions.append({"type": "Evicted", "status": "True", "reason": "Preempted",
+                           "message": "Preempted to accommodate a workload (UID: w-2) due to "
+                                      "prioritization in the ClusterQueue",
+                           "lastTransitionTime": now})
+    kind = "jobset" if resource == "jobsets" else "job"
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+            "metadata": {"name": f"{kind}-{name}-1a2b3", "namespace": ns, "labels": labels},
+            "spec": {"queueName": obj["metadata"]["labels"].get("kueue.x-k8s.io/queue-name")},
+            "status": {"conditions": conditions}}
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_fake: FakeKubernetes
@@ -641,6 +1140,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         request.content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
         request.accept = self.headers.get("Accept") or ""
         code, payload = self.server_fake.answer(request, self.headers.get("Authorization"))
+        if self._serve_client_side(code, payload):
+            return
         if isinstance(payload, tuple) and payload[0] == "watch":
             self._stream(code, "application/json",
                          lambda write: k8s_watch.stream(self.server_fake, request, write))
@@ -689,6 +1190,46 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
         except OSError:  # broken pipe, reset, or over TLS an SSLEOFError
             self.close_connection = True  # the client stopped reading
+
+    def _serve_client_side(self, code: int, payload: Any) -> bool:
+        """Answers of the "behaving like a real server" section: a dropped connection, an
+        answer with headers (429 + Retry-After), a watch stream. False for anything else."""
+        if not isinstance(payload, tuple):
+            return False
+        if payload[0] == "drop":  # the connection closes with no answer (a reset, a proxy)
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return True
+        if payload[0] == "headers":
+            _, body, headers = payload
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            for key, value in {"Content-Type": "application/json",
+                               "Content-Length": str(len(data)), **headers}.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+            return True
+        if payload[0] == "watch" and len(payload) == 2:  # ("watch", request); kubectl's: k8s_watch
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+            def write(data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+            try:
+                if self.server_fake.stream_watch(payload[1], write):
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                else:  # a dropped stream: no terminating chunk
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+            return True
+        return False
 
     do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
 

@@ -160,8 +160,19 @@ class Backend(abc.ABC):
         """Raises: JobNotFoundError."""
 
     @abc.abstractmethod
-    def logs(self, name: str, *, process: int = 0, follow: bool = False) -> Iterator[str]:
-        """Lines of one worker's output (process 0 by default). Raises: JobNotFoundError."""
+    def logs(self, name: str, *, process: int = 0, follow: bool = False,
+             all_processes: bool = False, since_seconds: int | None = None,
+             previous: bool = False) -> Iterator[str]:
+        """Lines of one worker's output (process 0 by default).
+
+        Args:
+            follow: keep reading until the job ends (across gang restarts).
+            all_processes: every worker's output, each line prefixed ``[rank N] ``.
+            since_seconds: only output newer than this many seconds.
+            previous: the previous terminated container (Kubernetes only).
+
+        Raises: JobNotFoundError; BackendError for an option the backend does not offer.
+        """
 
     @abc.abstractmethod
     def list(self) -> list[JobStatus]:

@@ -1032,7 +1032,9 @@ class LocalBackend(Backend):
                             f"state (was {status.state.value}); see {run_dir / SUPERVISOR_LOG}")
         return status
 
-    def logs(self, name: str, *, process: int = 0, follow: bool = False) -> Iterator[str]:
+    def logs(self, name: str, *, process: int = 0, follow: bool = False,
+             all_processes: bool = False, since_seconds: int | None = None,
+             previous: bool = False) -> Iterator[str]:
         """Lines (without newline) of worker ``process``'s log, every attempt, with headers.
 
         Args:
@@ -1045,6 +1047,10 @@ class LocalBackend(Backend):
             JobNotFoundError: no local job of that name.
             BackendError: ``process`` out of range.
         """
+        if all_processes or since_seconds is not None or previous:
+            raise BackendError("--all, --since and --previous read pods on Kubernetes; a local "
+                               f"run's logs are the files worker-N.log in its run directory "
+                               f"(roxxel-launch status {name} --local names it)")
         run_dir = self._existing(name)
         count = _read_json(run_dir / STATUS_FILE)["processes"]
         if not 0 <= process < count:

@@ -1,0 +1,281 @@
+"""Worker logs on Kubernetes: one rank or all, and ``-f`` that follows the job, not one pod.
+
+A worker's output lives in its pod, and a JobSet gang restart replaces every pod (new
+names, the ``jobset.sigs.k8s.io/restart-attempt`` label one higher). Following therefore
+means: stream the newest attempt's pod of the rank; when that stream ends, read the job
+again, and while it has not ended, attach to the next attempt's pod (waiting for it to
+start), with a marker line ``── attempt N (restart N-1) ──`` between attempts. A stream
+that breaks or times out (a quiet worker, a reset) is reopened on the same pod, skipping the
+lines already shown (a container's log only grows), so that nothing repeats.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import urllib3
+
+from roxxel.wording import as_clause
+from roxxel_launch import contract
+from roxxel_launch.backends.base import BackendError, JobNotFoundError
+from roxxel_launch.backends.kubernetes_status import (
+    COMPLETION_INDEX_KEY,
+    JOB_INDEX_LABEL,
+    JOB_NAME_LABEL,
+    JOBSET_NAME_LABEL,
+    RESTART_ATTEMPT_KEY,
+    _int,
+    _pod_key,
+    worker_from_pod,
+)
+
+if TYPE_CHECKING:
+    from roxxel_launch.backends.kubernetes import KubernetesBackend
+
+logger = logging.getLogger(__name__)
+
+FOLLOW_READ_TIMEOUT = 300.0  # seconds of silence after which a followed stream is reopened
+
+
+def attempt_marker(attempt: int) -> str:
+    """The line between two attempts' output (attempt counts from 1; restart from 0)."""
+    return f"── attempt {attempt + 1} (restart {attempt}) ──"
+
+
+def read_logs(backend: KubernetesBackend, name: str, *, process: int, follow: bool,
+              all_processes: bool, since_seconds: int | None, previous: bool) -> Iterator[str]:
+    """Lines (without newline) of one worker's log, or of every worker's (``all_processes``:
+    each line prefixed ``[rank N] ``).
+
+    Args:
+        process: the rank (``0 <= process < processes``); ignored with ``all_processes``.
+        follow: stream until the job ends, across gang restarts (see the module docstring).
+        since_seconds: only lines newer than this many seconds (``sinceSeconds``).
+        previous: the previous terminated container of the pod (``previous=true``, as
+            ``kubectl logs --previous``).
+
+    The job and the pods are looked up now (errors raise here, not while iterating).
+    Raises: JobNotFoundError; BackendError (no such process, no pod, a broken stream
+    without ``follow``).
+    """
+    kind, obj = backend._require(name)
+    hosts, _, processes = backend._shape(kind, obj)
+    if not 0 <= process < processes:
+        raise BackendError(f"{name} has processes 0..{processes - 1}; there is no process "
+                           f"{process}.")
+    ranks = list(range(processes)) if all_processes else [process]
+    readers = [_RankReader(backend, kind, obj, rank, hosts, since_seconds, previous)
+               for rank in ranks]
+    for reader in readers:
+        reader.attach(wait=follow)  # errors now, not while iterating
+        reader.first = reader._open(follow)
+    if not all_processes:
+        return readers[0].lines(follow)
+    return _merged(readers, follow)
+
+
+def _merged(readers: list[_RankReader], follow: bool) -> Iterator[str]:
+    """Every rank's lines, ``[rank N] ``-prefixed: one after the other without ``follow``,
+    interleaved as they arrive with it (one thread per rank)."""
+    if not follow:
+        for reader in readers:
+            for line in reader.lines(False):
+                yield f"[rank {reader.rank}] {line}"
+        return
+    lines: queue.Queue = queue.Queue(maxsize=1000)
+    done = object()
+    stop = threading.Event()
+
+    def pump(reader: _RankReader) -> None:
+        try:
+            for line in reader.lines(True):
+                if stop.is_set():
+                    return
+                lines.put(f"[rank {reader.rank}] {line}")
+        except BaseException as err:  # noqa: BLE001 - handed to the reading thread
+            lines.put(err)
+        finally:
+            lines.put(done)
+    threads = [threading.Thread(target=pump, args=(r,), daemon=True, name=f"logs-{r.rank}")
+               for r in readers]
+    for thread in threads:
+        thread.start()
+    running = len(threads)
+    try:
+        while running:
+            item = lines.get()
+            if item is done:
+                running -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        stop.set()
+
+
+class _RankReader:
+    """The log of one rank, attempt after attempt."""
+
+    def __init__(self, backend: KubernetesBackend, kind: str, obj: Mapping, rank: int,
+                 hosts: int, since_seconds: int | None, previous: bool):
+        self.backend, self.kind, self.obj, self.rank, self.hosts = backend, kind, obj, rank, hosts
+        self.name = obj["metadata"]["name"]
+        self.since_seconds, self.previous = since_seconds, previous
+        self.started = time.monotonic()
+        self.pod: str | None = None
+        self.attempt = 0
+        self._shown = 0  # lines of self.pod already yielded (skipped when it is reopened)
+        self.first: Any = None  # the response opened by read_logs, read first
+
+    def attach(self, *, wait: bool) -> None:
+        self.pod, self.attempt = _pod_of(self.backend, self.kind, self.obj, self.rank,
+                                         self.hosts, wait=wait)
+        logger.info("logs of %s process %d: pod %s (attempt %d)", self.name, self.rank,
+                    self.pod, self.attempt + 1)
+
+    def _open(self, follow: bool) -> Any:
+        api = self.backend.api
+        options: dict[str, Any] = dict(container=contract.CONTAINER_NAME, follow=follow)
+        if self.since_seconds is not None:  # the same instant on every reconnect
+            options["since_seconds"] = int(self.since_seconds + time.monotonic() - self.started)
+        if self.previous:
+            options["previous"] = True
+        if follow:
+            options["_request_timeout"] = (api.retry.connect_timeout, FOLLOW_READ_TIMEOUT)
+        return api.call("read logs of", "Pod log", self.pod, api.namespace,
+                        api.core().read_namespaced_pod_log, self.pod, api.namespace, **options)
+
+    def lines(self, follow: bool) -> Iterator[str]:
+        if not follow:
+            yield from _lines(self._take(False), self.pod or "?")
+            return
+        shown_attempt = self.attempt
+        if self.attempt > 0:
+            yield attempt_marker(self.attempt)
+        breaks = 0
+        while True:
+            count = 0
+            skip = self._shown
+            try:
+                for line in _lines(self._take(True), self.pod or "?"):
+                    count += 1
+                    if count > skip:
+                        self._shown = count
+                        breaks = 0
+                        yield line
+            except BackendError as err:
+                if not isinstance(err.__cause__, urllib3.exceptions.HTTPError):
+                    raise
+                breaks += 1
+                delay = self.backend.api.retry.delay(breaks)
+                logger.warning("the log stream of pod %s broke (%s); reconnecting in %.1f s",
+                               self.pod, type(err.__cause__).__name__, delay)
+                self.backend.api.retry.sleep(delay)
+                continue
+            if self._ended():
+                return
+            pod = self.pod
+            self.attach(wait=True)
+            if self.pod != pod:
+                self._shown = 0
+            if self.attempt != shown_attempt:
+                shown_attempt = self.attempt
+                yield attempt_marker(self.attempt)
+            elif self.pod == pod:
+                # The same pod: a stream the server ended (the pod finished, and the next
+                # attempt has no pod yet; or a long stream closed): look again shortly.
+                time.sleep(self.backend.poll_seconds)
+
+    def _take(self, follow: bool) -> Any:
+        response, self.first = self.first, None
+        return response if response is not None else self._open(follow)
+
+    def _ended(self) -> bool:
+        """Whether the job has ended (then the log is complete); raises when it is gone."""
+        current = self.backend.api.get(self.kind, self.name)
+        if current is None:
+            raise JobNotFoundError(f"{self.kind} {self.backend.namespace}/{self.name} was "
+                                   "deleted while following its logs.")
+        self.obj = current
+        return self.backend._status_of(self.kind, current, []).state.terminal
+
+
+def _pod_of(backend: KubernetesBackend, kind: str, obj: Mapping, process: int, hosts: int, *,
+            wait: bool) -> tuple[str, int]:
+    """(pod name, restart attempt) of ``process``'s newest pod; with ``wait``, once it has
+    started (or the job has ended)."""
+    name = obj["metadata"]["name"]
+    if kind == "JobSet":
+        slice_index, index = divmod(process, hosts)
+        selector = f"{JOBSET_NAME_LABEL}={name},{JOB_INDEX_LABEL}={slice_index}"
+    else:
+        index = process
+        selector = f"{JOB_NAME_LABEL}={name}"
+    announced = None
+    while True:
+        pods = [p for p in backend.api.list("Pod", selector)
+                if _int(_pod_key(p, COMPLETION_INDEX_KEY), -1) == index]
+        if pods:
+            newest = max(pods, key=lambda p: (_int(_pod_key(p, RESTART_ATTEMPT_KEY), 0),
+                                              (p.get("metadata") or {}).get(
+                                                  "creationTimestamp") or ""))
+            worker = worker_from_pod(newest, hosts)
+            states = [c.get("state") or {} for c in
+                      (newest.get("status") or {}).get("containerStatuses") or []]
+            started = worker.phase != "Pending" or any(
+                "running" in s or "terminated" in s for s in states)
+            if started or not wait:
+                return worker.pod, worker.restart_attempt
+            reason = worker.describe()
+        else:
+            newest = None
+            if not wait:
+                raise BackendError(
+                    f"process {process} of {name} has no pod yet (see roxxel-launch status "
+                    f"{name}); follow the logs (-f) to wait for it.")
+            reason = f"process {process} has no pod yet"
+        current = backend.api.get(kind, name)
+        if current is None:
+            raise JobNotFoundError(f"{kind} {backend.namespace}/{name} was deleted while "
+                                   "waiting for its pod.")
+        state = backend._status_of(kind, current, []).state
+        if state.terminal:
+            if newest is not None:  # it will not start any more: show what there is
+                return newest["metadata"]["name"], _int(_pod_key(newest, RESTART_ATTEMPT_KEY), 0)
+            raise BackendError(f"{name} is {state.value} and process {process} has no pod "
+                               "left to read logs from.")
+        if reason != announced:
+            logger.info("waiting for %s to start: %s", name, reason)
+            announced = reason
+        time.sleep(backend.poll_seconds)
+
+
+def _lines(response, pod: str) -> Iterator[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    buffer = ""
+    finished = False
+    try:
+        for chunk in response.stream(amt=None, decode_content=True):
+            buffer += decoder.decode(chunk)
+            *lines, buffer = buffer.split("\n")
+            for line in lines:
+                yield line.removesuffix("\r")
+        buffer += decoder.decode(b"", final=True)
+        if buffer:
+            yield buffer.removesuffix("\r")
+        finished = True
+    except urllib3.exceptions.HTTPError as err:
+        raise BackendError(f"the log stream of pod {pod} broke: {as_clause(err)}. Run logs again "
+                           "(with -f to keep following).") from err
+    finally:
+        if finished:
+            response.release_conn()
+        else:
+            response.close()  # stopped early: drop the connection, the server still streams

@@ -1,0 +1,130 @@
+"""Checks against the cluster before the first create: the JobSet CRD and the Kueue queue.
+
+An older JobSet controller serves a CRD whose schema lacks fields the rendered manifest uses
+(``failurePolicy.rules``, ``failurePolicy.restartStrategy``); the API server then drops them
+silently, and preemptions count against ``max_restarts`` with nobody told. Creates ask for
+``fieldValidation=Strict`` (the server refuses unknown fields), and before that the served
+schema is read and compared with the manifest, so that the refusal names the field and the
+fix. Reading a CRD needs a cluster-scoped permission (``get customresourcedefinitions``)
+that a namespaced Role cannot grant: without it the check is skipped (logged) and strict
+field validation remains the guard.
+
+A spec with a Kueue ``queue`` needs that LocalQueue in the job's namespace: Kueue leaves a
+job whose queue does not exist suspended for ever, with no error anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from roxxel_launch.backends.base import BackendError, JobNotFoundError
+from roxxel_launch.backends.kubernetes_api import (
+    JOBSET_GROUP,
+    JOBSET_INSTALL_HINT,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    KubernetesApi,
+    _resource_type_missing,
+)
+
+logger = logging.getLogger(__name__)
+
+JOBSET_CRD_NAME = f"{JOBSET_PLURAL}.{JOBSET_GROUP}"
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta1"
+
+
+def unknown_fields(obj: Any, schema: Mapping, path: str = "") -> Iterator[str]:
+    """Paths of ``obj``'s fields that the OpenAPI v3 ``schema`` does not declare.
+
+    Follows ``properties`` and ``items``; a schema with ``additionalProperties`` or
+    ``x-kubernetes-preserve-unknown-fields`` accepts any key. The Job template of each
+    replicated job (``spec.replicatedJobs[].template``) is not walked: it is a core Job,
+    checked against the built-in schemas.
+    """
+    if isinstance(obj, Mapping):
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        for key, value in obj.items():
+            child = f"{path}.{key}" if path else key
+            if properties is not None and key in properties:
+                if child.endswith("].template") and ".replicatedJobs[" in child:
+                    continue
+                yield from unknown_fields(value, properties[key], child)
+            elif isinstance(additional, Mapping):
+                yield from unknown_fields(value, additional, child)
+            elif properties is not None and not additional:
+                yield child
+    elif isinstance(obj, list) and isinstance(schema.get("items"), Mapping):
+        for item in obj:
+            yield from unknown_fields(item, schema["items"], f"{path}[]")
+
+
+def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> None:
+    """Refuses a JobSet that uses a field the installed JobSet CRD does not serve.
+
+    Raises: BackendError naming the fields and the upgrade; JobSet not installed.
+    """
+    try:
+        crd = api.json("read", "CustomResourceDefinition", JOBSET_CRD_NAME, "(cluster)",
+                       api.apiextensions().read_custom_resource_definition, JOBSET_CRD_NAME)
+    except JobNotFoundError as err:
+        if _resource_type_missing(err.__cause__):  # no apiextensions API answered: skip
+            logger.info("cannot read CRD %s here; relying on strict field validation",
+                        JOBSET_CRD_NAME)
+            return
+        raise BackendError(
+            f"the JobSet API is not installed in this cluster (no CRD {JOBSET_CRD_NAME}). "
+            f"{JOBSET_INSTALL_HINT} — or use workload: indexed-job, which needs no JobSet "
+            "controller.") from err
+    except BackendError as err:
+        if getattr(err.__cause__, "status", None) not in (403, 404):
+            raise
+        logger.info("cannot read CRD %s (%s); relying on the API server's strict field "
+                    "validation", JOBSET_CRD_NAME, getattr(err.__cause__, "status", err))
+        return
+    versions = (crd.get("spec") or {}).get("versions") or []
+    served = next((v for v in versions if v.get("name") == JOBSET_VERSION), None)
+    if served is None or not served.get("served", True):
+        names = ", ".join(v.get("name", "?") for v in versions if v.get("served", True))
+        raise BackendError(
+            f"the installed JobSet serves {names or 'no version'}, not {JOBSET_VERSION}, "
+            f"which roxxel-launch creates. Upgrade JobSet: {JOBSET_INSTALL_HINT}.")
+    schema = (served.get("schema") or {}).get("openAPIV3Schema") or {}
+    missing = sorted(set(unknown_fields({"spec": jobset.get("spec") or {}}, schema)))
+    if missing:
+        raise BackendError(
+            f"the JobSet installed in this cluster does not know {', '.join(missing)} (its CRD "
+            f"{JOBSET_CRD_NAME} {JOBSET_VERSION} has no such field), which this job uses: it "
+            "would drop it silently (without failure-policy rules, preemptions count against "
+            f"max_restarts). Nothing was created. Upgrade JobSet: {JOBSET_INSTALL_HINT}.")
+
+
+def check_local_queue(api: KubernetesApi, queue: str, namespace: str) -> None:
+    """Refuses a job whose Kueue LocalQueue does not exist in its namespace.
+
+    Raises: BackendError (no such LocalQueue, or no Kueue API at all).
+    """
+    try:
+        api.json("read", "LocalQueue", queue, namespace,
+                 api.custom().get_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+                 namespace, "localqueues", queue)
+    except JobNotFoundError as err:
+        if _resource_type_missing(err.__cause__):  # the API itself is missing, not the queue
+            raise BackendError(
+                f"the spec sets queue: {queue}, but Kueue is not installed in this cluster (no "
+                f"{KUEUE_GROUP}/{KUEUE_VERSION} API). Install Kueue, or remove `queue` from the "
+                "spec.") from err
+        raise BackendError(
+            f"the spec sets queue: {queue}, but there is no LocalQueue {queue!r} in namespace "
+            f"{namespace}: Kueue would leave the job suspended for ever. List the queues "
+            f"(kubectl get localqueues -n {namespace}) and fix `queue`, or ask a cluster admin "
+            "to create it.") from err
+    except BackendError as err:
+        if getattr(err.__cause__, "status", None) != 403:
+            raise
+        logger.info("cannot read LocalQueue %s/%s (forbidden); not checking it", namespace, queue)

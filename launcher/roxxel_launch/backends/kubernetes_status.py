@@ -1,0 +1,360 @@
+"""How a JobSet or an Indexed Job, and its pods, map to a :class:`JobStatus` (no API calls).
+
+Pure functions over the API's JSON (plain dicts with the API's field names): the Kubernetes
+backend reads the objects (``kubernetes_api``) and this module interprets them, so the
+interpretation is tested on objects alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from roxxel_launch import contract
+from roxxel_launch.backends.base import JobState, JobStatus, StopReason, Worker
+from roxxel_launch.render import QUEUE_LABEL
+
+# Labels the JobSet and Job controllers put on pods (and child Jobs).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+RESTART_ATTEMPT_KEY = "jobset.sigs.k8s.io/restart-attempt"  # a label and an annotation
+COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"  # label (1.28+) and annotation
+JOB_NAME_LABEL = "job-name"  # set by the Job controller on every pod it creates
+_RUNNING_PHASES = ("Running", "Succeeded")
+_CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
+
+
+# ----------------------------------------------------------------------------- worker view
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _pod_key(pod: Mapping, key: str) -> str | None:
+    meta = pod.get("metadata") or {}
+    value = (meta.get("labels") or {}).get(key)
+    if value is None:
+        value = (meta.get("annotations") or {}).get(key)
+    return value
+
+
+def worker_from_pod(pod: Mapping, hosts_per_slice: int) -> Worker:
+    """A :class:`Worker` from a pod's JSON (labels, annotations, status)."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    slice_index = _int(_pod_key(pod, JOB_INDEX_LABEL), 0)
+    index = _int(_pod_key(pod, COMPLETION_INDEX_KEY), -1)
+    phase = status.get("phase") or "Pending"
+    exit_code = finished_at = None
+    reason, message = status.get("reason") or "", status.get("message") or ""
+    containers = status.get("containerStatuses") or []
+    container = next((c for c in containers if c.get("name") == contract.CONTAINER_NAME),
+                     containers[0] if containers else None)
+    if container is not None:
+        state = container.get("state") or {}
+        if "terminated" in state:
+            terminated = state["terminated"] or {}
+            exit_code = terminated.get("exitCode")
+            finished_at = terminated.get("finishedAt")
+            reason = terminated.get("reason") or reason
+            message = terminated.get("message") or message
+        elif "waiting" in state:
+            waiting = state["waiting"] or {}
+            reason = waiting.get("reason") or reason
+            message = waiting.get("message") or message
+    for condition in status.get("conditions") or []:
+        # A disruption (preemption, eviction, node drain) explains more than "Error".
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            reason = condition.get("reason") or "DisruptionTarget"
+            message = condition.get("message") or message
+        elif (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+              and not reason):
+            reason = condition.get("reason") or "Unschedulable"
+            message = condition.get("message") or message
+    return Worker(
+        process=slice_index * hosts_per_slice + max(index, 0),
+        slice=slice_index,
+        index=index,
+        pod=meta.get("name", "?"),
+        phase=phase,
+        restart_attempt=_int(_pod_key(pod, RESTART_ATTEMPT_KEY), 0),
+        exit_code=exit_code,
+        reason=reason,
+        message=message,
+        finished_at=finished_at,
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def _true_conditions(status: Mapping) -> dict[str, dict]:
+    return {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+
+
+def _condition_text(condition: Mapping | None) -> str:
+    if not condition:
+        return ""
+    return ": ".join(p for p in (condition.get("reason"), condition.get("message")) if p)
+
+
+def _first_failure(workers: Iterable[Worker]) -> Worker | None:
+    """The worker that failed first (the likely cause; peers often fail because it did)."""
+    failed = [w for w in workers if (w.exit_code not in (None, 0)) or w.phase == "Failed"]
+    if not failed:
+        return None
+    # A peer that saved a checkpoint and exited 42 after SIGTERM is a consequence, not a cause.
+    causes = [w for w in failed if w.exit_code != contract.PREEMPTED_EXIT_CODE] or failed
+    return min(causes, key=lambda w: (w.finished_at or "~", w.process))
+
+
+# Why a pod stopped when the cluster, not the program, stopped it (the reasons of its
+# DisruptionTarget condition): preemption, eviction, node drain or loss.
+_DISRUPTION_REASONS = ("DisruptionTarget", "PreemptionByScheduler", "PreemptionByKubeScheduler",
+                       "TerminationByKubelet", "EvictionByEvictionAPI", "DeletionByTaintManager",
+                       "DeletionByPodGC")
+
+
+def _failed(worker: Worker) -> bool:
+    return worker.exit_code not in (None, 0) or worker.phase == "Failed"
+
+
+def _preempted(worker: Worker) -> bool:
+    """A worker stopped by the cluster, or one that saved a checkpoint after SIGTERM (exit 42)."""
+    return worker.exit_code == contract.PREEMPTED_EXIT_CODE or worker.reason in _DISRUPTION_REASONS
+
+
+def _failed_exit_code(worker: Worker | None) -> int:
+    if worker is None or worker.exit_code in (None, 0, contract.PREEMPTED_EXIT_CODE):
+        return 1
+    return worker.exit_code
+
+
+# The reason of a JobSet's Failed condition once failurePolicy.maxRestarts is used up.
+_JOBSET_MAX_RESTARTS_REASON = "ReachedMaxRestarts"
+
+
+def _failure_reason(worker: Worker | None) -> StopReason:
+    """CONFIG_ERROR when the first failed worker exited with the configuration-error code."""
+    if worker is not None and worker.exit_code == contract.CONFIG_ERROR_EXIT_CODE:
+        return StopReason.CONFIG_ERROR
+    return StopReason.FAILED
+
+
+def _progress(workers: list[Worker], processes: int, slices: int) -> str:
+    """'3/8 workers running; slice 0: 3 Running, 1 Pending; slice 1: no pods'."""
+    running = sum(w.phase in _RUNNING_PHASES for w in workers)
+    parts = [f"{running}/{processes} workers running"]
+    if slices > 1 or running < processes:
+        for s in range(slices):
+            phases: dict[str, int] = {}
+            for w in workers:
+                if w.slice == s:
+                    phases[w.phase] = phases.get(w.phase, 0) + 1
+            counts = ", ".join(f"{n} {phase}" for phase, n in sorted(phases.items()))
+            parts.append(f"slice {s}: {counts or 'no pods'}")
+    waiting = next((w for w in sorted(workers, key=lambda w: w.process)
+                    if w.phase not in _RUNNING_PHASES and w.reason), None)
+    if waiting is not None:
+        parts.append(f"waiting: {waiting.describe()}")
+    return "; ".join(parts)
+
+
+def _jobset_shape(jobset: Mapping) -> tuple[int, int, int]:
+    """(hosts per slice, slices, processes) of a JobSet, from its spec."""
+    rjobs = (jobset.get("spec") or {}).get("replicatedJobs") or []
+    processes = 0
+    for rjob in rjobs:
+        job_spec = (rjob.get("template") or {}).get("spec") or {}
+        processes += (rjob.get("replicas") or 1) * (job_spec.get("parallelism")
+                                                    or job_spec.get("completions") or 1)
+    if not rjobs:
+        return 1, 0, 0
+    first = (rjobs[0].get("template") or {}).get("spec") or {}
+    return (first.get("completions") or first.get("parallelism") or 1,
+            rjobs[0].get("replicas") or 1, processes)
+
+
+def _job_shape(job: Mapping) -> tuple[int, int, int]:
+    spec = job.get("spec") or {}
+    hosts = spec.get("completions") or spec.get("parallelism") or 1
+    return hosts, 1, hosts
+
+
+def _suspended_message(obj: Mapping, conditions: Mapping) -> str:
+    queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+    text = _condition_text(conditions.get("Suspended")) or "suspended"
+    if queue:
+        return f"{text}; waiting for Kueue to admit it (queue {queue})"
+    return f"{text}; un-suspend it or resume it (roxxel-launch resume)"
+
+
+def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
+    """Maps a JobSet and its pods to a :class:`JobStatus`.
+
+    Succeeded: terminalState Completed (or condition Completed). Failed: terminalState Failed
+    (or condition Failed), with the condition and the first failed worker's exit code and
+    reason — or Preempted (exit code 42) when every failed worker of the last attempt was
+    preempted or exited 42 after saving a checkpoint. Suspended: spec.suspend or condition
+    Suspended (Kueue holds or evicted it).
+    Otherwise the pods of the current attempt (restart-attempt == status.restarts) decide:
+    Running when every worker runs (and no pod of an older attempt remains), else Restarting
+    after a gang restart (status.restarts > 0), else Pending.
+    """
+    meta = jobset.get("metadata") or {}
+    spec = jobset.get("spec") or {}
+    status = jobset.get("status") or {}
+    name = meta.get("name", "?")
+    hosts, slices, processes = _jobset_shape(jobset)
+    restarts = _int(status.get("restarts"), 0)
+    conditions = _true_conditions(status)
+    workers = [worker_from_pod(p, hosts) for p in pods]
+    current = [w for w in workers if w.restart_attempt == restarts and not w.terminating]
+    stale = [w for w in workers if w.restart_attempt < restarts]
+    common = dict(name=name, processes=processes, restarts=restarts,
+                  created=meta.get("creationTimestamp"))
+    notes = []
+    if restarts:
+        counted = status.get("restartsCountTowardsMax")
+        limit = (spec.get("failurePolicy") or {}).get("maxRestarts")
+        if counted is not None:
+            # The rest were free: child Jobs failed by their podFailurePolicy (a DisruptionTarget
+            # pod condition — preemption, API, taint or node-pressure eviction — or exit 42).
+            free = max(restarts - _int(counted, 0), 0)
+            notes.append(f"{restarts} restarts, {counted} counted toward max_restarts={limit}, "
+                         f"{free} free (preemption or eviction)")
+    if meta.get("deletionTimestamp"):
+        notes.append("being deleted")
+    terminal = status.get("terminalState")
+
+    def message(text: str) -> str:
+        return "; ".join(p for p in (text, *notes) if p)
+
+    if terminal == "Completed" or "Completed" in conditions:
+        return JobStatus(state=JobState.SUCCEEDED, exit_code=0,
+                         message=message(_condition_text(conditions.get("Completed"))), **common)
+    if terminal == "Failed" or "Failed" in conditions:
+        text = _condition_text(conditions.get("Failed")) or "failed"
+        # The JobSet's failure policy restarts the gang on a preemption without counting it,
+        # so a JobSet that ends Failed normally ran out of max_restarts on real errors. When
+        # every failed worker of its last attempt was preempted instead (a JobSet controller
+        # without failure-policy rules, or a policy edited by hand), it is Preempted: resume
+        # continues it from its checkpoint.
+        failed_now = [w for w in current if _failed(w)] or [w for w in workers if _failed(w)]
+        if failed_now and all(_preempted(w) for w in failed_now):
+            preempted = min(failed_now, key=lambda w: (w.finished_at or "~", w.process))
+            text = (f"preempted ({text}; {preempted.describe()}); `roxxel-launch resume {name}` "
+                    "continues from the last checkpoint")
+            return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTED_EXIT_CODE,
+                             message=message(text), reason=StopReason.PREEMPTED, **common)
+        first = _first_failure(current) or _first_failure(workers)
+        if first is not None:
+            text += f"; first failure: {first.describe()}"
+        reason = _failure_reason(first)
+        if reason is StopReason.FAILED and \
+                (conditions.get("Failed") or {}).get("reason") == _JOBSET_MAX_RESTARTS_REASON:
+            reason = StopReason.RESTARTS_EXHAUSTED
+        return JobStatus(state=JobState.FAILED, exit_code=_failed_exit_code(first),
+                         message=message(text), reason=reason, **common)
+    if spec.get("suspend") or "Suspended" in conditions:
+        return JobStatus(state=JobState.SUSPENDED,
+                         message=message(_suspended_message(jobset, conditions)), **common)
+    progress = _progress(current, processes, slices)
+    running = sum(w.phase in _RUNNING_PHASES for w in current)
+    if running >= processes and not stale:
+        state = JobState.RUNNING
+    elif restarts > 0:
+        state = JobState.RESTARTING
+        if stale:
+            progress += f"; {len(stale)} pods of the previous attempt still terminating"
+    else:
+        state = JobState.PENDING
+    return JobStatus(state=state, message=message(progress), **common)
+
+
+def _is_preemption(condition: Mapping, workers: list[Worker]) -> bool:
+    """Whether a Job failed by its podFailurePolicy because of a preemption.
+
+    The rendered policy fails the Job on a DisruptionTarget pod condition or on exit code 42
+    (a worker that saved a checkpoint after SIGTERM); the Job controller's message names
+    which rule matched ("Pod ns/x has condition DisruptionTarget matching FailJob rule at
+    index 0", "Container worker for pod ns/x failed with exit code 42 matching ...").
+    """
+    if condition.get("reason") != "PodFailurePolicy":
+        return False
+    text = condition.get("message") or ""
+    if "DisruptionTarget" in text or re.search(
+            rf"exit code {contract.PREEMPTED_EXIT_CODE}\b", text):
+        return True
+    return any(_preempted(w) for w in workers)
+
+
+def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
+    """Maps an Indexed Job (workload: indexed-job) and its pods to a :class:`JobStatus`.
+
+    Succeeded: condition Complete (or SuccessCriteriaMet). Preempted: condition Failed (or
+    FailureTarget) with reason PodFailurePolicy from the DisruptionTarget rule or exit code 42
+    — ``resume`` continues it. Failed: any other failure, with the first failed worker.
+    Suspended: spec.suspend or condition Suspended. Else Running when every worker runs,
+    Pending before. An indexed job never restarts by itself (restarts is 0).
+    """
+    meta = job.get("metadata") or {}
+    spec = job.get("spec") or {}
+    status = job.get("status") or {}
+    name = meta.get("name", "?")
+    hosts, slices, processes = _job_shape(job)
+    conditions = _true_conditions(status)
+    workers = [worker_from_pod(p, hosts) for p in pods]
+    common = dict(name=name, processes=processes, restarts=0,
+                  created=meta.get("creationTimestamp"))
+    deleting = "; being deleted" if meta.get("deletionTimestamp") else ""
+    if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+        text = _condition_text(conditions.get("Complete") or conditions.get("SuccessCriteriaMet"))
+        return JobStatus(state=JobState.SUCCEEDED, exit_code=0, message=text + deleting, **common)
+    failed = conditions.get("Failed") or conditions.get("FailureTarget")
+    if failed is not None:
+        if _is_preemption(failed, workers):
+            text = (f"preempted ({_condition_text(failed)}); `roxxel-launch resume {name}` "
+                    "continues from the last checkpoint")
+            return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTED_EXIT_CODE,
+                             message=text + deleting, reason=StopReason.PREEMPTED, **common)
+        first = _first_failure(workers)
+        text = _condition_text(failed) or "failed"
+        if first is not None:
+            text += f"; first failure: {first.describe()}"
+        return JobStatus(state=JobState.FAILED, exit_code=_failed_exit_code(first),
+                         message=text + deleting, reason=_failure_reason(first), **common)
+    if spec.get("suspend") or "Suspended" in conditions:
+        return JobStatus(state=JobState.SUSPENDED,
+                         message=_suspended_message(job, conditions) + deleting, **common)
+    live = [w for w in workers if not w.terminating]
+    running = sum(w.phase in _RUNNING_PHASES for w in live)
+    state = JobState.RUNNING if running >= processes else JobState.PENDING
+    return JobStatus(state=state, message=_progress(live, processes, slices) + deleting, **common)
+
+
+
+def queue_state(queue: str, suspended: bool, workloads: Iterable[Mapping] | None) -> str:
+    """'queue Q: admitted' / 'queue Q: waiting (reason: message)' / 'queue Q: evicted (...)'.
+
+    From Kueue's Workload of the job (conditions QuotaReserved, Admitted, Evicted,
+    https://kueue.sigs.k8s.io/docs/concepts/workload/); ``workloads`` None when they could
+    not be read, and then from the job's ``suspend`` alone.
+    """
+    head = f"queue {queue}: "
+    workload = next(iter(workloads or ()), None)
+    if workload is None:
+        state = "suspended (waiting for Kueue to admit it)" if suspended else "admitted"
+        return head + state + ("" if workloads is not None else "; its Workload is not readable")
+    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    evicted = conditions.get("Evicted") or {}
+    admitted = conditions.get("Admitted") or {}
+    if evicted.get("status") == "True" and admitted.get("status") != "True":
+        return head + f"evicted ({_condition_text(evicted)}); Kueue requeues it"
+    if admitted.get("status") == "True":
+        return head + "admitted"
+    waiting = conditions.get("QuotaReserved") or admitted
+    return head + f"waiting ({_condition_text(waiting) or 'not admitted yet'})"

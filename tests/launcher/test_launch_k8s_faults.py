@@ -1,0 +1,303 @@
+"""The Kubernetes verbs that run for days, through the faults of a real cluster, in seconds.
+
+No Kubernetes API server runs here. ``tests/support/k8s_fake_server.py`` is a test double
+(real HTTP through the official client) that injects what an hour of a busy cluster brings:
+429 storms with ``Retry-After``, 500s, connections dropped with no answer, watches that
+expire (410) or break mid-stream, gang restarts. Backoff delays are simulated
+(``support.fake_clock``: the policy's sleeps advance a clock instead of sleeping), so an
+hour of retries takes no wall time, while the retry deadlines are checked against the time
+that would have passed. Connections go to loopback only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from roxxel_launch import spec as S
+from roxxel_launch.backends import kubernetes as K
+from roxxel_launch.backends import kubernetes_retry
+from roxxel_launch.backends.base import BackendError, JobState
+from roxxel_launch.cli import EXIT_SUCCEEDED, cli
+
+from support.fake_clock import FakeClock, fast_retry
+from support.k8s_fake_server import FakeKubernetes
+
+pytestmark = pytest.mark.timeout(60)
+
+NS = "team-a"
+SPEC = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
+        "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
+        "accelerator": {"cpu": {"hosts": 2}}, "num_slices": 2,
+        "checkpoint_dir": "gs://ckpt/lm", "run_name": "lm-run-1", "service_account": "trainer"}
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch, clock):
+    with FakeKubernetes(namespace=NS) as server:
+        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry(clock))
+        yield server
+
+
+def backend() -> K.KubernetesBackend:
+    return K.KubernetesBackend(poll_seconds=0.05, delete_timeout=10)
+
+
+def retry_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and "retry" in r.getMessage()]
+
+
+def test_retry_honours_retry_after_and_backs_off_with_a_cap(clock):
+    policy = fast_retry(clock, base=0.5, cap=8.0)
+    assert [policy.delay(n) for n in (1, 2, 3, 4, 5, 6)] == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+    assert policy.delay(1, retry_after=5) == 5.0  # Retry-After wins over a shorter backoff
+    assert policy.delay(1, retry_after=600) == 8.0  # ... up to the cap
+    jittered = fast_retry(clock, jitter=lambda: 0.0)
+    assert jittered.delay(3) == 1.0  # full jitter draws in [delay/2, delay]
+
+
+def test_an_hour_of_faults_wait_and_resume_until_done_end_right(fake, clock, tmp_path, caplog):
+    """The done-when of issue 17: 429 storms, 500s, resets, expired and broken watches and
+    two gang restarts mid-stream, then a preemption and a resume: `wait` follows the job to
+    its end and `resume --until-done` exits 0 once it succeeded."""
+    spec = S.spec_from_dict(SPEC)
+    fake.plan("lm", "preempt", "succeed", after=4)
+    fake.plan_restarts("lm", 3, 3)
+    with backend() as b:
+        b.submit(spec)
+    fake.storm("GET", "jobsets", 3, retry_after=7)
+    fake.fail("GET", "pods", 500, times=2)
+    fake.drop("GET", "jobsets")
+    fake.expire_watches(1)
+    fake.break_watches(1, after_events=1)
+    seen = []
+    with backend() as b, caplog.at_level(logging.WARNING):
+        status = b.wait("lm", poll_seconds=0.05, on_change=seen.append)
+    assert status.state is JobState.PREEMPTED and status.restarts == 2
+    assert [s.state for s in seen] == [JobState.RUNNING, JobState.PREEMPTED]
+    assert fake._real.gang_restarts == 2 and fake._real.watches >= 3
+    assert 7.0 in clock.slept  # Retry-After honoured (simulated seconds)
+    lines = retry_lines(caplog)
+    assert len(lines) == 3 + 2 + 1 and all("\n" not in line for line in lines)
+    assert any("HTTP 429" in line for line in lines) and any("HTTP 500" in line for line in lines)
+    assert any("RemoteDisconnected" in line or "ProtocolError" in line for line in lines)
+    assert any("watch of lm broke" in r.getMessage() for r in caplog.records)
+    # No GET+LIST every poll_seconds: the object was watched, pods listed on changes only.
+    assert len(fake.calls("GET", "jobsets")) < 20
+
+    fake.storm("POST", "jobsets", 2, retry_after=1)  # creates retry 429 too
+    fake.fail("DELETE", "jobsets", 503, times=1)
+    result = CliRunner().invoke(cli, ["resume", "lm", "--until-done", "--poll", "0.1"])
+    assert result.exit_code == EXIT_SUCCEEDED, result.output
+    assert "job lm succeeded" in result.stderr and "Traceback" not in result.output
+    assert fake.submissions("lm") == 2
+
+
+def test_a_black_holed_api_server_ends_within_the_deadline(fake, clock, monkeypatch):
+    """Every attempt times out: the call gives up at the policy's deadline, in one line."""
+    fake.drop("GET", "jobsets", times=1000)
+    with K.KubernetesBackend(retry=fast_retry(clock, deadline=30.0)) as b:
+        with pytest.raises(BackendError) as info:
+            b.status("lm")
+    message = str(info.value)
+    assert "cannot reach the Kubernetes API server" in message and "\n" not in message
+    assert "gave up after" in message and "retry deadline 30 s" in message
+    assert sum(clock.slept) <= 30.0
+
+
+def test_a_create_that_happened_before_its_answer_was_lost_is_not_an_error(fake, clock):
+    """A 500 after the object was stored (etcd wrote it, the answer was lost): the retried
+    create's 409 is resolved by reading the object back."""
+    real = fake._create
+
+    def create_then_fail(request):
+        code, body = real(request)
+        if not request.dry_run and request.resource == "jobsets" and code == 201:
+            return 500, {"kind": "Status", "code": 500, "message": "etcdserver: leader changed"}
+        return code, body
+    fake._create = create_then_fail
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict(SPEC))
+    fake._create = real
+    assert fake.submissions("lm") == 1 and fake.get("jobsets", "lm") is not None
+
+
+def test_lists_page_through_every_item(fake, clock, monkeypatch):
+    monkeypatch.setattr("roxxel_launch.backends.kubernetes_api.LIST_PAGE_SIZE", 2)
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        for n in range(3):
+            b.submit(S.spec_from_dict({**SPEC, "name": f"lm{n}"}))
+        assert [s.name for s in b.list()] == ["lm0", "lm1", "lm2"]
+        assert len(b.api.list("Pod", "")) == 12
+    assert fake._real.pages >= 2 + 6  # 3 JobSets in 2 pages, 12 pods in 6
+
+
+def spec_yaml(tmp_path, **changes) -> str:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({**SPEC, **changes}))
+    return str(path)
+
+
+# ----------------------------------------------------------------------------- before the first create
+
+
+@pytest.mark.parametrize("field", ["restartStrategy", "rules"])
+def test_an_older_jobset_crd_is_refused_before_anything_is_created(fake, clock, field):
+    """An older JobSet would drop failurePolicy.{rules,restartStrategy} silently."""
+    fake.serve_jobset_crd(without=(field,))
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        with pytest.raises(BackendError) as info:
+            b.submit(S.spec_from_dict(SPEC))
+    message = str(info.value)
+    assert f"spec.failurePolicy.{field}" in message and "Upgrade JobSet" in message
+    assert "v0.8.0" in message and fake.calls("POST") == []
+
+
+def test_strict_field_validation_catches_what_the_crd_check_cannot_read(fake, clock):
+    """Without permission to read CRDs, the server's strict field validation refuses."""
+    fake.serve_jobset_crd(without=("restartStrategy",))
+    fake.set_role([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])  # no ClusterRole
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        with pytest.raises(BackendError, match=r"failurePolicy.restartStrategy: field not "
+                                               r"declared in schema"):
+            b.submit(S.spec_from_dict(SPEC))
+    assert fake.get("jobsets", "lm") is None
+
+
+def test_a_missing_local_queue_is_refused(fake, clock):
+    fake.kueue("other-queue")
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        with pytest.raises(BackendError, match=r"no LocalQueue 'team-a-queue' in namespace "
+                                               r"team-a.*kubectl get localqueues -n team-a"):
+            b.submit(S.spec_from_dict({**SPEC, "queue": "team-a-queue"}))
+    fake.kueue()
+    fake._real.local_queues = None  # no Kueue at all
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        with pytest.raises(BackendError, match=r"Kueue is not installed"):
+            b.submit(S.spec_from_dict({**SPEC, "queue": "team-a-queue"}))
+    assert fake.calls("POST") == []
+
+
+def test_the_indexed_jobs_service_is_owned_by_its_job(fake, clock):
+    """`kubectl delete job` (the garbage collector) removes the headless Service too."""
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict({**SPEC, "num_slices": 1, "workload": "indexed-job"}))
+    job, service = fake.get("jobs", "lm"), fake.get("services", "lm")
+    (owner,) = service["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Job", "lm", job["metadata"]["uid"])
+    with fake._lock:  # kubectl delete job lm
+        fake._remove(("jobs", NS, "lm"))
+    fake.calls()  # any request lets the garbage collector run
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.list()
+    assert fake.get("services", "lm") is None
+
+
+# ----------------------------------------------------------------------------- logs -f
+
+
+def _rank0_pod(fake, attempt: int) -> str:
+    (pod,) = [p["metadata"]["name"] for p in fake.pods("lm")
+              if p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == str(attempt)
+              and p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] == "0"
+              and p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "0"]
+    return pod
+
+
+def test_logs_follow_the_job_across_a_gang_restart(fake, clock):
+    """`logs -f` re-attaches to the new attempt's pod, marks the attempt, and ends with the
+    job; a 429 storm on the log requests is retried."""
+    with K.KubernetesBackend(retry=fast_retry(clock), poll_seconds=0.05) as b:
+        b.submit(S.spec_from_dict(SPEC))
+        fake.log(_rank0_pod(fake, 0), "step 1", "step 2")
+        fake.storm("GET", "log", 2)
+        seen = []
+        for line in b.logs("lm", process=0, follow=True):
+            seen.append(line)
+            if line == "step 2":
+                fake.restart("lm")  # a preemption: the gang restarts in place
+                fake.log(_rank0_pod(fake, 1), "restored step 2", "step 3")
+            if line == "step 3":
+                with fake._lock:
+                    fake._apply(("jobsets", NS, "lm"), "succeed")
+    assert seen == ["step 1", "step 2", "── attempt 2 (restart 1) ──", "restored step 2", "step 3"]
+
+
+def test_logs_of_every_rank_are_prefixed_and_since_is_passed_on(fake, clock):
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict(SPEC))
+        for pod in fake.pods("lm"):
+            labels = pod["metadata"]["labels"]
+            rank = int(labels["jobset.sigs.k8s.io/job-index"]) * 2 + \
+                int(labels["batch.kubernetes.io/job-completion-index"])
+            fake.log(pod["metadata"]["name"], f"hello from {rank}")
+        result = CliRunner().invoke(cli, ["logs", "lm", "--all", "--since", "1h30m"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [f"[rank {r}] hello from {r}" for r in range(4)]
+    # The same instant for every pod (5400 s before the command started).
+    assert all(5400 <= int(r.query["sinceSeconds"]) < 5410 for r in fake.calls("GET", "log"))
+    bad = CliRunner().invoke(cli, ["logs", "lm", "--since", "soon"])
+    assert bad.exit_code == 2 and "not a duration" in bad.output
+
+
+# ----------------------------------------------------------------------------- Kueue
+
+
+def test_status_reports_the_queue_state_from_kueues_workload(fake, clock):
+    fake.kueue("team-a-queue")
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict({**SPEC, "queue": "team-a-queue"}))
+        assert "queue team-a-queue: admitted" in b.details("lm").status.message
+        with fake._lock:
+            fake._apply(("jobsets", NS, "lm"), "evict")
+        details = b.details("lm")
+    assert details.status.state is JobState.SUSPENDED
+    assert "queue team-a-queue: evicted (Preempted: Preempted to accommodate a workload" \
+        in details.status.message and "Kueue requeues it" in details.status.message
+
+
+def test_a_server_that_never_answers_ends_status_within_its_timeout(tmp_path, monkeypatch, clock):
+    """A real socket that accepts connections and never answers (a black hole behind a
+    load balancer): each attempt ends at the read timeout, the call at its deadline."""
+    import socket
+    import time
+
+    sink = socket.socket()
+    sink.bind(("127.0.0.1", 0))
+    sink.listen(64)  # the kernel completes the handshakes; nobody ever reads or answers
+    try:
+        host, port = sink.getsockname()
+        config = tmp_path / "kubeconfig"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "hole",
+            "clusters": [{"name": "hole", "cluster": {"server": f"http://{host}:{port}"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "hole", "context": {"cluster": "hole", "user": "u",
+                                                      "namespace": NS}}]}))
+        monkeypatch.setenv("KUBECONFIG", str(config))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        policy = fast_retry(clock, connect_timeout=0.2, read_timeout=0.2, deadline=20.0)
+        started = time.monotonic()
+        with K.KubernetesBackend(retry=policy) as b:
+            with pytest.raises(BackendError) as info:
+                b.status("lm")
+        took = time.monotonic() - started
+    finally:
+        sink.close()
+    message = str(info.value)
+    assert "ReadTimeoutError" in message and "gave up after" in message and "\n" not in message
+    attempts = len(clock.slept) + 1
+    assert took < attempts * 0.2 + 5  # read timeouts only: nothing hangs

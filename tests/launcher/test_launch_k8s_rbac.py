@@ -1,0 +1,106 @@
+"""The RBAC Role shipped in k8s/rbac/ is enough for every verb of roxxel-launch, and minimal.
+
+No Kubernetes API server runs here: ``tests/support/k8s_fake_server.py`` (real HTTP through
+the official client) checks every request against the Role's rules as the RBAC authorizer
+does (API group, resource or subresource, verb, resource names). Every command of
+``roxxel-launch`` runs through the CLI under exactly that Role (and the optional ClusterRole
+for the JobSet CRD), and every rule of it must have been used.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from roxxel_launch.backends import kubernetes_retry
+from roxxel_launch.cli import EXIT_PREEMPTED, EXIT_SUCCEEDED, cli
+
+from support.fake_clock import fast_retry
+from support.k8s_fake_server import FakeKubernetes
+from support.paths import REPO
+
+pytestmark = pytest.mark.timeout(120)
+
+NS = "team-a"
+ROLE = REPO / "k8s" / "rbac" / "roxxel-launch-role.yaml"
+SPEC = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
+        "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
+        "accelerator": {"cpu": {"hosts": 2}}, "num_slices": 2, "queue": "team-a-queue",
+        "checkpoint_dir": "gs://ckpt/lm", "run_name": "lm-run-1", "service_account": "trainer"}
+
+
+def rules() -> tuple[list[dict], list[dict]]:
+    docs = list(yaml.safe_load_all(ROLE.read_text()))
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    (cluster,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    return role["rules"], cluster["rules"]
+
+
+def run(*args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert "forbidden" not in result.output.lower()
+    return result.output
+
+
+def test_every_verb_runs_under_exactly_the_shipped_role(tmp_path, monkeypatch):
+    role, cluster = rules()
+    with FakeKubernetes(namespace=NS) as fake:
+        monkeypatch.setenv("KUBECONFIG", str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())
+        fake.kueue("team-a-queue")
+        fake.set_role(role, cluster)
+        jobset = tmp_path / "lm.yaml"
+        jobset.write_text(yaml.safe_dump(SPEC))
+        indexed = tmp_path / "ix.yaml"
+        indexed.write_text(yaml.safe_dump({**SPEC, "name": "ix", "num_slices": 1,
+                                           "workload": "indexed-job"}))
+        fake.plan("lm", "preempt", "succeed")
+        run("submit", jobset)
+        run("status", "lm")
+        run("list")
+        fake.log(fake.pods("lm")[0]["metadata"]["name"], "hello")
+        run("logs", "lm")
+        run("wait", "lm", "--poll", "0.1", code=EXIT_PREEMPTED)
+        run("resume", "lm", "--until-done", "--poll", "0.1", code=EXIT_SUCCEEDED)
+        run("logs", "lm", "-f", "--all")
+        run("delete", "lm")
+        fake.fail("POST", "jobs", 422, "injected", reason="Invalid", dry_run=False)
+        run("submit", indexed, code=1)  # the Job is refused: the Service is rolled back
+        fake.plan("ix", "succeed")
+        run("submit", indexed)
+        assert fake.get("services", "ix")["metadata"]["ownerReferences"]
+        run("wait", "ix", "--poll", "0.1")
+        run("delete", "ix")
+        assert fake.objects == {}
+        used = fake.rbac_used
+    granted = {(g, r, v) for rule in role + cluster for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert used <= granted  # enough (and nothing was refused: see run())
+    assert granted <= used, f"rules never used: {sorted(granted - used)}"  # minimal
+
+
+def test_a_role_without_watch_is_refused_by_the_fake_and_wait_falls_back_to_polling(
+        tmp_path, monkeypatch, caplog):
+    """The double really enforces the Role: without `watch`, the watch is 403 and `wait`
+    polls instead (one warning), still ending with the right exit code."""
+    role, cluster = rules()
+    for rule in role:
+        rule["verbs"] = [v for v in rule["verbs"] if v != "watch"]
+    with FakeKubernetes(namespace=NS) as fake:
+        monkeypatch.setenv("KUBECONFIG", str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())
+        fake.kueue("team-a-queue")
+        fake.set_role(role, cluster)
+        fake.plan("lm", "succeed")
+        spec = tmp_path / "lm.yaml"
+        spec.write_text(yaml.safe_dump(SPEC))
+        run("submit", spec)
+        result = CliRunner().invoke(cli, ["wait", "lm", "--poll", "0.1"])
+    assert result.exit_code == EXIT_SUCCEEDED, result.output
+    warnings = [r.getMessage() for r in caplog.records if "cannot watch lm" in r.getMessage()]
+    assert len(warnings) == 1 and "polling every 0.1 s" in warnings[0]
+    assert "kubectl auth can-i watch jobsets.jobset.x-k8s.io -n team-a" in warnings[0]
