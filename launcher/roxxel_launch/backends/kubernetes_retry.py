@@ -31,6 +31,8 @@ from typing import TypeVar
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from roxxel.wording import count
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -134,7 +136,7 @@ def retrying(call: Callable[[], T], policy: RetryPolicy, what: str, *,
                                 else None)
             elapsed = policy.clock() - started
             if elapsed + wait > policy.deadline:
-                err.add_note(f"gave up after {attempt} attempt(s) in {elapsed:.0f} s "
+                err.add_note(f"gave up after {count(attempt, 'attempt')} in {elapsed:.0f} s "
                              f"(retry deadline {policy.deadline:g} s)")
                 raise
             logger.warning("%s: %s; retry %d in %.1f s", what, describe(err), attempt, wait)
