@@ -1,0 +1,555 @@
+"""The supervisor of a local job: starts its workers, watches them, restarts them.
+
+One supervisor process per running job starts the workers, watches them (every
+:data:`POLL_SECONDS`), restarts them and writes ``status.json``. With
+``LocalOptions(foreground=True)`` (the CLI's default) ``submit`` runs it inside the
+calling process and echoes worker 0's output with the prefix ``[worker 0] ``; otherwise it is a detached process
+(``python -m roxxel_launch.backends.supervisor supervise RUN_DIR``, in its own session, so
+closing the terminal does not stop it).
+
+Every worker runs in **its own process group**. A terminal's Ctrl-C is delivered to the
+whole foreground process group; if the workers shared it, every training process would
+get SIGINT at the same moment as the supervisor (Python turns it into KeyboardInterrupt,
+exit code 1), the supervisor could not tell a user's stop from a crash, and a gang
+restart could race the shutdown. With separate groups the supervisor alone receives
+Ctrl-C and decides: it sends SIGTERM (the preemption signal the trainer handles by saving
+a checkpoint and exiting 42) to each worker's ``roxxel-worker`` process, which forwards it
+to the training command, waits up to the grace period, then SIGKILLs the whole group, so
+that nothing the training command started survives. A second Ctrl-C skips the grace
+period. On Linux each worker also gets SIGTERM if the supervisor dies
+(``PR_SET_PDEATHSIG``), so a killed supervisor does not leave workers behind.
+
+Grace period = the spec's ``termination_grace_period`` capped at
+:data:`GRACE_CAP_SECONDS` for local runs. (A program that has initialised
+``jax.distributed`` catches SIGTERM through JAX's preemption notifier: unless it saves
+and exits itself, it is stopped by the SIGKILL at the end of the grace period.)
+
+Outcomes of an attempt (the first worker that ends with a code other than 0 decides):
+
+- every worker exits 0: ``Succeeded``, exit 0 (a worker that exits 0 early waits for the
+  others, like a completed pod);
+- exit 42 (preempted after a checkpoint): the others get SIGTERM, the job becomes
+  ``Preempted`` (terminal), exit 42; :meth:`LocalBackend.resume` runs it again and the
+  training program restores its last checkpoint;
+- exit 78 (:data:`roxxel.exit_codes.CONFIG_ERROR_EXIT_CODE`, a configuration error before
+  the first step): the others get SIGTERM and the job is ``Failed`` with 78 at once, no
+  restart (as the rendered ``podFailurePolicy`` does on a cluster);
+- any other code (a worker killed by signal ``N`` gives ``128 + N``): the others get
+  SIGTERM and the job is ``Restarting`` until all of them are gone; then every worker
+  starts again (a new coordinator port, an attempt header in each log). After
+  ``max_restarts`` gang restarts the job is ``Failed`` with that worker's exit code and a
+  message that names it and quotes the last lines of its log;
+- Ctrl-C / SIGTERM / SIGHUP to the supervisor: ``Preempted`` (42) when the workers
+  exited 42 (or 0), ``Succeeded`` if they had all finished, else ``Failed`` with
+  ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM). A job is never restarted after a
+  stop request.
+
+When a worker's ``roxxel-worker`` process ends, whatever is left in its process group is
+SIGKILLed, as when a container ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from roxxel import exit_codes
+from roxxel_launch.backends.base import BackendError, JobState, JobStatus, StopReason
+from roxxel_launch.backends.pods import free_port, worker_command, worker_env
+from roxxel_launch.backends.rundir import (
+    ATTEMPT_HEADER,
+    GRACE_CAP_SECONDS,
+    LAUNCH_FILE,
+    LOCK_FILE,
+    POLL_SECONDS,
+    SPEC_FILE,
+    STATUS_FILE,
+    SUPERVISOR_LOG,
+    TAIL_LINES,
+    acquire_lock,
+    log_tail,
+    now,
+    read_json,
+    status_from_dict,
+    write_json,
+)
+
+__all__ = ["Supervisor", "group_alive", "is_local_worker", "kill_group"]
+
+logger = logging.getLogger("roxxel_launch.backends.local")
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+# ------------------------------------------------------------------------------------
+# Process groups
+# ------------------------------------------------------------------------------------
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_group(pgid: int, signo: int = signal.SIGKILL) -> bool:
+    """Signal a whole process group; False if it has no member left."""
+    try:
+        os.killpg(pgid, signo)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def is_local_worker(pid: int) -> bool:
+    """True when ``pid`` is (still) a roxxel worker process (Linux: its command line); a pid
+    recorded earlier may have been reused by an unrelated process."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"roxxel.worker" in cmdline
+
+
+# Run by each new worker process before it becomes ``python -m roxxel.worker``: ask Linux to
+# SIGTERM it when the supervisor dies (PR_SET_PDEATHSIG survives execve), then exec. This
+# runs in the new process rather than as a Popen preexec_fn, which would force a plain
+# fork() of the supervisor, unsafe when the supervisor is multi-threaded (e.g. a process
+# that has imported JAX and runs a foreground job).
+_PDEATHSIG_SHIM = (
+    "import ctypes, os, signal, sys\n"
+    f"ctypes.CDLL(None, use_errno=True).prctl({_PR_SET_PDEATHSIG}, int(signal.SIGTERM), 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"  # the supervisor died before prctl took effect
+    "    os.kill(os.getpid(), signal.SIGTERM)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _with_parent_death_signal(cmd: list[str]) -> list[str]:
+    """``cmd`` (starting with an absolute Python path) behind the parent-death shim on Linux;
+    unchanged elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return cmd
+    return [cmd[0], "-S", "-c", _PDEATHSIG_SHIM, str(os.getpid()), *cmd]
+
+
+class _LogEcho:
+    """Copies new complete lines of a growing log file to a stream, with a prefix."""
+
+    def __init__(self, path: Path, prefix: str, out: IO[str]):
+        self.path, self.prefix, self.out = path, prefix, out
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.partial = b""
+
+    def pump(self, *, final: bool = False) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        data = self.partial + data
+        *lines, self.partial = data.split(b"\n")
+        if final and self.partial:
+            lines.append(self.partial)
+            self.partial = b""
+        if lines:
+            self.out.write("".join(f"{self.prefix}{line.decode('utf-8', errors='replace')}\n" for line in lines))
+            self.out.flush()
+
+
+
+# ------------------------------------------------------------------------------------
+# The supervisor
+# ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Worker:
+    index: int
+    proc: subprocess.Popen
+    exit_code: int | None = None
+    exit_order: int | None = None
+    group_killed: bool = False  # SIGKILL went to its whole group: members may still be unreaped
+
+
+@dataclasses.dataclass
+class _Outcome:
+    kind: str  # "succeeded" | "preempted" | "failure" | "stopped"
+    codes: list[int | None]
+    worker: int | None = None  # the first failing (or preempted) worker
+
+    def failing_worker(self) -> tuple[int, int]:
+        """``(index, exit code)`` of the worker that decided a "failure" or "preempted" outcome."""
+        code = None if self.worker is None else self.codes[self.worker]
+        if self.worker is None or code is None:
+            raise RuntimeError(f"a {self.kind!r} outcome names no worker that exited (codes {self.codes})")
+        return self.worker, code
+
+
+class Supervisor:
+    """Runs one job's attempts in the calling process (see the module docstring)."""
+
+    def __init__(self, run_dir: Path, *, echo: IO[str] | None, resume: bool, stderr_level: int | None):
+        self.run_dir = run_dir
+        self.echo = echo
+        self.resume = resume
+        self.stderr_level = stderr_level
+        self.workers: list[_Worker] = []
+        self.signals: list[int] = []
+        self.exits_seen = 0
+        self.network = None  # a netns.PodNetwork in --netns runs
+
+    # -- entry point -------------------------------------------------------------------
+    def run(self) -> JobStatus:
+        if threading.current_thread() is not threading.main_thread():
+            raise BackendError("a local job runs its supervisor in the main thread only (it handles signals)")
+        lock_fd = acquire_lock(self.run_dir / LOCK_FILE)
+        try:
+            with self._logging(), self._signal_handlers():
+                self._load()
+                try:
+                    with self._pod_network():
+                        return self._supervise()
+                except BaseException as err:
+                    logger.exception("supervisor error; stopping every worker")
+                    self._stop_workers(grace=0.0)
+                    self._finish(JobState.FAILED, 1, f"the local supervisor failed: {err!r} "
+                                 f"(see {self.run_dir / SUPERVISOR_LOG})", StopReason.FAILED)
+                    raise
+        finally:
+            os.close(lock_fd)
+
+    @contextlib.contextmanager
+    def _logging(self):
+        handlers: list[logging.Handler] = [logging.FileHandler(self.run_dir / SUPERVISOR_LOG, encoding="utf-8")]
+        handlers[0].setFormatter(logging.Formatter("%(asctime)s %(levelname)s: %(message)s"))
+        handlers[0].setLevel(logging.INFO)
+        if self.stderr_level is not None:
+            handlers.append(logging.StreamHandler(sys.stderr))
+            handlers[-1].setFormatter(logging.Formatter("[roxxel-launch] %(levelname)s: %(message)s"))
+            handlers[-1].setLevel(self.stderr_level)
+        previous = (logger.level, logger.propagate)
+        logger.setLevel(logging.INFO if self.stderr_level is None else min(logging.INFO, self.stderr_level))
+        logger.propagate = False
+        for h in handlers:
+            logger.addHandler(h)
+        try:
+            yield
+        finally:
+            for h in handlers:
+                logger.removeHandler(h)
+                h.close()
+            logger.setLevel(previous[0])
+            logger.propagate = previous[1]
+
+    @contextlib.contextmanager
+    def _signal_handlers(self):
+        def handler(signo: int, _frame: object) -> None:
+            self.signals.append(signo)
+
+        previous = {signo: signal.signal(signo, handler) for signo in _STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for signo, old in previous.items():
+                signal.signal(signo, old)
+
+    @contextlib.contextmanager
+    def _pod_network(self):
+        """``self.network``: the run's network namespaces with ``--netns``, else None (loopback)."""
+        if self.launch.get("network", "loopback") != "netns":
+            yield
+            return
+        from roxxel_launch.backends import netns
+
+        reason = netns.unavailable_reason()
+        if reason is not None:
+            logger.warning("--netns: %s; running the workers on loopback instead", reason)
+            yield
+            return
+        with netns.PodNetwork(self.spec, self.launch.get("python")) as self.network:
+            yield
+        self.network = None
+
+    def _worker_name(self, i: int) -> str:
+        """``worker i``, with its host in --netns runs (which host failed is what a user asks)."""
+        if self.network is None:
+            return f"worker {i}"
+        return f"worker {i} (host {self.network.hosts[i].hostname}, {self.network.address(i)})"
+
+    # -- state ---------------------------------------------------------------------------
+    def _load(self) -> None:
+        from roxxel_launch.spec import spec_from_dict
+
+        self.spec = spec_from_dict(read_json(self.run_dir / SPEC_FILE))
+        self.launch = read_json(self.run_dir / LAUNCH_FILE)
+        self.status = read_json(self.run_dir / STATUS_FILE)
+        self.grace = float(min(self.spec.termination_grace_period, GRACE_CAP_SECONDS))
+        if self.resume:
+            self.status["resumes"] = self.status.get("resumes", 0) + 1
+            logger.info("resuming job %s (resume %d)", self.spec.name, self.status["resumes"])
+        self.status.update(
+            state=JobState.PENDING.value,
+            restarts=0,
+            exit_code=None,
+            message="",
+            reason=None,
+            supervisor_pid=os.getpid(),
+            pids=[],
+            worker_exit_codes=[],
+            failed_process=None,
+        )
+        self.status.setdefault("attempts", [])
+        self._save()
+
+    def _save(self) -> None:
+        self.status["updated"] = now()
+        write_json(self.run_dir / STATUS_FILE, self.status)
+
+    def _finish(self, state: JobState, code: int, message: str,
+                reason: StopReason | None = None) -> JobStatus:
+        self.status.update(state=state.value, exit_code=code, message=message,
+                           reason=None if reason is None else reason.value)
+        self._save()
+        # INFO: the caller reports the outcome (the CLI prints it; status() returns it).
+        logger.info("job %s %s (exit code %d)%s", self.spec.name, state.value.lower(), code,
+                    f": {message}" if message else "")
+        return status_from_dict(self.status, self.run_dir)
+
+    # -- attempts ------------------------------------------------------------------------
+    def _supervise(self) -> JobStatus:
+        max_restarts = self.spec.max_restarts
+        while True:
+            outcome = self._attempt()
+            if outcome.kind == "succeeded":
+                return self._finish(JobState.SUCCEEDED, exit_codes.SUCCESS, "")
+            if outcome.kind == "preempted":
+                return self._finish(
+                    JobState.PREEMPTED,
+                    exit_codes.PREEMPTED_EXIT_CODE,
+                    f"worker {outcome.worker} exited {exit_codes.PREEMPTED_EXIT_CODE} (preempted after a "
+                    "complete checkpoint); resume with `roxxel-launch resume "
+                    f"{self.spec.name} --local`",
+                    StopReason.PREEMPTED,
+                )
+            if outcome.kind == "stopped":
+                return self._finish_stopped(outcome)
+            # A worker failed.
+            i, code = outcome.failing_worker()
+            what = f"{self._worker_name(i)} exited with {code} ({exit_codes.describe(code)})"
+            restarts = self.status["restarts"]
+            if self.signals:
+                return self._finish(JobState.FAILED, code, f"{what}; not restarted: stop requested by "
+                                    f"{signal.Signals(self.signals[0]).name}", StopReason.STOPPED_BY_USER)
+            if code == exit_codes.CONFIG_ERROR_EXIT_CODE:
+                return self._finish_failed(i, code, f"{what}; not restarted: a configuration error "
+                                           "fails the same way on every attempt", StopReason.CONFIG_ERROR)
+            if restarts < max_restarts:
+                self.status.update(restarts=restarts + 1, state=JobState.RESTARTING.value,
+                                   message=f"{what}; gang restart {restarts + 1} of at most {max_restarts}")
+                self._save()
+                logger.warning("%s; gang restart %d of at most %d", what, restarts + 1, max_restarts)
+                continue
+            return self._finish_failed(i, code, f"{what}; max_restarts ({max_restarts}) used up after "
+                                       f"{restarts} gang restart(s)", StopReason.RESTARTS_EXHAUSTED)
+
+    def _finish_failed(self, worker: int, code: int, what: str, reason: StopReason) -> JobStatus:
+        log = self.run_dir / f"worker-{worker}.log"
+        tail = "\n".join(log_tail(log, TAIL_LINES)) or "(empty)"
+        self.status["failed_process"] = worker
+        return self._finish(JobState.FAILED, code, f"{what}. Last lines of {log}:\n{tail}", reason)
+
+    def _finish_stopped(self, outcome: _Outcome) -> JobStatus:
+        signo = self.signals[0]
+        name = signal.Signals(signo).name
+        codes = outcome.codes
+        code_text = ", ".join(f"worker {i}: {c}" for i, c in enumerate(codes))
+        if all(c in (exit_codes.SUCCESS, exit_codes.PREEMPTED_EXIT_CODE) for c in codes):
+            if exit_codes.PREEMPTED_EXIT_CODE in codes:
+                return self._finish(
+                    JobState.PREEMPTED, exit_codes.PREEMPTED_EXIT_CODE,
+                    f"stopped by {name}; the workers saved a checkpoint ({code_text}); resume with "
+                    f"`roxxel-launch resume {self.spec.name} --local`", StopReason.STOPPED_BY_USER)
+            return self._finish(JobState.SUCCEEDED, exit_codes.SUCCESS, f"all workers had finished when {name} came")
+        return self._finish(JobState.FAILED, exit_codes.SIGNAL_EXIT_BASE + signo,
+                            f"stopped by {name} ({code_text})", StopReason.STOPPED_BY_USER)
+
+    def _attempt(self) -> _Outcome:
+        spec, n = self.spec, self.spec.num_processes
+        number = len(self.status["attempts"]) + 1
+        if self.network is not None:
+            self.network.up()  # fresh pods' network for every attempt, as a gang restart recreates pods
+            address = self.network.coordinator_address
+        else:
+            address = f"127.0.0.1:{free_port()}"
+        record = {"attempt": number, "started": now(), "coordinator_address": address,
+                  "restart": self.status["restarts"], "resume": self.status.get("resumes", 0),
+                  "pids": [], "exit_codes": [], "outcome": None, "ended": None}
+        if self.network is not None:
+            record["hosts"] = self.network.describe()
+        self.status["attempts"].append(record)
+        self.workers, self.exits_seen = [], 0
+        echo = _LogEcho(self.run_dir / "worker-0.log", "[worker 0] ", self.echo) if self.echo else None
+        cmd = worker_command(spec, self.launch.get("python"))
+        argv = _with_parent_death_signal(cmd)
+        logger.info("attempt %d: starting %d worker(s), coordinator %s: %s", number, n, address, shlex.join(cmd))
+        for i in range(n):
+            if self.signals:
+                break
+            env = worker_env(spec, i, address, data_dir=self.launch.get("data_dir"),
+                             devices_per_worker=self.launch.get("devices_per_worker"))
+            worker_argv = argv
+            if self.network is not None:
+                env, worker_argv = self.network.worker_env(i, env), self.network.wrap(i, argv)
+            with open(self.run_dir / f"worker-{i}.log", "ab") as log:
+                log.write(f"{ATTEMPT_HEADER} attempt {number} (restart {record['restart']}, resume "
+                          f"{record['resume']}) of job {spec.name}, process {i} of {n}, coordinator "
+                          f"{address}, {now()} =====\n".encode())
+                log.flush()
+                proc = subprocess.Popen(
+                    worker_argv, cwd=self.launch["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, process_group=0)
+            self.workers.append(_Worker(i, proc))
+            logger.info("%s: pid %d", self._worker_name(i), proc.pid)
+        record["pids"] = [w.proc.pid for w in self.workers]
+        # After a gang restart the message keeps saying why it happened.
+        self.status.update(state=JobState.RUNNING.value, pids=record["pids"], worker_exit_codes=[None] * n)
+        self._save()
+
+        outcome = None
+        while outcome is None:
+            if echo:
+                echo.pump()
+            self._reap()
+            if self.signals or len(self.workers) < n:
+                if self.signals:
+                    logger.warning("%s received: stopping %d worker(s) (SIGTERM, then SIGKILL after %gs; "
+                                   "a second Ctrl-C kills them at once)",
+                                   signal.Signals(self.signals[0]).name, n, self.grace)
+                self._stop_workers(self.grace, echo=echo)
+                outcome = _Outcome("stopped", self._codes(n))
+                break
+            # (exit order, exit code, worker) of the workers that ended, in the order they ended.
+            exited = sorted((w.exit_order, w.exit_code, w) for w in self.workers
+                            if w.exit_order is not None and w.exit_code is not None)
+            stopped_early = [(code, w) for _, code, w in exited if code != exit_codes.SUCCESS]
+            if stopped_early:
+                # The first worker that ended with anything but 0 decides: 42 preempted, else failed.
+                first_code, first = stopped_early[0]
+                kind = "preempted" if first_code == exit_codes.PREEMPTED_EXIT_CODE else "failure"
+                what = (f"{self._worker_name(first.index)} exited with {first_code} "
+                        f"({exit_codes.describe(first_code)})")
+                if kind == "failure" and not self.signals and self.status["restarts"] < spec.max_restarts \
+                        and first_code != exit_codes.CONFIG_ERROR_EXIT_CODE:
+                    # BlockingRecreate: the restart is under way while the old workers go.
+                    self.status.update(state=JobState.RESTARTING.value,
+                                       message=f"{what}; stopping every worker for a gang restart")
+                    self._save()
+                logger.warning("%s: stopping the other workers", what)
+                self._stop_workers(self.grace, echo=echo)
+                # The job's verdict is the first worker's; the others were stopped by us.
+                outcome = _Outcome(kind, self._codes(n), first.index)
+                break
+            if len(exited) == n:
+                outcome = _Outcome("succeeded", self._codes(n))
+                break
+            time.sleep(POLL_SECONDS)
+        if echo:
+            echo.pump(final=True)
+        if self.network is not None:
+            self.network.down()  # every worker of the attempt is gone
+        record.update(exit_codes=outcome.codes, outcome=outcome.kind, ended=now())
+        self.status["worker_exit_codes"] = outcome.codes
+        self._save()
+        return outcome
+
+    def _codes(self, n: int) -> list[int | None]:
+        codes: list[int | None] = [None] * n
+        for w in self.workers:
+            codes[w.index] = w.exit_code
+        return codes
+
+    def _reap(self) -> None:
+        """Collect the exit codes of workers that ended; kill what they left in their group."""
+        changed = False
+        for w in self.workers:
+            if w.exit_code is None and w.proc.poll() is not None:
+                w.exit_code = exit_codes.from_returncode(w.proc.returncode)
+                self.exits_seen += 1
+                w.exit_order = self.exits_seen
+                changed = True
+                logger.info("worker %d (pid %d) exited with %d (%s)", w.index, w.proc.pid, w.exit_code,
+                            exit_codes.describe(w.exit_code))
+                # Like a container that ends: nothing it started may outlive it.
+                if kill_group(w.proc.pid) and not w.group_killed:
+                    logger.warning("worker %d left processes in its process group %d; killed them",
+                                   w.index, w.proc.pid)
+        if changed:
+            self.status["worker_exit_codes"] = self._codes(len(self.workers))
+            self._save()
+
+    def _stop_workers(self, grace: float, *, echo: _LogEcho | None = None) -> None:
+        """SIGTERM every running worker, wait up to ``grace`` seconds (less after a second stop
+        signal), SIGKILL the process groups of those left, and reap them all."""
+        self._reap()
+        running = [w for w in self.workers if w.exit_code is None]
+        for w in running:
+            logger.info("worker %d: SIGTERM to pid %d", w.index, w.proc.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(w.exit_code is None for w in self.workers):
+            forced = len(self.signals) >= 2  # a second Ctrl-C: no more waiting
+            if time.monotonic() >= deadline or forced:
+                left = [w for w in self.workers if w.exit_code is None]
+                reason = "a second stop signal" if forced else f"the grace period ({grace:g}s)"
+                logger.warning("after %s, SIGKILL to the process group of worker(s) %s", reason,
+                               ", ".join(str(w.index) for w in left))
+                for w in left:
+                    kill_group(w.proc.pid)
+                    w.group_killed = True
+                for w in left:
+                    w.proc.wait()
+                self._reap()
+                break
+            if echo:
+                echo.pump()
+            time.sleep(POLL_SECONDS)
+            self._reap()
+
+
+# ------------------------------------------------------------------------------------
+# Detached supervisor: python -m roxxel_launch.backends.supervisor supervise RUN_DIR [--resume]
+# ------------------------------------------------------------------------------------
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) not in (2, 3) or args[0] != "supervise" or (len(args) == 3 and args[2] != "--resume"):
+        sys.stderr.write("usage: python -m roxxel_launch.backends.supervisor supervise RUN_DIR [--resume]\n")
+        return exit_codes.USAGE_ERROR
+    status = Supervisor(Path(args[1]), echo=None, resume=len(args) == 3, stderr_level=None).run()
+    return status.exit_code if status.exit_code is not None else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
