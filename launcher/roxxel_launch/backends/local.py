@@ -60,11 +60,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
+from roxxel import distributed
 from roxxel_launch import names
+from roxxel_launch.backends import manifest
 from roxxel_launch.backends.base import (
     Backend,
     BackendError,
@@ -75,7 +77,13 @@ from roxxel_launch.backends.base import (
     StopReason,
     lock_is_held,
 )
-from roxxel_launch.backends.pods import DATA_DIR_ENV, resolve_data_dir, worker_command, worker_env
+from roxxel_launch.backends.pods import (
+    DATA_DIR_ENV,
+    LocalSettings,
+    rendered_objects,
+    resolve_data_dir,
+    worker_process,
+)
 from roxxel_launch.backends.rundir import (
     ATTEMPT_HEADER,
     GRACE_CAP_SECONDS,
@@ -104,8 +112,7 @@ __all__ = [
     "POLL_SECONDS",
     "ROOT_ENV",
     "resolve_data_dir",
-    "worker_command",
-    "worker_env",
+    "worker_processes",
 ]
 
 logger = logging.getLogger("roxxel_launch.backends.local")
@@ -125,6 +132,38 @@ HANDSHAKE_SECONDS = 60.0
 NETWORKS = ("loopback", "netns")
 """Values of :attr:`LocalOptions.network`: every worker on loopback, or each in its own network
 namespace (:mod:`roxxel_launch.backends.netns`)."""
+
+
+def worker_processes(spec, run_dir: Path, *, data_dir: str | None = None, devices_per_worker: int | None = None,
+                     python: str | None = None,
+                     base_env: Mapping[str, str] | None = None) -> list[tuple[list[str], dict[str, str]]]:
+    """``(argv, env)`` of every pod of ``spec``'s rendered manifest as a local process, in
+    process order, on loopback and before any restart (see :mod:`roxxel_launch.backends.pods`;
+    the coordinator's DNS name is not yet mapped to a port here). Checks that each pod's
+    environment identifies it as :func:`roxxel.distributed.detect` would in a pod.
+
+    Raises:
+        BackendError: the manifest holds no pods, an env entry or command has no local
+            value, or a pod's environment does not make it process ``i`` of ``n``.
+    """
+    try:
+        pods = manifest.manifest_pods(rendered_objects(spec))
+    except ValueError as err:
+        raise BackendError(f"job {spec.name!r}: {err}") from None
+    settings = LocalSettings(python=python or sys.executable, run_dir=run_dir, data_dir=data_dir,
+                             devices_per_worker=devices_per_worker)
+    attempt = 0 if spec.workload == "jobset" else None
+    procs = [worker_process(pod, settings, restart_attempt=attempt, base_env=base_env) for pod in pods]
+    for i, (pod, (_, env)) in enumerate(zip(pods, procs)):
+        try:
+            detected = distributed.detect(env)
+        except ValueError as err:
+            raise BackendError(f"pod {pod.name}: the rendered environment does not identify a process: "
+                               f"{err}") from None
+        if (detected.process_id, detected.num_processes) != (i, len(pods)):
+            raise BackendError(f"pod {pod.name}: the rendered environment makes it process "
+                               f"{detected.process_id} of {detected.num_processes}, not {i} of {len(pods)}")
+    return procs
 
 
 def max_workers_setting(max_workers: int | None = None) -> int:
@@ -263,11 +302,13 @@ class LocalBackend(Backend):
         run_dir = self.run_dir(spec.name)
         if run_dir.exists():
             raise self._exists_error(spec.name, run_dir)
+        # Every pod's command and environment, resolved now: a broken manifest starts nothing.
+        argv, _ = worker_processes(spec, run_dir, data_dir=resolved_data)[0]
         if dry_run:
             return JobStatus(
                 name=spec.name, state=JobState.PENDING, processes=spec.num_processes, run_dir=str(run_dir),
                 message=f"dry run: would start {spec.num_processes} local worker(s): "
-                        f"{shlex.join(worker_command(spec))} in {cwd}")
+                        f"{shlex.join(argv)} in {cwd}")
         from roxxel_launch.spec import spec_to_dict
 
         self.root.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,8 @@
 
 One supervisor process per running job starts the workers, watches them (every
 :data:`POLL_SECONDS`), restarts them and writes ``status.json``. With
-``LocalOptions(foreground=True)`` (the CLI's default) ``submit`` runs it inside the
-calling process and echoes worker 0's output with the prefix ``[worker 0] ``; otherwise it is a detached process
+``LocalOptions(foreground=True)`` (the CLI's default) ``submit`` runs it inside the calling process and echoes worker 0's output with
+the prefix ``[worker 0] ``; otherwise it is a detached process
 (``python -m roxxel_launch.backends.supervisor supervise RUN_DIR``, in its own session, so
 closing the terminal does not stop it).
 
@@ -64,9 +64,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from roxxel import exit_codes
+from roxxel import distributed, exit_codes
+from roxxel_launch import contract
+from roxxel_launch.backends import manifest, policy
 from roxxel_launch.backends.base import BackendError, JobState, JobStatus, StopReason
-from roxxel_launch.backends.pods import free_port, worker_command, worker_env
+from roxxel_launch.backends.pods import (
+    LocalSettings,
+    free_port,
+    host_aliases,
+    make_volume_dirs,
+    rendered_objects,
+    worker_process,
+)
 from roxxel_launch.backends.rundir import (
     ATTEMPT_HEADER,
     GRACE_CAP_SECONDS,
@@ -125,7 +134,7 @@ def is_local_worker(pid: int) -> bool:
             cmdline = f.read().split(b"\0")
     except OSError:
         return False
-    return b"roxxel.worker" in cmdline
+    return b"roxxel.worker" in cmdline or any(os.path.basename(arg) == b"roxxel-worker" for arg in cmdline)
 
 
 # Run by each new worker process before it becomes ``python -m roxxel.worker``: ask Linux to
@@ -142,12 +151,12 @@ _PDEATHSIG_SHIM = (
 )
 
 
-def _with_parent_death_signal(cmd: list[str]) -> list[str]:
-    """``cmd`` (starting with an absolute Python path) behind the parent-death shim on Linux;
-    unchanged elsewhere."""
+def _with_parent_death_signal(python: str, cmd: list[str]) -> list[str]:
+    """``cmd`` (starting with an absolute path) behind the parent-death shim, run by
+    ``python``, on Linux; unchanged elsewhere."""
     if not sys.platform.startswith("linux"):
         return cmd
-    return [cmd[0], "-S", "-c", _PDEATHSIG_SHIM, str(os.getpid()), *cmd]
+    return [python, "-S", "-c", _PDEATHSIG_SHIM, str(os.getpid()), *cmd]
 
 
 class _LogEcho:
@@ -193,12 +202,13 @@ class _Worker:
 
 @dataclasses.dataclass
 class _Outcome:
-    kind: str  # "succeeded" | "preempted" | "failure" | "stopped"
+    kind: str  # "succeeded" | "decided" (the policy's decision) | "stopped"
     codes: list[int | None]
-    worker: int | None = None  # the first failing (or preempted) worker
+    worker: int | None = None  # the failed worker the decision is about
+    decision: policy.Decision | None = None
 
     def failing_worker(self) -> tuple[int, int]:
-        """``(index, exit code)`` of the worker that decided a "failure" or "preempted" outcome."""
+        """``(index, exit code)`` of the worker that a "decided" outcome is about."""
         code = None if self.worker is None else self.codes[self.worker]
         if self.worker is None or code is None:
             raise RuntimeError(f"a {self.kind!r} outcome names no worker that exited (codes {self.codes})")
@@ -217,6 +227,7 @@ class Supervisor:
         self.signals: list[int] = []
         self.exits_seen = 0
         self.network = None  # a netns.PodNetwork in --netns runs
+        self.job_failures: dict[str, int] = {}  # failures counted against each Job's backoffLimit
 
     # -- entry point -------------------------------------------------------------------
     def run(self) -> JobStatus:
@@ -303,13 +314,22 @@ class Supervisor:
         self.spec = spec_from_dict(read_json(self.run_dir / SPEC_FILE))
         self.launch = read_json(self.run_dir / LAUNCH_FILE)
         self.status = read_json(self.run_dir / STATUS_FILE)
-        self.grace = float(min(self.spec.termination_grace_period, GRACE_CAP_SECONDS))
+        # The manifest a cluster would get: its pods, their containers, env and policies.
+        objects = rendered_objects(self.spec)
+        self.pods = manifest.manifest_pods(objects)
+        self.policy = policy.policy_of(objects)
+        self.is_jobset = any(obj.get("kind") == "JobSet" for obj in objects)
+        self.settings = LocalSettings(python=self.launch.get("python") or sys.executable, run_dir=self.run_dir,
+                                      data_dir=self.launch.get("data_dir"),
+                                      devices_per_worker=self.launch.get("devices_per_worker"))
+        self.grace = float(min(self.pods[0].grace_seconds, GRACE_CAP_SECONDS))
         if self.resume:
             self.status["resumes"] = self.status.get("resumes", 0) + 1
             logger.info("resuming job %s (resume %d)", self.spec.name, self.status["resumes"])
         self.status.update(
             state=JobState.PENDING.value,
             restarts=0,
+            restarts_counted=0,
             exit_code=None,
             message="",
             reason=None,
@@ -337,40 +357,45 @@ class Supervisor:
 
     # -- attempts ------------------------------------------------------------------------
     def _supervise(self) -> JobStatus:
-        max_restarts = self.spec.max_restarts
         while True:
             outcome = self._attempt()
             if outcome.kind == "succeeded":
                 return self._finish(JobState.SUCCEEDED, exit_codes.SUCCESS, "")
-            if outcome.kind == "preempted":
-                return self._finish(
-                    JobState.PREEMPTED,
-                    exit_codes.PREEMPTED_EXIT_CODE,
-                    f"worker {outcome.worker} exited {exit_codes.PREEMPTED_EXIT_CODE} (preempted after a "
-                    "complete checkpoint); resume with `roxxel-launch resume "
-                    f"{self.spec.name} --local`",
-                    StopReason.PREEMPTED,
-                )
             if outcome.kind == "stopped":
                 return self._finish_stopped(outcome)
-            # A worker failed.
             i, code = outcome.failing_worker()
+            decision = outcome.decision
+            if decision is None:
+                raise RuntimeError(f"worker {i} failed and no policy decision was taken")
             what = f"{self._worker_name(i)} exited with {code} ({exit_codes.describe(code)})"
-            restarts = self.status["restarts"]
             if self.signals:
                 return self._finish(JobState.FAILED, code, f"{what}; not restarted: stop requested by "
                                     f"{signal.Signals(self.signals[0]).name}", StopReason.STOPPED_BY_USER)
-            if code == exit_codes.CONFIG_ERROR_EXIT_CODE:
-                return self._finish_failed(i, code, f"{what}; not restarted: a configuration error "
-                                           "fails the same way on every attempt", StopReason.CONFIG_ERROR)
-            if restarts < max_restarts:
-                self.status.update(restarts=restarts + 1, state=JobState.RESTARTING.value,
-                                   message=f"{what}; gang restart {restarts + 1} of at most {max_restarts}")
+            if decision.action is policy.Action.RESTART:
+                restarts = self.status["restarts"] + 1
+                counted = self.status.get("restarts_counted", 0) + int(decision.counted)
+                self.status.update(restarts=restarts, restarts_counted=counted, state=JobState.RESTARTING.value,
+                                   message=f"{what}; gang restart {restarts}: {decision.message}")
                 self._save()
-                logger.warning("%s; gang restart %d of at most %d", what, restarts + 1, max_restarts)
+                logger.warning("%s; gang restart %d (%s)", what, restarts, decision.message)
                 continue
-            return self._finish_failed(i, code, f"{what}; max_restarts ({max_restarts}) used up after "
-                                       f"{restarts} gang restart(s)", StopReason.RESTARTS_EXHAUSTED)
+            return self._finish_decided(i, code, what, decision)
+
+    def _finish_decided(self, i: int, code: int, what: str, decision: policy.Decision) -> JobStatus:
+        """The workload failed by the manifest's policies: Preempted (42, resume it), a
+        configuration error (78), max_restarts used up, or another failure."""
+        if code == exit_codes.PREEMPTED_EXIT_CODE:
+            return self._finish(
+                JobState.PREEMPTED, code, f"{what} (preempted after a complete checkpoint): {decision.message}; "
+                f"resume with `roxxel-launch resume {self.spec.name} --local`", StopReason.PREEMPTED)
+        if code == exit_codes.CONFIG_ERROR_EXIT_CODE:
+            return self._finish_failed(i, code, f"{what}; not restarted: a configuration error fails the "
+                                       f"same way on every attempt ({decision.message})", StopReason.CONFIG_ERROR)
+        if decision.reason == policy.REACHED_MAX_RESTARTS:
+            return self._finish_failed(i, code, f"{what}; max_restarts ({self.policy.max_restarts}) used up "
+                                       f"after {self.status['restarts']} gang restart(s) ({decision.message})",
+                                       StopReason.RESTARTS_EXHAUSTED)
+        return self._finish_failed(i, code, f"{what}; {decision.message}", StopReason.FAILED)
 
     def _finish_failed(self, worker: int, code: int, what: str, reason: StopReason) -> JobStatus:
         log = self.run_dir / f"worker-{worker}.log"
@@ -393,43 +418,67 @@ class Supervisor:
         return self._finish(JobState.FAILED, exit_codes.SIGNAL_EXIT_BASE + signo,
                             f"stopped by {name} ({code_text})", StopReason.STOPPED_BY_USER)
 
+    def _processes(self) -> tuple[str, list[tuple[list[str], dict[str, str]]]]:
+        """The coordinator address the workers will use and each pod's (argv, env), from the
+        manifest (see :mod:`roxxel_launch.backends.pods`)."""
+        attempt = self.status["restarts"] if self.is_jobset else None  # the restart-attempt label
+        if self.network is not None:
+            procs = [worker_process(pod, self.settings, restart_attempt=attempt, pod_ip=self.network.address(i))
+                     for i, pod in enumerate(self.pods)]
+            return self.network.coordinator_address, procs
+        _, first = worker_process(self.pods[0], self.settings, restart_attempt=attempt)
+        try:
+            detected = distributed.detect(first)
+        except ValueError as err:
+            raise BackendError(f"pod {self.pods[0].name}: the rendered environment does not identify a "
+                               f"process: {err}") from None
+        aliases = None
+        address = detected.coordinator_address
+        if address is not None:
+            local = f"127.0.0.1:{free_port()}"
+            aliases = host_aliases(self.pods, address, int(local.rpartition(":")[2]))
+            address = f"{address} -> {local}"
+        procs = [worker_process(pod, self.settings, restart_attempt=attempt, aliases=aliases) for pod in self.pods]
+        return address or "none", procs
+
+    def _start_worker(self, i: int, argv: list[str], env: dict[str, str], header: str) -> _Worker:
+        pod = self.pods[i]
+        make_volume_dirs(pod, self.settings)
+        worker_argv = _with_parent_death_signal(self.settings.python, argv)
+        if self.network is not None:
+            worker_argv = self.network.wrap(i, worker_argv)
+        with open(self.run_dir / f"worker-{i}.log", "ab") as log:
+            log.write(f"{header}, {now()} =====\n".encode())
+            log.flush()
+            proc = subprocess.Popen(worker_argv, cwd=self.launch["cwd"], env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, process_group=0)
+        logger.info("%s (pod %s): pid %d", self._worker_name(i), pod.name, proc.pid)
+        return _Worker(i, proc)
+
     def _attempt(self) -> _Outcome:
-        spec, n = self.spec, self.spec.num_processes
+        spec, n = self.spec, len(self.pods)
         number = len(self.status["attempts"]) + 1
         if self.network is not None:
             self.network.up()  # fresh pods' network for every attempt, as a gang restart recreates pods
-            address = self.network.coordinator_address
-        else:
-            address = f"127.0.0.1:{free_port()}"
+        address, procs = self._processes()
         record = {"attempt": number, "started": now(), "coordinator_address": address,
                   "restart": self.status["restarts"], "resume": self.status.get("resumes", 0),
-                  "pids": [], "exit_codes": [], "outcome": None, "ended": None}
+                  "pods": [pod.name for pod in self.pods], "pids": [], "exit_codes": [], "outcome": None,
+                  "ended": None}
         if self.network is not None:
             record["hosts"] = self.network.describe()
         self.status["attempts"].append(record)
         self.workers, self.exits_seen = [], 0
+        self.job_failures = {}  # a gang restart creates new Jobs
         echo = _LogEcho(self.run_dir / "worker-0.log", "[worker 0] ", self.echo) if self.echo else None
-        cmd = worker_command(spec, self.launch.get("python"))
-        argv = _with_parent_death_signal(cmd)
-        logger.info("attempt %d: starting %d worker(s), coordinator %s: %s", number, n, address, shlex.join(cmd))
-        for i in range(n):
+        logger.info("attempt %d: starting %d pod(s), coordinator %s: %s", number, n, address, shlex.join(procs[0][0]))
+        headers = [f"{ATTEMPT_HEADER} attempt {number} (restart {record['restart']}, resume {record['resume']}) "
+                   f"of job {spec.name}, pod {pod.name}, process {i} of {n}, coordinator {address}"
+                   for i, pod in enumerate(self.pods)]
+        for i, (argv, env) in enumerate(procs):
             if self.signals:
                 break
-            env = worker_env(spec, i, address, data_dir=self.launch.get("data_dir"),
-                             devices_per_worker=self.launch.get("devices_per_worker"))
-            worker_argv = argv
-            if self.network is not None:
-                env, worker_argv = self.network.worker_env(i, env), self.network.wrap(i, argv)
-            with open(self.run_dir / f"worker-{i}.log", "ab") as log:
-                log.write(f"{ATTEMPT_HEADER} attempt {number} (restart {record['restart']}, resume "
-                          f"{record['resume']}) of job {spec.name}, process {i} of {n}, coordinator "
-                          f"{address}, {now()} =====\n".encode())
-                log.flush()
-                proc = subprocess.Popen(
-                    worker_argv, cwd=self.launch["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, process_group=0)
-            self.workers.append(_Worker(i, proc))
-            logger.info("%s: pid %d", self._worker_name(i), proc.pid)
+            self.workers.append(self._start_worker(i, argv, env, headers[i]))
         record["pids"] = [w.proc.pid for w in self.workers]
         # After a gang restart the message keeps saying why it happened.
         self.status.update(state=JobState.RUNNING.value, pids=record["pids"], worker_exit_codes=[None] * n)
@@ -448,28 +497,27 @@ class Supervisor:
                 self._stop_workers(self.grace, echo=echo)
                 outcome = _Outcome("stopped", self._codes(n))
                 break
-            # (exit order, exit code, worker) of the workers that ended, in the order they ended.
-            exited = sorted((w.exit_order, w.exit_code, w) for w in self.workers
-                            if w.exit_order is not None and w.exit_code is not None)
-            stopped_early = [(code, w) for _, code, w in exited if code != exit_codes.SUCCESS]
-            if stopped_early:
-                # The first worker that ended with anything but 0 decides: 42 preempted, else failed.
-                first_code, first = stopped_early[0]
-                kind = "preempted" if first_code == exit_codes.PREEMPTED_EXIT_CODE else "failure"
-                what = (f"{self._worker_name(first.index)} exited with {first_code} "
-                        f"({exit_codes.describe(first_code)})")
-                if kind == "failure" and not self.signals and self.status["restarts"] < spec.max_restarts \
-                        and first_code != exit_codes.CONFIG_ERROR_EXIT_CODE:
+            failed = self._first_failure()
+            if failed is not None:
+                decision = self._decide(failed)
+                if decision.action is policy.Action.RECREATE_POD:
+                    logger.warning("%s; the Job re-creates the pod (%s)", self._worker_name(failed.index),
+                                   decision.message)
+                    self.workers[failed.index] = self._start_worker(
+                        failed.index, *procs[failed.index], f"{headers[failed.index]}, pod re-created")
+                    continue
+                what = f"{self._worker_name(failed.index)} exited with {failed.exit_code}"
+                if decision.action is policy.Action.RESTART and not self.signals:
                     # BlockingRecreate: the restart is under way while the old workers go.
                     self.status.update(state=JobState.RESTARTING.value,
                                        message=f"{what}; stopping every worker for a gang restart")
                     self._save()
-                logger.warning("%s: stopping the other workers", what)
+                logger.warning("%s (%s): stopping the other workers", what, decision.message)
                 self._stop_workers(self.grace, echo=echo)
-                # The job's verdict is the first worker's; the others were stopped by us.
-                outcome = _Outcome(kind, self._codes(n), first.index)
+                # The verdict is the first failed worker's; the others were stopped by us.
+                outcome = _Outcome("decided", self._codes(n), failed.index, decision)
                 break
-            if len(exited) == n:
+            if all(w.exit_code == exit_codes.SUCCESS for w in self.workers):
                 outcome = _Outcome("succeeded", self._codes(n))
                 break
             time.sleep(POLL_SECONDS)
@@ -477,10 +525,35 @@ class Supervisor:
             echo.pump(final=True)
         if self.network is not None:
             self.network.down()  # every worker of the attempt is gone
-        record.update(exit_codes=outcome.codes, outcome=outcome.kind, ended=now())
+        kind = outcome.kind
+        if kind == "decided":  # recorded as what happened to the pod
+            kind = "preempted" if outcome.failing_worker()[1] == exit_codes.PREEMPTED_EXIT_CODE else "failure"
+        record.update(exit_codes=outcome.codes, outcome=kind, ended=now())
+        if outcome.decision is not None:
+            record["decision"] = {"action": outcome.decision.action.value, "counted": outcome.decision.counted,
+                                  "reason": outcome.decision.reason, "rule": outcome.decision.rule,
+                                  "message": outcome.decision.message}
         self.status["worker_exit_codes"] = outcome.codes
         self._save()
         return outcome
+
+    def _first_failure(self) -> _Worker | None:
+        """The worker that ended first with a code other than 0, if any."""
+        ended = sorted((w for w in self.workers if w.exit_order is not None and w.exit_code is not None),
+                       key=lambda w: w.exit_order or 0)
+        return next((w for w in ended if w.exit_code != exit_codes.SUCCESS), None)
+
+    def _decide(self, worker: _Worker) -> policy.Decision:
+        """The manifest's policies on a failed worker (see :mod:`roxxel_launch.backends.policy`)."""
+        pod = self.pods[worker.index]
+        code = worker.exit_code if worker.exit_code is not None else 1
+        exit = policy.PodExit(pod=f"{pod.namespace}/{pod.name}", job=pod.job, exit_code=code,
+                              container=contract.CONTAINER_NAME, replicated_job=pod.replicated_job)
+        decision = self.policy.decide(exit, failed_before=self.job_failures.get(pod.job, 0),
+                                      counted_restarts=self.status.get("restarts_counted", 0))
+        if decision.action is policy.Action.RECREATE_POD and decision.counted:
+            self.job_failures[pod.job] = self.job_failures.get(pod.job, 0) + 1
+        return decision
 
     def _codes(self, n: int) -> list[int | None]:
         codes: list[int | None] = [None] * n
