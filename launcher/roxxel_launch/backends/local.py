@@ -1,21 +1,22 @@
 """The local backend: a job spec's N workers as processes on this machine.
 
-``roxxel-launch submit SPEC --local`` runs the same contract as a pod, so the code path
-that runs on a laptop is the one that runs on a cluster:
+``roxxel-launch submit SPEC --local`` renders the same manifest as a cluster submit
+(:func:`roxxel_launch.render.render`) and runs each of its pods as a local process, the way
+the kubelet and the Job and JobSet controllers would, so the code path that runs on a
+laptop is the one that runs on a cluster:
 
-- every worker is ``python -m roxxel.worker -- COMMAND...`` (the image's entrypoint), with
-  the environment variables a pod gets where they make sense (names from
-  :mod:`roxxel_launch.contract`): ``ROXXEL_COORDINATOR_ADDRESS=127.0.0.1:<free port>``,
-  ``ROXXEL_NUM_PROCESSES``, ``ROXXEL_PROCESS_ID``, ``ROXXEL_RUN_NAME``,
-  ``ROXXEL_CHECKPOINT_DIR``, ``ROXXEL_DATA_DIR`` and the spec's ``env``, on top of the
-  environment of the process that submits (or resumes) the job, with ``JAX_PLATFORMS=cpu``
-  unless that environment or the spec sets it (see :func:`worker_env`); the workers run
-  in the directory the job was submitted from (kept for ``resume``);
-- the workers are restarted together when one fails, like a JobSet with
-  ``restartStrategy: BlockingRecreate``: all old workers are gone before new ones start,
-  up to the spec's ``max_restarts``;
+- every pod of the JobSet (or Indexed Job) is one worker process, running its container's
+  ``command`` + ``args`` with its ``env`` resolved as the kubelet does (downward-API
+  ``fieldRef`` values from the labels and annotations the controllers add, the completion
+  index, ``$(VAR)`` expansion), on top of the environment of the process that submits (or
+  resumes) the job (:mod:`roxxel_launch.backends.pods`); the workers run in the directory
+  the job was submitted from (kept for ``resume``);
+- when a worker fails, the manifest's ``podFailurePolicy``, ``backoffLimit`` and JobSet
+  ``failurePolicy`` decide (:mod:`roxxel_launch.backends.policy`): re-create the pod,
+  restart the whole gang (``BlockingRecreate``: all old workers are gone before new ones
+  start), or fail;
 - Ctrl-C / SIGTERM are turned into SIGTERM for every worker, followed by SIGKILL after the
-  grace period, and the job's exit status is the contract's
+  pod's grace period, and the job's exit status is the contract's
   (:mod:`roxxel.exit_codes`): 0 done, 42 preempted after a checkpoint, else the failing code.
 
 The module map: :mod:`roxxel_launch.backends.rundir` (the run directory's files),
@@ -26,10 +27,15 @@ the :class:`~roxxel_launch.backends.base.Backend` on top of them.
 
 Network
 =======
-By default every worker runs on this machine's loopback with a fresh coordinator port per
-attempt. With ``network="netns"`` (CLI ``--netns``) each worker is a network host of its
-own, with its pod's hostname and the manifest's DNS names (:mod:`roxxel_launch.backends.netns`);
-without root the supervisor says so in one line and uses loopback.
+Only DNS names are mapped. By default every worker runs on this machine's loopback: the
+pods' hostnames and DNS names (``<pod>.<subdomain>`` and its ``.svc.cluster.local`` form)
+point at 127.0.0.1 through ``ROXXEL_HOST_ALIASES``, which :func:`roxxel.distributed.detect`
+applies to the coordinator it derives from the manifest's environment; as all pods share
+one loopback, the coordinator's port is mapped to a fresh free port per attempt (so that
+concurrent local jobs cannot collide). With ``network="netns"`` (CLI ``--netns``) each
+worker is a network host of its own, with its pod's hostname, and its ``/etc/hosts`` maps
+the manifest's DNS names to the pods' addresses (:mod:`roxxel_launch.backends.netns`);
+nothing else is mapped. Without root the supervisor says so in one line and uses loopback.
 
 Data directory
 ==============

@@ -91,9 +91,14 @@ def volume_paths(pod: manifest.LocalPod, container: Mapping[str, Any], settings:
 
 
 def _map_path(value: str, paths: Mapping[str, str]) -> str:
+    """A value naming a mount path, as the local process sees it: the mount path itself
+    (``TMPDIR=/tmp``) for every volume, paths below it for the data volume only. (A path
+    below ``/tmp`` on this machine, such as a local ``checkpoint_dir``, is this machine's.)"""
     for mount, local in paths.items():
-        if value == mount or value.startswith(mount.rstrip("/") + "/"):
-            return local + value[len(mount.rstrip("/")):]
+        if value == mount:
+            return local
+        if mount == contract.DATA_MOUNT_PATH and value.startswith(mount + "/"):
+            return local + value[len(mount):]
     return value
 
 

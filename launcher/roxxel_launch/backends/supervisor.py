@@ -2,8 +2,8 @@
 
 One supervisor process per running job starts the workers, watches them (every
 :data:`POLL_SECONDS`), restarts them and writes ``status.json``. With
-``LocalOptions(foreground=True)`` (the CLI's default) ``submit`` runs it inside the calling process and echoes worker 0's output with
-the prefix ``[worker 0] ``; otherwise it is a detached process
+``LocalOptions(foreground=True)`` (the CLI's default) ``submit`` runs it inside the
+calling process and echoes worker 0's output with the prefix ``[worker 0] ``; otherwise it is a detached process
 (``python -m roxxel_launch.backends.supervisor supervise RUN_DIR``, in its own session, so
 closing the terminal does not stop it).
 
@@ -19,26 +19,31 @@ that nothing the training command started survives. A second Ctrl-C skips the gr
 period. On Linux each worker also gets SIGTERM if the supervisor dies
 (``PR_SET_PDEATHSIG``), so a killed supervisor does not leave workers behind.
 
-Grace period = the spec's ``termination_grace_period`` capped at
-:data:`GRACE_CAP_SECONDS` for local runs. (A program that has initialised
-``jax.distributed`` catches SIGTERM through JAX's preemption notifier: unless it saves
-and exits itself, it is stopped by the SIGKILL at the end of the grace period.)
+Grace period = the pod's ``terminationGracePeriodSeconds`` (the spec's
+``termination_grace_period``) capped at :data:`GRACE_CAP_SECONDS` for local runs, as the
+kubelet applies it on delete: SIGTERM, then SIGKILL once it has passed. (A program that
+has initialised ``jax.distributed`` catches SIGTERM through JAX's preemption notifier:
+unless it saves and exits itself, it is stopped by the SIGKILL at the end of the grace period.)
 
-Outcomes of an attempt (the first worker that ends with a code other than 0 decides):
+Outcomes of an attempt. Every worker is a pod of the rendered manifest
+(:mod:`roxxel_launch.backends.pods`); the first worker that ends with a code other than 0
+is judged by the manifest's policies (:mod:`roxxel_launch.backends.policy`):
 
 - every worker exits 0: ``Succeeded``, exit 0 (a worker that exits 0 early waits for the
   others, like a completed pod);
-- exit 42 (preempted after a checkpoint): the others get SIGTERM, the job becomes
-  ``Preempted`` (terminal), exit 42; :meth:`LocalBackend.resume` runs it again and the
-  training program restores its last checkpoint;
-- exit 78 (:data:`roxxel.exit_codes.CONFIG_ERROR_EXIT_CODE`, a configuration error before
-  the first step): the others get SIGTERM and the job is ``Failed`` with 78 at once, no
-  restart (as the rendered ``podFailurePolicy`` does on a cluster);
-- any other code (a worker killed by signal ``N`` gives ``128 + N``): the others get
-  SIGTERM and the job is ``Restarting`` until all of them are gone; then every worker
-  starts again (a new coordinator port, an attempt header in each log). After
-  ``max_restarts`` gang restarts the job is ``Failed`` with that worker's exit code and a
-  message that names it and quotes the last lines of its log;
+- the Job re-creates the pod (``backoffLimit`` not used up, or an ``Ignore`` rule): that
+  worker alone starts again;
+- the JobSet restarts (``RestartJobSet``, counted against ``maxRestarts``, or
+  ``RestartJobSetAndIgnoreMaxRestarts``, e.g. exit 42 after a preemption, not counted):
+  the others get SIGTERM, the job is ``Restarting`` until all of them are gone
+  (``BlockingRecreate``), then every pod starts again with the JobSet's
+  ``restart-attempt`` one higher (a new coordinator port, an attempt header in each log);
+- the workload fails: exit 42 (an Indexed Job, which has no gang restart) makes it
+  ``Preempted`` (:meth:`LocalBackend.resume` runs it again and the training program
+  restores its last checkpoint); exit 78 (:data:`roxxel.exit_codes.CONFIG_ERROR_EXIT_CODE`)
+  ``Failed`` with reason ``config_error``; ``maxRestarts`` used up ``Failed`` with reason
+  ``restarts_exhausted``; anything else ``Failed``. The message names the worker and quotes
+  the last lines of its log;
 - Ctrl-C / SIGTERM / SIGHUP to the supervisor: ``Preempted`` (42) when the workers
   exited 42 (or 0), ``Succeeded`` if they had all finished, else ``Failed`` with
   ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM). A job is never restarted after a
@@ -393,7 +398,7 @@ class Supervisor:
                                        f"same way on every attempt ({decision.message})", StopReason.CONFIG_ERROR)
         if decision.reason == policy.REACHED_MAX_RESTARTS:
             return self._finish_failed(i, code, f"{what}; max_restarts ({self.policy.max_restarts}) used up "
-                                       f"after {self.status['restarts']} gang restart(s) ({decision.message})",
+                                       f"after {self.status['restarts']} gang restart(s)",
                                        StopReason.RESTARTS_EXHAUSTED)
         return self._finish_failed(i, code, f"{what}; {decision.message}", StopReason.FAILED)
 
@@ -432,12 +437,12 @@ class Supervisor:
         except ValueError as err:
             raise BackendError(f"pod {self.pods[0].name}: the rendered environment does not identify a "
                                f"process: {err}") from None
-        aliases = None
-        address = detected.coordinator_address
+        aliases, address = None, detected.coordinator_address
         if address is not None:
-            local = f"127.0.0.1:{free_port()}"
-            aliases = host_aliases(self.pods, address, int(local.rpartition(":")[2]))
-            address = f"{address} -> {local}"
+            port = free_port()
+            aliases = host_aliases(self.pods, address, port)
+            logger.info("the pods' DNS names point at 127.0.0.1; the coordinator %s at 127.0.0.1:%d", address, port)
+            address = f"127.0.0.1:{port}"
         procs = [worker_process(pod, self.settings, restart_attempt=attempt, aliases=aliases) for pod in self.pods]
         return address or "none", procs
 
