@@ -9,6 +9,7 @@ JobSet (failurePolicy) documentation.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -170,3 +171,12 @@ def test_backoff_limit_ignore_rules_and_jobset_rule_matching():
     second = workload.decide(_exit(3), failed_before=1)
     assert (second.action, second.rule, second.reason) == (policy.Action.FAIL, "by-message", "BackoffLimitExceeded")
     assert policy.WorkloadPolicy({"slice": job}, {}).decide(_exit(3), failed_before=1).reason == "FailedJobs"
+
+
+def test_the_policy_engine_and_the_manifest_reader_load_without_the_process_code():
+    """A simulated cluster reuses them: they must not pull in the supervisor or the backend."""
+    code = ("import sys; import roxxel_launch.backends.policy, roxxel_launch.backends.manifest; "
+            "loaded = [m for m in ('roxxel_launch.backends.supervisor', 'roxxel_launch.backends.local', "
+            "'roxxel_launch.backends.pods', 'subprocess') if m in sys.modules]; print(loaded)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
