@@ -379,10 +379,12 @@ class Supervisor:
             if decision.action is policy.Action.RESTART:
                 restarts = self.status["restarts"] + 1
                 counted = self.status.get("restarts_counted", 0) + int(decision.counted)
+                which = (f"gang restart {counted} of at most {self.policy.max_restarts}" if decision.counted else
+                         f"gang restart {restarts}, not counted against max_restarts")
                 self.status.update(restarts=restarts, restarts_counted=counted, state=JobState.RESTARTING.value,
-                                   message=f"{what}; gang restart {restarts}: {decision.message}")
+                                   message=f"{what}; {which} ({decision.message})")
                 self._save()
-                logger.warning("%s; gang restart %d (%s)", what, restarts, decision.message)
+                logger.warning("%s; %s (%s)", what, which, decision.message)
                 continue
             return self._finish_decided(i, code, what, decision)
 
