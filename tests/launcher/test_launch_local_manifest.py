@@ -9,6 +9,7 @@ JobSet (failurePolicy) documentation.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -180,3 +181,19 @@ def test_the_policy_engine_and_the_manifest_reader_load_without_the_process_code
             "'roxxel_launch.backends.pods', 'subprocess') if m in sys.modules]; print(loaded)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_free_preemption_restarts_stop_at_the_pods_restart_budget(tmp_path):
+    """Exit 42 restarts the JobSet without counting; each restart raises the pods'
+    ``restart-attempt`` annotation, and roxxel-worker refuses an attempt beyond
+    max_restarts + max_preemptions with 78, which the configError rule makes final."""
+    spec = _spec("budget", command=[sys.executable, "-c", "raise SystemExit(42)"], max_restarts=0,
+                 max_preemptions=1)
+    backend = L.LocalBackend(tmp_path / "runs", L.LocalOptions(foreground=True, cwd=str(tmp_path)))
+    status = backend.submit(spec)
+    assert (status.state, status.exit_code, status.reason.value) == (JobState.FAILED, 78, "config_error")
+    record = json.loads((tmp_path / "runs" / "budget" / "status.json").read_text())
+    assert (record["restarts"], record["restarts_counted"]) == (2, 0)
+    assert [a["decision"]["rule"] for a in record["attempts"]] == ["preemption", "preemption", "configError"]
+    log = (tmp_path / "runs" / "budget" / "worker-0.log").read_text()
+    assert "gang restart 2 is beyond the job's budget of 1 restarts" in log
