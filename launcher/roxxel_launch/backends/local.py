@@ -20,10 +20,13 @@ laptop is the one that runs on a cluster:
   (:mod:`roxxel.exit_codes`): 0 done, 42 preempted after a checkpoint, else the failing code.
 
 The module map: :mod:`roxxel_launch.backends.rundir` (the run directory's files),
-:mod:`roxxel_launch.backends.pods` (each worker's command and environment),
-:mod:`roxxel_launch.backends.supervisor` (the process that runs the attempts: restarts,
-signals, grace periods), :mod:`roxxel_launch.backends.netns` (``--netns``); this module is
-the :class:`~roxxel_launch.backends.base.Backend` on top of them.
+:mod:`roxxel_launch.backends.manifest` (the pods of a rendered manifest, their env and
+command as the kubelet resolves them), :mod:`roxxel_launch.backends.policy` (restart or
+fail, from exit codes and the manifest's policies), :mod:`roxxel_launch.backends.pods` (a
+pod as a local process), :mod:`roxxel_launch.backends.supervisor` (the process that runs
+the attempts: restarts, signals, grace periods), :mod:`roxxel_launch.backends.processes`
+(process groups), :mod:`roxxel_launch.backends.netns` (``--netns``); this module is the
+:class:`~roxxel_launch.backends.base.Backend` on top of them.
 
 Network
 =======
@@ -90,6 +93,7 @@ from roxxel_launch.backends.pods import (
     resolve_data_dir,
     worker_process,
 )
+from roxxel_launch.backends.processes import group_alive, is_local_worker, kill_group
 from roxxel_launch.backends.rundir import (
     ATTEMPT_HEADER,
     GRACE_CAP_SECONDS,
@@ -106,7 +110,7 @@ from roxxel_launch.backends.rundir import (
     status_from_dict,
     write_json,
 )
-from roxxel_launch.backends.supervisor import Supervisor, group_alive, is_local_worker, kill_group
+from roxxel_launch.backends.supervisor import Supervisor
 
 __all__ = [
     "ATTEMPT_HEADER",

@@ -81,6 +81,11 @@ from roxxel_launch.backends.pods import (
     rendered_objects,
     worker_process,
 )
+from roxxel_launch.backends.processes import (
+    LogEcho,
+    kill_group,
+    with_parent_death_signal,
+)
 from roxxel_launch.backends.rundir import (
     ATTEMPT_HEADER,
     GRACE_CAP_SECONDS,
@@ -99,96 +104,11 @@ from roxxel_launch.backends.rundir import (
     write_json,
 )
 
-__all__ = ["Supervisor", "group_alive", "is_local_worker", "kill_group"]
+__all__ = ["Supervisor"]
 
 logger = logging.getLogger("roxxel_launch.backends.local")
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-# ------------------------------------------------------------------------------------
-# Process groups
-# ------------------------------------------------------------------------------------
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def kill_group(pgid: int, signo: int = signal.SIGKILL) -> bool:
-    """Signal a whole process group; False if it has no member left."""
-    try:
-        os.killpg(pgid, signo)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def is_local_worker(pid: int) -> bool:
-    """True when ``pid`` is (still) a roxxel worker process (Linux: its command line); a pid
-    recorded earlier may have been reused by an unrelated process."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read().split(b"\0")
-    except OSError:
-        return False
-    return b"roxxel.worker" in cmdline or any(os.path.basename(arg) == b"roxxel-worker" for arg in cmdline)
-
-
-# Run by each new worker process before it becomes ``python -m roxxel.worker``: ask Linux to
-# SIGTERM it when the supervisor dies (PR_SET_PDEATHSIG survives execve), then exec. This
-# runs in the new process rather than as a Popen preexec_fn, which would force a plain
-# fork() of the supervisor, unsafe when the supervisor is multi-threaded (e.g. a process
-# that has imported JAX and runs a foreground job).
-_PDEATHSIG_SHIM = (
-    "import ctypes, os, signal, sys\n"
-    f"ctypes.CDLL(None, use_errno=True).prctl({_PR_SET_PDEATHSIG}, int(signal.SIGTERM), 0, 0, 0)\n"
-    "if os.getppid() != int(sys.argv[1]):\n"  # the supervisor died before prctl took effect
-    "    os.kill(os.getpid(), signal.SIGTERM)\n"
-    "os.execv(sys.argv[2], sys.argv[2:])\n"
-)
-
-
-def _with_parent_death_signal(python: str, cmd: list[str]) -> list[str]:
-    """``cmd`` (starting with an absolute path) behind the parent-death shim, run by
-    ``python``, on Linux; unchanged elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return cmd
-    return [python, "-S", "-c", _PDEATHSIG_SHIM, str(os.getpid()), *cmd]
-
-
-class _LogEcho:
-    """Copies new complete lines of a growing log file to a stream, with a prefix."""
-
-    def __init__(self, path: Path, prefix: str, out: IO[str]):
-        self.path, self.prefix, self.out = path, prefix, out
-        self.offset = path.stat().st_size if path.exists() else 0
-        self.partial = b""
-
-    def pump(self, *, final: bool = False) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        self.offset += len(data)
-        data = self.partial + data
-        *lines, self.partial = data.split(b"\n")
-        if final and self.partial:
-            lines.append(self.partial)
-            self.partial = b""
-        if lines:
-            self.out.write("".join(f"{self.prefix}{line.decode('utf-8', errors='replace')}\n" for line in lines))
-            self.out.flush()
-
 
 
 # ------------------------------------------------------------------------------------
@@ -451,7 +371,7 @@ class Supervisor:
     def _start_worker(self, i: int, argv: list[str], env: dict[str, str], header: str) -> _Worker:
         pod = self.pods[i]
         make_volume_dirs(pod, self.settings)
-        worker_argv = _with_parent_death_signal(self.settings.python, argv)
+        worker_argv = with_parent_death_signal(self.settings.python, argv)
         if self.network is not None:
             worker_argv = self.network.wrap(i, worker_argv)
         with open(self.run_dir / f"worker-{i}.log", "ab") as log:
@@ -477,7 +397,7 @@ class Supervisor:
         self.status["attempts"].append(record)
         self.workers, self.exits_seen = [], 0
         self.job_failures = {}  # a gang restart creates new Jobs
-        echo = _LogEcho(self.run_dir / "worker-0.log", "[worker 0] ", self.echo) if self.echo else None
+        echo = LogEcho(self.run_dir / "worker-0.log", "[worker 0] ", self.echo) if self.echo else None
         logger.info("attempt %d: starting %d pod(s), coordinator %s: %s", number, n, address, shlex.join(procs[0][0]))
         headers = [f"{ATTEMPT_HEADER} attempt {number} (restart {record['restart']}, resume {record['resume']}) "
                    f"of job {spec.name}, pod {pod.name}, process {i} of {n}, coordinator {address}"
@@ -587,7 +507,7 @@ class Supervisor:
             self.status["worker_exit_codes"] = self._codes(len(self.workers))
             self._save()
 
-    def _stop_workers(self, grace: float, *, echo: _LogEcho | None = None) -> None:
+    def _stop_workers(self, grace: float, *, echo: LogEcho | None = None) -> None:
         """SIGTERM every running worker, wait up to ``grace`` seconds (less after a second stop
         signal), SIGKILL the process groups of those left, and reap them all."""
         self._reap()
