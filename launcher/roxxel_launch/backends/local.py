@@ -308,6 +308,9 @@ class LocalBackend(Backend):
 
             netns.pod_hosts(spec)  # the pods' names and coordinator, checked before anything starts
         check_worker_count(spec, max_workers)
+        if spec.env_from:  # the kubelet would read them; nothing here can
+            logger.warning("%s: env_from (%d source(s)) is not read by a local run: set those variables in the "
+                           "environment of `roxxel-launch submit --local`", spec.name, len(spec.env_from))
         resolved_data = resolve_data_dir(spec, data_dir, cwd=cwd)
         run_dir = self.run_dir(spec.name)
         if run_dir.exists():
