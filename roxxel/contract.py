@@ -21,6 +21,10 @@ ENV_NUM_PROCESSES = "ROXXEL_NUM_PROCESSES"
 """Total number of processes (>= 1)."""
 ENV_PROCESS_ID = "ROXXEL_PROCESS_ID"
 """This process's id, ``0 <= id < ROXXEL_NUM_PROCESSES``."""
+ENV_HOST_ALIASES = "ROXXEL_HOST_ALIASES"
+"""Set by ``roxxel-launch --local`` only: where the pods' DNS names point on this machine,
+``NAME=ADDRESS`` or ``NAME:PORT=ADDRESS:PORT`` entries separated by commas (what a pod's
+``hostAliases`` and cluster DNS would answer; see :func:`roxxel.distributed.detect`)."""
 
 # --- 2. JobSet (downward API + template values) -------------------------------------
 ENV_JOBSET_NAME = "JOBSET_NAME"

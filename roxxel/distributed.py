@@ -86,6 +86,14 @@ and the later ones are not consulted.
    ``process_id = MEGASCALE_SLICE_ID * len(hosts) + TPU_WORKER_ID``; the
    coordinator is JAX's choice (``None`` here).
 
+Local runs (``roxxel-launch submit --local``) execute the rendered manifest, so sources 2
+and 3 derive the cluster's DNS name of the coordinator. Without network namespaces no
+resolver on this machine knows that name: the launcher then sets ``ROXXEL_HOST_ALIASES``
+(comma-separated ``NAME=ADDRESS``, or ``NAME:PORT=ADDRESS:PORT`` for a pod port that every
+process on one loopback cannot share), and the derived coordinator address is looked up
+there, ``NAME:PORT`` first, then ``NAME``. Only the coordinator's DNS name (and, for a
+shared loopback, its port) changes; every other value is the manifest's.
+
 5. **single** -- none of the above: one process; ``jax.distributed`` is not
    initialised. (A lone ``JOB_COMPLETION_INDEX`` lands here too, with a warning
    from :func:`initialize`.)
@@ -121,6 +129,7 @@ from roxxel.contract import (
     ENV_COORDINATOR_ADDRESS,
     ENV_COORDINATOR_PORT,
     ENV_HEARTBEAT_TIMEOUT,
+    ENV_HOST_ALIASES,
     ENV_HOSTS_PER_SLICE,
     ENV_INIT_TIMEOUT,
     ENV_JOB_COMPLETION_INDEX,
@@ -150,6 +159,7 @@ __all__ = [
     "ENV_COORDINATOR_ADDRESS",
     "ENV_COORDINATOR_PORT",
     "ENV_HEARTBEAT_TIMEOUT",
+    "ENV_HOST_ALIASES",
     "ENV_HOSTS_PER_SLICE",
     "ENV_INIT_TIMEOUT",
     "ENV_JOBSET_NAME",
@@ -317,7 +327,35 @@ def _detect_env(env: Mapping[str, str]) -> Detected:
 
 
 def _detect_env_with_origins(env: Mapping[str, str]) -> tuple[Detected, dict[str, str]]:
-    """Pick the first environment source that applies; return values and their origins."""
+    """Pick the first environment source that applies; return values and their origins
+    (the coordinator address looked up in ``ROXXEL_HOST_ALIASES`` when set)."""
+    detected, origins = _detect_source(env)
+    aliases = _get(env, ENV_HOST_ALIASES)
+    if aliases is None or detected.coordinator_address is None:
+        return detected, origins
+    address = _aliased(detected.coordinator_address, aliases)
+    if address != detected.coordinator_address:
+        origins = {**origins, "coordinator_address": f"{origins['coordinator_address']} via {ENV_HOST_ALIASES}"}
+    return dataclasses.replace(detected, coordinator_address=address), origins
+
+
+def _aliased(address: str, aliases: str) -> str:
+    """``address`` (``host:port``) as ``ROXXEL_HOST_ALIASES`` maps it; unchanged when absent."""
+    table = {}
+    for entry in filter(None, (e.strip() for e in aliases.split(","))):
+        name, sep, target = entry.partition("=")
+        if not sep or not name or not target:
+            raise ValueError(f"{ENV_HOST_ALIASES}: {entry!r} is not NAME=ADDRESS or NAME:PORT=ADDRESS:PORT")
+        table[name] = target
+    host, _, port = address.rpartition(":")
+    if address in table:
+        return table[address]
+    if host in table:
+        return f"{table[host]}:{port}"
+    return address
+
+
+def _detect_source(env: Mapping[str, str]) -> tuple[Detected, dict[str, str]]:
     if _has_any(env, (ENV_PROCESS_ID, ENV_COORDINATOR_ADDRESS)):
         return _from_roxxel(env)
     if _has_any(env, _JOBSET_MARKERS):

@@ -185,7 +185,7 @@ def _env_rows(objects) -> dict[str, str]:
 
 
 def _environment_section() -> list[str]:
-    from roxxel_launch.backends.local import worker_env
+    from roxxel_launch.backends.local import worker_processes
     from roxxel_launch.render import render
     from roxxel_launch.spec import spec_from_dict
 
@@ -194,13 +194,12 @@ def _environment_section() -> list[str]:
     jobset = spec_from_dict({**base, "name": "lm", "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}},
                              "num_slices": 2})
     indexed = spec_from_dict({**base, "name": "lm", "accelerator": {"cpu": {"hosts": 2}}, "workload": "indexed-job"})
-    local = spec_from_dict({**base, "name": "lm", "accelerator": {"cpu": {"hosts": 2}}, "data": None,
-                            "checkpoint_dir": "/tmp/ckpt"})
+    local = spec_from_dict({**base, "name": "lm", "accelerator": {"cpu": {"hosts": 2}}, "checkpoint_dir": "/tmp/ckpt"})
     columns = {
         "JobSet (2 slices of v5e `4x4`, 4 hosts each)": _env_rows(render(jobset).objects),
         "Indexed Job (2 CPU hosts)": _env_rows(render(indexed).objects),
-        "`--local`, process 1 of 2": {k: f"`{v}`" for k, v in worker_env(
-            local, 1, "127.0.0.1:PORT", base_env={"PATH": "$PATH"}, data_dir="/path/given/with/--data-dir").items()},
+        "`--local`, process 1 of 2": {k: f"`{v}`" for k, v in worker_processes(
+            local, Path("RUN_DIR"), data_dir="/path/given/with/--data-dir", base_env={"PATH": "$PATH"})[1][1].items()},
     }
     python_bin = os.path.dirname(sys.executable)
     for rows in columns.values():  # the interpreter's folder differs between machines
@@ -213,7 +212,8 @@ def _environment_section() -> list[str]:
              "The environment variables of the worker container, as rendered for a spec with "
              "`name: lm`, `checkpoint_dir` and a `data` volume (the `--local` column: "
              "`checkpoint_dir: /tmp/ckpt`, `--data-dir`; `PYTHON_BIN` is the folder of the Python that runs "
-             "`roxxel-launch`). `roxxel.distributed.initialize()` reads "
+             "`roxxel-launch`, `RUN_DIR` the run directory; the run adds `ROXXEL_HOST_ALIASES`, see "
+             "[the local backend](../local.md#the-manifest-runs-here)). `roxxel.distributed.initialize()` reads "
              "the process identity from them; `JOB_COMPLETION_INDEX` is set by the Job controller "
              "itself. Every pod runs `roxxel-worker -- COMMAND...` and mounts the data volume read-only "
              "at `/data`.", "",

@@ -210,7 +210,7 @@ def test_local_backend_treats_a_config_error_as_final(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     program = ("import os, sys, time\n"
                "from roxxel.exit_codes import exit_config_error\n"
-               "if os.environ['ROXXEL_PROCESS_ID'] == '1':\n"
+               "if os.environ['JOB_COMPLETION_INDEX'] == '1':  # the Job controller's index\n"
                "    exit_config_error('global batch 10 is not divisible by 2 processes')\n"
                "time.sleep(60)\n")
     spec = tmp_path / "bad.yaml"

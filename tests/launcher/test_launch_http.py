@@ -435,7 +435,9 @@ def test_local_resume_until_done(tmp_path, monkeypatch):
     program.write_text(PREEMPTED_TWICE)
     spec = spec_file(tmp_path, {**SPEC, "name": "spot", "accelerator": "cpu", "num_slices": 1,
                                 "command": [sys.executable, str(program)],
-                                "checkpoint_dir": str(tmp_path / "ckpt"), "max_restarts": 0})
+                                "checkpoint_dir": str(tmp_path / "ckpt"), "max_restarts": 0,
+                                # An Indexed Job ends Preempted on 42 (a JobSet restarts in place).
+                                "workload": "indexed-job"})
     monkeypatch.chdir(tmp_path)
     run("submit", spec, "--local", code=EXIT_PREEMPTED)
     result = run("resume", "spot", "--local", "--until-done")

@@ -118,30 +118,30 @@ def _program_pids(tmp_path, prefix="pid-") -> set[int]:
 # ----------------------------------------------------------------------------- the environment
 
 
-def test_worker_env_is_the_pod_contract_on_loopback():
+def test_worker_env_is_the_rendered_pod_on_this_machine(tmp_path):
     spec = spec_from_dict(_spec("envjob", 3, ["train"], env={"MY_FLAG": "1"},
-                                checkpoint_dir="gs://bucket/ckpt", run_name="run-a"))
+                                checkpoint_dir="gs://bucket/ckpt", run_name="run-a",
+                                data={"pvc": {"claim": "shards"}}))
     base = {"PATH": "/bin", "ROXXEL_PROCESS_ID": "9", "JOBSET_NAME": "stale", "TPU_WORKER_ID": "4",
             "XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8", "ROXXEL_INIT_TIMEOUT": "7"}
-    env = L.worker_env(spec, 2, "127.0.0.1:1234", base_env=base, data_dir="/tmp/d", devices_per_worker=2)
-    assert env["ROXXEL_COORDINATOR_ADDRESS"] == "127.0.0.1:1234"
-    assert (env["ROXXEL_NUM_PROCESSES"], env["ROXXEL_PROCESS_ID"]) == ("3", "2")
+    procs = L.worker_processes(spec, tmp_path, data_dir="/tmp/d", devices_per_worker=2, base_env=base)
+    argv, env = procs[2]
+    assert argv[1:] == ["--", "train"]
+    assert (env["JOBSET_NAME"], env["JOB_COMPLETION_INDEX"]) == ("envjob", "2")  # the manifest's, not inherited
+    assert "ROXXEL_PROCESS_ID" not in env and "TPU_WORKER_ID" not in env  # launcher-owned, not inherited
     assert (env["ROXXEL_RUN_NAME"], env["ROXXEL_CHECKPOINT_DIR"], env["ROXXEL_DATA_DIR"]) == (
-        "run-a", "gs://bucket/ckpt", "/tmp/d")
+        "run-a", "gs://bucket/ckpt", "/tmp/d")  # the data volume's /data is the local directory
     assert env["MY_FLAG"] == "1" and env["ROXXEL_INIT_TIMEOUT"] == "7"
     # The launcher's own Python comes first, as the image's does in a pod.
     assert env["PATH"] == os.pathsep.join([os.path.dirname(sys.executable), "/bin"])
-    assert "JOBSET_NAME" not in env and "TPU_WORKER_ID" not in env  # launcher-owned, not inherited
     assert env["JAX_PLATFORMS"] == "cpu"
     assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=2"
-    assert distributed.detect(env) == distributed.Detected("127.0.0.1:1234", 3, 2, "roxxel")
+    assert distributed.detect(env) == distributed.Detected("envjob-slice-0-0.envjob:8476", 3, 2, "jobset")
 
-    plain = L.worker_env(spec_from_dict(_spec("envjob", 1, ["train"], env={"JAX_PLATFORMS": "cuda"})), 0,
-                         "127.0.0.1:1", base_env={})
+    plain = L.worker_processes(spec_from_dict(_spec("envjob", 1, ["train"], env={"JAX_PLATFORMS": "cuda"})),
+                               tmp_path, base_env={})[0][1]
     assert plain["JAX_PLATFORMS"] == "cuda"  # set by the spec: kept
     assert "ROXXEL_CHECKPOINT_DIR" not in plain and "ROXXEL_DATA_DIR" not in plain and "XLA_FLAGS" not in plain
-    with pytest.raises(ValueError):
-        L.worker_env(spec, 3, "127.0.0.1:1", base_env={})
 
 
 def test_data_dir_rule(tmp_path):
@@ -217,8 +217,12 @@ def test_killing_one_worker_mid_run_restarts_the_whole_gang(tmp_path, root):
     assert (status["state"], status["restarts"], status["exit_code"]) == ("Succeeded", 1, 0)
     first, second = status["attempts"]
     assert first["outcome"] == "failure" and first["exit_codes"][1] == 128 + signal.SIGKILL
+    # The manifest's policies decided: backoffLimit 0 fails the Job, no JobSet rule matches,
+    # so the restart counts against maxRestarts.
+    assert (first["decision"]["action"], first["decision"]["counted"], first["decision"]["rule"]) == (
+        "Restart", True, None)
     assert not set(first["pids"]) & set(second["pids"])  # every worker was started again
-    assert "gang restart 1 of at most 2" in err
+    assert "restart 1 of at most 2" in err
     assert out.count("[worker 0] allreduce sum=3 processes=2") == 2
     assert "[worker 0] process 0: attempt 2, completing" in out
     _assert_all_gone(_all_worker_pids(root, name) | programs)
@@ -258,12 +262,34 @@ def test_ctrl_c_stops_every_worker(tmp_path, root, signo, code):
 
 
 @pytest.mark.slow
-def test_preempted_worker_stops_the_job_and_resume_completes_it(tmp_path, root):
+def test_a_preempted_worker_restarts_the_jobset_in_place_without_counting(tmp_path, root):
+    """Exit 42 matches the Job's podFailurePolicy (FailJob) and the JobSet's ``preemption``
+    rule (RestartJobSetAndIgnoreMaxRestarts): the gang restarts although max_restarts is 0."""
     name = "preempt"
-    spec = _program_spec(tmp_path, name, 2, "preempt")
+    spec = _program_spec(tmp_path, name, 2, "preempt", max_restarts=0)
+    result = _cli(root, "submit", "--local", spec, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[worker 0] process 0: SIGTERM, checkpoint saved" in result.stdout
+    assert "[worker 0] process 0: restored checkpoint step-7, finishing" in result.stdout
+    status = _status(root, name)
+    assert (status["state"], status["exit_code"], status["restarts"], status["restarts_counted"]) == (
+        "Succeeded", 0, 1, 0)
+    first = status["attempts"][0]
+    assert first["exit_codes"] == [42, 42]
+    assert (first["decision"]["rule"], first["decision"]["counted"]) == ("preemption", False)
+    log = (root / name / "worker-1.log").read_text()
+    assert log.count(L.ATTEMPT_HEADER) == 2 and "attempt 2 (restart 1, resume 0)" in log
+    _assert_all_gone(_all_worker_pids(root, name))
+
+
+@pytest.mark.slow
+def test_a_preempted_indexed_job_stops_and_resume_completes_it(tmp_path, root):
+    """An Indexed Job has no gang restart: its podFailurePolicy fails it on exit 42, and the
+    job is Preempted until ``resume``."""
+    name = "preempt-ij"
+    spec = _program_spec(tmp_path, name, 2, "preempt", workload="indexed-job")
     result = _cli(root, "submit", "--local", spec, cwd=tmp_path)
     assert result.returncode == 42, result.stdout + result.stderr
-    assert "[worker 0] process 0: SIGTERM, checkpoint saved" in result.stdout
     status = _status(root, name)
     assert (status["state"], status["exit_code"], status["restarts"]) == ("Preempted", 42, 0)
     assert status["reason"] == "preempted"

@@ -64,9 +64,10 @@ def test_pods_are_named_as_the_rendered_jobset_and_indexed_job_name_them():
     assert [h.hostname for h in jobset] == ["lm-slice-0-0", "lm-slice-0-1"]
     assert jobset[1].dns_names == ("lm-slice-0-1.lm.research.svc.cluster.local", "lm-slice-0-1.lm")
     assert {h.coordinator_address for h in jobset} == {"lm-slice-0-0.lm:8476"}
-    assert jobset[1].env == {"JOBSET_NAME": "lm", "REPLICATED_JOB_NAME": "slice", "JOB_INDEX": "0",
-                             "JOB_COMPLETION_INDEX": "1", "JOBSET_SUBDOMAIN": "lm", "ROXXEL_HOSTS_PER_SLICE": "2",
-                             "ROXXEL_NUM_SLICES": "1", "ROXXEL_COORDINATOR_PORT": "8476"}  # not the spec's env
+    expected = {"JOBSET_NAME": "lm", "REPLICATED_JOB_NAME": "slice", "JOB_INDEX": "0",
+                "JOB_COMPLETION_INDEX": "1", "JOBSET_SUBDOMAIN": "lm", "ROXXEL_HOSTS_PER_SLICE": "2",
+                "ROXXEL_NUM_SLICES": "1", "ROXXEL_COORDINATOR_PORT": "8476", "ROXXEL_HEARTBEAT_TIMEOUT": "5"}
+    assert expected.items() <= jobset[1].env.items()  # the rendered container's env, resolved
 
     indexed = netns.pod_hosts(spec_from_dict(_spec("tr", 3, ["x"], workload="indexed-job")))
     assert [(h.process_id, h.hostname) for h in indexed] == [(0, "tr-0"), (1, "tr-1"), (2, "tr-2")]

@@ -18,11 +18,10 @@ cluster, as far as the network goes:
   pod's DNS search path ``<namespace>.svc.cluster.local`` makes of it) to each pod's
   address; ``/etc/netns/<ns>/resolv.conf`` points at the namespace's own loopback, so a
   name that is not a pod fails at once instead of reaching a real DNS server;
-- the distributed-runtime environment of the rendered manifest (``JOBSET_NAME``,
-  ``JOB_INDEX``, ``JOB_COMPLETION_INDEX``, ... with the downward-API fields resolved as
-  the JobSet and Job controllers label their pods) in place of the loopback
-  ``ROXXEL_COORDINATOR_ADDRESS``, so :func:`roxxel.distributed.detect` derives the
-  coordinator's DNS name and port itself, as in a pod.
+- the environment of the rendered manifest, as on loopback
+  (:mod:`roxxel_launch.backends.pods`), but without ``ROXXEL_HOST_ALIASES``:
+  :func:`roxxel.distributed.detect` derives the coordinator's DNS name and port, and the
+  namespace's ``/etc/hosts`` resolves the name to process 0's address, as in a pod.
 
 The hosts come from :func:`roxxel_launch.render.render` (see :func:`pod_hosts`), so the
 names are the manifest's, not a copy of its rules.
@@ -62,6 +61,7 @@ from pathlib import Path
 
 from roxxel import distributed
 from roxxel_launch import contract
+from roxxel_launch.backends import manifest
 from roxxel_launch.backends.base import BackendError, lock_is_held
 
 __all__ = [
@@ -82,7 +82,7 @@ PREFIX = "rxl"
 SUBNET = ipaddress.ip_network("10.213.0.0/24")
 """Addresses of the pods: ``.1 + process id``. Private (RFC 1918) and never routed: the
 bridge of a run has no address on this machine, so runs cannot see each other."""
-CLUSTER_DOMAIN = "cluster.local"
+CLUSTER_DOMAIN = manifest.CLUSTER_DOMAIN
 """Kubernetes' default cluster domain (kubelet ``--cluster-domain``)."""
 LOCK_DIR = Path("/run/roxxel-netns")
 """Where the supervisors' locks live (one file per run id)."""
@@ -120,8 +120,8 @@ class PodHost:
         process_id: the process id :func:`roxxel.distributed.detect` derives from ``env``.
         hostname: the pod's hostname (a DNS-1123 label).
         dns_names: the names other pods reach it by, fully qualified first.
-        env: the distributed-runtime variables of the pod (manifest values with the
-            downward-API fields and ``JOB_COMPLETION_INDEX`` resolved).
+        env: the container's environment as the manifest gives it (downward-API fields
+            and ``JOB_COMPLETION_INDEX`` resolved; see :mod:`roxxel_launch.backends.manifest`).
         coordinator_address: ``host:port`` the pod's worker will connect to.
         namespace: the Kubernetes namespace of the job (part of the DNS names).
     """
@@ -137,30 +137,35 @@ class PodHost:
 def pod_hosts(spec) -> list[PodHost]:
     """The pods of ``spec``'s rendered manifests, ordered by process id.
 
-    JobSet: one pod per (job index, completion index) of its one replicated job, hostname
-    ``<jobset>-<rjob>-<j>-<i>``, DNS names under ``spec.network.subdomain`` (default the
-    JobSet's name) when ``enableDNSHostnames`` is true. Indexed Job: pods ``<job>-<i>``,
-    DNS names under the pod template's ``subdomain`` when a headless Service of that name
-    selects the pods (Kubernetes DNS for pods, "A/AAAA records" of hostname+subdomain).
+    The pods, their hostnames, DNS names and environments are the ones
+    :mod:`roxxel_launch.backends.manifest` reads from the manifest: JobSet pods
+    ``<jobset>-<rjob>-<j>-<i>`` under ``spec.network.subdomain`` (default the JobSet's name)
+    when ``enableDNSHostnames`` is true; Indexed Job pods ``<job>-<i>`` under the pod
+    template's ``subdomain`` when a headless Service of that name selects them.
 
     Args:
         spec: a validated ``roxxel_launch.spec.JobSpec``.
 
     Raises:
-        BackendError: the manifests hold no JobSet or Job, use a downward-API field this
-            module cannot resolve, give two pods one process id, or derive a coordinator
+        BackendError: the manifests hold no JobSet or Job, use a downward-API field that
+            has no local value, give two pods one process id, or derive a coordinator
             that is not one of the pods' DNS names (the workers could never meet).
     """
-    from roxxel_launch.render import render
+    from roxxel_launch.backends.pods import rendered_objects
 
-    objects = render(spec, cluster=False).objects  # a local run: no cluster-only checks
-    kinds = {obj.get("kind"): obj for obj in objects}
-    if "JobSet" in kinds:
-        hosts = _jobset_hosts(kinds["JobSet"])
-    elif "Job" in kinds:
-        hosts = _indexed_job_hosts(kinds["Job"], [o for o in objects if o.get("kind") == "Service"])
-    else:
-        raise BackendError(f"job {spec.name!r}: the rendered manifests hold no JobSet or Job")
+    try:
+        pods = manifest.manifest_pods(rendered_objects(spec))  # a local run: no cluster-only checks
+    except ValueError as err:
+        raise BackendError(f"job {spec.name!r}: {err}") from None
+    hosts = []
+    for pod in pods:
+        try:  # the identity only: a Secret's value does not matter here
+            env = manifest.container_env(pod, pod.container(contract.CONTAINER_NAME),
+                                         restart_attempt=0 if pod.replicated_job else None,
+                                         secret=lambda _name, _source: "")
+        except manifest.UnresolvedReference as err:
+            raise BackendError(str(err)) from None
+        hosts.append(_host(env, pod.name, pod.dns_names, pod.namespace))
     ids = sorted(h.process_id for h in hosts)
     if ids != list(range(len(hosts))):
         raise BackendError(f"job {spec.name!r}: the pods' process ids are {ids}, not 0..{len(hosts) - 1}")
@@ -175,95 +180,12 @@ def pod_hosts(spec) -> list[PodHost]:
     return sorted(hosts, key=lambda h: h.process_id)
 
 
-def _container_env(pod_spec: Mapping) -> list[Mapping]:
-    containers = pod_spec.get("containers") or []
-    worker = [c for c in containers if c.get("name") == contract.CONTAINER_NAME] or containers[:1]
-    return list(worker[0].get("env") or []) if worker else []
-
-
-def _resolve_env(entries: Sequence[Mapping], *, labels: Mapping[str, str], namespace: str,
-                 completion_index: int) -> dict[str, str]:
-    """The pod's distributed-runtime variables: literal values (``$$`` unescaped, as the
-    kubelet does) and ``fieldRef``s to labels or the namespace; plus JOB_COMPLETION_INDEX."""
-    env = {contract.JOB_COMPLETION_INDEX: str(completion_index)}
-    for entry in entries:
-        name = entry["name"]
-        if name not in contract.RESERVED_ENV_NAMES or name in _LOCAL_ENV:
-            continue  # the spec's own env and the run's paths come from the local backend
-        if "value" in entry:
-            env[name] = str(entry["value"]).replace("$$", "$")
-            continue
-        path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
-        label = re.fullmatch(r"metadata\.labels\['([^']+)'\]", path)
-        if label and label.group(1) in labels:
-            env[name] = labels[label.group(1)]
-        elif path == "metadata.namespace":
-            env[name] = namespace
-        else:
-            raise BackendError(f"env {name}: cannot resolve the downward-API field {path!r} for a local pod")
-    return env
-
-
-# Reserved names the local backend sets itself (local paths), never the manifest's; and the
-# restart budget's variables: the local supervisor counts and bounds its restarts itself (a
-# local pod has no JobSet restart-attempt annotation to read).
-_LOCAL_ENV = frozenset({contract.ROXXEL_RUN_NAME, contract.ROXXEL_CHECKPOINT_DIR, contract.ROXXEL_DATA_DIR,
-                        contract.ROXXEL_RESTART_ATTEMPT, contract.ROXXEL_MAX_RESTART_ATTEMPT})
-
-
-def _host(env: dict[str, str], hostname: str, subdomain: str | None, namespace: str) -> PodHost:
+def _host(env: dict[str, str], hostname: str, dns_names: tuple[str, ...], namespace: str) -> PodHost:
     try:
         detected = distributed.detect(env)
     except ValueError as err:
         raise BackendError(f"pod {hostname}: its environment does not identify a process: {err}") from None
-    names = () if subdomain is None else (f"{hostname}.{subdomain}.{namespace}.svc.{CLUSTER_DOMAIN}",
-                                          f"{hostname}.{subdomain}")
-    return PodHost(detected.process_id, hostname, names, env, detected.coordinator_address or "", namespace)
-
-
-def _jobset_hosts(jobset: Mapping) -> list[PodHost]:
-    meta, spec = jobset["metadata"], jobset["spec"]
-    name, namespace = meta["name"], meta.get("namespace", "default")
-    network = spec.get("network") or {}
-    subdomain = (network.get("subdomain") or name) if network.get("enableDNSHostnames") else None
-    hosts = []
-    for rjob in spec["replicatedJobs"]:
-        replicas = int(rjob.get("replicas", 1))
-        job_spec = rjob["template"]["spec"]
-        pods = int(job_spec.get("parallelism", 1))
-        entries = _container_env(job_spec["template"]["spec"])
-        for j in range(replicas):
-            labels = {  # set by the JobSet controller on every pod (jobset.x-k8s.io/v1alpha2)
-                "jobset.sigs.k8s.io/jobset-name": name,
-                "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
-                "jobset.sigs.k8s.io/job-index": str(j),
-                "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas),
-            }
-            for i in range(pods):
-                hostname = f"{name}-{rjob['name']}-{j}-{i}"
-                env = _resolve_env(entries, labels=labels, namespace=namespace, completion_index=i)
-                hosts.append(_host(env, hostname, subdomain, namespace))
-    return hosts
-
-
-def _indexed_job_hosts(job: Mapping, services: Sequence[Mapping]) -> list[PodHost]:
-    meta, spec = job["metadata"], job["spec"]
-    name, namespace = meta["name"], meta.get("namespace", "default")
-    template = spec["template"]
-    pod_labels = (template.get("metadata") or {}).get("labels") or {}
-    subdomain = template["spec"].get("subdomain")
-    headless = [s for s in services
-                if s["metadata"]["name"] == subdomain and (s.get("spec") or {}).get("clusterIP") == "None"
-                and all(pod_labels.get(k) == v for k, v in ((s.get("spec") or {}).get("selector") or {}).items())]
-    if not headless:
-        subdomain = None  # no headless Service selects the pods: Kubernetes DNS has no records for them
-    entries = _container_env(template["spec"])
-    hosts = []
-    for i in range(int(spec.get("parallelism", 1))):
-        hostname = f"{name}-{i}"
-        env = _resolve_env(entries, labels=pod_labels, namespace=namespace, completion_index=i)
-        hosts.append(_host(env, hostname, subdomain, namespace))
-    return hosts
+    return PodHost(detected.process_id, hostname, dns_names, env, detected.coordinator_address or "", namespace)
 
 
 # ------------------------------------------------------------------------------------
@@ -477,15 +399,6 @@ class PodNetwork:
             os.replace(tmp, folder / name)
 
     # -- workers ------------------------------------------------------------------------
-    def worker_env(self, i: int, env: Mapping[str, str]) -> dict[str, str]:
-        """Process ``i``'s environment: the local one without the loopback identity
-        (``ROXXEL_COORDINATOR_ADDRESS``, ``ROXXEL_PROCESS_ID``, ``ROXXEL_NUM_PROCESSES``),
-        plus the pod's distributed-runtime variables."""
-        loopback = {contract.ROXXEL_COORDINATOR_ADDRESS, contract.ROXXEL_PROCESS_ID, contract.ROXXEL_NUM_PROCESSES}
-        out = {k: v for k, v in env.items() if k not in loopback}
-        out.update(self.hosts[i].env)
-        return out
-
     def wrap(self, i: int, argv: Sequence[str]) -> list[str]:
         """``argv`` run inside process ``i``'s namespace with its pod's hostname (both
         ``ip netns exec`` and the shim exec in place: the pid stays the worker's)."""

@@ -23,8 +23,11 @@ import signal
 import sys
 import time
 
-pid = int(os.environ["ROXXEL_PROCESS_ID"])
-count = int(os.environ["ROXXEL_NUM_PROCESSES"])
+from roxxel import distributed
+
+# The process identity as a pod's environment gives it (the rendered JobSet's or Job's).
+identity = distributed.detect(os.environ)
+pid, count = identity.process_id, identity.num_processes
 mode = os.environ.get("LOCAL_TEST_MODE", "ok")
 state = pathlib.Path(os.environ["ROXXEL_CHECKPOINT_DIR"])
 state.mkdir(parents=True, exist_ok=True)
