@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import os
+import re
 import sys
 from typing import BinaryIO, Callable, Iterator, Sequence
 
@@ -52,10 +53,12 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
     Raises:
         FileNotFoundError: an input does not exist or a glob matches nothing.
     """
+    excluded, included = _any_of(exclude), _any_of(include)
+
     def wanted(path: str) -> bool:
-        if any(fnmatch.fnmatch(path, pat) for pat in exclude):
+        if excluded is not None and excluded(path):
             return False
-        return not include or any(fnmatch.fnmatch(os.path.basename(path), pat) for pat in include)
+        return included is None or included(os.path.basename(path)) is not None
 
     for item in inputs:
         if item == "-":
@@ -63,10 +66,12 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
         elif os.path.isdir(item):
             for root, dirs, files in os.walk(item):
                 # Prune excluded directories instead of walking them (e.g. site-packages).
-                dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(os.path.join(root, d, ""), pat) for pat in exclude))
+                dirs[:] = sorted(d for d in dirs if excluded is None or not excluded(os.path.join(root, d, "")))
                 for name in sorted(files):
+                    if included is not None and included(name) is None:
+                        continue  # checked before joining: most files of a tree are not wanted
                     path = os.path.join(root, name)
-                    if wanted(path) and os.path.isfile(path):
+                    if (excluded is None or excluded(path) is None) and os.path.isfile(path):
                         yield path
         elif os.path.isfile(item):
             yield item
@@ -77,6 +82,13 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
             yield from matches
         else:
             raise FileNotFoundError(f"input not found: {item}")
+
+
+def _any_of(patterns: Sequence[str]) -> Callable[[str], re.Match | None] | None:
+    """One compiled matcher for several ``fnmatch`` patterns (None for none): one regex call per path."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
 
 
 def open_input(path: str) -> io.BufferedIOBase:

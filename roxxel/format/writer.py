@@ -84,12 +84,21 @@ class ShardWriter:
     @property
     def nbytes(self) -> int:
         """Bytes the shard will take if finished now (approximately; the index and footer included)."""
-        return (self._data_offset + self.num_tokens * self.dtype.itemsize + 8 * len(self._starts)
-                + 4 * (len(self._block_crcs) + 1) + layout.FOOTER.size)
+        return self.nbytes_with(self.num_tokens, self.num_documents)
+
+    def nbytes_with(self, num_tokens: int, num_documents: int) -> int:
+        """:attr:`nbytes` once the shard holds ``num_tokens`` tokens in ``num_documents`` documents."""
+        data = num_tokens * self.dtype.itemsize
+        return (self._data_offset + data + 8 * num_documents
+                + 4 * (data // layout.DEFAULT_BLOCK_BYTES + 1) + layout.FOOTER.size)
 
     def start_document(self) -> None:
         """Mark the next token written as the first of a new document."""
         self._starts.append(self.num_tokens)
+
+    def start_documents(self, offsets: np.ndarray) -> None:
+        """Mark several documents at once: they start ``offsets`` (int64, ascending) tokens after the next one written."""
+        self._starts.frombytes((offsets + self.num_tokens).astype(np.uint64).tobytes())
 
     def write(self, tokens: np.ndarray) -> None:
         """Append tokens (already in this shard's dtype, 1-D, C-contiguous) to the current document."""
@@ -309,27 +318,33 @@ class DatasetWriter:
             self._current = self._new_shard()
         return self._current
 
-    def _convert(self, tokens) -> np.ndarray:
+    def _fits(self, dtype: np.dtype) -> bool:
+        """Every value of integer ``dtype`` is a valid token: no range check needed."""
+        return dtype == self.dtype or (dtype.kind == "u" and 2 ** (8 * dtype.itemsize) <= self._limit
+                                       and dtype.itemsize <= self.dtype.itemsize)
+
+    def _convert(self, tokens, doc: int | None = None) -> np.ndarray:
+        """``tokens`` in this dataset's dtype, range-checked; ``doc`` (default: the next one) names it in errors."""
+        doc = self.num_documents if doc is None else doc
         arr = np.asarray(tokens)
         if arr.ndim != 1:
             arr = arr.reshape(-1)
         if self.is_float:
             if arr.size and not (layout.is_float(arr.dtype) or arr.dtype.kind in "iu"):
-                raise DtypeMismatchError(f"document {self.num_documents}: {self.dtype.name} data must be numbers, "
+                raise DtypeMismatchError(f"document {doc}: {self.dtype.name} data must be numbers, "
                                          f"got {arr.dtype}")
             return arr.astype(self.dtype, copy=False)
-        if arr.dtype == self.dtype or (arr.dtype.kind == "u" and 2 ** (8 * arr.dtype.itemsize) <= self._limit
-                                       and arr.dtype.itemsize <= self.dtype.itemsize):
+        if self._fits(arr.dtype):
             return arr.astype(self.dtype, copy=False)  # every value of this type fits: no range check
         if arr.dtype.kind not in "iu":
             if arr.size == 0:
                 return arr.astype(self.dtype)
-            raise DtypeMismatchError(f"document {self.num_documents}: tokens must be integers, got {arr.dtype}; "
+            raise DtypeMismatchError(f"document {doc}: tokens must be integers, got {arr.dtype}; "
                                      "float arrays go into a dataset of their own (dtype='float32')")
         if arr.size and (arr.min() < 0 or arr.max() >= self._limit):
             bad = arr[(arr < 0) | (arr >= self._limit)][0]
             raise DtypeMismatchError(
-                f"document {self.num_documents}: token {int(bad)} is outside [0, {self._limit}) "
+                f"document {doc}: token {int(bad)} is outside [0, {self._limit}) "
                 f"(vocab_size={self.vocab_size}, dtype={self.dtype.name})")
         return arr.astype(self.dtype)
 
@@ -359,9 +374,48 @@ class DatasetWriter:
         self.num_tokens += n
 
     def add_documents(self, documents: Iterable) -> None:
-        """``add_document`` for each document of an iterable."""
-        for doc in documents:
-            self.add_document(doc)
+        """``add_document`` for each document of an iterable.
+
+        A list of 1-D integer arrays (what tokenizers return) is written in runs: the
+        documents that go to one shard are joined, with their EOS tokens, into one array and
+        written, hashed and checksummed in one pass, which makes many small documents cost
+        little more than their bytes. The shards are byte for byte those of one
+        ``add_document`` per document. A document with an out-of-range token raises after
+        the documents before it are written, as ``add_document`` would.
+        """
+        if self.is_float or not isinstance(documents, (list, tuple)) or not all(
+                isinstance(d, np.ndarray) and d.ndim == 1 for d in documents):
+            for doc in documents:
+                self.add_document(doc)
+            return
+        ready: list[np.ndarray] = []
+        try:
+            for k, doc in enumerate(documents):
+                ready.append(doc if self._fits(doc.dtype) else self._convert(doc, self.num_documents + k))
+        finally:  # on a bad document, the ones before it are still written
+            self._add_run_of_documents(ready)
+
+    def _add_run_of_documents(self, docs: list[np.ndarray]) -> None:
+        """Write ``docs`` (1-D, safely castable to the dtype) with one write per shard they fall into."""
+        lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
+        eos = 0 if self._eos is None else 1
+        item = self.dtype.itemsize
+        i = 0
+        while i < len(docs):
+            shard = self._roll_if_needed(int(lengths[i]) * item)
+            tokens, count = shard.num_tokens + int(lengths[i]) + eos, shard.num_documents + 1
+            j = i + 1
+            while j < len(docs) and shard.nbytes_with(tokens, count) + int(lengths[j]) * item <= self.shard_size:
+                tokens, count = tokens + int(lengths[j]) + eos, count + 1
+                j += 1
+            # Documents i..j-1 fit in this shard (the rule of _roll_if_needed, applied ahead).
+            sizes = lengths[i:j] + eos
+            shard.start_documents(np.cumsum(sizes) - sizes)
+            pieces = docs[i:j] if self._eos is None else [p for d in docs[i:j] for p in (d, self._eos)]
+            shard.write(np.concatenate(pieces, dtype=self.dtype))
+            self.num_documents += j - i
+            self.num_tokens += int(sizes.sum())
+            i = j
 
     # -- commit -----------------------------------------------------------------------
     def close(self) -> Manifest:
