@@ -397,24 +397,52 @@ class DatasetWriter:
 
     def _add_run_of_documents(self, docs: list[np.ndarray]) -> None:
         """Write ``docs`` (1-D, safely castable to the dtype) with one write per shard they fall into."""
-        lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
+        if docs:
+            self.add_joined(*join_documents(docs, self.dtype, self.eos_id), checked=True)
+
+    def add_joined(self, tokens: np.ndarray, lengths: np.ndarray, checked: bool = False) -> None:
+        """Append documents given back to back, as :func:`join_documents` returns them.
+
+        Args:
+            tokens: 1-D array of this dataset's dtype: the documents one after another, each
+                followed by the EOS token when the dataset has one.
+            lengths: int64 token count of each document, its EOS included.
+            checked: the caller has range-checked ``tokens`` (skips one pass over them).
+
+        The documents that go to one shard are written, hashed and checksummed in one pass;
+        the shards are byte for byte those of one :meth:`add_document` per document.
+
+        Raises:
+            ValueError: ``tokens`` and ``lengths`` disagree (dtype, total, a missing EOS).
+            DtypeMismatchError: a token outside the vocabulary.
+        """
         eos = 0 if self._eos is None else 1
+        ends = np.cumsum(lengths)
+        if tokens.dtype != self.dtype or tokens.ndim != 1 or (len(ends) and ends[-1] != len(tokens)) \
+                or (eos and len(ends) and (lengths.min() < 1 or (tokens[ends - 1] != self.eos_id).any())):
+            raise ValueError(f"joined documents must be 1-D {self.dtype.name} tokens whose lengths add up to their "
+                             f"count{', each ending with EOS ' + str(self.eos_id) if eos else ''}; build them with "
+                             "join_documents()")
+        if not checked and not self._fits(tokens.dtype) and tokens.size and tokens.max() >= self._limit:
+            doc = int(np.searchsorted(ends, int(np.argmax(tokens >= self._limit)), side="right"))
+            raise DtypeMismatchError(f"document {self.num_documents + doc}: a token is outside [0, {self._limit}) "
+                                     f"(vocab_size={self.vocab_size}, dtype={self.dtype.name})")
         item = self.dtype.itemsize
+        starts = ends - lengths
         i = 0
-        while i < len(docs):
-            shard = self._roll_if_needed(int(lengths[i]) * item)
-            tokens, count = shard.num_tokens + int(lengths[i]) + eos, shard.num_documents + 1
+        while i < len(lengths):
+            shard = self._roll_if_needed((int(lengths[i]) - eos) * item)
+            count, first = shard.num_documents + 1, shard.num_tokens - int(starts[i])
             j = i + 1
-            while j < len(docs) and shard.nbytes_with(tokens, count) + int(lengths[j]) * item <= self.shard_size:
-                tokens, count = tokens + int(lengths[j]) + eos, count + 1
+            # Documents i..j-1 fit in this shard: the rule of _roll_if_needed, applied ahead.
+            while j < len(lengths) and (shard.nbytes_with(first + int(ends[j - 1]), count)
+                                        + (int(lengths[j]) - eos) * item <= self.shard_size):
+                count += 1
                 j += 1
-            # Documents i..j-1 fit in this shard (the rule of _roll_if_needed, applied ahead).
-            sizes = lengths[i:j] + eos
-            shard.start_documents(np.cumsum(sizes) - sizes)
-            pieces = docs[i:j] if self._eos is None else [p for d in docs[i:j] for p in (d, self._eos)]
-            shard.write(np.concatenate(pieces, dtype=self.dtype))
+            shard.start_documents(starts[i:j] - starts[i])
+            shard.write(tokens[starts[i]:ends[j - 1]])
             self.num_documents += j - i
-            self.num_tokens += int(sizes.sum())
+            self.num_tokens += int(ends[j - 1] - starts[i])
             i = j
 
     # -- commit -----------------------------------------------------------------------
@@ -479,6 +507,26 @@ class DatasetWriter:
             self.close()
         elif not self._closed:
             self.abort()
+
+
+def join_documents(docs: list[np.ndarray], dtype, eos_id: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Documents back to back, ready for :meth:`DatasetWriter.add_joined`.
+
+    Args:
+        docs: 1-D integer arrays whose values fit ``dtype`` (no range check here).
+        dtype: the dataset's token dtype.
+        eos_id: token put after every document (None: none).
+
+    Returns:
+        ``(tokens, lengths)``: the tokens as one 1-D ``dtype`` array, and each document's
+        token count (int64) with its EOS.
+    """
+    dtype = np.dtype(dtype)
+    eos = [] if eos_id is None else [np.array([eos_id], dtype)]
+    lengths = np.fromiter((len(d) + len(eos) for d in docs), np.int64, len(docs))
+    if not docs:
+        return np.empty(0, dtype), lengths
+    return np.concatenate([p for d in docs for p in (d, *eos)], dtype=dtype), lengths
 
 
 def _write_marker(path: str, pending: list[str]) -> None:
