@@ -87,8 +87,10 @@ def main() -> None:
               help="Pack files with binary content (a NUL byte in the first 8 KiB) too; by default they are skipped.")
 @click.option("--eos-id", type=int, default=None, help="End-of-document id, when the tokenizer has no standard one.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Processes that read and tokenize input files (0: one per CPU). The output is the same for any value.")
 def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_field, append, wait_lock, include_binary,
-         eos_id, progress) -> None:
+         eos_id, progress, jobs) -> None:
     """Pack INPUTS (files, directories, globs, or - for stdin) into a dataset at --output.
 
     Each text file is one document; each JSONL line / Parquet row is one document. Every
@@ -120,7 +122,8 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
         manifest = run_pack(list(inputs), output, tokenizer=tokenizer, shard_size=size, include=include, exclude=exclude,
                             fmt=fmt,
                             text_field=text_field, append=append, eos_id=eos_id, on_progress=on_progress,
-                            lock_timeout=wait_lock, include_binary=include_binary, on_skip=skipped.append)
+                            lock_timeout=wait_lock, include_binary=include_binary, on_skip=skipped.append,
+                            jobs=jobs)
     except (OSError, ValueError, ImportError) as e:
         bar.close()
         _fail(e)

@@ -9,22 +9,28 @@ document of the inputs.
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import glob
 import gzip
 import io
+import itertools
 import json
 import logging
+import multiprocessing
 import os
+import re
 import sys
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
 
 from roxxel.data.prefetch import Prefetcher
+from roxxel.format.layout import token_dtype_for_vocab
 from roxxel.format.manifest import MANIFEST_NAME, Manifest
-from roxxel.format.writer import DEFAULT_SHARD_SIZE, DatasetWriter
-from roxxel.tokenizers import ByteTokenizer, load_tokenizer
+from roxxel.format.writer import DEFAULT_SHARD_SIZE, DatasetWriter, join_documents
+from roxxel.tokenizers import ByteTokenizer, HFTokenizer, load_tokenizer
 
 log = logging.getLogger("roxxel.pack")
 
@@ -34,6 +40,8 @@ _COMPRESSED = (".gz", ".zst", ".zstd")
 _BINARY_PROBE = 8192  # like git: a NUL byte in the first 8 KiB marks a binary file
 _BATCH = 64  # documents tokenized together (lets the Rust tokenizer parallelise)
 _QUEUE_DEPTH = 8
+_TASK_FILES, _TASK_BYTES = 64, 4 << 20  # a pool worker's task: up to 64 input files or 4 MiB, whichever first
+_TASKS_AHEAD = 2  # tasks queued per worker: enough to keep it busy, bounded memory
 
 
 def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Iterator[str]:
@@ -52,22 +60,18 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
     Raises:
         FileNotFoundError: an input does not exist or a glob matches nothing.
     """
+    excluded, included = _any_of(exclude), _any_of(include)
+
     def wanted(path: str) -> bool:
-        if any(fnmatch.fnmatch(path, pat) for pat in exclude):
+        if excluded is not None and excluded(path):
             return False
-        return not include or any(fnmatch.fnmatch(os.path.basename(path), pat) for pat in include)
+        return included is None or included(os.path.basename(path)) is not None
 
     for item in inputs:
         if item == "-":
             yield item
         elif os.path.isdir(item):
-            for root, dirs, files in os.walk(item):
-                # Prune excluded directories instead of walking them (e.g. site-packages).
-                dirs[:] = sorted(d for d in dirs if not any(fnmatch.fnmatch(os.path.join(root, d, ""), pat) for pat in exclude))
-                for name in sorted(files):
-                    path = os.path.join(root, name)
-                    if wanted(path) and os.path.isfile(path):
-                        yield path
+            yield from _walk(item, included, excluded)
         elif os.path.isfile(item):
             yield item
         elif any(c in item for c in "*?["):
@@ -77,6 +81,47 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
             yield from matches
         else:
             raise FileNotFoundError(f"input not found: {item}")
+
+
+def _walk(top: str, included: Matcher | None, excluded: Matcher | None) -> Iterator[str]:
+    """Files under ``top``: its own by name, then each subdirectory's by name (``os.walk``'s rules).
+
+    Like ``os.walk``, an unreadable directory is passed over and a symlink to a directory is
+    not entered. Directory entries carry their type, so no file costs an extra ``stat``.
+    """
+    try:
+        with os.scandir(top) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return
+    subdirs = []
+    for entry in entries:
+        if _is(entry.is_dir):
+            # Prune excluded directories instead of walking them (e.g. site-packages).
+            if (excluded is None or excluded(os.path.join(entry.path, "")) is None) and not _is(entry.is_symlink):
+                subdirs.append(entry.path)
+        elif ((included is None or included(entry.name) is not None)
+              and (excluded is None or excluded(entry.path) is None) and _is(entry.is_file)):
+            yield entry.path
+    for path in subdirs:
+        yield from _walk(path, included, excluded)
+
+
+def _is(test: Callable[[], bool]) -> bool:
+    try:
+        return test()
+    except OSError:  # as os.walk and os.path.isfile: an entry that cannot be examined is not one
+        return False
+
+
+Matcher = Callable[[str], "re.Match[str] | None"]
+
+
+def _any_of(patterns: Sequence[str]) -> Matcher | None:
+    """One compiled matcher for several ``fnmatch`` patterns (None for none): one regex call per path."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
 
 
 def open_input(path: str) -> io.BufferedIOBase:
@@ -196,7 +241,7 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
          include: Sequence[str] = (), exclude: Sequence[str] = (), fmt: str = "auto", text_field: str = "text", append: bool = False,
          eos_id: int | None = None, on_progress: Callable[[int, int, int], None] | None = None,
          lock_timeout: float = 0.0, include_binary: bool = False,
-         on_skip: Callable[[str], None] | None = None) -> Manifest:
+         on_skip: Callable[[str], None] | None = None, jobs: int = 1) -> Manifest:
     """Pack inputs into the dataset directory ``output`` (``dataset.json`` + ``shard-NNNNN.rox``).
 
     Args:
@@ -210,6 +255,10 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
             documents too; by default they are skipped and ``on_skip(path)`` is called for each.
             ``.gz``/``.zst`` inputs are decompressed first, so they are not binary.
         on_progress: called with (documents, tokens, input bytes) added since the last call.
+        jobs: processes that read and tokenize input files (0: one per CPU; 1, the default:
+            none, one reader thread). Files go to them in tasks of up to 64 files or 4 MiB, and
+            the results are written in input order, so the dataset is byte for byte the same
+            for every ``jobs``. Stdin is always read in this process.
 
     Returns:
         The dataset's manifest. Nothing under ``output`` opens as a dataset until this returns.
@@ -219,23 +268,115 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
         dataset and ``append`` is False. DtypeMismatchError: appending with another tokenizer.
         DatasetLockedError: another pack/append into ``output`` is running.
     """
+    if jobs < 0:
+        raise ValueError(f"jobs must be a number of processes (0: one per CPU), got {jobs}")
     if fmt not in FORMATS:
         raise ValueError(f"unknown input format {fmt!r}; choose one of {', '.join(FORMATS)}")
     tok = load_tokenizer(tokenizer, eos_id=eos_id)
     files = list(iter_input_files(inputs, include, exclude))  # fail on a missing input before writing anything
     if not files:
         raise FileNotFoundError(f"no input files in {list(inputs)} (include={list(include)})")
-    with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
-                       tokenizer=tok.identity, shard_size=shard_size, append=append,
-                       lock_timeout=lock_timeout) as writer:
-        batches = _tokenized_batches(files, tok, fmt, text_field, include_binary, on_skip)
-        reader = Prefetcher(batches, _QUEUE_DEPTH, name="roxxel-pack-reader")
-        try:
-            for docs, nbytes in reader:
-                before = writer.num_tokens
-                writer.add_documents(docs)
-                if on_progress is not None:
-                    on_progress(len(docs), writer.num_tokens - before, nbytes)
-        finally:
-            reader.close()
+    tasks = _tasks(files) if jobs != 1 and "-" not in files else [files]  # stdin is read here
+    jobs = min(jobs or os.cpu_count() or 1, len(tasks))  # no more processes than tasks
+    # The pool starts before the dataset is opened, so its workers hold none of the writer's files or lock.
+    pool = _start_pool(tok, jobs) if jobs > 1 else None
+    try:
+        with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
+                           tokenizer=tok.identity, shard_size=shard_size, append=append,
+                           lock_timeout=lock_timeout) as writer:
+            if pool is None:
+                batches: Iterator[Batch] = (_joined(docs, tok, nbytes) for docs, nbytes in
+                           _tokenized_batches(files, tok, fmt, text_field, include_binary, on_skip))
+            else:
+                batches = _pooled_batches(pool, tasks, (fmt, text_field, include_binary), jobs, on_skip)
+            # Reading, tokenizing and joining run on the reader thread or the pool; this thread
+            # only writes, hashes and checksums, in input order.
+            reader = Prefetcher(batches, _QUEUE_DEPTH, name="roxxel-pack-reader")
+            try:
+                for tokens, lengths, nbytes in reader:
+                    writer.add_joined(tokens, lengths, checked=True)
+                    if on_progress is not None:
+                        on_progress(len(lengths), len(tokens), nbytes)
+            finally:
+                reader.close()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     return Manifest.load(writer.manifest_path)
+
+
+def _tasks(files: list[str]) -> list[list[str]]:
+    """``files`` cut, in order, into runs of up to ``_TASK_FILES`` files or ``_TASK_BYTES`` bytes (on disk)."""
+    tasks: list[list[str]] = [[]]
+    size = 0
+    for path in files:
+        if len(tasks[-1]) == _TASK_FILES or (tasks[-1] and size >= _TASK_BYTES):
+            tasks.append([])
+            size = 0
+        tasks[-1].append(path)
+        size += 0 if path == "-" else os.path.getsize(path)
+    return tasks
+
+
+Batch = tuple[np.ndarray, np.ndarray, int]  # joined tokens, document lengths with EOS, input bytes
+_worker_tokenizer: ByteTokenizer | HFTokenizer | None = None
+
+
+def _start_pool(tok: ByteTokenizer | HFTokenizer, jobs: int) -> ProcessPoolExecutor:
+    """``jobs`` worker processes that each hold ``tok``, started now.
+
+    Workers are forked (quick to start, ``tok`` inherited), unless JAX is loaded: its threads
+    make a fork unsafe, so they come from a fresh forkserver process instead.
+    """
+    method = "forkserver" if "jax" in sys.modules else "fork"
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
+                               initializer=_set_worker_tokenizer, initargs=(tok,))
+    pool.submit(int).result()  # with fork, the first task starts every worker
+    return pool
+
+
+def _set_worker_tokenizer(tok: ByteTokenizer | HFTokenizer) -> None:
+    global _worker_tokenizer
+    _worker_tokenizer = tok
+
+
+def _joined(docs: list[np.ndarray], tok: ByteTokenizer | HFTokenizer, nbytes: int) -> Batch:
+    """Documents joined in the dataset's dtype with their EOS tokens (one buffer to hand over), range-checked."""
+    if not isinstance(tok, ByteTokenizer):  # byte ids always fit; a tokenizer's ids should, but check
+        bad = next((d for d in docs if d.size and d.max() >= tok.vocab_size), None)
+        if bad is not None:
+            raise ValueError(f"the tokenizer returned id {int(bad.max())}, outside its vocabulary of {tok.vocab_size}")
+    return (*join_documents(docs, token_dtype_for_vocab(tok.vocab_size), tok.eos_id), nbytes)
+
+
+def _tokenize_files(files: list[str], fmt: str, text_field: str, include_binary: bool) -> tuple[Batch, list[str]]:
+    """In a pool worker: the documents of ``files`` joined (see :func:`_joined`), and the binary files skipped."""
+    assert _worker_tokenizer is not None, "pool worker started without its tokenizer"
+    docs: list[np.ndarray] = []
+    nbytes = 0
+    skipped: list[str] = []
+    for batch, n in _tokenized_batches(files, _worker_tokenizer, fmt, text_field, include_binary, skipped.append):
+        docs.extend(batch)
+        nbytes += n
+    return _joined(docs, _worker_tokenizer, nbytes), skipped
+
+
+def _pooled_batches(pool: ProcessPoolExecutor, tasks: list[list[str]], options: tuple[str, str, bool], jobs: int,
+                    on_skip: Callable[[str], None] | None) -> Iterator[Batch]:
+    """The results of ``tasks`` in their order, ``_TASKS_AHEAD`` per worker in flight.
+
+    A worker's error (a bad JSONL line, a file that is not UTF-8) is re-raised here, with its
+    message, when its task's turn comes, so the pack fails as a serial one would.
+    """
+    pending: collections.deque[Future] = collections.deque()
+    queued = iter(tasks)
+    for files in itertools.islice(queued, jobs * _TASKS_AHEAD):
+        pending.append(pool.submit(_tokenize_files, files, *options))
+    while pending:
+        batch, skipped = pending.popleft().result()
+        for files in itertools.islice(queued, 1):
+            pending.append(pool.submit(_tokenize_files, files, *options))
+        for path in skipped:
+            if on_skip is not None:
+                on_skip(path)
+        yield batch

@@ -84,12 +84,21 @@ class ShardWriter:
     @property
     def nbytes(self) -> int:
         """Bytes the shard will take if finished now (approximately; the index and footer included)."""
-        return (self._data_offset + self.num_tokens * self.dtype.itemsize + 8 * len(self._starts)
-                + 4 * (len(self._block_crcs) + 1) + layout.FOOTER.size)
+        return self.nbytes_with(self.num_tokens, self.num_documents)
+
+    def nbytes_with(self, num_tokens: int, num_documents: int) -> int:
+        """:attr:`nbytes` once the shard holds ``num_tokens`` tokens in ``num_documents`` documents."""
+        data = num_tokens * self.dtype.itemsize
+        return (self._data_offset + data + 8 * num_documents
+                + 4 * (data // layout.DEFAULT_BLOCK_BYTES + 1) + layout.FOOTER.size)
 
     def start_document(self) -> None:
         """Mark the next token written as the first of a new document."""
         self._starts.append(self.num_tokens)
+
+    def start_documents(self, offsets: np.ndarray) -> None:
+        """Mark several documents at once: they start ``offsets`` (int64, ascending) tokens after the next one written."""
+        self._starts.frombytes((offsets + self.num_tokens).astype(np.uint64).tobytes())
 
     def write(self, tokens: np.ndarray) -> None:
         """Append tokens (already in this shard's dtype, 1-D, C-contiguous) to the current document."""
@@ -309,27 +318,33 @@ class DatasetWriter:
             self._current = self._new_shard()
         return self._current
 
-    def _convert(self, tokens) -> np.ndarray:
+    def _fits(self, dtype: np.dtype) -> bool:
+        """Every value of integer ``dtype`` is a valid token: no range check needed."""
+        return dtype == self.dtype or (dtype.kind == "u" and 2 ** (8 * dtype.itemsize) <= self._limit
+                                       and dtype.itemsize <= self.dtype.itemsize)
+
+    def _convert(self, tokens, doc: int | None = None) -> np.ndarray:
+        """``tokens`` in this dataset's dtype, range-checked; ``doc`` (default: the next one) names it in errors."""
+        doc = self.num_documents if doc is None else doc
         arr = np.asarray(tokens)
         if arr.ndim != 1:
             arr = arr.reshape(-1)
         if self.is_float:
             if arr.size and not (layout.is_float(arr.dtype) or arr.dtype.kind in "iu"):
-                raise DtypeMismatchError(f"document {self.num_documents}: {self.dtype.name} data must be numbers, "
+                raise DtypeMismatchError(f"document {doc}: {self.dtype.name} data must be numbers, "
                                          f"got {arr.dtype}")
             return arr.astype(self.dtype, copy=False)
-        if arr.dtype == self.dtype or (arr.dtype.kind == "u" and 2 ** (8 * arr.dtype.itemsize) <= self._limit
-                                       and arr.dtype.itemsize <= self.dtype.itemsize):
+        if self._fits(arr.dtype):
             return arr.astype(self.dtype, copy=False)  # every value of this type fits: no range check
         if arr.dtype.kind not in "iu":
             if arr.size == 0:
                 return arr.astype(self.dtype)
-            raise DtypeMismatchError(f"document {self.num_documents}: tokens must be integers, got {arr.dtype}; "
+            raise DtypeMismatchError(f"document {doc}: tokens must be integers, got {arr.dtype}; "
                                      "float arrays go into a dataset of their own (dtype='float32')")
         if arr.size and (arr.min() < 0 or arr.max() >= self._limit):
             bad = arr[(arr < 0) | (arr >= self._limit)][0]
             raise DtypeMismatchError(
-                f"document {self.num_documents}: token {int(bad)} is outside [0, {self._limit}) "
+                f"document {doc}: token {int(bad)} is outside [0, {self._limit}) "
                 f"(vocab_size={self.vocab_size}, dtype={self.dtype.name})")
         return arr.astype(self.dtype)
 
@@ -359,9 +374,76 @@ class DatasetWriter:
         self.num_tokens += n
 
     def add_documents(self, documents: Iterable) -> None:
-        """``add_document`` for each document of an iterable."""
-        for doc in documents:
-            self.add_document(doc)
+        """``add_document`` for each document of an iterable.
+
+        A list of 1-D integer arrays (what tokenizers return) is written in runs: the
+        documents that go to one shard are joined, with their EOS tokens, into one array and
+        written, hashed and checksummed in one pass, which makes many small documents cost
+        little more than their bytes. The shards are byte for byte those of one
+        ``add_document`` per document. A document with an out-of-range token raises after
+        the documents before it are written, as ``add_document`` would.
+        """
+        if self.is_float or not isinstance(documents, (list, tuple)) or not all(
+                isinstance(d, np.ndarray) and d.ndim == 1 for d in documents):
+            for doc in documents:
+                self.add_document(doc)
+            return
+        ready: list[np.ndarray] = []
+        try:
+            for k, doc in enumerate(documents):
+                ready.append(doc if self._fits(doc.dtype) else self._convert(doc, self.num_documents + k))
+        finally:  # on a bad document, the ones before it are still written
+            self._add_run_of_documents(ready)
+
+    def _add_run_of_documents(self, docs: list[np.ndarray]) -> None:
+        """Write ``docs`` (1-D, safely castable to the dtype) with one write per shard they fall into."""
+        if docs:
+            self.add_joined(*join_documents(docs, self.dtype, self.eos_id), checked=True)
+
+    def add_joined(self, tokens: np.ndarray, lengths: np.ndarray, checked: bool = False) -> None:
+        """Append documents given back to back, as :func:`join_documents` returns them.
+
+        Args:
+            tokens: 1-D array of this dataset's dtype: the documents one after another, each
+                followed by the EOS token when the dataset has one.
+            lengths: int64 token count of each document, its EOS included.
+            checked: the caller has range-checked ``tokens`` (skips one pass over them).
+
+        The documents that go to one shard are written, hashed and checksummed in one pass;
+        the shards are byte for byte those of one :meth:`add_document` per document.
+
+        Raises:
+            ValueError: ``tokens`` and ``lengths`` disagree (dtype, total, a missing EOS).
+            DtypeMismatchError: a token outside the vocabulary.
+        """
+        eos = 0 if self._eos is None else 1
+        ends = np.cumsum(lengths)
+        if tokens.dtype != self.dtype or tokens.ndim != 1 or (len(ends) and ends[-1] != len(tokens)) \
+                or (eos and len(ends) and (lengths.min() < 1 or (tokens[ends - 1] != self.eos_id).any())):
+            raise ValueError(f"joined documents must be 1-D {self.dtype.name} tokens whose lengths add up to their "
+                             f"count{', each ending with EOS ' + str(self.eos_id) if eos else ''}; build them with "
+                             "join_documents()")
+        if not checked and not self._fits(tokens.dtype) and tokens.size and tokens.max() >= self._limit:
+            doc = int(np.searchsorted(ends, int(np.argmax(tokens >= self._limit)), side="right"))
+            raise DtypeMismatchError(f"document {self.num_documents + doc}: a token is outside [0, {self._limit}) "
+                                     f"(vocab_size={self.vocab_size}, dtype={self.dtype.name})")
+        item = self.dtype.itemsize
+        starts = ends - lengths
+        i = 0
+        while i < len(lengths):
+            shard = self._roll_if_needed((int(lengths[i]) - eos) * item)
+            count, first = shard.num_documents + 1, shard.num_tokens - int(starts[i])
+            j = i + 1
+            # Documents i..j-1 fit in this shard: the rule of _roll_if_needed, applied ahead.
+            while j < len(lengths) and (shard.nbytes_with(first + int(ends[j - 1]), count)
+                                        + (int(lengths[j]) - eos) * item <= self.shard_size):
+                count += 1
+                j += 1
+            shard.start_documents(starts[i:j] - starts[i])
+            shard.write(tokens[starts[i]:ends[j - 1]])
+            self.num_documents += j - i
+            self.num_tokens += int(ends[j - 1] - starts[i])
+            i = j
 
     # -- commit -----------------------------------------------------------------------
     def close(self) -> Manifest:
@@ -425,6 +507,26 @@ class DatasetWriter:
             self.close()
         elif not self._closed:
             self.abort()
+
+
+def join_documents(docs: list[np.ndarray], dtype, eos_id: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Documents back to back, ready for :meth:`DatasetWriter.add_joined`.
+
+    Args:
+        docs: 1-D integer arrays whose values fit ``dtype`` (no range check here).
+        dtype: the dataset's token dtype.
+        eos_id: token put after every document (None: none).
+
+    Returns:
+        ``(tokens, lengths)``: the tokens as one 1-D ``dtype`` array, and each document's
+        token count (int64) with its EOS.
+    """
+    dtype = np.dtype(dtype)
+    eos = [] if eos_id is None else [np.array([eos_id], dtype)]
+    lengths = np.fromiter((len(d) + len(eos) for d in docs), np.int64, len(docs))
+    if not docs:
+        return np.empty(0, dtype), lengths
+    return np.concatenate([p for d in docs for p in (d, *eos)], dtype=dtype), lengths
 
 
 def _write_marker(path: str, pending: list[str]) -> None:

@@ -1,0 +1,74 @@
+"""``pack --jobs N`` reads and tokenizes files in worker processes, yet writes the dataset a serial
+pack writes, byte for byte, and fails as a serial pack fails, leaving no dataset behind."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from roxxel.format import writer as writer_module
+from roxxel.pack import pack
+
+ROXXEL = os.path.join(os.path.dirname(sys.executable), "roxxel")
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """150 inputs (three pool tasks): text of many sizes, UTF-8, JSONL, gzip, and binary files to skip."""
+    root = tmp_path / "in"
+    for i in range(150):
+        d = root / f"d{i % 4}"
+        d.mkdir(parents=True, exist_ok=True)
+        if i % 37 == 5:
+            (d / f"f{i:03d}.bin").write_bytes(b"\0\1\2" * (i + 1))
+        elif i % 23 == 3:
+            (d / f"f{i:03d}.jsonl").write_text("".join(json.dumps({"text": f"line {k} of {i} ✓"}) + "\n" for k in range(i % 7)))
+        elif i % 19 == 2:
+            (d / f"f{i:03d}.txt.gz").write_bytes(gzip.compress(f"compressed {i}\n".encode() * i))
+        else:
+            (d / f"f{i:03d}.txt").write_text(f"file {i}: naïve café\n" * (i * 13 % 400))
+    return root
+
+
+def pack_with(tree, out, jobs, monkeypatch) -> tuple[dict[str, bytes], list[str]]:
+    monkeypatch.setattr(writer_module, "_now", lambda: "2026-01-01T00:00:00+00:00")  # shards record their creation time
+    skipped: list[str] = []
+    pack([str(tree)], str(out), shard_size=20_000, jobs=jobs, on_skip=skipped.append)
+    return {n: (out / n).read_bytes() for n in sorted(os.listdir(out))}, skipped
+
+
+def test_parallel_pack_writes_the_serial_pack_byte_for_byte(tree, tmp_path, monkeypatch):
+    serial, skipped_serial = pack_with(tree, tmp_path / "serial", 1, monkeypatch)
+    parallel, skipped_parallel = pack_with(tree, tmp_path / "parallel", 3, monkeypatch)
+    assert len([n for n in serial if n.endswith(".rox")]) > 3, "the test should cover shard rollover"
+    assert list(parallel) == list(serial)
+    for name in serial:
+        assert parallel[name] == serial[name], name
+    assert skipped_parallel == skipped_serial and len(skipped_serial) == 4
+
+
+@pytest.mark.parametrize("bad_name,bad_bytes,message", [
+    ("f075.jsonl", b'{"text": "ok"}\n{"body": "no text"}\n', ":2: expected an object with a string field 'text'"),
+    ("f075.jsonl", b'{"text": "ok"}\n{not json\n', ":2: not valid JSON"),
+])
+def test_a_bad_input_fails_a_parallel_pack_as_a_serial_one_and_leaves_no_dataset(tree, tmp_path, bad_name, bad_bytes,
+                                                                                  message):
+    bad = tree / "d3" / bad_name  # in the middle of the inputs: a later pool task than the first
+    bad.write_bytes(bad_bytes)
+    errors = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"out{jobs}"
+        r = subprocess.run([ROXXEL, "pack", str(tree), "-o", str(out), "--jobs", jobs, "--shard-size", "20000"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and f"{bad}{message}" in r.stderr, r.stderr
+        assert os.listdir(out) == []  # no shard, temporary file, marker or lock left
+        errors.append(r.stderr.strip().splitlines()[-1])
+    assert errors[0] == errors[1]
+
+
+def test_jobs_must_not_be_negative(tmp_path):
+    with pytest.raises(ValueError, match="jobs must be a number of processes"):
+        pack([__file__], str(tmp_path / "o"), jobs=-1)
