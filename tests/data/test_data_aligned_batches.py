@@ -12,7 +12,8 @@ def test_empty_aligned_gives_the_shape_dtype_and_a_64_byte_boundary():
         for shape in ((3, 5), (1, 1), (0, 7)):
             a = empty_aligned(shape, dtype)
             assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
-            assert a.__array_interface__["data"][0] % 64 == 0
+            if a.size:  # an empty array has no data to align (numpy may point it anywhere)
+                assert a.__array_interface__["data"][0] % 64 == 0
 
 
 def test_every_streamed_batch_is_aligned(tmp_path):
