@@ -25,7 +25,11 @@ them), and :meth:`FakeKubernetes.plan` says how each successive submission of a 
 condition and every worker exits 42 after its checkpoint, failing the child Job by its
 PodFailurePolicy), ``evict`` (Kueue suspends it and its pods go) or ``run`` (keeps
 running) — applied when the object has been read ``after`` times (status polls), so that
-tests are deterministic and need no sleeps.
+tests are deterministic and need no sleeps. A worker's exit scripted with
+:meth:`FakeKubernetes.exit_worker` is decided instead by the stored object's own policies
+(``podFailurePolicy``, ``backoffLimit``, the JobSet's ``failurePolicy`` rules and
+``maxRestarts``) through ``roxxel_launch.backends.policy``, the engine the local backend
+runs the same manifest with.
 
 Enough for ``kubectl`` too (tests/launcher/test_kubectl_referee.py; ``tls=True``, since
 kubectl sends its token only over TLS, see ``k8s_tls``): discovery and OpenAPI v3 documents
@@ -54,6 +58,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from roxxel_launch.backends import policy
 
 from support import k8s_discovery, k8s_schema, k8s_table, k8s_tls, k8s_watch
 
@@ -209,7 +215,10 @@ class FakeKubernetes:
         """How the next submissions of job ``name`` end, one outcome per submission.
 
         Each outcome applies when the object has been read ``after`` times since it was
-        created; submissions beyond the plan keep running.
+        created; submissions beyond the plan keep running. These are scripted end states,
+        not decided from the object's policies: ``preempt`` ends a JobSet Failed as a JobSet
+        controller without failure-policy rules would (the state ``resume`` continues
+        from). :meth:`exit_worker` instead lets the manifest's policies decide.
         """
         for outcome in outcomes:
             if outcome not in _OUTCOMES:
@@ -603,6 +612,122 @@ class FakeKubernetes:
         with self._lock:
             self._gang_restart(("jobsets", self.namespace, name))
 
+    def exit_worker(self, name: str, code: int, *, process: int = 0,
+                    disrupted: bool = False) -> policy.Decision:
+        """Worker ``process`` of job ``name`` (a JobSet, else a Job) ends now with exit
+        ``code``; the simulated Job and JobSet controllers then do what the stored object's
+        own policies say, decided by the engine the local backend uses
+        (:mod:`roxxel_launch.backends.policy`: the Job's ``podFailurePolicy`` and
+        ``backoffLimit``, https://kubernetes.io/docs/concepts/workloads/controllers/job/
+        #pod-failure-policy; the JobSet's ``failurePolicy`` rules and ``maxRestarts``,
+        https://jobset.sigs.k8s.io/docs/concepts/#failure-policy):
+
+        * ``RecreatePod``: the failed pod is replaced by a new one (the Job's
+          ``status.failed`` grows);
+        * ``Restart``: a gang restart (:meth:`_gang_restart`), counted toward
+          ``maxRestarts`` or not;
+        * ``Fail``: every other pod is stopped (exit 143) and the workload fails with the
+          controller's condition: a Job with ``FailureTarget`` + ``Failed`` (reason
+          ``PodFailurePolicy`` or ``BackoffLimitExceeded``), a JobSet with ``Failed`` and
+          ``terminalState: Failed`` (reason ``FailJobSetFailurePolicyAction``,
+          ``ReachedMaxRestarts`` or ``FailedJobs``, the JobSet controller's constants).
+
+        ``disrupted`` gives the pod the ``DisruptionTarget`` condition first (a preemption).
+        Returns the decision (all of them are in ``_real.decisions``)."""
+        with self._lock:
+            key = next((k for k in (("jobsets", self.namespace, name), ("jobs", self.namespace, name))
+                        if k in self.objects), None)
+            if key is None:
+                raise KeyError(f"no JobSet or Job {name} in {self.namespace}")
+            decision = self._pod_exit(key, code, process, disrupted)
+            self._real.decisions.append(decision)
+            self._bump_versions()
+            self._lock.notify_all()
+            return decision
+
+    def _pod_exit(self, key: tuple[str, str, str], code: int, process: int,
+                  disrupted: bool) -> policy.Decision:
+        resource, ns, name = key
+        obj = self.objects[key]
+        pods = self._ordered_pods(key)
+        if not 0 <= process < len(pods):
+            raise IndexError(f"{name} has processes 0..{len(pods) - 1}, not {process}")
+        pod = pods[process]
+        labels = pod["metadata"]["labels"]
+        container = pod["status"]["containerStatuses"][0]["name"]
+        exit = policy.PodExit(pod=f"{ns}/{pod['metadata']['name']}", job=labels["job-name"],
+                              exit_code=code, container=container,
+                              replicated_job=labels.get(RJOB_NAME), disrupted=disrupted)
+        status = obj.setdefault("status", {})
+        failures = (key, exit.job)
+        decision = policy.policy_of([obj]).decide(
+            exit, failed_before=self._real.job_failures.get(failures, 0),
+            counted_restarts=int(status.get("restartsCountTowardsMax") or 0))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if disrupted:
+            pod["status"]["conditions"].append({
+                "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                "message": "Preempted in order to admit critical pod", "lastTransitionTime": now})
+        _end_pod(pod, code, now)
+        self._log_ended.add(pod["metadata"]["name"])
+        if decision.action is policy.Action.RECREATE_POD:
+            if decision.counted:
+                self._real.job_failures[failures] = self._real.job_failures.get(failures, 0) + 1
+            if resource == "jobs":
+                status["failed"] = int(status.get("failed") or 0) + 1
+            base = pod["metadata"]["name"].rsplit("-", 1)[0]
+            template = obj["spec"]["template"] if resource == "jobs" else next(
+                r["template"]["spec"]["template"] for r in obj["spec"]["replicatedJobs"]
+                if r["name"] == exit.replicated_job)
+            self._put_pod(f"{base}-{next(self._ids):05d}", ns, dict(labels), now, template=template)
+        elif decision.action is policy.Action.RESTART:
+            self._gang_restart(key, counted=decision.counted)
+        else:
+            self._fail_workload(key, pods, pod, decision, now)
+        self._touch(obj)
+        return decision
+
+    def _ordered_pods(self, key: tuple[str, str, str]) -> list[dict]:
+        """The live pods of a JobSet or Job, in process order (job index, completion index)."""
+        resource, ns, name = key
+        owner_label = JOBSET_NAME if resource == "jobsets" else "job-name"
+        return sorted((o for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
+                       and o["metadata"]["labels"].get(owner_label) == name
+                       and "deletionTimestamp" not in o["metadata"]),
+                      key=lambda p: (int(p["metadata"]["labels"].get(JOB_INDEX, "0")),
+                                     int(p["metadata"]["labels"][COMPLETION_INDEX])))
+
+    def _fail_workload(self, key: tuple[str, str, str], pods: list[dict], failed: dict,
+                       decision: policy.Decision, now: str) -> None:
+        """The workload failed: the controllers stop the other pods (SIGTERM: exit 143) and
+        set the failure conditions (see :meth:`exit_worker`)."""
+        obj = self.objects[key]
+        later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
+        for pod in pods:  # stopped after the failure: they end later than the failed pod
+            if pod is not failed and pod["status"]["phase"] not in ("Succeeded", "Failed"):
+                _end_pod(pod, 143, later)
+            self._log_ended.add(pod["metadata"]["name"])
+        status = obj.setdefault("status", {})
+
+        def condition(type_: str, reason: str, message: str) -> dict:
+            return {"type": type_, "status": "True", "reason": reason, "message": message,
+                    "lastTransitionTime": now}
+        if key[0] == "jobs":
+            message = decision.message if decision.reason == policy.POD_FAILURE_POLICY else \
+                "Job has reached the specified backoff limit"  # the Job controller's words
+            status["failed"] = int(status.get("failed") or 0) + 1
+            status["conditions"] = [condition("FailureTarget", decision.reason, message),
+                                    condition("Failed", decision.reason, message)]
+            return
+        if decision.reason == policy.REACHED_MAX_RESTARTS:
+            reason, message = decision.reason, "jobset failed due to reaching max number of restarts"
+        elif decision.reason == policy.FAILED_JOBS:
+            reason, message = decision.reason, "jobset failed due to one or more job failures"
+        else:  # a FailJobSet rule
+            reason, message = "FailJobSetFailurePolicyAction", "applying FailJobSet failure policy action"
+        status["terminalState"] = "Failed"
+        status["conditions"] = [condition("Failed", reason, message)]
+
     def plan_restarts(self, name: str, *afters: int) -> None:
         """Gang restarts of the next submission of JobSet ``name``, each when the JobSet
         has been read or watched ``after`` more times, before its planned outcome."""
@@ -932,13 +1057,13 @@ class FakeKubernetes:
 
     # --- gang restarts
 
-    def _gang_restart(self, key: tuple[str, str, str]) -> None:
-        """A JobSet gang restart after a preemption, as the JobSet controller does it
+    def _gang_restart(self, key: tuple[str, str, str], *, counted: bool = False) -> None:
+        """A JobSet gang restart, as the JobSet controller does it
         (https://jobset.sigs.k8s.io/docs/concepts/#failure-policy): the pods of the attempt
-        end (the preempted one with a DisruptionTarget condition, all with exit 42 after
-        their checkpoint), every child Job is recreated, ``status.restarts`` grows by one
-        (not counted toward maxRestarts: the rule's action is RestartJobSetAndIgnoreMaxRestarts),
-        and the new pods carry the new ``restart-attempt`` label."""
+        end, every child Job is recreated, ``status.restarts`` grows by one, and
+        ``status.restartsCountTowardsMax`` too when ``counted`` (``RestartJobSet``; a
+        preemption's ``RestartJobSetAndIgnoreMaxRestarts`` does not count), and the new pods
+        carry the new ``restart-attempt`` label."""
         obj = self.objects.get(key)
         if obj is None:
             return
@@ -946,7 +1071,9 @@ class FakeKubernetes:
         status = obj.setdefault("status", {})
         attempt = int(status.get("restarts") or 0) + 1
         status["restarts"] = attempt
-        status.setdefault("restartsCountTowardsMax", 0)
+        status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + counted
+        self._real.job_failures = {j: n for j, n in self._real.job_failures.items()
+                                   if j[0] != key}  # the child Jobs are new: no failures yet
         old = [(k, o) for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
                and o["metadata"]["labels"].get(JOBSET_NAME) == name]
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -1065,6 +1192,16 @@ class _RealServerState:
         self.requeues: dict[tuple[str, str, str], int] = {}
         self.readmit_after = 3  # watch ticks before Kueue admits an evicted workload again
         self.readmissions = 0
+        # failures counted against backoffLimit, per (workload key, child Job name)
+        self.job_failures: dict[tuple[tuple[str, str, str], str], int] = {}
+        self.decisions: list[policy.Decision] = []  # what the controllers decided, in order
+
+
+def _end_pod(pod: dict, code: int, finished: str) -> None:
+    """The kubelet's record of a container that exited with ``code``."""
+    pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+    pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": {
+        "exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": finished}})
 
 
 _EXTRA_ROUTES = [
