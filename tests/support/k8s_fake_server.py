@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import http.server
 import itertools
 import json
@@ -154,11 +155,15 @@ class FakeKubernetes:
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.requests: list[_Request] = []
         self.linger = 0
+        # The namespaces that exist (None: every one). Creating in another is 404 NotFound
+        # 'namespaces "x" not found', as the NamespaceLifecycle admission plugin answers
+        # (https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#namespacelifecycle).
+        self.namespaces: set[str] | None = None
         self._faults: list[dict] = []
         self._plans: dict[str, list[tuple[str, int]]] = {}
         self._scripts: dict[tuple[str, str, str], list] = {}
         self._dying: dict[tuple[str, str, str], int] = {}
-        self._logs: dict[str, list[str]] = {}
+        self._logs: dict[str, list[str | bytes]] = {}
         self._log_ended: set[str] = set()
         self._submissions: dict[str, int] = {}
         self._lock = threading.Condition()
@@ -228,11 +233,45 @@ class FakeKubernetes:
 
     def fail(self, method: str, resource: str, code: int, message: str = "injected failure", *,
              reason: str = "InternalError", dry_run: bool | None = None, times: int = 1,
-             **details) -> None:
-        """Answer the next ``times`` matching requests with this error Status."""
+             watch: bool | None = None, raw: bytes | None = None, **details) -> None:
+        """Answer the next ``times`` matching requests (``watch``: only watches, or only
+        other requests) with this error Status, or with ``raw`` text (as a proxy or the
+        API server's mux answers an unknown path: ``404 page not found``)."""
+        answer = (code, ("raw", raw)) if raw is not None else \
+            (code, status_object(code, reason, message, **details))
         with self._lock:
             self._faults.append(dict(method=method, resource=resource, dry_run=dry_run, times=times,
-                                     answer=status_object(code, reason, message, **details)))
+                                     watch=watch, answer=answer))
+
+    def put(self, resource: str, obj: dict) -> dict:
+        """Store ``obj`` as if created earlier (by a submit, or by a controller: pods); no
+        controller acts on it. Returns the stored object, for the test to edit in place."""
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", self.namespace)
+        meta.setdefault("creationTimestamp", "2025-01-01T00:00:00Z")
+        meta.setdefault("uid", f"uid-{next(self._ids)}")
+        meta.setdefault("resourceVersion", str(next(self._ids)))
+        with self._lock:
+            self.objects[(resource, meta["namespace"], meta["name"])] = obj
+            self._lock.notify_all()
+        return obj
+
+    def log_bytes(self, pod: str, *chunks: bytes) -> None:
+        """Append raw chunks to a pod's log (a followed stream sends each as it comes)."""
+        with self._lock:
+            self._logs.setdefault(pod, []).extend(chunks)
+            self._lock.notify_all()
+
+    @property
+    def jobset_api(self) -> bool:
+        """Is JobSet installed? Without it its CRD is not served and every JobSet path is
+        unknown to the API server: 404 with the mux's plain ``404 page not found``."""
+        return self._real.crd
+
+    @jobset_api.setter
+    def jobset_api(self, installed: bool) -> None:
+        self._real.crd = installed
 
     def log(self, pod: str, *lines: str) -> None:
         """Append lines to a pod's log (a followed stream sends them at once)."""
@@ -276,15 +315,18 @@ class FakeKubernetes:
             self.requests.append(request)
             if authorization != f"Bearer {TOKEN}":
                 return 401, status_object(401, "Unauthorized", "Unauthorized")
+            if request.resource == "jobsets" and not self._real.crd:
+                return 404, ("raw", b"404 page not found\n")
+            is_watch = request.query.get("watch") == "true"
+            injected = self._injected(request) if is_watch else None  # before a watch starts
+            if injected is not None:
+                return injected
             client_side = self._client_side_answer(request)  # see "behaving like a real server"
             if client_side is not None:
                 return client_side
-            for fault in self._faults:
-                if (fault["times"] > 0 and fault["method"] == request.method
-                        and fault["resource"] == request.resource
-                        and fault["dry_run"] in (None, request.dry_run)):
-                    fault["times"] -= 1
-                    return fault["answer"]["code"], fault["answer"]
+            injected = None if is_watch else self._injected(request)
+            if injected is not None:
+                return injected
             served = self._discovery_or_watch(request)
             if served is not None:
                 return served
@@ -302,6 +344,17 @@ class FakeKubernetes:
                 return self._delete(request)
             return 405, status_object(405, "MethodNotAllowed", f"{request.method} is not supported here")
 
+    def _injected(self, request: _Request) -> tuple[int, Any] | None:
+        """The answer of the first :meth:`fail` fault that matches ``request``, if any."""
+        for fault in self._faults:
+            if (fault["times"] > 0 and fault["method"] == request.method
+                    and fault["resource"] == request.resource
+                    and fault["dry_run"] in (None, request.dry_run)
+                    and fault["watch"] in (None, request.query.get("watch") == "true")):
+                fault["times"] -= 1
+                return fault["answer"]
+        return None
+
     def _not_found(self, resource: str, name: str) -> tuple[int, dict]:
         kind, group, _ = _KINDS[resource]
         qualified = f"{resource}.{group}" if group else resource
@@ -317,6 +370,9 @@ class FakeKubernetes:
         if obj.get("kind") != kind or obj.get("apiVersion") != api_version:
             return 400, status_object(400, "BadRequest", f"expected {api_version} {kind}, got "
                                       f"{obj.get('apiVersion')} {obj.get('kind')}")
+        if self.namespaces is not None and ns not in self.namespaces:
+            return 404, status_object(404, "NotFound", f'namespaces "{ns}" not found',
+                                      name=ns, kind="namespaces")
         if meta.get("namespace", ns) != ns:
             return 400, status_object(400, "BadRequest", "the namespace of the object does not "
                                       "match the namespace of the request")
@@ -551,7 +607,8 @@ class FakeKubernetes:
                         return
                     continue
             if lines:
-                write("".join(line + "\n" for line in lines).encode())
+                write(b"".join(line if isinstance(line, bytes) else (line + "\n").encode()
+                               for line in lines))
             if over:
                 with self._lock:
                     if not self._logs.get(pod, [])[sent:]:
@@ -1225,10 +1282,16 @@ def _extra_route(request: _Request) -> tuple[str, str, str | None, str | None] |
     return None
 
 
-def _jobset_crd(without: tuple[str, ...]) -> dict:
+@functools.lru_cache(maxsize=1)
+def _parsed_jobset_crd() -> dict:
+    """The JobSet CRD fixture, parsed once (a second of YAML parsing per read otherwise)."""
     from support.paths import JOBSET_CRD
 
-    crd = yaml.safe_load(JOBSET_CRD.read_text())
+    return yaml.safe_load(JOBSET_CRD.read_text())
+
+
+def _jobset_crd(without: tuple[str, ...]) -> dict:
+    crd = copy.deepcopy(_parsed_jobset_crd())
     for version in crd["spec"]["versions"]:
         spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
         policy = spec["properties"].get("failurePolicy") or {}
@@ -1333,6 +1396,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         answer with headers (429 + Retry-After), a watch stream. False for anything else."""
         if not isinstance(payload, tuple):
             return False
+        if payload[0] == "raw":  # plain text, not a Status
+            data = payload[1]
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return True
         if payload[0] == "drop":  # the connection closes with no answer (a reset, a proxy)
             self.close_connection = True
             self.connection.shutdown(2)
