@@ -41,6 +41,13 @@ answering with the deleted object for pods, services and custom resources and wi
 Success Status otherwise, as the API server's registries do; pods made from their Job's pod
 template (containers, annotations); JSON merge patches; JobSets printed as a Table with the
 CRD's columns (``k8s_table``); :meth:`FakeKubernetes.settle` ends a job at once.
+
+It is the one API double of the launcher tests (tests/launcher/test_launch_kubernetes.py
+included), so it also takes objects stored directly (:meth:`FakeKubernetes.put`, as a
+controller or an earlier submit left them), namespaces that do not exist
+(``namespaces``), a cluster without JobSet (``jobset_api``), raw-text answers and faults
+on watches only (:meth:`FakeKubernetes.fail`) and raw log chunks
+(:meth:`FakeKubernetes.log_bytes`).
 """
 
 from __future__ import annotations
