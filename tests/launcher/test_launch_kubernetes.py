@@ -1,35 +1,27 @@
-"""The Kubernetes backend, driven through the real ``kubernetes`` client against a test double.
+"""The Kubernetes backend, driven through the real ``kubernetes`` client against the simulated cluster.
 
 No Kubernetes API server runs here (none can be installed, and the network is closed).
 Each test builds the backend with the official client exactly as in production — a real
 kubeconfig file loaded by ``kubernetes.config``, the real ``ApiClient``, ``CustomObjectsApi``,
 ``BatchV1Api`` and ``CoreV1Api`` with their URL building, query parameters, JSON bodies and
-error handling — and replaces only the transport: the ``urllib3`` pool manager inside
-``kubernetes.client.rest.RESTClientObject``. :class:`FakeApiServer` answers there, speaking
-the subset of the Kubernetes REST API the backend uses (JobSets, Jobs, Services, Pods, pod
-logs) with canned JSON shaped like a real API server's (Status objects for errors, 201 for
-creates, ``dryRun=All`` persisting nothing, foreground deletion that keeps the object for a
-while). Every object the backend sends is checked offline against the schemas used in
-launcher/roxxel_launch/validate.py: the JobSet CRD schema from tests/fixtures/k8s (unknown fields
-rejected) and kubernetes-validate (strict) for built-in kinds. A socket guard fails any
-test that tries to open a connection.
+error handling — talking real HTTP on loopback to ``support.k8s_fake_server.FakeKubernetes``,
+the one test double of the API server that every launcher test uses (Status objects for
+errors, 201 for creates, ``dryRun=All`` persisting nothing, schema validation, foreground
+deletion that keeps the object for a while, watches, faults). Every object the backend sends
+is also checked offline against the schemas used in launcher/roxxel_launch/validate.py: the
+JobSet CRD schema from tests/fixtures/k8s (unknown fields rejected) and kubernetes-validate
+(strict) for built-in kinds. A socket guard fails any test that connects beyond loopback.
 """
 
 from __future__ import annotations
 
 import copy
-import io
-import json
-import re
 import socket
-import urllib.parse
-from typing import Any
 
 import pytest
 import urllib3
 import yaml
 from kubernetes import config as k8s_config
-from kubernetes.client import rest
 
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
@@ -45,267 +37,25 @@ from roxxel_launch.backends.base import (
 )
 
 from support.fake_clock import fast_retry
+from support.k8s_fake_server import TOKEN, FakeKubernetes
 from support.paths import JOBSET_CRD as CRD
 
-HOST = "https://apiserver.roxxel-test.invalid:6443"
-TOKEN = "test-token-123"
 NS = "team-a"
-
-_ROUTES = [
-    ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/([^/]+)/jobsets(?:/([^/]+))?$")),
-    ("jobs", re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")),
-    ("services", re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")),
-    ("networkpolicies", re.compile(
-        r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")),
-    ("logs", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")),
-    ("pods", re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")),
-]
-_KINDS = {"jobsets": ("JobSet", "jobset.x-k8s.io"), "jobs": ("Job", "batch"),
-          "services": ("Service", ""), "pods": ("Pod", ""),
-          "networkpolicies": ("NetworkPolicy", "networking.k8s.io")}
-
-
-# ----------------------------------------------------------------------------- the test double
-
-
-class _Chunks(io.RawIOBase):
-    """A response body delivered one chunk per read, like a chunked HTTP stream.
-
-    A callable chunk is called when the client reaches it (to observe what the client has
-    consumed by then) and returns the bytes.
-    """
-
-    def __init__(self, chunks):
-        self._chunks = list(chunks)
-
-    def readable(self):
-        return True
-
-    def read(self, amt=-1):
-        if not self._chunks:
-            self.close()
-            return b""
-        chunk = self._chunks.pop(0)
-        return chunk() if callable(chunk) else chunk
-
-    def readinto(self, buffer):
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-
-class Request:
-    def __init__(self, method: str, url: str, body: Any, headers: dict):
-        parsed = urllib.parse.urlsplit(url)
-        self.method = method
-        self.url = url
-        self.host = f"{parsed.scheme}://{parsed.netloc}"
-        self.path = parsed.path
-        self.query = dict(urllib.parse.parse_qsl(parsed.query))
-        self.body = json.loads(body) if body else None
-        self.headers = headers or {}
-        self.resource, self.namespace, self.name = None, None, None
-        for resource, pattern in _ROUTES:
-            match = pattern.match(self.path)
-            if match:
-                self.resource, self.namespace, self.name = resource, match.group(1), match.group(2)
-                break
-
-    @property
-    def dry_run(self) -> bool:
-        return self.query.get("dryRun") == "All"
-
-    def __repr__(self):
-        query = f"?{urllib.parse.urlencode(self.query)}" if self.query else ""
-        return f"{self.method} {self.path}{query}"
-
-
-def _status(code: int, reason: str, message: str, **details) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "details": details, "code": code}
-
-
-def _selector_matches(selector: str | None, labels: dict) -> bool:
-    if not selector:
-        return True
-    for term in selector.split(","):
-        if "=" in term:
-            key, value = term.split("=", 1)
-            if "!" in key or labels.get(key) != value:
-                return False
-        elif not re.fullmatch(r"[A-Za-z0-9./_-]+", term):
-            raise AssertionError(f"the test double does not parse selector term {term!r}")
-        elif term not in labels:
-            return False
-    return True
-
-
-class FakeApiServer:
-    """A test double of the Kubernetes API server (no API server runs here).
-
-    Plugged in as the urllib3 pool manager of the real kubernetes client; it stores objects
-    in memory, records every request and can be told to fail requests.
-    """
-
-    def __init__(self):
-        self.objects: dict[tuple[str, str, str], dict] = {}
-        self.requests: list[Request] = []
-        self.logs: dict[str, list] = {}
-        self.faults: list[dict] = []
-        self.jobset_api = True  # is the JobSet CRD installed?
-        self.namespaces: set[str] | None = None  # None: every namespace exists
-        self.linger = 0  # GETs an object survives its DELETE (foreground deletion under way)
-        self._dying: dict[tuple[str, str, str], int] = {}
-        self._uid = 0
-
-    # --- helpers for tests
-    def put(self, resource: str, obj: dict) -> dict:
-        obj = copy.deepcopy(obj)
-        meta = obj.setdefault("metadata", {})
-        meta.setdefault("namespace", NS)
-        meta.setdefault("creationTimestamp", "2025-01-01T00:00:00Z")
-        self._uid += 1
-        meta.setdefault("uid", f"uid-{self._uid}")
-        self.objects[(resource, meta["namespace"], meta["name"])] = obj
-        return obj
-
-    def get(self, resource: str, name: str, namespace: str = NS) -> dict | None:
-        return self.objects.get((resource, namespace, name))
-
-    def fail(self, method: str, resource: str, code: int, *, dry_run: bool | None = None,
-             body: Any = None, times: int = 1, raw: bytes | None = None) -> None:
-        self.faults.append(dict(method=method, resource=resource, code=code, dry_run=dry_run,
-                                body=body, times=times, raw=raw))
-
-    def calls(self, method: str | None = None, resource: str | None = None) -> list[Request]:
-        return [r for r in self.requests if (method is None or r.method == method)
-                and (resource is None or r.resource == resource)]
-
-    # --- urllib3 PoolManager interface
-    def clear(self):
-        pass
-
-    def request(self, method, url, fields=None, body=None, timeout=None, headers=None,
-                preload_content=False, **kwargs):
-        request = Request(method, url, body, headers)
-        self.requests.append(request)
-        code, payload = self._answer(request)
-        if isinstance(payload, _Chunks):
-            stream, content_type = payload, "text/plain"
-        elif isinstance(payload, bytes):
-            stream, content_type = io.BytesIO(payload), "text/plain; charset=utf-8"
-        else:
-            stream, content_type = io.BytesIO(json.dumps(payload).encode()), "application/json"
-        return urllib3.HTTPResponse(body=stream, status=code, headers={"content-type": content_type},
-                                    preload_content=False, reason={200: "OK", 201: "Created"}.get(code, "Error"))
-
-    def _fault(self, request: Request):
-        for fault in self.faults:
-            if (fault["method"] == request.method and fault["resource"] == request.resource
-                    and fault["dry_run"] in (None, request.dry_run) and fault["times"] > 0):
-                fault["times"] -= 1
-                if fault["raw"] is not None:
-                    return fault["code"], fault["raw"]
-                return fault["code"], fault["body"] or _status(fault["code"], "Injected", "injected failure")
-        return None
-
-    def _answer(self, request: Request):
-        assert request.host == HOST, f"request to {request.host}, not the kubeconfig's server"
-        assert request.headers.get("authorization") == f"Bearer {TOKEN}" or \
-            request.headers.get("Authorization") == f"Bearer {TOKEN}", request.headers
-        fault = self._fault(request)
-        if fault:
-            return fault
-        if request.method == "PATCH" and (request.resource, request.namespace, request.name) \
-                in self.objects:  # a merge patch of metadata (the Service's owner)
-            obj = self.objects[(request.resource, request.namespace, request.name)]
-            obj["metadata"].update(request.body.get("metadata") or {})
-            return 200, obj
-        if "/localqueues/" in request.path and request.method == "GET":  # Kueue's queues exist
-            return 200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue"}
-        if request.query.get("watch") == "true":  # this double has no watches: wait polls
-            return 405, _status(405, "MethodNotAllowed", "the server does not allow this method")
-        resource, ns, name = request.resource, request.namespace, request.name
-        if resource is None or (resource == "jobsets" and not self.jobset_api):
-            return 404, b"404 page not found\n"
-        kind, group = _KINDS.get(resource, ("Pod", ""))
-        qualified = f"{resource}.{group}" if group else resource
-        if resource == "logs":
-            pod = self.get("pods", name, ns)
-            if pod is None:
-                return 404, _status(404, "NotFound", f'pods "{name}" not found', name=name, kind="pods")
-            return 200, _Chunks(self.logs.get(name, []))
-        key = (resource, ns, name)
-        if request.method == "POST":
-            obj = request.body
-            assert obj["kind"] == kind and obj["metadata"]["namespace"] == ns
-            if self.namespaces is not None and ns not in self.namespaces:
-                return 404, _status(404, "NotFound", f'namespaces "{ns}" not found', name=ns, kind="namespaces")
-            name = obj["metadata"]["name"]
-            if (resource, ns, name) in self.objects:
-                return 409, _status(409, "AlreadyExists", f'{qualified} "{name}" already exists',
-                                    name=name, group=group, kind=resource)
-            stored = copy.deepcopy(obj)
-            stored["metadata"].update(uid="uid-new", creationTimestamp="2025-02-02T00:00:00Z")
-            if not request.dry_run:
-                self.objects[(resource, ns, name)] = copy.deepcopy(stored)
-            return 201, stored
-        if request.method == "GET" and name is None:
-            selector = request.query.get("labelSelector")
-            items = [o for (r, n, _), o in sorted(self.objects.items())
-                     if r == resource and n == ns
-                     and _selector_matches(selector, o["metadata"].get("labels") or {})]
-            return 200, {"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": items}
-        if key not in self.objects:
-            return 404, _status(404, "NotFound", f'{qualified} "{name}" not found', name=name,
-                                group=group, kind=resource)
-        if request.method == "GET":
-            obj = self.objects[key]
-            if key in self._dying:
-                self._dying[key] -= 1
-                if self._dying[key] < 0:
-                    del self.objects[key], self._dying[key]
-                    return 404, _status(404, "NotFound", f'{qualified} "{name}" not found',
-                                        name=name, group=group, kind=resource)
-            return 200, obj
-        if request.method == "DELETE":
-            obj = self.objects[key]
-            if self.linger:
-                obj["metadata"]["deletionTimestamp"] = "2025-03-03T00:00:00Z"
-                obj["metadata"]["finalizers"] = ["foregroundDeletion"]
-                self._dying[key] = self.linger
-            else:
-                del self.objects[key]
-            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
-                         "details": {"name": name, "kind": resource}}
-        raise AssertionError(f"the test double does not answer {request!r}")
 
 
 # ----------------------------------------------------------------------------- fixtures
 
 
 @pytest.fixture(autouse=True)
-def no_sockets(monkeypatch):
-    """Nothing in these tests may open a network connection."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a test tried to open a network connection")
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+def loopback_only(monkeypatch):
+    """Nothing in these tests may connect beyond loopback (the simulated cluster)."""
+    real = socket.socket.connect
 
-
-@pytest.fixture
-def kubeconfig(tmp_path, monkeypatch):
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "work",
-        "clusters": [{"name": "fake", "cluster": {"server": HOST, "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "dev", "user": {"token": TOKEN}}],
-        "contexts": [{"name": "work", "context": {"cluster": "fake", "user": "dev", "namespace": NS}},
-                     {"name": "plain", "context": {"cluster": "fake", "user": "dev"}}],
-    }))
-    monkeypatch.setenv("KUBECONFIG", str(path))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    return path
+    def connect(self, address):
+        if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
+            raise AssertionError(f"a test tried to connect to {address}")
+        return real(self, address)
+    monkeypatch.setattr(socket.socket, "connect", connect)
 
 
 @pytest.fixture(scope="module")
@@ -313,26 +63,42 @@ def crd_schema() -> dict:
     return V.jobset_crd_schema(yaml.safe_load(CRD.read_text()))
 
 
+def write_kubeconfig(path, url: str) -> None:
+    """A kubeconfig with two contexts: ``work`` (namespace team-a, current) and ``plain``."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "work",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "dev", "user": {"token": TOKEN}}],
+        "contexts": [{"name": "work", "context": {"cluster": "fake", "user": "dev", "namespace": NS}},
+                     {"name": "plain", "context": {"cluster": "fake", "user": "dev"}}],
+    }))
+
+
 @pytest.fixture
-def server(monkeypatch, kubeconfig, crd_schema) -> FakeApiServer:
-    """The test double, plugged into every ApiClient; afterwards, every object sent must
-    have passed the offline schema checks."""
-    fake = FakeApiServer()
-    original = rest.RESTClientObject.__init__
-
-    def init(self, configuration):
-        original(self, configuration)
-        self.pool_manager = fake
-
-    monkeypatch.setattr(rest.RESTClientObject, "__init__", init)
-    yield fake
-    for request in fake.calls("POST"):
-        assert_valid(request.body, crd_schema)
+def server(monkeypatch, tmp_path, crd_schema):
+    """The simulated cluster (Kueue installed, with the LocalQueue team-a), and a kubeconfig
+    pointing at it; afterwards, every object sent must have passed the offline schema checks."""
+    with FakeKubernetes(namespace=NS) as fake:
+        fake.kueue("team-a")
+        path = tmp_path / "kubeconfig"
+        write_kubeconfig(path, fake.url)
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            monkeypatch.delenv(var, raising=False)  # loopback goes direct
+        yield fake
+        for request in fake.calls("POST"):
+            assert_valid(request.body, crd_schema)
 
 
 @pytest.fixture
 def backend(server) -> K.KubernetesBackend:
     return K.KubernetesBackend(poll_seconds=0, delete_timeout=5, retry=fast_retry())
+
+
+def stored(server: FakeKubernetes, resource: str, name: str) -> dict:
+    """The object as the server stores it (edits act as a controller's would)."""
+    return server.objects[(resource, NS, name)]
 
 
 def make_spec(**changes) -> S.JobSpec:
@@ -364,7 +130,7 @@ def assert_valid(obj: dict, crd_schema: dict) -> None:
         assert V.check_jobset_crd(obj, crd_schema) == []
 
 
-def submitted(server: FakeApiServer, spec: S.JobSpec) -> None:
+def submitted(server: FakeKubernetes, spec: S.JobSpec) -> None:
     """Puts the rendered objects of ``spec`` into the server, as a successful submit would."""
     for obj in R.render(spec).objects:
         server.put({"JobSet": "jobsets", "Job": "jobs", "Service": "services",
@@ -452,7 +218,7 @@ def test_in_cluster_config_comes_first_in_a_pod(server, monkeypatch, tmp_path):
     monkeypatch.setattr(KA, "INCLUSTER_NAMESPACE_FILE", str(namespace_file))
 
     def incluster(client_configuration):
-        client_configuration.host = HOST
+        client_configuration.host = server.url
         client_configuration.api_key = {"authorization": f"Bearer {TOKEN}"}
     monkeypatch.setattr(KA.k8s_config, "load_incluster_config", incluster)
     monkeypatch.setattr(KA.k8s_config, "load_kube_config",
@@ -506,9 +272,9 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
     assert len(server.requests) == len(posts) + len(reads) + len(patches)
     assert {r.path.rsplit("/", 2)[-2] for r in reads} <= {"customresourcedefinitions", "localqueues"}
     assert status.state is JobState.PENDING and status.processes == spec.num_processes
-    assert status.created == "2025-02-02T00:00:00Z"
-    stored = server.get("jobsets" if spec.workload == "jobset" else "jobs", "lm")
-    assert stored["metadata"]["annotations"][R.SPEC_ANNOTATION]
+    kept = server.get("jobsets" if spec.workload == "jobset" else "jobs", "lm")
+    assert status.created == kept["metadata"]["creationTimestamp"]  # the server's, from its answer
+    assert kept["metadata"]["annotations"][R.SPEC_ANNOTATION]
 
 
 def test_submit_dry_run_creates_nothing(server, backend):
@@ -546,8 +312,8 @@ def test_existing_name_is_found_by_the_dry_run(server, backend):
 
 def test_partial_failure_rolls_back_what_was_created(server, backend):
     """Service created, Job refused: the Service is deleted again (never half a job)."""
-    server.fail("POST", "jobs", 422, dry_run=False, body=_status(
-        422, "Invalid", 'Job.batch "lm" is invalid: spec.template.spec.containers[0].image: Required value'))
+    server.fail("POST", "jobs", 422, 'Job.batch "lm" is invalid: spec.template.spec.containers[0].image: '
+                "Required value", reason="Invalid", dry_run=False)
     with pytest.raises(BackendError) as info:
         backend.submit(SPECS["indexed-job"])
     message = str(info.value)
@@ -582,23 +348,23 @@ def test_an_interrupted_submit_rolls_back_too(server, backend, monkeypatch):
 
 
 @pytest.mark.parametrize("fault, error, pattern", [
-    (dict(code=403, body=_status(403, "Forbidden", 'jobsets.jobset.x-k8s.io is forbidden: User "dev" '
-                                 'cannot create resource "jobsets" in API group "jobset.x-k8s.io"')),
+    (dict(code=403, reason="Forbidden", message='jobsets.jobset.x-k8s.io is forbidden: User "dev" '
+          'cannot create resource "jobsets" in API group "jobset.x-k8s.io"'),
      BackendError, r"forbidden to create \(dry run\) JobSet team-a/lm: jobsets.jobset.x-k8s.io is forbidden.*"
                    r"RBAC.*kubectl auth can-i create jobsets.jobset.x-k8s.io -n team-a.*--namespace"),
     (dict(code=404, raw=b"404 page not found\n"), BackendError,
      r"JobSet API \(jobset.x-k8s.io/v1alpha2\) is not installed.*install JobSet.*kubectl apply --server-side -f "
      r"https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml.*indexed-job"),
-    (dict(code=404, body=_status(404, "NotFound", "the server could not find the requested resource")),
+    (dict(code=404, reason="NotFound", message="the server could not find the requested resource"),
      BackendError, r"JobSet API .* is not installed.*install JobSet"),
-    (dict(code=409, body=_status(409, "AlreadyExists", 'jobsets.jobset.x-k8s.io "lm" already exists',
-                                 name="lm", kind="jobsets")), JobExistsError, r"already exists"),
-    (dict(code=422, body=_status(422, "Invalid", 'JobSet.jobset.x-k8s.io "lm" is invalid: spec.replicatedJobs[0].'
-                                 'name: Invalid value: "slice": must be no more than 63 characters')),
+    (dict(code=409, reason="AlreadyExists", message='jobsets.jobset.x-k8s.io "lm" already exists',
+          name="lm", kind="jobsets"), JobExistsError, r"already exists"),
+    (dict(code=422, reason="Invalid", message='JobSet.jobset.x-k8s.io "lm" is invalid: spec.replicatedJobs[0].'
+          'name: Invalid value: "slice": must be no more than 63 characters'),
      BackendError, r"rejected JobSet team-a/lm.*spec.replicatedJobs\[0\].name: Invalid value"),
-    (dict(code=401, body=_status(401, "Unauthorized", "Unauthorized")), BackendError,
+    (dict(code=401, reason="Unauthorized", message="Unauthorized"), BackendError,
      r"rejected the credentials.*get-credentials"),
-    (dict(code=500, body=_status(500, "InternalError", "etcdserver: request timed out")), BackendError,
+    (dict(code=500, reason="InternalError", message="etcdserver: request timed out"), BackendError,
      r"failed to create \(dry run\) JobSet team-a/lm: HTTP 500.*etcdserver: request timed out.*Retry"),
 ])
 def test_api_errors_become_clear_backend_errors(server, backend, fault, error, pattern):
@@ -615,12 +381,17 @@ def test_missing_namespace_is_named(server, backend):
         backend.submit(SPECS["indexed-job"])
 
 
-def test_unreachable_api_server(server, backend, monkeypatch):
-    def down(*args, **kwargs):
-        raise urllib3.exceptions.MaxRetryError(None, "/apis", "connection refused")
-    monkeypatch.setattr(server, "request", down)
-    with pytest.raises(BackendError, match=rf"cannot reach the Kubernetes API server at {HOST}"):
+def test_unreachable_api_server(server, backend, tmp_path, monkeypatch):
+    """A kubeconfig naming a loopback port where nothing listens: connection refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    down = f"http://127.0.0.1:{port}"
+    write_kubeconfig(tmp_path / "down", down)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "down"))
+    with pytest.raises(BackendError, match=rf"cannot reach the Kubernetes API server at {down}"):
         backend.status("lm")
+    assert server.requests == []
 
 
 # ----------------------------------------------------------------------------- status
@@ -629,7 +400,7 @@ def test_unreachable_api_server(server, backend, monkeypatch):
 def _jobset(server, spec=None, *, status: dict | None = None, suspend: bool = False) -> dict:
     spec = spec or SPECS["tpu-v5p-2-slices"]
     submitted(server, spec)
-    obj = server.get("jobsets", spec.name)
+    obj = stored(server, "jobsets", spec.name)
     obj["status"] = status or {}
     if suspend:
         obj["spec"]["suspend"] = True
@@ -724,7 +495,7 @@ def test_status_jobset_suspended_by_kueue(server, backend):
 
 def _job(server, *, conditions=(), suspend=False) -> dict:
     submitted(server, SPECS["indexed-job"])
-    obj = server.get("jobs", "lm")
+    obj = stored(server, "jobs", "lm")
     obj["status"] = {"conditions": list(conditions)}
     obj["spec"]["suspend"] = suspend
     return obj
@@ -794,14 +565,16 @@ def test_status_without_the_jobset_api_still_finds_indexed_jobs(server, backend)
 def test_wait_polls_when_the_server_refuses_watches(server, backend, caplog):
     """A server (or Role) without watches: wait falls back to polling, with one warning."""
     obj = _jobset(server, status={"restarts": 0})
-    real = server._answer
+    server.fail("GET", "jobsets", 405, "the server does not allow this method",
+                reason="MethodNotAllowed", watch=True, times=100)
+    real = server.answer
 
-    def answer(request):
+    def answer(request, authorization):
         if request.method == "GET" and request.resource == "jobsets" and \
-                len(server.calls("GET", "jobsets")) == 4:
+                len(server.calls("GET", "jobsets")) == 3:  # this is the fourth
             obj["status"] = {"terminalState": "Completed"}
-        return real(request)
-    server._answer = answer
+        return real(request, authorization)
+    server.answer = answer  # type: ignore[method-assign]
     assert backend.wait("lm", poll_seconds=0).state is JobState.SUCCEEDED
     assert len(server.calls("GET", "jobsets")) == 4  # the read, the refused watch, two polls
     assert sum("polling every" in r.message for r in caplog.records) == 1
@@ -835,7 +608,7 @@ def test_list_without_the_jobset_api(server, backend):
 
 
 def test_list_passes_other_errors_on(server, backend):
-    server.fail("GET", "jobsets", 403, body=_status(403, "Forbidden", "forbidden"))
+    server.fail("GET", "jobsets", 403, "forbidden", reason="Forbidden")
     with pytest.raises(BackendError, match="forbidden to list JobSets in namespace team-a"):
         backend.list()
 
@@ -848,12 +621,12 @@ def test_logs_picks_the_pod_of_the_process_in_the_newest_attempt(server, backend
     pods = jobset_pods("lm", 2, 4, attempt=0) + jobset_pods("lm", 2, 4, attempt=1)
     for p in pods:
         server.put("pods", p)
-    server.logs["lm-slice-1-2-a1x"] = [b"step 1 loss 2.0\nstep 2 ", b"loss 1.9\r\n", b"done"]
+    server.log_bytes("lm-slice-1-2-a1x", b"step 1 loss 2.0\nstep 2 ", b"loss 1.9\r\n", b"done")
     lines = backend.logs("lm", process=6)  # slice 6 // 4 = 1, index 6 % 4 = 2
     (pods_query,) = [r for r in server.calls("GET", "pods")]
     assert pods_query.query["labelSelector"] == "jobset.sigs.k8s.io/jobset-name=lm,jobset.sigs.k8s.io/job-index=1"
     assert list(lines) == ["step 1 loss 2.0", "step 2 loss 1.9", "done"]
-    (log,) = server.calls("GET", "logs")
+    (log,) = server.calls("GET", "log")
     assert log.name == "lm-slice-1-2-a1x"
     assert log.query == {"container": "worker", "follow": "false"}
 
@@ -862,7 +635,7 @@ def test_logs_finds_the_completion_index_in_an_annotation_too(server, backend):
     _job(server)
     for i in range(4):
         server.put("pods", pod(f"lm-{i}-old-cluster", job="lm", index=i, index_as_annotation=True))
-    server.logs["lm-3-old-cluster"] = [b"hello\n"]
+    server.log_bytes("lm-3-old-cluster", b"hello\n")
     assert list(backend.logs("lm", process=3)) == ["hello"]
 
 
@@ -870,24 +643,19 @@ def test_logs_follow_streams_lines_as_they_arrive(server, backend):
     job = _job(server)
     for p in _job_pods():
         server.put("pods", p)
-    produced = []
-
-    def later(data):
-        def chunk():
-            produced.append(data)
-            return data
-        return chunk
     euro = "€".encode()
-    server.logs["lm-0-x"] = [later(b"first\nsec"), later(b"ond " + euro[:1]), later(euro[1:] + b"\n"), later(b"last\n")]
     # The job ends with the stream: follow stops with the job, not with one pod's stream.
     job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
-    lines = backend.logs("lm", follow=True)
-    assert produced == []  # the stream is read lazily
-    assert next(lines) == "first"
-    assert produced == [b"first\nsec"]  # yielded before the server sent more
+    lines = backend.logs("lm", follow=True)  # returns before the pod has logged anything
+    server.log_bytes("lm-0-x", b"first\nsec")
+    assert next(lines) == "first"  # yielded before the server sent more
+    server.log_bytes("lm-0-x", b"ond " + euro[:1])  # a character split across chunks
+    server.log_bytes("lm-0-x", euro[1:] + b"\n")
     assert next(lines) == "second €"
+    server.log_bytes("lm-0-x", b"last\n")
+    server.end_log("lm-0-x")
     assert list(lines) == ["last"]
-    (log,) = server.calls("GET", "logs")
+    (log,) = server.calls("GET", "log")
     assert log.query["follow"] == "true"
 
 
@@ -895,7 +663,7 @@ def test_logs_closes_the_stream_when_the_reader_stops(server, backend, monkeypat
     _job(server)
     for p in _job_pods():
         server.put("pods", p)
-    server.logs["lm-0-x"] = [b"a\n", b"b\n", b"c\n"]
+    server.log_bytes("lm-0-x", b"a\n", b"b\n", b"c\n")
     closed = []
     monkeypatch.setattr(urllib3.HTTPResponse, "close",
                         lambda self: closed.append(True) or None)
@@ -910,11 +678,6 @@ def test_logs_follow_waits_for_the_pod_to_start(server, backend):
     pods = _job_pods(phase="Pending")
     for p in pods:
         server.put("pods", p)
-
-    def up():  # the job ends with its only line: follow stops with the job
-        job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
-        return b"up\n"
-    server.logs["lm-1-x"] = [up]
     real_list = backend.api.list
 
     def list_(kind, selector):
@@ -922,6 +685,15 @@ def test_logs_follow_waits_for_the_pod_to_start(server, backend):
         if kind == "Pod" and len(server.calls("GET", "pods")) == 2:  # starts after two polls
             server.put("pods", pod("lm-1-x", job="lm", index=1, phase="Running"))
         return result
+    real_answer = server.answer
+
+    def answer(request, authorization):
+        if request.resource == "log":  # the job ends with its only line: follow stops with the job
+            job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+            server.log_bytes("lm-1-x", b"up\n")
+            server.end_log("lm-1-x")
+        return real_answer(request, authorization)
+    server.answer = answer  # type: ignore[method-assign]
     backend.api.list = list_
     assert list(backend.logs("lm", process=1, follow=True)) == ["up"]
     assert len(server.calls("GET", "pods")) == 3
@@ -943,8 +715,8 @@ def test_logs_errors(server, backend):
         backend.logs("lm")
     for p in _job_pods():
         server.put("pods", p)
-    server.fail("GET", "logs", 400, body=_status(
-        400, "BadRequest", 'container "worker" in pod "lm-0-x" is waiting to start: ContainerCreating'))
+    server.fail("GET", "log", 400, 'container "worker" in pod "lm-0-x" is waiting to start: ContainerCreating',
+                reason="BadRequest")
     with pytest.raises(BackendError, match="is waiting to start: ContainerCreating"):
         backend.logs("lm")
 
@@ -1009,7 +781,7 @@ def test_resume_reads_the_spec_annotation_and_resubmits(server, backend, crd_sch
 def test_resume_after_a_simulated_preemption_of_an_indexed_job(server, backend, crd_schema):
     spec = make_spec(name="lm", accelerator={"cpu": {"hosts": 4}}, workload="indexed-job", run_name="run-7")
     submitted(server, spec)
-    server.get("jobs", "lm")["status"] = {"conditions": [
+    stored(server, "jobs", "lm")["status"] = {"conditions": [
         {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
          "message": "Pod team-a/lm-0-x has condition DisruptionTarget matching FailJob rule at index 0"}]}
     assert backend.status("lm").state is JobState.PREEMPTED

@@ -25,7 +25,7 @@ import test_launch_kubernetes as fake_api
 from support.paths import REPO as ROOT
 
 # The fake API server's fixtures: pytest finds fixtures that are attributes of a test module.
-kubeconfig, crd_schema, server, backend = fake_api.kubeconfig, fake_api.crd_schema, fake_api.server, fake_api.backend
+crd_schema, server, backend = fake_api.crd_schema, fake_api.server, fake_api.backend
 make_spec = fake_api.make_spec
 
 EXAMPLES = sorted((ROOT / "k8s" / "examples").glob("*.yaml"))

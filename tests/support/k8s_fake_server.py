@@ -25,7 +25,11 @@ them), and :meth:`FakeKubernetes.plan` says how each successive submission of a 
 condition and every worker exits 42 after its checkpoint, failing the child Job by its
 PodFailurePolicy), ``evict`` (Kueue suspends it and its pods go) or ``run`` (keeps
 running) — applied when the object has been read ``after`` times (status polls), so that
-tests are deterministic and need no sleeps.
+tests are deterministic and need no sleeps. A worker's exit scripted with
+:meth:`FakeKubernetes.exit_worker` is decided instead by the stored object's own policies
+(``podFailurePolicy``, ``backoffLimit``, the JobSet's ``failurePolicy`` rules and
+``maxRestarts``) through ``roxxel_launch.backends.policy``, the engine the local backend
+runs the same manifest with.
 
 Enough for ``kubectl`` too (tests/launcher/test_kubectl_referee.py; ``tls=True``, since
 kubectl sends its token only over TLS, see ``k8s_tls``): discovery and OpenAPI v3 documents
@@ -37,12 +41,20 @@ answering with the deleted object for pods, services and custom resources and wi
 Success Status otherwise, as the API server's registries do; pods made from their Job's pod
 template (containers, annotations); JSON merge patches; JobSets printed as a Table with the
 CRD's columns (``k8s_table``); :meth:`FakeKubernetes.settle` ends a job at once.
+
+It is the one API double of the launcher tests (tests/launcher/test_launch_kubernetes.py
+included), so it also takes objects stored directly (:meth:`FakeKubernetes.put`, as a
+controller or an earlier submit left them), namespaces that do not exist
+(``namespaces``), a cluster without JobSet (``jobset_api``), raw-text answers and faults
+on watches only (:meth:`FakeKubernetes.fail`) and raw log chunks
+(:meth:`FakeKubernetes.log_bytes`).
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import functools
 import http.server
 import itertools
 import json
@@ -54,6 +66,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from roxxel_launch.backends import policy
 
 from support import k8s_discovery, k8s_schema, k8s_table, k8s_tls, k8s_watch
 
@@ -148,11 +162,15 @@ class FakeKubernetes:
         self.objects: dict[tuple[str, str, str], dict] = {}
         self.requests: list[_Request] = []
         self.linger = 0
+        # The namespaces that exist (None: every one). Creating in another is 404 NotFound
+        # 'namespaces "x" not found', as the NamespaceLifecycle admission plugin answers
+        # (https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#namespacelifecycle).
+        self.namespaces: set[str] | None = None
         self._faults: list[dict] = []
         self._plans: dict[str, list[tuple[str, int]]] = {}
         self._scripts: dict[tuple[str, str, str], list] = {}
         self._dying: dict[tuple[str, str, str], int] = {}
-        self._logs: dict[str, list[str]] = {}
+        self._logs: dict[str, list[str | bytes]] = {}
         self._log_ended: set[str] = set()
         self._submissions: dict[str, int] = {}
         self._lock = threading.Condition()
@@ -209,7 +227,10 @@ class FakeKubernetes:
         """How the next submissions of job ``name`` end, one outcome per submission.
 
         Each outcome applies when the object has been read ``after`` times since it was
-        created; submissions beyond the plan keep running.
+        created; submissions beyond the plan keep running. These are scripted end states,
+        not decided from the object's policies: ``preempt`` ends a JobSet Failed as a JobSet
+        controller without failure-policy rules would (the state ``resume`` continues
+        from). :meth:`exit_worker` instead lets the manifest's policies decide.
         """
         for outcome in outcomes:
             if outcome not in _OUTCOMES:
@@ -219,11 +240,45 @@ class FakeKubernetes:
 
     def fail(self, method: str, resource: str, code: int, message: str = "injected failure", *,
              reason: str = "InternalError", dry_run: bool | None = None, times: int = 1,
-             **details) -> None:
-        """Answer the next ``times`` matching requests with this error Status."""
+             watch: bool | None = None, raw: bytes | None = None, **details) -> None:
+        """Answer the next ``times`` matching requests (``watch``: only watches, or only
+        other requests) with this error Status, or with ``raw`` text (as a proxy or the
+        API server's mux answers an unknown path: ``404 page not found``)."""
+        answer = (code, ("raw", raw)) if raw is not None else \
+            (code, status_object(code, reason, message, **details))
         with self._lock:
             self._faults.append(dict(method=method, resource=resource, dry_run=dry_run, times=times,
-                                     answer=status_object(code, reason, message, **details)))
+                                     watch=watch, answer=answer))
+
+    def put(self, resource: str, obj: dict) -> dict:
+        """Store ``obj`` as if created earlier (by a submit, or by a controller: pods); no
+        controller acts on it. Returns the stored object, for the test to edit in place."""
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", self.namespace)
+        meta.setdefault("creationTimestamp", "2025-01-01T00:00:00Z")
+        meta.setdefault("uid", f"uid-{next(self._ids)}")
+        meta.setdefault("resourceVersion", str(next(self._ids)))
+        with self._lock:
+            self.objects[(resource, meta["namespace"], meta["name"])] = obj
+            self._lock.notify_all()
+        return obj
+
+    def log_bytes(self, pod: str, *chunks: bytes) -> None:
+        """Append raw chunks to a pod's log (a followed stream sends each as it comes)."""
+        with self._lock:
+            self._logs.setdefault(pod, []).extend(chunks)
+            self._lock.notify_all()
+
+    @property
+    def jobset_api(self) -> bool:
+        """Is JobSet installed? Without it its CRD is not served and every JobSet path is
+        unknown to the API server: 404 with the mux's plain ``404 page not found``."""
+        return self._real.crd
+
+    @jobset_api.setter
+    def jobset_api(self, installed: bool) -> None:
+        self._real.crd = installed
 
     def log(self, pod: str, *lines: str) -> None:
         """Append lines to a pod's log (a followed stream sends them at once)."""
@@ -267,15 +322,18 @@ class FakeKubernetes:
             self.requests.append(request)
             if authorization != f"Bearer {TOKEN}":
                 return 401, status_object(401, "Unauthorized", "Unauthorized")
+            if request.resource == "jobsets" and not self._real.crd:
+                return 404, ("raw", b"404 page not found\n")
+            is_watch = request.query.get("watch") == "true"
+            injected = self._injected(request) if is_watch else None  # before a watch starts
+            if injected is not None:
+                return injected
             client_side = self._client_side_answer(request)  # see "behaving like a real server"
             if client_side is not None:
                 return client_side
-            for fault in self._faults:
-                if (fault["times"] > 0 and fault["method"] == request.method
-                        and fault["resource"] == request.resource
-                        and fault["dry_run"] in (None, request.dry_run)):
-                    fault["times"] -= 1
-                    return fault["answer"]["code"], fault["answer"]
+            injected = None if is_watch else self._injected(request)
+            if injected is not None:
+                return injected
             served = self._discovery_or_watch(request)
             if served is not None:
                 return served
@@ -293,6 +351,17 @@ class FakeKubernetes:
                 return self._delete(request)
             return 405, status_object(405, "MethodNotAllowed", f"{request.method} is not supported here")
 
+    def _injected(self, request: _Request) -> tuple[int, Any] | None:
+        """The answer of the first :meth:`fail` fault that matches ``request``, if any."""
+        for fault in self._faults:
+            if (fault["times"] > 0 and fault["method"] == request.method
+                    and fault["resource"] == request.resource
+                    and fault["dry_run"] in (None, request.dry_run)
+                    and fault["watch"] in (None, request.query.get("watch") == "true")):
+                fault["times"] -= 1
+                return fault["answer"]
+        return None
+
     def _not_found(self, resource: str, name: str) -> tuple[int, dict]:
         kind, group, _ = _KINDS[resource]
         qualified = f"{resource}.{group}" if group else resource
@@ -308,6 +377,9 @@ class FakeKubernetes:
         if obj.get("kind") != kind or obj.get("apiVersion") != api_version:
             return 400, status_object(400, "BadRequest", f"expected {api_version} {kind}, got "
                                       f"{obj.get('apiVersion')} {obj.get('kind')}")
+        if self.namespaces is not None and ns not in self.namespaces:
+            return 404, status_object(404, "NotFound", f'namespaces "{ns}" not found',
+                                      name=ns, kind="namespaces")
         if meta.get("namespace", ns) != ns:
             return 400, status_object(400, "BadRequest", "the namespace of the object does not "
                                       "match the namespace of the request")
@@ -542,7 +614,8 @@ class FakeKubernetes:
                         return
                     continue
             if lines:
-                write("".join(line + "\n" for line in lines).encode())
+                write(b"".join(line if isinstance(line, bytes) else (line + "\n").encode()
+                               for line in lines))
             if over:
                 with self._lock:
                     if not self._logs.get(pod, [])[sent:]:
@@ -602,6 +675,122 @@ class FakeKubernetes:
         """A gang restart of JobSet ``name`` now (see :meth:`_gang_restart`)."""
         with self._lock:
             self._gang_restart(("jobsets", self.namespace, name))
+
+    def exit_worker(self, name: str, code: int, *, process: int = 0,
+                    disrupted: bool = False) -> policy.Decision:
+        """Worker ``process`` of job ``name`` (a JobSet, else a Job) ends now with exit
+        ``code``; the simulated Job and JobSet controllers then do what the stored object's
+        own policies say, decided by the engine the local backend uses
+        (:mod:`roxxel_launch.backends.policy`: the Job's ``podFailurePolicy`` and
+        ``backoffLimit``, https://kubernetes.io/docs/concepts/workloads/controllers/job/
+        #pod-failure-policy; the JobSet's ``failurePolicy`` rules and ``maxRestarts``,
+        https://jobset.sigs.k8s.io/docs/concepts/#failure-policy):
+
+        * ``RecreatePod``: the failed pod is replaced by a new one (the Job's
+          ``status.failed`` grows);
+        * ``Restart``: a gang restart (:meth:`_gang_restart`), counted toward
+          ``maxRestarts`` or not;
+        * ``Fail``: every other pod is stopped (exit 143) and the workload fails with the
+          controller's condition: a Job with ``FailureTarget`` + ``Failed`` (reason
+          ``PodFailurePolicy`` or ``BackoffLimitExceeded``), a JobSet with ``Failed`` and
+          ``terminalState: Failed`` (reason ``FailJobSetFailurePolicyAction``,
+          ``ReachedMaxRestarts`` or ``FailedJobs``, the JobSet controller's constants).
+
+        ``disrupted`` gives the pod the ``DisruptionTarget`` condition first (a preemption).
+        Returns the decision (all of them are in ``_real.decisions``)."""
+        with self._lock:
+            key = next((k for k in (("jobsets", self.namespace, name), ("jobs", self.namespace, name))
+                        if k in self.objects), None)
+            if key is None:
+                raise KeyError(f"no JobSet or Job {name} in {self.namespace}")
+            decision = self._pod_exit(key, code, process, disrupted)
+            self._real.decisions.append(decision)
+            self._bump_versions()
+            self._lock.notify_all()
+            return decision
+
+    def _pod_exit(self, key: tuple[str, str, str], code: int, process: int,
+                  disrupted: bool) -> policy.Decision:
+        resource, ns, name = key
+        obj = self.objects[key]
+        pods = self._ordered_pods(key)
+        if not 0 <= process < len(pods):
+            raise IndexError(f"{name} has processes 0..{len(pods) - 1}, not {process}")
+        pod = pods[process]
+        labels = pod["metadata"]["labels"]
+        container = pod["status"]["containerStatuses"][0]["name"]
+        exit = policy.PodExit(pod=f"{ns}/{pod['metadata']['name']}", job=labels["job-name"],
+                              exit_code=code, container=container,
+                              replicated_job=labels.get(RJOB_NAME), disrupted=disrupted)
+        status = obj.setdefault("status", {})
+        failures = (key, exit.job)
+        decision = policy.policy_of([obj]).decide(
+            exit, failed_before=self._real.job_failures.get(failures, 0),
+            counted_restarts=int(status.get("restartsCountTowardsMax") or 0))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if disrupted:
+            pod["status"]["conditions"].append({
+                "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                "message": "Preempted in order to admit critical pod", "lastTransitionTime": now})
+        _end_pod(pod, code, now)
+        self._log_ended.add(pod["metadata"]["name"])
+        if decision.action is policy.Action.RECREATE_POD:
+            if decision.counted:
+                self._real.job_failures[failures] = self._real.job_failures.get(failures, 0) + 1
+            if resource == "jobs":
+                status["failed"] = int(status.get("failed") or 0) + 1
+            base = pod["metadata"]["name"].rsplit("-", 1)[0]
+            template = obj["spec"]["template"] if resource == "jobs" else next(
+                r["template"]["spec"]["template"] for r in obj["spec"]["replicatedJobs"]
+                if r["name"] == exit.replicated_job)
+            self._put_pod(f"{base}-{next(self._ids):05d}", ns, dict(labels), now, template=template)
+        elif decision.action is policy.Action.RESTART:
+            self._gang_restart(key, counted=decision.counted)
+        else:
+            self._fail_workload(key, pods, pod, decision, now)
+        self._touch(obj)
+        return decision
+
+    def _ordered_pods(self, key: tuple[str, str, str]) -> list[dict]:
+        """The live pods of a JobSet or Job, in process order (job index, completion index)."""
+        resource, ns, name = key
+        owner_label = JOBSET_NAME if resource == "jobsets" else "job-name"
+        return sorted((o for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
+                       and o["metadata"]["labels"].get(owner_label) == name
+                       and "deletionTimestamp" not in o["metadata"]),
+                      key=lambda p: (int(p["metadata"]["labels"].get(JOB_INDEX, "0")),
+                                     int(p["metadata"]["labels"][COMPLETION_INDEX])))
+
+    def _fail_workload(self, key: tuple[str, str, str], pods: list[dict], failed: dict,
+                       decision: policy.Decision, now: str) -> None:
+        """The workload failed: the controllers stop the other pods (SIGTERM: exit 143) and
+        set the failure conditions (see :meth:`exit_worker`)."""
+        obj = self.objects[key]
+        later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
+        for pod in pods:  # stopped after the failure: they end later than the failed pod
+            if pod is not failed and pod["status"]["phase"] not in ("Succeeded", "Failed"):
+                _end_pod(pod, 143, later)
+            self._log_ended.add(pod["metadata"]["name"])
+        status = obj.setdefault("status", {})
+
+        def condition(type_: str, reason: str, message: str) -> dict:
+            return {"type": type_, "status": "True", "reason": reason, "message": message,
+                    "lastTransitionTime": now}
+        if key[0] == "jobs":
+            message = decision.message if decision.reason == policy.POD_FAILURE_POLICY else \
+                "Job has reached the specified backoff limit"  # the Job controller's words
+            status["failed"] = int(status.get("failed") or 0) + 1
+            status["conditions"] = [condition("FailureTarget", decision.reason, message),
+                                    condition("Failed", decision.reason, message)]
+            return
+        if decision.reason == policy.REACHED_MAX_RESTARTS:
+            reason, message = decision.reason, "jobset failed due to reaching max number of restarts"
+        elif decision.reason == policy.FAILED_JOBS:
+            reason, message = decision.reason, "jobset failed due to one or more job failures"
+        else:  # a FailJobSet rule
+            reason, message = "FailJobSetFailurePolicyAction", "applying FailJobSet failure policy action"
+        status["terminalState"] = "Failed"
+        status["conditions"] = [condition("Failed", reason, message)]
 
     def plan_restarts(self, name: str, *afters: int) -> None:
         """Gang restarts of the next submission of JobSet ``name``, each when the JobSet
@@ -932,13 +1121,13 @@ class FakeKubernetes:
 
     # --- gang restarts
 
-    def _gang_restart(self, key: tuple[str, str, str]) -> None:
-        """A JobSet gang restart after a preemption, as the JobSet controller does it
+    def _gang_restart(self, key: tuple[str, str, str], *, counted: bool = False) -> None:
+        """A JobSet gang restart, as the JobSet controller does it
         (https://jobset.sigs.k8s.io/docs/concepts/#failure-policy): the pods of the attempt
-        end (the preempted one with a DisruptionTarget condition, all with exit 42 after
-        their checkpoint), every child Job is recreated, ``status.restarts`` grows by one
-        (not counted toward maxRestarts: the rule's action is RestartJobSetAndIgnoreMaxRestarts),
-        and the new pods carry the new ``restart-attempt`` label."""
+        end, every child Job is recreated, ``status.restarts`` grows by one, and
+        ``status.restartsCountTowardsMax`` too when ``counted`` (``RestartJobSet``; a
+        preemption's ``RestartJobSetAndIgnoreMaxRestarts`` does not count), and the new pods
+        carry the new ``restart-attempt`` label."""
         obj = self.objects.get(key)
         if obj is None:
             return
@@ -946,7 +1135,9 @@ class FakeKubernetes:
         status = obj.setdefault("status", {})
         attempt = int(status.get("restarts") or 0) + 1
         status["restarts"] = attempt
-        status.setdefault("restartsCountTowardsMax", 0)
+        status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + counted
+        self._real.job_failures = {j: n for j, n in self._real.job_failures.items()
+                                   if j[0] != key}  # the child Jobs are new: no failures yet
         old = [(k, o) for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
                and o["metadata"]["labels"].get(JOBSET_NAME) == name]
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -1065,6 +1256,16 @@ class _RealServerState:
         self.requeues: dict[tuple[str, str, str], int] = {}
         self.readmit_after = 3  # watch ticks before Kueue admits an evicted workload again
         self.readmissions = 0
+        # failures counted against backoffLimit, per (workload key, child Job name)
+        self.job_failures: dict[tuple[tuple[str, str, str], str], int] = {}
+        self.decisions: list[policy.Decision] = []  # what the controllers decided, in order
+
+
+def _end_pod(pod: dict, code: int, finished: str) -> None:
+    """The kubelet's record of a container that exited with ``code``."""
+    pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+    pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": {
+        "exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": finished}})
 
 
 _EXTRA_ROUTES = [
@@ -1088,10 +1289,16 @@ def _extra_route(request: _Request) -> tuple[str, str, str | None, str | None] |
     return None
 
 
-def _jobset_crd(without: tuple[str, ...]) -> dict:
+@functools.lru_cache(maxsize=1)
+def _parsed_jobset_crd() -> dict:
+    """The JobSet CRD fixture, parsed once (a second of YAML parsing per read otherwise)."""
     from support.paths import JOBSET_CRD
 
-    crd = yaml.safe_load(JOBSET_CRD.read_text())
+    return yaml.safe_load(JOBSET_CRD.read_text())
+
+
+def _jobset_crd(without: tuple[str, ...]) -> dict:
+    crd = copy.deepcopy(_parsed_jobset_crd())
     for version in crd["spec"]["versions"]:
         spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
         policy = spec["properties"].get("failurePolicy") or {}
@@ -1196,6 +1403,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         answer with headers (429 + Retry-After), a watch stream. False for anything else."""
         if not isinstance(payload, tuple):
             return False
+        if payload[0] == "raw":  # plain text, not a Status
+            data = payload[1]
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return True
         if payload[0] == "drop":  # the connection closes with no answer (a reset, a proxy)
             self.close_connection = True
             self.connection.shutdown(2)
