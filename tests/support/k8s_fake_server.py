@@ -1355,21 +1355,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if isinstance(payload, tuple) and payload[0] == "stream":
             _, ns, pod, follow = payload
-            self.send_response(code)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-
-            def write(data: bytes) -> None:
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
-
-            try:
-                self.server_fake.stream_log(ns, pod, follow, write)
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True  # the client stopped reading
+            self._stream(code, "text/plain",
+                         lambda write: self.server_fake.stream_log(ns, pod, follow, write))
             return
         data = json.dumps(payload).encode()
         self.send_response(code)
@@ -1381,7 +1368,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _stream(self, code: int, content_type: str, produce) -> None:
-        """A chunked response whose chunks ``produce(write)`` writes."""
+        """A chunked response whose chunks ``produce(write)`` writes; when ``produce`` returns
+        False the stream is dropped (no terminating chunk), as a broken connection would."""
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
@@ -1392,7 +1380,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
 
         try:
-            produce(write)
+            if produce(write) is False:
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except OSError:  # broken pipe, reset, or over TLS an SSLEOFError
@@ -1426,23 +1417,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(data)
             return True
         if payload[0] == "watch" and len(payload) == 2:  # ("watch", request); kubectl's: k8s_watch
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-
-            def write(data: bytes) -> None:
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
-            try:
-                if self.server_fake.stream_watch(payload[1], write):
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                else:  # a dropped stream: no terminating chunk
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
+            self._stream(code, "application/json",
+                         lambda write: self.server_fake.stream_watch(payload[1], write))
             return True
         return False
 
