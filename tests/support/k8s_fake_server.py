@@ -383,13 +383,10 @@ class FakeKubernetes:
         if meta.get("namespace", ns) != ns:
             return 400, status_object(400, "BadRequest", "the namespace of the object does not "
                                       "match the namespace of the request")
-        admission = k8s_schema.admit(resource, obj, raw=request.raw_body,
-                                     field_validation=request.query.get("fieldValidation"),
-                                     status_object=status_object)
-        request.warnings.extend(admission.warnings)
-        if admission.error is not None:
-            return admission.error
-        obj = admission.obj or obj
+        admitted = self._admit(request, obj)
+        if isinstance(admitted, tuple):
+            return admitted
+        obj = admitted
         meta = obj.get("metadata") or {}
         if len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
             # As the API server's NewInvalid: "Kind.group" (no group for core kinds) and the Kind
@@ -417,6 +414,19 @@ class FakeKubernetes:
             self._scripts[(resource, ns, name)] = [outcome, after]
             self._start_pods(resource, obj)
         return 201, copy.deepcopy(obj)
+
+    @staticmethod
+    def _admit(request: _Request, obj: dict) -> dict | tuple[int, dict]:
+        """``obj`` (a create's body, or a patch's result) through admission (``k8s_schema``:
+        decoded, defaulted and validated, honouring ``fieldValidation``): the object to store,
+        or the error answer. Its warnings go to ``request.warnings`` (Warning headers)."""
+        admission = k8s_schema.admit(request.resource, obj, raw=request.raw_body,
+                                     field_validation=request.query.get("fieldValidation"),
+                                     status_object=status_object)
+        request.warnings.extend(admission.warnings)
+        if admission.error is not None:
+            return admission.error
+        return admission.obj or obj
 
     def _list(self, request: _Request) -> tuple[int, dict]:
         kind, _, api_version = _KINDS[request.resource]
@@ -1201,13 +1211,9 @@ class FakeKubernetes:
             return self._not_found(request.resource, request.name)
         current = self.objects[key]
         patched = _merge_patch(copy.deepcopy(current), request.body or {})
-        admission = k8s_schema.admit(request.resource, patched, raw=request.raw_body,
-                                     field_validation=request.query.get("fieldValidation"),
-                                     status_object=status_object)
-        request.warnings.extend(admission.warnings)
-        if admission.error is not None:
-            return admission.error
-        result = admission.obj or patched
+        result = self._admit(request, patched)
+        if isinstance(result, tuple):
+            return result
         for field in ("name", "namespace", "uid", "creationTimestamp"):  # not the patch's to change
             result["metadata"][field] = current["metadata"].get(field)
         if request.dry_run:
