@@ -11,7 +11,11 @@ that would have passed. Connections go to loopback only.
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
+import urllib.error
+import urllib.request
 
 import pytest
 import yaml
@@ -24,7 +28,7 @@ from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.cli import EXIT_SUCCEEDED, cli
 
 from support.fake_clock import FakeClock, fast_retry
-from support.k8s_fake_server import FakeKubernetes
+from support.k8s_fake_server import TOKEN, FakeKubernetes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -301,3 +305,49 @@ def test_a_server_that_never_answers_ends_status_within_its_timeout(tmp_path, mo
     assert "ReadTimeoutError" in message and "gave up after" in message and "\n" not in message
     attempts = len(clock.slept) + 1
     assert took < attempts * 0.2 + 5  # read timeouts only: nothing hangs
+
+
+def _watch_events(fake: FakeKubernetes, query: str) -> tuple[int, list[dict]]:
+    """The events of a raw watch request (as kubectl sends it), read to its end."""
+    url = f"{fake.url}/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets?watch=true&{query}"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, [json.loads(line) for line in answer.read().splitlines()]
+    except urllib.error.HTTPError as err:
+        return err.code, [json.loads(err.read())]
+
+
+def test_one_watch_serves_kubectl_and_the_launcher(fake):
+    """The fake's one watch, as the API server's
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes):
+    without a resourceVersion every object comes first as ADDED; from one, only what changed
+    after it; an object that goes is DELETED with its last state; a field selector on a field
+    the kind does not support is 400 BadRequest."""
+    for name in ("a", "b"):
+        fake.put("jobsets", {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                             "metadata": {"name": name, "labels": {"app": name}}, "spec": {}})
+    code, events = _watch_events(fake, "timeoutSeconds=1")
+    assert code == 200
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a"),
+                                                                             ("ADDED", "b")]
+    version = events[0]["object"]["metadata"]["resourceVersion"]
+    timer = threading.Timer(0.3, lambda: fake.settle("jobsets", "a", "evict"))
+    timer.start()
+    code, events = _watch_events(fake, f"fieldSelector=metadata.name%3Da&resourceVersion={version}"
+                                       "&timeoutSeconds=1")
+    timer.join()
+    assert [(e["type"], e["object"]["spec"].get("suspend")) for e in events] == [("MODIFIED", True)]
+    def remove_b() -> None:
+        with fake._lock:
+            fake._remove(("jobsets", NS, "b"))
+    timer = threading.Timer(0.3, remove_b)
+    timer.start()
+    version = events[0]["object"]["metadata"]["resourceVersion"]
+    code, events = _watch_events(fake, f"resourceVersion={version}&timeoutSeconds=1")
+    timer.join()
+    assert [(e["type"], e["object"]["metadata"]["labels"]) for e in events] == [
+        ("DELETED", {"app": "b"})]
+    code, (answer,) = _watch_events(fake, "fieldSelector=spec.suspend%3Dtrue")
+    assert (code, answer["reason"], answer["message"]) == (
+        400, "BadRequest", "field label not supported: spec.suspend")

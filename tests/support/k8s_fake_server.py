@@ -36,7 +36,7 @@ kubectl sends its token only over TLS, see ``k8s_tls``): discovery and OpenAPI v
 (``k8s_discovery``); every create decoded, defaulted and validated against the official
 schemas and the JobSet CRD with its CEL rules, honouring ``fieldValidation`` (``k8s_schema``;
 warnings go out as ``Warning`` headers); ``fieldSelector`` on ``metadata.name`` /
-``metadata.namespace``; a minimal watch (``k8s_watch``) for ``kubectl wait``; DELETE
+``metadata.namespace``; the same watch for ``kubectl wait`` as for the launcher; DELETE
 answering with the deleted object for pods, services and custom resources and with a
 Success Status otherwise, as the API server's registries do; pods made from their Job's pod
 template (containers, annotations); JSON merge patches; JobSets printed as a Table with the
@@ -69,7 +69,7 @@ import yaml
 
 from roxxel_launch.backends import policy
 
-from support import k8s_discovery, k8s_schema, k8s_table, k8s_tls, k8s_watch
+from support import k8s_discovery, k8s_schema, k8s_table, k8s_tls
 
 TOKEN = "fake-token-for-tests"
 FOLLOW_LIMIT_S = 20.0  # a followed log stream never stays open longer than this
@@ -140,6 +140,11 @@ class _Request:
     @property
     def dry_run(self) -> bool:
         return self.query.get("dryRun") == "All"
+
+    @property
+    def watch(self) -> bool:
+        """A watch (``?watch=true``; kubectl and the Python client send ``true``)."""
+        return self.query.get("watch") in ("true", "1")
 
     def __repr__(self) -> str:
         query = f"?{urllib.parse.urlencode(self.query)}" if self.query else ""
@@ -324,17 +329,16 @@ class FakeKubernetes:
                 return 401, status_object(401, "Unauthorized", "Unauthorized")
             if request.resource == "jobsets" and not self._real.crd:
                 return 404, ("raw", b"404 page not found\n")
-            is_watch = request.query.get("watch") == "true"
-            injected = self._injected(request) if is_watch else None  # before a watch starts
+            injected = self._injected(request) if request.watch else None  # before a watch starts
             if injected is not None:
                 return injected
             client_side = self._client_side_answer(request)  # see "behaving like a real server"
             if client_side is not None:
                 return client_side
-            injected = None if is_watch else self._injected(request)
+            injected = None if request.watch else self._injected(request)
             if injected is not None:
                 return injected
-            served = self._discovery_or_watch(request)
+            served = self._discovery_or_patch(request)
             if served is not None:
                 return served
             if request.resource is None:
@@ -357,7 +361,7 @@ class FakeKubernetes:
             if (fault["times"] > 0 and fault["method"] == request.method
                     and fault["resource"] == request.resource
                     and fault["dry_run"] in (None, request.dry_run)
-                    and fault["watch"] in (None, request.query.get("watch") == "true")):
+                    and fault["watch"] in (None, request.watch)):
                 fault["times"] -= 1
                 return fault["answer"]
         return None
@@ -855,7 +859,10 @@ class FakeKubernetes:
         if extra is not None:
             return self._extra_answer(request, *extra)
         if request.resource in _KINDS and request.method == "GET" and request.name is None \
-                and request.query.get("watch") == "true":
+                and request.watch:
+            problem = _field_selector_problem(request.query.get("fieldSelector"))
+            if problem:
+                return 400, status_object(400, "BadRequest", problem)
             return 200, ("watch", request)
         if request.resource == "services" and request.method == "PATCH":
             return self._patch_owner(request)
@@ -876,7 +883,7 @@ class FakeKubernetes:
         verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(
             request.method)
         if verb is None:
-            verb = ("watch" if request.query.get("watch") == "true" else "list") \
+            verb = ("watch" if request.watch else "list") \
                 if name is None else "get"
         self._real.used.add((group, resource, verb))
         if self._real.role is None:
@@ -1054,21 +1061,47 @@ class FakeKubernetes:
         self._real.readmissions += 1
 
     def stream_watch(self, request: _Request, write) -> bool:
-        """Writes watch events (https://kubernetes.io/docs/reference/using-api/api-concepts/
-        #efficient-detection-of-changes): ADDED/MODIFIED/DELETED for the objects matching
-        the selectors with a resourceVersion newer than the one asked for, BOOKMARK events
-        when ``allowWatchBookmarks`` (https://kubernetes.io/docs/reference/using-api/
-        api-concepts/#watch-bookmarks), until ``timeoutSeconds`` (at most FOLLOW_LIMIT_S).
-        Returns False when the stream was broken on purpose (:meth:`break_watches`)."""
+        """Writes the watch events of ``request`` (a collection GET with ``watch=true``), the
+        one watch of the fake, for kubectl and for the launcher alike; returns False when the
+        stream was broken on purpose (:meth:`break_watches`).
+
+        As the API server does
+        (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes):
+        a chunked stream of JSON events, one a line, ``{"type": "ADDED" | "MODIFIED" |
+        "DELETED" | "BOOKMARK" | "ERROR", "object": {...}}``, for the objects of the path's
+        namespace matching ``labelSelector`` and ``fieldSelector``:
+
+        * without a ``resourceVersion`` (or with "0", or one that is not ours) it starts
+          with every matching object as ADDED, then sends the changes; from a
+          ``resourceVersion`` (of a list or a read) it sends only the objects changed after
+          it (MODIFIED; ADDED for one new to the watch); an object that goes is DELETED with
+          its last state;
+        * BOOKMARK events (only ``metadata.resourceVersion``) when ``allowWatchBookmarks``
+          and nothing changed for a while
+          (https://kubernetes.io/docs/reference/using-api/api-concepts/#watch-bookmarks);
+        * it ends after ``timeoutSeconds`` (at most :data:`FOLLOW_LIMIT_S`) or at shutdown;
+        * :meth:`expire_watches`: an ERROR event with a 410 Expired Status at once
+          (https://kubernetes.io/docs/reference/using-api/api-concepts/#410-gone-responses).
+
+        Each pass over the objects counts as a read of the watched jobs for the scripted
+        controllers (:meth:`_tick`); every change gets a new resourceVersion
+        (:meth:`_bump_versions`)."""
         kind, _, api_version = _KINDS[request.resource]
-        fields = dict(term.split("=", 1) for term in
-                      filter(None, (request.query.get("fieldSelector") or "").split(",")))
-        name = fields.get("metadata.name")
         selector = request.query.get("labelSelector")
-        since = int(request.query.get("resourceVersion") or 0)
-        seconds = min(float(request.query.get("timeoutSeconds") or FOLLOW_LIMIT_S), FOLLOW_LIMIT_S)
+        fields = request.query.get("fieldSelector")
+        since_text = request.query.get("resourceVersion") or ""
+        since = int(since_text) if since_text.isdigit() else 0
+        try:
+            seconds = float(request.query.get("timeoutSeconds") or FOLLOW_LIMIT_S)
+        except ValueError:
+            seconds = FOLLOW_LIMIT_S
         bookmarks = request.query.get("allowWatchBookmarks") == "true"
-        deadline = time.monotonic() + seconds
+        deadline = time.monotonic() + min(seconds, FOLLOW_LIMIT_S)
+
+        def matches(key, obj) -> bool:
+            return (key[0] == request.resource and key[1] == request.namespace
+                    and _selector_matches(selector, obj["metadata"].get("labels") or {})
+                    and _field_selector_matches(fields, obj))
         with self._lock:
             real = self._real
             real.watches += 1
@@ -1079,14 +1112,10 @@ class FakeKubernetes:
                     f"({self._bump_versions()})")}).encode() + b"\n")
                 return True
             break_after = real.breaks.pop(0) if real.breaks else None
-
-        def matches(key, obj) -> bool:
-            return (key[0] == request.resource and key[1] == request.namespace
-                    and (name is None or key[2] == name)
-                    and _selector_matches(selector, obj["metadata"].get("labels") or {}))
-        with self._lock:
             self._bump_versions()
-            known = {k for k, o in self.objects.items() if matches(k, o)}
+            # What the client already has: nothing without a resourceVersion (all is ADDED).
+            known = {k: copy.deepcopy(o) for k, o in self.objects.items() if matches(k, o)} \
+                if since else {}
         sent_events = 0
         last_bookmark = time.monotonic()
         while True:
@@ -1098,17 +1127,14 @@ class FakeKubernetes:
                 for key, obj in sorted(self.objects.items()):
                     if not matches(key, obj):
                         continue
-                    version = int(obj["metadata"]["resourceVersion"])
-                    if version > since:
+                    if key not in known or int(obj["metadata"]["resourceVersion"]) > since:
                         events.append({"type": "MODIFIED" if key in known else "ADDED",
                                        "object": copy.deepcopy(obj)})
-                    known.add(key)
+                        known[key] = copy.deepcopy(obj)
                 for key in sorted(k for k in known if k not in self.objects):
-                    known.discard(key)
-                    events.append({"type": "DELETED", "object": {
-                        "kind": kind, "apiVersion": api_version, "metadata": {
-                            "name": key[2], "namespace": key[1],
-                            "resourceVersion": str(newest)}}})
+                    gone = known.pop(key)
+                    gone["metadata"]["resourceVersion"] = str(newest)
+                    events.append({"type": "DELETED", "object": gone})
                 if events:
                     since = max(since, newest)
                 if bookmarks and not events and time.monotonic() - last_bookmark > 0.2:
@@ -1169,9 +1195,9 @@ class FakeKubernetes:
         return {"certificate-authority-data": base64.b64encode(
             k8s_tls.certificate()[0].read_bytes()).decode()}
 
-    def _discovery_or_watch(self, request: _Request) -> tuple[int, Any] | None:
-        """Discovery and OpenAPI documents (k8s_discovery), the start of a watch
-        (k8s_watch), and a merge patch; None for every other request."""
+    def _discovery_or_patch(self, request: _Request) -> tuple[int, Any] | None:
+        """Discovery and OpenAPI documents (k8s_discovery), a Table of JobSets, and a merge
+        patch; None for every other request."""
         if request.method == "PATCH" and request.resource not in (None, "log") and request.name:
             return self._patch(request)
         if request.method != "GET":
@@ -1179,11 +1205,6 @@ class FakeKubernetes:
         if request.resource is None:
             host, port = self._server.server_address[:2]
             return k8s_discovery.answer(request.path, f"{host}:{port}")
-        if request.name is None and request.query.get("watch") in ("true", "1"):
-            problem = _field_selector_problem(request.query.get("fieldSelector"))
-            if problem:
-                return 400, status_object(400, "BadRequest", problem)
-            return 200, ("watch",)
         if request.resource == "jobsets" and k8s_table.wants_table(request.accept):
             code, answer = self._list(request) if request.name is None else self._read(request)
             if code != 200:
@@ -1355,10 +1376,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         code, payload = self.server_fake.answer(request, self.headers.get("Authorization"))
         if self._serve_client_side(code, payload):
             return
-        if isinstance(payload, tuple) and payload[0] == "watch":
-            self._stream(code, "application/json",
-                         lambda write: k8s_watch.stream(self.server_fake, request, write))
-            return
         if isinstance(payload, tuple) and payload[0] == "stream":
             _, ns, pod, follow = payload
             self._stream(code, "text/plain",
@@ -1422,7 +1439,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return True
-        if payload[0] == "watch" and len(payload) == 2:  # ("watch", request); kubectl's: k8s_watch
+        if payload[0] == "watch":  # ("watch", request): kubectl's and the launcher's
             self._stream(code, "application/json",
                          lambda write: self.server_fake.stream_watch(payload[1], write))
             return True
