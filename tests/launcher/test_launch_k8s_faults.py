@@ -240,6 +240,32 @@ def test_logs_follow_the_job_across_a_gang_restart(fake, clock):
     assert seen == ["step 1", "step 2", "── attempt 2 (restart 1) ──", "restored step 2", "step 3"]
 
 
+def test_logs_previous_prints_the_container_before_a_restart(fake, clock):
+    """`logs --previous` reads ``previous=true``: the lines of the container the kubelet
+    restarted in place (its ``lastState.terminated``), not the running one's
+    (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#get-read-log-of-the-specified-pod).
+    Before any restart the kubelet's 400 is shown with why: the launcher's workers run with
+    ``restartPolicy: Never`` (the Job's podFailurePolicy requires it), so on a cluster a
+    failed worker comes back as a new pod of the next attempt (not "fix the job spec", as
+    any other 400 reads)."""
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict(SPEC))
+    pod = _rank0_pod(fake, 0)
+    fake.log(pod, "step 1", "step 2: loss is NaN")
+    refused = CliRunner().invoke(cli, ["logs", "lm", "--previous"])
+    assert refused.exit_code == 1, refused.output
+    assert f'previous terminated container "worker" in pod "{pod}" not found' in refused.output
+    assert "process 0 of lm has no previous container" in refused.output
+    assert "restartPolicy: Never" in refused.output and "job spec" not in refused.output
+    fake.restart_container(pod, code=1)
+    fake.log(pod, "restored step 1")
+    previous = CliRunner().invoke(cli, ["logs", "lm", "--previous"])
+    assert (previous.exit_code, previous.output) == (0, "step 1\nstep 2: loss is NaN\n")
+    current = CliRunner().invoke(cli, ["logs", "lm"])
+    assert (current.exit_code, current.output) == (0, "restored step 1\n")
+    assert [r.query.get("previous") for r in fake.calls("GET", "log")] == ["true", "true", None]
+
+
 def test_logs_of_every_rank_are_prefixed_and_since_is_passed_on(fake, clock):
     with K.KubernetesBackend(retry=fast_retry(clock)) as b:
         b.submit(S.spec_from_dict(SPEC))

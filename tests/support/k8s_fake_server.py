@@ -175,7 +175,8 @@ class FakeKubernetes:
         self._plans: dict[str, list[tuple[str, int]]] = {}
         self._scripts: dict[tuple[str, str, str], list] = {}
         self._dying: dict[tuple[str, str, str], int] = {}
-        self._logs: dict[str, list[str | bytes]] = {}
+        self._logs: dict[str, list[str | bytes]] = {}  # the running (or last) container's
+        self._previous_logs: dict[str, list[str | bytes]] = {}  # the container before it
         self._log_ended: set[str] = set()
         self._submissions: dict[str, int] = {}
         self._lock = threading.Condition()
@@ -291,6 +292,27 @@ class FakeKubernetes:
             self._logs.setdefault(pod, []).extend(lines)
             self._lock.notify_all()
 
+    def restart_container(self, pod: str, code: int = 1) -> None:
+        """The kubelet restarts the first container of ``pod`` in place (a pod whose
+        ``restartPolicy`` is OnFailure or Always): the old container exited with ``code``; its
+        status moves to ``lastState.terminated`` (with its ``containerID``),
+        ``restartCount`` grows, and its log becomes the previous container's log, which
+        ``previous=true`` reads
+        (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#get-read-log-of-the-specified-pod);
+        the new container starts with an empty log."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with self._lock:
+            container = self.objects[("pods", self.namespace, pod)]["status"]["containerStatuses"][0]
+            container["lastState"] = {"terminated": {
+                "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                "finishedAt": now, "containerID": container.get("containerID")}}
+            container.update(restartCount=container["restartCount"] + 1,
+                             containerID=f"containerd://{next(self._ids):064x}",
+                             state={"running": {"startedAt": now}})
+            self._previous_logs[pod] = self._logs.pop(pod, [])
+            self._touch(self.objects[("pods", self.namespace, pod)])
+            self._lock.notify_all()
+
     def end_log(self, pod: str) -> None:
         """End a followed log stream of ``pod`` (as when its container exits)."""
         with self._lock:
@@ -322,7 +344,8 @@ class FakeKubernetes:
     # ------------------------------------------------------------------ answering
 
     def answer(self, request: _Request, authorization: str | None) -> tuple[int, Any]:
-        """(status code, JSON-able body) — or (200, ("stream", pod, follow)) for a log."""
+        """(status code, JSON-able body) — or (200, ("stream", ns, pod, follow, previous)) for a
+        log."""
         with self._lock:
             self.requests.append(request)
             if authorization != f"Bearer {TOKEN}":
@@ -529,6 +552,7 @@ class FakeKubernetes:
             "spec": spec,
             "status": {"phase": "Running", "conditions": [],
                        "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
+                                              "containerID": f"containerd://{next(self._ids):064x}",
                                               "state": {"running": {"startedAt": started}}}
                                              for c in spec.get("containers") or []]}}
 
@@ -607,20 +631,36 @@ class FakeKubernetes:
     # ------------------------------------------------------------------ logs
 
     def _log_answer(self, request: _Request) -> tuple[int, Any]:
-        if ("pods", request.namespace, request.name) not in self.objects:
+        """A pod's log; with ``previous=true`` its previous terminated container's, which the
+        kubelet finds from ``lastState.terminated.containerID`` and refuses (400 BadRequest,
+        the kubelet's words) when there is none, as in a pod that never restarted one."""
+        pod = self.objects.get(("pods", request.namespace, request.name))
+        if pod is None:
             return self._not_found("pods", request.name)
-        return 200, ("stream", request.namespace, request.name, request.query.get("follow") == "true")
+        previous = request.query.get("previous") == "true"
+        if previous:
+            statuses = pod["status"].get("containerStatuses") or [{}]
+            container = request.query.get("container") or statuses[0].get("name")
+            status = next((c for c in statuses if c.get("name") == container), {})
+            if not ((status.get("lastState") or {}).get("terminated") or {}).get("containerID"):
+                return 400, status_object(400, "BadRequest", f'previous terminated container '
+                                          f'"{container}" in pod "{request.name}" not found')
+        return 200, ("stream", request.namespace, request.name,
+                     request.query.get("follow") == "true", previous)
 
-    def stream_log(self, ns: str, pod: str, follow: bool, write) -> None:
-        """Writes a pod's log lines with ``write(bytes)``; with ``follow`` until it ends."""
+    def stream_log(self, ns: str, pod: str, follow: bool, write, previous: bool = False) -> None:
+        """Writes a pod's log lines with ``write(bytes)``; with ``follow`` until it ends. The
+        ``previous`` container's log has ended: it is written whole, followed or not."""
+        logs = self._previous_logs if previous else self._logs
         sent = 0
         deadline = time.monotonic() + FOLLOW_LIMIT_S
         while True:
             with self._lock:
-                lines = self._logs.get(pod, [])[sent:]
+                lines = logs.get(pod, [])[sent:]
                 sent += len(lines)
                 obj = self.objects.get(("pods", ns, pod))
-                over = (not follow or self._closing or obj is None or pod in self._log_ended
+                over = (not follow or previous or self._closing or obj is None
+                        or pod in self._log_ended
                         or obj["status"]["phase"] in ("Succeeded", "Failed"))
                 if not lines and not over:
                     self._lock.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
@@ -632,7 +672,7 @@ class FakeKubernetes:
                                for line in lines))
             if over:
                 with self._lock:
-                    if not self._logs.get(pod, [])[sent:]:
+                    if not logs.get(pod, [])[sent:]:
                         return
 
     # ================================================================== behaving like a real server
@@ -1377,9 +1417,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self._serve_client_side(code, payload):
             return
         if isinstance(payload, tuple) and payload[0] == "stream":
-            _, ns, pod, follow = payload
+            _, ns, pod, follow, previous = payload
             self._stream(code, "text/plain",
-                         lambda write: self.server_fake.stream_log(ns, pod, follow, write))
+                         lambda write: self.server_fake.stream_log(ns, pod, follow, write, previous))
             return
         data = json.dumps(payload).encode()
         self.send_response(code)
