@@ -21,15 +21,16 @@ query building, bearer token, JSON bodies, chunked log streams, error Status obj
 In place of the JobSet, Job and Kueue controllers, a scripted stand-in: creating a JobSet
 or Job also creates its worker pods (Running, with the labels the controllers put on
 them), and :meth:`FakeKubernetes.plan` says how each successive submission of a job ends
-— ``succeed``, ``fail`` (a worker exits 1), ``preempt`` (a pod gets the DisruptionTarget
-condition and every worker exits 42 after its checkpoint, failing the child Job by its
-PodFailurePolicy), ``evict`` (Kueue suspends it and its pods go) or ``run`` (keeps
-running) — applied when the object has been read ``after`` times (status polls), so that
-tests are deterministic and need no sleeps. A worker's exit scripted with
-:meth:`FakeKubernetes.exit_worker` is decided instead by the stored object's own policies
+— ``succeed``, ``fail`` (a worker exits 1 in every attempt), ``preempt`` (a pod gets the
+DisruptionTarget condition and exits 42 after its checkpoint), ``evict`` (Kueue suspends
+it and its pods go) or ``run`` (keeps running) — applied when the object has been read
+``after`` times (status polls), so that tests are deterministic and need no sleeps. Worker
+exits, those of ``fail`` and of a Job's ``preempt`` as those scripted with
+:meth:`FakeKubernetes.exit_worker`, are decided by the stored object's own policies
 (``podFailurePolicy``, ``backoffLimit``, the JobSet's ``failurePolicy`` rules and
 ``maxRestarts``) through ``roxxel_launch.backends.policy``, the engine the local backend
-runs the same manifest with.
+runs the same manifest with; a JobSet's ``preempt`` is the one scripted end state (see
+:meth:`FakeKubernetes.plan` for why).
 
 Enough for ``kubectl`` too (tests/launcher/test_kubectl_referee.py; ``tls=True``, since
 kubectl sends its token only over TLS, see ``k8s_tls``): discovery and OpenAPI v3 documents
@@ -233,10 +234,17 @@ class FakeKubernetes:
         """How the next submissions of job ``name`` end, one outcome per submission.
 
         Each outcome applies when the object has been read ``after`` times since it was
-        created; submissions beyond the plan keep running. These are scripted end states,
-        not decided from the object's policies: ``preempt`` ends a JobSet Failed as a JobSet
-        controller without failure-policy rules would (the state ``resume`` continues
-        from). :meth:`exit_worker` instead lets the manifest's policies decide.
+        created; submissions beyond the plan keep running. ``fail``, and ``preempt`` of a
+        Job, are worker exits decided by the stored object's own policies, as
+        :meth:`exit_worker`'s are (see :meth:`_exit_until_failed`). ``succeed`` and
+        ``evict`` need no failure policy. ``preempt`` of a JobSet is scripted, and differs
+        from what the launcher's manifest makes the JobSet controller do: its failure-policy
+        rule ``preemption`` (``RestartJobSetAndIgnoreMaxRestarts``) restarts the gang for
+        free instead, so such a JobSet never stops (``exit_worker(..., disrupted=True)``
+        shows that). The script ends the JobSet Failed with every worker preempted, as a
+        JobSet whose policy lacks that rule (edited by hand, an older controller) ends: the
+        one state in which a JobSet stops and ``resume`` continues it, which the tests of
+        ``status``, ``wait`` and ``resume`` of a preempted JobSet need.
         """
         for outcome in outcomes:
             if outcome not in _OUTCOMES:
@@ -570,16 +578,14 @@ class FakeKubernetes:
             return {"type": type_, "status": "True", "reason": reason, "message": message,
                     "lastTransitionTime": now}
 
-        def end(pod: dict, code: int, reason: str, message: str = "", finished: str = now) -> None:
-            pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
-            pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": {
-                "exitCode": code, "reason": reason, "message": message, "finishedAt": finished}})
-
         if outcome == "run":
+            return
+        if outcome == "fail" or (outcome == "preempt" and resource == "jobs"):
+            self._exit_until_failed(key, outcome)
             return
         if outcome == "succeed":
             for pod in pods:
-                end(pod, 0, "Completed")
+                _end_pod(pod, 0, now)
             if resource == "jobsets":
                 obj["status"] = {"terminalState": "Completed", "restarts": 0, "conditions": [
                     condition("Completed", "AllJobsCompleted", "jobset completed successfully")]}
@@ -587,35 +593,17 @@ class FakeKubernetes:
                 obj["status"] = {"succeeded": len(pods), "conditions": [
                     condition("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"),
                     condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods")]}
-        elif outcome == "fail":
-            for i, pod in enumerate(pods):
-                if i == min(1, len(pods) - 1):
-                    end(pod, 1, "Error", "ValueError: the loss is NaN", finished="2000-01-01T00:00:00Z")
-                else:  # stopped by the Job controller after the first failure
-                    end(pod, 143, "Error")
-            if resource == "jobsets":
-                obj["status"] = {"terminalState": "Failed", "restarts": 0, "conditions": [
-                    condition("Failed", "FailedJobs", "jobset failed due to reaching max number of restarts")]}
-            else:
-                obj["status"] = {"failed": 1, "conditions": [
-                    condition("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")]}
-        elif outcome == "preempt":
-            first = pods[0]["metadata"]["name"] if pods else "?"
+        elif outcome == "preempt":  # a JobSet: scripted, see plan()
             for i, pod in enumerate(pods):
                 if i == 0:
                     pod["status"]["conditions"].append(condition(
                         "DisruptionTarget", "PreemptionByScheduler",
                         "Preempted in order to admit critical pod"))
-                end(pod, 42, "Error", "checkpoint saved after SIGTERM")
-            rule = f"Pod {ns}/{first} has condition DisruptionTarget matching FailJob rule at index 0"
-            if resource == "jobsets":
-                obj["status"] = {"terminalState": "Failed", "restarts": 0, "conditions": [
-                    condition("Failed", "FailedJobs",
-                              f"jobset failed: child Job failed with reason PodFailurePolicy: {rule}")]}
-            else:
-                obj["status"] = {"failed": len(pods), "conditions": [
-                    condition("FailureTarget", "PodFailurePolicy", rule),
-                    condition("Failed", "PodFailurePolicy", rule)]}
+                _end_pod(pod, 42, now, "checkpoint saved after SIGTERM")
+            rule = self._job_verdict(obj, pods[0], 42, disrupted=True).message
+            obj["status"] = {"terminalState": "Failed", "restarts": 0, "conditions": [
+                condition("Failed", "FailedJobs",
+                          f"jobset failed: child Job failed with reason PodFailurePolicy: {rule}")]}
         elif outcome == "evict":
             obj["spec"]["suspend"] = True
             obj["status"] = {"conditions": [condition(
@@ -764,7 +752,7 @@ class FakeKubernetes:
             return decision
 
     def _pod_exit(self, key: tuple[str, str, str], code: int, process: int,
-                  disrupted: bool) -> policy.Decision:
+                  disrupted: bool, message: str = "") -> policy.Decision:
         resource, ns, name = key
         obj = self.objects[key]
         pods = self._ordered_pods(key)
@@ -772,10 +760,7 @@ class FakeKubernetes:
             raise IndexError(f"{name} has processes 0..{len(pods) - 1}, not {process}")
         pod = pods[process]
         labels = pod["metadata"]["labels"]
-        container = pod["status"]["containerStatuses"][0]["name"]
-        exit = policy.PodExit(pod=f"{ns}/{pod['metadata']['name']}", job=labels["job-name"],
-                              exit_code=code, container=container,
-                              replicated_job=labels.get(RJOB_NAME), disrupted=disrupted)
+        exit = _pod_exit_of(pod, code, disrupted)
         status = obj.setdefault("status", {})
         failures = (key, exit.job)
         decision = policy.policy_of([obj]).decide(
@@ -786,7 +771,7 @@ class FakeKubernetes:
             pod["status"]["conditions"].append({
                 "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
                 "message": "Preempted in order to admit critical pod", "lastTransitionTime": now})
-        _end_pod(pod, code, now)
+        _end_pod(pod, code, now, message)
         self._log_ended.add(pod["metadata"]["name"])
         if decision.action is policy.Action.RECREATE_POD:
             if decision.counted:
@@ -804,6 +789,38 @@ class FakeKubernetes:
             self._fail_workload(key, pods, pod, decision, now)
         self._touch(obj)
         return decision
+
+    @staticmethod
+    def _job_verdict(obj: dict, pod: dict, code: int, *, disrupted: bool) -> policy.Decision:
+        """What the Job controller alone (the podFailurePolicy of ``pod``'s Job in ``obj``)
+        decides when ``pod`` exits with ``code``, none of its failures counted before."""
+        exit = _pod_exit_of(pod, code, disrupted)
+        return policy.policy_of([obj]).jobs[exit.replicated_job or exit.job].decide(exit, 0)
+
+    def _exit_until_failed(self, key: tuple[str, str, str], outcome: str) -> None:
+        """The ``fail`` and ``preempt`` outcomes of :meth:`plan`, as worker exits that the
+        policy engine decides on (:meth:`_pod_exit`, as for :meth:`exit_worker`):
+
+        * ``fail``: worker 1 (0 when alone) exits 1 with ``ValueError: the loss is NaN``, in
+          every attempt, until the controllers fail the workload (a launcher's Job at once,
+          ``backoffLimit: 0``; its JobSet after ``maxRestarts`` counted gang restarts, with
+          ``ReachedMaxRestarts``);
+        * ``preempt``: worker 0 gets the ``DisruptionTarget`` condition and exits 42 after
+          its checkpoint (a launcher's Job fails by its podFailurePolicy).
+
+        Raises RuntimeError when the object's policies never fail it."""
+        for _ in range(10_002):  # maxRestarts is at most 10000 (the spec's bound)
+            pods = self._ordered_pods(key)
+            if outcome == "preempt":
+                decision = self._pod_exit(key, 42, 0, True, "checkpoint saved after SIGTERM")
+            else:
+                decision = self._pod_exit(key, 1, min(1, len(pods) - 1), False,
+                                          "ValueError: the loss is NaN")
+            self._real.decisions.append(decision)
+            if decision.action is policy.Action.FAIL:
+                self._lock.notify_all()
+                return
+        raise RuntimeError(f"{key[2]}: its policies never fail it; plan another outcome")
 
     def _ordered_pods(self, key: tuple[str, str, str]) -> list[dict]:
         """The live pods of a JobSet or Job, in process order (job index, completion index)."""
@@ -1075,7 +1092,8 @@ class FakeKubernetes:
                 restarts = ((self.objects.get(key) or {}).get("status") or {}).get("restarts")
                 self._apply(key, script[0])
                 if restarts and key in self.objects:  # the outcome keeps the restarts so far
-                    self.objects[key].setdefault("status", {})["restarts"] = restarts
+                    status = self.objects[key].setdefault("status", {})
+                    status["restarts"] = max(restarts, int(status.get("restarts") or 0))
             return
         self._kueue_readmits(key)
 
@@ -1328,11 +1346,24 @@ class _RealServerState:
         self.decisions: list[policy.Decision] = []  # what the controllers decided, in order
 
 
-def _end_pod(pod: dict, code: int, finished: str) -> None:
-    """The kubelet's record of a container that exited with ``code``."""
+def _pod_exit_of(pod: dict, code: int, disrupted: bool) -> policy.PodExit:
+    """What the policy engine is told of ``pod``'s first container ending with ``code``."""
+    labels = pod["metadata"]["labels"]
+    return policy.PodExit(pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}",
+                          job=labels["job-name"], exit_code=code,
+                          container=pod["status"]["containerStatuses"][0]["name"],
+                          replicated_job=labels.get(RJOB_NAME), disrupted=disrupted)
+
+
+def _end_pod(pod: dict, code: int, finished: str, message: str = "") -> None:
+    """The kubelet's record of a container that exited with ``code`` (``message``: its
+    termination message)."""
     pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
-    pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": {
-        "exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": finished}})
+    terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                  "finishedAt": finished}
+    if message:
+        terminated["message"] = message
+    pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": terminated})
 
 
 _EXTRA_ROUTES = [
