@@ -20,6 +20,7 @@ from roxxel_launch.backends.base import (
     JobState,
     JobStatus,
     StopReason,
+    WaitProgress,
     WaitTimeout,
 )
 from roxxel_launch.backends.local import LocalBackend
@@ -130,3 +131,23 @@ def test_wait_returns_an_evicted_job_only_when_asked():
     assert seen == [JobState.RUNNING, JobState.SUSPENDED]
     with pytest.raises(WaitTimeout):
         Evicting([admitted, evicted]).wait("lm", timeout=0.1, poll_seconds=0.02)
+
+
+def test_wait_progress_is_the_one_decision_of_polling_and_watching():
+    """Reports each state change once; over on a terminal state; a suspension ends it only
+    after an admission, with ``evicted_ends``, and not while the queue re-admits the job."""
+    def status(state: JobState) -> JobStatus:
+        return JobStatus(name="lm", state=state, processes=2)
+
+    seen: list[JobState] = []
+    progress = WaitProgress(evicted_ends=True, on_change=lambda s: seen.append(s.state))
+    assert not progress.over(status(JobState.SUSPENDED))  # queued, never admitted yet
+    assert not progress.over(status(JobState.SUSPENDED))
+    assert not progress.over(status(JobState.RUNNING))
+    assert not progress.over(status(JobState.SUSPENDED), requeued=True)  # Kueue re-admits it
+    assert progress.over(status(JobState.SUSPENDED))
+    assert seen == [JobState.SUSPENDED, JobState.RUNNING, JobState.SUSPENDED]
+    assert WaitProgress().over(status(JobState.PREEMPTED))
+    admitted = WaitProgress()
+    assert not admitted.over(status(JobState.RUNNING))
+    assert not admitted.over(status(JobState.SUSPENDED))  # evicted_ends off

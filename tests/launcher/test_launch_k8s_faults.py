@@ -11,7 +11,11 @@ that would have passed. Connections go to loopback only.
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
+import urllib.error
+import urllib.request
 
 import pytest
 import yaml
@@ -24,7 +28,7 @@ from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.cli import EXIT_SUCCEEDED, cli
 
 from support.fake_clock import FakeClock, fast_retry
-from support.k8s_fake_server import FakeKubernetes
+from support.k8s_fake_server import TOKEN, FakeKubernetes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -236,6 +240,32 @@ def test_logs_follow_the_job_across_a_gang_restart(fake, clock):
     assert seen == ["step 1", "step 2", "── attempt 2 (restart 1) ──", "restored step 2", "step 3"]
 
 
+def test_logs_previous_prints_the_container_before_a_restart(fake, clock):
+    """`logs --previous` reads ``previous=true``: the lines of the container the kubelet
+    restarted in place (its ``lastState.terminated``), not the running one's
+    (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#get-read-log-of-the-specified-pod).
+    Before any restart the kubelet's 400 is shown with why: the launcher's workers run with
+    ``restartPolicy: Never`` (the Job's podFailurePolicy requires it), so on a cluster a
+    failed worker comes back as a new pod of the next attempt (not "fix the job spec", as
+    any other 400 reads)."""
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict(SPEC))
+    pod = _rank0_pod(fake, 0)
+    fake.log(pod, "step 1", "step 2: loss is NaN")
+    refused = CliRunner().invoke(cli, ["logs", "lm", "--previous"])
+    assert refused.exit_code == 1, refused.output
+    assert f'previous terminated container "worker" in pod "{pod}" not found' in refused.output
+    assert "process 0 of lm has no previous container" in refused.output
+    assert "restartPolicy: Never" in refused.output and "job spec" not in refused.output
+    fake.restart_container(pod, code=1)
+    fake.log(pod, "restored step 1")
+    previous = CliRunner().invoke(cli, ["logs", "lm", "--previous"])
+    assert (previous.exit_code, previous.output) == (0, "step 1\nstep 2: loss is NaN\n")
+    current = CliRunner().invoke(cli, ["logs", "lm"])
+    assert (current.exit_code, current.output) == (0, "restored step 1\n")
+    assert [r.query.get("previous") for r in fake.calls("GET", "log")] == ["true", "true", None]
+
+
 def test_logs_of_every_rank_are_prefixed_and_since_is_passed_on(fake, clock):
     with K.KubernetesBackend(retry=fast_retry(clock)) as b:
         b.submit(S.spec_from_dict(SPEC))
@@ -301,3 +331,49 @@ def test_a_server_that_never_answers_ends_status_within_its_timeout(tmp_path, mo
     assert "ReadTimeoutError" in message and "gave up after" in message and "\n" not in message
     attempts = len(clock.slept) + 1
     assert took < attempts * 0.2 + 5  # read timeouts only: nothing hangs
+
+
+def _watch_events(fake: FakeKubernetes, query: str) -> tuple[int, list[dict]]:
+    """The events of a raw watch request (as kubectl sends it), read to its end."""
+    url = f"{fake.url}/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets?watch=true&{query}"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, [json.loads(line) for line in answer.read().splitlines()]
+    except urllib.error.HTTPError as err:
+        return err.code, [json.loads(err.read())]
+
+
+def test_one_watch_serves_kubectl_and_the_launcher(fake):
+    """The fake's one watch, as the API server's
+    (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes):
+    without a resourceVersion every object comes first as ADDED; from one, only what changed
+    after it; an object that goes is DELETED with its last state; a field selector on a field
+    the kind does not support is 400 BadRequest."""
+    for name in ("a", "b"):
+        fake.put("jobsets", {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                             "metadata": {"name": name, "labels": {"app": name}}, "spec": {}})
+    code, events = _watch_events(fake, "timeoutSeconds=1")
+    assert code == 200
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a"),
+                                                                             ("ADDED", "b")]
+    version = events[0]["object"]["metadata"]["resourceVersion"]
+    timer = threading.Timer(0.3, lambda: fake.settle("jobsets", "a", "evict"))
+    timer.start()
+    code, events = _watch_events(fake, f"fieldSelector=metadata.name%3Da&resourceVersion={version}"
+                                       "&timeoutSeconds=1")
+    timer.join()
+    assert [(e["type"], e["object"]["spec"].get("suspend")) for e in events] == [("MODIFIED", True)]
+    def remove_b() -> None:
+        with fake._lock:
+            fake._remove(("jobsets", NS, "b"))
+    timer = threading.Timer(0.3, remove_b)
+    timer.start()
+    version = events[0]["object"]["metadata"]["resourceVersion"]
+    code, events = _watch_events(fake, f"resourceVersion={version}&timeoutSeconds=1")
+    timer.join()
+    assert [(e["type"], e["object"]["metadata"]["labels"]) for e in events] == [
+        ("DELETED", {"app": "b"})]
+    code, (answer,) = _watch_events(fake, "fieldSelector=spec.suspend%3Dtrue")
+    assert (code, answer["reason"], answer["message"]) == (
+        400, "BadRequest", "field label not supported: spec.suspend")

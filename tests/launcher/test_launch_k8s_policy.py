@@ -132,3 +132,28 @@ def test_a_failure_within_the_backoff_limit_recreates_the_pod(fake, backend, mon
     status = backend.status("lm")
     assert (status.state, status.exit_code) == (JobState.FAILED, 1)
     assert "BackoffLimitExceeded" in status.message
+
+
+def test_planned_outcomes_are_what_the_manifests_policies_decide(fake, backend):
+    """``plan``'s ``fail`` and a Job's ``preempt`` go through the policy engine: a worker that
+    fails in every attempt ends a JobSet after ``max_restarts`` counted gang restarts
+    (``ReachedMaxRestarts``), and a preempted Job names the podFailurePolicy rule that the
+    launcher's manifest really has at that index (1: the DisruptionTarget rule)."""
+    fake.plan("lm", "fail", after=1)
+    backend.submit(make_spec(max_restarts=2))
+    status = backend.status("lm")
+    assert (status.state, status.exit_code, status.reason, status.restarts) == (
+        JobState.FAILED, 1, StopReason.RESTARTS_EXHAUSTED, 2)
+    assert "ValueError: the loss is NaN" in status.message
+    assert [(d.action, d.counted) for d in fake._real.decisions] == [
+        (policy.Action.RESTART, True), (policy.Action.RESTART, True), (policy.Action.FAIL, True)]
+    conditions = fake.get("jobsets", "lm")["status"]["conditions"]
+    assert [(c["type"], c["reason"]) for c in conditions] == [("Failed", "ReachedMaxRestarts")]
+
+    fake.plan("ix", "preempt", after=1)
+    backend.submit(make_spec(name="ix", num_slices=1, workload="indexed-job"))
+    assert backend.status("ix").state is JobState.PREEMPTED
+    (failed,) = [c for c in fake.get("jobs", "ix")["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed["reason"] == "PodFailurePolicy"
+    assert failed["message"].startswith(f"Pod {NS}/ix-0-") and \
+        failed["message"].endswith("has condition DisruptionTarget matching FailJob rule at index 1")

@@ -44,38 +44,45 @@ def run(*args: str, code: int = 0) -> str:
     return result.output
 
 
-def test_every_verb_runs_under_exactly_the_shipped_role(tmp_path, monkeypatch):
-    role, cluster = rules()
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """The simulated cluster, with Kueue's ``team-a-queue``, that the CLI talks to (fast
+    retries); the test sets the Role it enforces."""
     with FakeKubernetes(namespace=NS) as fake:
         monkeypatch.setenv("KUBECONFIG", str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())
         fake.kueue("team-a-queue")
-        fake.set_role(role, cluster)
-        jobset = tmp_path / "lm.yaml"
-        jobset.write_text(yaml.safe_dump(SPEC))
-        indexed = tmp_path / "ix.yaml"
-        indexed.write_text(yaml.safe_dump({**SPEC, "name": "ix", "num_slices": 1,
-                                           "workload": "indexed-job"}))
-        fake.plan("lm", "preempt", "succeed")
-        run("submit", jobset)
-        run("status", "lm")
-        run("list")
-        fake.log(fake.pods("lm")[0]["metadata"]["name"], "hello")
-        run("logs", "lm")
-        run("wait", "lm", "--poll", "0.1", code=EXIT_PREEMPTED)
-        run("resume", "lm", "--until-done", "--poll", "0.1", code=EXIT_SUCCEEDED)
-        run("logs", "lm", "-f", "--all")
-        run("delete", "lm")
-        fake.fail("POST", "jobs", 422, "injected", reason="Invalid", dry_run=False)
-        run("submit", indexed, code=1)  # the Job is refused: the Service is rolled back
-        fake.plan("ix", "succeed")
-        run("submit", indexed)
-        assert fake.get("services", "ix")["metadata"]["ownerReferences"]
-        run("wait", "ix", "--poll", "0.1")
-        run("delete", "ix")
-        assert fake.objects == {}
-        used = fake.rbac_used
+        yield fake
+
+
+def test_every_verb_runs_under_exactly_the_shipped_role(fake, tmp_path):
+    role, cluster = rules()
+    fake.set_role(role, cluster)
+    jobset = tmp_path / "lm.yaml"
+    jobset.write_text(yaml.safe_dump(SPEC))
+    indexed = tmp_path / "ix.yaml"
+    indexed.write_text(yaml.safe_dump({**SPEC, "name": "ix", "num_slices": 1,
+                                       "workload": "indexed-job"}))
+    fake.plan("lm", "preempt", "succeed")
+    run("submit", jobset)
+    run("status", "lm")
+    run("list")
+    fake.log(fake.pods("lm")[0]["metadata"]["name"], "hello")
+    run("logs", "lm")
+    run("wait", "lm", "--poll", "0.1", code=EXIT_PREEMPTED)
+    run("resume", "lm", "--until-done", "--poll", "0.1", code=EXIT_SUCCEEDED)
+    run("logs", "lm", "-f", "--all")
+    run("delete", "lm")
+    fake.fail("POST", "jobs", 422, "injected", reason="Invalid", dry_run=False)
+    run("submit", indexed, code=1)  # the Job is refused: the Service is rolled back
+    fake.plan("ix", "succeed")
+    run("submit", indexed)
+    assert fake.get("services", "ix")["metadata"]["ownerReferences"]
+    run("wait", "ix", "--poll", "0.1")
+    run("delete", "ix")
+    assert fake.objects == {}
+    used = fake.rbac_used
     granted = {(g, r, v) for rule in role + cluster for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     assert used <= granted  # enough (and nothing was refused: see run())
@@ -83,23 +90,18 @@ def test_every_verb_runs_under_exactly_the_shipped_role(tmp_path, monkeypatch):
 
 
 def test_a_role_without_watch_is_refused_by_the_fake_and_wait_falls_back_to_polling(
-        tmp_path, monkeypatch, caplog):
+        fake, tmp_path, caplog):
     """The double really enforces the Role: without `watch`, the watch is 403 and `wait`
     polls instead (one warning), still ending with the right exit code."""
     role, cluster = rules()
     for rule in role:
         rule["verbs"] = [v for v in rule["verbs"] if v != "watch"]
-    with FakeKubernetes(namespace=NS) as fake:
-        monkeypatch.setenv("KUBECONFIG", str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
-        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())
-        fake.kueue("team-a-queue")
-        fake.set_role(role, cluster)
-        fake.plan("lm", "succeed")
-        spec = tmp_path / "lm.yaml"
-        spec.write_text(yaml.safe_dump(SPEC))
-        run("submit", spec)
-        result = CliRunner().invoke(cli, ["wait", "lm", "--poll", "0.1"])
+    fake.set_role(role, cluster)
+    fake.plan("lm", "succeed")
+    spec = tmp_path / "lm.yaml"
+    spec.write_text(yaml.safe_dump(SPEC))
+    run("submit", spec)
+    result = CliRunner().invoke(cli, ["wait", "lm", "--poll", "0.1"])
     assert result.exit_code == EXIT_SUCCEEDED, result.output
     warnings = [r.getMessage() for r in caplog.records if "cannot watch lm" in r.getMessage()]
     assert len(warnings) == 1 and "polling every 0.1 s" in warnings[0]

@@ -21,22 +21,23 @@ query building, bearer token, JSON bodies, chunked log streams, error Status obj
 In place of the JobSet, Job and Kueue controllers, a scripted stand-in: creating a JobSet
 or Job also creates its worker pods (Running, with the labels the controllers put on
 them), and :meth:`FakeKubernetes.plan` says how each successive submission of a job ends
-— ``succeed``, ``fail`` (a worker exits 1), ``preempt`` (a pod gets the DisruptionTarget
-condition and every worker exits 42 after its checkpoint, failing the child Job by its
-PodFailurePolicy), ``evict`` (Kueue suspends it and its pods go) or ``run`` (keeps
-running) — applied when the object has been read ``after`` times (status polls), so that
-tests are deterministic and need no sleeps. A worker's exit scripted with
-:meth:`FakeKubernetes.exit_worker` is decided instead by the stored object's own policies
+— ``succeed``, ``fail`` (a worker exits 1 in every attempt), ``preempt`` (a pod gets the
+DisruptionTarget condition and exits 42 after its checkpoint), ``evict`` (Kueue suspends
+it and its pods go) or ``run`` (keeps running) — applied when the object has been read
+``after`` times (status polls), so that tests are deterministic and need no sleeps. Worker
+exits, those of ``fail`` and of a Job's ``preempt`` as those scripted with
+:meth:`FakeKubernetes.exit_worker`, are decided by the stored object's own policies
 (``podFailurePolicy``, ``backoffLimit``, the JobSet's ``failurePolicy`` rules and
 ``maxRestarts``) through ``roxxel_launch.backends.policy``, the engine the local backend
-runs the same manifest with.
+runs the same manifest with; a JobSet's ``preempt`` is the one scripted end state (see
+:meth:`FakeKubernetes.plan` for why).
 
 Enough for ``kubectl`` too (tests/launcher/test_kubectl_referee.py; ``tls=True``, since
 kubectl sends its token only over TLS, see ``k8s_tls``): discovery and OpenAPI v3 documents
 (``k8s_discovery``); every create decoded, defaulted and validated against the official
 schemas and the JobSet CRD with its CEL rules, honouring ``fieldValidation`` (``k8s_schema``;
 warnings go out as ``Warning`` headers); ``fieldSelector`` on ``metadata.name`` /
-``metadata.namespace``; a minimal watch (``k8s_watch``) for ``kubectl wait``; DELETE
+``metadata.namespace``; the same watch for ``kubectl wait`` as for the launcher; DELETE
 answering with the deleted object for pods, services and custom resources and with a
 Success Status otherwise, as the API server's registries do; pods made from their Job's pod
 template (containers, annotations); JSON merge patches; JobSets printed as a Table with the
@@ -69,7 +70,7 @@ import yaml
 
 from roxxel_launch.backends import policy
 
-from support import k8s_discovery, k8s_schema, k8s_table, k8s_tls, k8s_watch
+from support import k8s_discovery, k8s_schema, k8s_table, k8s_tls
 
 TOKEN = "fake-token-for-tests"
 FOLLOW_LIMIT_S = 20.0  # a followed log stream never stays open longer than this
@@ -141,6 +142,11 @@ class _Request:
     def dry_run(self) -> bool:
         return self.query.get("dryRun") == "All"
 
+    @property
+    def watch(self) -> bool:
+        """A watch (``?watch=true``; kubectl and the Python client send ``true``)."""
+        return self.query.get("watch") in ("true", "1")
+
     def __repr__(self) -> str:
         query = f"?{urllib.parse.urlencode(self.query)}" if self.query else ""
         return f"{self.method} {self.path}{query}"
@@ -170,7 +176,8 @@ class FakeKubernetes:
         self._plans: dict[str, list[tuple[str, int]]] = {}
         self._scripts: dict[tuple[str, str, str], list] = {}
         self._dying: dict[tuple[str, str, str], int] = {}
-        self._logs: dict[str, list[str | bytes]] = {}
+        self._logs: dict[str, list[str | bytes]] = {}  # the running (or last) container's
+        self._previous_logs: dict[str, list[str | bytes]] = {}  # the container before it
         self._log_ended: set[str] = set()
         self._submissions: dict[str, int] = {}
         self._lock = threading.Condition()
@@ -227,10 +234,17 @@ class FakeKubernetes:
         """How the next submissions of job ``name`` end, one outcome per submission.
 
         Each outcome applies when the object has been read ``after`` times since it was
-        created; submissions beyond the plan keep running. These are scripted end states,
-        not decided from the object's policies: ``preempt`` ends a JobSet Failed as a JobSet
-        controller without failure-policy rules would (the state ``resume`` continues
-        from). :meth:`exit_worker` instead lets the manifest's policies decide.
+        created; submissions beyond the plan keep running. ``fail``, and ``preempt`` of a
+        Job, are worker exits decided by the stored object's own policies, as
+        :meth:`exit_worker`'s are (see :meth:`_exit_until_failed`). ``succeed`` and
+        ``evict`` need no failure policy. ``preempt`` of a JobSet is scripted, and differs
+        from what the launcher's manifest makes the JobSet controller do: its failure-policy
+        rule ``preemption`` (``RestartJobSetAndIgnoreMaxRestarts``) restarts the gang for
+        free instead, so such a JobSet never stops (``exit_worker(..., disrupted=True)``
+        shows that). The script ends the JobSet Failed with every worker preempted, as a
+        JobSet whose policy lacks that rule (edited by hand, an older controller) ends: the
+        one state in which a JobSet stops and ``resume`` continues it, which the tests of
+        ``status``, ``wait`` and ``resume`` of a preempted JobSet need.
         """
         for outcome in outcomes:
             if outcome not in _OUTCOMES:
@@ -286,6 +300,27 @@ class FakeKubernetes:
             self._logs.setdefault(pod, []).extend(lines)
             self._lock.notify_all()
 
+    def restart_container(self, pod: str, code: int = 1) -> None:
+        """The kubelet restarts the first container of ``pod`` in place (a pod whose
+        ``restartPolicy`` is OnFailure or Always): the old container exited with ``code``; its
+        status moves to ``lastState.terminated`` (with its ``containerID``),
+        ``restartCount`` grows, and its log becomes the previous container's log, which
+        ``previous=true`` reads
+        (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#get-read-log-of-the-specified-pod);
+        the new container starts with an empty log."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with self._lock:
+            container = self.objects[("pods", self.namespace, pod)]["status"]["containerStatuses"][0]
+            container["lastState"] = {"terminated": {
+                "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                "finishedAt": now, "containerID": container.get("containerID")}}
+            container.update(restartCount=container["restartCount"] + 1,
+                             containerID=f"containerd://{next(self._ids):064x}",
+                             state={"running": {"startedAt": now}})
+            self._previous_logs[pod] = self._logs.pop(pod, [])
+            self._touch(self.objects[("pods", self.namespace, pod)])
+            self._lock.notify_all()
+
     def end_log(self, pod: str) -> None:
         """End a followed log stream of ``pod`` (as when its container exits)."""
         with self._lock:
@@ -317,24 +352,24 @@ class FakeKubernetes:
     # ------------------------------------------------------------------ answering
 
     def answer(self, request: _Request, authorization: str | None) -> tuple[int, Any]:
-        """(status code, JSON-able body) — or (200, ("stream", pod, follow)) for a log."""
+        """(status code, JSON-able body) — or (200, ("stream", ns, pod, follow, previous)) for a
+        log."""
         with self._lock:
             self.requests.append(request)
             if authorization != f"Bearer {TOKEN}":
                 return 401, status_object(401, "Unauthorized", "Unauthorized")
             if request.resource == "jobsets" and not self._real.crd:
                 return 404, ("raw", b"404 page not found\n")
-            is_watch = request.query.get("watch") == "true"
-            injected = self._injected(request) if is_watch else None  # before a watch starts
+            injected = self._injected(request) if request.watch else None  # before a watch starts
             if injected is not None:
                 return injected
             client_side = self._client_side_answer(request)  # see "behaving like a real server"
             if client_side is not None:
                 return client_side
-            injected = None if is_watch else self._injected(request)
+            injected = None if request.watch else self._injected(request)
             if injected is not None:
                 return injected
-            served = self._discovery_or_watch(request)
+            served = self._discovery_or_patch(request)
             if served is not None:
                 return served
             if request.resource is None:
@@ -357,7 +392,7 @@ class FakeKubernetes:
             if (fault["times"] > 0 and fault["method"] == request.method
                     and fault["resource"] == request.resource
                     and fault["dry_run"] in (None, request.dry_run)
-                    and fault["watch"] in (None, request.query.get("watch") == "true")):
+                    and fault["watch"] in (None, request.watch)):
                 fault["times"] -= 1
                 return fault["answer"]
         return None
@@ -383,13 +418,10 @@ class FakeKubernetes:
         if meta.get("namespace", ns) != ns:
             return 400, status_object(400, "BadRequest", "the namespace of the object does not "
                                       "match the namespace of the request")
-        admission = k8s_schema.admit(resource, obj, raw=request.raw_body,
-                                     field_validation=request.query.get("fieldValidation"),
-                                     status_object=status_object)
-        request.warnings.extend(admission.warnings)
-        if admission.error is not None:
-            return admission.error
-        obj = admission.obj or obj
+        admitted = self._admit(request, obj)
+        if isinstance(admitted, tuple):
+            return admitted
+        obj = admitted
         meta = obj.get("metadata") or {}
         if len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
             # As the API server's NewInvalid: "Kind.group" (no group for core kinds) and the Kind
@@ -417,6 +449,19 @@ class FakeKubernetes:
             self._scripts[(resource, ns, name)] = [outcome, after]
             self._start_pods(resource, obj)
         return 201, copy.deepcopy(obj)
+
+    @staticmethod
+    def _admit(request: _Request, obj: dict) -> dict | tuple[int, dict]:
+        """``obj`` (a create's body, or a patch's result) through admission (``k8s_schema``:
+        decoded, defaulted and validated, honouring ``fieldValidation``): the object to store,
+        or the error answer. Its warnings go to ``request.warnings`` (Warning headers)."""
+        admission = k8s_schema.admit(request.resource, obj, raw=request.raw_body,
+                                     field_validation=request.query.get("fieldValidation"),
+                                     status_object=status_object)
+        request.warnings.extend(admission.warnings)
+        if admission.error is not None:
+            return admission.error
+        return admission.obj or obj
 
     def _list(self, request: _Request) -> tuple[int, dict]:
         kind, _, api_version = _KINDS[request.resource]
@@ -515,6 +560,7 @@ class FakeKubernetes:
             "spec": spec,
             "status": {"phase": "Running", "conditions": [],
                        "containerStatuses": [{"name": c["name"], "ready": True, "restartCount": 0,
+                                              "containerID": f"containerd://{next(self._ids):064x}",
                                               "state": {"running": {"startedAt": started}}}
                                              for c in spec.get("containers") or []]}}
 
@@ -532,16 +578,14 @@ class FakeKubernetes:
             return {"type": type_, "status": "True", "reason": reason, "message": message,
                     "lastTransitionTime": now}
 
-        def end(pod: dict, code: int, reason: str, message: str = "", finished: str = now) -> None:
-            pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
-            pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": {
-                "exitCode": code, "reason": reason, "message": message, "finishedAt": finished}})
-
         if outcome == "run":
+            return
+        if outcome == "fail" or (outcome == "preempt" and resource == "jobs"):
+            self._exit_until_failed(key, outcome)
             return
         if outcome == "succeed":
             for pod in pods:
-                end(pod, 0, "Completed")
+                _end_pod(pod, 0, now)
             if resource == "jobsets":
                 obj["status"] = {"terminalState": "Completed", "restarts": 0, "conditions": [
                     condition("Completed", "AllJobsCompleted", "jobset completed successfully")]}
@@ -549,35 +593,17 @@ class FakeKubernetes:
                 obj["status"] = {"succeeded": len(pods), "conditions": [
                     condition("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"),
                     condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods")]}
-        elif outcome == "fail":
-            for i, pod in enumerate(pods):
-                if i == min(1, len(pods) - 1):
-                    end(pod, 1, "Error", "ValueError: the loss is NaN", finished="2000-01-01T00:00:00Z")
-                else:  # stopped by the Job controller after the first failure
-                    end(pod, 143, "Error")
-            if resource == "jobsets":
-                obj["status"] = {"terminalState": "Failed", "restarts": 0, "conditions": [
-                    condition("Failed", "FailedJobs", "jobset failed due to reaching max number of restarts")]}
-            else:
-                obj["status"] = {"failed": 1, "conditions": [
-                    condition("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")]}
-        elif outcome == "preempt":
-            first = pods[0]["metadata"]["name"] if pods else "?"
+        elif outcome == "preempt":  # a JobSet: scripted, see plan()
             for i, pod in enumerate(pods):
                 if i == 0:
                     pod["status"]["conditions"].append(condition(
                         "DisruptionTarget", "PreemptionByScheduler",
                         "Preempted in order to admit critical pod"))
-                end(pod, 42, "Error", "checkpoint saved after SIGTERM")
-            rule = f"Pod {ns}/{first} has condition DisruptionTarget matching FailJob rule at index 0"
-            if resource == "jobsets":
-                obj["status"] = {"terminalState": "Failed", "restarts": 0, "conditions": [
-                    condition("Failed", "FailedJobs",
-                              f"jobset failed: child Job failed with reason PodFailurePolicy: {rule}")]}
-            else:
-                obj["status"] = {"failed": len(pods), "conditions": [
-                    condition("FailureTarget", "PodFailurePolicy", rule),
-                    condition("Failed", "PodFailurePolicy", rule)]}
+                _end_pod(pod, 42, now, "checkpoint saved after SIGTERM")
+            rule = self._job_verdict(obj, pods[0], 42, disrupted=True).message
+            obj["status"] = {"terminalState": "Failed", "restarts": 0, "conditions": [
+                condition("Failed", "FailedJobs",
+                          f"jobset failed: child Job failed with reason PodFailurePolicy: {rule}")]}
         elif outcome == "evict":
             obj["spec"]["suspend"] = True
             obj["status"] = {"conditions": [condition(
@@ -593,20 +619,36 @@ class FakeKubernetes:
     # ------------------------------------------------------------------ logs
 
     def _log_answer(self, request: _Request) -> tuple[int, Any]:
-        if ("pods", request.namespace, request.name) not in self.objects:
+        """A pod's log; with ``previous=true`` its previous terminated container's, which the
+        kubelet finds from ``lastState.terminated.containerID`` and refuses (400 BadRequest,
+        the kubelet's words) when there is none, as in a pod that never restarted one."""
+        pod = self.objects.get(("pods", request.namespace, request.name))
+        if pod is None:
             return self._not_found("pods", request.name)
-        return 200, ("stream", request.namespace, request.name, request.query.get("follow") == "true")
+        previous = request.query.get("previous") == "true"
+        if previous:
+            statuses = pod["status"].get("containerStatuses") or [{}]
+            container = request.query.get("container") or statuses[0].get("name")
+            status = next((c for c in statuses if c.get("name") == container), {})
+            if not ((status.get("lastState") or {}).get("terminated") or {}).get("containerID"):
+                return 400, status_object(400, "BadRequest", f'previous terminated container '
+                                          f'"{container}" in pod "{request.name}" not found')
+        return 200, ("stream", request.namespace, request.name,
+                     request.query.get("follow") == "true", previous)
 
-    def stream_log(self, ns: str, pod: str, follow: bool, write) -> None:
-        """Writes a pod's log lines with ``write(bytes)``; with ``follow`` until it ends."""
+    def stream_log(self, ns: str, pod: str, follow: bool, write, previous: bool = False) -> None:
+        """Writes a pod's log lines with ``write(bytes)``; with ``follow`` until it ends. The
+        ``previous`` container's log has ended: it is written whole, followed or not."""
+        logs = self._previous_logs if previous else self._logs
         sent = 0
         deadline = time.monotonic() + FOLLOW_LIMIT_S
         while True:
             with self._lock:
-                lines = self._logs.get(pod, [])[sent:]
+                lines = logs.get(pod, [])[sent:]
                 sent += len(lines)
                 obj = self.objects.get(("pods", ns, pod))
-                over = (not follow or self._closing or obj is None or pod in self._log_ended
+                over = (not follow or previous or self._closing or obj is None
+                        or pod in self._log_ended
                         or obj["status"]["phase"] in ("Succeeded", "Failed"))
                 if not lines and not over:
                     self._lock.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
@@ -618,7 +660,7 @@ class FakeKubernetes:
                                for line in lines))
             if over:
                 with self._lock:
-                    if not self._logs.get(pod, [])[sent:]:
+                    if not logs.get(pod, [])[sent:]:
                         return
 
     # ================================================================== behaving like a real server
@@ -710,7 +752,7 @@ class FakeKubernetes:
             return decision
 
     def _pod_exit(self, key: tuple[str, str, str], code: int, process: int,
-                  disrupted: bool) -> policy.Decision:
+                  disrupted: bool, message: str = "") -> policy.Decision:
         resource, ns, name = key
         obj = self.objects[key]
         pods = self._ordered_pods(key)
@@ -718,10 +760,7 @@ class FakeKubernetes:
             raise IndexError(f"{name} has processes 0..{len(pods) - 1}, not {process}")
         pod = pods[process]
         labels = pod["metadata"]["labels"]
-        container = pod["status"]["containerStatuses"][0]["name"]
-        exit = policy.PodExit(pod=f"{ns}/{pod['metadata']['name']}", job=labels["job-name"],
-                              exit_code=code, container=container,
-                              replicated_job=labels.get(RJOB_NAME), disrupted=disrupted)
+        exit = _pod_exit_of(pod, code, disrupted)
         status = obj.setdefault("status", {})
         failures = (key, exit.job)
         decision = policy.policy_of([obj]).decide(
@@ -732,7 +771,7 @@ class FakeKubernetes:
             pod["status"]["conditions"].append({
                 "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
                 "message": "Preempted in order to admit critical pod", "lastTransitionTime": now})
-        _end_pod(pod, code, now)
+        _end_pod(pod, code, now, message)
         self._log_ended.add(pod["metadata"]["name"])
         if decision.action is policy.Action.RECREATE_POD:
             if decision.counted:
@@ -750,6 +789,38 @@ class FakeKubernetes:
             self._fail_workload(key, pods, pod, decision, now)
         self._touch(obj)
         return decision
+
+    @staticmethod
+    def _job_verdict(obj: dict, pod: dict, code: int, *, disrupted: bool) -> policy.Decision:
+        """What the Job controller alone (the podFailurePolicy of ``pod``'s Job in ``obj``)
+        decides when ``pod`` exits with ``code``, none of its failures counted before."""
+        exit = _pod_exit_of(pod, code, disrupted)
+        return policy.policy_of([obj]).jobs[exit.replicated_job or exit.job].decide(exit, 0)
+
+    def _exit_until_failed(self, key: tuple[str, str, str], outcome: str) -> None:
+        """The ``fail`` and ``preempt`` outcomes of :meth:`plan`, as worker exits that the
+        policy engine decides on (:meth:`_pod_exit`, as for :meth:`exit_worker`):
+
+        * ``fail``: worker 1 (0 when alone) exits 1 with ``ValueError: the loss is NaN``, in
+          every attempt, until the controllers fail the workload (a launcher's Job at once,
+          ``backoffLimit: 0``; its JobSet after ``maxRestarts`` counted gang restarts, with
+          ``ReachedMaxRestarts``);
+        * ``preempt``: worker 0 gets the ``DisruptionTarget`` condition and exits 42 after
+          its checkpoint (a launcher's Job fails by its podFailurePolicy).
+
+        Raises RuntimeError when the object's policies never fail it."""
+        for _ in range(10_002):  # maxRestarts is at most 10000 (the spec's bound)
+            pods = self._ordered_pods(key)
+            if outcome == "preempt":
+                decision = self._pod_exit(key, 42, 0, True, "checkpoint saved after SIGTERM")
+            else:
+                decision = self._pod_exit(key, 1, min(1, len(pods) - 1), False,
+                                          "ValueError: the loss is NaN")
+            self._real.decisions.append(decision)
+            if decision.action is policy.Action.FAIL:
+                self._lock.notify_all()
+                return
+        raise RuntimeError(f"{key[2]}: its policies never fail it; plan another outcome")
 
     def _ordered_pods(self, key: tuple[str, str, str]) -> list[dict]:
         """The live pods of a JobSet or Job, in process order (job index, completion index)."""
@@ -845,7 +916,10 @@ class FakeKubernetes:
         if extra is not None:
             return self._extra_answer(request, *extra)
         if request.resource in _KINDS and request.method == "GET" and request.name is None \
-                and request.query.get("watch") == "true":
+                and request.watch:
+            problem = _field_selector_problem(request.query.get("fieldSelector"))
+            if problem:
+                return 400, status_object(400, "BadRequest", problem)
             return 200, ("watch", request)
         if request.resource == "services" and request.method == "PATCH":
             return self._patch_owner(request)
@@ -866,7 +940,7 @@ class FakeKubernetes:
         verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(
             request.method)
         if verb is None:
-            verb = ("watch" if request.query.get("watch") == "true" else "list") \
+            verb = ("watch" if request.watch else "list") \
                 if name is None else "get"
         self._real.used.add((group, resource, verb))
         if self._real.role is None:
@@ -1018,7 +1092,8 @@ class FakeKubernetes:
                 restarts = ((self.objects.get(key) or {}).get("status") or {}).get("restarts")
                 self._apply(key, script[0])
                 if restarts and key in self.objects:  # the outcome keeps the restarts so far
-                    self.objects[key].setdefault("status", {})["restarts"] = restarts
+                    status = self.objects[key].setdefault("status", {})
+                    status["restarts"] = max(restarts, int(status.get("restarts") or 0))
             return
         self._kueue_readmits(key)
 
@@ -1044,21 +1119,47 @@ class FakeKubernetes:
         self._real.readmissions += 1
 
     def stream_watch(self, request: _Request, write) -> bool:
-        """Writes watch events (https://kubernetes.io/docs/reference/using-api/api-concepts/
-        #efficient-detection-of-changes): ADDED/MODIFIED/DELETED for the objects matching
-        the selectors with a resourceVersion newer than the one asked for, BOOKMARK events
-        when ``allowWatchBookmarks`` (https://kubernetes.io/docs/reference/using-api/
-        api-concepts/#watch-bookmarks), until ``timeoutSeconds`` (at most FOLLOW_LIMIT_S).
-        Returns False when the stream was broken on purpose (:meth:`break_watches`)."""
+        """Writes the watch events of ``request`` (a collection GET with ``watch=true``), the
+        one watch of the fake, for kubectl and for the launcher alike; returns False when the
+        stream was broken on purpose (:meth:`break_watches`).
+
+        As the API server does
+        (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes):
+        a chunked stream of JSON events, one a line, ``{"type": "ADDED" | "MODIFIED" |
+        "DELETED" | "BOOKMARK" | "ERROR", "object": {...}}``, for the objects of the path's
+        namespace matching ``labelSelector`` and ``fieldSelector``:
+
+        * without a ``resourceVersion`` (or with "0", or one that is not ours) it starts
+          with every matching object as ADDED, then sends the changes; from a
+          ``resourceVersion`` (of a list or a read) it sends only the objects changed after
+          it (MODIFIED; ADDED for one new to the watch); an object that goes is DELETED with
+          its last state;
+        * BOOKMARK events (only ``metadata.resourceVersion``) when ``allowWatchBookmarks``
+          and nothing changed for a while
+          (https://kubernetes.io/docs/reference/using-api/api-concepts/#watch-bookmarks);
+        * it ends after ``timeoutSeconds`` (at most :data:`FOLLOW_LIMIT_S`) or at shutdown;
+        * :meth:`expire_watches`: an ERROR event with a 410 Expired Status at once
+          (https://kubernetes.io/docs/reference/using-api/api-concepts/#410-gone-responses).
+
+        Each pass over the objects counts as a read of the watched jobs for the scripted
+        controllers (:meth:`_tick`); every change gets a new resourceVersion
+        (:meth:`_bump_versions`)."""
         kind, _, api_version = _KINDS[request.resource]
-        fields = dict(term.split("=", 1) for term in
-                      filter(None, (request.query.get("fieldSelector") or "").split(",")))
-        name = fields.get("metadata.name")
         selector = request.query.get("labelSelector")
-        since = int(request.query.get("resourceVersion") or 0)
-        seconds = min(float(request.query.get("timeoutSeconds") or FOLLOW_LIMIT_S), FOLLOW_LIMIT_S)
+        fields = request.query.get("fieldSelector")
+        since_text = request.query.get("resourceVersion") or ""
+        since = int(since_text) if since_text.isdigit() else 0
+        try:
+            seconds = float(request.query.get("timeoutSeconds") or FOLLOW_LIMIT_S)
+        except ValueError:
+            seconds = FOLLOW_LIMIT_S
         bookmarks = request.query.get("allowWatchBookmarks") == "true"
-        deadline = time.monotonic() + seconds
+        deadline = time.monotonic() + min(seconds, FOLLOW_LIMIT_S)
+
+        def matches(key, obj) -> bool:
+            return (key[0] == request.resource and key[1] == request.namespace
+                    and _selector_matches(selector, obj["metadata"].get("labels") or {})
+                    and _field_selector_matches(fields, obj))
         with self._lock:
             real = self._real
             real.watches += 1
@@ -1069,14 +1170,10 @@ class FakeKubernetes:
                     f"({self._bump_versions()})")}).encode() + b"\n")
                 return True
             break_after = real.breaks.pop(0) if real.breaks else None
-
-        def matches(key, obj) -> bool:
-            return (key[0] == request.resource and key[1] == request.namespace
-                    and (name is None or key[2] == name)
-                    and _selector_matches(selector, obj["metadata"].get("labels") or {}))
-        with self._lock:
             self._bump_versions()
-            known = {k for k, o in self.objects.items() if matches(k, o)}
+            # What the client already has: nothing without a resourceVersion (all is ADDED).
+            known = {k: copy.deepcopy(o) for k, o in self.objects.items() if matches(k, o)} \
+                if since else {}
         sent_events = 0
         last_bookmark = time.monotonic()
         while True:
@@ -1088,17 +1185,14 @@ class FakeKubernetes:
                 for key, obj in sorted(self.objects.items()):
                     if not matches(key, obj):
                         continue
-                    version = int(obj["metadata"]["resourceVersion"])
-                    if version > since:
+                    if key not in known or int(obj["metadata"]["resourceVersion"]) > since:
                         events.append({"type": "MODIFIED" if key in known else "ADDED",
                                        "object": copy.deepcopy(obj)})
-                    known.add(key)
+                        known[key] = copy.deepcopy(obj)
                 for key in sorted(k for k in known if k not in self.objects):
-                    known.discard(key)
-                    events.append({"type": "DELETED", "object": {
-                        "kind": kind, "apiVersion": api_version, "metadata": {
-                            "name": key[2], "namespace": key[1],
-                            "resourceVersion": str(newest)}}})
+                    gone = known.pop(key)
+                    gone["metadata"]["resourceVersion"] = str(newest)
+                    events.append({"type": "DELETED", "object": gone})
                 if events:
                     since = max(since, newest)
                 if bookmarks and not events and time.monotonic() - last_bookmark > 0.2:
@@ -1159,9 +1253,9 @@ class FakeKubernetes:
         return {"certificate-authority-data": base64.b64encode(
             k8s_tls.certificate()[0].read_bytes()).decode()}
 
-    def _discovery_or_watch(self, request: _Request) -> tuple[int, Any] | None:
-        """Discovery and OpenAPI documents (k8s_discovery), the start of a watch
-        (k8s_watch), and a merge patch; None for every other request."""
+    def _discovery_or_patch(self, request: _Request) -> tuple[int, Any] | None:
+        """Discovery and OpenAPI documents (k8s_discovery), a Table of JobSets, and a merge
+        patch; None for every other request."""
         if request.method == "PATCH" and request.resource not in (None, "log") and request.name:
             return self._patch(request)
         if request.method != "GET":
@@ -1169,11 +1263,6 @@ class FakeKubernetes:
         if request.resource is None:
             host, port = self._server.server_address[:2]
             return k8s_discovery.answer(request.path, f"{host}:{port}")
-        if request.name is None and request.query.get("watch") in ("true", "1"):
-            problem = _field_selector_problem(request.query.get("fieldSelector"))
-            if problem:
-                return 400, status_object(400, "BadRequest", problem)
-            return 200, ("watch",)
         if request.resource == "jobsets" and k8s_table.wants_table(request.accept):
             code, answer = self._list(request) if request.name is None else self._read(request)
             if code != 200:
@@ -1201,13 +1290,9 @@ class FakeKubernetes:
             return self._not_found(request.resource, request.name)
         current = self.objects[key]
         patched = _merge_patch(copy.deepcopy(current), request.body or {})
-        admission = k8s_schema.admit(request.resource, patched, raw=request.raw_body,
-                                     field_validation=request.query.get("fieldValidation"),
-                                     status_object=status_object)
-        request.warnings.extend(admission.warnings)
-        if admission.error is not None:
-            return admission.error
-        result = admission.obj or patched
+        result = self._admit(request, patched)
+        if isinstance(result, tuple):
+            return result
         for field in ("name", "namespace", "uid", "creationTimestamp"):  # not the patch's to change
             result["metadata"][field] = current["metadata"].get(field)
         if request.dry_run:
@@ -1261,11 +1346,24 @@ class _RealServerState:
         self.decisions: list[policy.Decision] = []  # what the controllers decided, in order
 
 
-def _end_pod(pod: dict, code: int, finished: str) -> None:
-    """The kubelet's record of a container that exited with ``code``."""
+def _pod_exit_of(pod: dict, code: int, disrupted: bool) -> policy.PodExit:
+    """What the policy engine is told of ``pod``'s first container ending with ``code``."""
+    labels = pod["metadata"]["labels"]
+    return policy.PodExit(pod=f"{pod['metadata']['namespace']}/{pod['metadata']['name']}",
+                          job=labels["job-name"], exit_code=code,
+                          container=pod["status"]["containerStatuses"][0]["name"],
+                          replicated_job=labels.get(RJOB_NAME), disrupted=disrupted)
+
+
+def _end_pod(pod: dict, code: int, finished: str, message: str = "") -> None:
+    """The kubelet's record of a container that exited with ``code`` (``message``: its
+    termination message)."""
     pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
-    pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": {
-        "exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": finished}})
+    terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                  "finishedAt": finished}
+    if message:
+        terminated["message"] = message
+    pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": terminated})
 
 
 _EXTRA_ROUTES = [
@@ -1349,14 +1447,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         code, payload = self.server_fake.answer(request, self.headers.get("Authorization"))
         if self._serve_client_side(code, payload):
             return
-        if isinstance(payload, tuple) and payload[0] == "watch":
-            self._stream(code, "application/json",
-                         lambda write: k8s_watch.stream(self.server_fake, request, write))
-            return
         if isinstance(payload, tuple) and payload[0] == "stream":
-            _, ns, pod, follow = payload
+            _, ns, pod, follow, previous = payload
             self._stream(code, "text/plain",
-                         lambda write: self.server_fake.stream_log(ns, pod, follow, write))
+                         lambda write: self.server_fake.stream_log(ns, pod, follow, write, previous))
             return
         data = json.dumps(payload).encode()
         self.send_response(code)
@@ -1416,7 +1510,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return True
-        if payload[0] == "watch" and len(payload) == 2:  # ("watch", request); kubectl's: k8s_watch
+        if payload[0] == "watch":  # ("watch", request): kubectl's and the launcher's
             self._stream(code, "application/json",
                          lambda write: self.server_fake.stream_watch(payload[1], write))
             return True

@@ -143,6 +143,40 @@ class JobDetails:
     workers: tuple[Worker, ...]
 
 
+class WaitProgress:
+    """What :meth:`Backend.wait` decides on each status it reads, however it reads them
+    (polling :meth:`Backend.status`, or the Kubernetes backend's watch of the job's object):
+    what to report, and whether the wait is over.
+
+    Args:
+        evicted_ends: the wait is also over for a job that was admitted (seen in any state
+            but Suspended) and is Suspended again: evicted by its queue.
+        on_change: called with the status each time its state changes (the first one too).
+    """
+
+    def __init__(self, *, evicted_ends: bool = False,
+                 on_change: Callable[[JobStatus], None] | None = None):
+        self.evicted_ends = evicted_ends
+        self.on_change = on_change
+        self.admitted = False
+        self.shown: JobState | None = None
+
+    def over(self, status: JobStatus, *, requeued: bool = False) -> bool:
+        """Reports ``status`` (when its state changed); True when the wait is over: the job is
+        terminal, or ``evicted_ends`` and it was admitted and is Suspended again, unless
+        ``requeued`` (its queue re-admits it by itself: Kueue's job, see
+        ``KubernetesBackend._kueue_holds``)."""
+        if self.on_change is not None and status.state is not self.shown:
+            self.on_change(status)
+            self.shown = status.state
+        if status.state.terminal:
+            return True
+        if status.state is not JobState.SUSPENDED:
+            self.admitted = True
+            return False
+        return self.evicted_ends and self.admitted and not requeued
+
+
 class Backend(abc.ABC):
     """A place where jobs run."""
 
@@ -216,8 +250,9 @@ class Backend(abc.ABC):
              on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
         """Block until the job is terminal; returns its final status.
 
-        Both backends poll :meth:`status` (the local supervisor and the cluster's controllers
-        record the state where ``status`` reads it).
+        This polls :meth:`status` (the local supervisor records the state where ``status``
+        reads it); the Kubernetes backend watches the job's object instead. Both decide with
+        :class:`WaitProgress`.
 
         Args:
             timeout: seconds; None waits as long as it takes.
@@ -231,20 +266,11 @@ class Backend(abc.ABC):
             JobNotFoundError: no job of that name (or it was deleted meanwhile).
         """
         started = time.monotonic()
-        admitted = False
-        shown = None
+        progress = WaitProgress(evicted_ends=evicted_ends, on_change=on_change)
         while True:
             status = self.status(name)
-            if on_change is not None and status.state is not shown:
-                on_change(status)
-                shown = status.state
-            if status.state.terminal:
+            if progress.over(status):
                 return status
-            if status.state is JobState.SUSPENDED:
-                if evicted_ends and admitted:
-                    return status
-            else:
-                admitted = True
             if timeout is None:
                 time.sleep(poll_seconds)
                 continue

@@ -20,10 +20,12 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import urllib3
+from kubernetes.client.exceptions import ApiException
 
 from roxxel.wording import as_clause
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError, JobNotFoundError
+from roxxel_launch.backends.kubernetes_api import _server_message
 from roxxel_launch.backends.kubernetes_status import (
     COMPLETION_INDEX_KEY,
     JOB_INDEX_LABEL,
@@ -149,8 +151,20 @@ class _RankReader:
             options["previous"] = True
         if follow:
             options["_request_timeout"] = (api.retry.connect_timeout, FOLLOW_READ_TIMEOUT)
-        return api.call("read logs of", "Pod log", self.pod, api.namespace,
-                        api.core().read_namespaced_pod_log, self.pod, api.namespace, **options)
+        try:
+            return api.call("read logs of", "Pod log", self.pod, api.namespace,
+                            api.core().read_namespaced_pod_log, self.pod, api.namespace, **options)
+        except BackendError as err:
+            cause = err.__cause__
+            if not (self.previous and isinstance(cause, ApiException) and cause.status == 400):
+                raise
+            # The kubelet finds no lastState.terminated: no container was restarted in place.
+            raise BackendError(
+                f"process {self.rank} of {self.name} has no previous container: "
+                f"{_server_message(cause)}. Its workers run with restartPolicy: Never (the "
+                "Job's podFailurePolicy requires it), so a failed worker comes back as a pod of "
+                f"the next attempt instead: `roxxel-launch logs {self.name}` shows the newest "
+                "attempt, `--follow` marks each one as it starts.") from err
 
     def lines(self, follow: bool) -> Iterator[str]:
         if not follow:

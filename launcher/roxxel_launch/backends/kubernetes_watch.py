@@ -33,8 +33,8 @@ import urllib3
 from roxxel_launch.backends.base import (
     BackendError,
     JobNotFoundError,
-    JobState,
     JobStatus,
+    WaitProgress,
     WaitTimeout,
 )
 
@@ -101,26 +101,14 @@ def wait_for_job(backend: KubernetesBackend, name: str, *, timeout: float | None
     started = clock()
     kind, obj = backend._require(name)
     version = resource_version(obj)
-    admitted = False
-    shown: JobState | None = None
+    progress = WaitProgress(evicted_ends=evicted_ends, on_change=on_change)
     watching = True
     breaks = 0
 
     def settle(obj: Mapping) -> JobStatus | None:
         """Reports the object's status; returns it when the wait is over."""
-        nonlocal admitted, shown
         status = backend._status_of(kind, obj, backend._pods(kind, name))
-        if on_change is not None and status.state is not shown:
-            on_change(status)
-            shown = status.state
-        if status.state.terminal:
-            return status
-        if status.state is JobState.SUSPENDED:
-            if evicted_ends and admitted and not backend._kueue_holds(obj):
-                return status
-        else:
-            admitted = True
-        return None
+        return status if progress.over(status, requeued=backend._kueue_holds(obj)) else None
 
     def left() -> float | None:
         return None if timeout is None else started + timeout - clock()
