@@ -215,7 +215,7 @@ def cat(path, index, tokenizer, ids) -> None:
             sys.stdout.buffer.write(ByteTokenizer().decode_bytes(tokens))
         else:
             raise ValueError(f"{path} was not packed with the byte tokenizer; pass --tokenizer tokenizer.json, or --ids")
-    except (OSError, ValueError, IndexError) as e:
+    except (OSError, ValueError, IndexError, ImportError) as e:  # ImportError: --tokenizer without `tokenizers`
         _fail(e)
 
 main.add_command(_LazyPlot())

@@ -27,10 +27,12 @@ from typing import BinaryIO, Callable, Iterator, Sequence
 import numpy as np
 
 from roxxel.data.prefetch import Prefetcher
+from roxxel.format.errors import for_cli
 from roxxel.format.layout import token_dtype_for_vocab
 from roxxel.format.manifest import MANIFEST_NAME, Manifest
 from roxxel.format.writer import DEFAULT_SHARD_SIZE, DatasetWriter, join_documents
 from roxxel.tokenizers import ByteTokenizer, HFTokenizer, load_tokenizer
+from roxxel.wording import count
 
 log = logging.getLogger("roxxel.pack")
 
@@ -264,7 +266,8 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
         The dataset's manifest. Nothing under ``output`` opens as a dataset until this returns.
 
     Raises:
-        FileNotFoundError, ValueError: bad inputs (named). DatasetExistsError: ``output`` holds a
+        FileNotFoundError, ValueError: bad inputs (named), or inputs that give no document (all
+        skipped as binary, or empty), in which case nothing is written. DatasetExistsError: ``output`` holds a
         dataset and ``append`` is False. DtypeMismatchError: appending with another tokenizer.
         DatasetLockedError: another pack/append into ``output`` is running.
     """
@@ -275,34 +278,69 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
     tok = load_tokenizer(tokenizer, eos_id=eos_id)
     files = list(iter_input_files(inputs, include, exclude))  # fail on a missing input before writing anything
     if not files:
-        raise FileNotFoundError(f"no input files in {list(inputs)} (include={list(include)})")
+        raise FileNotFoundError(_no_files_message(inputs, include, exclude))
     tasks = _tasks(files) if jobs != 1 and "-" not in files else [files]  # stdin is read here
     jobs = min(jobs or os.cpu_count() or 1, len(tasks))  # no more processes than tasks
     # The pool starts before the dataset is opened, so its workers hold none of the writer's files or lock.
     pool = _start_pool(tok, jobs) if jobs > 1 else None
+    skipped: list[str] = []
+
+    def skip(path: str) -> None:
+        skipped.append(path)
+        if on_skip is not None:
+            on_skip(path)
+
+    packed = 0
     try:
         with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                            tokenizer=tok.identity, shard_size=shard_size, append=append,
                            lock_timeout=lock_timeout) as writer:
             if pool is None:
                 batches: Iterator[Batch] = (_joined(docs, tok, nbytes) for docs, nbytes in
-                           _tokenized_batches(files, tok, fmt, text_field, include_binary, on_skip))
+                           _tokenized_batches(files, tok, fmt, text_field, include_binary, skip))
             else:
-                batches = _pooled_batches(pool, tasks, (fmt, text_field, include_binary), jobs, on_skip)
+                batches = _pooled_batches(pool, tasks, (fmt, text_field, include_binary), jobs, skip)
             # Reading, tokenizing and joining run on the reader thread or the pool; this thread
             # only writes, hashes and checksums, in input order.
             reader = Prefetcher(batches, _QUEUE_DEPTH, name="roxxel-pack-reader")
             try:
                 for tokens, lengths, nbytes in reader:
                     writer.add_joined(tokens, lengths, checked=True)
+                    packed += len(lengths)
                     if on_progress is not None:
                         on_progress(len(lengths), len(tokens), nbytes)
             finally:
                 reader.close()
+            if not packed:  # raised inside the writer: it aborts, leaving no (or the old) dataset
+                raise _nothing_packed(output, skipped)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     return Manifest.load(writer.manifest_path)
+
+
+def _nothing_packed(output: str, skipped: list[str]) -> BaseException:
+    """The error for inputs that gave no document: all binary (skipped), or empty JSONL/Parquet."""
+    if not skipped:
+        problem = f"nothing to pack into {output}: the inputs hold no documents (empty JSONL or Parquet files?)"
+        return for_cli(ValueError(f"{problem}; check the inputs, fmt and text_field"),
+                       f"{problem}; check the inputs, --format and --text-field")
+    problem = (f"nothing to pack into {output}: every input was skipped as binary content "
+               f"({count(len(skipped), 'file')}, e.g. {skipped[0]})")
+    return for_cli(ValueError(f"{problem}; pass include_binary=True to pack them as byte documents"),
+                   f"{problem}; pass --include-binary to pack them as byte documents")
+
+
+def _no_files_message(inputs: Sequence[str], include: Sequence[str], exclude: Sequence[str]) -> str:
+    """Why no input file was found, in the command line's terms (only directories can come up empty)."""
+    where = ", ".join(inputs)
+    if include:
+        patterns = " ".join(f"--include {p!r}" for p in include)
+        return (f"no file in {where} matches {patterns}" + (" (after --exclude)" if exclude else "")
+                + "; --include matches file names, e.g. '*.txt' (check the pattern, or leave it out to take every file)")
+    if exclude:
+        return f"every file in {where} is excluded by --exclude; check the patterns"
+    return f"no files in {where}: the directory is empty; pass files, directories with files, or globs"
 
 
 def _tasks(files: list[str]) -> list[list[str]]:

@@ -90,6 +90,9 @@ class HFTokenizer:
             problem = (f"tokenizer {name or tokenizer!r} has none of the usual end-of-document tokens "
                        f"({', '.join(EOS_CANDIDATES)})")
             raise for_cli(ValueError(f"{problem}; give its id with eos_id=N"), f"{problem}; give its id with --eos-id N")
+        if not 0 <= int(eos_id) < self.vocab_size:
+            problem = f"EOS id {eos_id} is outside the vocabulary of tokenizer {name or tokenizer!r} (ids 0 to {self.vocab_size - 1})"
+            raise for_cli(ValueError(f"{problem}; pass an eos_id inside it"), f"{problem}; pass an --eos-id inside it")
         self.eos_id = int(eos_id)
         digest = hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
         self.identity = {"type": "huggingface", "name": name, "sha256": digest,
@@ -116,11 +119,17 @@ def load_tokenizer(spec: Any, eos_id: int | None = None) -> ByteTokenizer | HFTo
 
     Raises:
         FileNotFoundError: a path that does not exist.
+        ValueError: an ``eos_id`` other than 256 for ``"bytes"`` (its EOS id is fixed: another
+            would be ignored), or one outside a Hugging Face tokenizer's vocabulary.
         TypeError: anything else.
     """
     if isinstance(spec, (ByteTokenizer, HFTokenizer)):
         return spec
     if spec == "bytes":
+        if eos_id is not None and eos_id != ByteTokenizer.eos_id:
+            problem = f"the byte-level tokenizer's EOS id is always {ByteTokenizer.eos_id}, not {eos_id}"
+            raise for_cli(ValueError(f"{problem}; leave eos_id out, or pass a tokenizer.json"),
+                          f"{problem}; leave --eos-id out, or pass --tokenizer tokenizer.json")
         return ByteTokenizer()
     if isinstance(spec, (str, os.PathLike)) or hasattr(spec, "encode_batch"):
         return HFTokenizer(spec, eos_id=eos_id)

@@ -346,7 +346,7 @@ class Curriculum:
         want = (f"asks for {asked} steps" if p.epochs is None else f"asks for {p.epochs} epochs ({asked} steps)") \
             if asked is not None else "runs until the data runs out"
         sizes = ", ".join(f"{name}: {size:,} tokens" for name, size in zip(self.names, self._sizes))
-        fix = ("use data of at least one row per step, or a smaller batch_size/seq_len" if n == 0 else
+        fix = ("use data of at least one row per step, or a smaller global_batch_size/seq_len" if n == 0 else
                f"pass repeat=True to start new epochs, ask for at most {n} steps, or leave steps/epochs unset on "
                "the last phase to train until the data runs out")
         return (f"phase {i} {want} of {p.global_batch_size} x {p.seq_len} tokens, but the data ({sizes}, in chunks of "

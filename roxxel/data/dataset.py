@@ -34,6 +34,7 @@ from roxxel.format.errors import (
 )
 from roxxel.format.manifest import MANIFEST_NAME, Manifest
 from roxxel.format.shard import open_shard
+from roxxel.wording import count
 
 log = logging.getLogger("roxxel.data")
 
@@ -307,11 +308,12 @@ class Dataset:
         n = self.num_documents
         if isinstance(idx, slice):
             return [self[i] for i in range(*idx.indices(n))]
-        idx = int(idx)
+        asked = idx = int(idx)
         if idx < 0:
             idx += n
         if not 0 <= idx < n:
-            raise IndexError(f"document index {idx} out of range for a dataset of {n} documents")
+            raise IndexError(f"document index {asked} out of range: the dataset holds {count(n, 'document')}, "
+                             "numbered from 0 (a negative index counts from the end)")
         s = bisect.bisect_right(self._doc_offsets, idx) - 1
         shard = self._shard(s)
         start, stop = shard.document_bounds(idx - int(self._doc_offsets[s]))

@@ -43,10 +43,11 @@ def process_rows(sharding, global_shape: tuple[int, int], phase: int | None = No
             process's rows are not contiguous (a mesh that interleaves processes).
     """
     where = f"phase {phase}: " if phase is not None else ""
+    size = "global_batch_size" if phase is not None else "batch_size"  # Phase's name; the original stream()'s
     try:
         index_map = sharding.addressable_devices_indices_map(global_shape)
     except ValueError as e:
-        raise ValueError(f"{where}batch_size {global_shape[0]} cannot be split over the batch sharding ({e}); "
+        raise ValueError(f"{where}{size} {global_shape[0]} cannot be split over the batch sharding ({e}); "
                          "use a batch size that is a multiple of the number of data shards") from None
     spans = sorted({(idx[0].start or 0, global_shape[0] if idx[0].stop is None else idx[0].stop)
                     for idx in index_map.values()})

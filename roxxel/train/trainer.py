@@ -221,12 +221,12 @@ class Trainer:
         shards = math.prod(self.data_sharding.mesh.shape[a] for a in axes)
         for p in self.curriculum.resolved:
             if p.global_batch_size % self.grad_accum_steps:
-                raise ValueError(f"phase {p.index}: batch_size {p.global_batch_size} does not divide into "
+                raise ValueError(f"phase {p.index}: global_batch_size {p.global_batch_size} does not divide into "
                                  f"{self.grad_accum_steps} micro-batches; pick a multiple of {self.grad_accum_steps}")
             if (p.global_batch_size // self.grad_accum_steps) % shards:
                 raise ValueError(
                     f"phase {p.index}: each micro-batch of {p.global_batch_size // self.grad_accum_steps} rows must split "
-                    f"evenly over the {shards} data shards (devices on the data axis); use a batch_size that is a "
+                    f"evenly over the {shards} data shards (devices on the data axis); use a global_batch_size that is a "
                     f"multiple of {shards * self.grad_accum_steps}")
 
     # ----------------------------------------------------------------------------------

@@ -243,8 +243,11 @@ def test_missing_kubeconfig_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nope"))
     backend = K.KubernetesBackend()  # still fine: nothing is loaded yet
-    with pytest.raises(BackendError, match=r"cannot load Kubernetes credentials.*KUBECONFIG.*--context"):
+    with pytest.raises(BackendError, match=r"cannot load Kubernetes credentials.*KUBECONFIG.*--context") as err:
         backend.status("lm")
+    # One sentence end after the client's own message (which ends with a period), and the way
+    # out for a user who meant a job on this machine.
+    assert ".." not in str(err.value) and "add --local" in str(err.value)
 
 
 # ----------------------------------------------------------------------------- submit

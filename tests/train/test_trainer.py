@@ -75,7 +75,7 @@ def test_grad_accumulation_matches_one_big_step(ds, tmp_path):
         out = Trainer(model, opt, cur, loss_fn, log_every=1, save_interval_steps=100, grad_accum_steps=accum).run()
         runs.append(out["loss"])
     assert runs[0] == pytest.approx(runs[1], rel=1e-5)
-    with pytest.raises(ValueError, match="phase 0: batch_size 8 does not divide into 3 micro-batches"):
+    with pytest.raises(ValueError, match="phase 0: global_batch_size 8 does not divide into 3 micro-batches"):
         Trainer(*make_model(), cur, loss_fn, grad_accum_steps=3)
 
 

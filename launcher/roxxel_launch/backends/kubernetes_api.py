@@ -158,13 +158,13 @@ class KubernetesApi:
             contexts, current = k8s_config.list_kube_config_contexts(config_file=path)
         except (k8s_config.ConfigException, OSError, ValueError, yaml.YAMLError) as err:
             context = f" (context {self._context!r})" if self._context else ""
-            also = (f"; in-cluster credentials failed too: {in_cluster_error}"
+            also = (f"; in-cluster credentials failed too: {as_clause(in_cluster_error)}"
                     if in_cluster_error else "")
             raise BackendError(
-                f"cannot load Kubernetes credentials from {path}{context}: {err}{also}. "
+                f"cannot load Kubernetes credentials from {path}{context}: {as_clause(err)}{also}. "
                 "Point KUBECONFIG at a kubeconfig (e.g. run `gcloud container clusters "
                 "get-credentials CLUSTER`), or pick an existing context with --context "
-                "(kubectl config get-contexts).") from err
+                "(kubectl config get-contexts); for a job run on this machine, add --local.") from err
         if self._context is not None:
             current = next((c for c in contexts if c.get("name") == self._context), current)
         namespace = ((current or {}).get("context") or {}).get("namespace")

@@ -314,7 +314,7 @@ class Supervisor:
         configuration error (78), max_restarts used up, or another failure."""
         if code == exit_codes.PREEMPTED_EXIT_CODE:
             return self._finish(
-                JobState.PREEMPTED, code, f"{what} (preempted after a complete checkpoint): {decision.message}; "
+                JobState.PREEMPTED, code, f"{what}: {decision.message}; "  # `what` says "preempted" already
                 f"resume with `roxxel-launch resume {self.spec.name} --local`", StopReason.PREEMPTED)
         if code == exit_codes.CONFIG_ERROR_EXIT_CODE:
             return self._finish_failed(i, code, f"{what}; not restarted: a configuration error fails the "

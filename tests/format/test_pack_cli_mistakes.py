@@ -1,0 +1,80 @@
+"""`roxxel pack` and `roxxel cat` given what a new user gets wrong: each mistake fails with one
+line that names the flag to change, and leaves no dataset behind (issue 19's new-user pass)."""
+
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from roxxel import Roxxel
+from roxxel.cli import main
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(main, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+def test_inputs_that_are_all_skipped_as_binary_write_no_empty_dataset(tmp_path):
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"\x00\x01\x02" * 10)
+    r = run("pack", blob, "-o", tmp_path / "ds")
+    assert r.exit_code == 1, r.output
+    assert "every input was skipped as binary content (1 file, e.g." in r.output and "--include-binary" in r.output
+    assert "include_binary=" not in r.output
+    assert not (tmp_path / "ds" / "dataset.json").exists()  # before: an empty dataset, exit 0
+    assert run("pack", blob, "-o", tmp_path / "ds", "--include-binary").exit_code == 0  # the fix it names works
+
+
+def test_empty_jsonl_fails_and_an_empty_append_leaves_the_dataset_as_it_was(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    r = run("pack", empty, "-o", tmp_path / "ds")
+    assert r.exit_code == 1 and "the inputs hold no documents" in r.output and "--text-field" in r.output
+    (tmp_path / "a.txt").write_text("one")
+    assert run("pack", tmp_path / "a.txt", "-o", tmp_path / "ds").exit_code == 0
+    assert run("pack", empty, "-o", tmp_path / "ds", "--append").exit_code == 1
+    assert Roxxel(str(tmp_path / "ds")).num_documents == 1
+
+
+def test_an_include_that_matches_nothing_names_the_flag_not_python_values(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x = 1")
+    r = run("pack", tmp_path / "src", "--include", "*.pyy", "-o", tmp_path / "ds")
+    assert r.exit_code == 1
+    assert f"no file in {tmp_path / 'src'} matches --include '*.pyy'" in r.output, r.output
+    assert "['" not in r.output and "include=" not in r.output
+
+
+def test_eos_id_the_byte_tokenizer_would_ignore_is_refused(tmp_path):
+    (tmp_path / "a.txt").write_text("one")
+    for eos in ("300", "-1"):
+        r = run("pack", tmp_path / "a.txt", "-o", tmp_path / "ds", "--eos-id", eos)
+        assert r.exit_code == 1 and f"always 256, not {eos}; leave --eos-id out" in r.output, r.output
+    assert run("pack", tmp_path / "a.txt", "-o", tmp_path / "ds", "--eos-id", "256").exit_code == 0
+
+
+def test_eos_id_outside_a_tokenizers_vocabulary_is_refused(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "a.txt").write_text("a a")
+    r = run("pack", tmp_path / "a.txt", "-o", tmp_path / "ds", "--tokenizer", tmp_path / "tokenizer.json",
+            "--eos-id", "5")
+    assert r.exit_code == 1 and "EOS id 5 is outside the vocabulary" in r.output and "--eos-id" in r.output
+
+
+def test_cat_out_of_range_counts_in_english(tmp_path):
+    (tmp_path / "a.txt").write_text("one")
+    assert run("pack", tmp_path / "a.txt", "-o", tmp_path / "ds").exit_code == 0
+    r = run("cat", tmp_path / "ds", "5")
+    assert r.exit_code == 1
+    assert "document index 5 out of range: the dataset holds 1 document, numbered from 0" in r.output, r.output
+
+
+def test_cat_with_a_tokenizer_but_without_the_tokenizers_package_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "a.txt").write_text("one")
+    assert run("pack", tmp_path / "a.txt", "-o", tmp_path / "ds").exit_code == 0
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # `import tokenizers` raises ImportError
+    r = run("cat", tmp_path / "ds", "0", "--tokenizer", tmp_path / "tokenizer.json")
+    assert r.exit_code == 1  # before: an ImportError traceback
+    assert r.output.startswith("roxxel: error: ") and "pip install 'roxxel[tokenizers]'" in r.output
