@@ -336,6 +336,7 @@ def pip_runs(request, tmp_path_factory) -> Iterator[dict[str, Future]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # the first to wait: on a busy machine it also waits while the resolves share the cores
 def test_cpu_install_steps_run_in_a_fresh_venv(pip_runs):
     """The build stage's instructions, in order, with ACCELERATOR=cpu (_run_build_stage), and
     the virtual environment they leave has Roxxel installed with its entry points."""
