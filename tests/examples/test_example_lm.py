@@ -12,10 +12,9 @@ ROOT = str(REPO)
 
 
 @pytest.mark.slow
-def test_prepare_and_train_briefly(tmp_path):
-    data, run = str(tmp_path / "data"), str(tmp_path / "run")
+def test_prepare_and_train_briefly(tmp_path, lm_data):
+    data, run = str(lm_data), str(tmp_path / "run")  # lm_data: examples/lm/prepare.py's output
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    subprocess.run([sys.executable, "examples/lm/prepare.py", data], cwd=ROOT, check=True, env=env)
     assert sorted(os.listdir(data)) == ["code", "code-eval", "text"]
     out = subprocess.run([sys.executable, "examples/lm/train.py", "--data", data, "--run-dir", run,
                           "--steps", "6", "4", "--batch", "4", "2", "--log-every", "2", "--eval-every", "5",

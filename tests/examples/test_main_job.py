@@ -51,9 +51,8 @@ def worker_log(tmp_path, name, i=0):
 
 
 @pytest.mark.slow
-def test_preempted_at_a_random_step_then_resumed_equals_uninterrupted(tmp_path):
-    data = str(tmp_path / "data")
-    subprocess.run([sys.executable, "examples/lm/prepare.py", data], cwd=ROOT, check=True, capture_output=True)
+def test_preempted_at_a_random_step_then_resumed_equals_uninterrupted(tmp_path, lm_data):
+    data = str(lm_data)
     total = sum(map(int, STEPS))
 
     # The uninterrupted run, each worker on its own network host where that can run.

@@ -22,6 +22,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import psutil
@@ -258,6 +260,7 @@ class Job:
             if self.proc.poll() is None:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self.seconds = time.monotonic() - self.started
+        self.out, self.err = out, err
         assert self.proc.returncode == 0, out[-4000:] + err[-4000:]
         return out, err
 
@@ -335,18 +338,57 @@ def _assert_restored_and_equal(job: Job, lost: int, reference: pathlib.Path) -> 
     assert not _ours(*{_run_id(a["hosts"]) for a in status["attempts"]})  # nothing left behind
 
 
+def _lose_host(job: Job, lost: int) -> float:
+    """Once ``job`` has checkpointed step EVERY, takes host ``lost`` off the network (link down:
+    no FIN, no RST, just silence); process 0's host also freezes (SIGSTOP to its processes),
+    as when a machine loses power, so that the launcher learns it only from the survivors, as
+    Kubernetes does. Returns when the job has ended, with the time.time() of the cut."""
+    job.wait_for_checkpoint(EVERY)
+    host = job.host(lost)
+    cut = time.time()
+    _ip("link", "set", host["link"], "down")
+    if lost == 0:
+        worker = psutil.Process(job.status()["pids"][0])
+        for proc in [worker, *worker.children(recursive=True)]:
+            proc.send_signal(signal.SIGSTOP)
+    job.finish()
+    return cut
+
+
+# The host-loss tests below mostly wait (paced steps, then the heartbeat timeout), so their
+# two jobs run at the same time, each in a thread, started when the first test asks; each
+# test then checks its own job.
+HOST_LOSSES = {"test_a_host_taken_off_the_network_is_noticed_and_the_gang_resumes": ("linkdown", 1),
+               "test_losing_the_coordinators_host_is_noticed_and_the_gang_resumes": ("coordlost", 0)}
+
+
+@pytest.fixture(scope="module")
+def host_losses(request, tmp_path_factory, data, jax_cache) -> Iterator[dict[str, Future]]:
+    """The selected host-loss jobs, started together: by name, the job and its cut time."""
+    wanted = [HOST_LOSSES[item.originalname] for item in request.session.items
+              if item.module is request.module and item.originalname in HOST_LOSSES]
+
+    def run(name: str, lost: int) -> tuple[Job, float]:
+        job = Job(tmp_path_factory.mktemp(name), data, jax_cache, name, 2, pause=1.0).start("--netns")
+        try:
+            return job, _lose_host(job, lost)
+        finally:
+            if job.proc.poll() is None:  # a failed wait: end the job with its thread
+                os.killpg(job.proc.pid, signal.SIGKILL)
+                job.proc.wait()
+
+    with ThreadPoolExecutor(max_workers=max(1, len(wanted)), thread_name_prefix="host-loss") as pool:
+        yield {name: pool.submit(run, name, lost) for name, lost in wanted}
+
+
 @pytest.mark.slow
 @needs_netns
-def test_a_host_taken_off_the_network_is_noticed_and_the_gang_resumes(tmp_path, data, jax_cache, reference):
-    job = Job(tmp_path, data, jax_cache, "linkdown", 2, pause=1.0).start("--netns")
-    job.wait_for_checkpoint(EVERY)
-    cut = time.time()
-    _ip("link", "set", job.host(1)["link"], "down")  # unplugged: no FIN, no RST, just silence
-    _, err = job.finish()
+def test_a_host_taken_off_the_network_is_noticed_and_the_gang_resumes(host_losses, reference):
+    job, cut = host_losses["linkdown"].result()
     detected = _detected_after(job, cut)
     assert detected < DETECTION_BOUND, detected
     _assert_restored_and_equal(job, 1, reference(2))
-    assert "gang restart 1 of at most 2" in err
+    assert "gang restart 1 of at most 2" in job.err
     print(f"link down: first worker exit after {detected:.1f}s (heartbeat timeout {HEARTBEAT}s)")
 
 
@@ -430,18 +472,10 @@ def test_pod_across_namespaces_equals_loopback(tmp_path, data, jax_cache, refere
 
 @pytest.mark.slow
 @needs_netns
-def test_losing_the_coordinators_host_is_noticed_and_the_gang_resumes(tmp_path, data, jax_cache, reference):
+def test_losing_the_coordinators_host_is_noticed_and_the_gang_resumes(host_losses, reference):
     """Process 0's host dies: its link goes down and its processes freeze (SIGSTOP), as when a
     machine loses power. Like Kubernetes, the launcher learns it only from the survivors."""
-    job = Job(tmp_path, data, jax_cache, "coordlost", 2, pause=1.0).start("--netns")
-    job.wait_for_checkpoint(EVERY)
-    host = job.host(0)
-    cut = time.time()
-    _ip("link", "set", host["link"], "down")
-    worker = psutil.Process(job.status()["pids"][0])
-    for proc in [worker, *worker.children(recursive=True)]:
-        proc.send_signal(signal.SIGSTOP)
-    job.finish()
+    job, cut = host_losses["coordlost"].result()
     detected = _detected_after(job, cut)
     assert detected < DETECTION_BOUND, detected
     first = job.status()["attempts"][0]

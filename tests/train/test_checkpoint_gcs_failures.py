@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -31,9 +33,12 @@ SAVE_MARGIN_S = 2  # the save itself fails at its deadline (Orbax's own timeout 
 STARTUP_S = 60  # importing jax/orbax/gcsfs on 2 busy cores
 
 
-def _emulator(tmp_path, fault: str):
+def _require_emulator() -> None:
     pytest.importorskip("gcp_storage_emulator", reason="gcp-storage-emulator is not installed")
     pytest.importorskip("gcsfs", reason="gcsfs (epath's gs:// backend without TensorFlow) is not installed")
+
+
+def _emulator(tmp_path, fault: str):
     import support.gcs_emulator as wrapper
 
     proc, url = wrapper.start(tmp_path / "emulator.log", BUCKET, fault=fault)
@@ -73,8 +78,25 @@ def _save(tmp_path, fault: str) -> tuple[int, dict[str, float], str, str, float]
     return proc.returncode, times, out, err, elapsed
 
 
-def test_persistent_500s_fail_the_save_within_its_timeout_and_the_process_exits(tmp_path):
-    code, times, out, err, elapsed = _save(tmp_path, "500:1:faulty/")
+# Each save below mostly waits (on the store's errors, then on its timeout), so the selected
+# ones run at the same time, each in a thread with its own emulator, started when the first
+# test asks; each test then checks its own.
+FAULTS = {"test_persistent_500s_fail_the_save_within_its_timeout_and_the_process_exits": "500:1:faulty/",
+          "test_503s_to_half_the_writes_end_the_save_within_its_timeout": "503:0.5:faulty/"}
+
+
+@pytest.fixture(scope="module")
+def saves(request, tmp_path_factory) -> Iterator[dict[str, Future]]:
+    """The selected tests' saves, by fault, started together: each one's result of _save."""
+    faults = [FAULTS[item.originalname] for item in request.session.items
+              if item.module is request.module and item.originalname in FAULTS]
+    _require_emulator()
+    with ThreadPoolExecutor(max_workers=max(1, len(faults)), thread_name_prefix="save") as pool:
+        yield {fault: pool.submit(_save, tmp_path_factory.mktemp("save"), fault) for fault in faults}
+
+
+def test_persistent_500s_fail_the_save_within_its_timeout_and_the_process_exits(saves):
+    code, times, out, err, elapsed = saves["500:1:faulty/"].result()
     report = f"exit {code} after {elapsed:.1f} s\n{out[-3000:]}\n{err[-3000:]}"
     print(f"exit {code} after {elapsed:.1f} s; {times}")  # the measured times, with pytest -rP
     assert code == 1, report
@@ -84,8 +106,8 @@ def test_persistent_500s_fail_the_save_within_its_timeout_and_the_process_exits(
     assert elapsed < TIMEOUT_S + MARGIN_S, report
 
 
-def test_503s_to_half_the_writes_end_the_save_within_its_timeout(tmp_path):
-    code, times, out, err, elapsed = _save(tmp_path, "503:0.5:faulty/")
+def test_503s_to_half_the_writes_end_the_save_within_its_timeout(saves):
+    code, times, out, err, elapsed = saves["503:0.5:faulty/"].result()
     report = f"exit {code} after {elapsed:.1f} s\n{out[-3000:]}\n{err[-3000:]}"
     print(f"exit {code} after {elapsed:.1f} s; {times}")  # the measured times, with pytest -rP
     assert ("SAVED" in times) != ("SAVE_FAILED" in times), report
