@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import re
@@ -25,8 +24,6 @@ import signal
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -300,47 +297,11 @@ def test_install_script_passes_shellcheck():
 # ----------------------------------------------------------------------------- (b) install steps
 
 
-# The image's pip runs, the cpu install and the tpu and cuda resolves, are independent and
-# partly wait on the network (a dry run still downloads every wheel, ~1.5 GB for cuda:
-# pypa/pip#12603), each on one core. They start together, each in a thread, when the first
-# of their tests asks; each test then waits for its own result, so on 2 cores the three
-# overlap instead of taking the sum of their times.
-
-
-def _pip_run_of(item: pytest.Item) -> str | None:
-    """The pip run a collected test needs: ``cpu-install``, an accelerator, or None."""
-    name = getattr(item, "originalname", item.name)
-    if name == "test_cpu_install_steps_run_in_a_fresh_venv":
-        return "cpu-install"
-    if name == "test_accelerator_requirements_resolve_with_the_project" and _resolvable_here():
-        return item.callspec.params["accelerator"]
-    return None
-
-
-def _resolvable_here() -> bool:
-    return sys.platform == "linux" and os.uname().machine == "x86_64"
-
-
-@pytest.fixture(scope="module")
-def pip_runs(request, tmp_path_factory) -> Iterator[dict[str, Future]]:
-    """The pip runs of this module's selected tests, by name, all started at once."""
-    wanted = sorted({run for item in request.session.items
-                     if item.module is request.module and (run := _pip_run_of(item)) is not None})
-    with ThreadPoolExecutor(max_workers=max(1, len(wanted)), thread_name_prefix="pip") as pool:
-        futures = {}
-        for run in wanted:
-            tmp = tmp_path_factory.mktemp(run)
-            work = _run_build_stage if run == "cpu-install" else functools.partial(_resolve, run)
-            futures[run] = pool.submit(work, tmp)
-        yield futures
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # the first to wait: on a busy machine it also waits while the resolves share the cores
-def test_cpu_install_steps_run_in_a_fresh_venv(pip_runs):
+def test_cpu_install_steps_run_in_a_fresh_venv(tmp_path):
     """The build stage's instructions, in order, with ACCELERATOR=cpu (_run_build_stage), and
     the virtual environment they leave has Roxxel installed with its entry points."""
-    venv, env, ran = pip_runs["cpu-install"].result()
+    venv, env, ran = _run_build_stage(tmp_path)
     assert len(ran) >= 1 and all("docker/install.sh" in r for r in ran), ran
     assert env["VIRTUAL_ENV"] == str(venv)
 
@@ -440,27 +401,27 @@ def test_every_variant_pins_the_same_jax():
     assert len({p["jax"] for p in pins.values()}) == 1, f"the variants pin different JAX versions: {pins}"
 
 
-def _resolve(accelerator: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    """What install.sh asks pip for, resolved without installing: pip's result and its report."""
-    report = tmp_path / "report.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-         "--report", str(report), "--requirement", f"docker/requirements-{accelerator}.txt", "."],
+def _resolve(accelerator: str) -> subprocess.CompletedProcess:
+    """What install.sh asks pip for (the requirements file and the project), resolved for the
+    image's platform (Python 3.11, Linux x86-64, glibc 2.36 of the Debian bookworm base image)
+    from the index's metadata, without downloading wheels: ``uv pip compile``'s result, its
+    pins on stdout."""
+    return subprocess.run(
+        [sys.executable, "-m", "uv", "pip", "compile", "--quiet", "--no-header", "--python-version", "3.11",
+         "--python-platform", "x86_64-manylinux_2_36", f"docker/requirements-{accelerator}.txt",
+         "pyproject.toml"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
-    return result, report
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("accelerator", ["tpu", "cuda"])
-def test_accelerator_requirements_resolve_with_the_project(accelerator, pip_runs):
-    if not _resolvable_here():
-        pytest.skip("jax[tpu] and jax[cuda12] have wheels for Linux x86-64 only")
-    result, report = pip_runs[accelerator].result()
+def test_accelerator_requirements_resolve_with_the_project(accelerator):
+    result = _resolve(accelerator)
     assert result.returncode == 0, result.stderr[-3000:]
-    resolved = {item["metadata"]["name"].lower(): item["metadata"]["version"]
-                for item in json.loads(report.read_text())["install"]}
+    resolved = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", result.stdout, re.M))
+    resolved = {name.lower().replace("_", "-"): version for name, version in resolved.items()}
     assert resolved["jax"] == resolved["jaxlib"] == _pins(accelerator)["jax"]
-    assert "roxxel" in resolved
+    assert "# via roxxel (pyproject.toml)" in result.stdout  # the project's own dependencies took part
     assert ("libtpu" if accelerator == "tpu" else "jax-cuda12-plugin") in resolved
 
 
