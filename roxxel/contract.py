@@ -95,9 +95,5 @@ CONFIG_ERROR_EXIT_CODE = 78
 ``sysexits.h``)."""
 USAGE_ERROR = 2
 """Bad command line (the convention of shells and ``argparse``)."""
-COMMAND_NOT_EXECUTABLE = 126
-"""The command exists but could not be executed (shell convention)."""
-COMMAND_NOT_FOUND = 127
-"""The command was not found (shell convention)."""
 SIGNAL_EXIT_BASE = 128
 """A process killed by signal ``N`` is reported as ``128 + N`` (shell convention)."""

@@ -22,9 +22,9 @@ child's code through unchanged):
   finish a checkpoint still restarts the JobSet but counts against its
   ``maxRestarts``, unless its failure policy matches the disruption.
 
-Codes ``roxxel-worker`` produces itself follow the shell (POSIX ``sh``/bash):
-:data:`USAGE_ERROR` for a bad command line, :data:`COMMAND_NOT_EXECUTABLE` and
-:data:`COMMAND_NOT_FOUND` when the command cannot be started.
+Codes ``roxxel-worker`` produces itself: :data:`USAGE_ERROR` for a bad command line (the
+shell's convention) and :data:`CONFIG_ERROR_EXIT_CODE` when the command cannot be started
+(not found, not executable: a shell's 127/126), since every attempt would fail alike.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ from typing import NoReturn
 
 # The codes themselves are part of the launcher/worker contract (dependency-free module).
 from roxxel.contract import (
-    COMMAND_NOT_EXECUTABLE,
-    COMMAND_NOT_FOUND,
     CONFIG_ERROR_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     SIGNAL_EXIT_BASE,
@@ -45,8 +43,6 @@ from roxxel.contract import (
 )
 
 __all__ = [
-    "COMMAND_NOT_EXECUTABLE",
-    "COMMAND_NOT_FOUND",
     "CONFIG_ERROR_EXIT_CODE",
     "exit_config_error",
     "PREEMPTED_EXIT_CODE",

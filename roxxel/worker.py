@@ -20,8 +20,10 @@ backend, so that the same code path runs on a laptop and on a pod. It
    forward it (or that loses the exit code) turns every preemption into a hang
    until SIGKILL, or into a failure.
 
-Exit codes of the worker itself: 2 for a usage error, 127 when ``CMD`` is not found
-and 126 when it cannot be executed (the conventions of POSIX shells).
+Exit codes of the worker itself: 2 for a usage error; 78 (the configuration-error code)
+when ``CMD`` is not found or cannot be executed, where a POSIX shell would give 127/126:
+the same image fails the same way on every attempt, so the job fails at once instead of
+spending its gang restarts on a typo.
 
 On Linux the worker waits with ``sigwaitinfo``, which tells who sent a signal: a
 signal that the terminal generated (Ctrl-C, hang-up; ``si_code == SI_KERNEL``) has
@@ -84,8 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The exit code: the child's (``128 + N`` if signal ``N`` killed it), 2 for a
-        usage error, 126/127 if the command cannot be executed / is not found, 0 for
-        ``--help``.
+        usage error, :data:`~roxxel.exit_codes.CONFIG_ERROR_EXIT_CODE` (78) if the command
+        cannot be started (not found, not executable), 0 for ``--help``.
     """
     args = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -192,7 +194,7 @@ def run(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> int:
 
     Returns:
         The child's exit code as :func:`roxxel.exit_codes.from_returncode` gives it,
-        or 127 / 126 if the command is not found / cannot be executed.
+        or 78 if the command is not found / cannot be executed.
     """
     if hasattr(signal, "sigwaitinfo"):
         return _run_sigwaitinfo(list(cmd), env)
@@ -279,15 +281,22 @@ def _spawn(
         search_path = (env if env is not None else os.environ).get("PATH")
         resolved = cmd[0] if os.sep in cmd[0] else shutil.which(cmd[0], path=search_path)
         if resolved is not None and os.path.exists(resolved):
-            logger.error("%s: cannot execute: its #! interpreter was not found", cmd[0])
-            return exit_codes.COMMAND_NOT_EXECUTABLE
-        logger.error("%s: command not found", cmd[0])
-        return exit_codes.COMMAND_NOT_FOUND
-    except OSError as err:  # EACCES, ENOEXEC, ...: exists but cannot run, like a shell's 126
-        logger.error("%s: cannot execute: %s", cmd[0], err.strerror or err)
-        return exit_codes.COMMAND_NOT_EXECUTABLE
+            return _cannot_start(cmd[0], "cannot execute: its #! interpreter was not found")
+        return _cannot_start(cmd[0], "command not found")
+    except OSError as err:  # EACCES, ENOEXEC, ...: exists but cannot run
+        return _cannot_start(cmd[0], f"cannot execute: {err.strerror or err}")
     logger.debug("child pid %d", proc.pid)
     return proc
+
+
+def _cannot_start(program: str, why: str) -> int:
+    """Log why ``program`` cannot start and return the configuration-error exit code: the
+    same image fails the same way on every attempt, so restarting the gang cannot help
+    (where a shell would exit 126/127, which a pod failure policy counts as a retryable
+    failure)."""
+    logger.error("%s: %s; exit %d: a configuration error, not restarted (check the job's command)",
+                 program, why, exit_codes.CONFIG_ERROR_EXIT_CODE)
+    return exit_codes.CONFIG_ERROR_EXIT_CODE
 
 
 def _forward(proc: subprocess.Popen[bytes], signo: int, *, from_terminal: bool) -> None:

@@ -152,11 +152,13 @@ class MappedFile:
             setattr(self, name, None)
         self._mmap = None
 
-    def __del__(self):
+    def __del__(self, _close=os.close):
         # A dropped shard must not keep its descriptor open (the mmap closes itself).
+        # os.close is bound at definition: at interpreter shutdown the os module's
+        # attributes may already be None when the last reference goes.
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
-                os.close(fd)
+                _close(fd)
             except OSError:
                 pass

@@ -170,6 +170,17 @@ class ShardWriter:
             os.remove(self.tmp_path)
 
 
+def _one_document(arr: np.ndarray, doc: int) -> np.ndarray:
+    """A (1, n) or (n, 1) array (a tokenizer's batch of one) as 1-D; refuses an array with
+    more than one axis longer than 1, which would join several documents into one."""
+    if sum(n > 1 for n in arr.shape) > 1:
+        raise ValueError(
+            f"document {doc}: an array of shape {arr.shape} is not one document (it would join "
+            f"{arr.shape[0]} rows into one); pass its rows as documents (add_documents(list(arr))), "
+            "or arr.reshape(-1) if it really is one")
+    return arr.reshape(-1)
+
+
 class DatasetWriter:
     """Packs documents into a dataset: shards that roll over at ``shard_size`` bytes, then a manifest.
 
@@ -328,7 +339,7 @@ class DatasetWriter:
         doc = self.num_documents if doc is None else doc
         arr = np.asarray(tokens)
         if arr.ndim != 1:
-            arr = arr.reshape(-1)
+            arr = _one_document(arr, doc)
         if self.is_float:
             if arr.size and not (layout.is_float(arr.dtype) or arr.dtype.kind in "iu"):
                 raise DtypeMismatchError(f"document {doc}: {self.dtype.name} data must be numbers, "
@@ -358,11 +369,14 @@ class DatasetWriter:
             tokens = np.frombuffer(tokens, np.uint8)
         if isinstance(tokens, (list, tuple)):
             tokens = np.asarray(tokens)
-        chunks = [tokens] if isinstance(tokens, np.ndarray) else tokens
+        chunks = iter([tokens] if isinstance(tokens, np.ndarray) else tokens)
         size_hint = tokens.size * self.dtype.itemsize if isinstance(tokens, np.ndarray) else 0
+        first = next(chunks, None)  # checked before the document starts: a bad one leaves no trace
+        arr = self._convert(first) if first is not None else np.empty(0, self.dtype)
         shard = self._roll_if_needed(size_hint)
         shard.start_document()
-        n = 0
+        shard.write(arr)
+        n = len(arr)
         for chunk in chunks:
             arr = self._convert(chunk)
             shard.write(arr)

@@ -158,19 +158,21 @@ def test_double_dash_allows_a_command_that_looks_like_an_option(tmp_path):
     assert proc.returncode == 5, proc.stderr
 
 
-def test_missing_command_exits_127():
+def test_missing_command_is_a_configuration_error():
+    # A shell would exit 127, which a pod failure policy retries: every gang restart of
+    # the same image would fail alike, so the worker exits 78 and the job fails at once.
     proc = subprocess.run(
         WORKER + ["roxxel-no-such-command-xyz", "arg"], capture_output=True, text=True, timeout=TIMEOUT
     )
-    assert proc.returncode == exit_codes.COMMAND_NOT_FOUND == 127
-    assert "roxxel-no-such-command-xyz: command not found" in proc.stderr
+    assert proc.returncode == exit_codes.CONFIG_ERROR_EXIT_CODE == 78
+    assert "roxxel-no-such-command-xyz: command not found; exit 78" in proc.stderr
 
 
-def test_non_executable_command_exits_126(tmp_path):
+def test_non_executable_command_is_a_configuration_error(tmp_path):
     target = tmp_path / "not-executable"
     target.write_text("#!/bin/sh\nexit 0\n")
     proc = subprocess.run(WORKER + [str(target)], capture_output=True, text=True, timeout=TIMEOUT)
-    assert proc.returncode == exit_codes.COMMAND_NOT_EXECUTABLE == 126
+    assert proc.returncode == exit_codes.CONFIG_ERROR_EXIT_CODE
     assert "cannot execute" in proc.stderr
 
 

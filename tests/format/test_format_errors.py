@@ -127,6 +127,24 @@ def test_empty_dataset(tmp_path):
         Roxxel(str(tmp_path)).open()
 
 
+@pytest.mark.parametrize("write", ["add_document", "add_documents", "chunks"])
+def test_a_2d_array_is_not_joined_into_one_document(tmp_path, write):
+    """Rows of a (batch, n) array are separate texts: joining them would train on rows
+    that run one text into the next. A tokenizer's (1, n) batch of one is one document."""
+    batch = np.arange(24).reshape(4, 6)
+    with DatasetWriter(str(tmp_path / "dataset.json"), vocab_size=100, eos_id=99) as writer:
+        writer.add_document(np.arange(6)[None, :])
+        with pytest.raises(ValueError, match=r"document 1: an array of shape \(4, 6\) is not one document"):
+            {"add_document": lambda: writer.add_document(batch),
+             "add_documents": lambda: writer.add_documents([batch]),
+             "chunks": lambda: writer.add_document(iter([batch]))}[write]()
+        with pytest.raises(DtypeMismatchError, match="token 500 is outside"):
+            writer.add_document(np.array([1, 500]))
+        writer.add_documents(list(batch))
+    ds = Roxxel(str(tmp_path))  # the refused documents left no trace (no empty document either)
+    assert ds.num_documents == 5 and list(ds[0]) == [0, 1, 2, 3, 4, 5, 99] and list(ds[1]) == [0, 1, 2, 3, 4, 5, 99]
+
+
 def test_existing_dataset_is_refused_then_appended(tmp_path):
     out = str(tmp_path / "ds")
     Roxxel(out).write(["one", "two"], tokenizer="bytes")

@@ -352,12 +352,17 @@ def test_status_list_logs_and_detached_runs(tmp_path, root):
     assert _cli(root, "logs", "okjob", "--local", "-p", 5).returncode == 1
     assert "no local job 'nope'" in _cli(root, "status", "nope", "--local").stderr
     submitted_again = _cli(root, "submit", "--local", ok)
-    assert submitted_again.returncode == 1 and "already exists" in submitted_again.stderr
+    assert submitted_again.returncode == 1 and "already succeeded" in submitted_again.stderr
+    assert "roxxel-launch delete okjob --local" in submitted_again.stderr
+    assert "resume" not in submitted_again.stderr  # resume refuses a succeeded job: never suggest it
 
     # A detached job that runs: followed, listed, then deleted (which stops it).
     waiting = _program_spec(tmp_path, "waitjob", 2, "wait")
     assert _cli(root, "submit", "--local", "--detach", waiting, cwd=tmp_path).returncode == 0
     _wait_for(lambda: len(_program_pids(tmp_path)) == 2, 30, "the detached workers")
+    running_again = _cli(root, "submit", "--local", waiting)
+    assert running_again.returncode == 1 and "'waitjob' is running" in running_again.stderr
+    assert "roxxel-launch logs waitjob --local -f" in running_again.stderr and "resume" not in running_again.stderr
     listing = _cli(root, "list", "--local").stdout.splitlines()
     assert listing[0].split() == ["NAME", "STATE", "PROCESSES", "RESTARTS", "EXIT", "CREATED"]
     assert [line.split()[:5] for line in listing[1:]] == [["okjob", "Succeeded", "2", "0", "0"],

@@ -198,3 +198,19 @@ def test_free_preemption_restarts_stop_at_the_pods_restart_budget(tmp_path):
     i = record["failed_process"]  # the first worker that refused; the other may have been stopped first
     log = (tmp_path / "runs" / "budget" / f"worker-{i}.log").read_text()
     assert "gang restart 2 is beyond the job's budget of 1 restarts" in log
+
+
+@pytest.mark.parametrize("command", [["roxxel-no-such-program-xyz", "train.py"], ["/dev/null"]],
+                         ids=["not-found", "not-executable"])
+def test_a_command_that_cannot_start_fails_the_job_at_once(tmp_path, command):
+    """A typo in the command fails the same way in every attempt: roxxel-worker exits 78
+    (not a shell's 127/126, which the pod failure policy would count as a failure and
+    restart the gang for, max_restarts times), so the configError rule ends the job."""
+    spec = _spec("typo", command=command, max_restarts=3)
+    backend = L.LocalBackend(tmp_path / "runs", L.LocalOptions(foreground=True, cwd=str(tmp_path)))
+    status = backend.submit(spec)
+    assert (status.state, status.exit_code, status.reason.value) == (JobState.FAILED, 78, "config_error")
+    record = json.loads((tmp_path / "runs" / "typo" / "status.json").read_text())
+    assert record["restarts"] == 0
+    log = (tmp_path / "runs" / "typo" / f"worker-{record['failed_process']}.log").read_text()
+    assert f"{command[0]}: " in log and "a configuration error, not restarted" in log

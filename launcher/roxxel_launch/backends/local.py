@@ -537,9 +537,24 @@ class LocalBackend(Backend):
         raise BackendError(f"the supervisor of {run_dir.name} (pid {proc.pid}) did not take over within "
                            f"{HANDSHAKE_SECONDS:g}s; see {run_dir / SUPERVISOR_LOG}")
 
-    @staticmethod
-    def _exists_error(name: str, run_dir: Path) -> JobExistsError:
+    def _exists_error(self, name: str, run_dir: Path) -> JobExistsError:
+        """What to do about an existing job of that name, by its state: only a job that
+        ended without succeeding can be resumed."""
+        delete = f"`roxxel-launch delete {name} --local`"
+        try:
+            state = self.status(name).state
+        except BackendError:  # a half-made run directory: only deleting it helps
+            state = JobState.FAILED
+        if not state.terminal or lock_is_held(run_dir / LOCK_FILE):
+            return JobExistsError(
+                f"a local job named {name!r} is {state.value.lower()} ({run_dir}): follow it with "
+                f"`roxxel-launch logs {name} --local -f`, wait for it with `roxxel-launch wait {name} "
+                f"--local`, or stop and remove it with {delete}")
+        if state is JobState.SUCCEEDED:
+            return JobExistsError(
+                f"a local job named {name!r} already succeeded ({run_dir}): delete it with {delete} to "
+                "run it again from scratch, or choose another name")
         return JobExistsError(
-            f"a local job named {name!r} already exists ({run_dir}): resume it with "
-            f"`roxxel-launch resume {name} --local`, or delete it with `roxxel-launch delete {name} --local`")
+            f"a local job named {name!r} already exists and is {state.value.lower()} ({run_dir}): resume "
+            f"it with `roxxel-launch resume {name} --local`, or delete it with {delete}")
 
