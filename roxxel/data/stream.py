@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
+from roxxel.data.dataset import RowRuns
 from roxxel.data.documents import document_features
 from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import ShuffledDocuments, ShuffledTokens
@@ -81,7 +82,7 @@ class BatchReader:
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
         # The largest id each dataset's stored dtype can hold (None: not an integer dtype, original-format data).
         self._max_ids = [np.iinfo(dt).max if np.issubdtype(dt, np.integer) else None for dt in self.dtypes]
-        self._plan = None  # (key, first step, end step, dataset, start, one dataset per step) of planned steps
+        self._plan = None  # (key, first step, end step, dataset, start, one dataset per step, runs) of planned steps
 
     def rows(self, step: int, lo: int, hi: int, dtype=np.int32, *, with_breaks: bool = False):
         """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``.
@@ -94,21 +95,30 @@ class BatchReader:
         planned = self._planned(step, lo, hi, phase)
         if planned is None:
             return self._rows_by_pieces(step, lo, hi, phase, dtype, with_breaks)
-        which, starts, single = planned
-        out = empty_aligned((hi - lo, phase.seq_len), dtype)
+        k, which, starts, single, runs = planned
+        n = hi - lo
+        out = empty_aligned((n, phase.seq_len), dtype)
         for d in ([int(which[0])] if single else np.unique(which).tolist()):
-            sel = slice(None) if single else np.flatnonzero(which == d)
-            # Read straight into the batch when its dtype holds every stored id (else check before a narrowing cast).
-            exact = np.can_cast(self.dtypes[d], dtype)
-            rows = out if single and exact else np.empty((len(out[sel]), phase.seq_len), dtype if exact else self.dtypes[d])
-            self.sources[d].dataset.gather_rows(rows, starts[sel])
-            self._check_vocab(rows, d)
+            idx = None if single else np.flatnonzero(which == d)
+            sel = slice(None) if idx is None else idx
+            m = n if idx is None else len(idx)
+            dataset = self.sources[d].dataset
+            if runs[d] is None:  # a row of this dataset crosses a shard boundary somewhere in the plan
+                rows = dataset.gather_rows(np.empty((m, phase.seq_len), self.dtypes[d]), starts[sel])
+            elif single and out.dtype == self.dtypes[d]:
+                rows = dataset.read_runs(out, runs[d], k)  # straight into the batch
+            else:
+                rows = dataset.read_runs(dataset.scratch(m, phase.seq_len), runs[d], k)
+            self._check_vocab(rows, d)  # on the stored ids, before any (narrowing) cast
             if rows is not out:
-                out[sel] = rows
+                if single:
+                    np.copyto(out, rows, casting="unsafe")  # one cast of the whole batch
+                else:
+                    out[sel] = rows
         return (out, np.zeros(out.shape, bool)) if with_breaks else out
 
     def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase):
-        """``(dataset, start, one_dataset)`` of each row of ``step`` when every row is one contiguous range, else None.
+        """``(step in plan, dataset, start, one_dataset, runs)`` of ``step`` when every row is one contiguous range, else None.
 
         Rows are located and cut for ``_AHEAD`` steps at once (one vectorised pass instead
         of one per step); a stream reads steps in order, so the next ones come from this plan.
@@ -123,7 +133,7 @@ class BatchReader:
             return None
         k, n = step - plan[1], hi - lo
         which = plan[3][k * n:(k + 1) * n]
-        return which, plan[4][k * n:(k + 1) * n], bool(plan[5][k])
+        return k, which, plan[4][k * n:(k + 1) * n], bool(plan[5][k]), plan[6]
 
     def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int):
         n = hi - lo
@@ -137,15 +147,18 @@ class BatchReader:
                     raise
                 continue  # the steps ahead run past the data: plan only this one (its own error, if any)
             starts = np.empty_like(position)
+            runs: list[RowRuns | None] = [None] * len(self.sources)
             for d in np.unique(which).tolist():
                 sel = np.flatnonzero(which == d)
                 _, start, count = self.sources[d].pieces(position[sel], phase.seq_len)
                 if len(start) != len(sel) or (count != phase.seq_len).any():  # some row is cut into pieces
-                    return key, step, step + 1, None, None, None
+                    return key, step, step + 1, None, None, None, None
                 starts[sel] = start
+                # Each step's rows of this dataset cut into runs read with one pread each (None: see rows()).
+                runs[d] = self.sources[d].dataset.row_runs(start, phase.seq_len, sel // n if n else sel, steps)
             by_step = which.reshape(steps, n)
             single = (by_step == by_step[:, :1]).all(axis=1) if n else np.ones(steps, bool)
-            return key, step, step + steps, which, starts, single
+            return key, step, step + steps, which, starts, single, runs
         raise AssertionError("unreachable")
 
     def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype, with_breaks: bool):
