@@ -11,12 +11,13 @@ whatever the number of processes, and after a resume with a different one.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
 from roxxel.data.dataset import RowRuns
 from roxxel.data.documents import document_features
+from roxxel.data.placement import Placer
 from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import ShuffledDocuments, ShuffledTokens
 from roxxel.deprecation import renamed, warn_renamed
@@ -279,6 +280,7 @@ class Stream:
         if self.sharding is None and to_device:
             self.sharding = default_sharding()
         self.reader = BatchReader(curriculum, seed)
+        self._placer = Placer(self.sharding)
         self._row_ranges = {p.index: self._rows_of(p) for p in curriculum.resolved if self._overlaps(p)}
         self._step = start_step
         self._source: Iterator = self._produce(start_step)
@@ -311,10 +313,8 @@ class Stream:
 
         shape = (phase.global_batch_size, phase.seq_len)
 
-        if jax.process_count() == 1:  # this process holds the whole batch: one device_put, one transfer per device
-            def place(a):
-                return jax.device_put(a, self.sharding)
-        else:
+        place: Callable[[np.ndarray], Any] = self._placer  # this process holds the whole batch
+        if jax.process_count() > 1:  # each process holds its rows of the global batch
             def place(a):
                 return jax.make_array_from_process_local_data(self.sharding, a, shape)
 
