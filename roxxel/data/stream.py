@@ -11,6 +11,7 @@ whatever the number of processes, and after a resume with a different one.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
@@ -31,6 +32,8 @@ log = logging.getLogger("roxxel.data")
 
 OUTPUTS = ("tokens", "documents")
 _AHEAD = 64  # steps whose rows are located and cut in one vectorised pass
+_PREFETCH_WINDOW = 8  # steps timed (medians) before deciding on a prefetch thread; repeated until it starts
+PREFETCH_MIN_OVERLAP = 50e-6  # seconds of both read and caller's step above which a prefetch thread pays (bench/stream.py)
 
 
 # The default batch sharding (rows over one "data" axis of every device), shared with the Trainer.
@@ -243,7 +246,12 @@ class Stream:
             middle of one document into the middle of another; ``"documents"`` - a dict of such
             arrays (see :func:`~roxxel.data.documents.document_features`) whose ``segment_ids``,
             ``positions`` and ``loss_mask`` mark every EOS *and* every chunk join as a boundary.
-        prefetch_size: batches prepared ahead on a background thread (0: none).
+        prefetch_size: batches prepared ahead on a background thread (0: none). The thread starts
+            once the caller is seen to spend time between batches (a training step, a device
+            wait): over the first steps the stream times its read and the caller's step, and
+            starts the thread when both last at least ``PREFETCH_MIN_OVERLAP`` seconds (there is
+            then something to overlap). A loop that pulls batches back to back reads them on
+            its own thread, where a hand-off to another would only add cost.
         to_device: False yields this process's numpy rows instead of global arrays.
 
     ``len(stream)`` is the exact number of steps. Batches of different phases have
@@ -284,7 +292,12 @@ class Stream:
         self._row_ranges = {p.index: self._rows_of(p) for p in curriculum.resolved if self._overlaps(p)}
         self._step = start_step
         self._source: Iterator = self._produce(start_step)
-        self._prefetch = Prefetcher(self._source, prefetch_size) if prefetch_size > 0 else None
+        if prefetch_size < 0:
+            raise ValueError(f"prefetch_size must be >= 0, got {prefetch_size}")
+        self.prefetch_size = prefetch_size
+        self._prefetch: Prefetcher | None = None
+        self._timings: list[tuple[float, float]] = []  # (caller's step, read) of recent steps read inline
+        self._returned: float | None = None  # when the last batch read inline was handed to the caller
 
     def _overlaps(self, p: ResolvedPhase) -> bool:
         return p.start_step < self.stop_step and p.end_step > self.start_step and p.steps != 0
@@ -328,8 +341,26 @@ class Stream:
         return self
 
     def __next__(self):
-        batch = next(self._prefetch) if self._prefetch is not None else next(self._source)
+        batch = next(self._prefetch) if self._prefetch is not None else self._next_inline()
         self._step += 1
+        return batch
+
+    def _next_inline(self):
+        """The next batch, read on the caller's thread; times it and the caller's step to decide on a prefetch thread."""
+        if not self.prefetch_size:
+            return next(self._source)
+        t0 = time.perf_counter()
+        batch = next(self._source)
+        t1 = time.perf_counter()
+        if self._returned is not None:
+            self._timings.append((t0 - self._returned, t1 - t0))
+            if len(self._timings) == _PREFETCH_WINDOW:
+                step = sorted(t for t, _ in self._timings)[_PREFETCH_WINDOW // 2]
+                read = sorted(t for _, t in self._timings)[_PREFETCH_WINDOW // 2]
+                self._timings.clear()
+                if min(step, read) >= PREFETCH_MIN_OVERLAP:  # the overlap outweighs a hand-off between threads
+                    self._prefetch = Prefetcher(self._source, self.prefetch_size)
+        self._returned = time.perf_counter()
         return batch
 
     def __len__(self) -> int:
