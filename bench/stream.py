@@ -8,8 +8,9 @@ CRC-32C) are ON in every roxxel figure unless the row says "checks off".
 Bounds and baselines:
   * memcpy            - copying the batch's token bytes out of the page-cached map in large
                         sequential slices (no loader can beat it);
-  * pread per row     - one random 4 KiB ``pread`` per row of the batch (the floor of a
-                        loader that makes one system call per row);
+  * pread per row     - one random 4 KiB ``pread`` per row of the batch, rows drawn over
+                        the whole dataset (every shard, as the loader reads them): the floor
+                        of a loader that makes one system call per row;
   * nanoGPT get_batch - nanoGPT's own shape: a fresh ``np.memmap`` per batch, random
                         windows, ``np.stack`` of int64 ``x`` and ``y``;
   * roxxel 0.9.14     - the original, installed by this script into a separate venv under
@@ -87,17 +88,23 @@ def memcpy(shard):
     return lambda w: over_window(step, w)
 
 
-def pread_per_row(shard):
-    fd = os.open(shard.path, os.O_RDONLY)
+def pread_per_row(ds: Roxxel):
+    """One ``pread`` of a row's bytes per row, at random rows of the whole dataset (every shard, as the loader reads)."""
+    shards = [open_shard(p) for p in ds.shard_paths]
+    fds = [os.open(s.path, os.O_RDONLY) for s in shards]
+    sizes = np.array([s.num_tokens - SEQ for s in shards], np.int64)
+    ends = np.cumsum(sizes)
+    bases = np.array([s._data_offset for s in shards], np.int64)
     rng = np.random.default_rng(1)
-    buf = np.empty((BATCH, SEQ), shard.dtype)
+    buf = np.empty((BATCH, SEQ), shards[0].dtype)
     rows = [memoryview(buf[i]).cast("B") for i in range(BATCH)]
-    base = shard._data_offset
-    span = shard.num_tokens - SEQ
 
     def step():
-        for row, t in zip(rows, rng.integers(0, span, BATCH).tolist()):
-            os.preadv(fd, [row], base + 2 * t)
+        t = rng.integers(0, int(ends[-1]), BATCH)
+        which = np.searchsorted(ends, t, side="right")
+        offsets = bases[which] + 2 * (t - (ends[which] - sizes[which]))
+        for row, fd, o in zip(rows, which.tolist(), offsets.tolist()):
+            os.preadv(fds[fd], [row], o)
         return TOKENS
     return lambda w: over_window(step, w)
 
@@ -230,7 +237,7 @@ def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
     unchecked = endless(Roxxel(path, check_blocks=False), to_device=False, prefetch_size=0)
     methods = {
         "memcpy": memcpy(shard),
-        "pread per row": pread_per_row(shard),
+        "pread per row": pread_per_row(ds),
         "nanoGPT get_batch": nanogpt(shard),
         "roxxel host rows": stream_method(checked),
         "roxxel host rows, checks off": stream_method(unchecked),

@@ -32,8 +32,8 @@ class Prefetcher(Iterator[T]):
     def __init__(self, source: Iterator[T], size: int, name: str = "roxxel-prefetch"):
         if size < 1:
             raise ValueError(f"prefetch size must be >= 1, got {size}")
-        # Two C-level queues (items, and free slots bounding them to ``size``): a hand-off costs a few
-        # lock operations, not queue.Queue's Python-level conditions (that cost showed on cheap batches).
+        # Two C-level queues (items, and free slots bounding them to ``size``): a hand-off is a few lock
+        # operations in C instead of queue.Queue's Python-level condition variables.
         self._items: queue.SimpleQueue = queue.SimpleQueue()
         self._slots: queue.SimpleQueue = queue.SimpleQueue()
         for _ in range(size):
