@@ -94,6 +94,17 @@ def test_a_damaged_block_is_caught_in_a_planned_step(tmp_path):
         list(c.stream(seed=0, to_device=False, prefetch_size=0))
 
 
+def test_a_shard_cut_under_a_first_read_with_checks_on_is_an_error(tmp_path):
+    """A run read for the first time (its blocks not yet checked) comes back short: an error, no SIGBUS, no batch."""
+    from roxxel.format import TruncatedShardError
+
+    d = make(tmp_path / "c", 200_000)
+    d.read(0, 10)  # the shard is open (its header read) before it is cut
+    os.truncate(d.shard_paths[0], 4096 + 2 * 1000)
+    with pytest.raises(TruncatedShardError, match="truncated after opening"):
+        d.gather_rows(np.empty((2, 256), np.int32), np.array([150_000, 10]))
+
+
 def test_a_narrow_batch_dtype_does_not_hide_ids_beyond_the_vocabulary(tmp_path):
     """ids >= 32768 wrap negative in int16: the vocabulary check runs on the stored ids, before the cast."""
     Roxxel(str(tmp_path / "w")).write([np.full(5000, 40_000, np.uint16)], dtype="uint16")  # no declared vocabulary
