@@ -4,8 +4,9 @@ A dataset is a sequence of shards (a manifest, a directory, a glob, one shard, o
 list of those). Its tokens are the shards' tokens concatenated in order; its documents
 are the shards' documents in order. Nothing grows with the dataset's size on the host:
 shards are memory maps opened lazily (a manifest gives their sizes without opening
-them); copies (``read_into``, and the streamer's batched ``gather_rows``/``gather_into``:
-one ``pread`` per row, no per-row Python work beyond the call) map nothing, and pages
+them); copies (``read_into``, and the streamer's batched ``read_runs``/``gather_rows``/
+``gather_into``: one ``pread`` per run of rows that follow each other in a shard, no
+per-row Python work) map nothing, and pages
 touched through zero-copy views are handed back to the OS after every ``release_bytes``
 bytes, so the process RSS stays flat while streaming terabytes. (Gathering out of the map
 instead costs a page fault per newly touched page: 3-4x slower on a 1 GB dataset here.)
@@ -42,7 +43,7 @@ _GLOB_CHARS = "*?["
 DEFAULT_RELEASE_BYTES = 32 << 20
 DEFAULT_MAX_OPEN_SHARDS = 256
 _FAULT_AROUND = 2 << 20  # a fault can map a whole large folio of the page cache (up to 2 MiB)
-_SCRATCH = threading.local()  # per thread: gather_rows's row buffers by (dtype, shape), used then cast at once
+_SCRATCH = threading.local()  # per thread: read buffers of the stored dtype by (dtype, row length), cast at once
 
 
 class RowRuns(NamedTuple):
