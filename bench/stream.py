@@ -8,8 +8,9 @@ CRC-32C) are ON in every roxxel figure unless the row says "checks off".
 Bounds and baselines:
   * memcpy            - copying the batch's token bytes out of the page-cached map in large
                         sequential slices (no loader can beat it);
-  * pread per row     - one random 4 KiB ``pread`` per row of the batch (the floor of a
-                        loader that makes one system call per row);
+  * pread per row     - one random 4 KiB ``pread`` per row of the batch, rows drawn over
+                        the whole dataset (every shard, as the loader reads them): the floor
+                        of a loader that makes one system call per row;
   * nanoGPT get_batch - nanoGPT's own shape: a fresh ``np.memmap`` per batch, random
                         windows, ``np.stack`` of int64 ``x`` and ``y``;
   * roxxel 0.9.14     - the original, installed by this script into a separate venv under
@@ -87,17 +88,23 @@ def memcpy(shard):
     return lambda w: over_window(step, w)
 
 
-def pread_per_row(shard):
-    fd = os.open(shard.path, os.O_RDONLY)
+def pread_per_row(ds: Roxxel):
+    """One ``pread`` of a row's bytes per row, at random rows of the whole dataset (every shard, as the loader reads)."""
+    shards = [open_shard(p) for p in ds.shard_paths]
+    fds = [os.open(s.path, os.O_RDONLY) for s in shards]
+    sizes = np.array([s.num_tokens - SEQ for s in shards], np.int64)
+    ends = np.cumsum(sizes)
+    bases = np.array([s._data_offset for s in shards], np.int64)
     rng = np.random.default_rng(1)
-    buf = np.empty((BATCH, SEQ), shard.dtype)
+    buf = np.empty((BATCH, SEQ), shards[0].dtype)
     rows = [memoryview(buf[i]).cast("B") for i in range(BATCH)]
-    base = shard._data_offset
-    span = shard.num_tokens - SEQ
 
     def step():
-        for row, t in zip(rows, rng.integers(0, span, BATCH).tolist()):
-            os.preadv(fd, [row], base + 2 * t)
+        t = rng.integers(0, int(ends[-1]), BATCH)
+        which = np.searchsorted(ends, t, side="right")
+        offsets = bases[which] + 2 * (t - (ends[which] - sizes[which]))
+        for row, fd, o in zip(rows, which.tolist(), offsets.tolist()):
+            os.preadv(fds[fd], [row], o)
         return TOKENS
     return lambda w: over_window(step, w)
 
@@ -230,7 +237,7 @@ def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
     unchecked = endless(Roxxel(path, check_blocks=False), to_device=False, prefetch_size=0)
     methods = {
         "memcpy": memcpy(shard),
-        "pread per row": pread_per_row(shard),
+        "pread per row": pread_per_row(ds),
         "nanoGPT get_batch": nanogpt(shard),
         "roxxel host rows": stream_method(checked),
         "roxxel host rows, checks off": stream_method(unchecked),
@@ -250,22 +257,41 @@ def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
 
 
 def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
-    """Microseconds per batch of each part of reading host rows (steady state: blocks checked), and of the whole."""
+    """Microseconds per batch of each part of a host-rows batch (steady state: blocks checked), of the whole, and of placing it."""
+    import jax
+
+    from roxxel.data.placement import Placer
+    from roxxel.data.stream import empty_aligned
+
     stream = endless(ds, to_device=False, prefetch_size=0)
     for _ in range(ds.num_tokens // TOKENS + 1):  # one epoch: every block checked
         next(stream)
     reader, phase = stream.reader, stream.curriculum.resolved[0]
     steps = iter(range(10**6, 10**9, 64))
-    starts = reader._plan_ahead(10**6, 0, BATCH, phase, None, 64)[4][:BATCH]
-    out = np.empty((BATCH, SEQ), np.int32)
+    plan = reader._plan_ahead(10**6, 0, BATCH, phase, None, 1)
+    starts, runs = plan[4], plan[6][0]
+    scratch = np.empty((BATCH, SEQ), ds.dtype)
+    ds.read_runs(scratch, runs, 0)
+    shard = open_shard(ds.shard_paths[0])  # (kept alive: it owns the descriptor)
+    fd, base = shard._descriptor(), shard._data_offset
+    rows = [memoryview(scratch[i]).cast("B") for i in range(BATCH)]
+    offsets = [base + 2 * (int(a) % (shard.num_tokens - SEQ)) for a in starts]
+    sharding = endless(ds, prefetch_size=0).sharding
+    placer = Placer(sharding)
+    batch = empty_aligned((BATCH, SEQ), np.int32)
+    placer(batch)
     per = {
         "whole batch (next(stream))": lambda: next(stream),
-        "locate + cut into ranges (per step of a 64-step plan)":
+        "locate + cut into runs (per step of a 64-step plan)":
             lambda: reader._plan_ahead(next(steps), 0, BATCH, phase, None, 64) and None,
-        "gather_rows: 32 preads + one cast to int32": lambda: ds.gather_rows(out, starts),
-        "vocab check (max of the batch)": lambda: out.max(),
+        f"read the runs ({len(runs.shards)} preads) into the uint16 buffer": lambda: ds.read_runs(scratch, runs, 0),
+        "for reference: 32 preads, one per row": lambda: [os.preadv(fd, [r], o) for r, o in zip(rows, offsets)],
+        "new aligned int32 batch + one cast": lambda: np.copyto(empty_aligned((BATCH, SEQ), np.int32), scratch),
+        "vocab check (max of the stored ids)": lambda: scratch.max(),
+        "place: Placer (direct batched_device_put)": lambda: placer(batch).block_until_ready(),
+        "place: jax.device_put": lambda: jax.device_put(batch, sharding).block_until_ready(),
     }
-    scale = {"locate + cut into ranges (per step of a 64-step plan)": 64}
+    scale = {"locate + cut into runs (per step of a 64-step plan)": 64}
     methods = {k: (lambda f, k=k: lambda w: over_window(lambda: (f(), scale.get(k, 1))[1], w))(f) for k, f in per.items()}
     rates = interleaved(methods, args.rounds, args.seconds)
     return {k: [1e6 / r for r in v] for k, v in rates.items()}

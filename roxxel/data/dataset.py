@@ -4,8 +4,9 @@ A dataset is a sequence of shards (a manifest, a directory, a glob, one shard, o
 list of those). Its tokens are the shards' tokens concatenated in order; its documents
 are the shards' documents in order. Nothing grows with the dataset's size on the host:
 shards are memory maps opened lazily (a manifest gives their sizes without opening
-them); copies (``read_into``, and the streamer's batched ``gather_rows``/``gather_into``:
-one ``pread`` per row, no per-row Python work beyond the call) map nothing, and pages
+them); copies (``read_into``, and the streamer's batched ``read_runs``/``gather_rows``/
+``gather_into``: one ``pread`` per run of rows that follow each other in a shard, no
+per-row Python work) map nothing, and pages
 touched through zero-copy views are handed back to the OS after every ``release_bytes``
 bytes, so the process RSS stays flat while streaming terabytes. (Gathering out of the map
 instead costs a page fault per newly touched page: 3-4x slower on a 1 GB dataset here.)
@@ -21,7 +22,7 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -43,7 +44,22 @@ _GLOB_CHARS = "*?["
 DEFAULT_RELEASE_BYTES = 32 << 20
 DEFAULT_MAX_OPEN_SHARDS = 256
 _FAULT_AROUND = 2 << 20  # a fault can map a whole large folio of the page cache (up to 2 MiB)
-_SCRATCH = threading.local()  # per thread: gather_rows's row buffers by (dtype, shape), used then cast at once
+_SCRATCH = threading.local()  # per thread: read buffers of the stored dtype by (dtype, row length), cast at once
+
+
+class RowRuns(NamedTuple):
+    """Rows cut into runs by :meth:`Dataset.row_runs`; one entry per run in each list.
+
+    ``shards``: shard index; ``offsets``: byte offset of the run's first token in the shard's
+    token data; ``los``/``his``: byte range of the run in its group's rows; ``bounds``: runs
+    ``bounds[g]:bounds[g + 1]`` belong to group ``g``.
+    """
+
+    shards: list[int]
+    offsets: list[int]
+    los: list[int]
+    his: list[int]
+    bounds: list[int]
 
 
 class _Entry:
@@ -126,6 +142,7 @@ class Dataset:
         props = self._shared_properties(manifests)
         self._props = props
         self._token_offsets = np.cumsum([0] + [e.num_tokens for e in entries], dtype=np.int64)
+        self._shard_sizes = np.diff(self._token_offsets)
         self._doc_offsets = np.cumsum([0] + [e.num_documents for e in entries], dtype=np.int64)
         self._touched = 0
         self.bytes_read = 0  # token bytes copied out by read_into/gather_into (per-process I/O accounting)
@@ -437,75 +454,120 @@ class Dataset:
         """Copy ``out.shape[1]`` tokens from each of ``starts`` into the rows of ``out`` (2-D, C-contiguous).
 
         The same as :meth:`gather_into` with every range one row long, with less work per
-        row: the blocks of each shard are looked up in one vectorised step (none once the
-        shard is wholly checked), then one ``pread`` per row into one buffer, cast once.
-        Returns ``out``.
+        row: rows are cut into runs (:meth:`row_runs`: rows whose tokens follow each other in
+        one shard, such as the rows of one shuffled chunk), each run is one ``pread`` into a
+        buffer of the stored dtype, and the buffer is cast into ``out`` once. Returns ``out``.
 
         Raises:
             IndexError: a row is outside the dataset.
             BlockChecksumError: a block the rows touch is damaged.
+            TruncatedShardError: a shard ended early (it was cut after opening).
         """
-        self._ensure_open()
         n, length = out.shape
         if not n or not length:
             return out
+        runs = self.row_runs(starts, length)
+        if runs is None:  # a row crosses into the next shard: range by range
+            self.gather_into(out.reshape(-1), starts, np.full(n, length, np.int64))
+            return out
+        direct = out.dtype == self.dtype and out.flags.c_contiguous
+        buf = out if direct else self.scratch(n, length)
+        self.read_runs(buf, runs, 0)
+        if not direct:
+            np.copyto(out, buf, casting="unsafe")
+        return out
+
+    def row_runs(self, starts: np.ndarray, length: int, groups: np.ndarray | None = None,
+                 num_groups: int = 1) -> RowRuns | None:
+        """Cut rows of ``length`` tokens starting at dataset tokens ``starts`` (int64, in row order) into runs.
+
+        A run is a maximal sequence of consecutive rows whose tokens follow each other in one
+        shard: :meth:`read_runs` reads it with one ``pread``. Computed for all rows in one
+        vectorised pass, so a streamer can cut the rows of many steps at once: ``groups``
+        (non-decreasing ints in ``[0, num_groups)``, e.g. the step of each row) ends a run
+        wherever it changes, and a row's place is its rank within its group.
+
+        Returns:
+            The runs, or None when a row crosses into the next shard (read it with :meth:`gather_into`).
+
+        Raises:
+            IndexError: a row is outside the dataset.
+        """
+        self._ensure_open()
         starts = np.asarray(starts, np.int64)
-        if int(starts.min()) < 0 or int(starts.max()) + length > self.num_tokens:
+        n = len(starts)
+        if n and (int(starts.min()) < 0 or int(starts.max()) + length > self.num_tokens):
             raise IndexError(f"a token range is outside the dataset's [0, {self.num_tokens})")
+        new = np.ones(n, bool)
+        np.not_equal(starts[1:], starts[:-1] + length, out=new[1:])
+        if groups is not None:
+            new[1:] |= groups[1:] != groups[:-1]
         offsets = self._token_offsets
         if len(offsets) == 2:
-            shard_of, local, shards = None, starts, [0]
+            shard_of, local = np.zeros(n, np.int64), starts
         else:
             shard_of = np.searchsorted(offsets, starts, side="right") - 1
             local = starts - offsets[shard_of]
-            shards = np.unique(shard_of).tolist()
-            # A row crossing into the next shard, or more shards than stay open at once (their descriptors
-            # would be closed before the reads): shard by shard.
-            if (local + length > offsets[shard_of + 1] - offsets[shard_of]).any() or len(shards) > self.max_open_shards:
-                self.gather_into(out.reshape(-1), starts, np.full(n, length, np.int64))
-                return out
-        where = {}
-        for s in shards:
-            shard = self._shard(s)
-            blocks = shard._blocks
-            if blocks is not None and blocks.unchecked and shard.check_blocks:
-                mine = local if shard_of is None else local[shard_of == s]
-                shard.check_pieces(mine, np.full(len(mine), length, np.int64))
-            where[s] = (shard._descriptor(), shard._data_offset)
+            if (local + length > self._shard_sizes[shard_of]).any():
+                return None
+            new[1:] |= shard_of[1:] != shard_of[:-1]
+        first = np.flatnonzero(new)
+        end = np.empty_like(first)
+        end[:-1], end[-1:] = first[1:], n
+        if groups is None:
+            place, bounds = first, [0, len(first)]
+        else:
+            place = first - np.searchsorted(groups, groups[first], side="left")  # rank of the run's first row
+            bounds = np.searchsorted(groups[first], np.arange(num_groups + 1), side="left").tolist()
+        row_bytes = length * self.dtype.itemsize
+        return RowRuns(shard_of[first].tolist(), (local[first] * self.dtype.itemsize).tolist(),
+                       (place * row_bytes).tolist(), ((place + end - first) * row_bytes).tolist(), bounds)
+
+    def read_runs(self, out: np.ndarray, runs: RowRuns, group: int = 0) -> np.ndarray:
+        """Read the runs of ``group`` (see :meth:`row_runs`) into ``out`` (C-contiguous, the stored dtype).
+
+        One ``pread`` per run, straight into its place; a block not yet checked in this process
+        is checked on the bytes just read before the call returns (blocks only partly read
+        are read whole once more). Nothing is mapped. Returns ``out``.
+
+        Raises:
+            BlockChecksumError: a block the runs touch is damaged.
+            TruncatedShardError: a shard ended early (it was cut after opening).
+        """
+        view = out.reshape(-1).view(np.uint8).data  # bytes: bfloat16 has no buffer format
         size = self.dtype.itemsize
-        direct = out.dtype == self.dtype and out.flags.c_contiguous
-        buf, rows = self._row_buffers(out, direct)
-        row_bytes = length * size
-        places = [where[0]] * n if shard_of is None else [where[s] for s in shard_of.tolist()]
-        for k, (row, (fd, base), a) in enumerate(zip(rows, places, local.tolist())):
-            if os.preadv(fd, row, base + a * size) != row_bytes:
-                s = 0 if shard_of is None else int(shard_of[k])
-                self._shard(s).pread_into(buf[k], a)  # a short read: retried, or TruncatedShardError
-        if not direct:
-            out[...] = buf
-        self.bytes_read += out.size * size
+        shards, where, los, his = runs.shards, runs.offsets, runs.los, runs.his
+        first, end = runs.bounds[group], runs.bounds[group + 1]
+        shard: Any = None
+        s_last, fd, base, blocks = -1, -1, 0, None
+        for k in range(first, end):
+            s, lo, hi = shards[k], los[k], his[k]
+            if s != s_last:  # the shard is fetched per run (an LRU may close the others), once per run of runs
+                shard, s_last = self._shard(s), s
+                fd, base = shard._descriptor(), shard._data_offset
+                blocks = shard._blocks if shard.check_blocks else None
+            if os.preadv(fd, [view[lo:hi]], base + where[k]) != hi - lo:
+                shard.pread_into(out.reshape(-1)[lo // size:hi // size], where[k] // size)  # retried, or raises
+            if blocks is not None and blocks.unchecked:
+                blocks.check(fd, where[k], where[k] + hi - lo, view[lo:hi])
+        if end > first:
+            self.bytes_read += his[end - 1] - los[first]  # a group's runs fill its rows back to back
         return out
 
-    def _row_buffers(self, out: np.ndarray, direct: bool) -> tuple[np.ndarray, list[list[memoryview]]]:
-        """``(buffer, [[row view]] per row)`` to ``preadv`` rows into: ``out`` itself, or this thread's scratch buffer.
+    def scratch(self, rows: int, length: int) -> np.ndarray:
+        """A ``(rows, length)`` buffer of the stored dtype, this thread's own, reused by every call.
 
-        The scratch buffer (stored dtype, cast into ``out`` before the call returns) and its
-        row views are kept per thread, dtype and shape, so a batch slices nothing per row.
+        For reads that are cast into a batch right away: nothing is allocated (or faulted
+        in) per batch. Valid until this thread's next call.
         """
-        if direct:
-            view = out.reshape(-1).view(np.uint8).data  # bytes: bfloat16 has no buffer format
-            step = out.shape[1] * out.itemsize
-            return out, [[view[k * step:(k + 1) * step]] for k in range(out.shape[0])]
         cache = _SCRATCH.__dict__.setdefault("buffers", {})
-        key = (self.dtype.str, out.shape)
-        if key not in cache:
+        key = (self.dtype.str, length)
+        buf = cache.get(key)
+        if buf is None or len(buf) < rows:
             if len(cache) >= 4:
                 cache.pop(next(iter(cache)))
-            buf = np.empty(out.shape, self.dtype)
-            view = buf.reshape(-1).view(np.uint8).data
-            step = out.shape[1] * self.dtype.itemsize
-            cache[key] = buf, [[view[k * step:(k + 1) * step]] for k in range(out.shape[0])]
-        return cache[key]
+            buf = cache[key] = np.empty((rows, length), self.dtype)
+        return buf[:rows]
 
     def _gather_shard(self, s: int, out: np.ndarray, dst: np.ndarray | None, local: np.ndarray,
                       counts: np.ndarray) -> None:

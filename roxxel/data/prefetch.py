@@ -32,7 +32,12 @@ class Prefetcher(Iterator[T]):
     def __init__(self, source: Iterator[T], size: int, name: str = "roxxel-prefetch"):
         if size < 1:
             raise ValueError(f"prefetch size must be >= 1, got {size}")
-        self._queue: queue.Queue = queue.Queue(size)
+        # Two C-level queues (items, and free slots bounding them to ``size``): a hand-off is a few lock
+        # operations in C instead of queue.Queue's Python-level condition variables.
+        self._items: queue.SimpleQueue = queue.SimpleQueue()
+        self._slots: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(size):
+            self._slots.put(None)
         self._stop = threading.Event()
         self._finished = False
         self._thread = threading.Thread(target=self._work, args=(source,), name=name, daemon=True)
@@ -41,10 +46,11 @@ class Prefetcher(Iterator[T]):
     def _put(self, item) -> bool:
         while not self._stop.is_set():
             try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
+                self._slots.get(timeout=0.05)
+            except queue.Empty:
                 continue
+            self._items.put(item)
+            return True
         return False
 
     def _work(self, source: Iterator[T]) -> None:
@@ -59,7 +65,8 @@ class Prefetcher(Iterator[T]):
     def __next__(self) -> T:
         if self._finished:
             raise StopIteration
-        item = self._queue.get()
+        item = self._items.get()
+        self._slots.put(None)
         if item is _DONE:
             self._finished = True
             raise StopIteration

@@ -11,11 +11,14 @@ whatever the number of processes, and after a resume with a different one.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Iterator
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
+from roxxel.data.dataset import RowRuns
 from roxxel.data.documents import document_features
+from roxxel.data.placement import Placer
 from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import ShuffledDocuments, ShuffledTokens
 from roxxel.deprecation import renamed, warn_renamed
@@ -29,6 +32,8 @@ log = logging.getLogger("roxxel.data")
 
 OUTPUTS = ("tokens", "documents")
 _AHEAD = 64  # steps whose rows are located and cut in one vectorised pass
+_PREFETCH_WINDOW = 8  # steps timed (medians) before deciding on a prefetch thread; repeated until it starts
+PREFETCH_MIN_OVERLAP = 50e-6  # seconds of both read and caller's step above which a prefetch thread pays (bench/stream.py)
 
 
 # The default batch sharding (rows over one "data" axis of every device), shared with the Trainer.
@@ -82,7 +87,7 @@ class BatchReader:
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
         # The largest id each dataset's stored dtype can hold (None: not an integer dtype, original-format data).
         self._max_ids = [np.iinfo(dt).max if np.issubdtype(dt, np.integer) else None for dt in self.dtypes]
-        self._plan = None  # (key, first step, end step, dataset, start, one dataset per step) of planned steps
+        self._plan = None  # (key, first step, end step, dataset, start, one dataset per step, runs) of planned steps
 
     def rows(self, step: int, lo: int, hi: int, dtype=np.int32, *, with_breaks: bool = False):
         """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``.
@@ -95,21 +100,30 @@ class BatchReader:
         planned = self._planned(step, lo, hi, phase)
         if planned is None:
             return self._rows_by_pieces(step, lo, hi, phase, dtype, with_breaks)
-        which, starts, single = planned
-        out = empty_aligned((hi - lo, phase.seq_len), dtype)
+        k, which, starts, single, runs = planned
+        n = hi - lo
+        out = empty_aligned((n, phase.seq_len), dtype)
         for d in ([int(which[0])] if single else np.unique(which).tolist()):
-            sel = slice(None) if single else np.flatnonzero(which == d)
-            # Read straight into the batch when its dtype holds every stored id (else check before a narrowing cast).
-            exact = np.can_cast(self.dtypes[d], dtype)
-            rows = out if single and exact else np.empty((len(out[sel]), phase.seq_len), dtype if exact else self.dtypes[d])
-            self.sources[d].dataset.gather_rows(rows, starts[sel])
-            self._check_vocab(rows, d)
+            idx = None if single else np.flatnonzero(which == d)
+            sel = slice(None) if idx is None else idx
+            m = n if idx is None else len(idx)
+            dataset = self.sources[d].dataset
+            if runs[d] is None:  # a row of this dataset crosses a shard boundary somewhere in the plan
+                rows = dataset.gather_rows(np.empty((m, phase.seq_len), self.dtypes[d]), starts[sel])
+            elif single and out.dtype == self.dtypes[d]:
+                rows = dataset.read_runs(out, runs[d], k)  # straight into the batch
+            else:
+                rows = dataset.read_runs(dataset.scratch(m, phase.seq_len), runs[d], k)
+            self._check_vocab(rows, d)  # on the stored ids, before any (narrowing) cast
             if rows is not out:
-                out[sel] = rows
+                if single:
+                    np.copyto(out, rows, casting="unsafe")  # one cast of the whole batch
+                else:
+                    out[sel] = rows
         return (out, np.zeros(out.shape, bool)) if with_breaks else out
 
     def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase):
-        """``(dataset, start, one_dataset)`` of each row of ``step`` when every row is one contiguous range, else None.
+        """``(step in plan, dataset, start, one_dataset, runs)`` of ``step`` when every row is one contiguous range, else None.
 
         Rows are located and cut for ``_AHEAD`` steps at once (one vectorised pass instead
         of one per step); a stream reads steps in order, so the next ones come from this plan.
@@ -124,7 +138,7 @@ class BatchReader:
             return None
         k, n = step - plan[1], hi - lo
         which = plan[3][k * n:(k + 1) * n]
-        return which, plan[4][k * n:(k + 1) * n], bool(plan[5][k])
+        return k, which, plan[4][k * n:(k + 1) * n], bool(plan[5][k]), plan[6]
 
     def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int):
         n = hi - lo
@@ -138,15 +152,18 @@ class BatchReader:
                     raise
                 continue  # the steps ahead run past the data: plan only this one (its own error, if any)
             starts = np.empty_like(position)
+            runs: list[RowRuns | None] = [None] * len(self.sources)
             for d in np.unique(which).tolist():
                 sel = np.flatnonzero(which == d)
                 _, start, count = self.sources[d].pieces(position[sel], phase.seq_len)
                 if len(start) != len(sel) or (count != phase.seq_len).any():  # some row is cut into pieces
-                    return key, step, step + 1, None, None, None
+                    return key, step, step + 1, None, None, None, None
                 starts[sel] = start
+                # Each step's rows of this dataset cut into runs read with one pread each (None: see rows()).
+                runs[d] = self.sources[d].dataset.row_runs(start, phase.seq_len, sel // n if n else sel, steps)
             by_step = which.reshape(steps, n)
             single = (by_step == by_step[:, :1]).all(axis=1) if n else np.ones(steps, bool)
-            return key, step, step + steps, which, starts, single
+            return key, step, step + steps, which, starts, single, runs
         raise AssertionError("unreachable")
 
     def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype, with_breaks: bool):
@@ -230,7 +247,12 @@ class Stream:
             middle of one document into the middle of another; ``"documents"`` - a dict of such
             arrays (see :func:`~roxxel.data.documents.document_features`) whose ``segment_ids``,
             ``positions`` and ``loss_mask`` mark every EOS *and* every chunk join as a boundary.
-        prefetch_size: batches prepared ahead on a background thread (0: none).
+        prefetch_size: batches prepared ahead on a background thread (0: none). The thread starts
+            once the caller is seen to spend time between batches (a training step, a device
+            wait): over the first steps the stream times its read and the caller's step, and
+            starts the thread when both last at least ``PREFETCH_MIN_OVERLAP`` seconds (there is
+            then something to overlap). A loop that pulls batches back to back reads them on
+            its own thread, where a hand-off to another would only add cost.
         to_device: False yields this process's numpy rows instead of global arrays.
 
     ``len(stream)`` is the exact number of steps. Batches of different phases have
@@ -267,10 +289,16 @@ class Stream:
         if self.sharding is None and to_device:
             self.sharding = default_sharding()
         self.reader = BatchReader(curriculum, seed)
+        self._placer = Placer(self.sharding)
         self._row_ranges = {p.index: self._rows_of(p) for p in curriculum.resolved if self._overlaps(p)}
         self._step = start_step
         self._source: Iterator = self._produce(start_step)
-        self._prefetch = Prefetcher(self._source, prefetch_size) if prefetch_size > 0 else None
+        if prefetch_size < 0:
+            raise ValueError(f"prefetch_size must be >= 0, got {prefetch_size}")
+        self.prefetch_size = prefetch_size
+        self._prefetch: Prefetcher | None = None
+        self._timings: list[tuple[float, float]] = []  # (caller's step, read) of recent steps read inline
+        self._returned: float | None = None  # when the last batch read inline was handed to the caller
 
     def _overlaps(self, p: ResolvedPhase) -> bool:
         return p.start_step < self.stop_step and p.end_step > self.start_step and p.steps != 0
@@ -299,10 +327,8 @@ class Stream:
 
         shape = (phase.global_batch_size, phase.seq_len)
 
-        if jax.process_count() == 1:  # this process holds the whole batch: one device_put, one transfer per device
-            def place(a):
-                return jax.device_put(a, self.sharding)
-        else:
+        place: Callable[[np.ndarray], Any] = self._placer  # this process holds the whole batch
+        if jax.process_count() > 1:  # each process holds its rows of the global batch
             def place(a):
                 return jax.make_array_from_process_local_data(self.sharding, a, shape)
 
@@ -316,8 +342,26 @@ class Stream:
         return self
 
     def __next__(self):
-        batch = next(self._prefetch) if self._prefetch is not None else next(self._source)
+        batch = next(self._prefetch) if self._prefetch is not None else self._next_inline()
         self._step += 1
+        return batch
+
+    def _next_inline(self):
+        """The next batch, read on the caller's thread; times it and the caller's step to decide on a prefetch thread."""
+        if not self.prefetch_size:
+            return next(self._source)
+        t0 = time.perf_counter()
+        batch = next(self._source)
+        t1 = time.perf_counter()
+        if self._returned is not None:
+            self._timings.append((t0 - self._returned, t1 - t0))
+            if len(self._timings) == _PREFETCH_WINDOW:
+                step = sorted(t for t, _ in self._timings)[_PREFETCH_WINDOW // 2]
+                read = sorted(t for _, t in self._timings)[_PREFETCH_WINDOW // 2]
+                self._timings.clear()
+                if min(step, read) >= PREFETCH_MIN_OVERLAP:  # the overlap outweighs a hand-off between threads
+                    self._prefetch = Prefetcher(self._source, self.prefetch_size)
+        self._returned = time.perf_counter()
         return batch
 
     def __len__(self) -> int:

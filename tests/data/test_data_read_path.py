@@ -61,6 +61,27 @@ def test_rows_across_a_shard_boundary_are_gathered_whole(ds):
         ds.gather_rows(out, np.array([0, 299_950, 5]))
 
 
+def test_rows_that_follow_each_other_in_one_shard_are_one_read(ds, monkeypatch):
+    """Runs break where the tokens jump, at a shard boundary and where the group (the step) changes."""
+    edge = open_shard(ds.shard_paths[0]).num_tokens
+    starts = np.array([0, 100, 200, 1000, 1100, edge - 100, edge])  # the row at edge - 100 ends the first shard
+    groups = np.array([0, 0, 1, 1, 1, 2, 2])
+    runs = ds.row_runs(starts, 100, groups, 3)
+    assert runs.bounds == [0, 1, 3, 5]
+    assert runs.shards == [0, 0, 0, 0, 1] and runs.offsets == [0, 400, 2000, 2 * (edge - 100), 0]
+    assert (runs.los, runs.his) == ([0, 0, 200, 0, 200], [400, 200, 600, 200, 400])
+    calls = []
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda *a: calls.append(a[2]) or real(*a))
+    for g in range(3):
+        mine = starts[groups == g]
+        out = ds.read_runs(np.empty((len(mine), 100), ds.dtype), runs, g)
+        for row, a in zip(out, mine):
+            assert np.array_equal(row, ds.read(int(a), int(a) + 100))
+    assert len(calls) == 5  # one pread per run, not per row
+    assert ds.row_runs(np.array([edge - 50]), 100) is None  # crosses into the next shard: gather_into reads it
+
+
 def test_a_damaged_block_is_caught_in_a_planned_step(tmp_path):
     d = make(tmp_path / "b", 200_000)
     path = d.shard_paths[0]
@@ -71,6 +92,17 @@ def test_a_damaged_block_is_caught_in_a_planned_step(tmp_path):
     c = Curriculum(Roxxel(str(tmp_path / "b")), [Phase(global_batch_size=8, seq_len=256)], chunk_tokens=2048)
     with pytest.raises(BlockChecksumError, match="token block 4 "):
         list(c.stream(seed=0, to_device=False, prefetch_size=0))
+
+
+def test_a_shard_cut_under_a_first_read_with_checks_on_is_an_error(tmp_path):
+    """A run read for the first time (its blocks not yet checked) comes back short: an error, no SIGBUS, no batch."""
+    from roxxel.format import TruncatedShardError
+
+    d = make(tmp_path / "c", 200_000)
+    d.read(0, 10)  # the shard is open (its header read) before it is cut
+    os.truncate(d.shard_paths[0], 4096 + 2 * 1000)
+    with pytest.raises(TruncatedShardError, match="truncated after opening"):
+        d.gather_rows(np.empty((2, 256), np.int32), np.array([150_000, 10]))
 
 
 def test_a_narrow_batch_dtype_does_not_hide_ids_beyond_the_vocabulary(tmp_path):

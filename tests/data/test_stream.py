@@ -190,6 +190,21 @@ def test_prefetch_keeps_order_and_reraises():
         next(p)
 
 
+@pytest.mark.parametrize("tick, threaded", [(1e-6, False), (1e-3, True)])
+def test_the_prefetch_thread_starts_only_when_the_callers_step_leaves_time_to_overlap(datasets, monkeypatch, tick,
+                                                                                      threaded):
+    """A clock that advances ``tick`` per reading: every read and every caller's step lasts ``tick``."""
+    import roxxel.data.stream as stream_module
+
+    clock = iter(np.arange(1, 10**6) * tick)
+    monkeypatch.setattr(stream_module.time, "perf_counter", lambda: float(next(clock)))
+    want = list(curriculum(datasets).stream(seed=3, to_device=False, prefetch_size=0))
+    with curriculum(datasets).stream(seed=3, to_device=False, prefetch_size=2) as s:
+        got = [next(s) for _ in range(len(want))]
+        assert (s._prefetch is not None) == threaded
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))  # the same batches, before and after the switch
+
+
 def test_prefetch_close_stops_thread():
     produced = []
     gate = threading.Event()
