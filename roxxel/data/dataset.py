@@ -33,6 +33,7 @@ from roxxel.format.errors import (
     IncompleteDatasetError,
     ShardNotFoundError,
 )
+from roxxel.format.layout import is_float
 from roxxel.format.manifest import MANIFEST_NAME, Manifest
 from roxxel.format.shard import open_shard
 from roxxel.wording import count
@@ -119,6 +120,7 @@ class Dataset:
         self.max_open_shards = max_open_shards
         self.check_blocks = check_blocks
         self._is_open = False
+        self._out_dtypes_ok: dict[tuple[np.dtype, int | None], bool] = {}  # check_out_dtype's answers
 
     # ------------------------------------------------------------------------------
     # opening
@@ -374,6 +376,29 @@ class Dataset:
             return self._account(shard.tokens[start - base:stop - base])
         return self.read_into(np.empty(stop - start, self.dtype), start)
 
+    def check_out_dtype(self, dtype: Any, vocab_size: int | None = None) -> None:
+        """Refuse a dtype that cannot hold every value of this dataset, so that a read never
+        wraps or rounds a token id silently (an ``int8`` batch would turn id 256 into 0).
+
+        Token data: an integer dtype must reach ``vocab_size - 1`` (without a vocabulary, the
+        stored dtype's largest value); a float dtype must represent that id exactly (float32:
+        up to 2**24). Float data: a float dtype only. ``vocab_size``: the vocabulary a reader
+        checks every id against before its cast (a Curriculum's), in place of the dataset's.
+
+        Raises:
+            DtypeMismatchError: naming the dtype, the largest value and what to use instead.
+        """
+        dtype = np.dtype(dtype)
+        vocab_size = vocab_size or self.vocab_size
+        ok = self._out_dtypes_ok.get((dtype, vocab_size))
+        if ok is None:
+            ok = self._out_dtypes_ok[dtype, vocab_size] = _holds(dtype, self.dtype, vocab_size)
+        if not ok:
+            what = (f"{self.dtype.name} arrays" if is_float(self.dtype)
+                    else f"token ids up to {_largest_id(self.dtype, vocab_size)}")
+            fix = "a float dtype" if is_float(self.dtype) else "int32 (the default) or another dtype that holds them"
+            raise DtypeMismatchError(f"{self.filepath}: dtype {dtype.name} cannot hold {what}: use {fix}")
+
     def read_into(self, out: np.ndarray, start: int) -> np.ndarray:
         """Copy tokens ``[start, start + len(out))`` into ``out`` (1-D; cast to its dtype). Returns ``out``.
 
@@ -381,6 +406,7 @@ class Dataset:
             IndexError: the range is not inside ``[0, num_tokens]``.
         """
         self._ensure_open()
+        self.check_out_dtype(out.dtype)
         stop = start + len(out)
         self._check_range(start, stop)
         s = int(np.searchsorted(self._token_offsets, start, side="right")) - 1
@@ -420,6 +446,7 @@ class Dataset:
             BlockChecksumError: a block the ranges touch is damaged.
         """
         self._ensure_open()
+        self.check_out_dtype(out.dtype)
         starts = np.asarray(starts, np.int64)
         counts = np.asarray(counts, np.int64)
         if len(out) != int(counts.sum()):
@@ -471,6 +498,8 @@ class Dataset:
             self.gather_into(out.reshape(-1), starts, np.full(n, length, np.int64))
             return out
         direct = out.dtype == self.dtype and out.flags.c_contiguous
+        if not direct:
+            self.check_out_dtype(out.dtype)
         buf = out if direct else self.scratch(n, length)
         self.read_runs(buf, runs, 0)
         if not direct:
@@ -645,6 +674,26 @@ class Dataset:
 # ----------------------------------------------------------------------------------
 # path resolution
 # ----------------------------------------------------------------------------------
+def _largest_id(stored: np.dtype, vocab_size: int | None) -> int:
+    """The largest id data stored as ``stored`` can hold: below the vocabulary and the dtype's range."""
+    largest = int(np.iinfo(stored).max)
+    return min(vocab_size - 1, largest) if vocab_size else largest
+
+
+def _holds(out: np.dtype, stored: np.dtype, vocab_size: int | None) -> bool:
+    """Whether ``out`` holds every value of data stored as ``stored`` (see Dataset.check_out_dtype)."""
+    if is_float(stored) or not np.issubdtype(stored, np.integer):  # float arrays; original-format data
+        return is_float(out) or out == stored
+    largest = _largest_id(stored, vocab_size)
+    if np.issubdtype(out, np.integer):
+        return int(np.iinfo(out).max) >= largest
+    if is_float(out):  # every integer up to `largest` is exact iff it and its predecessor are
+        ids = np.array([largest - 1, largest], np.int64)
+        with np.errstate(over="ignore", invalid="ignore"):  # too large: inf, which compares unequal
+            return bool((ids.astype(out).astype(np.float64) == ids).all())
+    return False
+
+
 def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_Entry]) -> None:
     if any(c in spec for c in _GLOB_CHARS) and not os.path.exists(spec):
         matches = sorted(glob.glob(spec))

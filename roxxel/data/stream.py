@@ -261,7 +261,8 @@ class Stream:
     Raises:
         ValueError: a batch size that does not divide over the processes/devices (names
             the phase); a step range outside the curriculum; ``outputs="documents"`` on a
-            dataset without an EOS id or on float data; an integer ``dtype`` for float data.
+            dataset without an EOS id or on float data; an integer ``dtype`` for float data;
+            a ``dtype`` too narrow for a dataset's token ids (a ``DtypeMismatchError``).
     """
 
     def __init__(self, curriculum: Curriculum, start_step: int = 0, stop_step: float | None = None, *, seed: int = 0,
@@ -280,6 +281,8 @@ class Stream:
         if stop > start_step:
             curriculum.check_positions(self.stop_step - 1)
         self.dtype = _batch_dtype(curriculum, dtype, outputs)
+        for dataset in curriculum.datasets.values():  # before any batch: a narrow dtype would wrap ids
+            dataset.check_out_dtype(self.dtype, curriculum.vocab_size)
         self.outputs = outputs
         self.eos_id = curriculum.primary.eos_id
         if outputs == "documents" and self.eos_id is None:
