@@ -157,7 +157,7 @@ def read_input(path: str) -> bytes:
 
 def is_binary(data: bytes) -> bool:
     """True for content that is not text: a NUL byte in its first 8 KiB (git's rule)."""
-    return b"\0" in data[:_BINARY_PROBE]
+    return data.find(b"\0", 0, _BINARY_PROBE) != -1  # no copy of the probed bytes
 
 
 def detect_format(path: str) -> str:
