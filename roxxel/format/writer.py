@@ -305,12 +305,6 @@ class DatasetWriter:
         self.num_tokens = 0
         self._closed = False
 
-    def is_own_file(self, path: str) -> bool:
-        """True for a file this writer creates while it works: a temporary shard or manifest, its lock or marker."""
-        name = os.path.basename(path)
-        return (name.startswith(".") and os.path.dirname(os.path.abspath(path)) == self.directory
-                and (is_temp_name(name) or name in (os.path.basename(self._lock_path), os.path.basename(self.marker_path))))
-
     # -- setup ------------------------------------------------------------------------
     def _own_shard_paths(self) -> list[str]:
         prefix, _, suffix = self.shard_pattern.partition("{")

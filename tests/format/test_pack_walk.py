@@ -1,4 +1,4 @@
-"""The walk of input directories runs while the pack writes: it never takes the pack's own files."""
+"""The input walk never takes the files a pack is writing, even when its output lies inside an input directory."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def test_packing_a_directory_into_itself_takes_only_the_files_that_were_there(tm
     for name in ("a.txt", "b.txt"):
         (tmp_path / name).write_text(f"text of {name}\n")
     (tmp_path / "zz").mkdir()
-    out = tmp_path / "zz" / "out"  # walked after the files above, while the pack writes into it
+    out = tmp_path / "zz" / "out"  # inside the input, after the files above in walk order
     pack([str(tmp_path)], str(out), include_binary=include_binary)
     ds = Roxxel(str(out))
     assert [np.asarray(ds[k][:-1], np.uint8).tobytes() for k in range(len(ds))] == [b"text of a.txt\n", b"text of b.txt\n"]
