@@ -22,6 +22,7 @@ import re
 import socket
 import time
 from array import array
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable
 
 import numpy as np
@@ -37,6 +38,7 @@ log = logging.getLogger("roxxel.format")
 DEFAULT_SHARD_SIZE = 256 << 20
 _PLACEHOLDER_COUNT = 10**19  # widest count the JSON can hold; reserves room for the real ones
 _WRITE_BUFFER = 1 << 20
+_WRITEBACK_BYTES = 16 << 20  # a shard's bytes between two background writebacks (see _BackgroundSync)
 
 
 def _now() -> str:
@@ -123,8 +125,17 @@ class ShardWriter:
         meta = dict(self._metadata, num_tokens=num_tokens, num_documents=num_documents)
         return json.dumps(meta, sort_keys=True).encode("utf-8")
 
-    def finish(self) -> ShardEntry:
-        """Write the index, header and footer, and fsync. The file keeps its temporary name."""
+    def flush_to_os(self) -> int:
+        """Hand the buffered bytes to the OS; returns the file's descriptor (to ``fdatasync`` them from elsewhere)."""
+        self._file.flush()
+        return self._file.fileno()
+
+    def finish(self, sync: bool = True) -> ShardEntry:
+        """Write the index, header and footer, and fsync. The file keeps its temporary name.
+
+        With ``sync=False`` the file is left open and not yet durable: call :meth:`sync`
+        (from any thread) before committing it.
+        """
         f, h = self._file, self._hash
         data_end = self._data_offset + self.num_tokens * self.dtype.itemsize
         index_offset = layout.align(data_end, layout.INDEX_ALIGNMENT)
@@ -146,11 +157,16 @@ class ShardWriter:
         f.seek(0)
         f.write(header_block)
         f.flush()
-        os.fsync(f.fileno())
         size = os.fstat(f.fileno()).st_size
-        f.close()
         self.entry = ShardEntry(os.path.basename(self.path), self.num_tokens, self.num_documents, size, h.hexdigest())
+        if sync:
+            self.sync()
         return self.entry
+
+    def sync(self) -> None:
+        """fsync and close a finished shard (see :meth:`finish`)."""
+        os.fsync(self._file.fileno())
+        self._file.close()
 
     @property
     def finished_entry(self) -> ShardEntry:
@@ -179,6 +195,54 @@ def _one_document(arr: np.ndarray, doc: int) -> np.ndarray:
             f"{arr.shape[0]} rows into one); pass its rows as documents (add_documents(list(arr))), "
             "or arr.reshape(-1) if it really is one")
     return arr.reshape(-1)
+
+
+class _BackgroundSync:
+    """Makes a writer's shards durable on one background thread while it goes on writing.
+
+    The data of the shard being written is handed to the disk (``fdatasync``) every
+    ``_WRITEBACK_BYTES``, so that its final ``fsync`` waits for little; a full shard is
+    fsynced and closed here while the next one is written. Tasks run in the order given, so
+    a shard's descriptor is closed only after its last writeback. :meth:`wait` returns once
+    everything is durable and re-raises the first error (a failed writeback included: the
+    kernel reports a lost write once); the writer renames no shard before that, so a crash
+    still never leaves a shard that looks valid.
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="roxxel-fsync")  # its thread starts on first use
+        self._tasks: list[Future] = []
+        self._unsynced = 0  # bytes written to the current shard since its last writeback
+
+    def wrote(self, shard: ShardWriter, nbytes: int) -> None:
+        """Count ``nbytes`` written to ``shard``; past ``_WRITEBACK_BYTES``, start writing them back."""
+        self._unsynced += nbytes
+        if self._unsynced >= _WRITEBACK_BYTES and all(t.done() for t in self._tasks):  # one writeback at a time
+            self._raise_errors()
+            self._tasks.append(self._pool.submit(os.fdatasync, shard.flush_to_os()))
+            self._unsynced = 0
+
+    def finish(self, shard: ShardWriter) -> None:
+        """Finish ``shard`` here and make it durable (fsync, close) in the background."""
+        shard.finish(sync=False)
+        self._tasks.append(self._pool.submit(shard.sync))
+        self._unsynced = 0
+
+    def wait(self) -> None:
+        """Block until every task is done; raise the first error."""
+        for t in self._tasks:
+            t.exception()
+        self._raise_errors()
+
+    def _raise_errors(self) -> None:
+        done, self._tasks = [t for t in self._tasks if t.done()], [t for t in self._tasks if not t.done()]
+        for t in done:
+            t.result()
+
+    def close(self) -> None:
+        """Wait for every task (errors ignored: for an abort) and stop the thread."""
+        self._pool.shutdown(wait=True)
+        self._tasks = []
 
 
 class DatasetWriter:
@@ -246,6 +310,7 @@ class DatasetWriter:
             raise
         self._shards: list[ShardWriter] = []
         self._current: ShardWriter | None = None
+        self._sync = _BackgroundSync()
         self._next_index = self._first_free_index()
         self.num_documents = 0
         self.num_tokens = 0
@@ -322,7 +387,7 @@ class DatasetWriter:
         """The shard to write the next document to: a new one once the current one is full."""
         cur = self._current
         if cur is not None and cur.num_documents and cur.nbytes + incoming_bytes > self.shard_size:
-            cur.finish()
+            self._sync.finish(cur)  # made durable while the next shard is written
             self._shards.append(cur)
             self._current = None
         if self._current is None:
@@ -386,6 +451,7 @@ class DatasetWriter:
             n += 1
         self.num_documents += 1
         self.num_tokens += n
+        self._sync.wrote(shard, n * self.dtype.itemsize)
 
     def add_documents(self, documents: Iterable) -> None:
         """``add_document`` for each document of an iterable.
@@ -457,6 +523,7 @@ class DatasetWriter:
             shard.write(tokens[starts[i]:ends[j - 1]])
             self.num_documents += j - i
             self.num_tokens += int(ends[j - 1] - starts[i])
+            self._sync.wrote(shard, int(ends[j - 1] - starts[i]) * item)
             i = j
 
     # -- commit -----------------------------------------------------------------------
@@ -471,14 +538,16 @@ class DatasetWriter:
         try:
             return self._commit()
         finally:
+            self._sync.close()
             self._unlock()
 
     def _commit(self) -> Manifest:
         if self._current is not None and self._current.num_documents:
-            self._current.finish()
+            self._sync.finish(self._current)
             self._shards.append(self._current)
         elif self._current is not None:
             self._current.abort()
+        self._sync.wait()  # every shard durable before any is renamed
         if self._previous is not None and self._shards:
             # Until the manifest names them, the appended shards are not part of the dataset:
             # the marker lists them so that readers by glob skip them and the next pack removes them.
@@ -499,6 +568,7 @@ class DatasetWriter:
     def abort(self) -> None:
         """Discard everything this writer wrote (the previous dataset, when appending, is untouched)."""
         self._closed = True
+        self._sync.close()  # no file is closed under a background fsync
         for s in self._shards + ([self._current] if self._current else []):
             s.abort()
         if self._previous is None:
