@@ -8,11 +8,11 @@ phase 2), ``code-eval`` held out. Both phases have rows of 64 tokens (``--seq-le
 them per phase; positions are learned, so a later phase with longer rows starts its new
 positions untrained). Every process reads only its rows.
 
-The defaults are sized for about a minute on 2 CPU cores (./dev.sh main): a small model
+The defaults are sized for a few minutes on 2 CPU cores (./dev.sh main): a small model
 (width 64, 2 layers; 1400 steps of 16 x 64 tokens, 1.4M in all) at a high peak learning rate
 (1e-2, warmup then cosine decay), which beats wider models trained for fewer steps in that
-budget. It ends
-near 1.9 nats/byte held out (the unigram baseline: 3.3), where samples look like Python.
+budget. It ends near 1.9 nats/byte held out (the unigram baseline: 3.3), where a sample
+starts like Python (a ``def`` line, ``self.assert...``) before it wanders.
 
 Paths come from the launcher's environment when present: ROXXEL_DATA_DIR (the data),
 ROXXEL_CHECKPOINT_DIR (checkpoints: a local path or gs://), ROXXEL_RUN_NAME.
