@@ -30,7 +30,8 @@ setup() {
     case $extra in
       main) echo "dev.sh: installing Roxxel and what the main job needs into $VENV: JAX, Flax, Optax, Orbax," \
                  "the Kubernetes client, matplotlib (the loss plot), TensorBoard (to view the logs):" \
-                 "about 170 MB of wheels (jaxlib alone is 85 MB), unpacked into 38,000 files. Minutes, once." ;;
+                 "about 255 MB of wheels (jaxlib alone is 82 MB), unpacked into 38,000 files (17,000 of them" \
+                 "the official Kubernetes schemas, with which the launcher checks what it renders). Minutes, once." ;;
       dev) echo "dev.sh: installing Roxxel with its development extra into $VENV: what the main job needs," \
                 "pytest, the docs toolchain (MkDocs), ruff, mypy and the optional formats' libraries. Minutes, once." ;;
     esac
