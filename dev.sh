@@ -80,7 +80,10 @@ lint() {
 
 case "${1:-}" in
   main) setup main; main_job ;;
-  test) setup dev; shift; exec "$VENV/bin/python" -m pytest -q "$@" ;;
+  # Two pytest-xdist workers, a test file each at a time (module fixtures run once): about half
+  # of the suite waits (subprocess start-up, pip, timeouts), so two files in flight keep 2 cores
+  # busy. ROXXEL_TEST_WORKERS=0 runs in one process; a later -n in the arguments wins.
+  test) setup dev; shift; exec "$VENV/bin/python" -m pytest -q -n "${ROXXEL_TEST_WORKERS:-2}" --dist loadfile "$@" ;;
   lint) setup dev; lint ;;
   *) echo "usage: ./dev.sh main | ./dev.sh test [pytest args] | ./dev.sh lint" >&2; exit 2 ;;
 esac
