@@ -81,7 +81,7 @@ def main() -> None:
               help="auto: .jsonl/.ndjson lines, .parquet rows, any other file is one document.")
 @click.option("--text-field", default="text", show_default=True, help="JSONL key / Parquet column holding the text.")
 @click.option("--append", is_flag=True, help="Add to an existing dataset instead of refusing.")
-@click.option("--wait-lock", type=float, default=0.0, show_default=True, metavar="SECONDS",
+@click.option("--wait-lock", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
               help="Wait this long for another pack/append into the same dataset to finish (default: fail at once).")
 @click.option("--include-binary", is_flag=True,
               help="Pack files with binary content (a NUL byte in the first 8 KiB) too; by default they are skipped.")
@@ -127,6 +127,10 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
     except (OSError, ValueError, ImportError) as e:
         bar.close()
         _fail(e)
+    except KeyboardInterrupt:  # the writer has aborted: no new dataset, an appended one as it was
+        bar.close()
+        click.echo(f"roxxel pack: interrupted; {output} is as it was before (nothing packed was kept)", err=True)
+        sys.exit(130)  # 128 + SIGINT, as a shell reports it
     bar.close()
     elapsed = time.perf_counter() - t0
     click.echo(f"packed {count(totals['documents'], 'document')}, {count(totals['tokens'], 'token')} into {output} "

@@ -210,7 +210,7 @@ def _named_datasets(datasets: Dataset | Mapping[str, Dataset] | None,
     for name, ds in named.items():
         if not isinstance(ds, Dataset):
             raise TypeError(f"dataset {name!r} is a {type(ds).__name__}, not a roxxel Dataset (open it with "
-                            "roxxel.Dataset(path))")
+                            "roxxel.Roxxel(path))")
     return named
 
 

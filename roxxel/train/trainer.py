@@ -415,8 +415,9 @@ class Trainer:
 
     def _run_phase(self, phase: ResolvedPhase, stream, step: int, last: dict) -> tuple[int, dict]:
         cur, ckpt = self.curriculum, self.checkpointer
-        self._log(f"phase {phase.index}: steps {phase.start_step}..{phase.end_step}, batch {phase.global_batch_size} x "
-                  f"{phase.seq_len} tokens, weights {dict(zip(cur.names, phase.weights))}")
+        resumed = f" (resuming at step {step})" if step > phase.start_step else ""
+        self._log(f"phase {phase.index}: steps {phase.start_step}..{phase.end_step}{resumed}, batch "
+                  f"{phase.global_batch_size} x {phase.seq_len} tokens, weights {dict(zip(cur.names, phase.weights))}")
         pending: collections.deque = collections.deque()
         losses, auxes = [], []
         timed_start: float | None = None  # the first step of a phase compiles: not timed

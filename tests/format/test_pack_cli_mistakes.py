@@ -78,3 +78,27 @@ def test_cat_with_a_tokenizer_but_without_the_tokenizers_package_is_one_line(tmp
     r = run("cat", tmp_path / "ds", "0", "--tokenizer", tmp_path / "tokenizer.json")
     assert r.exit_code == 1  # before: an ImportError traceback
     assert r.output.startswith("roxxel: error: ") and "pip install 'roxxel[tokenizers]'" in r.output
+
+
+def test_a_negative_wait_lock_is_refused():
+    r = CliRunner().invoke(main, ["pack", "x.txt", "-o", "ds", "--wait-lock", "-3"])
+    assert r.exit_code == 2 and "--wait-lock" in r.output and "-3" in r.output
+
+
+def test_ctrl_c_during_a_pack_exits_130_and_keeps_the_dataset_as_it_was(tmp_path, monkeypatch):
+    """Ctrl-C printed click's bare 'Aborted!' and exited 1; a shell reports SIGINT as 130."""
+    import roxxel.pack
+
+    (tmp_path / "a.txt").write_text("first")
+    assert run("pack", tmp_path / "a.txt", "-o", tmp_path / "ds").exit_code == 0
+    real = roxxel.pack.pack
+
+    def interrupted(*args, **kwargs):
+        kwargs["on_progress"] = lambda *_: (_ for _ in ()).throw(KeyboardInterrupt)  # Ctrl-C mid-write
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(roxxel.pack, "pack", interrupted)
+    (tmp_path / "b.txt").write_text("second")
+    r = CliRunner().invoke(main, ["pack", str(tmp_path / "b.txt"), "-o", str(tmp_path / "ds"), "--append"])
+    assert r.exit_code == 130 and "interrupted" in r.output and "is as it was before" in r.output, r.output
+    assert Roxxel(str(tmp_path / "ds")).num_documents == 1

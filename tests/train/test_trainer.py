@@ -52,6 +52,8 @@ def test_resume_equals_uninterrupted(ds, tmp_path, stop):
         assert np.array_equal(got[k], want[k]), k
     full, cut = read_metrics(str(tmp_path / "full"))["loss"], read_metrics(str(tmp_path / "cut"))["loss"]
     assert cut == full  # the same loss at every step
+    log = (tmp_path / "cut" / "roxxel_system.log").read_text()  # the phase line says where it resumed
+    assert (f"(resuming at step {stop})" in log) == (stop != 6), log  # 6: phase 1 starts afresh
 
 
 def test_nan_raises_at_next_log_step_with_traceback_in_log(ds, tmp_path):
