@@ -389,6 +389,8 @@ class Dataset:
             DtypeMismatchError: naming the dtype, the largest value and what to use instead.
         """
         dtype = np.dtype(dtype)
+        if dtype == self.dtype:  # the stored dtype holds whatever is stored (the streamer's reads)
+            return
         vocab_size = vocab_size or self.vocab_size
         ok = self._out_dtypes_ok.get((dtype, vocab_size))
         if ok is None:

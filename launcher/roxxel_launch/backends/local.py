@@ -494,7 +494,7 @@ class LocalBackend(Backend):
         if status.run_dir is None:
             raise BackendError(f"job {name}: the local backend's status names no run directory")
         run_dir = Path(status.run_dir)
-        if not status.state.terminal or lock_is_held(run_dir / LOCK_FILE):
+        if _running(status.state, run_dir):
             raise BackendError(f"local job {name!r} is {status.state.value.lower()}: wait for it "
                                f"(`roxxel-launch wait {name} --local`) or stop it first")
         if status.state is JobState.SUCCEEDED:
@@ -545,7 +545,7 @@ class LocalBackend(Backend):
             state = self.status(name).state
         except BackendError:  # a half-made run directory: only deleting it helps
             state = JobState.FAILED
-        if not state.terminal or lock_is_held(run_dir / LOCK_FILE):
+        if _running(state, run_dir):
             return JobExistsError(
                 f"a local job named {name!r} is {state.value.lower()} ({run_dir}): follow it with "
                 f"`roxxel-launch logs {name} --local -f`, wait for it with `roxxel-launch wait {name} "
@@ -558,3 +558,8 @@ class LocalBackend(Backend):
             f"a local job named {name!r} already exists and is {state.value.lower()} ({run_dir}): resume "
             f"it with `roxxel-launch resume {name} --local`, or delete it with {delete}")
 
+
+def _running(state: JobState, run_dir: Path) -> bool:
+    """Whether a local job is still running: its record is not final yet, or its supervisor
+    still holds the run's lock (it is finishing: writing the final record, stopping workers)."""
+    return not state.terminal or lock_is_held(run_dir / LOCK_FILE)
