@@ -51,7 +51,11 @@ def _micro_batches(batch: Any, accum: int) -> Any:
 
 
 def make_train_step(loss_fn: Callable, grad_accum_steps: int = 1) -> Callable:
-    """An ``nnx.jit`` function ``(model, optimizer, batch) -> (loss, aux)`` that updates in place."""
+    """An ``nnx.jit`` function ``(model, optimizer, batch) -> (loss, aux)`` that updates in place.
+
+    The Trainer binds it to its model and optimizer with ``nnx.cached_partial``: the loss_fn may
+    change no attribute of the model that outlives the call (``nnx.pop`` what it sows).
+    """
 
     def train_step(model: nnx.Module, optimizer: nnx.Optimizer, batch: Any):
         graphdef, params, *others = nnx.split(model, optimizer.wrt, ...)
