@@ -63,6 +63,21 @@ class _LazyPlot(click.Command):
         return self._real().invoke(ctx)
 
 
+class _NegativeIndexCommand(click.Command):
+    """A command whose integer argument may be negative: ``roxxel cat ds -1``.
+
+    Click reads ``-1`` as an unknown option; a bare negative integer is moved after ``--``
+    (where click takes it as an argument), the other arguments keep their order.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" not in args:
+            negative = [a for a in args if re.fullmatch(r"-\d+", a)]
+            if negative:
+                args = [a for a in args if a not in negative] + ["--"] + negative
+        return super().parse_args(ctx, args)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="roxxel")
 def main() -> None:
@@ -190,13 +205,16 @@ def verify(path) -> None:
     click.echo(f"OK: {count(done['shards'], 'shard')}, {_human(done['bytes'])} verified")
 
 
-@main.command()
+@main.command(cls=_NegativeIndexCommand)
 @click.argument("path")
 @click.argument("index", type=int)
 @click.option("--tokenizer", default=None, help="tokenizer.json to decode with (byte-level datasets need none).")
 @click.option("--ids", is_flag=True, help="Print the token ids instead of decoding them.")
 def cat(path, index, tokenizer, ids) -> None:
-    """Write document INDEX of the dataset at PATH to stdout (decoded, EOS removed; a float array's values)."""
+    """Write document INDEX of the dataset at PATH to stdout (decoded, EOS removed; a float array's values).
+
+    INDEX counts from 0; a negative one from the end (-1: the last document).
+    """
     from roxxel.data.dataset import Dataset
     from roxxel.format.layout import is_float
     from roxxel.tokenizers import ByteTokenizer, load_tokenizer

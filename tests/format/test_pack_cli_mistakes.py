@@ -71,6 +71,19 @@ def test_cat_out_of_range_counts_in_english(tmp_path):
     assert "document index 5 out of range: the dataset holds 1 document, numbered from 0" in r.output, r.output
 
 
+def test_cat_takes_a_negative_index_as_documented(tmp_path):
+    """`roxxel cat ds -1` was click's "No such option: -1"; it needed `-- -1`."""
+    (tmp_path / "a.txt").write_text("one")
+    (tmp_path / "b.txt").write_text("two")
+    assert run("pack", tmp_path / "a.txt", tmp_path / "b.txt", "-o", tmp_path / "ds").exit_code == 0
+    assert run("cat", tmp_path / "ds", "-1").output == "two"
+    assert run("cat", tmp_path / "ds", "-2", "--ids").output.split() == [str(b) for b in b"one"] + ["256"]  # + EOS
+    assert run("cat", tmp_path / "ds", "--ids", "--", "-1").output.split() == [str(b) for b in b"two"] + ["256"]
+    r = run("cat", tmp_path / "ds", "-3")
+    assert r.exit_code == 1 and "document index -3 out of range" in r.output
+    assert run("cat", tmp_path / "ds", "-1", "--idz").exit_code == 2  # a mistyped option is still one
+
+
 def test_cat_with_a_tokenizer_but_without_the_tokenizers_package_is_one_line(tmp_path, monkeypatch):
     (tmp_path / "a.txt").write_text("one")
     assert run("pack", tmp_path / "a.txt", "-o", tmp_path / "ds").exit_code == 0
