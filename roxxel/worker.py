@@ -21,7 +21,9 @@ backend, so that the same code path runs on a laptop and on a pod. It
    until SIGKILL, or into a failure.
 
 Exit codes of the worker itself: 2 for a usage error; 78 (the configuration-error code)
-when ``CMD`` is not found or cannot be executed, where a POSIX shell would give 127/126:
+when ``CMD`` is not found or cannot be executed, where a POSIX shell would give 127/126,
+or runs ``python SCRIPT`` with no such SCRIPT, where Python would exit 2 (checked before
+starting it; ``-c`` / ``-m`` are not checked):
 the same image fails the same way on every attempt, so the job fails at once instead of
 spending its gang restarts on a typo.
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -275,6 +278,10 @@ def _spawn(
 ) -> subprocess.Popen[bytes] | int:
     """Start ``cmd``; on failure log why and return the shell's exit code for it."""
     logger.info("starting %s", shlex.join(cmd))
+    script = _python_script(cmd)
+    if script is not None and not os.path.exists(script):  # a file, or a directory or zip with __main__.py
+        # Python would exit 2 ("can't open file"), a code a pod failure policy retries.
+        return _cannot_start(cmd[0], f"can't open file {script!r} (relative to {os.getcwd()}): no such file")
     try:
         proc = subprocess.Popen(cmd, env=env, preexec_fn=preexec_fn)
     except FileNotFoundError:
@@ -287,6 +294,28 @@ def _spawn(
         return _cannot_start(cmd[0], f"cannot execute: {err.strerror or err}")
     logger.debug("child pid %d", proc.pid)
     return proc
+
+
+# Python's options that take a value (`python -W error x.py`); -c and -m name no script.
+_PYTHON_VALUE_OPTIONS = {"-W", "-X", "--check-hash-based-pycs"}
+
+
+def _python_script(cmd: list[str]) -> str | None:
+    """The script ``cmd`` runs when it is ``python [options] SCRIPT ...``, else None
+    (``python -m pkg``, ``python -c ...``, ``python -`` and other programs run no script file)."""
+    if not re.fullmatch(r"python[0-9.]*", os.path.basename(cmd[0])):
+        return None
+    args = iter(cmd[1:])
+    for arg in args:
+        if arg == "--":
+            return next(args, None)
+        if arg == "-" or not arg.startswith("-"):
+            return None if arg == "-" else arg
+        if arg in _PYTHON_VALUE_OPTIONS:
+            next(args, None)
+        elif not arg.startswith("--") and ("c" in arg or "m" in arg):  # -c, -m, combined (-uc): no script
+            return None
+    return None
 
 
 def _cannot_start(program: str, why: str) -> int:

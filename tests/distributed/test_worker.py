@@ -168,6 +168,23 @@ def test_missing_command_is_a_configuration_error():
     assert "roxxel-no-such-command-xyz: command not found; exit 78" in proc.stderr
 
 
+@pytest.mark.parametrize("args", [["nope.py"], ["-u", "nope.py", "--lr", "1"], ["-W", "error", "nope.py"]])
+def test_a_missing_python_script_is_a_configuration_error(args):
+    """Python exits 2 for a script it cannot open; the launcher restarted the gang max_restarts times."""
+    proc = subprocess.run(WORKER + [sys.executable, *args], capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == exit_codes.CONFIG_ERROR_EXIT_CODE, proc.stderr
+    assert "can't open file 'nope.py'" in proc.stderr and "not restarted" in proc.stderr
+
+
+def test_python_without_a_script_file_still_runs(tmp_path):
+    """-c, -m and a directory with __main__.py name no missing file: they run as before."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text("raise SystemExit(4)")
+    for args, code in ([["-c", "raise SystemExit(3)"], 3], [["-m", "json.tool", "--help"], 0], [[str(tmp_path / "app")], 4]):
+        proc = subprocess.run(WORKER + [sys.executable, *args], capture_output=True, text=True, timeout=TIMEOUT)
+        assert proc.returncode == code, (args, proc.stderr)
+
+
 def test_non_executable_command_is_a_configuration_error(tmp_path):
     target = tmp_path / "not-executable"
     target.write_text("#!/bin/sh\nexit 0\n")
