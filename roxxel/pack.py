@@ -1,8 +1,8 @@
 """``roxxel pack``: turn text files, JSONL, Parquet or stdin into a dataset of shards.
 
 Documents are read (and tokenized) on a background thread while the main thread writes
-and checksums shards, so packing keeps both cores busy; a Hugging Face tokenizer further
-spreads each batch over all cores in Rust. Inputs are visited in a fixed order (the order
+shards and a third thread hashes and checksums them, so packing keeps several cores busy; a
+Hugging Face tokenizer further spreads each batch over all cores in Rust. Inputs are visited in a fixed order (the order
 given; directories walked in sorted order), so document k of the dataset is the k-th
 document of the inputs.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import fnmatch
+import functools
 import glob
 import gzip
 import io
@@ -18,11 +19,13 @@ import itertools
 import json
 import logging
 import multiprocessing
+import operator
 import os
+import queue
 import re
 import sys
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import BinaryIO, Callable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -44,9 +47,12 @@ _BATCH = 64  # documents tokenized together (lets the Rust tokenizer parallelise
 _QUEUE_DEPTH = 8
 _TASK_FILES, _TASK_BYTES = 64, 4 << 20  # a pool worker's task: up to 64 input files or 4 MiB, whichever first
 _TASKS_AHEAD = 2  # tasks queued per worker: enough to keep it busy, bounded memory
+_BYTE_BATCH = 1 << 20  # input bytes per batch of the byte-level path (its 2 MiB of tokens stay in cache)
+_BYTE_QUEUE_DEPTH = 2  # its batches ready ahead of the writer: few, so that they are still in the CPU's cache
 
 
-def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Iterator[str]:
+def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude: Sequence[str] = (),
+                     output: str | None = None) -> Iterator[str]:
     """Expand inputs in a fixed order.
 
     Inputs are taken as given; a glob's matches in sorted order; a directory's files by
@@ -59,6 +65,9 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
             globs must match one of them (files named explicitly are always taken).
         exclude: path patterns (``*/site-packages/*``); files found in directories and globs
             that match one of them are skipped.
+        output: a directory being written while the files are taken (a pack's output): a
+            walk never enters it, and a walk of that very directory is done by this call,
+            so that no file written there later is taken.
 
     Raises:
         FileNotFoundError: an input does not exist or a glob matches nothing (raised by the
@@ -69,14 +78,18 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
     def wanted(path: str) -> bool:
         if excluded is not None and excluded(path):
             return False
-        return included is None or included(os.path.basename(path)) is not None
+        return included is None or bool(included(os.path.basename(path)))
 
-    resolved: list[list[str] | str] = []  # a directory to walk, or files taken as they are
+    resolved: list[list[str] | tuple[str, str | None]] = []  # files taken as they are, or (directory, its part not to walk)
     for item in inputs:
         if item == "-":
             resolved.append([item])
         elif os.path.isdir(item):
-            resolved.append(item)
+            inside = None if output is None else _as_walked(output, item)
+            if inside == item:  # packing a directory into itself: only the files there now
+                resolved.append(list(_walk(item, None, included, excluded)))
+            else:
+                resolved.append((item, inside))
         elif os.path.isfile(item):
             resolved.append([item])
         elif any(c in item for c in "*?["):
@@ -86,31 +99,55 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
             resolved.append(matches)
         else:
             raise FileNotFoundError(f"input not found: {item}")
-    return itertools.chain.from_iterable(_walk(r, included, excluded) if isinstance(r, str) else r for r in resolved)
+    return itertools.chain.from_iterable(_walk(*r, included, excluded) if isinstance(r, tuple) else r for r in resolved)
 
 
-def _walk(top: str, included: Matcher | None, excluded: Matcher | None) -> Iterator[str]:
+def _as_walked(directory: str, top: str) -> str | None:
+    """``directory`` as a walk of ``top`` names it (``top`` itself when they are one), or None when it is outside ``top``."""
+    real_dir, real_top = os.path.realpath(directory), os.path.realpath(top)
+    if os.path.commonpath([real_dir, real_top]) != real_top:
+        return None
+    return top if real_dir == real_top else os.path.join(top, os.path.relpath(real_dir, real_top))
+
+
+def _walk(top: str, skip: str | None, included: Matcher | None, excluded: Matcher | None) -> Iterator[str]:
     """Files under ``top``: its own by name, then each subdirectory's by name (``os.walk``'s rules).
 
     Like ``os.walk``, an unreadable directory is passed over and a symlink to a directory is
     not entered. Directory entries carry their type, so no file costs an extra ``stat``.
+    The subdirectory ``skip`` (a path that starts with ``top``) is not entered.
     """
+    pending = [top]  # directories still to walk, the next one last (depth first, as a recursion would)
+    while pending:
+        files, subdirs = _scan(pending.pop(), skip, included, excluded)
+        yield from files
+        pending.extend(reversed(subdirs))
+
+
+def _scan(top: str, skip: str | None, included: Matcher | None,
+          excluded: Matcher | None) -> tuple[list[str], list[str]]:
+    """The wanted files and the subdirectories to walk of one directory, each sorted by name."""
+    files, subdirs = [], []
     try:
         with os.scandir(top) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            for entry in it:
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:  # as os.walk and os.path.isfile: an entry that cannot be examined is not one
+                    is_dir = False
+                if is_dir:
+                    # Prune excluded directories instead of walking them (e.g. site-packages).
+                    if ((excluded is None or not excluded(entry.path + os.sep)) and entry.path != skip
+                            and not _is(entry.is_symlink)):
+                        subdirs.append(entry.path)
+                elif ((included is None or included(entry.name))
+                      and (excluded is None or not excluded(entry.path)) and _is(entry.is_file)):
+                    files.append(entry.path)
     except OSError:
-        return
-    subdirs = []
-    for entry in entries:
-        if _is(entry.is_dir):
-            # Prune excluded directories instead of walking them (e.g. site-packages).
-            if (excluded is None or excluded(os.path.join(entry.path, "")) is None) and not _is(entry.is_symlink):
-                subdirs.append(entry.path)
-        elif ((included is None or included(entry.name) is not None)
-              and (excluded is None or excluded(entry.path) is None) and _is(entry.is_file)):
-            yield entry.path
-    for path in subdirs:
-        yield from _walk(path, included, excluded)
+        return [], []
+    files.sort()  # every path is top + "/" + name: sorting the paths sorts the names
+    subdirs.sort()
+    return files, subdirs
 
 
 def _is(test: Callable[[], bool]) -> bool:
@@ -120,14 +157,43 @@ def _is(test: Callable[[], bool]) -> bool:
         return False
 
 
-Matcher = Callable[[str], "re.Match[str] | None"]
+Matcher = Callable[[str], object]  # truthy for a match
 
 
 def _any_of(patterns: Sequence[str]) -> Matcher | None:
-    """One compiled matcher for several ``fnmatch`` patterns (None for none): one regex call per path."""
+    """One matcher for several ``fnmatch`` patterns (None for none), with ``fnmatch``'s meaning.
+
+    A pattern that is a literal with ``*`` at one or both ends (``*.py``, ``*/site-packages/*``)
+    becomes a string method (``endswith``, ``in``) called from C: several times quicker than a
+    regex on each of the many paths a walk sees. The others are joined into one regex.
+    """
     if not patterns:
         return None
-    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
+    suffixes, prefixes, exact, others = [], [], set(), []
+    tests: list[Matcher] = []
+    for p in patterns:
+        literal = p.strip("*")
+        if any(c in literal for c in "*?["):
+            others.append(p)
+        elif p.startswith("*") and p.endswith("*"):  # "*" itself too: "" is in every path
+            tests.append(operator.methodcaller("__contains__", literal))
+        elif p.startswith("*"):
+            suffixes.append(literal)
+        elif p.endswith("*"):
+            prefixes.append(literal)
+        else:
+            exact.add(literal)
+    if suffixes:
+        tests.append(operator.methodcaller("endswith", tuple(suffixes)))
+    if prefixes:
+        tests.append(operator.methodcaller("startswith", tuple(prefixes)))
+    if exact:
+        tests.append(frozenset(exact).__contains__)
+    if others:
+        tests.append(re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in others)).match)
+    if len(tests) == 1:
+        return tests[0]
+    return lambda path: any(test(path) for test in tests)
 
 
 def open_input(path: str) -> io.BufferedIOBase:
@@ -248,6 +314,131 @@ def _tokenized_batches(inputs, tok, fmt, text_field, include_binary=False,
         yield tok.encode_batch(batch), nbytes
 
 
+_NOT_WHOLE = {"text": _COMPRESSED, "auto": _COMPRESSED + _JSONL_SUFFIXES + (".parquet",),
+              "jsonl": ("",), "parquet": ("",)}  # suffixes of files _reads_whole refuses ("": every file)
+
+
+def _reads_whole(path: str, fmt: str) -> bool:
+    """Whether ``path`` is read whole, as one document, straight from its file (no decompression or parsing)."""
+    return path != "-" and not path.endswith(_NOT_WHOLE[fmt])
+
+
+def _byte_batches(files: Iterable[str], out: _TokenBuffers, eos_id: int, fmt: str, text_field: str,
+                  include_binary: bool, on_skip: Callable[[str], None]) -> Iterator[Batch]:
+    """The byte-level tokens of ``files`` joined, in batches of about ``_BYTE_BATCH`` input bytes.
+
+    The same documents, in the same order, as :func:`_tokenized_batches` with a
+    :class:`ByteTokenizer` (so the same dataset), for a fraction of its CPU time: a text
+    file is read straight into one buffer (``fstat``, then one ``read`` of one byte more than
+    its size, whose short count proves the end), the documents of a batch sit there back to
+    back with a slot for each one's EOS, and the batch is widened to tokens in one pass. The
+    per-file work is kept inline (a few system calls) because there are many small files.
+    """
+    buf = bytearray(_BYTE_BATCH)
+    view = memoryview(buf)
+    pos, nbytes = 0, 0  # bytes of buf used (documents and EOS slots), input bytes in the batch
+    ends: list[int] = []  # each document's EOS slot in buf
+
+    def skip(path: str) -> None:
+        log.warning("skipping %s: binary content (pass --include-binary to pack it)", path)
+        on_skip(path)
+
+    for path in files:
+        docs: Iterable[bytes | str]
+        if not _reads_whole(path, fmt):
+            docs = iter_documents(path, fmt, text_field)
+        else:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                size = os.fstat(fd).st_size
+                if pos + size + 2 > len(buf):  # its bytes, the byte that proves the end, the EOS slot
+                    if ends:
+                        yield _widened(buf, pos, ends, nbytes, out, eos_id)
+                        pos, ends, nbytes = 0, [], 0
+                    if size + 2 > len(buf):
+                        view.release()
+                        buf = bytearray(size + 2)
+                        view = memoryview(buf)
+                n = os.readv(fd, [view[pos:pos + size + 1]])
+                if n > size:  # grown since fstat, or a file fstat gives no size (/proc): read on
+                    docs = [bytes(view[pos:pos + n]) + _read_rest(fd)]
+            finally:
+                os.close(fd)
+            if n <= size:  # the whole file, in place
+                if include_binary or buf.find(b"\0", pos, pos + min(n, _BINARY_PROBE)) == -1:
+                    pos += n + 1
+                    ends.append(pos - 1)
+                    nbytes += n
+                else:
+                    skip(path)
+                continue
+        for doc in docs:
+            if isinstance(doc, str):
+                doc = doc.encode("utf-8")  # as ByteTokenizer.encode
+            elif not include_binary and is_binary(doc):
+                skip(path)
+                continue
+            n = len(doc)
+            if pos + n + 1 > len(buf):
+                if ends:
+                    yield _widened(buf, pos, ends, nbytes, out, eos_id)
+                    pos, ends, nbytes = 0, [], 0
+                if n + 1 > len(buf):
+                    view.release()
+                    buf = bytearray(n + 1)
+                    view = memoryview(buf)
+            view[pos:pos + n] = doc
+            pos += n + 1
+            ends.append(pos - 1)
+            nbytes += n
+    if ends:
+        yield _widened(buf, pos, ends, nbytes, out, eos_id)
+
+
+class _TokenBuffers:
+    """Token arrays for :func:`_byte_batches`, each reused once written and checksummed.
+
+    A fresh array would cost a page fault every 4 KiB and arrive cold in the CPU's cache;
+    the few in flight stay warm. Arrays longer than ``size`` are made for one batch only.
+    """
+
+    def __init__(self, dtype: np.dtype, size: int):
+        self.dtype, self._size = dtype, size
+        self._free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+
+    def take(self, n: int) -> np.ndarray:
+        """An array of ``n`` tokens (uninitialised)."""
+        if n > self._size:
+            return np.empty(n, self.dtype)
+        try:
+            buf = self._free.get_nowait()
+        except queue.Empty:
+            buf = np.empty(self._size, self.dtype)
+        return buf[:n]
+
+    def give_back(self, tokens: np.ndarray) -> None:
+        """Let the array under ``tokens`` (from :meth:`take`) be taken again: nothing reads it any more."""
+        if isinstance(tokens.base, np.ndarray) and tokens.base.shape == (self._size,):
+            self._free.put(tokens.base)
+
+
+def _widened(buf: bytearray, used: int, ends: list[int], nbytes: int, out: _TokenBuffers, eos_id: int) -> Batch:
+    """The documents in ``buf[:used]`` as tokens with their EOS (at ``ends``): (tokens, lengths, input bytes)."""
+    tokens = out.take(used)
+    np.copyto(tokens, np.frombuffer(buf, np.uint8, used))  # the widening copy, outside the GIL
+    at = np.array(ends, np.int64)
+    tokens[at] = eos_id
+    return tokens, np.diff(at, prepend=-1), nbytes
+
+
+def _read_rest(fd: int) -> bytes:
+    """Everything left in ``fd`` up to its end."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: int = DEFAULT_SHARD_SIZE,
          include: Sequence[str] = (), exclude: Sequence[str] = (), fmt: str = "auto", text_field: str = "text", append: bool = False,
          eos_id: int | None = None, on_progress: Callable[[int, int, int], None] | None = None,
@@ -269,7 +460,8 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
         jobs: processes that read and tokenize input files (0: one per CPU; 1, the default:
             none, one reader thread). Files go to them in tasks of up to 64 files or 4 MiB, and
             the results are written in input order, so the dataset is byte for byte the same
-            for every ``jobs``. Stdin is always read in this process.
+            for every ``jobs``. Stdin is always read in this process, and so are plain-text
+            files with the byte-level tokenizer (nothing to tokenize: a pool would only copy).
 
     Returns:
         The dataset's manifest. Nothing under ``output`` opens as a dataset until this returns.
@@ -285,13 +477,23 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
     if fmt not in FORMATS:
         raise ValueError(f"unknown input format {fmt!r}; choose one of {', '.join(FORMATS)}")
     tok = load_tokenizer(tokenizer, eos_id=eos_id)
-    # Walked before the dataset is opened: it fails on a missing input before writing anything,
-    # and never sees the pack's own files. (Walking on the reader thread instead measured ~10%
-    # slower on a busy 2-core machine: the reader is the longer of the two threads.)
-    files = list(iter_input_files(inputs, include, exclude))
-    if not files:
+    # Inputs are checked, and a first file found, before the dataset is opened: a missing input
+    # or an empty directory writes nothing. The walk never enters the output directory.
+    found = iter_input_files(inputs, include, exclude, output)
+    first = next(found, None)
+    if first is None:
         raise FileNotFoundError(_no_files_message(inputs, include, exclude))
-    tasks = [] if jobs == 1 or "-" in files else _tasks(files)  # stdin is read in this process
+    files: Iterable[str] = itertools.chain([first], found)
+    # Byte-level tokens of text files cost no CPU to make, so a pool would only add copies: they
+    # are read on one thread, which walks the directories as it goes, while this one writes and
+    # a third hashes (see _byte_batches and DatasetWriter's background_checksums).
+    by_bytes = isinstance(tok, ByteTokenizer) and jobs == 1
+    tasks: list[list[str]] = []
+    if not by_bytes:
+        files = list(files)
+        by_bytes = isinstance(tok, ByteTokenizer) and all(_reads_whole(f, fmt) for f in files)
+        if not by_bytes and jobs != 1 and "-" not in files:  # stdin is read in this process
+            tasks = _tasks(files)
     jobs = min(jobs or os.cpu_count() or 1, len(tasks))  # no more processes than tasks (0, 1: no pool)
     # The pool starts before the dataset is opened, so its workers hold none of the writer's files or lock.
     pool = _start_pool(tok, jobs) if jobs > 1 else None
@@ -306,18 +508,24 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
     try:
         with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                            tokenizer=tok.identity, shard_size=shard_size, append=append,
-                           lock_timeout=lock_timeout) as writer:
-            if pool is None:
-                batches: Iterator[Batch] = (_joined(docs, tok, nbytes) for docs, nbytes in
+                           lock_timeout=lock_timeout, background_checksums=True) as writer:
+            buffers = _TokenBuffers(writer.dtype, _BYTE_BATCH)
+            if by_bytes:
+                batches: Iterator[Batch] = _byte_batches(files, buffers, tok.eos_id, fmt, text_field,
+                                                         include_binary, skip)
+            elif pool is None:
+                batches = (_joined(docs, tok, nbytes) for docs, nbytes in
                            _tokenized_batches(files, tok, fmt, text_field, include_binary, skip))
             else:
                 batches = _pooled_batches(pool, tasks, (fmt, text_field, include_binary), jobs, skip)
             # Reading, tokenizing and joining run on the reader thread or the pool; this thread
-            # only writes, hashes and checksums, in input order.
-            reader = Prefetcher(batches, _QUEUE_DEPTH, name="roxxel-pack-reader")
+            # only writes, in input order, and the writer's checksum thread hashes what it wrote.
+            reader = Prefetcher(batches, _BYTE_QUEUE_DEPTH if by_bytes else _QUEUE_DEPTH, name="roxxel-pack-reader")
             try:
                 for tokens, lengths, nbytes in reader:
                     writer.add_joined(tokens, lengths, checked=True)
+                    if by_bytes:
+                        writer.when_checksummed(functools.partial(buffers.give_back, tokens))
                     packed += len(lengths)
                     if on_progress is not None:
                         on_progress(len(lengths), len(tokens), nbytes)

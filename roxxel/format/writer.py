@@ -22,8 +22,9 @@ import re
 import socket
 import time
 from array import array
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -39,6 +40,7 @@ DEFAULT_SHARD_SIZE = 256 << 20
 _PLACEHOLDER_COUNT = 10**19  # widest count the JSON can hold; reserves room for the real ones
 _WRITE_BUFFER = 1 << 20
 _WRITEBACK_BYTES = 16 << 20  # a shard's bytes between two background writebacks (see _BackgroundSync)
+_CHECKSUMS_AHEAD = 8  # writes a background checksum thread may lag behind (bounds the memory they hold)
 
 
 def _now() -> str:
@@ -57,7 +59,7 @@ class ShardWriter:
     (any number of times), then :meth:`finish`; :meth:`commit` renames it to ``path``.
     """
 
-    def __init__(self, path: str, dtype, metadata: dict[str, Any]):
+    def __init__(self, path: str, dtype, metadata: dict[str, Any], checksums: BackgroundChecksums | None = None):
         self.path = path
         self.tmp_path = temp_name(path)
         self.dtype = layout.normalize_dtype(dtype)
@@ -75,6 +77,7 @@ class ShardWriter:
         self._crc = 0  # checksum of the current block so far
         self._in_block = 0  # bytes of the current block written
         self._starts = array("Q")
+        self._checksums = checksums
         self.num_tokens = 0
         self.entry: ShardEntry | None = None
 
@@ -106,9 +109,15 @@ class ShardWriter:
         """Append tokens (already in this shard's dtype, 1-D, C-contiguous) to the current document."""
         buf = np.ascontiguousarray(tokens).view(np.uint8).data  # as bytes: bfloat16 has no buffer format
         self._file.write(buf)
-        self._hash.update(buf)
-        self._update_block_crcs(buf)
+        if self._checksums is None:
+            self._checksum(buf)
+        else:
+            self._checksums.submit(self._checksum, buf)
         self.num_tokens += len(tokens)
+
+    def _checksum(self, buf: memoryview) -> None:
+        self._hash.update(buf)  # releases the GIL (a buffer over 2 KiB): a background thread runs in parallel
+        self._update_block_crcs(buf)
 
     def _update_block_crcs(self, buf: memoryview) -> None:
         block = layout.DEFAULT_BLOCK_BYTES
@@ -136,6 +145,8 @@ class ShardWriter:
         With ``sync=False`` the file is left open and not yet durable: call :meth:`sync`
         (from any thread) before committing it.
         """
+        if self._checksums is not None:
+            self._checksums.wait()  # every byte written so far is hashed and checksummed
         f, h = self._file, self._hash
         data_end = self._data_offset + self.num_tokens * self.dtype.itemsize
         index_offset = layout.align(data_end, layout.INDEX_ALIGNMENT)
@@ -195,6 +206,38 @@ def _one_document(arr: np.ndarray, doc: int) -> np.ndarray:
             f"{arr.shape[0]} rows into one); pass its rows as documents (add_documents(list(arr))), "
             "or arr.reshape(-1) if it really is one")
     return arr.reshape(-1)
+
+
+class BackgroundChecksums:
+    """Hashes and block-checksums shard data on one background thread, in the order it was written.
+
+    SHA-256 (``hashlib``) releases the GIL while it hashes a buffer, so the thread runs on a
+    second core while the writer's thread writes and its caller reads the next input. The
+    buffers handed over must not change until they are checksummed: :meth:`wait` returns
+    once they are. At most ``_CHECKSUMS_AHEAD`` writes wait their turn (:meth:`submit` blocks
+    beyond that), which bounds the memory they hold. An error is re-raised by the next
+    :meth:`submit` or :meth:`wait`.
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="roxxel-checksum")  # its thread starts on first use
+        self._pending: deque[Future] = deque()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on the thread after everything submitted before it."""
+        while len(self._pending) >= _CHECKSUMS_AHEAD:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(fn, *args))
+
+    def wait(self) -> None:
+        """Block until every submitted checksum is done; raise the first error."""
+        while self._pending:
+            self._pending.popleft().result()
+
+    def close(self) -> None:
+        """Drop the checksums not started (for an abort: errors ignored) and stop the thread."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pending.clear()
 
 
 class _BackgroundSync:
@@ -264,6 +307,10 @@ class DatasetWriter:
             finish (0: fail at once). The writer holds an exclusive ``flock`` on
             ``DIR/.dataset.json.lock`` from construction to commit or abort; Linux maps it to
             POSIX byte-range locks on NFS, so it also excludes writers on other hosts.
+        background_checksums: hash and checksum the shards on a background thread (see
+            :class:`BackgroundChecksums`), in parallel with writing. The arrays handed to
+            ``add_*`` are then read after the call returns: the caller must not change them
+            (``roxxel pack`` hands over arrays it never touches again).
 
     Raises:
         DatasetLockedError: another writer holds the dataset's lock past ``lock_timeout``.
@@ -278,7 +325,7 @@ class DatasetWriter:
     def __init__(self, manifest_path: str, *, shard_pattern: str = "shard-{:05d}.rox", dtype=None,
                  vocab_size: int | None = None, eos_id: int | None = None,
                  tokenizer: dict[str, Any] | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
-                 append: bool = False, lock_timeout: float = 0.0):
+                 append: bool = False, lock_timeout: float = 0.0, background_checksums: bool = False):
         if shard_size < 1:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size}")
         self.manifest_path = manifest_path
@@ -311,6 +358,7 @@ class DatasetWriter:
         self._shards: list[ShardWriter] = []
         self._current: ShardWriter | None = None
         self._sync = _BackgroundSync()
+        self._checksums = BackgroundChecksums() if background_checksums else None
         self._next_index = self._first_free_index()
         self.num_documents = 0
         self.num_tokens = 0
@@ -381,7 +429,7 @@ class DatasetWriter:
         name = self.shard_pattern.format(self._next_index)
         self._next_index += 1
         meta = {"vocab_size": self.vocab_size, "eos_id": self.eos_id, "tokenizer": self.tokenizer}
-        return ShardWriter(os.path.join(self.directory, name), self.dtype, meta)
+        return ShardWriter(os.path.join(self.directory, name), self.dtype, meta, self._checksums)
 
     def _roll_if_needed(self, incoming_bytes: int) -> ShardWriter:
         """The shard to write the next document to: a new one once the current one is full."""
@@ -526,6 +574,14 @@ class DatasetWriter:
             self._sync.wrote(shard, int(ends[j - 1] - starts[i]) * item)
             i = j
 
+    def when_checksummed(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once every token added so far is hashed and checksummed: at once, or
+        on the checksum thread with ``background_checksums`` (e.g. to reuse their buffers)."""
+        if self._checksums is None:
+            fn()
+        else:
+            self._checksums.submit(fn)
+
     # -- commit -----------------------------------------------------------------------
     def close(self) -> Manifest:
         """Finish the last shard, give every shard its final name, then write the manifest.
@@ -538,7 +594,7 @@ class DatasetWriter:
         try:
             return self._commit()
         finally:
-            self._sync.close()
+            self._stop_threads()
             self._unlock()
 
     def _commit(self) -> Manifest:
@@ -568,13 +624,18 @@ class DatasetWriter:
     def abort(self) -> None:
         """Discard everything this writer wrote (the previous dataset, when appending, is untouched)."""
         self._closed = True
-        self._sync.close()  # no file is closed under a background fsync
+        self._stop_threads()  # no file is closed under a background fsync
         for s in self._shards + ([self._current] if self._current else []):
             s.abort()
         if self._previous is None:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.marker_path)
         self._unlock()
+
+    def _stop_threads(self) -> None:
+        if self._checksums is not None:
+            self._checksums.close()
+        self._sync.close()
 
     def _unlock(self) -> None:
         fd, self._lock_fd = self._lock_fd, None
