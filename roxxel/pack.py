@@ -338,6 +338,8 @@ def _byte_batches(files: Iterable[str], out: _TokenBuffers, eos_id: int, fmt: st
     view = memoryview(buf)
     pos, nbytes = 0, 0  # bytes of buf used (documents and EOS slots), input bytes in the batch
     ends: list[int] = []  # each document's EOS slot in buf
+    # Looked up once: a few names per file add up over many small files.
+    open_, fstat, readv, close, flags, end = os.open, os.fstat, os.readv, os.close, os.O_RDONLY | os.O_CLOEXEC, ends.append
 
     def skip(path: str) -> None:
         log.warning("skipping %s: binary content (pass --include-binary to pack it)", path)
@@ -348,26 +350,27 @@ def _byte_batches(files: Iterable[str], out: _TokenBuffers, eos_id: int, fmt: st
         if not _reads_whole(path, fmt):
             docs = iter_documents(path, fmt, text_field)
         else:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_(path, flags)
             try:
-                size = os.fstat(fd).st_size
+                size = fstat(fd).st_size
                 if pos + size + 2 > len(buf):  # its bytes, the byte that proves the end, the EOS slot
                     if ends:
                         yield _widened(buf, pos, ends, nbytes, out, eos_id)
-                        pos, ends, nbytes = 0, [], 0
+                        pos, nbytes = 0, 0
+                        ends.clear()
                     if size + 2 > len(buf):
                         view.release()
                         buf = bytearray(size + 2)
                         view = memoryview(buf)
-                n = os.readv(fd, [view[pos:pos + size + 1]])
-                if n > size:  # grown since fstat, or a file fstat gives no size (/proc): read on
+                n = readv(fd, [view[pos:pos + size + 1]])
+                if n != size:  # grown or shrunk since fstat, a short read, or no size from fstat (/proc)
                     docs = [bytes(view[pos:pos + n]) + _read_rest(fd)]
             finally:
-                os.close(fd)
-            if n <= size:  # the whole file, in place
-                if include_binary or buf.find(b"\0", pos, pos + min(n, _BINARY_PROBE)) == -1:
+                close(fd)
+            if n == size:  # the whole file, in place
+                if include_binary or buf.find(b"\0", pos, pos + (n if n < _BINARY_PROBE else _BINARY_PROBE)) < 0:
                     pos += n + 1
-                    ends.append(pos - 1)
+                    end(pos - 1)
                     nbytes += n
                 else:
                     skip(path)
@@ -382,14 +385,15 @@ def _byte_batches(files: Iterable[str], out: _TokenBuffers, eos_id: int, fmt: st
             if pos + n + 1 > len(buf):
                 if ends:
                     yield _widened(buf, pos, ends, nbytes, out, eos_id)
-                    pos, ends, nbytes = 0, [], 0
+                    pos, nbytes = 0, 0
+                    ends.clear()
                 if n + 1 > len(buf):
                     view.release()
                     buf = bytearray(n + 1)
                     view = memoryview(buf)
             view[pos:pos + n] = doc
             pos += n + 1
-            ends.append(pos - 1)
+            end(pos - 1)
             nbytes += n
     if ends:
         yield _widened(buf, pos, ends, nbytes, out, eos_id)

@@ -24,7 +24,7 @@ import time
 from array import array
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, overload
 
 import numpy as np
 
@@ -91,8 +91,15 @@ class ShardWriter:
         """Bytes the shard will take if finished now (approximately; the index and footer included)."""
         return self.nbytes_with(self.num_tokens, self.num_documents)
 
-    def nbytes_with(self, num_tokens: int, num_documents: int) -> int:
-        """:attr:`nbytes` once the shard holds ``num_tokens`` tokens in ``num_documents`` documents."""
+    @overload
+    def nbytes_with(self, num_tokens: int, num_documents: int) -> int: ...
+
+    @overload
+    def nbytes_with(self, num_tokens: np.ndarray, num_documents: np.ndarray) -> np.ndarray: ...
+
+    def nbytes_with(self, num_tokens, num_documents):
+        """:attr:`nbytes` once the shard holds ``num_tokens`` tokens in ``num_documents`` documents
+        (ints, or int64 arrays of as many candidates)."""
         data = num_tokens * self.dtype.itemsize
         return (self._data_offset + data + 8 * num_documents
                 + 4 * (data // layout.DEFAULT_BLOCK_BYTES + 1) + layout.FOOTER.size)
@@ -560,19 +567,33 @@ class DatasetWriter:
         i = 0
         while i < len(lengths):
             shard = self._roll_if_needed((int(lengths[i]) - eos) * item)
-            count, first = shard.num_documents + 1, shard.num_tokens - int(starts[i])
-            j = i + 1
-            # Documents i..j-1 fit in this shard: the rule of _roll_if_needed, applied ahead.
-            while j < len(lengths) and (shard.nbytes_with(first + int(ends[j - 1]), count)
-                                        + (int(lengths[j]) - eos) * item <= self.shard_size):
-                count += 1
-                j += 1
+            j = self._fitting(shard, i, starts, ends, lengths, eos)
             shard.start_documents(starts[i:j] - starts[i])
             shard.write(tokens[starts[i]:ends[j - 1]])
             self.num_documents += j - i
             self.num_tokens += int(ends[j - 1] - starts[i])
             self._sync.wrote(shard, int(ends[j - 1] - starts[i]) * item)
             i = j
+
+    def _fitting(self, shard: ShardWriter, i: int, starts: np.ndarray, ends: np.ndarray, lengths: np.ndarray,
+                 eos: int) -> int:
+        """The end j of the run of documents i..j-1 that go to ``shard`` (it takes document i).
+
+        The rule of :meth:`_roll_if_needed`, applied to every later document at once: document
+        j joins while the shard with documents i..j-1, plus j's tokens, stays within the shard
+        size. Only documents whose tokens alone could still fit are looked at (so a batch of
+        many documents over many small shards costs no more than one pass).
+        """
+        item = self.dtype.itemsize
+        # A run whose tokens exceed shard_size // item cannot fit: document `stop` never joins.
+        stop = min(len(lengths), int(np.searchsorted(ends, starts[i] + self.shard_size // item, side="right")) + 1)
+        if stop <= i + 1:
+            return i + 1
+        k = np.arange(i + 1, stop)
+        sizes = (shard.nbytes_with(shard.num_tokens + (ends[k - 1] - starts[i]), shard.num_documents + (k - i))
+                 + (lengths[k] - eos) * item)
+        over = sizes > self.shard_size
+        return int(i + 1 + np.argmax(over)) if over.any() else stop
 
     def when_checksummed(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` once every token added so far is hashed and checksummed: at once, or
