@@ -142,6 +142,20 @@ def test_a_failed_checksum_fails_the_pack_and_leaves_no_dataset_or_thread(tree, 
     assert pack_threads() == []
 
 
+def test_a_checksum_that_fails_as_the_last_shard_is_finished_leaves_nothing_that_opens(tree, tmp_path, monkeypatch):
+    def fail(self):
+        raise MemoryError("checksum failed")
+
+    monkeypatch.setattr(writer_module.BackgroundChecksums, "wait", fail)  # called by each shard's finish()
+    out = tmp_path / "out"
+    with pytest.raises(MemoryError, match="checksum failed"):
+        pack([str(tree)], str(out))  # one shard: it fails in close()
+    assert not [n for n in os.listdir(out) if n.endswith(".rox") or n == "dataset.json"]
+    with pytest.raises(IncompleteDatasetError):
+        Roxxel(str(out)).open()
+    assert pack_threads() == []
+
+
 _KILLED_PACK = r"""
 import sys, time
 from roxxel.pack import pack
