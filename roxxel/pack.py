@@ -25,7 +25,7 @@ import queue
 import re
 import sys
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -304,18 +304,28 @@ def _reads_whole(path: str, fmt: str) -> bool:
     return path != "-" and not path.endswith(_NOT_WHOLE[fmt])
 
 
-def _byte_batches(files: Sequence[str], out: _TokenBuffers, eos_id: int, fmt: str, text_field: str,
-                  include_binary: bool, on_skip: Callable[[str], None]) -> Iterator[Batch]:
-    """The byte-level tokens of ``files`` joined, in batches of about ``_BYTE_BATCH`` input bytes.
+class Staged(NamedTuple):
+    """A batch of documents' bytes as read, back to back, each followed by a slot for its EOS."""
+
+    buf: bytearray
+    used: int  # bytes of buf taken by the documents and their EOS slots
+    ends: np.ndarray  # int64: each document's EOS slot
+    nbytes: int  # input bytes
+
+
+def _byte_batches(files: Sequence[str], buffers: _ByteBuffers, fmt: str, text_field: str,
+                  include_binary: bool, on_skip: Callable[[str], None]) -> Iterator[Staged]:
+    """The bytes of the documents of ``files``, in batches of about ``_BYTE_BATCH`` bytes, to widen
+    into byte-level tokens with :meth:`_ByteBuffers.widen`.
 
     The same documents, in the same order, as :func:`_tokenized_batches` with a
     :class:`ByteTokenizer` (so the same dataset), for a fraction of its CPU time: a text
-    file is read straight into one buffer (``fstat``, then one ``read`` of one byte more than
-    its size, whose short count proves the end), the documents of a batch sit there back to
-    back with a slot for each one's EOS, and the batch is widened to tokens in one pass. The
-    per-file work is kept inline (a few system calls) because there are many small files.
+    file is read straight into the batch buffer (``fstat``, then one ``read`` of one byte more
+    than its size, whose short count proves the end). The per-file work is kept inline (a few
+    system calls) because there are many small files; widening is left to the consumer, whose
+    thread has more time to spare.
     """
-    buf = bytearray(_BYTE_BATCH)
+    buf = buffers.stage()
     view = memoryview(buf)
     pos, nbytes = 0, 0  # bytes of buf used (documents and EOS slots), input bytes in the batch
     ends: list[int] = []  # each document's EOS slot in buf
@@ -336,11 +346,12 @@ def _byte_batches(files: Sequence[str], out: _TokenBuffers, eos_id: int, fmt: st
                 size = fstat(fd).st_size
                 if pos + size + 2 > len(buf):  # its bytes, the byte that proves the end, the EOS slot
                     if ends:
-                        yield _widened(buf, pos, ends, nbytes, out, eos_id)
+                        yield Staged(buf, pos, np.array(ends, np.int64), nbytes)
+                        buf = buffers.stage()
+                        view = memoryview(buf)
                         pos, nbytes = 0, 0
                         ends.clear()
                     if size + 2 > len(buf):
-                        view.release()
                         buf = bytearray(size + 2)
                         view = memoryview(buf)
                 n = readv(fd, [view[pos:pos + size + 1]])
@@ -365,11 +376,12 @@ def _byte_batches(files: Sequence[str], out: _TokenBuffers, eos_id: int, fmt: st
             n = len(doc)
             if pos + n + 1 > len(buf):
                 if ends:
-                    yield _widened(buf, pos, ends, nbytes, out, eos_id)
+                    yield Staged(buf, pos, np.array(ends, np.int64), nbytes)
+                    buf = buffers.stage()
+                    view = memoryview(buf)
                     pos, nbytes = 0, 0
                     ends.clear()
                 if n + 1 > len(buf):
-                    view.release()
                     buf = bytearray(n + 1)
                     view = memoryview(buf)
             view[pos:pos + n] = doc
@@ -377,43 +389,55 @@ def _byte_batches(files: Sequence[str], out: _TokenBuffers, eos_id: int, fmt: st
             end(pos - 1)
             nbytes += n
     if ends:
-        yield _widened(buf, pos, ends, nbytes, out, eos_id)
+        yield Staged(buf, pos, np.array(ends, np.int64), nbytes)
 
 
-class _TokenBuffers:
-    """Token arrays for :func:`_byte_batches`, each reused once written and checksummed.
+class _ByteBuffers:
+    """The buffers of the byte-level path, each reused once nothing reads it any more.
 
-    A fresh array would cost a page fault every 4 KiB and arrive cold in the CPU's cache;
-    the few in flight stay warm. Arrays longer than ``size`` are made for one batch only.
+    A fresh buffer would cost a page fault every 4 KiB and arrive cold in the CPU's cache;
+    the few in flight stay warm. A batch buffer (``size`` bytes) is free again once widened,
+    a token array (``size`` tokens) once written and checksummed; larger ones, for a
+    document larger than ``size``, serve one batch only.
     """
 
-    def __init__(self, dtype: np.dtype, size: int):
-        self.dtype, self._size = dtype, size
-        self._free: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+    def __init__(self, dtype: np.dtype, eos_id: int, size: int):
+        self.dtype, self.eos_id, self._size = dtype, eos_id, size
+        self._stages: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+        self._tokens: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
 
-    def take(self, n: int) -> np.ndarray:
-        """An array of ``n`` tokens (uninitialised)."""
+    def stage(self) -> bytearray:
+        """A free batch buffer (its contents undefined)."""
+        try:
+            return self._stages.get_nowait()
+        except queue.Empty:
+            return bytearray(self._size)
+
+    def widen(self, staged: Staged) -> Batch:
+        """The documents of ``staged`` as tokens with their EOS: (tokens, lengths with EOS, input bytes).
+
+        The batch buffer is free again when this returns.
+        """
+        tokens = self._take(staged.used)
+        np.copyto(tokens, np.frombuffer(staged.buf, np.uint8, staged.used))  # the widening copy, outside the GIL
+        tokens[staged.ends] = self.eos_id
+        if len(staged.buf) == self._size:
+            self._stages.put(staged.buf)
+        return tokens, np.diff(staged.ends, prepend=-1), staged.nbytes
+
+    def _take(self, n: int) -> np.ndarray:
         if n > self._size:
             return np.empty(n, self.dtype)
         try:
-            buf = self._free.get_nowait()
+            buf = self._tokens.get_nowait()
         except queue.Empty:
             buf = np.empty(self._size, self.dtype)
         return buf[:n]
 
     def give_back(self, tokens: np.ndarray) -> None:
-        """Let the array under ``tokens`` (from :meth:`take`) be taken again: nothing reads it any more."""
+        """Let the array under ``tokens`` (from :meth:`widen`) be used again: nothing reads it any more."""
         if isinstance(tokens.base, np.ndarray) and tokens.base.shape == (self._size,):
-            self._free.put(tokens.base)
-
-
-def _widened(buf: bytearray, used: int, ends: list[int], nbytes: int, out: _TokenBuffers, eos_id: int) -> Batch:
-    """The documents in ``buf[:used]`` as tokens with their EOS (at ``ends``): (tokens, lengths, input bytes)."""
-    tokens = out.take(used)
-    np.copyto(tokens, np.frombuffer(buf, np.uint8, used))  # the widening copy, outside the GIL
-    at = np.array(ends, np.int64)
-    tokens[at] = eos_id
-    return tokens, np.diff(at, prepend=-1), nbytes
+            self._tokens.put(tokens.base)
 
 
 def _read_rest(fd: int) -> bytes:
@@ -489,20 +513,22 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
         with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                            tokenizer=tok.identity, shard_size=shard_size, append=append,
                            lock_timeout=lock_timeout, background_checksums=True) as writer:
-            buffers = _TokenBuffers(writer.dtype, _BYTE_BATCH)
+            buffers = _ByteBuffers(writer.dtype, tok.eos_id, _BYTE_BATCH)
+            batches: Iterator[Batch | Staged]
             if by_bytes:
-                batches: Iterator[Batch] = _byte_batches(files, buffers, tok.eos_id, fmt, text_field,
-                                                         include_binary, skip)
+                batches = _byte_batches(files, buffers, fmt, text_field, include_binary, skip)
             elif pool is None:
                 batches = (_joined(docs, tok, nbytes) for docs, nbytes in
                            _tokenized_batches(files, tok, fmt, text_field, include_binary, skip))
             else:
                 batches = _pooled_batches(pool, tasks, (fmt, text_field, include_binary), jobs, skip)
             # Reading, tokenizing and joining run on the reader thread or the pool; this thread
-            # only writes, in input order, and the writer's checksum thread hashes what it wrote.
+            # writes (widening byte-level batches first), in input order, and the writer's
+            # checksum thread hashes what it wrote.
             reader = Prefetcher(batches, _BYTE_QUEUE_DEPTH if by_bytes else _QUEUE_DEPTH, name="roxxel-pack-reader")
             try:
-                for tokens, lengths, nbytes in reader:
+                for batch in reader:
+                    tokens, lengths, nbytes = buffers.widen(batch) if isinstance(batch, Staged) else batch
                     writer.add_joined(tokens, lengths, checked=True)
                     if by_bytes:
                         writer.when_checksummed(functools.partial(buffers.give_back, tokens))
