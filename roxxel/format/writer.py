@@ -54,12 +54,15 @@ class ShardWriter:
         path: final path of the shard.
         dtype: token or float dtype (see :func:`roxxel.format.layout.normalize_dtype`).
         metadata: JSON-serialisable fields stored in the shard (vocab_size, eos_id, tokenizer, ...).
+        checksums: hash and checksum the token data on this background thread (its arrays
+            must then stay unchanged after :meth:`write`; :meth:`finish` waits for it), or
+            inline when None.
 
     Call :meth:`start_document` before each document's tokens, :meth:`write` for its tokens
     (any number of times), then :meth:`finish`; :meth:`commit` renames it to ``path``.
     """
 
-    def __init__(self, path: str, dtype, metadata: dict[str, Any], checksums: BackgroundChecksums | None = None):
+    def __init__(self, path: str, dtype, metadata: dict[str, Any], checksums: _BackgroundChecksums | None = None):
         self.path = path
         self.tmp_path = temp_name(path)
         self.dtype = layout.normalize_dtype(dtype)
@@ -123,6 +126,7 @@ class ShardWriter:
         self.num_tokens += len(tokens)
 
     def _checksum(self, buf: memoryview) -> None:
+        """Add ``buf``, the next bytes of token data, to the shard's SHA-256 and block checksums."""
         self._hash.update(buf)  # releases the GIL (a buffer over 2 KiB): a background thread runs in parallel
         self._update_block_crcs(buf)
 
@@ -215,7 +219,7 @@ def _one_document(arr: np.ndarray, doc: int) -> np.ndarray:
     return arr.reshape(-1)
 
 
-class BackgroundChecksums:
+class _BackgroundChecksums:
     """Hashes and block-checksums shard data on one background thread, in the order it was written.
 
     SHA-256 (``hashlib``) releases the GIL while it hashes a buffer, so the thread runs on a
@@ -315,7 +319,7 @@ class DatasetWriter:
             ``DIR/.dataset.json.lock`` from construction to commit or abort; Linux maps it to
             POSIX byte-range locks on NFS, so it also excludes writers on other hosts.
         background_checksums: hash and checksum the shards on a background thread (see
-            :class:`BackgroundChecksums`), in parallel with writing. The arrays handed to
+            :class:`_BackgroundChecksums`), in parallel with writing. The arrays handed to
             ``add_*`` are then read after the call returns: the caller must not change them
             (``roxxel pack`` hands over arrays it never touches again).
 
@@ -365,7 +369,7 @@ class DatasetWriter:
         self._shards: list[ShardWriter] = []
         self._current: ShardWriter | None = None
         self._sync = _BackgroundSync()
-        self._checksums = BackgroundChecksums() if background_checksums else None
+        self._checksums = _BackgroundChecksums() if background_checksums else None
         self._next_index = self._first_free_index()
         self.num_documents = 0
         self.num_tokens = 0

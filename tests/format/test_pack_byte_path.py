@@ -146,7 +146,7 @@ def test_a_checksum_that_fails_as_the_last_shard_is_finished_leaves_nothing_that
     def fail(self):
         raise MemoryError("checksum failed")
 
-    monkeypatch.setattr(writer_module.BackgroundChecksums, "wait", fail)  # called by each shard's finish()
+    monkeypatch.setattr(writer_module._BackgroundChecksums, "wait", fail)  # called by each shard's finish()
     out = tmp_path / "out"
     with pytest.raises(MemoryError, match="checksum failed"):
         pack([str(tree)], str(out))  # one shard: it fails in close()
