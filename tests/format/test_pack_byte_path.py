@@ -102,6 +102,10 @@ def test_packing_a_directory_into_itself_takes_only_the_files_there_before(tmp_p
     assert [text(ds[k]) for k in range(len(ds))] == [b"text of a.txt\n", b"text of b.txt\n"]
 
 
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
 def pack_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith(("roxxel-pack", "roxxel-checksum", "roxxel-fsync"))]
 
@@ -117,10 +121,11 @@ def test_an_unreadable_file_fails_the_pack_and_leaves_no_dataset_or_thread(tree,
 
     monkeypatch.setattr(pack_module.os, "open", refuse)
     out = tmp_path / "out"
+    fds = open_fds()
     with pytest.raises(PermissionError, match="f049.txt"):
         pack([str(tree)], str(out), shard_size=5_000)
     assert os.listdir(out) == []  # no shard, temporary file, marker or lock left
-    assert pack_threads() == []
+    assert pack_threads() == [] and open_fds() == fds
 
 
 def test_a_failed_checksum_fails_the_pack_and_leaves_no_dataset_or_thread(tree, tmp_path, monkeypatch):
@@ -135,11 +140,12 @@ def test_a_failed_checksum_fails_the_pack_and_leaves_no_dataset_or_thread(tree, 
 
     monkeypatch.setattr(writer_module.ShardWriter, "_checksum", fail_on_the_fifth)
     out = tmp_path / "out"
+    fds = open_fds()
     with pytest.raises(MemoryError, match="checksum failed"):
         pack([str(tree)], str(out), shard_size=5_000)
     assert set(calls) == {"roxxel-checksum_0"}  # hashed on the background thread
     assert os.listdir(out) == []
-    assert pack_threads() == []
+    assert pack_threads() == [] and open_fds() == fds
 
 
 def test_a_checksum_that_fails_as_the_last_shard_is_finished_leaves_nothing_that_opens(tree, tmp_path, monkeypatch):
