@@ -13,8 +13,9 @@ run on a warm page cache, in interleaved rounds (order rotated each round):
   * read + write + fsync - read + write, then one fsync of the file: the bare cost of bytes
                       that survive a crash, which a pack (atomic, durable) cannot go below.
 Every method writes a fresh file (or dataset) each time, removed outside the timed part, so
-none pays for truncating the last one. Roxxel is measured with ``--jobs 1`` (one reader
-thread) and with one process per CPU. Each figure is the rate over a window of at least
+none pays for truncating the last one. Roxxel is measured with ``--jobs 1`` (a reader thread,
+the writing thread, a checksum thread) and with ``--jobs`` one per CPU (which byte-level packing
+of text files ignores: the same threads; the row shows that asking for a pool costs nothing). Each figure is the rate over a window of at least
 ``--seconds`` of timed work; MB/s counts input bytes. A second table gives the process CPU
 time per pass (all threads): on a shared machine the wall-clock ratio follows it. Integrity
 features stay on: block checksums, the shard's SHA-256, fsync and atomic renames.

@@ -1,16 +1,17 @@
 """``roxxel pack``: turn text files, JSONL, Parquet or stdin into a dataset of shards.
 
 Documents are read (and tokenized) on a background thread while the main thread writes
-and checksums shards, so packing keeps both cores busy; a Hugging Face tokenizer further
-spreads each batch over all cores in Rust. Inputs are visited in a fixed order (the order
-given; directories walked in sorted order), so document k of the dataset is the k-th
-document of the inputs.
+shards and a third thread hashes and checksums them, so packing keeps several cores busy;
+a Hugging Face tokenizer further spreads each batch over all cores in Rust. Inputs are
+visited in a fixed order (the order given; directories walked in sorted order), so
+document k of the dataset is the k-th document of the inputs.
 """
 
 from __future__ import annotations
 
 import collections
 import fnmatch
+import functools
 import glob
 import gzip
 import io
@@ -18,11 +19,13 @@ import itertools
 import json
 import logging
 import multiprocessing
+import operator
 import os
+import queue
 import re
 import sys
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import BinaryIO, Callable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -44,6 +47,8 @@ _BATCH = 64  # documents tokenized together (lets the Rust tokenizer parallelise
 _QUEUE_DEPTH = 8
 _TASK_FILES, _TASK_BYTES = 64, 4 << 20  # a pool worker's task: up to 64 input files or 4 MiB, whichever first
 _TASKS_AHEAD = 2  # tasks queued per worker: enough to keep it busy, bounded memory
+_BYTE_BATCH = 1 << 20  # input bytes per batch of the byte-level path (its 2 MiB of tokens stay in cache)
+_BYTE_QUEUE_DEPTH = 2  # its batches ready ahead of the writer: few, so that they are still in the CPU's cache
 
 
 def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Iterator[str]:
@@ -69,7 +74,7 @@ def iter_input_files(inputs: Sequence[str], include: Sequence[str] = (), exclude
     def wanted(path: str) -> bool:
         if excluded is not None and excluded(path):
             return False
-        return included is None or included(os.path.basename(path)) is not None
+        return included is None or bool(included(os.path.basename(path)))
 
     resolved: list[list[str] | str] = []  # a directory to walk, or files taken as they are
     for item in inputs:
@@ -95,22 +100,35 @@ def _walk(top: str, included: Matcher | None, excluded: Matcher | None) -> Itera
     Like ``os.walk``, an unreadable directory is passed over and a symlink to a directory is
     not entered. Directory entries carry their type, so no file costs an extra ``stat``.
     """
+    pending = [top]  # directories still to walk, the next one last (depth first, as a recursion would)
+    while pending:
+        files, subdirs = _scan(pending.pop(), included, excluded)
+        yield from files
+        pending.extend(reversed(subdirs))
+
+
+def _scan(top: str, included: Matcher | None, excluded: Matcher | None) -> tuple[list[str], list[str]]:
+    """The wanted files and the subdirectories to walk of one directory, each sorted by name."""
+    files, subdirs = [], []
     try:
         with os.scandir(top) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            for entry in it:
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:  # as os.walk and os.path.isfile: an entry that cannot be examined is not one
+                    is_dir = False
+                if is_dir:
+                    # Prune excluded directories instead of walking them (e.g. site-packages).
+                    if (excluded is None or not excluded(entry.path + os.sep)) and not _is(entry.is_symlink):
+                        subdirs.append(entry.path)
+                elif ((included is None or included(entry.name))
+                      and (excluded is None or not excluded(entry.path)) and _is(entry.is_file)):
+                    files.append(entry.path)
     except OSError:
-        return
-    subdirs = []
-    for entry in entries:
-        if _is(entry.is_dir):
-            # Prune excluded directories instead of walking them (e.g. site-packages).
-            if (excluded is None or excluded(os.path.join(entry.path, "")) is None) and not _is(entry.is_symlink):
-                subdirs.append(entry.path)
-        elif ((included is None or included(entry.name) is not None)
-              and (excluded is None or excluded(entry.path) is None) and _is(entry.is_file)):
-            yield entry.path
-    for path in subdirs:
-        yield from _walk(path, included, excluded)
+        return [], []
+    files.sort()  # every path is top + "/" + name: sorting the paths sorts the names
+    subdirs.sort()
+    return files, subdirs
 
 
 def _is(test: Callable[[], bool]) -> bool:
@@ -120,14 +138,43 @@ def _is(test: Callable[[], bool]) -> bool:
         return False
 
 
-Matcher = Callable[[str], "re.Match[str] | None"]
+Matcher = Callable[[str], object]  # truthy for a match
 
 
 def _any_of(patterns: Sequence[str]) -> Matcher | None:
-    """One compiled matcher for several ``fnmatch`` patterns (None for none): one regex call per path."""
+    """One matcher for several ``fnmatch`` patterns (None for none), with ``fnmatch``'s meaning.
+
+    A pattern that is a literal with ``*`` at one or both ends (``*.py``, ``*/site-packages/*``)
+    becomes a string method (``endswith``, ``in``) called from C: several times quicker than a
+    regex on each of the many paths a walk sees. The others are joined into one regex.
+    """
     if not patterns:
         return None
-    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
+    suffixes, prefixes, exact, others = [], [], set(), []
+    tests: list[Matcher] = []
+    for p in patterns:
+        literal = p.strip("*")
+        if any(c in literal for c in "*?["):
+            others.append(p)
+        elif p.startswith("*") and p.endswith("*"):  # "*" itself too: "" is in every path
+            tests.append(operator.methodcaller("__contains__", literal))
+        elif p.startswith("*"):
+            suffixes.append(literal)
+        elif p.endswith("*"):
+            prefixes.append(literal)
+        else:
+            exact.add(literal)
+    if suffixes:
+        tests.append(operator.methodcaller("endswith", tuple(suffixes)))
+    if prefixes:
+        tests.append(operator.methodcaller("startswith", tuple(prefixes)))
+    if exact:
+        tests.append(frozenset(exact).__contains__)
+    if others:
+        tests.append(re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in others)).match)
+    if len(tests) == 1:
+        return tests[0]
+    return lambda path: any(test(path) for test in tests)
 
 
 def open_input(path: str) -> io.BufferedIOBase:
@@ -248,6 +295,159 @@ def _tokenized_batches(inputs, tok, fmt, text_field, include_binary=False,
         yield tok.encode_batch(batch), nbytes
 
 
+_NOT_WHOLE = {"text": _COMPRESSED, "auto": _COMPRESSED + _JSONL_SUFFIXES + (".parquet",),
+              "jsonl": ("",), "parquet": ("",)}  # suffixes of files _reads_whole refuses ("": every file)
+
+
+def _reads_whole(path: str, fmt: str) -> bool:
+    """Whether ``path`` is read whole, as one document, straight from its file (no decompression or parsing)."""
+    return path != "-" and not path.endswith(_NOT_WHOLE[fmt])
+
+
+class Staged(NamedTuple):
+    """A batch of documents' bytes as read, back to back, each followed by a slot for its EOS."""
+
+    buf: bytearray
+    used: int  # bytes of buf taken by the documents and their EOS slots
+    ends: np.ndarray  # int64: each document's EOS slot
+    nbytes: int  # input bytes
+
+
+def _byte_batches(files: Sequence[str], buffers: _ByteBuffers, fmt: str, text_field: str,
+                  include_binary: bool, on_skip: Callable[[str], None]) -> Iterator[Staged]:
+    """The bytes of the documents of ``files``, in batches of about ``_BYTE_BATCH`` bytes, to widen
+    into byte-level tokens with :meth:`_ByteBuffers.widen`.
+
+    The same documents, in the same order, as :func:`_tokenized_batches` with a
+    :class:`ByteTokenizer` (so the same dataset), for a fraction of its CPU time: a text
+    file is read straight into the batch buffer (``fstat``, then one ``read`` of one byte more
+    than its size, whose short count proves the end). The per-file work is kept inline (a few
+    system calls) because there are many small files; widening is left to the consumer, whose
+    thread has more time to spare.
+    """
+    buf = buffers.stage()
+    view = memoryview(buf)
+    pos, nbytes = 0, 0  # bytes of buf used (documents and EOS slots), input bytes in the batch
+    ends: list[int] = []  # each document's EOS slot in buf
+    # Looked up once: a few names per file add up over many small files.
+    open_, fstat, readv, close, flags, end = os.open, os.fstat, os.readv, os.close, os.O_RDONLY | os.O_CLOEXEC, ends.append
+
+    def skip(path: str) -> None:
+        log.warning("skipping %s: binary content (pass --include-binary to pack it)", path)
+        on_skip(path)
+
+    for path in files:
+        docs: Iterable[bytes | str]
+        if not _reads_whole(path, fmt):
+            docs = iter_documents(path, fmt, text_field)
+        else:
+            fd = open_(path, flags)
+            try:
+                size = fstat(fd).st_size
+                if pos + size + 2 > len(buf):  # its bytes, the byte that proves the end, the EOS slot
+                    if ends:
+                        yield Staged(buf, pos, np.array(ends, np.int64), nbytes)
+                        buf = buffers.stage()
+                        view = memoryview(buf)
+                        pos, nbytes = 0, 0
+                        ends.clear()
+                    if size + 2 > len(buf):
+                        buf = bytearray(size + 2)
+                        view = memoryview(buf)
+                n = readv(fd, [view[pos:pos + size + 1]])
+                if n != size:  # grown or shrunk since fstat, a short read, or no size from fstat (/proc)
+                    docs = [bytes(view[pos:pos + n]) + _read_rest(fd)]
+            finally:
+                close(fd)
+            if n == size:  # the whole file, in place
+                if include_binary or buf.find(b"\0", pos, pos + (n if n < _BINARY_PROBE else _BINARY_PROBE)) < 0:
+                    pos += n + 1
+                    end(pos - 1)
+                    nbytes += n
+                else:
+                    skip(path)
+                continue
+        for doc in docs:
+            if isinstance(doc, str):
+                doc = doc.encode("utf-8")  # as ByteTokenizer.encode
+            elif not include_binary and is_binary(doc):
+                skip(path)
+                continue
+            n = len(doc)
+            if pos + n + 1 > len(buf):
+                if ends:
+                    yield Staged(buf, pos, np.array(ends, np.int64), nbytes)
+                    buf = buffers.stage()
+                    view = memoryview(buf)
+                    pos, nbytes = 0, 0
+                    ends.clear()
+                if n + 1 > len(buf):
+                    buf = bytearray(n + 1)
+                    view = memoryview(buf)
+            view[pos:pos + n] = doc
+            pos += n + 1
+            end(pos - 1)
+            nbytes += n
+    if ends:
+        yield Staged(buf, pos, np.array(ends, np.int64), nbytes)
+
+
+class _ByteBuffers:
+    """The buffers of the byte-level path, each reused once nothing reads it any more.
+
+    A fresh buffer would cost a page fault every 4 KiB and arrive cold in the CPU's cache;
+    the few in flight stay warm. A batch buffer (``size`` bytes) is free again once widened,
+    a token array (``size`` tokens) once written and checksummed; larger ones, for a
+    document larger than ``size``, serve one batch only.
+    """
+
+    def __init__(self, dtype: np.dtype, eos_id: int, size: int):
+        self.dtype, self.eos_id, self._size = dtype, eos_id, size
+        self._stages: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+        self._tokens: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+
+    def stage(self) -> bytearray:
+        """A free batch buffer (its contents undefined)."""
+        try:
+            return self._stages.get_nowait()
+        except queue.Empty:
+            return bytearray(self._size)
+
+    def widen(self, staged: Staged) -> Batch:
+        """The documents of ``staged`` as tokens with their EOS: (tokens, lengths with EOS, input bytes).
+
+        The batch buffer is free again when this returns.
+        """
+        tokens = self._take(staged.used)
+        np.copyto(tokens, np.frombuffer(staged.buf, np.uint8, staged.used))  # the widening copy, outside the GIL
+        tokens[staged.ends] = self.eos_id
+        if len(staged.buf) == self._size:
+            self._stages.put(staged.buf)
+        return tokens, np.diff(staged.ends, prepend=-1), staged.nbytes
+
+    def _take(self, n: int) -> np.ndarray:
+        if n > self._size:
+            return np.empty(n, self.dtype)
+        try:
+            buf = self._tokens.get_nowait()
+        except queue.Empty:
+            buf = np.empty(self._size, self.dtype)
+        return buf[:n]
+
+    def give_back(self, tokens: np.ndarray) -> None:
+        """Let the array under ``tokens`` (from :meth:`widen`) be used again: nothing reads it any more."""
+        if isinstance(tokens.base, np.ndarray) and tokens.base.shape == (self._size,):
+            self._tokens.put(tokens.base)
+
+
+def _read_rest(fd: int) -> bytes:
+    """Everything left in ``fd`` up to its end."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: int = DEFAULT_SHARD_SIZE,
          include: Sequence[str] = (), exclude: Sequence[str] = (), fmt: str = "auto", text_field: str = "text", append: bool = False,
          eos_id: int | None = None, on_progress: Callable[[int, int, int], None] | None = None,
@@ -269,7 +469,8 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
         jobs: processes that read and tokenize input files (0: one per CPU; 1, the default:
             none, one reader thread). Files go to them in tasks of up to 64 files or 4 MiB, and
             the results are written in input order, so the dataset is byte for byte the same
-            for every ``jobs``. Stdin is always read in this process.
+            for every ``jobs``. Stdin is always read in this process, and so are plain-text
+            files with the byte-level tokenizer (nothing to tokenize: a pool would only copy).
 
     Returns:
         The dataset's manifest. Nothing under ``output`` opens as a dataset until this returns.
@@ -286,12 +487,17 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
         raise ValueError(f"unknown input format {fmt!r}; choose one of {', '.join(FORMATS)}")
     tok = load_tokenizer(tokenizer, eos_id=eos_id)
     # Walked before the dataset is opened: it fails on a missing input before writing anything,
-    # and never sees the pack's own files. (Walking on the reader thread instead measured ~10%
-    # slower on a busy 2-core machine: the reader is the longer of the two threads.)
+    # and never sees the pack's own files. (Walking on the reader thread instead, as the files
+    # are read, measured 5% slower on 2 cores: the reader is the longest thread, and the walk's
+    # Python work contends with it for the GIL.)
     files = list(iter_input_files(inputs, include, exclude))
     if not files:
         raise FileNotFoundError(_no_files_message(inputs, include, exclude))
-    tasks = [] if jobs == 1 or "-" in files else _tasks(files)  # stdin is read in this process
+    # Byte-level tokens of text files cost no CPU to make, so a pool would only add copies: they
+    # are read on one thread while this one writes and a third hashes (see _byte_batches and
+    # DatasetWriter's background_checksums).
+    by_bytes = isinstance(tok, ByteTokenizer) and (jobs == 1 or all(_reads_whole(f, fmt) for f in files))
+    tasks = [] if by_bytes or jobs == 1 or "-" in files else _tasks(files)  # stdin is read in this process
     jobs = min(jobs or os.cpu_count() or 1, len(tasks))  # no more processes than tasks (0, 1: no pool)
     # The pool starts before the dataset is opened, so its workers hold none of the writer's files or lock.
     pool = _start_pool(tok, jobs) if jobs > 1 else None
@@ -306,18 +512,26 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
     try:
         with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
                            tokenizer=tok.identity, shard_size=shard_size, append=append,
-                           lock_timeout=lock_timeout) as writer:
-            if pool is None:
-                batches: Iterator[Batch] = (_joined(docs, tok, nbytes) for docs, nbytes in
+                           lock_timeout=lock_timeout, background_checksums=True) as writer:
+            buffers = _ByteBuffers(writer.dtype, tok.eos_id, _BYTE_BATCH)
+            batches: Iterator[Batch | Staged]
+            if by_bytes:
+                batches = _byte_batches(files, buffers, fmt, text_field, include_binary, skip)
+            elif pool is None:
+                batches = (_joined(docs, tok, nbytes) for docs, nbytes in
                            _tokenized_batches(files, tok, fmt, text_field, include_binary, skip))
             else:
                 batches = _pooled_batches(pool, tasks, (fmt, text_field, include_binary), jobs, skip)
             # Reading, tokenizing and joining run on the reader thread or the pool; this thread
-            # only writes, hashes and checksums, in input order.
-            reader = Prefetcher(batches, _QUEUE_DEPTH, name="roxxel-pack-reader")
+            # writes (widening byte-level batches first), in input order, and the writer's
+            # checksum thread hashes what it wrote.
+            reader = Prefetcher(batches, _BYTE_QUEUE_DEPTH if by_bytes else _QUEUE_DEPTH, name="roxxel-pack-reader")
             try:
-                for tokens, lengths, nbytes in reader:
+                for batch in reader:
+                    tokens, lengths, nbytes = buffers.widen(batch) if isinstance(batch, Staged) else batch
                     writer.add_joined(tokens, lengths, checked=True)
+                    if by_bytes:
+                        writer.when_checksummed(functools.partial(buffers.give_back, tokens))
                     packed += len(lengths)
                     if on_progress is not None:
                         on_progress(len(lengths), len(tokens), nbytes)

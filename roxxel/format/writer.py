@@ -22,8 +22,9 @@ import re
 import socket
 import time
 from array import array
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, overload
 
 import numpy as np
 
@@ -39,6 +40,7 @@ DEFAULT_SHARD_SIZE = 256 << 20
 _PLACEHOLDER_COUNT = 10**19  # widest count the JSON can hold; reserves room for the real ones
 _WRITE_BUFFER = 1 << 20
 _WRITEBACK_BYTES = 16 << 20  # a shard's bytes between two background writebacks (see _BackgroundSync)
+_CHECKSUMS_AHEAD = 8  # writes a background checksum thread may lag behind (bounds the memory they hold)
 
 
 def _now() -> str:
@@ -52,12 +54,15 @@ class ShardWriter:
         path: final path of the shard.
         dtype: token or float dtype (see :func:`roxxel.format.layout.normalize_dtype`).
         metadata: JSON-serialisable fields stored in the shard (vocab_size, eos_id, tokenizer, ...).
+        checksums: hash and checksum the token data on this background thread (its arrays
+            must then stay unchanged after :meth:`write`; :meth:`finish` waits for it), or
+            inline when None.
 
     Call :meth:`start_document` before each document's tokens, :meth:`write` for its tokens
     (any number of times), then :meth:`finish`; :meth:`commit` renames it to ``path``.
     """
 
-    def __init__(self, path: str, dtype, metadata: dict[str, Any]):
+    def __init__(self, path: str, dtype, metadata: dict[str, Any], checksums: _BackgroundChecksums | None = None):
         self.path = path
         self.tmp_path = temp_name(path)
         self.dtype = layout.normalize_dtype(dtype)
@@ -75,6 +80,7 @@ class ShardWriter:
         self._crc = 0  # checksum of the current block so far
         self._in_block = 0  # bytes of the current block written
         self._starts = array("Q")
+        self._checksums = checksums
         self.num_tokens = 0
         self.entry: ShardEntry | None = None
 
@@ -88,8 +94,15 @@ class ShardWriter:
         """Bytes the shard will take if finished now (approximately; the index and footer included)."""
         return self.nbytes_with(self.num_tokens, self.num_documents)
 
-    def nbytes_with(self, num_tokens: int, num_documents: int) -> int:
-        """:attr:`nbytes` once the shard holds ``num_tokens`` tokens in ``num_documents`` documents."""
+    @overload
+    def nbytes_with(self, num_tokens: int, num_documents: int) -> int: ...
+
+    @overload
+    def nbytes_with(self, num_tokens: np.ndarray, num_documents: np.ndarray) -> np.ndarray: ...
+
+    def nbytes_with(self, num_tokens, num_documents):
+        """:attr:`nbytes` once the shard holds ``num_tokens`` tokens in ``num_documents`` documents
+        (ints, or int64 arrays of as many candidates)."""
         data = num_tokens * self.dtype.itemsize
         return (self._data_offset + data + 8 * num_documents
                 + 4 * (data // layout.DEFAULT_BLOCK_BYTES + 1) + layout.FOOTER.size)
@@ -106,9 +119,16 @@ class ShardWriter:
         """Append tokens (already in this shard's dtype, 1-D, C-contiguous) to the current document."""
         buf = np.ascontiguousarray(tokens).view(np.uint8).data  # as bytes: bfloat16 has no buffer format
         self._file.write(buf)
-        self._hash.update(buf)
-        self._update_block_crcs(buf)
+        if self._checksums is None:
+            self._checksum(buf)
+        else:
+            self._checksums.submit(self._checksum, buf)
         self.num_tokens += len(tokens)
+
+    def _checksum(self, buf: memoryview) -> None:
+        """Add ``buf``, the next bytes of token data, to the shard's SHA-256 and block checksums."""
+        self._hash.update(buf)  # releases the GIL (a buffer over 2 KiB): a background thread runs in parallel
+        self._update_block_crcs(buf)
 
     def _update_block_crcs(self, buf: memoryview) -> None:
         block = layout.DEFAULT_BLOCK_BYTES
@@ -136,6 +156,8 @@ class ShardWriter:
         With ``sync=False`` the file is left open and not yet durable: call :meth:`sync`
         (from any thread) before committing it.
         """
+        if self._checksums is not None:
+            self._checksums.wait()  # every byte written so far is hashed and checksummed
         f, h = self._file, self._hash
         data_end = self._data_offset + self.num_tokens * self.dtype.itemsize
         index_offset = layout.align(data_end, layout.INDEX_ALIGNMENT)
@@ -195,6 +217,38 @@ def _one_document(arr: np.ndarray, doc: int) -> np.ndarray:
             f"{arr.shape[0]} rows into one); pass its rows as documents (add_documents(list(arr))), "
             "or arr.reshape(-1) if it really is one")
     return arr.reshape(-1)
+
+
+class _BackgroundChecksums:
+    """Hashes and block-checksums shard data on one background thread, in the order it was written.
+
+    SHA-256 (``hashlib``) releases the GIL while it hashes a buffer, so the thread runs on a
+    second core while the writer's thread writes and its caller reads the next input. The
+    buffers handed over must not change until they are checksummed: :meth:`wait` returns
+    once they are. At most ``_CHECKSUMS_AHEAD`` writes wait their turn (:meth:`submit` blocks
+    beyond that), which bounds the memory they hold. An error is re-raised by the next
+    :meth:`submit` or :meth:`wait`.
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="roxxel-checksum")  # its thread starts on first use
+        self._pending: deque[Future] = deque()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on the thread after everything submitted before it."""
+        while len(self._pending) >= _CHECKSUMS_AHEAD:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(fn, *args))
+
+    def wait(self) -> None:
+        """Block until every submitted checksum is done; raise the first error."""
+        while self._pending:
+            self._pending.popleft().result()
+
+    def close(self) -> None:
+        """Drop the checksums not started (for an abort: errors ignored) and stop the thread."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pending.clear()
 
 
 class _BackgroundSync:
@@ -264,6 +318,10 @@ class DatasetWriter:
             finish (0: fail at once). The writer holds an exclusive ``flock`` on
             ``DIR/.dataset.json.lock`` from construction to commit or abort; Linux maps it to
             POSIX byte-range locks on NFS, so it also excludes writers on other hosts.
+        background_checksums: hash and checksum the shards on a background thread (see
+            :class:`_BackgroundChecksums`), in parallel with writing. The arrays handed to
+            ``add_*`` are then read after the call returns: the caller must not change them
+            (``roxxel pack`` hands over arrays it never touches again).
 
     Raises:
         DatasetLockedError: another writer holds the dataset's lock past ``lock_timeout``.
@@ -278,7 +336,7 @@ class DatasetWriter:
     def __init__(self, manifest_path: str, *, shard_pattern: str = "shard-{:05d}.rox", dtype=None,
                  vocab_size: int | None = None, eos_id: int | None = None,
                  tokenizer: dict[str, Any] | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
-                 append: bool = False, lock_timeout: float = 0.0):
+                 append: bool = False, lock_timeout: float = 0.0, background_checksums: bool = False):
         if shard_size < 1:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size}")
         self.manifest_path = manifest_path
@@ -311,6 +369,7 @@ class DatasetWriter:
         self._shards: list[ShardWriter] = []
         self._current: ShardWriter | None = None
         self._sync = _BackgroundSync()
+        self._checksums = _BackgroundChecksums() if background_checksums else None
         self._next_index = self._first_free_index()
         self.num_documents = 0
         self.num_tokens = 0
@@ -381,7 +440,7 @@ class DatasetWriter:
         name = self.shard_pattern.format(self._next_index)
         self._next_index += 1
         meta = {"vocab_size": self.vocab_size, "eos_id": self.eos_id, "tokenizer": self.tokenizer}
-        return ShardWriter(os.path.join(self.directory, name), self.dtype, meta)
+        return ShardWriter(os.path.join(self.directory, name), self.dtype, meta, self._checksums)
 
     def _roll_if_needed(self, incoming_bytes: int) -> ShardWriter:
         """The shard to write the next document to: a new one once the current one is full."""
@@ -512,19 +571,41 @@ class DatasetWriter:
         i = 0
         while i < len(lengths):
             shard = self._roll_if_needed((int(lengths[i]) - eos) * item)
-            count, first = shard.num_documents + 1, shard.num_tokens - int(starts[i])
-            j = i + 1
-            # Documents i..j-1 fit in this shard: the rule of _roll_if_needed, applied ahead.
-            while j < len(lengths) and (shard.nbytes_with(first + int(ends[j - 1]), count)
-                                        + (int(lengths[j]) - eos) * item <= self.shard_size):
-                count += 1
-                j += 1
+            j = self._fitting(shard, i, starts, ends, lengths, eos)
             shard.start_documents(starts[i:j] - starts[i])
             shard.write(tokens[starts[i]:ends[j - 1]])
             self.num_documents += j - i
             self.num_tokens += int(ends[j - 1] - starts[i])
             self._sync.wrote(shard, int(ends[j - 1] - starts[i]) * item)
             i = j
+
+    def _fitting(self, shard: ShardWriter, i: int, starts: np.ndarray, ends: np.ndarray, lengths: np.ndarray,
+                 eos: int) -> int:
+        """The end j of the run of documents i..j-1 that go to ``shard`` (it takes document i).
+
+        The rule of :meth:`_roll_if_needed`, applied to every later document at once: document
+        j joins while the shard with documents i..j-1, plus j's tokens, stays within the shard
+        size. Only documents whose tokens alone could still fit are looked at (so a batch of
+        many documents over many small shards costs no more than one pass).
+        """
+        item = self.dtype.itemsize
+        # A run whose tokens exceed shard_size // item cannot fit: document `stop` never joins.
+        stop = min(len(lengths), int(np.searchsorted(ends, starts[i] + self.shard_size // item, side="right")) + 1)
+        if stop <= i + 1:
+            return i + 1
+        k = np.arange(i + 1, stop)
+        sizes = (shard.nbytes_with(shard.num_tokens + (ends[k - 1] - starts[i]), shard.num_documents + (k - i))
+                 + (lengths[k] - eos) * item)
+        over = sizes > self.shard_size
+        return int(i + 1 + np.argmax(over)) if over.any() else stop
+
+    def when_checksummed(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once every token added so far is hashed and checksummed: at once, or
+        on the checksum thread with ``background_checksums`` (e.g. to reuse their buffers)."""
+        if self._checksums is None:
+            fn()
+        else:
+            self._checksums.submit(fn)
 
     # -- commit -----------------------------------------------------------------------
     def close(self) -> Manifest:
@@ -538,7 +619,7 @@ class DatasetWriter:
         try:
             return self._commit()
         finally:
-            self._sync.close()
+            self._stop_threads()
             self._unlock()
 
     def _commit(self) -> Manifest:
@@ -568,13 +649,18 @@ class DatasetWriter:
     def abort(self) -> None:
         """Discard everything this writer wrote (the previous dataset, when appending, is untouched)."""
         self._closed = True
-        self._sync.close()  # no file is closed under a background fsync
+        self._stop_threads()  # no file is closed under a background fsync
         for s in self._shards + ([self._current] if self._current else []):
             s.abort()
         if self._previous is None:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.marker_path)
         self._unlock()
+
+    def _stop_threads(self) -> None:
+        if self._checksums is not None:
+            self._checksums.close()
+        self._sync.close()
 
     def _unlock(self) -> None:
         fd, self._lock_fd = self._lock_fd, None
