@@ -7,9 +7,9 @@ can use :mod:`roxxel.contract` without loading the training stack.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from roxxel._lazy import lazy_names
 from roxxel._version import __version__
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and editors
@@ -32,14 +32,4 @@ _LAZY = {
 __all__ = ["__version__", "Checkpointer", "Curriculum", "Dataset", "Logger", "Phase", "Roxxel", "Stream", "Trainer"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'roxxel' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -43,6 +43,18 @@ def test_public_names_of_roxxel_load_on_first_use():
     assert "roxxel.train" not in loaded
 
 
+@pytest.mark.parametrize("code", [
+    "import roxxel.pack, roxxel.cli, roxxel.data.dataset",
+    "from roxxel.cli import main\nfrom click.testing import CliRunner\n"
+    "assert CliRunner().invoke(main, ['info', '--help']).exit_code == 0",
+])
+def test_the_shard_tools_load_no_jax(code):
+    """roxxel pack / info / verify / cat read and write shards only: importing JAX (through
+    roxxel.data's streamer) added ~0.6 s to each command and forced a forkserver pool."""
+    loaded = _modules_after(code)
+    assert "jax" not in loaded and "roxxel.train" not in loaded
+
+
 def test_no_exit_code_or_variable_is_defined_twice():
     """The launcher's names are the contract's objects, not copies."""
     import roxxel.contract as shared
