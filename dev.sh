@@ -44,11 +44,36 @@ setup() {
 main_job() {
   # The main job: pack real text (the Python standard library, byte-level tokens), then
   # train a small Transformer on it as a 2-worker local pod through roxxel-launch.
-  local bin="$VENV/bin"
+  local bin="$VENV/bin" rc=0
   "$bin/python" examples/lm/prepare.py runs/data/lm
+  case $(job_state) in
+    Pending|Running|Restarting)
+      echo "dev.sh: the main job (lm) is already running: follow it with .venv/bin/roxxel-launch logs lm --local -f," \
+           "or stop it with .venv/bin/roxxel-launch delete lm --local" >&2
+      exit 1 ;;
+    Preempted)  # stopped at a checkpoint (Ctrl-C, a preemption): go on from there
+      echo "dev.sh: the previous main job stopped at a checkpoint; resuming it (to train afresh: rm -rf runs/lm runs/local/lm)"
+      "$bin/roxxel-launch" resume lm --local || rc=$?
+      venv_hint; return $rc ;;
+  esac
   forget_previous_run
   "$bin/roxxel-launch" submit examples/lm/job.yaml --local --data-dir runs/data/lm \
-    --set "checkpoint_dir=$PWD/runs/lm/checkpoints"
+    --set "checkpoint_dir=$PWD/runs/lm/checkpoints" || rc=$?
+  venv_hint
+  return $rc
+}
+
+job_state() {
+  # The state of the local job `lm` (Running, Succeeded, Preempted, ...), or nothing when there is none.
+  "$VENV/bin/roxxel-launch" status lm --local --json 2>/dev/null | "$VENV/bin/python" -c \
+    'import json, sys; print(json.load(sys.stdin)["state"])' 2>/dev/null || true
+}
+
+venv_hint() {
+  # The commands the job prints (roxxel-launch, tensorboard, roxxel) are installed in .venv.
+  if [ "${VIRTUAL_ENV:-}" != "$PWD/$VENV" ]; then
+    echo "dev.sh: the commands printed above are in $VENV: run 'source $VENV/bin/activate' first (or prefix them with $VENV/bin/)"
+  fi
 }
 
 forget_previous_run() {
@@ -78,12 +103,21 @@ lint() {
   "$VENV/bin/mypy"
 }
 
+usage() {
+  echo "usage: ./dev.sh main | ./dev.sh test [pytest args] | ./dev.sh lint"
+}
+
 case "${1:-}" in
-  main) setup main; main_job ;;
+  main)
+    if [ $# -gt 1 ]; then usage >&2; echo "dev.sh: main takes no arguments (got: ${*:2})" >&2; exit 2; fi
+    setup main; main_job ;;
   # Two pytest-xdist workers, a test file each at a time (module fixtures run once): about half
   # of the suite waits (subprocess start-up, pip, timeouts), so two files in flight keep 2 cores
   # busy. ROXXEL_TEST_WORKERS=0 runs in one process; a later -n in the arguments wins.
   test) setup dev; shift; exec "$VENV/bin/python" -m pytest -q -n "${ROXXEL_TEST_WORKERS:-2}" --dist loadfile "$@" ;;
-  lint) setup dev; lint ;;
-  *) echo "usage: ./dev.sh main | ./dev.sh test [pytest args] | ./dev.sh lint" >&2; exit 2 ;;
+  lint)
+    if [ $# -gt 1 ]; then usage >&2; echo "dev.sh: lint takes no arguments (got: ${*:2})" >&2; exit 2; fi
+    setup dev; lint ;;
+  -h|--help|help) usage ;;
+  *) usage >&2; exit 2 ;;
 esac

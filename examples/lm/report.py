@@ -65,10 +65,11 @@ def side_by_side(left: Sequence[str], right: Sequence[str], gap: int = 3) -> str
 
 def text_lines(text: str, width: int = 60) -> list[str]:
     """``text`` as display lines of at most ``width`` columns: tabs expanded, other control
-    characters shown as ``?``, long lines wrapped (a ``\\`` marks the cut)."""
+    characters shown as ``?``, trailing spaces dropped (a small model's runs of indentation
+    would wrap into rows of nothing), long lines wrapped (a ``\\`` marks the cut)."""
     out = []
     for line in text.expandtabs(4).split("\n"):
-        line = "".join(c if c.isprintable() else "?" for c in line)
+        line = "".join(c if c.isprintable() else "?" for c in line).rstrip(" ")
         while len(line) > width:
             out.append(line[:width - 1] + "\\")
             line = line[width - 1:]

@@ -37,3 +37,5 @@ def test_side_by_side_aligns_the_right_column():
 
 def test_text_lines_wrap_and_show_control_characters():
     assert text_lines("a\tb\x07" + "c" * 7, width=5) == ["a   \\", "b?cc\\", "ccccc"]
+    # A run of trailing spaces wrapped into rows holding only the cut mark.
+    assert text_lines("x" + " " * 20 + "\n" + " " * 12, width=5) == ["x", ""]
