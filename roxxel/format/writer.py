@@ -358,6 +358,7 @@ class DatasetWriter:
         self._limit = vocab_size if vocab_size is not None else (0 if self.is_float else 2 ** (8 * self.dtype.itemsize))
         self._eos = None if eos_id is None else np.array([eos_id], self.dtype)
         self.marker_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".incomplete")
+        self._made_directory = not os.path.isdir(self.directory)  # an abort removes it again, if left empty
         os.makedirs(self.directory, exist_ok=True)
         self._lock_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".lock")
         self._lock_fd: int | None = _lock(self._lock_path, lock_timeout)
@@ -656,6 +657,9 @@ class DatasetWriter:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.marker_path)
         self._unlock()
+        if self._made_directory:
+            with contextlib.suppress(OSError):  # not empty (someone else's files): kept
+                os.rmdir(self.directory)
 
     def _stop_threads(self) -> None:
         if self._checksums is not None:

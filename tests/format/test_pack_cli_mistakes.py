@@ -25,6 +25,17 @@ def test_inputs_that_are_all_skipped_as_binary_write_no_empty_dataset(tmp_path):
     assert run("pack", blob, "-o", tmp_path / "ds", "--include-binary").exit_code == 0  # the fix it names works
 
 
+def test_a_failed_pack_leaves_no_output_directory_it_made(tmp_path):
+    """A pack that failed (a JSONL line without the text field) left an empty output directory."""
+    (tmp_path / "notes.jsonl").write_text('{"text": "a note"}\n')
+    r = run("pack", tmp_path / "notes.jsonl", "--text-field", "body", "-o", tmp_path / "out" / "n4")
+    assert r.exit_code == 1 and "--text-field" in r.output
+    assert not (tmp_path / "out" / "n4").exists()
+    (tmp_path / "mine").mkdir()  # a directory that was there before stays
+    assert run("pack", tmp_path / "notes.jsonl", "--text-field", "body", "-o", tmp_path / "mine").exit_code == 1
+    assert (tmp_path / "mine").is_dir()
+
+
 def test_empty_jsonl_fails_and_an_empty_append_leaves_the_dataset_as_it_was(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
