@@ -124,7 +124,7 @@ def test_an_unreadable_file_fails_the_pack_and_leaves_no_dataset_or_thread(tree,
     fds = open_fds()
     with pytest.raises(PermissionError, match="f049.txt"):
         pack([str(tree)], str(out), shard_size=5_000)
-    assert os.listdir(out) == []  # no shard, temporary file, marker or lock left
+    assert not os.path.exists(out)  # no shard, temporary file, marker or lock: not even the directory it made
     assert pack_threads() == [] and open_fds() == fds
 
 
@@ -144,7 +144,7 @@ def test_a_failed_checksum_fails_the_pack_and_leaves_no_dataset_or_thread(tree, 
     with pytest.raises(MemoryError, match="checksum failed"):
         pack([str(tree)], str(out), shard_size=5_000)
     assert set(calls) == {"roxxel-checksum_0"}  # hashed on the background thread
-    assert os.listdir(out) == []
+    assert not os.path.exists(out)  # no shard, temporary file, marker or lock: not even the directory it made
     assert pack_threads() == [] and open_fds() == fds
 
 
