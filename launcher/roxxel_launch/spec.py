@@ -1141,7 +1141,21 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     try:
         return spec_from_dict(data, overrides)
     except SpecError as err:
-        raise SpecError(err.field, f"{err.problem} (in {path})", err.fix) from err
+        source = _source_of(err.field, overrides, path)
+        raise SpecError(err.field, f"{err.problem} ({source})" if source else err.problem, err.fix) from err
+
+
+def _source_of(field: str, overrides: Sequence[str], path: str | Path) -> str:
+    """Where the value of ``field`` came from: the last ``--set`` that wrote it or a field
+    around it (``command`` for ``command[3]``), else the spec file ("" for a malformed --set,
+    whose message quotes it)."""
+    if field == "--set":
+        return ""
+    for override in reversed(overrides):
+        key = override.partition("=")[0].replace("\\.", ".")
+        if field == key or field.startswith((key + ".", key + "[")):
+            return f"from --set {override}"
+    return f"in {path}"
 
 
 def spec_to_dict(spec: Any) -> Any:

@@ -173,6 +173,25 @@ def test_bad_overrides(override, field, fragment):
     assert err.field == field and fragment in str(err)
 
 
+@pytest.mark.parametrize("override,field,source", [
+    ("command=[python, x.py, --steps, 60]", "command[3]", "from --set command=[python, x.py, --steps, 60]"),
+    ("max_restarts=-1", "max_restarts", "from --set max_restarts=-1"),
+    ("resources.requests.cpu=lots", "resources.requests.cpu", "from --set resources.requests.cpu=lots"),
+])
+def test_a_bad_value_from_set_names_the_set_not_the_file(tmp_path, override, field, source):
+    """Errors in --set values said "(in job.yaml)", sending users to a file that was right."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(_base()))
+    with pytest.raises(S.SpecError) as err:
+        S.load_spec(path, ["max_restarts=3", override])
+    assert err.value.field == field and f"({source})" in str(err.value) and "job.yaml" not in str(err.value)
+    with pytest.raises(S.SpecError, match=r"^--set: 'num_slices' is not key.path=value\. "):  # quotes itself
+        S.load_spec(path, ["num_slices"])
+    with pytest.raises(S.SpecError, match=r"num_slices: .*\(in .*job\.yaml\)"):  # the file's own value
+        path.write_text(yaml.safe_dump(_base(num_slices=0)))
+        S.load_spec(path, ["max_restarts=3"])
+
+
 def test_load_spec_reports_the_file(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(_base(num_slices=0)))
