@@ -359,7 +359,13 @@ class DatasetWriter:
         self._eos = None if eos_id is None else np.array([eos_id], self.dtype)
         self.marker_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".incomplete")
         self._made_directory = not os.path.isdir(self.directory)  # an abort removes it again, if left empty
-        os.makedirs(self.directory, exist_ok=True)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as err:  # one line that names the directory: the bare errno text named only a path
+            clear = type(err)(f"cannot create the dataset directory {self.directory!r}: "
+                              f"{err.strerror or err}; choose a directory you can write to")
+            clear.errno = err.errno
+            raise clear from None
         self._lock_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".lock")
         self._lock_fd: int | None = _lock(self._lock_path, lock_timeout)
         try:

@@ -36,6 +36,16 @@ def test_a_failed_pack_leaves_no_output_directory_it_made(tmp_path):
     assert (tmp_path / "mine").is_dir()
 
 
+def test_an_output_that_cannot_be_created_is_named_with_the_fix(tmp_path):
+    """It was the bare "[Errno 20] Not a directory: '...'"."""
+    (tmp_path / "a.txt").write_text("one")
+    (tmp_path / "file").write_text("")
+    r = run("pack", tmp_path / "a.txt", "-o", tmp_path / "file" / "ds")
+    assert r.exit_code == 1
+    assert r.output.strip() == (f"roxxel: error: cannot create the dataset directory '{tmp_path / 'file' / 'ds'}': "
+                                "Not a directory; choose a directory you can write to")
+
+
 def test_empty_jsonl_fails_and_an_empty_append_leaves_the_dataset_as_it_was(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
