@@ -325,12 +325,9 @@ def _byte_batches(files: Sequence[str], buffers: _ByteBuffers, fmt: str, text_fi
     system calls) because there are many small files; widening is left to the consumer, whose
     thread has more time to spare.
     """
-    buf = buffers.stage()
-    view = memoryview(buf)
-    pos, nbytes = 0, 0  # bytes of buf used (documents and EOS slots), input bytes in the batch
-    ends: list[int] = []  # each document's EOS slot in buf
+    batch = _Batch(buffers)
     # Looked up once: a few names per file add up over many small files.
-    open_, fstat, readv, close, flags, end = os.open, os.fstat, os.readv, os.close, os.O_RDONLY | os.O_CLOEXEC, ends.append
+    open_, fstat, readv, close, flags = os.open, os.fstat, os.readv, os.close, os.O_RDONLY | os.O_CLOEXEC
 
     def skip(path: str) -> None:
         log.warning("skipping %s: binary content (pass --include-binary to pack it)", path)
@@ -344,26 +341,18 @@ def _byte_batches(files: Sequence[str], buffers: _ByteBuffers, fmt: str, text_fi
             fd = open_(path, flags)
             try:
                 size = fstat(fd).st_size
-                if pos + size + 2 > len(buf):  # its bytes, the byte that proves the end, the EOS slot
-                    if ends:
-                        yield Staged(buf, pos, np.array(ends, np.int64), nbytes)
-                        buf = buffers.stage()
-                        view = memoryview(buf)
-                        pos, nbytes = 0, 0
-                        ends.clear()
-                    if size + 2 > len(buf):
-                        buf = bytearray(size + 2)
-                        view = memoryview(buf)
-                n = readv(fd, [view[pos:pos + size + 1]])
+                full = batch.make_room(size + 2)  # its bytes, the byte that proves the end, the EOS slot
+                if full is not None:
+                    yield full
+                pos = batch.pos
+                n = readv(fd, [batch.view[pos:pos + size + 1]])
                 if n != size:  # grown or shrunk since fstat, a short read, or no size from fstat (/proc)
-                    docs = [bytes(view[pos:pos + n]) + _read_rest(fd)]
+                    docs = [bytes(batch.view[pos:pos + n]) + _read_rest(fd)]
             finally:
                 close(fd)
             if n == size:  # the whole file, in place
-                if include_binary or buf.find(b"\0", pos, pos + (n if n < _BINARY_PROBE else _BINARY_PROBE)) < 0:
-                    pos += n + 1
-                    end(pos - 1)
-                    nbytes += n
+                if include_binary or batch.buf.find(b"\0", pos, pos + min(n, _BINARY_PROBE)) < 0:
+                    batch.took(n)
                 else:
                     skip(path)
                 continue
@@ -373,23 +362,48 @@ def _byte_batches(files: Sequence[str], buffers: _ByteBuffers, fmt: str, text_fi
             elif not include_binary and is_binary(doc):
                 skip(path)
                 continue
-            n = len(doc)
-            if pos + n + 1 > len(buf):
-                if ends:
-                    yield Staged(buf, pos, np.array(ends, np.int64), nbytes)
-                    buf = buffers.stage()
-                    view = memoryview(buf)
-                    pos, nbytes = 0, 0
-                    ends.clear()
-                if n + 1 > len(buf):
-                    buf = bytearray(n + 1)
-                    view = memoryview(buf)
-            view[pos:pos + n] = doc
-            pos += n + 1
-            end(pos - 1)
-            nbytes += n
-    if ends:
-        yield Staged(buf, pos, np.array(ends, np.int64), nbytes)
+            full = batch.make_room(len(doc) + 1)
+            if full is not None:
+                yield full
+            batch.view[batch.pos:batch.pos + len(doc)] = doc
+            batch.took(len(doc))
+    if batch.ends:
+        yield batch.staged()
+
+
+class _Batch:
+    """The batch :func:`_byte_batches` is filling: documents back to back in ``buf``, each
+    followed by its EOS slot."""
+
+    def __init__(self, buffers: _ByteBuffers):
+        self._buffers = buffers
+        self._fresh(buffers.stage())
+
+    def _fresh(self, buf: bytearray) -> None:
+        self.buf, self.view = buf, memoryview(buf)
+        self.pos, self.nbytes = 0, 0  # bytes of buf used (documents and EOS slots), input bytes
+        self.ends: list[int] = []  # each document's EOS slot in buf
+
+    def make_room(self, need: int) -> Staged | None:
+        """Make ``need`` bytes free at :attr:`pos`; returns the batch so far when it had to be
+        cut there (to hand on), else None. A document larger than a batch gets a buffer of its own."""
+        full = None
+        if self.pos + need > len(self.buf):
+            if self.ends:
+                full = self.staged()
+                self._fresh(self._buffers.stage())
+            if need > len(self.buf):
+                self._fresh(bytearray(need))
+        return full
+
+    def took(self, n: int) -> None:
+        """A document of ``n`` bytes was put at :attr:`pos`; its EOS slot follows it."""
+        self.pos += n + 1
+        self.ends.append(self.pos - 1)
+        self.nbytes += n
+
+    def staged(self) -> Staged:
+        return Staged(self.buf, self.pos, np.array(self.ends, np.int64), self.nbytes)
 
 
 class _ByteBuffers:
