@@ -1146,14 +1146,14 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
 
 
 def _source_of(field: str, overrides: Sequence[str], path: str | Path) -> str:
-    """Where the value of ``field`` came from: the last ``--set`` that wrote it or a field
-    around it (``command`` for ``command[3]``), else the spec file ("" for a malformed --set,
-    whose message quotes it)."""
+    """Where the value of ``field`` came from: the last ``--set`` that wrote it, a field around
+    it (``command`` for ``command[3]``) or one inside it (``accelerater.tpu.type`` for an unknown
+    ``accelerater``), else the spec file ("" for a malformed --set, whose message quotes it)."""
     if field == "--set":
         return ""
     for override in reversed(overrides):
         key = override.partition("=")[0].replace("\\.", ".")
-        if field == key or field.startswith((key + ".", key + "[")):
+        if field == key or field.startswith((key + ".", key + "[")) or key.startswith(field + "."):
             return f"from --set {override}"
     return f"in {path}"
 

@@ -176,6 +176,7 @@ def test_bad_overrides(override, field, fragment):
 @pytest.mark.parametrize("override,field,source", [
     ("command=[python, x.py, --steps, 60]", "command[3]", "from --set command=[python, x.py, --steps, 60]"),
     ("max_restarts=-1", "max_restarts", "from --set max_restarts=-1"),
+    ("accelerater.tpu.type=v5p", "accelerater", "from --set accelerater.tpu.type=v5p"),
     ("resources.requests.cpu=lots", "resources.requests.cpu", "from --set resources.requests.cpu=lots"),
 ])
 def test_a_bad_value_from_set_names_the_set_not_the_file(tmp_path, override, field, source):
