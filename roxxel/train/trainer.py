@@ -196,11 +196,7 @@ class Trainer:
             checkpointer.settings.update(save_interval_steps=save_interval_steps, log_every=log_every,
                                          eval_every=eval_every, prefetch_size=prefetch_size)
         place_on_mesh(self.mesh, self.state.model, self.state.optimizer)
-        # Bound to this model and optimizer with nnx.cached_partial: nnx.jit otherwise walks both object
-        # graphs (every parameter and Adam moment) in Python on each call, ~14 ms of CPU per step here, which
-        # on CPU hosts competes with the step itself. Restores update the same Variables, so the cache holds.
-        self._train_step = nnx.cached_partial(make_train_step(loss_fn, self.grad_accum_steps),
-                                              self.state.model, self.state.optimizer)
+        self._train_step = make_train_step(loss_fn, self.grad_accum_steps)
         self._evaluated_at: int | None = None
         self.learning_rate = learning_rate
         if flops_per_token is None and num_params is not None:
@@ -402,12 +398,16 @@ class Trainer:
             self.logger.init_pbar(total, start)
         last: dict[str, float] = {}
         step = start
+        # The step bound to the model and optimizer trained now, after the restore, with nnx.cached_partial:
+        # nnx.jit otherwise walks both object graphs (every parameter and Adam moment) in Python on each
+        # call, ~14 ms of CPU per step here, which on CPU hosts competes with the step itself.
+        train_step = nnx.cached_partial(self._train_step, self.state.model, self.state.optimizer)
         for phase in cur.resolved:
             if phase.end_step <= step or step >= total:
                 continue
             with cur.stream(step, min(phase.end_step, total), seed=self.seed, sharding=self.data_sharding,
                             outputs=self.outputs, prefetch_size=self.prefetch_size) as stream:
-                step, last = self._run_phase(phase, stream, step, last)
+                step, last = self._run_phase(phase, stream, step, last, train_step)
         if ckpt is not None and (step not in ckpt.all_steps()):
             if ckpt.save(step, last or None, tokens_consumed=cur.tokens_before(step), force=True):
                 for cb in self.callbacks:
@@ -418,7 +418,8 @@ class Trainer:
         self._close(wait=True)
         return last
 
-    def _run_phase(self, phase: ResolvedPhase, stream, step: int, last: dict) -> tuple[int, dict]:
+    def _run_phase(self, phase: ResolvedPhase, stream, step: int, last: dict,
+                   train_step: Callable) -> tuple[int, dict]:
         cur, ckpt = self.curriculum, self.checkpointer
         resumed = f" (resuming at step {step})" if step > phase.start_step else ""
         self._log(f"phase {phase.index}: steps {phase.start_step}..{phase.end_step}{resumed}, batch "
@@ -433,7 +434,7 @@ class Trainer:
                 ckpt.save_and_exit_if_preempted(step, last or None, tokens_consumed=cur.tokens_before(step))
             self._start_profile(step)
             t0 = time.perf_counter()
-            loss, aux = self._train_step(batch)
+            loss, aux = train_step(batch)
             step += 1
             self.state.step = step
             if timed_start is None:  # compilation (or a cache hit) happens in this call; wait for it to finish
