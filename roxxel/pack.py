@@ -113,11 +113,7 @@ def _scan(top: str, included: Matcher | None, excluded: Matcher | None) -> tuple
     try:
         with os.scandir(top) as it:
             for entry in it:
-                try:
-                    is_dir = entry.is_dir()
-                except OSError:  # as os.walk and os.path.isfile: an entry that cannot be examined is not one
-                    is_dir = False
-                if is_dir:
+                if _is(entry.is_dir):
                     # Prune excluded directories instead of walking them (e.g. site-packages).
                     if (excluded is None or not excluded(entry.path + os.sep)) and not _is(entry.is_symlink):
                         subdirs.append(entry.path)
@@ -203,9 +199,13 @@ def read_input(path: str) -> bytes:
         return raw.read()
 
 
-def is_binary(data: bytes) -> bool:
-    """True for content that is not text: a NUL byte in its first 8 KiB (git's rule)."""
-    return data.find(b"\0", 0, _BINARY_PROBE) != -1  # no copy of the probed bytes
+def is_binary(data: bytes | bytearray, start: int = 0, end: int | None = None) -> bool:
+    """True for content that is not text: a NUL byte in its first 8 KiB (git's rule).
+
+    ``start``/``end`` (byte offsets) pick the content out of a larger buffer (default: all of ``data``).
+    """
+    stop = start + _BINARY_PROBE if end is None else min(end, start + _BINARY_PROBE)
+    return data.find(b"\0", start, stop) != -1  # no copy of the probed bytes
 
 
 def detect_format(path: str) -> str:
@@ -351,7 +351,7 @@ def _byte_batches(files: Sequence[str], buffers: _ByteBuffers, fmt: str, text_fi
             finally:
                 close(fd)
             if n == size:  # the whole file, in place
-                if include_binary or batch.buf.find(b"\0", pos, pos + min(n, _BINARY_PROBE)) < 0:
+                if include_binary or not is_binary(batch.buf, pos, pos + n):
                     batch.took(n)
                 else:
                     skip(path)

@@ -309,8 +309,10 @@ def _python_script(cmd: list[str]) -> str | None:
     for arg in args:
         if arg == "--":
             return next(args, None)
-        if arg == "-" or not arg.startswith("-"):
-            return None if arg == "-" else arg
+        if arg == "-":  # the script comes from stdin
+            return None
+        if not arg.startswith("-"):
+            return arg
         if arg in _PYTHON_VALUE_OPTIONS:
             next(args, None)
         elif not arg.startswith("--") and ("c" in arg or "m" in arg):  # -c, -m, combined (-uc): no script
