@@ -15,17 +15,29 @@ from flax import nnx
 
 
 class Block(nnx.Module):
-    """Pre-norm attention + MLP."""
+    """Pre-norm attention + MLP.
+
+    Few parameter arrays: the attention's query, key and value projections are one kernel and
+    the projections have no biases (as in PaLM and LLaMA). On a CPU pod every parameter array
+    is its own all-reduce between the processes (XLA's CPU collectives reduce a tuple one
+    array at a time over gloo, ~0.8 ms each), so 8 arrays per block instead of 16 take about
+    a quarter off each step of the main job.
+    """
 
     def __init__(self, width: int, heads: int, rngs: nnx.Rngs):
+        self.heads = heads
         self.norm1 = nnx.LayerNorm(width, rngs=rngs)
-        self.attn = nnx.MultiHeadAttention(num_heads=heads, in_features=width, decode=False, rngs=rngs)
+        self.qkv = nnx.Linear(width, 3 * width, use_bias=False, rngs=rngs)
+        self.out = nnx.Linear(width, width, use_bias=False, rngs=rngs)
         self.norm2 = nnx.LayerNorm(width, rngs=rngs)
-        self.up = nnx.Linear(width, 4 * width, rngs=rngs)
-        self.down = nnx.Linear(4 * width, width, rngs=rngs)
+        self.up = nnx.Linear(width, 4 * width, use_bias=False, rngs=rngs)
+        self.down = nnx.Linear(4 * width, width, use_bias=False, rngs=rngs)
 
     def __call__(self, x, mask):
-        x = x + self.attn(self.norm1(x), mask=mask)
+        batch, seq, width = x.shape
+        qkv = self.qkv(self.norm1(x)).reshape(batch, seq, 3, self.heads, width // self.heads)
+        attended = jax.nn.dot_product_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], mask=mask)
+        x = x + self.out(attended.reshape(batch, seq, width))
         return x + self.down(nnx.gelu(self.up(self.norm2(x))))
 
 
@@ -45,7 +57,7 @@ class DecoderLM(nnx.Module):
         self.pos = nnx.Embed(max_len, width, rngs=rngs)
         self.blocks = nnx.List([Block(width, heads, rngs) for _ in range(depth)])
         self.norm = nnx.LayerNorm(width, rngs=rngs)
-        self.head = nnx.Linear(width, vocab, rngs=rngs)
+        self.head = nnx.Linear(width, vocab, use_bias=False, rngs=rngs)
 
     def __call__(self, tokens, segment_ids=None, positions=None):
         seq = tokens.shape[1]

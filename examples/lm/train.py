@@ -8,13 +8,13 @@ phase 2), ``code-eval`` held out. Both phases have rows of 64 tokens (``--seq-le
 them per phase; positions are learned, so a later phase with longer rows starts its new
 positions untrained). Every process reads only its rows.
 
-The defaults are sized for about a minute and a half on 2 CPU cores (./dev.sh main): a small
-model (width 64, 2 layers; 700 steps of 32 x 64 tokens, 1.4M in all) at a high peak learning
-rate (1.4e-2, warmup then cosine decay), which beats wider models trained for fewer steps in
-that budget. Batches of 32 rows: each step of a 2-process CPU pod pays a fixed cost (two
-cross-process all-reduces over TCP, Python dispatch), so half as many steps of twice the rows
-take ~40% less time for the same tokens (held out 1.97 vs 1.92 nats/byte; 64 rows: 2.29). It
-ends near 2.0 nats/byte held out (the unigram baseline: 3.3), where a sample starts like
+The defaults are sized for about a minute on 2 CPU cores (./dev.sh main): a small model
+(width 64, 2 layers; 700 steps of 32 x 64 tokens, 1.4M in all) at a high peak learning rate
+(1e-2, warmup then cosine decay), which beats wider models trained for fewer steps and
+longer rows in that budget. Batches of 32 rows: each step of a 2-process CPU pod pays a fixed
+cost (an all-reduce over TCP per parameter array, Python dispatch), so half as many steps of
+twice the rows take ~40% less time for the same tokens (64 rows: 2.29 nats/byte held out). It
+ends near 1.93 nats/byte held out (the unigram baseline: 3.3), where a sample starts like
 Python (a ``def`` line, ``self.assert...``) with misspelt names.
 
 Paths come from the launcher's environment when present: ROXXEL_DATA_DIR (the data),
@@ -66,13 +66,14 @@ def parse_args(argv=None):
                    help="tokens per row per phase")
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--depth", type=int, default=2)
-    p.add_argument("--lr", type=float, default=1.4e-2, help="peak learning rate (warmup, then cosine decay to 1/10)")
+    p.add_argument("--lr", type=float, default=1e-2, help="peak learning rate (warmup, then cosine decay to 1/10)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--checkpoint-every", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.35,
-                   help="of the sample printed at the end (lower: fewer misspelt names, more runs of spaces)")
+    p.add_argument("--temperature", type=float, default=0.7, help="of the sample printed at the end")
+    p.add_argument("--top-k", type=int, default=3,
+                   help="the sample draws each byte from the K likeliest (0: from all; more: more misspelt names)")
     p.add_argument("--save-params", help="write the final parameters to this .npz (process 0)")
     return p.parse_args(argv)
 
@@ -98,8 +99,10 @@ def make_eval(curriculum_eval: Curriculum, sharding):
 
 
 def sample_text(model: DecoderLM, prompt: bytes, n: int = 300, seed: int = 0, context: int = 64,
-                temperature: float = 0.5) -> bytes:
-    """Sample ``n`` bytes after ``prompt`` at ``temperature`` from this process's copy of the model.
+                temperature: float = 0.7, top_k: int = 3) -> bytes:
+    """Sample ``n`` bytes after ``prompt`` at ``temperature`` from this process's copy of the model,
+    each drawn from the ``top_k`` likeliest bytes (top-k sampling; 0: from all): a small model's
+    unlikely tail is mostly misspellings.
 
     The context is a fixed window (at most the longest rows trained: learned positions beyond
     them are untrained), left-padded with a segment of its own, so one compiled forward pass
@@ -118,6 +121,9 @@ def sample_text(model: DecoderLM, prompt: bytes, n: int = 300, seed: int = 0, co
         positions = jnp.maximum(idx - (context - length), 0)[None]
         logits = local_model(window, segments, positions)[0, -1]
         key, sub = jax.random.split(key)
+        if top_k:
+            logits, ids = jax.lax.top_k(logits, top_k)
+            return ids[jax.random.categorical(sub, logits / temperature)], key
         return jax.random.categorical(sub, logits / temperature), key
 
     key = jax.random.key(seed)
@@ -150,10 +156,15 @@ def main(argv=None) -> dict:
         # A missing or unreadable dataset, a bad phase: every restart would fail the same way.
         exit_codes.exit_config_error(f"{type(err).__name__}: {err}")
 
-    model = DecoderLM(width=args.width, depth=args.depth, max_len=max(l1, l2), rngs=nnx.Rngs(args.seed))
     warmup = max(1, min(20, (s1 + s2) // 5))
     schedule = optax.warmup_cosine_decay_schedule(0.0, args.lr, warmup, max(s1 + s2, warmup + 1), args.lr / 10)
-    optimizer = nnx.Optimizer(model, optax.adamw(schedule, weight_decay=0.01), wrt=nnx.Param)
+
+    @nnx.jit  # one compiled program creates every parameter and Adam moment (eagerly: one per shape)
+    def create():
+        model = DecoderLM(width=args.width, depth=args.depth, max_len=max(l1, l2), rngs=nnx.Rngs(args.seed))
+        return model, nnx.Optimizer(model, optax.adamw(schedule, weight_decay=0.01), wrt=nnx.Param)
+
+    model, optimizer = create()
     ckpt_dir = args.checkpoint_dir or os.path.join(os.path.abspath(args.run_dir), "checkpoints")
     checkpointer = Checkpointer(ckpt_dir, model, optimizer, fingerprint=curriculum.describe())
     logger = Logger(args.run_dir, total_steps=curriculum.total_steps)
@@ -174,22 +185,23 @@ def main(argv=None) -> dict:
         baseline = unigram_cross_entropy(code, held_out)
         print(f"\nheld-out loss {final['eval_loss']:.3f} nats/byte (perplexity {final['eval_perplexity']:.2f}); "
               f"unigram baseline {baseline:.3f} nats/byte")
-        sample = sample_text(model, SAMPLE_PROMPT, context=max(l1, l2), temperature=args.temperature)
-        print(final_report(args.run_dir, sample.decode("utf-8", errors="replace"), args.temperature, baseline))
+        sample = sample_text(model, SAMPLE_PROMPT, context=max(l1, l2), temperature=args.temperature, top_k=args.top_k)
+        how = f"temperature {args.temperature}" + (f", top {args.top_k}" if args.top_k else "")
+        print(final_report(args.run_dir, sample.decode("utf-8", errors="replace"), how, baseline))
         for line in optional_outputs(args.run_dir):
             print(line)
     roxxel.distributed.shutdown()  # leave the cluster together
     return final
 
 
-def final_report(run_dir: str, sample: str, temperature: float, baseline: float) -> str:
+def final_report(run_dir: str, sample: str, how: str, baseline: float) -> str:
     """The loss curve (text, topped at the unigram baseline) beside the sample, with a heading over each."""
     data = read_metrics(run_dir)
     chart = loss_chart(data.get("loss", []), data.get("eval_loss", []), ceiling=baseline)
     sample_lines = text_lines(sample)
     return side_by_side(
         ["loss (nats/byte): * training, o held out", "(top: the unigram baseline)"] + chart,
-        [f"sample (temperature {temperature}, after {SAMPLE_PROMPT.decode()!r}):", ""] + sample_lines)
+        [f"sample ({how}, after {SAMPLE_PROMPT.decode()!r}):", ""] + sample_lines)
 
 
 def optional_outputs(run_dir: str) -> list[str]:
