@@ -33,7 +33,7 @@ import difflib
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -93,14 +93,38 @@ MAX_SLICES = 100_000
 
 
 class SpecError(ValueError):
-    """An invalid job spec. ``field`` is the dotted path of the offending field."""
+    """An invalid job spec. ``field`` is the dotted path of the offending field.
 
-    def __init__(self, field: str, problem: str, fix: str = ""):
+    ``also``: further problems found in the same pass (other fields of the spec, each checked
+    on its own), so that one run of ``validate`` names every field to fix, one line each;
+    ``field``, ``problem`` and ``fix`` describe the first.
+    """
+
+    def __init__(self, field: str, problem: str, fix: str = "", *, also: Sequence[SpecError] = ()):
         self.field = field
         self.problem = problem
         self.fix = fix
+        self.also = tuple(one for err in also for one in err.each())
         message = f"{field}: {problem}" if field else problem
-        super().__init__(f"{as_clause(message)}. {fix}" if fix else message)
+        line = f"{as_clause(message)}. {fix}" if fix else message
+        if self.also:
+            line = f"{1 + len(self.also)} problems:\n  " + "\n  ".join([line] + [str(e) for e in self.also])
+        super().__init__(line)
+
+    def each(self) -> list[SpecError]:
+        """Every problem, each as a SpecError of its own."""
+        return [SpecError(self.field, self.problem, self.fix) if self.also else self, *self.also]
+
+    @classmethod
+    def joined(cls, errors: Sequence[SpecError]) -> SpecError:
+        """One error for several (the first, with the others in ``also``)."""
+        flat = [one for err in errors for one in err.each()]
+        first = flat[0]
+        return first if len(flat) == 1 else cls(first.field, first.problem, first.fix, also=flat[1:])
+
+    def mapped(self, change: Callable[[SpecError], SpecError]) -> SpecError:
+        """The same problems, each passed through ``change`` (to re-path or annotate it)."""
+        return SpecError.joined([change(err) for err in self.each()])
 
 
 @contextlib.contextmanager
@@ -111,8 +135,7 @@ def _within(prefix: str):
     except SpecError as err:
         if not prefix:
             raise
-        field = f"{prefix}.{err.field}" if err.field else prefix
-        raise SpecError(field, err.problem, err.fix) from err
+        raise err.mapped(lambda e: SpecError(f"{prefix}.{e.field}" if e.field else prefix, e.problem, e.fix)) from err
 
 
 def _doc(text: str, **kwargs) -> Any:
@@ -955,18 +978,28 @@ def _build(cls: type, data: Any, path: str) -> Any:
         raise SpecError(path, f"must be a mapping, got {_type_name(data)} {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {_key(f): f for f in dataclasses.fields(cls)}
+    # Every field is checked on its own and all problems are reported together; the checks
+    # across fields (the class's __post_init__) run once the fields themselves are valid.
+    problems = []
+    meant = set()  # fields an unknown key probably meant: not reported missing as well
     for key in data:
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
+            meant.update(close)
             fix = f"Did you mean {close[0]!r}?" if close else f"Valid fields: {', '.join(fields)}."
-            raise SpecError(f"{path}.{key}" if path else str(key), "unknown field", fix)
+            problems.append(SpecError(f"{path}.{key}" if path else str(key), "unknown field", fix))
     kwargs = {}
     for key, f in fields.items():
         sub = f"{path}.{key}" if path else key
         if key in data:
-            kwargs[f.name] = _convert(hints[f.name], data[key], sub)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise SpecError(sub, "is required", f"Add it: {f.metadata.get('doc', '')}")
+            try:
+                kwargs[f.name] = _convert(hints[f.name], data[key], sub)
+            except SpecError as err:
+                problems.append(err)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and key not in meant:
+            problems.append(SpecError(sub, "is required", f"Add it: {f.metadata.get('doc', '')}"))
+    if problems:
+        raise SpecError.joined(problems)
     with _within(path):
         return cls(**kwargs)
 
@@ -1141,8 +1174,10 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     try:
         return spec_from_dict(data, overrides)
     except SpecError as err:
-        source = _source_of(err.field, overrides, path)
-        raise SpecError(err.field, f"{err.problem} ({source})" if source else err.problem, err.fix) from err
+        def located(e: SpecError) -> SpecError:
+            source = _source_of(e.field, overrides, path)
+            return SpecError(e.field, f"{e.problem} ({source})" if source else e.problem, e.fix)
+        raise err.mapped(located) from err
 
 
 def _source_of(field: str, overrides: Sequence[str], path: str | Path) -> str:

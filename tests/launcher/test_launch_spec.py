@@ -193,6 +193,31 @@ def test_a_bad_value_from_set_names_the_set_not_the_file(tmp_path, override, fie
         S.load_spec(path, ["max_restarts=3"])
 
 
+def test_every_field_with_a_problem_is_named_in_one_run(tmp_path):
+    """validate named only the first bad field: a user fixed one, ran it again, met the next."""
+    path = tmp_path / "job.yaml"
+    data = _base(max_restarts="x", resources={"requests": {"cpu": "two"}})
+    data["accelerater"] = data.pop("accelerator")  # a typo: reported as unknown, not also as missing
+    data["data"] = {"gcsfuse": {"bucket": "Bad Bucket"}}
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(S.SpecError) as info:
+        S.load_spec(path, ["tolerations=[{operator: Equal}]"])
+    err = info.value
+    fields = [e.field for e in err.each()]
+    assert fields == ["accelerater", "data.gcsfuse.bucket", "max_restarts", "resources.requests.cpu",
+                      "tolerations[0].key"], fields
+    lines = str(err).splitlines()
+    assert lines[0] == "5 problems:" and len(lines) == 6
+    assert "Did you mean 'accelerator'?" in lines[1] and "(in " in lines[1]
+    assert "(from --set tolerations=[{operator: Equal}])" in lines[5]
+    assert err.field == "accelerater"  # the first, for callers that look at one
+    # One problem stays one line, as before.
+    path.write_text(yaml.safe_dump(_base(num_slices=0)))
+    with pytest.raises(S.SpecError) as one:
+        S.load_spec(path)
+    assert len(str(one.value).splitlines()) == 1 and one.value.each() == [one.value]
+
+
 def test_load_spec_reports_the_file(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(_base(num_slices=0)))
