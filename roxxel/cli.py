@@ -232,11 +232,14 @@ def cat(path, index, tokenizer, ids) -> None:
             return
         kind = (ds.tokenizer or {}).get("type")
         if tokenizer is not None:
-            sys.stdout.write(load_tokenizer(tokenizer).decode(tokens))
+            text = load_tokenizer(tokenizer).decode(tokens).encode("utf-8", "surrogateescape")
         elif kind == "bytes":
-            sys.stdout.buffer.write(ByteTokenizer().decode_bytes(tokens))
+            text = ByteTokenizer().decode_bytes(tokens)
         else:
             raise ValueError(f"{path} was not packed with the byte tokenizer; pass --tokenizer tokenizer.json, or --ids")
+        # The document's exact bytes; on a terminal, a last newline so the prompt starts on a line of its own.
+        newline = b"\n" if sys.stdout.isatty() and not text.endswith(b"\n") else b""
+        sys.stdout.buffer.write(text + newline)
     except (OSError, ValueError, IndexError, ImportError) as e:  # ImportError: --tokenizer without `tokenizers`
         _fail(e)
 

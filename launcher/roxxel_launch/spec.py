@@ -138,6 +138,29 @@ def _within(prefix: str):
         raise err.mapped(lambda e: SpecError(f"{prefix}.{e.field}" if e.field else prefix, e.problem, e.fix)) from err
 
 
+class _Problems:
+    """Runs independent checks, each in ``with problems.check():``, and keeps what each one
+    raised, so that all of them are reported together by :meth:`raise_any`."""
+
+    def __init__(self) -> None:
+        self.errors: list[SpecError] = []
+
+    @contextlib.contextmanager
+    def check(self):
+        try:
+            yield
+        except SpecError as err:
+            self.errors.append(err)
+
+    def failed(self, field: str) -> bool:
+        """Whether a check of ``field`` has failed."""
+        return any(err.field == field for err in self.errors)
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise SpecError.joined(self.errors)
+
+
 def _doc(text: str, **kwargs) -> Any:
     return dataclasses.field(metadata={"doc": text, **kwargs.pop("metadata", {})}, **kwargs)
 
@@ -694,18 +717,74 @@ class JobSpec:
         "the result is validated like everything else.", default=None)
 
     def __post_init__(self):
-        if self.api_version != API_VERSION:
-            raise SpecError("apiVersion", f"{self.api_version!r} is not supported",
-                            f"Use apiVersion: {API_VERSION}.")
-        if self.kind != KIND:
-            raise SpecError("kind", f"{self.kind!r} is not a job spec kind", f"Use kind: {KIND}.")
-        _check("name", names.dns1035_label_problem(self.name))
-        _check("namespace", names.dns1123_label_problem(self.namespace))
-        _check("image", image_reference_problem(self.image),
-               "Use e.g. us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG, or pin a digest: "
-               "us-docker.pkg.dev/PROJECT/REPO/IMAGE@sha256:<64 hex digits>.")
-        if not self.command:
-            raise SpecError("command", "must not be empty", "Give e.g. [python, examples/lm/train.py].")
+        # Independent checks: every failing one is reported (checks of one field stop at its first).
+        problems = _Problems()
+        with problems.check():
+            if self.api_version != API_VERSION:
+                raise SpecError("apiVersion", f"{self.api_version!r} is not supported",
+                                f"Use apiVersion: {API_VERSION}.")
+        with problems.check():
+            if self.kind != KIND:
+                raise SpecError("kind", f"{self.kind!r} is not a job spec kind", f"Use kind: {KIND}.")
+        with problems.check():
+            _check("name", names.dns1035_label_problem(self.name))
+        with problems.check():
+            _check("namespace", names.dns1123_label_problem(self.namespace))
+        with problems.check():
+            _check("image", image_reference_problem(self.image),
+                   "Use e.g. us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG, or pin a digest: "
+                   "us-docker.pkg.dev/PROJECT/REPO/IMAGE@sha256:<64 hex digits>.")
+        with problems.check():
+            if not self.command:
+                raise SpecError("command", "must not be empty", "Give e.g. [python, examples/lm/train.py].")
+        with problems.check():
+            self._check_num_slices()
+        for key in self.env:
+            with problems.check():
+                _check(f"env.{key}", names.env_var_name_problem(key))
+                if key in contract.RESERVED_ENV_NAMES:
+                    raise SpecError(f"env.{key}", "is set by roxxel-launch", "Remove it from env.")
+        object.__setattr__(self, "env", _freeze(self.env))
+        with problems.check():
+            self._check_checkpoint_dir()
+        run_name = self.name if self.run_name is None else self.run_name
+        with problems.check():
+            if self.run_name is not None or not problems.failed("name"):  # a bad name is reported once
+                _check("run_name", names.label_value_problem(run_name) or (None if run_name else "must not be empty"))
+        object.__setattr__(self, "run_name", run_name)
+        with problems.check():
+            if self.service_account is not None:
+                _check("service_account", names.dns1123_subdomain_problem(self.service_account))
+        with problems.check():
+            if self.queue is not None:
+                _check("queue", names.dns1123_label_problem(self.queue))
+        with problems.check():
+            if self.priority_class is not None:
+                _check("priority_class", names.dns1123_subdomain_problem(self.priority_class))
+        for field, value, most, unit in (("max_restarts", self.max_restarts, 10_000, ""),
+                                         ("max_preemptions", self.max_preemptions, 100_000, ""),
+                                         ("termination_grace_period", self.termination_grace_period, 86_400,
+                                          " seconds")):
+            with problems.check():
+                if not 0 <= value <= most:
+                    raise SpecError(field, f"must be between 0 and {most}{unit}, got {value}")
+        owned = accelerator_node_selectors(self.accelerator)
+        for key, value in self.node_selectors.items():
+            with problems.check():
+                _check(f"node_selectors.{key}", names.qualified_name_problem(key))
+                _check(f"node_selectors.{key}", names.label_value_problem(value))
+                if key in owned:
+                    raise SpecError(f"node_selectors.{key}", "is set from the accelerator block",
+                                    "Remove it from node_selectors.")
+        object.__setattr__(self, "node_selectors", _freeze(self.node_selectors))
+        with problems.check():
+            self._check_escape_hatches()
+        problems.raise_any()
+        # Needs a valid name and slice count: after the others.
+        _check("name", names.pod_name_problem(longest_pod_name(self)),
+               f"Shorten name to at most {max_name_length(self)} characters.")
+
+    def _check_num_slices(self) -> None:
         if not 1 <= self.num_slices <= MAX_SLICES:
             raise SpecError("num_slices",
                             f"must be at least 1 and at most {MAX_SLICES}, got {self.num_slices}")
@@ -715,39 +794,6 @@ class JobSpec:
         if self.workload == "indexed-job" and self.num_slices != 1:
             raise SpecError("num_slices", "an indexed-job runs a single slice",
                             "Use workload: jobset for several slices.")
-        for key in self.env:
-            _check(f"env.{key}", names.env_var_name_problem(key))
-            if key in contract.RESERVED_ENV_NAMES:
-                raise SpecError(f"env.{key}", "is set by roxxel-launch", "Remove it from env.")
-        object.__setattr__(self, "env", _freeze(self.env))
-        self._check_checkpoint_dir()
-        run_name = self.name if self.run_name is None else self.run_name
-        _check("run_name", names.label_value_problem(run_name) or (None if run_name else "must not be empty"))
-        object.__setattr__(self, "run_name", run_name)
-        if self.service_account is not None:
-            _check("service_account", names.dns1123_subdomain_problem(self.service_account))
-        if self.queue is not None:
-            _check("queue", names.dns1123_label_problem(self.queue))
-        if self.priority_class is not None:
-            _check("priority_class", names.dns1123_subdomain_problem(self.priority_class))
-        if not 0 <= self.max_restarts <= 10_000:
-            raise SpecError("max_restarts", f"must be between 0 and 10000, got {self.max_restarts}")
-        if not 0 <= self.max_preemptions <= 100_000:
-            raise SpecError("max_preemptions", f"must be between 0 and 100000, got {self.max_preemptions}")
-        if not 0 <= self.termination_grace_period <= 86_400:
-            raise SpecError("termination_grace_period",
-                            f"must be between 0 and 86400 seconds, got {self.termination_grace_period}")
-        owned = accelerator_node_selectors(self.accelerator)
-        for key, value in self.node_selectors.items():
-            _check(f"node_selectors.{key}", names.qualified_name_problem(key))
-            _check(f"node_selectors.{key}", names.label_value_problem(value))
-            if key in owned:
-                raise SpecError(f"node_selectors.{key}", "is set from the accelerator block",
-                                "Remove it from node_selectors.")
-        object.__setattr__(self, "node_selectors", _freeze(self.node_selectors))
-        self._check_escape_hatches()
-        _check("name", names.pod_name_problem(longest_pod_name(self)),
-               f"Shorten name to at most {max_name_length(self)} characters.")
 
     def _check_escape_hatches(self) -> None:
         for i, secret in enumerate(self.image_pull_secrets):
@@ -978,30 +1024,42 @@ def _build(cls: type, data: Any, path: str) -> Any:
         raise SpecError(path, f"must be a mapping, got {_type_name(data)} {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {_key(f): f for f in dataclasses.fields(cls)}
-    # Every field is checked on its own and all problems are reported together; the checks
-    # across fields (the class's __post_init__) run once the fields themselves are valid.
-    problems = []
+    # Every field is checked on its own and all problems are reported together. The checks of
+    # the object as a whole (its __post_init__) run when every known field converted and every
+    # required one is there: an unknown field alone does not hide them.
+    unknown = []
     meant = set()  # fields an unknown key probably meant: not reported missing as well
     for key in data:
         if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            close = _meant_field(str(key), list(fields))
             meant.update(close)
             fix = f"Did you mean {close[0]!r}?" if close else f"Valid fields: {', '.join(fields)}."
-            problems.append(SpecError(f"{path}.{key}" if path else str(key), "unknown field", fix))
-    kwargs = {}
+            unknown.append(SpecError(f"{path}.{key}" if path else str(key), "unknown field", fix))
+    problems = _Problems()
+    kwargs, missing = {}, False
     for key, f in fields.items():
         sub = f"{path}.{key}" if path else key
         if key in data:
-            try:
+            with problems.check():
                 kwargs[f.name] = _convert(hints[f.name], data[key], sub)
-            except SpecError as err:
-                problems.append(err)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and key not in meant:
-            problems.append(SpecError(sub, "is required", f"Add it: {f.metadata.get('doc', '')}"))
-    if problems:
-        raise SpecError.joined(problems)
-    with _within(path):
-        return cls(**kwargs)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            missing = True
+            if key not in meant:
+                problems.errors.append(SpecError(sub, "is required", f"Add it: {f.metadata.get('doc', '')}"))
+    built = None
+    if not problems.errors and not missing:
+        with problems.check(), _within(path):
+            built = cls(**kwargs)
+    if unknown or problems.errors:
+        raise SpecError.joined(unknown + problems.errors)
+    return built
+
+
+def _meant_field(key: str, fields: list[str]) -> list[str]:
+    """The field an unknown key most likely meant (``[]``: none): the longest field it contains
+    (``queue`` for ``queue_name``), else the closest spelling."""
+    contained = [f for f in fields if len(f) >= 4 and f in key]
+    return [max(contained, key=len)] if contained else difflib.get_close_matches(key, fields, n=1)
 
 
 def _type_at(path: Sequence[str]) -> Any:
@@ -1031,42 +1089,64 @@ def apply_overrides(data: Mapping, overrides: Sequence[str]) -> dict:
     (``--set 'command=[python, train.py]'``); inside a free-form field (``pod_patch``,
     ``affinity``) every value is YAML, as it would be in the spec file.
     """
-    out = copy.deepcopy(dict(data))
-    for override in overrides:
-        path, eq, text = override.partition("=")
-        # Keys such as nvidia.com/gpu contain dots: write them as nvidia\.com/gpu.
-        parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", path)]
-        if not eq or not all(parts):
-            raise SpecError("--set", f"{override!r} is not key.path=value",
-                            "Write e.g. --set accelerator.tpu.topology=4x4.")
-        tp = _type_at(parts)
-        value: Any
-        if tp is Any:  # free-form (pod_patch, affinity): a YAML value, as in the spec file
-            value = parse_yaml(text, f"--set {path}")
-        elif tp is str or typing.get_origin(tp) is Literal or tp is None:
-            value = text
-        elif tp is int:
-            try:
-                value = int(text)
-            except ValueError:
-                raise SpecError(path, f"{text!r} is not an integer") from None
-        elif tp is bool:
-            if text.lower() not in ("true", "false"):
-                raise SpecError(path, f"{text!r} is not true or false")
-            value = text.lower() == "true"
-        else:
-            value = parse_yaml(text, f"--set {path}")
-        node = out
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise SpecError(".".join(parts[: i + 1]), f"is a {_type_name(child)}, not a mapping",
-                                f"Set the whole field instead: --set {'.'.join(parts[: i + 1])}=...")
-            node = child
-        node[parts[-1]] = value
+    out, problems = _overridden(data, overrides)
+    problems.raise_any()
     return out
+
+
+def _overridden(data: Mapping, overrides: Sequence[str]) -> tuple[dict, _Problems]:
+    """The mapping with every valid override applied, and the problems of the others."""
+    out = copy.deepcopy(dict(data))
+    problems = _Problems()
+    for override in overrides:
+        with problems.check():
+            _apply_override(out, override)
+    return out, problems
+
+
+def _apply_override(out: dict, override: str) -> None:
+    """Applies one ``key.path=value`` to ``out`` in place (nothing changes when it raises)."""
+    path, eq, text = override.partition("=")
+    # Keys such as nvidia.com/gpu contain dots: write them as nvidia\.com/gpu.
+    parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", path)]
+    if not eq or not all(parts):
+        raise SpecError("--set", f"{override!r} is not key.path=value",
+                        "Write e.g. --set accelerator.tpu.topology=4x4.")
+    tp = _type_at(parts)
+    value: Any
+    if tp is Any:  # free-form (pod_patch, affinity): a YAML value, as in the spec file
+        value = _override_yaml(text, path)
+    elif tp is str or typing.get_origin(tp) is Literal or tp is None:
+        value = text
+    elif tp is int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise SpecError(path, f"{text!r} is not an integer") from None
+    elif tp is bool:
+        if text.lower() not in ("true", "false"):
+            raise SpecError(path, f"{text!r} is not true or false")
+        value = text.lower() == "true"
+    else:
+        value = _override_yaml(text, path)
+    node = out
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise SpecError(".".join(parts[: i + 1]), f"is a {_type_name(child)}, not a mapping",
+                            f"Set the whole field instead: --set {'.'.join(parts[: i + 1])}=...")
+        node = child
+    node[parts[-1]] = value
+
+
+def _override_yaml(text: str, path: str) -> Any:
+    """The YAML value of ``--set path=text``; an error names the field (so, the --set)."""
+    try:
+        return parse_yaml(text, f"--set {path}")
+    except SpecError as err:
+        raise SpecError(path, err.problem.removeprefix(f"--set {path}: "), err.fix) from None
 
 
 def spec_from_dict(data: Any, overrides: Sequence[str] = ()) -> JobSpec:
@@ -1074,7 +1154,11 @@ def spec_from_dict(data: Any, overrides: Sequence[str] = ()) -> JobSpec:
     if not isinstance(data, dict):
         raise SpecError("", f"a job spec must be a mapping, got {_type_name(data)}",
                         f"Start the file with apiVersion: {API_VERSION} and kind: {KIND}.")
-    return _build(JobSpec, apply_overrides(data, overrides), "")
+    out, problems = _overridden(data, overrides)
+    with problems.check():
+        spec = _build(JobSpec, out, "")
+    problems.raise_any()
+    return spec
 
 
 class _SpecYAMLError(yaml.MarkedYAMLError):

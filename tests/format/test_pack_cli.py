@@ -57,6 +57,26 @@ def test_pack_info_verify_cat(tree, tmp_path):
     assert cat.returncode == 0 and cat.stdout == open(files[2], "rb").read()
 
 
+def test_cat_ends_a_line_on_a_terminal_only(tmp_path):
+    """`roxxel cat` left the prompt on the document's last line; a pipe still gets the exact bytes."""
+    import pty
+
+    doc = tmp_path / "note.txt"
+    doc.write_bytes(b"no newline at the end")
+    out = str(tmp_path / "ds")
+    assert run("pack", str(doc), "-o", out).exit_code == 0
+    piped = subprocess.run([sys.executable, "-m", "roxxel.cli", "cat", out, "0"], capture_output=True)
+    assert piped.stdout == b"no newline at the end"
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "roxxel.cli", "cat", out, "0"], stdout=follower, timeout=60)
+        assert proc.returncode == 0
+        assert os.read(leader, 4096).replace(b"\r\n", b"\n") == b"no newline at the end\n"
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
 def test_verify_exits_nonzero_naming_the_file(tree, tmp_path):
     out = tmp_path / "ds"
     assert run("pack", str(tree), "-o", str(out)).exit_code == 0

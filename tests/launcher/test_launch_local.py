@@ -354,6 +354,8 @@ def test_status_list_logs_and_detached_runs(tmp_path, root):
     submitted_again = _cli(root, "submit", "--local", ok)
     assert submitted_again.returncode == 1 and "already succeeded" in submitted_again.stderr
     assert "roxxel-launch delete okjob --local" in submitted_again.stderr
+    # delete keeps the checkpoints, which a new run would restore (training no step): say so
+    assert f"remove its checkpoints ({tmp_path / 'ckpt'})" in submitted_again.stderr
     assert "resume" not in submitted_again.stderr  # resume refuses a succeeded job: never suggest it
 
     # A detached job that runs: followed, listed, then deleted (which stops it).

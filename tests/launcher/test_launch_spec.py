@@ -218,6 +218,21 @@ def test_every_field_with_a_problem_is_named_in_one_run(tmp_path):
     assert len(str(one.value).splitlines()) == 1 and one.value.each() == [one.value]
 
 
+def test_every_bad_value_and_every_bad_set_is_named_in_one_run(tmp_path):
+    """Values checked on the whole spec (names, ranges) and --set values that do not parse
+    used to stop at the first; a typo's suggestion prefers the field it contains."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(_base(name="Bad_Name", namespace="ML_x")))
+    with pytest.raises(S.SpecError) as info:
+        S.load_spec(path, ["num_slices=0", "max_restarts=-1", "command=[python, x.py", "queue_name=q"])
+    by_field = {e.field: str(e) for e in info.value.each()}
+    assert list(by_field) == ["command", "queue_name", "name", "namespace", "num_slices", "max_restarts"]
+    assert "(from --set command=[python, x.py)" in by_field["command"] and "not valid YAML" in by_field["command"]
+    assert "Did you mean 'queue'?" in by_field["queue_name"]
+    assert "(in " in by_field["name"] and "(from --set num_slices=0)" in by_field["num_slices"]
+    assert len(str(info.value).splitlines()) == 7
+
+
 def test_load_spec_reports_the_file(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(_base(num_slices=0)))

@@ -551,9 +551,12 @@ class LocalBackend(Backend):
                 f"`roxxel-launch logs {name} --local -f`, wait for it with `roxxel-launch wait {name} "
                 f"--local`, or stop and remove it with {delete}")
         if state is JobState.SUCCEEDED:
+            checkpoints = read_json(run_dir / SPEC_FILE).get("checkpoint_dir")
+            kept = (f" and remove its checkpoints ({checkpoints}), which that keeps: a new run would "
+                    "restore the last one and train no step" if checkpoints else "")
             return JobExistsError(
-                f"a local job named {name!r} already succeeded ({run_dir}): delete it with {delete} to "
-                "run it again from scratch, or choose another name")
+                f"a local job named {name!r} already succeeded ({run_dir}): to run it again, delete it "
+                f"with {delete}{kept}; or choose another name")
         return JobExistsError(
             f"a local job named {name!r} already exists and is {state.value.lower()} ({run_dir}): resume "
             f"it with `roxxel-launch resume {name} --local`, or delete it with {delete}")
