@@ -41,21 +41,13 @@ def _words(x: jax.Array) -> jax.Array:
     return x.reshape(-1)
 
 
+@jax.jit
 def _checksum(x: jax.Array) -> jax.Array:
-    """The two sums of one array, as a ``(2,)`` uint32 vector."""
     w = _words(x)
     i = jnp.arange(w.shape[0], dtype=jnp.uint32)
     first = jnp.sum(w * (2 * i + 1), dtype=jnp.uint32)
     second = jnp.sum((w ^ (i * _GOLDEN)) * _MIX, dtype=jnp.uint32)
     return jnp.stack([first, second])
-
-
-@jax.jit
-def _all_checksums(leaves: list) -> jax.Array:
-    """``(len(leaves), 2)`` uint32: one compiled program for the whole state, not one per array
-    shape (a model with a hundred distinct shapes would otherwise compile a hundred programs at
-    its first save and again at its first restore)."""
-    return jnp.stack([_checksum(x) for x in leaves])
 
 
 def leaf_paths(tree: Any) -> list[tuple[str, Any]]:
@@ -72,15 +64,8 @@ def array_checksums(tree: Any) -> dict[str, str]:
     Every process of a ``jax.distributed`` job calls it with the same tree (the sums are
     collective over global arrays) and gets the same result. Python scalars are skipped.
     """
-    # One program per set of devices the arrays live on (one jit cannot mix them), in order of
-    # first appearance: every process runs the same programs in the same order.
-    groups: dict[Any, list[tuple[str, Any]]] = {}
-    arrays = [(path, leaf) for path, leaf in leaf_paths(tree) if isinstance(leaf, (jax.Array, np.ndarray, np.generic))]
-    for path, leaf in arrays:
-        devices = frozenset(leaf.sharding.device_set) if isinstance(leaf, jax.Array) else None
-        groups.setdefault(devices, []).append((path, leaf))
-    sums: dict[str, str] = {}
-    for group in groups.values():
-        values = np.asarray(jax.device_get(_all_checksums([leaf for _, leaf in group])))
-        sums.update({path: f"{int(a):08x}{int(b):08x}" for (path, _), (a, b) in zip(group, values)})
-    return {path: sums[path] for path, _ in arrays}
+    sums = {}
+    for path, leaf in leaf_paths(tree):
+        if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+            sums[path] = _checksum(leaf)
+    return {path: "".join(f"{int(v):08x}" for v in np.asarray(jax.device_get(s))) for path, s in sums.items()}

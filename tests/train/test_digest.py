@@ -1,6 +1,11 @@
 """Checkpoint checksums: the values are pinned by an independent numpy definition (a
-checkpoint saved by an earlier version must still verify), one compiled program serves a
-whole state whatever its shapes, and arrays on different devices are summed too."""
+checkpoint saved by an earlier version must still verify), and arrays on different devices
+are summed alike.
+
+The sums are one small compiled program per array shape, reused by every array of that
+shape (a model's layers repeat a few shapes). One program for the whole state was tried:
+it compiles in time that grows faster than the number of arrays (200 arrays: 13 s), so a
+large model's first save would wait far longer than for its few distinct shapes."""
 
 from __future__ import annotations
 
@@ -51,17 +56,9 @@ def test_checksums_match_the_documented_definition():
     assert list(got) == list(want)  # in leaf order
 
 
-def test_one_compiled_program_serves_a_state_of_many_shapes():
-    tree = {f"w{i}": jnp.ones((i + 1, 3), jnp.float32) for i in range(40)}
-    before = digest._all_checksums._cache_size()
-    digest.array_checksums(tree)
-    digest.array_checksums({k: v + 1 for k, v in tree.items()})  # same shapes: no new program
-    assert digest._all_checksums._cache_size() == before + 1
-
-
-def test_arrays_on_different_devices_are_summed_in_one_call_each(tmp_path):
+def test_arrays_on_different_devices_are_summed_alike(tmp_path):
     """A state whose arrays live on different device sets (a step counter on one device, the
-    weights sharded over a mesh) cannot be one jit's input: each set gets its own program."""
+    weights sharded over a mesh): the same values give the same sums wherever they live."""
     script = textwrap.dedent("""
         import jax, jax.numpy as jnp, numpy as np
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
