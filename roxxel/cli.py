@@ -217,7 +217,7 @@ def cat(path, index, tokenizer, ids) -> None:
     """
     from roxxel.data.dataset import Dataset
     from roxxel.format.layout import is_float
-    from roxxel.tokenizers import ByteTokenizer, load_tokenizer
+    from roxxel.tokenizers import ByteTokenizer, check_identity, load_tokenizer
 
     try:
         ds = Dataset(path).open()
@@ -232,7 +232,9 @@ def cat(path, index, tokenizer, ids) -> None:
             return
         kind = (ds.tokenizer or {}).get("type")
         if tokenizer is not None:
-            text = load_tokenizer(tokenizer).decode(tokens).encode("utf-8", "surrogateescape")
+            tok = load_tokenizer(tokenizer)
+            check_identity(tok, ds.tokenizer, path)
+            text = tok.decode(tokens).encode("utf-8", "surrogateescape")
         elif kind == "bytes":
             text = ByteTokenizer().decode_bytes(tokens)
         else:

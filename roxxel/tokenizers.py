@@ -104,12 +104,33 @@ class HFTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Encode several texts at once (the Rust library spreads them over all cores)."""
-        return [np.asarray(e.ids, np.uint32) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        # encode_batch_fast (tokenizers >= 0.20) skips the character offsets: ~15% quicker.
+        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        return [np.asarray(e.ids, np.uint32) for e in encode(list(texts), add_special_tokens=False)]
 
     def decode(self, ids) -> str:
         """Text of the tokens, EOS removed."""
         ids = [int(i) for i in np.asarray(ids) if i != self.eos_id]
         return self._tok.decode(ids)
+
+
+def check_identity(tok: ByteTokenizer | HFTokenizer, identity: dict | None, dataset: str) -> None:
+    """Check that ``tok`` is the tokenizer that packed ``dataset``, whose recorded ``identity``
+    (``Roxxel.tokenizer``: type, and for a Hugging Face tokenizer the SHA-256 of its JSON) is given.
+
+    Decoding with another tokenizer gives text that can look plausible and is wrong.
+
+    Raises:
+        ValueError: another tokenizer (names both), or a dataset that records none.
+    """
+    if not identity:
+        raise ValueError(f"{dataset} records no tokenizer (arrays, or packed without one): nothing to decode its ids with")
+    if identity.get("type") != tok.identity["type"] or identity.get("sha256") != tok.identity.get("sha256"):
+        def name(i: dict) -> str:
+            return "the byte-level tokenizer" if i.get("type") == "bytes" else \
+                f"tokenizer {i.get('name')!r} (SHA-256 {str(i.get('sha256'))[:12]}...)"
+        raise ValueError(f"{dataset} was packed with {name(identity)}, not {name(tok.identity)}: its text would "
+                         "decode wrong; use the tokenizer.json it was packed with")
 
 
 def load_tokenizer(spec: Any, eos_id: int | None = None) -> ByteTokenizer | HFTokenizer:

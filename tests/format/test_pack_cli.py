@@ -147,6 +147,16 @@ def test_huggingface_tokenizer_json(tmp_path):
     assert tok.decode(ds[1][:-1].tolist()) == texts[1]
     r = run("cat", str(tmp_path / "ds"), "0", "--tokenizer", str(path))
     assert r.output == texts[0]
+    # Another tokenizer would decode the ids into wrong text that can look right: refused, naming both.
+    tok.add_tokens(["mat"])
+    tok.save(str(tmp_path / "other.json"))
+    for other in (str(tmp_path / "other.json"), "bytes"):
+        r = run("cat", str(tmp_path / "ds"), "0", "--tokenizer", other)
+        assert r.exit_code == 1 and "was packed with tokenizer 'tokenizer.json' (SHA-256 " in r.output, r.output
+        assert "decode wrong" in r.output and len(r.output.strip().splitlines()) == 1
+    assert run("pack", str(src), "-o", str(tmp_path / "bytes")).exit_code == 0
+    r = run("cat", str(tmp_path / "bytes"), "0", "--tokenizer", str(path))
+    assert r.exit_code == 1 and "was packed with the byte-level tokenizer, not tokenizer 'tokenizer.json'" in r.output
     # The original API's tokenizer= variant, with the Tokenizer object itself.
     Roxxel(str(tmp_path / "api")).write(texts[:3], tokenizer=tok)
     assert tok.decode(Roxxel(str(tmp_path / "api"))[2][:-1].tolist()) == texts[2]
