@@ -29,7 +29,7 @@ setup() {
     quiet=()  # the first install of an extra takes a while: show pip's progress
     case $extra in
       main) echo "dev.sh: installing Roxxel and what the main job needs into $VENV: JAX, Flax, Optax, Orbax," \
-                 "the Kubernetes client, matplotlib (the loss plot), TensorBoard (to view the logs):" \
+                 "the Kubernetes client, tokenizers (its data's BPE), matplotlib (the loss plot), TensorBoard (the logs):" \
                  "about 255 MB of wheels (jaxlib alone is 82 MB), unpacked into 38,000 files (17,000 of them" \
                  "the official Kubernetes schemas, with which the launcher checks what it renders). Minutes, once." ;;
       dev) echo "dev.sh: installing Roxxel with its development extra into $VENV: what the main job needs," \
@@ -42,7 +42,7 @@ setup() {
 }
 
 main_job() {
-  # The main job: pack real text (the Python standard library, byte-level tokens), then
+  # The main job: pack real text (the Python standard library, BPE tokens), then
   # train a small Transformer on it as a 2-worker local pod through roxxel-launch.
   local bin="$VENV/bin" rc=0
   "$bin/python" examples/lm/prepare.py runs/data/lm

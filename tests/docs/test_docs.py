@@ -40,10 +40,10 @@ import optax
 from flax import nnx
 
 
-class _ByteLM(nnx.Module):
-    def __init__(self, rngs):
-        self.embed = nnx.Embed(257, 32, rngs=rngs)
-        self.out = nnx.Linear(32, 257, rngs=rngs)
+class _TinyLM(nnx.Module):
+    def __init__(self, vocab, rngs):
+        self.embed = nnx.Embed(vocab, 32, rngs=rngs)
+        self.out = nnx.Linear(32, vocab, rngs=rngs)
 
     def __call__(self, tokens):
         return self.out(nnx.relu(self.embed(tokens)))
@@ -58,7 +58,7 @@ def evaluate(state):
     return {"eval_loss": 1.0}
 
 
-model = _ByteLM(nnx.Rngs(0))
+model = _TinyLM(code.vocab_size, nnx.Rngs(0))  # code: the README's dataset (BPE, 1,024 ids)
 optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
 """,
 }

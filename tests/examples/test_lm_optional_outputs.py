@@ -46,3 +46,36 @@ def test_with_matplotlib_the_end_names_the_plot(train, run_dir):
     pytest.importorskip("matplotlib")
     plot, _ = train.optional_outputs(run_dir)
     assert plot == f"loss plot: {run_dir}/roxxel_metrics.png"
+
+
+def test_without_the_tokenizers_package_the_sample_and_the_loss_per_byte_are_left_out(train, tmp_path, monkeypatch):
+    """The data is BPE (DATA/tokenizer.json): training needs only its ids, the sample and the loss per
+    byte need the tokenizer. The worker image installs the base, without `tokenizers`."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from roxxel import Roxxel
+    from roxxel.pack import pack
+    from roxxel.tokenizers import ByteTokenizer
+
+    texts = ["def f(self):\n    return self.x\n", "class A:\n    pass\n"] * 10
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "a.py").write_text(texts[0])
+    pack([str(tmp_path / "a.py")], str(tmp_path / "code"), tokenizer=str(tmp_path / "tokenizer.json"))
+    pack([str(tmp_path / "a.py")], str(tmp_path / "bytes"))
+    found, why = train.data_tokenizer(str(tmp_path), Roxxel(str(tmp_path / "code")))
+    assert found is not None and why == "" and found.decode(Roxxel(str(tmp_path / "code"))[0]) == texts[0]
+    assert train.bytes_per_token(found, Roxxel(str(tmp_path / "code"))) > 1
+    assert isinstance(train.data_tokenizer(str(tmp_path), Roxxel(str(tmp_path / "bytes")))[0], ByteTokenizer)
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers -> ImportError
+    found, why = train.data_tokenizer(str(tmp_path), Roxxel(str(tmp_path / "code")))
+    assert found is None and "pip install 'roxxel[main]'" in why
+    line = train.loss_summary(4.0, 5.8, None)
+    assert line == "held-out loss 4.000 nats/token (perplexity 54.60), unigram baseline 5.800"
+    assert train.loss_summary(4.0, 5.8, 2.5).endswith("per byte of text: 1.600 against 2.320 (2.50 bytes a token)")
