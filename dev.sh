@@ -30,7 +30,7 @@ setup() {
     case $extra in
       main) echo "dev.sh: installing Roxxel and what the main job needs into $VENV: JAX, Flax, Optax, Orbax," \
                  "the Kubernetes client, tokenizers (its data's BPE), matplotlib (the loss plot), TensorBoard (the logs):" \
-                 "about 255 MB of wheels (jaxlib alone is 82 MB), unpacked into 38,000 files (17,000 of them" \
+                 "about 260 MB of wheels (jaxlib alone is 82 MB), unpacked into 38,000 files (17,000 of them" \
                  "the official Kubernetes schemas, with which the launcher checks what it renders). Minutes, once." ;;
       dev) echo "dev.sh: installing Roxxel with its development extra into $VENV: what the main job needs," \
                 "pytest, the docs toolchain (MkDocs), ruff, mypy and the optional formats' libraries. Minutes, once." ;;
