@@ -45,7 +45,8 @@ class DecoderLM(nnx.Module):
     """Tokens ``(batch, seq)`` int → logits ``(batch, seq, vocab)`` float32.
 
     Args:
-        vocab: number of token ids (the dataset's ``vocab_size``: 257 for byte-level tokens with EOS).
+        vocab: number of token ids: the dataset's ``vocab_size`` (1,024 for the main job's BPE;
+            257 for byte-level tokens with EOS).
         width, depth, heads: model size.
         max_len: longest document position embedded (positions beyond it are clipped).
     """

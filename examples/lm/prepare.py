@@ -3,14 +3,16 @@
 Under OUTPUT (default runs/data/lm), a tokenizer and three datasets of its tokens:
   tokenizer.json  byte-level BPE with 1,024 ids (Hugging Face ``tokenizers``), trained on a
                   quarter of the code/ files: a token is ~2.4 bytes of Python on average, and
-                  names like ``self``, ``return`` or ``assertEqual`` are one token each
+                  common words with the space before them (`` self``, `` return``) are one token
   code/           .py sources of the standard library (every file but each 20th)
-  text/           the library's other text files (.txt, .rst, .toml, .json, .xml, .cfg, decimal tests)
+  text/           the library's other text files (.txt, .rst, .toml, .json, .xml, .cfg, .css, .html,
+                  .md, decimal tests)
   code-eval/      every 20th .py file, held out for evaluation
 Files that are not UTF-8 (a few tests of other encodings) are left out: BPE reads text.
 
 Usage: python examples/lm/prepare.py [OUTPUT]
 What already exists (the tokenizer, a packed dataset) is kept: delete OUTPUT to start afresh.
+A deleted tokenizer.json is trained again, the same (the same files give the same merges).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def train_tokenizer(files: list[str], path: str, vocab_size: int = VOCAB_SIZE) -
     os.close(fd)
     try:
         tok.save(tmp)
+        os.chmod(tmp, 0o644)  # as the shards: readable by the workers, whichever user they run as
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -92,8 +95,9 @@ def main(output: str) -> None:
         if os.path.exists(os.path.join(path, "dataset.json")):
             try:  # packed by an earlier run: with this tokenizer?
                 check_identity(load_tokenizer(tokenizer), Roxxel(path).tokenizer, path)
-            except ValueError as err:
-                sys.exit(f"prepare.py: {err}; delete {output} to pack it again")
+            except ValueError:  # another tokenizer, or a tokenizer.json that does not load
+                sys.exit(f"prepare.py: {path} was not packed with {tokenizer}; delete {tokenizer} to train it again "
+                         f"from the same files, or all of {output} to start afresh")
             print(f"{path}: already packed")
             continue
         t0 = time.monotonic()

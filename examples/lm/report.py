@@ -66,12 +66,16 @@ def side_by_side(left: Sequence[str], right: Sequence[str], gap: int = 3) -> str
 def text_lines(text: str, width: int = 60) -> list[str]:
     """``text`` as display lines of at most ``width`` columns: tabs expanded, other control
     characters shown as ``?``, trailing spaces dropped (a small model's runs of indentation
-    would wrap into rows of nothing), long lines wrapped (a ``\\`` marks the cut)."""
+    would wrap into rows of nothing), long lines wrapped: a ``\\`` marks the cut, and the rest
+    is indented 4 columns past the line's own indentation, so that it never reads as dedented code."""
     out = []
     for line in text.expandtabs(4).split("\n"):
         line = "".join(c if c.isprintable() else "?" for c in line).rstrip(" ")
+        indent = " " * min(len(line) - len(line.lstrip(" ")) + 4, width // 2)
+        first = True
         while len(line) > width:
             out.append(line[:width - 1] + "\\")
-            line = line[width - 1:]
-        out.append(line)
+            line = indent + line[width - 1:]
+            first = False
+        out.append(line if first or line.strip() else "")
     return out

@@ -15,8 +15,8 @@ as the pod): held out, 1.66 nats per byte of text (the unigram baseline: 2.40); 
 longer, 1.60; width 96, 18 s longer, 1.59; 3 layers, 8 s longer, 1.65; rows of 128 tokens or a
 peak of 2e-2, worse. Byte-level tokens (vocabulary 257) reached only 1.93 in the same time: a BPE token
 carries ~2.4 bytes, so each step sees 2.4x the text and each row 2.4x the context. The sample
-(top 3 at temperature 0.7) reads as Python: ``def test_...(self):``, ``self.assertEqual(``,
-comments, indentation; 87% of its identifiers are names found in the held-out sources (byte-level:
+(top 3 at temperature 0.7) reads as Python: ``def`` lines, ``self.assertEqual(``, comments,
+indentation; 87% of its identifiers are names found in the held-out sources (byte-level:
 under half). Batches of 32 rows: each step of a 2-process CPU pod pays a fixed cost (an
 all-reduce over TCP per parameter array, Python dispatch), so fewer, larger steps train the
 same tokens sooner.
@@ -147,7 +147,7 @@ def sample_text(model: DecoderLM, tok: Tokenizer, prompt: str, n: int = 120, see
 
     @jax.jit
     def next_token(window, length, key):
-        # One compiled call per byte: the forward pass and the draw (eager random ops cost more).
+        # One compiled call per token: the forward pass and the draw (eager random ops cost more).
         real = idx >= context - length
         segments = jnp.where(real, 1, 0)[None]
         positions = jnp.maximum(idx - (context - length), 0)[None]

@@ -147,6 +147,10 @@ def test_huggingface_tokenizer_json(tmp_path):
     assert tok.decode(ds[1][:-1].tolist()) == texts[1]
     r = run("cat", str(tmp_path / "ds"), "0", "--tokenizer", str(path))
     assert r.output == texts[0]
+    # Without --tokenizer: the one the dataset names, found beside it (here, in the directory
+    # above, where examples/lm/prepare.py puts it) and checked by its SHA-256.
+    r = run("cat", str(tmp_path / "ds"), "0")
+    assert r.exit_code == 0 and r.output == texts[0], r.output
     # Another tokenizer would decode the ids into wrong text that can look right: refused, naming both.
     tok.add_tokens(["mat"])
     tok.save(str(tmp_path / "other.json"))
@@ -154,6 +158,10 @@ def test_huggingface_tokenizer_json(tmp_path):
         r = run("cat", str(tmp_path / "ds"), "0", "--tokenizer", other)
         assert r.exit_code == 1 and "was packed with tokenizer 'tokenizer.json' (SHA-256 " in r.output, r.output
         assert "decode wrong" in r.output and len(r.output.strip().splitlines()) == 1
+    tok.save(str(path))  # the other one now under the recorded name: not taken, and the error says where it looked
+    r = run("cat", str(tmp_path / "ds"), "0")
+    assert r.exit_code == 1 and f"neither {tmp_path / 'ds' / 'tokenizer.json'} nor {path} is it" in r.output, r.output
+    assert "pass --tokenizer PATH (that tokenizer.json), or --ids" in r.output
     assert run("pack", str(src), "-o", str(tmp_path / "bytes")).exit_code == 0
     r = run("cat", str(tmp_path / "bytes"), "0", "--tokenizer", str(path))
     assert r.exit_code == 1 and "was packed with the byte-level tokenizer, not tokenizer 'tokenizer.json'" in r.output

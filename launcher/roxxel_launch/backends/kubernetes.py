@@ -294,7 +294,7 @@ class KubernetesBackend(Backend):
                 raise JobExistsError(
                     f"{workload} {self.namespace}/{spec.name} already exists. Delete it "
                     f"(roxxel-launch delete {spec.name}), resume it (roxxel-launch resume "
-                    f"{spec.name}), or choose another name.") from None
+                    f"{spec.name}), or choose another name (--set name=NAME).") from None
             if obj["kind"] not in self._companions(workload, spec.name):
                 raise  # not ours (or not ours to remove): the 409 stands
         logger.warning("%s %s/%s is left over from a deleted job of that name; replacing it",

@@ -229,7 +229,7 @@ class KubernetesApi:
         if status == 409:
             return JobExistsError(
                 f"{what} already exists ({server}). Delete it (roxxel-launch delete {name}), "
-                f"resume it (roxxel-launch resume {name}), or choose another name.")
+                f"resume it (roxxel-launch resume {name}), or choose another name (--set name=NAME).")
         if status == 403:
             verb = _RBAC_VERB.get(action.removesuffix(" (dry run)"), action)
             resource = _RBAC_RESOURCE.get(kind, kind.lower() + "s")

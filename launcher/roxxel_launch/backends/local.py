@@ -556,7 +556,7 @@ class LocalBackend(Backend):
                     "restore the last one and train no step" if checkpoints else "")
             return JobExistsError(
                 f"a local job named {name!r} already succeeded ({run_dir}): to run it again, delete it "
-                f"with {delete}{kept}; or choose another name")
+                f"with {delete}{kept}; or choose another name (--set name=NAME)")
         return JobExistsError(
             f"a local job named {name!r} already exists and is {state.value.lower()} ({run_dir}): resume "
             f"it with `roxxel-launch resume {name} --local`, or delete it with {delete}")
