@@ -232,19 +232,21 @@ def cat(path, index, tokenizer, ids) -> None:
             click.echo(" ".join(map(str, tokens.tolist())))
             return
         kind = (ds.tokenizer or {}).get("type")
-        if tokenizer is not None:
-            tok = load_tokenizer(tokenizer)
-            check_identity(tok, ds.tokenizer, path)
-            text = tok.decode(tokens).encode("utf-8", "surrogateescape")
-        elif kind == "bytes":
+        if tokenizer is None and kind == "bytes":
             text = ByteTokenizer().decode_bytes(tokens)
         else:
-            text = _tokenizer_beside(path, ds.tokenizer).decode(tokens).encode("utf-8", "surrogateescape")
+            if tokenizer is not None:
+                tok = load_tokenizer(tokenizer)
+                check_identity(tok, ds.tokenizer, path)
+            else:
+                tok = _tokenizer_beside(path, ds.tokenizer)
+            text = tok.decode(tokens).encode("utf-8", "surrogateescape")
         # The document's exact bytes; on a terminal, a last newline so the prompt starts on a line of its own.
         newline = b"\n" if sys.stdout.isatty() and not text.endswith(b"\n") else b""
         sys.stdout.buffer.write(text + newline)
     except (OSError, ValueError, IndexError, ImportError) as e:  # ImportError: --tokenizer without `tokenizers`
         _fail(e)
+
 
 def _tokenizer_beside(path: str, identity: dict | None):
     """The tokenizer that packed the dataset at ``path``, found by the file name its identity

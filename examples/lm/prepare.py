@@ -90,11 +90,13 @@ def main(output: str) -> None:
         t0 = time.monotonic()
         train_tokenizer(files["code"][::TRAIN_TOKENIZER_EVERY], tokenizer)
         print(f"{tokenizer}: byte-level BPE, {VOCAB_SIZE:,} ids, trained in {time.monotonic() - t0:.0f} s")
+    tok = None  # loaded (and hashed) once, for the datasets an earlier run packed
     for name, paths in files.items():
         path = os.path.join(output, name)
         if os.path.exists(os.path.join(path, "dataset.json")):
             try:  # packed by an earlier run: with this tokenizer?
-                check_identity(load_tokenizer(tokenizer), Roxxel(path).tokenizer, path)
+                tok = tok or load_tokenizer(tokenizer)
+                check_identity(tok, Roxxel(path).tokenizer, path)
             except ValueError:  # another tokenizer, or a tokenizer.json that does not load
                 sys.exit(f"prepare.py: {path} was not packed with {tokenizer}; delete {tokenizer} to train it again "
                          f"from the same files, or all of {output} to start afresh")
