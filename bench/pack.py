@@ -15,10 +15,20 @@ run on a warm page cache, in interleaved rounds (order rotated each round):
 Every method writes a fresh file (or dataset) each time, removed outside the timed part, so
 none pays for truncating the last one. Roxxel is measured with ``--jobs 1`` (a reader thread,
 the writing thread, a checksum thread) and with ``--jobs`` one per CPU (which byte-level packing
-of text files ignores: the same threads; the row shows that asking for a pool costs nothing). Each figure is the rate over a window of at least
-``--seconds`` of timed work; MB/s counts input bytes. A second table gives the process CPU
-time per pass (all threads): on a shared machine the wall-clock ratio follows it. Integrity
-features stay on: block checksums, the shard's SHA-256, fsync and atomic renames.
+of text files ignores: the same threads; the row shows that asking for a pool costs nothing).
+Each figure is the rate over a window of at least ``--seconds`` of timed work; MB/s counts
+input bytes. A second table gives the process CPU time per pass (all threads): on a shared
+machine the wall-clock ratio follows it. Integrity features stay on: block checksums, the
+shard's SHA-256, fsync and atomic renames.
+
+Everything is measured in two places (``--places``):
+  * memory - a tmpfs (``/dev/shm``): writing is a copy into memory and an fsync costs
+    nothing, so the table shows what the software costs against the bare copy. The
+    target is read here: pack >= 0.8x read + write.
+  * disk - the temporary directory. A pack makes its shards durable before it names them,
+    so it cannot end before the disk has taken every byte; ``read + write + fsync`` is that
+    floor, and the disk's write speed sets how far it lies below a bare read + write (whose
+    bytes are still in the page cache when its window ends).
 """
 
 from __future__ import annotations
@@ -68,18 +78,14 @@ def walk(top: str) -> list[str]:
     return list(iter_input_files([top], INCLUDE, EXCLUDE))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=float, default=2.0, help="timed work per figure (default 2 s)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    args = p.parse_args()
-    stdlib = sysconfig.get_paths()["stdlib"]
-    files = walk(stdlib)
-    total = sum(os.path.getsize(f) for f in files)
-    jobs = os.cpu_count() or 1
-    work = tempfile.mkdtemp(prefix="roxxel-bench-")
-    print(f"machine: {load_average()} at start")
+PLACES = {"memory": "/dev/shm", "disk": tempfile.gettempdir()}
 
+
+def measure(place: str, top: str, files: list[str], total: int, args: argparse.Namespace) -> None:
+    """The tables and targets of one place (see the module docstring), writing under ``top``."""
+    jobs = os.cpu_count() or 1
+    work = tempfile.mkdtemp(prefix="roxxel-bench-", dir=top)
+    stdlib = sysconfig.get_paths()["stdlib"]
     separator = np.uint16(256).tobytes()
 
     def plain_read(_k: int) -> tuple[float, float]:
@@ -115,8 +121,11 @@ def main() -> None:
             return spent
         return run
 
-    methods = {"plain read": plain_read, "read + write": read_write(), "walk + read + write": read_write(find=True),
-               "read + write + fsync": read_write(sync=True), "roxxel pack --jobs 1": roxxel_pack(1)}
+    durable = place != "memory"  # on a tmpfs an fsync is a no-op: the row would repeat read + write
+    methods = {"plain read": plain_read, "read + write": read_write(), "walk + read + write": read_write(find=True)}
+    if durable:
+        methods["read + write + fsync"] = read_write(sync=True)
+    methods["roxxel pack --jobs 1"] = roxxel_pack(1)
     if jobs > 1:
         methods[f"roxxel pack --jobs {jobs}"] = roxxel_pack(jobs)
     cpu: dict[str, list[float]] = {n: [] for n in methods}
@@ -126,16 +135,41 @@ def main() -> None:
                               args.rounds, args.seconds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    title = f"pack: {len(files)} files, {total / 1e6:.1f} MB of stdlib .py, byte-level tokens"
-    bases = ["read + write", "walk + read + write", "read + write + fsync"]
+    title = f"pack to {place} ({top}): {len(files)} files, {total / 1e6:.1f} MB of stdlib .py, byte-level tokens"
+    bases = ["read + write", "walk + read + write"] + (["read + write + fsync"] if durable else [])
     print_samples(title, samples, "MB/s", bases, scale=1e-6, note=f"{args.seconds:g} s windows; {load_average()}")
     print()
-    print_samples("process CPU time per pass (all threads)", cpu, "CPU ms", bases[:2], scale=1e3, higher_is_better=False)
+    print_samples(f"process CPU time per pass (all threads), {place}", cpu, "CPU ms", bases[:2], scale=1e3,
+                  higher_is_better=False)
+    print()
     m = {n: median(v) for n, v in samples.items()}
     best = max(v for n, v in m.items() if n.startswith("roxxel"))
-    record("pack vs read + write", f"{best / m['read + write']:.2f}x", ">= 0.8x", best >= 0.8 * m["read + write"])
-    record("pack vs walk + read + write", f"{best / m['walk + read + write']:.2f}x", "(for reference)", None)
-    record("pack vs read + write + fsync", f"{best / m['read + write + fsync']:.2f}x", "(for reference)", None)
+    if durable:
+        record(f"pack vs read + write ({place}: disk-bound)", f"{best / m['read + write']:.2f}x", "(for reference)", None)
+        record(f"pack vs read + write + fsync ({place}: the floor)", f"{best / m['read + write + fsync']:.2f}x",
+               "(for reference)", None)
+    else:
+        record(f"pack vs read + write ({place})", f"{best / m['read + write']:.2f}x", ">= 0.8x",
+               best >= 0.8 * m["read + write"])
+        record(f"pack vs walk + read + write ({place})", f"{best / m['walk + read + write']:.2f}x", "(for reference)", None)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=2.0, help="timed work per figure (default 2 s)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--places", nargs="+", choices=list(PLACES), default=list(PLACES),
+                   help="where the outputs are written (default: both)")
+    args = p.parse_args()
+    files = walk(sysconfig.get_paths()["stdlib"])
+    total = sum(os.path.getsize(f) for f in files)
+    print(f"machine: {load_average()} at start\n")
+    for place in args.places:
+        top = PLACES[place]
+        if not os.path.isdir(top) or shutil.disk_usage(top).free < 8 * total:
+            print(f"{place}: skipped, {top} is missing or has less than {8 * total / 1e6:.0f} MB free\n")
+            continue
+        measure(place, top, files, total, args)
 
 
 if __name__ == "__main__":

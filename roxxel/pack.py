@@ -108,30 +108,38 @@ def _walk(top: str, included: Matcher | None, excluded: Matcher | None) -> Itera
 
 
 def _scan(top: str, included: Matcher | None, excluded: Matcher | None) -> tuple[list[str], list[str]]:
-    """The wanted files and the subdirectories to walk of one directory, each sorted by name."""
+    """The wanted files and the subdirectories to walk of one directory, each sorted by name.
+
+    An entry that cannot be examined (its type unknown and its ``stat`` failing) is neither,
+    as for ``os.walk`` and ``os.path.isfile``. The checks are inline: a walk sees many entries.
+    """
     files, subdirs = [], []
     try:
         with os.scandir(top) as it:
             for entry in it:
-                if _is(entry.is_dir):
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if is_dir:
                     # Prune excluded directories instead of walking them (e.g. site-packages).
-                    if (excluded is None or not excluded(entry.path + os.sep)) and not _is(entry.is_symlink):
-                        subdirs.append(entry.path)
-                elif ((included is None or included(entry.name))
-                      and (excluded is None or not excluded(entry.path)) and _is(entry.is_file)):
-                    files.append(entry.path)
+                    if excluded is None or not excluded(entry.path + os.sep):
+                        try:
+                            if not entry.is_symlink():
+                                subdirs.append(entry.path)
+                        except OSError:
+                            pass
+                elif (included is None or included(entry.name)) and (excluded is None or not excluded(entry.path)):
+                    try:
+                        if entry.is_file():
+                            files.append(entry.path)
+                    except OSError:
+                        pass
     except OSError:
         return [], []
     files.sort()  # every path is top + "/" + name: sorting the paths sorts the names
     subdirs.sort()
     return files, subdirs
-
-
-def _is(test: Callable[[], bool]) -> bool:
-    try:
-        return test()
-    except OSError:  # as os.walk and os.path.isfile: an entry that cannot be examined is not one
-        return False
 
 
 Matcher = Callable[[str], object]  # truthy for a match

@@ -1,6 +1,9 @@
-"""The input walk never takes the files a pack is writing, even when its output lies inside an input directory."""
+"""The input walk: ``os.walk``'s files in a fixed order, and never the files a pack is writing,
+even when its output lies inside an input directory."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -24,3 +27,26 @@ def test_a_missing_input_fails_before_any_directory_is_walked(tmp_path):
     (tmp_path / "d").mkdir()
     with pytest.raises(FileNotFoundError, match="input not found: .*nope"):
         iter_input_files([str(tmp_path / "d"), str(tmp_path / "nope")])
+
+
+def test_the_walk_takes_what_os_walk_lists_as_files_in_sorted_order(tmp_path):
+    """Files by name, then each subdirectory's; a link to a file is taken, a link to a directory is
+    not entered (os.walk's default), a broken link is not a file, excluded directories are pruned."""
+    top = tmp_path / "in"
+    for rel in ("b.py", "a.py", "notes.txt", "pkg/z.py", "pkg/sub/m.py", "skip/site-packages/x.py", "c/d.py"):
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_text(rel)
+    os.symlink(top / "pkg", top / "link-to-dir")
+    os.symlink(top / "a.py", top / "link.py")
+    os.symlink(top / "gone.py", top / "broken.py")
+    (top / "dir.py").mkdir()  # a directory whose name matches: walked, not taken
+    (top / "dir.py" / "in.py").write_text("in")
+
+    expected = []
+    for root, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if d != "site-packages")
+        expected += [os.path.join(root, f) for f in sorted(files) if f.endswith(".py") and os.path.isfile(os.path.join(root, f))]
+    got = list(iter_input_files([str(top)], include=["*.py"], exclude=["*/site-packages/*"]))
+    assert got == expected
+    assert [os.path.relpath(p, top) for p in got] == ["a.py", "b.py", "link.py", "c/d.py", "dir.py/in.py", "pkg/z.py",
+                                                      "pkg/sub/m.py"]
