@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -218,7 +217,7 @@ def cat(path, index, tokenizer, ids) -> None:
     """
     from roxxel.data.dataset import Dataset
     from roxxel.format.layout import is_float
-    from roxxel.tokenizers import ByteTokenizer, check_identity, load_tokenizer
+    from roxxel.tokenizers import ByteTokenizer, check_identity, load_tokenizer, packing_tokenizer
 
     try:
         ds = Dataset(path).open()
@@ -239,41 +238,13 @@ def cat(path, index, tokenizer, ids) -> None:
                 tok = load_tokenizer(tokenizer)
                 check_identity(tok, ds.tokenizer, path)
             else:
-                tok = _tokenizer_beside(path, ds.tokenizer)
+                tok = packing_tokenizer(path, ds.tokenizer)
             text = tok.decode(tokens).encode("utf-8", "surrogateescape")
         # The document's exact bytes; on a terminal, a last newline so the prompt starts on a line of its own.
         newline = b"\n" if sys.stdout.isatty() and not text.endswith(b"\n") else b""
         sys.stdout.buffer.write(text + newline)
     except (OSError, ValueError, IndexError, ImportError) as e:  # ImportError: --tokenizer without `tokenizers`
         _fail(e)
-
-
-def _tokenizer_beside(path: str, identity: dict | None):
-    """The tokenizer that packed the dataset at ``path``, found by the file name its identity
-    records, in the dataset's directory or the one above (where ``examples/lm/prepare.py`` puts
-    it), and checked by its SHA-256.
-
-    Raises:
-        ValueError: none there is that tokenizer (says where it looked, and what to pass).
-    """
-    from roxxel.tokenizers import check_identity, load_tokenizer
-
-    identity = identity or {}
-    name = identity.get("name")
-    if not name:
-        raise ValueError(f"{path} records no tokenizer file name; pass --tokenizer PATH (its tokenizer.json), or --ids")
-    top = path if os.path.isdir(path) else os.path.dirname(path) or "."
-    places = [os.path.join(d, name) for d in (top, os.path.dirname(os.path.abspath(top)))]
-    for candidate in places:
-        if os.path.isfile(candidate):
-            tok = load_tokenizer(candidate)
-            try:
-                check_identity(tok, identity, path)
-            except ValueError:
-                continue
-            return tok
-    raise ValueError(f"{path} was packed with the tokenizer {name!r} (SHA-256 {str(identity.get('sha256'))[:12]}...), "
-                     f"and neither {' nor '.join(places)} is it; pass --tokenizer PATH (that tokenizer.json), or --ids")
 
 
 main.add_command(_LazyPlot())

@@ -133,6 +133,41 @@ def check_identity(tok: ByteTokenizer | HFTokenizer, identity: dict | None, data
                          "decode wrong; use the tokenizer.json it was packed with")
 
 
+def packing_tokenizer(dataset: str, identity: dict | None) -> ByteTokenizer | HFTokenizer:
+    """The tokenizer that packed ``dataset`` (a dataset directory or a shard), from the ``identity``
+    it records (``Roxxel.tokenizer``).
+
+    Byte-level data needs no file. A Hugging Face tokenizer is looked for by the file name its
+    identity records, in the dataset's directory and then in the one above (where
+    ``examples/lm/prepare.py`` keeps the one its datasets share), and taken only if its
+    SHA-256 is the recorded one: another tokenizer would decode into wrong text.
+
+    Raises:
+        ValueError: the dataset records no tokenizer, or no file there is that tokenizer (says
+            where it looked; the command line's wording names ``--tokenizer`` and ``--ids``).
+        ImportError: a Hugging Face tokenizer without the ``tokenizers`` package.
+    """
+    identity = identity or {}
+    if identity.get("type") == "bytes":
+        return ByteTokenizer()
+    name = identity.get("name")
+    if not name:
+        problem = f"{dataset} records no tokenizer file name"
+        raise for_cli(ValueError(f"{problem}; load the tokenizer.json it was packed with"),
+                      f"{problem}; pass --tokenizer PATH (its tokenizer.json), or --ids")
+    top = dataset if os.path.isdir(dataset) else os.path.dirname(dataset) or "."
+    places = [os.path.join(d, name) for d in (top, os.path.dirname(os.path.abspath(top)))]
+    for candidate in places:
+        if os.path.isfile(candidate):
+            tok = load_tokenizer(candidate)
+            if tok.identity.get("sha256") == identity.get("sha256"):
+                return tok
+    problem = (f"{dataset} was packed with the tokenizer {name!r} (SHA-256 {str(identity.get('sha256'))[:12]}...), "
+               f"and neither {' nor '.join(places)} is it (another tokenizer would decode wrong)")
+    raise for_cli(ValueError(f"{problem}; put that tokenizer.json there, or load it yourself"),
+                  f"{problem}; pass --tokenizer PATH (that tokenizer.json), or --ids")
+
+
 def load_tokenizer(spec: Any, eos_id: int | None = None) -> ByteTokenizer | HFTokenizer:
     """``"bytes"`` → :class:`ByteTokenizer`; a path or a ``tokenizers.Tokenizer`` → :class:`HFTokenizer`.
 

@@ -45,7 +45,7 @@ from report import loss_chart, side_by_side, text_lines  # noqa: E402
 import roxxel.distributed  # noqa: E402
 from roxxel import Curriculum, Phase, Roxxel, exit_codes  # noqa: E402
 from roxxel.train import Checkpointer, Logger, Trainer  # noqa: E402
-from roxxel.tokenizers import ByteTokenizer, HFTokenizer, check_identity, load_tokenizer  # noqa: E402
+from roxxel.tokenizers import ByteTokenizer, HFTokenizer, packing_tokenizer  # noqa: E402
 from roxxel.train.logger import read_metrics  # noqa: E402
 
 
@@ -87,21 +87,18 @@ Tokenizer = ByteTokenizer | HFTokenizer
 
 
 def data_tokenizer(data: str, dataset: Roxxel) -> tuple[Tokenizer | None, str]:
-    """The tokenizer that packed ``dataset`` (DATA/tokenizer.json, checked against the identity the
-    dataset records; none for byte-level data), or None and why, when the ``tokenizers`` package is
-    missing (the sample and the loss per byte need it; training does not).
+    """The tokenizer that packed ``dataset`` (DATA/code), found beside it and checked against the
+    identity it records (:func:`roxxel.tokenizers.packing_tokenizer`; none needed for byte-level
+    data), or None and why, when the ``tokenizers`` package is missing (the sample and the loss
+    per byte need it; training does not).
 
     Raises:
-        FileNotFoundError, ValueError: no DATA/tokenizer.json, or not the one the data was packed with.
+        ValueError: no tokenizer.json in DATA/code or DATA is the one the data was packed with.
     """
-    if (dataset.tokenizer or {}).get("type") == "bytes":
-        return ByteTokenizer(), ""
     try:
-        tok = load_tokenizer(os.path.join(data, "tokenizer.json"))
+        return packing_tokenizer(os.path.join(data, "code"), dataset.tokenizer), ""
     except ImportError:
         return None, "the data's tokenizer needs the tokenizers package: pip install 'roxxel[main]'"
-    check_identity(tok, dataset.tokenizer, os.path.join(data, "code"))
-    return tok, ""
 
 
 def bytes_per_token(tok: Tokenizer, dataset: Roxxel) -> float:

@@ -42,4 +42,4 @@ def test_a_tokenizer_other_than_the_datas_is_a_config_error(tmp_path, lm_data):
     out = subprocess.run([sys.executable, "examples/lm/train.py", "--data", str(data), "--run-dir", str(tmp_path / "run")],
                          cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
     assert out.returncode == 78, out.stderr[-3000:]  # the launcher's config-error exit: no restart
-    assert "was packed with tokenizer 'tokenizer.json' (SHA-256" in out.stderr and "decode wrong" in out.stderr
+    assert "was packed with the tokenizer 'tokenizer.json' (SHA-256" in out.stderr and "decode wrong" in out.stderr
