@@ -21,7 +21,9 @@ Files written in ``log_dir`` (the original Roxxel's names):
     when the set of keys grows (e.g. the first eval step). Values are written with
     ``repr(float)``, which round-trips exactly (``nan`` and ``inf`` included). A
     resumed run appends to the existing file; :func:`read_metrics` keeps the last
-    value written for a repeated step.
+    value written for a repeated step. :meth:`Logger.start_from` (the Trainer calls it
+    after its restore) first drops the rows of the steps the run will log again, and
+    moves an earlier run's file aside when the run starts at step 0.
 ``tensorboard/``
     TensorBoard event files (``tensorboardX.SummaryWriter``), one scalar per metric.
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 import atexit
 import csv
 import datetime
+import itertools
 import logging
 import math
 import numbers
@@ -221,6 +224,28 @@ class Logger:
         if self._usable():
             self._queue.put(("pbar", total_steps, initial_step))
 
+    def start_from(self, step: int) -> None:
+        """Declare the step this run starts from: 0, or the step of the checkpoint it restored.
+
+        Metrics already in the run directory for steps after ``step`` were logged by an
+        attempt whose progress was lost (it stopped after its last checkpoint); at step 0,
+        every metric there is an earlier run's. This run logs those steps again, so they are
+        superseded: in ``roxxel_metrics.csv`` their rows are dropped (an atomic rewrite),
+        except that at step 0 the earlier run's file is kept whole under
+        ``roxxel_metrics.earlier-<UTC time>.csv`` and a fresh one is started; TensorBoard is
+        told to hide them (a ``SessionLog.START`` event, as ``tensorboardX``'s ``purge_step``
+        writes). What was done is logged in one line. Rows of ``step`` itself stay: they
+        describe the state the checkpoint holds.
+
+        Raises:
+            TypeError: not an int.
+            ValueError: negative.
+            RuntimeError: the logger is closed or its writer failed.
+        """
+        step = _check_int("step", step, minimum=0)
+        if self._usable():
+            self._queue.put(("start_from", step))
+
     def log_exception(self, exc: BaseException, *, echo: bool = True) -> None:
         """Queue ``exc`` with its traceback for the system log (as ERROR) and stderr.
 
@@ -340,6 +365,9 @@ class Logger:
                     self._error = err
 
 
+_EVENT_FILES = itertools.count()  # TensorBoard event files this process opened (see _Sink)
+
+
 class _Sink:
     """Everything the writer thread touches; used from that thread only."""
 
@@ -356,7 +384,11 @@ class _Sink:
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(os.path.join(log_dir, TENSORBOARD_DIR), flush_secs=30)
+            # tensorboardX names its file by the second and the host only, and truncates a file of that
+            # name: a second Logger on the same directory within a second (a quick restart, a test)
+            # erased the first one's events. The process id and a count make every name new.
+            self._tb = SummaryWriter(os.path.join(log_dir, TENSORBOARD_DIR), flush_secs=30,
+                                     filename_suffix=f".{os.getpid()}.{next(_EVENT_FILES)}")
 
     # queue item handlers
 
@@ -380,6 +412,17 @@ class _Sink:
             self._bar.total = total_steps
             self._bar.n = initial_step
             self._bar.refresh()
+
+    def start_from(self, step: int) -> None:
+        note = self._csv.start_from(step)
+        if note:
+            self.message(time.time(), "INFO" if step else "WARNING", note)
+        if self._tb is not None:
+            from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+            # TensorBoard hides the events of this step and later logged before it (a resume keeps its own step's).
+            purge = step + 1 if step else 0
+            self._tb.file_writer.add_event(Event(step=purge, session_log=SessionLog(status=SessionLog.START)))
 
     def metrics(self, wall: float, mono: float, step: int, raw: dict[str, Any]) -> None:
         values = {key: float(value) for key, value in raw.items()}
@@ -499,6 +542,37 @@ class _MetricsCsv:
         self._known.update(new)
         self._file = open(self.path, "a", encoding="utf-8")
         self._writer = csv.writer(self._file, lineterminator="\n")
+
+    def start_from(self, step: int) -> str:
+        """Supersede the rows after ``step`` (all of them at 0; see :meth:`Logger.start_from`); what was done, or ""."""
+        self._file.flush()
+        with open(self.path, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))[1:]
+        stale = [r for r in rows if r and (int(r[0]) > step or not step)]  # the checkpoint's own step stays
+        if not stale:
+            return ""
+        self._file.close()
+        steps = f"steps {min(int(r[0]) for r in stale)}-{max(int(r[0]) for r in stale)}"
+        if step == 0:
+            stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            aside = os.path.join(os.path.dirname(self.path), f"roxxel_metrics.earlier-{stamp}.csv")
+            os.replace(self.path, aside)
+            self.columns = list(_FIXED_COLUMNS)
+            self._known = set(self.columns)
+            with atomic_write(self.path, "w") as dst:
+                csv.writer(dst, lineterminator="\n").writerow(self.columns)
+            note = (f"{self.path} held the metrics of an earlier run ({steps}) and this run starts at step 0 "
+                    f"(no checkpoint restored): moved them to {aside}")
+        else:
+            with atomic_write(self.path, "w") as dst:
+                out = csv.writer(dst, lineterminator="\n")
+                out.writerow(self.columns)
+                out.writerows(r for r in rows if r and int(r[0]) <= step)
+            note = (f"dropped {len(stale)} rows of metrics ({steps}) that an earlier attempt logged after "
+                    f"the checkpoint of step {step}: this run logs those steps again")
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._writer = csv.writer(self._file, lineterminator="\n")
+        return note
 
     def flush(self) -> None:
         self._file.flush()

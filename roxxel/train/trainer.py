@@ -395,6 +395,7 @@ class Trainer:
             for change in ckpt.changed_settings():  # allowed: cadences and prefetch leave the batches as they were
                 self._log(f"step {start} was saved with other settings; now {change}")
         if self.logger is not None:
+            self.logger.start_from(start)  # metrics an earlier attempt logged after `start` are superseded
             self.logger.init_pbar(total, start)
         last: dict[str, float] = {}
         step = start

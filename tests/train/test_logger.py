@@ -248,3 +248,54 @@ def test_read_metrics_errors(tmp_path):
     (tmp_path / METRICS_CSV).write_text("step,wall_time,loss\n1,0.0,x\n")
     with pytest.raises(ValueError, match="line 2"):
         read_metrics(tmp_path)
+
+
+def test_a_run_from_step_0_moves_an_earlier_runs_metrics_aside(tmp_path):
+    """A new run in a run directory that holds another run's metrics (no checkpoint restored)
+    appended to them: read_metrics and the plot mixed the two runs, and nothing said so."""
+    with _logger(tmp_path) as lg:
+        for step in range(1, 6):
+            lg.log_metrics_summary(step, {"loss": 10.0 + step, "eval_loss": 1.0})
+    out = io.StringIO()
+    with _logger(tmp_path, stdout=out) as lg:
+        lg.start_from(0)
+        for step in (1, 2):
+            lg.log_metrics_summary(step, {"loss": float(step)})
+    assert read_metrics(tmp_path) == {"loss": [(1, 1.0), (2, 2.0)]}
+    aside = [n for n in os.listdir(tmp_path) if n.startswith("roxxel_metrics.earlier-")]
+    assert len(aside) == 1 and read_metrics(tmp_path / aside[0])["loss"] == [(s, 10.0 + s) for s in range(1, 6)]
+    assert f"moved them to {tmp_path / aside[0]}" in out.getvalue() and "WARNING" in out.getvalue()
+
+
+def test_a_resume_drops_only_the_rows_after_its_checkpoint(tmp_path):
+    with _logger(tmp_path) as lg:
+        for step in range(1, 9):
+            lg.log_metrics_summary(step, {"loss": float(step)})
+    with _logger(tmp_path) as lg:
+        lg.start_from(5)  # restored the checkpoint of step 5: steps 6-8 are trained (and logged) again
+        lg.log_metrics_summary(6, {"loss": 60.0})
+    assert read_metrics(tmp_path)["loss"] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0), (6, 60.0)]
+    assert "dropped 3 rows of metrics (steps 6-8)" in (tmp_path / SYSTEM_LOG).read_text()
+    with _logger(tmp_path) as lg:  # nothing after the step: the file is left as it is
+        before = (tmp_path / METRICS_CSV).read_bytes()
+        lg.start_from(6)
+    assert (tmp_path / METRICS_CSV).read_bytes() == before and not any(n.startswith("roxxel_metrics.earlier") for n in os.listdir(tmp_path))
+
+
+@pytest.mark.parametrize("start", [0, 5])
+def test_tensorboard_hides_what_a_restart_logs_again(tmp_path, start):
+    """TensorBoard's own reader (EventAccumulator) shows each step once, the new run's value after ``start``."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    with _logger(tmp_path, tensorboard=True) as lg:
+        for step in range(1, 9):
+            lg.log_metrics_summary(step, {"loss": float(step)})
+    with _logger(tmp_path, tensorboard=True) as lg:
+        lg.start_from(start)
+        for step in range(start + 1, start + 3):
+            lg.log_metrics_summary(step, {"loss": 100.0 + step})
+    assert len(os.listdir(tmp_path / TENSORBOARD_DIR)) == 2  # one file per Logger, even within one second
+    acc = accumulator.EventAccumulator(str(tmp_path / TENSORBOARD_DIR))
+    acc.Reload()
+    shown = [(e.step, e.value) for e in acc.Scalars("loss")]
+    kept = [(s, float(s)) for s in range(1, start + 1)]
+    assert shown == kept + [(s, 100.0 + s) for s in range(start + 1, start + 3)]
