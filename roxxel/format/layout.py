@@ -21,7 +21,9 @@ block checksums (1.1)   one uint32 checksum per block of ``block_bytes`` bytes o
                         token data (the last block may be shorter); the metadata's
                         ``block_checksums`` = ``{"algorithm": A, "block_bytes": N}``
                         says the region is there; ``A`` is ``"crc32c"`` (written
-                        now) or ``"crc32"`` (the first 1.1 shards; still read)
+                        now) or ``"crc32"`` (the first 1.1 shards; still read).
+                        Its ``"index"`` (written now; optional) is the checksum,
+                        by ``A``, of the document index, checked on its first use
 footer (56 bytes)       ``FOOTER``: SHA-256 of the contents, token count, document
                         count, end signature ``ROXSHEND``
 ======================  ==========================================================

@@ -122,6 +122,7 @@ class Shard(MappedFile):
         if block_bytes:
             table = index_offset + num_documents * layout.INDEX_DTYPE.itemsize
             self._blocks = BlockChecks(path, data_offset, data_bytes, block_bytes, table, algorithm)
+        self._index_crc = self._index_spec(path, algorithm)
 
     def _block_spec(self, path: str, version: tuple[int, int]) -> tuple[int, str]:
         """Block size and algorithm of the stored checksums: ``(0, "")`` for a 1.0 shard (it has none)."""
@@ -136,6 +137,16 @@ class Shard(MappedFile):
                                     "re-pack the shard", path)
         return spec["block_bytes"], spec["algorithm"]
 
+    def _index_spec(self, path: str, algorithm: str) -> int | None:
+        """The document index's stored checksum (``block_checksums.index``), or None for a shard written without one."""
+        crc = (self.metadata.get("block_checksums") or {}).get("index")
+        if crc is None:
+            return None
+        if not isinstance(crc, int) or isinstance(crc, bool) or not 0 <= crc < 2**32 or not algorithm:
+            raise CorruptShardError(f"{path}: malformed document index checksum in block_checksums ({crc!r}) - "
+                                    "re-pack the shard", path)
+        return crc
+
     # -- memory map -------------------------------------------------------------------
     @property
     def tokens(self) -> np.ndarray:
@@ -148,8 +159,23 @@ class Shard(MappedFile):
     def document_starts(self) -> np.ndarray:
         """Token offset of each document's first token, shape ``(num_documents,)``, uint64 view."""
         if self._index is None:
-            self._index = np.frombuffer(self._map(), layout.INDEX_DTYPE, self.num_documents, self._index_offset)
+            index = np.frombuffer(self._map(), layout.INDEX_DTYPE, self.num_documents, self._index_offset)
+            self._check_index_bytes(index)
+            _check_index(self.path, index, self.num_tokens)  # also for shards without an index checksum
+            self._index = index
         return self._index
+
+    def _check_index_bytes(self, index: np.ndarray) -> None:
+        """The index against its stored checksum, before any document boundary is used (once per open)."""
+        if self._index_crc is None or self._blocks is None:
+            return
+        actual = ALGORITHMS[self._blocks.algorithm](index.view(np.uint8).data)
+        if actual != self._index_crc:
+            name = self._blocks.algorithm.upper().replace("CRC", "CRC-")
+            raise CorruptShardError(
+                f"{self.path}: the document index fails its {name} check (stored {self._index_crc:08x}, read "
+                f"{actual:08x}); the shard is damaged - run `roxxel verify` on the dataset, then re-copy the "
+                "shard from its source or re-pack it", self.path)
 
     def document_bounds(self, i: int) -> tuple[int, int]:
         """``(start, stop)`` token offsets of document ``i`` within this shard."""
@@ -190,6 +216,10 @@ class Shard(MappedFile):
             self._blocks.check_all(self._descriptor())
         except BlockChecksumError as e:
             return f", first damaged token block: {str(e).split('token block ')[1].split(' fails')[0]}"
+        try:
+            self._check_index_bytes(np.frombuffer(self._map(), layout.INDEX_DTYPE, self.num_documents, self._index_offset))
+        except CorruptShardError:
+            return ", every token block matches its checksum: the damage is in the document index"
         return ", every token block matches its checksum: the damage is in the header, index or checksums"
 
     def __repr__(self) -> str:

@@ -38,6 +38,7 @@ log = logging.getLogger("roxxel.format")
 
 DEFAULT_SHARD_SIZE = 256 << 20
 _PLACEHOLDER_COUNT = 10**19  # widest count the JSON can hold; reserves room for the real ones
+_PLACEHOLDER_CRC = 2**32 - 1  # widest checksum, for the same reason
 _WRITE_BUFFER = 1 << 20
 _WRITEBACK_BYTES = 16 << 20  # a shard's bytes between two background writebacks (see _BackgroundSync)
 _CHECKSUMS_AHEAD = 8  # writes a background checksum thread may lag behind (bounds the memory they hold)
@@ -141,8 +142,9 @@ class ShardWriter:
                 self._block_crcs.append(self._crc)
                 self._crc, self._in_block = 0, 0
 
-    def _metadata_json(self, num_tokens: int, num_documents: int) -> bytes:
+    def _metadata_json(self, num_tokens: int, num_documents: int, index_crc: int = _PLACEHOLDER_CRC) -> bytes:
         meta = dict(self._metadata, num_tokens=num_tokens, num_documents=num_documents)
+        meta["block_checksums"] = dict(meta["block_checksums"], index=index_crc)  # the document index's own
         return json.dumps(meta, sort_keys=True).encode("utf-8")
 
     def flush_to_os(self) -> int:
@@ -169,7 +171,7 @@ class ShardWriter:
         for part in (pad, index.data.cast("B"), crcs.data.cast("B")):
             f.write(part)
             h.update(part)
-        meta = self._metadata_json(self.num_tokens, self.num_documents)
+        meta = self._metadata_json(self.num_tokens, self.num_documents, self._block_checksum(index.data.cast("B")))
         fields = (layout.SIGNATURE, *layout.FORMAT_VERSION, len(meta), self._data_offset, self.num_tokens,
                   self.num_documents, index_offset, layout.dtype_name_bytes(self.dtype))
         head = layout.HEADER.pack(*fields, layout.header_crc(layout.HEADER.pack(*fields, 0), meta))

@@ -89,6 +89,36 @@ def test_unchecked_reader_reads_the_same_tokens(tmp_path):
     assert not b._shard(0)._blocks.checked.any()
 
 
+def flip_index(path, doc, xor):
+    """Flip bits of the low byte of document ``doc``'s start in the shard's index."""
+    s = open_shard(path)
+    off = s._index_offset + doc * layout.INDEX_DTYPE.itemsize
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ xor]))
+
+
+@pytest.mark.parametrize("xor", [0x04, 0xFF])
+def test_a_flipped_byte_in_the_document_index_is_refused_before_a_boundary_is_used(tmp_path, xor):
+    """Found by a new user: a flipped index byte moved document boundaries (documents 99 and 100
+    came back as 962 and 821 tokens instead of 966 and 817) and every read went on without a word;
+    only `verify`'s SHA-256 noticed. The block checksums covered the token data only."""
+    d = write(tmp_path)
+    shard = Roxxel(d).shard_paths[0]
+    flip_index(shard, 10, xor)  # the index stays increasing: its order alone would not tell
+    with pytest.raises(CorruptShardError, match=rf"{shard}: the document index fails its CRC-32C check.*re-pack"):
+        Roxxel(d)[10]
+    c = Curriculum(Roxxel(d), [Phase(global_batch_size=4, seq_len=512)], order="documents")  # shuffles by the index
+    with pytest.raises(CorruptShardError, match="document index"):
+        list(c.stream(seed=0, to_device=False, prefetch_size=0))
+    with pytest.raises(ChecksumMismatchError, match="the damage is in the document index"):
+        Roxxel(d).verify()
+    flip_index(shard, 10, xor)  # restored: reads as before
+    assert len(Roxxel(d)[10]) == 5001
+
+
 def test_format_1_0_shards_still_open_without_block_checks():
     d = os.path.join(FIXTURES, "format-v1.0")
     want = json.load(open(os.path.join(d, "expected.json")))
