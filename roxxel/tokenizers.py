@@ -147,7 +147,10 @@ def packing_tokenizer(dataset: str, identity: dict | None) -> ByteTokenizer | HF
             where it looked; the command line's wording names ``--tokenizer`` and ``--ids``).
         ImportError: a Hugging Face tokenizer without the ``tokenizers`` package.
     """
-    identity = identity or {}
+    if not identity:
+        problem = f"{dataset} records no tokenizer (its ids were written without one)"
+        raise for_cli(ValueError(f"{problem}; load the tokenizer that made them"),
+                      f"{problem}; pass --tokenizer PATH (the tokenizer.json that made them), or --ids")
     if identity.get("type") == "bytes":
         return ByteTokenizer()
     name = identity.get("name")
@@ -156,7 +159,7 @@ def packing_tokenizer(dataset: str, identity: dict | None) -> ByteTokenizer | HF
         raise for_cli(ValueError(f"{problem}; load the tokenizer.json it was packed with"),
                       f"{problem}; pass --tokenizer PATH (its tokenizer.json), or --ids")
     top = dataset if os.path.isdir(dataset) else os.path.dirname(dataset) or "."
-    places = [os.path.join(d, name) for d in (top, os.path.dirname(os.path.abspath(top)))]
+    places = [os.path.join(d, name) for d in (top, os.path.normpath(os.path.join(top, os.pardir)))]  # as given
     for candidate in places:
         if os.path.isfile(candidate):
             tok = load_tokenizer(candidate)

@@ -181,6 +181,19 @@ def test_original_write_api(tmp_path):
     assert ds.dtype == np.dtype("uint32") and np.array_equal(ds[42], arrays[42])
 
 
+def test_cat_prints_bytes_written_without_a_tokenizer_and_asks_for_one_for_other_ids(tmp_path):
+    """Found by a new user: the original API's byte documents (uint8, no tokenizer recorded) could
+    only be printed with --ids; cat asked for a tokenizer.json file name the data never had."""
+    Roxxel(str(tmp_path / "lines.rox")).write(["alpha", "beta"], separator=b"\n")
+    for args in ([], ["--tokenizer", "bytes"]):
+        r = CliRunner().invoke(main, ["cat", str(tmp_path / "lines.rox"), "1", *args])
+        assert r.exit_code == 0 and r.stdout_bytes == b"beta\n", r.output
+    Roxxel(str(tmp_path / "tok.rox")).write([np.arange(5, dtype=np.int32)], dtype="int32")
+    r = CliRunner().invoke(main, ["cat", str(tmp_path / "tok.rox"), "0"])
+    assert r.exit_code == 1 and "records no tokenizer (its ids were written without one); pass --tokenizer" in r.output
+    assert run("cat", str(tmp_path / "tok.rox"), "0", "--ids").output == "0 1 2 3 4\n"
+
+
 def test_parse_size():
     assert parse_size("256MiB") == 256 << 20
     assert parse_size("1GB") == 10**9
