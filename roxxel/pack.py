@@ -32,7 +32,7 @@ import numpy as np
 from roxxel.data.prefetch import Prefetcher
 from roxxel.format.errors import for_cli
 from roxxel.format.layout import token_dtype_for_vocab
-from roxxel.format.manifest import MANIFEST_NAME, Manifest
+from roxxel.format.manifest import MANIFEST_FORMAT, MANIFEST_NAME, Manifest
 from roxxel.format.writer import DEFAULT_SHARD_SIZE, DatasetWriter, join_documents
 from roxxel.tokenizers import ByteTokenizer, HFTokenizer, load_tokenizer
 from roxxel.wording import count
@@ -114,6 +114,7 @@ def _scan(top: str, included: Matcher | None, excluded: Matcher | None) -> tuple
     as for ``os.walk`` and ``os.path.isfile``. The checks are inline: a walk sees many entries.
     """
     files, subdirs = [], []
+    manifest = False
     try:
         with os.scandir(top) as it:
             for entry in it:
@@ -121,6 +122,8 @@ def _scan(top: str, included: Matcher | None, excluded: Matcher | None) -> tuple
                     is_dir = entry.is_dir()
                 except OSError:
                     is_dir = False
+                if not is_dir and entry.name == MANIFEST_NAME:
+                    manifest = True
                 if is_dir:
                     # Prune excluded directories instead of walking them (e.g. site-packages).
                     if excluded is None or not excluded(entry.path + os.sep):
@@ -137,9 +140,22 @@ def _scan(top: str, included: Matcher | None, excluded: Matcher | None) -> tuple
                         pass
     except OSError:
         return [], []
+    if manifest and is_dataset(top):
+        # An earlier pack's output is not input text: its manifest would be packed as a document.
+        log.warning("skipping %s: a Roxxel dataset (pass its files by name to pack them anyway)", top)
+        return [], []
     files.sort()  # every path is top + "/" + name: sorting the paths sorts the names
     subdirs.sort()
     return files, subdirs
+
+
+def is_dataset(directory: str) -> bool:
+    """Whether ``directory`` holds a Roxxel dataset: a ``dataset.json`` of the Roxxel manifest format."""
+    try:
+        with open(os.path.join(directory, MANIFEST_NAME), "rb") as f:
+            return json.load(f).get("format") == MANIFEST_FORMAT
+    except (OSError, ValueError, AttributeError):  # unreadable, not JSON, not an object: someone else's file
+        return False
 
 
 Matcher = Callable[[str], object]  # truthy for a match
@@ -582,6 +598,10 @@ def _nothing_packed(output: str, skipped: list[str]) -> BaseException:
 def _no_files_message(inputs: Sequence[str], include: Sequence[str], exclude: Sequence[str]) -> str:
     """Why no input file was found, in the command line's terms (only directories can come up empty)."""
     where = ", ".join(inputs)
+    datasets = [d for d in inputs if os.path.isdir(d) and is_dataset(d)]
+    if datasets:
+        return (f"{datasets[0]} is a Roxxel dataset, not input text (its shards are packed already); "
+                f"to add inputs to it, pack them with --append -o {datasets[0]}")
     if include:
         patterns = " ".join(f"--include {p!r}" for p in include)
         return (f"no file in {where} matches {patterns}" + (" (after --exclude)" if exclude else "")

@@ -50,3 +50,20 @@ def test_the_walk_takes_what_os_walk_lists_as_files_in_sorted_order(tmp_path):
     assert got == expected
     assert [os.path.relpath(p, top) for p in got] == ["a.py", "b.py", "link.py", "c/d.py", "dir.py/in.py", "pkg/z.py",
                                                       "pkg/sub/m.py"]
+
+
+def test_an_earlier_packs_dataset_inside_the_inputs_is_skipped_with_a_warning(tmp_path, caplog):
+    """Found by a new user: packing a directory that held an earlier pack's output took its
+    dataset.json in as a text document (its shards were skipped as binary)."""
+    (tmp_path / "a.txt").write_text("text of a\n")
+    pack([str(tmp_path / "a.txt")], str(tmp_path / "old"))  # a dataset inside the input directory
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "dataset.json").write_text('{"rows": [1, 2]}\n')  # someone else's JSON: input text
+    with caplog.at_level("WARNING", logger="roxxel.pack"):
+        pack([str(tmp_path)], str(tmp_path / "new"))
+    ds = Roxxel(str(tmp_path / "new"))
+    texts = [np.asarray(ds[k][:-1], np.uint8).tobytes() for k in range(len(ds))]
+    assert texts == [b"text of a\n", b'{"rows": [1, 2]}\n']
+    assert f"skipping {tmp_path / 'old'}: a Roxxel dataset" in caplog.text
+    with pytest.raises(FileNotFoundError, match=r"old is a Roxxel dataset, not input text.*--append -o"):
+        pack([str(tmp_path / "old")], str(tmp_path / "again"))
