@@ -51,7 +51,7 @@ import threading
 import time
 import traceback
 from collections.abc import Mapping
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Iterable, Literal, Sequence
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -506,19 +506,15 @@ class _MetricsCsv:
             if tuple(header[:2]) != _FIXED_COLUMNS:
                 raise ValueError(f"{path} is not a roxxel metrics file: its header starts with {header[:2]!r}, "
                                  f"expected {list(_FIXED_COLUMNS)!r}")
-            self.columns = header
+            self.columns, self._known = header, set(header)
             with open(path, "rb") as f:
                 f.seek(-1, os.SEEK_END)
                 torn = f.read(1) != b"\n"
-            self._file = open(path, "a", encoding="utf-8")
+            self._append()
             if torn:  # the previous process died mid-row: end that row
                 self._file.write("\n")
         else:
-            with atomic_write(path, "w") as f:
-                csv.writer(f, lineterminator="\n").writerow(self.columns)
-            self._file = open(path, "a", encoding="utf-8")
-        self._known = set(self.columns)
-        self._writer = csv.writer(self._file, lineterminator="\n")
+            self._rewrite(_FIXED_COLUMNS, ())
 
     def write(self, step: int, wall: float, values: dict[str, float]) -> None:
         new = [key for key in values if key not in self._known]
@@ -531,15 +527,21 @@ class _MetricsCsv:
     def _grow(self, new: list[str]) -> None:
         self._file.close()
         pad = [""] * len(new)
-        with open(self.path, newline="", encoding="utf-8") as src, atomic_write(self.path, "w") as dst:
+        with open(self.path, newline="", encoding="utf-8") as src:
             reader = csv.reader(src)
             next(reader)
+            self._rewrite(self.columns + new, (row + pad for row in reader))
+
+    def _rewrite(self, columns: Sequence[str], rows: Iterable[list[str]]) -> None:
+        """Replace the file, atomically, by ``columns`` and ``rows``; then append to it."""
+        with atomic_write(self.path, "w") as dst:
             out = csv.writer(dst, lineterminator="\n")
-            out.writerow(self.columns + new)
-            for row in reader:
-                out.writerow(row + pad)
-        self.columns += new
-        self._known.update(new)
+            out.writerow(columns)
+            out.writerows(rows)
+        self.columns, self._known = list(columns), set(columns)
+        self._append()
+
+    def _append(self) -> None:
         self._file = open(self.path, "a", encoding="utf-8")
         self._writer = csv.writer(self._file, lineterminator="\n")
 
@@ -554,25 +556,23 @@ class _MetricsCsv:
         self._file.close()
         steps = f"steps {min(int(r[0]) for r in stale)}-{max(int(r[0]) for r in stale)}"
         if step == 0:
-            stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-            aside = os.path.join(os.path.dirname(self.path), f"roxxel_metrics.earlier-{stamp}.csv")
+            aside = self._aside_name()
             os.replace(self.path, aside)
-            self.columns = list(_FIXED_COLUMNS)
-            self._known = set(self.columns)
-            with atomic_write(self.path, "w") as dst:
-                csv.writer(dst, lineterminator="\n").writerow(self.columns)
-            note = (f"{self.path} held the metrics of an earlier run ({steps}) and this run starts at step 0 "
+            self._rewrite(_FIXED_COLUMNS, ())
+            return (f"{self.path} held the metrics of an earlier run ({steps}) and this run starts at step 0 "
                     f"(no checkpoint restored): moved them to {aside}")
-        else:
-            with atomic_write(self.path, "w") as dst:
-                out = csv.writer(dst, lineterminator="\n")
-                out.writerow(self.columns)
-                out.writerows(r for r in rows if r and int(r[0]) <= step)
-            note = (f"dropped {len(stale)} rows of metrics ({steps}) that an earlier attempt logged after "
-                    f"the checkpoint of step {step}: this run logs those steps again")
-        self._file = open(self.path, "a", encoding="utf-8")
-        self._writer = csv.writer(self._file, lineterminator="\n")
-        return note
+        self._rewrite(self.columns, (r for r in rows if r and int(r[0]) <= step))
+        return (f"dropped {len(stale)} rows of metrics ({steps}) that an earlier attempt logged after "
+                f"the checkpoint of step {step}: this run logs those steps again")
+
+    def _aside_name(self) -> str:
+        """A name no file has yet for an earlier run's metrics (two restarts within one second keep both)."""
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        base = os.path.join(os.path.dirname(self.path), f"roxxel_metrics.earlier-{stamp}")
+        name, k = f"{base}.csv", 1
+        while os.path.exists(name):
+            name, k = f"{base}-{k}.csv", k + 1
+        return name
 
     def flush(self) -> None:
         self._file.flush()

@@ -267,6 +267,17 @@ def test_a_run_from_step_0_moves_an_earlier_runs_metrics_aside(tmp_path):
     assert f"moved them to {tmp_path / aside[0]}" in out.getvalue() and "WARNING" in out.getvalue()
 
 
+def test_runs_from_step_0_within_one_second_each_keep_the_earlier_file(tmp_path):
+    """The aside name has a one-second stamp: a second restart within the second replaced the first's file."""
+    for run in range(3):
+        with _logger(tmp_path) as lg:
+            lg.start_from(0)
+            lg.log_metrics_summary(1, {"loss": float(run)})
+    aside = sorted(n for n in os.listdir(tmp_path) if n.startswith("roxxel_metrics.earlier-"))
+    assert sorted(read_metrics(tmp_path / n)["loss"][0][1] for n in aside) == [0.0, 1.0]
+    assert read_metrics(tmp_path)["loss"] == [(1, 2.0)]
+
+
 def test_a_resume_drops_only_the_rows_after_its_checkpoint(tmp_path):
     with _logger(tmp_path) as lg:
         for step in range(1, 9):
