@@ -215,8 +215,6 @@ def cat(path, index, tokenizer, ids) -> None:
 
     INDEX counts from 0; a negative one from the end (-1: the last document).
     """
-    import numpy as np
-
     from roxxel.data.dataset import Dataset
     from roxxel.format.layout import is_float
     from roxxel.tokenizers import ByteTokenizer, check_identity, load_tokenizer, packing_tokenizer
@@ -233,7 +231,7 @@ def cat(path, index, tokenizer, ids) -> None:
             click.echo(" ".join(map(str, tokens.tolist())))
             return
         kind = (ds.tokenizer or {}).get("type")
-        written_as_bytes = not ds.tokenizer and ds.dtype == np.uint8  # e.g. by the original write(): ids are bytes
+        written_as_bytes = not ds.tokenizer and ds.dtype.name == "uint8"  # e.g. by the original write(): ids are bytes
         if (tokenizer is None and kind == "bytes") or (written_as_bytes and tokenizer in (None, "bytes")):
             text = ByteTokenizer().decode_bytes(tokens)
         else:

@@ -125,12 +125,17 @@ def check_identity(tok: ByteTokenizer | HFTokenizer, identity: dict | None, data
     """
     if not identity:
         raise ValueError(f"{dataset} records no tokenizer (arrays, or packed without one): nothing to decode its ids with")
-    if identity.get("type") != tok.identity["type"] or identity.get("sha256") != tok.identity.get("sha256"):
+    if not _same_tokenizer(tok, identity):
         def name(i: dict) -> str:
             return "the byte-level tokenizer" if i.get("type") == "bytes" else \
                 f"tokenizer {i.get('name')!r} (SHA-256 {str(i.get('sha256'))[:12]}...)"
         raise ValueError(f"{dataset} was packed with {name(identity)}, not {name(tok.identity)}: its text would "
                          "decode wrong; use the tokenizer.json it was packed with")
+
+
+def _same_tokenizer(tok: ByteTokenizer | HFTokenizer, identity: dict) -> bool:
+    """Whether ``tok`` is the tokenizer of the recorded ``identity``: its type, and its JSON's SHA-256."""
+    return identity.get("type") == tok.identity["type"] and identity.get("sha256") == tok.identity.get("sha256")
 
 
 def packing_tokenizer(dataset: str, identity: dict | None) -> ByteTokenizer | HFTokenizer:
@@ -163,7 +168,7 @@ def packing_tokenizer(dataset: str, identity: dict | None) -> ByteTokenizer | HF
     for candidate in places:
         if os.path.isfile(candidate):
             tok = load_tokenizer(candidate)
-            if tok.identity.get("sha256") == identity.get("sha256"):
+            if _same_tokenizer(tok, identity):
                 return tok
     problem = (f"{dataset} was packed with the tokenizer {name!r} (SHA-256 {str(identity.get('sha256'))[:12]}...), "
                f"and neither {' nor '.join(places)} is it (another tokenizer would decode wrong)")

@@ -159,11 +159,15 @@ class Shard(MappedFile):
     def document_starts(self) -> np.ndarray:
         """Token offset of each document's first token, shape ``(num_documents,)``, uint64 view."""
         if self._index is None:
-            index = np.frombuffer(self._map(), layout.INDEX_DTYPE, self.num_documents, self._index_offset)
+            index = self._index_view()
             self._check_index_bytes(index)
             _check_index(self.path, index, self.num_tokens)  # also for shards without an index checksum
             self._index = index
         return self._index
+
+    def _index_view(self) -> np.ndarray:
+        """The document index as stored (uint64, a view of the map), not yet checked."""
+        return np.frombuffer(self._map(), layout.INDEX_DTYPE, self.num_documents, self._index_offset)
 
     def _check_index_bytes(self, index: np.ndarray) -> None:
         """The index against its stored checksum, before any document boundary is used (once per open)."""
@@ -217,7 +221,7 @@ class Shard(MappedFile):
         except BlockChecksumError as e:
             return f", first damaged token block: {str(e).split('token block ')[1].split(' fails')[0]}"
         try:
-            self._check_index_bytes(np.frombuffer(self._map(), layout.INDEX_DTYPE, self.num_documents, self._index_offset))
+            self._check_index_bytes(self._index_view())
         except CorruptShardError:
             return ", every token block matches its checksum: the damage is in the document index"
         return ", every token block matches its checksum: the damage is in the header, index or checksums"

@@ -168,10 +168,11 @@ class ShardWriter:
         if self._in_block:
             self._block_crcs.append(self._crc)
         crcs = np.frombuffer(self._block_crcs, dtype=np.uint32).astype(layout.BLOCK_CRC_DTYPE, copy=False)
-        for part in (pad, index.data.cast("B"), crcs.data.cast("B")):
+        index_bytes = index.data.cast("B")
+        for part in (pad, index_bytes, crcs.data.cast("B")):
             f.write(part)
             h.update(part)
-        meta = self._metadata_json(self.num_tokens, self.num_documents, self._block_checksum(index.data.cast("B")))
+        meta = self._metadata_json(self.num_tokens, self.num_documents, self._block_checksum(index_bytes))
         fields = (layout.SIGNATURE, *layout.FORMAT_VERSION, len(meta), self._data_offset, self.num_tokens,
                   self.num_documents, index_offset, layout.dtype_name_bytes(self.dtype))
         head = layout.HEADER.pack(*fields, layout.header_crc(layout.HEADER.pack(*fields, 0), meta))
