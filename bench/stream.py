@@ -307,10 +307,13 @@ def first_batch(args) -> tuple[dict[str, list[float]], float]:
     """Milliseconds from opening 3 datasets to the first batch at step 10**6 of 3 phases (32x2048 in the last)."""
     import jax
 
+    from roxxel.data.blend import _pattern
+
     paths = [dataset(20_000_000, f"mix{i}").filepath for i in range(3)]
     weights = {"primary": 0.5, "b": 0.3, "c": 0.2}
 
     def once(to_device):
+        _pattern.cache_clear()  # a resume runs in a fresh process: none of roxxel's caches is warm
         t0 = time.perf_counter()
         a, b, c = (Roxxel(p) for p in paths)
         cur = Curriculum({"primary": a, "b": b, "c": c}, [Phase(steps=400_000, global_batch_size=64, seq_len=1024, weights=weights),

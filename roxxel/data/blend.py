@@ -255,6 +255,7 @@ class BlendPlan:
         pos = [0] * k
         segments: list[Segment] = []
         row = 0
+        integer_weights: dict[tuple, tuple[int, ...]] = {}  # phases often share their weights (exact fractions are slow)
         for j, (rows, seq_len, weights) in enumerate(self.phases):
             phase_end = None if rows is None else row + rows
             while phase_end is None or row < phase_end:
@@ -265,7 +266,9 @@ class BlendPlan:
                 )
                 if not active:
                     return segments, tuple(pos)  # nothing left: the stream ends here
-                iw = _integer_weights(weights, active, self.max_period)
+                iw = integer_weights.get((weights, active))
+                if iw is None:
+                    iw = integer_weights[weights, active] = _integer_weights(weights, active, self.max_period)
                 pat = _pattern(iw)
                 length = None if phase_end is None else phase_end - row
                 if not self.repeat:

@@ -23,6 +23,11 @@ _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 # Outputs are int64, so every index must be below 2**63.
 _MAX_N = 2**63
+_M64 = 2**64 - 1
+# Up to this many indices, Python ints beat numpy: a numpy call costs ~1-2 us whatever its
+# size and a cycle-walked array needs ~60 per application, so small inputs (a resume's first
+# batch asks for a few rows per dataset) are dominated by that overhead.
+_SMALL = 24
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
@@ -34,6 +39,15 @@ def _mix64(z: np.ndarray) -> np.ndarray:
     z *= _MUL2
     z ^= z >> _S31
     return z
+
+
+def _mix64_int(z: int) -> int:
+    """:func:`_mix64` of one word, in Python ints (same result)."""
+    z ^= z >> 30
+    z = (z * 0xBF58476D1CE4E5B9) & _M64
+    z ^= z >> 27
+    z = (z * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
 
 
 def _check_key(name: str, value: object) -> int:
@@ -72,6 +86,9 @@ class FeistelPermutation:
     _half: np.uint64
     _mask: np.uint64
     _keys: np.ndarray
+    _int_keys: list[int]
+    _half_int: int
+    _mask_int: int
 
     def __init__(self, n: int, seed: int, epoch: int = 0, rounds: int = 6):
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= _MAX_N:
@@ -85,8 +102,11 @@ class FeistelPermutation:
         bits = max(1, (self.n - 1).bit_length())
         self._half = np.uint64((bits + 1) // 2)
         self._mask = np.uint64((1 << int(self._half)) - 1)
-        base = _mix64(_mix64(np.array([self.seed], np.uint64)) + np.uint64(self.epoch))
-        self._keys = _mix64(base + _GOLDEN * np.arange(1, self.rounds + 1, dtype=np.uint64))
+        # Round keys in Python ints (a few words: numpy's per-call cost would dominate), wrapping as uint64.
+        base = _mix64_int((_mix64_int(self.seed) + self.epoch) & _M64)
+        self._int_keys = [_mix64_int((base + int(_GOLDEN) * r) & _M64) for r in range(1, self.rounds + 1)]
+        self._keys = np.array(self._int_keys, np.uint64)
+        self._half_int, self._mask_int = int(self._half), int(self._mask)
 
     def __len__(self) -> int:
         return self.n
@@ -112,13 +132,13 @@ class FeistelPermutation:
           TypeError: ``i`` is not integral.
           IndexError: an element lies outside ``[0, n)``.
         """
-        return self._apply(i, self._encrypt)
+        return self._apply(i, self._encrypt, self._encrypt_int)
 
     def inverse(self, j):
         """Index ``i`` with ``self(i) == j``; same input kinds, shapes and errors as ``__call__``."""
-        return self._apply(j, self._decrypt)
+        return self._apply(j, self._decrypt, self._decrypt_int)
 
-    def _apply(self, x, step):
+    def _apply(self, x, step, step_int):
         scalar = not isinstance(x, np.ndarray)
         arr = np.asarray(x)
         if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0):
@@ -126,6 +146,9 @@ class FeistelPermutation:
         if arr.size and (arr.min() < 0 or arr.max() >= self.n):
             bad = arr[(arr < 0) | (arr >= self.n)].flat[0]
             raise IndexError(f"index {int(bad)} out of range [0, {self.n})")
+        if arr.size <= _SMALL:
+            out = np.array([self._walk_int(int(v), step_int) for v in arr.reshape(-1).tolist()], np.int64)
+            return int(out[0]) if scalar and arr.ndim == 0 else out.reshape(arr.shape)
         y = step(arr.astype(np.uint64).reshape(-1))
         # Cycle-walk: values landing in [n, 4**h) are mapped again; the loop only
         # touches the shrinking set that is still out of range.
@@ -135,6 +158,27 @@ class FeistelPermutation:
             todo = todo[y[todo] >= self.n]
         out = y.astype(np.int64).reshape(arr.shape)
         return int(out) if scalar and out.ndim == 0 else out
+
+    def _walk_int(self, x: int, step_int) -> int:
+        """One index through ``step_int``, cycle-walked into ``[0, n)`` (as :meth:`_apply` does on arrays)."""
+        x = step_int(x)
+        while x >= self.n:
+            x = step_int(x)
+        return x
+
+    def _encrypt_int(self, x: int) -> int:
+        half, mask = self._half_int, self._mask_int
+        left, right = x >> half, x & mask
+        for key in self._int_keys:
+            left, right = right, left ^ (_mix64_int(right ^ key) & mask)
+        return (left << half) | right
+
+    def _decrypt_int(self, x: int) -> int:
+        half, mask = self._half_int, self._mask_int
+        left, right = x >> half, x & mask
+        for key in reversed(self._int_keys):
+            left, right = right ^ (_mix64_int(left ^ key) & mask), left
+        return (left << half) | right
 
     def _round(self, key: np.uint64, half: np.ndarray) -> np.ndarray:
         return _mix64(half ^ key) & self._mask

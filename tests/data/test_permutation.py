@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roxxel.data.permutation import FeistelPermutation
+from roxxel.data.permutation import _GOLDEN, _SMALL, FeistelPermutation, _mix64
 
 
 def assert_bijection(perm: FeistelPermutation) -> None:
@@ -150,3 +150,28 @@ def test_repr_names_parameters():
     assert repr(perm) == "FeistelPermutation(n=100, seed=7, epoch=2, rounds=6)"
     assert str(perm) == repr(perm)
     assert len(perm) == 100
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 1000, 19_531, 65_536, 2**31 - 1, 2**40 + 7, 2**63])
+def test_small_inputs_take_python_ints_to_the_same_order(n):
+    """Up to _SMALL indices are permuted in Python ints (a resume's first batch): the same values
+    as the numpy path, forward and inverse, for scalars and arrays; the order is part of resume."""
+    rng = np.random.default_rng(n % 1000)
+    for seed, epoch in ((0, 0), (7, 3), (2**64 - 1, 2**64 - 1)):
+        perm = FeistelPermutation(n, seed, epoch)
+        idx = rng.integers(0, n, size=3 * _SMALL, dtype=np.uint64).astype(np.int64)
+        big_fwd, big_inv = perm(idx), perm.inverse(idx)  # numpy: more than _SMALL indices
+        assert [perm(int(i)) for i in idx] == big_fwd.tolist()
+        assert [perm.inverse(int(i)) for i in idx] == big_inv.tolist()
+        small = idx[:_SMALL].reshape(2, -1)
+        np.testing.assert_array_equal(perm(small), big_fwd[:_SMALL].reshape(2, -1))
+        np.testing.assert_array_equal(perm.inverse(small), big_inv[:_SMALL].reshape(2, -1))
+        assert perm(small).dtype == np.int64 and perm(np.array(idx[0])).shape == ()
+
+
+@pytest.mark.parametrize("seed, epoch", [(0, 0), (1, 2), (2**64 - 1, 2**64 - 1), (2**63, 12345)])
+def test_round_keys_are_the_uint64_derivation(seed, epoch):
+    """The round keys (computed in Python ints) are splitmix64 in wrapping uint64 arithmetic, as first defined."""
+    base = _mix64(_mix64(np.array([seed], np.uint64)) + np.uint64(epoch))
+    want = _mix64(base + _GOLDEN * np.arange(1, 7, dtype=np.uint64))
+    np.testing.assert_array_equal(FeistelPermutation(5, seed, epoch)._keys, want)
