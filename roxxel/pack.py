@@ -98,7 +98,9 @@ def _walk(top: str, included: Matcher | None, excluded: Matcher | None) -> Itera
     """Files under ``top``: its own by name, then each subdirectory's by name (``os.walk``'s rules).
 
     Like ``os.walk``, an unreadable directory is passed over and a symlink to a directory is
-    not entered. Directory entries carry their type, so no file costs an extra ``stat``.
+    not entered, but each with a warning (as a broken link or a FIFO among the wanted files):
+    nothing is left out silently. Directory entries carry their type, so no file costs an
+    extra ``stat``.
     """
     pending = [top]  # directories still to walk, the next one last (depth first, as a recursion would)
     while pending:
@@ -127,18 +129,22 @@ def _scan(top: str, included: Matcher | None, excluded: Matcher | None) -> tuple
                 if is_dir:
                     # Prune excluded directories instead of walking them (e.g. site-packages).
                     if excluded is None or not excluded(entry.path + os.sep):
-                        try:
-                            if not entry.is_symlink():
-                                subdirs.append(entry.path)
-                        except OSError:
-                            pass
+                        if not _is_symlink(entry):
+                            subdirs.append(entry.path)
+                        else:  # not followed (os.walk's rule: a link may loop), but never silently
+                            log.warning("skipping %s: a symbolic link to a directory is not followed "
+                                        "(pass it as an input to pack what it holds)", entry.path)
                 elif (included is None or included(entry.name)) and (excluded is None or not excluded(entry.path)):
                     try:
                         if entry.is_file():
                             files.append(entry.path)
+                            continue
                     except OSError:
                         pass
-    except OSError:
+                    log.warning("skipping %s: %s", entry.path, "a broken symbolic link" if _is_symlink(entry)
+                                else "not a regular file (a FIFO, socket or device)")
+    except OSError as e:
+        log.warning("skipping %s: cannot read the directory (%s)", top, e.strerror or e)
         return [], []
     if manifest and is_dataset(top):
         # An earlier pack's output is not input text: its manifest would be packed as a document.
@@ -147,6 +153,13 @@ def _scan(top: str, included: Matcher | None, excluded: Matcher | None) -> tuple
     files.sort()  # every path is top + "/" + name: sorting the paths sorts the names
     subdirs.sort()
     return files, subdirs
+
+
+def _is_symlink(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_symlink()
+    except OSError:  # its type unknown and its lstat failing: gone since it was listed
+        return False
 
 
 def is_dataset(directory: str) -> bool:

@@ -67,3 +67,38 @@ def test_an_earlier_packs_dataset_inside_the_inputs_is_skipped_with_a_warning(tm
     assert f"skipping {tmp_path / 'old'}: a Roxxel dataset" in caplog.text
     with pytest.raises(FileNotFoundError, match=r"old is a Roxxel dataset, not input text.*--append -o"):
         pack([str(tmp_path / "old")], str(tmp_path / "again"))
+
+
+def test_what_the_walk_leaves_out_it_names_in_a_warning(tmp_path, caplog, monkeypatch):
+    """Found in a new user's pass: a linked corpus directory, a broken link and an unreadable
+    directory were left out of the dataset without a word (os.walk's silence)."""
+    top = tmp_path / "in"
+    (top / "locked").mkdir(parents=True)
+    (top / "locked" / "secret.txt").write_text("unread")
+    (top / "a.txt").write_text("a")
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "c.txt").write_text("c")
+    os.symlink(tmp_path / "corpus", top / "corpus")
+    os.symlink(tmp_path / "gone.txt", top / "broken.txt")
+    os.mkfifo(top / "pipe.txt")
+    os.symlink(tmp_path / "gone.py", top / "ignored.py")  # not wanted (--exclude): no word about it
+    scandir = os.scandir
+
+    def unreadable(path):  # as for a user without read permission (root, running the tests, has it)
+        if str(path) == str(top / "locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", unreadable)
+    with caplog.at_level("WARNING", logger="roxxel.pack"):
+        got = list(iter_input_files([str(top)], exclude=["*.py"]))
+    assert got == [str(top / "a.txt")]
+    warned = [r.getMessage() for r in caplog.records]
+    assert sorted(warned[:3]) == [  # in the directory's order, then the subdirectory's
+        f"skipping {top / 'broken.txt'}: a broken symbolic link",
+        f"skipping {top / 'corpus'}: a symbolic link to a directory is not followed (pass it as an input to pack what it holds)",
+        f"skipping {top / 'pipe.txt'}: not a regular file (a FIFO, socket or device)",
+    ]
+    assert warned[3:] == [f"skipping {top / 'locked'}: cannot read the directory (Permission denied)"]
+    # Named as an input, the linked directory is packed.
+    assert list(iter_input_files([str(top / "corpus")])) == [str(top / "corpus" / "c.txt")]
