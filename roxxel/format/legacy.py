@@ -13,12 +13,14 @@ The original stored vocabularies of up to 65,535 ids as ``int16``, which wraps i
 
 from __future__ import annotations
 
+import os
 import struct
+from typing import BinaryIO
 
 import numpy as np
 
 from roxxel.format.errors import CorruptShardError, TruncatedShardError
-from roxxel.format.mapped import MappedFile, open_regular
+from roxxel.format.mapped import MappedFile
 
 FOOTER = struct.Struct("<qq8s8s")
 _REINTERPRET = {"int16": "uint16"}
@@ -44,14 +46,15 @@ class LegacyShard(MappedFile):
     sha256 = None
     version = (0, 2)
 
-    def __init__(self, path: str, *, _size: int):
+    def __init__(self, path: str, *, _file: BinaryIO):
+        """Read by :func:`~roxxel.format.shard.open_shard`, from ``_file`` (the shard opened by it)."""
         self.path = path
-        self.nbytes = _size
+        self.nbytes = _size = os.fstat(_file.fileno()).st_size
         if _size < FOOTER.size:
             raise TruncatedShardError(f"{path}: truncated original-format shard ({_size} bytes)", path)
-        with open_regular(path) as f:
-            f.seek(_size - FOOTER.size)
-            total_records, raw_size, dtype_bytes, _ = FOOTER.unpack(f.read(FOOTER.size))
+        _file.seek(_size - FOOTER.size)
+        total_records, raw_size, dtype_bytes, _ = FOOTER.unpack(_file.read(FOOTER.size))
+        self._fd = os.dup(_file.fileno())  # reads go through this descriptor (no reopen)
         expected = raw_size + 8 * total_records + FOOTER.size
         if total_records < 0 or raw_size < 0 or expected != _size:
             raise TruncatedShardError(

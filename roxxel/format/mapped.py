@@ -109,8 +109,7 @@ class MappedFile:
 
     def _map(self) -> mmap.mmap:
         if self._mmap is None:
-            with open_regular(self.path) as f:
-                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._mmap = mmap.mmap(self._descriptor(), 0, access=mmap.ACCESS_READ)  # the map holds its own dup
         return self._mmap
 
     def pread_into(self, out: np.ndarray, start: int) -> None:

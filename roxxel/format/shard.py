@@ -6,10 +6,11 @@ data; the tokens are a memory map, so a slice of ``Shard.tokens`` is a zero-copy
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -54,12 +55,13 @@ class Shard(MappedFile):
     legacy = False
     _VIEWS = ("_tokens", "_index")
 
-    def __init__(self, path: str, *, _size: int | None = None, _head: bytes | None = None):
+    def __init__(self, path: str, *, _file: BinaryIO | None = None):
         self.path = path
-        size = _size if _size is not None else _file_size(path)
-        self.nbytes = size
-        with open_regular(path) as f:
-            head = _head if _head is not None else f.read(layout.HEADER.size)
+        with contextlib.ExitStack() as stack:
+            f = _file if _file is not None else stack.enter_context(_open(path))
+            size = self.nbytes = os.fstat(f.fileno()).st_size
+            f.seek(0)
+            head = f.read(layout.HEADER.size)
             if len(head) < layout.HEADER.size:
                 raise TruncatedShardError(
                     f"{path}: truncated inside the header ({size} bytes, a header is "
@@ -109,6 +111,8 @@ class Shard(MappedFile):
                     f"{expected_size}); the file was appended to or overwritten - re-pack it", path)
             f.seek(size - layout.FOOTER.size)
             sha, f_tokens, f_docs, end = layout.FOOTER.unpack(f.read(layout.FOOTER.size))
+            fd = os.dup(f.fileno())  # reads go through the descriptor checked here (no reopen)
+        self._fd = fd
         if end != layout.END_SIGNATURE or (f_tokens, f_docs) != (num_tokens, num_documents):
             raise CorruptShardError(f"{path}: footer does not match the header; the shard is corrupt - re-pack it", path)
         self.version = (major, minor)
@@ -241,15 +245,15 @@ def open_shard(path: str):
     """
     from roxxel.format.legacy import LegacyShard
 
-    size = _file_size(path)
-    with open_regular(path) as f:
+    with _open(path) as f:
+        size = os.fstat(f.fileno()).st_size
         head = f.read(layout.HEADER.size)
         if head.startswith(layout.SIGNATURE):
-            return Shard(path, _size=size, _head=head)
+            return Shard(path, _file=f)
         if size >= 8:
             f.seek(size - 8)
             if f.read(8) == layout.LEGACY_SIGNATURE:
-                return LegacyShard(path, _size=size)
+                return LegacyShard(path, _file=f)
     if layout.SIGNATURE.startswith(head) and head:
         raise TruncatedShardError(_truncated_message(path, "header", size, layout.HEADER.size), path)
     raise BadSignatureError(
@@ -258,9 +262,10 @@ def open_shard(path: str):
         "or an original-format shard whose footer was cut off", path)
 
 
-def _file_size(path: str) -> int:
+def _open(path: str) -> BinaryIO:
+    """:func:`~roxxel.format.mapped.open_regular`, with a missing file as :class:`ShardNotFoundError`."""
     try:
-        return os.stat(path).st_size
+        return open_regular(path)
     except FileNotFoundError:
         raise ShardNotFoundError(f"shard not found: {path}") from None
 
