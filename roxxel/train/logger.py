@@ -235,7 +235,9 @@ class Logger:
         ``roxxel_metrics.earlier-<UTC time>.csv`` and a fresh one is started; TensorBoard is
         told to hide them (a ``SessionLog.START`` event, as ``tensorboardX``'s ``purge_step``
         writes). What was done is logged in one line. Rows of ``step`` itself stay: they
-        describe the state the checkpoint holds.
+        describe the state the checkpoint holds; metrics logged again at ``step`` with the
+        values already there (a finished run started again evaluates its last step once more)
+        are not written a second time, to the CSV or TensorBoard.
 
         Raises:
             TypeError: not an int.
@@ -426,8 +428,7 @@ class _Sink:
 
     def metrics(self, wall: float, mono: float, step: int, raw: dict[str, Any]) -> None:
         values = {key: float(value) for key, value in raw.items()}
-        self._csv.write(step, wall, values)
-        if self._tb is not None:
+        if self._csv.write(step, wall, values) and self._tb is not None:
             for key, value in values.items():
                 self._tb.add_scalar(key, value, global_step=step, walltime=wall)
         if self._progress:
@@ -500,6 +501,8 @@ class _MetricsCsv:
     def __init__(self, path: str) -> None:
         self.path = path
         self.columns = list(_FIXED_COLUMNS)
+        self._start_step: int | None = None  # the step a restored run starts from (see start_from)
+        self._at_start: dict[str, str] = {}  # what the file holds at that step: column -> value as written
         if os.path.exists(path) and os.path.getsize(path) > 0:
             with open(path, newline="", encoding="utf-8") as f:
                 header = next(csv.reader(f), [])
@@ -516,13 +519,19 @@ class _MetricsCsv:
         else:
             self._rewrite(_FIXED_COLUMNS, ())
 
-    def write(self, step: int, wall: float, values: dict[str, float]) -> None:
+    def write(self, step: int, wall: float, values: dict[str, float]) -> bool:
+        """Append a row; False when it repeats what the file holds at the restored step (nothing written)."""
+        if step == self._start_step and values and all(self._at_start.get(k) == repr(v) for k, v in values.items()):
+            # A run restored at its last step (a finished run started again) evaluates once more: the
+            # same values at the same step are not a second measurement, and would show up twice.
+            return False
         new = [key for key in values if key not in self._known]
         if new:
             self._grow(new)
         row = [str(step), repr(wall)]
         row += [repr(values[c]) if c in values else "" for c in self.columns[len(_FIXED_COLUMNS):]]
         self._writer.writerow(row)
+        return True
 
     def _grow(self, new: list[str]) -> None:
         self._file.close()
@@ -550,6 +559,11 @@ class _MetricsCsv:
         self._file.flush()
         with open(self.path, newline="", encoding="utf-8") as f:
             rows = list(csv.reader(f))[1:]
+        if step:
+            names = self.columns[len(_FIXED_COLUMNS):]
+            self._start_step = step
+            self._at_start = {c: v for r in rows if r and int(r[0]) == step
+                              for c, v in zip(names, r[len(_FIXED_COLUMNS):]) if v}
         stale = [r for r in rows if r and (int(r[0]) > step or not step)]  # the checkpoint's own step stays
         if not stale:
             return ""

@@ -310,3 +310,23 @@ def test_tensorboard_hides_what_a_restart_logs_again(tmp_path, start):
     shown = [(e.step, e.value) for e in acc.Scalars("loss")]
     kept = [(s, float(s)) for s in range(1, start + 1)]
     assert shown == kept + [(s, 100.0 + s) for s in range(start + 1, start + 3)]
+
+
+def test_metrics_repeated_at_the_restored_step_are_written_once(tmp_path):
+    """A finished run started again restores its last step and evaluates it once more: the
+    same eval row appeared twice at that step. Other values there are a new measurement, kept."""
+    with _logger(tmp_path) as lg:
+        for step in range(1, 6):
+            lg.log_metrics_summary(step, {"loss": float(step)})
+        lg.log_metrics_summary(5, {"eval_loss": 0.5})
+    with _logger(tmp_path) as lg:
+        lg.start_from(5)
+        lg.log_metrics_summary(5, {"eval_loss": 0.5})  # the same: not written again
+        lg.log_metrics_summary(4, {"eval_loss": 0.5})  # another step: written
+    rows = (tmp_path / METRICS_CSV).read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4", "5", "5", "4"]
+    with _logger(tmp_path) as lg:
+        lg.start_from(5)
+        lg.log_metrics_summary(5, {"eval_loss": 0.25})  # a different value: a new measurement
+    assert read_metrics(tmp_path)["eval_loss"] == [(4, 0.5), (5, 0.25)]
+    assert len((tmp_path / METRICS_CSV).read_text().splitlines()) == 9
