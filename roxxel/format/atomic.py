@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from typing import IO, Iterator
 
 TMP_MARK = ".tmp-"
@@ -64,3 +65,44 @@ def atomic_write(path: str, mode: str = "wb") -> Iterator[IO]:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
+
+
+def filesystem_type(path: str, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The type of the file system that holds ``path`` (``"ext4"``, ``"tmpfs"``, ``"fuse.gcsfuse"``, ...).
+
+    Read from the Linux kernel's ``/proc/self/mountinfo`` (field layout from the kernel's
+    proc(5): mount point 5th, file system type first after the ``-``): the longest mount
+    point above the path's real path, the last mounted where two are equal. None where that
+    file cannot be read (another OS) or no mount holds the path.
+    """
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best, found = -1, None
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) < 7 or "-" not in fields[6:]:
+            continue
+        mount = _unescape_octal(fields[4])
+        inside = real == mount or real.startswith(mount if mount.endswith("/") else mount + "/")
+        if inside and len(mount) >= best:
+            best, found = len(mount), fields[fields.index("-", 6) + 1]
+    return found
+
+
+def _unescape_octal(field: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash are written as ``\\ooo``."""
+    if "\\" not in field:
+        return field
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def is_fuse(path: str) -> bool:
+    """Whether ``path`` is on a FUSE file system other than a local block device's
+    (``fuse``, ``fuse.gcsfuse``, ``fuse.s3fs``...; not ``fuseblk``). GCS FUSE, in its default
+    (staged) write mode, uploads the whole file written so far on every ``fsync``."""
+    kind = filesystem_type(path)
+    return kind is not None and (kind == "fuse" or kind.startswith("fuse."))

@@ -30,7 +30,7 @@ import numpy as np
 
 from roxxel._version import __version__
 from roxxel.format import blocks, layout
-from roxxel.format.atomic import atomic_write, commit, fsync_dir, is_temp_name, temp_name
+from roxxel.format.atomic import atomic_write, commit, fsync_dir, is_fuse, is_temp_name, temp_name
 from roxxel.format.errors import DatasetExistsError, DatasetLockedError, DtypeMismatchError, for_cli
 from roxxel.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
 
@@ -258,23 +258,26 @@ class _BackgroundSync:
     """Makes a writer's shards durable on one background thread while it goes on writing.
 
     The data of the shard being written is handed to the disk (``fdatasync``) every
-    ``_WRITEBACK_BYTES``, so that its final ``fsync`` waits for little; a full shard is
-    fsynced and closed here while the next one is written. Tasks run in the order given, so
+    ``_WRITEBACK_BYTES``, so that its final ``fsync`` waits for little (not with
+    ``periodic=False``: on GCS FUSE every ``fsync`` uploads the whole file so far, so a
+    shard would be sent 16 times over); a full shard is fsynced and closed here while the
+    next one is written. Tasks run in the order given, so
     a shard's descriptor is closed only after its last writeback. :meth:`wait` returns once
     everything is durable and re-raises the first error (a failed writeback included: the
     kernel reports a lost write once); the writer renames no shard before that, so a crash
     still never leaves a shard that looks valid.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, periodic: bool = True) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="roxxel-fsync")  # its thread starts on first use
         self._tasks: list[Future] = []
         self._unsynced = 0  # bytes written to the current shard since its last writeback
+        self._periodic = periodic
 
     def wrote(self, shard: ShardWriter, nbytes: int) -> None:
         """Count ``nbytes`` written to ``shard``; past ``_WRITEBACK_BYTES``, start writing them back."""
         self._unsynced += nbytes
-        if self._unsynced >= _WRITEBACK_BYTES and all(t.done() for t in self._tasks):  # one writeback at a time
+        if self._periodic and self._unsynced >= _WRITEBACK_BYTES and all(t.done() for t in self._tasks):  # one at a time
             self._raise_errors()
             self._tasks.append(self._pool.submit(os.fdatasync, shard.flush_to_os()))
             self._unsynced = 0
@@ -378,7 +381,11 @@ class DatasetWriter:
             raise
         self._shards: list[ShardWriter] = []
         self._current: ShardWriter | None = None
-        self._sync = _BackgroundSync()
+        fuse = is_fuse(self.directory)
+        if fuse:
+            log.info("%s is on a FUSE file system (GCS FUSE uploads a file on each fsync): each shard is "
+                     "synced once, when finished", self.directory)
+        self._sync = _BackgroundSync(periodic=not fuse)
         self._checksums = _BackgroundChecksums() if background_checksums else None
         self._next_index = self._first_free_index()
         self.num_documents = 0

@@ -83,3 +83,27 @@ def test_a_failed_background_fsync_fails_the_write_and_leaves_no_dataset(tmp_pat
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".rox") or n == "dataset.json"]
     with pytest.raises(Exception):
         len(Roxxel(str(tmp_path)))  # opening is lazy
+
+
+def test_on_a_fuse_mount_each_shard_is_synced_once(tmp_path, events, monkeypatch, caplog):
+    """GCS FUSE (staged writes, its default) uploads the whole file written so far on every fsync
+    (gcsfuse docs/semantics.md; release notes of 2.9: "uploading to GCS on close/fsync"): the
+    periodic writeback sent a 256 MiB shard 16 times over. Where the dataset directory is on
+    FUSE, a shard is synced once, when finished, and still before its rename. (No FUSE
+    file system can be mounted here: the mount table is a written one, the real parser reads it.)"""
+    table = tmp_path / "mountinfo"
+    data = tmp_path / "bucket data"  # mountinfo writes the space as \040
+    data.mkdir()
+    table.write_text(f"27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+                     f"90 27 0:50 / {str(data).replace(' ', chr(92) + '040')} rw,nosuid - fuse.gcsfuse bucket rw\n")
+    monkeypatch.setattr(atomic, "filesystem_type", lambda path, real=atomic.filesystem_type: real(path, str(table)))
+    with caplog.at_level("INFO", logger="roxxel.format"):
+        docs = write(str(data / "ds"))
+    assert "is on a FUSE file system" in caplog.text
+    ds = Roxxel(str(data / "ds"))
+    assert len(ds) == len(docs) and all(np.array_equal(ds[k][:-1], d) for k, d in enumerate(docs))
+    shards = [e[1] for e in events if e[0] == "rename" and e[2].endswith(".rox")]
+    assert len(shards) > 2
+    assert not [e for e in events if e[0] == "fdatasync"], events  # no writeback while a shard grows
+    for tmp in shards:
+        assert [e[0] for e in events if e[1] == tmp and e[0] != "rename"] == ["fsync"]  # once, when finished

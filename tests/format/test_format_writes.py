@@ -128,3 +128,31 @@ def test_an_append_killed_at_any_commit_step_leaves_before_or_after(tmp_path, ki
 def _seven_docs():
     rng = np.random.default_rng(7)
     return [rng.integers(0, 999, 400) for _ in range(12)]
+
+
+def test_the_file_system_of_a_path_is_read_from_the_mount_table(tmp_path):
+    """The longest mount point above the real path wins, the last mounted among equal ones;
+    escaped names (\\040 for a space) are read as the kernel writes them; a FUSE mount is named
+    as such (a block device's fuseblk is local storage, not a network upload)."""
+    from roxxel.format.atomic import filesystem_type, is_fuse
+
+    top = tmp_path / "mnt"
+    for d in ("a b/c", "nfs", "over", "blk"):
+        (top / d).mkdir(parents=True)
+    esc = str(top / "a b").replace(" ", "\\040")
+    table = tmp_path / "mountinfo"
+    table.write_text("\n".join([
+        "27 1 254:0 / / rw - ext4 /dev/vda rw",
+        f"60 27 0:50 / {esc} rw shared:1 - fuse.gcsfuse bucket rw",
+        f"61 27 0:51 / {top / 'nfs'} rw - nfs4 server:/x rw",
+        f"62 27 0:52 / {top / 'over'} rw - tmpfs tmpfs rw",
+        f"63 62 0:53 / {top / 'over'} rw - fuse s3fs rw",
+        f"64 27 0:54 / {top / 'blk'} rw - fuseblk /dev/sdb1 rw",
+        "garbage line",
+    ]) + "\n")
+    kind = lambda p: filesystem_type(str(p), str(table))  # noqa: E731
+    assert kind(top / "a b" / "c") == "fuse.gcsfuse" and kind(top / "a b") == "fuse.gcsfuse"
+    assert kind(top / "nfs") == "nfs4" and kind(top / "over") == "fuse" and kind(top / "blk") == "fuseblk"
+    assert kind(top) == "ext4" and kind(tmp_path / "mnt2") == "ext4"  # "mnt" is not a mount above "mnt2"
+    assert filesystem_type(str(top), str(tmp_path / "missing")) is None
+    assert not is_fuse(str(tmp_path))  # this machine's own table: a local disk
