@@ -66,8 +66,10 @@ class FeistelPermutation:
     covering ``n`` permutes ``[0, 4**h)``; cycle-walking (re-applying it until
     the value falls below ``n``) restricts that to ``[0, n)``. Because
     ``4**h < 4 * n``, at most 4 applications are needed on average. Everything
-    is computed in numpy ``uint64`` arithmetic, so the order is identical on
-    every platform; nothing proportional to ``n`` is allocated.
+    is computed in wrapping ``uint64`` arithmetic (numpy arrays; Python ints
+    masked to 64 bits for up to ``_SMALL`` indices, the same values), so the
+    order is identical on every platform; nothing proportional to ``n`` is
+    allocated.
 
     Args:
       n: domain size, ``1 <= n <= 2**63``.
