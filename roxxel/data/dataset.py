@@ -155,26 +155,37 @@ class Dataset:
         return self
 
     def _shared_properties(self, manifests: list[tuple[str, Manifest]]) -> dict[str, Any]:
-        """dtype/vocabulary/EOS/tokenizer shared by every shard; opens the shards no manifest described."""
+        """dtype/vocabulary/EOS/tokenizer shared by every shard; opens the shards no manifest described.
+
+        Every manifest and every shard opened here must agree on all four (a list or glob can
+        name datasets of other tokenizers: their ids would be read as this one's).
+        """
         first_by_dtype: dict[str, str] = {}
-        props: dict[str, Any] = {}
+        seen: list[tuple[str, dict[str, Any]]] = []  # (where, vocabulary/EOS/tokenizer) of each manifest or shard
+
         for path, m in manifests:
             first_by_dtype.setdefault(m.dtype, os.path.join(os.path.dirname(path), m.shards[0].path) if m.shards else path)
-            props.setdefault("meta", {"vocab_size": m.vocab_size, "eos_id": m.eos_id, "tokenizer": m.tokenizer})
+            seen.append((path, {"vocab_size": m.vocab_size, "eos_id": m.eos_id, "tokenizer": m.tokenizer}))
         for i, e in enumerate(self._entries):
             if e.num_tokens is None:
                 shard = self._shard(i)
                 e.num_tokens, e.num_documents, e.sha256, e.nbytes = shard.num_tokens, shard.num_documents, shard.sha256, shard.nbytes
                 first_by_dtype.setdefault(shard.dtype.name, e.path)
-                md = shard.metadata
-                props.setdefault("meta", {k: md.get(k) for k in ("vocab_size", "eos_id", "tokenizer")})
+                seen.append((e.path, _tokenizer_fields(shard.metadata)))
         if len(first_by_dtype) > 1:
             (d1, p1), (d2, p2) = list(first_by_dtype.items())[:2]
             raise DtypeMismatchError(
                 f"shards of one dataset must share a token dtype: {p1} is {d1}, {p2} is {d2}; "
                 "re-pack them with the same tokenizer, or read them as separate datasets and blend them")
-        meta = props.get("meta", {})
-        return {"dtype": np.dtype(next(iter(first_by_dtype))).newbyteorder("<"), **{k: meta.get(k) for k in ("vocab_size", "eos_id", "tokenizer")}}
+        (p1, meta), *others = seen
+        for p2, other in others:
+            if other != meta:
+                field = next(k for k in _TOKENIZER_FIELDS if other[k] != meta[k])
+                raise DtypeMismatchError(
+                    f"one dataset's shards must come from one tokenizer: {p1} has {field} {meta[field]!r}, {p2} has "
+                    f"{other[field]!r}; read them as separate datasets (a blend refuses them too), or re-pack them "
+                    "with the same tokenizer")
+        return {"dtype": np.dtype(next(iter(first_by_dtype))).newbyteorder("<"), **meta}
 
     def _shard(self, i: int):
         """The opened shard ``i`` (LRU-cached); checks it against what its manifest said."""
@@ -198,6 +209,13 @@ class Dataset:
         shard.check_blocks = self.check_blocks
         if self._is_open and shard.dtype != self.dtype:
             raise DtypeMismatchError(f"{e.path}: token dtype {shard.dtype.name}, the dataset's is {self.dtype.name}", e.path)
+        if self._is_open and e.num_tokens is not None:  # described by a manifest: what it says of the tokens must hold
+            meta = _tokenizer_fields(shard.metadata)
+            wrong = [k for k in _TOKENIZER_FIELDS if meta[k] != self._props[k]]
+            if wrong:
+                raise CorruptShardError(
+                    f"{e.path}: the shard records {wrong[0]} {meta[wrong[0]]!r}, its manifest says {self._props[wrong[0]]!r}; "
+                    "the manifest was edited or belongs to other shards - restore it or re-pack the dataset", e.path)
         self._shards[i] = shard
         if len(self._shards) > self.max_open_shards:
             self._shards.popitem(last=False)[1].close()
@@ -694,6 +712,14 @@ def _holds(out: np.dtype, stored: np.dtype, vocab_size: int | None) -> bool:
         with np.errstate(over="ignore", invalid="ignore"):  # too large: inf, which compares unequal
             return bool((ids.astype(out).astype(np.float64) == ids).all())
     return False
+
+
+_TOKENIZER_FIELDS = ("vocab_size", "eos_id", "tokenizer")
+
+
+def _tokenizer_fields(metadata: dict[str, Any]) -> dict[str, Any]:
+    """What a shard's metadata says of its ids: vocabulary size, EOS id, tokenizer identity (None: unrecorded)."""
+    return {k: metadata.get(k) for k in _TOKENIZER_FIELDS}
 
 
 def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_Entry]) -> None:

@@ -110,13 +110,53 @@ class Manifest:
             raise CorruptShardError(f"{path}: manifest version {raw['format_version']} is newer than this Roxxel reads; upgrade roxxel", path)
         try:
             shards = tuple(ShardEntry(**s) for s in raw["shards"])
-            for s in shards:
-                _check_shard_path(path, s.path)
-            return cls(dtype=raw["dtype"], vocab_size=raw.get("vocab_size"), eos_id=raw.get("eos_id"),
-                       tokenizer=raw.get("tokenizer"), shards=shards,
-                       writer_version=raw.get("writer_version", "?"), created=raw.get("created", "?"))
+            m = cls(dtype=raw["dtype"], vocab_size=raw.get("vocab_size"), eos_id=raw.get("eos_id"),
+                    tokenizer=raw.get("tokenizer"), shards=shards,
+                    writer_version=raw.get("writer_version", "?"), created=raw.get("created", "?"))
         except (KeyError, TypeError) as e:
             raise CorruptShardError(f"{path}: dataset manifest is missing or has a malformed field ({e}); re-pack the dataset", path) from None
+        for s in shards:
+            _check_shard_path(path, s.path)
+        problem = _malformed(m) or _inconsistent(m, raw)
+        if problem:
+            raise CorruptShardError(f"{path}: {problem}; the manifest was edited or damaged - restore it or re-pack "
+                                    "the dataset", path)
+        return m
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _malformed(m: Manifest) -> str | None:
+    """What in a loaded manifest has the wrong type or range (JSON gives any type anywhere), or None."""
+    if not isinstance(m.dtype, str):
+        return f"dtype {m.dtype!r} is not a dtype name"
+    if m.vocab_size is not None and not (_count(m.vocab_size) and m.vocab_size > 0):
+        return f"vocab_size {m.vocab_size!r} is not a positive int"
+    if m.eos_id is not None and not (_count(m.eos_id) and (m.vocab_size is None or m.eos_id < m.vocab_size)):
+        return f"eos_id {m.eos_id!r} is not an id of the vocabulary"
+    if m.tokenizer is not None and not isinstance(m.tokenizer, dict):
+        return f"tokenizer {m.tokenizer!r} is not an object"
+    for k, s in enumerate(m.shards):
+        for field in ("num_tokens", "num_documents", "bytes"):
+            if not _count(getattr(s, field)):
+                return f"shard {k} ({s.path!r}) has {field} {getattr(s, field)!r}, not a count"
+        if not (isinstance(s.sha256, str) and len(s.sha256) == 64 and all(c in "0123456789abcdef" for c in s.sha256)):
+            return f"shard {k} ({s.path!r}) has sha256 {s.sha256!r}, not a hex SHA-256"
+    return None
+
+
+def _inconsistent(m: Manifest, raw: dict[str, Any]) -> str | None:
+    """A shard listed twice, or totals that are not the sums of the shard list (an entry removed or added), or None."""
+    paths = [s.path for s in m.shards]
+    if len(set(paths)) < len(paths):
+        twice = next(p for p in paths if paths.count(p) > 1)
+        return f"it lists shard {twice!r} {paths.count(twice)} times"
+    for field in ("num_tokens", "num_documents"):
+        if field in raw and raw[field] != getattr(m, field):
+            return f"its {field} is {raw[field]!r} but its shards hold {getattr(m, field)}"
+    return None
 
 
 def _check_shard_path(manifest: str, name: object) -> None:

@@ -53,11 +53,24 @@ def test_model_vocab_smaller_than_data_vocab_is_refused(tmp_path):
 
 
 
-def test_rows_with_ids_beyond_model_vocab_raise(tmp_path, monkeypatch):
+def test_rows_with_ids_beyond_model_vocab_raise(tmp_path):
     a = make(tmp_path / "a", 65_536, 0, "uint16", hi=60_000)
     c = Curriculum(a, [Phase(steps=2, global_batch_size=2, seq_len=16)], chunk_tokens=64)
-    monkeypatch.setattr(a, "_props", dict(a._props, vocab_size=None))  # as for data that declares nothing
-    c2 = Curriculum(a, [Phase(steps=2, global_batch_size=2, seq_len=16)], chunk_tokens=64, vocab_size=1000)
+    silent = make(tmp_path / "silent", None, 0, "uint16", hi=60_000)  # data that declares no vocabulary
+    c2 = Curriculum(silent, [Phase(steps=2, global_batch_size=2, seq_len=16)], chunk_tokens=64, vocab_size=1000)
     with pytest.raises(ValueError, match="beyond the model's vocab_size 1000"):
         list(c2.stream(seed=0, to_device=False, prefetch_size=0))
     assert len(list(c.stream(seed=0, to_device=False, prefetch_size=0))) == 2
+
+
+@pytest.mark.parametrize("how", ["list", "glob"])
+def test_one_dataset_of_shards_from_two_tokenizers_is_refused(tmp_path, how):
+    """Found by a new user's pass: Roxxel([bpe_dir, bytes_dir]) (or a glob over both) read the
+    byte-level ids as BPE ids, under the first one's vocabulary and EOS; only the dtype was compared."""
+    make(tmp_path / "a", 1000, 0, "uint16", tokenizer={"type": "huggingface", "sha256": "ab"})
+    make(tmp_path / "b", 1000, 0, "uint16", tokenizer={"type": "bytes"})
+    spec = [str(tmp_path / "a"), str(tmp_path / "b")] if how == "list" else str(tmp_path / "*" / "shard-*.rox")
+    with pytest.raises(DtypeMismatchError, match=r"must come from one tokenizer: .*/a/\S+ has tokenizer .*/b/\S+ has"):
+        Roxxel(spec).open()
+    same = make(tmp_path / "c", 1000, 0, "uint16", tokenizer={"type": "huggingface", "sha256": "ab"})
+    assert Roxxel([str(tmp_path / "a"), same.filepath]).num_tokens == 2 * same.num_tokens

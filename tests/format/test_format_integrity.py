@@ -208,3 +208,41 @@ def test_dropped_datasets_release_their_file_descriptors(tmp_path):
         del ds
     gc.collect()
     assert open_fds() - before < 5
+
+
+def _edit_manifest(d, edit):
+    path = os.path.join(d, "dataset.json")
+    m = json.load(open(path))
+    edit(m)
+    json.dump(m, open(path, "w"))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["shards"].pop(1), "its num_tokens is .* but its shards hold"),
+    (lambda m: m["shards"].append(dict(m["shards"][0])), "lists shard 'shard-00000.rox' 2 times"),
+    (lambda m: m["shards"][0].update(num_tokens=str(m["shards"][0]["num_tokens"])), "has num_tokens '.*', not a count"),
+    (lambda m: m["shards"][1].update(sha256=None), "has sha256 None, not a hex SHA-256"),
+    (lambda m: m.update(eos_id=300), "eos_id 300 is not an id of the vocabulary"),
+    (lambda m: m.update(vocab_size=True), "vocab_size True is not a positive int"),
+])
+def test_an_edited_manifest_is_refused_when_loaded(tmp_path, edit, message):
+    """Found by a new user's pass: an entry deleted (its file still there) gave 70% of the tokens and
+    verify said OK; a shard listed twice was read twice; a string count ended in a numpy traceback."""
+    d = write(tmp_path / "ds", n_docs=6, doc=1000, shard_size=2 * 2000 + 5000)
+    assert len(Roxxel(d).shard_paths) == 3
+    _edit_manifest(d, edit)
+    with pytest.raises(CorruptShardError, match=message + ".*the manifest was edited or damaged"):
+        Roxxel(d).open()
+
+
+@pytest.mark.parametrize("field, value", [("eos_id", 10), ("vocab_size", 50_000), ("tokenizer", {"type": "bytes"})])
+def test_what_a_manifest_says_of_the_ids_must_be_what_its_shards_record(tmp_path, field, value):
+    """Found by a new user's pass: eos_id edited in dataset.json (the shards say 256) made every
+    newline a document boundary for outputs='documents', and verify said OK."""
+    d = write(tmp_path / "ds", n_docs=6, doc=1000, shard_size=2 * 2000 + 5000)
+    _edit_manifest(d, lambda m: m.update({field: value}))
+    with pytest.raises(CorruptShardError, match=rf"shard-00000.rox: the shard records {field} .*, its manifest says "
+                                                rf"{value!r}".replace("{", r"\{").replace("}", r"\}")):
+        Roxxel(d).read(0, 10)
+    with pytest.raises(CorruptShardError, match="its manifest says"):
+        Roxxel(d).verify()
