@@ -41,7 +41,7 @@ class Shard(MappedFile):
         num_documents: documents in the shard (each ends with the EOS token when the
             dataset has one).
         metadata: the JSON metadata (dtype, vocab_size, eos_id, tokenizer, counts,
-            writer_version, created).
+            writer_version; earlier shards also their ``created`` time).
         sha256: hex SHA-256 stored in the footer.
         nbytes: file size in bytes.
 

@@ -67,8 +67,10 @@ class ShardWriter:
         self.path = path
         self.tmp_path = temp_name(path)
         self.dtype = layout.normalize_dtype(dtype)
+        # No time stamp: the same documents give the same bytes (and SHA-256), so a dataset packed
+        # again from the same inputs is the same dataset to a resume (the manifest keeps the time).
         self._metadata = dict(metadata, format="roxxel.shard", dtype=self.dtype.name,
-                              writer_version=__version__, created=_now(),
+                              writer_version=__version__,
                               block_checksums={"algorithm": blocks.DEFAULT_ALGORITHM,
                                                "block_bytes": layout.DEFAULT_BLOCK_BYTES})
         reserve = len(self._metadata_json(_PLACEHOLDER_COUNT, _PLACEHOLDER_COUNT))

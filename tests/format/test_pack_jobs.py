@@ -34,7 +34,7 @@ def tree(tmp_path):
 
 
 def pack_with(tree, out, jobs, monkeypatch) -> tuple[dict[str, bytes], list[str]]:
-    monkeypatch.setattr(writer_module, "_now", lambda: "2026-01-01T00:00:00+00:00")  # shards record their creation time
+    monkeypatch.setattr(writer_module, "_now", lambda: "2026-01-01T00:00:00+00:00")  # the manifest records its creation time
     skipped: list[str] = []
     pack([str(tree)], str(out), shard_size=20_000, jobs=jobs, on_skip=skipped.append)
     return {n: (out / n).read_bytes() for n in sorted(os.listdir(out))}, skipped
@@ -72,3 +72,21 @@ def test_a_bad_input_fails_a_parallel_pack_as_a_serial_one_and_leaves_no_dataset
 def test_jobs_must_not_be_negative(tmp_path):
     with pytest.raises(ValueError, match="jobs must be a number of processes"):
         pack([__file__], str(tmp_path / "o"), jobs=-1)
+
+
+def test_packing_the_same_inputs_again_later_gives_the_same_shards_and_fingerprint(tree, tmp_path, monkeypatch):
+    """Found by a new user's pass: each shard recorded its creation time, which its SHA-256 covers, so
+    a dataset packed again from the same inputs had another fingerprint and a resume refused it."""
+    from roxxel import Roxxel
+
+    stamps = iter(["2026-01-01T00:00:00+00:00", "2026-06-30T12:34:56+00:00"])
+    outs = []
+    for name in ("first", "later"):
+        monkeypatch.setattr(writer_module, "_now", lambda stamp=next(stamps): stamp)
+        pack([str(tree)], str(tmp_path / name), shard_size=20_000)
+        outs.append(tmp_path / name)
+    shards = sorted(n for n in os.listdir(outs[0]) if n.endswith(".rox"))
+    assert len(shards) > 3 and shards == sorted(n for n in os.listdir(outs[1]) if n.endswith(".rox"))
+    for n in shards:
+        assert (outs[0] / n).read_bytes() == (outs[1] / n).read_bytes(), n
+    assert Roxxel(str(outs[0])).fingerprint() == Roxxel(str(outs[1])).fingerprint()
