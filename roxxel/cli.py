@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
 import time
 
@@ -118,6 +119,7 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
 
     from roxxel.pack import pack as run_pack
 
+    signal.signal(signal.SIGTERM, _raise_terminated)  # as Ctrl-C: the writer aborts and the pool's workers stop
     size = parse_size(shard_size)
     show = sys.stderr.isatty() if progress is None else progress
     bar = tqdm(unit=" docs", disable=not show, dynamic_ncols=True, file=sys.stderr)
@@ -142,10 +144,11 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
     except (OSError, ValueError, ImportError) as e:
         bar.close()
         _fail(e)
-    except KeyboardInterrupt:  # the writer has aborted: no new dataset, an appended one as it was
+    except KeyboardInterrupt as e:  # the writer has aborted: no new dataset, an appended one as it was
         bar.close()
-        click.echo(f"roxxel pack: interrupted; {output} is as it was before (nothing packed was kept)", err=True)
-        sys.exit(130)  # 128 + SIGINT, as a shell reports it
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        click.echo(f"roxxel pack: {how}; {output} is as it was before (nothing packed was kept)", err=True)
+        sys.exit(128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT))  # as a shell reports it
     bar.close()
     elapsed = time.perf_counter() - t0
     click.echo(f"packed {count(totals['documents'], 'document')}, {count(totals['tokens'], 'token')} into {output} "
@@ -154,6 +157,14 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
     if skipped:
         click.echo(f"skipped {count(len(skipped), 'binary file')} (e.g. {skipped[0]}); pass --include-binary to pack them, "
                    "or --exclude to leave them out quietly")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (Kubernetes, ``timeout``, a job scheduler), raised where Ctrl-C would be, to run the same clean-up."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 @main.command()

@@ -23,6 +23,7 @@ import operator
 import os
 import queue
 import re
+import signal
 import sys
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, Sequence
@@ -649,14 +650,34 @@ def _start_pool(tok: ByteTokenizer | HFTokenizer, jobs: int) -> ProcessPoolExecu
     """
     method = "forkserver" if "jax" in sys.modules else "fork"
     pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
-                               initializer=_set_worker_tokenizer, initargs=(tok,))
+                               initializer=_set_worker_tokenizer, initargs=(tok, os.getpid() if method == "fork" else None))
     pool.submit(int).result()  # with fork, the first task starts every worker
     return pool
 
 
-def _set_worker_tokenizer(tok: ByteTokenizer | HFTokenizer) -> None:
+def _set_worker_tokenizer(tok: ByteTokenizer | HFTokenizer, parent: int | None) -> None:
     global _worker_tokenizer
     _worker_tokenizer = tok
+    _die_with(parent)
+
+
+def _die_with(parent: int | None) -> None:
+    """End this pool worker when the process that started it ends, even by SIGKILL (no clean-up runs then).
+
+    Linux's ``PR_SET_PDEATHSIG`` sends it SIGTERM then (a forked worker's parent is the packing
+    process; a forkserver's worker's, the forkserver, which exits with it). A forked worker
+    whose ``parent`` is gone before the call is caught by the ``getppid`` check after it.
+    Elsewhere the pool's own shutdown is all there is.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 def _joined(docs: list[np.ndarray], tok: ByteTokenizer | HFTokenizer, nbytes: int) -> Batch:

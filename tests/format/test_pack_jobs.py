@@ -4,8 +4,10 @@ pack writes, byte for byte, and fails as a serial pack fails, leaving no dataset
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -90,3 +92,51 @@ def test_packing_the_same_inputs_again_later_gives_the_same_shards_and_fingerpri
     for n in shards:
         assert (outs[0] / n).read_bytes() == (outs[1] / n).read_bytes(), n
     assert Roxxel(str(outs[0])).fingerprint() == Roxxel(str(outs[1])).fingerprint()
+
+
+def _slow_tree(root, files=120, lines=4000):
+    """JSONL inputs enough for a pool of workers to take seconds over."""
+    root.mkdir()
+    line = json.dumps({"text": "a line of text to parse " * 8}) + "\n"
+    for i in range(files):
+        (root / f"f{i:03d}.jsonl").write_text(line * lines)
+    return root
+
+
+def _workers_of(proc, n):
+    import psutil
+
+    for _ in range(600):  # the pool's workers are started with the pack (up to 30 s on a loaded machine)
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        if len(kids) >= n:
+            return kids
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError(f"the pack started no {n} workers: {proc.communicate()}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_pack_stopped_by_a_signal_leaves_no_worker_running(tmp_path, sig):
+    """Found by a new user's pass: SIGTERM (what Kubernetes and `timeout` send) to `roxxel pack
+    --jobs 2` ended the pack but left its two workers running, orphaned, for minutes. SIGTERM now
+    cleans up as Ctrl-C does (exit 143); after SIGKILL, which runs nothing, the workers end too."""
+    import psutil
+
+    tree = _slow_tree(tmp_path / "in")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([ROXXEL, "pack", str(tree), "-o", str(out), "--jobs", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kids = _workers_of(proc, 2)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    gone, alive = psutil.wait_procs(kids, timeout=20)
+    assert not alive, f"workers still running after {sig.name}: {alive}"
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143 and "terminated (SIGTERM)" in err and "as it was before" in err, err
+        assert not out.exists()
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    with pytest.raises(Exception):  # nothing that opens as a dataset, whatever was left
+        from roxxel import Roxxel
+        Roxxel(str(out)).open()
