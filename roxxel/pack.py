@@ -10,6 +10,7 @@ document k of the dataset is the k-th document of the inputs.
 from __future__ import annotations
 
 import collections
+import contextlib
 import fnmatch
 import functools
 import glob
@@ -25,6 +26,7 @@ import queue
 import re
 import signal
 import sys
+import zlib
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, Sequence
 
@@ -229,12 +231,35 @@ def open_input(path: str) -> io.BufferedIOBase:
 
 
 def read_input(path: str) -> bytes:
-    """The whole content of an input, decompressed as by :func:`open_input`."""
+    """The whole content of an input, decompressed as by :func:`open_input`.
+
+    Raises:
+        ValueError: a compressed input that is damaged or cut short (names the file).
+    """
     if path.endswith(_COMPRESSED):
-        with open_input(path) as f:
+        with _decompressing(path), open_input(path) as f:
             return f.read()
     with open(path, "rb", buffering=0) as raw:  # no buffer: one sized read of the whole file
         return raw.read()
+
+
+@contextlib.contextmanager
+def _decompressing(path: str) -> Iterator[None]:
+    """Name ``path`` in a decompression error (the libraries' messages do not; one about a cut-off
+    stream is an ``EOFError``, which the command line would report as a bare "Aborted!")."""
+    errors: tuple[type[BaseException], ...] = (EOFError, gzip.BadGzipFile, zlib.error)
+    if "zstandard" in sys.modules:
+        errors += (sys.modules["zstandard"].ZstdError,)
+    try:
+        yield
+    except errors as e:
+        kind = "gzip" if path.endswith(".gz") else "Zstandard"
+        raise ValueError(f"{path}: not a complete {kind} file ({e}); re-copy it, or leave it out with --exclude") from None
+
+
+def _lines(stream: Iterable[bytes], path: str) -> Iterator[bytes]:
+    with _decompressing(path):
+        yield from stream
 
 
 def is_binary(data: bytes | bytearray, start: int = 0, end: int | None = None) -> bool:
@@ -277,7 +302,7 @@ def iter_documents(path: str, fmt: str = "auto", text_field: str = "text") -> It
     elif fmt == "jsonl":
         stream: BinaryIO | io.BufferedIOBase = sys.stdin.buffer if path == "-" else open_input(path)
         try:
-            for lineno, line in enumerate(stream, 1):
+            for lineno, line in enumerate(_lines(stream, path), 1):
                 if line.strip():
                     yield _jsonl_text(line, text_field, path, lineno)
         finally:
@@ -304,7 +329,15 @@ def _jsonl_text(line: bytes, field: str, path: str, lineno: int) -> str:
         raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
         raise ValueError(f"{path}:{lineno}: expected an object with a string field {field!r}; pass --text-field")
-    return obj[field]
+    text = obj[field]
+    bad = _SURROGATE.search(text)
+    if bad:  # JSON can escape half of a UTF-16 pair ("\ud800"); no UTF-8 text, so no tokenizer, holds one
+        raise ValueError(f"{path}:{lineno}: the text holds an unpaired surrogate ({bad.group()!a}), which is not "
+                         "Unicode text; fix the line, or leave the file out with --exclude")
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _tokenized_batches(inputs, tok, fmt, text_field, include_binary=False,

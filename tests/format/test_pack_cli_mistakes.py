@@ -1,6 +1,9 @@
 """`roxxel pack` and `roxxel cat` given what a new user gets wrong: each mistake fails with one
 line that names the flag to change, and leaves no dataset behind (issue 19's new-user pass)."""
 
+import gzip
+import os
+import subprocess
 import sys
 
 import pytest
@@ -136,3 +139,22 @@ def test_ctrl_c_during_a_pack_exits_130_and_keeps_the_dataset_as_it_was(tmp_path
     r = CliRunner().invoke(main, ["pack", str(tmp_path / "b.txt"), "-o", str(tmp_path / "ds"), "--append"])
     assert r.exit_code == 130 and "interrupted" in r.output and "is as it was before" in r.output, r.output
     assert Roxxel(str(tmp_path / "ds")).num_documents == 1
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("cut.txt.gz", gzip.compress(b"hello world\n" * 100)[:20], "cut.txt.gz: not a complete gzip file"),
+    ("cut.jsonl.gz", gzip.compress(b'{"text": "hello"}\n' * 100)[:25], "cut.jsonl.gz: not a complete gzip file"),
+    ("fake.txt.gz", b"no gzip here\n", "fake.txt.gz: not a complete gzip file"),
+    ("half.jsonl", b'{"text": "ok"}\n{"text": "\\ud800 x"}\n', "half.jsonl:2: the text holds an unpaired surrogate"),
+], ids=["cut-gz", "cut-jsonl-gz", "not-gzip", "surrogate"])
+def test_a_damaged_input_is_named_in_one_line(tmp_path, name, content, message):
+    """Found by a new user's pass: a truncated .gz printed only "Aborted!", a non-gzip .gz named no
+    file, and a JSONL line with half a UTF-16 pair ended in a tokenizer's TypeError traceback."""
+    (tmp_path / name).write_bytes(content)
+    roxxel = os.path.join(os.path.dirname(sys.executable), "roxxel")
+    for extra in ([], ["--jobs", "2"]):
+        r = subprocess.run([roxxel, "pack", str(tmp_path / name), "-o", str(tmp_path / "out"), *extra],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "Traceback" not in r.stderr and "Aborted" not in r.stderr, r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith(f"roxxel: error: {tmp_path / message}"), r.stderr
+        assert not (tmp_path / "out").exists()
