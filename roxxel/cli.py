@@ -246,11 +246,12 @@ def cat(path, index, tokenizer, ids) -> None:
         if (tokenizer is None and kind == "bytes") or (written_as_bytes and tokenizer in (None, "bytes")):
             text = ByteTokenizer().decode_bytes(tokens)
         else:
+            # The dataset's EOS id serves a tokenizer.json without a standard EOS token (packed with --eos-id).
             if tokenizer is not None:
-                tok = load_tokenizer(tokenizer)
+                tok = load_tokenizer(tokenizer, eos_id=None if tokenizer == "bytes" else ds.eos_id)
                 check_identity(tok, ds.tokenizer, path)
             else:
-                tok = packing_tokenizer(path, ds.tokenizer)
+                tok = packing_tokenizer(path, ds.tokenizer, ds.eos_id)
             text = tok.decode(tokens).encode("utf-8", "surrogateescape")
         # The document's exact bytes; on a terminal, a last newline so the prompt starts on a line of its own.
         newline = b"\n" if sys.stdout.isatty() and not text.endswith(b"\n") else b""

@@ -138,9 +138,10 @@ def _same_tokenizer(tok: ByteTokenizer | HFTokenizer, identity: dict) -> bool:
     return identity.get("type") == tok.identity["type"] and identity.get("sha256") == tok.identity.get("sha256")
 
 
-def packing_tokenizer(dataset: str, identity: dict | None) -> ByteTokenizer | HFTokenizer:
+def packing_tokenizer(dataset: str, identity: dict | None, eos_id: int | None = None) -> ByteTokenizer | HFTokenizer:
     """The tokenizer that packed ``dataset`` (a dataset directory or a shard), from the ``identity``
-    it records (``Roxxel.tokenizer``).
+    it records (``Roxxel.tokenizer``); ``eos_id`` is the dataset's (``Roxxel.eos_id``), for a
+    tokenizer without a standard end-of-document token (packed with ``--eos-id``).
 
     Byte-level data needs no file. A Hugging Face tokenizer is looked for by the file name its
     identity records, in the dataset's directory and then in the one above (where
@@ -167,7 +168,7 @@ def packing_tokenizer(dataset: str, identity: dict | None) -> ByteTokenizer | HF
     places = [os.path.join(d, name) for d in (top, os.path.normpath(os.path.join(top, os.pardir)))]  # as given
     for candidate in places:
         if os.path.isfile(candidate):
-            tok = load_tokenizer(candidate)
+            tok = load_tokenizer(candidate, eos_id=eos_id)
             if _same_tokenizer(tok, identity):
                 return tok
     problem = (f"{dataset} was packed with the tokenizer {name!r} (SHA-256 {str(identity.get('sha256'))[:12]}...), "

@@ -96,7 +96,7 @@ def data_tokenizer(data: str, dataset: Roxxel) -> tuple[Tokenizer | None, str]:
         ValueError: no tokenizer.json in DATA/code or DATA is the one the data was packed with.
     """
     try:
-        return packing_tokenizer(os.path.join(data, "code"), dataset.tokenizer), ""
+        return packing_tokenizer(os.path.join(data, "code"), dataset.tokenizer, dataset.eos_id), ""
     except ImportError:
         return None, "the data's tokenizer needs the tokenizers package: pip install 'roxxel[main]'"
 

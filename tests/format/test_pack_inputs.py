@@ -67,3 +67,21 @@ def test_non_utf8_hint_names_exclude(tmp_path):
     (tmp_path / "x.txt").write_bytes(b"\xff\xfe latin")
     r = run(str(tmp_path / "x.txt"), "-o", str(tmp_path / "out"), "--tokenizer", str(tok), "--eos-id", "0")
     assert r.returncode != 0 and "--exclude" in r.stderr and "--include" not in r.stderr.replace("--include-binary", "")
+
+
+def test_cat_decodes_a_dataset_packed_with_an_eos_id_the_tokenizer_lacks(tmp_path):
+    """Found by a new user's pass: packed with --eos-id (the tokenizer has no standard EOS token),
+    the dataset could not be decoded by `roxxel cat`, which asked for an --eos-id it does not have."""
+    pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "[SEP]": 1, "a": 2, "b": 3}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tok.json"))
+    (tmp_path / "x.txt").write_text("a b a")
+    r = run(str(tmp_path / "x.txt"), "-o", str(tmp_path / "out"), "--tokenizer", str(tmp_path / "tok.json"), "--eos-id", "1")
+    assert r.returncode == 0, r.stderr
+    roxxel = os.path.join(os.path.dirname(sys.executable), "roxxel")
+    for extra in ([], ["--tokenizer", str(tmp_path / "tok.json")]):
+        shown = subprocess.run([roxxel, "cat", str(tmp_path / "out"), "0", *extra], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0 and shown.stdout.split() == ["a", "b", "a"], shown.stderr

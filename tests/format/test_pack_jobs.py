@@ -81,10 +81,9 @@ def test_packing_the_same_inputs_again_later_gives_the_same_shards_and_fingerpri
     a dataset packed again from the same inputs had another fingerprint and a resume refused it."""
     from roxxel import Roxxel
 
-    stamps = iter(["2026-01-01T00:00:00+00:00", "2026-06-30T12:34:56+00:00"])
     outs = []
-    for name in ("first", "later"):
-        monkeypatch.setattr(writer_module, "_now", lambda stamp=next(stamps): stamp)
+    for name, stamp in (("first", "2026-01-01T00:00:00+00:00"), ("later", "2026-06-30T12:34:56+00:00")):
+        monkeypatch.setattr(writer_module, "_now", lambda stamp=stamp: stamp)
         pack([str(tree)], str(tmp_path / name), shard_size=20_000)
         outs.append(tmp_path / name)
     shards = sorted(n for n in os.listdir(outs[0]) if n.endswith(".rox"))
