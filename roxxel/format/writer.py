@@ -33,6 +33,7 @@ from roxxel.format import blocks, layout
 from roxxel.format.atomic import atomic_write, commit, fsync_dir, is_fuse, is_temp_name, temp_name
 from roxxel.format.errors import DatasetExistsError, DatasetLockedError, DtypeMismatchError, for_cli
 from roxxel.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from roxxel.wording import count
 
 log = logging.getLogger("roxxel.format")
 
@@ -410,11 +411,14 @@ class DatasetWriter:
         elif os.path.exists(self.marker_path):
             # An append was killed while committing: drop the shards its manifest never listed.
             listed = {s.path for s in Manifest.load(self.manifest_path).shards}
-            for name in pending_shards(self.marker_path):
-                if name not in listed:
-                    log.warning("removing %s, left by an append into %s that did not finish", name, self.directory)
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(os.path.join(self.directory, name))
+            leftovers = [name for name in pending_shards(self.marker_path) if name not in listed]
+            if leftovers:  # one line, however many (an append may have been committing hundreds)
+                log.warning("removing %s left by an append into %s that did not finish (%s)",
+                            count(len(leftovers), "shard"), self.directory,
+                            ", ".join(leftovers[:3]) + (", ..." if len(leftovers) > 3 else ""))
+            for name in leftovers:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self.directory, name))
             os.remove(self.marker_path)
         self._remove_stale_temps()
         if os.path.exists(self.manifest_path):
@@ -443,12 +447,17 @@ class DatasetWriter:
                     os.remove(os.path.join(self.directory, name))
 
     def _check_compatible(self, m: Manifest) -> None:
-        mine = (self.dtype.name, self.vocab_size, self.eos_id, self.tokenizer)
-        theirs = (m.dtype, m.vocab_size, m.eos_id, m.tokenizer)
+        # The tokenizer first: another one is the cause of any other difference.
+        mine = {"tokenizer": self.tokenizer, "vocab_size": self.vocab_size, "eos_id": self.eos_id, "dtype": self.dtype.name}
+        theirs = {"tokenizer": m.tokenizer, "vocab_size": m.vocab_size, "eos_id": m.eos_id, "dtype": m.dtype}
         if mine != theirs:
+            field = next(k for k in mine if mine[k] != theirs[k])
+            named = (m.tokenizer or {}).get("name")
+            fix = (f"pack with the tokenizer it was packed with (--tokenizer {named}, found next to the dataset or "
+                   "wherever you keep it)" if field == "tokenizer" and named else "pack into a new directory instead")
             raise DtypeMismatchError(
-                f"cannot append to {self.manifest_path}: it holds (dtype, vocab_size, eos_id, tokenizer) = "
-                f"{theirs}, this pack has {mine}; pack into a new directory instead", self.manifest_path)
+                f"cannot append to {self.manifest_path}: its {field} is {theirs[field]!r}, this pack's is "
+                f"{mine[field]!r}; {fix}", self.manifest_path)
 
     def _first_free_index(self) -> int:
         used = [int(re.findall(r"\d+", os.path.basename(p))[-1]) for p in self._own_shard_paths()]
