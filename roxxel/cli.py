@@ -248,7 +248,10 @@ def cat(path, index, tokenizer, ids) -> None:
         else:
             # The dataset's EOS id serves a tokenizer.json without a standard EOS token (packed with --eos-id).
             if tokenizer is not None:
-                tok = load_tokenizer(tokenizer, eos_id=None if tokenizer == "bytes" else ds.eos_id)
+                try:
+                    tok = load_tokenizer(tokenizer, eos_id=None if tokenizer == "bytes" else ds.eos_id)
+                except ValueError:  # the EOS id does not fit it: another tokenizer, which check_identity names
+                    tok = load_tokenizer(tokenizer)
                 check_identity(tok, ds.tokenizer, path)
             else:
                 tok = packing_tokenizer(path, ds.tokenizer, ds.eos_id)

@@ -702,6 +702,9 @@ def _die_with(parent: int | None) -> None:
     whose ``parent`` is gone before the call is caught by the ``getppid`` check after it.
     Elsewhere the pool's own shutdown is all there is.
     """
+    # A forked worker inherits the command line's SIGTERM handler, which raises an exception that the
+    # pool would catch as a task's error and carry on: SIGTERM must end a worker.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         import ctypes
 

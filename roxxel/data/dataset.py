@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -139,6 +140,7 @@ class Dataset:
         if not entries:
             raise ShardNotFoundError(f"no shards found for {self.filepath!r}")
         self._manifest = manifests[0][1] if len(manifests) == 1 and len(specs) == 1 else None
+        self._manifest_path = manifests[0][0] if self._manifest is not None else None
         self._entries = entries
         self._shards: collections.OrderedDict[int, Any] = collections.OrderedDict()
         props = self._shared_properties(manifests)
@@ -673,9 +675,13 @@ class Dataset:
 
         Raises:
             ChecksumMismatchError, CorruptShardError, TruncatedShardError, ShardNotFoundError:
-                the first damaged shard, by name.
+                the first damaged shard, by name. CorruptShardError also for a ``.rox`` file
+                next to a manifest that does not list it (an entry the manifest lost, or a
+                stray file).
         """
         self._ensure_open()
+        if self._manifest_path is not None:
+            self._check_unlisted(self._manifest_path)
         for i, e in enumerate(self._entries):
             shard = self._shard(i)
             if e.nbytes is not None and shard.nbytes != e.nbytes:
@@ -683,6 +689,27 @@ class Dataset:
             shard.verify(expected_sha256=e.sha256 if self._manifest is not None else None)
             if progress is not None:
                 progress(e.path, shard.nbytes)
+
+    def _check_unlisted(self, manifest: str) -> None:
+        """Refuse shards next to ``manifest`` that it does not list: every ``.rox`` file of a dataset
+        directory, the ``STEM_*.rox`` files of a ``STEM.dataset.json`` (its directory may hold others)."""
+        directory, name = os.path.split(manifest)
+        if name == MANIFEST_NAME:
+            ours = re.compile(r".*\.rox")
+        elif name.endswith(_STEM_MANIFEST):
+            ours = re.compile(re.escape(name[:-len(_STEM_MANIFEST)]) + r"_\d+\.rox")  # not STEM_other_0000.rox
+        else:  # a manifest under a name of its own: which files would be its shards is unknown
+            return
+        listed = {os.path.normpath(e.path) for e in self._entries}
+        pending = _refuse_incomplete(directory or ".")  # an unfinished append's shards: not in the dataset yet
+        unlisted = sorted(p for p in glob.glob(os.path.join(glob.escape(directory), "*.rox"))
+                          if ours.fullmatch(os.path.basename(p)) and os.path.normpath(p) not in listed
+                          and os.path.basename(p) not in pending)
+        if unlisted:
+            raise CorruptShardError(
+                f"{unlisted[0]}: a shard next to {manifest} that it does not list"
+                f"{f' (and {len(unlisted) - 1} more)' if len(unlisted) > 1 else ''}: the manifest lost an entry "
+                "(restore it, or re-pack) or the file does not belong here (move it away)", unlisted[0])
 
     def __repr__(self) -> str:
         if not self._is_open:
@@ -715,6 +742,7 @@ def _holds(out: np.dtype, stored: np.dtype, vocab_size: int | None) -> bool:
 
 
 _TOKENIZER_FIELDS = ("vocab_size", "eos_id", "tokenizer")
+_STEM_MANIFEST = ".dataset.json"  # the manifest of the dataset written as STEM.rox: STEM.dataset.json, shards STEM_*.rox
 
 
 def _tokenizer_fields(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -750,8 +778,8 @@ def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_En
         entries.append(_Entry(spec))
         return
     stem = spec[:-4] if spec.endswith(".rox") else spec
-    if os.path.lexists(stem + ".dataset.json"):
-        return _add_manifest(stem + ".dataset.json", manifests, entries)
+    if os.path.lexists(stem + _STEM_MANIFEST):
+        return _add_manifest(stem + _STEM_MANIFEST, manifests, entries)
     shards = _committed(sorted(glob.glob(glob.escape(stem) + "_*.rox")), _refuse_incomplete(os.path.dirname(spec) or "."))
     if not shards:
         raise ShardNotFoundError(f"dataset not found: {spec} (no such file, directory, manifest or {stem}_*.rox shards)")

@@ -246,3 +246,28 @@ def test_what_a_manifest_says_of_the_ids_must_be_what_its_shards_record(tmp_path
         Roxxel(d).read(0, 10)
     with pytest.raises(CorruptShardError, match="its manifest says"):
         Roxxel(d).verify()
+
+
+def test_verify_refuses_a_shard_file_its_manifest_does_not_list(tmp_path):
+    """Found by a new user's pass: an entry removed from dataset.json (its totals fixed too) left its
+    file in the directory, out of the dataset, and verify said OK."""
+    d = write(tmp_path / "ds", n_docs=6, doc=1000, shard_size=2 * 2000 + 5000)
+    Roxxel(d).verify()
+
+    def drop_last(m):
+        gone = m["shards"].pop()
+        m["num_tokens"] -= gone["num_tokens"]
+        m["num_documents"] -= gone["num_documents"]
+
+    _edit_manifest(d, drop_last)
+    assert Roxxel(d).num_shards == 2  # a consistent manifest of two shards: it opens
+    with pytest.raises(CorruptShardError, match=r"shard-00002.rox: a shard next to .*dataset.json that it does not list"):
+        Roxxel(d).verify()
+    # Datasets written as single files share a directory: each checks only its own STEM_*.rox.
+    for stem in ("a", "a_b", "c"):
+        Roxxel(str(tmp_path / "flat" / f"{stem}.rox")).write(["x" * 3000, "y" * 3000], max_shard_bytes=2000)
+    assert len([n for n in os.listdir(tmp_path / "flat") if n.startswith("a_b_")]) > 1
+    Roxxel(str(tmp_path / "flat" / "a.rox")).verify()
+    os.rename(tmp_path / "flat" / "c_0001.rox", tmp_path / "flat" / "a_0009.rox")
+    with pytest.raises(CorruptShardError, match="a_0009.rox: a shard next to .*a.dataset.json that it does not list"):
+        Roxxel(str(tmp_path / "flat" / "a.rox")).verify()
