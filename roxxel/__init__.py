@@ -33,3 +33,19 @@ __all__ = ["__version__", "Checkpointer", "Curriculum", "Dataset", "Logger", "Ph
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
+
+
+def _watch_configuration_errors() -> None:
+    """Under ``roxxel-worker``, an uncaught configuration error is reported to it (see roxxel.exit_codes)."""
+    import os
+
+    from roxxel.contract import ENV_CONFIG_ERROR_FILE
+
+    path = os.environ.get(ENV_CONFIG_ERROR_FILE)
+    if path:
+        from roxxel.exit_codes import report_configuration_errors
+
+        report_configuration_errors(path)
+
+
+_watch_configuration_errors()

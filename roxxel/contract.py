@@ -85,6 +85,11 @@ ENV_MAX_RESTART_ATTEMPT = "ROXXEL_MAX_RESTART_ATTEMPT"
 """JobSet pods: the last restart attempt allowed to run (``max_restarts + max_preemptions``);
 ``roxxel-worker`` exits with :data:`CONFIG_ERROR_EXIT_CODE` in a later one."""
 
+ENV_CONFIG_ERROR_FILE = "ROXXEL_CONFIG_ERROR_FILE"
+"""Set by ``roxxel-worker`` for its child: where the child records an uncaught
+:class:`roxxel.exit_codes.ConfigurationError` (one line), so that the worker exits with
+:data:`CONFIG_ERROR_EXIT_CODE` instead of passing the child's failure on."""
+
 # --- Exit codes (see roxxel.exit_codes for the convention) -------------------------------
 SUCCESS = 0
 """Training finished; nothing to restart."""

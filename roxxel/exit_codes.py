@@ -24,7 +24,12 @@ child's code through unchanged):
 
 Codes ``roxxel-worker`` produces itself: :data:`USAGE_ERROR` for a bad command line (the
 shell's convention) and :data:`CONFIG_ERROR_EXIT_CODE` when the command cannot be started
-(not found, not executable: a shell's 127/126), since every attempt would fail alike.
+(not found, not executable: a shell's 127/126), since every attempt would fail alike, or
+when the command failed with an uncaught :class:`ConfigurationError` (Roxxel's errors that
+no restart can mend: a checkpoint of another run or model, a batch that does not split over
+the devices, datasets of different tokenizers). The child reports one through the file
+named by ``ROXXEL_CONFIG_ERROR_FILE``, which ``import roxxel`` watches for, so a training
+script needs no code for it.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ from roxxel.contract import (
 
 __all__ = [
     "CONFIG_ERROR_EXIT_CODE",
+    "ConfigurationError",
+    "report_configuration_errors",
     "exit_config_error",
     "PREEMPTED_EXIT_CODE",
     "SIGNAL_EXIT_BASE",
@@ -52,6 +59,33 @@ __all__ = [
     "describe",
     "from_returncode",
 ]
+
+
+class ConfigurationError(Exception):
+    """Base of the errors that every restart would hit again (a mix-in beside ``ValueError`` & co.).
+
+    Uncaught in a process that ``roxxel-worker`` started, it makes the worker exit with
+    :data:`CONFIG_ERROR_EXIT_CODE`, so the launcher fails the job at once instead of
+    restarting it (see :func:`report_configuration_errors`).
+    """
+
+
+def report_configuration_errors(path: str) -> None:
+    """Record an uncaught :class:`ConfigurationError` in ``path`` (its type and message, one
+    line), then report the exception as before. Installed (as ``sys.excepthook``) by
+    ``import roxxel`` when ``ROXXEL_CONFIG_ERROR_FILE`` names ``path``."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if isinstance(value, ConfigurationError):
+            try:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(f"{kind.__name__}: {' '.join(str(value).split())}\n")
+            except OSError:
+                pass  # the worker then passes the child's own exit code on
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
 
 
 def exit_config_error(message: str) -> NoReturn:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from roxxel.exit_codes import ConfigurationError
+
 if TYPE_CHECKING:
     from jax.sharding import Mesh, NamedSharding
 
@@ -40,3 +42,8 @@ def default_batch_sharding() -> NamedSharding:
         ``NamedSharding(Mesh(jax.devices(), ("data",)), PartitionSpec("data"))``.
     """
     return batch_sharding(default_mesh())
+
+
+class BatchShardingError(ConfigurationError, ValueError):
+    """A global batch (or micro-batch) that does not split evenly over the data shards, or
+    whose rows a process does not hold contiguously: the same on every attempt."""

@@ -44,10 +44,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
 from roxxel import exit_codes
-from roxxel.contract import ENV_MAX_RESTART_ATTEMPT, ENV_RESTART_ATTEMPT  # re-exported
+from roxxel.contract import ENV_CONFIG_ERROR_FILE, ENV_MAX_RESTART_ATTEMPT, ENV_RESTART_ATTEMPT  # re-exported
 from roxxel.distributed import detect
 
 __all__ = ["ENV_MAX_RESTART_ATTEMPT", "ENV_RESTART_ATTEMPT", "FORWARDED_SIGNALS", "USAGE", "main",
@@ -90,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit code: the child's (``128 + N`` if signal ``N`` killed it), 2 for a
         usage error, :data:`~roxxel.exit_codes.CONFIG_ERROR_EXIT_CODE` (78) if the command
-        cannot be started (not found, not executable), 0 for ``--help``.
+        cannot be started (not found, not executable) or failed with an uncaught
+        :class:`~roxxel.exit_codes.ConfigurationError`, 0 for ``--help``.
     """
     args = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -113,7 +115,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.CONFIG_ERROR_EXIT_CODE
     env = prepare_env(os.environ)
     _log_identity(env)
-    return run(cmd, env)
+    with tempfile.TemporaryDirectory(prefix="roxxel-worker-") as scratch:
+        env[ENV_CONFIG_ERROR_FILE] = report = os.path.join(scratch, "configuration-error")
+        code = run(cmd, env)
+        return _configuration_error(code, report)
+
+
+def _configuration_error(code: int, report: str) -> int:
+    """:data:`~roxxel.exit_codes.CONFIG_ERROR_EXIT_CODE` for a child that failed with an uncaught
+    :class:`~roxxel.exit_codes.ConfigurationError` (it wrote ``report``), else ``code``."""
+    if code in (exit_codes.SUCCESS, exit_codes.PREEMPTED_EXIT_CODE):
+        return code
+    try:
+        with open(report, encoding="utf-8") as f:
+            what = f.read().strip()
+    except OSError:
+        return code
+    logger.error("configuration error (exit code %d, not restarted; the command exited with %d): %s",
+                 exit_codes.CONFIG_ERROR_EXIT_CODE, code, what)
+    return exit_codes.CONFIG_ERROR_EXIT_CODE
 
 
 def restart_budget_problem(environ: Mapping[str, str]) -> str | None:

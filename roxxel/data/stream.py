@@ -23,7 +23,7 @@ from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import ShuffledDocuments, ShuffledTokens
 from roxxel.deprecation import renamed, warn_renamed
 from roxxel.format.layout import is_float
-from roxxel.sharding import batch_sharding, default_batch_sharding
+from roxxel.sharding import BatchShardingError, batch_sharding, default_batch_sharding
 
 if TYPE_CHECKING:  # annotations only: the curriculum builds streams (roxxel.data.curriculum imports this)
     from roxxel.data.curriculum import Curriculum, ResolvedPhase
@@ -52,7 +52,7 @@ def process_rows(sharding, global_shape: tuple[int, int], phase: int | None = No
     try:
         index_map = sharding.addressable_devices_indices_map(global_shape)
     except ValueError as e:
-        raise ValueError(f"{where}{size} {global_shape[0]} cannot be split over the batch sharding ({e}); "
+        raise BatchShardingError(f"{where}{size} {global_shape[0]} cannot be split over the batch sharding ({e}); "
                          "use a batch size that is a multiple of the number of data shards") from None
     spans = sorted({(idx[0].start or 0, global_shape[0] if idx[0].stop is None else idx[0].stop)
                     for idx in index_map.values()})
@@ -60,7 +60,7 @@ def process_rows(sharding, global_shape: tuple[int, int], phase: int | None = No
     covered = 0
     for a, b in spans:
         if a > lo + covered:
-            raise ValueError(f"{where}this process's rows of the batch are not contiguous ({spans}); "
+            raise BatchShardingError(f"{where}this process's rows of the batch are not contiguous ({spans}); "
                              "order the mesh's devices by process")
         covered = max(covered, b - lo)
     return lo, hi

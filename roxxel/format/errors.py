@@ -8,6 +8,8 @@ subclasses so that ``except FileNotFoundError`` keeps working.
 
 from __future__ import annotations
 
+from roxxel.exit_codes import ConfigurationError
+
 
 def for_cli(err: BaseException, message: str) -> BaseException:
     """Give ``err`` the wording a command line shows instead of ``str(err)``; return it.
@@ -59,8 +61,9 @@ class DatasetLockedError(RoxxelFormatError):
     """Another pack or append holds the dataset's lock; wait for it to finish, then retry."""
 
 
-class DtypeMismatchError(RoxxelFormatError):
-    """Shards of one dataset disagree on token dtype (or tokenizer), or a token does not fit the dtype."""
+class DtypeMismatchError(RoxxelFormatError, ConfigurationError):
+    """Shards of one dataset disagree on token dtype (or tokenizer), or a token does not fit the dtype;
+    also datasets blended or appended to that do (the same on every attempt)."""
 
 
 class EmptyDatasetError(RoxxelFormatError):

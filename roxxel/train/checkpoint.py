@@ -86,7 +86,7 @@ from orbax.checkpoint import checkpoint_managers as ocm
 
 from roxxel._version import __version__
 from roxxel.data.curriculum import classify_changes
-from roxxel.exit_codes import PREEMPTED_EXIT_CODE
+from roxxel.exit_codes import PREEMPTED_EXIT_CODE, ConfigurationError
 from roxxel.train.digest import array_checksums
 from roxxel.train.partial import RestorePlan, layout_of_metadata, layout_of_state, plan_restore, subset
 from roxxel.train.state import ModelState
@@ -153,7 +153,7 @@ class CheckpointCorruptError(CheckpointRestoreError):
         self.array = array
 
 
-class ModelChangeError(CheckpointRestoreError):
+class ModelChangeError(CheckpointRestoreError, ConfigurationError):
     """The live model does not fit the checkpoint: an array differs in shape or dtype, or
     (without ``partial=True``) arrays were added or removed.
 
@@ -194,7 +194,7 @@ def _one_line(err: BaseException, width: int = 300) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-class RunMismatchError(ValueError):
+class RunMismatchError(ConfigurationError, ValueError):
     """The checkpoint was saved by a run with a different fingerprint.
 
     Attributes:

@@ -25,6 +25,7 @@ from flax import nnx
 
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.deprecation import renamed
+from roxxel.sharding import BatchShardingError
 from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempted
 from roxxel.train.logger import Logger
 from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
@@ -222,10 +223,10 @@ class Trainer:
         shards = math.prod(self.data_sharding.mesh.shape[a] for a in axes)
         for p in self.curriculum.resolved:
             if p.global_batch_size % self.grad_accum_steps:
-                raise ValueError(f"phase {p.index}: global_batch_size {p.global_batch_size} does not divide into "
+                raise BatchShardingError(f"phase {p.index}: global_batch_size {p.global_batch_size} does not divide into "
                                  f"{self.grad_accum_steps} micro-batches; pick a multiple of {self.grad_accum_steps}")
             if (p.global_batch_size // self.grad_accum_steps) % shards:
-                raise ValueError(
+                raise BatchShardingError(
                     f"phase {p.index}: each micro-batch of {p.global_batch_size // self.grad_accum_steps} rows must split "
                     f"evenly over the {shards} data shards (devices on the data axis); use a global_batch_size that is a "
                     f"multiple of {shards * self.grad_accum_steps}")

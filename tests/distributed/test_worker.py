@@ -314,3 +314,28 @@ def test_exit_code_helpers():
     assert exit_codes.describe(143) == "killed by SIGTERM"
     assert exit_codes.describe(42).startswith("preempted")
     assert exit_codes.describe(1) == "failed"
+
+
+@pytest.mark.parametrize("raised, code", [
+    ("RunMismatchError('phases[0].batch_size: 32 -> 16', step=40, changes=[], saved=None, current=None)", 78),
+    ("BatchShardingError('phase 0: each micro-batch of 31 rows must split evenly over the 2 data shards')", 78),
+    ("ValueError('an ordinary bug')", 1),
+])
+def test_an_uncaught_configuration_error_makes_the_worker_exit_78(tmp_path, raised, code):
+    """Found by a new user's pass: a batch that does not split over the devices, or a resume with a
+    changed batch size, exited 1 and the job was restarted (the whole gang, max_restarts times)
+    for an error every attempt hits; the docs promise 78 (not restarted). Any uncaught
+    ConfigurationError in the command now reaches roxxel-worker, which exits 78; other failures
+    pass through as before, and outside roxxel-worker nothing changes."""
+    child = _child(tmp_path, f"""
+        from roxxel.sharding import BatchShardingError
+        from roxxel.train.checkpoint import RunMismatchError
+        raise {raised}
+    """)
+    proc = _start(child)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert ("configuration error (exit code 78, not restarted; the command exited with 1)" in err) == (code == 78), err
+    assert "Traceback" in err  # the child's own report is kept
+    alone = subprocess.run(child, capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 1  # a library error stays an exception: no hook without roxxel-worker
