@@ -337,6 +337,31 @@ def _json_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
 # --- the checkpointer -------------------------------------------------------------------
 
 
+def _damaged_metrics(directory: epath.Path) -> CheckpointRestoreError | None:
+    """The error for a step whose metrics file is not a JSON object, or None if every one is.
+
+    Orbax reads every step's metrics (they rank the steps for ``keep_best``) when a
+    ``CheckpointManager`` opens the directory, and one damaged file fails that with a bare
+    ``JSONDecodeError`` naming neither step nor file; so on that failure the files are read
+    here to name it.
+    """
+    steps = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    for step in steps:
+        path = directory / str(step) / "metrics" / "metrics"
+        try:
+            ok = isinstance(json.loads(path.read_bytes().decode("utf-8")), dict)
+        except FileNotFoundError:
+            continue
+        except (ValueError, UnicodeDecodeError, OSError):
+            ok = False
+        if not ok:
+            return CheckpointRestoreError(
+                f"{path}: the metrics of step {step} are damaged, and Orbax cannot open {directory} with them; "
+                f"they only rank the steps for keep_best: remove {path.parent} (step {step} stays restorable) or "
+                "restore the file", step=step, earlier_steps=[s for s in steps if s < step])
+    return None
+
+
 def _resolve_directory(checkpoint_path: str | os.PathLike[str]) -> epath.Path:
     text = os.fspath(checkpoint_path)
     if not isinstance(text, str) or not text:
@@ -712,7 +737,10 @@ class Checkpointer:
             enable_async_checkpointing=True,
             async_options=ocp.AsyncOptions(timeout_secs=max(1, int(math.ceil(timeout)))),
         )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        try:
+            self._manager = ocp.CheckpointManager(self.directory, options=options)
+        except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+            raise _damaged_metrics(self.directory) or err
         _open_checkpointers.add(self)
         _install_exit_hook()
         _divert_orbax_tracebacks()

@@ -96,3 +96,25 @@ def test_unreadable_metadata_is_wrapped_with_directory_step_and_earlier_steps(tm
         with pytest.raises(CheckpointRestoreError, match=r"cannot restore step 2 from .*restore\(step=N\), N in \[1\]"):
             ckpt.restore()
         assert ckpt.restore(step=1) == 1
+
+
+@pytest.mark.parametrize("step, damage", [(1, b""), (2, b"\xff\xfe{")])
+def test_a_damaged_metrics_file_is_named_and_the_fix_works(tmp_path, step, damage):
+    """Found by a new user's pass: one step's metrics file emptied (or a byte flipped) made the
+    whole directory unopenable with a bare JSONDecodeError (UnicodeDecodeError) from inside
+    Orbax, naming neither the step nor the file; even the good latest step could not be restored."""
+    want = _save_two_steps(tmp_path / "ckpt")
+    metrics = tmp_path / "ckpt" / str(step) / "metrics" / "metrics"
+    metrics.write_bytes(damage)
+    ms = common.build(DIMS, seed=5)
+    with pytest.raises(CheckpointRestoreError, match=rf"{metrics}: the metrics of step {step} are damaged.*remove "
+                                                     rf"{metrics.parent} \(step {step} stays restorable\)") as caught:
+        Checkpointer(tmp_path / "ckpt", ms.model, ms.optimizer, fingerprint=common.FINGERPRINT)
+    assert caught.value.step == step
+    for p in sorted(metrics.parent.iterdir()):  # the advice
+        p.unlink()
+    metrics.parent.rmdir()
+    with Checkpointer(tmp_path / "ckpt", ms.model, ms.optimizer, fingerprint=common.FINGERPRINT) as ckpt:
+        assert ckpt.restore() == 2
+    got = common.flat_host(ms)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
