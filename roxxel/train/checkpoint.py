@@ -703,6 +703,7 @@ class Checkpointer:
         """What the last :meth:`restore` read: arrays restored, new, dropped, and whether
         the optimizer state was restored (see :class:`~roxxel.train.partial.RestorePlan`)."""
         self.restored_run: dict[str, Any] | None = None
+        self.run_changes: list[str] = []  # how this run differs from the restored step's (allowed changes), one line each
         """The ``run`` record of the last restored step (``step``, ``tokens_consumed``,
         ``metrics``, ``fingerprint``, ``settings``, ...), or ``None`` before a restore / when none."""
         self.settings: dict[str, Any] = {"save_interval_steps": save_interval_steps}
@@ -751,6 +752,8 @@ class Checkpointer:
         self._closed = False
         self._timeout = float(timeout)
         self._sigterm = threading.Event()
+        self._stop_reason = "SIGTERM received"  # or a request_preemption() (the Trainer's Ctrl-C)
+        self._saved_steps: set[int] = set()  # steps this Checkpointer saved
         self._previous_sigterm_handler: Any = None
         self._handler_installed = False
         self._preempt_step: int | None = None  # single-process agreed step
@@ -833,7 +836,12 @@ class Checkpointer:
             self._wait()  # the previous save has finished: surface its error now
 
         if step in self._manager.all_steps():
-            log.debug("step %d is already saved; not saving it again", step)
+            if step in self._saved_steps:
+                log.debug("step %d is already saved; not saving it again", step)
+            else:  # an earlier run's (after restore(step=N) of an older step): this state would be lost unsaid
+                log.warning("step %d is already saved in %s by an earlier run and is never overwritten: this state "
+                            "is not saved, and restore() will take that step; delete it first to keep this one",
+                            step, self.directory)
             return False
         preempted = self._preempt_step == step
         if not (force or preempted or self._manager.should_save(step)):
@@ -871,6 +879,7 @@ class Checkpointer:
             force=True,  # the decision was made above
         )
         if saved:
+            self._saved_steps.add(step)
             self._pending_step = step
             self._pending_operation = _current_operation_id()
             self._save_deadline = deadline
@@ -1114,6 +1123,7 @@ class Checkpointer:
         log.debug("step %d: %d array checksums verified", step, len(got))
 
     def _check_fingerprint(self, step: int, saved: Any, process_count: Any = None) -> None:
+        self.run_changes = []
         if process_count is not None and process_count != jax.process_count():
             log.info("step %d was saved by %s; resuming on %d", step, count(process_count, "process"), jax.process_count())
         if self.fingerprint is None:
@@ -1129,6 +1139,7 @@ class Checkpointer:
                     "or changing later phases, is allowed)")
         else:
             allowed, changes = [], describe_changes(saved, self.fingerprint)
+        self.run_changes = list(allowed)
         if allowed:
             log.warning("resuming step %d of %s with changes that leave the batches before it as they were:\n%s",
                         step, self.directory, _shown(allowed))
@@ -1136,6 +1147,7 @@ class Checkpointer:
             return
         shown = _shown(changes)
         if self.allow_changed_run:
+            self.run_changes += changes
             log.warning("resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, self.directory, shown)
             return
         raise RunMismatchError(
@@ -1180,7 +1192,7 @@ class Checkpointer:
             return step == self._preempt_step
         if self._sigterm.is_set():
             self._preempt_step = step
-            log.warning("SIGTERM received: saving step %d and stopping", step)
+            log.warning("%s: saving step %d and stopping", self._stop_reason, step)
             return True
         return False
 
@@ -1222,6 +1234,7 @@ class Checkpointer:
         if jax.process_count() > 1 or jax.distributed.is_initialized():
             os.kill(os.getpid(), signal.SIGTERM)
         else:
+            self._stop_reason = "stop requested (Ctrl-C)"
             self._sigterm.set()
 
     def _install_sigterm_handler(self) -> None:
@@ -1236,6 +1249,7 @@ class Checkpointer:
         self._handler_installed = True
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self._stop_reason = "SIGTERM received"
         self._sigterm.set()
 
     def _restore_sigterm_handler(self) -> None:

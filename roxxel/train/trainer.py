@@ -395,6 +395,8 @@ class Trainer:
                 self._log(f"step {start} was saved by {count(saved_by, 'process')}; resuming on {jax.process_count()}")
             for change in ckpt.changed_settings():  # allowed: cadences and prefetch leave the batches as they were
                 self._log(f"step {start} was saved with other settings; now {change}")
+            for change in ckpt.run_changes:  # allowed: e.g. a longer last phase (also a warning on stderr)
+                self._log(f"step {start} was saved by a run with another curriculum: {change}")
         if self.logger is not None:
             self.logger.start_from(start)  # metrics an earlier attempt logged after `start` are superseded
             self.logger.init_pbar(total, start)
@@ -410,6 +412,10 @@ class Trainer:
             with cur.stream(step, min(phase.end_step, total), seed=self.seed, sharding=self.data_sharding,
                             outputs=self.outputs, prefetch_size=self.prefetch_size) as stream:
                 step, last = self._run_phase(phase, stream, step, last, train_step)
+        if step == start and ckpt is not None and ckpt.restored_run is not None:
+            # Nothing left to train: the metrics the restored step was saved with are the last logged.
+            saved = ckpt.restored_run.get("metrics") or {}
+            last = {k: float(v) for k, v in saved.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if ckpt is not None and (step not in ckpt.all_steps()):
             if ckpt.save(step, last or None, tokens_consumed=cur.tokens_before(step), force=True):
                 for cb in self.callbacks:

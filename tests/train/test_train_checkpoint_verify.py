@@ -118,3 +118,19 @@ def test_a_damaged_metrics_file_is_named_and_the_fix_works(tmp_path, step, damag
         assert ckpt.restore() == 2
     got = common.flat_host(ms)
     assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_saving_over_an_earlier_runs_step_says_it_is_not_saved(tmp_path, caplog):
+    """Found by a new user's pass: after restore(step=1) (as a CheckpointCorruptError advises),
+    save(2) returned False with a DEBUG line only; the next process restored the old step 2."""
+    _save_two_steps(tmp_path / "ckpt")
+    ms = common.build(DIMS, seed=5)
+    with Checkpointer(tmp_path / "ckpt", ms.model, ms.optimizer, fingerprint=common.FINGERPRINT) as ckpt:
+        assert ckpt.restore(step=1) == 1
+        with caplog.at_level("WARNING", logger="roxxel.checkpoint"):
+            assert ckpt.save(2, {"loss": 0.25}, force=True) is False
+            assert ckpt.save(3, {"loss": 0.2}, force=True) is True
+            ckpt.wait_until_finished()
+            assert ckpt.save(3, {"loss": 0.2}, force=True) is False  # its own step: nothing to say
+    warned = [r.getMessage() for r in caplog.records if "never overwritten" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("step 2 is already saved") and "delete it first" in warned[0]

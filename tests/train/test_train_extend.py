@@ -47,6 +47,8 @@ def test_extended_run_equals_an_uninterrupted_run_of_the_new_plan(ds, tmp_path, 
     with caplog.at_level("WARNING", logger="roxxel.checkpoint"):
         got = _train(_cur(ds, *new_plan), tmp_path / "run", init_seed=7)  # another init: only the checkpoint counts
     assert "leave the batches before it as they were" in caplog.text
+    system_log = (tmp_path / "run" / "roxxel_system.log").read_text()  # the run's own log says it too
+    assert "step 4 was saved by a run with another curriculum: " in system_log, system_log
     for k in want:
         assert np.array_equal(got[k], want[k]), k
     assert read_metrics(str(tmp_path / "run"))["loss"] == read_metrics(str(tmp_path / "ref"))["loss"]
