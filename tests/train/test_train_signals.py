@@ -57,6 +57,7 @@ def test_ctrl_c_saves_then_exits_with_the_preemption_code(data, tmp_path):
     steps = [int(n) for n in os.listdir(tmp_path / "checkpoints") if n.isdigit()]
     assert len(steps) == 1 and steps[0] >= 1, steps
     assert "Ctrl-C" in open(tmp_path / "roxxel_system.log").read() or "Ctrl-C" in err
+    assert f"stop requested (Ctrl-C): saving step {steps[0]} and stopping" in err and "SIGTERM received" not in err, err
 
 
 @pytest.mark.slow
