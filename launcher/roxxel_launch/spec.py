@@ -59,6 +59,9 @@ _QUANTITY = re.compile(r"\+?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/:@+]*")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9_.\-]{1,220}[a-z0-9]")
+# What _BUCKET checks, in the words of Cloud Storage's naming rules, for error messages.
+_BUCKET_RULE = ("bucket names are 3-63 characters (up to 222 with dots) of lowercase letters, digits, '-', '_' "
+                "and '.', starting and ending with a letter or digit")
 _BAD_TEXT = re.compile(r"[\x00\ud800-\udfff]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # gcsfuse options as the CSI driver takes them: key, key:value or section:key:value.
@@ -71,8 +74,11 @@ RESERVED_VOLUME_NAMES = frozenset({"dshm", "data", "gke-gcsfuse-cache", *contrac
                                    *gpu_networking.VOLUME_NAMES})
 # Label/annotation prefixes users may not set: ours and the controllers'.
 RESERVED_PREFIXES = frozenset({"roxxel.dev", "jobset.sigs.k8s.io", "alpha.jobset.sigs.k8s.io",
-                               "batch.kubernetes.io", "kueue.x-k8s.io", "gke-gcsfuse",
-                               "app.kubernetes.io", "kubectl.kubernetes.io"})
+                               "batch.kubernetes.io", "kueue.x-k8s.io", "gke-gcsfuse"})
+# Keys under shared prefixes that the renderer sets itself (render.MANAGED_BY_LABEL,
+# render.DEFAULT_CONTAINER_ANNOTATION); the rest of Kubernetes' recommended labels
+# (app.kubernetes.io/name, part-of, component, ...) are the user's.
+RESERVED_KEYS = frozenset({"app.kubernetes.io/managed-by", "kubectl.kubernetes.io/default-container"})
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*")
 
 
@@ -356,7 +362,7 @@ class GcsFuseMount:
 
     def __post_init__(self):
         if not _BUCKET.fullmatch(self.bucket):
-            raise SpecError("bucket", f"{self.bucket!r} is not a GCS bucket name",
+            raise SpecError("bucket", f"{self.bucket!r} is not a GCS bucket name ({_BUCKET_RULE})",
                             "Give the bare bucket name, e.g. my-data (no gs://, no path).")
         if self.only_dir is not None and not _GCSFUSE_DIR.fullmatch(self.only_dir):
             raise SpecError("only_dir", f"{self.only_dir!r} must be a relative directory of letters, "
@@ -821,8 +827,8 @@ class JobSpec:
                 _check(f"{section}.{key}", names.qualified_name_problem(key))
                 if section == "labels":
                     _check(f"{section}.{key}", names.label_value_problem(value))
-                if key.split("/", 1)[0] in RESERVED_PREFIXES:
-                    raise SpecError(f"{section}.{key}", "uses a prefix roxxel-launch or its "
+                if key.split("/", 1)[0] in RESERVED_PREFIXES or key in RESERVED_KEYS:
+                    raise SpecError(f"{section}.{key}", "uses a key or prefix that roxxel-launch or its "
                                     "controllers own", "Pick a key under your own prefix.")
             object.__setattr__(self, section, _freeze(getattr(self, section)))
         if self.ttl_seconds_after_finished is not None and self.ttl_seconds_after_finished < 0:
@@ -855,7 +861,7 @@ class JobSpec:
         if path.startswith("gs://"):
             bucket = path[len("gs://"):].split("/", 1)[0]
             if not _BUCKET.fullmatch(bucket):
-                raise SpecError("checkpoint_dir", f"{bucket!r} in {path!r} is not a GCS bucket name")
+                raise SpecError("checkpoint_dir", f"{bucket!r} in {path!r} is not a GCS bucket name ({_BUCKET_RULE})")
             return
         if "://" in path:
             raise SpecError("checkpoint_dir", f"{path!r}: only gs:// URLs are supported",

@@ -100,7 +100,7 @@ def test_gpu_and_cpu_hosts_are_explicit():
     ({"env": {"X": 1}}, [], "env.X", "Quote the value"),
     ({"checkpoint_dir": "ckpt"}, [], "checkpoint_dir", "absolute path"),
     ({"checkpoint_dir": "s3://b/c"}, [], "checkpoint_dir", "only gs://"),
-    ({"checkpoint_dir": "gs://B/c"}, [], "checkpoint_dir", "bucket name"),
+    ({"checkpoint_dir": "gs://B/c"}, [], "checkpoint_dir", "bucket name (bucket names are 3-63 characters"),
     ({"checkpoint_dir": "/data/ckpt", "data": {"pvc": {"claim": "d"}}}, [], "checkpoint_dir",
      "read-only"),
     ({"data": {"gcsfuse": {"bucket": "bkt", "only_dir": "a,ro=false"}}}, [],
@@ -280,3 +280,17 @@ def test_schema_documents_every_field():
     check(schema, "")
     documented = sum(len(dataclasses.fields(c)) for c in _walk_dataclasses(S.JobSpec))
     assert documented >= 35
+
+
+def test_kubernetes_recommended_labels_are_the_users_except_the_ones_we_set(tmp_path):
+    """Found by a new user's pass: every app.kubernetes.io/* label was refused as ours, though
+    roxxel-launch sets only managed-by (and kubectl's default-container annotation)."""
+    path = tmp_path / "job.yaml"
+    ok = {"app.kubernetes.io/name": "lm", "app.kubernetes.io/part-of": "research"}
+    path.write_text(yaml.safe_dump(_base(labels=ok)))
+    assert dict(S.load_spec(path).labels) == ok
+    for section, key in (("labels", "app.kubernetes.io/managed-by"), ("annotations", "kubectl.kubernetes.io/default-container"),
+                         ("labels", "jobset.sigs.k8s.io/jobset-name")):
+        path.write_text(yaml.safe_dump(_base(**{section: {key: "x"}})))
+        with pytest.raises(S.SpecError, match="uses a key or prefix that roxxel-launch or its controllers own"):
+            S.load_spec(path)
