@@ -115,10 +115,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.CONFIG_ERROR_EXIT_CODE
     env = prepare_env(os.environ)
     _log_identity(env)
-    with tempfile.TemporaryDirectory(prefix="roxxel-worker-") as scratch:
-        env[ENV_CONFIG_ERROR_FILE] = report = os.path.join(scratch, "configuration-error")
-        code = run(cmd, env)
-        return _configuration_error(code, report)
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix="roxxel-worker-")
+    except OSError as err:  # no writable temporary directory: the command runs, its errors stay its own
+        logger.warning("no configuration-error report (%s): an uncaught ConfigurationError exits as it is", err)
+        return run(cmd, env)
+    with scratch:
+        env[ENV_CONFIG_ERROR_FILE] = report = os.path.join(scratch.name, "configuration-error")
+        return _configuration_error(run(cmd, env), report)
 
 
 def _configuration_error(code: int, report: str) -> int:
