@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 from typing import Any
 
 from roxxel.format.atomic import atomic_write
@@ -124,6 +125,9 @@ class Manifest:
         return m
 
 
+_HEX_SHA256 = re.compile(r"[0-9a-f]{64}")  # in C: a manifest may list 10^5 shards, and each open reads them all
+
+
 def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -142,7 +146,7 @@ def _malformed(m: Manifest) -> str | None:
         for field in ("num_tokens", "num_documents", "bytes"):
             if not _count(getattr(s, field)):
                 return f"shard {k} ({s.path!r}) has {field} {getattr(s, field)!r}, not a count"
-        if not (isinstance(s.sha256, str) and len(s.sha256) == 64 and all(c in "0123456789abcdef" for c in s.sha256)):
+        if not (isinstance(s.sha256, str) and _HEX_SHA256.fullmatch(s.sha256)):
             return f"shard {k} ({s.path!r}) has sha256 {s.sha256!r}, not a hex SHA-256"
     return None
 
