@@ -703,9 +703,12 @@ class Checkpointer:
         """What the last :meth:`restore` read: arrays restored, new, dropped, and whether
         the optimizer state was restored (see :class:`~roxxel.train.partial.RestorePlan`)."""
         self.restored_run: dict[str, Any] | None = None
-        self.run_changes: list[str] = []  # how this run differs from the restored step's (allowed changes), one line each
         """The ``run`` record of the last restored step (``step``, ``tokens_consumed``,
         ``metrics``, ``fingerprint``, ``settings``, ...), or ``None`` before a restore / when none."""
+        self.run_changes: list[str] = []
+        """How this run's fingerprint differs from the restored step's, one line each
+        (``"phases[0].steps: 40 -> 60"``): the changes a resume allows, and with
+        ``allow_changed_run`` any; empty before a restore or when nothing changed."""
         self.settings: dict[str, Any] = {"save_interval_steps": save_interval_steps}
         """Settings that leave the run's batches as they are (cadences, prefetch; the Trainer
         adds its own), JSON-serialisable: stored with each step as ``settings``; a resume
