@@ -21,6 +21,7 @@ from roxxel.data.stream import Stream
 from roxxel.deprecation import renamed, warn_renamed
 from roxxel.format.errors import DtypeMismatchError
 from roxxel.format.layout import is_float
+from roxxel.format.manifest import ID_FIELDS
 
 PRIMARY = "primary"
 """The name of the primary dataset when :class:`Curriculum` is given one dataset."""
@@ -149,7 +150,7 @@ class ResolvedPhase:
         return self.global_batch_size * self.seq_len
 
 
-_SHARED_FIELDS = ("tokenizer", "vocab_size", "eos_id", "dtype")
+_SHARED_FIELDS = (*ID_FIELDS, "dtype")  # what blended datasets must share
 
 
 def _check_compatible(datasets: Mapping[str, Dataset], vocab_size: int | None) -> int | None:

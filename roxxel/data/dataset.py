@@ -35,7 +35,7 @@ from roxxel.format.errors import (
     ShardNotFoundError,
 )
 from roxxel.format.layout import is_float
-from roxxel.format.manifest import MANIFEST_NAME, Manifest
+from roxxel.format.manifest import ID_FIELDS, MANIFEST_NAME, Manifest, first_difference
 from roxxel.format.shard import open_shard
 from roxxel.wording import count
 
@@ -167,13 +167,13 @@ class Dataset:
 
         for path, m in manifests:
             first_by_dtype.setdefault(m.dtype, os.path.join(os.path.dirname(path), m.shards[0].path) if m.shards else path)
-            seen.append((path, {"vocab_size": m.vocab_size, "eos_id": m.eos_id, "tokenizer": m.tokenizer}))
+            seen.append((path, {k: getattr(m, k) for k in ID_FIELDS}))
         for i, e in enumerate(self._entries):
             if e.num_tokens is None:
                 shard = self._shard(i)
                 e.num_tokens, e.num_documents, e.sha256, e.nbytes = shard.num_tokens, shard.num_documents, shard.sha256, shard.nbytes
                 first_by_dtype.setdefault(shard.dtype.name, e.path)
-                seen.append((e.path, _tokenizer_fields(shard.metadata)))
+                seen.append((e.path, {k: shard.metadata.get(k) for k in ID_FIELDS}))
         if len(first_by_dtype) > 1:
             (d1, p1), (d2, p2) = list(first_by_dtype.items())[:2]
             raise DtypeMismatchError(
@@ -181,8 +181,8 @@ class Dataset:
                 "re-pack them with the same tokenizer, or read them as separate datasets and blend them")
         (p1, meta), *others = seen
         for p2, other in others:
-            if other != meta:
-                field = next(k for k in _TOKENIZER_FIELDS if other[k] != meta[k])
+            field = first_difference(meta, other)
+            if field is not None:
                 raise DtypeMismatchError(
                     f"one dataset's shards must come from one tokenizer: {p1} has {field} {meta[field]!r}, {p2} has "
                     f"{other[field]!r}; read them as separate datasets (a blend refuses them too), or re-pack them "
@@ -212,12 +212,12 @@ class Dataset:
         if self._is_open and shard.dtype != self.dtype:
             raise DtypeMismatchError(f"{e.path}: token dtype {shard.dtype.name}, the dataset's is {self.dtype.name}", e.path)
         if self._is_open and e.num_tokens is not None:  # described by a manifest: what it says of the tokens must hold
-            meta = _tokenizer_fields(shard.metadata)
-            wrong = [k for k in _TOKENIZER_FIELDS if meta[k] != self._props[k]]
-            if wrong:
+            field = first_difference(shard.metadata, self._props)
+            if field is not None:
                 raise CorruptShardError(
-                    f"{e.path}: the shard records {wrong[0]} {meta[wrong[0]]!r}, its manifest says {self._props[wrong[0]]!r}; "
-                    "the manifest was edited or belongs to other shards - restore it or re-pack the dataset", e.path)
+                    f"{e.path}: the shard records {field} {shard.metadata.get(field)!r}, its manifest says "
+                    f"{self._props[field]!r}; the manifest was edited or belongs to other shards - restore it or "
+                    "re-pack the dataset", e.path)
         self._shards[i] = shard
         if len(self._shards) > self.max_open_shards:
             self._shards.popitem(last=False)[1].close()
@@ -741,13 +741,7 @@ def _holds(out: np.dtype, stored: np.dtype, vocab_size: int | None) -> bool:
     return False
 
 
-_TOKENIZER_FIELDS = ("vocab_size", "eos_id", "tokenizer")
 _STEM_MANIFEST = ".dataset.json"  # the manifest of the dataset written as STEM.rox: STEM.dataset.json, shards STEM_*.rox
-
-
-def _tokenizer_fields(metadata: dict[str, Any]) -> dict[str, Any]:
-    """What a shard's metadata says of its ids: vocabulary size, EOS id, tokenizer identity (None: unrecorded)."""
-    return {k: metadata.get(k) for k in _TOKENIZER_FIELDS}
 
 
 def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_Entry]) -> None:

@@ -14,7 +14,7 @@ import json
 import os
 import posixpath
 import re
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from roxxel.format.atomic import atomic_write
 from roxxel.format.errors import CorruptShardError, ShardNotFoundError
@@ -22,6 +22,15 @@ from roxxel.format.errors import CorruptShardError, ShardNotFoundError
 MANIFEST_NAME = "dataset.json"
 MANIFEST_FORMAT = "roxxel.dataset"
 MANIFEST_VERSION = 1
+ID_FIELDS = ("tokenizer", "vocab_size", "eos_id")
+"""What a manifest and each shard's metadata record of the token ids, and what must agree for
+ids to mean the same thing: across the shards of a dataset, an append and a blend (the
+tokenizer first: another one is the cause of any other difference)."""
+
+
+def first_difference(a: Mapping[str, Any], b: Mapping[str, Any], fields: Sequence[str] = ID_FIELDS) -> str | None:
+    """The first of ``fields`` whose values in ``a`` and ``b`` differ (a missing key counts as None), or None."""
+    return next((k for k in fields if a.get(k) != b.get(k)), None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,7 @@ from roxxel._version import __version__
 from roxxel.format import blocks, layout
 from roxxel.format.atomic import atomic_write, commit, fsync_dir, is_fuse, is_temp_name, temp_name
 from roxxel.format.errors import DatasetExistsError, DatasetLockedError, DtypeMismatchError, for_cli
-from roxxel.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
+from roxxel.format.manifest import ID_FIELDS, MANIFEST_NAME, Manifest, ShardEntry, first_difference
 from roxxel.wording import count
 
 log = logging.getLogger("roxxel.format")
@@ -447,11 +447,11 @@ class DatasetWriter:
                     os.remove(os.path.join(self.directory, name))
 
     def _check_compatible(self, m: Manifest) -> None:
-        # The tokenizer first: another one is the cause of any other difference.
-        mine = {"tokenizer": self.tokenizer, "vocab_size": self.vocab_size, "eos_id": self.eos_id, "dtype": self.dtype.name}
-        theirs = {"tokenizer": m.tokenizer, "vocab_size": m.vocab_size, "eos_id": m.eos_id, "dtype": m.dtype}
-        if mine != theirs:
-            field = next(k for k in mine if mine[k] != theirs[k])
+        fields = (*ID_FIELDS, "dtype")
+        mine = {k: getattr(self, k) for k in ID_FIELDS} | {"dtype": self.dtype.name}
+        theirs = {k: getattr(m, k) for k in fields}
+        field = first_difference(mine, theirs, fields)
+        if field is not None:
             named = (m.tokenizer or {}).get("name")
             fix = (f"pack with the tokenizer it was packed with (--tokenizer {named}, found next to the dataset or "
                    "wherever you keep it)" if field == "tokenizer" and named else "pack into a new directory instead")
