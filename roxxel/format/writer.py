@@ -368,32 +368,29 @@ class DatasetWriter:
         self._eos = None if eos_id is None else np.array([eos_id], self.dtype)
         self.marker_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".incomplete")
         self._made_directory = not os.path.isdir(self.directory)  # an abort removes it again, if left empty
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-        except OSError as err:  # one line that names the directory: the bare errno text named only a path
-            clear = type(err)(f"cannot create the dataset directory {self.directory!r}: "
-                              f"{err.strerror or err}; choose a directory you can write to")
-            clear.errno = err.errno
-            raise clear from None
         self._lock_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".lock")
-        self._lock_fd: int | None = _lock(self._lock_path, lock_timeout)
-        try:
+        self._lock_fd: int | None = None
+        marked = False  # this pack's marker is written (a new dataset's, by _prepare)
+        try:  # whatever stops the set-up (a refusal, a held lock, Ctrl-C or SIGTERM) leaves nothing behind
+            _make_directory(self.directory)
+            self._lock_fd = _lock(self._lock_path, lock_timeout)
             self._previous = self._prepare(append)
+            marked = self._previous is None
+            self._shards: list[ShardWriter] = []
+            self._current: ShardWriter | None = None
+            fuse = is_fuse(self.directory)
+            if fuse:
+                log.info("%s is on a FUSE file system (GCS FUSE uploads a file on each fsync): each shard is "
+                         "synced once, when finished", self.directory)
+            self._sync = _BackgroundSync(periodic=not fuse)
+            self._checksums = _BackgroundChecksums() if background_checksums else None
+            self._next_index = self._first_free_index()
+            self.num_documents = 0
+            self.num_tokens = 0
+            self._closed = False
         except BaseException:
-            self._unlock()
+            self._release(marked)
             raise
-        self._shards: list[ShardWriter] = []
-        self._current: ShardWriter | None = None
-        fuse = is_fuse(self.directory)
-        if fuse:
-            log.info("%s is on a FUSE file system (GCS FUSE uploads a file on each fsync): each shard is "
-                     "synced once, when finished", self.directory)
-        self._sync = _BackgroundSync(periodic=not fuse)
-        self._checksums = _BackgroundChecksums() if background_checksums else None
-        self._next_index = self._first_free_index()
-        self.num_documents = 0
-        self.num_tokens = 0
-        self._closed = False
 
     # -- setup ------------------------------------------------------------------------
     def _own_shard_paths(self) -> list[str]:
@@ -680,7 +677,12 @@ class DatasetWriter:
         self._stop_threads()  # no file is closed under a background fsync
         for s in self._shards + ([self._current] if self._current else []):
             s.abort()
-        if self._previous is None:
+        self._release(self._previous is None)
+
+    def _release(self, marked: bool) -> None:
+        """Undo the set-up: this pack's marker (``marked``: a new dataset's), the lock, and the
+        directory if this writer made it and it is empty again."""
+        if marked:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.marker_path)
         self._unlock()
@@ -728,6 +730,18 @@ def join_documents(docs: list[np.ndarray], dtype, eos_id: int | None) -> tuple[n
     if not docs:
         return np.empty(0, dtype), lengths
     return np.concatenate([p for d in docs for p in (d, *eos)], dtype=dtype), lengths
+
+
+def _make_directory(directory: str) -> None:
+    """``os.makedirs(directory, exist_ok=True)``, failing in one line that names the directory
+    (the bare errno text named only a path)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as err:
+        clear = type(err)(f"cannot create the dataset directory {directory!r}: "
+                          f"{err.strerror or err}; choose a directory you can write to")
+        clear.errno = err.errno
+        raise clear from None
 
 
 def _write_marker(path: str, pending: list[str]) -> None:

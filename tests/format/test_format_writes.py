@@ -159,3 +159,27 @@ def test_the_file_system_of_a_path_is_read_from_the_mount_table(tmp_path):
     assert kind(top) == "ext4" and kind(tmp_path / "mnt2") == "ext4"  # "mnt" is not a mount above "mnt2"
     assert filesystem_type(str(top), str(tmp_path / "missing")) is None
     assert not is_fuse(str(tmp_path))  # this machine's own table: a local disk
+
+
+@pytest.mark.parametrize("stop_in", ["_lock", "_prepare", "is_fuse"])
+def test_a_writer_stopped_while_it_sets_up_leaves_no_directory(tmp_path, monkeypatch, stop_in):
+    """Found by the fresh-clone CI run: SIGTERM (raised as an exception by `roxxel pack`) that
+    arrived while the writer was setting up left the directory it had made, with its lock file;
+    only a failing _prepare unlocked, and nothing removed the directory."""
+    from roxxel.format import writer as writer_module
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt  # as the command line's SIGTERM handler raises it
+
+    if stop_in == "_prepare":
+        monkeypatch.setattr(writer_module.DatasetWriter, "_prepare", stop)
+    else:
+        monkeypatch.setattr(writer_module, stop_in, stop)
+    out = tmp_path / "new" / "ds"
+    with pytest.raises(KeyboardInterrupt):
+        writer_module.DatasetWriter(str(out / "dataset.json"), vocab_size=257, eos_id=256)
+    assert not out.exists()
+    (tmp_path / "kept").mkdir()  # a directory the writer did not make stays, without its lock file
+    with pytest.raises(KeyboardInterrupt):
+        writer_module.DatasetWriter(str(tmp_path / "kept" / "dataset.json"), vocab_size=257, eos_id=256)
+    assert os.listdir(tmp_path / "kept") == []
