@@ -7,55 +7,61 @@ is wrong with the value and how to fix it.
 
 The dataclasses are also the schema: :func:`spec_schema` turns their type hints and field
 docs into a JSON-schema-like dict from which reference docs can be generated.
+
+The package's modules: :mod:`~roxxel_launch.spec.model` (the root object, :class:`JobSpec`)
+with its parts in :mod:`~roxxel_launch.spec.accelerators`, :mod:`~roxxel_launch.spec.storage`
+and :mod:`~roxxel_launch.spec.pod`; :mod:`~roxxel_launch.spec.loading` (YAML, ``--set``, error
+positions); :mod:`~roxxel_launch.spec.schema`; :mod:`~roxxel_launch.spec.errors` and
+:mod:`~roxxel_launch.spec.fields` (what the others share). Import from the package.
 """
 
-from roxxel_launch.spec.model import (
-    API_VERSION,
-    DEFAULT_GCSFUSE_MOUNT_OPTIONS,
+from roxxel_launch.spec.accelerators import (
     GPU_ACCELERATOR_SELECTOR,
     GPU_RESOURCE,
-    INT32_MAX,
-    KIND,
     MAX_HOSTS_PER_SLICE,
-    MAX_SLICES,
-    MAX_SPEC_BYTES,
-    MAX_SPEC_DEPTH,
-    REPLICATED_JOB_NAME,
-    RESERVED_KEYS,
-    RESERVED_PREFIXES,
-    RESERVED_VOLUME_NAMES,
     TPU_ACCELERATOR_SELECTOR,
     TPU_RESOURCE,
     TPU_TOPOLOGY_SELECTOR,
     Accelerator,
     CpuAccelerator,
-    DataMount,
-    EmptyDirSource,
-    EnvFromSource,
-    ExtraVolume,
-    GcsFuseMount,
     GpuAccelerator,
-    JobSpec,
-    KeyRef,
-    NfsMount,
-    PvcMount,
-    Resources,
-    Security,
-    SpecError,
-    Toleration,
     TpuAccelerator,
     accelerator_node_selectors,
+)
+from roxxel_launch.spec.errors import SpecError
+from roxxel_launch.spec.fields import INT32_MAX, image_is_pinned, image_reference_problem
+from roxxel_launch.spec.loading import (
+    MAX_SPEC_BYTES,
+    MAX_SPEC_DEPTH,
     apply_overrides,
-    image_is_pinned,
-    image_reference_problem,
     load_spec,
-    longest_pod_name,
-    max_name_length,
     parse_yaml,
     read_spec_text,
     spec_from_dict,
-    spec_schema,
     spec_to_dict,
+)
+from roxxel_launch.spec.model import (
+    API_VERSION,
+    KIND,
+    MAX_SLICES,
+    REPLICATED_JOB_NAME,
+    RESERVED_KEYS,
+    RESERVED_PREFIXES,
+    JobSpec,
+    longest_pod_name,
+    max_name_length,
+)
+from roxxel_launch.spec.pod import EnvFromSource, KeyRef, Resources, Security, Toleration
+from roxxel_launch.spec.schema import spec_schema
+from roxxel_launch.spec.storage import (
+    DEFAULT_GCSFUSE_MOUNT_OPTIONS,
+    RESERVED_VOLUME_NAMES,
+    DataMount,
+    EmptyDirSource,
+    ExtraVolume,
+    GcsFuseMount,
+    NfsMount,
+    PvcMount,
 )
 
 __all__ = [

@@ -1,0 +1,192 @@
+"""What the pods mount: the read-only data volume (GCS FUSE, NFS, a PVC) and extra volumes."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Literal
+
+from roxxel_launch import contract, gpu_networking, names
+from roxxel_launch.spec.errors import SpecError, _check
+from roxxel_launch.spec.fields import _CONTROL, INT32_MAX, _check_quantity, _doc, _one_of
+
+DEFAULT_GCSFUSE_MOUNT_OPTIONS = ("implicit-dirs",)
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9_.\-]{1,220}[a-z0-9]")
+# What _BUCKET checks, in the words of Cloud Storage's naming rules, for error messages.
+_BUCKET_RULE = ("bucket names are 3-63 characters (up to 222 with dots) of lowercase letters, digits, '-', '_' "
+                "and '.', starting and ending with a letter or digit")
+# gcsfuse options as the CSI driver takes them: key, key:value or section:key:value.
+_GCSFUSE_OPTION = re.compile(r"[a-z][a-z0-9-]*(:[A-Za-z0-9_.\-]+){0,2}")
+_GCSFUSE_DIR = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*/?")
+# Volume names the renderer uses itself: shared memory, data, the GCS FUSE file cache and
+# the writable emptyDirs of the read-only root filesystem (contract.WRITABLE_DIRS).
+RESERVED_VOLUME_NAMES = frozenset({"dshm", "data", "gke-gcsfuse-cache", *contract.WRITABLE_DIRS,
+                                   *gpu_networking.VOLUME_NAMES})
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class GcsFuseMount:
+    """A GCS bucket mounted read-only through the GKE GCS FUSE CSI driver.
+
+    The driver injects a sidecar (``gke-gcsfuse-sidecar``) whose cpu, memory and
+    ephemeral-storage limits are set explicitly through pod annotations. The file cache
+    is off unless ``file_cache_mb`` is given; then it is bounded and lives on its own
+    ``gke-gcsfuse-cache`` volume, never under the sidecar's ephemeral-storage limit.
+    """
+
+    bucket: str = _doc("Bucket name (without gs://).")
+    only_dir: str | None = _doc("Mount only this directory of the bucket (only-dir:DIR).", default=None)
+    mount_options: tuple[str, ...] = _doc(
+        "gcsfuse mount options in the driver's key or key:value form (e.g. "
+        "metadata-cache:ttl-secs:-1), joined with commas; the file cache is set by file_cache_mb.",
+        default=DEFAULT_GCSFUSE_MOUNT_OPTIONS)
+    file_cache_mb: int | None = _doc(
+        "Turn the gcsfuse file cache on, bounded to this many MiB (file-cache:max-size-mb), "
+        "on a dedicated gke-gcsfuse-cache volume.", default=None)
+    file_cache_medium: Literal["memory", "disk"] = _doc(
+        "Where the gke-gcsfuse-cache volume lives: memory (tmpfs, counts against the pod's "
+        "memory) or disk (the node's ephemeral storage: local SSD on node pools created with "
+        "--ephemeral-storage-local-ssd).", default="disk")
+    sidecar_cpu_limit: str = _doc("gke-gcsfuse/cpu-limit annotation; \"0\" = no limit.", default="0")
+    sidecar_memory_limit: str = _doc("gke-gcsfuse/memory-limit annotation; \"0\" = no limit.",
+                                     default="0")
+    sidecar_ephemeral_storage_limit: str = _doc(
+        "gke-gcsfuse/ephemeral-storage-limit annotation; \"0\" = no limit.", default="0")
+
+    def __post_init__(self):
+        if not _BUCKET.fullmatch(self.bucket):
+            raise SpecError("bucket", f"{self.bucket!r} is not a GCS bucket name ({_BUCKET_RULE})",
+                            "Give the bare bucket name, e.g. my-data (no gs://, no path).")
+        if self.only_dir is not None and not _GCSFUSE_DIR.fullmatch(self.only_dir):
+            raise SpecError("only_dir", f"{self.only_dir!r} must be a relative directory of letters, "
+                            "digits and . _ - / (no ',', ':', '=' or spaces)",
+                            "The driver splits mount options at ',' and at ':'.")
+        for i, option in enumerate(self.mount_options):
+            if not _GCSFUSE_OPTION.fullmatch(option):
+                raise SpecError(f"mount_options[{i}]", f"{option!r} is not a gcsfuse mount option in "
+                                "the key or key:value form (no ',', '=' or spaces)",
+                                "Give one option per list item, e.g. implicit-dirs or "
+                                "metadata-cache:ttl-secs:-1.")
+            key = option.split(":", 1)[0]
+            if key in ("file-cache", "cache-dir", "only-dir"):
+                raise SpecError(f"mount_options[{i}]", f"{option!r} is set by roxxel-launch",
+                                "Use file_cache_mb / only_dir instead.")
+        if self.file_cache_mb is not None and not 1 <= self.file_cache_mb <= INT32_MAX:
+            raise SpecError("file_cache_mb", f"must be at least 1 MiB, got {self.file_cache_mb}",
+                            "Leave it out to turn the file cache off.")
+        for field in ("sidecar_cpu_limit", "sidecar_memory_limit", "sidecar_ephemeral_storage_limit"):
+            _check_quantity(field, getattr(self, field))
+
+    def joined_options(self) -> str:
+        options = list(self.mount_options)
+        if self.only_dir is not None:
+            options.append(f"only-dir:{self.only_dir}")
+        if self.file_cache_mb is not None:
+            options.append(f"file-cache:max-size-mb:{self.file_cache_mb}")
+        return ",".join(options)
+
+
+@dataclasses.dataclass(frozen=True)
+class NfsMount:
+    """An NFS export (e.g. Filestore) mounted read-only."""
+
+    server: str = _doc("NFS server host name or IP address.")
+    path: str = _doc("Exported path on the server.")
+
+    def __post_init__(self):
+        if not _HOST.fullmatch(self.server):
+            raise SpecError("server", f"{self.server!r} is not a host name or IP address")
+        if not self.path.startswith("/") or _CONTROL.search(self.path):
+            raise SpecError("path", f"{self.path!r} must be an absolute path without control "
+                            "characters, e.g. /vol1/data")
+
+
+@dataclasses.dataclass(frozen=True)
+class PvcMount:
+    """An existing PersistentVolumeClaim (ReadOnlyMany for shared data) mounted read-only."""
+
+    claim: str = _doc("Name of the PersistentVolumeClaim in the job's namespace.")
+
+    def __post_init__(self):
+        _check("claim", names.dns1123_subdomain_problem(self.claim))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataMount:
+    """Exactly one of ``gcsfuse``, ``nfs`` or ``pvc``, mounted read-only at /data."""
+
+    gcsfuse: GcsFuseMount | None = _doc("GCS bucket through GCS FUSE.", default=None)
+    nfs: NfsMount | None = _doc("NFS export.", default=None)
+    pvc: PvcMount | None = _doc("PersistentVolumeClaim.", default=None)
+
+    def __post_init__(self):
+        given = [n for n in ("gcsfuse", "nfs", "pvc") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise SpecError("", f"give exactly one of gcsfuse, nfs, pvc (got {', '.join(given) or 'none'})")
+
+
+@dataclasses.dataclass(frozen=True)
+class EmptyDirSource:
+    """A scratch directory: the node's ephemeral storage (a local SSD) or memory."""
+
+    medium: Literal["disk", "memory"] = _doc("disk (node ephemeral storage) or memory (tmpfs).",
+                                             default="disk")
+    size_limit: str | None = _doc("sizeLimit quantity, e.g. 100Gi.", default=None)
+
+    def __post_init__(self):
+        if self.size_limit is not None:
+            _check_quantity("size_limit", self.size_limit)
+
+    def to_k8s(self) -> dict:
+        out = {"medium": "Memory"} if self.medium == "memory" else {}
+        if self.size_limit is not None:
+            out["sizeLimit"] = self.size_limit
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtraVolume:
+    """An extra volume mounted in the worker: exactly one of secret, config_map, pvc, nfs, empty_dir."""
+
+    name: str = _doc("Volume name (DNS-1123 label).")
+    mount_path: str = _doc("Absolute path in the worker container.")
+    read_only: bool = _doc("Mount read-only.", default=True)
+    secret: str | None = _doc("Secret name.", default=None)
+    config_map: str | None = _doc("ConfigMap name.", default=None)
+    pvc: str | None = _doc("PersistentVolumeClaim name (e.g. a Filestore share).", default=None)
+    nfs: NfsMount | None = _doc("NFS export.", default=None)
+    empty_dir: EmptyDirSource | None = _doc("Scratch space (local SSD or memory).", default=None)
+
+    def __post_init__(self):
+        _check("name", names.dns1123_label_problem(self.name))
+        if self.name in RESERVED_VOLUME_NAMES:
+            raise SpecError("name", f"{self.name!r} is used by roxxel-launch", "Pick another name.")
+        if not self.mount_path.startswith("/") or _CONTROL.search(self.mount_path) \
+                or ":" in self.mount_path:
+            raise SpecError("mount_path", f"{self.mount_path!r} must be an absolute path without "
+                            "':' or control characters")
+        kind = _one_of(self, ("secret", "config_map", "pvc", "nfs", "empty_dir"))
+        if kind in ("secret", "config_map", "pvc"):
+            _check(kind, names.dns1123_subdomain_problem(getattr(self, kind)))
+
+    def to_k8s(self) -> tuple[dict, dict]:
+        """The pod ``volumes`` entry and the container ``volumeMounts`` entry."""
+        source: dict[str, Any]
+        if self.secret is not None:
+            source = {"secret": {"secretName": self.secret}}
+        elif self.config_map is not None:
+            source = {"configMap": {"name": self.config_map}}
+        elif self.pvc is not None:
+            source = {"persistentVolumeClaim": {"claimName": self.pvc, "readOnly": self.read_only}}
+        elif self.nfs is not None:
+            source = {"nfs": {"server": self.nfs.server, "path": self.nfs.path,
+                              "readOnly": self.read_only}}
+        elif self.empty_dir is not None:
+            source = {"emptyDir": self.empty_dir.to_k8s()}
+        else:  # __post_init__ requires exactly one source; a volume changed since is refused here
+            raise SpecError("name", f"volume {self.name!r} has no source")
+        return ({"name": self.name, **source},
+                {"name": self.name, "mountPath": self.mount_path, "readOnly": self.read_only})
+
+
