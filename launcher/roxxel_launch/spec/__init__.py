@@ -10,7 +10,8 @@ docs into a JSON-schema-like dict from which reference docs can be generated.
 
 The package's modules: :mod:`~roxxel_launch.spec.model` (the root object, :class:`JobSpec`)
 with its parts in :mod:`~roxxel_launch.spec.accelerators`, :mod:`~roxxel_launch.spec.storage`
-and :mod:`~roxxel_launch.spec.pod`; :mod:`~roxxel_launch.spec.loading` (YAML, ``--set``, error
+and :mod:`~roxxel_launch.spec.pod`; :mod:`~roxxel_launch.spec.owned` (what a spec may not set
+because roxxel-launch sets it); :mod:`~roxxel_launch.spec.loading` (YAML, ``--set``, error
 positions); :mod:`~roxxel_launch.spec.schema`; :mod:`~roxxel_launch.spec.errors` and
 :mod:`~roxxel_launch.spec.fields` (what the others share). Import from the package.
 """
@@ -45,17 +46,15 @@ from roxxel_launch.spec.model import (
     KIND,
     MAX_SLICES,
     REPLICATED_JOB_NAME,
-    RESERVED_KEYS,
-    RESERVED_PREFIXES,
     JobSpec,
     longest_pod_name,
     max_name_length,
 )
+from roxxel_launch.spec.owned import RESERVED_KEYS, RESERVED_PREFIXES, RESERVED_VOLUME_NAMES
 from roxxel_launch.spec.pod import EnvFromSource, KeyRef, Resources, Security, Toleration
 from roxxel_launch.spec.schema import spec_schema
 from roxxel_launch.spec.storage import (
     DEFAULT_GCSFUSE_MOUNT_OPTIONS,
-    RESERVED_VOLUME_NAMES,
     DataMount,
     EmptyDirSource,
     ExtraVolume,

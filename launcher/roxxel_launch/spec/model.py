@@ -1,7 +1,7 @@
 """The job spec's root object, :class:`JobSpec`, and the checks that span its fields.
 
 Its parts live beside it: accelerators, storage (data and extra volumes), pod (scheduling,
-security, environment sources).
+security, environment sources); what users may not set is in :mod:`roxxel_launch.spec.owned`.
 
 Example::
 
@@ -26,19 +26,13 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from roxxel_launch import contract, names
-from roxxel_launch.spec.accelerators import Accelerator, accelerator_node_selectors
+from roxxel_launch.spec.accelerators import Accelerator
 from roxxel_launch.spec.errors import SpecError, _check, _Problems
 from roxxel_launch.spec.fields import INT32_MAX, _doc, _freeze, image_reference_problem
+from roxxel_launch.spec.owned import refuse
 from roxxel_launch.spec.pod import EnvFromSource, KeyRef, Resources, Security, Toleration
 from roxxel_launch.spec.storage import _BUCKET, _BUCKET_RULE, DataMount, ExtraVolume
 
-# Label/annotation prefixes users may not set: ours and the controllers'.
-RESERVED_PREFIXES = frozenset({"roxxel.dev", "jobset.sigs.k8s.io", "alpha.jobset.sigs.k8s.io",
-                               "batch.kubernetes.io", "kueue.x-k8s.io", "gke-gcsfuse"})
-# Keys under shared prefixes that the renderer sets itself (render.MANAGED_BY_LABEL,
-# render.DEFAULT_CONTAINER_ANNOTATION); the rest of Kubernetes' recommended labels
-# (app.kubernetes.io/name, part-of, component, ...) are the user's.
-RESERVED_KEYS = frozenset({"app.kubernetes.io/managed-by", "kubectl.kubernetes.io/default-container"})
 API_VERSION = "roxxel.dev/v1alpha1"
 KIND = "RoxxelJob"
 # Slices of one JobSet (replicas of its replicated job, an int32; JAX's process ids too).
@@ -141,8 +135,7 @@ class JobSpec:
         for key in self.env:
             with problems.check():
                 _check(f"env.{key}", names.env_var_name_problem(key))
-                if key in contract.RESERVED_ENV_NAMES:
-                    raise SpecError(f"env.{key}", "is set by roxxel-launch", "Remove it from env.")
+                refuse("env", key, self, at=f"env.{key}")
         object.__setattr__(self, "env", _freeze(self.env))
         with problems.check():
             self._check_checkpoint_dir()
@@ -167,14 +160,11 @@ class JobSpec:
             with problems.check():
                 if not 0 <= value <= most:
                     raise SpecError(field, f"must be between 0 and {most}{unit}, got {value}")
-        owned = accelerator_node_selectors(self.accelerator)
         for key, value in self.node_selectors.items():
             with problems.check():
                 _check(f"node_selectors.{key}", names.qualified_name_problem(key))
                 _check(f"node_selectors.{key}", names.label_value_problem(value))
-                if key in owned:
-                    raise SpecError(f"node_selectors.{key}", "is set from the accelerator block",
-                                    "Remove it from node_selectors.")
+                refuse("node_selectors", key, self, at=f"node_selectors.{key}")
         object.__setattr__(self, "node_selectors", _freeze(self.node_selectors))
         with problems.check():
             self._check_escape_hatches()
@@ -199,16 +189,11 @@ class JobSpec:
             _check(f"image_pull_secrets[{i}]", names.dns1123_subdomain_problem(secret))
         for key in self.env_refs:
             _check(f"env_refs.{key}", names.env_var_name_problem(key))
-            if key in contract.RESERVED_ENV_NAMES or key in self.env:
-                raise SpecError(f"env_refs.{key}", "is already set (by roxxel-launch or in env)")
+            refuse("env_refs", key, self, at=f"env_refs.{key}")
         object.__setattr__(self, "env_refs", _freeze(self.env_refs))
         paths = [v.mount_path.rstrip("/") for v in self.volumes]
-        taken = [contract.SHM_MOUNT_PATH] + ([contract.DATA_MOUNT_PATH] if self.data else []) \
-            + [path for path, _ in contract.WRITABLE_DIRS.values()]
         for i, volume in enumerate(self.volumes):
-            if paths[i] in taken:
-                raise SpecError(f"volumes[{i}].mount_path", f"{volume.mount_path!r} is where "
-                                "roxxel-launch mounts a volume of its own", "Pick another path.")
+            refuse("volumes[].mount_path", volume.mount_path, self, at=f"volumes[{i}].mount_path")
             if paths.count(paths[i]) > 1:
                 raise SpecError(f"volumes[{i}].mount_path", f"{volume.mount_path!r} is mounted twice")
         volume_names = [v.name for v in self.volumes]
@@ -220,23 +205,12 @@ class JobSpec:
                 _check(f"{section}.{key}", names.qualified_name_problem(key))
                 if section == "labels":
                     _check(f"{section}.{key}", names.label_value_problem(value))
-                if key.split("/", 1)[0] in RESERVED_PREFIXES or key in RESERVED_KEYS:
-                    raise SpecError(f"{section}.{key}", "uses a key or prefix that roxxel-launch or its "
-                                    "controllers own", "Pick a key under your own prefix.")
+                refuse(section, key, self, at=f"{section}.{key}")
             object.__setattr__(self, section, _freeze(getattr(self, section)))
         if self.ttl_seconds_after_finished is not None and self.ttl_seconds_after_finished < 0:
             raise SpecError("ttl_seconds_after_finished",
                             f"must be 0 or more seconds, got {self.ttl_seconds_after_finished}")
-        if self.host_network and self.accelerator.kind != "tpu":
-            raise SpecError("host_network", "is offered for TPU slices only",
-                            "GPU pods use GKE's multi-networking presets instead; remove it.")
-        if self.host_network and self.data is not None and self.data.gcsfuse is not None:
-            raise SpecError("host_network", "host-network pods cannot mount GCS FUSE volumes "
-                            "without the driver's host-network opt-in, which roxxel-launch does not "
-                            "render", "Set host_network: false, or read data from gs:// directly.")
-        if self.host_network and self.workload != "jobset":
-            raise SpecError("host_network", "needs workload: jobset (an indexed-job's headless "
-                            "Service DNS names do not cover host-network pods)")
+        refuse("host_network", self.host_network, self)
 
     @property
     def uses_host_network(self) -> bool:

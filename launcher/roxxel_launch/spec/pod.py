@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from roxxel_launch import contract, names
-from roxxel_launch.spec.accelerators import GPU_RESOURCE, TPU_RESOURCE
 from roxxel_launch.spec.errors import SpecError, _check
 from roxxel_launch.spec.fields import INT32_MAX, _check_quantity, _doc, _freeze, _one_of
+from roxxel_launch.spec.owned import refuse
 
 _CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
@@ -66,9 +66,7 @@ class Resources:
             mapping = getattr(self, section)
             for name, quantity in mapping.items():
                 _check(f"{section}.{name}", names.qualified_name_problem(name))
-                if name in (TPU_RESOURCE, GPU_RESOURCE):
-                    raise SpecError(f"{section}.{name}", "is set from the accelerator block",
-                                    "Remove it; set accelerator.tpu or accelerator.gpu.count instead.")
+                refuse("resources", name, self, at=f"{section}.{name}")
                 _check_quantity(f"{section}.{name}", quantity)
             object.__setattr__(self, section, _freeze(mapping))
 

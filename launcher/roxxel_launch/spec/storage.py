@@ -6,9 +6,10 @@ import dataclasses
 import re
 from typing import Any, Literal
 
-from roxxel_launch import contract, gpu_networking, names
+from roxxel_launch import names
 from roxxel_launch.spec.errors import SpecError, _check
 from roxxel_launch.spec.fields import _CONTROL, INT32_MAX, _check_quantity, _doc, _one_of
+from roxxel_launch.spec.owned import refuse
 
 DEFAULT_GCSFUSE_MOUNT_OPTIONS = ("implicit-dirs",)
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9_.\-]{1,220}[a-z0-9]")
@@ -18,10 +19,6 @@ _BUCKET_RULE = ("bucket names are 3-63 characters (up to 222 with dots) of lower
 # gcsfuse options as the CSI driver takes them: key, key:value or section:key:value.
 _GCSFUSE_OPTION = re.compile(r"[a-z][a-z0-9-]*(:[A-Za-z0-9_.\-]+){0,2}")
 _GCSFUSE_DIR = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*/?")
-# Volume names the renderer uses itself: shared memory, data, the GCS FUSE file cache and
-# the writable emptyDirs of the read-only root filesystem (contract.WRITABLE_DIRS).
-RESERVED_VOLUME_NAMES = frozenset({"dshm", "data", "gke-gcsfuse-cache", *contract.WRITABLE_DIRS,
-                                   *gpu_networking.VOLUME_NAMES})
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*")
 
 
@@ -68,10 +65,7 @@ class GcsFuseMount:
                                 "the key or key:value form (no ',', '=' or spaces)",
                                 "Give one option per list item, e.g. implicit-dirs or "
                                 "metadata-cache:ttl-secs:-1.")
-            key = option.split(":", 1)[0]
-            if key in ("file-cache", "cache-dir", "only-dir"):
-                raise SpecError(f"mount_options[{i}]", f"{option!r} is set by roxxel-launch",
-                                "Use file_cache_mb / only_dir instead.")
+            refuse("data.gcsfuse.mount_options", option, self, at=f"mount_options[{i}]")
         if self.file_cache_mb is not None and not 1 <= self.file_cache_mb <= INT32_MAX:
             raise SpecError("file_cache_mb", f"must be at least 1 MiB, got {self.file_cache_mb}",
                             "Leave it out to turn the file cache off.")
@@ -160,8 +154,7 @@ class ExtraVolume:
 
     def __post_init__(self):
         _check("name", names.dns1123_label_problem(self.name))
-        if self.name in RESERVED_VOLUME_NAMES:
-            raise SpecError("name", f"{self.name!r} is used by roxxel-launch", "Pick another name.")
+        refuse("volumes[].name", self.name, self, at="name")
         if not self.mount_path.startswith("/") or _CONTROL.search(self.mount_path) \
                 or ":" in self.mount_path:
             raise SpecError("mount_path", f"{self.mount_path!r} must be an absolute path without "
