@@ -4,9 +4,10 @@ Only click is imported at module level so that ``roxxel-launch --help`` starts f
 command imports what it needs (YAML, jinja2, schemas, the kubernetes client).
 
 Job commands (``submit``, ``status``, ``logs``, ``list``, ``delete``, ``resume``, ``wait``)
-talk to a backend: the Kubernetes cluster of the current kubeconfig context by default
-(``roxxel_launch.backends.kubernetes``, imported only then), or this machine with
-``--local`` (``roxxel_launch.backends.local``).
+talk to a backend chosen by name with ``--backend`` (:data:`BACKENDS`): ``kubernetes``, the
+cluster of the current kubeconfig context, by default
+(``roxxel_launch.backends.kubernetes``, imported only then), or ``local``, this machine
+(``roxxel_launch.backends.local``); ``--local`` is short for ``--backend local``.
 
 Exit codes:
 
@@ -27,8 +28,10 @@ Exit codes:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -142,9 +145,6 @@ def schema_command() -> None:
 
 # ----------------------------------------------------------------------------- job commands
 
-_local_option = click.option("--local", is_flag=True,
-                             help="Run on this machine: one process per host of the spec "
-                                  "(runs kept in $ROXXEL_LOCAL_ROOT, default ./runs/local).")
 _context_option = click.option("--context", default=None,
                                help="kubeconfig context (Kubernetes only; default: the current one).")
 _namespace_option = click.option("-n", "--namespace", default=None,
@@ -152,23 +152,10 @@ _namespace_option = click.option("-n", "--namespace", default=None,
                                       "context's).")
 
 
-def _backend(local: bool, *, namespace: str | None = None, context: str | None = None,
-             poll: float | None = None, local_options=None) -> Backend:
-    """The local backend, or the Kubernetes one (imported only when needed); the only place
-    where the CLI tells them apart.
-
-    ``poll``: seconds between the Kubernetes backend's own polls (resume waiting for the old
-    objects to go, logs -f waiting for a pod); None keeps its default.
-    ``local_options``: the local backend's ``LocalOptions`` (None: its defaults).
-    """
-    if local:
-        if namespace is not None or context is not None:
-            raise click.UsageError("--namespace and --context apply to Kubernetes, not to --local")
-        from roxxel_launch.backends.local import LocalBackend
-
-        return LocalBackend(options=local_options)
+def _kubernetes_backend(*, namespace: str | None, context: str | None, poll: float | None,
+                        local_options) -> Backend:
     try:
-        from roxxel_launch.backends.kubernetes import KubernetesBackend
+        from roxxel_launch.backends.kubernetes.backend import KubernetesBackend
     except ImportError as err:
         raise click.ClickException(
             f"the Kubernetes backend is not available ({err}); check that roxxel-launch is fully "
@@ -177,6 +164,51 @@ def _backend(local: bool, *, namespace: str | None = None, context: str | None =
     if poll is None:
         return KubernetesBackend(namespace=namespace, context=context)
     return KubernetesBackend(namespace=namespace, context=context, poll_seconds=poll)
+
+
+def _local_backend(*, namespace: str | None, context: str | None, poll: float | None,
+                   local_options) -> Backend:
+    if namespace is not None or context is not None:
+        raise click.UsageError("--namespace and --context apply to Kubernetes, not to --local")
+    from roxxel_launch.backends.local.backend import LocalBackend
+
+    return LocalBackend(options=local_options)
+
+
+BACKENDS: dict[str, Callable[..., Backend]] = {"kubernetes": _kubernetes_backend, "local": _local_backend}
+"""The backends by name (``--backend``): each makes its backend, importing it only then."""
+DEFAULT_BACKEND = "kubernetes"
+
+
+def _backend_option(command):
+    """``--backend NAME`` and its short form ``--local`` (``--backend local``); the command
+    gets the chosen name as ``backend_name``. Both given, and different: a usage error."""
+    @functools.wraps(command)
+    def run(*args, backend_name: str | None, local: bool, **kwargs):
+        if local and backend_name not in (None, "local"):
+            raise click.UsageError(f"--local is short for --backend local; it contradicts "
+                                   f"--backend {backend_name}")
+        return command(*args, backend_name="local" if local else backend_name or DEFAULT_BACKEND,
+                       **kwargs)
+
+    run = click.option("--local", is_flag=True,
+                       help="Run on this machine: one process per host of the spec "
+                            "(runs kept in $ROXXEL_LOCAL_ROOT, default ./runs/local); "
+                            "short for --backend local.")(run)
+    return click.option("--backend", "backend_name", type=click.Choice(list(BACKENDS)), default=None,
+                        help=f"Where the job runs (default: {DEFAULT_BACKEND}).")(run)
+
+
+def _backend(name: str, *, namespace: str | None = None, context: str | None = None,
+             poll: float | None = None, local_options=None) -> Backend:
+    """The backend ``name`` of :data:`BACKENDS` (its module imported only now); the only
+    place where the CLI makes one.
+
+    ``poll``: seconds between the Kubernetes backend's own polls (resume waiting for the old
+    objects to go, logs -f waiting for a pod); None keeps its default.
+    ``local_options``: the local backend's ``LocalOptions`` (None: its defaults).
+    """
+    return BACKENDS[name](namespace=namespace, context=context, poll=poll, local_options=local_options)
 
 
 @contextlib.contextmanager
@@ -324,7 +356,7 @@ def _announce(status: JobStatus) -> None:
 @cli.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False))
 @_set_option
-@_local_option
+@_backend_option
 @click.option("--detach", is_flag=True,
               help="With --local: start the job in the background and return at once "
                    "(default: run it in the foreground, stream worker 0's output and exit "
@@ -346,7 +378,7 @@ def _announce(status: JobStatus) -> None:
 @_version_option
 @_context_option
 @click.pass_context
-def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local: bool, detach: bool,
+def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend_name: str, detach: bool,
            devices_per_worker: int | None, data_dir: str | None, netns: bool, max_workers: int | None,
            dry_run: bool, schema: bool, kubernetes_version: str, context: str | None) -> None:
     """Start a job: on the cluster, or as local processes with --local.
@@ -354,6 +386,7 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
     The spec and the manifests it renders are validated before anything starts (for
     --local too: the local run is meant to be the pods' dress rehearsal).
     """
+    local = backend_name == "local"
     if not local:
         for flag, given in (("--detach", detach), ("--devices-per-worker", devices_per_worker is not None),
                             ("--data-dir", data_dir is not None), ("--netns", netns),
@@ -364,7 +397,7 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
     _check_manifests(spec, schema, kubernetes_version, cluster=not local)
     options = None
     if local:
-        from roxxel_launch.backends.local import LocalOptions
+        from roxxel_launch.backends.local.backend import LocalOptions
 
         foreground = not detach and not dry_run
         options = LocalOptions(foreground=foreground, echo=sys.stdout if foreground else None,
@@ -376,11 +409,11 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
                        "there (with this machine's credentials); for a local run give a local directory, e.g. "
                        f"--set checkpoint_dir=$PWD/runs/{spec.name}/checkpoints", err=True)
         if netns and detach:
-            from roxxel_launch.backends.netns import unavailable_reason
+            from roxxel_launch.backends.local.netns import unavailable_reason
 
             if (reason := unavailable_reason()) is not None:  # a foreground supervisor says it itself
                 click.echo(f"roxxel-launch: --netns: {reason}; running the workers on loopback instead", err=True)
-    backend = _backend(local, context=context, local_options=options)
+    backend = _backend(backend_name, context=context, local_options=options)
     with _backend_errors():
         status = backend.submit(spec, dry_run=dry_run)
     if status.state.terminal:  # a job run in the foreground (local)
@@ -402,22 +435,23 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], local
 
 @cli.command()
 @click.argument("name")
-@_local_option
+@_backend_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.option("-w", "--workers", "show_workers", is_flag=True,
               help="Also list every worker pod of the current attempt (Kubernetes only).")
 @_namespace_option
 @_context_option
-def status(name: str, local: bool, as_json: bool, show_workers: bool, namespace: str | None,
+def status(name: str, backend_name: str, as_json: bool, show_workers: bool, namespace: str | None,
            context: str | None) -> None:
     """Show a job's state, restarts, exit code and message.
 
     On Kubernetes also, as tables: the JobSet's (or Job's) conditions and the pod phases of
     each slice (consecutive slices alike share a row); --workers adds one row per pod.
     """
+    local = backend_name == "local"
     if show_workers and local:
         raise click.UsageError("--workers applies to Kubernetes jobs, not to --local")
-    backend = _backend(local, namespace=namespace, context=context)
+    backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
         details = backend.details(name)
         job = details.status if details is not None else backend.status(name)
@@ -433,13 +467,14 @@ def status(name: str, local: bool, as_json: bool, show_workers: bool, namespace:
 
 
 @cli.command("list")
-@_local_option
+@_backend_option
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
 @_namespace_option
 @_context_option
-def list_command(local: bool, as_json: bool, namespace: str | None, context: str | None) -> None:
+def list_command(backend_name: str, as_json: bool, namespace: str | None, context: str | None) -> None:
     """List the jobs roxxel-launch started."""
-    backend = _backend(local, namespace=namespace, context=context)
+    local = backend_name == "local"
+    backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
         jobs = backend.list()
     if as_json:
@@ -453,7 +488,7 @@ def list_command(local: bool, as_json: bool, namespace: str | None, context: str
     for line in _table(rows):
         click.echo(line)
     if local:  # local state is per directory: say which one, above all when it holds no job
-        from roxxel_launch.backends.local import ROOT_ENV
+        from roxxel_launch.backends.local.backend import ROOT_ENV
 
         root = getattr(backend, "root", "?")
         if jobs:
@@ -465,7 +500,7 @@ def list_command(local: bool, as_json: bool, namespace: str | None, context: str
 
 @cli.command()
 @click.argument("name")
-@_local_option
+@_backend_option
 @click.option("-p", "--process", "--rank", "process", type=click.IntRange(min=0), default=0,
               show_default=True,
               help="Which worker: its JAX process id (rank); --rank is the same option. On a "
@@ -483,11 +518,11 @@ def list_command(local: bool, as_json: bool, namespace: str | None, context: str
                    "(Kubernetes).")
 @_namespace_option
 @_context_option
-def logs(name: str, local: bool, process: int, follow: bool, all_processes: bool,
+def logs(name: str, backend_name: str, process: int, follow: bool, all_processes: bool,
          since: str | None, previous: bool, namespace: str | None, context: str | None) -> None:
     """Print one worker's output (rank 0 by default; on Kubernetes, of the newest attempt)."""
     since_seconds = _duration_seconds(since) if since is not None else None
-    backend = _backend(local, namespace=namespace, context=context)
+    backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
         for line in backend.logs(name, process=process, follow=follow,
                                  all_processes=all_processes, since_seconds=since_seconds,
@@ -509,12 +544,12 @@ def _duration_seconds(text: str) -> int:
 
 @cli.command()
 @click.argument("name")
-@_local_option
+@_backend_option
 @_namespace_option
 @_context_option
-def delete(name: str, local: bool, namespace: str | None, context: str | None) -> None:
+def delete(name: str, backend_name: str, namespace: str | None, context: str | None) -> None:
     """Stop a job and remove it (a local run's directory goes too, logs included)."""
-    backend = _backend(local, namespace=namespace, context=context)
+    backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
         backend.delete(name)
     click.echo(f"deleted {name}")
@@ -526,7 +561,7 @@ _poll_option = click.option("--poll", type=click.FloatRange(min=0.1), default=2.
 
 @cli.command()
 @click.argument("name")
-@_local_option
+@_backend_option
 @click.option("--detach", is_flag=True,
               help="With --local: resume in the background (default: in the foreground, like submit).")
 @click.option("--until-done", is_flag=True,
@@ -540,7 +575,7 @@ _poll_option = click.option("--poll", type=click.FloatRange(min=0.1), default=2.
 @_namespace_option
 @_context_option
 @click.pass_context
-def resume(ctx: click.Context, name: str, local: bool, detach: bool, until_done: bool,
+def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until_done: bool,
            max_resumes: int, poll: float, namespace: str | None, context: str | None) -> None:
     """Start a preempted, failed or evicted job again; it continues from its last checkpoint.
 
@@ -554,16 +589,17 @@ def resume(ctx: click.Context, name: str, local: bool, detach: bool, until_done:
     go on (e.g. the job was deleted meanwhile). Without it: 0 once re-submitted (Kubernetes,
     --detach), or the job's own exit code (--local in the foreground).
     """
+    local = backend_name == "local"
     if detach and not local:
         raise click.UsageError("--detach applies to --local runs only")
     if until_done and detach:
         raise click.UsageError("--until-done stays to watch the job; it cannot be combined with --detach")
     options = None
     if local:
-        from roxxel_launch.backends.local import LocalOptions
+        from roxxel_launch.backends.local.backend import LocalOptions
 
         options = LocalOptions(foreground=not detach, echo=None if detach else sys.stdout)
-    backend = _backend(local, namespace=namespace, context=context, poll=None if local else poll,
+    backend = _backend(backend_name, namespace=namespace, context=context, poll=None if local else poll,
                        local_options=options)
     with _backend_errors():
         if until_done:
@@ -611,7 +647,7 @@ def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: f
 
 @cli.command()
 @click.argument("name")
-@_local_option
+@_backend_option
 @click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Give up after this many seconds, with exit code 124 (the job keeps running). "
                    "Default: wait as long as it takes.")
@@ -619,7 +655,7 @@ def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: f
 @_namespace_option
 @_context_option
 @click.pass_context
-def wait(ctx: click.Context, name: str, local: bool, timeout: float | None, poll: float,
+def wait(ctx: click.Context, name: str, backend_name: str, timeout: float | None, poll: float,
          namespace: str | None, context: str | None) -> None:
     """Wait until a job ends; the exit code says how it ended.
 
@@ -635,7 +671,7 @@ def wait(ctx: click.Context, name: str, local: bool, timeout: float | None, poll
     A Suspended job (queued, held or evicted by Kueue) has not ended: wait keeps waiting
     (bound it with --timeout, or use `resume --until-done`).
     """
-    backend = _backend(local, namespace=namespace, context=context)
+    backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
         try:
             job = backend.wait(name, timeout=timeout, poll_seconds=poll)

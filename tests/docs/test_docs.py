@@ -434,7 +434,7 @@ def test_api_reference_lists_every_module(hook):
     pages = hook.api_pages()
     modules = {Path(p).stem for p in pages}
     for expected in ("roxxel.data.dataset", "roxxel.train.trainer", "roxxel.distributed", "roxxel_launch.spec",
-                     "roxxel_launch.backends.local"):
+                     "roxxel_launch.backends.local.backend"):
         assert expected in modules
     assert all(content.count(":::") == 1 for path, content in pages.items() if not path.endswith("index.md"))
 

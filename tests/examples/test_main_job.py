@@ -16,7 +16,7 @@ import psutil
 import pytest
 import yaml
 
-from roxxel_launch.backends import netns
+from roxxel_launch.backends.local import netns
 from support.paths import REPO
 from support.wait import wait_for
 

@@ -23,7 +23,7 @@ from roxxel_launch.backends.base import (
     WaitProgress,
     WaitTimeout,
 )
-from roxxel_launch.backends.local import LocalBackend
+from roxxel_launch.backends.local.backend import LocalBackend
 
 
 class ScriptedBackend(Backend):
@@ -98,7 +98,7 @@ def test_details_of_an_unknown_local_job_is_an_error(tmp_path):
                                     "resume", "wait"])
 def test_both_backends_keep_the_contracts_signatures(method):
     """Backend-specific options go to the constructors: no backend widens a call."""
-    from roxxel_launch.backends.kubernetes import KubernetesBackend
+    from roxxel_launch.backends.kubernetes.backend import KubernetesBackend
 
     def params(cls):
         return [(p.name, p.kind, p.default) for p in

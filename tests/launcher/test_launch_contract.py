@@ -28,7 +28,7 @@ def _modules_after(code: str) -> list[str]:
 @pytest.mark.parametrize("code", [
     "import roxxel, roxxel.contract, roxxel.exit_codes, roxxel.distributed, roxxel.worker",
     "import roxxel_launch.cli, roxxel_launch.contract, roxxel_launch.render, roxxel_launch.spec, "
-    "roxxel_launch.validate, roxxel_launch.backends.local, roxxel_launch.backends.kubernetes",
+    "roxxel_launch.validate, roxxel_launch.backends.local.backend, roxxel_launch.backends.kubernetes.backend",
     # A whole command: load, render and validate an example spec (what `roxxel-launch render` does).
     "from click.testing import CliRunner\nfrom roxxel_launch.cli import cli\n"
     "r = CliRunner().invoke(cli, ['render', 'k8s/examples/cpu-smoke.yaml'])\nassert r.exit_code == 0, r.output",

@@ -24,7 +24,7 @@ from roxxel_launch import patch as P
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
-from roxxel_launch.backends import local as L
+from roxxel_launch.backends.local import backend as L
 from roxxel_launch.backends.base import BackendError
 
 from support.paths import JOBSET_CRD as CRD

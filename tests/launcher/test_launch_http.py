@@ -28,8 +28,8 @@ from click.testing import CliRunner
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
-from roxxel_launch.backends import kubernetes as K
-from roxxel_launch.backends import kubernetes_retry
+from roxxel_launch.backends.kubernetes import backend as K
+from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
 from roxxel_launch.backends.base import JobState
 from roxxel_launch.cli import EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMED_OUT, cli
 

@@ -22,8 +22,8 @@ import yaml
 from click.testing import CliRunner
 
 from roxxel_launch import spec as S
-from roxxel_launch.backends import kubernetes as K
-from roxxel_launch.backends import kubernetes_retry
+from roxxel_launch.backends.kubernetes import backend as K
+from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
 from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.cli import EXIT_SUCCEEDED, cli
 
@@ -140,7 +140,7 @@ def test_a_create_that_happened_before_its_answer_was_lost_is_not_an_error(fake,
 
 
 def test_lists_page_through_every_item(fake, clock, monkeypatch):
-    monkeypatch.setattr("roxxel_launch.backends.kubernetes_api.LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr("roxxel_launch.backends.kubernetes.api.LIST_PAGE_SIZE", 2)
     with K.KubernetesBackend(retry=fast_retry(clock)) as b:
         for n in range(3):
             b.submit(S.spec_from_dict({**SPEC, "name": f"lm{n}"}))

@@ -2,7 +2,7 @@
 
 No Kubernetes API server or JobSet controller runs here. ``tests/support/k8s_fake_server.py``
 is a test double (real HTTP through the official client) whose scripted worker exits
-(``FakeKubernetes.exit_worker``) are decided by ``roxxel_launch.backends.policy`` from the
+(``FakeKubernetes.exit_worker``) are decided by ``roxxel_launch.backends.local.policy`` from the
 object the launcher created — the engine the local backend runs the same manifest with — so
 the launcher's status is checked against what the manifest's own policies make a cluster do.
 """
@@ -13,8 +13,9 @@ import pytest
 
 from roxxel_launch import contract
 from roxxel_launch import spec as S
-from roxxel_launch.backends import kubernetes as K
-from roxxel_launch.backends import kubernetes_retry, policy
+from roxxel_launch.backends.kubernetes import backend as K
+from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
+from roxxel_launch.backends.local import policy
 from roxxel_launch.backends.base import JobState, StopReason
 
 from support.fake_clock import FakeClock, fast_retry

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from roxxel_launch.backends import kubernetes_retry
+from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
 from roxxel_launch.cli import EXIT_PREEMPTED, EXIT_SUCCEEDED, cli
 
 from support.fake_clock import fast_retry

@@ -26,8 +26,8 @@ from kubernetes import config as k8s_config
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
-from roxxel_launch.backends import kubernetes as K
-from roxxel_launch.backends import kubernetes_api as KA
+from roxxel_launch.backends.kubernetes import backend as K
+from roxxel_launch.backends.kubernetes import api as KA
 from roxxel_launch.backends.base import (
     BackendError,
     JobExistsError,

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from roxxel import distributed
-from roxxel_launch.backends import local as L
+from roxxel_launch.backends.local import backend as L
 from roxxel_launch.backends.base import BackendError, JobExistsError, JobNotFoundError, JobState
 from roxxel_launch.spec import spec_from_dict
 
@@ -408,8 +408,8 @@ def test_without_local_the_kubernetes_backend_is_imported_lazily(tmp_path, monke
 
     from roxxel_launch import cli
 
-    # As if launcher/roxxel_launch/backends/kubernetes.py were missing or could not be imported.
-    monkeypatch.setitem(sys.modules, "roxxel_launch.backends.kubernetes", None)
+    # As if launcher/roxxel_launch/backends/kubernetes/backend.py were missing or could not be imported.
+    monkeypatch.setitem(sys.modules, "roxxel_launch.backends.kubernetes.backend", None)
     runner = CliRunner()
     result = runner.invoke(cli.cli, ["status", "somejob"])
     assert result.exit_code == 1 and "Kubernetes backend is not available" in result.output
@@ -419,6 +419,26 @@ def test_without_local_the_kubernetes_backend_is_imported_lazily(tmp_path, monke
     assert result.exit_code == 2 and "--detach applies to --local runs only" in result.output
     result = runner.invoke(cli.cli, ["list", "--local", "--context", "prod"])
     assert result.exit_code == 2 and "--namespace and --context apply to Kubernetes" in result.output
+
+
+def test_backend_is_chosen_by_name_and_local_is_short_for_backend_local(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from roxxel_launch import cli
+
+    monkeypatch.setenv(L.ROOT_ENV, str(tmp_path))
+    runner = CliRunner()
+    assert set(cli.BACKENDS) == {"kubernetes", "local"} and cli.DEFAULT_BACKEND == "kubernetes"
+    for args in (["--local"], ["--backend", "local"], ["--backend", "local", "--local"]):
+        result = runner.invoke(cli.cli, ["list", *args])
+        assert result.exit_code == 0 and f"no local jobs in {tmp_path}" in result.output, (args, result.output)
+    result = runner.invoke(cli.cli, ["list", "--local", "--backend", "kubernetes"])
+    assert result.exit_code == 2 and "contradicts --backend kubernetes" in result.output
+    result = runner.invoke(cli.cli, ["list", "--backend", "slurm"])
+    assert result.exit_code == 2 and "kubernetes" in result.output and "local" in result.output
+    monkeypatch.setitem(sys.modules, "roxxel_launch.backends.kubernetes.backend", None)
+    result = runner.invoke(cli.cli, ["status", "somejob", "--backend", "kubernetes"])
+    assert result.exit_code == 1 and "Kubernetes backend is not available" in result.output
 
 
 @pytest.mark.slow

@@ -17,8 +17,8 @@ import pytest
 
 from roxxel import distributed
 from roxxel_launch import render
-from roxxel_launch.backends import local as L
-from roxxel_launch.backends import manifest, pods, policy
+from roxxel_launch.backends.local import backend as L
+from roxxel_launch.backends.local import manifest, pods, policy
 from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.spec import spec_from_dict
 
@@ -176,9 +176,9 @@ def test_backoff_limit_ignore_rules_and_jobset_rule_matching():
 
 def test_the_policy_engine_and_the_manifest_reader_load_without_the_process_code():
     """A simulated cluster reuses them: they must not pull in the supervisor or the backend."""
-    code = ("import sys; import roxxel_launch.backends.policy, roxxel_launch.backends.manifest; "
-            "loaded = [m for m in ('roxxel_launch.backends.supervisor', 'roxxel_launch.backends.local', "
-            "'roxxel_launch.backends.pods', 'subprocess') if m in sys.modules]; print(loaded)")
+    code = ("import sys; import roxxel_launch.backends.local.policy, roxxel_launch.backends.local.manifest; "
+            "loaded = [m for m in ('roxxel_launch.backends.local.supervisor', 'roxxel_launch.backends.local.backend', "
+            "'roxxel_launch.backends.local.pods', 'subprocess') if m in sys.modules]; print(loaded)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -1,7 +1,7 @@
 """`roxxel-launch submit --local --netns`: every worker on its own network host.
 
 The pods' names, addresses and environment come from the rendered manifests
-(roxxel_launch.backends.netns); the multi-host runs below use real network namespaces,
+(roxxel_launch.backends.local.netns); the multi-host runs below use real network namespaces,
 veth pairs on a private bridge and per-namespace hosts files (root only: skipped with the
 reason otherwise), real jax.distributed across them and real Orbax checkpoints, and compare
 the final parameters with the same job on loopback, bit for bit.
@@ -30,8 +30,8 @@ import psutil
 import pytest
 import yaml
 
-from roxxel_launch.backends import local as L
-from roxxel_launch.backends import netns
+from roxxel_launch.backends.local import backend as L
+from roxxel_launch.backends.local import netns
 from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.spec import spec_from_dict
 from support.paths import WORKERS
@@ -165,7 +165,7 @@ def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(t
 
     # A launcher killed with its network up: the next one removes what it left.
     code = ("import sys, time; sys.path[:0] = %r\n"
-            "from roxxel_launch.backends import netns\nfrom roxxel_launch.spec import spec_from_dict\n"
+            "from roxxel_launch.backends.local import netns\nfrom roxxel_launch.spec import spec_from_dict\n"
             "net = netns.PodNetwork(spec_from_dict(%r)).__enter__(); net.up(); print(net.run_id, flush=True); "
             "time.sleep(60)" % (sys.path, _spec("lm", 2, ["x"])))
     killed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -31,7 +31,7 @@ class FakeClock:
 
 def fast_retry(clock: FakeClock | None = None, **changes):
     """A :class:`RetryPolicy` on a :class:`FakeClock` (its delays are simulated), no jitter."""
-    from roxxel_launch.backends.kubernetes_retry import RetryPolicy
+    from roxxel_launch.backends.kubernetes.retry import RetryPolicy
 
     clock = clock or FakeClock()
     options = dict(sleep=clock.sleep, clock=clock.monotonic, jitter=lambda: 1.0)

@@ -1,7 +1,7 @@
 """A test double of the Kubernetes API server: a small HTTP server on 127.0.0.1, in a thread.
 
 This is NOT a Kubernetes API server and no real controller runs behind it. It answers the
-subset of the REST API that ``roxxel_launch.backends.kubernetes`` uses, over real HTTP, so
+subset of the REST API that ``roxxel_launch.backends.kubernetes.backend`` uses, over real HTTP, so
 the official ``kubernetes`` client is exercised end to end (kubeconfig loading, URL and
 query building, bearer token, JSON bodies, chunked log streams, error Status objects):
 
@@ -28,7 +28,7 @@ it and its pods go) or ``run`` (keeps running) — applied when the object has b
 exits, those of ``fail`` and of a Job's ``preempt`` as those scripted with
 :meth:`FakeKubernetes.exit_worker`, are decided by the stored object's own policies
 (``podFailurePolicy``, ``backoffLimit``, the JobSet's ``failurePolicy`` rules and
-``maxRestarts``) through ``roxxel_launch.backends.policy``, the engine the local backend
+``maxRestarts``) through ``roxxel_launch.backends.local.policy``, the engine the local backend
 runs the same manifest with; a JobSet's ``preempt`` is the one scripted end state (see
 :meth:`FakeKubernetes.plan` for why).
 
@@ -68,7 +68,7 @@ from typing import Any
 
 import yaml
 
-from roxxel_launch.backends import policy
+from roxxel_launch.backends.local import policy
 
 from support import k8s_discovery, k8s_schema, k8s_table, k8s_tls
 
@@ -723,7 +723,7 @@ class FakeKubernetes:
         """Worker ``process`` of job ``name`` (a JobSet, else a Job) ends now with exit
         ``code``; the simulated Job and JobSet controllers then do what the stored object's
         own policies say, decided by the engine the local backend uses
-        (:mod:`roxxel_launch.backends.policy`: the Job's ``podFailurePolicy`` and
+        (:mod:`roxxel_launch.backends.local.policy`: the Job's ``podFailurePolicy`` and
         ``backoffLimit``, https://kubernetes.io/docs/concepts/workloads/controllers/job/
         #pod-failure-policy; the JobSet's ``failurePolicy`` rules and ``maxRestarts``,
         https://jobset.sigs.k8s.io/docs/concepts/#failure-policy):

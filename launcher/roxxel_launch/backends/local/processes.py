@@ -1,6 +1,6 @@
 """Process groups of local workers: signal them, tell them apart, tie them to their supervisor.
 
-Every worker runs in its own process group (see :mod:`roxxel_launch.backends.supervisor`),
+Every worker runs in its own process group (see :mod:`roxxel_launch.backends.local.runtime`),
 so a whole pod, with whatever its command started, is signalled as one.
 """
 

@@ -37,10 +37,10 @@ from roxxel_launch.backends.base import (
     WaitProgress,
     WaitTimeout,
 )
+from roxxel_launch.backends.kubernetes.status import kueue_holds
 
 if TYPE_CHECKING:
-    from roxxel_launch.backends.kubernetes import KubernetesBackend
-    from roxxel_launch.backends.kubernetes_api import KubernetesApi
+    from roxxel_launch.backends.kubernetes.api import KubernetesApi
 
 logger = logging.getLogger(__name__)
 
@@ -92,14 +92,21 @@ def watch_object(api: KubernetesApi, kind: str, name: str, version: str | None,
         response.close()
 
 
-def wait_for_job(backend: KubernetesBackend, name: str, *, timeout: float | None,
+def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str, Mapping]],
+                 status: Callable[[str, Mapping], JobStatus], timeout: float | None,
                  poll_seconds: float, evicted_ends: bool,
                  on_change: Callable[[JobStatus], None] | None) -> JobStatus:
-    """:meth:`Backend.wait` on Kubernetes, by watching the job's object (see the module doc)."""
-    api = backend.api
+    """:meth:`Backend.wait` on Kubernetes, by watching the job's object (see the module doc).
+
+    Args:
+        api: the client, in the job's namespace.
+        find: reads the job now: ``(kind, object)``; raises JobNotFoundError.
+        status: the job's status from its object as read (``kind``, ``object``), with its
+            pods as they are now.
+    """
     clock = time.monotonic  # the wait's own timeout is wall time; backoff is the policy's
     started = clock()
-    kind, obj = backend._require(name)
+    kind, obj = find()
     version = resource_version(obj)
     progress = WaitProgress(evicted_ends=evicted_ends, on_change=on_change)
     watching = True
@@ -107,23 +114,23 @@ def wait_for_job(backend: KubernetesBackend, name: str, *, timeout: float | None
 
     def settle(obj: Mapping) -> JobStatus | None:
         """Reports the object's status; returns it when the wait is over."""
-        status = backend._status_of(kind, obj, backend._pods(kind, name))
-        return status if progress.over(status, requeued=backend._kueue_holds(obj)) else None
+        current = status(kind, obj)
+        return current if progress.over(current, requeued=kueue_holds(obj)) else None
 
     def left() -> float | None:
         return None if timeout is None else started + timeout - clock()
 
-    status = settle(obj)
-    while status is None:
+    ended = settle(obj)
+    while ended is None:
         remaining = left()
         if remaining is not None and remaining <= 0:
-            raise WaitTimeout(backend.status(name), timeout or 0.0)
+            raise WaitTimeout(status(*find()), timeout or 0.0)
         seconds = WATCH_SECONDS if remaining is None else max(1, min(WATCH_SECONDS,
                                                                       int(remaining) + 1))
         if not watching:
             time.sleep(poll_seconds if remaining is None else min(poll_seconds, remaining))
-            kind, obj = backend._require(name)
-            status = settle(obj)
+            kind, obj = find()
+            ended = settle(obj)
             continue
         try:
             for event in watch_object(api, kind, name, version, seconds):
@@ -132,20 +139,20 @@ def wait_for_job(backend: KubernetesBackend, name: str, *, timeout: float | None
                 if event.get("type") == "BOOKMARK":
                     continue
                 if event.get("type") == "DELETED":
-                    raise JobNotFoundError(f"{kind} {backend.namespace}/{name} was deleted "
+                    raise JobNotFoundError(f"{kind} {api.namespace}/{name} was deleted "
                                            "while waiting for it to end.")
                 obj = event["object"]
-                status = settle(obj)
-                if status is not None:
+                ended = settle(obj)
+                if ended is not None:
                     break
                 remaining = left()
                 if remaining is not None and remaining <= 0:
                     break
         except WatchExpired as err:
             logger.info("the watch of %s expired (%s); reading it again", name, err)
-            kind, obj = backend._require(name)
+            kind, obj = find()
             version = resource_version(obj)
-            status = settle(obj)
+            ended = settle(obj)
         except urllib3.exceptions.HTTPError as err:
             breaks += 1
             delay = api.retry.delay(breaks)
@@ -161,4 +168,4 @@ def wait_for_job(backend: KubernetesBackend, name: str, *, timeout: float | None
             logger.warning("cannot watch %s (%s); polling every %g s instead", name, err,
                            poll_seconds)
             watching = False
-    return status
+    return ended

@@ -9,23 +9,24 @@ laptop is the one that runs on a cluster:
   ``command`` + ``args`` with its ``env`` resolved as the kubelet does (downward-API
   ``fieldRef`` values from the labels and annotations the controllers add, the completion
   index, ``$(VAR)`` expansion), on top of the environment of the process that submits (or
-  resumes) the job (:mod:`roxxel_launch.backends.pods`); the workers run in the directory
+  resumes) the job (:mod:`roxxel_launch.backends.local.pods`); the workers run in the directory
   the job was submitted from (kept for ``resume``);
 - when a worker fails, the manifest's ``podFailurePolicy``, ``backoffLimit`` and JobSet
-  ``failurePolicy`` decide (:mod:`roxxel_launch.backends.policy`): re-create the pod,
+  ``failurePolicy`` decide (:mod:`roxxel_launch.backends.local.policy`): re-create the pod,
   restart the whole gang (``BlockingRecreate``: all old workers are gone before new ones
   start), or fail;
 - Ctrl-C / SIGTERM are turned into SIGTERM for every worker, followed by SIGKILL after the
   pod's grace period, and the job's exit status is the contract's
   (:mod:`roxxel.exit_codes`): 0 done, 42 preempted after a checkpoint, else the failing code.
 
-The module map: :mod:`roxxel_launch.backends.rundir` (the run directory's files),
-:mod:`roxxel_launch.backends.manifest` (the pods of a rendered manifest, their env and
-command as the kubelet resolves them), :mod:`roxxel_launch.backends.policy` (restart or
-fail, from exit codes and the manifest's policies), :mod:`roxxel_launch.backends.pods` (a
-pod as a local process), :mod:`roxxel_launch.backends.supervisor` (the process that runs
-the attempts: restarts, signals, grace periods), :mod:`roxxel_launch.backends.processes`
-(process groups), :mod:`roxxel_launch.backends.netns` (``--netns``); this module is the
+The module map: :mod:`roxxel_launch.backends.local.rundir` (the run directory's files),
+:mod:`roxxel_launch.backends.local.manifest` (the pods of a rendered manifest, their env and
+command as the kubelet resolves them), :mod:`roxxel_launch.backends.local.policy` (restart or
+fail, from exit codes and the manifest's policies), :mod:`roxxel_launch.backends.local.pods` (a
+pod as a local process), :mod:`roxxel_launch.backends.local.supervisor` (the process that runs
+the attempts: restarts, signals, grace periods), :mod:`roxxel_launch.backends.local.runtime`
+(what starts, signals and stops one pod's worker: a process, :mod:`roxxel_launch.backends.local.processes`),
+:mod:`roxxel_launch.backends.local.netns` (``--netns``); this module is the
 :class:`~roxxel_launch.backends.base.Backend` on top of them.
 
 Network
@@ -37,7 +38,7 @@ applies to the coordinator it derives from the manifest's environment; as all po
 one loopback, the coordinator's port is mapped to a fresh free port per attempt (so that
 concurrent local jobs cannot collide). With ``network="netns"`` (CLI ``--netns``) each
 worker is a network host of its own, with its pod's hostname, and its ``/etc/hosts`` maps
-the manifest's DNS names to the pods' addresses (:mod:`roxxel_launch.backends.netns`);
+the manifest's DNS names to the pods' addresses (:mod:`roxxel_launch.backends.local.netns`);
 nothing else is mapped. Without root the supervisor says so in one line and uses loopback.
 
 Data directory
@@ -76,7 +77,6 @@ from typing import IO
 from roxxel import distributed
 from roxxel.wording import count
 from roxxel_launch import names
-from roxxel_launch.backends import manifest
 from roxxel_launch.backends.base import (
     Backend,
     BackendError,
@@ -87,15 +87,15 @@ from roxxel_launch.backends.base import (
     StopReason,
     lock_is_held,
 )
-from roxxel_launch.backends.pods import (
+from roxxel_launch.backends.local import manifest
+from roxxel_launch.backends.local.pods import (
     DATA_DIR_ENV,
     LocalSettings,
     rendered_objects,
     resolve_data_dir,
     worker_process,
 )
-from roxxel_launch.backends.processes import group_alive, is_local_worker, kill_group
-from roxxel_launch.backends.rundir import (
+from roxxel_launch.backends.local.rundir import (
     ATTEMPT_HEADER,
     GRACE_CAP_SECONDS,
     LAUNCH_FILE,
@@ -111,7 +111,8 @@ from roxxel_launch.backends.rundir import (
     status_from_dict,
     write_json,
 )
-from roxxel_launch.backends.supervisor import Supervisor
+from roxxel_launch.backends.local.runtime import default_runtime
+from roxxel_launch.backends.local.supervisor import Supervisor
 
 __all__ = [
     "ATTEMPT_HEADER",
@@ -142,14 +143,14 @@ HANDSHAKE_SECONDS = 60.0
 """Seconds ``submit``/``resume`` wait for a detached supervisor to take over the run."""
 NETWORKS = ("loopback", "netns")
 """Values of :attr:`LocalOptions.network`: every worker on loopback, or each in its own network
-namespace (:mod:`roxxel_launch.backends.netns`)."""
+namespace (:mod:`roxxel_launch.backends.local.netns`)."""
 
 
 def worker_processes(spec, run_dir: Path, *, data_dir: str | None = None, devices_per_worker: int | None = None,
                      python: str | None = None,
                      base_env: Mapping[str, str] | None = None) -> list[tuple[list[str], dict[str, str]]]:
     """``(argv, env)`` of every pod of ``spec``'s rendered manifest as a local process, in
-    process order, on loopback and before any restart (see :mod:`roxxel_launch.backends.pods`;
+    process order, on loopback and before any restart (see :mod:`roxxel_launch.backends.local.pods`;
     the coordinator's DNS name is not yet mapped to a port here). Checks that each pod's
     environment identifies it as :func:`roxxel.distributed.detect` would in a pod.
 
@@ -305,7 +306,7 @@ class LocalBackend(Backend):
         if network not in NETWORKS:
             raise BackendError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
         if network == "netns":
-            from roxxel_launch.backends import netns
+            from roxxel_launch.backends.local import netns
 
             netns.pod_hosts(spec)  # the pods' names and coordinator, checked before anything starts
         check_worker_count(spec, max_workers)
@@ -457,13 +458,13 @@ class LocalBackend(Backend):
                                name, supervisor, timeout)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(supervisor, signal.SIGKILL)
-        # Workers of a supervisor that was killed: their groups may still exist.
+        # Workers of a supervisor that was killed: they may still run.
+        runtime = default_runtime()
         for pid in read_json(run_dir / STATUS_FILE).get("pids", []):
-            if is_local_worker(pid) and group_alive(pid):
-                logger.warning("killing leftover worker process group %d of job %s", pid, name)
-                kill_group(pid)
+            if runtime.remove_leftover(pid):
+                logger.warning("killed leftover worker process group %d of job %s", pid, name)
         if read_json(run_dir / LAUNCH_FILE).get("network") == "netns":
-            from roxxel_launch.backends import netns
+            from roxxel_launch.backends.local import netns
 
             if netns.unavailable_reason() is None:
                 netns.cleanup_stale()  # the namespaces a killed supervisor left
@@ -517,7 +518,7 @@ class LocalBackend(Backend):
         data = read_json(run_dir / STATUS_FILE)
         data["supervisor_pid"] = None
         write_json(run_dir / STATUS_FILE, data)
-        cmd = [sys.executable, "-m", "roxxel_launch.backends.supervisor", "supervise", str(run_dir)]
+        cmd = [sys.executable, "-m", "roxxel_launch.backends.local.supervisor", "supervise", str(run_dir)]
         if resume:
             cmd.append("--resume")
         with open(run_dir / SUPERVISOR_LOG, "ab") as log:

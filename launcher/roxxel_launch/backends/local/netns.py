@@ -19,7 +19,7 @@ cluster, as far as the network goes:
   address; ``/etc/netns/<ns>/resolv.conf`` points at the namespace's own loopback, so a
   name that is not a pod fails at once instead of reaching a real DNS server;
 - the environment of the rendered manifest, as on loopback
-  (:mod:`roxxel_launch.backends.pods`), but without ``ROXXEL_HOST_ALIASES``:
+  (:mod:`roxxel_launch.backends.local.pods`), but without ``ROXXEL_HOST_ALIASES``:
   :func:`roxxel.distributed.detect` derives the coordinator's DNS name and port, and the
   namespace's ``/etc/hosts`` resolves the name to process 0's address, as in a pod.
 
@@ -61,8 +61,8 @@ from pathlib import Path
 
 from roxxel import distributed
 from roxxel_launch import contract
-from roxxel_launch.backends import manifest
 from roxxel_launch.backends.base import BackendError, lock_is_held
+from roxxel_launch.backends.local import manifest
 
 __all__ = [
     "CLUSTER_DOMAIN",
@@ -121,7 +121,7 @@ class PodHost:
         hostname: the pod's hostname (a DNS-1123 label).
         dns_names: the names other pods reach it by, fully qualified first.
         env: the container's environment as the manifest gives it (downward-API fields
-            and ``JOB_COMPLETION_INDEX`` resolved; see :mod:`roxxel_launch.backends.manifest`).
+            and ``JOB_COMPLETION_INDEX`` resolved; see :mod:`roxxel_launch.backends.local.manifest`).
         coordinator_address: ``host:port`` the pod's worker will connect to.
         namespace: the Kubernetes namespace of the job (part of the DNS names).
     """
@@ -138,7 +138,7 @@ def pod_hosts(spec) -> list[PodHost]:
     """The pods of ``spec``'s rendered manifests, ordered by process id.
 
     The pods, their hostnames, DNS names and environments are the ones
-    :mod:`roxxel_launch.backends.manifest` reads from the manifest: JobSet pods
+    :mod:`roxxel_launch.backends.local.manifest` reads from the manifest: JobSet pods
     ``<jobset>-<rjob>-<j>-<i>`` under ``spec.network.subdomain`` (default the JobSet's name)
     when ``enableDNSHostnames`` is true; Indexed Job pods ``<job>-<i>`` under the pod
     template's ``subdomain`` when a headless Service of that name selects them.
@@ -151,7 +151,7 @@ def pod_hosts(spec) -> list[PodHost]:
             has no local value, give two pods one process id, or derive a coordinator
             that is not one of the pods' DNS names (the workers could never meet).
     """
-    from roxxel_launch.backends.pods import rendered_objects
+    from roxxel_launch.backends.local.pods import rendered_objects
 
     try:
         pods = manifest.manifest_pods(rendered_objects(spec))  # a local run: no cluster-only checks

@@ -1,7 +1,7 @@
 """How a JobSet or an Indexed Job, and its pods, map to a :class:`JobStatus` (no API calls).
 
 Pure functions over the API's JSON (plain dicts with the API's field names): the Kubernetes
-backend reads the objects (``kubernetes_api``) and this module interprets them, so the
+backend reads the objects (:mod:`.api`) and this module interprets them, so the
 interpretation is tested on objects alone.
 """
 
@@ -184,6 +184,22 @@ def _job_shape(job: Mapping) -> tuple[int, int, int]:
     return hosts, 1, hosts
 
 
+def shape(kind: str, obj: Mapping) -> tuple[int, int, int]:
+    """(hosts per slice, slices, processes) of a JobSet or Job (``kind``), from its spec."""
+    return _jobset_shape(obj) if kind == "JobSet" else _job_shape(obj)
+
+
+def pod_selector(kind: str, name: str) -> str:
+    """The label selector of the pods of the JobSet or Job ``name``."""
+    return f"{JOBSET_NAME_LABEL}={name}" if kind == "JobSet" else f"{JOB_NAME_LABEL}={name}"
+
+
+def kueue_holds(obj: Mapping) -> bool:
+    """Whether Kueue manages the job (it carries a queue label): Kueue suspends it while
+    it waits for quota and after an eviction, and un-suspends it when it re-admits it."""
+    return bool(((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL))
+
+
 def _suspended_message(obj: Mapping, conditions: Mapping) -> str:
     queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
     text = _condition_text(conditions.get("Suspended")) or "suspended"
@@ -335,6 +351,11 @@ def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
     state = JobState.RUNNING if running >= processes else JobState.PENDING
     return JobStatus(state=state, message=_progress(live, processes, slices) + deleting, **common)
 
+
+
+def status_of(kind: str, obj: Mapping, pods: Iterable[Mapping]) -> JobStatus:
+    """:func:`jobset_status` or :func:`job_status`, by ``kind`` ("JobSet" | "Job")."""
+    return jobset_status(obj, pods) if kind == "JobSet" else job_status(obj, pods)
 
 
 def queue_state(queue: str, suspended: bool, workloads: Iterable[Mapping] | None) -> str:

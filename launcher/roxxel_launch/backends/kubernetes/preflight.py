@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from roxxel_launch.backends.base import BackendError, JobNotFoundError
-from roxxel_launch.backends.kubernetes_api import (
+from roxxel_launch.backends.kubernetes.api import (
     JOBSET_GROUP,
     JOBSET_INSTALL_HINT,
     JOBSET_PLURAL,

@@ -28,9 +28,9 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from roxxel.wording import as_clause
-from roxxel_launch.backends import kubernetes_retry
 from roxxel_launch.backends.base import BackendError, JobExistsError, JobNotFoundError
-from roxxel_launch.backends.kubernetes_retry import RetryPolicy, describe, retrying
+from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
+from roxxel_launch.backends.kubernetes.retry import RetryPolicy, describe, retrying
 
 logger = logging.getLogger(__name__)
 

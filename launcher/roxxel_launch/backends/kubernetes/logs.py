@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -25,8 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from roxxel.wording import as_clause
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError, JobNotFoundError
-from roxxel_launch.backends.kubernetes_api import _server_message
-from roxxel_launch.backends.kubernetes_status import (
+from roxxel_launch.backends.kubernetes.api import KubernetesApi, _server_message
+from roxxel_launch.backends.kubernetes.status import (
     COMPLETION_INDEX_KEY,
     JOB_INDEX_LABEL,
     JOB_NAME_LABEL,
@@ -34,11 +34,10 @@ from roxxel_launch.backends.kubernetes_status import (
     RESTART_ATTEMPT_KEY,
     _int,
     _pod_key,
+    shape,
+    status_of,
     worker_from_pod,
 )
-
-if TYPE_CHECKING:
-    from roxxel_launch.backends.kubernetes import KubernetesBackend
 
 logger = logging.getLogger(__name__)
 
@@ -50,29 +49,33 @@ def attempt_marker(attempt: int) -> str:
     return f"── attempt {attempt + 1} (restart {attempt}) ──"
 
 
-def read_logs(backend: KubernetesBackend, name: str, *, process: int, follow: bool,
-              all_processes: bool, since_seconds: int | None, previous: bool) -> Iterator[str]:
+def read_logs(api: KubernetesApi, kind: str, obj: Mapping, *, process: int, follow: bool,
+              all_processes: bool, since_seconds: int | None, previous: bool,
+              poll_seconds: float) -> Iterator[str]:
     """Lines (without newline) of one worker's log, or of every worker's (``all_processes``:
     each line prefixed ``[rank N] ``).
 
     Args:
+        api: the client, in the job's namespace.
+        kind, obj: the job as read ("JobSet" | "Job", its object).
         process: the rank (``0 <= process < processes``); ignored with ``all_processes``.
         follow: stream until the job ends, across gang restarts (see the module docstring).
         since_seconds: only lines newer than this many seconds (``sinceSeconds``).
         previous: the previous terminated container of the pod (``previous=true``, as
             ``kubectl logs --previous``).
+        poll_seconds: pause between reads of the job while waiting for a pod to start.
 
-    The job and the pods are looked up now (errors raise here, not while iterating).
+    The pods are looked up now (errors raise here, not while iterating).
     Raises: JobNotFoundError; BackendError (no such process, no pod, a broken stream
     without ``follow``).
     """
-    kind, obj = backend._require(name)
-    hosts, _, processes = backend._shape(kind, obj)
+    name = obj["metadata"]["name"]
+    hosts, _, processes = shape(kind, obj)
     if not 0 <= process < processes:
         raise BackendError(f"{name} has processes 0..{processes - 1}; there is no process "
                            f"{process}.")
     ranks = list(range(processes)) if all_processes else [process]
-    readers = [_RankReader(backend, kind, obj, rank, hosts, since_seconds, previous)
+    readers = [_RankReader(api, kind, obj, rank, hosts, since_seconds, previous, poll_seconds)
                for rank in ranks]
     for reader in readers:
         reader.attach(wait=follow)  # errors now, not while iterating
@@ -125,9 +128,10 @@ def _merged(readers: list[_RankReader], follow: bool) -> Iterator[str]:
 class _RankReader:
     """The log of one rank, attempt after attempt."""
 
-    def __init__(self, backend: KubernetesBackend, kind: str, obj: Mapping, rank: int,
-                 hosts: int, since_seconds: int | None, previous: bool):
-        self.backend, self.kind, self.obj, self.rank, self.hosts = backend, kind, obj, rank, hosts
+    def __init__(self, api: KubernetesApi, kind: str, obj: Mapping, rank: int,
+                 hosts: int, since_seconds: int | None, previous: bool, poll_seconds: float):
+        self.api, self.kind, self.obj, self.rank, self.hosts = api, kind, obj, rank, hosts
+        self.poll_seconds = poll_seconds
         self.name = obj["metadata"]["name"]
         self.since_seconds, self.previous = since_seconds, previous
         self.started = time.monotonic()
@@ -137,13 +141,13 @@ class _RankReader:
         self.first: Any = None  # the response opened by read_logs, read first
 
     def attach(self, *, wait: bool) -> None:
-        self.pod, self.attempt = _pod_of(self.backend, self.kind, self.obj, self.rank,
-                                         self.hosts, wait=wait)
+        self.pod, self.attempt = _pod_of(self.api, self.kind, self.obj, self.rank,
+                                         self.hosts, wait=wait, poll_seconds=self.poll_seconds)
         logger.info("logs of %s process %d: pod %s (attempt %d)", self.name, self.rank,
                     self.pod, self.attempt + 1)
 
     def _open(self, follow: bool) -> Any:
-        api = self.backend.api
+        api = self.api
         options: dict[str, Any] = dict(container=contract.CONTAINER_NAME, follow=follow)
         if self.since_seconds is not None:  # the same instant on every reconnect
             options["since_seconds"] = int(self.since_seconds + time.monotonic() - self.started)
@@ -188,10 +192,10 @@ class _RankReader:
                 if not isinstance(err.__cause__, urllib3.exceptions.HTTPError):
                     raise
                 breaks += 1
-                delay = self.backend.api.retry.delay(breaks)
+                delay = self.api.retry.delay(breaks)
                 logger.warning("the log stream of pod %s broke (%s); reconnecting in %.1f s",
                                self.pod, type(err.__cause__).__name__, delay)
-                self.backend.api.retry.sleep(delay)
+                self.api.retry.sleep(delay)
                 continue
             if self._ended():
                 return
@@ -205,7 +209,7 @@ class _RankReader:
             elif self.pod == pod:
                 # The same pod: a stream the server ended (the pod finished, and the next
                 # attempt has no pod yet; or a long stream closed): look again shortly.
-                time.sleep(self.backend.poll_seconds)
+                time.sleep(self.poll_seconds)
 
     def _take(self, follow: bool) -> Any:
         response, self.first = self.first, None
@@ -213,16 +217,16 @@ class _RankReader:
 
     def _ended(self) -> bool:
         """Whether the job has ended (then the log is complete); raises when it is gone."""
-        current = self.backend.api.get(self.kind, self.name)
+        current = self.api.get(self.kind, self.name)
         if current is None:
-            raise JobNotFoundError(f"{self.kind} {self.backend.namespace}/{self.name} was "
+            raise JobNotFoundError(f"{self.kind} {self.api.namespace}/{self.name} was "
                                    "deleted while following its logs.")
         self.obj = current
-        return self.backend._status_of(self.kind, current, []).state.terminal
+        return status_of(self.kind, current, []).state.terminal
 
 
-def _pod_of(backend: KubernetesBackend, kind: str, obj: Mapping, process: int, hosts: int, *,
-            wait: bool) -> tuple[str, int]:
+def _pod_of(api: KubernetesApi, kind: str, obj: Mapping, process: int, hosts: int, *,
+            wait: bool, poll_seconds: float) -> tuple[str, int]:
     """(pod name, restart attempt) of ``process``'s newest pod; with ``wait``, once it has
     started (or the job has ended)."""
     name = obj["metadata"]["name"]
@@ -234,7 +238,7 @@ def _pod_of(backend: KubernetesBackend, kind: str, obj: Mapping, process: int, h
         selector = f"{JOB_NAME_LABEL}={name}"
     announced = None
     while True:
-        pods = [p for p in backend.api.list("Pod", selector)
+        pods = [p for p in api.list("Pod", selector)
                 if _int(_pod_key(p, COMPLETION_INDEX_KEY), -1) == index]
         if pods:
             newest = max(pods, key=lambda p: (_int(_pod_key(p, RESTART_ATTEMPT_KEY), 0),
@@ -255,11 +259,11 @@ def _pod_of(backend: KubernetesBackend, kind: str, obj: Mapping, process: int, h
                     f"process {process} of {name} has no pod yet (see roxxel-launch status "
                     f"{name}); follow the logs (-f) to wait for it.")
             reason = f"process {process} has no pod yet"
-        current = backend.api.get(kind, name)
+        current = api.get(kind, name)
         if current is None:
-            raise JobNotFoundError(f"{kind} {backend.namespace}/{name} was deleted while "
+            raise JobNotFoundError(f"{kind} {api.namespace}/{name} was deleted while "
                                    "waiting for its pod.")
-        state = backend._status_of(kind, current, []).state
+        state = status_of(kind, current, []).state
         if state.terminal:
             if newest is not None:  # it will not start any more: show what there is
                 return newest["metadata"]["name"], _int(_pod_key(newest, RESTART_ATTEMPT_KEY), 0)
@@ -268,7 +272,7 @@ def _pod_of(backend: KubernetesBackend, kind: str, obj: Mapping, process: int, h
         if reason != announced:
             logger.info("waiting for %s to start: %s", name, reason)
             announced = reason
-        time.sleep(backend.poll_seconds)
+        time.sleep(poll_seconds)
 
 
 def _lines(response, pod: str) -> Iterator[str]:

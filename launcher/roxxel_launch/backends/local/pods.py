@@ -1,6 +1,6 @@
 """A pod of the rendered manifest as a local process: its command line and environment.
 
-Everything comes from the manifest (:mod:`roxxel_launch.backends.manifest`); this module
+Everything comes from the manifest (:mod:`roxxel_launch.backends.local.manifest`); this module
 only puts this machine in place of the cluster: the image's environment is the launcher's
 own (its Python first on ``PATH``), the data volume is a local directory
 (:func:`resolve_data_dir`), emptyDir volumes are directories of the run, and the pods' DNS
@@ -25,8 +25,8 @@ from roxxel.contract import (
     ENV_TPU_WORKER_ID,
 )
 from roxxel_launch import contract
-from roxxel_launch.backends import manifest
 from roxxel_launch.backends.base import BackendError
+from roxxel_launch.backends.local import manifest
 
 DATA_DIR_ENV = "ROXXEL_LOCAL_DATA_DIR"
 """Environment variable: the local directory that stands for the spec's data volume."""
@@ -142,7 +142,7 @@ def worker_process(pod: manifest.LocalPod, settings: LocalSettings, *, restart_a
     variables the launcher owns (``contract.RESERVED_ENV_NAMES``, GKE's ``TPU_*`` /
     ``MEGASCALE_*``) and with ``JAX_PLATFORMS=cpu`` unless it sets it: the image's
     environment; then the container's ``env`` as the kubelet resolves it
-    (:func:`roxxel_launch.backends.manifest.container_env`), with paths under the mounted
+    (:func:`roxxel_launch.backends.local.manifest.container_env`), with paths under the mounted
     data and emptyDir volumes mapped to their local directories (:func:`volume_paths`);
     ``ROXXEL_HOST_ALIASES`` when given; ``PATH`` led by the folder of ``settings.python``
     (the image's ``bin``); ``XLA_FLAGS`` with ``--xla_force_host_platform_device_count``

@@ -1,11 +1,11 @@
 """The Kubernetes backend: JobSets (or an Indexed Job + headless Service) through the API server.
 
 The verbs live here; the rest is in modules of one responsibility each:
-``kubernetes_api`` (credentials, requests, errors, CRUD by kind, pagination),
-``kubernetes_retry`` (timeouts, backoff, ``Retry-After``), ``kubernetes_status`` (objects
-and pods -> :class:`JobStatus`), ``kubernetes_watch`` (``wait`` by a watch),
-``kubernetes_logs`` (``logs``, following across gang restarts) and
-``kubernetes_preflight`` (the JobSet CRD and Kueue LocalQueue checks before a create).
+:mod:`.api` (credentials, requests, errors, CRUD by kind, pagination),
+:mod:`.retry` (timeouts, backoff, ``Retry-After``), :mod:`.status` (objects
+and pods -> :class:`JobStatus`), :mod:`.watch` (``wait`` by a watch),
+:mod:`.logs` (``logs``, following across gang restarts) and
+:mod:`.preflight` (the JobSet CRD and Kueue LocalQueue checks before a create).
 
 What each operation does on the cluster:
 
@@ -17,7 +17,7 @@ What each operation does on the cluster:
   half made. An indexed job's Service is then owned by its Job.
 * ``status``: reads the JobSet (or Job) and its pods; see :func:`jobset_status` and
   :func:`job_status` for how they map to :class:`JobState`.
-* ``wait``: watches the JobSet (or Job); see :mod:`kubernetes_watch`.
+* ``wait``: watches the JobSet (or Job); see :mod:`.watch`.
 * ``logs``: the pod of one process (JobSet: job-index = process // hosts_per_slice,
   completion index = process % hosts_per_slice) of the newest restart attempt, followed
   across gang restarts with ``follow``.
@@ -50,22 +50,22 @@ from roxxel_launch.backends.base import (
     JobStatus,
     Worker,
 )
-from roxxel_launch.backends.kubernetes_api import (
+from roxxel_launch.backends.kubernetes.api import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
     KubernetesApi,
     _resource_type_missing,
 )
-from roxxel_launch.backends.kubernetes_logs import read_logs
-from roxxel_launch.backends.kubernetes_preflight import (
+from roxxel_launch.backends.kubernetes.logs import read_logs
+from roxxel_launch.backends.kubernetes.preflight import (
     KUEUE_GROUP,
     KUEUE_VERSION,
     check_jobset_crd,
     check_local_queue,
 )
-from roxxel_launch.backends.kubernetes_retry import RetryPolicy
-from roxxel_launch.backends.kubernetes_status import (
+from roxxel_launch.backends.kubernetes.retry import RetryPolicy
+from roxxel_launch.backends.kubernetes.status import (
     _CONDITION_FIELDS,
     COMPLETION_INDEX_KEY,
     JOB_INDEX_LABEL,
@@ -73,14 +73,16 @@ from roxxel_launch.backends.kubernetes_status import (
     JOBSET_NAME_LABEL,
     RESTART_ATTEMPT_KEY,
     _int,
-    _job_shape,
-    _jobset_shape,
     job_status,
     jobset_status,
+    kueue_holds,
+    pod_selector,
     queue_state,
+    shape,
+    status_of,
     worker_from_pod,
 )
-from roxxel_launch.backends.kubernetes_watch import wait_for_job
+from roxxel_launch.backends.kubernetes.watch import wait_for_job
 from roxxel_launch.render import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -183,17 +185,7 @@ class KubernetesBackend(Backend):
         return found
 
     def _pods(self, kind: str, name: str) -> list[dict]:
-        if kind == "JobSet":
-            return self.api.list("Pod", f"{JOBSET_NAME_LABEL}={name}")
-        return self.api.list("Pod", f"{JOB_NAME_LABEL}={name}")
-
-    @staticmethod
-    def _status_of(kind: str, obj: Mapping, pods: Iterable[Mapping]) -> JobStatus:
-        return jobset_status(obj, pods) if kind == "JobSet" else job_status(obj, pods)
-
-    @staticmethod
-    def _shape(kind: str, obj: Mapping) -> tuple[int, int, int]:
-        return _jobset_shape(obj) if kind == "JobSet" else _job_shape(obj)
+        return self.api.list("Pod", pod_selector(kind, name))
 
     # ------------------------------------------------------------------ Backend
 
@@ -271,7 +263,7 @@ class KubernetesBackend(Backend):
 
     def _preflight(self, spec: JobSpec, objects: Sequence[Mapping]) -> None:
         """The installed JobSet CRD serves every field the JobSet uses, and the spec's Kueue
-        LocalQueue exists (see :mod:`kubernetes_preflight`). Raises: BackendError."""
+        LocalQueue exists (see :mod:`.preflight`). Raises: BackendError."""
         for obj in objects:
             if obj["kind"] == "JobSet":
                 check_jobset_crd(self.api, obj)
@@ -324,7 +316,7 @@ class KubernetesBackend(Backend):
 
     def status(self, name: str) -> JobStatus:
         kind, obj = self._require(name)
-        return self._status_of(kind, obj, self._pods(kind, name))
+        return status_of(kind, obj, self._pods(kind, name))
 
     def workers(self, name: str) -> list[Worker]:
         """The worker pods of the current attempt, by process (for a per-slice table)."""
@@ -332,7 +324,7 @@ class KubernetesBackend(Backend):
         return self._current_workers(kind, obj, self._pods(kind, name))
 
     def _current_workers(self, kind: str, obj: Mapping, pods: Iterable[Mapping]) -> list[Worker]:
-        hosts, _, _ = self._shape(kind, obj)
+        hosts, _, _ = shape(kind, obj)
         restarts = _int(((obj.get("status") or {}).get("restarts")), 0)
         workers = [worker_from_pod(p, hosts) for p in pods]
         return sorted((w for w in workers if w.restart_attempt == restarts),
@@ -345,11 +337,11 @@ class KubernetesBackend(Backend):
         """
         kind, obj = self._require(name)
         pods = self._pods(kind, name)
-        hosts, slices, _ = self._shape(kind, obj)
+        hosts, slices, _ = shape(kind, obj)
         conditions = tuple(
             {key: c.get(key) for key in _CONDITION_FIELDS if c.get(key) is not None}
             for c in (obj.get("status") or {}).get("conditions") or [])
-        status = self._status_of(kind, obj, pods)
+        status = status_of(kind, obj, pods)
         queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
         if queue:
             note = queue_state(queue, bool((obj.get("spec") or {}).get("suspend")),
@@ -398,7 +390,7 @@ class KubernetesBackend(Backend):
                 by_owner.setdefault(("JobSet", labels[JOBSET_NAME_LABEL]), []).append(pod)
             elif JOB_NAME_LABEL in labels:
                 by_owner.setdefault(("Job", labels[JOB_NAME_LABEL]), []).append(pod)
-        statuses = [self._status_of(kind, obj, by_owner.get((kind, obj["metadata"]["name"]), []))
+        statuses = [status_of(kind, obj, by_owner.get((kind, obj["metadata"]["name"]), []))
                     for kind, obj in found]
         return sorted(statuses, key=lambda s: s.name)
 
@@ -458,14 +450,10 @@ class KubernetesBackend(Backend):
                     f"{', '.join(pending)} {self.namespace}/{name} still exists {timeout:.0f} s "
                     f"after deletion (pods finishing a checkpoint, or a stuck finalizer). Wait "
                     f"and retry, and check: kubectl get pods -n {self.namespace} "
-                    f"-l {self._pod_selector(kind, name)}")
+                    f"-l {pod_selector(kind, name)}")
             logger.info("waiting for %s %s/%s to be deleted", ", ".join(pending),
                         self.namespace, name)
             time.sleep(self.poll_seconds)
-
-    @staticmethod
-    def _pod_selector(kind: str, name: str) -> str:
-        return f"{JOBSET_NAME_LABEL}={name}" if kind == "JobSet" else f"{JOB_NAME_LABEL}={name}"
 
     @staticmethod
     def _grace_period(kind: str, obj: Mapping) -> int:
@@ -480,16 +468,14 @@ class KubernetesBackend(Backend):
              evicted_ends: bool = False,
              on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
         """:meth:`Backend.wait` by a watch of the job's object (polling only where watches are
-        refused; see :mod:`kubernetes_watch`). A job suspended by Kueue (it has a queue) is
+        refused; see :mod:`.watch`). A job suspended by Kueue (it has a queue) is
         Kueue's to re-admit: ``evicted_ends`` does not end the wait for it."""
-        return wait_for_job(self, name, timeout=timeout, poll_seconds=poll_seconds,
-                            evicted_ends=evicted_ends, on_change=on_change)
+        def status(kind: str, obj: Mapping) -> JobStatus:  # the object as read, its pods now
+            return status_of(kind, obj, self._pods(kind, name))
 
-    @staticmethod
-    def _kueue_holds(obj: Mapping) -> bool:
-        """Whether Kueue manages the job (it carries a queue label): Kueue suspends it while
-        it waits for quota and after an eviction, and un-suspends it when it re-admits it."""
-        return bool(((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL))
+        return wait_for_job(self.api, name, find=lambda: self._require(name), status=status,
+                            timeout=timeout, poll_seconds=poll_seconds, evicted_ends=evicted_ends,
+                            on_change=on_change)
 
     def resume(self, name: str, *, spec: JobSpec | None = None) -> JobStatus:
         """Re-creates a stopped job so that training continues from its last checkpoint.
@@ -522,7 +508,7 @@ class KubernetesBackend(Backend):
             return self.submit(spec)
         kind, obj = found
         meta = obj.get("metadata") or {}
-        current = self._status_of(kind, obj, self._pods(kind, name))
+        current = status_of(kind, obj, self._pods(kind, name))
         deleting = bool(meta.get("deletionTimestamp"))
         if not deleting and current.state in (JobState.PENDING, JobState.RUNNING,
                                               JobState.RESTARTING):
@@ -530,7 +516,7 @@ class KubernetesBackend(Backend):
                 f"{name} is {current.state.value} ({current.message}); resume only restarts a "
                 f"stopped job. Wait for it to finish (roxxel-launch wait {name}) or delete it "
                 f"first (roxxel-launch delete {name}).")
-        if not deleting and current.state is JobState.SUSPENDED and self._kueue_holds(obj):
+        if not deleting and current.state is JobState.SUSPENDED and kueue_holds(obj):
             logger.info("%s is suspended by Kueue; leaving it to Kueue to re-admit", name)
             return dataclasses.replace(current, message=(
                 f"{current.message}; left to Kueue, which re-admits it (not re-created)"))
@@ -573,7 +559,8 @@ class KubernetesBackend(Backend):
              previous: bool = False) -> Iterator[str]:
         """Lines of one process's output (or every process's, prefixed with its rank), from
         its pod of the newest restart attempt; with ``follow``, across gang restarts until
-        the job ends. See :func:`kubernetes_logs.read_logs`."""
-        return read_logs(self, name, process=process, follow=follow,
+        the job ends. See :func:`.logs.read_logs`."""
+        kind, obj = self._require(name)
+        return read_logs(self.api, kind, obj, process=process, follow=follow,
                          all_processes=all_processes, since_seconds=since_seconds,
-                         previous=previous)
+                         previous=previous, poll_seconds=self.poll_seconds)

@@ -4,7 +4,7 @@ One supervisor process per running job starts the workers, watches them (every
 :data:`POLL_SECONDS`), restarts them and writes ``status.json``. With
 ``LocalOptions(foreground=True)`` (the CLI's default) ``submit`` runs it inside the
 calling process and echoes worker 0's output with the prefix ``[worker 0] ``; otherwise it is a detached process
-(``python -m roxxel_launch.backends.supervisor supervise RUN_DIR``, in its own session, so
+(``python -m roxxel_launch.backends.local.supervisor supervise RUN_DIR``, in its own session, so
 closing the terminal does not stop it).
 
 Every worker runs in **its own process group**. A terminal's Ctrl-C is delivered to the
@@ -26,8 +26,8 @@ has initialised ``jax.distributed`` catches SIGTERM through JAX's preemption not
 unless it saves and exits itself, it is stopped by the SIGKILL at the end of the grace period.)
 
 Outcomes of an attempt. Every worker is a pod of the rendered manifest
-(:mod:`roxxel_launch.backends.pods`); the first worker that ends with a code other than 0
-is judged by the manifest's policies (:mod:`roxxel_launch.backends.policy`):
+(:mod:`roxxel_launch.backends.local.pods`); the first worker that ends with a code other than 0
+is judged by the manifest's policies (:mod:`roxxel_launch.backends.local.policy`):
 
 - every worker exits 0: ``Succeeded``, exit 0 (a worker that exits 0 early waits for the
   others, like a completed pod);
@@ -61,7 +61,6 @@ import logging
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -72,9 +71,9 @@ from typing import IO
 from roxxel import distributed, exit_codes
 from roxxel.wording import count
 from roxxel_launch import contract
-from roxxel_launch.backends import manifest, policy
 from roxxel_launch.backends.base import BackendError, JobState, JobStatus, StopReason
-from roxxel_launch.backends.pods import (
+from roxxel_launch.backends.local import manifest, policy
+from roxxel_launch.backends.local.pods import (
     LocalSettings,
     free_port,
     host_aliases,
@@ -82,12 +81,8 @@ from roxxel_launch.backends.pods import (
     rendered_objects,
     worker_process,
 )
-from roxxel_launch.backends.processes import (
-    LogEcho,
-    kill_group,
-    with_parent_death_signal,
-)
-from roxxel_launch.backends.rundir import (
+from roxxel_launch.backends.local.processes import LogEcho
+from roxxel_launch.backends.local.rundir import (
     ATTEMPT_HEADER,
     GRACE_CAP_SECONDS,
     LAUNCH_FILE,
@@ -104,6 +99,7 @@ from roxxel_launch.backends.rundir import (
     status_from_dict,
     write_json,
 )
+from roxxel_launch.backends.local.runtime import RunningWorker, WorkerRuntime, default_runtime
 
 __all__ = ["Supervisor"]
 
@@ -120,7 +116,7 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 @dataclasses.dataclass
 class _Worker:
     index: int
-    proc: subprocess.Popen
+    run: RunningWorker
     exit_code: int | None = None
     exit_order: int | None = None
     group_killed: bool = False  # SIGKILL went to its whole group: members may still be unreaped
@@ -144,8 +140,12 @@ class _Outcome:
 class Supervisor:
     """Runs one job's attempts in the calling process (see the module docstring)."""
 
-    def __init__(self, run_dir: Path, *, echo: IO[str] | None, resume: bool, stderr_level: int | None):
+    def __init__(self, run_dir: Path, *, echo: IO[str] | None, resume: bool, stderr_level: int | None,
+                 runtime: WorkerRuntime | None = None):
+        """``runtime``: what starts and signals each pod's worker; default
+        :func:`~roxxel_launch.backends.local.runtime.default_runtime` (processes)."""
         self.run_dir = run_dir
+        self.runtime = runtime
         self.echo = echo
         self.resume = resume
         self.stderr_level = stderr_level
@@ -216,7 +216,7 @@ class Supervisor:
         if self.launch.get("network", "loopback") != "netns":
             yield
             return
-        from roxxel_launch.backends import netns
+        from roxxel_launch.backends.local import netns
 
         reason = netns.unavailable_reason()
         if reason is not None:
@@ -249,6 +249,8 @@ class Supervisor:
                                       data_dir=self.launch.get("data_dir"),
                                       devices_per_worker=self.launch.get("devices_per_worker"))
         self.grace = float(min(self.pods[0].grace_seconds, GRACE_CAP_SECONDS))
+        if self.runtime is None:
+            self.runtime = default_runtime(self.settings.python)
         if self.resume:
             self.status["resumes"] = self.status.get("resumes", 0) + 1
             logger.info("resuming job %s (resume %d)", self.spec.name, self.status["resumes"])
@@ -348,7 +350,7 @@ class Supervisor:
 
     def _processes(self) -> tuple[str, list[tuple[list[str], dict[str, str]]]]:
         """The coordinator address the workers will use and each pod's (argv, env), from the
-        manifest (see :mod:`roxxel_launch.backends.pods`)."""
+        manifest (see :mod:`roxxel_launch.backends.local.pods`)."""
         attempt = self.status["restarts"] if self.is_jobset else None  # the restart-attempt label
         if self.network is not None:
             procs = [worker_process(pod, self.settings, restart_attempt=attempt, pod_ip=self.network.address(i))
@@ -372,16 +374,16 @@ class Supervisor:
     def _start_worker(self, i: int, argv: list[str], env: dict[str, str], header: str) -> _Worker:
         pod = self.pods[i]
         make_volume_dirs(pod, self.settings)
-        worker_argv = with_parent_death_signal(self.settings.python, argv)
-        if self.network is not None:
-            worker_argv = self.network.wrap(i, worker_argv)
+        network = self.network
+        wrap = None if network is None else (lambda command: network.wrap(i, command))
+        if self.runtime is None:
+            raise RuntimeError("the supervisor starts workers only after _load")
         with open(self.run_dir / f"worker-{i}.log", "ab") as log:
             log.write(f"{header}, {now()} =====\n".encode())
             log.flush()
-            proc = subprocess.Popen(worker_argv, cwd=self.launch["cwd"], env=env, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=subprocess.STDOUT, process_group=0)
-        logger.info("%s (pod %s): pid %d", self._worker_name(i), pod.name, proc.pid)
-        return _Worker(i, proc)
+            run = self.runtime.start(argv, env=env, cwd=self.launch["cwd"], log=log, wrap=wrap)
+        logger.info("%s (pod %s): pid %d", self._worker_name(i), pod.name, run.pid)
+        return _Worker(i, run)
 
     def _attempt(self) -> _Outcome:
         spec, n = self.spec, len(self.pods)
@@ -407,7 +409,7 @@ class Supervisor:
             if self.signals:
                 break
             self.workers.append(self._start_worker(i, argv, env, headers[i]))
-        record["pids"] = [w.proc.pid for w in self.workers]
+        record["pids"] = [w.run.pid for w in self.workers]
         # After a gang restart the message keeps saying why it happened.
         self.status.update(state=JobState.RUNNING.value, pids=record["pids"], worker_exit_codes=[None] * n)
         self._save()
@@ -472,7 +474,7 @@ class Supervisor:
         return next((w for w in ended if w.exit_code != exit_codes.SUCCESS), None)
 
     def _decide(self, worker: _Worker) -> policy.Decision:
-        """The manifest's policies on a failed worker (see :mod:`roxxel_launch.backends.policy`)."""
+        """The manifest's policies on a failed worker (see :mod:`roxxel_launch.backends.local.policy`)."""
         pod = self.pods[worker.index]
         code = worker.exit_code if worker.exit_code is not None else 1
         exit = policy.PodExit(pod=f"{pod.namespace}/{pod.name}", job=pod.job, exit_code=code,
@@ -493,17 +495,17 @@ class Supervisor:
         """Collect the exit codes of workers that ended; kill what they left in their group."""
         changed = False
         for w in self.workers:
-            if w.exit_code is None and w.proc.poll() is not None:
-                w.exit_code = exit_codes.from_returncode(w.proc.returncode)
+            if w.exit_code is None and (returncode := w.run.poll()) is not None:
+                w.exit_code = exit_codes.from_returncode(returncode)
                 self.exits_seen += 1
                 w.exit_order = self.exits_seen
                 changed = True
-                logger.info("worker %d (pid %d) exited with %d (%s)", w.index, w.proc.pid, w.exit_code,
+                logger.info("worker %d (pid %d) exited with %d (%s)", w.index, w.run.pid, w.exit_code,
                             exit_codes.describe(w.exit_code))
                 # Like a container that ends: nothing it started may outlive it.
-                if kill_group(w.proc.pid) and not w.group_killed:
+                if w.run.kill() and not w.group_killed:
                     logger.warning("worker %d left processes in its process group %d; killed them",
-                                   w.index, w.proc.pid)
+                                   w.index, w.run.pid)
         if changed:
             self.status["worker_exit_codes"] = self._codes(len(self.workers))
             self._save()
@@ -514,9 +516,8 @@ class Supervisor:
         self._reap()
         running = [w for w in self.workers if w.exit_code is None]
         for w in running:
-            logger.info("worker %d: SIGTERM to pid %d", w.index, w.proc.pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(w.proc.pid, signal.SIGTERM)
+            logger.info("worker %d: SIGTERM to pid %d", w.index, w.run.pid)
+            w.run.terminate()
         deadline = time.monotonic() + grace
         while any(w.exit_code is None for w in self.workers):
             forced = len(self.signals) >= 2  # a second Ctrl-C: no more waiting
@@ -526,10 +527,10 @@ class Supervisor:
                 logger.warning("after %s, SIGKILL to the process groups of workers %s", reason,
                                ", ".join(str(w.index) for w in left))
                 for w in left:
-                    kill_group(w.proc.pid)
+                    w.run.kill()
                     w.group_killed = True
                 for w in left:
-                    w.proc.wait()
+                    w.run.wait()
                 self._reap()
                 break
             if echo:
@@ -539,14 +540,14 @@ class Supervisor:
 
 
 # ------------------------------------------------------------------------------------
-# Detached supervisor: python -m roxxel_launch.backends.supervisor supervise RUN_DIR [--resume]
+# Detached supervisor: python -m roxxel_launch.backends.local.supervisor supervise RUN_DIR [--resume]
 # ------------------------------------------------------------------------------------
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) not in (2, 3) or args[0] != "supervise" or (len(args) == 3 and args[2] != "--resume"):
-        sys.stderr.write("usage: python -m roxxel_launch.backends.supervisor supervise RUN_DIR [--resume]\n")
+        sys.stderr.write("usage: python -m roxxel_launch.backends.local.supervisor supervise RUN_DIR [--resume]\n")
         return exit_codes.USAGE_ERROR
     status = Supervisor(Path(args[1]), echo=None, resume=len(args) == 3, stderr_level=None).run()
     return status.exit_code if status.exit_code is not None else 1
