@@ -83,7 +83,7 @@ def run(work: str) -> None:
     sys.path.insert(0, str(HERE))
     from _table import print_table
 
-    from roxxel.train.checkpoint import RUN_ITEM, STATE_ITEM, Checkpointer, _abstract_leaf
+    from roxxel.train.checkpoint.checkpointer import RUN_ITEM, STATE_ITEM, Checkpointer, _abstract_leaf
 
     for name in ("absl", "gcsfs", "google.auth"):  # warnings on every credentials probe of the emulator
         logging.getLogger(name).setLevel(logging.ERROR)

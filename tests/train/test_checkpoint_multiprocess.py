@@ -130,6 +130,32 @@ def test_sigterm_to_one_of_two_processes_saves_the_same_step_and_exits_42(tmp_pa
     assert restored[0]["tokens"] == step * 32
 
 
+@pytest.mark.parametrize(("signalled", "window", "restored"), [
+    (0, "initialized", True), (1, "restored", True), (1, "initialized", False), (0, "restored", False),
+], ids=["worker0-initialized-restored", "worker1-restored-restored", "worker1-initialized-fresh", "worker0-restored-fresh"])
+def test_a_sigterm_before_the_first_check_is_never_lost(tmp_path, restored, window, signalled):
+    """A notice that arrives after jax.distributed.initialize but before the attempt's first
+    preemption check (the restore, the stream set-up, the first compilation) ends in one
+    agreed step, saved, and exit 42. JAX agrees on the largest step id seen + 1, and every
+    process that has not checked yet counts as 0: with training steps as ids a run restored
+    at step 3 agreed on step 1, never reached it, trained to its end and exited 0."""
+    ckpt, ref = str(tmp_path / "ckpt"), str(tmp_path / "ref.npz")
+    start = 0
+    if restored:
+        _run("train", 2, "--dir", ckpt, "--steps", "3", logs=tmp_path / "logs")
+        start = 3
+    results = _run("preempt", 2, "--dir", ckpt, "--ref", ref, "--max-steps", str(start + 60),
+                   "--sigterm-at", window, "--sigterm-pid", str(signalled),
+                   logs=tmp_path / "logs", expect=PREEMPTED_EXIT_CODE)
+    steps = {r["preempted_at"] for r in results}
+    assert len(steps) == 1, results
+    (step,) = steps
+    assert step is not None and start <= step <= start + 1, results  # the first step checked (or Orbax's save of the next)
+    assert all(step in r["steps"] for r in results), results
+    restored_state = _run("restore", 1, "--dir", ckpt, "--ref", ref, logs=tmp_path / "logs")
+    _check_restored(restored_state, step=step, nproc=1)
+
+
 @pytest.fixture(scope="module")
 def gcs_emulator(tmp_path_factory):
     pytest.importorskip("gcp_storage_emulator", reason="gcp-storage-emulator is not installed")

@@ -8,9 +8,11 @@ Modes (every process of a run gets the same arguments but its own --pid):
   steps saving each; process 0 writes the gathered final state to --ref (.npz).
 - ``restore``: build the model with another seed, restore the latest step and compare
   the gathered state bitwise with --ref.
-- ``preempt``: train, checking for preemption every step (the save interval is too
-  large to save otherwise); on :class:`Preempted` process 0 writes the gathered state to
-  --ref and the exception exits the process with PREEMPTED_EXIT_CODE.
+- ``preempt``: restore the latest step, then train, checking for preemption every step
+  (the save interval is too large to save otherwise); on :class:`Preempted` process 0
+  writes the gathered state to --ref and the exception exits the process with
+  PREEMPTED_EXIT_CODE. With --sigterm-at, process --sigterm-pid signals itself in that
+  window (after initialize, or after the restore) before any preemption check.
 - ``restore-grown``: build the model plus a new layer ``l3`` (another seed), restore the
   latest step with ``partial=True``; compare ``l1``/``l2`` bitwise with --ref and report
   the restore plan and whether ``l3`` kept its initial values.
@@ -45,6 +47,11 @@ def parse() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ref")
     p.add_argument("--ready", help="write <ready>.<pid> once training runs")
+    p.add_argument("--max-steps", type=int, default=5000, help="preempt: the step the loop ends at without a preemption")
+    p.add_argument("--sigterm-at", choices=["initialized", "restored"],
+                   help="preempt: process --sigterm-pid sends itself SIGTERM right after jax.distributed.initialize "
+                        "(before the restore) or right after the restore (before the first check)")
+    p.add_argument("--sigterm-pid", type=int, default=0)
     return p.parse_args()
 
 
@@ -73,6 +80,12 @@ def main() -> int:
             initialization_timeout=60,
             heartbeat_timeout_seconds=20,
         )
+    def sigterm_self(window: str) -> None:
+        if args.sigterm_at == window and args.pid == args.sigterm_pid:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)  # let JAX's notifier thread see it before the next call
+
+    sigterm_self("initialized")
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -149,11 +162,12 @@ def main() -> int:
         ms = common.build(common.MODEL_DIMS, args.seed)
         with Checkpointer(args.dir, state=ms, fingerprint=common.FINGERPRINT, save_interval_steps=100000) as ckpt:
             step = ckpt.restore()
+            sigterm_self("restored")
             if args.ready:
                 with open(f"{args.ready}.{args.pid}", "w") as f:
                     f.write(str(os.getpid()))
             try:
-                while step < 5000:
+                while step < args.max_steps:
                     ckpt.save_and_exit_if_preempted(step, tokens_consumed=step * 32)
                     loss = float(common.train_step(ms.model, ms.optimizer, x))
                     step += 1

@@ -1,107 +1,46 @@
-"""Asynchronous, multi-process checkpoints of an NNX model and its optimizer (Orbax).
+"""The :class:`Checkpointer`: what one step holds, when it is saved, how it is restored.
 
-Orbax does the I/O; this module decides what a checkpoint holds and when it is safe.
-
-What one checkpoint (one step) holds
-====================================
-A directory ``<checkpoint_path>/<step>/`` written by ``orbax.checkpoint.CheckpointManager``
-as a composite of two items:
-
-- ``state``: the model's and the optimizer's variables, as the pure nested dict
-  ``{"model": ..., "optimizer": ...}`` of ``nnx.to_pure_dict`` (so a checkpoint does not
-  depend on NNX's variable classes), saved with ``StandardSave``. Every process writes
-  the shards it owns; arrays keep their dtypes (PRNG key arrays included).
-- ``run``: a JSON dict ``{"step", "tokens_consumed", "metrics", "fingerprint",
-  "roxxel_version", "process_count", "format", "checksums", "saved_at"}``; ``fingerprint``
-  is what the caller passed (the trainer passes ``Curriculum.describe()`` and its seed),
-  ``checksums`` one sharding-independent checksum per array (:mod:`roxxel.train.digest`),
-  verified at restore, ``saved_at`` the UTC time of the save (ISO 8601).
-
-Orbax also writes ``metrics/metrics`` (the value of ``best_metric``, for keeping the
-best step) and its own metadata. A step becomes visible only when complete: on a local
-disk it is written under ``<step>.orbax-checkpoint-tmp*`` and renamed, on ``gs://``
-it is committed by a ``commit_success.txt`` file written last. Incomplete steps are
-never restored and are deleted when the next :class:`Checkpointer` opens the directory.
-
-Keeping
-=======
-The latest ``max_to_keep`` steps plus the best one by ``best_metric`` (Orbax
-preservation policies ``LatestN`` OR ``BestN(n=1)``); old steps are deleted only after
-the newer step is committed. A step saved without a finite ``best_metric`` never
-counts as the best.
-
-Preemption and exit code
-========================
-Every process calls :meth:`Checkpointer.reached_preemption` (or
-:meth:`Checkpointer.save_and_exit_if_preempted`) once per step, before the step's
-update. After a SIGTERM to any process, all processes agree on the same step
-(JAX's preemption sync point over ``jax.distributed``; in a single process without
-``jax.distributed``, the first step checked after the signal), save it, wait until the
-save is complete, and raise :class:`Preempted`, a ``SystemExit`` whose code is
-:data:`roxxel.exit_codes.PREEMPTED_EXIT_CODE` (42): uncaught, the interpreter exits with
-42, which the launcher treats as "preempted after a complete checkpoint, restart"::
-
-    with Checkpointer(path, model, optimizer, fingerprint=curriculum.describe()) as ckpt:
-        step = ckpt.restore()
-        while step < total_steps:
-            ckpt.save_and_exit_if_preempted(step, tokens_consumed=curriculum.tokens_before(step))
-            loss = train_step(model, optimizer, batch(step))
-            step += 1
-            ckpt.save(step, {"loss": loss}, tokens_consumed=curriculum.tokens_before(step))
-
-Errors
-======
-An error in an asynchronous save is raised as :class:`CheckpointSaveError` by the
-next :meth:`Checkpointer.save` call (at the latest when that call writes),
-:meth:`Checkpointer.wait_until_finished`, :meth:`Checkpointer.restore` or
-:meth:`Checkpointer.close` -- never swallowed. A restore under a different run
-fingerprint raises :class:`RunMismatchError` listing what changed.
+See :mod:`roxxel.train.checkpoint` for the layout of a step, keeping, preemption and errors.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import datetime
-import json
 import logging
 import math
 import numbers
 import os
-import re
-import signal
-import sys
-import threading
 import time
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-from etils import epath
 from flax import nnx
 from orbax.checkpoint import checkpoint_managers as ocm
 
 from roxxel._version import __version__
 from roxxel.data.curriculum import classify_changes
-from roxxel.exit_codes import PREEMPTED_EXIT_CODE, ConfigurationError
+from roxxel.exit_codes import PREEMPTED_EXIT_CODE
+from roxxel.train.checkpoint import _orbax, lifecycle
+from roxxel.train.checkpoint.directory import check_gcs_backend, damaged_metrics, resolve_directory
+from roxxel.train.checkpoint.errors import (
+    CheckpointCorruptError,
+    CheckpointRestoreError,
+    CheckpointSaveError,
+    ModelChangeError,
+    Preempted,
+    RunMismatchError,
+    one_line,
+)
+from roxxel.train.checkpoint.fingerprint import describe_changes, indented, is_curriculum, normalize_json
+from roxxel.train.checkpoint.preemption import PreemptionSync
 from roxxel.train.digest import array_checksums
 from roxxel.train.partial import RestorePlan, layout_of_metadata, layout_of_state, plan_restore, subset
 from roxxel.train.state import ModelState
 from roxxel.wording import as_clause, count
-
-__all__ = [
-    "CheckpointCorruptError",
-    "CheckpointRestoreError",
-    "CheckpointSaveError",
-    "Checkpointer",
-    "ModelChangeError",
-    "Preempted",
-    "RunMismatchError",
-    "describe_changes",
-]
 
 log = logging.getLogger("roxxel.checkpoint")
 
@@ -112,204 +51,11 @@ RUN_ITEM = "run"
 RUN_FORMAT = 1
 """Version of the ``run`` item's layout."""
 
-_MAX_CHANGES_SHOWN = 25
-
-
-class CheckpointSaveError(RuntimeError):
-    """An asynchronous save failed; no complete checkpoint exists for ``step``.
-
-    Attributes:
-        step: the step whose save failed, or ``None`` when unknown.
-    """
-
-    def __init__(self, message: str, step: int | None = None) -> None:
-        super().__init__(message)
-        self.step = step
-
-
-class CheckpointRestoreError(RuntimeError):
-    """A step could not be read (damaged files, unreadable metadata, a state that does not fit).
-
-    Attributes:
-        step: the step that failed.
-        earlier_steps: the complete steps before it, any of which ``restore(step=N)`` can load.
-    """
-
-    def __init__(self, message: str, *, step: int, earlier_steps: list[int]) -> None:
-        super().__init__(message)
-        self.step = step
-        self.earlier_steps = earlier_steps
-
-
-class CheckpointCorruptError(CheckpointRestoreError):
-    """A restored array does not match the checksum recorded when its step was saved.
-
-    Attributes:
-        array: the array's path in the state, e.g. ``"model/l1/kernel"``.
-    """
-
-    def __init__(self, message: str, *, step: int, earlier_steps: list[int], array: str) -> None:
-        super().__init__(message, step=step, earlier_steps=earlier_steps)
-        self.array = array
-
-
-class ModelChangeError(CheckpointRestoreError, ConfigurationError):
-    """The live model does not fit the checkpoint: an array differs in shape or dtype, or
-    (without ``partial=True``) arrays were added or removed.
-
-    Attributes:
-        array: the first offending array's path, e.g. ``"model/l1/kernel"``.
-        saved: its ``(shape, dtype)`` in the checkpoint, ``None`` when the checkpoint lacks it.
-        current: its ``(shape, dtype)`` in the live model, ``None`` when the model lacks it.
-    """
-
-    def __init__(self, message: str, *, step: int, earlier_steps: list[int], array: str,
-                 saved: tuple[tuple[int, ...], str] | None,
-                 current: tuple[tuple[int, ...], str] | None) -> None:
-        super().__init__(message, step=step, earlier_steps=earlier_steps)
-        self.array = array
-        self.saved = saved
-        self.current = current
-
 
 def _fmt(spec: tuple[tuple[int, ...], str] | None) -> str:
     """``(shape, dtype)`` as ``"shape (4, 3) float32"``."""
     return "absent" if spec is None else f"shape {spec[0]} {spec[1]}"
 
-
-def _is_curriculum(fingerprint: Any) -> bool:
-    """Whether a fingerprint is a ``Curriculum.describe()`` (whose changes can be classified)."""
-    return isinstance(fingerprint, Mapping) and isinstance(fingerprint.get("phases"), list) and "datasets" in fingerprint
-
-
-def _shown(lines: list[str]) -> str:
-    shown = "\n".join(f"  {line}" for line in lines[:_MAX_CHANGES_SHOWN])
-    if len(lines) > _MAX_CHANGES_SHOWN:
-        shown += f"\n  ... and {len(lines) - _MAX_CHANGES_SHOWN} more"
-    return shown
-
-
-def _one_line(err: BaseException, width: int = 300) -> str:
-    text = " ".join(str(err).split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-class RunMismatchError(ConfigurationError, ValueError):
-    """The checkpoint was saved by a run with a different fingerprint.
-
-    Attributes:
-        step: the checkpoint's step.
-        changes: one line per difference, e.g. ``"phases[1].batch_size: 16 -> 32"``.
-        saved: the fingerprint stored in the checkpoint.
-        current: the fingerprint of this run.
-    """
-
-    def __init__(self, message: str, *, step: int, changes: list[str], saved: Any, current: Any) -> None:
-        super().__init__(message)
-        self.step = step
-        self.changes = changes
-        self.saved = saved
-        self.current = current
-
-
-class Preempted(SystemExit):
-    """Raised after a preemption checkpoint of ``step`` is complete on every process.
-
-    A ``SystemExit`` whose ``code`` is :data:`~roxxel.exit_codes.PREEMPTED_EXIT_CODE`:
-    generic ``except Exception`` handlers let it through, ``finally`` blocks and context
-    managers run, and uncaught it makes the interpreter exit with that code. An
-    entrypoint may catch it to log and ``sys.exit(err.code)`` itself.
-
-    Attributes:
-        step: the step that was saved (training resumes from it).
-        code: ``PREEMPTED_EXIT_CODE`` (42).
-    """
-
-    def __init__(self, step: int) -> None:
-        super().__init__(PREEMPTED_EXIT_CODE)
-        self.step = step
-
-    def __str__(self) -> str:
-        return f"preempted: checkpoint of step {self.step} is complete; exit code {PREEMPTED_EXIT_CODE}"
-
-
-# --- fingerprint comparison ---------------------------------------------------------
-
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _short(value: Any, width: int = 60) -> str:
-    text = json.dumps(value, sort_keys=True, default=str)
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _child(path: str, key: Any) -> str:
-    if isinstance(key, str) and _IDENT.match(key):
-        return f"{path}.{key}" if path else key
-    return f"{path}[{json.dumps(key)}]"
-
-
-def _same_scalar(a: Any, b: Any) -> bool:
-    return a == b and isinstance(a, bool) == isinstance(b, bool) and (a is None) == (b is None)
-
-
-def _diff(a: Any, b: Any, path: str, out: list[str]) -> None:
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        for key in sorted(set(a) | set(b), key=str):
-            sub = _child(path, key)
-            if key not in b:
-                out.append(f"{sub}: removed (was {_short(a[key])})")
-            elif key not in a:
-                out.append(f"{sub}: added {_short(b[key])}")
-            else:
-                _diff(a[key], b[key], sub, out)
-    elif isinstance(a, list) and isinstance(b, list):
-        for i in range(min(len(a), len(b))):
-            _diff(a[i], b[i], f"{path}[{i}]", out)
-        for i in range(len(b), len(a)):
-            out.append(f"{path}[{i}]: removed (was {_short(a[i])})")
-        for i in range(len(a), len(b)):
-            out.append(f"{path}[{i}]: added {_short(b[i])}")
-    elif not _same_scalar(a, b):
-        out.append(f"{path or '<fingerprint>'}: {_short(a)} -> {_short(b)}")
-
-
-def _normalize_json(value: Any, what: str) -> Any:
-    """``value`` as JSON would give it back (tuples -> lists, keys -> str).
-
-    Raises:
-        TypeError: ``value`` is not JSON-serialisable.
-    """
-    try:
-        return json.loads(json.dumps(value, allow_nan=True))
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"{what} must be JSON-serialisable (dicts, lists, str, numbers, bool, None): {err}") from err
-
-
-def describe_changes(saved: Any, current: Any) -> list[str]:
-    """List the differences between two JSON-like values, one readable line each.
-
-    Paths use ``.key`` for identifier keys, ``["key"]`` otherwise and ``[i]`` for list
-    items: ``"phases[1].batch_size: 16 -> 32"``, ``"datasets.web: removed (was ...)"``,
-    ``"phases[2]: added {...}"``. Both values are first normalised as JSON (tuples become
-    lists). ``True`` and ``1`` differ; ``1`` and ``1.0`` do not.
-
-    Args:
-        saved: the old value (from a checkpoint).
-        current: the new value.
-
-    Returns:
-        The lines, in key order; empty when the values are equal.
-
-    Raises:
-        TypeError: either value is not JSON-serialisable.
-    """
-    out: list[str] = []
-    _diff(_normalize_json(saved, "saved"), _normalize_json(current, "current"), "", out)
-    return out
-
-
-# --- JSON helpers ---------------------------------------------------------------------
 
 
 def _json_scalar(value: Any, name: str) -> Any:
@@ -335,47 +81,6 @@ def _json_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 # --- the checkpointer -------------------------------------------------------------------
-
-
-def _damaged_metrics(directory: epath.Path) -> CheckpointRestoreError | None:
-    """The error for a step whose metrics file is not a JSON object, or None if every one is.
-
-    Orbax reads every step's metrics (they rank the steps for ``keep_best``) when a
-    ``CheckpointManager`` opens the directory, and one damaged file fails that with a bare
-    ``JSONDecodeError`` naming neither step nor file; so on that failure the files are read
-    here to name it.
-    """
-    steps = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
-    for step in steps:
-        path = directory / str(step) / "metrics" / "metrics"
-        try:
-            ok = isinstance(json.loads(path.read_bytes().decode("utf-8")), dict)
-        except FileNotFoundError:
-            continue
-        except (ValueError, UnicodeDecodeError, OSError):
-            ok = False
-        if not ok:
-            return CheckpointRestoreError(
-                f"{path}: the metrics of step {step} are damaged, and Orbax cannot open {directory} with them; "
-                f"they only rank the steps for keep_best: remove {path.parent} (step {step} stays restorable) or "
-                "restore the file", step=step, earlier_steps=[s for s in steps if s < step])
-    return None
-
-
-def _resolve_directory(checkpoint_path: str | os.PathLike[str]) -> epath.Path:
-    text = os.fspath(checkpoint_path)
-    if not isinstance(text, str) or not text:
-        raise ValueError(f"checkpoint_path must be a non-empty path, got {checkpoint_path!r}")
-    if text.startswith("gs://"):
-        if len(text) <= len("gs://") or text[len("gs://") :].startswith("/"):
-            raise ValueError(f"checkpoint_path {text!r} names no bucket; expected gs://bucket/prefix")
-        return epath.Path(text.rstrip("/"))
-    if "://" in text:
-        raise ValueError(
-            f"checkpoint_path {text!r}: only local directories and gs://bucket/prefix are supported "
-            "(Orbax writes object storage through TensorStore's GCS driver)"
-        )
-    return epath.Path(os.path.abspath(os.path.expanduser(text)))
 
 
 def _replicated_sharding() -> jax.sharding.Sharding:
@@ -412,207 +117,17 @@ def _metric_ranker(metric: str, mode: str) -> Any:
     return rank
 
 
-def _check_gcs_backend(directory: epath.Path) -> None:
-    """``gs://`` paths need a file-system backend for epath besides TensorStore's driver."""
-    if not os.fspath(directory).startswith("gs://"):
-        return
-    import importlib.util
+class _Manager(ocp.CheckpointManager):
+    """Orbax's manager, whose own preemption checks (in ``should_save``, ``save`` and the
+    finalize thread) ask the checkpointer's :class:`PreemptionSync`, so that JAX is given
+    this attempt's step ids (see :mod:`roxxel.train.checkpoint.preemption`)."""
 
-    if importlib.util.find_spec("gcsfs") is None and importlib.util.find_spec("tensorflow") is None:
-        raise ImportError(
-            f"checkpoint_path {os.fspath(directory)!r}: gs:// checkpoints need the `gcsfs` package "
-            "(Orbax lists and renames objects through etils.epath, which uses gcsfs or TensorFlow); "
-            "pip install gcsfs"
-        )
+    def __init__(self, directory: Any, *, options: ocp.CheckpointManagerOptions, preemption: PreemptionSync) -> None:
+        self._roxxel_preemption = preemption
+        super().__init__(directory, options=options)
 
-
-def _current_operation_id() -> str | None:
-    """Orbax's id of the save just started (its background threads wait on signals keyed by it)."""
-    try:
-        from orbax.checkpoint._src.futures import synchronization  # private: pinned Orbax version
-    except ImportError:  # pragma: no cover - layout of a future Orbax
-        return None
-    return synchronization.OperationIdGenerator.get_current_operation_id()
-
-
-def _release_waiters(operation_id: str | None) -> None:
-    """After a failed save, send the signals its other background threads still wait for.
-
-    When the thread that creates the step directory fails, Orbax never sends "directory
-    created"; about 30 non-daemon threads then wait for it for Orbax's coordination timeout
-    (300 s), and the interpreter cannot exit until they give up. Sending the signals lets
-    them run on at once; they find no directory, fail, and end. Private Orbax API (pinned).
-    """
-    if operation_id is None:
-        return
-    try:
-        from orbax.checkpoint._src.futures import future, synchronization
-    except ImportError:  # pragma: no cover - layout of a future Orbax
-        return
-    signals = [s for s in synchronization.HandlerAwaitableSignal if s.name != "AWAITABLE_SIGNALS_CONTRACT"]
-    try:
-        future.set_signals(signals, operation_id=operation_id)
-    except Exception:  # the coordination service may be gone too: nothing more to release
-        log.debug("could not release Orbax's waiting threads", exc_info=True)
-
-
-ORBAX_DETAILS_LOGGER = "roxxel.checkpoint.orbax"
-"""Where Orbax's tracebacks from background threads go (at DEBUG), instead of the terminal.
-The Trainer writes this logger's records to the run's system log."""
-
-
-class _OrbaxTracebacks(logging.Filter):
-    """On the ``absl`` logger: divert Orbax's ERROR records that carry a traceback (each
-    failed background thread logs one, ~30 per failed save) to :data:`ORBAX_DETAILS_LOGGER`;
-    the error itself reaches the user once, as :class:`CheckpointSaveError`."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.levelno >= logging.ERROR and "orbax" in record.pathname:
-            logging.getLogger(ORBAX_DETAILS_LOGGER).debug(
-                "%s", record.getMessage(), exc_info=record.exc_info
-            )
-            return False
-        return True
-
-
-_orbax_filter = _OrbaxTracebacks()
-
-
-def _keep_short(err: BaseException) -> None:
-    """Send the full traceback of Orbax's ``err`` to :data:`ORBAX_DETAILS_LOGGER`, then drop the
-    tracebacks from its chain, so the :class:`CheckpointSaveError` raised from it prints as a few
-    lines (the cause's type and message stay, as ``__cause__``)."""
-    logging.getLogger(ORBAX_DETAILS_LOGGER).debug("Orbax's error", exc_info=err)
-    seen = set()
-    link: BaseException | None = err
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        link.__traceback__ = None
-        link = link.__cause__ or link.__context__
-
-
-def _divert_orbax_tracebacks() -> None:
-    absl_logger = logging.getLogger("absl")
-    if _orbax_filter not in absl_logger.filters:
-        absl_logger.addFilter(_orbax_filter)
-
-
-_open_checkpointers: weakref.WeakSet[Checkpointer] = weakref.WeakSet()
-_exit_hook_installed = False
-_save_failed = False  # a save or close failed in this process: storage threads may still retry
-STRAGGLER_GRACE_S = 2.0
-"""Seconds the exit waits, after a failed save, for storage threads still retrying (gcsfs
-retries a request 6 times over ~30 s and cannot be told fewer; TensorStore up to 32)."""
-
-
-def _mark_failed() -> None:
-    global _save_failed
-    _save_failed = True
-
-
-class _DeadlinePassed(TimeoutError):
-    """A call still running at its deadline (its thread is left to end, or to the exit hook)."""
-
-
-def _call_with_deadline(release: Any, deadline: float, what: str) -> None:
-    """Run ``release()`` in a daemon thread; raise its error, or :class:`_DeadlinePassed` at
-    ``deadline`` (an object store answering errors keeps its client retrying far past the
-    timeout: gcsfs retries each request 6 times, ~30 s, and has no setting for fewer)."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            release()
-        except BaseException as err:  # re-raised in the caller's thread
-            errors.append(err)
-
-    thread = threading.Thread(target=run, name=f"roxxel-checkpoint-close: {what}", daemon=True)
-    thread.start()
-    thread.join(max(0.0, deadline - time.monotonic()))
-    if thread.is_alive():
-        raise _DeadlinePassed(f"{what} did not finish within the checkpointer's timeout")
-    if errors:
-        raise errors[0]
-
-
-def _join_save(manager: ocp.CheckpointManager, deadline: float) -> bool:
-    """Wait until the manager's background save has ended (True) or ``deadline`` has passed
-    (False). Joins Orbax's finalize thread without its ``join`` override, which raises the
-    save's error once per calling thread: the caller's ``wait_until_finished`` must get it.
-    Private Orbax API (pinned version); without it, polls ``is_saving_in_progress``."""
-    ref = getattr(manager, "_finalize_thread", None)
-    thread = ref.get() if ref is not None and hasattr(ref, "get") else None
-    if isinstance(thread, threading.Thread):
-        threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))
-        return not thread.is_alive()
-    while manager.is_saving_in_progress():  # pragma: no cover - layout of a future Orbax
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _stragglers_alive() -> list[threading.Thread]:
-    """Non-daemon threads other than this one still alive after a short grace period. Polled:
-    Orbax's threads re-raise their error from ``join()``."""
-    deadline = time.monotonic() + STRAGGLER_GRACE_S
-    while True:
-        alive = [t for t in threading.enumerate()
-                 if t.is_alive() and not t.daemon and t is not threading.current_thread()
-                 and t is not threading.main_thread()]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.05)
-
-
-def _close_at_exit() -> None:
-    """Runs when the main thread ends, before Python waits for non-daemon threads: close every
-    open Checkpointer, so a save that failed unseen ends the process with status 1 and one
-    line, instead of a silent exit 0 after Orbax's threads time out (300 s)."""
-    failed: Exception | None = None
-    for ckpt in list(_open_checkpointers):
-        try:
-            ckpt.close()
-        except CheckpointSaveError as err:
-            failed = failed or err
-        except Exception as err:  # pragma: no cover - defensive: exiting anyway
-            failed = failed or err
-    if failed is None:
-        if not _save_failed:
-            return
-        alive = _stragglers_alive()
-        if not alive:
-            return
-        # The process would wait for them for minutes; it ends now, non-zero, since a save failed.
-        sys.stderr.write(f"roxxel: exiting with status 1: a checkpoint save failed and {len(alive)} "
-                         "storage threads still retry it\n")
-    else:
-        sys.stderr.write(f"roxxel: {type(failed).__name__}: {failed}\n")
-    sys.stderr.flush()
-    atexit._run_exitfuncs()  # flush loggers (they registered with atexit), then fail the process
-    logging.shutdown()
-    os._exit(1)
-
-
-def _install_exit_hook() -> None:
-    global _exit_hook_installed
-    if _exit_hook_installed:
-        return
-    _exit_hook_installed = True
-    register = getattr(threading, "_register_atexit", None)  # what concurrent.futures uses
-    if register is not None:
-        register(_close_at_exit)
-    else:  # pragma: no cover - a Python without it
-        atexit.register(_close_at_exit)
-
-
-def _preemption_service_available() -> bool:
-    try:
-        from jax._src import distributed as jax_distributed  # no public accessor
-    except ImportError:  # pragma: no cover - layout of a future jax
-        return True
-    state = jax_distributed.global_state
-    return getattr(state, "client", None) is None or getattr(state, "preemption_sync_manager", True) is not None
+    def reached_preemption(self, step: int) -> bool:
+        return self._roxxel_preemption.agreed(step)
 
 
 class Checkpointer:
@@ -690,9 +205,9 @@ class Checkpointer:
         if not isinstance(best_metric, str) or not best_metric:
             raise ValueError(f"best_metric must be a non-empty str, got {best_metric!r}")
 
-        self.directory = _resolve_directory(checkpoint_path)
-        _check_gcs_backend(self.directory)
-        self.fingerprint = None if fingerprint is None else _normalize_json(fingerprint, "fingerprint")
+        self.directory = resolve_directory(checkpoint_path)
+        check_gcs_backend(self.directory)
+        self.fingerprint = None if fingerprint is None else normalize_json(fingerprint, "fingerprint")
         self.allow_changed_run = bool(allow_changed_run)
         self.best_metric = best_metric
         self.best_mode = best_mode
@@ -725,6 +240,7 @@ class Checkpointer:
                     keep_checkpoints_without_metrics=False,
                 )
             )
+        self._preemption = PreemptionSync()
         options = ocp.CheckpointManagerOptions(
             # No InitialSavePolicy: the first save of a run follows the interval like the others.
             save_decision_policy=ocm.AnySavePolicy(
@@ -742,25 +258,19 @@ class Checkpointer:
             async_options=ocp.AsyncOptions(timeout_secs=max(1, int(math.ceil(timeout)))),
         )
         try:
-            self._manager = ocp.CheckpointManager(self.directory, options=options)
+            self._manager = _Manager(self.directory, options=options, preemption=self._preemption)
         except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
-            raise _damaged_metrics(self.directory) or err
-        _open_checkpointers.add(self)
-        _install_exit_hook()
-        _divert_orbax_tracebacks()
+            raise damaged_metrics(self.directory) or err
+        lifecycle.open_checkpointers.add(self)
+        lifecycle.install_exit_hook()
+        lifecycle.divert_orbax_tracebacks()
         self._pending_step: int | None = None  # a save whose completion has not been checked
         self._pending_operation: str | None = None  # Orbax's operation id of that save
         self._save_deadline: float | None = None  # time.monotonic() that save must end by
         self._abandoned = False  # that save outlived its deadline: its threads may still run
         self._closed = False
         self._timeout = float(timeout)
-        self._sigterm = threading.Event()
-        self._stop_reason = "SIGTERM received"  # or a request_preemption() (the Trainer's Ctrl-C)
         self._saved_steps: set[int] = set()  # steps this Checkpointer saved
-        self._previous_sigterm_handler: Any = None
-        self._handler_installed = False
-        self._preempt_step: int | None = None  # single-process agreed step
-        self._warned_no_preemption = False
         log.info(
             "checkpoints in %s: keep latest %s%s, save every %d steps, existing steps %s",
             self.directory,
@@ -846,7 +356,7 @@ class Checkpointer:
                             "is not saved, and restore() will take that step; delete it first to keep this one",
                             step, self.directory)
             return False
-        preempted = self._preempt_step == step
+        preempted = self._preemption.agreed_step == step
         if not (force or preempted or self._manager.should_save(step)):
             return False
         latest = self._manager.latest_step()
@@ -869,7 +379,7 @@ class Checkpointer:
             "fingerprint": self.fingerprint,
             "roxxel_version": __version__,
             "process_count": jax.process_count(),
-            "settings": _normalize_json(self.settings, "settings"),
+            "settings": normalize_json(self.settings, "settings"),
         }
         deadline = time.monotonic() + self._timeout  # bounds the whole save, from this call on
         pure = nnx.to_pure_dict(self._state.nnx_state())
@@ -884,7 +394,7 @@ class Checkpointer:
         if saved:
             self._saved_steps.add(step)
             self._pending_step = step
-            self._pending_operation = _current_operation_id()
+            self._pending_operation = _orbax.current_operation_id()
             self._save_deadline = deadline
             log.info("saving step %d to %s%s", step, self.directory, " (preemption)" if preempted else "")
         return bool(saved)
@@ -906,13 +416,13 @@ class Checkpointer:
         process non-zero)."""
         step = self._pending_step
         try:
-            if self._save_deadline is not None and not _join_save(self._manager, self._save_deadline):
-                raise _DeadlinePassed(f"the save of step {step}")
+            if self._save_deadline is not None and not _orbax.join_save(self._manager, self._save_deadline):
+                raise lifecycle.DeadlinePassed(f"the save of step {step}")
             self._manager.wait_until_finished()  # raises a failed save's error, once per thread
-        except _DeadlinePassed:
+        except lifecycle.DeadlinePassed:
             self._abandoned = True
-            _mark_failed()
-            _release_waiters(self._pending_operation)
+            lifecycle.mark_failed()
+            _orbax.release_waiters(self._pending_operation)
             raise CheckpointSaveError(
                 f"the asynchronous save of step {step} to {self.directory} did not finish within "
                 f"the checkpointer's timeout ({self._timeout:g} s): the storage keeps failing or is "
@@ -922,9 +432,9 @@ class Checkpointer:
         except Exception as err:
             self._pending_step = None
             self._save_deadline = None
-            _mark_failed()
-            _release_waiters(self._pending_operation)
-            _keep_short(err)
+            lifecycle.mark_failed()
+            _orbax.release_waiters(self._pending_operation)
+            lifecycle.keep_short(err)
             raise CheckpointSaveError(
                 f"the asynchronous save of step {step} to {self.directory} failed: {type(err).__name__}: {err}",
                 step=step,
@@ -1036,7 +546,7 @@ class Checkpointer:
         saved = (self.restored_run or {}).get("settings")
         if not isinstance(saved, Mapping):
             return []
-        return describe_changes(saved, _normalize_json(self.settings, "settings"))
+        return describe_changes(saved, normalize_json(self.settings, "settings"))
 
     def _read_partially(self, step: int, item: Any) -> Any:
         """Only the arrays of ``item`` (abstract leaves), with Orbax's partial restore, through a
@@ -1102,7 +612,7 @@ class Checkpointer:
         except Exception as err:
             raise CheckpointRestoreError(
                 f"cannot restore step {step} from {self.directory} (reading {what}): {type(err).__name__}: "
-                f"{as_clause(_one_line(err))}. The step may be damaged or written by an incompatible model; "
+                f"{as_clause(one_line(err))}. The step may be damaged or written by an incompatible model; "
                 f"{self._fix_hint(earlier)}",
                 step=step,
                 earlier_steps=earlier,
@@ -1136,7 +646,7 @@ class Checkpointer:
             log.warning("checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, self.directory)
             return
         hint = ""
-        if _is_curriculum(saved) and _is_curriculum(self.fingerprint):
+        if is_curriculum(saved) and is_curriculum(self.fingerprint):
             allowed, changes = classify_changes(saved, self.fingerprint, step, describe_changes)
             hint = (f" for the batches before step {step} (lengthening the phase that holds it, "
                     "or changing later phases, is allowed)")
@@ -1145,10 +655,10 @@ class Checkpointer:
         self.run_changes = list(allowed)
         if allowed:
             log.warning("resuming step %d of %s with changes that leave the batches before it as they were:\n%s",
-                        step, self.directory, _shown(allowed))
+                        step, self.directory, indented(allowed))
         if not changes:
             return
-        shown = _shown(changes)
+        shown = indented(changes)
         if self.allow_changed_run:
             self.run_changes += changes
             log.warning("resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, self.directory, shown)
@@ -1184,20 +694,7 @@ class Checkpointer:
             RuntimeError: the checkpointer is closed.
         """
         self._check_open()
-        step = self._check_step(step)
-        if jax.process_count() > 1 or jax.distributed.is_initialized():
-            if not _preemption_service_available() and not self._warned_no_preemption:
-                self._warned_no_preemption = True
-                log.warning("JAX's preemption service is disabled (jax_enable_preemption_service): SIGTERM is not detected")
-            return bool(self._manager.reached_preemption(step))
-        self._install_sigterm_handler()
-        if self._preempt_step is not None:
-            return step == self._preempt_step
-        if self._sigterm.is_set():
-            self._preempt_step = step
-            log.warning("%s: saving step %d and stopping", self._stop_reason, step)
-            return True
-        return False
+        return self._preemption.check(self._check_step(step))
 
     def save_and_exit_if_preempted(
         self,
@@ -1234,33 +731,7 @@ class Checkpointer:
         process it records the request; under ``jax.distributed`` it sends SIGTERM to this
         process, which JAX's preemption notifier turns into a step all processes agree on.
         """
-        if jax.process_count() > 1 or jax.distributed.is_initialized():
-            os.kill(os.getpid(), signal.SIGTERM)
-        else:
-            self._stop_reason = "stop requested (Ctrl-C)"
-            self._sigterm.set()
-
-    def _install_sigterm_handler(self) -> None:
-        if self._handler_installed:
-            return
-        if threading.current_thread() is not threading.main_thread():
-            if not self._warned_no_preemption:
-                self._warned_no_preemption = True
-                log.warning("reached_preemption() called outside the main thread: no SIGTERM handler installed")
-            return
-        self._previous_sigterm_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
-        self._handler_installed = True
-
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        self._stop_reason = "SIGTERM received"
-        self._sigterm.set()
-
-    def _restore_sigterm_handler(self) -> None:
-        if not self._handler_installed:
-            return
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-            signal.signal(signal.SIGTERM, self._previous_sigterm_handler)
-        self._handler_installed = False
+        self._preemption.request()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -1276,7 +747,7 @@ class Checkpointer:
         if self._closed:
             return
         self._closed = True
-        _open_checkpointers.discard(self)
+        lifecycle.open_checkpointers.discard(self)
         error: BaseException | None = None
         try:
             self._wait()
@@ -1288,20 +759,20 @@ class Checkpointer:
         for what, release in () if self._abandoned else releases:  # abandoned: close would wait on it
             try:
                 if os.fspath(self.directory).startswith("gs://"):
-                    _call_with_deadline(release, deadline, what)
+                    lifecycle.call_with_deadline(release, deadline, what)
                 else:  # local file systems fail at once; Orbax's close misreports from a thread
                     release()
             except Exception as err:  # e.g. an HttpError from the object store: one readable line
-                _keep_short(err)
+                lifecycle.keep_short(err)
                 if error is None:
                     error = CheckpointSaveError(
-                        f"{what} in {self.directory} failed: {type(err).__name__}: {_one_line(err)}",
+                        f"{what} in {self.directory} failed: {type(err).__name__}: {one_line(err)}",
                         step=self._pending_step,
                     )
                     error.__cause__ = err
         if error is not None:
-            _mark_failed()
-        self._restore_sigterm_handler()
+            lifecycle.mark_failed()
+        self._preemption.close()
         if error is not None:
             raise error
 
@@ -1317,9 +788,7 @@ class Checkpointer:
         Only Orbax's ``save`` waits for it; without this a restore-only checkpointer could
         close while that thread still talks to storage. Private Orbax API (pinned version).
         """
-        wait = getattr(self._manager, "_maybe_await_cleanup_tmp_directory", None)
-        if wait is not None:
-            wait()
+        _orbax.await_tmp_cleanup(self._manager)
 
     def _check_open(self) -> None:
         if self._closed:

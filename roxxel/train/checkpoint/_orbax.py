@@ -1,0 +1,83 @@
+"""Every use of Orbax's and JAX's private APIs, in one place, with the versions they were tested on.
+
+Each function degrades to the public behaviour when the private name is gone (a future
+layout); :func:`check_versions` says when the installed versions are outside the tested
+ranges (``pyproject.toml`` pins the same ranges).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import orbax.checkpoint as ocp
+
+log = logging.getLogger("roxxel.checkpoint")
+
+
+def current_operation_id() -> str | None:
+    """Orbax's id of the save just started (its background threads wait on signals keyed by it)."""
+    try:
+        from orbax.checkpoint._src.futures import synchronization  # private: pinned Orbax version
+    except ImportError:  # pragma: no cover - layout of a future Orbax
+        return None
+    return synchronization.OperationIdGenerator.get_current_operation_id()
+
+
+def release_waiters(operation_id: str | None) -> None:
+    """After a failed save, send the signals its other background threads still wait for.
+
+    When the thread that creates the step directory fails, Orbax never sends "directory
+    created"; about 30 non-daemon threads then wait for it for Orbax's coordination timeout
+    (300 s), and the interpreter cannot exit until they give up. Sending the signals lets
+    them run on at once; they find no directory, fail, and end. Private Orbax API (pinned).
+    """
+    if operation_id is None:
+        return
+    try:
+        from orbax.checkpoint._src.futures import future, synchronization
+    except ImportError:  # pragma: no cover - layout of a future Orbax
+        return
+    signals = [s for s in synchronization.HandlerAwaitableSignal if s.name != "AWAITABLE_SIGNALS_CONTRACT"]
+    try:
+        future.set_signals(signals, operation_id=operation_id)
+    except Exception:  # the coordination service may be gone too: nothing more to release
+        log.debug("could not release Orbax's waiting threads", exc_info=True)
+
+
+def join_save(manager: ocp.CheckpointManager, deadline: float) -> bool:
+    """Wait until the manager's background save has ended (True) or ``deadline`` has passed
+    (False). Joins Orbax's finalize thread without its ``join`` override, which raises the
+    save's error once per calling thread: the caller's ``wait_until_finished`` must get it.
+    Private Orbax API (pinned version); without it, polls ``is_saving_in_progress``."""
+    ref = getattr(manager, "_finalize_thread", None)
+    thread = ref.get() if ref is not None and hasattr(ref, "get") else None
+    if isinstance(thread, threading.Thread):
+        threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))
+        return not thread.is_alive()
+    while manager.is_saving_in_progress():  # pragma: no cover - layout of a future Orbax
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def preemption_service_available() -> bool:
+    try:
+        from jax._src import distributed as jax_distributed  # no public accessor
+    except ImportError:  # pragma: no cover - layout of a future jax
+        return True
+    state = jax_distributed.global_state
+    return getattr(state, "client", None) is None or getattr(state, "preemption_sync_manager", True) is not None
+
+
+def await_tmp_cleanup(manager: ocp.CheckpointManager) -> None:
+    """Wait for Orbax's background removal of half-written steps (started by the manager).
+
+    Only Orbax's ``save`` waits for it; without this a restore-only checkpointer could
+    close while that thread still talks to storage.
+    """
+    wait = getattr(manager, "_maybe_await_cleanup_tmp_directory", None)
+    if wait is not None:
+        wait()
