@@ -7,13 +7,44 @@ ranges (``pyproject.toml`` pins the same ranges).
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
+import re
 import threading
 import time
 
 import orbax.checkpoint as ocp
 
 log = logging.getLogger("roxxel.checkpoint")
+
+TESTED: dict[str, tuple[str, str]] = {
+    "orbax-checkpoint": ("0.12", "0.13"),
+    "jax": ("0.6", "0.11"),
+}
+"""Distribution -> (lowest version, first version not tested), as ``>=low,<high`` in
+``pyproject.toml`` (tests/architecture/test_pinned_versions.py keeps the two equal). The
+private names used here were read in orbax-checkpoint 0.12.8 and jax 0.10.2."""
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading release numbers of a version string: ``"0.12.8rc1"`` -> ``(0, 12, 8)``."""
+    match = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in match.group(0).split(".")) if match else ()
+
+
+def untested_versions() -> list[str]:
+    """One line per installed distribution of :data:`TESTED` outside its tested range."""
+    lines = []
+    for name, (low, high) in TESTED.items():
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if not _release(low) <= _release(installed) < _release(high):
+            lines.append(f"{name} {installed} is installed, but Roxxel's checkpointer uses private parts of it "
+                         f"tested on >={low},<{high} (roxxel/train/checkpoint/_orbax.py): preemption and "
+                         f"failed-save handling may not work; install a version in that range")
+    return lines
 
 
 def current_operation_id() -> str | None:

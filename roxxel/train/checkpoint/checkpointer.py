@@ -263,6 +263,7 @@ class Checkpointer:
             raise damaged_metrics(self.directory) or err
         lifecycle.open_checkpointers.add(self)
         lifecycle.install_exit_hook()
+        lifecycle.warn_untested_versions()
         lifecycle.divert_orbax_tracebacks()
         self._pending_step: int | None = None  # a save whose completion has not been checked
         self._pending_operation: str | None = None  # Orbax's operation id of that save

@@ -137,6 +137,21 @@ def _close_at_exit() -> None:
     os._exit(1)
 
 
+_versions_checked = False
+
+
+def warn_untested_versions() -> None:
+    """Once per process: warn when the installed Orbax or JAX is outside the tested range."""
+    global _versions_checked
+    if _versions_checked:
+        return
+    _versions_checked = True
+    from roxxel.train.checkpoint import _orbax
+
+    for line in _orbax.untested_versions():
+        logging.getLogger("roxxel.checkpoint").warning("%s", line)
+
+
 def install_exit_hook() -> None:
     global _exit_hook_installed
     if _exit_hook_installed:
