@@ -4,7 +4,9 @@ Four layers, each returning a list of problems (``Kind/name: where: what``):
 
 * :func:`check_objects` — rules a schema cannot express: DNS names including the 63-character
   limit on the longest generated pod name, enum values (schemas of built-in kinds carry no
-  enums), the JobSet failure-policy reasons, and accelerator/topology consistency.
+  enums), the JobSet failure-policy reasons, accelerator/topology consistency, and the API
+  server's rules for container requests and limits (a request at most its limit, extended
+  resources whole and not overcommitted: ``spec.resource_requirements_problems``).
 * :func:`check_schemas` — built-in kinds (Job, Service, and each JobSet's child Job as the
   controller will create it) against the official OpenAPI schema, offline, with the
   ``kubernetes-validate`` package in strict mode (unknown fields are errors).
@@ -33,6 +35,7 @@ from roxxel_launch.spec import (
     TPU_ACCELERATOR_SELECTOR,
     TPU_RESOURCE,
     TPU_TOPOLOGY_SELECTOR,
+    resource_requirements_problems,
 )
 
 logger = logging.getLogger(__name__)
@@ -161,6 +164,13 @@ def _check_pod_template(f: _Findings, where: str, template: Mapping, hosts: int,
             if mount.get("name") not in volume_names:
                 f.add(f"{at}.volumeMounts", f"mount of unknown volume {mount.get('name')!r}")
         limits.update((container.get("resources") or {}).get("limits") or {})
+    for key in ("initContainers", "containers"):
+        for c, container in enumerate(spec.get(key) or []):
+            resources = container.get("resources") or {}
+            for part, problem in resource_requirements_problems(
+                    {k: str(v) for k, v in (resources.get("requests") or {}).items()},
+                    {k: str(v) for k, v in (resources.get("limits") or {}).items()}):
+                f.add(f"{where}.spec.{key}[{c}].resources.{part}", problem)
     _check_accelerator(f, where, spec, limits, hosts, exclusive)
 
 

@@ -118,6 +118,22 @@ def test_gpu_and_cpu_hosts_are_explicit():
      "accelerator block"),
     ({"resources": {"requests": {"memory": "lots"}}}, [], "resources.requests.memory",
      "quantity"),
+    # The API server's rules that the OpenAPI schema does not carry (validateResourceRequirements).
+    ({"resources": {"requests": {"cpu": "8"}, "limits": {"cpu": "2"}}}, [], "resources.requests.cpu",
+     "8 is more than the cpu limit (2)"),
+    ({"resources": {"requests": {"memory": "64Gi"}, "limits": {"memory": "4Gi"}}}, [],
+     "resources.requests.memory", "64Gi is more than the memory limit (4Gi)"),
+    ({"resources": {"requests": {"example.com/widget": "1"}, "limits": {"example.com/widget": "2"}}}, [],
+     "resources.requests.example.com/widget", "must equal the example.com/widget limit (2)"),
+    ({"resources": {"requests": {"example.com/widget": "1"}}}, [],
+     "resources.requests.example.com/widget", "cannot be overcommitted: it needs a limit"),
+    ({"resources": {"limits": {"example.com/widget": "500m"}}}, [],
+     "resources.limits.example.com/widget", "must be a whole number"),
+    ({"resources": {"limits": {"gpu": "1"}}}, [], "resources.limits.gpu", "is not a container resource"),
+    ({"resources": {"limits": {"hugepages-2Mi": "3Mi", "memory": "1Gi"}}}, [],
+     "resources.limits.hugepages-2Mi", "whole number of 2Mi pages"),
+    ({"resources": {"limits": {"hugepages-2Mi": "4Mi"}}}, [], "resources.limits",
+     "huge pages need a cpu or memory"),
     ({"node_selectors": {"cloud.google.com/gke-tpu-topology": "4x4"}}, [],
      "node_selectors.cloud.google.com/gke-tpu-topology", "accelerator block"),
     ({"node_selectors": {"pool": "a b"}}, [], "node_selectors.pool", "label value"),
@@ -134,6 +150,17 @@ def test_errors_name_the_field_and_the_fix(changes, overrides, field, fragment):
     assert err.field == field
     assert fragment in str(err)
     assert str(err).startswith(f"{field}: ")
+
+
+def test_requests_and_limits_compare_exactly_across_units():
+    resources = {"requests": {"cpu": "1000m", "memory": "1Gi", "example.com/widget": "2"},
+                 "limits": {"cpu": "1", "memory": "1073741824", "example.com/widget": "2"}}
+    spec = S.spec_from_dict(_base(resources=resources))
+    assert spec.resources.requests["cpu"] == "1000m"
+    err = _error(_base(resources={"requests": {"cpu": "8", "memory": "64Gi"},
+                                  "limits": {"cpu": "2", "memory": "4Gi"}}))
+    assert [e.field for e in err.each()] == ["resources.requests.cpu", "resources.requests.memory"]
+    assert "give only the limit" in str(err)
 
 
 def test_longest_pod_name_must_fit_in_63_characters():

@@ -119,6 +119,23 @@ def test_accelerator_topology_consistency(mutate, fragment):
     assert any(fragment in p for p in problems), problems
 
 
+@pytest.mark.parametrize("resources,fragment", [
+    ({"requests": {"cpu": "8"}, "limits": {"cpu": "2"}}, "resources.requests.cpu: 8 is more than the cpu limit (2)"),
+    ({"requests": {"google.com/tpu": "2"}, "limits": {"google.com/tpu": "4"}},
+     "must equal the google.com/tpu limit (4)"),
+    ({"requests": {"example.com/widget": "1"}}, "cannot be overcommitted"),
+    ({"limits": {"memory": "lots"}}, "'lots' is not a non-negative resource quantity"),
+])
+def test_api_server_resource_rules_are_checked_on_the_objects(resources, fragment):
+    # What a pod_patch (or a hand-edited manifest) could bring: the spec's own checks are past.
+    jobset = _jobset()
+    container = _pod_spec(jobset)["containers"][0]
+    for section in ("requests", "limits"):
+        container["resources"][section].update(resources.get(section, {}))
+    problems = V.check_objects([jobset])
+    assert any(fragment in p and "containers[0]" in p for p in problems), problems
+
+
 def test_gpu_needs_its_selector_and_service_must_be_headless():
     jobset = _jobset(accelerator={"gpu": {"type": "nvidia-l4", "count": 1}}, num_slices=1)
     _pod_spec(jobset)["nodeSelector"].clear()

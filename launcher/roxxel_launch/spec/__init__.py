@@ -51,7 +51,15 @@ from roxxel_launch.spec.model import (
     max_name_length,
 )
 from roxxel_launch.spec.owned import RESERVED_KEYS, RESERVED_PREFIXES, RESERVED_VOLUME_NAMES
-from roxxel_launch.spec.pod import EnvFromSource, KeyRef, Resources, Security, Toleration
+from roxxel_launch.spec.pod import (
+    RESOURCES_FIX,
+    EnvFromSource,
+    KeyRef,
+    Resources,
+    Security,
+    Toleration,
+    resource_requirements_problems,
+)
 from roxxel_launch.spec.schema import spec_schema
 from roxxel_launch.spec.storage import (
     DEFAULT_GCSFUSE_MOUNT_OPTIONS,
@@ -78,6 +86,7 @@ __all__ = [
     "RESERVED_KEYS",
     "RESERVED_PREFIXES",
     "RESERVED_VOLUME_NAMES",
+    "RESOURCES_FIX",
     "TPU_ACCELERATOR_SELECTOR",
     "TPU_RESOURCE",
     "TPU_TOPOLOGY_SELECTOR",
@@ -107,6 +116,7 @@ __all__ = [
     "max_name_length",
     "parse_yaml",
     "read_spec_text",
+    "resource_requirements_problems",
     "spec_from_dict",
     "spec_schema",
     "spec_to_dict",

@@ -5,14 +5,106 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any, Literal
 
 from roxxel_launch import contract, names
 from roxxel_launch.spec.errors import SpecError, _check
-from roxxel_launch.spec.fields import INT32_MAX, _check_quantity, _doc, _freeze, _one_of
+from roxxel_launch.spec.fields import INT32_MAX, _check_quantity, _doc, _freeze, _one_of, parse_quantity
 from roxxel_launch.spec.owned import refuse
 
 _CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+
+# What the API server checks in a container's resources beyond the OpenAPI schema, from
+# kubernetes/kubernetes pkg/apis/core/validation/validation.go (validateResourceRequirements,
+# validateContainerResourceName, ValidateResourceQuantityValue) and pkg/apis/core/helper
+# (IsOvercommitAllowed, IsExtendedResourceName), cited in docs/kubernetes.md ("Resources").
+STANDARD_CONTAINER_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+HUGEPAGES_PREFIX = "hugepages-"
+_NATIVE_DOMAIN = "kubernetes.io/"
+
+
+RESOURCES_FIX = ("Set each request at most its limit (extended resources such as example.com/widget: "
+                 "whole numbers, request equal to limit), or give only the limit: the request then "
+                 "defaults to it.")
+
+
+def _is_extended(name: str) -> bool:
+    # A name with a domain other than kubernetes.io: nvidia.com/gpu, google.com/tpu, ...
+    return "/" in name and _NATIVE_DOMAIN not in name and not name.startswith("requests.")
+
+
+def _overcommit_allowed(name: str) -> bool:
+    # Native resources (no domain, or kubernetes.io) except huge pages.
+    return ("/" not in name or _NATIVE_DOMAIN in name) and not name.startswith(HUGEPAGES_PREFIX)
+
+
+def resource_name_problem(name: str) -> str | None:
+    """Why the API server refuses ``name`` as a container resource, or None."""
+    if "/" not in name:
+        if name in STANDARD_CONTAINER_RESOURCES or name.startswith(HUGEPAGES_PREFIX):
+            return None
+        return (f"{name!r} is not a container resource: cpu, memory, ephemeral-storage, "
+                "hugepages-<page size>, or an extended resource with a domain (example.com/widget)")
+    if name.startswith("requests.") or (_is_extended(name)
+                                        and names.qualified_name_problem(f"requests.{name}")):
+        return f"{name!r} does not follow the extended resource name standard (DOMAIN/NAME)"
+    return None
+
+
+def resource_requirements_problems(requests: Mapping[str, str],
+                                   limits: Mapping[str, str]) -> list[tuple[str, str]]:
+    """What the API server refuses in one container's ``requests`` and ``limits`` that its
+    OpenAPI schema lets through, as ``(where, problem)`` pairs (``where``: ``requests.cpu``).
+
+    The rules: a quantity parses and is not negative; an extended resource (a name with a
+    domain, e.g. nvidia.com/gpu) is a whole number; a request is at most its limit; a resource
+    that cannot be overcommitted (extended resources, huge pages) has a limit whenever it
+    has a request, and both are equal; huge pages come with a cpu or memory request or
+    limit, in whole pages. Quantities are compared exactly ('1Gi' = '1073741824').
+    """
+    problems: list[tuple[str, str]] = []
+    values: dict[tuple[str, str], Fraction] = {}
+    for section, mapping in (("limits", limits), ("requests", requests)):
+        for name, quantity in mapping.items():
+            where = f"{section}.{name}"
+            try:
+                value = values[section, name] = parse_quantity(quantity)
+            except ValueError as err:
+                problems.append((where, f"{err} (e.g. '8', '500m', '32Gi')"))
+                continue
+            if _is_extended(name) and value.denominator != 1:
+                problems.append((where, f"{quantity!r}: {name} is an extended resource and must "
+                                        "be a whole number"))
+            if name.startswith(HUGEPAGES_PREFIX):
+                try:
+                    page = parse_quantity(name[len(HUGEPAGES_PREFIX):])
+                except ValueError:
+                    problems.append((where, f"{name!r} does not name a page size (hugepages-2Mi)"))
+                    continue
+                if value <= 0 or value % page:
+                    problems.append((where, f"{quantity!r} is not a positive whole number of "
+                                            f"{name[len(HUGEPAGES_PREFIX):]} pages"))
+    for name, quantity in requests.items():
+        request, limit = values.get(("requests", name)), values.get(("limits", name))
+        if request is None:
+            continue
+        if name not in limits:
+            if not _overcommit_allowed(name):
+                problems.append((f"requests.{name}", f"{name} cannot be overcommitted: it needs "
+                                 f"a limit equal to its request ({quantity})"))
+        elif limit is None:
+            continue
+        elif not _overcommit_allowed(name) and request != limit:
+            problems.append((f"requests.{name}", f"{quantity} must equal the {name} limit "
+                             f"({limits[name]}): {name} cannot be overcommitted"))
+        elif request > limit:
+            problems.append((f"requests.{name}", f"{quantity} is more than the {name} limit "
+                             f"({limits[name]}); the API server refuses a request above its limit"))
+    if any(n.startswith(HUGEPAGES_PREFIX) for n in (*requests, *limits)) and not any(
+            n in ("cpu", "memory") for n in (*requests, *limits)):
+        problems.append(("limits", "huge pages need a cpu or memory request or limit too"))
+    return problems
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +138,11 @@ class Toleration:
 
 @dataclasses.dataclass(frozen=True)
 class Resources:
-    """Extra container requests and limits (cpu, memory, ephemeral-storage, ...)."""
+    """Extra container requests and limits (cpu, memory, ephemeral-storage, ...).
+
+    Checked as the API server checks them (:func:`resource_requirements_problems`): e.g.
+    ``requests: {cpu: "8"}`` with ``limits: {cpu: "2"}`` is refused here, not at submit time.
+    """
 
     requests: Mapping[str, str] = _doc("Resource requests, e.g. {cpu: '8', memory: 32Gi}.",
                                        default_factory=dict)
@@ -65,10 +161,14 @@ class Resources:
         for section in ("requests", "limits"):
             mapping = getattr(self, section)
             for name, quantity in mapping.items():
-                _check(f"{section}.{name}", names.qualified_name_problem(name))
+                _check(f"{section}.{name}", names.qualified_name_problem(name)
+                       or resource_name_problem(name))
                 refuse("resources", name, self, at=f"{section}.{name}")
                 _check_quantity(f"{section}.{name}", quantity)
             object.__setattr__(self, section, _freeze(mapping))
+        problems = resource_requirements_problems(self.requests, self.limits)
+        if problems:
+            raise SpecError.joined([SpecError(where, problem, RESOURCES_FIX) for where, problem in problems])
 
 
 # ----------------------------------------------------------------------------- security
