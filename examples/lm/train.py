@@ -62,6 +62,7 @@ def parse_args(argv=None):
     env = os.environ.get
     p.add_argument("--data", default=env("ROXXEL_DATA_DIR", "runs/data/lm"), help="datasets packed by prepare.py")
     name = env("ROXXEL_RUN_NAME", "lm")
+    p.add_argument("--run-name", default=name, help="the run the checkpoint directory belongs to (another run's is refused)")
     p.add_argument("--run-dir", default=os.path.join("runs", name), help="logs, metrics, plot")
     p.add_argument("--checkpoint-dir", default=env("ROXXEL_CHECKPOINT_DIR"), help="default RUN_DIR/checkpoints")
     p.add_argument("--steps", type=int, nargs=2, default=[350, 150], metavar=("PHASE1", "PHASE2"))
@@ -196,7 +197,7 @@ def main(argv=None) -> dict:
 
     model, optimizer = create()
     ckpt_dir = args.checkpoint_dir or os.path.join(os.path.abspath(args.run_dir), "checkpoints")
-    checkpointer = Checkpointer(ckpt_dir, model, optimizer, fingerprint=curriculum.describe())
+    checkpointer = Checkpointer(ckpt_dir, model, optimizer, fingerprint=curriculum.describe(), run_name=args.run_name)
     logger = Logger(args.run_dir, total_steps=curriculum.total_steps)
     trainer = Trainer(model, optimizer, curriculum, lm_loss, checkpointer=checkpointer, logger=logger,
                       outputs="documents", log_every=args.log_every, save_interval_steps=args.checkpoint_every,

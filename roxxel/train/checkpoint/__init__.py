@@ -59,6 +59,7 @@ next :meth:`Checkpointer.save` call (at the latest when that call writes),
 The package follows Orbax's seams: :mod:`.checkpointer` (the class), :mod:`.errors`,
 :mod:`.fingerprint` (the run record and how a resume is compared with it),
 :mod:`.preemption` (the agreed step after a SIGTERM), :mod:`.directory` (paths and storage),
+:mod:`.ownership` (one run and one writer per directory),
 :mod:`.lifecycle` (exit hook, deadlines, Orbax's background tracebacks) and
 :mod:`._orbax` (every private Orbax/JAX API used, with the tested versions).
 """
@@ -76,6 +77,7 @@ from roxxel.train.checkpoint.errors import (
 )
 from roxxel.train.checkpoint.fingerprint import describe_changes
 from roxxel.train.checkpoint.lifecycle import ORBAX_DETAILS_LOGGER
+from roxxel.train.checkpoint.ownership import CheckpointOwnerError
 
 __all__ = [
     "ORBAX_DETAILS_LOGGER",
@@ -83,6 +85,7 @@ __all__ = [
     "RUN_ITEM",
     "STATE_ITEM",
     "CheckpointCorruptError",
+    "CheckpointOwnerError",
     "CheckpointRestoreError",
     "CheckpointSaveError",
     "Checkpointer",

@@ -24,7 +24,7 @@ from orbax.checkpoint import checkpoint_managers as ocm
 from roxxel._version import __version__
 from roxxel.data.curriculum import classify_changes
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE
-from roxxel.train.checkpoint import _orbax, lifecycle
+from roxxel.train.checkpoint import _orbax, lifecycle, ownership
 from roxxel.train.checkpoint.directory import check_gcs_backend, damaged_metrics, resolve_directory
 from roxxel.train.checkpoint.errors import (
     CheckpointCorruptError,
@@ -160,12 +160,18 @@ class Checkpointer:
         allow_changed_run: on a fingerprint mismatch, log a warning instead of raising.
         save_interval_steps: :meth:`save` writes only steps divisible by it (``>= 1``),
             unless forced or at a preemption step.
+        run_name: the run this directory belongs to (the Trainer passes ``ROXXEL_RUN_NAME``):
+            recorded at the first save, and a checkpointer of another run is refused
+            (:mod:`roxxel.train.checkpoint.ownership`); ``None`` records and checks no name.
+            Process 0 also holds the directory's writer lock while open.
 
     Raises:
         TypeError: neither or both of ``model`` and ``state`` given, wrong types, or a
             fingerprint that is not JSON-serialisable.
         ValueError: a bad path or option value.
         ImportError: a ``gs://`` path without the ``gcsfs`` package.
+        CheckpointOwnerError: the directory belongs to another run, another trainer holds
+            its writer lock, or the processes of this run name different directories or runs.
     """
 
     def __init__(
@@ -183,6 +189,7 @@ class Checkpointer:
         best_mode: str = "min",
         allow_changed_run: bool = False,
         save_interval_steps: int = 1,
+        run_name: str | None = None,
     ) -> None:
         if (model is None) == (state is None):
             raise TypeError("give either `model` (and `optimizer`) or `state=`, not both and not neither")
@@ -261,6 +268,8 @@ class Checkpointer:
             self._manager = _Manager(self.directory, options=options, preemption=self._preemption)
         except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
             raise damaged_metrics(self.directory) or err
+        self.run_name = run_name
+        self._claim_directory()
         lifecycle.open_checkpointers.add(self)
         lifecycle.install_exit_hook()
         lifecycle.warn_untested_versions()
@@ -280,6 +289,19 @@ class Checkpointer:
             save_interval_steps,
             list(self._manager.all_steps()),
         )
+
+    def _claim_directory(self) -> None:
+        """Refuse a directory of another run or with another writer, on every process alike."""
+        holder = ownership.acquire_writer_lock(self.directory, self.run_name) if jax.process_index() == 0 else None
+        try:
+            ownership.check_agreement(self.directory, self.run_name, holder)
+            ownership.check_owner(self.directory, self.run_name)
+        except BaseException:
+            if jax.process_index() == 0 and holder is None:
+                ownership.release_writer_lock(self.directory)
+            self._manager.close()
+            raise
+        self._owner_recorded = False
 
     # -- introspection ---------------------------------------------------------------
 
@@ -393,6 +415,9 @@ class Checkpointer:
             force=True,  # the decision was made above
         )
         if saved:
+            if not self._owner_recorded and jax.process_index() == 0:
+                ownership.record_owner(self.directory, self.run_name)
+            self._owner_recorded = True
             self._saved_steps.add(step)
             self._pending_step = step
             self._pending_operation = _orbax.current_operation_id()
@@ -774,6 +799,8 @@ class Checkpointer:
         if error is not None:
             lifecycle.mark_failed()
         self._preemption.close()
+        if jax.process_index() == 0:
+            ownership.release_writer_lock(self.directory)
         if error is not None:
             raise error
 

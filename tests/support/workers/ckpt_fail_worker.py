@@ -39,7 +39,7 @@ else:
 
 print("INJECTED", flush=True)
 if path_out == "preempt":
-    ckpt._sigterm.set()  # as the SIGTERM handler does
+    ckpt.request_preemption()  # in one process: as the SIGTERM handler does
     ckpt.save_and_exit_if_preempted(2)
 ckpt.save(2)
 if path_out == "wait":

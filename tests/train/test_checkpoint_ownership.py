@@ -1,0 +1,79 @@
+"""A checkpoint directory belongs to one run and has one writer (roxxel.train.checkpoint.ownership):
+real Orbax saves on local disk; a second writer is a real second process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from roxxel.exit_codes import ConfigurationError
+from roxxel.train.checkpoint import CheckpointOwnerError, Checkpointer
+from support.ckpt import MODEL_DIMS, build
+
+
+def _save(path, run_name, step=1):
+    with Checkpointer(path, state=build(MODEL_DIMS, 0), run_name=run_name) as ckpt:
+        ckpt.restore()
+        ckpt.save(step, {"loss": 1.0}, force=True)
+
+
+def test_the_first_save_records_the_run_and_another_run_is_refused_before_anything_is_read(tmp_path):
+    path = tmp_path / "ckpt"
+    _save(path, "lm")
+    assert json.loads((path / "roxxel_run.json").read_text())["run"] == "lm"
+    with pytest.raises(CheckpointOwnerError) as err:
+        Checkpointer(path, state=build(MODEL_DIMS, 1), run_name="b")
+    message = str(err.value)
+    assert "belongs to run 'lm'" in message and "this run 'b'" in message and "checkpoint_dir" in message
+    assert isinstance(err.value, ConfigurationError)  # exit 78 under roxxel-worker: not restarted
+    assert sorted(p.name for p in path.iterdir() if p.name.isdigit()) == ["1"]  # nothing of lm's changed
+    _save(path, "lm", step=2)  # the owner goes on
+
+
+def test_no_run_name_checks_nothing_and_records_nothing(tmp_path):
+    path = tmp_path / "ckpt"
+    _save(path, None)
+    assert not (path / "roxxel_run.json").exists()
+    _save(path, "adopted", step=2)  # an older directory is adopted by the first named run
+    assert json.loads((path / "roxxel_run.json").read_text())["run"] == "adopted"
+
+
+SECOND_WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    from roxxel.train.checkpoint import Checkpointer, CheckpointOwnerError
+    from support.ckpt import MODEL_DIMS, build
+    try:
+        Checkpointer(sys.argv[1], state=build(MODEL_DIMS, 0), run_name="lm")
+    except CheckpointOwnerError as err:
+        print("REFUSED", err)
+        sys.exit(78)
+    print("OPENED")
+""")
+
+
+@pytest.mark.slow
+def test_a_second_writer_of_the_same_run_is_refused_in_one_line_naming_the_holder(tmp_path):
+    from support.paths import TESTS
+
+    path = tmp_path / "ckpt"
+    with Checkpointer(path, state=build(MODEL_DIMS, 0), run_name="lm"):
+        out = subprocess.run([sys.executable, "-c", SECOND_WRITER, str(path), str(TESTS)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 78, out.stdout + out.stderr
+        assert "being written by another trainer (run 'lm', host" in out.stdout and "pid" in out.stdout
+    # The holder closed: the lock is free again (a dead holder's too: the kernel drops a flock).
+    out = subprocess.run([sys.executable, "-c", SECOND_WRITER, str(path), str(TESTS)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "OPENED" in out.stdout, out.stdout + out.stderr
+
+
+def test_two_checkpointers_of_one_program_share_the_lock(tmp_path):
+    path = tmp_path / "ckpt"
+    with Checkpointer(path, state=build(MODEL_DIMS, 0), run_name="lm"):
+        with Checkpointer(path, state=build(MODEL_DIMS, 1), run_name="lm") as second:
+            second.restore()
