@@ -69,6 +69,10 @@ GKE_NVIDIA_LIB_DIR = "/usr/local/nvidia/lib64"
 # GKE gives Spot / preemptible nodes about 30 s after the preemption notice.
 SPOT_GRACE_SECONDS = 30
 SPOT_SELECTORS = ("cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible")
+# GKE's GPU maintenance handler taints a node that is about to be terminated for host
+# maintenance; Google's GPU recipes tolerate it (AI-Hypercomputer/gpu-recipes,
+# src/helm-charts/a3mega/job/templates/workload-job.yaml).
+IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
 # A Job's failure message when podFailurePolicy rule 0 (exit code CONFIG_ERROR_EXIT_CODE)
 # fails it, as the Job controller writes it: "Container worker for pod NS/POD failed with
 # exit code 78 matching FailJob rule at index 0".
@@ -235,7 +239,23 @@ def _accelerator_tolerations(spec: JobSpec) -> list[dict]:
     resource = {"tpu": TPU_RESOURCE, "gpu": GPU_RESOURCE}.get(spec.accelerator.kind)
     if resource is None:
         return []
-    return [{"key": resource, "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations = [{"key": resource, "operator": "Exists", "effect": "NoSchedule"}]
+    if spec.accelerator.kind == "gpu":
+        tolerations.append({"key": IMPENDING_TERMINATION_TAINT, "operator": "Exists"})
+    return tolerations
+
+
+def _tolerations(spec: JobSpec) -> list[dict]:
+    """The accelerator's, the Spot / preemptible taint's when node_selectors ask for such
+    nodes (GKE recommends tainting those pools ``KEY=true:NoSchedule``; a pod that selects
+    them without tolerating the taint stays Pending), then the spec's; each once."""
+    spot = [{"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+            for key in SPOT_SELECTORS if spec.node_selectors.get(key) == "true"]
+    out: list[dict] = []
+    for toleration in _accelerator_tolerations(spec) + spot + [t.to_k8s() for t in spec.tolerations]:
+        if toleration not in out:
+            out.append(toleration)
+    return out
 
 
 # ----------------------------------------------------------------------------- pod security
@@ -438,7 +458,7 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
         "service_account": spec.service_account,
         "priority_class": spec.priority_class,
         "node_selector": {**accelerator_node_selectors(spec.accelerator), **spec.node_selectors},
-        "tolerations": _accelerator_tolerations(spec) + [t.to_k8s() for t in spec.tolerations],
+        "tolerations": _tolerations(spec),
         "image": spec.image,
         "command": list(contract.WORKER_ENTRYPOINT),
         "args": [_literal(item) for item in spec.command],

@@ -161,8 +161,11 @@ def test_gpu_selectors_resources_tolerations_and_nfs():
     pod = _pod(_workload(R.render(CASES["gpu-2-hosts-8xh100-nfs"])))["spec"]
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
                                    "cloud.google.com/gke-nodepool": "h100"}
+    # GKE's maintenance handler taints a GPU node before host maintenance; Google's GPU
+    # recipes tolerate it (AI-Hypercomputer/gpu-recipes src/helm-charts/a3mega/job).
     assert pod["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "cloud.google.com/impending-node-termination", "operator": "Exists"},
         {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
     resources = pod["containers"][0]["resources"]
     assert resources["limits"] == {"nvidia.com/gpu": "8"}
@@ -171,6 +174,20 @@ def test_gpu_selectors_resources_tolerations_and_nfs():
                                     "readOnly": True}} in pod["volumes"]
     assert {"name": "data", "mountPath": "/data", "readOnly": True} in pod["containers"][0][
         "volumeMounts"]
+
+
+@pytest.mark.parametrize("key", ["cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"])
+def test_spot_node_selector_tolerates_the_spot_taint_once(key):
+    toleration = {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    spec = S.spec_from_dict({**S.spec_to_dict(CASES["tpu-v6e-single-host"]), "node_selectors": {key: "true"},
+                             "termination_grace_period": 30})
+    assert toleration in _pod(_workload(R.render(spec)))["spec"]["tolerations"]
+    # Given by the user too: rendered once.
+    spec = S.spec_from_dict({**S.spec_to_dict(spec), "tolerations": [{**toleration}]})
+    assert _pod(_workload(R.render(spec)))["spec"]["tolerations"].count(toleration) == 1
+    # "false" (or no selector) asks for standard nodes: no toleration.
+    spec = S.spec_from_dict({**S.spec_to_dict(spec), "node_selectors": {key: "false"}, "tolerations": []})
+    assert all(t["key"] != key for t in _pod(_workload(R.render(spec)))["spec"]["tolerations"])
 
 
 def test_gcsfuse_annotation_and_read_only_inline_volume():
