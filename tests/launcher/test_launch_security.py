@@ -136,6 +136,23 @@ def test_writable_paths_are_emptydirs_and_a_users_env_wins():
     assert ("XDG_CACHE_HOME", "/data/cache") in env and ("XDG_CACHE_HOME", "/var/cache/roxxel") not in env
     assert ("JAX_COMPILATION_CACHE_DIR", contract.JAX_CACHE_MOUNT_PATH) in env
     assert ("TMPDIR", "/tmp") in env
+    assert ("HOME", contract.HOME_MOUNT_PATH) in env
+    assert ("HOME", "/data/home") in [(e["name"], e.get("value")) for e in _pod(_spec(
+        env={"HOME": "/data/home"}))["spec"]["containers"][0]["env"]]
+
+
+def test_home_is_writable_and_does_not_hide_the_images_working_directory():
+    # gcloud, W&B and matplotlib write under $HOME; the root filesystem is read-only. The
+    # image's home directory (useradd --home-dir) is its WORKDIR too, with examples/ in it:
+    # HOME points at an emptyDir elsewhere instead of covering it.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    image_home = re.search(r"--home-dir (\S+)", dockerfile).group(1)
+    workdir = re.findall(r"^WORKDIR (\S+)", dockerfile, re.M)[-1]
+    (container,) = _pod(_spec())["spec"]["containers"]
+    mounts = [m["mountPath"] for m in container["volumeMounts"]]
+    assert contract.HOME_MOUNT_PATH in mounts
+    for path in (image_home, workdir):
+        assert not any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts), path
 
 
 def test_the_api_token_is_mounted_only_when_asked_for():
