@@ -19,6 +19,7 @@ from roxxel.data.dataset import Dataset
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS
 from roxxel.data.stream import Stream
 from roxxel.deprecation import renamed, warn_renamed
+from roxxel.exit_codes import ConfigurationError
 from roxxel.format.errors import DtypeMismatchError
 from roxxel.format.layout import is_float
 from roxxel.format.manifest import ID_FIELDS
@@ -28,8 +29,23 @@ PRIMARY = "primary"
 ORIGINAL_PRIMARY = "self"
 """The original's weight key for the primary dataset (deprecated; still accepted)."""
 ORDERS = ("chunks", "documents")
+DATA_ORDER_VERSION = 1
+"""The version of the algorithms that put tokens in order (the Feistel shuffle, the chunk and
+document orders, the blend): bump it with any change that gives another batch at some step.
+Recorded in :meth:`Curriculum.describe`, so a checkpoint saved under another version is
+refused on resume instead of continuing on a different data order."""
+RECORD_DEFAULTS: dict[str, Any] = {"order": "chunks", "data_order_version": 1}
+"""What a :meth:`Curriculum.describe` key means when absent: ``order`` is left out at its
+default (older fingerprints stay valid) and checkpoints saved before ``data_order_version``
+existed were made by version 1."""
 _MAX_POSITION = 2**62
 _PHASE_KEYS = {"steps", "epochs", "global_batch_size", "batch_size", "seq_len", "weights"}
+
+
+class CurriculumError(ConfigurationError, ValueError):
+    """A curriculum that cannot be run as given: a bad phase, unknown datasets, a phase the
+    data cannot fill, a step outside the plan. A property of the spec and the data, so every
+    restart would hit it again: ``roxxel-worker`` exits 78 and the launcher does not restart."""
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -82,17 +98,17 @@ class Phase:
         for name in ("global_batch_size", "seq_len"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"Phase {name} must be a positive int, got {v!r}")
+                raise CurriculumError(f"Phase {name} must be a positive int, got {v!r}")
         if self.steps is not None and self.epochs is not None:
-            raise ValueError(f"give a Phase either steps or epochs, not both (got steps={self.steps}, epochs={self.epochs})")
+            raise CurriculumError(f"give a Phase either steps or epochs, not both (got steps={self.steps}, epochs={self.epochs})")
         if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 0):
-            raise ValueError(f"Phase steps must be a non-negative int, got {self.steps!r}")
+            raise CurriculumError(f"Phase steps must be a non-negative int, got {self.steps!r}")
         if self.epochs is not None and not (isinstance(self.epochs, (int, float)) and self.epochs > 0 and math.isfinite(self.epochs)):
-            raise ValueError(f"Phase epochs must be a positive number, got {self.epochs!r}")
+            raise CurriculumError(f"Phase epochs must be a positive number, got {self.epochs!r}")
         if self.weights is not None:
             bad = {k: w for k, w in self.weights.items() if not (isinstance(w, (int, float)) and w >= 0 and math.isfinite(w))}
             if bad or not any(w > 0 for w in self.weights.values()):
-                raise ValueError(f"Phase weights must be non-negative numbers, at least one positive, got {dict(self.weights)}")
+                raise CurriculumError(f"Phase weights must be non-negative numbers, at least one positive, got {dict(self.weights)}")
             object.__setattr__(self, "weights", dict(self.weights))
 
     @classmethod
@@ -108,11 +124,11 @@ class Phase:
             raise TypeError(f"a phase must be a Phase or a dict, got {type(phase).__name__}")
         unknown = set(phase) - _PHASE_KEYS
         if unknown:
-            raise ValueError(f"unknown phase keys {sorted(unknown)}; known: {sorted(_PHASE_KEYS)}")
+            raise CurriculumError(f"unknown phase keys {sorted(unknown)}; known: {sorted(_PHASE_KEYS)}")
         fields = dict(phase)
         if "batch_size" in fields:
             if fields.setdefault("global_batch_size", fields["batch_size"]) != fields["batch_size"]:
-                raise ValueError(f"phase {dict(phase)}: global_batch_size and batch_size disagree; give one")
+                raise CurriculumError(f"phase {dict(phase)}: global_batch_size and batch_size disagree; give one")
             del fields["batch_size"]
         return cls(**fields)
 
@@ -168,7 +184,7 @@ def _check_compatible(datasets: Mapping[str, Dataset], vocab_size: int | None) -
             f"{tokens!r} ({datasets[tokens].filepath}) holds token ids: a blend feeds one model input, so blend float "
             "datasets only with float datasets of the same dtype")
     if floats and vocab_size is not None:
-        raise ValueError(f"vocab_size={vocab_size} checks token ids, but {first.filepath} holds {first.dtype.name} "
+        raise CurriculumError(f"vocab_size={vocab_size} checks token ids, but {first.filepath} holds {first.dtype.name} "
                          "arrays: drop vocab_size for float data")
     for name, ds in list(datasets.items())[1:]:
         for field in _SHARED_FIELDS:
@@ -182,9 +198,9 @@ def _check_compatible(datasets: Mapping[str, Dataset], vocab_size: int | None) -
     if vocab_size is None:
         return declared
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
-        raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+        raise CurriculumError(f"vocab_size must be a positive int, got {vocab_size!r}")
     if declared is not None and declared > vocab_size:
-        raise ValueError(
+        raise CurriculumError(
             f"dataset {first_name!r} ({first.filepath}) has a vocabulary of {declared} ids but the model's vocab_size "
             f"is {vocab_size}; ids up to {declared - 1} would be out of range - pack the data with the model's "
             "tokenizer or give the model a vocabulary of at least that size")
@@ -195,19 +211,19 @@ def _named_datasets(datasets: Dataset | Mapping[str, Dataset] | None,
                     mix_streamers: Mapping[str, Dataset] | None) -> dict[str, Dataset]:
     """Curriculum's datasets by name, the primary first, from its new and deprecated arguments."""
     if datasets is None:
-        raise ValueError("Curriculum needs datasets: a Dataset, or a dict of names to datasets (the first is primary)")
+        raise CurriculumError("Curriculum needs datasets: a Dataset, or a dict of names to datasets (the first is primary)")
     if mix_streamers is not None:
         warn_renamed("Curriculum", "mix_streamers", "datasets={'primary': dataset, **mixed}")
         if isinstance(datasets, Mapping):
-            raise ValueError("give the mixed datasets in the datasets dict, not also as mix_streamers")
+            raise CurriculumError("give the mixed datasets in the datasets dict, not also as mix_streamers")
     named = dict(datasets) if isinstance(datasets, Mapping) else {PRIMARY: datasets, **(mix_streamers or {})}
     if isinstance(datasets, Mapping) and not named:
-        raise ValueError("Curriculum got an empty datasets dict; give at least one dataset")
+        raise CurriculumError("Curriculum got an empty datasets dict; give at least one dataset")
     if ORIGINAL_PRIMARY in named:
-        raise ValueError(f"a dataset is named {ORIGINAL_PRIMARY!r}, the original's weight key for the primary "
+        raise CurriculumError(f"a dataset is named {ORIGINAL_PRIMARY!r}, the original's weight key for the primary "
                          "dataset; pick another name")
     if mix_streamers and PRIMARY in mix_streamers:
-        raise ValueError(f"{PRIMARY!r} names the primary dataset; pick another name for the mixed one")
+        raise CurriculumError(f"{PRIMARY!r} names the primary dataset; pick another name for the mixed one")
     for name, ds in named.items():
         if not isinstance(ds, Dataset):
             raise TypeError(f"dataset {name!r} is a {type(ds).__name__}, not a roxxel Dataset (open it with "
@@ -263,7 +279,7 @@ class Curriculum:
                  chunk_tokens: int = DEFAULT_CHUNK_TOKENS, repeat: bool = False, vocab_size: int | None = None,
                  order: str = "chunks"):
         if order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+            raise CurriculumError(f"order must be one of {ORDERS}, got {order!r}")
         if phases is None:
             raise TypeError("Curriculum needs phases: a list of Phase objects or dicts")
         self.order = order
@@ -272,10 +288,10 @@ class Curriculum:
         self.names = tuple(self.datasets)
         self.phases = tuple(self._primary_key(Phase.coerce(p)) for p in phases)
         if not self.phases:
-            raise ValueError("a curriculum needs at least one phase")
+            raise CurriculumError("a curriculum needs at least one phase")
         for i, p in enumerate(self.phases[:-1]):
             if p.steps is None and p.epochs is None:
-                raise ValueError(f"phase {i}: only the last phase may omit steps/epochs (it then runs until the data runs out)")
+                raise CurriculumError(f"phase {i}: only the last phase may omit steps/epochs (it then runs until the data runs out)")
         self.chunk_tokens = chunk_tokens
         self.repeat = repeat
         self.vocab_size = _check_compatible(self.datasets, vocab_size)
@@ -294,7 +310,7 @@ class Curriculum:
         primary = self.names[0]
         warn_renamed("Curriculum", f"the weight key {ORIGINAL_PRIMARY!r}", f"the primary dataset's name {primary!r}")
         if primary in phase.weights:
-            raise ValueError(f"weights {dict(phase.weights)} give the primary dataset twice, as {ORIGINAL_PRIMARY!r} "
+            raise CurriculumError(f"weights {dict(phase.weights)} give the primary dataset twice, as {ORIGINAL_PRIMARY!r} "
                              f"and as {primary!r}; keep {primary!r}")
         weights = {primary if k == ORIGINAL_PRIMARY else k: w for k, w in phase.weights.items()}
         return dataclasses.replace(phase, weights=weights)
@@ -314,7 +330,7 @@ class Curriculum:
             return (1.0,) + (0.0,) * (len(self.names) - 1) if len(self.names) == 1 else tuple(map(float, self._sizes))
         unknown = set(phase.weights) - set(self.names)
         if unknown:
-            raise ValueError(f"phase {i}: weights name unknown datasets {sorted(unknown)}; known: {list(self.names)}")
+            raise CurriculumError(f"phase {i}: weights name unknown datasets {sorted(unknown)}; known: {list(self.names)}")
         return tuple(float(phase.weights.get(n, 0.0)) for n in self.names)
 
     def _resolve(self) -> tuple[BlendPlan, tuple[ResolvedPhase, ...]]:
@@ -336,7 +352,7 @@ class Curriculum:
                 cap = max(0, plan.total_rows - row) // p.global_batch_size
                 n = cap if s is None else min(s, cap)
                 if n < (1 if s is None else s):
-                    raise ValueError(self._short_message(i, p, s, n))
+                    raise CurriculumError(self._short_message(i, p, s, n))
             resolved.append(ResolvedPhase(i, step, n, p.global_batch_size, p.seq_len, w, row, token))
             if n is None:
                 break
@@ -365,10 +381,10 @@ class Curriculum:
         """
         p = self._phase_or_end(step) if step >= 0 else None
         if p is None:
-            raise ValueError(f"step {step} is negative")
+            raise CurriculumError(f"step {step} is negative")
         end = self.tokens_before(step) + p.tokens_per_step + self.chunk_tokens
         if end >= _MAX_POSITION:
-            raise ValueError(f"step {step} starts at token position {self.tokens_before(step):,}, beyond the 2**62 "
+            raise CurriculumError(f"step {step} starts at token position {self.tokens_before(step):,}, beyond the 2**62 "
                              "tokens the streamer's 64-bit positions can address; use a smaller start step")
 
     # -- the step -> data position map --------------------------------------------------
@@ -381,7 +397,7 @@ class Curriculum:
         """
         last = self.resolved[-1]
         if last.steps is None:
-            raise ValueError("this curriculum is endless (repeat=True and the last phase has no steps/epochs)")
+            raise CurriculumError("this curriculum is endless (repeat=True and the last phase has no steps/epochs)")
         return last.start_step + last.steps
 
     def __len__(self) -> int:
@@ -423,6 +439,7 @@ class Curriculum:
         order = {} if self.order == "chunks" else {"order": self.order}  # keeps older fingerprints valid
         return {
             **order,
+            "data_order_version": DATA_ORDER_VERSION,
             "datasets": {self._recorded_name(n): ds.fingerprint() for n, ds in self.datasets.items()},
             "chunk_tokens": self.chunk_tokens, "repeat": self.repeat,
             "phases": [{"steps": p.steps, "batch_size": p.global_batch_size, "seq_len": p.seq_len,
@@ -459,8 +476,9 @@ def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step:
     ``step`` must keep its batch size, sequence length and weights; one that ended before
     ``step`` must also keep its length; the phase holding ``step`` may be lengthened or
     shortened down to ``step`` (extending the run); phases starting at or after ``step``
-    may be changed, added or removed. Datasets, ``chunk_tokens`` and ``repeat`` shape every
-    batch and may not change.
+    may be changed, added or removed. Datasets, ``chunk_tokens``, ``repeat``, the ``order``
+    and the :data:`DATA_ORDER_VERSION` shape every batch and may not change (a key an older
+    checkpoint lacks counts as its :data:`RECORD_DEFAULTS` value).
 
     Args:
         saved: the description stored with the checkpoint.
@@ -477,10 +495,10 @@ def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step:
     for key in sorted(set(saved) | set(current)):
         if key == "phases":
             continue
-        if key not in saved:  # recorded only by newer versions: nothing to compare against
+        if key not in saved and key not in RECORD_DEFAULTS:  # recorded only by newer versions: nothing to compare
             allowed.append(f"{key}: not recorded in the checkpoint, now {json.dumps(current[key], default=str)}")
-        else:
-            refused += diff({key: saved.get(key)}, {key: current.get(key)})
+        else:  # a key left out at its default means the default (an old run resumed with order="documents" is refused)
+            refused += diff({key: saved.get(key, RECORD_DEFAULTS.get(key))}, {key: current.get(key, RECORD_DEFAULTS.get(key))})
     old, new = list(saved.get("phases") or []), list(current.get("phases") or [])
     start: float = 0  # step where phase i starts (inf after an open-ended phase)
     for i, phase in enumerate(old):

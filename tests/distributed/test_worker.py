@@ -319,6 +319,8 @@ def test_exit_code_helpers():
 @pytest.mark.parametrize("raised, code", [
     ("RunMismatchError('phases[0].batch_size: 32 -> 16', step=40, changes=[], saved=None, current=None)", 78),
     ("BatchShardingError('phase 0: each micro-batch of 31 rows must split evenly over the 2 data shards')", 78),
+    ("CurriculumError('phase 0 asks for 2000 steps ... the data can give only 576 steps there')", 78),
+    ("CheckpointOwnerError('checkpoint directory /c belongs to run lm, not to this run b')", 78),
     ("ValueError('an ordinary bug')", 1),
 ])
 def test_an_uncaught_configuration_error_makes_the_worker_exit_78(tmp_path, raised, code):
@@ -329,7 +331,8 @@ def test_an_uncaught_configuration_error_makes_the_worker_exit_78(tmp_path, rais
     pass through as before, and outside roxxel-worker nothing changes."""
     child = _child(tmp_path, f"""
         from roxxel.sharding import BatchShardingError
-        from roxxel.train.checkpoint import RunMismatchError
+        from roxxel.data.curriculum import CurriculumError
+        from roxxel.train.checkpoint import CheckpointOwnerError, RunMismatchError
         raise {raised}
     """)
     proc = _start(child)

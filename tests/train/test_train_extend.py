@@ -91,3 +91,26 @@ def test_classify_changes_by_past_and_future():
     assert refused == ["phases[1].steps: 5 -> 1"]
     _, refused = classify_changes(saved, with_phases((5, 4), (5, 8), (5, 8), chunk_tokens=512), 7, describe_changes)
     assert refused == ["chunk_tokens: 256 -> 512"]
+
+
+def test_a_changed_data_order_is_refused_also_against_a_checkpoint_that_recorded_none():
+    """A checkpoint made before data_order_version existed, or with the default order (left out),
+    counts as version 1 / order "chunks": resuming it under another order or algorithm version
+    is refused, naming both (before: a key the checkpoint lacked was allowed as 'not recorded')."""
+    from roxxel.data.curriculum import DATA_ORDER_VERSION
+
+    old = {"datasets": {"self": "a"}, "chunk_tokens": 256, "repeat": False, "phases": [{"steps": 5, "batch_size": 4}]}
+    current = {**old, "data_order_version": DATA_ORDER_VERSION}
+    assert classify_changes(old, current, 3, describe_changes) == ([], [])
+    assert classify_changes(old, {**current, "order": "documents"}, 3, describe_changes)[1] == [
+        'order: "chunks" -> "documents"']
+    assert classify_changes(old, {**current, "data_order_version": 2}, 3, describe_changes)[1] == [
+        "data_order_version: 1 -> 2"]
+    assert classify_changes({**current, "order": "documents"}, current, 3, describe_changes)[1] == [
+        'order: "documents" -> "chunks"']
+
+
+def test_describe_records_the_data_order_version(ds):
+    from roxxel.data.curriculum import DATA_ORDER_VERSION
+
+    assert _cur(ds, (2, 4, 32)).describe()["data_order_version"] == DATA_ORDER_VERSION
