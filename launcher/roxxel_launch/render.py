@@ -30,6 +30,8 @@ import yaml
 
 from roxxel_launch import contract, gpu_networking, patch
 from roxxel_launch.spec import (
+    DEFAULT_NODE_EPHEMERAL_STORAGE,
+    EPHEMERAL_STORAGE,
     GPU_RESOURCE,
     REPLICATED_JOB_NAME,
     TPU_RESOURCE,
@@ -37,6 +39,7 @@ from roxxel_launch.spec import (
     SpecError,
     accelerator_node_selectors,
     image_is_pinned,
+    parse_quantity,
     spec_to_dict,
 )
 
@@ -188,7 +191,7 @@ def _gcsfuse_extras(spec: JobSpec) -> tuple[dict[str, str], list[dict]]:
     if fuse.file_cache_mb is None:
         return annotations, []
     # The cache volume holds the bounded cache plus gcsfuse's own bookkeeping: 10% headroom.
-    empty_dir = {"sizeLimit": f"{fuse.file_cache_mb + max(fuse.file_cache_mb // 10, 64)}Mi"}
+    empty_dir = {"sizeLimit": f"{fuse.cache_volume_mib}Mi"}
     if fuse.file_cache_medium == "memory":
         empty_dir["medium"] = "Memory"
     return annotations, [{"name": GCSFUSE_CACHE_VOLUME, "emptyDir": empty_dir}]
@@ -224,6 +227,36 @@ def _warn_spot(spec: JobSpec) -> None:
                        "nodes (%s), which GKE stops about %d s after the notice: only the last "
                        "periodic checkpoint is sure to survive; size the Trainer's save_interval_steps for it",
                        spec.name, spec.termination_grace_period, spot[0], SPOT_GRACE_SECONDS)
+
+
+def _warn_ephemeral_storage(spec: JobSpec) -> None:
+    need = spec.ephemeral_storage_bytes
+    if spec.node_ephemeral_storage is None and need > DEFAULT_NODE_EPHEMERAL_STORAGE:
+        logger.warning("%s: each pod needs %.1f GiB of node ephemeral storage (gcsfuse file cache "
+                       "and ephemeral-storage request) but a node with GKE's default 100 GB boot disk "
+                       "offers about %.1f GiB: the pods stay Pending there. Set node_ephemeral_storage "
+                       "to your nodes' allocatable (larger boot disk or local SSD), or lower file_cache_mb",
+                       spec.name, need / 2**30, DEFAULT_NODE_EPHEMERAL_STORAGE / 2**30)
+
+
+def _quantity(nbytes: int) -> str:
+    return f"{nbytes // 2**20}Mi" if nbytes % 2**20 == 0 else str(nbytes)
+
+
+def _container_resources(spec: JobSpec) -> tuple[dict[str, str], dict[str, str]]:
+    """The worker's limits and requests: the spec's, the accelerator's, and the disk file
+    cache added to ephemeral-storage. The scheduler places a pod by its containers' requests,
+    and the kubelet evicts it when its emptyDirs and containers use more than the sum of their
+    limits: the cache volume is counted in both (in the limit only when one is given)."""
+    limits = {**spec.resources.limits, **_accelerator_limits(spec)}
+    requests = {**spec.resources.requests, **_accelerator_limits(spec)}
+    cache = spec.disk_cache_bytes
+    if cache:
+        own = requests.get(EPHEMERAL_STORAGE, limits.get(EPHEMERAL_STORAGE))
+        requests[EPHEMERAL_STORAGE] = _quantity(cache + (0 if own is None else int(parse_quantity(own))))
+        if EPHEMERAL_STORAGE in limits:
+            limits[EPHEMERAL_STORAGE] = _quantity(cache + int(parse_quantity(limits[EPHEMERAL_STORAGE])))
+    return limits, requests
 
 
 def _accelerator_limits(spec: JobSpec) -> dict[str, str]:
@@ -350,6 +383,7 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
                     "Write checkpoints to gs://BUCKET/PATH, or mount a pvc or nfs volume "
                     "(read_only: false) under volumes and put checkpoint_dir inside it.")
     _warn_spot(spec)
+    _warn_ephemeral_storage(spec)
     labels = {MANAGED_BY_LABEL: MANAGED_BY, RUN_NAME_LABEL: spec.run_name, **spec.labels}
     job_labels = dict(labels)
     if spec.queue is not None:
@@ -410,8 +444,7 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     pod_annotations = {DEFAULT_CONTAINER_ANNOTATION: contract.CONTAINER_NAME, **fuse_annotations,
                        **networking.annotations, **spec.annotations}
     _check_spec("annotations", _size_problem(pod_annotations))
-    limits = {**spec.resources.limits, **_accelerator_limits(spec)}
-    requests = {**spec.resources.requests, **_accelerator_limits(spec)}
+    limits, requests = _container_resources(spec)
     volumes = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]
     mounts: list[dict[str, Any]] = [{"name": SHM_VOLUME, "mountPath": contract.SHM_MOUNT_PATH}]
     if data_volume is not None:

@@ -64,7 +64,9 @@ CASES: dict[str, tuple[dict, dict]] = {
          "num_slices": 2, "checkpoint_dir": "gs://my-checkpoints/lm-v5e", "service_account": "roxxel-trainer",
          "data": {"gcsfuse": {"bucket": "my-datasets", "only_dir": "shards/web-v1",
                               "mount_options": ["implicit-dirs", "metadata-cache:ttl-secs:-1"],
-                              "file_cache_mb": 50000}}},
+                              "file_cache_mb": 50000}},
+         # Nodes with a larger boot disk than GKE's 100 GB default: the 55,000 MiB cache fits.
+         "node_ephemeral_storage": "200Gi"},
         {"kinds": ["NetworkPolicy", "JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5-lite-podslice", "4x4", "4"),
          "data": "gcsfuse"}),
     # Two A3 hosts with 8 H100s each; data read-only from an NFS (Filestore) share.

@@ -247,6 +247,52 @@ def test_gcsfuse_sidecar_limits_and_bounded_cache_volume():
         "implicit-dirs,file-cache:max-size-mb:1000"
 
 
+def _worker_resources(spec: S.JobSpec) -> dict:
+    (jobset,) = _valid(spec)
+    return _pod(jobset)["spec"]["containers"][0]["resources"]
+
+
+@pytest.mark.parametrize("resources,requested,limited", [
+    ({}, "11000Mi", None),                                      # the cache volume alone
+    ({"requests": {"ephemeral-storage": "10Gi"}}, "21240Mi", None),  # the worker's own + the cache
+    ({"limits": {"ephemeral-storage": "10Gi"}}, "21240Mi", "21240Mi"),  # request defaults to the limit
+    ({"requests": {"ephemeral-storage": "1"}, "limits": {"ephemeral-storage": "10Gi"}},
+     str(11000 * 2**20 + 1), "21240Mi"),
+])
+def test_a_disk_file_cache_is_requested_as_ephemeral_storage(resources, requested, limited):
+    # The scheduler places a pod by its requests; the kubelet evicts it when emptyDirs and
+    # containers use more than the sum of the limits: the cache volume counts in both.
+    spec = _spec(data={"gcsfuse": {"bucket": "bkt", "file_cache_mb": 10000}}, resources=resources)
+    got = _worker_resources(spec)
+    assert got["requests"]["ephemeral-storage"] == requested
+    assert got["limits"].get("ephemeral-storage") == limited
+
+
+def test_a_memory_file_cache_takes_no_ephemeral_storage():
+    spec = _spec(data={"gcsfuse": {"bucket": "bkt", "file_cache_mb": 10000, "file_cache_medium": "memory"}},
+                 node_ephemeral_storage="1Gi")
+    assert "ephemeral-storage" not in _worker_resources(spec)["requests"]
+
+
+def test_a_file_cache_larger_than_the_node_is_refused_or_warned_about(caplog):
+    big = {"gcsfuse": {"bucket": "bkt", "file_cache_mb": 100000}}
+    err = _error(data=big, node_ephemeral_storage="100Gi")
+    assert err.field == "data.gcsfuse.file_cache_mb"
+    assert "107.4 GiB of node ephemeral storage" in str(err) and "node_ephemeral_storage" in err.fix
+    err = _error(resources={"requests": {"ephemeral-storage": "50Gi"}}, node_ephemeral_storage="40Gi")
+    assert err.field == "resources.requests.ephemeral-storage"
+    assert _error(node_ephemeral_storage="lots").field == "node_ephemeral_storage"
+    _spec(data=big, node_ephemeral_storage="1400Gi")  # local SSDs: fits
+    # Unknown node: a warning past a default 100 GB boot disk's ~43.8 GiB, none within it.
+    with caplog.at_level(logging.WARNING, logger="roxxel_launch.render"):
+        R.render(_spec(data=big))
+    assert "about 43.8 GiB" in caplog.text and "node_ephemeral_storage" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="roxxel_launch.render"):
+        R.render(_spec(data={"gcsfuse": {"bucket": "bkt", "file_cache_mb": 30000}}))
+    assert "ephemeral storage" not in caplog.text
+
+
 def test_gcsfuse_file_cache_is_off_by_default():
     (jobset,) = _valid(_spec(data={"gcsfuse": {"bucket": "bkt"}}))
     pod = _pod(jobset)["spec"]

@@ -245,6 +245,19 @@ def test_example_specs_render_and_validate(path, strict_schema):
             assert V.check_jobset_crd(obj, strict_schema) == []
 
 
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_specs_fit_their_default_nodes(path, caplog):
+    """No example needs more node ephemeral storage than it says its nodes have (default: a
+    100 GB boot disk), so none is left Pending or evicted for its file cache."""
+    spec = S.load_spec(path)
+    node = S.parse_quantity(spec.node_ephemeral_storage) if spec.node_ephemeral_storage else \
+        S.DEFAULT_NODE_EPHEMERAL_STORAGE
+    assert spec.ephemeral_storage_bytes <= node
+    with caplog.at_level("WARNING", logger="roxxel_launch.render"):
+        R.render(spec)
+    assert "ephemeral storage" not in caplog.text
+
+
 def test_examples_are_found():
     assert {p.name for p in EXAMPLES} >= {"cpu-smoke.yaml", "gpu-h100-nfs.yaml",
                                           "tpu-v5p-multislice.yaml", "job.yaml"}

@@ -30,7 +30,7 @@ from roxxel_launch.spec.accelerators import (
     accelerator_node_selectors,
 )
 from roxxel_launch.spec.errors import SpecError
-from roxxel_launch.spec.fields import INT32_MAX, image_is_pinned, image_reference_problem
+from roxxel_launch.spec.fields import INT32_MAX, image_is_pinned, image_reference_problem, parse_quantity
 from roxxel_launch.spec.loading import (
     MAX_SPEC_BYTES,
     MAX_SPEC_DEPTH,
@@ -43,6 +43,8 @@ from roxxel_launch.spec.loading import (
 )
 from roxxel_launch.spec.model import (
     API_VERSION,
+    DEFAULT_NODE_EPHEMERAL_STORAGE,
+    EPHEMERAL_STORAGE,
     KIND,
     MAX_SLICES,
     REPLICATED_JOB_NAME,
@@ -74,6 +76,8 @@ from roxxel_launch.spec.storage import (
 __all__ = [
     "API_VERSION",
     "DEFAULT_GCSFUSE_MOUNT_OPTIONS",
+    "DEFAULT_NODE_EPHEMERAL_STORAGE",
+    "EPHEMERAL_STORAGE",
     "GPU_ACCELERATOR_SELECTOR",
     "GPU_RESOURCE",
     "INT32_MAX",
@@ -114,6 +118,7 @@ __all__ = [
     "load_spec",
     "longest_pod_name",
     "max_name_length",
+    "parse_quantity",
     "parse_yaml",
     "read_spec_text",
     "resource_requirements_problems",

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from roxxel_launch import contract, names
 from roxxel_launch.spec.accelerators import Accelerator
 from roxxel_launch.spec.errors import SpecError, _check, _Problems
-from roxxel_launch.spec.fields import INT32_MAX, _doc, _freeze, image_reference_problem
+from roxxel_launch.spec.fields import INT32_MAX, _check_quantity, _doc, _freeze, image_reference_problem, parse_quantity
 from roxxel_launch.spec.owned import refuse
 from roxxel_launch.spec.pod import EnvFromSource, KeyRef, Resources, Security, Toleration
 from roxxel_launch.spec.storage import _BUCKET, _BUCKET_RULE, DataMount, ExtraVolume
@@ -37,6 +37,11 @@ API_VERSION = "roxxel.dev/v1alpha1"
 KIND = "RoxxelJob"
 # Slices of one JobSet (replicas of its replicated job, an int32; JAX's process ids too).
 MAX_SLICES = 100_000
+# Ephemeral storage a GKE node with the default 100 GB boot disk offers pods (its
+# allocatable, in bytes): GKE's example node in "Plan GKE Standard node sizes"
+# (docs/kubernetes.md, "Storage"). TPU and GPU node pools get that boot disk by default.
+DEFAULT_NODE_EPHEMERAL_STORAGE = 47_060_071_478
+EPHEMERAL_STORAGE = "ephemeral-storage"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +83,13 @@ class JobSpec:
         "no JobSet controller needed, no gang restart).", default="jobset")
     resources: Resources = _doc("Extra container requests/limits.", default_factory=Resources)
     node_selectors: Mapping[str, str] = _doc("Extra node selectors.", default_factory=dict)
+    node_ephemeral_storage: str | None = _doc(
+        "Ephemeral storage one node of the pool offers pods, as a quantity: its allocatable "
+        "(kubectl get node NODE -o jsonpath='{.status.allocatable.ephemeral-storage}'), e.g. "
+        "1400Gi on nodes with local SSDs (--ephemeral-storage-local-ssd). The disk file cache "
+        "and the ephemeral-storage request must fit in it, or the spec is refused. Unknown "
+        "(default): a warning when they need more than a default 100 GB boot disk offers "
+        f"({DEFAULT_NODE_EPHEMERAL_STORAGE} bytes, about 43 GiB).", default=None)
     tolerations: tuple[Toleration, ...] = _doc("Extra tolerations.", default=())
     security: Security = _doc("Pod security context, API token, NetworkPolicy.",
                               default_factory=Security)
@@ -168,6 +180,8 @@ class JobSpec:
         object.__setattr__(self, "node_selectors", _freeze(self.node_selectors))
         with problems.check():
             self._check_escape_hatches()
+        with problems.check():
+            self._check_ephemeral_storage()
         problems.raise_any()
         # Needs a valid name and slice count: after the others.
         _check("name", names.pod_name_problem(longest_pod_name(self)),
@@ -211,6 +225,39 @@ class JobSpec:
             raise SpecError("ttl_seconds_after_finished",
                             f"must be 0 or more seconds, got {self.ttl_seconds_after_finished}")
         refuse("host_network", self.host_network, self)
+
+    @property
+    def disk_cache_bytes(self) -> int:
+        """Bytes of node ephemeral storage the GCS FUSE file cache volume takes (0: none, or
+        in memory)."""
+        fuse = self.data.gcsfuse if self.data is not None else None
+        return 0 if fuse is None else fuse.cache_disk_bytes
+
+    @property
+    def ephemeral_storage_bytes(self) -> int:
+        """Bytes of node ephemeral storage one pod requests: the worker's ephemeral-storage
+        request (its limit when only that is given: the request defaults to it) plus the disk
+        file cache, which the renderer adds to the request."""
+        own = self.resources.requests.get(EPHEMERAL_STORAGE, self.resources.limits.get(EPHEMERAL_STORAGE))
+        return (0 if own is None else int(parse_quantity(own))) + self.disk_cache_bytes
+
+    def _check_ephemeral_storage(self) -> None:
+        if self.node_ephemeral_storage is None:
+            return
+        _check_quantity("node_ephemeral_storage", self.node_ephemeral_storage)
+        node = parse_quantity(self.node_ephemeral_storage)
+        need = self.ephemeral_storage_bytes
+        if need <= node:
+            return
+        cache = self.disk_cache_bytes
+        field = "data.gcsfuse.file_cache_mb" if cache else f"resources.requests.{EPHEMERAL_STORAGE}"
+        raise SpecError(field, f"each pod needs {need / 2**30:.1f} GiB of node ephemeral storage "
+                        f"({cache / 2**30:.1f} GiB of it the gcsfuse file cache volume) but a node offers "
+                        f"{float(node) / 2**30:.1f} GiB (node_ephemeral_storage {self.node_ephemeral_storage}): "
+                        "the pods would never be scheduled",
+                        "Lower file_cache_mb or the ephemeral-storage request, use file_cache_medium: memory, "
+                        "or run on nodes with more (local SSD: --ephemeral-storage-local-ssd) and set "
+                        "node_ephemeral_storage to their allocatable.")
 
     @property
     def uses_host_network(self) -> bool:

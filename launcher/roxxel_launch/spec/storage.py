@@ -72,6 +72,20 @@ class GcsFuseMount:
         for field in ("sidecar_cpu_limit", "sidecar_memory_limit", "sidecar_ephemeral_storage_limit"):
             _check_quantity(field, getattr(self, field))
 
+    @property
+    def cache_volume_mib(self) -> int | None:
+        """Size of the gke-gcsfuse-cache volume in MiB: the bounded cache plus 10% (at least
+        64 MiB) for gcsfuse's own files; None without a file cache."""
+        if self.file_cache_mb is None:
+            return None
+        return self.file_cache_mb + max(self.file_cache_mb // 10, 64)
+
+    @property
+    def cache_disk_bytes(self) -> int:
+        """Bytes of the node's ephemeral storage the file cache volume takes (0 in memory)."""
+        mib = self.cache_volume_mib
+        return 0 if mib is None or self.file_cache_medium == "memory" else mib * 2**20
+
     def joined_options(self) -> str:
         options = list(self.mount_options)
         if self.only_dir is not None:
