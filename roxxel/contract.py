@@ -95,6 +95,10 @@ SUCCESS = 0
 """Training finished; nothing to restart."""
 PREEMPTED_EXIT_CODE = 42
 """Stopped on request after a complete checkpoint: restart the job to resume."""
+STALLED_EXIT_CODE = 43
+"""No step (evaluation, save) finished within the progress watchdog's bound: the process wrote
+its threads' stacks and exited; an ordinary failure, so a counted gang restart
+(:mod:`roxxel.train.watchdog`)."""
 CONFIG_ERROR_EXIT_CODE = 78
 """A configuration error before the first step: final, do not restart (``EX_CONFIG`` of BSD's
 ``sysexits.h``)."""

@@ -10,6 +10,10 @@ child's code through unchanged):
   own meanings (1-2 errors/usage, 126-127 exec failures, 128+N death by signal N),
   so a restart policy can match it exactly, e.g. a Job ``podFailurePolicy`` rule
   with ``onExitCodes: {operator: In, values: [42]}``.
+- ``43`` (:data:`STALLED_EXIT_CODE`): the progress watchdog found no step (evaluation,
+  save) finishing within its bound and ended the process after writing every thread's
+  stack (:mod:`roxxel.train.watchdog`): a stuck worker or peer. An ordinary failure for
+  the failure policies: a counted gang restart that resumes from the last checkpoint.
 - ``78`` (:data:`CONFIG_ERROR_EXIT_CODE`): a deterministic configuration error found
   before the first step (global batch not divisible by the process count, a missing
   dataset, a spec that does not match the checkpoint): restarting cannot help, so the
@@ -43,6 +47,7 @@ from roxxel.contract import (
     CONFIG_ERROR_EXIT_CODE,
     PREEMPTED_EXIT_CODE,
     SIGNAL_EXIT_BASE,
+    STALLED_EXIT_CODE,
     SUCCESS,
     USAGE_ERROR,
 )
@@ -53,6 +58,7 @@ __all__ = [
     "report_configuration_errors",
     "exit_config_error",
     "PREEMPTED_EXIT_CODE",
+    "STALLED_EXIT_CODE",
     "SIGNAL_EXIT_BASE",
     "SUCCESS",
     "USAGE_ERROR",
@@ -132,6 +138,8 @@ def describe(code: int) -> str:
         return "done"
     if code == PREEMPTED_EXIT_CODE:
         return "preempted after a complete checkpoint (restart to resume)"
+    if code == STALLED_EXIT_CODE:
+        return "stalled: no progress within the watchdog's bound (stacks in the log; restarted)"
     if code == CONFIG_ERROR_EXIT_CODE:
         return "configuration error (not restarted: fix the job and submit again)"
     signum = code - SIGNAL_EXIT_BASE

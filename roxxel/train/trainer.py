@@ -32,6 +32,7 @@ from roxxel.train.logger import Logger
 from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.state import ModelState
 from roxxel.train.step import make_train_step
+from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds
 from roxxel.wording import count
 
 log = logging.getLogger("roxxel.train")
@@ -145,6 +146,10 @@ class Trainer:
         callbacks: :class:`Callback` objects called at each log window, eval and checkpoint.
         handle_sigint: treat Ctrl-C like SIGTERM (save, then exit with the preemption exit
             code; a second Ctrl-C interrupts at once).
+        watchdog: the progress watchdog's bounds (:class:`~roxxel.train.watchdog.WatchdogBounds`):
+            when a step, an evaluation or a save takes longer, every thread's stack is written
+            to stderr and the process exits with ``STALLED_EXIT_CODE`` (43, a counted gang
+            restart); ``None`` turns it off.
 
     Raises:
         ValueError: a batch size that does not divide over micro-batches or data shards
@@ -163,7 +168,8 @@ class Trainer:
                  partial_restore: bool = False, learning_rate: Callable[[int], Any] | float | None = None, flops_per_token: float | None = None,
                  num_params: int | None = None, peak_flops_per_device: float | None = None,
                  profile_steps: tuple[int, int] | None = None, callbacks: Sequence[Callback] = (),
-                 handle_sigint: bool = True, checkpoint_every: int | None = None):
+                 handle_sigint: bool = True, checkpoint_every: int | None = None,
+                 watchdog: WatchdogBounds | None = DEFAULT_BOUNDS):
         if curriculum is None or loss_fn is None:
             raise TypeError("Trainer needs a curriculum and a loss_fn")
         save_interval_steps = _save_interval(save_interval_steps, checkpoint_every, checkpointer)
@@ -216,6 +222,10 @@ class Trainer:
         self.profile_steps = profile_steps
         self.callbacks = list(callbacks)
         self.handle_sigint = handle_sigint
+        if watchdog is not None and not isinstance(watchdog, WatchdogBounds):
+            raise TypeError(f"watchdog must be a WatchdogBounds or None, got {type(watchdog).__name__}")
+        self.watchdog_bounds = watchdog
+        self._watchdog: ProgressWatchdog | None = None
         self._profiling = False
         self._interrupts = 0
 
@@ -287,6 +297,8 @@ class Trainer:
         Returns:
             The last logged metrics (and the last evaluation's).
         """
+        if self.watchdog_bounds is not None:
+            self._watchdog = ProgressWatchdog(self.watchdog_bounds, process_index=jax.process_index()).start()
         try:
             with self._sigint_saves(), self._orbax_details_to_system_log():
                 return self._run(stop_at_step)
@@ -301,6 +313,15 @@ class Trainer:
             raise
         finally:
             self._stop_profile()
+            if self._watchdog is not None:
+                self._watchdog.stop()
+                self._watchdog = None
+
+    def _watched(self, what: str, bound: str) -> contextlib.AbstractContextManager[None]:
+        """Bound ``what`` by the watchdog's ``bound`` (a WatchdogBounds field), when it runs."""
+        if self._watchdog is None:
+            return contextlib.nullcontext()
+        return self._watchdog.during(what, getattr(self._watchdog.bounds, bound))
 
     @contextlib.contextmanager
     def _orbax_details_to_system_log(self) -> Iterator[None]:
@@ -419,13 +440,17 @@ class Trainer:
             saved = ckpt.restored_run.get("metrics") or {}
             last = {k: float(v) for k, v in saved.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if ckpt is not None and (step not in ckpt.all_steps()):
-            if ckpt.save(step, last or None, tokens_consumed=cur.tokens_before(step), force=True):
+            with self._watched(f"saving the final step {step}", "save_s"):
+                saved = ckpt.save(step, last or None, tokens_consumed=cur.tokens_before(step), force=True)
+            if saved:
                 for cb in self.callbacks:
                     cb.on_checkpoint(step, str(ckpt.directory))
         if self.eval_fn is not None and self._evaluated_at != step:
-            last.update(self._evaluate(step))
+            with self._watched(f"evaluating at step {step}", "eval_s"):
+                last.update(self._evaluate(step))
         self._log(f"finished at step {step}")
-        self._close(wait=True)
+        with self._watched(f"waiting for the save of step {step} to complete", "save_s"):
+            self._close(wait=True)
         return last
 
     def _run_phase(self, phase: ResolvedPhase, stream, step: int, last: dict,
@@ -439,15 +464,20 @@ class Trainer:
         timed_start: float | None = None  # the first step of a phase compiles: not timed
         timed_steps = 0
         compile_s = None
+        watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.first_step(phase.index)
         for batch in stream:
-            if ckpt is not None:
-                ckpt.save_and_exit_if_preempted(step, last or None, tokens_consumed=cur.tokens_before(step))
+            if ckpt is not None and ckpt.reached_preemption(step):
+                with self._watched(f"saving the preemption checkpoint of step {step}", "save_s"):
+                    ckpt.save_and_exit_if_preempted(step, last or None, tokens_consumed=cur.tokens_before(step))
             self._start_profile(step)
             t0 = time.perf_counter()
             loss, aux = train_step(batch)
             step += 1
             self.state.step = step
-            if timed_start is None:  # compilation (or a cache hit) happens in this call; wait for it to finish
+            compiled = timed_start is None  # compilation (or a cache hit) happens in this call: wait for it
+            if timed_start is None:
                 loss.block_until_ready()
                 timed_start = time.perf_counter()
                 compile_s = timed_start - t0
@@ -478,9 +508,14 @@ class Trainer:
                     losses, auxes, timed_start, timed_steps = [], [], time.perf_counter(), 0
                 last = metrics
             if ckpt_now and ckpt is not None:
-                if ckpt.save(step, last, tokens_consumed=cur.tokens_before(step)):
+                with self._watched(f"saving step {step}", "save_s"):
+                    saved = ckpt.save(step, last, tokens_consumed=cur.tokens_before(step))
+                if saved:
                     for cb in self.callbacks:
                         cb.on_checkpoint(step, str(ckpt.directory))
             if self.eval_fn is not None and step % self.eval_every == 0:
-                last.update(self._evaluate(step))
+                with self._watched(f"evaluating at step {step}", "eval_s"):
+                    last.update(self._evaluate(step))
+            if watchdog is not None:
+                watchdog.step_done(step, timed=not compiled)
         return step, last

@@ -1,0 +1,182 @@
+"""A progress watchdog: a process whose steps stop finishing ends the job instead of hanging it.
+
+A worker stuck while alive (a main thread blocked in Python, a collective waiting for a
+stuck peer, a save that never completes) holds the whole gang: every pod is Running, so
+neither Kubernetes nor JobSet can notice. Each process therefore runs a daemon thread that
+knows what the process is doing and since when; when that takes longer than its bound,
+the thread writes one line (process, last step, what it waits in), then the Python stacks
+of every thread (``faulthandler``), and ends the process with
+:data:`~roxxel.contract.STALLED_EXIT_CODE` (43), which the rendered failure policies count
+as an ordinary failure: a counted gang restart that resumes from the last checkpoint. The
+peers, blocked in the step's collective, stop finishing steps too and do the same, so the
+log holds every process's stacks.
+
+Bounds (seconds, :class:`WatchdogBounds`):
+
+- a step: ``max(step_floor_s, step_multiple * median)`` of the step times seen so far
+  (the first step of each phase, which compiles, is not in the median);
+- the first step of a phase (restore, stream set-up, compilation): ``first_step_s``;
+- an evaluation: ``eval_s``; a checkpoint save or the wait for one: ``save_s``.
+
+The defaults are minutes, and the step bound scales with the measured median, so a
+healthy run on a loaded machine (steps 10x slower than at the start) stays under it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import faulthandler
+import logging
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from roxxel.contract import STALLED_EXIT_CODE
+
+log = logging.getLogger("roxxel.train")
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchdogBounds:
+    """How long each activity may go without progress, in seconds.
+
+    Attributes:
+        step_floor_s: a step may always take this long (default 600).
+        step_multiple: ... or this many times the median step time (default 20).
+        first_step_s: the first step of a phase, with the restore and compilation before it (default 1800).
+        eval_s: one evaluation (default 1800).
+        save_s: starting a checkpoint save, or waiting for one to complete (default 1800).
+        poll_s: how often the watchdog looks (default 1).
+
+    Raises:
+        ValueError: a bound that is not a positive number.
+    """
+
+    step_floor_s: float = 600.0
+    step_multiple: float = 20.0
+    first_step_s: float = 1800.0
+    eval_s: float = 1800.0
+    save_s: float = 1800.0
+    poll_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"WatchdogBounds.{field.name} must be a positive number of seconds, got {value!r}")
+
+
+DEFAULT_BOUNDS = WatchdogBounds()
+"""The bounds a Trainer uses unless told otherwise."""
+
+
+def _stall(message: str) -> None:
+    """The default reaction: the line, every thread's stack, then exit 43 at once (a blocked
+    main thread would never run ``sys.exit``)."""
+    sys.stderr.write(f"roxxel: {message}; the stacks of this process's threads follow\n")
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    log.error("%s", message)
+    for handler in logging.getLogger().handlers + logging.getLogger("roxxel").handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    os._exit(STALLED_EXIT_CODE)
+
+
+class ProgressWatchdog:
+    """Watches one process's training progress (see the module docstring).
+
+    Args:
+        bounds: the bounds; ``WatchdogBounds()`` for the defaults.
+        process_index: named in the message (``jax.process_index()``).
+        on_stall: called once with the message when a bound is passed (default: write the
+            stacks and exit with 43); tests give their own.
+        clock: seconds, monotonic (tests give a fake one).
+    """
+
+    def __init__(self, bounds: WatchdogBounds, *, process_index: int = 0,
+                 on_stall: Callable[[str], None] = _stall, clock: Callable[[], float] = time.monotonic) -> None:
+        self.bounds = bounds
+        self.process_index = process_index
+        self._on_stall = on_stall
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._durations: collections.deque[float] = collections.deque(maxlen=101)
+        self._what = "restoring, setting up the stream and compiling the first step"
+        self._since = clock()
+        self._bound = bounds.first_step_s
+        self._last_step: int | None = None
+        self._fired = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ProgressWatchdog:
+        """Start the watching thread (a daemon); returns self."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="roxxel-watchdog", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching (idempotent)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def first_step(self, phase: int) -> None:
+        """The next step is the first of ``phase`` (it compiles): bounded by ``first_step_s``."""
+        self._set(f"running the first step of phase {phase} (compiling)", self.bounds.first_step_s)
+
+    def step_done(self, step: int, *, timed: bool = True) -> None:
+        """Step ``step`` finished; ``timed=False`` keeps its time out of the median (a compile)."""
+        now = self._clock()
+        with self._lock:
+            if timed and self._what == "running a step":
+                self._durations.append(now - self._since)
+            self._last_step = step
+        self._set("running a step", self.step_bound())
+
+    def step_bound(self) -> float:
+        """The current bound of one step, in seconds."""
+        with self._lock:
+            median = statistics.median(self._durations) if self._durations else 0.0
+        return max(self.bounds.step_floor_s, self.bounds.step_multiple * median)
+
+    @contextlib.contextmanager
+    def during(self, what: str, bound_s: float) -> Iterator[None]:
+        """Bound an activity other than a step (an evaluation, a save) by ``bound_s``; the step
+        bound starts afresh after it."""
+        self._set(what, bound_s)
+        try:
+            yield
+        finally:
+            self._set("running a step", self.step_bound())
+
+    def check(self) -> str | None:
+        """The stall message if the current activity is past its bound (once), else None."""
+        now = self._clock()
+        with self._lock:
+            if self._fired or now - self._since <= self._bound:
+                return None
+            self._fired = True
+            after = "before its first step" if self._last_step is None else f"after step {self._last_step}"
+            return (f"watchdog: process {self.process_index} made no progress for {now - self._since:.0f} s "
+                    f"(bound {self._bound:.0f} s) while {self._what}, {after}: a stuck worker, a peer stuck or "
+                    f"gone, or storage that does not answer; exiting with {STALLED_EXIT_CODE} for a gang restart")
+
+    def _set(self, what: str, bound_s: float) -> None:
+        with self._lock:
+            self._what, self._since, self._bound = what, self._clock(), bound_s
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.bounds.poll_s):
+            message = self.check()
+            if message is not None:
+                self._on_stall(message)
+                return

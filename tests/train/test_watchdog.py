@@ -1,0 +1,111 @@
+"""The progress watchdog (roxxel.train.watchdog): its bounds on a fake clock, and a real
+2-process jax.distributed run (CPU, loopback) whose worker blocks its main thread."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from roxxel.contract import STALLED_EXIT_CODE
+from roxxel.exit_codes import describe
+from roxxel.train.watchdog import ProgressWatchdog, WatchdogBounds
+from support.lm import make_dataset
+from support.net import free_port
+from support.paths import TESTS, WORKERS
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def _watchdog(**bounds):
+    clock, fired = Clock(), []
+    wd = ProgressWatchdog(WatchdogBounds(**bounds), process_index=3, on_stall=fired.append, clock=clock)
+    return wd, clock, fired
+
+
+def _steps(wd, clock, n, seconds, first=1):
+    for step in range(first, first + n):
+        clock.now += seconds
+        assert wd.check() is None, (step, wd.step_bound())
+        wd.step_done(step)
+
+
+def test_a_healthy_run_ten_times_slower_under_load_never_trips_it():
+    wd, clock, _ = _watchdog(step_floor_s=5, step_multiple=20)
+    wd.first_step(0)
+    clock.now += 100  # compiling: within first_step_s
+    assert wd.check() is None
+    wd.step_done(1, timed=False)
+    _steps(wd, clock, 50, 0.5, first=2)
+    assert wd.step_bound() == 10.0  # 20 x the 0.5 s median
+    _steps(wd, clock, 200, 5.0, first=52)  # load arrives: every step 10x slower, the median follows
+    assert wd.step_bound() == 100.0
+
+
+def test_a_step_past_its_bound_is_named_once_with_process_step_and_activity():
+    wd, clock, fired = _watchdog(step_floor_s=5, step_multiple=20)
+    wd.step_done(1, timed=False)
+    _steps(wd, clock, 10, 1.0, first=2)
+    clock.now += 19.9
+    assert wd.check() is None
+    clock.now += 0.2
+    message = wd.check()
+    assert message is not None and wd.check() is None  # once
+    assert message.startswith("watchdog: process 3 made no progress for 20 s (bound 20 s) while running a step, after step 11")
+    assert f"exiting with {STALLED_EXIT_CODE}" in message
+
+
+def test_evaluations_and_saves_have_their_own_bounds():
+    wd, clock, _ = _watchdog(step_floor_s=5, step_multiple=2, eval_s=60)
+    wd.step_done(1, timed=False)
+    _steps(wd, clock, 5, 1.0, first=2)
+    with wd.during("evaluating at step 6", wd.bounds.eval_s):
+        clock.now += 59
+        assert wd.check() is None
+    clock.now += 4.9  # the step bound starts afresh after the evaluation
+    assert wd.check() is None
+    with wd.during("saving step 7", 30):
+        clock.now += 31
+        assert "while saving step 7, after step 6" in wd.check()
+
+
+def test_bad_bounds_are_refused():
+    with pytest.raises(ValueError, match="step_floor_s must be a positive number"):
+        WatchdogBounds(step_floor_s=0)
+    assert describe(STALLED_EXIT_CODE).startswith("stalled")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stall_pid", [1])
+def test_a_worker_blocked_in_python_ends_every_process_with_stacks_and_43(tmp_path, stall_pid):
+    """Before: process 1 blocked at step 5 with its process and JAX's heartbeat alive, and the
+    job stayed Running forever (worker 0 waiting in the step's collective). Now each process's
+    watchdog sees no step finish within its bound, writes its threads' stacks, and exits 43."""
+    data = str(tmp_path / "data")
+    make_dataset(data)
+    coordinator = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
+               PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / "stall_worker.py"), coordinator, str(i), "2", data,
+                               str(tmp_path / "run"), str(stall_pid), "5"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    started = time.monotonic()
+    outs = [p.communicate(timeout=400) for p in procs]
+    for i, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == STALLED_EXIT_CODE, f"process {i}: {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
+        assert f"watchdog: process {i} made no progress" in err, err[-3000:]
+        assert "the stacks of this process's threads follow" in err and "Thread 0x" in err, err[-3000:]
+        assert "FINISHED" not in out
+    blocked_err = outs[stall_pid][1]
+    # step 5 ran; its callbacks are part of it, so the last finished step is 4; the stack shows where
+    assert "after step 4" in blocked_err and "in on_step" in blocked_err, blocked_err[-3000:]
+    assert time.monotonic() - started < 380
