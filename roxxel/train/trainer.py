@@ -32,6 +32,7 @@ from roxxel.train.logger import Logger
 from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.state import ModelState
 from roxxel.train.step import make_train_step
+from roxxel.train.stragglers import StragglerReport
 from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds
 from roxxel.wording import count
 
@@ -226,6 +227,7 @@ class Trainer:
             raise TypeError(f"watchdog must be a WatchdogBounds or None, got {type(watchdog).__name__}")
         self.watchdog_bounds = watchdog
         self._watchdog: ProgressWatchdog | None = None
+        self._stragglers = StragglerReport()
         self._profiling = False
         self._interrupts = 0
 
@@ -464,6 +466,7 @@ class Trainer:
         timed_start: float | None = None  # the first step of a phase compiles: not timed
         timed_steps = 0
         compile_s = None
+        waited = 0.0  # seconds of the window blocked on results (the rest is this host's own time)
         watchdog = self._watchdog
         if watchdog is not None:
             watchdog.first_step(phase.index)
@@ -489,15 +492,21 @@ class Trainer:
             auxes.append(aux)
             pending.append(loss)
             if len(pending) > self.async_queue_depth:  # bound how far dispatch runs ahead
+                t_wait = time.perf_counter()
                 pending.popleft().block_until_ready()
+                waited += time.perf_counter() - t_wait
             self._stop_profile(step, loss)
             log_now, ckpt_now = step % self.log_every == 0, step % self.save_interval_steps == 0
             end_now = step == phase.end_step or step == stream.stop_step
             if log_now or end_now or ckpt_now:
+                t_wait = time.perf_counter()
                 loss.block_until_ready()  # time the window's device work, not its dispatch
+                waited += time.perf_counter() - t_wait
                 elapsed = time.perf_counter() - timed_start
                 metrics = self._metrics(step, losses, auxes, timed_steps * phase.tokens_per_step, elapsed, timed_steps)
                 if log_now or end_now:  # windows end only at multiples of log_every (and at the end)
+                    host_s = (elapsed - waited) / timed_steps if timed_steps else 0.0
+                    metrics.update(self._stragglers.observe(step, host_s))  # a collective: every process, same steps
                     if compile_s is not None:
                         metrics["compile_time_s"] = compile_s
                         compile_s = None
@@ -505,7 +514,7 @@ class Trainer:
                         self.logger.log_metrics_summary(step, metrics)
                     for cb in self.callbacks:
                         cb.on_step(step, metrics)
-                    losses, auxes, timed_start, timed_steps = [], [], time.perf_counter(), 0
+                    losses, auxes, timed_start, timed_steps, waited = [], [], time.perf_counter(), 0, 0.0
                 last = metrics
             if ckpt_now and ckpt is not None:
                 with self._watched(f"saving step {step}", "save_s"):

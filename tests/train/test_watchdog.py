@@ -1,5 +1,6 @@
 """The progress watchdog (roxxel.train.watchdog): its bounds on a fake clock, and a real
-2-process jax.distributed run (CPU, loopback) whose worker blocks its main thread."""
+2-process jax.distributed run (CPU, loopback) whose worker blocks its main thread; the straggler
+report (roxxel.train.stragglers) on a real run whose worker is slow."""
 
 from __future__ import annotations
 
@@ -84,22 +85,39 @@ def test_bad_bounds_are_refused():
     assert describe(STALLED_EXIT_CODE).startswith("stalled")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("stall_pid", [1])
-def test_a_worker_blocked_in_python_ends_every_process_with_stacks_and_43(tmp_path, stall_pid):
-    """Before: process 1 blocked at step 5 with its process and JAX's heartbeat alive, and the
-    job stayed Running forever (worker 0 waiting in the step's collective). Now each process's
-    watchdog sees no step finish within its bound, writes its threads' stacks, and exits 43."""
+def _run_pair(tmp_path, stall_pid, stall_step):
     data = str(tmp_path / "data")
     make_dataset(data)
     coordinator = f"127.0.0.1:{free_port()}"
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
                PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs = [subprocess.Popen([sys.executable, str(WORKERS / "stall_worker.py"), coordinator, str(i), "2", data,
-                               str(tmp_path / "run"), str(stall_pid), "5"],
+                               str(tmp_path / "run"), str(stall_pid), str(stall_step)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    return procs, [p.communicate(timeout=400) for p in procs]
+
+
+@pytest.mark.slow
+def test_a_slow_worker_is_named_as_a_straggler_and_nothing_restarts(tmp_path):
+    """Process 1 spends 0.15 s of its own time more than process 0 on every step; both see the
+    same step time (each step waits for the slowest), so only the host time names it."""
+    procs, outs = _run_pair(tmp_path, stall_pid=1, stall_step=0)
+    for i, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and "FINISHED" in out, f"process {i}: {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
+    assert "process 1 is a straggler" in outs[0][1] and "of host time per step" in outs[0][1], outs[0][1][-3000:]
+    assert "is a straggler" not in outs[1][1]  # rank 0 alone reports
+    hosts = [line.split() for line in outs[0][0].splitlines() if line.startswith("HOST ")]  # the window metrics
+    assert hosts and all(int(h[4]) == 1 and float(h[3]) > 0.14 for h in hosts if float(h[3]) > 0), hosts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stall_pid", [1])
+def test_a_worker_blocked_in_python_ends_every_process_with_stacks_and_43(tmp_path, stall_pid):
+    """Before: process 1 blocked at step 5 with its process and JAX's heartbeat alive, and the
+    job stayed Running forever (worker 0 waiting in the step's collective). Now each process's
+    watchdog sees no step finish within its bound, writes its threads' stacks, and exits 43."""
     started = time.monotonic()
-    outs = [p.communicate(timeout=400) for p in procs]
+    procs, outs = _run_pair(tmp_path, stall_pid, stall_step=5)
     for i, (p, (out, err)) in enumerate(zip(procs, outs)):
         assert p.returncode == STALLED_EXIT_CODE, f"process {i}: {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
         assert f"watchdog: process {i} made no progress" in err, err[-3000:]
