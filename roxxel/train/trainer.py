@@ -33,6 +33,7 @@ from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.state import ModelState
 from roxxel.train.step import make_train_step
 from roxxel.train.stragglers import StragglerReport
+from roxxel.train.vocabulary import check_embeddings
 from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds
 from roxxel.wording import count
 
@@ -256,7 +257,8 @@ class Trainer:
         over the ``steps`` timed steps (those not including a compilation), throughput."""
         loss = float(jnp.mean(jnp.stack(losses)))
         if not math.isfinite(loss):
-            raise NaNLossError(f"the loss is {loss} at step {step}; stopping (lower the learning rate, check the data)")
+            raise NaNLossError(f"the loss is {loss} at step {step}; stopping (lower the learning rate, check the data: "
+                               "token ids beyond the model's embedding tables also give NaN)")
         metrics = {"loss": loss}
         if steps:
             rate = tokens / max(seconds, 1e-9)
@@ -405,6 +407,7 @@ class Trainer:
 
     def _run(self, stop_at_step: int | None) -> dict[str, float]:
         cur, ckpt = self.curriculum, self.checkpointer
+        check_embeddings(self.state.model, cur.vocab_size, f"dataset {cur.names[0]!r}")
         start = ckpt.restore(partial=self.partial_restore) if ckpt is not None else 0
         self.state.step = start
         total = cur.total_steps if stop_at_step is None else min(stop_at_step, cur.total_steps)
