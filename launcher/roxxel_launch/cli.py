@@ -365,8 +365,8 @@ def _announce(status: JobStatus) -> None:
               help="With --local: CPU devices each worker's JAX sees "
                    "(XLA_FLAGS=--xla_force_host_platform_device_count=N).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="With --local: local directory the workers get as ROXXEL_DATA_DIR in place "
-                   "of the spec's data volume (default: $ROXXEL_LOCAL_DATA_DIR).")
+              help="With --local: local directory the workers get as ROXXEL_DATA_DIR, in place "
+                   "of the spec's data volume when it has one (default: $ROXXEL_LOCAL_DATA_DIR).")
 @click.option("--netns", is_flag=True,
               help="With --local: run each worker in its own network namespace, with its pod's hostname "
                    "and the manifest's DNS names (needs root; loopback otherwise).")

@@ -88,6 +88,20 @@ def test_the_workers_env_is_the_rendered_jobsets(tmp_path):
         assert detected == distributed.Detected("127.0.0.1:4321", 2, i, "jobset")
 
 
+def test_data_dir_reaches_the_workers_also_without_a_data_volume(tmp_path):
+    """Before: --data-dir was dropped without a word when the spec had no data: section
+    (ROXXEL_DATA_DIR unset in the workers, even one set in the shell stripped), while --help
+    and docs/local.md said the workers get the directory."""
+    spec = _spec()
+    assert spec.data is None
+    data = tmp_path / "data"
+    data.mkdir()
+    given = L.resolve_data_dir(spec, str(data))
+    procs = L.worker_processes(spec, tmp_path, data_dir=given, base_env={"PATH": "/bin", "ROXXEL_DATA_DIR": "/elsewhere"})
+    assert [env["ROXXEL_DATA_DIR"] for _, env in procs] == [str(data), str(data)]
+    assert all("ROXXEL_DATA_DIR" not in env for _, env in L.worker_processes(spec, tmp_path, base_env={"PATH": "/bin"}))
+
+
 def test_a_template_that_drops_an_env_var_fails_the_local_run(tmp_path, monkeypatch):
     """The local run reads the rendered pods: a template that loses JOB_INDEX cannot start."""
     original = render._load_template

@@ -45,9 +45,10 @@ Data directory
 ==============
 A pod gets ``ROXXEL_DATA_DIR=/data`` when the spec has a ``data`` volume; a local run
 cannot mount that volume. ``ROXXEL_DATA_DIR`` is, in this order: the ``data_dir``
-argument (CLI ``--data-dir``), ``$ROXXEL_LOCAL_DATA_DIR``; without either a spec with a
-``data`` volume is refused (:class:`BackendError` saying how to fix it) and a spec without
-one leaves the variable unset, as in a pod. The directory must exist; a relative path is
+argument (CLI ``--data-dir``), ``$ROXXEL_LOCAL_DATA_DIR``; the workers get it whether or
+not the spec has a ``data`` volume. Without either, a spec with a ``data`` volume is refused
+(:class:`BackendError` saying how to fix it) and a spec without one leaves the variable
+unset, as in a pod. The directory must exist; a relative path is
 taken relative to the working directory.
 
 ``ROXXEL_CHECKPOINT_DIR`` is the spec's ``checkpoint_dir`` as it is (an absolute local

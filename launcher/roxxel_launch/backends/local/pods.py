@@ -162,6 +162,8 @@ def worker_process(pod: manifest.LocalPod, settings: LocalSettings, *, restart_a
         raise BackendError(str(err)) from None
     paths = volume_paths(pod, container, settings)
     own = {k: _map_path(v, paths) for k, v in own.items()}
+    if settings.data_dir is not None:  # also without a data volume in the spec: --data-dir is never dropped
+        own.setdefault(contract.ROXXEL_DATA_DIR, settings.data_dir)
     env = {k: v for k, v in base.items() if k not in _OWNED_ENV}
     env.setdefault("JAX_PLATFORMS", "cpu")
     env.update(own)
