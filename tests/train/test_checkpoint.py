@@ -260,9 +260,16 @@ def test_an_async_save_error_surfaces_at_the_next_save_and_at_close(tmp_path, mo
         ckpt.close()
     ckpt.close()  # idempotent
     monkeypatch.undo()
+    # close() waited for the failed save's writers and removed what they left (before: they
+    # went on writing *.orbax-checkpoint-tmp for a while, and a new checkpointer's first good
+    # save failed with "Directory not empty").
+    assert [p.name for p in tmp_path.iterdir() if "orbax-checkpoint-tmp" in p.name] == []
 
     with Checkpointer(tmp_path, ms.model, ms.optimizer) as again:
         assert again.restore() == 1  # half-written steps are never restored
+        assert again.save(2, {"loss": 0.5})
+        again.wait_until_finished()
+    assert _steps_on_disk(tmp_path) == [1, 2]
 
 
 def test_an_async_error_surfaces_at_a_skipped_save_once_the_write_has_ended(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import logging
 import math
 import numbers
 import os
+import shutil
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -798,11 +799,31 @@ class Checkpointer:
                     error.__cause__ = err
         if error is not None:
             lifecycle.mark_failed()
+            if not self._abandoned:
+                self._remove_failed_steps(deadline)
         self._preemption.close()
         if jax.process_index() == 0:
             ownership.release_writer_lock(self.directory)
         if error is not None:
             raise error
+
+    def _remove_failed_steps(self, deadline: float) -> None:
+        """After a failed save: wait (bounded) for the storage threads still writing it, then
+        remove the half-written step directories this checkpointer started (process 0, local
+        disks; Orbax removes them on object storage when the next manager opens). Otherwise
+        they went on writing ``<step>.orbax-checkpoint-tmp`` after close, and a new
+        checkpointer's first save of that step failed with "Directory not empty"."""
+        alive = lifecycle.writers_alive(min(deadline, time.monotonic() + lifecycle.WRITER_GRACE_S))
+        if alive or jax.process_index() != 0 or os.fspath(self.directory).startswith("gs://"):
+            if alive:
+                log.warning("%d storage threads still write to %s after the failed save; its half-written steps "
+                            "are left for the next checkpointer to remove", len(alive), self.directory)
+            return
+        complete = set(self._manager.all_steps())
+        for step in sorted(self._saved_steps - complete):
+            for leftover in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+                shutil.rmtree(os.fspath(leftover), ignore_errors=True)
+                log.info("removed %s, left by the failed save of step %d", leftover, step)
 
     def __enter__(self) -> Checkpointer:
         return self

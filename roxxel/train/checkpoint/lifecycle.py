@@ -95,17 +95,26 @@ def call_with_deadline(release: Any, deadline: float, what: str) -> None:
 
 
 
-def _stragglers_alive() -> list[threading.Thread]:
-    """Non-daemon threads other than this one still alive after a short grace period. Polled:
-    Orbax's threads re-raise their error from ``join()``."""
-    deadline = time.monotonic() + STRAGGLER_GRACE_S
+WRITER_GRACE_S = 30.0
+"""Seconds ``close()`` waits, after a failed save, for the storage threads still writing it."""
+
+
+def writers_alive(deadline: float) -> list[threading.Thread]:
+    """Wait until no non-daemon thread but this one and the main thread runs (Orbax's writers
+    are such threads), or ``deadline`` (``time.monotonic()``) passes; the ones still alive."""
     while True:
         alive = [t for t in threading.enumerate()
                  if t.is_alive() and not t.daemon and t is not threading.current_thread()
                  and t is not threading.main_thread()]
-        if not alive or time.monotonic() > deadline:
+        if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)
+
+
+def _stragglers_alive() -> list[threading.Thread]:
+    """Non-daemon threads other than this one still alive after a short grace period. Polled:
+    Orbax's threads re-raise their error from ``join()``."""
+    return writers_alive(time.monotonic() + STRAGGLER_GRACE_S)
 
 
 def _close_at_exit() -> None:
