@@ -67,10 +67,11 @@ class RowRuns(NamedTuple):
 class _Entry:
     """A shard of the dataset: its path and, when a manifest listed it, its expected counts."""
 
-    __slots__ = ("path", "num_tokens", "num_documents", "sha256", "nbytes")
+    __slots__ = ("path", "num_tokens", "num_documents", "sha256", "nbytes", "identity")
 
     def __init__(self, path, num_tokens=None, num_documents=None, sha256=None, nbytes=None):
         self.path, self.num_tokens, self.num_documents, self.sha256, self.nbytes = path, num_tokens, num_documents, sha256, nbytes
+        self.identity = None  # the file's identity when first opened: an LRU reopen must find the same file
 
 
 class Dataset:
@@ -106,7 +107,13 @@ class Dataset:
 
     Raises (on read):
         BlockChecksumError: a block of tokens does not match its checksum (names shard and block).
+        ShardChangedError: a shard's file changed since this dataset first opened it (rewritten in
+            place, replaced, removed), found before its tokens leave the read (see
+            :mod:`roxxel.format.mapped` for how, and the window that remains).
+        ShardReadError: the storage failed a read (names the shard, its mount, whether a retry helps).
     """
+
+    check_identity = True  # refuse shards that change while read (off only for benchmarks)
 
     def __init__(self, filepath: PathSpec, *,
                  release_bytes: int = DEFAULT_RELEASE_BYTES, max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
@@ -197,6 +204,8 @@ class Dataset:
             return shard
         e = self._entries[i]
         shard = open_shard(e.path)
+        shard.expect_identity(e.identity)  # closed by the LRU and opened again: still the same file
+        e.identity = shard._identity
         if e.num_tokens is not None and (shard.num_tokens, shard.num_documents) != (e.num_tokens, e.num_documents):
             raise CorruptShardError(
                 f"{e.path}: holds {shard.num_tokens} tokens / {shard.num_documents} documents but the manifest says "
@@ -209,6 +218,7 @@ class Dataset:
             raise CorruptShardError(f"{e.path}: {shard.nbytes} bytes but the manifest says {e.nbytes}; "
                                     "the shard was replaced - restore it or re-pack the dataset", e.path)
         shard.check_blocks = self.check_blocks
+        shard.check_identity = self.check_identity
         if self._is_open and shard.dtype != self.dtype:
             raise DtypeMismatchError(f"{e.path}: token dtype {shard.dtype.name}, the dataset's is {self.dtype.name}", e.path)
         if self._is_open and e.num_tokens is not None:  # described by a manifest: what it says of the tokens must hold
@@ -357,6 +367,7 @@ class Dataset:
         shard = self._shard(s)
         start, stop = shard.document_bounds(idx - int(self._doc_offsets[s]))
         shard.check_range(start, stop)
+        shard.check_unchanged()
         return self._account(shard.tokens[start:stop])
 
     def document_starts(self) -> np.ndarray:
@@ -393,6 +404,7 @@ class Dataset:
         if stop <= int(self._token_offsets[s + 1]):
             shard = self._shard(s)
             shard.check_range(start - base, stop - base)
+            shard.check_unchanged()
             return self._account(shard.tokens[start - base:stop - base])
         return self.read_into(np.empty(stop - start, self.dtype), start)
 
@@ -579,11 +591,14 @@ class Dataset:
 
         One ``pread`` per run, straight into its place; a block not yet checked in this process
         is checked on the bytes just read before the call returns (blocks only partly read
-        are read whole once more). Nothing is mapped. Returns ``out``.
+        are read whole once more); then every shard read is checked unchanged since it was
+        opened. Nothing is mapped. Returns ``out``.
 
         Raises:
             BlockChecksumError: a block the runs touch is damaged.
             TruncatedShardError: a shard ended early (it was cut after opening).
+            ShardChangedError: a shard's file changed since it was opened.
+            ShardReadError: the storage failed a read.
         """
         view = out.reshape(-1).view(np.uint8).data  # bytes: bfloat16 has no buffer format
         size = self.dtype.itemsize
@@ -591,16 +606,25 @@ class Dataset:
         first, end = runs.bounds[group], runs.bounds[group + 1]
         shard: Any = None
         s_last, fd, base, blocks = -1, -1, 0, None
+        read: dict[Any, None] = {}  # the shards read, in order, each once
         for k in range(first, end):
             s, lo, hi = shards[k], los[k], his[k]
             if s != s_last:  # the shard is fetched per run (an LRU may close the others), once per run of runs
                 shard, s_last = self._shard(s), s
                 fd, base = shard._descriptor(), shard._data_offset
                 blocks = shard._blocks if shard.check_blocks else None
-            if os.preadv(fd, [view[lo:hi]], base + where[k]) != hi - lo:
-                shard.pread_into(out.reshape(-1)[lo // size:hi // size], where[k] // size)  # retried, or raises
+                read[shard] = None
+            try:
+                n = os.preadv(fd, [view[lo:hi]], base + where[k])
+            except OSError:
+                n = -1  # read again below, which names the error (or reopens a stale handle)
+            if n != hi - lo:
+                shard.copy_into(out.reshape(-1)[lo // size:hi // size], where[k] // size)  # retried, or raises
+                fd = shard._descriptor()
             if blocks is not None and blocks.unchecked:
-                blocks.check(fd, where[k], where[k] + hi - lo, view[lo:hi])
+                shard.check_range(where[k] // size, (where[k] + hi - lo) // size, view[lo:hi])
+        for shard in read:
+            shard.check_unchanged()
         if end > first:
             self.bytes_read += his[end - 1] - los[first]  # a group's runs fill its rows back to back
         return out

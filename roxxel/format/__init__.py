@@ -11,7 +11,9 @@ from roxxel.format.errors import (
     EmptyDatasetError,
     IncompleteDatasetError,
     RoxxelFormatError,
+    ShardChangedError,
     ShardNotFoundError,
+    ShardReadError,
     TruncatedShardError,
 )
 from roxxel.format.legacy import LegacyShard
@@ -22,6 +24,7 @@ from roxxel.format.writer import DatasetWriter, ShardWriter
 __all__ = [
     "BadSignatureError", "BlockChecksumError", "ChecksumMismatchError", "CorruptShardError", "DatasetExistsError",
     "DatasetLockedError", "DtypeMismatchError",
-    "EmptyDatasetError", "IncompleteDatasetError", "RoxxelFormatError", "ShardNotFoundError", "TruncatedShardError",
+    "EmptyDatasetError", "IncompleteDatasetError", "RoxxelFormatError", "ShardChangedError", "ShardNotFoundError",
+    "ShardReadError", "TruncatedShardError",
     "LegacyShard", "MANIFEST_NAME", "Manifest", "ShardEntry", "Shard", "open_shard", "DatasetWriter", "ShardWriter",
 ]

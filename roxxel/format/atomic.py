@@ -75,21 +75,41 @@ def filesystem_type(path: str, mountinfo: str = "/proc/self/mountinfo") -> str |
     point above the path's real path, the last mounted where two are equal. None where that
     file cannot be read (another OS) or no mount holds the path.
     """
+    found = _mount_entry(path, mountinfo)
+    return found[1] if found else None
+
+
+def mount_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> tuple[str, str | None]:
+    """``(mount point, file system type)`` of the file system that holds ``path``, for messages.
+
+    From ``/proc/self/mountinfo`` as :func:`filesystem_type`; where that cannot be read, the
+    mount point is found by walking up the real path with ``os.path.ismount`` (type None).
+    """
+    found = _mount_entry(path, mountinfo)
+    if found:
+        return found
+    here = os.path.realpath(path)
+    while not os.path.ismount(here) and os.path.dirname(here) != here:
+        here = os.path.dirname(here)
+    return here, None
+
+
+def _mount_entry(path: str, mountinfo: str) -> tuple[str, str] | None:
     try:
         with open(mountinfo, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
     real = os.path.realpath(path)
-    best, found = -1, None
+    found = None
     for line in lines:
         fields = line.split(" ")
         if len(fields) < 7 or "-" not in fields[6:]:
             continue
         mount = _unescape_octal(fields[4])
         inside = real == mount or real.startswith(mount if mount.endswith("/") else mount + "/")
-        if inside and len(mount) >= best:
-            best, found = len(mount), fields[fields.index("-", 6) + 1]
+        if inside and (found is None or len(mount) >= len(found[0])):
+            found = mount, fields[fields.index("-", 6) + 1]
     return found
 
 

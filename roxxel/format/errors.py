@@ -72,3 +72,27 @@ class EmptyDatasetError(RoxxelFormatError):
 
 class IncompleteDatasetError(RoxxelFormatError):
     """A pack into this directory did not finish (it was killed); re-run the pack."""
+
+
+class ShardChangedError(RoxxelFormatError, ConfigurationError):
+    """A shard's file changed while this process read it: rewritten in place (size, modification or
+    change time moved), replaced by another file at its path, or removed. The message says what
+    changed. A configuration error (exit 78, not restarted): a restart would read other tokens than
+    the run's past batches, so a person must decide (restore the shard, or start a new run)."""
+
+
+class ShardReadError(OSError):
+    """The storage failed a read of a shard (EIO, ESTALE, a FUSE daemon gone, a timeout).
+
+    An ``OSError`` with the original ``errno``; the message names the shard, the mount point
+    (and file system type) that holds it, and whether a retry can help. Not a configuration
+    error: the job is restarted from its checkpoint, since a network or FUSE mount often
+    recovers. Attributes: ``path``, ``mount``, ``fstype`` (None when unknown).
+    """
+
+    def __init__(self, code: int, message: str, path: str, mount: str | None = None, fstype: str | None = None):
+        super().__init__(code, message)
+        self.path, self.mount, self.fstype = path, mount, fstype
+
+    def __str__(self) -> str:
+        return str(self.strerror)

@@ -55,6 +55,7 @@ class LegacyShard(MappedFile):
         _file.seek(_size - FOOTER.size)
         total_records, raw_size, dtype_bytes, _ = FOOTER.unpack(_file.read(FOOTER.size))
         self._fd = os.dup(_file.fileno())  # reads go through this descriptor (no reopen)
+        self._remember(self._fd)  # what must not change while the shard is read
         expected = raw_size + 8 * total_records + FOOTER.size
         if total_records < 0 or raw_size < 0 or expected != _size:
             raise TruncatedShardError(

@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from roxxel.format import layout
+from roxxel.format.atomic import mount_of
 from roxxel.format.blocks import ALGORITHMS, BlockChecks
 from roxxel.format.errors import (
     BadSignatureError,
@@ -24,7 +25,7 @@ from roxxel.format.errors import (
     ShardNotFoundError,
     TruncatedShardError,
 )
-from roxxel.format.mapped import MappedFile, open_regular
+from roxxel.format.mapped import MappedFile, open_regular, storage_errors
 
 _VERIFY_CHUNK = 8 << 20
 _MAX_DATA_OFFSET = 1 << 24  # metadata is a few KiB; a larger data offset means a garbage header
@@ -48,8 +49,12 @@ class Shard(MappedFile):
     Raises (on construction):
         ShardNotFoundError: the file does not exist.
         BadSignatureError: it is not a Roxxel shard.
-        TruncatedShardError: it is shorter than its header says (names the region).
+        TruncatedShardError: it is shorter than its header says (names the region), or empty.
         CorruptShardError: header, metadata and footer disagree.
+        ShardReadError: the storage failed a read.
+
+    Reads (``pread_into``, ``read_pieces``) raise ``ShardChangedError`` when the file changed
+    since it was opened (see :mod:`roxxel.format.mapped`).
     """
 
     legacy = False
@@ -58,8 +63,11 @@ class Shard(MappedFile):
     def __init__(self, path: str, *, _file: BinaryIO | None = None):
         self.path = path
         with contextlib.ExitStack() as stack:
+            stack.enter_context(storage_errors(path))
             f = _file if _file is not None else stack.enter_context(_open(path))
             size = self.nbytes = os.fstat(f.fileno()).st_size
+            if not size:
+                raise TruncatedShardError(_empty_message(path), path)
             f.seek(0)
             head = f.read(layout.HEADER.size)
             if len(head) < layout.HEADER.size:
@@ -112,7 +120,8 @@ class Shard(MappedFile):
             f.seek(size - layout.FOOTER.size)
             sha, f_tokens, f_docs, end = layout.FOOTER.unpack(f.read(layout.FOOTER.size))
             fd = os.dup(f.fileno())  # reads go through the descriptor checked here (no reopen)
-        self._fd = fd
+            self._fd = fd
+            self._remember(fd)  # what must not change while the shard is read
         if end != layout.END_SIGNATURE or (f_tokens, f_docs) != (num_tokens, num_documents):
             raise CorruptShardError(f"{path}: footer does not match the header; the shard is corrupt - re-pack it", path)
         self.version = (major, minor)
@@ -195,7 +204,7 @@ class Shard(MappedFile):
         """Recompute the content SHA-256 in the layout's order by reading the file (not the map)."""
         h = hashlib.sha256()
         end = self.nbytes - layout.FOOTER.size
-        with open(self.path, "rb") as f:
+        with storage_errors(self.path), open(self.path, "rb") as f:
             _hash_range(f, self._data_offset, end, h)
             _hash_range(f, 0, self._data_offset, h)
         return h.hexdigest()
@@ -220,8 +229,9 @@ class Shard(MappedFile):
         """Where the block checksums place the damage (", first damaged token block: N"), if they can."""
         if self._blocks is None:
             return ""
+        blocks = self._blocks
         try:
-            self._blocks.check_all(self._descriptor())
+            self._io(blocks.check_all)
         except BlockChecksumError as e:
             return f", first damaged token block: {str(e).split('token block ')[1].split(' fails')[0]}"
         try:
@@ -240,13 +250,16 @@ def open_shard(path: str):
     Raises:
         ShardNotFoundError: the file does not exist.
         BadSignatureError: it is not a shard of either format.
-        TruncatedShardError: it is shorter than its header or footer says.
+        TruncatedShardError: it is shorter than its header or footer says, or empty (0 bytes: said so).
         CorruptShardError: its header, metadata and footer disagree.
+        ShardReadError: the storage failed a read (names the mount and whether a retry can help).
     """
     from roxxel.format.legacy import LegacyShard
 
-    with _open(path) as f:
+    with storage_errors(path), _open(path) as f:
         size = os.fstat(f.fileno()).st_size
+        if not size:
+            raise TruncatedShardError(_empty_message(path), path)
         head = f.read(layout.HEADER.size)
         if head.startswith(layout.SIGNATURE):
             return Shard(path, _file=f)
@@ -268,6 +281,13 @@ def _open(path: str) -> BinaryIO:
         return open_regular(path)
     except FileNotFoundError:
         raise ShardNotFoundError(f"shard not found: {path}") from None
+
+
+def _empty_message(path: str) -> str:
+    mount, fstype = mount_of(path)
+    return (f"{path}: the file is empty (0 bytes) on the mount {mount}{f' ({fstype})' if fstype else ''}: a shard "
+            "being copied, or on a network or FUSE mount a stale read of a file being written or replaced - wait for "
+            "the copy to finish (or remount) and retry; if it stays empty, re-copy or re-pack the shard")
 
 
 def _region_at(size: int, data_offset: int, index_offset: int, num_documents: int) -> str:
