@@ -3,7 +3,9 @@
 Everything is measured in this run, on this machine and page cache, in interleaved rounds
 of >= ``--seconds`` windows (medians and spreads; see ``_measure.py``). Shapes are real:
 32 x 2048 shuffled rows of uint16 tokens delivered as int32. Block checks (format 1.1
-CRC-32C) are ON in every roxxel figure unless the row says "checks off".
+CRC-32C) are ON in every roxxel figure unless the row says "checks off"; so is the check that a
+shard's file has not changed since it was opened (one ``fstat`` per shard at most every 50 ms)
+unless the row says "identity check off" (its baseline, same run).
 
 Bounds and baselines:
   * memcpy            - copying the batch's token bytes out of the page-cached map in large
@@ -235,12 +237,18 @@ def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
     for _ in range(ds.num_tokens // TOKENS + 1):  # one epoch: every block checked, as in a long run
         next(checked)
     unchecked = endless(Roxxel(path, check_blocks=False), to_device=False, prefetch_size=0)
+    no_identity = Roxxel(path)
+    no_identity.check_identity = False  # the file-changed check (one fstat per shard read) off: its baseline
+    unidentified = endless(no_identity, to_device=False, prefetch_size=0)
+    for _ in range(ds.num_tokens // TOKENS + 1):  # blocks checked, as above
+        next(unidentified)
     methods = {
         "memcpy": memcpy(shard),
         "pread per row": pread_per_row(ds),
         "nanoGPT get_batch": nanogpt(shard),
         "roxxel host rows": stream_method(checked),
         "roxxel host rows, checks off": stream_method(unchecked),
+        "roxxel host rows, identity check off": stream_method(unidentified),
         "roxxel host rows, prefetch 2": stream_method(endless(ds, to_device=False, prefetch_size=2)),
         "roxxel host rows, 1st pass": first_pass(path, True),
         "roxxel host rows, 1st pass, checks off": first_pass(path, False),
@@ -274,8 +282,12 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
     from roxxel.data.stream import empty_aligned
 
     stream = endless(ds, to_device=False, prefetch_size=0)
+    no_identity = Roxxel(ds.filepath)
+    no_identity.check_identity = False
+    unidentified = endless(no_identity, to_device=False, prefetch_size=0)
     for _ in range(ds.num_tokens // TOKENS + 1):  # one epoch: every block checked
         next(stream)
+        next(unidentified)
     reader, phase = stream.reader, stream.curriculum.resolved[0]
     steps = iter(range(10**6, 10**9, 64))
     plan = reader._plan_ahead(10**6, 0, BATCH, phase, None, 1)
@@ -288,10 +300,13 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
     offsets = [base + 2 * (int(a) % (shard.num_tokens - SEQ)) for a in starts]
     sharding = endless(ds, prefetch_size=0).sharding
     placer = Placer(sharding)
+    read = [ds._shard(i) for i in dict.fromkeys(runs.shards)]  # what read_runs checks after its preads
     batch = empty_aligned((BATCH, SEQ), np.int32)
     placer(batch)
     per = {
         "whole batch (next(stream))": lambda: next(stream),
+        "whole batch, identity check off": lambda: next(unidentified),
+        "identity check of the shards a batch read": lambda: [s.check_unchanged() for s in read],
         "locate + cut into runs (per step of a 64-step plan)":
             lambda: reader._plan_ahead(next(steps), 0, BATCH, phase, None, 64) and None,
         f"read the runs ({len(runs.shards)} preads) into the uint16 buffer": lambda: ds.read_runs(scratch, runs, 0),
@@ -304,7 +319,7 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
     scale = {"locate + cut into runs (per step of a 64-step plan)": 64}
     methods = {k: (lambda f, k=k: lambda w: over_window(lambda: (f(), scale.get(k, 1))[1], w))(f) for k, f in per.items()}
     rates = interleaved(methods, args.rounds, args.seconds)
-    return {k: [1e6 / r for r in v] for k, v in rates.items()}
+    return {k: [1e6 / r for r in v] for k, v in rates.items()}, len(set(runs.shards))
 
 
 def prefetch_with_step(ds: Roxxel, args) -> dict[str, list[float]]:
@@ -418,6 +433,9 @@ def main(argv=None) -> int:
                m["roxxel host rows"] >= m["pread per row"])
         record("checks on vs off (host rows, steady)", f"{m['roxxel host rows'] / m['roxxel host rows, checks off']:.2f}x",
                ">= 0.95x", m["roxxel host rows"] >= 0.95 * m["roxxel host rows, checks off"])
+        record("identity check on vs off (host rows, steady)",
+               f"{m['roxxel host rows'] / m['roxxel host rows, identity check off']:.3f}x", ">= 0.98x",
+               m["roxxel host rows"] >= 0.98 * m["roxxel host rows, identity check off"])
         record("checks on vs off (first pass)",
                f"{m['roxxel host rows, 1st pass'] / m['roxxel host rows, 1st pass, checks off']:.2f}x", ">= 0.95x",
                m["roxxel host rows, 1st pass"] >= 0.95 * m["roxxel host rows, 1st pass, checks off"])
@@ -429,9 +447,13 @@ def main(argv=None) -> int:
                    best >= 3 * m["roxxel 0.9.14 jax.Array"])
         print()
     if "breakdown" in only:
-        res = breakdown(ds, args)
+        res, shards = breakdown(ds, args)
         print_samples("where the time of a host-rows batch goes (steady state, blocks checked)", res, "us/batch",
                       ["whole batch (next(stream))"], higher_is_better=False, note=load_average())
+        m = {k: median(v) for k, v in res.items()}
+        share = m["identity check of the shards a batch read"] / m["whole batch (next(stream))"]
+        record(f"identity check's share of a host-rows batch ({shards} shards read)", f"{share:.2%}", "< 2%",
+               share < 0.02)
         print()
     if "prefetch" in only:
         res = prefetch_with_step(ds, args)
