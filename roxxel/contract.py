@@ -81,6 +81,15 @@ ENV_DATA_DIR = "ROXXEL_DATA_DIR"
 """Where the job's datasets are mounted (read-only) in the pod; unset when the spec has no data."""
 ENV_RESTART_ATTEMPT = "ROXXEL_RESTART_ATTEMPT"
 """JobSet pods: the gang restart this pod belongs to (its ``jobset.sigs.k8s.io/restart-attempt``)."""
+ENV_TERMINATION_GRACE = "ROXXEL_TERMINATION_GRACE_S"
+"""The pod's ``terminationGracePeriodSeconds``: after forwarding SIGTERM, ``roxxel-worker``
+kills its command this long minus :data:`GRACE_MARGIN_S` (a quarter of a shorter period) later
+if it has not exited (a process
+blocked in a collective never reaches the agreed step), instead of hanging until the kubelet's
+SIGKILL; unset: no such bound."""
+GRACE_MARGIN_S = 5
+"""Seconds before the end of the grace period at which ``roxxel-worker`` ends a command that
+ignored SIGTERM (its own exit and the pod's shutdown fit in them)."""
 ENV_MAX_RESTART_ATTEMPT = "ROXXEL_MAX_RESTART_ATTEMPT"
 """JobSet pods: the last restart attempt allowed to run (``max_restarts + max_preemptions``);
 ``roxxel-worker`` exits with :data:`CONFIG_ERROR_EXIT_CODE` in a later one."""

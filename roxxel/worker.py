@@ -45,10 +45,17 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from roxxel import exit_codes
-from roxxel.contract import ENV_CONFIG_ERROR_FILE, ENV_MAX_RESTART_ATTEMPT, ENV_RESTART_ATTEMPT  # re-exported
+from roxxel.contract import (  # re-exported
+    ENV_CONFIG_ERROR_FILE,
+    ENV_MAX_RESTART_ATTEMPT,
+    ENV_RESTART_ATTEMPT,
+    ENV_TERMINATION_GRACE,
+    GRACE_MARGIN_S,
+)
 from roxxel.distributed import detect
 
 __all__ = ["ENV_MAX_RESTART_ATTEMPT", "ENV_RESTART_ATTEMPT", "FORWARDED_SIGNALS", "USAGE", "main",
@@ -240,10 +247,19 @@ def _run_sigwaitinfo(cmd: list[str], env: Mapping[str, str] | None) -> int:
             return proc
         # As a container's PID 1 the worker inherits every orphaned process: reap them.
         is_init = os.getpid() == 1
+        bound = _bound_after_sigterm(os.environ if env is None else env)
+        deadline: float | None = None  # set by the first SIGTERM when the pod's grace period is known
         while proc.poll() is None:
-            info = signal.sigwaitinfo(watched)
+            if deadline is None:
+                info: signal.struct_siginfo | None = signal.sigwaitinfo(watched)
+            else:
+                info = signal.sigtimedwait(watched, max(0.0, deadline - time.monotonic()))
+            if info is None:
+                return _kill_after_grace(proc, bound)
             if info.si_signo != signal.SIGCHLD:
                 _forward(proc, info.si_signo, from_terminal=info.si_code == _SI_KERNEL)
+                if info.si_signo == signal.SIGTERM and bound is not None and deadline is None:
+                    deadline = time.monotonic() + bound
             elif is_init:
                 _reap_orphans(proc)
         return _finish(proc)
@@ -255,6 +271,36 @@ def _run_sigwaitinfo(cmd: list[str], env: Mapping[str, str] | None) -> int:
                 logger.info("child already exited; not forwarding %s", signal.Signals(late.si_signo).name)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         signal.signal(signal.SIGCHLD, previous_chld)
+
+
+def _bound_after_sigterm(env: Mapping[str, str]) -> float | None:
+    """Seconds the command may take to exit after SIGTERM: the pod's grace period
+    (``ROXXEL_TERMINATION_GRACE_S``) less :data:`~roxxel.contract.GRACE_MARGIN_S` (a quarter of
+    a shorter one, at least 1 s left); None when unset."""
+    text = env.get(ENV_TERMINATION_GRACE)
+    if not text:
+        return None
+    try:
+        grace = float(text)
+    except ValueError:
+        logger.warning("%s=%r is not a number of seconds: no bound on the command's exit after SIGTERM",
+                       ENV_TERMINATION_GRACE, text)
+        return None
+    return max(1.0, grace - min(GRACE_MARGIN_S, grace / 4))
+
+
+def _kill_after_grace(proc: subprocess.Popen[bytes], bound: float | None) -> int:
+    """The command outlived its grace period after SIGTERM (e.g. blocked in a collective whose
+    peer is gone, so the agreed step is never reached): kill it before the kubelet does, say so
+    in one line, and exit as a SIGTERM without a checkpoint (143)."""
+    logger.warning("the command (pid %d) did not exit within %.0f s of SIGTERM, just inside the pod's grace "
+                   "period: a process blocked in a collective cannot reach the agreed step; killing it (SIGKILL)",
+                   proc.pid, bound or 0)
+    proc.kill()
+    proc.wait()
+    code = exit_codes.SIGNAL_EXIT_BASE + signal.SIGTERM
+    logger.warning("child pid %d killed after SIGTERM; exiting with %d: %s", proc.pid, code, exit_codes.describe(code))
+    return code
 
 
 def _reap_orphans(proc: subprocess.Popen[bytes]) -> None:

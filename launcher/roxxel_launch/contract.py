@@ -47,6 +47,7 @@ ROXXEL_HOST_ALIASES = shared.ENV_HOST_ALIASES
 # JobSet pods: the gang restart of this pod, and the last one allowed (roxxel-worker checks).
 ROXXEL_RESTART_ATTEMPT = shared.ENV_RESTART_ATTEMPT
 ROXXEL_MAX_RESTART_ATTEMPT = shared.ENV_MAX_RESTART_ATTEMPT
+ROXXEL_TERMINATION_GRACE_S = shared.ENV_TERMINATION_GRACE
 RESTART_ATTEMPT_FIELD = "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"
 # Launcher-defined, both kinds: what the training command needs to resume the same run.
 ROXXEL_RUN_NAME = shared.ENV_RUN_NAME
@@ -106,9 +107,11 @@ def indexed_job_env(*, job_name: str, service_name: str, num_processes: int) -> 
     )
 
 
-def run_env(*, run_name: str, checkpoint_dir: str | None, data_dir: str | None) -> tuple[EnvVar, ...]:
-    """What the training command reads to find its run, checkpoints and data."""
-    env = [EnvVar(ROXXEL_RUN_NAME, value=run_name)]
+def run_env(*, run_name: str, checkpoint_dir: str | None, data_dir: str | None,
+            termination_grace_s: int) -> tuple[EnvVar, ...]:
+    """What the training command reads to find its run, checkpoints and data, and what
+    ``roxxel-worker`` reads to bound its wait after SIGTERM (the pod's grace period)."""
+    env = [EnvVar(ROXXEL_RUN_NAME, value=run_name), EnvVar(ROXXEL_TERMINATION_GRACE_S, value=str(termination_grace_s))]
     if checkpoint_dir is not None:
         env.append(EnvVar(ROXXEL_CHECKPOINT_DIR, value=checkpoint_dir))
     if data_dir is not None:
@@ -122,7 +125,7 @@ RESERVED_ENV_NAMES = frozenset({
     ROXXEL_NUM_SLICES, ROXXEL_COORDINATOR_PORT, ROXXEL_JOB_NAME, ROXXEL_SERVICE_NAME,
     ROXXEL_NUM_PROCESSES, JOB_COMPLETION_INDEX, ROXXEL_COORDINATOR_ADDRESS, ROXXEL_PROCESS_ID,
     ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, ROXXEL_DATA_DIR, ROXXEL_RESTART_ATTEMPT,
-    ROXXEL_MAX_RESTART_ATTEMPT, shared.ENV_REPLICATED_JOB_REPLICAS, ROXXEL_HOST_ALIASES,
+    ROXXEL_MAX_RESTART_ATTEMPT, shared.ENV_REPLICATED_JOB_REPLICAS, ROXXEL_HOST_ALIASES, ROXXEL_TERMINATION_GRACE_S,
 })
 
 

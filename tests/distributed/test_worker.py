@@ -96,6 +96,24 @@ def test_sigterm_to_a_child_that_does_not_trap_it_gives_143(tmp_path):
     assert proc.returncode == 143, err
 
 
+def test_a_child_that_ignores_sigterm_is_killed_at_the_end_of_its_grace_period(tmp_path):
+    """A process blocked in a collective (its peer gone) never reaches the agreed step: JAX's
+    notifier holds SIGTERM and the pod waited the whole grace period for the kubelet's SIGKILL
+    (observed: over 30 s with the worker image). The worker now ends it at the grace period
+    (ROXXEL_TERMINATION_GRACE_S, rendered from the spec) less 5 s (a quarter of a shorter one),
+    and says so: 143."""
+    cmd = _child(tmp_path, "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n", WAIT_FOREVER)
+    proc = _start(cmd, env={**os.environ, "ROXXEL_TERMINATION_GRACE_S": "7"})
+    _wait_for(tmp_path / "ready", proc)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=TIMEOUT)
+    took = time.monotonic() - sent
+    assert proc.returncode == 143, err
+    assert "did not exit within 5 s of SIGTERM" in err and "killing it (SIGKILL)" in err, err
+    assert 4.5 < took < TIMEOUT - 5, took  # the bound (7 s less a quarter), not the child's own 30 s
+
+
 @pytest.mark.parametrize("signo", [signal.SIGINT, signal.SIGHUP, signal.SIGUSR1])
 def test_other_signals_are_forwarded(tmp_path, signo):
     cmd = _child(
