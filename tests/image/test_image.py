@@ -252,7 +252,10 @@ def test_dockerfile_shape():
     final = [ins for ins in instructions if ins.stage == 1]
     user = [ins.args for ins in final if ins.keyword == "USER"][-1]
     assert re.fullmatch(r"[1-9]\d*(:\d+)?", user), f"USER {user}: give a numeric non-root uid"
-    assert "PYTHONUNBUFFERED=1" in " ".join(ins.args for ins in final if ins.keyword == "ENV")
+    final_env = " ".join(ins.args for ins in final if ins.keyword == "ENV")
+    assert "PYTHONUNBUFFERED=1" in final_env
+    # HOME is where the rendered pods mount their HOME emptyDir (the root is read-only there).
+    assert f"HOME={contract.HOME_MOUNT_PATH} " in final_env + " ", final_env
     entrypoint = _exec_form(instructions, "ENTRYPOINT")
     assert Path(entrypoint[0]).name == "tini" and "-g" not in entrypoint, entrypoint
     # Pods rendered by roxxel-launch run the same worker command the image's entrypoint runs.
