@@ -187,6 +187,11 @@ def _cli_problems(argv: list[str]) -> list[str]:
     cmd = group.commands.get(args[0])
     if cmd is None:
         return [f"{' '.join(argv)}: {argv[0]} has no command {args[0]!r}"]
+    while hasattr(cmd, "commands") and len(args) > 1 and not args[1].startswith("-"):  # a subgroup
+        sub = cmd.commands.get(args[1])
+        if sub is None:
+            return [f"{' '.join(argv)}: {argv[0]} {args[0]} has no command {args[1]!r}"]
+        cmd, args = sub, [f"{args[0]} {args[1]}", *args[2:]]
     problems = []
     options = known(cmd)
     for token in args[1:]:
@@ -298,6 +303,12 @@ def test_cli_line_check_finds_mistakes():
         "roxxel-launch logs lm -f --no-such 2: roxxel-launch logs has no option --no-such"]
     assert _cli_problems(["roxxel-launch", "-v", "submit", "x.yaml", "--set=a=b", "--local"]) == []
     assert _cli_problems(["roxxel", "unpack", "x"]) == ["roxxel unpack x: roxxel has no command 'unpack'"]
+    # Subcommands of a group (roxxel-launch image build) are checked with their own options.
+    assert _cli_problems(["roxxel-launch", "image", "build", "--base", "b", "--push"]) == []
+    assert _cli_problems(["roxxel-launch", "image", "build", "--no-such"]) == [
+        "roxxel-launch image build --no-such: roxxel-launch image build has no option --no-such"]
+    assert _cli_problems(["roxxel-launch", "image", "push"]) == [
+        "roxxel-launch image push: roxxel-launch image has no command 'push'"]
 
 
 def test_output_patterns():
