@@ -292,6 +292,15 @@ class JobExistsError(BackendError):
     """A job of that name already exists."""
 
 
+RENAME_HINT = ("choose another name (--set name=NAME together with its own --set checkpoint_dir=...: "
+               "a checkpoint directory belongs to one run, and another run's is refused)")
+"""How a :class:`JobExistsError` offers a new name: a renamed job on the same checkpoint
+directory would be refused at its first step (``CheckpointOwnerError``)."""
+RESUME_HINT = ("resume re-runs the spec stored at submit; after editing the YAML, delete the job and submit "
+               "it again (its checkpoints are kept, and the new spec resumes from them where its changes allow)")
+"""When :class:`JobExistsError` offers both resume and delete: which fits after a YAML edit."""
+
+
 class WaitTimeout(BackendError, TimeoutError):
     """:meth:`Backend.wait` gave up; the job keeps running.
 

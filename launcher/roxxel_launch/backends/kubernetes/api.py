@@ -28,7 +28,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from roxxel.wording import as_clause
-from roxxel_launch.backends.base import BackendError, JobExistsError, JobNotFoundError
+from roxxel_launch.backends.base import RENAME_HINT, RESUME_HINT, BackendError, JobExistsError, JobNotFoundError
 from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
 from roxxel_launch.backends.kubernetes.retry import RetryPolicy, describe, retrying
 
@@ -229,7 +229,7 @@ class KubernetesApi:
         if status == 409:
             return JobExistsError(
                 f"{what} already exists ({server}). Delete it (roxxel-launch delete {name}), "
-                f"resume it (roxxel-launch resume {name}), or choose another name (--set name=NAME).")
+                f"resume it (roxxel-launch resume {name}), or {RENAME_HINT}. {RESUME_HINT}.")
         if status == 403:
             verb = _RBAC_VERB.get(action.removesuffix(" (dry run)"), action)
             resource = _RBAC_RESOURCE.get(kind, kind.lower() + "s")

@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from kubernetes.client.exceptions import ApiException
 
 from roxxel_launch.backends.base import (
+    RENAME_HINT,
+    RESUME_HINT,
     Backend,
     BackendError,
     JobDetails,
@@ -286,7 +288,7 @@ class KubernetesBackend(Backend):
                 raise JobExistsError(
                     f"{workload} {self.namespace}/{spec.name} already exists. Delete it "
                     f"(roxxel-launch delete {spec.name}), resume it (roxxel-launch resume "
-                    f"{spec.name}), or choose another name (--set name=NAME).") from None
+                    f"{spec.name}), or {RENAME_HINT}. {RESUME_HINT}.") from None
             if obj["kind"] not in self._companions(workload, spec.name):
                 raise  # not ours (or not ours to remove): the 409 stands
         logger.warning("%s %s/%s is left over from a deleted job of that name; replacing it",

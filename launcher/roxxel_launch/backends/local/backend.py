@@ -79,6 +79,8 @@ from roxxel import distributed
 from roxxel.wording import count
 from roxxel_launch import names
 from roxxel_launch.backends.base import (
+    RENAME_HINT,
+    RESUME_HINT,
     Backend,
     BackendError,
     JobExistsError,
@@ -558,10 +560,10 @@ class LocalBackend(Backend):
                     "restore the last one and train no step" if checkpoints else "")
             return JobExistsError(
                 f"a local job named {name!r} already succeeded ({run_dir}): to run it again, delete it "
-                f"with {delete}{kept}; or choose another name (--set name=NAME)")
+                f"with {delete}{kept}; or {RENAME_HINT}")
         return JobExistsError(
             f"a local job named {name!r} already exists and is {state.value.lower()} ({run_dir}): resume "
-            f"it with `roxxel-launch resume {name} --local`, or delete it with {delete}")
+            f"it with `roxxel-launch resume {name} --local`, or delete it with {delete}. {RESUME_HINT}")
 
 
 def _running(state: JobState, run_dir: Path) -> bool:
