@@ -14,6 +14,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -373,12 +374,20 @@ def test_status_list_logs_and_detached_runs(tmp_path, root):
                                                           ["waitjob", "Running", "2", "0", "-"]]
     follower = subprocess.Popen([sys.executable, "-m", "roxxel_launch.cli", "logs", "waitjob", "--local", "-f"],
                                 env=_env(root), stdout=subprocess.PIPE, text=True)
+    followed: list[str] = []
+    reader = threading.Thread(target=lambda: followed.extend(follower.stdout), daemon=True)
+    reader.start()
+    # Delete only once -f is attached and has printed: on a loaded machine its start-up can
+    # outlast the delete, and it then found no job to follow (it printed nothing).
+    _wait_for(lambda: any("process 0: waiting" in line for line in followed) or follower.poll() is not None,
+              60, "logs -f to print the job's lines")
     pids = set(_status(root, "waitjob")["pids"]) | _program_pids(tmp_path)
     supervisor = _status(root, "waitjob")["supervisor_pid"]
     result = _cli(root, "delete", "waitjob", "--local")
     assert result.returncode == 0, result.stderr
-    out, _ = follower.communicate(timeout=30)  # -f ends with the job
-    assert "process 0: waiting" in out
+    follower.wait(timeout=30)  # -f ends with the job
+    reader.join(timeout=30)
+    assert any("process 0: waiting" in line for line in followed), followed
     assert not (root / "waitjob").exists()
     _assert_all_gone(pids | {supervisor})
     assert [j["name"] for j in json.loads(_cli(root, "list", "--local", "--json").stdout)] == ["okjob"]
