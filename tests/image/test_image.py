@@ -302,6 +302,7 @@ def test_docker_scripts_pass_shellcheck(script):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # a fresh venv of ~260 MB of wheels: 600 s was too little at load ~10 (fresh-clone CI run)
 def test_cpu_install_steps_run_in_a_fresh_venv(tmp_path):
     """The build stage's instructions, in order, with ACCELERATOR=cpu (_run_build_stage), and
     the virtual environment they leave has Roxxel installed with its entry points."""
