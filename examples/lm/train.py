@@ -44,6 +44,7 @@ from report import loss_chart, side_by_side, text_lines  # noqa: E402
 
 import roxxel.distributed  # noqa: E402
 from roxxel import Curriculum, Phase, Roxxel, exit_codes  # noqa: E402
+from roxxel.run import run_info  # noqa: E402
 from roxxel.train import Checkpointer, Logger, Trainer  # noqa: E402
 from roxxel.tokenizers import ByteTokenizer, HFTokenizer, packing_tokenizer  # noqa: E402
 from roxxel.train.logger import read_metrics  # noqa: E402
@@ -59,12 +60,11 @@ CHUNK_TOKENS = 256
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    env = os.environ.get
-    p.add_argument("--data", default=env("ROXXEL_DATA_DIR", "runs/data/lm"), help="datasets packed by prepare.py")
-    name = env("ROXXEL_RUN_NAME", "lm")
-    p.add_argument("--run-name", default=name, help="the run the checkpoint directory belongs to (another run's is refused)")
-    p.add_argument("--run-dir", default=os.path.join("runs", name), help="logs, metrics, plot")
-    p.add_argument("--checkpoint-dir", default=env("ROXXEL_CHECKPOINT_DIR"), help="default RUN_DIR/checkpoints")
+    run = run_info(run_name="lm", data_dir="runs/data/lm")  # what the launcher set, else these
+    p.add_argument("--data", default=run.data_dir, help="datasets packed by prepare.py")
+    p.add_argument("--run-name", default=run.run_name, help="the run the checkpoint directory belongs to (another run's is refused)")
+    p.add_argument("--run-dir", default=os.path.join("runs", run.run_name), help="logs, metrics, plot")
+    p.add_argument("--checkpoint-dir", default=run.checkpoint_dir, help="default RUN_DIR/checkpoints")
     p.add_argument("--steps", type=int, nargs=2, default=[350, 150], metavar=("PHASE1", "PHASE2"))
     p.add_argument("--batch", type=int, nargs=2, default=[32, 32], metavar=("PHASE1", "PHASE2"),
                    help="global batch size (rows) per phase")
