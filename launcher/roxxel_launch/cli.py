@@ -572,16 +572,25 @@ _poll_option = click.option("--poll", type=click.FloatRange(min=0.1), default=2.
                    "re-admits it. A real failure is not retried.")
 @click.option("--max-resumes", type=click.IntRange(min=1), default=DEFAULT_MAX_RESUMES,
               show_default=True, help="With --until-done: the most re-submissions before giving up.")
+@click.option("--spec", "spec_path", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Resume under this fixed job spec instead of the stored one (after editing the YAML). "
+                   "It must keep name, run_name, checkpoint_dir and workload; the rest may change "
+                   "(each change is logged). Whether the batches already trained stay as they were is "
+                   "checked by the training program when it restores (a changed curriculum exits 78).")
+@_set_option
 @_poll_option
 @_namespace_option
 @_context_option
 @click.pass_context
 def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until_done: bool,
-           max_resumes: int, poll: float, namespace: str | None, context: str | None) -> None:
+           max_resumes: int, spec_path: str | None, overrides: tuple[str, ...], poll: float,
+           namespace: str | None, context: str | None) -> None:
     """Start a preempted, failed or evicted job again; it continues from its last checkpoint.
 
     The job is re-created from the spec it was submitted with: same name, run name and
-    checkpoint_dir, so training restores its last checkpoint.
+    checkpoint_dir, so training restores its last checkpoint. After editing the YAML, give
+    it with --spec FILE: resume then runs the fixed spec (name, run_name, checkpoint_dir and
+    workload must stay; another one is a new run: delete the job and submit it).
 
     With --until-done, a job that still runs is watched first, and one that has succeeded
     is left alone. Exit codes with --until-done, as for `wait`: 0 succeeded; 42 still
@@ -591,6 +600,9 @@ def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until
     --detach), or the job's own exit code (--local in the foreground).
     """
     local = backend_name == "local"
+    if overrides and spec_path is None:
+        raise click.UsageError("--set applies to the --spec file: give --spec FILE (the stored spec is resumed as it is)")
+    new_spec = _load(spec_path, overrides) if spec_path is not None else None
     if detach and not local:
         raise click.UsageError("--detach applies to --local runs only")
     if until_done and detach:
@@ -604,15 +616,16 @@ def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until
                        local_options=options)
     with _backend_errors():
         if until_done:
-            ctx.exit(_resume_until_done(backend, name, max_resumes=max_resumes, poll=poll))
-        job = backend.resume(name)
+            ctx.exit(_resume_until_done(backend, name, max_resumes=max_resumes, poll=poll, new_spec=new_spec))
+        job = backend.resume(name, new_spec=new_spec)
     if job.state.terminal:  # resumed in the foreground (local)
         ctx.exit(_report_end(job))
     click.echo(f"resumed {name}: state {job.state.value}")
 
 
-def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: float) -> int:
-    """Resume, watch, and resume again after each preemption or eviction; the `wait` code."""
+def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: float, new_spec=None) -> int:
+    """Resume, watch, and resume again after each preemption or eviction; the `wait` code.
+    ``new_spec`` replaces the stored spec at the first resume (the later ones find it stored)."""
     status = backend.status(name)
     resumes = 0
     first = True
@@ -638,7 +651,8 @@ def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: f
             click.echo(f"roxxel-launch: resuming {name} ({state.value}"
                        + (f": {_one_line(status.message, 160)}" if status.message else "")
                        + f"); resume {resumes} of at most {max_resumes}", err=True)
-            status = backend.resume(name)
+            status = backend.resume(name, new_spec=new_spec)
+            new_spec = None
             first = False
             if status.state.terminal:  # resumed in the foreground (local)
                 continue

@@ -49,7 +49,7 @@ class ScriptedBackend(Backend):
     def delete(self, name: str, *, wait: bool = False) -> None:
         raise NotImplementedError
 
-    def resume(self, name: str, *, spec=None) -> JobStatus:
+    def resume(self, name: str, *, spec=None, new_spec=None) -> JobStatus:
         self.resumes += 1
         return self.status(name)
 

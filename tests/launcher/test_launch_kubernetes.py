@@ -781,6 +781,25 @@ def test_resume_reads_the_spec_annotation_and_resubmits(server, backend, crd_sch
     assert status.state is JobState.PENDING
 
 
+def test_resume_with_a_fixed_spec_submits_it_and_refuses_another_run(server, backend, crd_schema):
+    """`resume NAME --spec FILE` after a YAML edit: the fixed spec (another image) replaces the
+    stored one in the re-created JobSet (and so in its annotation, for later resumes); one that
+    changes checkpoint_dir is another run and is refused before anything is deleted."""
+    import dataclasses
+
+    spec = SPECS["tpu-v5p-2-slices"]
+    _jobset(server, spec, status={"restarts": 4, "terminalState": "Failed", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "FailedJobs"}]})
+    with pytest.raises(BackendError, match="checkpoint_dir .* makes it another run"):
+        backend.resume("lm", new_spec=dataclasses.replace(spec, checkpoint_dir="gs://other/ckpt"))
+    assert not server.calls("DELETE")
+    fixed = dataclasses.replace(spec, image=spec.image + "-fixed")
+    backend.resume("lm", new_spec=fixed)
+    (real_post,) = [r for r in server.calls("POST") if not r.dry_run]
+    assert real_post.body == R.render(fixed).objects[0]
+    assert_valid(real_post.body, crd_schema)
+
+
 def test_resume_after_a_simulated_preemption_of_an_indexed_job(server, backend, crd_schema):
     spec = make_spec(name="lm", accelerator={"cpu": {"hosts": 4}}, workload="indexed-job", run_name="run-7")
     submitted(server, spec)

@@ -484,3 +484,25 @@ def test_local_run_with_object_storage_checkpoints_is_pointed_out(root, tmp_path
     result = _cli(root, "submit", "--local", "--dry-run", str(spec), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "checkpoint_dir is gs://bucket/run" in result.stderr and "--set checkpoint_dir=" in result.stderr
+
+
+def test_resume_with_a_fixed_spec_runs_it_and_refuses_another_run(tmp_path, root):
+    """After fixing a failed job's YAML, resume re-ran the old stored spec and failed again;
+    `resume NAME --spec FILE` runs the fixed one (changes logged, stored for later resumes),
+    and refuses one that would be another run (another checkpoint_dir), saying what fits."""
+    broken = _program_spec(tmp_path, "fixme", 2, "fail", max_restarts=0)
+    failed = _cli(root, "submit", "--local", broken, cwd=tmp_path)
+    assert failed.returncode != 0 and _status(root, "fixme")["state"] == "Failed", failed.stderr
+    fixed = _program_spec(tmp_path, "fixme", 2, "ok", max_restarts=0)  # the same file, edited
+    elsewhere = _cli(root, "resume", "fixme", "--local", "--spec", fixed, "--set", f"checkpoint_dir={tmp_path / 'other'}",
+                     cwd=tmp_path)
+    assert elsewhere.returncode == 1, elsewhere.stderr
+    assert "checkpoint_dir" in elsewhere.stderr and "makes it another run" in elsewhere.stderr
+    assert "submit the spec" in elsewhere.stderr and _status(root, "fixme")["state"] == "Failed"
+    resumed = _cli(root, "resume", "fixme", "--local", "--spec", fixed, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming fixme under the new spec: env:" in resumed.stderr and "'ok'" in resumed.stderr
+    assert _status(root, "fixme")["state"] == "Succeeded"
+    stored = json.loads((root / "fixme" / "spec.json").read_text())
+    assert stored["env"]["LOCAL_TEST_MODE"] == "ok"  # a later plain resume runs the fixed spec too
+    assert "--set applies to the --spec file" in _cli(root, "resume", "fixme", "--local", "--set", "x=1").stderr

@@ -224,12 +224,15 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def resume(self, name: str, *, spec=None) -> JobStatus:
+    def resume(self, name: str, *, spec=None, new_spec=None) -> JobStatus:
         """Start a stopped (preempted, failed or evicted) job again from its last checkpoint.
 
         Args:
             spec: the job's ``JobSpec``, needed only when the backend's own record of the job
                 is gone (it was deleted); the job is then submitted again under that name.
+            new_spec: a fixed ``JobSpec`` to resume under instead of the stored one (after a
+                YAML edit): checked by :func:`resume_with_spec` (same name, run name,
+                checkpoint_dir and workload), then stored as the job's spec.
 
         Raises:
             JobNotFoundError: no job and no ``spec``.
@@ -290,6 +293,41 @@ class JobNotFoundError(BackendError, LookupError):
 
 class JobExistsError(BackendError):
     """A job of that name already exists."""
+
+
+def resume_with_spec(stored, new) -> list[str]:
+    """What ``resume NAME --spec FILE`` changes in a stopped job, one ``field: old -> new`` line
+    each; refuses what would make it another run.
+
+    A resume continues the run in its ``checkpoint_dir`` under its ``run_name``: those, the
+    name and the workload kind stay; everything else (image, command, resources, the pod's
+    settings, more steps in the command's arguments) may change. Whether the batches before
+    the restored step stay as they were is the training program's check at restore (a
+    changed curriculum is refused there, exit 78), which the launcher cannot see.
+
+    Args:
+        stored, new: ``JobSpec``s: the one the job runs under, the fixed one.
+
+    Raises:
+        BackendError: a field that makes it another run, naming which of resume / delete +
+            submit fits.
+    """
+    from roxxel_launch.spec import spec_to_dict
+
+    name = stored.name
+    for field, why in (("name", "the spec is for another job"),
+                       ("run_name", "the run's checkpoints belong to its run name"),
+                       ("checkpoint_dir", "the run's checkpoints are there"),
+                       ("workload", "a JobSet and an Indexed Job are different objects")):
+        old, now = getattr(stored, field), getattr(new, field)
+        if old != now:
+            raise BackendError(
+                f"resume {name} --spec: {field} {old!r} -> {now!r} makes it another run ({why}). To continue "
+                f"this run, keep {field} as it is; to start that one, submit the spec (roxxel-launch delete "
+                f"{name} first to reuse the name; its checkpoints are kept)")
+    before, after = spec_to_dict(stored), spec_to_dict(new)
+    return [f"{key}: {before.get(key)!r} -> {after.get(key)!r}"
+            for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
 
 
 RENAME_HINT = ("choose another name (--set name=NAME together with its own --set checkpoint_dir=...: "

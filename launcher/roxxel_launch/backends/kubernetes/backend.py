@@ -51,6 +51,7 @@ from roxxel_launch.backends.base import (
     JobState,
     JobStatus,
     Worker,
+    resume_with_spec,
 )
 from roxxel_launch.backends.kubernetes.api import (
     JOBSET_GROUP,
@@ -479,7 +480,7 @@ class KubernetesBackend(Backend):
                             timeout=timeout, poll_seconds=poll_seconds, evicted_ends=evicted_ends,
                             on_change=on_change)
 
-    def resume(self, name: str, *, spec: JobSpec | None = None) -> JobStatus:
+    def resume(self, name: str, *, spec: JobSpec | None = None, new_spec: JobSpec | None = None) -> JobStatus:
         """Re-creates a stopped job so that training continues from its last checkpoint.
 
         The spec comes from the ``roxxel.dev/spec`` annotation of the existing object (the
@@ -530,6 +531,10 @@ class KubernetesBackend(Backend):
         if stored.name != name:
             raise BackendError(f"{kind} {name}: its {SPEC_ANNOTATION} annotation describes "
                                f"{stored.name!r}; resubmit the spec file instead.")
+        if new_spec is not None:  # a fixed YAML: checked against the stored one, then submitted as it
+            for change in resume_with_spec(stored, new_spec):
+                logger.warning("resuming %s under the new spec: %s", name, change)
+            stored = new_spec
         _, objects = self._prepare(stored)  # check offline before deleting anything
         logger.info("resuming %s (%s, run %s): replacing %s", name, current.state.value,
                     stored.run_name, ", ".join(o["kind"] for o in objects))

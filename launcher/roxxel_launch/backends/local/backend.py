@@ -89,6 +89,7 @@ from roxxel_launch.backends.base import (
     JobStatus,
     StopReason,
     lock_is_held,
+    resume_with_spec,
 )
 from roxxel_launch.backends.local import manifest
 from roxxel_launch.backends.local.pods import (
@@ -474,7 +475,7 @@ class LocalBackend(Backend):
         shutil.rmtree(run_dir)
         logger.info("deleted local job %s (%s)", name, run_dir)
 
-    def resume(self, name: str, *, spec=None) -> JobStatus:
+    def resume(self, name: str, *, spec=None, new_spec=None) -> JobStatus:
         """Run a preempted or failed job again from ``spec.json`` and ``launch.json``; the
         training program restores its last checkpoint itself. Restarts count from 0 again.
         Runs in the foreground or detached as :attr:`options` say.
@@ -484,6 +485,8 @@ class LocalBackend(Backend):
             spec: for a job whose run directory was deleted: its ``JobSpec``, submitted again
                 with this backend's options (same run name and checkpoint_dir, so training
                 restores its last checkpoint). Ignored while the run directory exists.
+            new_spec: a fixed spec to resume under instead of the stored one (checked by
+                :func:`~roxxel_launch.backends.base.resume_with_spec`, then stored).
 
         Raises:
             JobNotFoundError: no local job of that name, and no ``spec``.
@@ -504,6 +507,12 @@ class LocalBackend(Backend):
         if status.state is JobState.SUCCEEDED:
             raise BackendError(f"local job {name!r} succeeded; there is nothing to resume "
                                f"(delete it to run it again from scratch)")
+        if new_spec is not None:
+            from roxxel_launch.spec import spec_from_dict, spec_to_dict
+
+            for change in resume_with_spec(spec_from_dict(read_json(run_dir / SPEC_FILE)), new_spec):
+                logger.warning("resuming %s under the new spec: %s", name, change)
+            write_json(run_dir / SPEC_FILE, spec_to_dict(new_spec))
         return self._start(run_dir, resume=True)
 
     # -- starting a supervisor ---------------------------------------------------------------
