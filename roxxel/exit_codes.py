@@ -55,6 +55,8 @@ from roxxel.contract import (
 __all__ = [
     "CONFIG_ERROR_EXIT_CODE",
     "ConfigurationError",
+    "ConfigTypeError",
+    "ConfigValueError",
     "report_configuration_errors",
     "exit_config_error",
     "PREEMPTED_EXIT_CODE",
@@ -74,6 +76,16 @@ class ConfigurationError(Exception):
     :data:`CONFIG_ERROR_EXIT_CODE`, so the launcher fails the job at once instead of
     restarting it (see :func:`report_configuration_errors`).
     """
+
+
+class ConfigValueError(ConfigurationError, ValueError):
+    """A bad value in the training program's set-up (a Trainer or Stream argument, the data
+    against the model): a ``ValueError`` that every restart would hit again (exit 78)."""
+
+
+class ConfigTypeError(ConfigurationError, TypeError):
+    """A wrong type in the training program's set-up (a loss_fn's return value, a missing
+    optimizer): a ``TypeError`` that every restart would hit again (exit 78)."""
 
 
 def report_configuration_errors(path: str) -> None:

@@ -22,6 +22,7 @@ from roxxel.data.placement import Placer
 from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import ShuffledDocuments, ShuffledTokens
 from roxxel.deprecation import renamed, warn_renamed
+from roxxel.exit_codes import ConfigValueError
 from roxxel.format.layout import is_float
 from roxxel.sharding import BatchShardingError, batch_sharding, default_batch_sharding
 
@@ -191,7 +192,7 @@ class BatchReader:
         if tokens.size and int(tokens.max()) >= limit:
             bad = int(tokens.max())
             name = self.curriculum.names[d]
-            raise ValueError(
+            raise ConfigValueError(
                 f"dataset {name!r} ({self.curriculum.datasets[name].filepath}) holds token id {bad}, beyond the "
                 f"model's vocab_size {limit}; pack it with the model's tokenizer or raise vocab_size")
 
@@ -269,13 +270,13 @@ class Stream:
                  dtype=None, sharding=None, mesh=None, data_sharding=None, outputs: str = "tokens",
                  prefetch_size: int = 2, to_device: bool = True):
         if outputs not in OUTPUTS:
-            raise ValueError(f"outputs must be one of {OUTPUTS}, got {outputs!r}")
+            raise ConfigValueError(f"outputs must be one of {OUTPUTS}, got {outputs!r}")
         end = curriculum.resolved[-1].end_step
         stop = end if stop_step is None else stop_step
         if not 0 <= start_step <= stop <= end:
-            raise ValueError(f"steps [{start_step}, {stop}) are outside the curriculum's [0, {end})")
+            raise ConfigValueError(f"steps [{start_step}, {stop}) are outside the curriculum's [0, {end})")
         if stop == float("inf"):
-            raise ValueError("an endless curriculum needs an explicit stop_step")
+            raise ConfigValueError("an endless curriculum needs an explicit stop_step")
         self.curriculum = curriculum
         self.start_step, self.stop_step = start_step, int(stop)
         if stop > start_step:
@@ -286,7 +287,7 @@ class Stream:
         self.outputs = outputs
         self.eos_id = curriculum.primary.eos_id
         if outputs == "documents" and self.eos_id is None:
-            raise ValueError("outputs='documents' needs an EOS id, and the primary dataset has none; pack it with a tokenizer")
+            raise ConfigValueError("outputs='documents' needs an EOS id, and the primary dataset has none; pack it with a tokenizer")
         self.to_device = to_device
         self.sharding = _one_sharding(sharding, mesh, data_sharding)
         if self.sharding is None and to_device:
@@ -297,7 +298,7 @@ class Stream:
         self._step = start_step
         self._source: Iterator = self._produce(start_step)
         if prefetch_size < 0:
-            raise ValueError(f"prefetch_size must be >= 0, got {prefetch_size}")
+            raise ConfigValueError(f"prefetch_size must be >= 0, got {prefetch_size}")
         self.prefetch_size = prefetch_size
         self._prefetch: Prefetcher | None = None
         self._timings: list[tuple[float, float]] = []  # (caller's step, read) of recent steps read inline
@@ -407,7 +408,7 @@ def _one_sharding(sharding, mesh, data_sharding):
     if sharding is None:
         return batch_sharding(mesh)
     if getattr(sharding, "mesh", mesh) != mesh:
-        raise ValueError(f"Stream got mesh {mesh} and a sharding on another mesh ({sharding}); give only sharding")
+        raise ConfigValueError(f"Stream got mesh {mesh} and a sharding on another mesh ({sharding}); give only sharding")
     return sharding
 
 
@@ -419,11 +420,11 @@ def _batch_dtype(curriculum: Curriculum, dtype: Any, outputs: str) -> np.dtype:
         return np.dtype(np.int32 if dtype is None else dtype)
     data = f"{primary.filepath} holds {primary.dtype.name} arrays, not tokens"
     if outputs != "tokens":
-        raise ValueError(f"outputs={outputs!r} needs token data with an EOS id; {data}: use outputs='tokens'")
+        raise ConfigValueError(f"outputs={outputs!r} needs token data with an EOS id; {data}: use outputs='tokens'")
     if dtype is None:
         return primary.dtype
     if not is_float(dtype):
-        raise ValueError(f"dtype {np.dtype(dtype).name} would truncate float data ({data}): pass a float dtype "
+        raise ConfigValueError(f"dtype {np.dtype(dtype).name} would truncate float data ({data}): pass a float dtype "
                          f"(float32, bfloat16, float16) or leave dtype unset to keep {primary.dtype.name}")
     return np.dtype(dtype)
 

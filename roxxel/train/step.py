@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from roxxel.exit_codes import ConfigTypeError
+
 
 def unpack_loss(out: Any) -> tuple[jax.Array, dict[str, jax.Array]]:
     """The scalar loss and aux metrics of what a ``loss_fn`` returned.
@@ -26,17 +28,17 @@ def unpack_loss(out: Any) -> tuple[jax.Array, dict[str, jax.Array]]:
     """
     if isinstance(out, dict):
         if "loss" not in out:
-            raise TypeError(f"a loss_fn that returns a dict must include 'loss'; got keys {sorted(out)}")
+            raise ConfigTypeError(f"a loss_fn that returns a dict must include 'loss'; got keys {sorted(out)}")
         loss, aux = out["loss"], {k: v for k, v in out.items() if k != "loss"}
     elif isinstance(out, (tuple, list)):
         if len(out) != 2:
-            raise TypeError(f"a loss_fn that returns a tuple must return (loss, aux), got {len(out)} items")
+            raise ConfigTypeError(f"a loss_fn that returns a tuple must return (loss, aux), got {len(out)} items")
         loss, aux = out
         aux = aux if isinstance(aux, dict) else {"aux": aux}
     else:
         loss, aux = out, {}
     if jnp.ndim(loss) != 0:
-        raise TypeError(f"the loss must be a scalar, got shape {jnp.shape(loss)}")
+        raise ConfigTypeError(f"the loss must be a scalar, got shape {jnp.shape(loss)}")
     return loss, {k: v for k, v in aux.items() if jnp.ndim(v) == 0}
 
 

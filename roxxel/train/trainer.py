@@ -26,6 +26,7 @@ from flax import nnx
 from roxxel.contract import ENV_RUN_NAME
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.deprecation import renamed
+from roxxel.exit_codes import ConfigTypeError, ConfigValueError
 from roxxel.sharding import BatchShardingError
 from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempted
 from roxxel.train.logger import Logger
@@ -89,7 +90,7 @@ def _save_interval(save_interval_steps: int | None, checkpoint_every: int | None
     own = checkpointer.save_interval_steps if checkpointer is not None else 1
     if own > 1:  # the checkpointer skips other steps: its interval is the cadence
         if interval is not None and interval != own:
-            raise ValueError(f"Trainer save_interval_steps={interval} but the checkpointer saves every {own} steps; "
+            raise ConfigValueError(f"Trainer save_interval_steps={interval} but the checkpointer saves every {own} steps; "
                              "give the interval once (to the checkpointer, or to the Trainer with a checkpointer "
                              "of save_interval_steps=1)")
         return own
@@ -173,15 +174,15 @@ class Trainer:
                  handle_sigint: bool = True, checkpoint_every: int | None = None,
                  watchdog: WatchdogBounds | None = DEFAULT_BOUNDS):
         if curriculum is None or loss_fn is None:
-            raise TypeError("Trainer needs a curriculum and a loss_fn")
+            raise ConfigTypeError("Trainer needs a curriculum and a loss_fn")
         save_interval_steps = _save_interval(save_interval_steps, checkpoint_every, checkpointer)
         for name, v in (("eval_every", eval_every), ("save_interval_steps", save_interval_steps), ("log_every", log_every),
                         ("async_queue_depth", async_queue_depth), ("grad_accum_steps", grad_accum_steps or 1)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+                raise ConfigValueError(f"{name} must be a positive int, got {v!r}")
         self.state = ModelState.from_object(state) if state is not None else ModelState(model, optimizer)
         if self.state.optimizer is None:
-            raise TypeError("Trainer needs an optimizer (nnx.Optimizer)")
+            raise ConfigTypeError("Trainer needs an optimizer (nnx.Optimizer)")
         self.curriculum, self.loss_fn, self.eval_fn = curriculum, loss_fn, eval_fn
         self.eval_every, self.save_interval_steps, self.log_every = eval_every, save_interval_steps, log_every
         self.seed, self.outputs, self.prefetch_size = seed, outputs, prefetch_size
@@ -193,7 +194,7 @@ class Trainer:
         self._check_batch_sizes()
         self.save_path = save_path
         if logger is None and save_path is not None and "://" in save_path:
-            raise ValueError(f"save_path {save_path!r} is object storage, but logs are local files: keep save_path "
+            raise ConfigValueError(f"save_path {save_path!r} is object storage, but logs are local files: keep save_path "
                              "local, or pass checkpointer=Checkpointer('gs://...', ...) and logger=Logger('runs/NAME')")
         if checkpointer is None and save_path is not None:
             checkpointer = Checkpointer(os.path.join(save_path, "checkpoints"), state=self.state, max_to_keep=max_to_keep,
@@ -218,14 +219,14 @@ class Trainer:
         if profile_steps is not None:
             first, last = profile_steps
             if not (isinstance(first, int) and isinstance(last, int) and 1 <= first <= last):
-                raise ValueError(f"profile_steps must be (first, last) with 1 <= first <= last, got {profile_steps!r}")
+                raise ConfigValueError(f"profile_steps must be (first, last) with 1 <= first <= last, got {profile_steps!r}")
             if save_path is None:
-                raise ValueError("profile_steps needs save_path (the trace goes to save_path/profile)")
+                raise ConfigValueError("profile_steps needs save_path (the trace goes to save_path/profile)")
         self.profile_steps = profile_steps
         self.callbacks = list(callbacks)
         self.handle_sigint = handle_sigint
         if watchdog is not None and not isinstance(watchdog, WatchdogBounds):
-            raise TypeError(f"watchdog must be a WatchdogBounds or None, got {type(watchdog).__name__}")
+            raise ConfigTypeError(f"watchdog must be a WatchdogBounds or None, got {type(watchdog).__name__}")
         self.watchdog_bounds = watchdog
         self._watchdog: ProgressWatchdog | None = None
         self._stragglers = StragglerReport()

@@ -123,7 +123,7 @@ def test_a_change_is_found_by_the_first_read_check_seconds_after_the_last_check(
     rewrite_in_place(ds.shard_paths[0])
     clock[0] += mapped.CHECK_SECONDS / 2
     ds.read_into(np.empty(10, np.int32), 0)  # inside the window: not compared
-    clock[0] += mapped.CHECK_SECONDS / 2
+    clock[0] += mapped.CHECK_SECONDS / 2 + 1e-6  # past the window whatever the float rounding of the sums
     with pytest.raises(ShardChangedError, match="modified"):
         ds.read_into(np.empty(10, np.int32), 0)
     assert 0 < mapped.CHECK_SECONDS <= 0.05

@@ -339,6 +339,7 @@ def test_exit_code_helpers():
     ("BatchShardingError('phase 0: each micro-batch of 31 rows must split evenly over the 2 data shards')", 78),
     ("CurriculumError('phase 0 asks for 2000 steps ... the data can give only 576 steps there')", 78),
     ("CheckpointOwnerError('checkpoint directory /c belongs to run lm, not to this run b')", 78),
+    ("ConfigValueError('log_every must be a positive int, got 0')", 78),
     ("ValueError('an ordinary bug')", 1),
 ])
 def test_an_uncaught_configuration_error_makes_the_worker_exit_78(tmp_path, raised, code):
@@ -350,6 +351,7 @@ def test_an_uncaught_configuration_error_makes_the_worker_exit_78(tmp_path, rais
     child = _child(tmp_path, f"""
         from roxxel.sharding import BatchShardingError
         from roxxel.data.curriculum import CurriculumError
+        from roxxel.exit_codes import ConfigValueError
         from roxxel.train.checkpoint import CheckpointOwnerError, RunMismatchError
         raise {raised}
     """)
