@@ -20,8 +20,13 @@ class VocabularyError(ConfigurationError, ValueError):
 def check_embeddings(model: nnx.Module, vocab_size: int | None, where: str) -> None:
     """Refuse a model with an embedding table smaller than the data's vocabulary.
 
+    The largest ``nnx.Embed`` table is taken as the token embedding (position and segment
+    tables are sized by the sequence length, not the vocabulary). A token table smaller than
+    a position table that is itself large enough is therefore not caught here (the NaN guard's
+    message names the cause then).
+
     Args:
-        model: the model to train; every ``nnx.Embed`` in it is checked.
+        model: the model to train.
         vocab_size: the number of token ids the data uses (ids ``0..vocab_size-1``), from the
             datasets' manifests; ``None`` (undeclared, or float data) checks nothing.
         where: the data, named in the message (e.g. a dataset path).
@@ -31,11 +36,16 @@ def check_embeddings(model: nnx.Module, vocab_size: int | None, where: str) -> N
     """
     if vocab_size is None:
         return
-    for path, module in nnx.iter_modules(model):
-        if isinstance(module, nnx.Embed) and module.num_embeddings < vocab_size:
-            name = ".".join(map(str, path)) or type(model).__name__
-            raise VocabularyError(
-                f"the data ({where}) has token ids up to {vocab_size - 1} (vocab_size {vocab_size}), but the model's "
-                f"embedding {name} has num_embeddings={module.num_embeddings}: ids {module.num_embeddings} and above "
-                f"cannot be looked up (the loss would turn NaN). Give the model a vocabulary of at least {vocab_size}, "
-                "or pack the data with the model's tokenizer")
+    tables = [(module.num_embeddings, ".".join(map(str, path)) or type(model).__name__)
+              for path, module in nnx.iter_modules(model) if isinstance(module, nnx.Embed)]
+    if not tables:
+        return
+    # The token table is taken to be the largest: position and segment tables are Embeds too,
+    # sized by the sequence length, and must not be held against the vocabulary.
+    size, name = max(tables)
+    if size < vocab_size:
+        raise VocabularyError(
+            f"the data ({where}) has token ids up to {vocab_size - 1} (vocab_size {vocab_size}), but the model's "
+            f"largest embedding table, {name}, has num_embeddings={size}: ids {size} and above cannot be looked up "
+            f"(the loss would turn NaN). Give the model a vocabulary of at least {vocab_size}, or pack the data with "
+            "the model's tokenizer")
