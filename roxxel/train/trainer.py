@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from roxxel.contract import ENV_RUN_NAME
+from roxxel.contract import ENV_CONFIG_ERROR_FILE, ENV_RUN_NAME
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.deprecation import renamed
 from roxxel.exit_codes import ConfigTypeError, ConfigValueError
@@ -81,6 +81,12 @@ def _peak_flops(device_kind: str) -> float | None:
 
 DEFAULT_SAVE_INTERVAL_STEPS = 100
 """Steps between checkpoints when neither the Trainer nor its checkpointer is given one."""
+
+
+def _in_a_job() -> bool:
+    """Whether this process is part of a job the watchdog guards: a ``jax.distributed`` gang,
+    or a command ``roxxel-worker`` runs (it sets ``ROXXEL_CONFIG_ERROR_FILE`` for its child)."""
+    return jax.process_count() > 1 or bool(os.environ.get(ENV_CONFIG_ERROR_FILE))
 
 
 def _save_interval(save_interval_steps: int | None, checkpoint_every: int | None,
@@ -152,7 +158,8 @@ class Trainer:
         watchdog: the progress watchdog's bounds (:class:`~roxxel.train.watchdog.WatchdogBounds`):
             when a step, an evaluation or a save takes longer, every thread's stack is written
             to stderr and the process exits with ``STALLED_EXIT_CODE`` (43, a counted gang
-            restart); ``None`` turns it off.
+            restart); ``None`` turns it off. It runs in a job only (more than one process, or
+            under ``roxxel-worker``): an interactive session paused in a debugger is not ended.
 
     Raises:
         ValueError: a batch size that does not divide over micro-batches or data shards
@@ -302,7 +309,7 @@ class Trainer:
         Returns:
             The last logged metrics (and the last evaluation's).
         """
-        if self.watchdog_bounds is not None:
+        if self.watchdog_bounds is not None and _in_a_job():
             self._watchdog = ProgressWatchdog(self.watchdog_bounds, process_index=jax.process_index()).start()
         try:
             with self._sigint_saves(), self._orbax_details_to_system_log():
