@@ -14,6 +14,24 @@ def seed_dir() -> pathlib.Path:
     return FIXTURES / "seed-format"
 
 
+@pytest.fixture(scope="module")
+def gcs_emulator(tmp_path_factory):
+    """A GCS emulator (tests/support/gcs_emulator.py) serving the bucket ``roxxel-test``
+    for this module: the environment a process needs to reach it (``client_env``)."""
+    pytest.importorskip("gcp_storage_emulator", reason="gcp-storage-emulator is not installed")
+    pytest.importorskip("gcsfs", reason="gcsfs (epath's gs:// backend without TensorFlow) is not installed")
+    import support.gcs_emulator as wrapper
+
+    try:
+        proc, url = wrapper.start(tmp_path_factory.mktemp("gcs") / "emulator.log", wrapper.TEST_BUCKET)
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    try:
+        yield wrapper.client_env(url)
+    finally:
+        wrapper.stop(proc)
+
+
 _JAX_CACHE: tempfile.TemporaryDirectory | None = None
 
 

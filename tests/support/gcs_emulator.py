@@ -22,6 +22,12 @@ with single quotes (``boundary='===...=='``). GCS accepts it; the emulator's MIM
 parts and fails the upload with a dropped connection. This wrapper re-quotes the boundary
 with double quotes before the body is parsed.
 
+Real GCS honours generation preconditions on uploads and deletes
+(``ifGenerationMatch``, https://cloud.google.com/storage/docs/request-preconditions:
+``0`` means "only if the object does not exist"; a mismatch answers 412 Precondition
+Failed). The emulator ignores them; this wrapper checks them for simple and multipart
+uploads and for deletes, which the checkpoint writer lease relies on.
+
 Fault injection, for the tests of what a save does when the object store fails:
 ``ROXXEL_GCS_FAULT=STATUS:RATE:PREFIX`` (e.g. ``500:1:faulty/`` or ``503:0.5:faulty/``)
 makes the emulator answer STATUS, with the probability RATE, to every write (POST, PUT,
@@ -87,19 +93,65 @@ def read_data_with_any_quotes(request_handler, query):
     return _original_read_data(request_handler, query)
 
 
+def _generation_mismatch(request, storage, object_id: str | None) -> bool:
+    """True when the request's ``ifGenerationMatch`` does not match the object's live generation."""
+    wanted = request.query.get("ifGenerationMatch")
+    if not wanted or object_id is None:
+        return False
+    try:
+        current = int(storage.get_file_obj(request.params["bucket_name"], object_id)["generation"])
+    except NotFound:
+        current = 0
+    return int(wanted[0]) != current
+
+
+def _precondition_failed(response) -> None:
+    response.status = HTTPStatus.PRECONDITION_FAILED
+    response.json({"error": {"code": 412, "message": "At least one of the pre-conditions you specified did not hold."}})
+
+
+def _upload_name(request) -> str | None:
+    if "name" in request.query:
+        return request.query["name"][0]
+    data = request.data if request.query.get("uploadType") == ["multipart"] else None
+    return data["meta"].get("name") if isinstance(data, dict) and isinstance(data.get("meta"), dict) else None
+
+
+def insert_with_preconditions(request, response, storage, *args, **kwargs):
+    if _generation_mismatch(request, storage, _upload_name(request)):
+        return _precondition_failed(response)
+    return _original_insert(request, response, storage, *args, **kwargs)
+
+
+def delete_with_preconditions(request, response, storage, *args, **kwargs):
+    if _generation_mismatch(request, storage, request.params.get("object_id")):
+        return _precondition_failed(response)
+    return _original_delete(request, response, storage, *args, **kwargs)
+
+
+_original_insert = objects.insert
+_original_delete = objects.delete
+
+
 def patch() -> int:
     server._read_data = read_data_with_any_quotes  # Request.data calls it by name
     objects.download = download_with_generation  # objects.get(alt=media) calls it by name
+    objects.insert = insert_with_preconditions  # uploads POSTed without /upload call it by name
     layout = rf"^{re.escape(settings.API_ENDPOINT)}/b/(?P<bucket_name>[-.\w]+)/storageLayout$"
     server.HANDLERS = ((layout, {server.GET: storage_layout}), *server.HANDLERS)
+    replacements = {_original_download: download_with_generation, _original_insert: insert_with_preconditions,
+                    _original_delete: delete_with_preconditions}
     patched = 0
     for _regex, handlers in server.HANDLERS:
         for method, handler in list(handlers.items()):
-            if handler is _original_download:
-                handlers[method] = download_with_generation
+            if handler in replacements:
+                handlers[method] = replacements[handler]
                 patched += 1
     return patched
 
+
+TEST_BUCKET = "roxxel-test"
+"""The bucket the tests' emulator serves (the ``gcs_emulator`` fixture)."""
 
 FAULT_ENV = "ROXXEL_GCS_FAULT"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")

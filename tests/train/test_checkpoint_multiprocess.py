@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 WORKER = WORKERS / "ckpt_worker.py"
 TIMEOUT = 150  # seconds for one run of all its processes; JAX's own timeouts are lower
-BUCKET = "roxxel-test"
+BUCKET = "roxxel-test"  # the gcs_emulator fixture's (tests/conftest.py)
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -154,22 +154,6 @@ def test_a_sigterm_before_the_first_check_is_never_lost(tmp_path, restored, wind
     assert all(step in r["steps"] for r in results), results
     restored_state = _run("restore", 1, "--dir", ckpt, "--ref", ref, logs=tmp_path / "logs")
     _check_restored(restored_state, step=step, nproc=1)
-
-
-@pytest.fixture(scope="module")
-def gcs_emulator(tmp_path_factory):
-    pytest.importorskip("gcp_storage_emulator", reason="gcp-storage-emulator is not installed")
-    pytest.importorskip("gcsfs", reason="gcsfs (epath's gs:// backend without TensorFlow) is not installed")
-    import support.gcs_emulator as wrapper  # adds the x-goog-generation header the emulator omits
-
-    try:
-        proc, url = wrapper.start(tmp_path_factory.mktemp("gcs") / "emulator.log", BUCKET)
-    except RuntimeError as e:
-        pytest.fail(str(e))
-    try:
-        yield wrapper.client_env(url)
-    finally:
-        wrapper.stop(proc)
 
 
 def test_gcs_round_trip_one_process(tmp_path, gcs_emulator):

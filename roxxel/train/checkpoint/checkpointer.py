@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from flax import nnx
 from orbax.checkpoint import checkpoint_managers as ocm
 
@@ -164,6 +165,12 @@ class Checkpointer:
         run_name: the run this directory belongs to (the Trainer passes ``ROXXEL_RUN_NAME``):
             recorded at the first save, and a checkpointer of another run is refused
             (:mod:`roxxel.train.checkpoint.ownership`); ``None`` records and checks no name.
+        restore_from: the checkpoint directory of another run (local or ``gs://``) to
+            branch from: while this directory holds no complete step, :meth:`restore`
+            reads that one's latest step (or ``step=``) instead, with the same checks, and
+            the run saves here from then on. It is only read: its owner and writer lock
+            are neither checked nor taken (the explicit way to fine-tune from another run's
+            weights; a run pointed at another run's own directory is refused).
             Process 0 also holds the directory's writer lock while open.
 
     Raises:
@@ -191,6 +198,7 @@ class Checkpointer:
         allow_changed_run: bool = False,
         save_interval_steps: int = 1,
         run_name: str | None = None,
+        restore_from: str | os.PathLike[str] | None = None,
     ) -> None:
         if (model is None) == (state is None):
             raise TypeError("give either `model` (and `optimizer`) or `state=`, not both and not neither")
@@ -215,6 +223,12 @@ class Checkpointer:
 
         self.directory = resolve_directory(checkpoint_path)
         check_gcs_backend(self.directory)
+        self.restore_from = None if restore_from is None else resolve_directory(restore_from)
+        if self.restore_from is not None:
+            check_gcs_backend(self.restore_from)
+            if os.fspath(self.restore_from) == os.fspath(self.directory):
+                raise ValueError(f"restore_from {os.fspath(self.restore_from)!r} is this run's own checkpoint "
+                                 "directory; give the other run's directory, or leave restore_from out to resume")
         self.fingerprint = None if fingerprint is None else normalize_json(fingerprint, "fingerprint")
         self.allow_changed_run = bool(allow_changed_run)
         self.best_metric = best_metric
@@ -388,6 +402,9 @@ class Checkpointer:
             log.warning("saving step %d although step %d is newer; restore() takes the latest", step, latest)
 
         self._wait()  # surface an error of the previous save before starting this one
+        lost = ownership.lock_lost(self.directory) if jax.process_index() == 0 else None
+        if lost is not None:  # the other processes stop at Orbax's barrier, within its timeout
+            raise ownership.CheckpointOwnerError(f"not saving step {step} to {self.directory}: {lost}")
         orbax_metrics = None
         if self.keep_best:
             value = metrics.get(self.best_metric)
@@ -516,35 +533,54 @@ class Checkpointer:
         self._wait()
         self._await_tmp_cleanup()
         self._manager.reload()
-        steps = self._manager.all_steps()
+        source, directory = self._manager, self.directory
+        if self.restore_from is not None and not list(self._manager.all_steps()):
+            source, directory = self._branch_source(), self.restore_from
+        try:
+            return self._restore_from(source, directory, step, partial)
+        finally:
+            if source is not self._manager:
+                source.close()
+
+    def _branch_source(self) -> ocp.CheckpointManager:
+        """A read-only manager over :attr:`restore_from` (nothing there is written or removed)."""
+        options = ocp.CheckpointManagerOptions(read_only=True, create=False, enable_async_checkpointing=False)
+        try:
+            return ocp.CheckpointManager(self.restore_from, options=options)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise damaged_metrics(self.restore_from) or err
+
+    def _restore_from(self, source: ocp.CheckpointManager, directory: epath.Path, step: int | None,
+                      partial: bool) -> int:
+        steps = source.all_steps()
         if step is None:
             if not steps:
-                log.info("no checkpoint in %s; starting from step 0", self.directory)
+                log.info("no checkpoint in %s; starting from step 0", directory)
                 self.restored_run = None
                 return 0
             step = max(steps)
         else:
             step = self._check_step(step)
             if step not in steps:
-                raise FileNotFoundError(f"no complete checkpoint of step {step} in {self.directory} (steps: {list(steps)})")
+                raise FileNotFoundError(f"no complete checkpoint of step {step} in {directory} (steps: {list(steps)})")
 
         earlier = sorted(s for s in steps if s < step)
-        with self._restore_errors(step, earlier, "its run record"):
-            run = self._manager.restore(step, args=ocp.args.Composite(**{RUN_ITEM: ocp.args.JsonRestore()}))[RUN_ITEM]
+        with self._restore_errors(directory, step, earlier, "its run record"):
+            run = source.restore(step, args=ocp.args.Composite(**{RUN_ITEM: ocp.args.JsonRestore()}))[RUN_ITEM]
             run = dict(run or {})
-        self._check_fingerprint(step, run.get("fingerprint"), run.get("process_count"))
+        self._check_fingerprint(directory, step, run.get("fingerprint"), run.get("process_count"))
 
         current = self._state.nnx_state()
         target = jax.tree.map(_abstract_leaf, nnx.to_pure_dict(current))
-        plan = self._plan(step, earlier, target, partial)
-        with self._restore_errors(step, earlier, "its arrays"):
+        plan = self._plan(directory, step, earlier, target, partial)
+        with self._restore_errors(directory, step, earlier, "its arrays"):
             if plan.unchanged and plan.restored == plan.saved:
-                restored = self._manager.restore(
+                restored = source.restore(
                     step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)})
                 )[STATE_ITEM]
             else:
-                restored = self._read_partially(step, subset(target, plan.restored))
-        self._verify_checksums(step, earlier, run.get("checksums"), restored)
+                restored = self._read_partially(directory, step, subset(target, plan.restored))
+        self._verify_checksums(directory, step, earlier, run.get("checksums"), restored)
         nnx.replace_by_pure_dict(current, restored)
         self._state.update(current)
         self._state.step = step
@@ -555,11 +591,12 @@ class Checkpointer:
         self.restore_plan = plan
         if not plan.unchanged:
             log.warning("restored step %d from %s into a changed model (partial=True): %s",
-                        step, self.directory, plan.summary())
+                        step, directory, plan.summary())
         log.info(
-            "restored step %d from %s (saved at %s; tokens_consumed=%s, metrics=%s)",
+            "restored step %d from %s%s (saved at %s; tokens_consumed=%s, metrics=%s)",
             step,
-            self.directory,
+            directory,
+            f" (restore_from: branching; this run saves to {self.directory})" if directory != self.directory else "",
             run.get("saved_at", "an unknown time"),
             run.get("tokens_consumed"),
             run.get("metrics"),
@@ -575,13 +612,13 @@ class Checkpointer:
             return []
         return describe_changes(saved, normalize_json(self.settings, "settings"))
 
-    def _read_partially(self, step: int, item: Any) -> Any:
+    def _read_partially(self, directory: epath.Path, step: int, item: Any) -> Any:
         """Only the arrays of ``item`` (abstract leaves), with Orbax's partial restore, through a
         checkpointer of its own (see :mod:`roxxel.train.partial` for why not the manager)."""
         reader = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
         try:
             return reader.restore(
-                self.directory / str(step) / STATE_ITEM,
+                directory / str(step) / STATE_ITEM,
                 args=ocp.args.PyTreeRestore(
                     item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True
                 ),
@@ -589,19 +626,19 @@ class Checkpointer:
         finally:
             reader.close()
 
-    def _plan(self, step: int, earlier: list[int], target: Any, partial: bool) -> RestorePlan:
+    def _plan(self, directory: epath.Path, step: int, earlier: list[int], target: Any, partial: bool) -> RestorePlan:
         """Compare the saved arrays with the live ones; refuse what cannot be restored."""
-        with self._restore_errors(step, earlier, "its array metadata"):
+        with self._restore_errors(directory, step, earlier, "its array metadata"):
             # The manager's layout `<directory>/<step>/<item>`; Orbax's handler reads the metadata.
             handler = ocp.PyTreeCheckpointHandler()
             try:
-                metadata = handler.metadata(self.directory / str(step) / STATE_ITEM)
+                metadata = handler.metadata(directory / str(step) / STATE_ITEM)
             finally:
                 handler.close()
         saved_layout = layout_of_metadata(getattr(metadata, "tree", metadata))
         current_layout = layout_of_state(target)
         plan = plan_restore(saved_layout, current_layout)
-        where = f"step {step} in {self.directory}"
+        where = f"step {step} in {directory}"
         if plan.mismatched:
             path, saved, current = plan.mismatched[0]
             more = f" (and {len(plan.mismatched) - 1} more)" if len(plan.mismatched) > 1 else ""
@@ -623,13 +660,14 @@ class Checkpointer:
             )
         return plan
 
-    def _fix_hint(self, earlier: list[int]) -> str:
+    @staticmethod
+    def _fix_hint(directory: epath.Path, earlier: list[int]) -> str:
         if not earlier:
-            return f"no earlier step exists in {self.directory}: start the run afresh (move the directory away)"
+            return f"no earlier step exists in {directory}: start the run afresh (move the directory away)"
         return f"restore an earlier step with restore(step=N), N in {earlier}, or delete the damaged step's directory"
 
     @contextlib.contextmanager
-    def _restore_errors(self, step: int, earlier: list[int], what: str) -> Iterator[None]:
+    def _restore_errors(self, directory: epath.Path, step: int, earlier: list[int], what: str) -> Iterator[None]:
         """Turn any failure to read a step (bad JSON, missing metadata, a damaged chunk, a shape
         that does not fit) into one :class:`CheckpointRestoreError` naming the step and the fix."""
         try:
@@ -638,31 +676,31 @@ class Checkpointer:
             raise
         except Exception as err:
             raise CheckpointRestoreError(
-                f"cannot restore step {step} from {self.directory} (reading {what}): {type(err).__name__}: "
+                f"cannot restore step {step} from {directory} (reading {what}): {type(err).__name__}: "
                 f"{as_clause(one_line(err))}. The step may be damaged or written by an incompatible model; "
-                f"{self._fix_hint(earlier)}",
+                f"{self._fix_hint(directory, earlier)}",
                 step=step,
                 earlier_steps=earlier,
             ) from err
 
-    def _verify_checksums(self, step: int, earlier: list[int], saved: Any, restored: Any) -> None:
+    def _verify_checksums(self, directory: epath.Path, step: int, earlier: list[int], saved: Any, restored: Any) -> None:
         if not isinstance(saved, Mapping):
-            log.warning("step %d in %s has no array checksums (saved by an older Roxxel): not verified", step, self.directory)
+            log.warning("step %d in %s has no array checksums (saved by an older Roxxel): not verified", step, directory)
             return
         got = array_checksums(restored)
         for path, value in got.items():
             if path in saved and saved[path] != value:
                 raise CheckpointCorruptError(
-                    f"step {step} in {self.directory} is damaged: array {path!r} does not match the checksum "
+                    f"step {step} in {directory} is damaged: array {path!r} does not match the checksum "
                     f"recorded at save ({saved[path]} saved, {value} read); nothing was loaded. "
-                    f"{self._fix_hint(earlier)}",
+                    f"{self._fix_hint(directory, earlier)}",
                     step=step,
                     earlier_steps=earlier,
                     array=path,
                 )
         log.debug("step %d: %d array checksums verified", step, len(got))
 
-    def _check_fingerprint(self, step: int, saved: Any, process_count: Any = None) -> None:
+    def _check_fingerprint(self, directory: epath.Path, step: int, saved: Any, process_count: Any = None) -> None:
         self.run_changes = []
         if process_count is not None and process_count != jax.process_count():
             log.info("step %d was saved by %s; resuming on %d", step, count(process_count, "process"), jax.process_count())
@@ -670,7 +708,7 @@ class Checkpointer:
             log.info("no fingerprint given: not checking that step %d belongs to this run", step)
             return
         if saved is None:
-            log.warning("checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, self.directory)
+            log.warning("checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, directory)
             return
         hint = ""
         if is_curriculum(saved) and is_curriculum(self.fingerprint):
@@ -682,16 +720,16 @@ class Checkpointer:
         self.run_changes = list(allowed)
         if allowed:
             log.warning("resuming step %d of %s with changes that leave the batches before it as they were:\n%s",
-                        step, self.directory, indented(allowed))
+                        step, directory, indented(allowed))
         if not changes:
             return
         shown = indented(changes)
         if self.allow_changed_run:
             self.run_changes += changes
-            log.warning("resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, self.directory, shown)
+            log.warning("resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, directory, shown)
             return
         raise RunMismatchError(
-            f"the checkpoint of step {step} in {self.directory} was saved by a different run "
+            f"the checkpoint of step {step} in {directory} was saved by a different run "
             f"(saved -> current):\n{shown}\n"
             f"Resume with the same curriculum and datasets{hint}, or pass allow_changed_run=True to resume anyway.",
             step=step,
@@ -803,7 +841,7 @@ class Checkpointer:
                 self._remove_failed_steps(deadline)
         self._preemption.close()
         if jax.process_index() == 0:
-            ownership.release_writer_lock(self.directory)
+            ownership.release_writer_lock(self.directory, remove=error is None)
         if error is not None:
             raise error
 

@@ -8,8 +8,9 @@
 - **Writer**: process 0 of a run holds an exclusive ``flock`` on
   ``<directory>/.roxxel-writer.lock`` for the checkpointer's life (NFS emulates ``flock``
   with POSIX byte-range locks, so it holds across hosts there; the kernel drops it when the
-  process dies, so a dead writer's lock is never stale). The file names the holder. Object
-  storage (``gs://``) has no lock here: the owner record still refuses another run.
+  process dies, so a dead writer's lock is never stale). The file names the holder. On object
+  storage (``gs://``) the lock is a lease object (:mod:`roxxel.train.checkpoint.lease`):
+  taken with a generation precondition, renewed, taken over once stale.
 - **Agreement**: every process of a ``jax.distributed`` run must name the same directory
   and run; one all-gather of a digest checks it (processes started with different
   directories trained, then waited out Orbax's timeout at the final save).
@@ -30,11 +31,11 @@ from typing import Any
 import numpy as np
 from etils import epath
 
+from roxxel.contract import OWNER_FILE as OWNER_FILE  # re-exported: the launcher reads it too
 from roxxel.exit_codes import ConfigurationError
 
 log = logging.getLogger("roxxel.checkpoint")
 
-OWNER_FILE = "roxxel_run.json"
 LOCK_FILE = ".roxxel-writer.lock"
 
 
@@ -87,52 +88,100 @@ def record_owner(directory: epath.Path, run_name: str | None) -> None:
     log.info("checkpoint directory %s now belongs to run %r", directory, run_name)
 
 
-_held: dict[str, tuple[int, int]] = {}  # directory -> (fd, checkpointers of this process holding it)
+class _FileLock:
+    """An exclusive ``flock`` on an open descriptor; closing the descriptor drops it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.lost: str | None = None
+
+    def release(self, remove: bool = True) -> None:
+        os.close(self.fd)
+
+
+_held: dict[str, tuple[Any, int]] = {}  # directory -> (_FileLock | GcsLease, checkpointers holding it)
 _held_lock = threading.Lock()
 
 
+def _holder_line(run_name: str | None) -> str:
+    return (f"run {run_name!r}, host {socket.gethostname()}, pid {os.getpid()}, since "
+            f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
+
+
 def acquire_writer_lock(directory: epath.Path, run_name: str | None) -> str | None:
-    """Take the directory's writer lock; ``None`` when taken (or on object storage), else a
-    line naming the holder. Reentrant within a process (two checkpointers of one program)."""
-    if os.fspath(directory).startswith("gs://"):
-        return None
+    """Take the directory's writer lock; ``None`` when taken, else a line naming the holder.
+    Reentrant within a process (two checkpointers of one program). On ``gs://`` it is a
+    lease (:class:`~roxxel.train.checkpoint.lease.GcsLease`), which may wait up to its ttl
+    (``ROXXEL_CHECKPOINT_LEASE_S``, default 30 s) for an existing lease to go stale.
+
+    When the object store fails, it logs a warning and goes on without a lease.
+    """
     key = os.fspath(directory)
     with _held_lock:
         if key in _held:
-            fd, users = _held[key]
-            _held[key] = (fd, users + 1)
+            held, users = _held[key]
+            _held[key] = (held, users + 1)
             return None
-        path = os.path.join(key, LOCK_FILE)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as err:  # a read-only mount: a reader, not a writer
-            log.warning("no writer lock on %s (%s): another trainer on it would not be noticed", key, err)
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
-            os.close(fd)
-            return holder or "another process (it wrote no details)"
-        holder = (f"run {run_name!r}, host {socket.gethostname()}, pid {os.getpid()}, since "
-                  f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (holder + "\n").encode(), 0)
-        _held[key] = (fd, 1)
+        taken = _take_lease(key, run_name) if key.startswith("gs://") else _take_flock(key, run_name)
+        if isinstance(taken, str):
+            return taken
+        if taken is not None:
+            _held[key] = (taken, 1)
         return None
 
 
-def release_writer_lock(directory: epath.Path) -> None:
-    """Release one hold of :func:`acquire_writer_lock` (the lock goes with the last)."""
+def _take_lease(key: str, run_name: str | None) -> Any:
+    from roxxel.train.checkpoint.lease import DEFAULT_TTL_S, GcsLease
+
+    ttl = float(os.environ.get("ROXXEL_CHECKPOINT_LEASE_S") or DEFAULT_TTL_S)
+    try:
+        return GcsLease.take(key, {"holder": _holder_line(run_name)}, ttl_s=ttl)
+    except Exception as err:  # the store itself failing: the saves will say so; the lease is only a guard
+        log.warning("no writer lease on %s (%s: %s): another trainer on it would not be noticed",
+                    key, type(err).__name__, err)
+        return None
+
+
+def _take_flock(key: str, run_name: str | None) -> _FileLock | str | None:
+    path = os.path.join(key, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as err:  # a read-only mount: a reader, not a writer
+        log.warning("no writer lock on %s (%s): another trainer on it would not be noticed", key, err)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        os.close(fd)
+        return holder or "another process (it wrote no details)"
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (_holder_line(run_name) + "\n").encode(), 0)
+    return _FileLock(fd)
+
+
+def lock_lost(directory: epath.Path) -> str | None:
+    """Why this process no longer holds the directory's writer lock (a lease taken over), or ``None``."""
+    with _held_lock:
+        held = _held.get(os.fspath(directory))
+    return None if held is None else held[0].lost
+
+
+def release_writer_lock(directory: epath.Path, *, remove: bool = True) -> None:
+    """Release one hold of :func:`acquire_writer_lock` (the lock goes with the last).
+
+    ``remove=False`` (after a failed save): a ``gs://`` lease is left to go stale instead
+    of deleted, so that a failing store does not hold the exit up (the next writer takes
+    it over after its ttl)."""
     key = os.fspath(directory)
     with _held_lock:
         if key not in _held:
             return
-        fd, users = _held.pop(key)
+        held, users = _held.pop(key)
         if users > 1:
-            _held[key] = (fd, users - 1)
+            _held[key] = (held, users - 1)
             return
-        os.close(fd)  # closing the descriptor drops the flock
+    held.release(remove=remove)
 
 
 def identity_digest(directory: epath.Path, run_name: str | None) -> np.ndarray:
