@@ -11,7 +11,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from roxxel.contract import ENV_CHECKPOINT_DIR, ENV_DATA_DIR, ENV_RESTART_ATTEMPT, ENV_RUN_NAME
+from roxxel.contract import ENV_CHECKPOINT_DIR, ENV_DATA_DIR, ENV_RESTART_ATTEMPT, ENV_RESTORE_FROM, ENV_RUN_NAME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,12 +25,15 @@ class RunInfo:
         data_dir: where the datasets are (``ROXXEL_DATA_DIR``: ``/data`` in a pod, the
             ``--data-dir`` directory in a local run), or None.
         restart_attempt: the gang restart this process belongs to (JobSet pods), or None.
+        restore_from: another run's checkpoint directory to branch from while this run's
+            own holds no step (``ROXXEL_RESTORE_FROM``, the spec's ``restore_from``), or None.
     """
 
     run_name: str | None
     checkpoint_dir: str | None
     data_dir: str | None
     restart_attempt: int | None
+    restore_from: str | None = None
 
 
 def run_info(environ: Mapping[str, str] | None = None, *, run_name: str | None = None,
@@ -56,4 +59,5 @@ def run_info(environ: Mapping[str, str] | None = None, *, run_name: str | None =
         checkpoint_dir=env.get(ENV_CHECKPOINT_DIR) or checkpoint_dir,
         data_dir=env.get(ENV_DATA_DIR) or data_dir,
         restart_attempt=restart_attempt,
+        restore_from=env.get(ENV_RESTORE_FROM) or None,
     )

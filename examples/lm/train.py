@@ -65,6 +65,8 @@ def parse_args(argv=None):
     p.add_argument("--run-name", default=run.run_name, help="the run the checkpoint directory belongs to (another run's is refused)")
     p.add_argument("--run-dir", default=os.path.join("runs", run.run_name), help="logs, metrics, plot")
     p.add_argument("--checkpoint-dir", default=run.checkpoint_dir, help="default RUN_DIR/checkpoints")
+    p.add_argument("--restore-from", default=run.restore_from,
+                   help="another run's checkpoint directory to start from while this run's holds no step")
     p.add_argument("--steps", type=int, nargs=2, default=[350, 150], metavar=("PHASE1", "PHASE2"))
     p.add_argument("--batch", type=int, nargs=2, default=[32, 32], metavar=("PHASE1", "PHASE2"),
                    help="global batch size (rows) per phase")
@@ -197,7 +199,8 @@ def main(argv=None) -> dict:
 
     model, optimizer = create()
     ckpt_dir = args.checkpoint_dir or os.path.join(os.path.abspath(args.run_dir), "checkpoints")
-    checkpointer = Checkpointer(ckpt_dir, model, optimizer, fingerprint=curriculum.describe(), run_name=args.run_name)
+    checkpointer = Checkpointer(ckpt_dir, model, optimizer, fingerprint=curriculum.describe(), run_name=args.run_name,
+                                restore_from=args.restore_from)
     logger = Logger(args.run_dir, total_steps=curriculum.total_steps)
     trainer = Trainer(model, optimizer, curriculum, lm_loss, checkpointer=checkpointer, logger=logger,
                       outputs="documents", log_every=args.log_every, save_interval_steps=args.checkpoint_every,

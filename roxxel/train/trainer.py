@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from roxxel.contract import ENV_CONFIG_ERROR_FILE, ENV_RUN_NAME
+from roxxel.contract import ENV_CONFIG_ERROR_FILE, ENV_RESTORE_FROM, ENV_RUN_NAME
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.deprecation import renamed
 from roxxel.exit_codes import ConfigTypeError, ConfigValueError
@@ -207,7 +207,8 @@ class Trainer:
             checkpointer = Checkpointer(os.path.join(save_path, "checkpoints"), state=self.state, max_to_keep=max_to_keep,
                                         fingerprint={**curriculum.describe(), "seed": seed}, allow_changed_run=allow_changed_run,
                                         save_interval_steps=save_interval_steps,
-                                        run_name=os.environ.get(ENV_RUN_NAME) or None)
+                                        run_name=os.environ.get(ENV_RUN_NAME) or None,
+                                        restore_from=os.environ.get(ENV_RESTORE_FROM) or None)
         if logger is None and save_path is not None:
             logger = Logger(save_path, total_steps=curriculum.total_steps)
         self.checkpointer, self.logger = checkpointer, logger

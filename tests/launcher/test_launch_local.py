@@ -506,3 +506,49 @@ def test_resume_with_a_fixed_spec_runs_it_and_refuses_another_run(tmp_path, root
     stored = json.loads((root / "fixme" / "spec.json").read_text())
     assert stored["env"]["LOCAL_TEST_MODE"] == "ok"  # a later plain resume runs the fixed spec too
     assert "--set applies to the --spec file" in _cli(root, "resume", "fixme", "--local", "--set", "x=1").stderr
+
+
+BRANCHING_PROGRAM = """
+import sys
+sys.path.insert(0, {tests!r})
+from roxxel.run import run_info
+from roxxel.train import Checkpointer
+from support.ckpt import MODEL_DIMS, build
+run = run_info()
+with Checkpointer(run.checkpoint_dir, state=build(MODEL_DIMS, 0), run_name=run.run_name,
+                  restore_from=run.restore_from) as ckpt:
+    step = ckpt.restore()
+    print("RESTORED", step, flush=True)
+    ckpt.save(step + 1, force=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_renamed_job_on_another_runs_checkpoints_is_refused_and_restore_from_branches(tmp_path, root):
+    """`--set name=b` kept the YAML's checkpoint_dir and job b trained on job lm's checkpoint.
+    Now submit refuses it before anything starts, naming both runs and the two fixes; with its
+    own checkpoint_dir and restore_from=lm's, b starts from lm's step and writes only its own.
+    The training program is a real Checkpointer (Orbax) reading what the launcher set."""
+    from support.paths import TESTS
+
+    lm_dir = tmp_path / "lm-ckpt"
+    command = [sys.executable, "-c", BRANCHING_PROGRAM.format(tests=str(TESTS))]
+    spec = _write_spec(tmp_path, _spec("lm", 1, command, checkpoint_dir=str(lm_dir), max_restarts=0))
+    first = _cli(root, "submit", "--local", spec, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert json.loads((lm_dir / "roxxel_run.json").read_text())["run"] == "lm"
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in lm_dir.rglob("*") if p.is_file())
+
+    renamed = _cli(root, "submit", "--local", spec, "--set", "name=b", cwd=tmp_path)
+    assert renamed.returncode == 1, renamed.stdout + renamed.stderr
+    assert "belongs to run 'lm', not to this job's run 'b'" in renamed.stderr
+    assert f"restore_from={lm_dir}" in renamed.stderr and "--set checkpoint_dir=" in renamed.stderr
+    assert not (root / "b").exists()  # nothing started
+
+    branched = _cli(root, "submit", "--local", spec, "--set", "name=b", "--set", f"checkpoint_dir={tmp_path / 'b-ckpt'}",
+                    "--set", f"restore_from={lm_dir}", cwd=tmp_path)
+    assert branched.returncode == 0, branched.stdout + branched.stderr
+    assert "RESTORED 1" in _cli(root, "logs", "b", "--local").stdout
+    assert json.loads((tmp_path / "b-ckpt" / "roxxel_run.json").read_text())["run"] == "b"
+    assert (tmp_path / "b-ckpt" / "2").is_dir()
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in lm_dir.rglob("*") if p.is_file()) == before

@@ -77,3 +77,31 @@ def test_two_checkpointers_of_one_program_share_the_lock(tmp_path):
     with Checkpointer(path, state=build(MODEL_DIMS, 0), run_name="lm"):
         with Checkpointer(path, state=build(MODEL_DIMS, 1), run_name="lm") as second:
             second.restore()
+
+
+def _files(path):
+    return sorted((str(p.relative_to(path)), p.stat().st_mtime_ns) for p in path.rglob("*") if p.is_file())
+
+
+def test_restore_from_branches_from_another_runs_steps_and_writes_only_its_own_directory(tmp_path):
+    """The explicit way to start from another run's weights: read there, saved here; the
+    other run's directory is neither claimed nor changed."""
+    from support.ckpt import flat_host, mismatches
+
+    source, branch = tmp_path / "lm", tmp_path / "ft"
+    _save(source, "lm", step=3)
+    before = _files(source)
+    reference = flat_host(build(MODEL_DIMS, 0))
+    state = build(MODEL_DIMS, 1)
+    assert mismatches(flat_host(state), reference)  # another init: the restore must change it
+    with Checkpointer(branch, state=state, run_name="ft", restore_from=source) as ckpt:
+        assert ckpt.restore() == 3
+        assert not mismatches(flat_host(state), reference)
+        ckpt.save(4, {"loss": 0.5}, force=True)
+    assert _files(source) == before  # nothing of lm's written, its owner record kept
+    assert json.loads((branch / "roxxel_run.json").read_text())["run"] == "ft"
+    # Once the branch has steps of its own, a resume takes them, not the source's.
+    with Checkpointer(branch, state=build(MODEL_DIMS, 2), run_name="ft", restore_from=source) as ckpt:
+        assert ckpt.restore() == 4
+    with pytest.raises(ValueError, match="is this run's own checkpoint directory"):
+        Checkpointer(branch, state=build(MODEL_DIMS, 2), run_name="ft", restore_from=branch)

@@ -15,6 +15,7 @@ import abc
 import dataclasses
 import enum
 import fcntl
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -331,12 +332,40 @@ def resume_with_spec(stored, new) -> list[str]:
 
 
 RENAME_HINT = ("choose another name (--set name=NAME together with its own --set checkpoint_dir=...: "
-               "a checkpoint directory belongs to one run, and another run's is refused)")
+               "a checkpoint directory belongs to one run, and another run's is refused; add --set "
+               "restore_from=<that run's checkpoint_dir> to start from its weights)")
 """How a :class:`JobExistsError` offers a new name: a renamed job on the same checkpoint
 directory would be refused at its first step (``CheckpointOwnerError``)."""
 RESUME_HINT = ("resume re-runs the spec stored at submit; after editing the YAML, delete the job and submit "
                "it again (its checkpoints are kept, and the new spec resumes from them where its changes allow)")
 """When :class:`JobExistsError` offers both resume and delete: which fits after a YAML edit."""
+
+
+def check_checkpoint_owner(spec) -> None:
+    """Refuse, before anything starts, a spec whose local ``checkpoint_dir`` records another
+    run (``roxxel_run.json``, written by the training program's checkpointer at its first
+    save): the job would start, restore nothing and exit 78 on every worker. Directories on
+    object storage or on a cluster's volumes are checked by the workers themselves.
+
+    Raises:
+        BackendError: names both runs and the fixes (its own directory, or ``restore_from``).
+    """
+    from roxxel.contract import OWNER_FILE
+
+    path = spec.checkpoint_dir
+    if path is None or "://" in path:
+        return
+    try:
+        record = json.loads((Path(path) / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return  # none (a new directory), or unreadable: the checkpointer says which
+    owner = record.get("run") if isinstance(record, dict) else None
+    if owner is not None and owner != spec.run_name:
+        raise BackendError(
+            f"checkpoint_dir {path} belongs to run {owner!r}, not to this job's run {spec.run_name!r}: its workers "
+            f"would be refused at their first step (a renamed job must not continue or overwrite another run's "
+            f"checkpoints). Give it a directory of its own (--set checkpoint_dir=...), and add --set "
+            f"restore_from={path} to start from that run's latest step")
 
 
 class WaitTimeout(BackendError, TimeoutError):

@@ -65,6 +65,9 @@ class JobSpec:
     checkpoint_dir: str | None = _doc(
         "gs://BUCKET/PATH (Orbax writes directly) or an absolute path on a writable mount.",
         default=None)
+    restore_from: str | None = _doc(
+        "Another run's checkpoint directory (gs://BUCKET/PATH or an absolute path) to branch "
+        "from: read, never written, while checkpoint_dir holds no step.", default=None)
     run_name: str | None = _doc("Run identity kept across resumes (label value); defaults to name.",
                                 default=None)
     service_account: str | None = _doc("Kubernetes service account (Workload Identity).", default=None)
@@ -151,6 +154,8 @@ class JobSpec:
         object.__setattr__(self, "env", _freeze(self.env))
         with problems.check():
             self._check_checkpoint_dir()
+        with problems.check():
+            self._check_restore_from()
         run_name = self.name if self.run_name is None else self.run_name
         with problems.check():
             if self.run_name is not None or not problems.failed("name"):  # a bad name is reported once
@@ -270,23 +275,24 @@ class JobSpec:
 
     def _check_checkpoint_dir(self) -> None:
         path = self.checkpoint_dir
-        if path is None:
+        if path is None or _check_storage_path("checkpoint_dir", path):
             return
-        if path.startswith("gs://"):
-            bucket = path[len("gs://"):].split("/", 1)[0]
-            if not _BUCKET.fullmatch(bucket):
-                raise SpecError("checkpoint_dir", f"{bucket!r} in {path!r} is not a GCS bucket name ({_BUCKET_RULE})")
-            return
-        if "://" in path:
-            raise SpecError("checkpoint_dir", f"{path!r}: only gs:// URLs are supported",
-                            "Use gs://BUCKET/PATH or an absolute path.")
-        if not path.startswith("/"):
-            raise SpecError("checkpoint_dir", f"{path!r} is neither gs://... nor an absolute path",
-                            "Use gs://BUCKET/PATH or an absolute path.")
         data = contract.DATA_MOUNT_PATH
         if self.data is not None and (path == data or path.startswith(data + "/")):
             raise SpecError("checkpoint_dir", f"{path!r} is on the read-only data mount {data}",
                             "Write checkpoints to gs://... or another, writable path.")
+
+    def _check_restore_from(self) -> None:
+        path = self.restore_from
+        if path is None:
+            return
+        _check_storage_path("restore_from", path)
+        if self.checkpoint_dir is None:
+            raise SpecError("restore_from", "is given without checkpoint_dir: the branch would have nowhere of its "
+                            "own to save", "Give checkpoint_dir too (a new directory for this run).")
+        if path.rstrip("/") == self.checkpoint_dir.rstrip("/"):
+            raise SpecError("restore_from", f"{path!r} is checkpoint_dir itself",
+                            "Leave restore_from out to resume this run, or give the other run's directory.")
 
     @property
     def hosts_per_slice(self) -> int:
@@ -312,3 +318,17 @@ def max_name_length(spec: JobSpec) -> int:
     overhead = len(longest_pod_name(spec)) - len(spec.name)
     return names.MAX_LABEL - names.POD_NAME_SUFFIX - overhead
 
+
+def _check_storage_path(field: str, path: str) -> bool:
+    """Refuse what is neither ``gs://BUCKET/...`` nor an absolute path; True for gs://."""
+    if path.startswith("gs://"):
+        bucket = path[len("gs://"):].split("/", 1)[0]
+        if not _BUCKET.fullmatch(bucket):
+            raise SpecError(field, f"{bucket!r} in {path!r} is not a GCS bucket name ({_BUCKET_RULE})")
+        return True
+    if "://" in path:
+        raise SpecError(field, f"{path!r}: only gs:// URLs are supported", "Use gs://BUCKET/PATH or an absolute path.")
+    if not path.startswith("/"):
+        raise SpecError(field, f"{path!r} is neither gs://... nor an absolute path",
+                        "Use gs://BUCKET/PATH or an absolute path.")
+    return False

@@ -88,6 +88,7 @@ from roxxel_launch.backends.base import (
     JobState,
     JobStatus,
     StopReason,
+    check_checkpoint_owner,
     lock_is_held,
     resume_with_spec,
 )
@@ -314,6 +315,7 @@ class LocalBackend(Backend):
 
             netns.pod_hosts(spec)  # the pods' names and coordinator, checked before anything starts
         check_worker_count(spec, max_workers)
+        check_checkpoint_owner(spec)
         if spec.env_from:  # the kubelet would read them; nothing here can
             logger.warning("%s: env_from (%s) is not read by a local run: set those variables in the "
                            "environment of `roxxel-launch submit --local`", spec.name, count(len(spec.env_from), "source"))
