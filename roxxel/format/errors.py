@@ -4,6 +4,12 @@ Every error names the file it is about and, where there is one, the fix. All of 
 derive from :class:`RoxxelFormatError` (a ``ValueError``) except the two that are
 about a path's existence, which derive from the matching built-in ``OSError``
 subclasses so that ``except FileNotFoundError`` keeps working.
+
+What a restart would meet again (a missing, truncated, corrupt or mixed-up file, an empty or
+unfinished dataset) is also a :class:`~roxxel.exit_codes.ConfigurationError`: uncaught under
+``roxxel-worker`` it exits 78 and the job is not restarted. A dataset locked by a pack that
+is still running (:class:`DatasetLockedError`) and a failed read (:class:`ShardReadError`:
+EIO, ESTALE) are not: a later attempt may succeed.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ class RoxxelFormatError(ValueError):
         self.path = path
 
 
-class ShardNotFoundError(FileNotFoundError):
+class ShardNotFoundError(FileNotFoundError, ConfigurationError):
     """A shard, manifest, or dataset path does not exist (or a glob matched nothing)."""
 
 
@@ -37,19 +43,19 @@ class DatasetExistsError(FileExistsError):
     """Writing would mix with an existing dataset; pass ``append=True`` (``--append``) or pick an empty directory."""
 
 
-class BadSignatureError(RoxxelFormatError):
+class BadSignatureError(RoxxelFormatError, ConfigurationError):
     """The file does not start (new format) or end (``ROXXEL02``) with a Roxxel signature."""
 
 
-class TruncatedShardError(RoxxelFormatError):
+class TruncatedShardError(RoxxelFormatError, ConfigurationError):
     """The file is shorter than its header says; the message names the region where it ends."""
 
 
-class CorruptShardError(RoxxelFormatError):
+class CorruptShardError(RoxxelFormatError, ConfigurationError):
     """The header, footer or document index contradict each other."""
 
 
-class ChecksumMismatchError(RoxxelFormatError):
+class ChecksumMismatchError(RoxxelFormatError, ConfigurationError):
     """The SHA-256 recomputed by ``verify()`` differs from the one stored in the footer or the manifest."""
 
 
@@ -66,11 +72,11 @@ class DtypeMismatchError(RoxxelFormatError, ConfigurationError):
     also datasets blended or appended to that do (the same on every attempt)."""
 
 
-class EmptyDatasetError(RoxxelFormatError):
+class EmptyDatasetError(RoxxelFormatError, ConfigurationError):
     """The dataset holds no tokens."""
 
 
-class IncompleteDatasetError(RoxxelFormatError):
+class IncompleteDatasetError(RoxxelFormatError, ConfigurationError):
     """A pack into this directory did not finish (it was killed); re-run the pack."""
 
 

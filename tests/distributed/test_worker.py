@@ -362,3 +362,29 @@ def test_an_uncaught_configuration_error_makes_the_worker_exit_78(tmp_path, rais
     assert "Traceback" in err  # the child's own report is kept
     alone = subprocess.run(child, capture_output=True, text=True, timeout=120)
     assert alone.returncode == 1  # a library error stays an exception: no hook without roxxel-worker
+
+
+@pytest.mark.parametrize("damage", ["truncate", "remove"])
+def test_a_damaged_or_missing_shard_makes_the_worker_exit_78(tmp_path, damage):
+    """A truncated or missing shard is a property of the data: every attempt would meet it.
+    It was a plain ValueError / FileNotFoundError (exit 1, a gang restart each time). Real
+    shards, packed here, then damaged; the training command opens the dataset."""
+    from support.lm import make_dataset
+
+    data = tmp_path / "data"
+    make_dataset(str(data))
+    shard = sorted(data.glob("*.rox"))[0]
+    if damage == "truncate":
+        with open(shard, "r+b") as f:
+            f.truncate(shard.stat().st_size // 2)
+    else:
+        shard.unlink()
+    child = _child(tmp_path, f"""
+        from roxxel import Roxxel
+        for batch in Roxxel({str(data)!r}).stream(seq_len=64, batch_size=32, seed=0):
+            pass
+    """)
+    proc = _start(child)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 78, err
+    assert "configuration error (exit code 78, not restarted" in err and shard.name in err, err
