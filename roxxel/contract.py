@@ -77,6 +77,12 @@ ENV_RUN_NAME = "ROXXEL_RUN_NAME"
 """The job's name: the same across restarts of the job, so a run resumes under it."""
 ENV_CHECKPOINT_DIR = "ROXXEL_CHECKPOINT_DIR"
 """The job spec's ``checkpoint_dir`` (local path or ``gs://`` URL); unset when the spec has none."""
+ENV_WATCHDOG = "ROXXEL_WATCHDOG"
+"""The progress watchdog's bounds for the Trainer: a JSON object of some of
+:data:`WATCHDOG_FIELDS` (seconds; ``step_multiple`` a factor), or ``off``; unset: its defaults.
+The job spec's ``watchdog`` section renders it."""
+WATCHDOG_FIELDS = ("step_floor_s", "step_multiple", "first_step_s", "eval_s", "save_s", "poll_s")
+"""The fields of ``roxxel.train.watchdog.WatchdogBounds``, named here for the launcher."""
 ENV_RESTORE_FROM = "ROXXEL_RESTORE_FROM"
 """The job spec's ``restore_from``: another run's checkpoint directory to branch from while
 this run's own holds no step (read only); unset when the spec has none."""

@@ -54,6 +54,7 @@ ROXXEL_RUN_NAME = shared.ENV_RUN_NAME
 ROXXEL_CHECKPOINT_DIR = shared.ENV_CHECKPOINT_DIR
 ROXXEL_DATA_DIR = shared.ENV_DATA_DIR
 ROXXEL_RESTORE_FROM = shared.ENV_RESTORE_FROM
+ROXXEL_WATCHDOG = shared.ENV_WATCHDOG
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +110,8 @@ def indexed_job_env(*, job_name: str, service_name: str, num_processes: int) -> 
 
 
 def run_env(*, run_name: str, checkpoint_dir: str | None, data_dir: str | None,
-            termination_grace_s: int, restore_from: str | None = None) -> tuple[EnvVar, ...]:
+            termination_grace_s: int, restore_from: str | None = None,
+            watchdog: str | None = None) -> tuple[EnvVar, ...]:
     """What the training command reads to find its run, checkpoints and data, and what
     ``roxxel-worker`` reads to bound its wait after SIGTERM (the pod's grace period)."""
     env = [EnvVar(ROXXEL_RUN_NAME, value=run_name), EnvVar(ROXXEL_TERMINATION_GRACE_S, value=str(termination_grace_s))]
@@ -119,6 +121,8 @@ def run_env(*, run_name: str, checkpoint_dir: str | None, data_dir: str | None,
         env.append(EnvVar(ROXXEL_DATA_DIR, value=data_dir))
     if restore_from is not None:
         env.append(EnvVar(ROXXEL_RESTORE_FROM, value=restore_from))
+    if watchdog is not None:
+        env.append(EnvVar(ROXXEL_WATCHDOG, value=watchdog))
     return tuple(env)
 
 
@@ -129,7 +133,7 @@ RESERVED_ENV_NAMES = frozenset({
     ROXXEL_NUM_PROCESSES, JOB_COMPLETION_INDEX, ROXXEL_COORDINATOR_ADDRESS, ROXXEL_PROCESS_ID,
     ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, ROXXEL_DATA_DIR, ROXXEL_RESTART_ATTEMPT,
     ROXXEL_MAX_RESTART_ATTEMPT, shared.ENV_REPLICATED_JOB_REPLICAS, ROXXEL_HOST_ALIASES, ROXXEL_TERMINATION_GRACE_S,
-    ROXXEL_RESTORE_FROM,
+    ROXXEL_RESTORE_FROM, ROXXEL_WATCHDOG,
 })
 
 

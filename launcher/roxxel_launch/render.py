@@ -413,7 +413,8 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     data_volume = _data_volume(spec)
     run = contract.run_env(run_name=spec.run_name or spec.name, checkpoint_dir=spec.checkpoint_dir,
                            data_dir=contract.DATA_MOUNT_PATH if data_volume else None,
-                           termination_grace_s=spec.termination_grace_period, restore_from=spec.restore_from)
+                           termination_grace_s=spec.termination_grace_period, restore_from=spec.restore_from,
+                           watchdog=spec.watchdog.env_value())
     env = [var.to_k8s() for var in (*distributed, *run)]
     for var in env:
         if "value" in var:

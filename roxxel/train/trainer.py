@@ -35,7 +35,7 @@ from roxxel.train.state import ModelState
 from roxxel.train.step import make_train_step
 from roxxel.train.stragglers import StragglerReport
 from roxxel.train.vocabulary import check_embeddings
-from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds
+from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds, bounds_from_env
 from roxxel.wording import count
 
 log = logging.getLogger("roxxel.train")
@@ -160,6 +160,8 @@ class Trainer:
             to stderr and the process exits with ``STALLED_EXIT_CODE`` (43, a counted gang
             restart); ``None`` turns it off. It runs in a job only (more than one process, or
             under ``roxxel-worker``): an interactive session paused in a debugger is not ended.
+            Left at its default, ``ROXXEL_WATCHDOG`` (the job spec's ``watchdog`` section)
+            may change the bounds or turn it off (:func:`~roxxel.train.watchdog.bounds_from_env`).
 
     Raises:
         ValueError: a batch size that does not divide over micro-batches or data shards
@@ -235,7 +237,7 @@ class Trainer:
         self.handle_sigint = handle_sigint
         if watchdog is not None and not isinstance(watchdog, WatchdogBounds):
             raise ConfigTypeError(f"watchdog must be a WatchdogBounds or None, got {type(watchdog).__name__}")
-        self.watchdog_bounds = watchdog
+        self.watchdog_bounds = bounds_from_env() if watchdog is DEFAULT_BOUNDS else watchdog
         self._watchdog: ProgressWatchdog | None = None
         self._stragglers = StragglerReport()
         self._profiling = False

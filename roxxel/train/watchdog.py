@@ -28,15 +28,17 @@ import collections
 import contextlib
 import dataclasses
 import faulthandler
+import json
 import logging
 import os
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
-from roxxel.contract import STALLED_EXIT_CODE
+from roxxel.contract import ENV_WATCHDOG, STALLED_EXIT_CODE
+from roxxel.exit_codes import ConfigValueError
 
 log = logging.getLogger("roxxel.train")
 
@@ -73,6 +75,34 @@ class WatchdogBounds:
 
 DEFAULT_BOUNDS = WatchdogBounds()
 """The bounds a Trainer uses unless told otherwise."""
+
+
+def bounds_from_env(environ: Mapping[str, str] | None = None) -> WatchdogBounds | None:
+    """The bounds ``ROXXEL_WATCHDOG`` asks for (the job spec's ``watchdog`` section): a JSON
+    object of :class:`WatchdogBounds` fields over the defaults, ``off`` for none; unset or
+    empty: :data:`DEFAULT_BOUNDS`.
+
+    Raises:
+        ConfigValueError: not JSON, an unknown field, or a bound that is not a positive number
+            (exit 78 under ``roxxel-worker``: every attempt would read the same).
+    """
+    text = (os.environ if environ is None else environ).get(ENV_WATCHDOG, "").strip()
+    if not text:
+        return DEFAULT_BOUNDS
+    if text.lower() == "off":
+        return None
+    try:
+        given = json.loads(text)
+    except ValueError as err:
+        raise ConfigValueError(f"{ENV_WATCHDOG}={text!r} is not JSON ({err}); give e.g. "
+                               '{"step_floor_s": 300} or off') from None
+    names = {field.name for field in dataclasses.fields(WatchdogBounds)}
+    if not isinstance(given, dict) or set(given) - names:
+        raise ConfigValueError(f"{ENV_WATCHDOG}={text!r}: expected an object of {', '.join(sorted(names))}")
+    try:
+        return dataclasses.replace(DEFAULT_BOUNDS, **given)
+    except ValueError as err:
+        raise ConfigValueError(f"{ENV_WATCHDOG}: {err}") from None
 
 
 def _stall(message: str) -> None:

@@ -79,6 +79,38 @@ def test_evaluations_and_saves_have_their_own_bounds():
         assert "while saving step 7, after step 6" in wd.check()
 
 
+def test_roxxel_watchdog_sets_the_bounds_or_turns_the_watchdog_off():
+    """The job spec's watchdog section reaches the Trainer as ROXXEL_WATCHDOG (JSON or off)."""
+    import dataclasses
+
+    from roxxel.contract import WATCHDOG_FIELDS
+    from roxxel.exit_codes import ConfigValueError
+    from roxxel.train.watchdog import DEFAULT_BOUNDS, bounds_from_env
+
+    assert WATCHDOG_FIELDS == tuple(f.name for f in dataclasses.fields(WatchdogBounds))  # what the launcher renders
+    assert bounds_from_env({}) is DEFAULT_BOUNDS
+    assert bounds_from_env({"ROXXEL_WATCHDOG": "off"}) is None
+    got = bounds_from_env({"ROXXEL_WATCHDOG": '{"step_floor_s": 5, "first_step_s": 60}'})
+    assert (got.step_floor_s, got.first_step_s, got.eval_s) == (5, 60, DEFAULT_BOUNDS.eval_s)
+    for bad in ("5", '{"step_flor_s": 5}', '{"step_floor_s": 0}', "{"):
+        with pytest.raises(ConfigValueError, match="ROXXEL_WATCHDOG"):
+            bounds_from_env({"ROXXEL_WATCHDOG": bad})
+
+
+def test_a_trainer_left_at_the_default_reads_roxxel_watchdog(monkeypatch, tmp_path):
+    from roxxel import Curriculum, Phase
+    from roxxel.train import Trainer
+    from support.lm import loss_fn, make_model
+
+    cur = Curriculum(make_dataset(str(tmp_path / "d")), [Phase(steps=2, global_batch_size=2, seq_len=16)],
+                     chunk_tokens=256)
+    model, opt = make_model()
+    monkeypatch.setenv("ROXXEL_WATCHDOG", "off")
+    assert Trainer(model, opt, cur, loss_fn).watchdog_bounds is None
+    explicit = WatchdogBounds(step_floor_s=7)
+    assert Trainer(model, opt, cur, loss_fn, watchdog=explicit).watchdog_bounds is explicit  # the argument wins
+
+
 def test_bad_bounds_are_refused():
     with pytest.raises(ValueError, match="step_floor_s must be a positive number"):
         WatchdogBounds(step_floor_s=0)

@@ -32,6 +32,7 @@ from roxxel_launch.spec.fields import INT32_MAX, _check_quantity, _doc, _freeze,
 from roxxel_launch.spec.owned import refuse
 from roxxel_launch.spec.pod import EnvFromSource, KeyRef, Resources, Security, Toleration
 from roxxel_launch.spec.storage import _BUCKET, _BUCKET_RULE, DataMount, ExtraVolume
+from roxxel_launch.spec.training import Watchdog
 
 API_VERSION = "roxxel.dev/v1alpha1"
 KIND = "RoxxelJob"
@@ -65,6 +66,8 @@ class JobSpec:
     checkpoint_dir: str | None = _doc(
         "gs://BUCKET/PATH (Orbax writes directly) or an absolute path on a writable mount.",
         default=None)
+    watchdog: Watchdog = _doc("The progress watchdog: a worker that stops making progress ends the job "
+                              "(exit 43, a counted gang restart) after these bounds.", default_factory=Watchdog)
     restore_from: str | None = _doc(
         "Another run's checkpoint directory (gs://BUCKET/PATH or an absolute path) to branch "
         "from: read, never written, while checkpoint_dir holds no step.", default=None)

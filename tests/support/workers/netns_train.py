@@ -9,6 +9,11 @@ seconds after each step of a run that started from scratch (so that a test can a
 mid-training; a resumed attempt runs at full speed) and writes the final parameters to
 PARAMS_OUT (process 0).
 
+Faults of a run that started from scratch, for the liveness tests (tests/launcher/test_launch_liveness.py):
+``STALL_PID`` / ``STALL_AT``: that process blocks its main thread in Python after step STALL_AT
+(alive, its JAX heartbeat too). ``SLOW_PID`` / ``SLOW_S``: that process takes SLOW_S seconds
+more for every step (a straggler).
+
 Every process prints one ``host:`` line: its hostname, the addresses its hostname and the
 coordinator's name resolve to, and at the end the bytes its ``eth0`` sent (``-`` on
 loopback), so a test can check that the traffic went over the namespaces' links.
@@ -59,6 +64,11 @@ class PacedLogger(Logger):
         super().log_metrics_summary(step, metrics)
         if self.paced:
             time.sleep(pause)
+            if str(info.process_id) == os.environ.get("STALL_PID") and step == int(os.environ["STALL_AT"]):
+                print(f"BLOCKING at step {step}", flush=True)
+                time.sleep(3600)  # the main thread blocked; the process and JAX's heartbeat stay alive
+        if str(info.process_id) == os.environ.get("SLOW_PID"):
+            time.sleep(float(os.environ["SLOW_S"]))
 
 
 host = socket.gethostname()
