@@ -86,6 +86,10 @@ WATCHDOG_FIELDS = ("step_floor_s", "step_multiple", "first_step_s", "eval_s", "s
 ENV_RESTORE_FROM = "ROXXEL_RESTORE_FROM"
 """The job spec's ``restore_from``: another run's checkpoint directory to branch from while
 this run's own holds no step (read only); unset when the spec has none."""
+PREEMPTION_FILE = "roxxel_preemption.json"
+"""The record, in a checkpoint directory, of its last preemption save: ``{"step", "save_s"
+(seconds from the agreed step to the complete save), "state_bytes", "process_count", "at"}``;
+``roxxel-launch validate`` compares ``save_s`` with the spec's grace period."""
 OWNER_FILE = "roxxel_run.json"
 """The record, in a checkpoint directory, of the run it belongs to (``{"run": NAME, ...}``)."""
 ENV_DATA_DIR = "ROXXEL_DATA_DIR"

@@ -21,6 +21,7 @@ import functools
 import importlib.resources
 import json
 import logging
+import pathlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from roxxel.contract import PREEMPTION_FILE
 from roxxel_launch import contract, gpu_networking, patch
 from roxxel_launch.spec import (
     DEFAULT_NODE_EPHEMERAL_STORAGE,
@@ -229,6 +231,31 @@ def _warn_spot(spec: JobSpec) -> None:
                        spec.name, spec.termination_grace_period, spot[0], SPOT_GRACE_SECONDS)
 
 
+PREEMPTION_SAVE_MARGIN = 1.5
+"""How much longer than the last measured preemption save the grace period should be (the
+notice arrives up to one step before the agreed step, and storage varies)."""
+
+
+def _warn_preemption_save(spec: JobSpec) -> None:
+    """Warn when the last preemption save recorded in a local ``checkpoint_dir`` (by the
+    training program's checkpointer: ``roxxel_preemption.json``) would not fit the grace period."""
+    path = spec.checkpoint_dir
+    if path is None or "://" in path:
+        return
+    try:
+        record = json.loads((pathlib.Path(path) / PREEMPTION_FILE).read_text())
+        took = float(record["save_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    need = int(took * PREEMPTION_SAVE_MARGIN) + 10
+    if spec.termination_grace_period < need:
+        logger.warning("%s: the last preemption save of this run took %.1f s (step %s, %.2f GiB on %s processes, "
+                       "%s); termination_grace_period is %d s: raise it to at least %d s, or a preemption's save is "
+                       "cut off by SIGKILL and the steps since the last periodic checkpoint are lost",
+                       spec.name, took, record.get("step"), float(record.get("state_bytes", 0)) / 2**30,
+                       record.get("process_count"), record.get("at"), spec.termination_grace_period, need)
+
+
 def _warn_ephemeral_storage(spec: JobSpec) -> None:
     need = spec.ephemeral_storage_bytes
     if spec.node_ephemeral_storage is None and need > DEFAULT_NODE_EPHEMERAL_STORAGE:
@@ -383,6 +410,7 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
                     "Write checkpoints to gs://BUCKET/PATH, or mount a pvc or nfs volume "
                     "(read_only: false) under volumes and put checkpoint_dir inside it.")
     _warn_spot(spec)
+    _warn_preemption_save(spec)
     _warn_ephemeral_storage(spec)
     labels = {MANAGED_BY_LABEL: MANAGED_BY, RUN_NAME_LABEL: spec.run_name, **spec.labels}
     job_labels = dict(labels)

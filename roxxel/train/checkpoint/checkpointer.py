@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import logging
 import math
 import numbers
@@ -24,6 +25,7 @@ from flax import nnx
 from orbax.checkpoint import checkpoint_managers as ocm
 
 from roxxel._version import __version__
+from roxxel.contract import PREEMPTION_FILE
 from roxxel.data.curriculum import classify_changes
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE
 from roxxel.train.checkpoint import _orbax, lifecycle, ownership
@@ -786,8 +788,30 @@ class Checkpointer:
         if step not in self._manager.all_steps():
             self.save(step, metrics_dict, tokens_consumed=tokens_consumed, force=True)
         self.wait_until_finished()
-        log.warning("preempted: checkpoint of step %d is complete in %s; exiting with %d", step, self.directory, PREEMPTED_EXIT_CODE)
+        took = time.monotonic() - (self._preemption.agreed_at or time.monotonic())
+        log.warning("preempted: checkpoint of step %d is complete in %s, %.1f s after the agreed step; exiting with %d",
+                    step, self.directory, took, PREEMPTED_EXIT_CODE)
+        if jax.process_index() == 0:
+            self._record_preemption(step, took)
         raise Preempted(step)
+
+    def _record_preemption(self, step: int, took: float) -> None:
+        """Write :data:`~roxxel.contract.PREEMPTION_FILE` (on a local disk under a temporary
+        name, then renamed): what the next ``validate`` compares the grace period with.
+        Never fails the exit."""
+        record = {"step": step, "save_s": round(took, 3), "process_count": jax.process_count(),
+                  "state_bytes": int(sum(leaf.nbytes for leaf in jax.tree.leaves(nnx.to_pure_dict(self._state.nnx_state())))),
+                  "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        text, path = json.dumps(record) + "\n", self.directory / PREEMPTION_FILE
+        try:
+            if os.fspath(self.directory).startswith("gs://"):
+                path.write_text(text)  # an object appears whole or not at all; a rename is a slow copy there
+            else:
+                tmp = self.directory / f"{PREEMPTION_FILE}.tmp-{os.getpid()}"
+                tmp.write_text(text)
+                tmp.rename(path)
+        except Exception as err:  # the checkpoint is complete; this is only a measurement
+            log.warning("could not record the preemption save's time in %s: %s", self.directory, err)
 
     def request_preemption(self) -> None:
         """Act as if this process had received SIGTERM: save at the next agreed step and stop.

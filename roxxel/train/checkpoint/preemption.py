@@ -33,6 +33,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 import jax
@@ -61,6 +62,8 @@ class PreemptionSync:
 
     Attributes:
         agreed_step: the training step all processes save at, once known; else ``None``.
+        agreed_at: ``time.monotonic()`` when this process learned the agreed step (the notice
+            came at most one step before); ``None`` before.
         stop_reason: what the log says stopped the run (a SIGTERM, or a Ctrl-C through
             :meth:`request`).
     """
@@ -70,6 +73,7 @@ class PreemptionSync:
         self._last_step: int | None = None  # the newest step checked
         self._step_id = 0  # the id JAX was given for it
         self.agreed_step: int | None = None
+        self.agreed_at: float | None = None
         self.stop_reason = "SIGTERM received"
         self._sigterm = threading.Event()
         self._previous_handler: Any = None
@@ -89,7 +93,7 @@ class PreemptionSync:
         if self.agreed_step is not None:
             return step == self.agreed_step
         if self._sigterm.is_set():
-            self.agreed_step = step
+            self.agreed_step, self.agreed_at = step, time.monotonic()
             log.warning("%s: saving step %d and stopping", self.stop_reason, step)
             return True
         return False
@@ -114,7 +118,7 @@ class PreemptionSync:
             except RuntimeError:  # the preemption service is disabled (jax_enable_preemption_service)
                 return False
             if reached and self.agreed_step is None:
-                self.agreed_step = step
+                self.agreed_step, self.agreed_at = step, time.monotonic()
                 log.warning("preemption notice: every process saves step %d and stops", step)
             return reached
 
