@@ -6,6 +6,9 @@ attempt, and the run's final parameters compared bit for bit with an undisturbed
 - A worker whose main thread blocks (alive, its heartbeat too) is caught by the progress
   watchdog (the spec's `watchdog` section, rendered as ROXXEL_WATCHDOG): every process
   writes its stacks and exits 43, the supervisor gang-restarts (counted), the run resumes.
+- A SIGTERM inside an evaluation or while a periodic save is written, to worker 0 or to
+  another: one agreed step saved, exit 42, the JobSet restarted in place (not counted), the
+  resumed run bitwise equal.
 - A worker SIGKILLed mid-training: every survivor is gone within the termination grace
   period (the supervisor's SIGTERM, then roxxel-worker's bound), the run resumes.
 """
@@ -79,3 +82,22 @@ def test_survivors_of_a_sigkilled_worker_are_gone_within_the_grace_period_and_th
     _resumed_from_every_and_equal(job, reference(2))
     print(f"peer SIGKILLed: the survivors were gone after {took:.1f} s (grace period {GRACE} s)")
     assert took < GRACE + 10, took
+
+
+@pytest.mark.parametrize("window, signalled", [("eval", 0), ("save", 1)])
+def test_a_sigterm_inside_an_evaluation_or_a_save_ends_in_one_agreed_save_and_a_bitwise_resume(
+        tmp_path, data, jax_cache, reference, window, signalled):
+    # Paced steps: JAX's notice reaches every process in a fraction of a second, and a run that
+    # ends within it finishes with its final save complete (exit 0, correctly).
+    job = Job(tmp_path, data, jax_cache, f"term-{window}", 2, pause=0.5,
+              env={"SIGTERM_WINDOW": window, "SIGTERM_PID": str(signalled)})
+    job.run()
+    status = job.status()
+    assert (status["state"], status["restarts"], status.get("restarts_counted", 0)) == ("Succeeded", 1, 0), status
+    first = status["attempts"][0]
+    # Every process saved the agreed step; the first exit (42) restarts the gang, which may
+    # stop a peer still on its way out after the complete save (143), as a JobSet would.
+    assert first["exit_codes"][signalled] == 42 and set(first["exit_codes"]) <= {42, 143}, first
+    attempt = job.log(signalled).split(L.ATTEMPT_HEADER)[1]
+    assert f"SIGTERM in window {window}" in attempt and "preempted: checkpoint of step" in attempt, attempt[-3000:]
+    job.params_equal(reference(2))

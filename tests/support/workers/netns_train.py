@@ -12,7 +12,9 @@ PARAMS_OUT (process 0).
 Faults of a run that started from scratch, for the liveness tests (tests/launcher/test_launch_liveness.py):
 ``STALL_PID`` / ``STALL_AT``: that process blocks its main thread in Python after step STALL_AT
 (alive, its JAX heartbeat too). ``SLOW_PID`` / ``SLOW_S``: that process takes SLOW_S seconds
-more for every step (a straggler).
+more for every step (a straggler). ``SIGTERM_PID`` / ``SIGTERM_WINDOW``: that process sends
+itself SIGTERM inside the first evaluation (``eval``: the run then evaluates every 3 steps)
+or right after the first periodic save started (``save``: the save still being written).
 
 Every process prints one ``host:`` line: its hostname, the addresses its hostname and the
 coordinator's name resolve to, and at the end the bytes its ``eth0`` sent (``-`` on
@@ -22,6 +24,7 @@ loopback), so a test can check that the traffic went over the namespaces' links.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import time
@@ -39,7 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from support.lm import loss_fn, make_dataset, make_model  # noqa: E402
 
 from roxxel import Curriculum, Phase  # noqa: E402
-from roxxel.train import Checkpointer, Logger, Trainer  # noqa: E402
+from roxxel.train import Callback, Checkpointer, Logger, Trainer  # noqa: E402
 
 
 def _resolve(name: str) -> str:
@@ -71,6 +74,24 @@ class PacedLogger(Logger):
             time.sleep(float(os.environ["SLOW_S"]))
 
 
+def notice(window: str) -> None:
+    """SIGTERM to this process in ``window`` of a run started from scratch, if the test asked."""
+    if (PacedLogger.paced and os.environ.get("SIGTERM_WINDOW") == window
+            and os.environ.get("SIGTERM_PID") == str(info.process_id)):
+        print(f"SIGTERM in window {window}", flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class SaveNotice(Callback):
+    def on_checkpoint(self, step, directory):
+        notice("save")
+
+
+def evaluate(model):
+    notice("eval")
+    return {"zero": 0.0}
+
+
 host = socket.gethostname()
 coordinator = (info.coordinator_address or "").rpartition(":")[0]
 print(f"host: process {info.process_id} hostname={host} address={_resolve(host)} "
@@ -82,8 +103,9 @@ checkpointer = Checkpointer(os.environ["ROXXEL_CHECKPOINT_DIR"], model, opt, fin
 PacedLogger.paced = checkpointer.latest_step() is None
 logger = PacedLogger(os.path.join(os.environ["ROXXEL_CHECKPOINT_DIR"], "..", f"logs-{info.process_id}"),
                      total_steps=curriculum.total_steps)
+evals = {"eval_fn": evaluate, "eval_every": 3} if os.environ.get("SIGTERM_WINDOW") == "eval" else {}
 Trainer(model, opt, curriculum, loss_fn, checkpointer=checkpointer, logger=logger, log_every=1,
-        save_interval_steps=every).run()
+        save_interval_steps=every, callbacks=[SaveNotice()], **evals).run()
 
 flat = {"/".join(map(str, k)): np.asarray(multihost_utils.process_allgather(v, tiled=True))
         for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
