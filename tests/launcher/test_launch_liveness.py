@@ -3,7 +3,8 @@ jax.distributed workers under roxxel-worker training the tiny LM with real Orbax
 checkpoints (tests/support/workers/netns_train.py), a fault injected into the first
 attempt, and the run's final parameters compared bit for bit with an undisturbed run's.
 
-- A worker whose main thread blocks (alive, its heartbeat too) is caught by the progress
+- A worker whose main thread blocks (alive, its heartbeat too; on loopback, and with every
+  worker on its own network host under --netns) is caught by the progress
   watchdog (the spec's `watchdog` section, rendered as ROXXEL_WATCHDOG): every process
   writes its stacks and exits 43, the supervisor gang-restarts (counted), the run resumes.
 - A SIGTERM inside an evaluation or while a periodic save is written, to worker 0 or to
@@ -24,7 +25,7 @@ import pytest
 
 from roxxel.contract import STALLED_EXIT_CODE
 from roxxel_launch.backends.local import backend as L
-from support.local_job import EVERY, GRACE, STEPS, Job
+from support.local_job import EVERY, GRACE, STEPS, Job, needs_netns
 
 pytestmark = pytest.mark.slow
 
@@ -43,13 +44,14 @@ def _resumed_from_every_and_equal(job: Job, reference) -> dict:
     return first
 
 
-@pytest.mark.parametrize("hosts", [2, 4])
+@pytest.mark.parametrize("hosts, network", [(2, "loopback"), (4, "loopback"),
+                                             pytest.param(2, "netns", marks=needs_netns)])
 def test_a_worker_blocked_in_python_ends_the_gang_with_stacks_and_43_and_the_run_resumes(
-        tmp_path, data, jax_cache, reference, hosts):
+        tmp_path, data, jax_cache, reference, hosts, network):
     stuck = hosts - 1
     job = Job(tmp_path, data, jax_cache, f"stall{hosts}", hosts, env={"STALL_PID": str(stuck), "STALL_AT": str(STALL_AT)},
               watchdog=WATCHDOG)
-    job.run()
+    job.run(*(["--netns"] if network == "netns" else []))
     first = _resumed_from_every_and_equal(job, reference(hosts))
     assert STALLED_EXIT_CODE in first["exit_codes"], first
     supervisor_log = (job.root / job.name / "supervisor.log").read_text()

@@ -34,7 +34,7 @@ from roxxel_launch.backends.local import backend as L
 from roxxel_launch.backends.local import netns
 from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.spec import spec_from_dict
-from support.local_job import EVERY, HEARTBEAT, STEPS, TIMEOUT, Job
+from support.local_job import EVERY, HEARTBEAT, STEPS, TIMEOUT, Job, needs_netns
 from support.local_job import job_spec as _spec
 from support.paths import WORKERS
 from support.wait import wait_for
@@ -43,8 +43,6 @@ PROGRAM = WORKERS / "local_program.py"
 DETECTION_BOUND = 2 * HEARTBEAT + 10  # seconds from a host's loss to the first worker's exit
 RATE = 125_000  # bytes/s: a slowed link's rate where the kernel has no sch_netem (1 Mbit/s)
 
-UNAVAILABLE = netns.unavailable_reason()
-needs_netns = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"--netns cannot run here: {UNAVAILABLE}")
 
 
 

@@ -15,7 +15,10 @@ import time
 import numpy as np
 import yaml
 
+import pytest
+
 from roxxel_launch.backends.local import backend as L
+from roxxel_launch.backends.local import netns
 from support.paths import WORKERS
 
 TRAIN = WORKERS / "netns_train.py"
@@ -23,6 +26,9 @@ STEPS, EVERY = 8, 4  # training steps, checkpoint interval
 HEARTBEAT = 5  # seconds: ROXXEL_HEARTBEAT_TIMEOUT of the jobs
 GRACE = 2  # seconds: termination_grace_period of the jobs
 TIMEOUT = 300  # seconds for one CLI run
+
+UNAVAILABLE = netns.unavailable_reason()
+needs_netns = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"--netns cannot run here: {UNAVAILABLE}")
 
 
 def job_spec(name: str, hosts: int, command: list[str], **extra) -> dict:
