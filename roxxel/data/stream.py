@@ -333,8 +333,10 @@ class Stream:
 
         place: Callable[[np.ndarray], Any] = self._placer  # this process holds the whole batch
         if jax.process_count() > 1:  # each process holds its rows of the global batch
+            first_row = self._row_ranges[phase.index][0]
+
             def place(a):
-                return jax.make_array_from_process_local_data(self.sharding, a, shape)
+                return self._placer(a, shape, first_row)
 
         return place(arrays) if self.outputs == "tokens" else {k: place(v) for k, v in arrays.items()}
 

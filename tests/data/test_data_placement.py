@@ -29,7 +29,7 @@ def test_a_placed_batch_is_what_device_put_gives_and_batches_do_not_share_memory
         rows = empty_aligned((8, 16), np.int32)
         rows[...] = np.arange(128).reshape(8, 16) + k
         batches.append((placer(rows), rows.copy()))
-    assert placer._plans[((8, 16), np.dtype(np.int32))] is not None  # the direct call is in use with this JAX
+    assert placer._plans[((8, 16), np.dtype(np.int32), None, 0)] is not None  # the direct call is in use with this JAX
     for got, rows in batches:  # each batch kept its own values after the next ones were placed
         assert same(got, jax.device_put(rows, sharding))
 
@@ -38,7 +38,7 @@ def test_a_dtype_jax_would_canonicalise_goes_through_device_put():
     placer = Placer(default_batch_sharding())
     rows = np.arange(32, dtype=np.int64).reshape(4, 8)
     got = placer(rows)
-    assert placer._plans[((4, 8), np.dtype(np.int64))] is None
+    assert placer._plans[((4, 8), np.dtype(np.int64), None, 0)] is None
     assert same(got, jax.device_put(rows, default_batch_sharding()))
 
 
@@ -56,7 +56,7 @@ def test_rows_over_two_devices_land_where_device_put_puts_them():
             assert got.sharding == want.sharding
             assert [(s.device, s.index) for s in got.addressable_shards] == [(s.device, s.index) for s in want.addressable_shards]
             assert all(np.array_equal(a.data, b.data) for a, b in zip(got.addressable_shards, want.addressable_shards))
-        assert placer._plans[((4, 16), np.dtype(np.int32))] is not None
+        assert placer._plans[((4, 16), np.dtype(np.int32), None, 0)] is not None
         print("ok")
     """)
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")

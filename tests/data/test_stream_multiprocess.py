@@ -47,6 +47,9 @@ def test_global_batches_identical_and_rows_read_once(data_root, tmp_path):
         per_process = [r["a"] + r["b"] for r in read]
         # Each process read exactly its share of every global batch: global bytes / processes.
         assert per_process == [TOKENS_PER_PROCESS_RUN * 2 // n] * n, per_process
+        # The direct placement (one batched transfer of per-device slices) was kept on every
+        # process and equals jax.make_array_from_process_local_data (checked in the worker).
+        assert all(r["direct_placement"] for r in read), read
     for n in (2, 4):
         assert len(results[n]) == len(results[1]) == 7
         for got, want in zip(results[n], results[1]):
