@@ -22,6 +22,12 @@ Bounds and baselines:
                         bench/.cache/ (it shares the import name) and called as its
                         documentation says (``Roxxel.stream(..., total_steps=...)``, its
                         default prefetch of 4), yielding jax.Arrays.
+  * Grain             - Google's loader for JAX (grain 0.2.18), installed by this script into
+                        its own directory under bench/.cache (never a dependency of roxxel),
+                        in a child process, batches placed with ``jax.device_put``: its typical
+                        pipeline (``MapDataset.source(windows).shuffle().repeat().batch(32)``,
+                        a record per row) and its best case (a source whose record is a whole
+                        batch: 32 random rows by one numpy fancy index over the memory map).
 
 Usage: python bench/stream.py [--seconds 2] [--rounds 3] [--tokens 500e6] [--rss-gb 1,5]
 """
@@ -48,6 +54,7 @@ from roxxel.format import DatasetWriter, open_shard  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.join(HERE, ".cache")
 ORIGINAL_VENV = os.path.join(CACHE, "roxxel-0.9.14-venv")
+GRAIN_DIR = os.path.join(CACHE, "grain-0.2.18")
 BATCH, SEQ = 32, 2048
 TOKENS = BATCH * SEQ
 VOCAB = 50_257
@@ -242,6 +249,74 @@ def original_method(py: str, path: str):
 
 
 # ----------------------------------------------------------------------------------------
+# Grain, in a directory of its own
+# ----------------------------------------------------------------------------------------
+def grain_path() -> str | None:
+    """A directory holding grain 0.2.18 and the dependencies this environment lacks; None if pip cannot get them."""
+    if os.path.exists(os.path.join(GRAIN_DIR, "ok")):
+        return GRAIN_DIR
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", GRAIN_DIR, "grain==0.2.18",
+                        "array-record>=0.8.1", "cloudpickle", "portpicker"], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"grain 0.2.18 could not be installed ({r.stderr.strip()[-300:]}): its rows are left out")
+        return None
+    open(os.path.join(GRAIN_DIR, "ok"), "w").close()
+    return GRAIN_DIR
+
+
+_GRAIN_CHILD = """
+import json, sys, time
+sys.path.insert(0, {grain!r})
+import grain, jax, numpy as np
+data = np.memmap({path!r}, np.uint16, "r", {offset}, ({n},))
+rows = len(data) // {seq}
+sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+class Windows:  # a record per row: what a Grain user writes
+    def __len__(self):
+        return rows
+    def __getitem__(self, i):
+        return np.asarray(data[i * {seq}:(i + 1) * {seq}], np.int32)
+
+class Batches:  # Grain's best case: a record is a whole batch of independent random rows
+    def __init__(self):
+        self.table = data[:rows * {seq}].reshape(rows, {seq})
+    def __len__(self):
+        return 1 << 30
+    def __getitem__(self, i):
+        ix = np.random.default_rng(i).integers(0, rows, {batch})
+        return self.table[ix].astype(np.int32)
+
+source = Windows() if {typical} else Batches()
+ds = grain.MapDataset.source(source)
+ds = ds.shuffle(seed={seed}).repeat().batch({batch}) if {typical} else ds
+it = iter(ds.to_iter_dataset())
+jax.device_put(next(it), sharding).block_until_ready()
+busy, n = 0.0, 0
+while busy < {window}:
+    t0 = time.perf_counter()
+    jax.device_put(next(it), sharding).block_until_ready()
+    busy += time.perf_counter() - t0
+    n += 1
+print(json.dumps({{"tps": n * {batch} * {seq} / busy}}))
+"""
+
+
+def grain_method(where: str, shard, typical: bool):
+    rounds = iter(range(10**6))
+
+    def run(window):
+        code = _GRAIN_CHILD.format(grain=where, path=shard.path, offset=shard._data_offset, n=shard.num_tokens, seq=SEQ,
+                                   batch=BATCH, typical=typical, seed=next(rounds), window=window)
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800,
+                           env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-2000:])
+        return json.loads(r.stdout.strip().splitlines()[-1])["tps"]
+    return run
+
+
+# ----------------------------------------------------------------------------------------
 # tables
 # ----------------------------------------------------------------------------------------
 def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
@@ -276,6 +351,10 @@ def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
     sharding = endless(ds, prefetch_size=0).sharding
     methods["place one batch (device_put)"] = lambda w: over_window(
         lambda: jax.device_put(batch, sharding).block_until_ready() is None and TOKENS or TOKENS, w)
+    where = grain_path()
+    if where:
+        methods["Grain, a record per row (typical), placed"] = grain_method(where, shard, True)
+        methods["Grain, a record per batch (its best case), placed"] = grain_method(where, shard, False)
     if py:
         original = original_data(py, ds)
         page_in(original)  # written in an earlier run: its pages may be gone, as roxxel's would be without the epoch above
@@ -494,6 +573,12 @@ def main(argv=None) -> int:
                m["roxxel host rows, 1st pass"] >= 0.95 * m["roxxel host rows, 1st pass, checks off"])
         record("host rows: prefetch 2 vs 0 (no step)", f"{m['roxxel host rows, prefetch 2'] / m['roxxel host rows']:.2f}x",
                ">= 1.0x (within noise)", m["roxxel host rows, prefetch 2"] >= 0.95 * m["roxxel host rows"])
+        grain_typical = m.get("Grain, a record per row (typical), placed")
+        if grain_typical:
+            best = max(m["roxxel jax.Array"], m["roxxel jax.Array, prefetch 2"])
+            grain_best = m["Grain, a record per batch (its best case), placed"]
+            record("jax.Array vs Grain's typical pipeline", f"{best / grain_typical:.1f}x", ">= 10x", best >= 10 * grain_typical)
+            record("jax.Array vs Grain's best case", f"{best / grain_best:.2f}x", ">= 2x", best >= 2 * grain_best)
         if py:
             best = max(m["roxxel jax.Array"], m["roxxel jax.Array, prefetch 2"])
             record("jax.Array vs roxxel 0.9.14", f"{best / m['roxxel 0.9.14 jax.Array']:.2f}x", ">= 3x",
