@@ -85,29 +85,18 @@ class BlockChecks:
         if not todo.size:
             return
         for b in (todo + b0).tolist():
-            if copied is None:
-                self._check_block(fd, b)
-                continue
             lo = b * self.block_bytes
             hi = min(lo + self.block_bytes, self.data_bytes)
-            a, z = max(lo, start), min(hi, stop)  # the part of the block just read
-            # Only the bytes of the block that were not read are read now: the checksum runs
-            # over them and the copied part in order (CRCs extend), with no second read of the rest.
-            before = _pread(fd, a - lo, self.data_offset + lo, self.path) if a > lo else b""
-            after = _pread(fd, hi - z, self.data_offset + z, self.path) if hi > z else b""
-            self._check_block(fd, b, (before, copied[a - start:z - start], after))
+            self._check_block(fd, b, copied[lo - start:hi - start] if copied is not None and start <= lo and hi <= stop
+                              else None)
 
-    def _check_block(self, fd: int, b: int, parts=None) -> None:
-        """Check block ``b`` on ``parts`` (its bytes in order, if already read) or on a fresh
-        read; mark it checked."""
+    def _check_block(self, fd: int, b: int, data=None) -> None:
+        """Check block ``b`` on ``data`` (its bytes, if already read) or on a fresh read; mark it checked."""
         lo = b * self.block_bytes
         hi = min(lo + self.block_bytes, self.data_bytes)
-        if parts is None:
-            parts = (_pread(fd, hi - lo, self.data_offset + lo, self.path),)
-        actual = 0
-        for part in parts:
-            if len(part):
-                actual = self._checksum(part, actual)
+        if data is None:
+            data = _pread(fd, hi - lo, self.data_offset + lo, self.path)
+        actual = self._checksum(data)
         stored = int(self.crcs(fd)[b])
         if actual != stored:
             name = self.algorithm.upper().replace("CRC", "CRC-")
