@@ -41,11 +41,19 @@ PRESETS: dict[str, Preset] = {
                    "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"),
     # A3 Mega: 8 additional NICs, GPUDirect-TCPXO (gpudirect-tcpxo/nccl-test-latest.yaml).
     "tcpxo": Preset("a3-megagpu-8g", ("nvidia-h100-mega-80gb",), tuple(f"vpc{i}" for i in range(1, 9)),
-                    1, "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.9"),
+                    1, "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.21"),
     # A3 Ultra / A4: 8 RDMA NICs from eth2 on (eth1 is the second gVNIC), GPUDirect RDMA with
     # the gIB plugin (gpudirect-rdma/nccl-test.yaml).
     "rdma": Preset("a3-ultragpu-8g / a4-highgpu-8g", ("nvidia-h200-141gb", "nvidia-b200"),
                    tuple(f"rdma-{i}" for i in range(8)), 2, None),
+}
+# The NCCL plugin each installer DaemonSet puts on the nodes, and the daemon release the same
+# repository's test manifests pair with it (container-engine-accelerators @ 992db81, 2026-06-11:
+# gpudirect-tcp{x,xo}/nccl-tcp{x,xo}-installer.yaml and nccl-test-latest.yaml). A daemon of
+# another release than the installed plugin's may not speak its protocol.
+RELEASED_PAIRS = {
+    "tcpx": ("nccl-plugin-gpudirecttcpx-dev:v3.1.9", "tcpgpudmarxd-dev:v2.0.12"),
+    "tcpxo": ("nccl-plugin-gpudirecttcpx-dev:v1.0.15", "tcpgpudmarxd-dev:v1.0.21"),
 }
 GPUS_PER_HOST = 8  # every machine type above has 8 GPUs
 TCPX_SOCKET_DIR = "/run/tcpx"

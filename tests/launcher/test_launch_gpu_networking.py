@@ -119,3 +119,13 @@ def test_no_preset_renders_no_networking_fields():
     assert not any(k.startswith("networking.gke.io") for k in pod["metadata"]["annotations"])
     assert "initContainers" not in pod["spec"]
     assert yaml.safe_dump(pod).count("hostPath") == 0
+
+
+@pytest.mark.parametrize("mode", ["tcpx", "tcpxo"])
+def test_the_default_daemon_is_the_release_paired_with_the_installers_plugin(mode):
+    """The TCPXO daemon default was v1.0.9 while GKE's installer ships plugin v1.0.15, which the
+    same repository pairs with daemon v1.0.21: a daemon of another release than the plugin's."""
+    from roxxel_launch import gpu_networking as G
+
+    plugin, daemon = G.RELEASED_PAIRS[mode]
+    assert G.PRESETS[mode].daemon_image.endswith("/" + daemon), (G.PRESETS[mode].daemon_image, daemon)
