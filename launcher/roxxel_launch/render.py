@@ -21,6 +21,7 @@ import functools
 import importlib.resources
 import json
 import logging
+import math
 import pathlib
 import re
 from collections.abc import Mapping
@@ -245,14 +246,17 @@ def _warn_preemption_save(spec: JobSpec) -> None:
     try:
         record = json.loads((pathlib.Path(path) / PREEMPTION_FILE).read_text())
         took = float(record["save_s"])
-    except (OSError, ValueError, KeyError, TypeError):
+        gib = float(record.get("state_bytes") or 0) / 2**30
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return  # none, or not a record the checkpointer wrote: nothing to compare with
+    if not 0 <= took < 86400 or not math.isfinite(gib):
         return
-    need = int(took * PREEMPTION_SAVE_MARGIN) + 10
+    need = math.ceil(took * PREEMPTION_SAVE_MARGIN) + 10
     if spec.termination_grace_period < need:
         logger.warning("%s: the last preemption save of this run took %.1f s (step %s, %.2f GiB on %s processes, "
                        "%s); termination_grace_period is %d s: raise it to at least %d s, or a preemption's save is "
                        "cut off by SIGKILL and the steps since the last periodic checkpoint are lost",
-                       spec.name, took, record.get("step"), float(record.get("state_bytes", 0)) / 2**30,
+                       spec.name, took, record.get("step"), gib,
                        record.get("process_count"), record.get("at"), spec.termination_grace_period, need)
 
 

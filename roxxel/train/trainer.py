@@ -425,7 +425,7 @@ class Trainer:
         self._log(f"training steps {start}..{total} on {count(jax.process_count(), 'process')}, "
                   f"{count(len(jax.devices()), 'device')}; {cur}")
         if ckpt is not None and ckpt.restored_run is not None:
-            self._log(f"restored step {start} from {ckpt.directory} "
+            self._log(f"restored step {start} from {ckpt.restored_from or ckpt.directory} "
                       f"(saved at {ckpt.restored_run.get('saved_at', 'an unknown time')})")
             if ckpt.restore_plan is not None and not ckpt.restore_plan.unchanged:
                 self._log(f"restored into a changed model: {ckpt.restore_plan.summary()}")

@@ -43,6 +43,10 @@ from roxxel.exit_codes import ConfigValueError
 log = logging.getLogger("roxxel.train")
 
 
+MAX_BOUND_S = 365 * 86400.0
+"""The largest bound: past it (or infinite) the watching thread's timers overflow."""
+
+
 @dataclasses.dataclass(frozen=True)
 class WatchdogBounds:
     """How long each activity may go without progress, in seconds.
@@ -69,8 +73,9 @@ class WatchdogBounds:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"WatchdogBounds.{field.name} must be a positive number of seconds, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_BOUND_S:
+                raise ValueError(f"WatchdogBounds.{field.name} must be a positive number of seconds up to "
+                                 f"{MAX_BOUND_S:.0f} (a year), got {value!r}")
 
 
 DEFAULT_BOUNDS = WatchdogBounds()

@@ -106,6 +106,7 @@ def test_gpu_and_cpu_hosts_are_explicit():
     ({"restore_from": "ckpt", "checkpoint_dir": "/c"}, [], "restore_from", "absolute path"),
     ({"restore_from": "gs://bkt/lm"}, [], "restore_from", "without checkpoint_dir"),
     ({"restore_from": "gs://bkt/lm/", "checkpoint_dir": "gs://bkt/lm"}, [], "restore_from", "is checkpoint_dir itself"),
+    ({"restore_from": "gs://bkt/lm", "checkpoint_dir": "gs://bkt/lm/ft"}, [], "restore_from", "are nested"),
     ({"watchdog": {"step_floor_s": 0}}, [], "watchdog.step_floor_s", "positive number of seconds"),
     ({"watchdog": {"step_flor_s": 5}}, [], "watchdog.step_flor_s", "Did you mean 'step_floor_s'"),
     ({"data": {"gcsfuse": {"bucket": "bkt", "only_dir": "a,ro=false"}}}, [],

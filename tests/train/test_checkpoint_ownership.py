@@ -105,3 +105,28 @@ def test_restore_from_branches_from_another_runs_steps_and_writes_only_its_own_d
         assert ckpt.restore() == 4
     with pytest.raises(ValueError, match="is this run's own checkpoint directory"):
         Checkpointer(branch, state=build(MODEL_DIMS, 2), run_name="ft", restore_from=branch)
+
+
+def test_a_missing_or_empty_restore_from_is_refused_not_a_fresh_start(tmp_path):
+    """A typo in restore_from started the branch from scratch, and once it had saved its own
+    steps the branch was lost for good; now restore() refuses it (a configuration error, 78)."""
+    (tmp_path / "empty").mkdir()
+    for source in (tmp_path / "missing", tmp_path / "empty"):
+        with Checkpointer(tmp_path / f"ft-{source.name}", state=build(MODEL_DIMS, 0), run_name="ft",
+                          restore_from=source) as ckpt:
+            with pytest.raises(ConfigurationError, match="holds no complete checkpoint"):
+                ckpt.restore()
+
+
+def test_nested_restore_from_and_checkpoint_directories_are_refused(tmp_path):
+    for mine, other in ((tmp_path / "lm" / "ft", tmp_path / "lm"), (tmp_path / "ft", tmp_path / "ft" / "lm")):
+        with pytest.raises(ValueError, match="are nested"):
+            Checkpointer(mine, state=build(MODEL_DIMS, 0), run_name="ft", restore_from=other)
+
+
+def test_a_restore_from_in_the_environment_that_the_program_ignores_is_named(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("ROXXEL_RESTORE_FROM", str(tmp_path / "lm"))
+    with Checkpointer(tmp_path / "ft", state=build(MODEL_DIMS, 0), run_name="ft") as ckpt:
+        with caplog.at_level("WARNING", logger="roxxel.checkpoint"):
+            assert ckpt.restore() == 0
+    assert "ROXXEL_RESTORE_FROM" in caplog.text and "given no restore_from" in caplog.text

@@ -92,7 +92,7 @@ def test_roxxel_watchdog_sets_the_bounds_or_turns_the_watchdog_off():
     assert bounds_from_env({"ROXXEL_WATCHDOG": "off"}) is None
     got = bounds_from_env({"ROXXEL_WATCHDOG": '{"step_floor_s": 5, "first_step_s": 60}'})
     assert (got.step_floor_s, got.first_step_s, got.eval_s) == (5, 60, DEFAULT_BOUNDS.eval_s)
-    for bad in ("5", '{"step_flor_s": 5}', '{"step_floor_s": 0}', "{"):
+    for bad in ("5", '{"step_flor_s": 5}', '{"step_floor_s": 0}', "{", '{"poll_s": 1e13}', '{"poll_s": Infinity}'):
         with pytest.raises(ConfigValueError, match="ROXXEL_WATCHDOG"):
             bounds_from_env({"ROXXEL_WATCHDOG": bad})
 

@@ -293,9 +293,13 @@ class JobSpec:
         if self.checkpoint_dir is None:
             raise SpecError("restore_from", "is given without checkpoint_dir: the branch would have nowhere of its "
                             "own to save", "Give checkpoint_dir too (a new directory for this run).")
-        if path.rstrip("/") == self.checkpoint_dir.rstrip("/"):
+        other, mine = path.rstrip("/"), self.checkpoint_dir.rstrip("/")
+        if other == mine:
             raise SpecError("restore_from", f"{path!r} is checkpoint_dir itself",
                             "Leave restore_from out to resume this run, or give the other run's directory.")
+        if mine.startswith(other + "/") or other.startswith(mine + "/"):
+            raise SpecError("restore_from", f"{path!r} and checkpoint_dir {self.checkpoint_dir!r} are nested: the "
+                            "branch would write inside the other run's directory", "Give them separate directories.")
 
     @property
     def hosts_per_slice(self) -> int:

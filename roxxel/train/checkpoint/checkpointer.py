@@ -25,9 +25,9 @@ from flax import nnx
 from orbax.checkpoint import checkpoint_managers as ocm
 
 from roxxel._version import __version__
-from roxxel.contract import PREEMPTION_FILE
+from roxxel.contract import ENV_RESTORE_FROM, PREEMPTION_FILE
 from roxxel.data.curriculum import classify_changes
-from roxxel.exit_codes import PREEMPTED_EXIT_CODE
+from roxxel.exit_codes import PREEMPTED_EXIT_CODE, ConfigValueError
 from roxxel.train.checkpoint import _orbax, lifecycle, ownership
 from roxxel.train.checkpoint.directory import check_gcs_backend, damaged_metrics, resolve_directory
 from roxxel.train.checkpoint.errors import (
@@ -228,9 +228,14 @@ class Checkpointer:
         self.restore_from = None if restore_from is None else resolve_directory(restore_from)
         if self.restore_from is not None:
             check_gcs_backend(self.restore_from)
-            if os.fspath(self.restore_from) == os.fspath(self.directory):
-                raise ValueError(f"restore_from {os.fspath(self.restore_from)!r} is this run's own checkpoint "
-                                 "directory; give the other run's directory, or leave restore_from out to resume")
+            mine, other = os.fspath(self.directory).rstrip("/"), os.fspath(self.restore_from).rstrip("/")
+            if mine == other:
+                raise ConfigValueError(f"restore_from {other!r} is this run's own checkpoint directory; give the other "
+                                       "run's directory, or leave restore_from out to resume")
+            if mine.startswith(other + "/") or other.startswith(mine + "/"):
+                raise ConfigValueError(f"restore_from {other!r} and the checkpoint directory {mine!r} are nested: the "
+                                       "branch would write inside the other run's directory (or read its own); give "
+                                       "them separate directories")
         self.fingerprint = None if fingerprint is None else normalize_json(fingerprint, "fingerprint")
         self.allow_changed_run = bool(allow_changed_run)
         self.best_metric = best_metric
@@ -241,6 +246,8 @@ class Checkpointer:
         self.restore_plan: RestorePlan | None = None
         """What the last :meth:`restore` read: arrays restored, new, dropped, and whether
         the optimizer state was restored (see :class:`~roxxel.train.partial.RestorePlan`)."""
+        self.restored_from: epath.Path | None = None
+        """The directory the last :meth:`restore` read: this one, or :attr:`restore_from`."""
         self.restored_run: dict[str, Any] | None = None
         """The ``run`` record of the last restored step (``step``, ``tokens_consumed``,
         ``metrics``, ``fingerprint``, ``settings``, ...), or ``None`` before a restore / when none."""
@@ -536,8 +543,19 @@ class Checkpointer:
         self._await_tmp_cleanup()
         self._manager.reload()
         source, directory = self._manager, self.directory
+        given = os.environ.get(ENV_RESTORE_FROM)
+        if self.restore_from is None and given and not list(self._manager.all_steps()):
+            log.warning("%s=%s is set (the job spec's restore_from) but this Checkpointer was given no restore_from: "
+                        "it starts from scratch. Pass restore_from=roxxel.run.run_info().restore_from", ENV_RESTORE_FROM,
+                        given)
         if self.restore_from is not None and not list(self._manager.all_steps()):
             source, directory = self._branch_source(), self.restore_from
+            if not list(source.all_steps()):
+                source.close()
+                raise ConfigValueError(
+                    f"restore_from {os.fspath(self.restore_from)!r} holds no complete checkpoint (missing, empty, or "
+                    f"only unfinished steps), so this run would start from scratch instead of branching; give the "
+                    f"other run's checkpoint_dir, or leave restore_from out to start afresh")
         try:
             return self._restore_from(source, directory, step, partial)
         finally:
@@ -590,6 +608,7 @@ class Checkpointer:
             if isinstance(getattr(self._target, "step", None), int):
                 self._target.step = step
         self.restored_run = run
+        self.restored_from = directory
         self.restore_plan = plan
         if not plan.unchanged:
             log.warning("restored step %d from %s into a changed model (partial=True): %s",

@@ -71,8 +71,8 @@ def check_owner(directory: epath.Path, run_name: str | None) -> None:
         f"checkpoint directory {directory} belongs to run {record.get('run')!r} (since {record.get('created', '?')}), "
         f"not to this run {run_name!r}: restoring it would continue that run's training and this run's saves would "
         f"replace its steps. Give this run a checkpoint directory of its own (with roxxel-launch: --set "
-        f"checkpoint_dir=... together with --set name={run_name}), or, to start from that run's weights, copy a step "
-        "into a new directory first")
+        f"checkpoint_dir=... together with --set name={run_name}), and to start from that run's weights, give "
+        f"restore_from={directory} (Checkpointer(restore_from=...), the spec's restore_from): read, never written")
 
 
 def record_owner(directory: epath.Path, run_name: str | None) -> None:
