@@ -8,8 +8,9 @@ the thread writes one line (process, last step, what it waits in), then the Pyth
 of every thread (``faulthandler``), and ends the process with
 :data:`~roxxel.contract.STALLED_EXIT_CODE` (43), which the rendered failure policies count
 as an ordinary failure: a counted gang restart that resumes from the last checkpoint. The
-peers, blocked in the step's collective, stop finishing steps too and do the same, so the
-log holds every process's stacks.
+peers, blocked in the step's collective, stop finishing steps too and usually do the same
+(unless the stuck process's exit breaks their collective first), so the log holds their
+stacks as well.
 
 Bounds (seconds, :class:`WatchdogBounds`):
 

@@ -5,8 +5,9 @@ attempt, and the run's final parameters compared bit for bit with an undisturbed
 
 - A worker whose main thread blocks (alive, its heartbeat too; on loopback, and with every
   worker on its own network host under --netns) is caught by the progress
-  watchdog (the spec's `watchdog` section, rendered as ROXXEL_WATCHDOG): every process
-  writes its stacks and exits 43, the supervisor gang-restarts (counted), the run resumes.
+  watchdog (the spec's `watchdog` section, rendered as ROXXEL_WATCHDOG): the stuck process
+  writes its stacks and exits 43 (its peers too, unless its exit breaks their collective
+  first), the supervisor gang-restarts (counted), the run resumes.
 - A SIGTERM inside an evaluation or while a periodic save is written, to worker 0 or to
   another: one agreed step saved, exit 42, the JobSet restarted in place (not counted), the
   resumed run bitwise equal.
@@ -56,11 +57,11 @@ def test_a_worker_blocked_in_python_ends_the_gang_with_stacks_and_43_and_the_run
     assert STALLED_EXIT_CODE in first["exit_codes"], first
     supervisor_log = (job.root / job.name / "supervisor.log").read_text()
     assert f"exited with {STALLED_EXIT_CODE} (" in supervisor_log and "gang restart 1 of at most 2" in supervisor_log
-    for i in range(hosts):  # every process wrote its stacks; the stuck one's is in the program, not in JAX
-        attempt = job.log(i).split(L.ATTEMPT_HEADER)[1]
-        assert "the stacks of this process's threads follow" in attempt, attempt[-3000:]
-        assert f"process {i}" in attempt
+    # The stuck process wrote its stacks, which show it in the program, not in JAX. Its peers, waiting
+    # in the step's collective, either pass the same bound and do the same, or, when the stuck
+    # process's exit comes first, fail in the collective (or are stopped by the gang restart).
     stuck_log = job.log(stuck).split(L.ATTEMPT_HEADER)[1]
+    assert "the stacks of this process's threads follow" in stuck_log, stuck_log[-3000:]
     assert f"BLOCKING at step {STALL_AT}" in stuck_log and "log_metrics_summary" in stuck_log, stuck_log[-3000:]
 
 
