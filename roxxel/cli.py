@@ -6,6 +6,7 @@ import json
 import re
 import signal
 import sys
+import threading
 import time
 
 import click
@@ -128,6 +129,8 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
     t0 = time.perf_counter()
 
     def on_progress(docs: int, tokens: int, nbytes: int) -> None:
+        if _sigterm_received.is_set():  # the handler's exception can be lost (below): raise it again here
+            raise Terminated()
         totals["documents"] += docs
         totals["tokens"] += tokens
         totals["bytes"] += nbytes
@@ -150,6 +153,9 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
         click.echo(f"roxxel pack: {how}; {output} is as it was before (nothing packed was kept)", err=True)
         sys.exit(128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT))  # as a shell reports it
     bar.close()
+    if _sigterm_received.is_set():  # arrived as the pack finished: it is complete, and says so
+        click.echo(f"roxxel pack: terminated (SIGTERM) as the pack finished; {output} is complete", err=True)
+        sys.exit(128 + signal.SIGTERM)
     elapsed = time.perf_counter() - t0
     click.echo(f"packed {count(totals['documents'], 'document')}, {count(totals['tokens'], 'token')} into {output} "
                f"({totals['bytes'] / elapsed / 1e6:.1f} MB/s); the dataset holds {count(manifest.num_documents, 'document')}, "
@@ -163,7 +169,14 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (Kubernetes, ``timeout``, a job scheduler), raised where Ctrl-C would be, to run the same clean-up."""
 
 
+_sigterm_received = threading.Event()
+
+
 def _raise_terminated(signum: int, frame: object) -> None:
+    """Raise :class:`Terminated`, and remember it: an exception raised in a signal handler is
+    lost when the signal lands in code whose exceptions Python ignores (an at-fork hook such
+    as logging's, while the pool starts its workers), and the pack went on to exit 0."""
+    _sigterm_received.set()
     raise Terminated()
 
 

@@ -139,3 +139,32 @@ def test_a_pack_stopped_by_a_signal_leaves_no_worker_running(tmp_path, sig):
     with pytest.raises(Exception):  # nothing that opens as a dataset, whatever was left
         from roxxel import Roxxel
         Roxxel(str(out)).open()
+
+
+def test_a_sigterm_whose_exception_python_swallowed_still_stops_the_pack(tmp_path, monkeypatch):
+    """Seen in a CI run: SIGTERM landed while the pool forked its workers, inside logging's
+    at-fork hook, where Python ignores exceptions ('Exception ignored in: _releaseLock'); the
+    handler's Terminated was lost and the pack went on to exit 0. The handler also records the
+    signal, and the pack stops at its next progress report as if the exception had come."""
+    from click.testing import CliRunner
+
+    import roxxel.cli as cli
+    import roxxel.pack
+
+    def pack_losing_the_exception(inputs, output, on_progress, **kwargs):
+        try:
+            cli._raise_terminated(signal.SIGTERM, None)  # as in an at-fork hook: raised, then ignored
+        except cli.Terminated:
+            pass
+        on_progress(1, 10, 100)  # the pack goes on
+        raise AssertionError("the pack was not stopped")
+
+    monkeypatch.setattr(roxxel.pack, "pack", pack_losing_the_exception)
+    monkeypatch.setattr(cli, "_sigterm_received", type(cli._sigterm_received)())
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        result = CliRunner().invoke(cli.main, ["pack", str(tmp_path), "-o", str(tmp_path / "out")])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.exit_code == 143, result.output
+    assert "terminated (SIGTERM)" in result.output and "as it was before" in result.output
