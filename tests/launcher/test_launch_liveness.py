@@ -98,9 +98,9 @@ def test_a_sigterm_inside_an_evaluation_or_a_save_ends_in_one_agreed_save_and_a_
     status = job.status()
     assert (status["state"], status["restarts"], status.get("restarts_counted", 0)) == ("Succeeded", 1, 0), status
     first = status["attempts"][0]
-    # Every process saved the agreed step; the first exit (42) restarts the gang, which may
-    # stop a peer still on its way out after the complete save (143), as a JobSet would.
-    assert first["exit_codes"][signalled] == 42 and set(first["exit_codes"]) <= {42, 143}, first
-    attempt = job.log(signalled).split(L.ATTEMPT_HEADER)[1]
-    assert f"SIGTERM in window {window}" in attempt and "preempted: checkpoint of step" in attempt, attempt[-3000:]
+    # Every process saved the agreed step; the first exit (42, from either process) restarts the
+    # gang, which may stop a peer still on its way out after the complete save (143), as a JobSet would.
+    assert 42 in first["exit_codes"] and set(first["exit_codes"]) <= {42, 143}, first
+    assert f"SIGTERM in window {window}" in job.log(signalled).split(L.ATTEMPT_HEADER)[1]
+    assert any("preempted: checkpoint of step" in job.log(i).split(L.ATTEMPT_HEADER)[1] for i in range(2))
     job.params_equal(reference(2))
