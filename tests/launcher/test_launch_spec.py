@@ -109,6 +109,8 @@ def test_gpu_and_cpu_hosts_are_explicit():
     ({"restore_from": "gs://bkt/lm", "checkpoint_dir": "gs://bkt/lm/ft"}, [], "restore_from", "are nested"),
     ({"watchdog": {"step_floor_s": 0}}, [], "watchdog.step_floor_s", "positive number of seconds"),
     ({"watchdog": {"step_flor_s": 5}}, [], "watchdog.step_flor_s", "Did you mean 'step_floor_s'"),
+    ({"watchdog": {"step_multiple": 0}}, [], "watchdog.step_multiple", "positive factor of the median step time"),
+    ({"watchdog": {"enabled": False, "step_floor_s": 5}}, [], "watchdog.enabled", "would be dropped"),
     ({"data": {"gcsfuse": {"bucket": "bkt", "only_dir": "a,ro=false"}}}, [],
      "data.gcsfuse.only_dir", "no ','"),
     ({"data": {"gcsfuse": {"bucket": "bkt", "mount_options": ["a,b"]}}}, [],

@@ -29,9 +29,13 @@ class Watchdog:
     def __post_init__(self):
         for name in self.bounds():
             value = getattr(self, name)
+            what = "factor of the median step time" if name == "step_multiple" else "number of seconds"
             if not 1 <= value <= INT32_MAX:
-                raise SpecError(name, f"must be a positive number of seconds, got {value}",
-                                "Give e.g. 300, or leave it out for the default.")
+                raise SpecError(name, f"must be a positive {what}, got {value}",
+                                f"Give e.g. {20 if name == 'step_multiple' else 300}, or leave it out for the default.")
+        if not self.enabled and self.bounds():
+            raise SpecError("enabled", f"is false, but bounds are given ({', '.join(self.bounds())}): they would "
+                            "be dropped", "Remove the bounds, or set enabled: true.")
 
     def bounds(self) -> list[str]:
         """The bounds given, by name (each one of ``roxxel.contract.WATCHDOG_FIELDS``)."""
