@@ -88,22 +88,11 @@ def endless(ds, **kw):
 # ----------------------------------------------------------------------------------------
 # methods (each: window seconds -> tokens per second)
 # ----------------------------------------------------------------------------------------
-def memcpy(shard):
+def sequential_copy(shard, dtype=None):
+    """The batch's token bytes copied out of the page-cached map in large sequential slices,
+    as stored (memcpy) or cast to ``dtype`` on the way (the cast-copy bound)."""
     flat = shard.tokens
-    buf = np.empty(TOKENS, flat.dtype)
-    pos = [0]
-
-    def step():
-        a = pos[0] = (pos[0] + TOKENS) % (len(flat) - TOKENS)
-        np.copyto(buf, flat[a:a + TOKENS])
-        return TOKENS
-    return lambda w: over_window(step, w)
-
-
-def cast_copy(shard):
-    """memcpy's sequential slices, cast to int32 on the way (what every delivered batch needs)."""
-    flat = shard.tokens
-    buf = np.empty(TOKENS, np.int32)
+    buf = np.empty(TOKENS, flat.dtype if dtype is None else dtype)
     pos = [0]
 
     def step():
@@ -334,8 +323,8 @@ def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
     for _ in range(ds.num_tokens // TOKENS + 1):  # blocks checked, as above
         next(unidentified)
     methods = {
-        "memcpy": memcpy(shard),
-        "u16->int32 cast (bound)": cast_copy(shard),
+        "memcpy": sequential_copy(shard),
+        "u16->int32 cast (bound)": sequential_copy(shard, np.int32),
         "pread per row": pread_per_row(ds),
         "nanoGPT get_batch": nanogpt(shard),
         "roxxel host rows": stream_method(checked),

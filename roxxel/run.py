@@ -61,3 +61,15 @@ def run_info(environ: Mapping[str, str] | None = None, *, run_name: str | None =
         restart_attempt=restart_attempt,
         restore_from=env.get(ENV_RESTORE_FROM) or None,
     )
+
+
+def branch_overlap(checkpoint_dir: str, restore_from: str) -> str | None:
+    """How ``restore_from`` overlaps ``checkpoint_dir`` (paths or ``gs://`` URLs, compared as
+    written, a trailing ``/`` ignored): ``"same"`` (that would resume, not branch), ``"nested"``
+    (the branch would write inside the other run's directory, or read its own), or ``None``."""
+    mine, other = checkpoint_dir.rstrip("/"), restore_from.rstrip("/")
+    if mine == other:
+        return "same"
+    if mine.startswith(other + "/") or other.startswith(mine + "/"):
+        return "nested"
+    return None

@@ -25,6 +25,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from roxxel.run import branch_overlap
 from roxxel_launch import contract, names
 from roxxel_launch.spec.accelerators import Accelerator
 from roxxel_launch.spec.errors import SpecError, _check, _Problems
@@ -293,11 +294,11 @@ class JobSpec:
         if self.checkpoint_dir is None:
             raise SpecError("restore_from", "is given without checkpoint_dir: the branch would have nowhere of its "
                             "own to save", "Give checkpoint_dir too (a new directory for this run).")
-        other, mine = path.rstrip("/"), self.checkpoint_dir.rstrip("/")
-        if other == mine:
+        overlap = branch_overlap(self.checkpoint_dir, path)
+        if overlap == "same":
             raise SpecError("restore_from", f"{path!r} is checkpoint_dir itself",
                             "Leave restore_from out to resume this run, or give the other run's directory.")
-        if mine.startswith(other + "/") or other.startswith(mine + "/"):
+        if overlap == "nested":
             raise SpecError("restore_from", f"{path!r} and checkpoint_dir {self.checkpoint_dir!r} are nested: the "
                             "branch would write inside the other run's directory", "Give them separate directories.")
 

@@ -28,6 +28,7 @@ from roxxel._version import __version__
 from roxxel.contract import ENV_RESTORE_FROM, PREEMPTION_FILE
 from roxxel.data.curriculum import classify_changes
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE, ConfigValueError
+from roxxel.run import branch_overlap
 from roxxel.train.checkpoint import _orbax, lifecycle, ownership
 from roxxel.train.checkpoint.directory import check_gcs_backend, damaged_metrics, resolve_directory
 from roxxel.train.checkpoint.errors import (
@@ -228,11 +229,12 @@ class Checkpointer:
         self.restore_from = None if restore_from is None else resolve_directory(restore_from)
         if self.restore_from is not None:
             check_gcs_backend(self.restore_from)
-            mine, other = os.fspath(self.directory).rstrip("/"), os.fspath(self.restore_from).rstrip("/")
-            if mine == other:
+            mine, other = os.fspath(self.directory), os.fspath(self.restore_from)
+            overlap = branch_overlap(mine, other)
+            if overlap == "same":
                 raise ConfigValueError(f"restore_from {other!r} is this run's own checkpoint directory; give the other "
                                        "run's directory, or leave restore_from out to resume")
-            if mine.startswith(other + "/") or other.startswith(mine + "/"):
+            if overlap == "nested":
                 raise ConfigValueError(f"restore_from {other!r} and the checkpoint directory {mine!r} are nested: the "
                                        "branch would write inside the other run's directory (or read its own); give "
                                        "them separate directories")
@@ -543,20 +545,20 @@ class Checkpointer:
         self._await_tmp_cleanup()
         self._manager.reload()
         source, directory = self._manager, self.directory
-        given = os.environ.get(ENV_RESTORE_FROM)
-        if self.restore_from is None and given and not list(self._manager.all_steps()):
-            log.warning("%s=%s is set (the job spec's restore_from) but this Checkpointer was given no restore_from: "
-                        "it starts from scratch. Pass restore_from=roxxel.run.run_info().restore_from", ENV_RESTORE_FROM,
-                        given)
-        if self.restore_from is not None and not list(self._manager.all_steps()):
-            source, directory = self._branch_source(), self.restore_from
-            if not list(source.all_steps()):
-                source.close()
-                raise ConfigValueError(
-                    f"restore_from {os.fspath(self.restore_from)!r} holds no complete checkpoint (missing, empty, or "
-                    f"only unfinished steps), so this run would start from scratch instead of branching; give the "
-                    f"other run's checkpoint_dir, or leave restore_from out to start afresh")
+        if not list(self._manager.all_steps()):
+            given = os.environ.get(ENV_RESTORE_FROM)
+            if self.restore_from is not None:
+                source, directory = self._branch_source(), self.restore_from
+            elif given:
+                log.warning("%s=%s is set (the job spec's restore_from) but this Checkpointer was given no "
+                            "restore_from: it starts from scratch. Pass restore_from=roxxel.run.run_info().restore_from",
+                            ENV_RESTORE_FROM, given)
         try:
+            if source is not self._manager and not list(source.all_steps()):
+                raise ConfigValueError(
+                    f"restore_from {os.fspath(directory)!r} holds no complete checkpoint (missing, empty, or only "
+                    f"unfinished steps), so this run would start from scratch instead of branching; give the other "
+                    f"run's checkpoint_dir, or leave restore_from out to start afresh")
             return self._restore_from(source, directory, step, partial)
         finally:
             if source is not self._manager:
