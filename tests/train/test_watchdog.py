@@ -146,15 +146,22 @@ def test_a_slow_worker_is_named_as_a_straggler_and_nothing_restarts(tmp_path):
 @pytest.mark.parametrize("stall_pid", [1])
 def test_a_worker_blocked_in_python_ends_every_process_with_stacks_and_43(tmp_path, stall_pid):
     """Before: process 1 blocked at step 5 with its process and JAX's heartbeat alive, and the
-    job stayed Running forever (worker 0 waiting in the step's collective). Now each process's
-    watchdog sees no step finish within its bound, writes its threads' stacks, and exits 43."""
+    job stayed Running forever (worker 0 waiting in the step's collective). Now the blocked
+    process's watchdog sees no step finish within its bound, writes its threads' stacks, and exits
+    43. Its peer, waiting in the next step's collective, either passes its own bound and does the
+    same, or, when the blocked process's exit comes first, fails in that collective (the peer's
+    connection closed; JAX then ends it, SIGABRT) - under load either may come first (seen in a
+    CI run). Neither may finish or hang."""
     started = time.monotonic()
     procs, outs = _run_pair(tmp_path, stall_pid, stall_step=5)
     for i, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == STALLED_EXIT_CODE, f"process {i}: {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
-        assert f"watchdog: process {i} made no progress" in err, err[-3000:]
-        assert "the stacks of this process's threads follow" in err and "Thread 0x" in err, err[-3000:]
-        assert "FINISHED" not in out
+        assert "FINISHED" not in out and p.returncode != 0, f"process {i}: {p.returncode}\n{out[-2000:]}\n{err[-4000:]}"
+        if i == stall_pid or p.returncode == STALLED_EXIT_CODE:
+            assert p.returncode == STALLED_EXIT_CODE, f"process {i}: {p.returncode}\n{err[-4000:]}"
+            assert f"watchdog: process {i} made no progress" in err, err[-3000:]
+            assert "the stacks of this process's threads follow" in err and "Thread 0x" in err, err[-3000:]
+        else:
+            assert "Connection closed by peer" in err or "another task died" in err, err[-4000:]
     blocked_err = outs[stall_pid][1]
     # step 5 ran; its callbacks are part of it, so the last finished step is 4; the stack shows where
     assert "after step 4" in blocked_err and "in on_step" in blocked_err, blocked_err[-3000:]
