@@ -746,8 +746,58 @@ def initialize(
                 detected.num_processes,
             )
         _record = _Record(info, initialized_jax=initialized_jax)
+        if initialized_jax:
+            _end_at_once_on_uncaught_errors(info.process_id)
         _log_info(info, "initialised")
         return info
+
+
+def _end_at_once_on_uncaught_errors(process_id: int) -> None:
+    """After an uncaught exception, report it and end the process at once.
+
+    Left alone, a process of a multi-process job that raises waits at JAX's shutdown barrier
+    (``shutdown_timeout_seconds``, 300 s by default) for peers that wait in turn for it in
+    the step's collective: the whole gang hung for 5 minutes, then died by SIGABRT (seen in
+    a container run whose process 0 could not create its log directory). Python's exit
+    functions still run (loggers flush), except JAX's own, which would wait at that barrier;
+    JAX's C++ shutdown does not run either. The exit status stays
+    Python's for an uncaught exception (1); a configuration error has been recorded by the
+    hook this one wraps (:func:`roxxel.exit_codes.report_configuration_errors`).
+    """
+    import atexit
+    import sys
+
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stderr.write(f"roxxel: process {process_id} ends now (exit 1) after an uncaught {kind.__name__}, "
+                         "without waiting for the other processes at JAX's shutdown barrier\n")
+        try:
+            _skip_jax_shutdown_at_exit()
+            atexit._run_exitfuncs()
+            logging.shutdown()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(1)
+
+    sys.excepthook = hook
+
+
+def _skip_jax_shutdown_at_exit() -> None:
+    """Unregisters JAX's exit function (``jax._src.api.clean_up``, private: no public way),
+    which shuts ``jax.distributed`` down and so waits at its shutdown barrier."""
+    import atexit
+
+    from jax._src import api as jax_api
+
+    clean_up = getattr(jax_api, "clean_up", None)
+    if clean_up is not None:
+        atexit.unregister(clean_up)
 
 
 def shutdown() -> None:

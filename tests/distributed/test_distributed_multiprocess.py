@@ -143,3 +143,38 @@ def test_initialize_accepts_a_runtime_that_other_code_started():
     assert report["info"]["coordinator_address"] == f"127.0.0.1:{port}"
     assert (report["info"]["process_id"], report["info"]["num_processes"]) == (0, 1)
     assert report["still_up"] is True  # rd.shutdown() leaves other code's runtime alone
+
+
+@pytest.mark.parametrize("raise_pid", [0, 1])
+def test_a_process_that_raises_ends_at_once_and_so_does_its_peer(tmp_path, raise_pid):
+    """Before: the process that raised waited at JAX's shutdown barrier (300 s) for a peer
+    that waited in turn for it in a collective, and both died by SIGABRT 5 minutes later
+    (seen with the worker image run as containers). Now it reports the exception, says
+    why it ends, and exits 1 at once; its peer's collective fails soon after."""
+    from support.paths import WORKERS
+    import time
+
+    coordinator = f"127.0.0.1:{free_port()}"
+    env = dict(_base_env(), XLA_FLAGS="--xla_force_host_platform_device_count=1", ROXXEL_HEARTBEAT_TIMEOUT="10")
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / "raise_worker.py"), coordinator, str(i), "2",
+                               str(raise_pid)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    ended = [0.0, 0.0]
+    deadline = time.monotonic() + TIMEOUT
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        for i, p in enumerate(procs):
+            if p.poll() is not None and not ended[i]:
+                ended[i] = time.time()
+        time.sleep(0.05)
+    outs = [p.communicate(timeout=10) for p in procs]
+    ended = [e or time.time() for e in ended]
+    failed_out, failed_err = outs[raise_pid]
+    assert procs[raise_pid].returncode == 1, failed_err[-3000:]
+    assert "RuntimeError: this process fails before its first step" in failed_err
+    assert f"roxxel: process {raise_pid} ends now (exit 1) after an uncaught RuntimeError" in failed_err
+    raised = float(failed_out.split("RAISING AT ")[1].split()[0])
+    # Before: 30 s and more (JAX's exit function waited at the shutdown barrier for the peer).
+    assert ended[raise_pid] - raised < 10, f"the raising process took {ended[raise_pid] - raised:.1f} s to exit"
+    peer = procs[1 - raise_pid]
+    assert peer.returncode != 0 and "PEER PASSED" not in outs[1 - raise_pid][0], outs[1 - raise_pid]
+    assert ended[1 - raise_pid] - raised < 60, f"the peer took {ended[1 - raise_pid] - raised:.1f} s to exit"
