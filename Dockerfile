@@ -35,6 +35,9 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897
 # no layer keeps either.
 FROM ${BASE_IMAGE} AS build
 ARG ACCELERATOR=cpu
+# Extras of pyproject.toml installed with the dependencies: tokenizers, so that the main job's
+# prepare.py (BPE) and the sample its training prints run in the image too.
+ARG EXTRAS=tokenizers
 ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
@@ -42,7 +45,8 @@ WORKDIR /src
 COPY docker/install.sh docker/requirements-*.txt docker/
 COPY pyproject.toml ./
 RUN --mount=type=cache,target=/root/.cache,sharing=locked --mount=type=secret,id=pip-cert \
-    ROXXEL_WHEEL_CACHE=/root/.cache/roxxel-wheels sh docker/install.sh "$ACCELERATOR" --dependencies pyproject.toml
+    ROXXEL_WHEEL_CACHE=/root/.cache/roxxel-wheels ROXXEL_EXTRAS="$EXTRAS" \
+    sh docker/install.sh "$ACCELERATOR" --dependencies pyproject.toml
 COPY README.md LICENSE ./
 COPY roxxel/ roxxel/
 COPY launcher/ launcher/

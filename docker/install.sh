@@ -4,6 +4,8 @@
 #   docker/install.sh ACCELERATOR                          the pinned JAX for ACCELERATOR only
 #   docker/install.sh ACCELERATOR --dependencies PYPROJECT the pinned JAX and the dependencies
 #                                                          that PYPROJECT (pyproject.toml) lists,
+#                                                          with those of the extras named in
+#                                                          $ROXXEL_EXTRAS (comma-separated),
 #                                                          without the project itself
 #   docker/install.sh ACCELERATOR PROJECT_DIR              the pinned JAX and Roxxel from the
 #                                                          source tree (with its dependencies)
@@ -71,8 +73,15 @@ case "$#:${1:-}" in
     ;;
   2:--dependencies)
     dependencies="$VIRTUAL_ENV/roxxel-dependencies.txt"
-    "$python" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
-      "$2" >"$dependencies"
+    "$python" - "$2" "${ROXXEL_EXTRAS:-}" >"$dependencies" <<'PY'
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+extras = [e.strip() for e in sys.argv[2].split(",") if e.strip()]
+unknown = sorted(set(extras) - set(project.get("optional-dependencies", {})))
+if unknown:
+    sys.exit(f"install.sh: ROXXEL_EXTRAS names extras that {sys.argv[1]} does not define: {', '.join(unknown)}")
+print("\n".join([*project["dependencies"], *(d for e in extras for d in project["optional-dependencies"][e])]))
+PY
     pip_install --requirement "$requirements" --requirement "$dependencies"
     rm -f "$dependencies"
     ;;

@@ -1,11 +1,15 @@
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 
 import pytest
 
+from support.shared import made_once
+
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -33,6 +37,22 @@ def gcs_emulator(tmp_path_factory):
 
 
 _JAX_CACHE: tempfile.TemporaryDirectory | None = None
+
+
+@pytest.fixture(scope="session")
+def lm_data(tmp_path_factory) -> pathlib.Path:
+    """The LM example's tokenizer and datasets (code, code-eval, text), made once by
+    examples/lm/prepare.py for every test that trains on them: the tests only read them.
+
+    Made once for the whole run, not once per pytest-xdist worker: the workers share the
+    directory above their own temporary roots, and a lock lets one pack (BPE packing takes
+    ~20 s of both cores) while the other waits, then finds it packed.
+    """
+    with made_once(tmp_path_factory, "lm-data") as data:
+        if not all((data / name / "dataset.json").exists() for name in ("code", "code-eval", "text")):
+            subprocess.run([sys.executable, "examples/lm/prepare.py", str(data)], cwd=REPO, check=True,
+                           capture_output=True, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=600)
+    return data
 
 
 def pytest_configure(config):

@@ -58,12 +58,22 @@ SAMPLE_PROMPT = "    def "
 CHUNK_TOKENS = 256
 
 
+def default_run_dir(run_name: str) -> str:
+    """``runs/RUN_NAME`` in the working directory, or under ``$HOME`` where the working
+    directory cannot be written (the worker image's read-only root)."""
+    if os.access(".", os.W_OK) or not os.environ.get("HOME"):
+        return os.path.join("runs", run_name)
+    return os.path.join(os.environ["HOME"], "runs", run_name)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     run = run_info(run_name="lm", data_dir="runs/data/lm")  # what the launcher set, else these
     p.add_argument("--data", default=run.data_dir, help="datasets packed by prepare.py")
     p.add_argument("--run-name", default=run.run_name, help="the run the checkpoint directory belongs to (another run's is refused)")
-    p.add_argument("--run-dir", default=os.path.join("runs", run.run_name), help="logs, metrics, plot")
+    p.add_argument("--run-dir", default=default_run_dir(run.run_name),
+                   help="logs, metrics, plot (default runs/RUN_NAME, or $HOME/runs/RUN_NAME where the working "
+                        "directory is read-only, as in the worker image, whose pods mount an emptyDir at $HOME)")
     p.add_argument("--checkpoint-dir", default=run.checkpoint_dir, help="default RUN_DIR/checkpoints")
     p.add_argument("--restore-from", default=run.restore_from,
                    help="another run's checkpoint directory to start from while this run's holds no step")

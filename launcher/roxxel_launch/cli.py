@@ -374,6 +374,10 @@ def _announce(status: JobStatus) -> None:
 @click.option("--max-workers", type=click.IntRange(min=1), default=None,
               help="With --local: the most worker processes to start (default "
                    "$ROXXEL_LOCAL_MAX_WORKERS, else 64).")
+@click.option("--runtime", type=click.Choice(["process", "podman"]), default="process", show_default=True,
+              help="With --local: run each pod's worker as a process of this machine's Python, or as a "
+                   "container of the spec's image with podman (its user, read-only root, emptyDirs, own "
+                   "network; the image must be in podman's local store).")
 @click.option("--dry-run", is_flag=True, help="Check everything, start nothing.")
 @_schema_option
 @_version_option
@@ -381,7 +385,7 @@ def _announce(status: JobStatus) -> None:
 @click.pass_context
 def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend_name: str, detach: bool,
            devices_per_worker: int | None, data_dir: str | None, netns: bool, max_workers: int | None,
-           dry_run: bool, schema: bool, kubernetes_version: str, context: str | None) -> None:
+           runtime: str, dry_run: bool, schema: bool, kubernetes_version: str, context: str | None) -> None:
     """Start a job: on the cluster, or as local processes with --local.
 
     The spec and the manifests it renders are validated before anything starts (for
@@ -391,7 +395,7 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
     if not local:
         for flag, given in (("--detach", detach), ("--devices-per-worker", devices_per_worker is not None),
                             ("--data-dir", data_dir is not None), ("--netns", netns),
-                            ("--max-workers", max_workers is not None)):
+                            ("--max-workers", max_workers is not None), ("--runtime", runtime != "process")):
             if given:
                 raise click.UsageError(f"{flag} applies to --local runs only")
     spec = _load(spec_path, overrides)
@@ -404,7 +408,7 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
         options = LocalOptions(foreground=foreground, echo=sys.stdout if foreground else None,
                                data_dir=data_dir, devices_per_worker=devices_per_worker,
                                network="netns" if netns and not dry_run else "loopback",
-                               max_workers=max_workers)
+                               max_workers=max_workers, runtime=runtime)
         if spec.checkpoint_dir and "://" in spec.checkpoint_dir:
             click.echo(f"roxxel-launch: note: checkpoint_dir is {spec.checkpoint_dir}: the local workers will write "
                        "there (with this machine's credentials); for a local run give a local directory, e.g. "

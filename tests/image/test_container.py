@@ -1,12 +1,13 @@
 """The worker image, really built and run as containers with podman (the container tier).
 
-Once per session (a module fixture; `./dev.sh test` keeps a module on one xdist worker) it
-makes the local Debian base (docker/make-base.sh: cached, skipped when the image exists) and
-builds the cpu worker image with `roxxel-launch image build` (podman's layer and pip caches
-make a rebuild take seconds). Then it runs the image as a rendered pod's container runs: the
-pod's user and groups (runAsUser, runAsGroup, fsGroup), read-only root, dropped
-capabilities, no privilege escalation, its emptyDirs as tmpfs, its env (literal values,
-``$(VAR)`` expanded as the kubelet does), its command, and checks:
+Once per test run (tests/image/conftest.py) it makes the local Debian base
+(docker/make-base.sh: cached, skipped when the image exists) and builds the cpu worker image
+with `roxxel-launch image build` (podman's layer and pip caches make a rebuild take
+seconds). Then it runs the image as a rendered pod's container runs: the pod's user and
+groups (runAsUser, runAsGroup, fsGroup), read-only root, dropped capabilities, no
+privilege escalation, its emptyDirs as tmpfs, its env as the kubelet
+resolves it, its command (the options are those of the local backend's container runtime,
+roxxel_launch.backends.local.containers), and checks:
 
 - the uid and groups, and that $HOME and every emptyDir are writable;
 - tini is PID 1 under the image's ENTRYPOINT, roxxel-worker under the pod's command;
@@ -23,15 +24,12 @@ removed after its test, failed or not, and again at the end of the module.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
@@ -39,29 +37,24 @@ from click.testing import CliRunner
 
 from roxxel import exit_codes
 from roxxel_launch import contract
+from roxxel_launch.backends.local import containers as containers_runtime
+from roxxel_launch.backends.local import manifest
+from roxxel_launch.backends.local.pods import LocalSettings, rendered_objects
 from roxxel_launch.cli import cli
+from roxxel_launch.spec import spec_from_dict
 
+from support.image import IMAGE, PODMAN, podman_env
 from support.paths import REPO
 
 # The first test also waits for the image: a cold build of the base and the image takes ~10 min.
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(3600)]
 
-PODMAN = shutil.which("podman")
-BASE = "localhost/roxxel-base:bookworm"
-IMAGE = "localhost/roxxel-test/worker:cpu"
 SESSION = uuid.uuid4().hex[:12]
 LABEL = f"dev.roxxel.test-session={SESSION}"
-BIN_DIR = Path(sys.executable).parent
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("CONTAINERS_CONF", str(REPO / "docker" / "containers.conf"))
-    return env
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([PODMAN, *args], capture_output=True, text=True, timeout=timeout, env=_env())
+    result = subprocess.run([PODMAN, *args], capture_output=True, text=True, timeout=timeout, env=podman_env())
     if check:
         assert result.returncode == 0, f"podman {' '.join(args)} exited {result.returncode}:\n{result.stderr}"
     return result
@@ -73,20 +66,9 @@ def _remove_session_containers() -> None:
         podman("rm", "--force", "--time", "0", *ids, check=False)
 
 
-@pytest.fixture(scope="module")
-def worker_image():
-    """The cpu worker image built from this tree on the local base; its build output."""
-    if PODMAN is None:
-        pytest.skip("podman is not installed (apt-get install podman iptables runc mmdebstrap); "
-                    ".ci/run installs it")
-    make_base = subprocess.run([str(REPO / "docker" / "make-base.sh"), BASE], capture_output=True, text=True,
-                               timeout=1200, env=_env())
-    assert make_base.returncode == 0, f"docker/make-base.sh failed:\n{make_base.stdout}\n{make_base.stderr}"
-    build = subprocess.run([str(BIN_DIR / "roxxel-launch"), "image", "build", "--engine", "podman",
-                            "--base", BASE, "--tag", IMAGE], capture_output=True, text=True, timeout=2400,
-                           env=_env(), cwd=REPO)
-    assert build.returncode == 0, f"roxxel-launch image build failed:\n{build.stdout[-5000:]}\n{build.stderr[-5000:]}"
-    yield build.stdout
+@pytest.fixture(scope="module", autouse=True)
+def _session_containers_removed():
+    yield
     _remove_session_containers()
 
 
@@ -112,50 +94,17 @@ def _rendered_pod() -> dict:
     return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
 
 
-def kubelet_expand(value: str, env: dict[str, str]) -> str:
-    """``$(VAR)`` replaced by an earlier variable's value, ``$$`` by ``$``, as the kubelet does
-    (an unknown ``$(VAR)`` stays as written)."""
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)",
-                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
-
-
 def pod_run_args(pod: dict) -> list[str]:
-    """`podman run` options for the pod's container: user, groups, read-only root,
-    capabilities, privilege escalation, emptyDirs as tmpfs, literal env."""
-    spec = pod["spec"]
-    (container,) = spec["containers"]
-    pod_sc, sc = spec.get("securityContext", {}), container.get("securityContext", {})
-    args = ["--user", f"{pod_sc['runAsUser']}:{pod_sc['runAsGroup']}"]
-    if "fsGroup" in pod_sc:
-        args += ["--group-add", str(pod_sc["fsGroup"])]
-    if sc.get("readOnlyRootFilesystem"):
-        # Without --read-only-tmpfs=false podman would add writable /tmp, /run and /var/tmp.
-        args += ["--read-only", "--read-only-tmpfs=false"]
-    for cap in sc.get("capabilities", {}).get("drop", []):
-        args += ["--cap-drop", cap]
-    if sc.get("allowPrivilegeEscalation") is False:
-        args += ["--security-opt", "no-new-privileges"]
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    for mount in container["volumeMounts"]:
-        empty_dir = volumes[mount["name"]].get("emptyDir")
-        assert empty_dir is not None, f"volume {mount['name']}: only emptyDirs are run here"
-        size = empty_dir.get("sizeLimit")
-        if mount["mountPath"] == "/dev/shm":
-            args += ["--shm-size", size or "64m"]
-            continue
-        # An emptyDir is world-writable (0777, whatever the image has at its path). Podman gives
-        # a tmpfs over a directory of the image that directory's mode (0700 for HOME) with
-        # root as owner; U=true makes the pod's user its owner, so the user can write to it
-        # as to an emptyDir.
-        options = ["type=tmpfs", f"destination={mount['mountPath']}", "tmpfs-mode=1777", "U=true"]
-        args += ["--mount", ",".join(options + ([f"tmpfs-size={size}"] if size else []))]
-    env: dict[str, str] = {}
-    for var in container["env"]:
-        if "value" in var:
-            env[var["name"]] = kubelet_expand(var["value"], env)
-    for name, value in env.items():
-        args += ["--env", f"{name}={value}"]
-    return args
+    """`podman create` options for the pod's container, as the container runtime of the local
+    backend makes them (roxxel_launch.backends.local.containers): user, groups, read-only root,
+    capabilities, privilege escalation, emptyDirs as tmpfs, the env as the kubelet resolves it.
+    The pod is the rendered manifest's first (``pod`` is its template, which this matches)."""
+    spec = spec_from_dict({**yaml.safe_load((REPO / "k8s/examples/cpu-smoke.yaml").read_text()), "image": IMAGE})
+    (first, *_) = manifest.manifest_pods(rendered_objects(spec))
+    assert first.spec["containers"] == pod["spec"]["containers"]
+    settings = LocalSettings(python=sys.executable, run_dir=REPO)
+    env = containers_runtime.container_env(first, settings, restart_attempt=0, pod_ip="127.0.0.1", base_env={})
+    return containers_runtime.container_options(first, settings, env)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,9 @@ command as the kubelet resolves them), :mod:`roxxel_launch.backends.local.policy
 fail, from exit codes and the manifest's policies), :mod:`roxxel_launch.backends.local.pods` (a
 pod as a local process), :mod:`roxxel_launch.backends.local.supervisor` (the process that runs
 the attempts: restarts, signals, grace periods), :mod:`roxxel_launch.backends.local.runtime`
-(what starts, signals and stops one pod's worker: a process, :mod:`roxxel_launch.backends.local.processes`),
+(what starts, signals and stops one pod's worker: a process, :mod:`roxxel_launch.backends.local.processes`,
+or with ``runtime="podman"`` (CLI ``--runtime podman``) a container of the manifest's image,
+:mod:`roxxel_launch.backends.local.containers`),
 :mod:`roxxel_launch.backends.local.netns` (``--netns``); this module is the
 :class:`~roxxel_launch.backends.base.Backend` on top of them.
 
@@ -116,7 +118,7 @@ from roxxel_launch.backends.local.rundir import (
     status_from_dict,
     write_json,
 )
-from roxxel_launch.backends.local.runtime import default_runtime
+from roxxel_launch.backends.local.runtimes import RUNTIMES, runtime_for
 from roxxel_launch.backends.local.supervisor import Supervisor
 
 __all__ = [
@@ -237,6 +239,10 @@ class LocalOptions:
         stop_timeout: seconds ``delete`` waits for a running supervisor to stop its workers
             before it SIGKILLs them; None: the job's grace period (capped at
             :data:`GRACE_CAP_SECONDS`) + 30.
+        runtime: one of :data:`~roxxel_launch.backends.local.runtime.RUNTIMES`: ``process``
+            (each worker a process of this machine's Python), or ``podman`` (each a
+            container of the manifest's image:
+            :mod:`roxxel_launch.backends.local.containers`).
     """
 
     foreground: bool = False
@@ -247,6 +253,7 @@ class LocalOptions:
     network: str = "loopback"
     max_workers: int | None = None
     stop_timeout: float | None = None
+    runtime: str = "process"
 
 
 class LocalBackend(Backend):
@@ -262,6 +269,23 @@ class LocalBackend(Backend):
         root = root if root is not None else os.environ.get(ROOT_ENV) or DEFAULT_ROOT
         self.root = Path(root).expanduser().absolute()
         self.options = options if options is not None else LocalOptions()
+
+    @staticmethod
+    def _check_container_runtime(spec, opts: LocalOptions) -> None:
+        """A container run: the runtime known and installed, no --netns, the image built."""
+        from roxxel_launch.backends.local import containers
+
+        if opts.runtime not in RUNTIMES:
+            raise BackendError(f"the local runtime must be one of {', '.join(RUNTIMES)}, got {opts.runtime!r}")
+        if (reason := containers.unavailable_reason(opts.runtime)) is not None:
+            raise BackendError(f"--runtime {opts.runtime}: {reason}")
+        if opts.network == "netns":
+            raise BackendError(f"--netns and --runtime {opts.runtime} do not go together: each container "
+                               "has a network of its own already")
+        if spec.checkpoint_dir and not spec.checkpoint_dir.startswith(("/", "gs://")):
+            raise BackendError(f"checkpoint_dir {spec.checkpoint_dir!r}: a container run binds a local "
+                               "checkpoint directory at its own path, which must be absolute")
+        containers.check_image(opts.runtime, spec.image)
 
     # -- paths -----------------------------------------------------------------------------
     def run_dir(self, name: str) -> Path:
@@ -314,6 +338,8 @@ class LocalBackend(Backend):
             from roxxel_launch.backends.local import netns
 
             netns.pod_hosts(spec)  # the pods' names and coordinator, checked before anything starts
+        if opts.runtime != "process":
+            self._check_container_runtime(spec, opts)
         check_worker_count(spec, max_workers)
         check_checkpoint_owner(spec)
         if spec.env_from:  # the kubelet would read them; nothing here can
@@ -341,7 +367,7 @@ class LocalBackend(Backend):
         write_json(run_dir / SPEC_FILE, spec_to_dict(spec))
         write_json(run_dir / LAUNCH_FILE, {
             "cwd": cwd, "data_dir": resolved_data, "devices_per_worker": devices_per_worker,
-            "python": sys.executable, "network": network, "created": created})
+            "python": sys.executable, "network": network, "runtime": opts.runtime, "created": created})
         write_json(run_dir / STATUS_FILE, {
             "name": spec.name, "state": JobState.PENDING.value, "processes": spec.num_processes,
             "max_restarts": spec.max_restarts, "restarts": 0, "resumes": 0, "exit_code": None,
@@ -465,10 +491,12 @@ class LocalBackend(Backend):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(supervisor, signal.SIGKILL)
         # Workers of a supervisor that was killed: they may still run.
-        runtime = default_runtime()
+        runtime = runtime_for(read_json(run_dir / LAUNCH_FILE).get("runtime"), run_dir)
         for pid in read_json(run_dir / STATUS_FILE).get("pids", []):
             if runtime.remove_leftover(pid):
                 logger.warning("killed leftover worker process group %d of job %s", pid, name)
+        for left in runtime.remove_run():
+            logger.warning("removed %s of job %s", left, name)
         if read_json(run_dir / LAUNCH_FILE).get("network") == "netns":
             from roxxel_launch.backends.local import netns
 

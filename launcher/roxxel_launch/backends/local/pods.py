@@ -119,7 +119,13 @@ def host_aliases(pods: Sequence[manifest.LocalPod], coordinator_address: str, po
     return ",".join([f"{n}=127.0.0.1" for n in names] + [f"{coordinator_address}=127.0.0.1:{port}"])
 
 
-def _from_environment(base: Mapping[str, str]):
+def secret_from_environment(base: Mapping[str, str]):
+    """``(name, valueFrom) -> value`` for :func:`manifest.container_env`: a Secret's or
+    ConfigMap's key, which a local run cannot read, is taken from ``base`` by the variable's name.
+
+    Raises (when called):
+        BackendError: the variable is not in ``base`` and its reference is not optional.
+    """
     def secret(name: str, source: Mapping[str, Any]) -> str | None:
         if name in base:
             return base[name]
@@ -157,7 +163,7 @@ def worker_process(pod: manifest.LocalPod, settings: LocalSettings, *, restart_a
     container = pod.container(contract.CONTAINER_NAME)
     try:
         own = manifest.container_env(pod, container, restart_attempt=restart_attempt, pod_ip=pod_ip,
-                                     secret=_from_environment(base))
+                                     secret=secret_from_environment(base))
     except manifest.UnresolvedReference as err:
         raise BackendError(str(err)) from None
     paths = volume_paths(pod, container, settings)
@@ -172,17 +178,26 @@ def worker_process(pod: manifest.LocalPod, settings: LocalSettings, *, restart_a
     bin_dir = os.path.dirname(settings.python)
     env["PATH"] = os.pathsep.join([bin_dir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
     if settings.devices_per_worker is not None:
-        if settings.devices_per_worker < 1:
-            raise BackendError(f"devices_per_worker must be >= 1, got {settings.devices_per_worker}")
-        flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(_XLA_DEVICE_COUNT_FLAG)]
-        flags.append(f"{_XLA_DEVICE_COUNT_FLAG}={settings.devices_per_worker}")
-        env["XLA_FLAGS"] = " ".join(flags)
+        env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), settings.devices_per_worker)
     argv = manifest.container_argv(container, own)
     found = shutil.which(argv[0], path=env["PATH"])
     if found is None:
         raise BackendError(f"pod {pod.name}: the container's command {argv[0]!r} is not on PATH "
                            f"({env['PATH']}); install the package that provides it in {bin_dir}")
     return [os.path.abspath(found), *argv[1:]], env
+
+
+def with_device_count(xla_flags: str, devices: int) -> str:
+    """``xla_flags`` with ``--xla_force_host_platform_device_count=devices`` in place of any
+    earlier count: the CPU devices each worker's JAX sees.
+
+    Raises:
+        BackendError: ``devices`` < 1.
+    """
+    if devices < 1:
+        raise BackendError(f"devices_per_worker must be >= 1, got {devices}")
+    flags = [f for f in xla_flags.split() if not f.startswith(_XLA_DEVICE_COUNT_FLAG)]
+    return " ".join([*flags, f"{_XLA_DEVICE_COUNT_FLAG}={devices}"])
 
 
 def make_volume_dirs(pod: manifest.LocalPod, settings: LocalSettings) -> None:

@@ -3,21 +3,30 @@
 The supervisor decides *when* a pod's worker starts, is signalled and is stopped (attempts,
 restarts, grace periods: :mod:`roxxel_launch.backends.local.supervisor`); a
 :class:`WorkerRuntime` does it for one worker, and a :class:`RunningWorker` is that worker
-while it runs. The one runtime is :class:`ProcessRuntime` (and the default): each worker is
-a process in its own process group (:mod:`roxxel_launch.backends.local.processes`).
+while it runs. A runtime also turns the manifest's pods into each attempt's commands and
+environments (:meth:`WorkerRuntime.commands`). :class:`ProcessRuntime` (the default): each
+worker is a process in its own process group (:mod:`roxxel_launch.backends.local.processes`);
+:class:`~roxxel_launch.backends.local.containers.ContainerRuntime` (``--runtime podman``):
+each is a container of the manifest's image.
+:func:`roxxel_launch.backends.local.runtimes.runtime_for` picks one by name.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO
+from typing import IO, Any
 
+from roxxel import distributed
+from roxxel_launch.backends.base import BackendError
+from roxxel_launch.backends.local import manifest
+from roxxel_launch.backends.local.pods import LocalSettings, free_port, host_aliases, worker_process
 from roxxel_launch.backends.local.processes import (
     group_alive,
     is_local_worker,
@@ -25,7 +34,12 @@ from roxxel_launch.backends.local.processes import (
     with_parent_death_signal,
 )
 
-__all__ = ["ProcessRuntime", "RunningWorker", "WorkerRuntime", "default_runtime"]
+__all__ = ["ProcessRuntime", "RunningWorker", "WorkerCommand", "WorkerRuntime", "default_runtime"]
+
+logger = logging.getLogger("roxxel_launch.backends.local")
+
+WorkerCommand = tuple[list[str], dict[str, str]]
+"""One pod's worker for an attempt: its command line and its whole environment."""
 
 
 class RunningWorker(abc.ABC):
@@ -57,21 +71,51 @@ class RunningWorker(abc.ABC):
 class WorkerRuntime(abc.ABC):
     """Starts pods' workers, and removes what a killed supervisor left running."""
 
+    name: str
+    """The runtime's name in :data:`RUNTIMES`."""
+
     @abc.abstractmethod
-    def start(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, log: IO[bytes],
+    def commands(self, pods: Sequence[manifest.LocalPod], settings: LocalSettings, *,
+                 restart_attempt: int | None, network: Any = None) -> tuple[str, list[WorkerCommand]]:
+        """The coordinator address the workers of one attempt will use, and each pod's
+        command and environment, in process order.
+
+        Args:
+            pods: the manifest's pods.
+            settings: what this machine puts in place of the cluster.
+            restart_attempt: the JobSet's restarts so far (None for a bare Job's pods).
+            network: a :class:`~roxxel_launch.backends.local.netns.PodNetwork` with
+                ``--netns``, else None.
+
+        Raises:
+            BackendError: a pod's env or command has no local value, or its environment
+                does not identify a process.
+        """
+
+    @abc.abstractmethod
+    def start(self, index: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, log: IO[bytes],
               wrap: Callable[[list[str]], list[str]] | None = None) -> RunningWorker:
-        """Starts a worker running ``argv`` (an absolute path first) with exactly ``env``, in
-        ``cwd``, its output (stdout and stderr) appended to ``log``, its stdin empty.
+        """Starts pod ``index``'s worker running ``argv`` (as :meth:`commands` gave it) with
+        exactly ``env``, in ``cwd``, its output (stdout and stderr) appended to ``log``, its
+        stdin empty.
 
         ``wrap``: puts the runtime's command line into the pod's network namespace
         (``--netns``: :meth:`roxxel_launch.backends.local.netns.PodNetwork.wrap`; it execs in
         place, so the worker's pid stays the one returned).
         """
 
+    def attempt_over(self) -> None:
+        """Every worker of the attempt has ended: release what the attempt held."""
+
     @abc.abstractmethod
     def remove_leftover(self, pid: int) -> bool:
         """Ends the worker recorded as ``pid`` if it still runs and is still a roxxel worker
         (a recorded id may have been reused); True when there was one."""
+
+    def remove_run(self) -> list[str]:
+        """Removes whatever a killed supervisor of this run left behind (besides the workers
+        :meth:`remove_leftover` ends); what it removed."""
+        return []
 
 
 class _WorkerProcess(RunningWorker):
@@ -105,10 +149,36 @@ class ProcessRuntime(WorkerRuntime):
         python: the interpreter that runs the parent-death shim (the run's Python).
     """
 
+    name = "process"
+
     def __init__(self, python: str):
         self.python = python
 
-    def start(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, log: IO[bytes],
+    def commands(self, pods: Sequence[manifest.LocalPod], settings: LocalSettings, *,
+                 restart_attempt: int | None, network: Any = None) -> tuple[str, list[WorkerCommand]]:
+        """On loopback the pods' DNS names point at 127.0.0.1 and the coordinator's port is a
+        free one (see :func:`~roxxel_launch.backends.local.pods.host_aliases`); with a
+        ``network`` each pod has its own address and its names resolve there."""
+        if network is not None:
+            return network.coordinator_address, [
+                worker_process(pod, settings, restart_attempt=restart_attempt, pod_ip=network.address(i))
+                for i, pod in enumerate(pods)]
+        _, first = worker_process(pods[0], settings, restart_attempt=restart_attempt)
+        try:
+            detected = distributed.detect(first)
+        except ValueError as err:
+            raise BackendError(f"pod {pods[0].name}: the rendered environment does not identify a "
+                               f"process: {err}") from None
+        aliases, address = None, detected.coordinator_address
+        if address is not None:
+            port = free_port()
+            aliases = host_aliases(pods, address, port)
+            logger.info("the pods' DNS names point at 127.0.0.1; the coordinator %s at 127.0.0.1:%d", address, port)
+            address = f"127.0.0.1:{port}"
+        commands = [worker_process(pod, settings, restart_attempt=restart_attempt, aliases=aliases) for pod in pods]
+        return address or "none", commands
+
+    def start(self, index: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, log: IO[bytes],
               wrap: Callable[[list[str]], list[str]] | None = None) -> RunningWorker:
         command = with_parent_death_signal(self.python, list(argv))
         if wrap is not None:
@@ -127,3 +197,4 @@ def default_runtime(python: str | None = None) -> WorkerRuntime:
     """The runtime of local runs: :class:`ProcessRuntime`, its shim run by ``python``
     (default: this interpreter)."""
     return ProcessRuntime(python or sys.executable)
+

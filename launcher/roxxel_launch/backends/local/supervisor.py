@@ -68,18 +68,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from roxxel import distributed, exit_codes
+from roxxel import exit_codes
 from roxxel.wording import count
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError, JobState, JobStatus, StopReason
 from roxxel_launch.backends.local import manifest, policy
 from roxxel_launch.backends.local.pods import (
     LocalSettings,
-    free_port,
-    host_aliases,
     make_volume_dirs,
     rendered_objects,
-    worker_process,
 )
 from roxxel_launch.backends.local.processes import LogEcho
 from roxxel_launch.backends.local.rundir import (
@@ -99,7 +96,8 @@ from roxxel_launch.backends.local.rundir import (
     status_from_dict,
     write_json,
 )
-from roxxel_launch.backends.local.runtime import RunningWorker, WorkerRuntime, default_runtime
+from roxxel_launch.backends.local.runtime import RunningWorker, WorkerRuntime
+from roxxel_launch.backends.local.runtimes import runtime_for
 
 __all__ = ["Supervisor"]
 
@@ -250,7 +248,9 @@ class Supervisor:
                                       devices_per_worker=self.launch.get("devices_per_worker"))
         self.grace = float(min(self.pods[0].grace_seconds, GRACE_CAP_SECONDS))
         if self.runtime is None:
-            self.runtime = default_runtime(self.settings.python)
+            self.runtime = runtime_for(self.launch.get("runtime"), self.run_dir, self.settings.python)
+        for left in self.runtime.remove_run():  # what a killed supervisor of this run left
+            logger.warning("removed %s, left by an earlier supervisor of this run", left)
         if self.resume:
             self.status["resumes"] = self.status.get("resumes", 0) + 1
             logger.info("resuming job %s (resume %d)", self.spec.name, self.status["resumes"])
@@ -350,26 +350,11 @@ class Supervisor:
 
     def _processes(self) -> tuple[str, list[tuple[list[str], dict[str, str]]]]:
         """The coordinator address the workers will use and each pod's (argv, env), from the
-        manifest (see :mod:`roxxel_launch.backends.local.pods`)."""
+        manifest, as the runtime runs them (see :meth:`WorkerRuntime.commands`)."""
         attempt = self.status["restarts"] if self.is_jobset else None  # the restart-attempt label
-        if self.network is not None:
-            procs = [worker_process(pod, self.settings, restart_attempt=attempt, pod_ip=self.network.address(i))
-                     for i, pod in enumerate(self.pods)]
-            return self.network.coordinator_address, procs
-        _, first = worker_process(self.pods[0], self.settings, restart_attempt=attempt)
-        try:
-            detected = distributed.detect(first)
-        except ValueError as err:
-            raise BackendError(f"pod {self.pods[0].name}: the rendered environment does not identify a "
-                               f"process: {err}") from None
-        aliases, address = None, detected.coordinator_address
-        if address is not None:
-            port = free_port()
-            aliases = host_aliases(self.pods, address, port)
-            logger.info("the pods' DNS names point at 127.0.0.1; the coordinator %s at 127.0.0.1:%d", address, port)
-            address = f"127.0.0.1:{port}"
-        procs = [worker_process(pod, self.settings, restart_attempt=attempt, aliases=aliases) for pod in self.pods]
-        return address or "none", procs
+        if self.runtime is None:
+            raise RuntimeError("the supervisor plans attempts only after _load")
+        return self.runtime.commands(self.pods, self.settings, restart_attempt=attempt, network=self.network)
 
     def _start_worker(self, i: int, argv: list[str], env: dict[str, str], header: str) -> _Worker:
         pod = self.pods[i]
@@ -381,7 +366,7 @@ class Supervisor:
         with open(self.run_dir / f"worker-{i}.log", "ab") as log:
             log.write(f"{header}, {now()} =====\n".encode())
             log.flush()
-            run = self.runtime.start(argv, env=env, cwd=self.launch["cwd"], log=log, wrap=wrap)
+            run = self.runtime.start(i, argv, env=env, cwd=self.launch["cwd"], log=log, wrap=wrap)
         logger.info("%s (pod %s): pid %d", self._worker_name(i), pod.name, run.pid)
         return _Worker(i, run)
 
@@ -455,6 +440,8 @@ class Supervisor:
             echo.pump(final=True)
         if self.network is not None:
             self.network.down()  # every worker of the attempt is gone
+        if self.runtime is not None:
+            self.runtime.attempt_over()
         kind = outcome.kind
         if kind == "decided":  # recorded as what happened to the pod
             kind = "preempted" if outcome.failing_worker()[1] == exit_codes.PREEMPTED_EXIT_CODE else "failure"

@@ -1,0 +1,373 @@
+"""The container runtime of the local backend: every pod of the rendered manifest as a
+container of the manifest's image (``roxxel-launch submit --local --runtime podman``).
+
+Where :class:`~roxxel_launch.backends.local.runtime.ProcessRuntime` runs a pod's command as a
+process of this machine's Python, this runtime runs it as the kubelet would run the pod's
+``worker`` container, with podman:
+
+- the manifest's ``image`` (never pulled: build it with ``roxxel-launch image build``), its
+  ``command`` as the entrypoint and ``args`` after it, both ``$(VAR)``-expanded against the
+  container's ``env`` as the kubelet does (:mod:`roxxel_launch.backends.local.manifest`); the
+  environment is the container's ``env`` alone (the image supplies the rest), plus
+  ``JAX_PLATFORMS=cpu`` unless set, ``XLA_FLAGS`` for ``--devices-per-worker``;
+- the pod's ``securityContext``: ``runAsUser``/``runAsGroup``/``fsGroup``, a read-only root
+  filesystem, dropped capabilities, no privilege escalation;
+- its emptyDirs as tmpfs with their ``sizeLimit`` (world-writable, as an emptyDir is);
+  ``/dev/shm`` as the container's shm of that size;
+- the data volume (``--data-dir``) bound read-only at ``/data`` (read-write where the
+  manifest mounts it so), a local ``checkpoint_dir`` bound at its own path, read-write and
+  given to the pod's user (podman's ``U`` option: what ``fsGroup`` ownership management does
+  for a pod's volume), a local ``restore_from`` bound read-only;
+- every attempt gets a network of its own (a podman bridge network, ``--internal``: nothing
+  outside this machine is reachable), each pod its own address there, its pod's hostname,
+  and every pod's DNS names in its ``/etc/hosts`` (the coordinator is reached by the name
+  the manifest gives it, as in a cluster); names that are no pod's fail at once (the
+  resolver is the container's own loopback);
+- SIGTERM goes to the container's PID 1 (``podman kill --signal TERM``, what the kubelet's
+  stop does), SIGKILL after the pod's grace period; the exit code is the container's.
+
+Containers and networks carry the label ``dev.roxxel.run=<run id>``: an attempt's are
+removed when it ends, and :meth:`ContainerRuntime.remove_run` removes whatever a killed
+supervisor left (``delete`` and every start of the run call it).
+
+podman's own settings come from its configuration as usual (``$CONTAINERS_CONF``; a
+sandbox or CI machine may need ``docker/containers.conf``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import logging
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from roxxel import distributed
+from roxxel_launch import contract
+from roxxel_launch.backends.base import BackendError
+from roxxel_launch.backends.local import manifest
+from roxxel_launch.backends.local.pods import LocalSettings, secret_from_environment
+from roxxel_launch.backends.local.runtime import RunningWorker, WorkerCommand, WorkerRuntime
+
+__all__ = ["ContainerRuntime", "ENGINES", "container_options", "unavailable_reason"]
+
+logger = logging.getLogger("roxxel_launch.backends.local")
+
+ENGINES = ("podman",)
+"""Container engines a local run can use (``--runtime``)."""
+RUN_LABEL = "dev.roxxel.run"
+"""Label on every container and network of a local run; its value is the run id."""
+_CALL_TIMEOUT = 60.0  # seconds for one podman call (create, kill, rm, network)
+_KILL_RETRY_SECONDS = 10.0  # how long a stop waits for a container that is still starting
+
+
+def unavailable_reason(engine: str = "podman") -> str | None:
+    """None when ``engine`` can run containers here; else why not, in one line."""
+    if engine not in ENGINES:
+        return f"the container runtime must be one of {', '.join(ENGINES)}, got {engine!r}"
+    if shutil.which(engine) is None:
+        return (f"{engine} is not installed (on Debian/Ubuntu: apt-get install podman iptables); "
+                "or run the workers as processes (the default runtime)")
+    return None
+
+
+def run_id(run_dir: Path) -> str:
+    """A short id of the run directory: the value of :data:`RUN_LABEL` and part of names."""
+    return hashlib.sha256(str(Path(run_dir).absolute()).encode()).hexdigest()[:12]
+
+
+def check_image(engine: str, image: str) -> None:
+    """Raises BackendError when ``image`` is not in ``engine``'s local store (a local run never pulls)."""
+    if _podman(engine, "image", "exists", image, check=False).returncode != 0:
+        raise BackendError(f"image {image!r} is not in {engine}'s local store, and a local run never pulls: "
+                           "build it (roxxel-launch image build --tag IMAGE) and submit with --set image=IMAGE")
+
+
+# ------------------------------------------------------------------------------------
+# The pod's container as `podman create` options
+# ------------------------------------------------------------------------------------
+
+
+def _security_options(pod_sc: Mapping[str, Any], sc: Mapping[str, Any]) -> list[str]:
+    user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+    group = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
+    args = []
+    if user is not None:
+        args += ["--user", f"{user}:{group}" if group is not None else str(user)]
+    if "fsGroup" in pod_sc:
+        args += ["--group-add", str(pod_sc["fsGroup"])]
+    for extra in pod_sc.get("supplementalGroups") or ():
+        args += ["--group-add", str(extra)]
+    if sc.get("readOnlyRootFilesystem"):
+        # Without --read-only-tmpfs=false podman would add writable /tmp, /run and /var/tmp,
+        # which a pod's read-only root does not have.
+        args += ["--read-only", "--read-only-tmpfs=false"]
+    for cap in (sc.get("capabilities") or {}).get("drop") or ():
+        args += ["--cap-drop", cap]
+    for cap in (sc.get("capabilities") or {}).get("add") or ():
+        args += ["--cap-add", cap]
+    if sc.get("allowPrivilegeEscalation") is False:
+        args += ["--security-opt", "no-new-privileges"]
+    return args
+
+
+def _bind(source: str, target: str, *, read_only: bool, chown: bool = False) -> list[str]:
+    if "," in source or "," in target:
+        raise BackendError(f"cannot bind {source!r} at {target!r} into a container: a path with ',' "
+                           "cannot be given to podman --mount; use a path without one")
+    options = ["type=bind", f"source={source}", f"destination={target}"]
+    options += ["ro=true"] if read_only else (["U=true"] if chown else [])
+    return ["--mount", ",".join(options)]
+
+
+def _volume_options(pod: manifest.LocalPod, container: Mapping[str, Any],
+                    settings: LocalSettings) -> tuple[list[str], list[str]]:
+    """The volume options, and what cannot be mounted here (one line each)."""
+    volumes = {v["name"]: v for v in pod.spec.get("volumes") or ()}
+    args: list[str] = []
+    skipped: list[str] = []
+    for mount in container.get("volumeMounts") or ():
+        path, volume = mount["mountPath"], volumes.get(mount["name"], {})
+        if "emptyDir" in volume:
+            size = (volume["emptyDir"] or {}).get("sizeLimit")
+            if path == contract.SHM_MOUNT_PATH:
+                args += ["--shm-size", _podman_size(size) if size else "64m"]
+                continue
+            # An emptyDir is world-writable whatever the image has at its path; podman gives
+            # a tmpfs over an image directory that directory's mode and owner unless told.
+            options = ["type=tmpfs", f"destination={path}", "tmpfs-mode=1777", "U=true"]
+            args += ["--mount", ",".join(options + ([f"tmpfs-size={_podman_size(size)}"] if size else []))]
+        elif path == contract.DATA_MOUNT_PATH and settings.data_dir is not None:
+            args += _bind(settings.data_dir, path, read_only=mount.get("readOnly", True))
+        else:
+            kind = next((k for k in volume if k != "name"), "unknown")
+            skipped.append(f"volume {mount['name']!r} ({kind}) at {path}")
+    return args, skipped
+
+
+def _podman_size(quantity: str) -> str:
+    """A Kubernetes quantity (``1Gi``, ``512Mi``, ``100M``, bytes) as bytes for podman."""
+    from roxxel_launch.spec.fields import parse_quantity
+
+    return str(int(parse_quantity(str(quantity))))
+
+
+def _local_paths(env: Mapping[str, str]) -> list[str]:
+    """Bind options for the run's local checkpoint directory (read-write, given to the pod's
+    user) and a local ``restore_from`` (read-only): object-store URLs need no mount."""
+    args: list[str] = []
+    checkpoint = env.get(contract.ROXXEL_CHECKPOINT_DIR, "")
+    if checkpoint.startswith("/"):
+        Path(checkpoint).mkdir(parents=True, exist_ok=True)
+        args += _bind(checkpoint, checkpoint, read_only=False, chown=True)
+    source = env.get(contract.ROXXEL_RESTORE_FROM, "")
+    if source.startswith("/") and Path(source).is_dir():
+        args += _bind(source, source, read_only=True)
+    return args
+
+
+def container_options(pod: manifest.LocalPod, settings: LocalSettings, env: Mapping[str, str]) -> list[str]:
+    """`podman create` options for ``pod``'s worker container (see the module docstring):
+    user and groups, read-only root, capabilities, privilege escalation, volumes, ``env``.
+
+    Raises:
+        BackendError: a path that cannot be mounted.
+    """
+    container = pod.container(contract.CONTAINER_NAME)
+    args = _security_options(pod.spec.get("securityContext") or {}, container.get("securityContext") or {})
+    volumes, skipped = _volume_options(pod, container, settings)
+    for what in skipped:
+        logger.warning("pod %s: %s is not mounted in a local container", pod.name, what)
+    args += volumes + _local_paths(env)
+    for name, value in env.items():
+        args += ["--env", f"{name}={value}"]
+    return args
+
+
+def container_env(pod: manifest.LocalPod, settings: LocalSettings, *, restart_attempt: int | None,
+                  pod_ip: str, base_env: Mapping[str, str]) -> dict[str, str]:
+    """The worker container's environment: the manifest's ``env`` as the kubelet resolves it
+    (``secretKeyRef``/``configMapKeyRef`` values taken from ``base_env``), then
+    ``ROXXEL_DATA_DIR=/data`` with ``--data-dir``, ``JAX_PLATFORMS=cpu`` unless set, and the
+    ``--devices-per-worker`` flag in ``XLA_FLAGS``."""
+    container = pod.container(contract.CONTAINER_NAME)
+    try:
+        env = manifest.container_env(pod, container, restart_attempt=restart_attempt, pod_ip=pod_ip,
+                                     secret=secret_from_environment(base_env))
+    except manifest.UnresolvedReference as err:
+        raise BackendError(str(err)) from None
+    if settings.data_dir is not None:
+        env.setdefault(contract.ROXXEL_DATA_DIR, contract.DATA_MOUNT_PATH)
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    if settings.devices_per_worker is not None:
+        from roxxel_launch.backends.local.pods import with_device_count
+
+        env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), settings.devices_per_worker)
+    return env
+
+
+# ------------------------------------------------------------------------------------
+# The runtime
+# ------------------------------------------------------------------------------------
+
+
+class _Container(RunningWorker):
+    """One pod's container, attached: ``pid`` is the ``podman start --attach`` process."""
+
+    def __init__(self, engine: str, name: str, proc: subprocess.Popen):
+        self.engine, self.name, self.proc, self.pid = engine, name, proc, proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self) -> int:
+        return self.proc.wait()
+
+    def _signal(self, signo: str) -> None:
+        # A container still being started cannot be signalled yet: retry until it can be or
+        # it has ended, so that no stop is lost.
+        deadline = time.monotonic() + _KILL_RETRY_SECONDS
+        while self.proc.poll() is None:
+            result = _podman(self.engine, "kill", "--signal", signo, self.name, check=False)
+            if result.returncode == 0 or time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
+
+    def terminate(self) -> None:
+        self._signal("TERM")
+
+    def kill(self) -> bool:
+        alive = self.proc.poll() is None
+        if alive:
+            self._signal("KILL")
+            try:
+                self.proc.wait(timeout=_CALL_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        _podman(self.engine, "rm", "--force", "--ignore", self.name, check=False)
+        return alive
+
+
+def _podman(engine: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        result = subprocess.run([engine, *args], capture_output=True, text=True, timeout=_CALL_TIMEOUT,
+                                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise BackendError(f"`{engine} {' '.join(args[:2])}` did not answer within {_CALL_TIMEOUT:g}s") from None
+    if check and result.returncode != 0:
+        raise BackendError(f"`{engine} {' '.join(args[:3])} ...` failed ({result.returncode}): "
+                           f"{result.stderr.strip()[-500:]}")
+    return result
+
+
+class ContainerRuntime(WorkerRuntime):
+    """Each pod's worker is a container of the manifest's image (see the module docstring).
+
+    Args:
+        run_dir: the run directory (its id names and labels the containers and networks).
+        engine: the container engine's command (``podman``).
+        base_env: where ``secretKeyRef``/``configMapKeyRef`` values are read (default the
+            supervisor's environment, which is that of ``submit``).
+    """
+
+    name = "podman"
+
+    def __init__(self, run_dir: Path, engine: str = "podman", base_env: Mapping[str, str] | None = None):
+        import os
+
+        found = shutil.which(engine)
+        if found is None:
+            raise BackendError(unavailable_reason(engine) or f"{engine} not found")
+        self.engine, self.run_id = found, run_id(run_dir)
+        self.base_env = os.environ if base_env is None else base_env
+        self.network: str | None = None
+        self.options: list[list[str]] = []
+        self.images: list[str] = []
+        self.command_lengths: list[int] = []
+        self.attempts = 0
+
+    def _label(self) -> str:
+        return f"{RUN_LABEL}={self.run_id}"
+
+    def _network_up(self, n: int) -> list[str]:
+        """A fresh internal network for this attempt; the pods' addresses in it."""
+        self.attempts += 1
+        self.network = f"rxl-{self.run_id}-{self.attempts}"
+        _podman(self.engine, "network", "rm", "--force", self.network, check=False)
+        _podman(self.engine, "network", "create", "--internal", "--disable-dns", "--label", self._label(),
+                self.network)
+        info = json.loads(_podman(self.engine, "network", "inspect", self.network).stdout)[0]
+        subnet = ipaddress.ip_network(info["subnets"][0]["subnet"])
+        hosts = list(subnet.hosts())[10:10 + n]  # clear of the gateway at the start of the range
+        if len(hosts) < n:
+            raise BackendError(f"network {self.network} ({subnet}) has no room for {n} pods")
+        return [str(h) for h in hosts]
+
+    def commands(self, pods: Sequence[manifest.LocalPod], settings: LocalSettings, *,
+                 restart_attempt: int | None, network: Any = None) -> tuple[str, list[WorkerCommand]]:
+        if network is not None:
+            raise BackendError("--netns and --runtime podman do not go together: containers have "
+                               "their own network")
+        addresses = self._network_up(len(pods))
+        hosts = [f"{name}:{ip}" for pod, ip in zip(pods, addresses) for name in (pod.name, *pod.dns_names)]
+        commands, self.options, self.images, self.command_lengths = [], [], [], []
+        for pod, ip in zip(pods, addresses):
+            env = container_env(pod, settings, restart_attempt=restart_attempt, pod_ip=ip, base_env=self.base_env)
+            container = pod.container(contract.CONTAINER_NAME)
+            argv = manifest.container_argv(container, env)
+            options = ["--network", self.network or "", "--ip", ip, "--hostname", pod.name, "--dns", "127.0.0.1"]
+            for host in hosts:
+                options += ["--add-host", host]
+            self.options.append(options + container_options(pod, settings, env))
+            self.images.append(container["image"])
+            self.command_lengths.append(len(container.get("command") or ()))
+            commands.append((argv, env))
+        try:
+            detected = distributed.detect(commands[0][1])
+        except ValueError as err:
+            raise BackendError(f"pod {pods[0].name}: the rendered environment does not identify a "
+                               f"process: {err}") from None
+        return detected.coordinator_address or "none", commands
+
+    def start(self, index: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, log: IO[bytes],
+              wrap: Callable[[list[str]], list[str]] | None = None) -> RunningWorker:
+        name = f"rxl-{self.run_id}-{self.attempts}-{index}"
+        command = self.command_lengths[index]
+        _podman(self.engine, "rm", "--force", "--ignore", name, check=False)
+        _podman(self.engine, "create", "--pull=never", "--name", name, "--label", self._label(),
+                *self.options[index], "--entrypoint", json.dumps(list(argv[:command])), self.images[index],
+                *argv[command:])
+        proc = subprocess.Popen([self.engine, "start", "--attach", name], stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, process_group=0)
+        return _Container(self.engine, name, proc)
+
+    def attempt_over(self) -> None:
+        if self.network is not None:
+            self._remove(network_too=True)
+            self.network = None
+
+    def _remove(self, *, network_too: bool) -> list[str]:
+        ids = _podman(self.engine, "ps", "--all", "--quiet", "--filter", f"label={self._label()}",
+                      check=False).stdout.split()
+        if ids:
+            _podman(self.engine, "rm", "--force", "--time", "0", *ids, check=False)
+        nets = []
+        if network_too:
+            nets = _podman(self.engine, "network", "ls", "--quiet", "--filter", f"label={self._label()}",
+                           check=False).stdout.split()
+            if nets:
+                _podman(self.engine, "network", "rm", "--force", *nets, check=False)
+        return ids + nets
+
+    def remove_run(self) -> list[str]:
+        return self._remove(network_too=True)
+
+    def remove_leftover(self, pid: int) -> bool:
+        return False  # the containers go by their label (remove_run); their pids are podman's
+

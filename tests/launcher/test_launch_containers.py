@@ -1,0 +1,105 @@
+"""The container runtime of the local backend (roxxel_launch.backends.local.containers) without
+a container engine: the `podman create` options it makes of a rendered pod, and the one-line
+refusals of what cannot run. The containers themselves run in tests/image/test_container_pods.py
+(the container tier). No Kubernetes API server can run here: the pods are the rendered
+manifest's, read as the kubelet reads them (Pod securityContext, emptyDir, volumeMounts)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from roxxel_launch import contract
+from roxxel_launch.backends.base import BackendError
+from roxxel_launch.backends.local import containers, manifest
+from roxxel_launch.backends.local.pods import LocalSettings, rendered_objects
+from roxxel_launch.spec import spec_from_dict
+
+from support.paths import REPO
+
+
+def _pod(**extra):
+    data = yaml.safe_load((REPO / "examples/lm/job.yaml").read_text())
+    data.update(checkpoint_dir="/ckpt/lm", **extra)
+    return manifest.manifest_pods(rendered_objects(spec_from_dict(data)))
+
+
+def _options(pod, settings, env) -> dict[str, list[str]]:
+    args = containers.container_options(pod, settings, env)
+    out: dict[str, list[str]] = {}
+    for flag, value in zip(args[::2], args[1::2]):
+        out.setdefault(flag, []).append(value)
+    return out
+
+
+def test_the_pods_security_context_volumes_and_env_become_podman_options(tmp_path):
+    pod = _pod()[1]
+    settings = LocalSettings(python=sys.executable, run_dir=tmp_path, data_dir=str(tmp_path))
+    env = containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.12", base_env={})
+    opts = _options(pod, settings, {**env, contract.ROXXEL_CHECKPOINT_DIR: str(tmp_path / "ckpt")})
+    pod_sc = pod.spec["securityContext"]
+    assert opts["--user"] == [f"{pod_sc['runAsUser']}:{pod_sc['runAsGroup']}"]
+    assert str(pod_sc["fsGroup"]) in opts["--group-add"]
+    assert opts["--read-only"] == ["--read-only-tmpfs=false"]  # a pod's read-only root has no writable /tmp
+    assert opts["--cap-drop"] == ["ALL"] and opts["--security-opt"] == ["no-new-privileges"]
+    volumes = {v["name"]: v for v in pod.spec["volumes"]}
+    container = pod.container(contract.CONTAINER_NAME)
+    tmpfs = [m for m in opts["--mount"] if m.startswith("type=tmpfs")]
+    empty_dirs = [m for m in container["volumeMounts"]
+                  if "emptyDir" in volumes[m["name"]] and m["mountPath"] != contract.SHM_MOUNT_PATH]
+    assert len(tmpfs) == len(empty_dirs) and all("tmpfs-mode=1777" in m for m in tmpfs)
+    home = next(m for m in tmpfs if f"destination={contract.HOME_MOUNT_PATH}," in m)
+    size = volumes[next(m["name"] for m in empty_dirs if m["mountPath"] == contract.HOME_MOUNT_PATH)]["emptyDir"]
+    if size.get("sizeLimit"):
+        from roxxel_launch.spec.fields import parse_quantity
+
+        assert f"tmpfs-size={int(parse_quantity(size['sizeLimit']))}" in home
+    assert f"type=bind,source={tmp_path},destination={contract.DATA_MOUNT_PATH},ro=true" in opts["--mount"]
+    assert f"type=bind,source={tmp_path / 'ckpt'},destination={tmp_path / 'ckpt'},U=true" in opts["--mount"]
+    assert (tmp_path / "ckpt").is_dir()
+    assert "JOB_COMPLETION_INDEX=1" in opts["--env"] and "JAX_PLATFORMS=cpu" in opts["--env"]
+    assert f"{contract.ROXXEL_DATA_DIR}={contract.DATA_MOUNT_PATH}" in opts["--env"]
+
+
+def test_a_secret_the_local_run_cannot_read_is_named(tmp_path):
+    pod = _pod(env_refs={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}})[0]
+    settings = LocalSettings(python=sys.executable, run_dir=tmp_path)
+    with pytest.raises(BackendError, match="WANDB_API_KEY comes from the Secret 'wandb'"):
+        containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.11", base_env={})
+    env = containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.11",
+                                   base_env={"WANDB_API_KEY": "k"})
+    assert env["WANDB_API_KEY"] == "k" and env[contract.ROXXEL_DATA_DIR] == contract.DATA_MOUNT_PATH  # the manifest's
+
+
+def test_a_path_podman_cannot_take_is_refused():
+    with pytest.raises(BackendError, match="a path with ','"):
+        containers._bind("/data/a,b", "/data", read_only=True)
+
+
+def test_without_podman_the_runtime_says_so_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    reason = containers.unavailable_reason("podman")
+    assert reason is not None and "podman is not installed" in reason and "\n" not in reason
+    assert "must be one of podman" in containers.unavailable_reason("docker-compose")
+
+
+def _submit(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    spec = tmp_path / "job.yaml"
+    data = yaml.safe_load((REPO / "examples/lm/job.yaml").read_text())
+    data["checkpoint_dir"] = str(tmp_path / "ckpt")
+    spec.write_text(yaml.safe_dump(data))
+    return subprocess.run([sys.executable, "-m", "roxxel_launch.cli", "submit", str(spec), *args],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={"PATH": str(tmp_path), "ROXXEL_LOCAL_ROOT": str(tmp_path / "runs"),
+                               "HOME": str(tmp_path)})
+
+
+def test_submit_refuses_a_container_run_it_cannot_start(tmp_path):
+    out = _submit(tmp_path, "--runtime", "podman", "--dry-run")
+    assert out.returncode == 2 and "--runtime applies to --local runs only" in out.stderr, out.stderr
+    out = _submit(tmp_path, "--local", "--runtime", "podman", "--data-dir", str(tmp_path))
+    assert out.returncode != 0 and "--runtime podman: podman is not installed" in out.stderr, out.stderr
+    assert not (tmp_path / "runs" / "lm").exists()
