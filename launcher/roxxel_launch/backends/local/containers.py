@@ -51,7 +51,7 @@ from roxxel import distributed
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends.local import manifest
-from roxxel_launch.backends.local.pods import LocalSettings, secret_from_environment
+from roxxel_launch.backends.local.pods import LocalSettings, kubelet_env
 from roxxel_launch.backends.local.runtime import RunningWorker, WorkerCommand, WorkerRuntime
 
 __all__ = ["ContainerRuntime", "ENGINES", "container_options", "unavailable_reason"]
@@ -195,12 +195,7 @@ def container_env(pod: manifest.LocalPod, settings: LocalSettings, *, restart_at
     (``secretKeyRef``/``configMapKeyRef`` values taken from ``base_env``), then
     ``ROXXEL_DATA_DIR=/data`` with ``--data-dir``, ``JAX_PLATFORMS=cpu`` unless set, and the
     ``--devices-per-worker`` flag in ``XLA_FLAGS``."""
-    container = pod.container(contract.CONTAINER_NAME)
-    try:
-        env = manifest.container_env(pod, container, restart_attempt=restart_attempt, pod_ip=pod_ip,
-                                     secret=secret_from_environment(base_env))
-    except manifest.UnresolvedReference as err:
-        raise BackendError(str(err)) from None
+    env = kubelet_env(pod, restart_attempt=restart_attempt, pod_ip=pod_ip, base_env=base_env)
     if settings.data_dir is not None:
         env.setdefault(contract.ROXXEL_DATA_DIR, contract.DATA_MOUNT_PATH)
     env.setdefault("JAX_PLATFORMS", "cpu")

@@ -139,6 +139,22 @@ def secret_from_environment(base: Mapping[str, str]):
     return secret
 
 
+def kubelet_env(pod: manifest.LocalPod, *, restart_attempt: int | None, pod_ip: str,
+                base_env: Mapping[str, str]) -> dict[str, str]:
+    """The worker container's ``env`` as the kubelet resolves it
+    (:func:`roxxel_launch.backends.local.manifest.container_env`), a Secret's or ConfigMap's
+    value taken from ``base_env`` (:func:`secret_from_environment`).
+
+    Raises:
+        BackendError: an env entry with no local value.
+    """
+    try:
+        return manifest.container_env(pod, pod.container(contract.CONTAINER_NAME), restart_attempt=restart_attempt,
+                                      pod_ip=pod_ip, secret=secret_from_environment(base_env))
+    except manifest.UnresolvedReference as err:
+        raise BackendError(str(err)) from None
+
+
 def worker_process(pod: manifest.LocalPod, settings: LocalSettings, *, restart_attempt: int | None,
                    pod_ip: str = "127.0.0.1", aliases: str | None = None,
                    base_env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
@@ -161,11 +177,7 @@ def worker_process(pod: manifest.LocalPod, settings: LocalSettings, *, restart_a
     """
     base = os.environ if base_env is None else base_env
     container = pod.container(contract.CONTAINER_NAME)
-    try:
-        own = manifest.container_env(pod, container, restart_attempt=restart_attempt, pod_ip=pod_ip,
-                                     secret=secret_from_environment(base))
-    except manifest.UnresolvedReference as err:
-        raise BackendError(str(err)) from None
+    own = kubelet_env(pod, restart_attempt=restart_attempt, pod_ip=pod_ip, base_env=base)
     paths = volume_paths(pod, container, settings)
     own = {k: _map_path(v, paths) for k, v in own.items()}
     if settings.data_dir is not None:  # also without a data volume in the spec: --data-dir is never dropped
