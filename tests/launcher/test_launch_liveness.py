@@ -57,12 +57,17 @@ def test_a_worker_blocked_in_python_ends_the_gang_with_stacks_and_43_and_the_run
     assert STALLED_EXIT_CODE in first["exit_codes"], first
     supervisor_log = (job.root / job.name / "supervisor.log").read_text()
     assert f"exited with {STALLED_EXIT_CODE} (" in supervisor_log and "gang restart 1 of at most 2" in supervisor_log
-    # The stuck process wrote its stacks, which show it in the program, not in JAX. Its peers, waiting
-    # in the step's collective, either pass the same bound and do the same, or, when the stuck
-    # process's exit comes first, fail in the collective (or are stopped by the gang restart).
-    stuck_log = job.log(stuck).split(L.ATTEMPT_HEADER)[1]
-    assert "the stacks of this process's threads follow" in stuck_log, stuck_log[-3000:]
-    assert f"BLOCKING at step {STALL_AT}" in stuck_log and "log_metrics_summary" in stuck_log, stuck_log[-3000:]
+    # Each process's watchdog has its own bound (from its own median step time), so under load
+    # any of them may pass it first (seen in a CI run with 4 processes: a waiting peer exited
+    # 43, and the stuck process was stopped by the gang restart before its own bound). At least
+    # one process wrote its stacks; the stuck one's, when it wrote them, show it in the
+    # program, not in JAX. The others fail in the collective or are stopped by the restart.
+    logs = [job.log(i).split(L.ATTEMPT_HEADER)[1] for i in range(hosts)]
+    with_stacks = [i for i, text in enumerate(logs) if "the stacks of this process's threads follow" in text]
+    assert with_stacks, "\n".join(text[-1500:] for text in logs)
+    assert f"BLOCKING at step {STALL_AT}" in logs[stuck], logs[stuck][-3000:]
+    if stuck in with_stacks:
+        assert "log_metrics_summary" in logs[stuck], logs[stuck][-3000:]
 
 
 def test_survivors_of_a_sigkilled_worker_are_gone_within_the_grace_period_and_the_run_resumes(
