@@ -882,21 +882,51 @@ def _jax_initialize(**kwargs: Any) -> None:
 
 
 _SHUTDOWN_BARRIER_MS = 60_000
+_DRAIN_SECONDS = 60.0
+
+
+def _finish_local_work(timeout: float = _DRAIN_SECONDS) -> None:
+    """Wait (at most ``timeout`` seconds) until every live ``jax.Array`` of this process is computed.
+
+    JAX dispatches asynchronously, and a local device runs its work independently of the
+    others: a collective may still be running (or waiting for its peers to join) on one
+    device when the program leaves. A process that exits then drops its part, and its peers
+    wait for it: seen as a process of a 2-process CPU job hung forever in its exit (the CPU
+    client's destructor joining a device thread that waited in Gloo's connect for the
+    departed peer). Waiting for every live array, on every process before the shutdown
+    barrier, makes each one finish its collectives while its peers are still there. A
+    result the program has already dropped without waiting for it cannot be waited for:
+    block on results (``jax.block_until_ready``) before leaving.
+    """
+    import threading
+
+    import jax
+
+    def drain() -> None:
+        jax.block_until_ready(jax.live_arrays())
+
+    worker = threading.Thread(target=drain, name="roxxel-drain", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        logger.warning("this process's arrays are still being computed after %g s; leaving without them", timeout)
 
 
 def _jax_shutdown() -> None:
-    """Meet every process at a barrier, then shut down.
+    """Finish this process's device work, meet every process at a barrier, then shut down.
 
     A process that shuts down (and exits) while the coordinator's process is still busy
     can leave the coordinator waiting in its own shutdown for a peer that is gone: seen as
     a rank-0 hang after all work was done. Meeting first makes them leave together; a
-    peer that never comes only costs the barrier's timeout.
+    peer that never comes only costs the barrier's timeout. Before meeting, each process
+    waits for its arrays still being computed (:func:`_finish_local_work`).
     """
     import jax
     from jax._src import distributed as jax_distributed
 
     client = jax_distributed.global_state.client
     if client is not None and jax.process_count() > 1:
+        _finish_local_work()
         try:
             client.wait_at_barrier("roxxel_shutdown", _SHUTDOWN_BARRIER_MS)
         except Exception as e:  # a missing peer: shut down anyway, as JAX would

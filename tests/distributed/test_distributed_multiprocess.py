@@ -178,3 +178,30 @@ def test_a_process_that_raises_ends_at_once_and_so_does_its_peer(tmp_path, raise
     peer = procs[1 - raise_pid]
     assert peer.returncode != 0 and "PEER PASSED" not in outs[1 - raise_pid][0], outs[1 - raise_pid]
     assert ended[1 - raise_pid] - raised < 60, f"the peer took {ended[1 - raise_pid] - raised:.1f} s to exit"
+
+
+DRAIN_SCRIPT = """
+import jax, jax.numpy as jnp
+from roxxel import distributed
+
+@jax.jit
+def slow(x):  # ~1 s of work on one CPU device
+    return jax.lax.fori_loop(0, 300, lambda i, a: jnp.tanh(a @ a), x)
+
+busy = slow(jax.device_put(jnp.eye(256) * 0.5, jax.local_devices()[1]))
+queued_while_busy = not busy.is_ready()
+distributed._finish_local_work(timeout=60)
+print("queued", queued_while_busy, "ready after", busy.is_ready())
+"""
+
+
+def test_leaving_waits_for_arrays_still_computed_on_any_local_device():
+    """What shutdown() waits for before its barrier: an array still being computed on the second
+    local device (devices run independently: a small computation on that device finishes first)
+    is ready when ``_finish_local_work`` returns. A process that left with part of a collective
+    still running hung its peer's exit forever (2-process CPU job: the CPU client's destructor
+    joined a thread waiting in Gloo's connect)."""
+    env = dict(_base_env(), XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    out = subprocess.run([sys.executable, "-c", DRAIN_SCRIPT], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    assert "ready after True" in out.stdout, out.stdout

@@ -77,8 +77,30 @@ def _env(root: pathlib.Path) -> dict[str, str]:
 
 
 def _cli(root, *args, cwd=None, timeout=TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "roxxel_launch.cli", *map(str, args)], env=_env(root),
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    try:
+        return subprocess.run([sys.executable, "-m", "roxxel_launch.cli", *map(str, args)], env=_env(root),
+                              cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        raise AssertionError(f"{err}\n{_what_the_runs_show(root)}") from None
+
+
+def _what_the_runs_show(root: pathlib.Path) -> str:
+    """Every run's status and worker logs (their last 40 lines), and the workers still alive:
+    what a command that overran its timeout left to go on."""
+    out = []
+    for path in sorted(root.glob("*/status.json")) + sorted(root.glob("*/worker-*.log")):
+        lines = path.read_text(errors="replace").splitlines()[-40:]
+        out.append(f"--- {path.relative_to(root)}\n" + "\n".join(lines))
+    alive = [f"{p.pid} {' '.join(p.cmdline())[:200]}" for p in psutil.process_iter()
+             if _alive(p.pid) and any(str(root) in part for part in _environ_values(p))]
+    return "\n".join(out + ["--- processes of these runs still alive:", *alive])
+
+
+def _environ_values(process: psutil.Process) -> list[str]:
+    try:
+        return list(process.environ().values())
+    except (psutil.Error, OSError):
+        return []
 
 
 def _popen_cli(root, *args, cwd=None) -> subprocess.Popen:

@@ -25,11 +25,18 @@ import roxxel.distributed as rd
 info = rd.initialize(initialization_timeout=60, heartbeat_timeout_seconds=30)
 
 import jax  # noqa: E402  (after initialize, as a training program would)
-from jax.experimental import multihost_utils  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
 n, pid = info.num_processes, info.process_id
-gathered = multihost_utils.process_allgather(np.array([pid + 1], dtype=np.int32))
-total = int(np.sum(gathered))
+# Each local device holds pid + 1; the sum over every device, replicated. Blocking on the whole
+# result (not only the shard that int() reads) lets every local device finish its part of the
+# collective before this process leaves (a peer left waiting for it hangs in its exit).
+mesh = jax.make_mesh((jax.device_count(),), ("d",))
+local = np.full((jax.local_device_count(),), pid + 1, dtype=np.int32)
+spread = jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec("d")), local)
+summed = jax.block_until_ready(jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, PartitionSpec()))(spread))
+total = int(summed) // jax.local_device_count()
 assert total == n * (n + 1) // 2, (total, n)
 if pid == 0:
     print(f"allreduce sum={total} processes={n} local_devices={jax.local_device_count()}", flush=True)
