@@ -80,9 +80,22 @@ def dataset(n_tokens: int, name: str = "tp") -> Roxxel:
     return ds
 
 
-def endless(ds, **kw):
-    c = Curriculum(ds, [Phase(global_batch_size=BATCH, seq_len=SEQ)], repeat=True)
+def endless(ds, batch_rows="consecutive", **kw):
+    c = Curriculum(ds, [Phase(global_batch_size=BATCH, seq_len=SEQ)], repeat=True, batch_rows=batch_rows)
     return c.stream(0, 10**9, seed=0, **kw)
+
+
+def places_per_batch(ds, batch_rows: str, steps: int = 200) -> float:
+    """Median number of separate places a batch's rows are read from (rows that continue the
+    previous row in the dataset count as one place), over the first ``steps`` steps."""
+    reader = endless(ds, batch_rows, to_device=False, prefetch_size=0).reader
+    plan = reader.curriculum.plan
+    counts = []
+    for step in range(steps):
+        _, position, _ = plan.locate(np.arange(step * BATCH, (step + 1) * BATCH))
+        _, starts, _ = reader.sources[0].pieces(position, SEQ)
+        counts.append(1 + int((np.diff(np.sort(starts)) != SEQ).sum()))
+    return float(np.median(counts))
 
 
 # ----------------------------------------------------------------------------------------
@@ -322,12 +335,16 @@ def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
     unidentified = endless(no_identity, to_device=False, prefetch_size=0)
     for _ in range(ds.num_tokens // TOKENS + 1):  # blocks checked, as above
         next(unidentified)
+    independent = endless(ds, "independent", to_device=False, prefetch_size=0)
+    for _ in range(ds.num_tokens // TOKENS + 1):  # blocks checked, as above
+        next(independent)
     methods = {
         "memcpy": sequential_copy(shard),
         "u16->int32 cast (bound)": sequential_copy(shard, np.int32),
         "pread per row": pread_per_row(ds),
         "nanoGPT get_batch": nanogpt(shard),
         "roxxel host rows": stream_method(checked),
+        "roxxel host rows, independent rows": stream_method(independent),
         "roxxel host rows, checks off": stream_method(unchecked),
         "roxxel host rows, identity check off": stream_method(unidentified),
         "roxxel host rows, prefetch 2": stream_method(endless(ds, to_device=False, prefetch_size=2)),
@@ -375,10 +392,12 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
         next(unidentified)
     reader, phase = stream.reader, stream.curriculum.resolved[0]
     steps = iter(range(10**6, 10**9, 64))
-    plan = reader._plan_ahead(10**6, 0, BATCH, phase, None, 1)
-    starts, runs = plan[4], plan[6][0]
-    scratch = np.empty((BATCH, SEQ), ds.dtype)
-    ds.read_runs(scratch, runs, 0)
+    plan = reader._plan_ahead(10**6, 0, BATCH, phase, None, 8)  # 8 steps: a lane's rows of one chunk
+    starts, runs = plan.starts[:BATCH], plan.staged[0]
+    staged = np.empty((8 * BATCH, SEQ), ds.dtype)
+    ds.read_runs(staged, runs, 0)
+    scratch = staged[:BATCH].copy()
+    slots = plan.slots[0][:BATCH]
     shard = open_shard(ds.shard_paths[0])  # (kept alive: it owns the descriptor)
     fd, base = shard._descriptor(), shard._data_offset
     rows = [memoryview(scratch[i]).cast("B") for i in range(BATCH)]
@@ -394,14 +413,15 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
         "identity check of the shards a batch read": lambda: [s.check_unchanged() for s in read],
         "locate + cut into runs (per step of a 64-step plan)":
             lambda: reader._plan_ahead(next(steps), 0, BATCH, phase, None, 64) and None,
-        f"read the runs ({len(runs.shards)} preads) into the uint16 buffer": lambda: ds.read_runs(scratch, runs, 0),
+        f"read 8 steps' runs ({len(runs.shards)} preads), per step": lambda: ds.read_runs(staged, runs, 0),
+        "take a step's rows from them": lambda: staged[slots],
         "for reference: 32 preads, one per row": lambda: [os.preadv(fd, [r], o) for r, o in zip(rows, offsets)],
         "new aligned int32 batch + one cast": lambda: np.copyto(empty_aligned((BATCH, SEQ), np.int32), scratch),
         "vocab check (max of the stored ids)": lambda: scratch.max(),
         "place: Placer (direct batched_device_put)": lambda: placer(batch).block_until_ready(),
         "place: jax.device_put": lambda: jax.device_put(batch, sharding).block_until_ready(),
     }
-    scale = {"locate + cut into runs (per step of a 64-step plan)": 64}
+    scale = {"locate + cut into runs (per step of a 64-step plan)": 64, f"read 8 steps' runs ({len(runs.shards)} preads), per step": 8}
     methods = {k: (lambda f, k=k: lambda w: over_window(lambda: (f(), scale.get(k, 1))[1], w))(f) for k, f in per.items()}
     rates = interleaved(methods, args.rounds, args.seconds)
     return {k: [1e6 / r for r in v] for k, v in rates.items()}, len(set(runs.shards))
@@ -550,6 +570,13 @@ def main(argv=None) -> int:
                m["roxxel host rows"] >= 0.5 * bound)
         record("first pass vs steady (host rows)", f"{m['roxxel host rows, 1st pass'] / m['roxxel host rows']:.2f}x",
                ">= 0.9x", m["roxxel host rows, 1st pass"] >= 0.9 * m["roxxel host rows"])
+        record("independent vs consecutive rows (host rows, steady)",
+               f"{m['roxxel host rows, independent rows'] / m['roxxel host rows']:.2f}x", ">= 0.9x",
+               m["roxxel host rows, independent rows"] >= 0.9 * m["roxxel host rows"])
+        for rows in ("independent", "consecutive"):
+            n = places_per_batch(ds, rows)
+            record(f"places a batch is read from ({rows} rows)", f"{n:g} of {BATCH}",
+                   f">= {BATCH}" if rows == "independent" else "(reference)", n >= BATCH or rows != "independent")
         record("host rows vs pread per row (floor)", f"{m['roxxel host rows'] / m['pread per row']:.2f}x", ">= 1.0x",
                m["roxxel host rows"] >= m["pread per row"])
         record("checks on vs off (host rows, steady)", f"{m['roxxel host rows'] / m['roxxel host rows, checks off']:.2f}x",

@@ -73,7 +73,7 @@ class Roxxel(Dataset):
             prefetch_size: batches prepared ahead on a background thread.
             **kwargs: passed to :class:`~roxxel.data.stream.Stream` (``outputs``, ``to_device``)
                 and :class:`~roxxel.data.curriculum.Curriculum` (``chunk_tokens``, ``repeat``,
-                ``vocab_size``: the model's vocabulary, ``order``; see there).
+                ``vocab_size``: the model's vocabulary, ``order``, ``batch_rows``; see there).
 
         Returns:
             A :class:`~roxxel.data.stream.Stream`; ``len()`` is its exact number of steps.
@@ -92,7 +92,7 @@ class Roxxel(Dataset):
             raise ValueError(f"start_step {start_step} falls inside the completed phases ({done} steps); "
                              "stream those phases with their own shapes")
         phases.append(Phase(global_batch_size=batch_size, seq_len=seq_len, weights=w))
-        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat", "vocab_size", "order") if k in kwargs}
+        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat", "vocab_size", "order", "batch_rows") if k in kwargs}
         if mix_datasets and PRIMARY in mix_datasets:
             raise ValueError(f"{PRIMARY!r} names this dataset in weights; pick another name for the mixed one")
         curriculum = Curriculum({PRIMARY: self, **(mix_datasets or {})}, phases, **curriculum_args)

@@ -86,6 +86,9 @@ def parse_args(argv=None):
     p.add_argument("--depth", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-2, help="peak learning rate (warmup, then cosine decay to 1/10)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--batch-rows", choices=("consecutive", "independent"), default="consecutive",
+                   help="rows of a batch as consecutive windows of the shuffled stream (default), or each from "
+                        "its own place (then a resume may not change the current phase's length)")
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--checkpoint-every", type=int, default=200)
@@ -191,7 +194,7 @@ def main(argv=None) -> dict:
         curriculum = Curriculum({"primary": code, "text": text}, [
             Phase(steps=s1, global_batch_size=b1, seq_len=l1, weights={"primary": 0.9, "text": 0.1}),
             Phase(steps=s2, global_batch_size=b2, seq_len=l2, weights={"primary": 0.95, "text": 0.05}),
-        ], chunk_tokens=CHUNK_TOKENS)
+        ], chunk_tokens=CHUNK_TOKENS, batch_rows=args.batch_rows)
         # Held out at the longest rows trained (learned positions beyond them are untrained).
         eval_curriculum = Curriculum(held_out, [Phase(steps=8, global_batch_size=b2, seq_len=l2)])
         tok, no_tok = data_tokenizer(args.data, code)

@@ -23,6 +23,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from roxxel.data.spread import lane_depth, spread_rows
+
 __all__ = ["BlendPlan", "Segment"]
 
 
@@ -174,6 +176,13 @@ class BlendPlan:
       repeat: datasets restart instead of running out.
       max_period: longest pattern period in rows; weights that are not simple
         fractions are approximated to about ``1 / max_period``.
+      lanes: per phase, the number of lanes a dataset's consecutive rows are dealt to
+        (:func:`~roxxel.data.spread.spread_rows`; the streamer gives the phase's global
+        batch size), or None: each dataset's rows in stream order. The last, short block of
+        a segment is dealt by its own length, so a row's place there depends on where the
+        segment ends (a phase's length).
+      lane_tokens: with ``lanes``, the least distance in tokens between two lanes (the
+        streamer gives its chunk size, so the rows of a batch lie in different chunks).
 
     Raises:
       ValueError: an argument is malformed; the message names the value.
@@ -185,6 +194,8 @@ class BlendPlan:
         phases: Sequence[tuple[int | None, int, Sequence[float]]],
         repeat: bool = False,
         max_period: int = 10_000,
+        lanes: Sequence[int] | None = None,
+        lane_tokens: int = 1,
     ):
         self.sizes = tuple(_check_int(f"sizes[{i}]", s, 0) for i, s in enumerate(sizes))
         if not self.sizes:
@@ -192,6 +203,11 @@ class BlendPlan:
         self.repeat = bool(repeat)
         self.max_period = _check_int("max_period", max_period, 1)
         self.phases = self._check_phases(phases)
+        if lanes is not None and len(lanes) != len(self.phases):
+            raise ValueError(f"lanes gives {len(lanes)} values for {len(self.phases)} phases")
+        self.lanes = None if lanes is None else tuple(_check_int(f"lanes[{j}]", w, 1) for j, w in enumerate(lanes))
+        self.lane_tokens = _check_int("lane_tokens", lane_tokens, 1)
+        self._counts: list[np.ndarray | None] = []  # per segment: each dataset's rows in it (None: endless)
         segments, self._final = self._build()
         self._segments = tuple(segments)
         self._start_list = [s.start_row for s in segments]
@@ -200,9 +216,10 @@ class BlendPlan:
         self.total_rows: int | None = None if endless else (
             segments[-1].end_row if segments else 0
         )
-        # Per segment: its pattern and start positions as an array, for locate().
+        # Per segment: its pattern, start positions as an array and rows per dataset, for locate().
         self._compiled = [
-            (_pattern(s.weights), np.array(s.start_positions, np.int64)) for s in segments
+            (_pattern(s.weights), np.array(s.start_positions, np.int64), counts)
+            for s, counts in zip(segments, self._counts)
         ]
 
     def _check_phases(self, phases):
@@ -279,8 +296,10 @@ class BlendPlan:
                 end = None if length is None else row + length
                 segments.append(Segment(row, end, j, seq_len, active, iw, tuple(pos)))
                 if end is None or length is None:
+                    self._counts.append(None)
                     return segments, tuple(pos)  # endless repeat
                 counts = pat.counts(length)
+                self._counts.append(np.asarray(counts, np.int64))
                 for i in active:
                     pos[i] += int(counts[i]) * seq_len
                 row = end
@@ -339,11 +358,14 @@ class BlendPlan:
             one = bool(flat.size) and int(seg.min()) == int(seg.max())
         for s in (seg[:1] if one else np.unique(seg)).tolist():
             idx = slice(None) if one else np.flatnonzero(seg == s)
-            pat, start_pos = self._compiled[s]
+            pat, start_pos, counts = self._compiled[s]
             segment = self._segments[s]
             q, r = np.divmod(flat[idx] - segment.start_row, pat.period)
             d = pat.assign[r]
             done = q * pat.weights[d] + pat.table[r, d]
+            if self.lanes is not None:  # rows of a batch from independent places
+                done = spread_rows(done, self.lanes[segment.phase], lane_depth(self.lane_tokens, segment.seq_len),
+                                   None if counts is None else counts[d])
             dataset[idx] = d
             position[idx] = start_pos[d] + done * segment.seq_len
             seq_len[idx] = segment.seq_len
@@ -365,6 +387,6 @@ class BlendPlan:
         if row == self.total_rows:
             return np.array(self._final, np.int64)
         s = bisect.bisect_right(self._start_list, row) - 1
-        pat, start_pos = self._compiled[s]
+        pat, start_pos, _ = self._compiled[s]
         segment = self._segments[s]
         return start_pos + pat.counts(row - segment.start_row) * segment.seq_len

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 from roxxel.data.blend import BlendPlan
 from roxxel.data.dataset import Dataset
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS
+from roxxel.data.spread import BATCH_ROWS
 from roxxel.data.stream import Stream
 from roxxel.deprecation import renamed, warn_renamed
 from roxxel.exit_codes import ConfigurationError
@@ -34,10 +35,10 @@ DATA_ORDER_VERSION = 1
 document orders, the blend): bump it with any change that gives another batch at some step.
 Recorded in :meth:`Curriculum.describe`, so a checkpoint saved under another version is
 refused on resume instead of continuing on a different data order."""
-RECORD_DEFAULTS: dict[str, Any] = {"order": "chunks", "data_order_version": 1}
-"""What a :meth:`Curriculum.describe` key means when absent: ``order`` is left out at its
-default (older fingerprints stay valid) and checkpoints saved before ``data_order_version``
-existed were made by version 1."""
+RECORD_DEFAULTS: dict[str, Any] = {"order": "chunks", "data_order_version": 1, "batch_rows": "consecutive"}
+"""What a :meth:`Curriculum.describe` key means when absent: ``order`` and ``batch_rows`` are
+left out at the values every earlier version used (older fingerprints stay valid), and
+checkpoints saved before ``data_order_version`` existed were made by version 1."""
 _MAX_POSITION = 2**62
 _PHASE_KEYS = {"steps", "epochs", "global_batch_size", "batch_size", "seq_len", "weights"}
 
@@ -250,6 +251,12 @@ class Curriculum:
             ``"documents"`` - whole documents are shuffled and packed back to back (Megatron
             style): rows are runs of whole documents, every token of the dataset is used,
             at 16 bytes of host memory per document.
+        batch_rows: ``"consecutive"`` (default) - rows are consecutive windows of the shuffled
+            stream (a 32 x 2048 batch over 16,384-token chunks is 4 places of 8 rows);
+            ``"independent"`` - each row of a global batch comes from its own random place, as
+            in Megatron-LM and Grain (rows are dealt to ``global_batch_size`` lanes at least
+            ``chunk_tokens`` apart: :mod:`roxxel.data.spread`); a run resumed under it may not
+            change the length of the phase it resumes in.
         repeat: start a new epoch of a dataset when it runs out (instead of dropping it from
             the blend and re-normalising the others' weights, the original's behaviour).
         vocab_size: the number of token ids the model embeds. Data that declares a larger
@@ -277,9 +284,12 @@ class Curriculum:
                  phases: Sequence[Phase | Mapping[str, Any]] | None = None,
                  mix_streamers: Mapping[str, Dataset] | None = None, *, primary_streamer: Dataset | None = None,
                  chunk_tokens: int = DEFAULT_CHUNK_TOKENS, repeat: bool = False, vocab_size: int | None = None,
-                 order: str = "chunks"):
+                 order: str = "chunks", batch_rows: str = "consecutive"):
         if order not in ORDERS:
             raise CurriculumError(f"order must be one of {ORDERS}, got {order!r}")
+        if batch_rows not in BATCH_ROWS:
+            raise CurriculumError(f"batch_rows must be one of {BATCH_ROWS}, got {batch_rows!r}")
+        self.batch_rows = batch_rows
         if phases is None:
             raise TypeError("Curriculum needs phases: a list of Phase objects or dicts")
         self.order = order
@@ -342,8 +352,10 @@ class Curriculum:
                 steps.append(int(p.epochs * tokens) // (p.global_batch_size * p.seq_len))
             else:
                 steps.append(p.steps)
+        lanes = [p.global_batch_size for p in self.phases] if self.batch_rows == "independent" else None
         plan = BlendPlan(self._sizes, [(None if s is None else s * p.global_batch_size, p.seq_len, w)
-                                       for s, p, w in zip(steps, self.phases, weights)], repeat=self.repeat)
+                                       for s, p, w in zip(steps, self.phases, weights)], repeat=self.repeat,
+                         lanes=lanes, lane_tokens=self.chunk_tokens)
         resolved, step, row, token = [], 0, 0, 0
         for i, (p, s, w) in enumerate(zip(self.phases, steps, weights)):
             if plan.total_rows is None:  # endless blend: repeat mode with an open last phase
@@ -382,7 +394,8 @@ class Curriculum:
         p = self._phase_or_end(step) if step >= 0 else None
         if p is None:
             raise CurriculumError(f"step {step} is negative")
-        end = self.tokens_before(step) + p.tokens_per_step + self.chunk_tokens
+        # A row may lie up to a block of lanes (global batch x a chunk and a row) past the step's first token.
+        end = self.tokens_before(step) + p.tokens_per_step + p.global_batch_size * (self.chunk_tokens + p.seq_len)
         if end >= _MAX_POSITION:
             raise CurriculumError(f"step {step} starts at token position {self.tokens_before(step):,}, beyond the 2**62 "
                              "tokens the streamer's 64-bit positions can address; use a smaller start step")
@@ -436,9 +449,10 @@ class Curriculum:
     # -- identity -----------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         """JSON-able description: datasets (fingerprints), resolved phases, chunking, repeat."""
-        order = {} if self.order == "chunks" else {"order": self.order}  # keeps older fingerprints valid
+        # Options at the values of earlier versions are left out: older fingerprints stay valid.
+        options = {k: v for k, v in (("order", self.order), ("batch_rows", self.batch_rows)) if v != RECORD_DEFAULTS[k]}
         return {
-            **order,
+            **options,
             "data_order_version": DATA_ORDER_VERSION,
             "datasets": {self._recorded_name(n): ds.fingerprint() for n, ds in self.datasets.items()},
             "chunk_tokens": self.chunk_tokens, "repeat": self.repeat,
@@ -475,9 +489,10 @@ def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step:
     batches an uninterrupted run of ``current`` would. So every phase that started before
     ``step`` must keep its batch size, sequence length and weights; one that ended before
     ``step`` must also keep its length; the phase holding ``step`` may be lengthened or
-    shortened down to ``step`` (extending the run); phases starting at or after ``step``
-    may be changed, added or removed. Datasets, ``chunk_tokens``, ``repeat``, the ``order``
-    and the :data:`DATA_ORDER_VERSION` shape every batch and may not change (a key an older
+    shortened down to ``step`` (extending the run), except under ``batch_rows="independent"``,
+    where the places of its rows depend on its length; phases starting at or after ``step``
+    may be changed, added or removed. Datasets, ``chunk_tokens``, ``repeat``, the ``order``,
+    ``batch_rows`` and the :data:`DATA_ORDER_VERSION` shape every batch and may not change (a key an older
     checkpoint lacks counts as its :data:`RECORD_DEFAULTS` value).
 
     Args:
@@ -515,7 +530,13 @@ def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step:
             new_end = math.inf if new_steps is None else start + new_steps
             length = [line for line in lines if line.startswith(f"phases[{i}].steps:")]
             refused += [line for line in lines if line not in length]
-            if length and end >= step and new_end >= step:
+            independent = current.get("batch_rows", RECORD_DEFAULTS["batch_rows"]) == "independent"
+            if length and end >= step and new_end >= step and independent:
+                # The last block of lanes is dealt by the phase's length (roxxel.data.spread).
+                refused += [f"{line} (with batch_rows='independent' the rows already taken in this phase "
+                            "depend on its length: keep it, and add a phase after it to train longer)"
+                            for line in length]
+            elif length and end >= step and new_end >= step:
                 allowed += [f"{line} (the phase holding step {step} changes length)" for line in length]
             else:
                 refused += length

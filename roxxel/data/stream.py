@@ -10,6 +10,7 @@ whatever the number of processes, and after a resume with a different one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -32,7 +33,8 @@ if TYPE_CHECKING:  # annotations only: the curriculum builds streams (roxxel.dat
 log = logging.getLogger("roxxel.data")
 
 OUTPUTS = ("tokens", "documents")
-_AHEAD = 64  # steps whose rows are located and cut in one vectorised pass
+_AHEAD = 64  # steps whose rows are located, cut and read in one pass
+_STAGED_BYTES = 4 << 20  # at most this many bytes of rows read ahead of their steps (host memory)
 _PREFETCH_WINDOW = 8  # steps timed (medians) before deciding on a prefetch thread; repeated until it starts
 PREFETCH_MIN_OVERLAP = 50e-6  # seconds of both read and caller's step above which a prefetch thread pays (bench/stream.py)
 
@@ -67,6 +69,32 @@ def process_rows(sharding, global_shape: tuple[int, int], phase: int | None = No
     return lo, hi
 
 
+@dataclasses.dataclass
+class _Plan:
+    """Steps ``[first, end)`` of one phase's rows ``[lo, hi)`` (``key``), located and cut at once.
+
+    ``which``/``starts``: each planned row's dataset and first token (None: some row joins
+    pieces; read those steps piece by piece); ``single``: per step, whether one dataset holds
+    every row; ``staged[d]``: dataset ``d``'s rows of the plan in dataset order, cut into runs
+    (None: a row crosses a shard boundary); ``slots[d]``: each planned row's place among them;
+    ``buffers[d]``: those rows once read.
+    """
+
+    key: Any
+    first: int
+    end: int
+    seq_len: int
+    which: np.ndarray | None = None
+    starts: np.ndarray | None = None
+    single: np.ndarray | None = None
+    staged: list[RowRuns | None] = dataclasses.field(default_factory=list)
+    slots: list[np.ndarray | None] = dataclasses.field(default_factory=list)
+    buffers: list[np.ndarray | None] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.buffers = [None] * len(self.staged)
+
+
 class BatchReader:
     """Reads rows of the global batch of any step from the curriculum's datasets.
 
@@ -88,7 +116,7 @@ class BatchReader:
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
         # The largest id each dataset's stored dtype can hold (None: not an integer dtype, original-format data).
         self._max_ids = [np.iinfo(dt).max if np.issubdtype(dt, np.integer) else None for dt in self.dtypes]
-        self._plan = None  # (key, first step, end step, dataset, start, one dataset per step, runs) of planned steps
+        self._plan: _Plan | None = None  # the steps being read
 
     def rows(self, step: int, lo: int, hi: int, dtype=np.int32, *, with_breaks: bool = False):
         """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``.
@@ -101,47 +129,59 @@ class BatchReader:
         planned = self._planned(step, lo, hi, phase)
         if planned is None:
             return self._rows_by_pieces(step, lo, hi, phase, dtype, with_breaks)
-        k, which, starts, single, runs = planned
+        plan, k = planned
+        assert plan.which is not None and plan.starts is not None and plan.single is not None  # (planned)
         n = hi - lo
+        which, starts, single = plan.which[k * n:(k + 1) * n], plan.starts[k * n:(k + 1) * n], bool(plan.single[k])
         out = empty_aligned((n, phase.seq_len), dtype)
         for d in ([int(which[0])] if single else np.unique(which).tolist()):
             idx = None if single else np.flatnonzero(which == d)
             sel = slice(None) if idx is None else idx
-            m = n if idx is None else len(idx)
-            dataset = self.sources[d].dataset
-            if runs[d] is None:  # a row of this dataset crosses a shard boundary somewhere in the plan
-                rows = dataset.gather_rows(np.empty((m, phase.seq_len), self.dtypes[d]), starts[sel])
-            elif single and out.dtype == self.dtypes[d]:
-                rows = dataset.read_runs(out, runs[d], k)  # straight into the batch
+            if plan.staged[d] is None:  # a row of this dataset crosses a shard boundary somewhere in the plan
+                rows = self.sources[d].dataset.gather_rows(np.empty((n if idx is None else len(idx), phase.seq_len),
+                                                                    self.dtypes[d]), starts[sel])
+                self._check_vocab(rows, d)  # on the stored ids, before any (narrowing) cast
             else:
-                rows = dataset.read_runs(dataset.scratch(m, phase.seq_len), runs[d], k)
-            self._check_vocab(rows, d)  # on the stored ids, before any (narrowing) cast
-            if rows is not out:
-                if single:
-                    np.copyto(out, rows, casting="unsafe")  # one cast of the whole batch
-                else:
-                    out[sel] = rows
+                slots = plan.slots[d]
+                assert slots is not None  # set with staged[d]
+                rows = self._staged(plan, d)[slots[k * n:(k + 1) * n][sel]]
+            if single:
+                np.copyto(out, rows, casting="unsafe")  # one cast of the whole batch
+            else:
+                out[sel] = rows
         return (out, np.zeros(out.shape, bool)) if with_breaks else out
 
-    def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase):
-        """``(step in plan, dataset, start, one_dataset, runs)`` of ``step`` when every row is one contiguous range, else None.
+    def _staged(self, plan: _Plan, d: int) -> np.ndarray:
+        """Dataset ``d``'s rows of every step of ``plan``, read on first use (vocabulary checked)."""
+        buf = plan.buffers[d]
+        if buf is None:
+            runs = plan.staged[d]
+            assert runs is not None
+            rows = int(runs.his[-1] // (plan.seq_len * self.dtypes[d].itemsize)) if runs.his else 0
+            buf = plan.buffers[d] = self.sources[d].dataset.read_runs(
+                np.empty((rows, plan.seq_len), self.dtypes[d]), runs)
+            self._check_vocab(buf, d)  # on the stored ids, before any (narrowing) cast
+        return buf
 
-        Rows are located and cut for ``_AHEAD`` steps at once (one vectorised pass instead
+    def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase) -> tuple[_Plan, int] | None:
+        """The plan holding ``step`` and the step's index in it, or None when some row joins pieces.
+
+        Rows are located and cut for up to ``_AHEAD`` steps at once (one vectorised pass instead
         of one per step); a stream reads steps in order, so the next ones come from this plan.
         """
         key = (phase.index, lo, hi)
         plan = self._plan
-        if plan is None or plan[0] != key or not plan[1] <= step < plan[2]:
-            # Plan 1 step after a jump (a resume's first batch pays for itself), then more and more up to _AHEAD.
-            ahead = min(_AHEAD, 4 * (plan[2] - plan[1])) if plan is not None and plan[0] == key and step == plan[2] else 1
-            plan = self._plan = self._plan_ahead(step, lo, hi, phase, key, ahead)
-        if plan[3] is None:
+        if plan is None or plan.key != key or not plan.first <= step < plan.end:
+            # Plan 1 step after a jump (a resume's first batch pays for itself), then more and more up to
+            # _AHEAD, and no more rows than _STAGED_BYTES hold.
+            fits = max(1, _STAGED_BYTES // max(1, (hi - lo) * phase.seq_len * max(dt.itemsize for dt in self.dtypes)))
+            grown = 4 * (plan.end - plan.first) if plan is not None and plan.key == key and step == plan.end else 1
+            plan = self._plan = self._plan_ahead(step, lo, hi, phase, key, min(_AHEAD, fits, grown))
+        if plan.which is None:
             return None
-        k, n = step - plan[1], hi - lo
-        which = plan[3][k * n:(k + 1) * n]
-        return k, which, plan[4][k * n:(k + 1) * n], bool(plan[5][k]), plan[6]
+        return plan, step - plan.first
 
-    def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int):
+    def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int) -> _Plan:
         n = hi - lo
         for steps in dict.fromkeys((int(min(ahead, phase.end_step - step)), 1)):
             rows = (self.curriculum.rows_before(step) + lo + phase.global_batch_size * np.arange(steps, dtype=np.int64)[:, None]
@@ -153,18 +193,26 @@ class BatchReader:
                     raise
                 continue  # the steps ahead run past the data: plan only this one (its own error, if any)
             starts = np.empty_like(position)
-            runs: list[RowRuns | None] = [None] * len(self.sources)
+            staged: list[RowRuns | None] = [None] * len(self.sources)
+            slots: list[np.ndarray | None] = [None] * len(self.sources)
             for d in np.unique(which).tolist():
                 sel = np.flatnonzero(which == d)
                 _, start, count = self.sources[d].pieces(position[sel], phase.seq_len)
                 if len(start) != len(sel) or (count != phase.seq_len).any():  # some row is cut into pieces
-                    return key, step, step + 1, None, None, None, None
+                    return _Plan(key, step, step + 1, phase.seq_len)
                 starts[sel] = start
-                # Each step's rows of this dataset cut into runs read with one pread each (None: see rows()).
-                runs[d] = self.sources[d].dataset.row_runs(start, phase.seq_len, sel // n if n else sel, steps)
+                # The plan's rows of this dataset in dataset order, cut into runs (one pread each): the
+                # rows of a lane over the next steps follow each other (roxxel.data.spread), so runs
+                # stay long when a batch's rows come from independent places.
+                order = np.argsort(start, kind="stable")
+                staged[d] = self.sources[d].dataset.row_runs(start[order], phase.seq_len)
+                if staged[d] is not None:
+                    slot = np.full(len(which), -1, np.int64)
+                    slot[sel[order]] = np.arange(len(sel))
+                    slots[d] = slot
             by_step = which.reshape(steps, n)
             single = (by_step == by_step[:, :1]).all(axis=1) if n else np.ones(steps, bool)
-            return key, step, step + steps, which, starts, single, runs
+            return _Plan(key, step, step + steps, phase.seq_len, which, starts, single, staged, slots)
         raise AssertionError("unreachable")
 
     def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype, with_breaks: bool):

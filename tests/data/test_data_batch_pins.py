@@ -3,7 +3,9 @@
 The SHA-256 of a few whole streams (blends, curricula, both orders, both outputs, several
 chunk sizes, a multi-shard dataset) was recorded from the code before the read path was
 vectorised; any later change to how rows are located, cut or copied must reproduce them
-byte for byte for the same seed and curriculum.
+byte for byte for the same seed and curriculum. The pins recorded then are rows taken in
+stream order (``batch_rows="consecutive"``); the default, independent rows
+(tests/data/test_data_spread.py), was pinned when it was introduced.
 """
 
 import hashlib
@@ -41,12 +43,12 @@ def digest(batches) -> str:
     return h.hexdigest()
 
 
-def curriculum(ds, chunk, order="chunks"):
+def curriculum(ds, chunk, order="chunks", batch_rows="consecutive"):
     phases = [Phase(steps=6, global_batch_size=8, seq_len=64, weights={"primary": 2, "code": 1, "math": 1}),
               Phase(steps=4, global_batch_size=4, seq_len=200, weights={"primary": 1, "math": 3}),
               Phase(steps=5, global_batch_size=6, seq_len=48, weights={"primary": 1, "code": 2})]
     return Curriculum({"primary": ds["self"], "code": ds["code"], "math": ds["math"]}, phases, chunk_tokens=chunk,
-                      order=order)
+                      order=order, batch_rows=batch_rows)
 
 
 PINS = {
@@ -59,17 +61,27 @@ PINS = {
 }
 
 
-@pytest.mark.parametrize("order,chunk,outputs", list(PINS))
-def test_batches_match_the_pinned_hashes(datasets, order, chunk, outputs):
-    c = curriculum(datasets, chunk or 64, order)
+PINS_INDEPENDENT = {
+    ("chunks", 64, "tokens"): "007f1736d79013a8b607a7370d091f4afa7fb3ab5611e51c57884e75b820550f",
+    ("chunks", 1000, "tokens"): "0f6139f8dc150d7685a0b3552d16ad9dec3c09f90a4cac848bbc50782fa24477",
+    ("chunks", 16384, "tokens"): "8e69422d854c0e8f25dd21fa1c3abb85692bb2d29ecc8c896f058195e49a3ea1",
+    ("documents", 0, "documents"): "f3ef09e26a3de4917c5f43073333bc29d7ae596c5eb33a68a7e583e247403855",
+}
+
+
+@pytest.mark.parametrize("rows,order,chunk,outputs", [("consecutive", *k) for k in PINS]
+                         + [("independent", *k) for k in PINS_INDEPENDENT])
+def test_batches_match_the_pinned_hashes(datasets, rows, order, chunk, outputs):
+    c = curriculum(datasets, chunk or 64, order, rows)
     batches = list(c.stream(seed=12345, to_device=False, prefetch_size=0, outputs=outputs))
     assert len(batches) == 15
-    assert digest(batches) == PINS[(order, chunk, outputs)]
+    assert digest(batches) == (PINS if rows == "consecutive" else PINS_INDEPENDENT)[(order, chunk, outputs)]
 
 
 def test_original_api_stream_with_a_far_start_matches_the_pin(datasets):
     ds = datasets["self"]
-    s = ds.stream(seq_len=128, batch_size=4, seed=7, start_step=30, total_steps=20, to_device=False, prefetch_size=0)
+    s = ds.stream(seq_len=128, batch_size=4, seed=7, start_step=30, total_steps=20, to_device=False, prefetch_size=0,
+                  batch_rows="consecutive")
     assert digest(list(s)) == PIN_ORIGINAL_API
 
 

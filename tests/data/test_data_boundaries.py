@@ -121,18 +121,22 @@ def test_document_features_breaks_start_segments():
 
 
 def test_document_order_packs_every_whole_document_once_per_epoch(data):
-    """order="documents": one epoch's rows, concatenated, are the dataset's documents in a shuffled order."""
+    """order="documents": one epoch's rows, concatenated, are the dataset's documents in a shuffled order.
+
+    Rows taken in stream order (``batch_rows="consecutive"``), so that their concatenation is the
+    stream; independent rows are the same rows in another order (tests/data/test_data_spread.py)."""
     ds, src = data["self"]
     starts = np.append(ds.document_starts(), ds.num_tokens)
     docs = {tuple(src[a:b]) for a, b in zip(starts[:-1], starts[1:])}
     seq = 64
-    c = Curriculum(ds, [Phase(global_batch_size=2, seq_len=seq)], order="documents")
+    c = Curriculum(ds, [Phase(global_batch_size=2, seq_len=seq)], order="documents", batch_rows="consecutive")
     flat = np.concatenate([b.ravel() for b in c.stream(seed=5, to_device=False, dtype=np.int64, prefetch_size=0)])
     assert len(flat) == ds.num_tokens // (2 * seq) * 2 * seq  # every token is usable: no chunk tail is dropped
     cuts = np.flatnonzero(flat == EOS) + 1
     pieces = [tuple(p) for p in np.split(flat, cuts)[:-1]]
     assert len(set(pieces)) == len(pieces) and set(pieces) <= docs  # whole documents, none twice
     assert len(pieces) >= len(docs) - 3  # all but the few cut off at the epoch's end
-    order_a = Curriculum(ds, [Phase(global_batch_size=2, seq_len=seq)], order="documents").stream(seed=5, to_device=False)
+    order_a = Curriculum(ds, [Phase(global_batch_size=2, seq_len=seq)], order="documents",
+                         batch_rows="consecutive").stream(seed=5, to_device=False)
     assert np.array_equal(next(order_a), next(c.stream(seed=5, to_device=False)))
     assert pieces != sorted(pieces, key=lambda p: p[0])  # shuffled, not in dataset order

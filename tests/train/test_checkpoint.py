@@ -219,6 +219,19 @@ def test_changed_fingerprint_is_refused_with_a_readable_diff(tmp_path, caplog):
         assert ckpt.restore() == 3
 
 
+def test_a_run_saved_before_batch_rows_existed_is_told_how_to_resume(tmp_path):
+    """Checkpoints saved before batch_rows existed hold none (they took consecutive rows): resuming
+    one with independent rows is refused, and the message gives the option that resumes it."""
+    ms = _trained(dropout=None)
+    with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint=common.FINGERPRINT) as ckpt:
+        ckpt.save(3, {"loss": 1.0}, tokens_consumed=96)
+    now = {**copy.deepcopy(common.FINGERPRINT), "batch_rows": "independent"}
+    with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint=now) as ckpt:
+        with pytest.raises(RunMismatchError, match=r'batch_rows: "consecutive" -> "independent"(.|\n)*'
+                                                   r"pass Curriculum\(\.\.\., batch_rows='consecutive'\) to resume it"):
+            ckpt.restore()
+
+
 def test_describe_changes():
     saved = {"phases": [{"batch_size": 16, "seq_len": 8}], "seed": 1, "flag": True, "name": "a", "odd key": 1}
     current = {"phases": [{"batch_size": 16, "seq_len": 16}, {"batch_size": 4}], "seed": 1, "flag": 1, "odd key": 2}

@@ -747,6 +747,10 @@ class Checkpointer:
         if not changes:
             return
         shown = indented(changes)
+        if any(line.startswith("batch_rows:") for line in changes):
+            saved_rows = saved.get("batch_rows", "consecutive")
+            hint += (f"; the run took {saved_rows} rows (runs saved before batch_rows existed did): pass "
+                     f"Curriculum(..., batch_rows={saved_rows!r}) to resume it")
         if self.allow_changed_run:
             self.run_changes += changes
             log.warning("resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, directory, shown)
