@@ -302,6 +302,8 @@ class Curriculum:
         for i, p in enumerate(self.phases[:-1]):
             if p.steps is None and p.epochs is None:
                 raise CurriculumError(f"phase {i}: only the last phase may omit steps/epochs (it then runs until the data runs out)")
+        if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
+            raise CurriculumError(f"chunk_tokens must be an int >= 1 (tokens per shuffled chunk), got {chunk_tokens!r}")
         self.chunk_tokens = chunk_tokens
         self.repeat = repeat
         self.vocab_size = _check_compatible(self.datasets, vocab_size)

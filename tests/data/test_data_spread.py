@@ -134,3 +134,10 @@ def test_a_run_saved_with_consecutive_rows_refuses_to_resume_with_independent_on
 def test_an_unknown_batch_rows_value_is_refused(addressed):
     with pytest.raises(ValueError, match=r"batch_rows must be one of \('consecutive', 'independent'\), got 'random'"):
         Curriculum(addressed, [Phase(steps=1, global_batch_size=1, seq_len=8)], batch_rows="random")
+
+
+@pytest.mark.parametrize("chunk", [0, -5, 1.5, True])
+def test_a_bad_chunk_size_is_refused_in_one_line(addressed, chunk):
+    """Found by a new user's pass: 0 divided by zero, -5 was called lane_tokens, 1.5 blamed the dataset's size."""
+    with pytest.raises(ValueError, match=rf"chunk_tokens must be an int >= 1 \(tokens per shuffled chunk\), got {chunk!r}"):
+        Curriculum(addressed, [Phase(global_batch_size=4, seq_len=64)], chunk_tokens=chunk)
