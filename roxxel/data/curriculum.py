@@ -517,6 +517,8 @@ def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step:
         else:  # a key left out at its default means the default (an old run resumed with order="documents" is refused)
             refused += diff({key: saved.get(key, RECORD_DEFAULTS.get(key))}, {key: current.get(key, RECORD_DEFAULTS.get(key))})
     old, new = list(saved.get("phases") or []), list(current.get("phases") or [])
+    # Independent rows: the last block of lanes is dealt by the phase's length (roxxel.data.spread).
+    independent = current.get("batch_rows", RECORD_DEFAULTS["batch_rows"]) == "independent"
     start: float = 0  # step where phase i starts (inf after an open-ended phase)
     for i, phase in enumerate(old):
         steps = phase.get("steps")
@@ -532,16 +534,14 @@ def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step:
             new_end = math.inf if new_steps is None else start + new_steps
             length = [line for line in lines if line.startswith(f"phases[{i}].steps:")]
             refused += [line for line in lines if line not in length]
-            independent = current.get("batch_rows", RECORD_DEFAULTS["batch_rows"]) == "independent"
-            if length and end >= step and new_end >= step and independent:
-                # The last block of lanes is dealt by the phase's length (roxxel.data.spread).
+            if not (end >= step and new_end >= step):
+                refused += length
+            elif independent:
                 refused += [f"{line} (with batch_rows='independent' the rows already taken in this phase "
                             "depend on its length: keep it, and add a phase after it to train longer)"
                             for line in length]
-            elif length and end >= step and new_end >= step:
-                allowed += [f"{line} (the phase holding step {step} changes length)" for line in length]
             else:
-                refused += length
+                allowed += [f"{line} (the phase holding step {step} changes length)" for line in length]
         start = end
     else:
         i = len(old)

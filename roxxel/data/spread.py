@@ -61,8 +61,8 @@ def spread_rows(rows: np.ndarray, lanes: int, depth: int, count: np.ndarray | in
         count = np.asarray(count, np.int64)
         full = count // block
         m = np.where(b < full, block, count - full * block)
-    w = np.minimum(lanes, m)  # lanes of this block (>= 1 wherever a row exists)
-    d = -(-m // np.maximum(w, 1))  # rows of its deepest lanes
+    w = np.clip(m, 1, lanes)  # lanes of this block (m >= 1 wherever a row exists)
+    d = -(-m // w)  # rows of its deepest lanes
     r = m - (d - 1) * w  # lanes holding d rows; the others hold d - 1
-    lane, level = i % np.maximum(w, 1), i // np.maximum(w, 1)
+    lane, level = i % w, i // w
     return b * block + lane * d - np.maximum(0, lane - r) + level

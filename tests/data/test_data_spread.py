@@ -10,6 +10,7 @@ import pytest
 from roxxel import Curriculum, Phase, Roxxel
 from roxxel.data.curriculum import classify_changes
 from roxxel.data.spread import lane_depth, spread_rows
+from roxxel.train.checkpoint import describe_changes
 
 CHUNK = 1024
 
@@ -90,20 +91,12 @@ def test_a_longer_phase_keeps_the_batches_before_it_only_with_consecutive_rows(a
     short, long = (list(curriculum(n, "consecutive").stream(seed=9, to_device=False, prefetch_size=0)) for n in (5, 13))
     assert all(np.array_equal(a, b) for a, b in zip(short, long))
     assert classify_changes(curriculum(5, "consecutive").describe(), curriculum(13, "consecutive").describe(), 12,
-                            _phase_diff)[1] == []
+                            describe_changes)[1] == []
     short, long = (list(curriculum(n, "independent").stream(seed=9, to_device=False, prefetch_size=0)) for n in (5, 13))
     assert not all(np.array_equal(a, b) for a, b in zip(short, long))  # why it is refused
     refused = classify_changes(curriculum(5, "independent").describe(), curriculum(13, "independent").describe(), 12,
-                               _phase_diff)[1]
+                               describe_changes)[1]
     assert len(refused) == 1 and "phases[1].steps: 5 -> 13 (with batch_rows='independent'" in refused[0]
-
-
-def _phase_diff(a, b):
-    """A minimal describe_changes for the keys these tests change."""
-    if "phases" in a:
-        return [f"phases[{i}].steps: {p['steps']} -> {q['steps']}" for i, (p, q) in enumerate(zip(a["phases"], b["phases"]))
-                if p["steps"] != q["steps"]]
-    return [f"{k}: {a[k]} -> {b[k]}" for k in a if a[k] != b.get(k)]
 
 
 def test_a_resume_is_the_same_batch_as_an_uninterrupted_stream(addressed):
@@ -122,13 +115,10 @@ def test_a_run_saved_with_consecutive_rows_refuses_to_resume_with_independent_on
     assert "batch_rows" not in old  # fingerprints of runs saved before the option stay valid
     assert new["batch_rows"] == "independent"
 
-    def diff(a, b):
-        return [f"{k}: {a[k]} -> {b[k]}" for k in a if a[k] != b[k]]
-
-    allowed, refused = classify_changes(old, new, 5, diff)
-    assert refused == ["batch_rows: consecutive -> independent"]
+    allowed, refused = classify_changes(old, new, 5, describe_changes)
+    assert refused == ['batch_rows: "consecutive" -> "independent"']
     assert classify_changes(old, Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe(),
-                            5, diff) == ([], [])
+                            5, describe_changes) == ([], [])
 
 
 def test_an_unknown_batch_rows_value_is_refused(addressed):

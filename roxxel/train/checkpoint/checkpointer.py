@@ -26,7 +26,7 @@ from orbax.checkpoint import checkpoint_managers as ocm
 
 from roxxel._version import __version__
 from roxxel.contract import ENV_RESTORE_FROM, PREEMPTION_FILE
-from roxxel.data.curriculum import classify_changes
+from roxxel.data.curriculum import RECORD_DEFAULTS, classify_changes
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE, ConfigValueError
 from roxxel.run import branch_overlap
 from roxxel.train.checkpoint import _orbax, lifecycle, ownership
@@ -748,7 +748,7 @@ class Checkpointer:
             return
         shown = indented(changes)
         if any(line.startswith("batch_rows:") for line in changes):
-            saved_rows = saved.get("batch_rows", "consecutive")
+            saved_rows = saved.get("batch_rows", RECORD_DEFAULTS["batch_rows"])
             hint += (f"; the run took {saved_rows} rows (runs saved before batch_rows existed did): pass "
                      f"Curriculum(..., batch_rows={saved_rows!r}) to resume it")
         if self.allow_changed_run:
