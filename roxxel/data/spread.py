@@ -45,7 +45,8 @@ def spread_rows(rows: np.ndarray, lanes: int, depth: int, count: np.ndarray | in
         count: the dataset's rows in the segment (int, or an int array broadcast against
             ``rows``), or None for an endless segment. The last block, of ``m < lanes * depth``
             rows, is dealt to ``min(lanes, m)`` lanes of (almost) equal depth, so that it is a
-            bijection of its own rows whose consecutive rows are still never adjacent.
+            bijection of its own rows (lanes ``ceil(m / lanes)`` rows apart: closer than a chunk,
+            and adjacent when ``m <= lanes``).
 
     Returns:
         int64 array of ``rows``' shape: the row's index in the segment's stream order. For
