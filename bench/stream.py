@@ -80,7 +80,7 @@ def dataset(n_tokens: int, name: str = "tp") -> Roxxel:
     return ds
 
 
-def endless(ds, batch_rows="consecutive", **kw):
+def endless(ds, batch_rows="independent", **kw):  # the library's default order
     c = Curriculum(ds, [Phase(global_batch_size=BATCH, seq_len=SEQ)], repeat=True, batch_rows=batch_rows)
     return c.stream(0, 10**9, seed=0, **kw)
 
@@ -335,16 +335,16 @@ def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
     unidentified = endless(no_identity, to_device=False, prefetch_size=0)
     for _ in range(ds.num_tokens // TOKENS + 1):  # blocks checked, as above
         next(unidentified)
-    independent = endless(ds, "independent", to_device=False, prefetch_size=0)
+    consecutive = endless(ds, "consecutive", to_device=False, prefetch_size=0)
     for _ in range(ds.num_tokens // TOKENS + 1):  # blocks checked, as above
-        next(independent)
+        next(consecutive)
     methods = {
         "memcpy": sequential_copy(shard),
         "u16->int32 cast (bound)": sequential_copy(shard, np.int32),
         "pread per row": pread_per_row(ds),
         "nanoGPT get_batch": nanogpt(shard),
         "roxxel host rows": stream_method(checked),
-        "roxxel host rows, independent rows": stream_method(independent),
+        "roxxel host rows, consecutive rows": stream_method(consecutive),
         "roxxel host rows, checks off": stream_method(unchecked),
         "roxxel host rows, identity check off": stream_method(unidentified),
         "roxxel host rows, prefetch 2": stream_method(endless(ds, to_device=False, prefetch_size=2)),
@@ -570,9 +570,9 @@ def main(argv=None) -> int:
                m["roxxel host rows"] >= 0.5 * bound)
         record("first pass vs steady (host rows)", f"{m['roxxel host rows, 1st pass'] / m['roxxel host rows']:.2f}x",
                ">= 0.9x", m["roxxel host rows, 1st pass"] >= 0.9 * m["roxxel host rows"])
-        record("independent vs consecutive rows (host rows, steady)",
-               f"{m['roxxel host rows, independent rows'] / m['roxxel host rows']:.2f}x", ">= 0.9x",
-               m["roxxel host rows, independent rows"] >= 0.9 * m["roxxel host rows"])
+        record("independent (default) vs consecutive rows (host rows, steady)",
+               f"{m['roxxel host rows'] / m['roxxel host rows, consecutive rows']:.2f}x", ">= 0.9x",
+               m["roxxel host rows"] >= 0.9 * m["roxxel host rows, consecutive rows"])
         for rows in ("independent", "consecutive"):
             n = places_per_batch(ds, rows)
             record(f"places a batch is read from ({rows} rows)", f"{n:g} of {BATCH}",

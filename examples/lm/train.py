@@ -86,9 +86,9 @@ def parse_args(argv=None):
     p.add_argument("--depth", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-2, help="peak learning rate (warmup, then cosine decay to 1/10)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--batch-rows", choices=("consecutive", "independent"), default="consecutive",
-                   help="rows of a batch as consecutive windows of the shuffled stream (default), or each from "
-                        "its own place (then a resume may not change the current phase's length)")
+    p.add_argument("--batch-rows", choices=("independent", "consecutive"), default="independent",
+                   help="each row of a batch from its own place (default), or rows as consecutive windows of the "
+                        "shuffled stream (what runs saved before the option took)")
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--checkpoint-every", type=int, default=200)

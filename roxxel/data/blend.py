@@ -23,7 +23,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from roxxel.data.spread import lane_depth, spread_rows
+from roxxel.data.spread import Lanes, SegmentLanes, lane_depth
 
 __all__ = ["BlendPlan", "Segment"]
 
@@ -178,9 +178,9 @@ class BlendPlan:
         fractions are approximated to about ``1 / max_period``.
       lanes: per phase, the number of lanes a dataset's consecutive rows are dealt to
         (:func:`~roxxel.data.spread.spread_rows`; the streamer gives the phase's global
-        batch size), or None: each dataset's rows in stream order. The last, short block of
-        a segment is dealt by its own length, so a row's place there depends on where the
-        segment ends (a phase's length).
+        batch size), or None: each dataset's rows in stream order. Blocks of lanes are laid
+        out by the data, not by where a phase ends (:class:`~roxxel.data.spread.SegmentLanes`),
+        so a phase's length changes no row before its end.
       lane_tokens: with ``lanes``, the least distance in tokens between two lanes (the
         streamer gives its chunk size, so the rows of a batch lie in different chunks).
 
@@ -207,7 +207,7 @@ class BlendPlan:
             raise ValueError(f"lanes gives {len(lanes)} values for {len(self.phases)} phases")
         self.lanes = None if lanes is None else tuple(_check_int(f"lanes[{j}]", w, 1) for j, w in enumerate(lanes))
         self.lane_tokens = _check_int("lane_tokens", lane_tokens, 1)
-        self._counts: list[np.ndarray | None] = []  # per segment: each dataset's rows in it (None: endless)
+        self._lanes: list[dict[int, SegmentLanes]] = []  # per segment, with lanes: each active dataset's row map
         segments, self._final = self._build()
         self._segments = tuple(segments)
         self._start_list = [s.start_row for s in segments]
@@ -216,11 +216,8 @@ class BlendPlan:
         self.total_rows: int | None = None if endless else (
             segments[-1].end_row if segments else 0
         )
-        # Per segment: its pattern, start positions as an array and rows per dataset, for locate().
-        self._compiled = [
-            (_pattern(s.weights), np.array(s.start_positions, np.int64), counts)
-            for s, counts in zip(segments, self._counts)
-        ]
+        # Per segment: its pattern and start positions as an array, for locate().
+        self._compiled = [(_pattern(s.weights), np.array(s.start_positions, np.int64)) for s in segments]
 
     def _check_phases(self, phases):
         k = len(self.sizes)
@@ -269,18 +266,20 @@ class BlendPlan:
 
     def _build(self) -> tuple[list[Segment], tuple[int, ...]]:
         k = len(self.sizes)
-        pos = [0] * k
+        pos = [0] * k  # tokens consumed from each dataset
+        lanes = [Lanes() for _ in range(k)] if self.lanes is not None else None
+        shortest = min(seq_len for _, seq_len, _ in self.phases)
         segments: list[Segment] = []
         row = 0
         integer_weights: dict[tuple, tuple[int, ...]] = {}  # phases often share their weights (exact fractions are slow)
         for j, (rows, seq_len, weights) in enumerate(self.phases):
             phase_end = None if rows is None else row + rows
             while phase_end is None or row < phase_end:
-                active = tuple(
-                    i
-                    for i in range(k)
-                    if weights[i] > 0 and (self.repeat or self.sizes[i] - pos[i] >= seq_len)
-                )
+                maps = None if lanes is None else self._segment_lanes(lanes, j, seq_len, weights)
+                # Rows each weighted dataset can still give (None: endless).
+                left = {i: None if self.repeat else maps[i].available if maps is not None
+                        else (self.sizes[i] - pos[i]) // seq_len for i in range(k) if weights[i] > 0}
+                active = tuple(i for i, n in left.items() if n is None or n >= 1)
                 if not active:
                     return segments, tuple(pos)  # nothing left: the stream ends here
                 iw = integer_weights.get((weights, active))
@@ -291,19 +290,29 @@ class BlendPlan:
                 if not self.repeat:
                     # The segment ends right after the first dataset's last whole row.
                     for i in active:
-                        last = pat.row_of(i, (self.sizes[i] - pos[i]) // seq_len - 1) + 1
+                        last = pat.row_of(i, (left[i] or 0) - 1) + 1
                         length = last if length is None else min(length, last)
                 end = None if length is None else row + length
                 segments.append(Segment(row, end, j, seq_len, active, iw, tuple(pos)))
+                if maps is not None:
+                    self._lanes.append({i: maps[i] for i in active})
                 if end is None or length is None:
-                    self._counts.append(None)
                     return segments, tuple(pos)  # endless repeat
                 counts = pat.counts(length)
-                self._counts.append(np.asarray(counts, np.int64))
                 for i in active:
                     pos[i] += int(counts[i]) * seq_len
+                    if lanes is not None and maps is not None:
+                        lanes[i] = maps[i].after(int(counts[i]), shortest)
                 row = end
         return segments, tuple(pos)
+
+    def _segment_lanes(self, lanes: list[Lanes], phase: int, seq_len: int,
+                       weights: Sequence[float]) -> dict[int, SegmentLanes]:
+        """Each weighted dataset's row map for a segment of ``phase`` (independent rows)."""
+        assert self.lanes is not None
+        depth = lane_depth(self.lane_tokens, seq_len)
+        return {i: SegmentLanes(lanes[i], seq_len, self.lanes[phase], depth, None if self.repeat else self.sizes[i])
+                for i, w in enumerate(weights) if w > 0}
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -358,16 +367,21 @@ class BlendPlan:
             one = bool(flat.size) and int(seg.min()) == int(seg.max())
         for s in (seg[:1] if one else np.unique(seg)).tolist():
             idx = slice(None) if one else np.flatnonzero(seg == s)
-            pat, start_pos, counts = self._compiled[s]
+            pat, start_pos = self._compiled[s]
             segment = self._segments[s]
             q, r = np.divmod(flat[idx] - segment.start_row, pat.period)
             d = pat.assign[r]
-            done = q * pat.weights[d] + pat.table[r, d]
-            if self.lanes is not None:  # rows of a batch from independent places
-                done = spread_rows(done, self.lanes[segment.phase], lane_depth(self.lane_tokens, segment.seq_len),
-                                   None if counts is None else counts[d])
+            done = q * pat.weights[d] + pat.table[r, d]  # each row's index among its dataset's rows in the segment
             dataset[idx] = d
-            position[idx] = start_pos[d] + done * segment.seq_len
+            if self.lanes is None:
+                position[idx] = start_pos[d] + done * segment.seq_len
+            else:  # rows of a batch from independent places
+                place = np.empty(done.shape, np.int64)
+                for i, lanes in self._lanes[s].items():
+                    mine = d == i
+                    if mine.any():
+                        place[mine] = lanes.place(done[mine])
+                position[idx] = place
             seq_len[idx] = segment.seq_len
         shape = arr.shape
         return dataset.reshape(shape), position.reshape(shape), seq_len.reshape(shape)
@@ -387,6 +401,6 @@ class BlendPlan:
         if row == self.total_rows:
             return np.array(self._final, np.int64)
         s = bisect.bisect_right(self._start_list, row) - 1
-        pat, start_pos, _ = self._compiled[s]
+        pat, start_pos = self._compiled[s]
         segment = self._segments[s]
         return start_pos + pat.counts(row - segment.start_row) * segment.seq_len

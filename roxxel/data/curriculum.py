@@ -30,11 +30,16 @@ PRIMARY = "primary"
 ORIGINAL_PRIMARY = "self"
 """The original's weight key for the primary dataset (deprecated; still accepted)."""
 ORDERS = ("chunks", "documents")
-DATA_ORDER_VERSION = 1
+DATA_ORDER_VERSION = 2
 """The version of the algorithms that put tokens in order (the Feistel shuffle, the chunk and
-document orders, the blend): bump it with any change that gives another batch at some step.
-Recorded in :meth:`Curriculum.describe`, so a checkpoint saved under another version is
-refused on resume instead of continuing on a different data order."""
+document orders, the blend, the spread of independent rows): bump it with any change that gives
+another batch at some step. Recorded in :meth:`Curriculum.describe`, so a checkpoint saved under
+another version is refused on resume instead of continuing on a different data order. Version 2
+lays independent rows out by the data instead of by where a phase ends; consecutive rows did
+not change, so a curriculum with ``batch_rows="consecutive"`` records version 1
+(:data:`ORDER_VERSIONS`)."""
+ORDER_VERSIONS: dict[str, int] = {"consecutive": 1, "independent": DATA_ORDER_VERSION}
+"""The data order version each ``batch_rows`` records: the last version that changed its batches."""
 RECORD_DEFAULTS: dict[str, Any] = {"order": "chunks", "data_order_version": 1, "batch_rows": "consecutive"}
 """What a :meth:`Curriculum.describe` key means when absent: ``order`` and ``batch_rows`` are
 left out at the values every earlier version used (older fingerprints stay valid), and
@@ -251,12 +256,14 @@ class Curriculum:
             ``"documents"`` - whole documents are shuffled and packed back to back (Megatron
             style): rows are runs of whole documents, every token of the dataset is used,
             at 16 bytes of host memory per document.
-        batch_rows: ``"consecutive"`` (default) - rows are consecutive windows of the shuffled
-            stream (a 32 x 2048 batch over 16,384-token chunks is 4 places of 8 rows);
-            ``"independent"`` - each row of a global batch comes from its own random place, as
-            in Megatron-LM and Grain (rows are dealt to ``global_batch_size`` lanes at least
-            ``chunk_tokens`` apart: :mod:`roxxel.data.spread`); a run resumed under it may not
-            change the length of the phase it resumes in.
+        batch_rows: ``"independent"`` (default) - each row of a global batch comes from its own
+            random place, as in Megatron-LM and Grain (rows are dealt to ``global_batch_size``
+            lanes at least ``chunk_tokens`` apart: :mod:`roxxel.data.spread`); where ``seq_len``
+            changes, each lane's unread rest shorter than the new row waits for a phase with
+            shorter rows (under a row per lane and dataset). ``"consecutive"`` - rows are
+            consecutive windows of the shuffled stream (a 32 x 2048 batch over 16,384-token
+            chunks is 4 places of 8 rows), the only order before the option existed: pass it to
+            resume a run saved without ``batch_rows``.
         repeat: start a new epoch of a dataset when it runs out (instead of dropping it from
             the blend and re-normalising the others' weights, the original's behaviour).
         vocab_size: the number of token ids the model embeds. Data that declares a larger
@@ -284,7 +291,7 @@ class Curriculum:
                  phases: Sequence[Phase | Mapping[str, Any]] | None = None,
                  mix_streamers: Mapping[str, Dataset] | None = None, *, primary_streamer: Dataset | None = None,
                  chunk_tokens: int = DEFAULT_CHUNK_TOKENS, repeat: bool = False, vocab_size: int | None = None,
-                 order: str = "chunks", batch_rows: str = "consecutive"):
+                 order: str = "chunks", batch_rows: str = "independent"):
         if order not in ORDERS:
             raise CurriculumError(f"order must be one of {ORDERS}, got {order!r}")
         if batch_rows not in BATCH_ROWS:
@@ -396,8 +403,10 @@ class Curriculum:
         p = self._phase_or_end(step) if step >= 0 else None
         if p is None:
             raise CurriculumError(f"step {step} is negative")
-        # A row may lie up to a block of lanes (global batch x a chunk and a row) past the step's first token.
-        end = self.tokens_before(step) + p.tokens_per_step + p.global_batch_size * (self.chunk_tokens + p.seq_len)
+        # With independent rows a row may lie past the tokens consumed by a block of lanes (global batch x a
+        # chunk and a row) and by the unread rests carried from earlier blocks (at most a block per segment).
+        block = max(q.global_batch_size * (self.chunk_tokens + q.seq_len) for q in self.resolved)
+        end = self.tokens_before(step) + p.tokens_per_step + (len(self.plan.segments) + 1) * block
         if end >= _MAX_POSITION:
             raise CurriculumError(f"step {step} starts at token position {self.tokens_before(step):,}, beyond the 2**62 "
                              "tokens the streamer's 64-bit positions can address; use a smaller start step")
@@ -455,7 +464,7 @@ class Curriculum:
         options = {k: v for k, v in (("order", self.order), ("batch_rows", self.batch_rows)) if v != RECORD_DEFAULTS[k]}
         return {
             **options,
-            "data_order_version": DATA_ORDER_VERSION,
+            "data_order_version": ORDER_VERSIONS[self.batch_rows],
             "datasets": {self._recorded_name(n): ds.fingerprint() for n, ds in self.datasets.items()},
             "chunk_tokens": self.chunk_tokens, "repeat": self.repeat,
             "phases": [{"steps": p.steps, "batch_size": p.global_batch_size, "seq_len": p.seq_len,
@@ -491,8 +500,7 @@ def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step:
     batches an uninterrupted run of ``current`` would. So every phase that started before
     ``step`` must keep its batch size, sequence length and weights; one that ended before
     ``step`` must also keep its length; the phase holding ``step`` may be lengthened or
-    shortened down to ``step`` (extending the run), except under ``batch_rows="independent"``,
-    where the places of its rows depend on its length; phases starting at or after ``step``
+    shortened down to ``step`` (extending the run); phases starting at or after ``step``
     may be changed, added or removed. Datasets, ``chunk_tokens``, ``repeat``, the ``order``,
     ``batch_rows`` and the :data:`DATA_ORDER_VERSION` shape every batch and may not change (a key an older
     checkpoint lacks counts as its :data:`RECORD_DEFAULTS` value).
@@ -517,8 +525,6 @@ def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step:
         else:  # a key left out at its default means the default (an old run resumed with order="documents" is refused)
             refused += diff({key: saved.get(key, RECORD_DEFAULTS.get(key))}, {key: current.get(key, RECORD_DEFAULTS.get(key))})
     old, new = list(saved.get("phases") or []), list(current.get("phases") or [])
-    # Independent rows: the last block of lanes is dealt by the phase's length (roxxel.data.spread).
-    independent = current.get("batch_rows", RECORD_DEFAULTS["batch_rows"]) == "independent"
     start: float = 0  # step where phase i starts (inf after an open-ended phase)
     for i, phase in enumerate(old):
         steps = phase.get("steps")
@@ -536,10 +542,6 @@ def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step:
             refused += [line for line in lines if line not in length]
             if not (end >= step and new_end >= step):
                 refused += length
-            elif independent:
-                refused += [f"{line} (with batch_rows='independent' the rows already taken in this phase "
-                            "depend on its length: keep it, and add a phase after it to train longer)"
-                            for line in length]
             else:
                 allowed += [f"{line} (the phase holding step {step} changes length)" for line in length]
         start = end

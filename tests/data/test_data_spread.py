@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
+from roxxel.data.blend import BlendPlan
 from roxxel.data.curriculum import classify_changes
 from roxxel.data.spread import lane_depth, spread_rows
 from roxxel.train.checkpoint import describe_changes
@@ -48,36 +49,38 @@ def test_any_lanes_consecutive_rows_are_a_lane_apart():
 
 def test_every_row_of_a_batch_comes_from_its_own_chunk(addressed):
     """32 x 128 rows over 1024-token chunks: consecutive rows take 8 rows of 4 chunks; independent rows 32
-    chunks. The phase's last 4 steps are a short block (its rows span 16 chunks): there no two rows of a
-    batch are adjacent in the dataset."""
+    chunks in every step, the phase's last ones too (blocks are laid out by the data, not the phase)."""
     phases = [Phase(steps=20, global_batch_size=32, seq_len=128)]
-    for step, b in enumerate(batches(addressed, phases, batch_rows="independent")):
+    for b in batches(addressed, phases, batch_rows="independent"):
         assert (b[:, 1:] == b[:, :-1] + 1).all()  # each row is still one contiguous range of the dataset
-        chunks = b[:, 0] // CHUNK
-        assert len(set(chunks.tolist())) == (32 if step < 16 else 16)
+        assert len(set((b[:, 0] // CHUNK).tolist())) == 32
         assert (np.diff(np.sort(b[:, 0])) > 128).all()
-    for b in batches(addressed, phases):
+    for b in batches(addressed, phases, batch_rows="consecutive"):
         assert len(set((b[:, 0] // CHUNK).tolist())) <= 5
 
 
-def test_independent_rows_read_the_same_tokens_each_once(addressed):
-    """A curriculum with a seq_len change, until the data runs out (in whole steps: 724 rows of 256
-    tokens after phase 0): both ways read the same set of tokens, none twice (an epoch still
-    visits every token once)."""
+def test_independent_rows_read_each_token_at_most_once(addressed):
+    """A curriculum with a seq_len change, until the data runs out: no token is read twice. Consecutive
+    rows read every token up to the last whole row; independent rows skip only each lane's unread rest
+    shorter than the new row (16 lanes x 64 tokens here: the block phase 0 ended in had 15 of its 16
+    rows per lane read), so they give one 4 x 256 step fewer."""
     phases = [Phase(steps=15, global_batch_size=16, seq_len=64), Phase(global_batch_size=4, seq_len=256)]
     seen = {}
     for rows in ("independent", "consecutive"):
         tokens = np.concatenate([b.reshape(-1) for b in batches(addressed, phases, batch_rows=rows)])
         assert len(np.unique(tokens)) == len(tokens)
-        seen[rows] = np.sort(tokens)
-    assert np.array_equal(seen["independent"], seen["consecutive"])
+        seen[rows] = tokens
+    assert len(seen["consecutive"]) - len(seen["independent"]) == 4 * 256
+    missing = np.setdiff1d(seen["consecutive"], seen["independent"])
+    assert len(missing) == 16 * 64 and np.isin(seen["independent"], seen["consecutive"]).all()
+    assert len(np.unique(missing // 64)) == 16  # one 64-token row per lane
 
 
-def test_a_longer_phase_keeps_the_batches_before_it_only_with_consecutive_rows(addressed, tmp_path):
-    """Lengthening the phase a run resumes in is allowed with consecutive rows (its batches before the
-    step stay) and refused with independent rows, whose last short block is dealt by the phase's
-    length (the batches before the step would change). Blended, so that each dataset's rows of a
-    batch are a share of it."""
+def test_a_longer_phase_keeps_the_batches_before_it(addressed, tmp_path):
+    """Lengthening the phase a run resumes in is allowed with either batch_rows: the batches before the
+    step stay (independent rows lay blocks out by the data, not by where the phase ends). Blended, so
+    that each dataset's rows of a batch are a share of it; the second phase changes seq_len and batch
+    size, so its rows start with the rests of the first phase's lanes."""
     other = tmp_path / "b"
     Roxxel(str(other)).write([np.arange(10**6, 10**6 + 60 * CHUNK, dtype=np.uint32)], vocab_size=2**31,
                              eos_id=2**31 - 1, dtype="uint32")
@@ -88,15 +91,51 @@ def test_a_longer_phase_keeps_the_batches_before_it_only_with_consecutive_rows(a
                                  Phase(steps=steps, global_batch_size=6, seq_len=160, weights={"primary": 1, "b": 1})],
                           chunk_tokens=CHUNK, batch_rows=rows)
 
-    short, long = (list(curriculum(n, "consecutive").stream(seed=9, to_device=False, prefetch_size=0)) for n in (5, 13))
-    assert all(np.array_equal(a, b) for a, b in zip(short, long))
-    assert classify_changes(curriculum(5, "consecutive").describe(), curriculum(13, "consecutive").describe(), 12,
-                            describe_changes)[1] == []
-    short, long = (list(curriculum(n, "independent").stream(seed=9, to_device=False, prefetch_size=0)) for n in (5, 13))
-    assert not all(np.array_equal(a, b) for a, b in zip(short, long))  # why it is refused
-    refused = classify_changes(curriculum(5, "independent").describe(), curriculum(13, "independent").describe(), 12,
-                               describe_changes)[1]
-    assert len(refused) == 1 and "phases[1].steps: 5 -> 13 (with batch_rows='independent'" in refused[0]
+    for rows in ("consecutive", "independent"):
+        short, long = (list(curriculum(n, rows).stream(seed=9, to_device=False, prefetch_size=0)) for n in (5, 13))
+        assert len(short) == 12 and all(np.array_equal(a, b) for a, b in zip(short, long))
+        assert classify_changes(curriculum(5, rows).describe(), curriculum(13, rows).describe(), 12,
+                                describe_changes)[1] == []
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lanes_keep_every_earlier_row_and_read_no_token_twice(seed):
+    """Random blends of small and large datasets, phases changing seq_len and batch size, with and
+    without repeat: every row lies inside its dataset (or its epochs), no token of a dataset is read
+    twice, and lengthening any phase changes no row before that phase's old end."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 4))
+    sizes = [int(rng.choice([0, 50, 700, 5_000, 40_000])) for _ in range(k)]
+    sizes[0] = max(sizes[0], 700)
+    repeat = bool(rng.integers(0, 2))
+    if repeat:
+        sizes = [max(s, 50) for s in sizes]
+    phases, lanes = [], []
+    for _ in range(int(rng.integers(1, 4))):
+        seq_len = int(rng.choice([3, 8, 16, 40]))
+        phases.append((int(rng.integers(1, 60)), seq_len, [float(rng.integers(0, 4)) for _ in range(k - 1)] + [1.0]))
+        lanes.append(int(rng.choice([1, 3, 8, 16])))
+    lane_tokens = int(rng.choice([1, 32, 100]))
+
+    def locate(phases):
+        plan = BlendPlan(sizes, phases, repeat=repeat, lanes=lanes, lane_tokens=lane_tokens)
+        rows = np.arange(plan.total_rows)
+        return plan, plan.locate(rows)
+
+    plan, (dataset, position, seq_len) = locate(phases)
+    for i, size in enumerate(sizes):
+        mine = dataset == i
+        tokens = (position[mine][:, None] + np.arange(seq_len[mine].max(initial=0))[None, :])
+        tokens = tokens[np.arange(tokens.shape[1])[None, :] < seq_len[mine][:, None]]
+        assert len(np.unique(tokens)) == len(tokens)
+        if not repeat:
+            assert tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < size)
+    for j in range(len(phases)):
+        longer = [(rows + 25 if q == j else rows, L, w) for q, (rows, L, w) in enumerate(phases)]
+        end = min(sum(rows for rows, _, _ in phases[:j + 1]), plan.total_rows)
+        _, again = locate(longer)
+        for before, after in zip((dataset, position, seq_len), again):
+            np.testing.assert_array_equal(before[:end], after[:end])
 
 
 def test_a_resume_is_the_same_batch_as_an_uninterrupted_stream(addressed):
@@ -110,19 +149,29 @@ def test_a_resume_is_the_same_batch_as_an_uninterrupted_stream(addressed):
 
 def test_a_run_saved_with_consecutive_rows_refuses_to_resume_with_independent_ones(addressed):
     phases = [Phase(steps=10, global_batch_size=8, seq_len=64)]
-    old = Curriculum(addressed, phases, chunk_tokens=CHUNK).describe()
-    new = Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="independent").describe()
+    old = Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe()
+    new = Curriculum(addressed, phases, chunk_tokens=CHUNK).describe()  # the default
     assert "batch_rows" not in old  # fingerprints of runs saved before the option stay valid
     assert new["batch_rows"] == "independent"
 
     allowed, refused = classify_changes(old, new, 5, describe_changes)
-    assert refused == ['batch_rows: "consecutive" -> "independent"']
+    assert refused == ['batch_rows: "consecutive" -> "independent"', "data_order_version: 1 -> 2"]
     assert classify_changes(old, Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe(),
                             5, describe_changes) == ([], [])
 
 
+def test_a_run_with_independent_rows_of_order_version_1_is_refused(addressed):
+    """Version 1 dealt a phase's last block of lanes by the phase's length: its batches differ from
+    version 2's, so its checkpoints are refused by the version line (consecutive rows stay version 1)."""
+    phases = [Phase(steps=10, global_batch_size=8, seq_len=64)]
+    new = Curriculum(addressed, phases, chunk_tokens=CHUNK).describe()
+    old = {**new, "data_order_version": 1}
+    assert classify_changes(old, new, 5, describe_changes)[1] == ["data_order_version: 1 -> 2"]
+    assert Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe()["data_order_version"] == 1
+
+
 def test_an_unknown_batch_rows_value_is_refused(addressed):
-    with pytest.raises(ValueError, match=r"batch_rows must be one of \('consecutive', 'independent'\), got 'random'"):
+    with pytest.raises(ValueError, match=r"batch_rows must be one of \('independent', 'consecutive'\), got 'random'"):
         Curriculum(addressed, [Phase(steps=1, global_batch_size=1, seq_len=8)], batch_rows="random")
 
 

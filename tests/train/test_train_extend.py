@@ -97,10 +97,10 @@ def test_a_changed_data_order_is_refused_also_against_a_checkpoint_that_recorded
     """A checkpoint made before data_order_version existed, or with the default order (left out),
     counts as version 1 / order "chunks": resuming it under another order or algorithm version
     is refused, naming both (before: a key the checkpoint lacked was allowed as 'not recorded')."""
-    from roxxel.data.curriculum import DATA_ORDER_VERSION
+    from roxxel.data.curriculum import ORDER_VERSIONS
 
     old = {"datasets": {"self": "a"}, "chunk_tokens": 256, "repeat": False, "phases": [{"steps": 5, "batch_size": 4}]}
-    current = {**old, "data_order_version": DATA_ORDER_VERSION}
+    current = {**old, "data_order_version": ORDER_VERSIONS["consecutive"]}
     assert classify_changes(old, current, 3, describe_changes) == ([], [])
     assert classify_changes(old, {**current, "order": "documents"}, 3, describe_changes)[1] == [
         'order: "chunks" -> "documents"']

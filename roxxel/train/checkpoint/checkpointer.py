@@ -751,6 +751,9 @@ class Checkpointer:
             saved_rows = saved.get("batch_rows", RECORD_DEFAULTS["batch_rows"])
             hint += (f"; the run took {saved_rows} rows (runs saved before batch_rows existed did): pass "
                      f"Curriculum(..., batch_rows={saved_rows!r}) to resume it")
+        elif any(line.startswith("data_order_version:") for line in changes):
+            hint += ("; this version of roxxel puts the data in another order than the one that saved it: resume "
+                     "with that version, or start a new run in another checkpoint directory")
         if self.allow_changed_run:
             self.run_changes += changes
             log.warning("resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, directory, shown)
