@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 from typing import Any, Mapping, Sequence
 
@@ -24,6 +25,7 @@ from roxxel.exit_codes import ConfigurationError
 from roxxel.format.errors import DtypeMismatchError
 from roxxel.format.layout import is_float
 from roxxel.format.manifest import ID_FIELDS
+from roxxel.wording import count
 
 PRIMARY = "primary"
 """The name of the primary dataset when :class:`Curriculum` is given one dataset."""
@@ -45,6 +47,7 @@ RECORD_DEFAULTS: dict[str, Any] = {"order": "chunks", "data_order_version": 1, "
 left out at the values every earlier version used (older fingerprints stay valid), and
 checkpoints saved before ``data_order_version`` existed were made by version 1."""
 _MAX_POSITION = 2**62
+log = logging.getLogger(__name__)
 _PHASE_KEYS = {"steps", "epochs", "global_batch_size", "batch_size", "seq_len", "weights"}
 
 
@@ -316,6 +319,21 @@ class Curriculum:
         self.vocab_size = _check_compatible(self.datasets, vocab_size)
         self._sizes = tuple(self._usable_size(ds) for ds in self.datasets.values())
         self.plan, self.resolved = self._resolve()
+        self._warn_shared_chunks()
+
+    def _warn_shared_chunks(self) -> None:
+        """Name each dataset too small for independent rows: fewer lanes a chunk apart than a batch has rows."""
+        if self.batch_rows != "independent":
+            return
+        for i, (name, size) in enumerate(zip(self.names, self._sizes)):
+            places = max(1, size // self.chunk_tokens)
+            short = [p for p in self.resolved if p.weights[i] > 0 and p.global_batch_size > places]
+            if short:
+                p = max(short, key=lambda q: q.global_batch_size)
+                log.warning("dataset %r holds %s of %s tokens, fewer than the %s of phase %d's global batch: with "
+                            "batch_rows='independent' some rows of a batch share a chunk; a smaller chunk_tokens "
+                            "spreads them", name, count(places, "chunk"), f"{self.chunk_tokens:,}",
+                            count(p.global_batch_size, "row"), p.index)
 
     @property
     def primary(self) -> Dataset:

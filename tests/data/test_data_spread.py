@@ -170,6 +170,18 @@ def test_a_run_with_independent_rows_of_order_version_1_is_refused(addressed):
     assert Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe()["data_order_version"] == 1
 
 
+def test_a_dataset_with_fewer_chunks_than_rows_of_a_batch_is_named(addressed, caplog):
+    """196 chunks cannot give 256 rows of a batch 256 different chunks: said in one line, not silently."""
+    phases = [Phase(steps=2, global_batch_size=64, seq_len=64), Phase(steps=1, global_batch_size=256, seq_len=64)]
+    with caplog.at_level("WARNING", logger="roxxel.data.curriculum"):
+        Curriculum(addressed, phases, chunk_tokens=CHUNK)
+        Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive")
+        Curriculum(addressed, phases[:1], chunk_tokens=CHUNK)
+    assert [r.getMessage() for r in caplog.records] == [
+        "dataset 'primary' holds 196 chunks of 1,024 tokens, fewer than the 256 rows of phase 1's global batch: with "
+        "batch_rows='independent' some rows of a batch share a chunk; a smaller chunk_tokens spreads them"]
+
+
 def test_an_unknown_batch_rows_value_is_refused(addressed):
     with pytest.raises(ValueError, match=r"batch_rows must be one of \('independent', 'consecutive'\), got 'random'"):
         Curriculum(addressed, [Phase(steps=1, global_batch_size=1, seq_len=8)], batch_rows="random")
