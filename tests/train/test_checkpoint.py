@@ -232,6 +232,20 @@ def test_a_run_saved_before_batch_rows_existed_is_told_how_to_resume(tmp_path):
             ckpt.restore()
 
 
+def test_a_run_saved_under_another_data_order_version_is_told_what_to_do(tmp_path):
+    """Independent rows of data order version 1 dealt a phase's last block of lanes by its length:
+    version 2 cannot give its batches, and the refusal says to resume with the version that saved it."""
+    ms = _trained(dropout=None)
+    saved = {**copy.deepcopy(common.FINGERPRINT), "batch_rows": "independent", "data_order_version": 1}
+    with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint=saved) as ckpt:
+        ckpt.save(3, {"loss": 1.0}, tokens_consumed=96)
+    with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint={**saved, "data_order_version": 2}) as ckpt:
+        with pytest.raises(RunMismatchError, match=r"data_order_version: 1 -> 2(.|\n)*this version of roxxel puts the "
+                                                   r"data in another order than the one that saved it: resume with "
+                                                   r"that version, or start a new run"):
+            ckpt.restore()
+
+
 def test_describe_changes():
     saved = {"phases": [{"batch_size": 16, "seq_len": 8}], "seed": 1, "flag": True, "name": "a", "odd key": 1}
     current = {"phases": [{"batch_size": 16, "seq_len": 16}, {"batch_size": 4}], "seed": 1, "flag": 1, "odd key": 2}
