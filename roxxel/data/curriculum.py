@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from roxxel.data.blend import BlendPlan
 from roxxel.data.dataset import Dataset
-from roxxel.data.source import DEFAULT_CHUNK_TOKENS
+from roxxel.data.source import DEFAULT_CHUNK_TOKENS, SOURCES
 from roxxel.data.spread import BATCH_ROWS
 from roxxel.data.stream import Stream
 from roxxel.deprecation import renamed, warn_renamed
@@ -31,7 +31,7 @@ PRIMARY = "primary"
 """The name of the primary dataset when :class:`Curriculum` is given one dataset."""
 ORIGINAL_PRIMARY = "self"
 """The original's weight key for the primary dataset (deprecated; still accepted)."""
-ORDERS = ("chunks", "documents")
+ORDERS = tuple(SOURCES)  # ("chunks", "documents")
 DATA_ORDER_VERSION = 2
 """The version of the algorithms that put tokens in order (the Feistel shuffle, the chunk and
 document orders, the blend, the spread of independent rows): bump it with any change that gives
@@ -357,10 +357,7 @@ class Curriculum:
         return ORIGINAL_PRIMARY if name == PRIMARY and name == self.names[0] else name
 
     def _usable_size(self, ds: Dataset) -> int:
-        if self.order == "documents":
-            return ds.num_tokens
-        chunk = min(self.chunk_tokens, ds.num_tokens)
-        return (ds.num_tokens // chunk) * chunk
+        return SOURCES[self.order].epoch_tokens(ds, self.chunk_tokens)
 
     def _weights(self, i: int, phase: Phase) -> tuple[float, ...]:
         if phase.weights is None:

@@ -46,6 +46,12 @@ class ShuffledTokens:
         size: tokens of one epoch (``num_chunks * chunk``).
     """
 
+    @staticmethod
+    def epoch_tokens(dataset: Dataset, chunk_tokens: int) -> int:
+        """Tokens of one epoch: the dataset's whole chunks (the tail shorter than a chunk is left out)."""
+        chunk = min(chunk_tokens, dataset.num_tokens)
+        return (dataset.num_tokens // chunk) * chunk
+
     def __init__(self, dataset: Dataset, seed: int, index: int = 0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS):
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
@@ -147,7 +153,13 @@ class ShuffledDocuments:
         size: tokens of one epoch (every token of the dataset).
     """
 
-    def __init__(self, dataset: Dataset, seed: int, index: int = 0):
+    @staticmethod
+    def epoch_tokens(dataset: Dataset, chunk_tokens: int) -> int:
+        """Tokens of one epoch: every token of the dataset (``chunk_tokens`` plays no part)."""
+        return dataset.num_tokens
+
+    def __init__(self, dataset: Dataset, seed: int, index: int = 0, chunk_tokens: int | None = None):
+        """``chunk_tokens`` is accepted and unused, so that every order's source is made alike (:data:`SOURCES`)."""
         self.dataset = dataset
         self.bounds = np.append(dataset.document_starts(), np.int64(dataset.num_tokens))
         self.lengths = np.diff(self.bounds)
@@ -194,3 +206,10 @@ class ShuffledDocuments:
 
     def __repr__(self) -> str:
         return f"ShuffledDocuments({self.dataset!r}, documents={self.num_documents})"
+
+
+SOURCES: dict[str, type[ShuffledTokens] | type[ShuffledDocuments]] = {"chunks": ShuffledTokens,
+                                                                      "documents": ShuffledDocuments}
+"""Each ``Curriculum(order=...)`` and the class of its per-dataset stream: made as
+``SOURCES[order](dataset, seed, index, chunk_tokens)``; ``epoch_tokens(dataset, chunk_tokens)``
+gives the tokens of one epoch. A new order is one class and one entry here."""

@@ -21,7 +21,7 @@ from roxxel.data.dataset import RowRuns
 from roxxel.data.documents import document_features
 from roxxel.data.placement import Placer
 from roxxel.data.prefetch import Prefetcher
-from roxxel.data.source import ShuffledDocuments, ShuffledTokens
+from roxxel.data.source import SOURCES
 from roxxel.deprecation import renamed, warn_renamed
 from roxxel.exit_codes import ConfigValueError
 from roxxel.format.layout import is_float
@@ -110,9 +110,8 @@ class BatchReader:
         self.curriculum = curriculum
         self.seed = seed
         self.vocab_size = vocab_size if vocab_size is not None else curriculum.vocab_size
-        self.sources = [ShuffledDocuments(ds, seed, i) if curriculum.order == "documents"
-                        else ShuffledTokens(ds, seed, i, curriculum.chunk_tokens)
-                        for i, ds in enumerate(curriculum.datasets.values())]
+        source = SOURCES[curriculum.order]
+        self.sources = [source(ds, seed, i, curriculum.chunk_tokens) for i, ds in enumerate(curriculum.datasets.values())]
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
         # The largest id each dataset's stored dtype can hold (None: not an integer dtype, original-format data).
         self._max_ids = [np.iinfo(dt).max if np.issubdtype(dt, np.integer) else None for dt in self.dtypes]
