@@ -129,9 +129,24 @@ def render(spec_path: str, overrides: tuple[str, ...], output: str | None, schem
 def validate(spec_path: str, overrides: tuple[str, ...], schema: bool,
              kubernetes_version: str) -> None:
     """Check a job spec and the manifests it renders, without contacting a cluster."""
-    rendered = _render_and_check(spec_path, overrides, schema, kubernetes_version)
+    from roxxel_launch.validate import pod_security_line
+
+    spec = _load(spec_path, overrides)
+    rendered = _check_manifests(spec, schema, kubernetes_version)
     kinds = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in rendered.objects)
     click.echo(f"ok: {kinds}")
+    click.echo(pod_security_line(rendered.objects, _profile_source(spec)))
+
+
+def _profile_source(spec) -> str:
+    """The spec's Pod Security profile and where it comes from, e.g. "'baseline' (the TPU default)"."""
+    if spec.security.profile is not None:
+        return f"{spec.security.profile!r} (security.profile)"
+    gpu = spec.accelerator.gpu
+    what = ("host-network pods" if spec.uses_host_network else
+            "GPU networking presets" if gpu is not None and gpu.networking not in (None, "none") else
+            spec.accelerator.kind.upper())
+    return f"{spec.security_profile!r} (the default for {what})"
 
 
 @cli.command("schema")

@@ -85,7 +85,7 @@ def _interfaces(preset: Preset, networks: tuple[str, ...]) -> str:
     return json.dumps(interfaces, separators=(",", ":"))
 
 
-def _daemon(mode: str, image: str, devices_annotation: dict[str, str]) -> dict[str, Any]:
+def _daemon(mode: str, image: str, devices_annotation: dict[str, str], privileged: bool) -> dict[str, Any]:
     mounts = [{"name": "gpudirect-nvidia-lib", "mountPath": "/usr/local/nvidia/lib64"},
               {"name": "gpudirect-sys", "mountPath": "/hostsysfs"},
               {"name": "gpudirect-proc-sys", "mountPath": "/hostprocsysfs"}]
@@ -101,22 +101,30 @@ def _daemon(mode: str, image: str, devices_annotation: dict[str, str]) -> dict[s
                    "--alsologtostderr"]
         devices_annotation["/dev/dmabuf_import_helper"] = ""
         capabilities = ["NET_ADMIN", "NET_BIND_SERVICE"]
+    security: dict[str, Any] = {"runAsNonRoot": False, "runAsUser": 0, "capabilities": {"add": capabilities}}
+    if privileged:
+        # On the host network the recipes run the daemon privileged, without a device list.
+        security["privileged"] = True
     return {"name": DAEMON_CONTAINER, "image": image, "restartPolicy": "Always",
             # The daemon runs as root, as in the recipes (the pod's runAsNonRoot is the
             # worker's): it programs the NICs' flow steering through /hostsysfs.
-            "command": command, "securityContext": {"runAsNonRoot": False, "runAsUser": 0,
-                                                    "capabilities": {"add": capabilities}},
+            "command": command, "securityContext": security,
             "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
             "volumeMounts": mounts}
 
 
-def render(mode: str, networks: tuple[str, ...], daemon_image: str | None) -> Rendered:
+def render(mode: str, networks: tuple[str, ...], daemon_image: str | None,
+           host_network: bool = False) -> Rendered:
     """The pod-template additions of preset ``mode`` ("none" adds nothing).
 
     Args:
         mode: one of NETWORKING_MODES.
         networks: the node pool's additional network names, in interface order.
         daemon_image: the TCPX/TCPXO daemon image (None: the recipe's).
+        host_network: the pod runs on the node's network. As Google's GPU recipes render it
+            (AI-Hypercomputer/gpu-recipes, src/helm-charts/a3mega|a3ultra|a4/jobset/templates/
+            workload-jobset.yaml, ``network.hostNetwork``): no multi-network annotations (the
+            pod sees the node's NICs) and a privileged daemon instead of its device list.
     Raises:
         ValueError: unknown mode.
     """
@@ -126,8 +134,9 @@ def render(mode: str, networks: tuple[str, ...], daemon_image: str | None) -> Re
     if mode not in PRESETS:
         raise ValueError(f"unknown GPU networking mode {mode!r}")
     preset = PRESETS[mode]
-    out.annotations = {"networking.gke.io/default-interface": "eth0",
-                       "networking.gke.io/interfaces": _interfaces(preset, networks)}
+    if not host_network:
+        out.annotations = {"networking.gke.io/default-interface": "eth0",
+                           "networking.gke.io/interfaces": _interfaces(preset, networks)}
     if mode == "rdma":
         out.volumes = [_host("gpudirect-nvidia", HOST_NVIDIA_DIR), _host("gpudirect-gib", HOST_GIB_DIR)]
         out.mounts = [{"name": "gpudirect-nvidia", "mountPath": "/usr/local/nvidia"},
@@ -138,9 +147,10 @@ def render(mode: str, networks: tuple[str, ...], daemon_image: str | None) -> Re
                    "NCCL_NET": "gIB"}
         return out
     devices: dict[str, str] = dict.fromkeys(_DAEMON_DEVICES, "")
-    daemon = _daemon(mode, daemon_image or str(preset.daemon_image), devices)
-    out.annotations[f"devices.gke.io/container.{DAEMON_CONTAINER}"] = \
-        "".join(f"- path: {path}\n" for path in devices)
+    daemon = _daemon(mode, daemon_image or str(preset.daemon_image), devices, privileged=host_network)
+    if not host_network:
+        out.annotations[f"devices.gke.io/container.{DAEMON_CONTAINER}"] = \
+            "".join(f"- path: {path}\n" for path in devices)
     out.init_containers = [daemon]
     out.volumes = [_host("gpudirect-nvidia-lib", f"{HOST_NVIDIA_DIR}/lib64"),
                    _host("gpudirect-sys", "/sys"), _host("gpudirect-proc-sys", "/proc/sys")]

@@ -46,6 +46,10 @@ from roxxel_launch.spec import (
     spec_to_dict,
 )
 
+# The level a pod template is written for (security.profile): validation reads it to tell a
+# chosen level from a control that something else breaks.
+from roxxel_launch.validate import POD_SECURITY_ANNOTATION
+
 logger = logging.getLogger(__name__)
 
 TEMPLATE_PACKAGE = "roxxel_launch.templates"
@@ -334,28 +338,41 @@ def image_pull_policy(image: str, override: str | None = None) -> str:
     return "IfNotPresent" if image_is_pinned(image) else "Always"
 
 
+def _pod_security_context(spec: JobSpec, profile: str) -> dict[str, Any]:
+    user, group = spec.security.ids(profile)
+    context: dict[str, Any] = {"runAsUser": user, "runAsGroup": group}
+    if user != 0:
+        context = {"runAsNonRoot": True, **context}
+    if group != 0:
+        # Group-writable volumes (a PVC for checkpoints); skip the recursive chown when
+        # the volume's root already has the group, so large volumes mount fast.
+        context.update(fsGroup=group, fsGroupChangePolicy="OnRootMismatch")
+    context["seccompProfile"] = {"type": "RuntimeDefault"}
+    return context
+
+
+def _container_security_context(profile: str) -> dict[str, Any]:
+    if profile == "restricted":
+        return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                "capabilities": {"drop": ["ALL"]}}
+    # baseline / privileged: the runtime's default capabilities and a writable root, as the
+    # references run the container; the API server refuses allowPrivilegeEscalation: false
+    # next to privileged: true, so neither profile sets it.
+    context: dict[str, Any] = {"readOnlyRootFilesystem": False}
+    if profile == "privileged":
+        context["privileged"] = True
+    return context
+
+
 def _security_values(spec: JobSpec) -> dict[str, Any]:
-    """Pod and container securityContext meeting the Pod Security Standards "restricted"
-    profile (kubernetes.io/docs/concepts/security/pod-security-standards), plus a read-only
-    root filesystem, and the service-account token only when asked for."""
-    security = spec.security
+    """Pod and container securityContext for the spec's Pod Security profile
+    (kubernetes.io/docs/concepts/security/pod-security-standards; ``spec.security_profile``),
+    restricted with a read-only root filesystem; the service-account token only when asked for."""
+    profile = spec.security_profile
     return {
-        "automount_service_account_token": security.automount_service_account_token,
-        "pod_security_context": {
-            "runAsNonRoot": True,
-            "runAsUser": security.run_as_user,
-            "runAsGroup": security.run_as_group,
-            # Group-writable volumes (a PVC for checkpoints); skip the recursive chown when
-            # the volume's root already has the group, so large volumes mount fast.
-            "fsGroup": security.run_as_group,
-            "fsGroupChangePolicy": "OnRootMismatch",
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "container_security_context": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "automount_service_account_token": spec.security.automount_service_account_token,
+        "pod_security_context": _pod_security_context(spec, profile),
+        "container_security_context": _container_security_context(profile),
         "image_pull_policy": image_pull_policy(spec.image, spec.image_pull_policy),
     }
 
@@ -456,7 +473,8 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     writable = _writable_dirs(spec)
     env += writable["env"]
     gpu = spec.accelerator.gpu
-    networking = gpu_networking.render(gpu.networking or "none", gpu.network_names, gpu.daemon_image) \
+    networking = gpu_networking.render(gpu.networking or "none", gpu.network_names, gpu.daemon_image,
+                                       host_network=spec.uses_host_network) \
         if gpu is not None else gpu_networking.Rendered()
     _check_spec("env", next((f"{key} is set by accelerator.gpu.networking"
                              for key in networking.env if key != "LD_LIBRARY_PATH"
@@ -475,7 +493,8 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
                            "NVIDIA driver's libraries: JAX may not find CUDA", spec.name,
                            GKE_NVIDIA_LIB_DIR)
 
-    pod_annotations = {DEFAULT_CONTAINER_ANNOTATION: contract.CONTAINER_NAME, **fuse_annotations,
+    pod_annotations = {DEFAULT_CONTAINER_ANNOTATION: contract.CONTAINER_NAME,
+                       POD_SECURITY_ANNOTATION: spec.security_profile, **fuse_annotations,
                        **networking.annotations, **spec.annotations}
     _check_spec("annotations", _size_problem(pod_annotations))
     limits, requests = _container_resources(spec)

@@ -14,8 +14,10 @@ Four layers, each returning a list of problems (``Kind/name: where: what``):
   ``jsonschema``, optionally rejecting unknown fields (a plain CRD schema prunes them).
 
 * :func:`check_pod_security` — every Pod Security Standards control ("baseline", then
-  "restricted") a rendered pod template breaks; :func:`validate` logs these as warnings with
-  the level the namespace must then enforce (an option such as inline NFS may need it).
+  "restricted") a rendered pod template breaks beyond the level it is written for (its
+  ``roxxel.dev/pod-security`` annotation, from ``security.profile``); :func:`validate` logs
+  these as warnings with the level the namespace must then enforce (an option such as
+  inline NFS may need it); :func:`pod_security_line` names that level in one line.
 
 Against a real cluster, a server-side dry run remains the authoritative check.
 """
@@ -32,6 +34,7 @@ from roxxel_launch import names, tpu
 from roxxel_launch.spec import (
     GPU_ACCELERATOR_SELECTOR,
     GPU_RESOURCE,
+    POD_SECURITY_LEVELS,
     TPU_ACCELERATOR_SELECTOR,
     TPU_RESOURCE,
     TPU_TOPOLOGY_SELECTOR,
@@ -409,18 +412,70 @@ def _pod_templates(obj: Mapping) -> list[tuple[str, Mapping]]:
     return []
 
 
+# The annotation naming the Pod Security level a rendered pod template is written for
+# (render.py sets it from security.profile; POD_SECURITY_LEVELS: most to least restrictive).
+POD_SECURITY_ANNOTATION = "roxxel.dev/pod-security"
+
+
+def _needed(broken: str) -> str:
+    # A pod breaking "baseline" needs "privileged"; one breaking "restricted" needs "baseline".
+    return "privileged" if broken == "baseline" else "baseline"
+
+
+def _looser(a: str, b: str) -> str:
+    return max(a, b, key=POD_SECURITY_LEVELS.index)
+
+
 def required_pod_security_level(findings: Iterable[tuple[str, str, str]]) -> str:
     """The least Pod Security level a namespace must enforce to admit pods with these findings."""
-    profiles = {profile for profile, _, _ in findings}
-    return "privileged" if "baseline" in profiles else "baseline" if profiles else "restricted"
+    level = "restricted"
+    for broken, _, _ in findings:
+        level = _looser(level, _needed(broken))
+    return level
+
+
+def declared_pod_security_level(template: Mapping) -> str:
+    """The level a pod template is written for (its ``roxxel.dev/pod-security`` annotation;
+    "restricted" when it has none)."""
+    value = ((template.get("metadata") or {}).get("annotations") or {}).get(POD_SECURITY_ANNOTATION)
+    return value if value in POD_SECURITY_LEVELS else "restricted"
+
+
+def _unexpected_findings(template: Mapping) -> list[tuple[str, str, str]]:
+    """The controls a pod template breaks beyond the level it is written for."""
+    declared = declared_pod_security_level(template)
+    return [f for f in pod_security_findings(template)
+            if POD_SECURITY_LEVELS.index(_needed(f[0])) > POD_SECURITY_LEVELS.index(declared)]
+
+
+def pod_security_level(objects: Iterable[Mapping]) -> str:
+    """The least Pod Security level the namespace must enforce to admit every rendered pod:
+    each template's declared level, or what its findings need where that is looser."""
+    level = "restricted"
+    for obj in objects:
+        for _, template in _pod_templates(obj):
+            level = _looser(level, _looser(declared_pod_security_level(template),
+                                           required_pod_security_level(pod_security_findings(template))))
+    return level
+
+
+def pod_security_line(objects: Iterable[Mapping], profile: str = "") -> str:
+    """One line naming the namespace label that admits the rendered pods; ``profile``, if
+    given, says which profile they are written for and why (``'baseline' (the TPU default)``)."""
+    level = pod_security_level(objects)
+    looser = "" if level == "privileged" else " or a looser level"
+    written = f"pods written for {profile}; " if profile else ""
+    return (f"pod security: {written}the namespace must enforce {level!r}{looser} "
+            f"(label pod-security.kubernetes.io/enforce={level})")
 
 
 def check_pod_security(objects: Iterable[Mapping]) -> list[str]:
-    """Every Pod Security "restricted" control the rendered pods fail, one line each."""
+    """Every Pod Security control the rendered pods fail beyond the level each is written for
+    (its ``roxxel.dev/pod-security`` annotation, else "restricted"), one line each."""
     problems = []
     for obj in objects:
         for where, template in _pod_templates(obj):
-            for profile, control, problem in pod_security_findings(template):
+            for profile, control, problem in _unexpected_findings(template):
                 problems.append(f"{_ident(obj)}: {where}: breaks Pod Security {profile!r} "
                                 f"({control}): {problem}")
     return problems
@@ -514,15 +569,13 @@ def validate(objects: Iterable[Mapping], *, schema: bool = True,
 
 
 def warn_pod_security(objects: Iterable[Mapping]) -> list[str]:
-    """Logs (as warnings) what keeps the pods from Pod Security "restricted", and the level
-    their namespace must enforce instead; returns the lines. Not an error: an option such as
-    inline NFS data or host networking may need it, and the namespace decides."""
+    """Logs (as warnings) what keeps the pods from the Pod Security level they are written for
+    (``security.profile``), and the level their namespace must enforce instead; returns the
+    lines. Not an error: an option such as inline NFS data may need it, and the namespace decides."""
     objects = list(objects)
     lines = check_pod_security(objects)
     if lines:
-        findings = [f for obj in objects for _, t in _pod_templates(obj)
-                    for f in pod_security_findings(t)]
-        level = required_pod_security_level(findings)
+        level = pod_security_level(objects)
         lines.append(f"the namespace must admit Pod Security {level!r} pods "
                      f"(label pod-security.kubernetes.io/enforce={level}); see "
                      "docs/run-on-gke.md, Security")

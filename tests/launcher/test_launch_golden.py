@@ -206,8 +206,8 @@ def test_golden_manifests_validate_and_have_the_expected_shape(case, crd_schema)
                 "implicit-dirs,metadata-cache:ttl-secs:-1,only-dir:shards/web-v1,file-cache:max-size-mb:50000"
             # The sidecar's limits are explicit, and the bounded file cache has its own volume.
             assert job["template"]["metadata"]["annotations"] == {
-                "kubectl.kubernetes.io/default-container": "worker", "gke-gcsfuse/volumes": "true",
-                "gke-gcsfuse/cpu-limit": "0", "gke-gcsfuse/memory-limit": "0",
+                "kubectl.kubernetes.io/default-container": "worker", "roxxel.dev/pod-security": "baseline",
+                "gke-gcsfuse/volumes": "true", "gke-gcsfuse/cpu-limit": "0", "gke-gcsfuse/memory-limit": "0",
                 "gke-gcsfuse/ephemeral-storage-limit": "0"}
             assert {"name": "gke-gcsfuse-cache", "emptyDir": {"sizeLimit": "55000Mi"}} in pod["volumes"]
         else:

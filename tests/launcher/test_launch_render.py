@@ -193,7 +193,8 @@ def test_spot_node_selector_tolerates_the_spot_taint_once(key):
 def test_gcsfuse_annotation_and_read_only_inline_volume():
     pod = _pod(_workload(R.render(CASES["tpu-v5e-4x4-2-slices-gcsfuse"])))
     assert pod["metadata"]["annotations"] == {
-        "kubectl.kubernetes.io/default-container": "worker", "gke-gcsfuse/volumes": "true",
+        "kubectl.kubernetes.io/default-container": "worker", "roxxel.dev/pod-security": "baseline",
+        "gke-gcsfuse/volumes": "true",
         "gke-gcsfuse/cpu-limit": "0", "gke-gcsfuse/memory-limit": "0",
         "gke-gcsfuse/ephemeral-storage-limit": "0"}
     assert {"name": "data", "csi": {

@@ -1,12 +1,14 @@
-"""Pod security of rendered jobs: the Pod Security Standards "restricted" profile, no
+"""Pod security of rendered jobs: the Pod Security Standards profile each spec chooses
+(``security.profile``: restricted, baseline, privileged, with a default per accelerator), no
 needless API token, image pinning, and the per-job NetworkPolicy.
 
-No Kubernetes API server (and so no Pod Security admission) runs here. The restricted
-profile is checked twice: by ``assert_restricted`` below, written from the controls listed
-on https://kubernetes.io/docs/concepts/security/pod-security-standards/ (kept independent
-of the launcher's own checker), and by ``validate.pod_security_findings``, whose every
-control is shown to fire. NetworkPolicies validate against the official schema with
-kubernetes-validate (strict); create/delete go through the repository's fake API server.
+No Kubernetes API server (and so no Pod Security admission) runs here. Each profile is
+checked twice: by ``assert_restricted`` / ``assert_baseline`` below, written from the
+controls listed on https://kubernetes.io/docs/concepts/security/pod-security-standards/
+(kept independent of the launcher's own checker), and by ``validate.pod_security_findings``,
+whose every control is shown to fire. Manifests validate against the official schema with
+kubernetes-validate (strict) and the JobSet CRD; create/delete go through the repository's
+fake API server.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from roxxel_launch import contract
 from roxxel_launch import render as R
@@ -29,6 +32,9 @@ crd_schema, server, backend = fake_api.crd_schema, fake_api.server, fake_api.bac
 make_spec = fake_api.make_spec
 
 EXAMPLES = sorted((ROOT / "k8s" / "examples").glob("*.yaml"))
+TPU = {"tpu": {"type": "v5p", "topology": "2x2x4"}}
+GPU = {"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2}}
+RDMA = {"gpu": {"type": "nvidia-h200-141gb", "count": 8, "hosts": 2, "networking": "rdma"}}
 DIGEST = "sha256:" + "ab" * 32
 
 
@@ -92,15 +98,53 @@ def assert_restricted(pod: dict) -> None:
     assert spec["automountServiceAccountToken"] is False
 
 
+def assert_baseline(pod: dict, *, privileged: bool) -> None:
+    """The baseline controls (and, with ``privileged``, only what that level adds: a
+    privileged worker container and host namespaces), and the root user the TPU/GPU
+    references run as, with a writable root filesystem."""
+    spec = pod["spec"]
+    psc = spec.get("securityContext") or {}
+    containers = (spec.get("initContainers") or []) + spec["containers"]
+    if not privileged:
+        assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
+        assert not any("hostPath" in v for v in spec.get("volumes") or [])
+    assert not spec.get("hostPID") and not spec.get("hostIPC")
+    assert not psc.get("sysctls") and not (psc.get("windowsOptions") or {}).get("hostProcess")
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in containers:
+        sc = container.get("securityContext") or {}
+        assert not any(p.get("hostPort") for p in container.get("ports") or [])
+        assert sc.get("procMount", "Default") == "Default"
+        assert (sc.get("seccompProfile") or {}).get("type") != "Unconfined"
+        if not privileged:
+            assert not sc.get("privileged")
+            assert set((sc.get("capabilities") or {}).get("add") or []) <= V.BASELINE_CAPABILITIES
+    (worker,) = spec["containers"]
+    assert psc["runAsUser"] == 0 and psc["runAsGroup"] == 0
+    assert "runAsNonRoot" not in psc and "fsGroup" not in psc
+    assert worker["securityContext"] == ({"readOnlyRootFilesystem": False, "privileged": True} if privileged
+                                         else {"readOnlyRootFilesystem": False})
+    assert pod["metadata"]["annotations"][V.POD_SECURITY_ANNOTATION] == (
+        "privileged" if privileged else "baseline")
+
+
+def assert_profile(pod: dict, profile: str) -> None:
+    if profile == "restricted":
+        assert_restricted(pod)
+    else:
+        assert_baseline(pod, privileged=profile == "privileged")
+
+
 @pytest.mark.parametrize("case,spec", EXAMPLE_SPECS, ids=[c for c, _ in EXAMPLE_SPECS])
-def test_every_example_pod_is_restricted_in_both_workloads(case, spec):
+def test_every_example_pod_meets_its_profile_in_both_workloads(case, spec):
     objects = R.render(spec).objects
     V.validate(objects)  # names, enums, official schemas (incl. the NetworkPolicy)
     for pod in pod_templates(objects):
-        assert_restricted(pod)
-        assert V.pod_security_findings(pod) == []
+        assert_profile(pod, spec.security_profile)
+        assert V.required_pod_security_level(V.pod_security_findings(pod)) == spec.security_profile
     assert V.check_pod_security(objects) == []
     assert V.warn_pod_security(objects) == []
+    assert V.pod_security_level(objects) == spec.security_profile
 
 
 def test_the_image_user_is_the_one_the_pods_run_as():
@@ -164,11 +208,21 @@ def test_the_api_token_is_mounted_only_when_asked_for():
         S.spec_from_dict(S.spec_to_dict(_spec()), ["security.automount_service_account_token=yes"])
 
 
-def test_run_as_user_is_configurable_but_never_root():
+def test_run_as_user_is_configurable_but_never_root_under_restricted():
     pod = _pod(_spec(security={"run_as_user": 1000, "run_as_group": 1000}))
     assert pod["spec"]["securityContext"]["runAsUser"] == 1000
-    with pytest.raises(S.SpecError, match=r"security.run_as_user: must be between 1 and .*never run as root"):
-        _spec(security={"run_as_user": 0})
+    for security in ({"run_as_user": 0}, {"run_as_group": 0, "profile": "restricted"}):
+        with pytest.raises(S.SpecError, match=r"^security.run_as_(user|group): is 0 \(root\), which the "
+                           r"restricted profile forbids\. .*security.profile: baseline"):
+            _spec(security=security)
+    with pytest.raises(S.SpecError, match=r"^security.run_as_user: must be between 0 and 2147483647, got -1"):
+        _spec(security={"run_as_user": -1, "profile": "baseline"})
+    # A TPU spec defaults to baseline, where root is the default and a UID of one's own stays.
+    pod = _pod(_spec(accelerator=TPU, security={"run_as_user": 1000, "run_as_group": 1000}))
+    assert pod["spec"]["securityContext"] == {
+        "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+        "fsGroupChangePolicy": "OnRootMismatch", "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["spec"]["containers"][0]["securityContext"] == {"readOnlyRootFilesystem": False}
 
 
 def test_image_pull_policy_follows_tag_or_digest():
@@ -237,6 +291,159 @@ def test_validation_warns_with_the_level_the_namespace_needs(caplog):
     text = caplog.text
     assert "breaks Pod Security 'restricted' (Volume Types): volumes[1] (data) is of type nfs" in text
     assert "pod-security.kubernetes.io/enforce=baseline" in text
+
+
+# ----------------------------------------------------------------------------- profiles
+
+
+@pytest.mark.parametrize("profile", ["restricted", "baseline", "privileged"])
+@pytest.mark.parametrize("accelerator", ["cpu", TPU, GPU], ids=["cpu", "tpu", "gpu"])
+@pytest.mark.parametrize("workload", ["jobset", "indexed-job"])
+def test_each_profile_renders_valid_manifests_that_meet_it(profile, accelerator, workload, crd_schema):
+    spec = _spec(accelerator=accelerator, workload=workload, security={"profile": profile})
+    assert spec.security_profile == profile
+    objects = R.render(spec).objects
+    V.validate(objects)  # official schemas, strict (the child Job of a JobSet too)
+    for obj in objects:
+        if obj["kind"] == "JobSet":
+            assert V.check_jobset_crd(obj, crd_schema) == []
+    for pod in pod_templates(objects):
+        assert_profile(pod, profile)
+    assert V.check_pod_security(objects) == [] and V.warn_pod_security(objects) == []
+    assert V.pod_security_level(objects) == profile
+
+
+# Unset security.profile: the level a GKE document or reference shows working (docs/kubernetes.md).
+DEFAULTS = {
+    "cpu": ({}, "restricted", False),
+    "gpu": ({"accelerator": GPU}, "restricted", False),
+    "tpu, one slice": ({"accelerator": TPU}, "baseline", False),
+    "tpu multislice with gcsfuse": ({"accelerator": TPU, "num_slices": 2,
+                                     "data": {"gcsfuse": {"bucket": "my-data"}}}, "baseline", False),
+    "tpu multislice, host network off": ({"accelerator": TPU, "num_slices": 2, "host_network": False},
+                                         "baseline", False),
+    "tpu multislice (host network)": ({"accelerator": TPU, "num_slices": 2}, "privileged", True),
+    "gpu networking preset": ({"accelerator": RDMA}, "baseline", False),
+    "gpu host network": ({"accelerator": GPU, "host_network": True}, "privileged", True),
+    "gpu preset on the host network": ({"accelerator": RDMA, "host_network": True}, "privileged", True),
+}
+
+
+@pytest.mark.parametrize("case", DEFAULTS)
+def test_the_default_profile_follows_the_accelerator(case):
+    changes, profile, host_network = DEFAULTS[case]
+    spec = _spec(**changes)
+    assert (spec.security_profile, spec.uses_host_network) == (profile, host_network)
+    assert S.default_security_profile(spec) == profile
+    pod = _pod(spec)
+    assert pod["metadata"]["annotations"][R.POD_SECURITY_ANNOTATION] == profile
+    assert bool(pod["spec"].get("hostNetwork")) is host_network
+    if "networking" not in str(changes):
+        assert_profile(pod, profile)
+
+
+def test_an_explicit_profile_that_forbids_host_namespaces_turns_the_multislice_default_off():
+    for profile in ("restricted", "baseline"):
+        spec = _spec(accelerator=TPU, num_slices=2, security={"profile": profile})
+        assert not spec.uses_host_network and "hostNetwork" not in _pod(spec)["spec"]
+    spec = _spec(accelerator=TPU, num_slices=2, security={"profile": "privileged"})
+    assert spec.uses_host_network
+
+
+# Each refusal: the spec, the field named, the start of the one-line message.
+REFUSALS = {
+    "tpu host network under baseline": (
+        {"accelerator": TPU, "num_slices": 2, "host_network": True, "security": {"profile": "baseline"}},
+        "host_network", "needs security.profile: privileged"),
+    "gpu host network under restricted": (
+        {"accelerator": GPU, "host_network": True, "security": {"profile": "restricted"}},
+        "host_network", "needs security.profile: privileged"),
+    "cpu host network": (
+        {"host_network": True, "security": {"profile": "privileged"}},
+        "host_network", "is offered for TPU slices and GPU hosts only"),
+    "host network with gcsfuse": (
+        {"accelerator": GPU, "host_network": True, "data": {"gcsfuse": {"bucket": "my-data"}}},
+        "host_network", "host-network pods cannot mount GCS FUSE volumes without the driver's "
+                        "host-network opt-in (volume attribute hostNetworkPodKSA)"),
+    "host network outside a jobset": (
+        {"accelerator": GPU, "host_network": True, "workload": "indexed-job"},
+        "host_network", "needs workload: jobset"),
+    "unknown profile": ({"security": {"profile": "root"}}, "security.profile", ""),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_refusals_name_the_field_in_one_line(case):
+    changes, field, message = REFUSALS[case]
+    with pytest.raises(S.SpecError) as info:
+        _spec(**changes)
+    assert info.value.field == field
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_gpu_preset_on_the_host_network_renders_as_the_recipes(crd_schema):
+    """Google's GPU recipes with network.hostNetwork: no multi-network annotations, a
+    privileged daemon instead of its device list, a privileged worker."""
+    tcpxo = {"gpu": {"type": "nvidia-h100-mega-80gb", "count": 8, "hosts": 2, "networking": "tcpxo"}}
+    for accelerator in (RDMA, tcpxo):
+        objects = R.render(_spec(accelerator=accelerator, host_network=True)).objects
+        V.validate(objects)
+        assert V.check_jobset_crd(objects[-1], crd_schema) == []
+        (pod,) = pod_templates(objects)
+        annotations = pod["metadata"]["annotations"]
+        assert not any(k.startswith(("networking.gke.io/", "devices.gke.io/")) for k in annotations)
+        assert pod["spec"]["hostNetwork"] is True
+        assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+        assert pod["spec"]["containers"][0]["securityContext"]["privileged"] is True
+        for daemon in pod["spec"].get("initContainers") or []:
+            assert daemon["securityContext"]["privileged"] is True
+        assert V.pod_security_level(objects) == "privileged" and V.check_pod_security(objects) == []
+    # Off the host network the preset keeps its annotations and an unprivileged daemon.
+    (pod,) = pod_templates(R.render(_spec(accelerator=tcpxo)).objects)
+    assert "networking.gke.io/interfaces" in pod["metadata"]["annotations"]
+    assert "devices.gke.io/container.gpudirect-daemon" in pod["metadata"]["annotations"]
+    assert "privileged" not in pod["spec"]["initContainers"][0]["securityContext"]
+
+
+def test_a_control_beyond_the_chosen_profile_is_still_reported():
+    """Under baseline an inline NFS volume needs nothing more (Volume Types is a restricted
+    control); hostIPC (through pod_patch) needs privileged, and is reported with that level."""
+    spec = _spec(accelerator=TPU, data={"nfs": {"server": "10.0.0.2", "path": "/d"}})
+    objects = R.render(spec).objects
+    assert V.check_pod_security(objects) == [] and V.pod_security_level(objects) == "baseline"
+    spec = _spec(accelerator=TPU, pod_patch={"spec": {"hostIPC": True}})
+    objects = R.render(spec).objects
+    lines = V.warn_pod_security(objects)
+    assert len(lines) == 2 and "(Host Namespaces): hostIPC is true" in lines[0]
+    assert "enforce=privileged" in lines[-1]
+
+
+@pytest.mark.parametrize("overrides,line", [
+    ([], "pods written for 'restricted' (the default for CPU); the namespace must enforce 'restricted' "
+         "or a looser level (label pod-security.kubernetes.io/enforce=restricted)"),
+    (["accelerator.cpu=null", "accelerator.tpu.type=v5p", "accelerator.tpu.topology=2x2x4"],
+     "pods written for 'baseline' (the default for TPU); the namespace must enforce 'baseline' or a "
+     "looser level (label pod-security.kubernetes.io/enforce=baseline)"),
+    (["security.profile=baseline", "data.nfs.server=10.0.0.2", "data.nfs.path=/d"],
+     "pods written for 'baseline' (security.profile); the namespace must enforce 'baseline'"),
+    (["data.nfs.server=10.0.0.2", "data.nfs.path=/d"],
+     "pods written for 'restricted' (the default for CPU); the namespace must enforce 'baseline'"),
+    (["security.profile=privileged"],
+     "pods written for 'privileged' (security.profile); the namespace must enforce 'privileged' "
+     "(label pod-security.kubernetes.io/enforce=privileged)"),
+])
+def test_cli_validate_names_the_level_in_one_line(tmp_path, overrides, line):
+    from click.testing import CliRunner
+
+    from roxxel_launch.cli import cli
+
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(S.spec_to_dict(_spec())))
+    args = ["validate", str(path), "--no-schema"] + [a for o in overrides for a in ("--set", o)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    (summary,) = [out for out in result.output.splitlines() if out.startswith("pod security: ")]
+    assert line in summary
 
 
 # ----------------------------------------------------------------------------- NetworkPolicy

@@ -43,11 +43,20 @@ CASES = [
     ("data.gcsfuse.mount_options",
      {"data": {"gcsfuse": {"bucket": "my-data", "mount_options": ["implicit-dirs", "only-dir:x"]}}},
      "data.gcsfuse.mount_options[1]: 'only-dir:x' is set by roxxel-launch. Use file_cache_mb / only_dir instead."),
-    ("host_network", {"accelerator": GPU, "host_network": True},
-     "host_network: is offered for TPU slices only. GPU pods use GKE's multi-networking presets instead; remove it."),
+    ("host_network", {"host_network": True},
+     "host_network: is offered for TPU slices and GPU hosts only. Remove it."),
+    ("host_network", {"accelerator": GPU, "host_network": True, "security": {"profile": "baseline"}},
+     "host_network: needs security.profile: privileged (host-network pods break Pod Security baseline, Host "
+     "Namespaces, and the TPU and GPU references run them privileged). Set security.profile: privileged, or "
+     "remove host_network."),
+    ("host_network", {"accelerator": TPU, "host_network": True, "security": {"profile": "restricted"}},
+     "host_network: needs security.profile: privileged (host-network pods break Pod Security baseline, Host "
+     "Namespaces, and the TPU and GPU references run them privileged). Set security.profile: privileged, or "
+     "remove host_network."),
     ("host_network", {"accelerator": TPU, "data": {"gcsfuse": {"bucket": "my-data"}}, "host_network": True},
-     "host_network: host-network pods cannot mount GCS FUSE volumes without the driver's host-network opt-in, "
-     "which roxxel-launch does not render. Set host_network: false, or read data from gs:// directly."),
+     "host_network: host-network pods cannot mount GCS FUSE volumes without the driver's host-network opt-in "
+     "(volume attribute hostNetworkPodKSA), which roxxel-launch does not render. Set host_network: false, or "
+     "read data from gs:// directly."),
     ("host_network", {"accelerator": TPU, "workload": "indexed-job", "host_network": True},
      "host_network: needs workload: jobset (an indexed-job's headless Service DNS names do not cover "
      "host-network pods)"),
@@ -80,6 +89,7 @@ def test_every_rule_has_a_case():
     {"data": {"gcsfuse": {"bucket": "my-data", "mount_options": ["implicit-dirs", "metadata-cache:ttl-secs:-1"]}}},
     {"accelerator": TPU, "host_network": True},
     {"accelerator": GPU, "host_network": False},
+    {"accelerator": GPU, "host_network": True},  # the profile then defaults to privileged
 ], ids=lambda fields: "+".join(fields))
 def test_what_the_launcher_does_not_own_is_allowed(fields):
     S.spec_from_dict(spec_dict(**fields))

@@ -49,11 +49,13 @@ from roxxel_launch.spec.model import (
     MAX_SLICES,
     REPLICATED_JOB_NAME,
     JobSpec,
+    default_security_profile,
     longest_pod_name,
     max_name_length,
 )
 from roxxel_launch.spec.owned import RESERVED_KEYS, RESERVED_PREFIXES, RESERVED_VOLUME_NAMES
 from roxxel_launch.spec.pod import (
+    POD_SECURITY_LEVELS,
     RESOURCES_FIX,
     EnvFromSource,
     KeyRef,
@@ -86,6 +88,7 @@ __all__ = [
     "MAX_SLICES",
     "MAX_SPEC_BYTES",
     "MAX_SPEC_DEPTH",
+    "POD_SECURITY_LEVELS",
     "REPLICATED_JOB_NAME",
     "RESERVED_KEYS",
     "RESERVED_PREFIXES",
@@ -113,6 +116,7 @@ __all__ = [
     "TpuAccelerator",
     "accelerator_node_selectors",
     "apply_overrides",
+    "default_security_profile",
     "image_is_pinned",
     "image_reference_problem",
     "load_spec",

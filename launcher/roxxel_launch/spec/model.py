@@ -98,8 +98,8 @@ class JobSpec:
         "(default): a warning when they need more than a default 100 GB boot disk offers "
         f"({DEFAULT_NODE_EPHEMERAL_STORAGE} bytes, about 43 GiB).", default=None)
     tolerations: tuple[Toleration, ...] = _doc("Extra tolerations.", default=())
-    security: Security = _doc("Pod security context, API token, NetworkPolicy.",
-                              default_factory=Security)
+    security: Security = _doc("Pod Security profile (restricted, baseline, privileged), user, API "
+                              "token, NetworkPolicy.", default_factory=Security)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = _doc(
         "Container imagePullPolicy; default Always for a tag (tags are mutable), IfNotPresent "
         "for an image pinned by @sha256 digest.", default=None)
@@ -118,9 +118,11 @@ class JobSpec:
         "Pod affinity, as Kubernetes' Affinity object (checked against the official schema).",
         default=None)
     host_network: bool | None = _doc(
-        "Run the pods on the node's network (hostNetwork + dnsPolicy ClusterFirstWithHostNet). "
-        "Default: true for TPU multislice (DCN traffic), as GKE's reference TPU JobSets do; "
-        "false otherwise.", default=None)
+        "Run the pods on the node's network (hostNetwork + dnsPolicy ClusterFirstWithHostNet): "
+        "TPU slices and GPU hosts, under security.profile privileged (unset: it then defaults "
+        "to privileged). Default: true for TPU multislice (DCN traffic) without data.gcsfuse, "
+        "unless security.profile is restricted or baseline, as GKE's reference TPU JobSets "
+        "do; false otherwise.", default=None)
     ttl_seconds_after_finished: int | None = _doc(
         "Delete the finished JobSet / Job (and its pods' logs) this many seconds after it "
         "ends; `resume` cannot read a deleted job's spec.", default=None)
@@ -191,6 +193,8 @@ class JobSpec:
             self._check_escape_hatches()
         with problems.check():
             self._check_ephemeral_storage()
+        with problems.check():
+            self._check_security()
         problems.raise_any()
         # Needs a valid name and slice count: after the others.
         _check("name", names.pod_name_problem(longest_pod_name(self)),
@@ -271,11 +275,29 @@ class JobSpec:
     @property
     def uses_host_network(self) -> bool:
         """hostNetwork: as given, else on for TPU multislice (the reference TPU JobSets do)
-        unless the pods mount GCS FUSE, which host-network pods cannot without an opt-in."""
+        unless the pods mount GCS FUSE, which host-network pods cannot without an opt-in, or
+        security.profile names a level that forbids host namespaces (restricted, baseline)."""
         if self.host_network is not None:
             return self.host_network
+        if self.security.profile not in (None, "privileged"):
+            return False
         gcsfuse = self.data is not None and self.data.gcsfuse is not None
         return self.accelerator.kind == "tpu" and self.num_slices > 1 and not gcsfuse
+
+    @property
+    def security_profile(self) -> str:
+        """The Pod Security Standards level the pods are written for: ``security.profile``,
+        else :func:`default_security_profile`."""
+        return self.security.profile or default_security_profile(self)
+
+    def _check_security(self) -> None:
+        if self.security_profile != "restricted":
+            return
+        for name in ("run_as_user", "run_as_group"):
+            if getattr(self.security, name) == 0:
+                raise SpecError(f"security.{name}", "is 0 (root), which the restricted profile forbids",
+                                f"Use a non-root ID (the image's: {contract.WORKER_UID}), or set "
+                                "security.profile: baseline to run as root.")
 
     def _check_checkpoint_dir(self) -> None:
         path = self.checkpoint_dir
@@ -309,6 +331,26 @@ class JobSpec:
     @property
     def num_processes(self) -> int:
         return self.num_slices * self.hosts_per_slice
+
+
+def default_security_profile(spec: JobSpec) -> str:
+    """The Pod Security level a spec without ``security.profile`` gets, as the references run
+    such pods (docs/kubernetes.md, "Pod security", cites each):
+
+    * privileged: host-network pods (the JobSet project's TPU multislice example, xpk, and
+      Google's A3 Mega / A3 Ultra / A4 GPU recipes run them with ``privileged: true``);
+    * baseline: TPU (GKE's TPU manifests run the image's root user and need no privileged
+      mode from GKE 1.28) and GPU networking presets (GKE's GPUDirect manifests run the
+      worker as the image's root user);
+    * restricted: CPU, and GPU without a preset (the device plugin's device nodes and driver
+      libraries need no privilege).
+    """
+    if spec.uses_host_network:
+        return "privileged"
+    gpu = spec.accelerator.gpu
+    if spec.accelerator.kind == "tpu" or (gpu is not None and gpu.networking not in (None, "none")):
+        return "baseline"
+    return "restricted"
 
 
 # Name of the replicated job inside a JobSet (short: it is part of every pod name).

@@ -1,8 +1,8 @@
 """What a job spec may not set because roxxel-launch sets or uses it itself.
 
 The spec's escape hatches (env, labels, annotations, node selectors, resources, extra
-volumes, gcsfuse mount options, host_network) reach parts of the pod that the renderer
-also writes. :data:`RULES` lists, in one place, every value they refuse: the field it
+volumes, gcsfuse mount options, host_network under the security profile) reach parts of
+the pod that the renderer also writes. :data:`RULES` lists, in one place, every value they refuse: the field it
 applies to, why it is refused and what to do instead; :func:`refuse` applies them. The
 rest of a field's checks (its syntax, its duplicates) stay with the field's dataclass.
 """
@@ -84,11 +84,20 @@ RULES: tuple[Rule, ...] = (
     Rule("data.gcsfuse.mount_options",
          lambda option, mount: option.split(":", 1)[0] in RESERVED_GCSFUSE_OPTIONS,
          "{value!r} is set by roxxel-launch", "Use file_cache_mb / only_dir instead."),
-    Rule("host_network", lambda on, spec: bool(on) and spec.accelerator.kind != "tpu",
-         "is offered for TPU slices only", "GPU pods use GKE's multi-networking presets instead; remove it."),
+    Rule("host_network", lambda on, spec: bool(on) and spec.accelerator.kind == "cpu",
+         "is offered for TPU slices and GPU hosts only", "Remove it."),
+    # The references run host-network pods privileged: the JobSet TPU multislice example,
+    # xpk, and Google's A3 Mega / A3 Ultra / A4 GPU recipes (docs/kubernetes.md, "Pod security").
+    Rule("host_network", lambda on, spec: bool(on) and spec.security_profile != "privileged",
+         "needs security.profile: privileged (host-network pods break Pod Security baseline, Host "
+         "Namespaces, and the TPU and GPU references run them privileged)",
+         "Set security.profile: privileged, or remove host_network."),
+    # GCS FUSE CSI driver docs/authentication.md: host-network pods need the volume attribute
+    # hostNetworkPodKSA (driver v1.17.2+, GKE 1.29+).
     Rule("host_network", lambda on, spec: bool(on) and _mounts_gcsfuse(spec),
-         "host-network pods cannot mount GCS FUSE volumes without the driver's host-network opt-in, "
-         "which roxxel-launch does not render", "Set host_network: false, or read data from gs:// directly."),
+         "host-network pods cannot mount GCS FUSE volumes without the driver's host-network opt-in "
+         "(volume attribute hostNetworkPodKSA), which roxxel-launch does not render",
+         "Set host_network: false, or read data from gs:// directly."),
     Rule("host_network", lambda on, spec: bool(on) and spec.workload != "jobset",
          "needs workload: jobset (an indexed-job's headless Service DNS names do not cover host-network pods)"),
 )

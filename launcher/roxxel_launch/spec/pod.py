@@ -174,19 +174,54 @@ class Resources:
 # ----------------------------------------------------------------------------- security
 
 
+# The Kubernetes Pod Security Standards levels, most to least restrictive
+# (kubernetes.io/docs/concepts/security/pod-security-standards).
+POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
+ROOT = 0
+
+
 @dataclasses.dataclass(frozen=True)
 class Security:
-    """What the pods may do: who they run as, API credentials, who may reach them.
+    """What the pods may do: the Pod Security profile they are written for, who they run as,
+    API credentials, who may reach them.
 
-    The pods meet the Kubernetes Pod Security Standards "restricted" profile: non-root user,
-    no privilege escalation, all capabilities dropped, RuntimeDefault seccomp, read-only root
-    filesystem with emptyDir mounts for /tmp and caches (docs/run-on-gke.md, "Security").
+    ``profile`` names a Kubernetes Pod Security Standards level
+    (kubernetes.io/docs/concepts/security/pod-security-standards) and sets the worker
+    container's security context (docs/kubernetes.md, "Pod security"):
+
+    * ``restricted``: non-root user (the image's, UID 10001), no privilege escalation, all
+      capabilities dropped, RuntimeDefault seccomp, read-only root filesystem with emptyDir
+      mounts for /tmp and caches.
+    * ``baseline``: root (UID 0), as every TPU and GPU reference runs its container (GKE's
+      TPU manifests, xpk, the JobSet TPU example, GKE's GPUDirect manifests), the container
+      runtime's default capabilities, RuntimeDefault seccomp, a writable root filesystem.
+    * ``privileged``: baseline plus ``privileged: true`` on the worker container, as the
+      references render it with host networking (the JobSet TPU multislice example, xpk,
+      Google's A3 Mega / A3 Ultra / A4 GPU recipes).
+
+    Unset, it follows the accelerator (``JobSpec.security_profile``): restricted for CPU and
+    for GPU without a networking preset; baseline for TPU (GKE documents TPU access without
+    privileged mode from GKE 1.28) and GPU networking presets; privileged for pods on the
+    host network.
     """
 
-    run_as_user: int = _doc("UID the worker runs as; the worker image's user (Dockerfile).",
-                            default=contract.WORKER_UID)
-    run_as_group: int = _doc("GID the worker runs as, and the pod's fsGroup.",
-                             default=contract.WORKER_GID)
+    profile: Literal["restricted", "baseline", "privileged"] | None = _doc(
+        "Pod Security Standards level the pods are written for: restricted (non-root UID "
+        "10001, no capabilities, read-only root), baseline (root as GKE's TPU/GPU "
+        "references run, default capabilities, writable root) or privileged (baseline plus a "
+        "privileged worker container, as the references with host networking). Default: "
+        "restricted for CPU and plain GPU; baseline for TPU and GPU networking presets; "
+        "privileged for host-network pods (TPU multislice, GPU with host_network: true). "
+        "The namespace must enforce this level or a looser one "
+        "(pod-security.kubernetes.io/enforce; `roxxel-launch validate` names it).",
+        default=None)
+    run_as_user: int | None = _doc(
+        "UID the worker runs as. Default: the worker image's user "
+        f"({contract.WORKER_UID}, Dockerfile) under restricted, root (0) under baseline and "
+        "privileged.", default=None)
+    run_as_group: int | None = _doc(
+        "GID the worker runs as, and the pod's fsGroup when not 0. Default: "
+        f"{contract.WORKER_GID} under restricted, 0 under baseline and privileged.", default=None)
     automount_service_account_token: bool = _doc(
         "Mount a Kubernetes API token into the pods. Off: the worker never calls the API, and "
         "Workload Identity gets cloud credentials from the GKE metadata server without it. "
@@ -197,13 +232,20 @@ class Security:
         "pods (needs a CNI that enforces NetworkPolicy, e.g. GKE Dataplane V2).", default=True)
 
     def __post_init__(self):
-        # Pod Security "restricted" forbids UID 0; the kubelet refuses it with runAsNonRoot.
         for name in ("run_as_user", "run_as_group"):
             value = getattr(self, name)
-            if not 1 <= value <= INT32_MAX:
-                raise SpecError(name, f"must be between 1 and {INT32_MAX}, got {value}",
-                                "Pods never run as root (0); use the image's user, e.g. "
-                                f"{contract.WORKER_UID}.")
+            if value is not None and not ROOT <= value <= INT32_MAX:
+                raise SpecError(name, f"must be between 0 and {INT32_MAX}, got {value}")
+
+    def ids(self, profile: str) -> tuple[int, int]:
+        """(UID, GID) the worker runs as under ``profile``: the given ones, else the image's
+        user under restricted and root otherwise."""
+        restricted = profile == "restricted"
+        user = self.run_as_user if self.run_as_user is not None else (
+            contract.WORKER_UID if restricted else ROOT)
+        group = self.run_as_group if self.run_as_group is not None else (
+            contract.WORKER_GID if restricted else ROOT)
+        return user, group
 
 
 @dataclasses.dataclass(frozen=True)
