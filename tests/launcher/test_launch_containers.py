@@ -64,6 +64,23 @@ def test_the_pods_security_context_volumes_and_env_become_podman_options(tmp_pat
     assert f"{contract.ROXXEL_DATA_DIR}={contract.DATA_MOUNT_PATH}" in opts["--env"]
 
 
+@pytest.mark.parametrize("profile", ["restricted", "baseline", "privileged"])
+def test_each_security_profile_runs_as_the_pod_says(tmp_path, profile):
+    """A privileged pod's container is privileged here too (before, the local runtime dropped it
+    silently); baseline runs as the image's root with the runtime's default capabilities."""
+    pod = _pod(security={"profile": profile})[0]
+    settings = LocalSettings(python=sys.executable, run_dir=tmp_path, data_dir=str(tmp_path))
+    env = containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.11", base_env={})
+    args = containers.container_options(pod, settings, env)
+    assert ("--privileged=true" in args) == (profile == "privileged")
+    rest = [a for a in args if a != "--privileged=true"]
+    opts: dict[str, list[str]] = {}
+    for flag, value in zip(rest[::2], rest[1::2]):
+        opts.setdefault(flag, []).append(value)
+    assert ("--read-only" in opts) == (profile == "restricted")
+    assert (opts.get("--cap-drop") == ["ALL"]) == (profile == "restricted")
+
+
 def test_a_secret_the_local_run_cannot_read_is_named(tmp_path):
     pod = _pod(env_refs={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}})[0]
     settings = LocalSettings(python=sys.executable, run_dir=tmp_path)

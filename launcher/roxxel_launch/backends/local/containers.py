@@ -11,7 +11,7 @@ process of this machine's Python, this runtime runs it as the kubelet would run 
   environment is the container's ``env`` alone (the image supplies the rest), plus
   ``JAX_PLATFORMS=cpu`` unless set, ``XLA_FLAGS`` for ``--devices-per-worker``;
 - the pod's ``securityContext``: ``runAsUser``/``runAsGroup``/``fsGroup``, a read-only root
-  filesystem, dropped capabilities, no privilege escalation;
+  filesystem, dropped and added capabilities, no privilege escalation, a privileged container;
 - its emptyDirs as tmpfs with their ``sizeLimit`` (world-writable, as an emptyDir is);
   ``/dev/shm`` as the container's shm of that size;
 - the data volume (``--data-dir``) bound read-only at ``/data`` (read-write where the
@@ -113,6 +113,8 @@ def _security_options(pod_sc: Mapping[str, Any], sc: Mapping[str, Any]) -> list[
         args += ["--cap-add", cap]
     if sc.get("allowPrivilegeEscalation") is False:
         args += ["--security-opt", "no-new-privileges"]
+    if sc.get("privileged"):  # security.profile: privileged (all devices and capabilities, as the kubelet gives)
+        args += ["--privileged=true"]
     return args
 
 
