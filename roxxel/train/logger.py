@@ -155,6 +155,11 @@ class Logger:
 
     # -- public API ---------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (logging then raises ``RuntimeError``)."""
+        return self._closed
+
     def log_message(self, msg: str, level: str | int | None = "INFO", *, echo: bool = True) -> None:
         """Queue ``msg`` for stdout and the system log (timestamped when queued).
 

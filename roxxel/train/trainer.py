@@ -4,7 +4,8 @@ One loop, every process: restore the latest checkpoint (which fixes the step, an
 step fixes the data position), then for each curriculum phase stream this process's
 rows of each global batch, run the compiled step, log on process 0, checkpoint
 asynchronously, and at a preemption save the agreed step and exit with the code that
-makes the launcher restart the job.
+makes the launcher restart the job. What watches the loop (throughput, the learning rate, a
+profiler trace, a user's tracker) is a callback (``roxxel.train.callbacks``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.deprecation import renamed
 from roxxel.exit_codes import ConfigTypeError, ConfigValueError
 from roxxel.sharding import BatchShardingError
+from roxxel.train.callbacks.base import Callback, Window, bound_hooks
+from roxxel.train.callbacks.builtin import trainer_callbacks
+from roxxel.train.callbacks.throughput import PEAK_FLOPS_PER_DEVICE
 from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempted
 from roxxel.train.logger import Logger
 from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
@@ -38,45 +42,16 @@ from roxxel.train.vocabulary import check_embeddings
 from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds, bounds_from_env
 from roxxel.wording import count
 
+__all__ = ["Callback", "DEFAULT_SAVE_INTERVAL_STEPS", "NaNLossError", "PEAK_FLOPS_PER_DEVICE", "Trainer"]
+
 log = logging.getLogger("roxxel.train")
+
+# The callback hooks, looked up once per run (roxxel.train.callbacks.base.Callback).
+HOOKS = ("on_batch_begin", "on_batch_end", "window_metrics", "on_step", "on_eval", "on_checkpoint", "on_run_end")
 
 
 class NaNLossError(ValueError):
     """The loss became NaN or infinite; training stopped before wasting more compute."""
-
-
-class Callback:
-    """Hooks into the training loop, e.g. to send metrics to an experiment tracker.
-
-    Subclass it and override what you need; every process calls them (guard with
-    ``jax.process_index() == 0`` to act once per job). They run on the training thread,
-    so keep them quick.
-    """
-
-    def on_step(self, step: int, metrics: Mapping[str, float]) -> None:
-        """After each logging window, with the window's metrics (see docs/logging.md)."""
-
-    def on_eval(self, step: int, results: Mapping[str, float]) -> None:
-        """After each evaluation, with what ``eval_fn`` returned (as floats)."""
-
-    def on_checkpoint(self, step: int, directory: str) -> None:
-        """After a checkpoint save of ``step`` started (it completes in the background)."""
-
-
-# Peak dense bf16 FLOP/s per device, from the vendors' datasheets; matched on the start
-# of ``device.device_kind``. Pass ``peak_flops_per_device`` for anything else.
-PEAK_FLOPS_PER_DEVICE = {
-    "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v5": 459e12,
-    "TPU v6 lite": 918e12, "TPU v6e": 918e12, "NVIDIA H100": 989e12, "NVIDIA H200": 989e12,
-    "NVIDIA A100": 312e12, "NVIDIA B200": 2250e12,
-}
-
-
-def _peak_flops(device_kind: str) -> float | None:
-    for kind in sorted(PEAK_FLOPS_PER_DEVICE, key=len, reverse=True):
-        if device_kind.startswith(kind):
-            return PEAK_FLOPS_PER_DEVICE[kind]
-    return None
 
 
 DEFAULT_SAVE_INTERVAL_STEPS = 100
@@ -101,6 +76,35 @@ def _save_interval(save_interval_steps: int | None, checkpoint_every: int | None
                              "of save_interval_steps=1)")
         return own
     return DEFAULT_SAVE_INTERVAL_STEPS if interval is None else interval
+
+
+def _check_core(curriculum: Curriculum | None, loss_fn: Callable | None) -> tuple[Curriculum, Callable]:
+    """The arguments every Trainer needs (optional in the signature only so that ``state=``
+    may stand in for ``model`` and ``optimizer``)."""
+    if curriculum is None or loss_fn is None:
+        missing = " and ".join(name for name, value in (("curriculum", curriculum), ("loss_fn", loss_fn)) if value is None)
+        raise ConfigTypeError(f"Trainer needs {missing}: Trainer(model, optimizer, curriculum, loss_fn, ...)")
+    return curriculum, loss_fn
+
+
+def _check_intervals(**intervals: Any) -> None:
+    for name, v in intervals.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigValueError(f"{name} must be a positive int, got {v!r}")
+
+
+def _mesh_and_sharding(mesh: Any, data_sharding: Any) -> tuple[Any, Any]:
+    """The device mesh and batch sharding: as given, the sharding's own mesh, or the defaults."""
+    if mesh is None:
+        mesh = data_sharding.mesh if data_sharding is not None else default_mesh()
+    return mesh, data_sharding if data_sharding is not None else batch_sharding(mesh)
+
+
+def _watchdog_bounds(watchdog: WatchdogBounds | None) -> WatchdogBounds | None:
+    """The watchdog's bounds: as given, or, left at the default, what ``ROXXEL_WATCHDOG`` says."""
+    if watchdog is not None and not isinstance(watchdog, WatchdogBounds):
+        raise ConfigTypeError(f"watchdog must be a WatchdogBounds or None, got {type(watchdog).__name__}")
+    return bounds_from_env() if watchdog is DEFAULT_BOUNDS else watchdog
 
 
 class Trainer:
@@ -141,18 +145,22 @@ class Trainer:
             keep their initial values, removed ones are reported; the optimizer state is
             restored only when it matches exactly, else re-initialised. Logged. Default: the
             model must be unchanged.
-        learning_rate: the optax schedule (``step -> lr``) or constant the optimizer uses;
-            logged as ``learning_rate`` (the rate of the window's last update).
+        learning_rate: the optax schedule (``step -> lr``) or constant the optimizer uses:
+            adds a :class:`~roxxel.train.callbacks.LearningRate`, which logs ``learning_rate``
+            (the rate of the window's last update).
         flops_per_token: model FLOPs per trained token (forward + backward), or give
-            ``num_params`` for the usual ``6 * num_params``; enables ``model_tflops_per_device``
+            ``num_params`` for the usual ``6 * num_params``: the built-in
+            :class:`~roxxel.train.callbacks.Throughput` then logs ``model_tflops_per_device``
             and, with a known peak, ``mfu``.
         num_params: the model's parameter count (see ``flops_per_token``).
         peak_flops_per_device: the device's peak FLOP/s for ``mfu`` (default: a table of
             TPU and GPU bf16 peaks by device kind; none for CPUs).
-        profile_steps: ``(first, last)``: record a ``jax.profiler`` trace of steps
-            ``first..last`` (1-based, inclusive) into ``save_path/profile`` (TensorBoard's
-            profile plugin reads it).
-        callbacks: :class:`Callback` objects called at each log window, eval and checkpoint.
+        profile_steps: ``(first, last)``: adds a :class:`~roxxel.train.callbacks.Profile`,
+            which records a ``jax.profiler`` trace of steps ``first..last`` (1-based,
+            inclusive) into ``save_path/profile`` (TensorBoard's profile plugin reads it).
+        callbacks: :class:`Callback` objects (:mod:`roxxel.train.callbacks`), called after the
+            built-in ones. A ``Throughput``, ``LearningRate`` or ``Profile`` among them takes
+            the place of the one the arguments above would build (giving both is an error).
         handle_sigint: treat Ctrl-C like SIGTERM (save, then exit with the preemption exit
             code; a second Ctrl-C interrupts at once).
         watchdog: the progress watchdog's bounds (:class:`~roxxel.train.watchdog.WatchdogBounds`):
@@ -167,7 +175,10 @@ class Trainer:
         ValueError: a batch size that does not divide over micro-batches or data shards
             (names the phase); two different save intervals (``save_interval_steps`` and
             ``checkpoint_every``, or the Trainer's and the ``checkpointer``'s); a NaN loss
-            (:class:`NaNLossError`) at a log or checkpoint step.
+            (:class:`NaNLossError`) at a log or checkpoint step; a built-in callback's
+            argument together with such a callback in ``callbacks``; two callbacks (or a
+            callback and the loss) logging the same metric name.
+        TypeError: no ``curriculum`` or ``loss_fn``; no optimizer.
         Preempted: (a ``SystemExit`` with code 42) after saving at a preemption.
     """
 
@@ -182,13 +193,10 @@ class Trainer:
                  profile_steps: tuple[int, int] | None = None, callbacks: Sequence[Callback] = (),
                  handle_sigint: bool = True, checkpoint_every: int | None = None,
                  watchdog: WatchdogBounds | None = DEFAULT_BOUNDS):
-        if curriculum is None or loss_fn is None:
-            raise ConfigTypeError("Trainer needs a curriculum and a loss_fn")
+        curriculum, loss_fn = _check_core(curriculum, loss_fn)
         save_interval_steps = _save_interval(save_interval_steps, checkpoint_every, checkpointer)
-        for name, v in (("eval_every", eval_every), ("save_interval_steps", save_interval_steps), ("log_every", log_every),
-                        ("async_queue_depth", async_queue_depth), ("grad_accum_steps", grad_accum_steps or 1)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigValueError(f"{name} must be a positive int, got {v!r}")
+        _check_intervals(eval_every=eval_every, save_interval_steps=save_interval_steps, log_every=log_every,
+                         async_queue_depth=async_queue_depth, grad_accum_steps=grad_accum_steps or 1)
         self.state = ModelState.from_object(state) if state is not None else ModelState(model, optimizer)
         if self.state.optimizer is None:
             raise ConfigTypeError("Trainer needs an optimizer (nnx.Optimizer)")
@@ -198,50 +206,42 @@ class Trainer:
         self.partial_restore = bool(partial_restore)
         self.async_queue_depth = async_queue_depth
         self.grad_accum_steps = grad_accum_steps or 1
-        self.mesh = mesh if mesh is not None else (data_sharding.mesh if data_sharding is not None else default_mesh())
-        self.data_sharding = data_sharding if data_sharding is not None else batch_sharding(self.mesh)
+        self.mesh, self.data_sharding = _mesh_and_sharding(mesh, data_sharding)
         self._check_batch_sizes()
         self.save_path = save_path
+        self.callbacks = trainer_callbacks(callbacks, learning_rate=learning_rate, flops_per_token=flops_per_token,
+                                           num_params=num_params, peak_flops_per_device=peak_flops_per_device,
+                                           profile_steps=profile_steps, save_path=save_path, log=self._log)
+        self.watchdog_bounds = _watchdog_bounds(watchdog)
+        self.checkpointer, self.logger = self._run_directory(checkpointer, logger, max_to_keep, allow_changed_run)
+        place_on_mesh(self.mesh, self.state.model, self.state.optimizer)
+        self._train_step = make_train_step(loss_fn, self.grad_accum_steps)
+        self._evaluated_at: int | None = None
+        self._hooks: dict[str, list[Callable]] = {}
+        self.handle_sigint = handle_sigint
+        self._watchdog: ProgressWatchdog | None = None
+        self._stragglers = StragglerReport()
+        self._interrupts = 0
+
+    def _run_directory(self, checkpointer: Checkpointer | None, logger: Logger | None, max_to_keep: int,
+                       allow_changed_run: bool) -> tuple[Checkpointer | None, Logger | None]:
+        """The checkpointer and logger: as given, else the ones ``save_path`` implies."""
+        save_path, cur = self.save_path, self.curriculum
         if logger is None and save_path is not None and "://" in save_path:
             raise ConfigValueError(f"save_path {save_path!r} is object storage, but logs are local files: keep save_path "
                              "local, or pass checkpointer=Checkpointer('gs://...', ...) and logger=Logger('runs/NAME')")
         if checkpointer is None and save_path is not None:
             checkpointer = Checkpointer(os.path.join(save_path, "checkpoints"), state=self.state, max_to_keep=max_to_keep,
-                                        fingerprint={**curriculum.describe(), "seed": seed}, allow_changed_run=allow_changed_run,
-                                        save_interval_steps=save_interval_steps,
+                                        fingerprint={**cur.describe(), "seed": self.seed}, allow_changed_run=allow_changed_run,
+                                        save_interval_steps=self.save_interval_steps,
                                         run_name=os.environ.get(ENV_RUN_NAME) or None,
                                         restore_from=os.environ.get(ENV_RESTORE_FROM) or None)
         if logger is None and save_path is not None:
-            logger = Logger(save_path, total_steps=curriculum.total_steps)
-        self.checkpointer, self.logger = checkpointer, logger
+            logger = Logger(save_path, total_steps=cur.total_steps)
         if checkpointer is not None:  # stored with each step: a resume logs the ones that changed
-            checkpointer.settings.update(save_interval_steps=save_interval_steps, log_every=log_every,
-                                         eval_every=eval_every, prefetch_size=prefetch_size)
-        place_on_mesh(self.mesh, self.state.model, self.state.optimizer)
-        self._train_step = make_train_step(loss_fn, self.grad_accum_steps)
-        self._evaluated_at: int | None = None
-        self.learning_rate = learning_rate
-        if flops_per_token is None and num_params is not None:
-            flops_per_token = 6.0 * num_params  # forward 2N + backward 4N per token (Kaplan et al. 2020)
-        self.flops_per_token = flops_per_token
-        self.peak_flops_per_device = (peak_flops_per_device if peak_flops_per_device is not None
-                                      else _peak_flops(jax.devices()[0].device_kind))
-        if profile_steps is not None:
-            first, last = profile_steps
-            if not (isinstance(first, int) and isinstance(last, int) and 1 <= first <= last):
-                raise ConfigValueError(f"profile_steps must be (first, last) with 1 <= first <= last, got {profile_steps!r}")
-            if save_path is None:
-                raise ConfigValueError("profile_steps needs save_path (the trace goes to save_path/profile)")
-        self.profile_steps = profile_steps
-        self.callbacks = list(callbacks)
-        self.handle_sigint = handle_sigint
-        if watchdog is not None and not isinstance(watchdog, WatchdogBounds):
-            raise ConfigTypeError(f"watchdog must be a WatchdogBounds or None, got {type(watchdog).__name__}")
-        self.watchdog_bounds = bounds_from_env() if watchdog is DEFAULT_BOUNDS else watchdog
-        self._watchdog: ProgressWatchdog | None = None
-        self._stragglers = StragglerReport()
-        self._profiling = False
-        self._interrupts = 0
+            checkpointer.settings.update(save_interval_steps=self.save_interval_steps, log_every=self.log_every,
+                                         eval_every=self.eval_every, prefetch_size=self.prefetch_size)
+        return checkpointer, logger
 
     def _check_batch_sizes(self) -> None:
         spec0 = self.data_sharding.spec[0] if len(self.data_sharding.spec) else None
@@ -260,34 +260,33 @@ class Trainer:
     # ----------------------------------------------------------------------------------
     def _log(self, msg: str, echo: bool = True) -> None:
         log.info(msg)
-        if self.logger is not None:
+        if self.logger is not None and not self.logger.closed:  # closed: a callback's last word at the run's end
             self.logger.log_message(msg, echo=echo)
 
-    def _metrics(self, step: int, losses: list, auxes: list, tokens: int, seconds: float, steps: int) -> dict[str, float]:
-        """The window's metrics: mean loss and aux values, ``perplexity = exp(mean loss)``, and,
-        over the ``steps`` timed steps (those not including a compilation), throughput."""
+    def _window_metrics(self, step: int, losses: list, auxes: list, window: Window) -> dict[str, float]:
+        """The window's metrics: mean ``loss`` (the NaN guard), each callback's (throughput,
+        learning rate, ...), the mean of each aux value, and ``perplexity = exp(mean loss)``."""
         loss = float(jnp.mean(jnp.stack(losses)))
         if not math.isfinite(loss):
             raise NaNLossError(f"the loss is {loss} at step {step}; stopping (lower the learning rate, check the data: "
                                "token ids beyond the model's embedding tables also give NaN)")
         metrics = {"loss": loss}
-        if steps:
-            rate = tokens / max(seconds, 1e-9)
-            metrics.update(tokens_per_sec=rate, tokens_per_sec_per_device=rate / jax.device_count(),
-                           step_time_s=seconds / steps)
-            if self.flops_per_token is not None:
-                per_device = rate * self.flops_per_token / jax.device_count()
-                metrics["model_tflops_per_device"] = per_device / 1e12
-                if self.peak_flops_per_device:
-                    metrics["mfu"] = per_device / self.peak_flops_per_device
+        for hook in self._hooks["window_metrics"]:
+            for key, value in hook(step, window).items():
+                if key in metrics:
+                    raise ConfigValueError(f"callback {type(getattr(hook, '__self__', hook)).__name__} logs {key!r}, which the loss or an "
+                                           "earlier callback already logs; give the metric another name")
+                metrics[key] = float(value)
         for key in auxes[-1] if auxes else ():
             metrics[key] = float(jnp.mean(jnp.stack([a[key] for a in auxes])))
         # exp of the mean loss, not the mean of per-step exp (replaces an aux of that name)
         metrics["perplexity"] = math.exp(min(loss, 700.0))
-        if self.learning_rate is not None:
-            lr = self.learning_rate(step - 1) if callable(self.learning_rate) else self.learning_rate
-            metrics["learning_rate"] = float(lr)  # optax counts updates from 0: step s used count s-1
         return metrics
+
+    def _notify(self, hook: str, *args: Any) -> None:
+        """Call every callback's ``hook`` (a name in :data:`HOOKS`) in order."""
+        for fn in self._hooks[hook]:
+            fn(*args)
 
     def _evaluate(self, step: int) -> dict[str, float]:
         if self.eval_fn is None:
@@ -298,8 +297,7 @@ class Trainer:
         results = {k: float(v) for k, v in results.items()}
         if self.logger is not None:
             self.logger.log_metrics_summary(step, results)
-        for cb in self.callbacks:
-            cb.on_eval(step, results)
+        self._notify("on_eval", step, results)
         return results
 
     def run(self, stop_at_step: int | None = None) -> dict[str, float]:
@@ -312,6 +310,7 @@ class Trainer:
         Returns:
             The last logged metrics (and the last evaluation's).
         """
+        self._hooks = {name: bound_hooks(self.callbacks, name) for name in HOOKS}
         if self.watchdog_bounds is not None and _in_a_job():
             self._watchdog = ProgressWatchdog(self.watchdog_bounds, process_index=jax.process_index()).start()
         try:
@@ -327,10 +326,12 @@ class Trainer:
             self._close(wait=False)
             raise
         finally:
-            self._stop_profile()
-            if self._watchdog is not None:
-                self._watchdog.stop()
-                self._watchdog = None
+            try:
+                self._notify("on_run_end")
+            finally:
+                if self._watchdog is not None:
+                    self._watchdog.stop()
+                    self._watchdog = None
 
     def _watched(self, what: str, bound: str) -> contextlib.AbstractContextManager[None]:
         """Bound ``what`` by the watchdog's ``bound`` (a WatchdogBounds field), when it runs."""
@@ -388,23 +389,6 @@ class Trainer:
         finally:
             signal.signal(signal.SIGINT, previous)
 
-    def _start_profile(self, step: int) -> None:
-        steps, run_dir = self.profile_steps, self.save_path  # both set when profiling (checked in __init__)
-        if steps is not None and run_dir is not None and not self._profiling and step + 1 == steps[0]:
-            jax.profiler.start_trace(os.path.join(run_dir, "profile"))
-            self._profiling = True
-
-    def _stop_profile(self, step: int | None = None, loss: Any = None) -> None:
-        steps, run_dir = self.profile_steps, self.save_path
-        if not self._profiling or steps is None or run_dir is None or (step is not None and step < steps[1]):
-            return
-        if loss is not None:
-            loss.block_until_ready()  # the trace covers the device work of the last step
-        jax.profiler.stop_trace()
-        self._profiling = False
-        self._log(f"profile of steps {steps[0]}..{steps[1]} written to "
-                  f"{os.path.join(run_dir, 'profile')} (tensorboard --logdir {run_dir})")
-
     def _close(self, wait: bool) -> None:
         if self.checkpointer is not None:
             try:
@@ -459,8 +443,7 @@ class Trainer:
             with self._watched(f"saving the final step {step}", "save_s"):
                 saved = ckpt.save(step, last or None, tokens_consumed=cur.tokens_before(step), force=True)
             if saved:
-                for cb in self.callbacks:
-                    cb.on_checkpoint(step, str(ckpt.directory))
+                self._notify("on_checkpoint", step, str(ckpt.directory))
         if self.eval_fn is not None and self._evaluated_at != step:
             with self._watched(f"evaluating at step {step}", "eval_s"):
                 last.update(self._evaluate(step))
@@ -488,7 +471,7 @@ class Trainer:
             if ckpt is not None and ckpt.reached_preemption(step):
                 with self._watched(f"saving the preemption checkpoint of step {step}", "save_s"):
                     ckpt.save_and_exit_if_preempted(step, last or None, tokens_consumed=cur.tokens_before(step))
-            self._start_profile(step)
+            self._notify("on_batch_begin", step)
             t0 = time.perf_counter()
             loss, aux = train_step(batch)
             step += 1
@@ -509,7 +492,7 @@ class Trainer:
                 t_wait = time.perf_counter()
                 pending.popleft().block_until_ready()
                 waited += time.perf_counter() - t_wait
-            self._stop_profile(step, loss)
+            self._notify("on_batch_end", step, loss)
             log_now, ckpt_now = step % self.log_every == 0, step % self.save_interval_steps == 0
             end_now = step == phase.end_step or step == stream.stop_step
             if log_now or end_now or ckpt_now:
@@ -517,7 +500,8 @@ class Trainer:
                 loss.block_until_ready()  # time the window's device work, not its dispatch
                 waited += time.perf_counter() - t_wait
                 elapsed = time.perf_counter() - timed_start
-                metrics = self._metrics(step, losses, auxes, timed_steps * phase.tokens_per_step, elapsed, timed_steps)
+                window = Window(steps=timed_steps, tokens=timed_steps * phase.tokens_per_step, seconds=elapsed)
+                metrics = self._window_metrics(step, losses, auxes, window)
                 if log_now or end_now:  # windows end only at multiples of log_every (and at the end)
                     host_s = (elapsed - waited) / timed_steps if timed_steps else 0.0
                     metrics.update(self._stragglers.observe(step, host_s))  # a collective: every process, same steps
@@ -526,16 +510,14 @@ class Trainer:
                         compile_s = None
                     if self.logger is not None:
                         self.logger.log_metrics_summary(step, metrics)
-                    for cb in self.callbacks:
-                        cb.on_step(step, metrics)
+                    self._notify("on_step", step, metrics)
                     losses, auxes, timed_start, timed_steps, waited = [], [], time.perf_counter(), 0, 0.0
                 last = metrics
             if ckpt_now and ckpt is not None:
                 with self._watched(f"saving step {step}", "save_s"):
                     saved = ckpt.save(step, last, tokens_consumed=cur.tokens_before(step))
                 if saved:
-                    for cb in self.callbacks:
-                        cb.on_checkpoint(step, str(ckpt.directory))
+                    self._notify("on_checkpoint", step, str(ckpt.directory))
             if self.eval_fn is not None and step % self.eval_every == 0:
                 with self._watched(f"evaluating at step {step}", "eval_s"):
                     last.update(self._evaluate(step))

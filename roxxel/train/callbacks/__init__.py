@@ -1,0 +1,16 @@
+"""Callbacks: the hooks of the Trainer's loop, and the built-in ones.
+
+The Trainer's core is the step loop, gradient accumulation, the NaN guard, evaluation,
+checkpointing and the watchdog; what watches the loop is a callback: :class:`Throughput`
+(tokens per second, model FLOPs, MFU), :class:`LearningRate` (the schedule's rate) and
+:class:`Profile` (a ``jax.profiler`` trace of some steps). The Trainer's ``flops_per_token=``,
+``learning_rate=`` and ``profile_steps=`` arguments build them; or pass them, and your own,
+in ``callbacks=``.
+"""
+
+from roxxel.train.callbacks.base import Callback, Window
+from roxxel.train.callbacks.learning_rate import LearningRate
+from roxxel.train.callbacks.profiling import Profile
+from roxxel.train.callbacks.throughput import PEAK_FLOPS_PER_DEVICE, Throughput
+
+__all__ = ["PEAK_FLOPS_PER_DEVICE", "Callback", "LearningRate", "Profile", "Throughput", "Window"]
