@@ -66,6 +66,7 @@ from roxxel_launch.backends.kubernetes.preflight import (
     KUEUE_VERSION,
     check_jobset_crd,
     check_local_queue,
+    check_workload_priority_class,
 )
 from roxxel_launch.backends.kubernetes.retry import RetryPolicy
 from roxxel_launch.backends.kubernetes.status import (
@@ -266,12 +267,14 @@ class KubernetesBackend(Backend):
 
     def _preflight(self, spec: JobSpec, objects: Sequence[Mapping]) -> None:
         """The installed JobSet CRD serves every field the JobSet uses, and the spec's Kueue
-        LocalQueue exists (see :mod:`.preflight`). Raises: BackendError."""
+        LocalQueue and WorkloadPriorityClass exist (see :mod:`.preflight`). Raises: BackendError."""
         for obj in objects:
             if obj["kind"] == "JobSet":
                 check_jobset_crd(self.api, obj)
         if spec.queue:
             check_local_queue(self.api, spec.queue, self.namespace)
+        if spec.workload_priority_class:
+            check_workload_priority_class(self.api, spec.workload_priority_class)
 
     def _dry_run_create(self, spec: JobSpec, obj: Mapping) -> None:
         """A server-side dry run of one create. A companion (Service, NetworkPolicy) that
