@@ -5,12 +5,13 @@ The verbs live here; the rest is in modules of one responsibility each:
 :mod:`.retry` (timeouts, backoff, ``Retry-After``), :mod:`.status` (objects
 and pods -> :class:`JobStatus`), :mod:`.watch` (``wait`` by a watch),
 :mod:`.logs` (``logs``, following across gang restarts) and
-:mod:`.preflight` (the JobSet CRD and Kueue LocalQueue checks before a create).
+:mod:`.preflight` (the JobSet CRD, Kueue LocalQueue and WorkloadPriorityClass checks before a
+create).
 
 What each operation does on the cluster:
 
 * ``submit``: render, validate offline (names, enums, the official schema of built-in kinds),
-  check the installed JobSet CRD and the Kueue LocalQueue, then a server-side dry run
+  check the installed JobSet CRD, the Kueue LocalQueue and WorkloadPriorityClass, then a server-side dry run
   (``dryRun=All``) of every object, then the real creates in order (Service and
   NetworkPolicy before the Job or JobSet), all with strict field validation. A create that
   fails after an earlier one succeeded deletes what was created, so a job is never left
