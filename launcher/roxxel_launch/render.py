@@ -36,6 +36,7 @@ from roxxel_launch.spec import (
     DEFAULT_NODE_EPHEMERAL_STORAGE,
     EPHEMERAL_STORAGE,
     GPU_RESOURCE,
+    PRIORITY_CLASS_LABEL,
     REPLICATED_JOB_NAME,
     TPU_RESOURCE,
     JobSpec,
@@ -437,6 +438,9 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     job_labels = dict(labels)
     if spec.queue is not None:
         labels[QUEUE_LABEL] = spec.queue
+    # Kueue reads the workload's priority from the job object's labels, never the pods'.
+    if spec.workload_priority_class is not None:
+        labels[PRIORITY_CLASS_LABEL] = spec.workload_priority_class
     annotations = {SPEC_ANNOTATION: json.dumps(spec_to_dict(spec), sort_keys=True,
                                                separators=(",", ":"))}
     if jobset and spec.accelerator.kind == "tpu" and spec.hosts_per_slice > 1:
@@ -496,6 +500,9 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     pod_annotations = {DEFAULT_CONTAINER_ANNOTATION: contract.CONTAINER_NAME,
                        POD_SECURITY_ANNOTATION: spec.security_profile, **fuse_annotations,
                        **networking.annotations, **spec.annotations}
+    # Kueue's topology-aware scheduling reads the pod template's annotations (its PodSet).
+    if spec.topology is not None:
+        pod_annotations.update(spec.topology.pod_annotations())
     _check_spec("annotations", _size_problem(pod_annotations))
     limits, requests = _container_resources(spec)
     volumes = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}]

@@ -4,7 +4,7 @@ No Kubernetes API server runs here: ``tests/support/k8s_fake_server.py`` (real H
 the official client) checks every request against the Role's rules as the RBAC authorizer
 does (API group, resource or subresource, verb, resource names). Every command of
 ``roxxel-launch`` runs through the CLI under exactly that Role (and the optional ClusterRole
-for the JobSet CRD), and every rule of it must have been used.
+for the JobSet CRD and Kueue's WorkloadPriorityClasses), and every rule of it must have been used.
 """
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ ROLE = REPO / "k8s" / "rbac" / "roxxel-launch-role.yaml"
 SPEC = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
         "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
         "accelerator": {"cpu": {"hosts": 2}}, "num_slices": 2, "queue": "team-a-queue",
+        "workload_priority_class": "high",
         "checkpoint_dir": "gs://ckpt/lm", "run_name": "lm-run-1", "service_account": "trainer"}
 
 
 def rules() -> tuple[list[dict], list[dict]]:
     docs = list(yaml.safe_load_all(ROLE.read_text()))
     (role,) = [d for d in docs if d["kind"] == "Role"]
-    (cluster,) = [d for d in docs if d["kind"] == "ClusterRole"]
-    return role["rules"], cluster["rules"]
+    cluster = [rule for d in docs if d["kind"] == "ClusterRole" for rule in d["rules"]]
+    return role["rules"], cluster
 
 
 def run(*args: str, code: int = 0) -> str:
@@ -46,13 +47,13 @@ def run(*args: str, code: int = 0) -> str:
 
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    """The simulated cluster, with Kueue's ``team-a-queue``, that the CLI talks to (fast
-    retries); the test sets the Role it enforces."""
+    """The simulated cluster, with Kueue's ``team-a-queue`` and WorkloadPriorityClass ``high``,
+    that the CLI talks to (fast retries); the test sets the Role it enforces."""
     with FakeKubernetes(namespace=NS) as fake:
         monkeypatch.setenv("KUBECONFIG", str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())
-        fake.kueue("team-a-queue")
+        fake.kueue("team-a-queue", priority_classes=("high",))
         yield fake
 
 

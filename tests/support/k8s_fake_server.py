@@ -887,10 +887,12 @@ class FakeKubernetes:
             self._real.crd_without = tuple(without)
             self._real.crd = True
 
-    def kueue(self, *queues: str) -> None:
-        """Install Kueue with these LocalQueues in the namespace (none: no Kueue API)."""
+    def kueue(self, *queues: str, priority_classes: tuple[str, ...] = ()) -> None:
+        """Install Kueue with these LocalQueues in the namespace and these (cluster-scoped)
+        WorkloadPriorityClasses (none of either: no Kueue API)."""
         with self._lock:
             self._real.local_queues = set(queues)
+            self._real.priority_classes = set(priority_classes)
 
     @property
     def rbac_used(self) -> set[tuple[str, str, str]]:
@@ -945,7 +947,7 @@ class FakeKubernetes:
         self._real.used.add((group, resource, verb))
         if self._real.role is None:
             return None
-        cluster = extra is not None and extra[0] == "customresourcedefinitions"
+        cluster = extra is not None and extra[2] is None  # a cluster-scoped resource
         rules = self._real.cluster_role if cluster else self._real.role
         for rule in rules:
             if (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", [])) and \
@@ -1019,6 +1021,12 @@ class FakeKubernetes:
             return 200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
                          "metadata": {"name": name, "namespace": namespace},
                          "spec": {"clusterQueue": "cluster-queue"}}
+        if resource == "workloadpriorityclasses":
+            if name not in real.priority_classes:
+                return 404, status_object(404, "NotFound", f'workloadpriorityclasses.kueue.x-k8s.io "{name}" '
+                                          "not found", name=name, group=group, kind=resource)
+            return 200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
+                         "metadata": {"name": name}, "value": 1000}
         # workloads: one per JobSet/Job with a queue, as Kueue's job controller makes them
         # (label kueue.x-k8s.io/job-uid; conditions QuotaReserved, Admitted, Evicted).
         selector = request.query.get("labelSelector") or ""
@@ -1332,6 +1340,7 @@ class _RealServerState:
         self.crd = True  # JobSet is installed: its CRD is served
         self.crd_without: tuple[str, ...] = ()
         self.local_queues: set[str] | None = None
+        self.priority_classes: set[str] = set()
         self.seen: dict[tuple[str, str, str], str] = {}
         self.floor = 0
         self.watches = 0
@@ -1373,6 +1382,8 @@ _EXTRA_ROUTES = [
         r"^/apis/kueue\.x-k8s\.io/v1beta1/namespaces/([^/]+)/localqueues(?:/([^/]+))?$"), True),
     ("workloads", "kueue.x-k8s.io", re.compile(
         r"^/apis/kueue\.x-k8s\.io/v1beta1/namespaces/([^/]+)/workloads(?:/([^/]+))?$"), True),
+    ("workloadpriorityclasses", "kueue.x-k8s.io", re.compile(
+        r"^/apis/kueue\.x-k8s\.io/v1beta1/workloadpriorityclasses/([^/]+)$"), False),
 ]
 
 

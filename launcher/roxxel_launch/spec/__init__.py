@@ -10,7 +10,8 @@ docs into a JSON-schema-like dict from which reference docs can be generated.
 
 The package's modules: :mod:`~roxxel_launch.spec.model` (the root object, :class:`JobSpec`)
 with its parts in :mod:`~roxxel_launch.spec.accelerators`, :mod:`~roxxel_launch.spec.storage`
-and :mod:`~roxxel_launch.spec.pod`; :mod:`~roxxel_launch.spec.owned` (what a spec may not set
+and :mod:`~roxxel_launch.spec.pod`; :mod:`~roxxel_launch.spec.queueing` (Kueue: workload priority,
+topology-aware scheduling); :mod:`~roxxel_launch.spec.owned` (what a spec may not set
 because roxxel-launch sets it); :mod:`~roxxel_launch.spec.loading` (YAML, ``--set``, error
 positions); :mod:`~roxxel_launch.spec.schema`; :mod:`~roxxel_launch.spec.errors` and
 :mod:`~roxxel_launch.spec.fields` (what the others share). Import from the package.
@@ -64,6 +65,12 @@ from roxxel_launch.spec.pod import (
     Toleration,
     resource_requirements_problems,
 )
+from roxxel_launch.spec.queueing import (
+    PREFERRED_TOPOLOGY_ANNOTATION,
+    PRIORITY_CLASS_LABEL,
+    REQUIRED_TOPOLOGY_ANNOTATION,
+    Topology,
+)
 from roxxel_launch.spec.schema import spec_schema
 from roxxel_launch.spec.storage import (
     DEFAULT_GCSFUSE_MOUNT_OPTIONS,
@@ -89,7 +96,10 @@ __all__ = [
     "MAX_SPEC_BYTES",
     "MAX_SPEC_DEPTH",
     "POD_SECURITY_LEVELS",
+    "PREFERRED_TOPOLOGY_ANNOTATION",
+    "PRIORITY_CLASS_LABEL",
     "REPLICATED_JOB_NAME",
+    "REQUIRED_TOPOLOGY_ANNOTATION",
     "RESERVED_KEYS",
     "RESERVED_PREFIXES",
     "RESERVED_VOLUME_NAMES",
@@ -113,6 +123,7 @@ __all__ = [
     "Security",
     "SpecError",
     "Toleration",
+    "Topology",
     "TpuAccelerator",
     "accelerator_node_selectors",
     "apply_overrides",

@@ -32,6 +32,7 @@ from roxxel_launch.spec.errors import SpecError, _check, _Problems
 from roxxel_launch.spec.fields import INT32_MAX, _check_quantity, _doc, _freeze, image_reference_problem, parse_quantity
 from roxxel_launch.spec.owned import refuse
 from roxxel_launch.spec.pod import EnvFromSource, KeyRef, Resources, Security, Toleration
+from roxxel_launch.spec.queueing import Topology, check_queueing
 from roxxel_launch.spec.storage import _BUCKET, _BUCKET_RULE, DataMount, ExtraVolume
 from roxxel_launch.spec.training import Watchdog
 
@@ -76,6 +77,11 @@ class JobSpec:
                                 default=None)
     service_account: str | None = _doc("Kubernetes service account (Workload Identity).", default=None)
     queue: str | None = _doc("Kueue LocalQueue (kueue.x-k8s.io/queue-name label).", default=None)
+    workload_priority_class: str | None = _doc(
+        "Kueue WorkloadPriorityClass (kueue.x-k8s.io/priority-class label on the JobSet / Job): orders and "
+        "preempts the job in its queue, leaving the pods' priority_class alone; needs queue.", default=None)
+    topology: Topology | None = _doc("Kueue topology-aware scheduling (an annotation on the pod template); "
+                                     "needs queue.", default=None)
     priority_class: str | None = _doc("PriorityClass name.", default=None)
     max_restarts: int = _doc("Gang restarts for failures other than preemption (JobSet only).",
                              default=3)
@@ -173,6 +179,8 @@ class JobSpec:
         with problems.check():
             if self.queue is not None:
                 _check("queue", names.dns1123_label_problem(self.queue))
+        with problems.check():
+            check_queueing(self)
         with problems.check():
             if self.priority_class is not None:
                 _check("priority_class", names.dns1123_subdomain_problem(self.priority_class))

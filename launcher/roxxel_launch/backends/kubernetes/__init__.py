@@ -4,5 +4,6 @@
 helpers, each of one responsibility: :mod:`.api` (credentials, requests, errors, CRUD by
 kind, pagination), :mod:`.retry` (timeouts, backoff), :mod:`.status` (objects and pods ->
 ``JobStatus``), :mod:`.watch` (``wait``), :mod:`.logs` (``logs``) and :mod:`.preflight` (the
-JobSet CRD and Kueue LocalQueue checks). Importing this package loads none of them.
+JobSet CRD, Kueue LocalQueue and WorkloadPriorityClass checks). Importing this package loads
+none of them.
 """

@@ -5,12 +5,13 @@ The verbs live here; the rest is in modules of one responsibility each:
 :mod:`.retry` (timeouts, backoff, ``Retry-After``), :mod:`.status` (objects
 and pods -> :class:`JobStatus`), :mod:`.watch` (``wait`` by a watch),
 :mod:`.logs` (``logs``, following across gang restarts) and
-:mod:`.preflight` (the JobSet CRD and Kueue LocalQueue checks before a create).
+:mod:`.preflight` (the JobSet CRD, Kueue LocalQueue and WorkloadPriorityClass checks before a
+create).
 
 What each operation does on the cluster:
 
 * ``submit``: render, validate offline (names, enums, the official schema of built-in kinds),
-  check the installed JobSet CRD and the Kueue LocalQueue, then a server-side dry run
+  check the installed JobSet CRD, the Kueue LocalQueue and WorkloadPriorityClass, then a server-side dry run
   (``dryRun=All``) of every object, then the real creates in order (Service and
   NetworkPolicy before the Job or JobSet), all with strict field validation. A create that
   fails after an earlier one succeeded deletes what was created, so a job is never left
@@ -66,6 +67,7 @@ from roxxel_launch.backends.kubernetes.preflight import (
     KUEUE_VERSION,
     check_jobset_crd,
     check_local_queue,
+    check_workload_priority_class,
 )
 from roxxel_launch.backends.kubernetes.retry import RetryPolicy
 from roxxel_launch.backends.kubernetes.status import (
@@ -266,12 +268,14 @@ class KubernetesBackend(Backend):
 
     def _preflight(self, spec: JobSpec, objects: Sequence[Mapping]) -> None:
         """The installed JobSet CRD serves every field the JobSet uses, and the spec's Kueue
-        LocalQueue exists (see :mod:`.preflight`). Raises: BackendError."""
+        LocalQueue and WorkloadPriorityClass exist (see :mod:`.preflight`). Raises: BackendError."""
         for obj in objects:
             if obj["kind"] == "JobSet":
                 check_jobset_crd(self.api, obj)
         if spec.queue:
             check_local_queue(self.api, spec.queue, self.namespace)
+        if spec.workload_priority_class:
+            check_workload_priority_class(self.api, spec.workload_priority_class)
 
     def _dry_run_create(self, spec: JobSpec, obj: Mapping) -> None:
         """A server-side dry run of one create. A companion (Service, NetworkPolicy) that

@@ -10,7 +10,11 @@ that a namespaced Role cannot grant: without it the check is skipped (logged) an
 field validation remains the guard.
 
 A spec with a Kueue ``queue`` needs that LocalQueue in the job's namespace: Kueue leaves a
-job whose queue does not exist suspended for ever, with no error anywhere.
+job whose queue does not exist suspended for ever, with no error anywhere. The same for its
+``workload_priority_class``: Kueue creates no Workload for a job whose WorkloadPriorityClass
+does not exist, and says so only in an event on the JobSet
+(https://kueue.sigs.k8s.io/docs/concepts/workload_priority_class/#referencing-a-workloadpriorityclass).
+That class is cluster-scoped: reading it needs a ClusterRole; without one the check is skipped.
 """
 
 from __future__ import annotations
@@ -128,3 +132,30 @@ def check_local_queue(api: KubernetesApi, queue: str, namespace: str) -> None:
         if getattr(err.__cause__, "status", None) != 403:
             raise
         logger.info("cannot read LocalQueue %s/%s (forbidden); not checking it", namespace, queue)
+
+
+def check_workload_priority_class(api: KubernetesApi, name: str) -> None:
+    """Refuses a job whose Kueue WorkloadPriorityClass (cluster-scoped) does not exist.
+
+    Skipped (logged) when reading it is forbidden. Raises: BackendError (no such class, or no
+    Kueue API at all).
+    """
+    try:
+        api.json("read", "WorkloadPriorityClass", name, "(cluster)",
+                 api.custom().get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+                 "workloadpriorityclasses", name)
+    except JobNotFoundError as err:
+        if _resource_type_missing(err.__cause__):
+            raise BackendError(
+                f"the spec sets workload_priority_class: {name}, but Kueue is not installed in this "
+                f"cluster (no {KUEUE_GROUP}/{KUEUE_VERSION} API). Install Kueue, or remove "
+                "workload_priority_class and queue from the spec.") from err
+        raise BackendError(
+            f"the spec sets workload_priority_class: {name}, but there is no WorkloadPriorityClass "
+            f"{name!r}: Kueue would create no Workload for the job and leave it suspended. List the "
+            "classes (kubectl get workloadpriorityclasses) and fix workload_priority_class, or ask a "
+            "cluster admin to create it.") from err
+    except BackendError as err:
+        if getattr(err.__cause__, "status", None) != 403:
+            raise
+        logger.info("cannot read WorkloadPriorityClass %s (forbidden); not checking it", name)

@@ -1,0 +1,203 @@
+"""Kueue beyond the queue: the workload priority class and topology-aware scheduling, from
+the spec (refusals, --set) through the rendered JobSet / Indexed Job (where Kueue's docs say
+it reads them, checked against the official schemas) to the submit-time check that the
+WorkloadPriorityClass exists (the simulated cluster of tests/support/k8s_fake_server.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import yaml
+
+from roxxel_launch import render as R
+from roxxel_launch import spec as S
+from roxxel_launch import validate as V
+from roxxel_launch.backends.base import BackendError
+from roxxel_launch.backends.kubernetes import backend as K
+from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
+
+from support.fake_clock import FakeClock, fast_retry
+from support.k8s_fake_server import FakeKubernetes
+from support.paths import JOBSET_CRD
+from support.specs import NO_NETWORK_POLICY, TPU_V5P, spec_dict
+
+pytestmark = pytest.mark.timeout(60)
+
+BLOCK = "cloud.google.com/gce-topology-block"
+HOST = "kubernetes.io/hostname"
+KUEUE = {"queue": "team-a", "workload_priority_class": "high"}
+
+
+def _spec(**fields) -> S.JobSpec:
+    return S.spec_from_dict(spec_dict(security=NO_NETWORK_POLICY, **fields))
+
+
+def _error(overrides=(), **fields) -> S.SpecError:
+    with pytest.raises(S.SpecError) as info:
+        S.spec_from_dict(spec_dict(**fields), overrides)
+    return info.value
+
+
+# ----------------------------------------------------------------------------- the spec
+
+
+@pytest.mark.parametrize("fields,field,fragment", [
+    ({"workload_priority_class": "high"}, "workload_priority_class",
+     "is set without queue, and Kueue reads it only from a job it manages: it would do nothing. "
+     "Set queue to your LocalQueue too, or remove workload_priority_class."),
+    ({"topology": {"required": BLOCK}}, "topology", "is set without queue"),
+    ({"queue": "q", "workload_priority_class": "High"}, "workload_priority_class", "DNS-1123 subdomain"),
+    ({"queue": "q", "workload_priority_class": "a" * 64}, "workload_priority_class",
+     "a label value holds at most 63"),
+    ({"queue": "q", "topology": {}}, "topology", "give exactly one of required, preferred (got none)"),
+    ({"queue": "q", "topology": {"required": BLOCK, "preferred": HOST}}, "topology",
+     "(got required, preferred)"),
+    ({"queue": "q", "topology": {"required": "rack level"}}, "topology.required",
+     "not a qualified name"),
+    ({"queue": "q", "topology": {"preferred": "Example.com/rack"}}, "topology.preferred",
+     "DNS-1123 subdomain"),
+])
+def test_bad_kueue_fields_are_one_line_naming_the_field(fields, field, fragment):
+    err = _error(**fields)
+    assert err.field == field and str(err).startswith(f"{field}: ")
+    assert fragment in str(err) and "\n" not in str(err)
+
+
+def test_a_misspelt_level_field_is_named_with_the_one_meant():
+    err = _error(queue="q", topology={"requried": BLOCK})
+    assert str(err.each()[0]) == "topology.requried: unknown field. Did you mean 'required'?"
+
+
+def test_kueue_fields_are_settable_with_set(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(spec_dict()))
+    spec = S.load_spec(path, ["queue=team-a", "workload_priority_class=high",
+                              f"topology.preferred={HOST}"])
+    assert (spec.queue, spec.workload_priority_class) == ("team-a", "high")
+    assert spec.topology == S.Topology(preferred=HOST)
+    with pytest.raises(S.SpecError, match=r"^topology.required: .*from --set topology.required=a b\)"):
+        S.load_spec(path, ["queue=q", "topology.required=a b"])
+
+
+def test_the_schema_documents_topology_as_one_of_two():
+    topology = S.spec_schema()["properties"]["topology"]
+    assert set(topology["properties"]) == {"required", "preferred"}
+    assert topology["minProperties"] == topology["maxProperties"] == 1
+    assert "kueue.x-k8s.io/priority-class" in S.spec_schema()["properties"]["workload_priority_class"]["description"]
+
+
+# ----------------------------------------------------------------------------- the manifests
+
+
+@pytest.fixture(scope="module")
+def crd_schema() -> dict:
+    return V.jobset_crd_schema(yaml.safe_load(JOBSET_CRD.read_text()))
+
+
+def _valid(rendered: R.Rendered, crd_schema: dict) -> None:
+    """The official checks: Kubernetes' schemas (strict), the JobSet CRD, names, Pod Security."""
+    assert V.check_objects(rendered.objects) == []
+    assert V.check_schemas(rendered.objects) == []
+    for obj in rendered.objects:
+        if obj["kind"] == "JobSet":
+            assert V.check_jobset_crd(obj, crd_schema) == []
+    V.validate(rendered.objects)
+
+
+def test_jobset_carries_the_priority_label_and_its_pod_template_the_topology(crd_schema):
+    """Kueue's docs: the priority-class label on the JobSet's metadata (like queue-name), the
+    TAS annotation on the replicated job's pod template, not on the JobSet or the Job."""
+    spec = _spec(accelerator=TPU_V5P, num_slices=2, topology={"required": BLOCK}, **KUEUE)
+    rendered = R.render(spec)
+    _valid(rendered, crd_schema)
+    (jobset,) = rendered.objects
+    labels = jobset["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert labels["kueue.x-k8s.io/priority-class"] == "high"
+    (rjob,) = jobset["spec"]["replicatedJobs"]
+    assert "kueue.x-k8s.io/priority-class" not in rjob["template"]["metadata"]["labels"]
+    pod = rjob["template"]["spec"]["template"]
+    assert pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] == BLOCK
+    assert "kueue.x-k8s.io/priority-class" not in pod["metadata"]["labels"]
+    assert "kueue.x-k8s.io/podset-preferred-topology" not in pod["metadata"]["annotations"]
+    assert not any(k.startswith("kueue.x-k8s.io/podset") for k in jobset["metadata"]["annotations"])
+    assert "priorityClassName" not in pod["spec"]  # the pods' own priority is priority_class's
+
+
+def test_indexed_job_carries_them_on_the_job_and_its_pod_template(crd_schema):
+    spec = _spec(accelerator={"cpu": {"hosts": 4}}, workload="indexed-job",
+                 topology={"preferred": HOST}, priority_class="batch", **KUEUE)
+    rendered = R.render(spec)
+    _valid(rendered, crd_schema)
+    service, job = rendered.objects
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
+    assert "kueue.x-k8s.io/priority-class" not in service["metadata"]["labels"]
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-preferred-topology"] == HOST
+    assert pod["spec"]["priorityClassName"] == "batch"
+
+
+def test_without_kueue_fields_nothing_of_theirs_is_rendered():
+    (jobset,) = R.render(_spec(queue="team-a")).objects
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert "kueue.x-k8s.io/priority-class" not in jobset["metadata"]["labels"]
+    assert not any(k.startswith("kueue.x-k8s.io/") for k in pod["metadata"].get("annotations", {}))
+
+
+# ----------------------------------------------------------------------------- before the first create
+
+NS = "team-a"
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    with FakeKubernetes(namespace=NS) as server:
+        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry(FakeClock()))
+        yield server
+
+
+def _submit(**fields) -> None:
+    spec = S.spec_from_dict(spec_dict(namespace=NS, accelerator={"cpu": {"hosts": 2}},
+                                      checkpoint_dir="gs://ckpt/lm", **fields))
+    with K.KubernetesBackend(retry=fast_retry(FakeClock())) as b:
+        b.submit(spec)
+
+
+def test_a_missing_workload_priority_class_is_refused_before_anything_is_created(fake):
+    fake.kueue("team-a", priority_classes=("low",))
+    with pytest.raises(BackendError) as info:
+        _submit(**KUEUE)
+    message = str(info.value)
+    assert "no WorkloadPriorityClass 'high'" in message and "kubectl get workloadpriorityclasses" in message
+    assert "\n" not in message and fake.calls("POST") == []
+
+
+def test_an_existing_workload_priority_class_is_read_and_the_job_created(fake):
+    fake.kueue("team-a", priority_classes=("high",))
+    _submit(**KUEUE)
+    assert fake.get("jobsets", "lm")["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
+    assert ("kueue.x-k8s.io", "workloadpriorityclasses", "get") in fake.rbac_used
+
+
+def test_without_kueue_the_priority_class_is_refused(fake):
+    fake.kueue()
+    fake._real.local_queues = None  # no Kueue API at all: the queue check says so first
+    with pytest.raises(BackendError, match=r"queue: team-a, but Kueue is not installed"):
+        _submit(**KUEUE)
+    assert fake.calls("POST") == []
+
+
+def test_a_role_that_cannot_read_priority_classes_skips_the_check(fake, caplog):
+    """WorkloadPriorityClasses are cluster-scoped: a namespaced Role cannot grant reading them.
+    Forbidden is logged and the job is submitted (as for the LocalQueue check)."""
+    fake.kueue("team-a")  # no class: the check, had it run, would refuse
+    fake.set_role([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])  # no ClusterRole
+    with caplog.at_level(logging.INFO):
+        _submit(**KUEUE)
+    assert fake.get("jobsets", "lm") is not None
+    assert any("cannot read WorkloadPriorityClass high (forbidden)" in r.getMessage() for r in caplog.records)
