@@ -26,35 +26,11 @@ CONTAINER_NAME = "worker"
 DATA_MOUNT_PATH = "/data"
 SHM_MOUNT_PATH = "/dev/shm"
 
-# Worker environment (names owned by roxxel.contract, read by roxxel.distributed). JobSet pods:
-JOBSET_NAME = shared.ENV_JOBSET_NAME
-REPLICATED_JOB_NAME = shared.ENV_REPLICATED_JOB_NAME
-JOB_INDEX = shared.ENV_JOB_INDEX
-JOBSET_SUBDOMAIN = shared.ENV_JOBSET_SUBDOMAIN
-ROXXEL_HOSTS_PER_SLICE = shared.ENV_HOSTS_PER_SLICE
-ROXXEL_NUM_SLICES = shared.ENV_NUM_SLICES
-ROXXEL_COORDINATOR_PORT = shared.ENV_COORDINATOR_PORT
-# Indexed Job pods:
-ROXXEL_JOB_NAME = shared.ENV_JOB_NAME
-ROXXEL_SERVICE_NAME = shared.ENV_SERVICE_NAME
-ROXXEL_NUM_PROCESSES = shared.ENV_NUM_PROCESSES
-# Set by the Job controller itself in every Indexed Job pod; never rendered.
-JOB_COMPLETION_INDEX = shared.ENV_JOB_COMPLETION_INDEX
-# Set by the local backend only.
-ROXXEL_COORDINATOR_ADDRESS = shared.ENV_COORDINATOR_ADDRESS
-ROXXEL_PROCESS_ID = shared.ENV_PROCESS_ID
-ROXXEL_HOST_ALIASES = shared.ENV_HOST_ALIASES
-# JobSet pods: the gang restart of this pod, and the last one allowed (roxxel-worker checks).
-ROXXEL_RESTART_ATTEMPT = shared.ENV_RESTART_ATTEMPT
-ROXXEL_MAX_RESTART_ATTEMPT = shared.ENV_MAX_RESTART_ATTEMPT
-ROXXEL_TERMINATION_GRACE_S = shared.ENV_TERMINATION_GRACE
+# Worker environment: every name is roxxel.contract's (``shared.ENV_*``), read by roxxel.distributed
+# and roxxel-worker; this module only says which pods get which. JOB_COMPLETION_INDEX is set by
+# the Job controller itself in every Indexed Job pod and never rendered; the coordinator address,
+# process id and host aliases only by the local backend.
 RESTART_ATTEMPT_FIELD = "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"
-# Launcher-defined, both kinds: what the training command needs to resume the same run.
-ROXXEL_RUN_NAME = shared.ENV_RUN_NAME
-ROXXEL_CHECKPOINT_DIR = shared.ENV_CHECKPOINT_DIR
-ROXXEL_DATA_DIR = shared.ENV_DATA_DIR
-ROXXEL_RESTORE_FROM = shared.ENV_RESTORE_FROM
-ROXXEL_WATCHDOG = shared.ENV_WATCHDOG
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,25 +63,25 @@ def jobset_env(*, subdomain: str, hosts_per_slice: int, num_slices: int,
     """The distributed-runtime variables of a JobSet pod (JOB_COMPLETION_INDEX comes from the Job),
     and with ``max_restart_attempt`` the restart budget roxxel-worker enforces."""
     budget = () if max_restart_attempt is None else (
-        EnvVar(ROXXEL_RESTART_ATTEMPT, field_path=RESTART_ATTEMPT_FIELD),
-        EnvVar(ROXXEL_MAX_RESTART_ATTEMPT, value=str(max_restart_attempt)))
+        EnvVar(shared.ENV_RESTART_ATTEMPT, field_path=RESTART_ATTEMPT_FIELD),
+        EnvVar(shared.ENV_MAX_RESTART_ATTEMPT, value=str(max_restart_attempt)))
     return budget + (
-        EnvVar(JOBSET_NAME, field_path=shared.JOBSET_DOWNWARD_API[JOBSET_NAME]),
-        EnvVar(REPLICATED_JOB_NAME, field_path=shared.JOBSET_DOWNWARD_API[REPLICATED_JOB_NAME]),
-        EnvVar(JOB_INDEX, field_path=shared.JOBSET_DOWNWARD_API[JOB_INDEX]),
-        EnvVar(JOBSET_SUBDOMAIN, value=subdomain),
-        EnvVar(ROXXEL_HOSTS_PER_SLICE, value=str(hosts_per_slice)),
-        EnvVar(ROXXEL_NUM_SLICES, value=str(num_slices)),
-        EnvVar(ROXXEL_COORDINATOR_PORT, value=str(coordinator_port)),
+        EnvVar(shared.ENV_JOBSET_NAME, field_path=shared.JOBSET_DOWNWARD_API[shared.ENV_JOBSET_NAME]),
+        EnvVar(shared.ENV_REPLICATED_JOB_NAME, field_path=shared.JOBSET_DOWNWARD_API[shared.ENV_REPLICATED_JOB_NAME]),
+        EnvVar(shared.ENV_JOB_INDEX, field_path=shared.JOBSET_DOWNWARD_API[shared.ENV_JOB_INDEX]),
+        EnvVar(shared.ENV_JOBSET_SUBDOMAIN, value=subdomain),
+        EnvVar(shared.ENV_HOSTS_PER_SLICE, value=str(hosts_per_slice)),
+        EnvVar(shared.ENV_NUM_SLICES, value=str(num_slices)),
+        EnvVar(shared.ENV_COORDINATOR_PORT, value=str(coordinator_port)),
     )
 
 
 def indexed_job_env(*, job_name: str, service_name: str, num_processes: int) -> tuple[EnvVar, ...]:
     """The distributed-runtime variables of an Indexed Job pod (JOB_COMPLETION_INDEX comes from the Job)."""
     return (
-        EnvVar(ROXXEL_JOB_NAME, value=job_name),
-        EnvVar(ROXXEL_SERVICE_NAME, value=service_name),
-        EnvVar(ROXXEL_NUM_PROCESSES, value=str(num_processes)),
+        EnvVar(shared.ENV_JOB_NAME, value=job_name),
+        EnvVar(shared.ENV_SERVICE_NAME, value=service_name),
+        EnvVar(shared.ENV_NUM_PROCESSES, value=str(num_processes)),
     )
 
 
@@ -114,26 +90,26 @@ def run_env(*, run_name: str, checkpoint_dir: str | None, data_dir: str | None,
             watchdog: str | None = None) -> tuple[EnvVar, ...]:
     """What the training command reads to find its run, checkpoints and data, and what
     ``roxxel-worker`` reads to bound its wait after SIGTERM (the pod's grace period)."""
-    env = [EnvVar(ROXXEL_RUN_NAME, value=run_name), EnvVar(ROXXEL_TERMINATION_GRACE_S, value=str(termination_grace_s))]
+    env = [EnvVar(shared.ENV_RUN_NAME, value=run_name), EnvVar(shared.ENV_TERMINATION_GRACE, value=str(termination_grace_s))]
     if checkpoint_dir is not None:
-        env.append(EnvVar(ROXXEL_CHECKPOINT_DIR, value=checkpoint_dir))
+        env.append(EnvVar(shared.ENV_CHECKPOINT_DIR, value=checkpoint_dir))
     if data_dir is not None:
-        env.append(EnvVar(ROXXEL_DATA_DIR, value=data_dir))
+        env.append(EnvVar(shared.ENV_DATA_DIR, value=data_dir))
     if restore_from is not None:
-        env.append(EnvVar(ROXXEL_RESTORE_FROM, value=restore_from))
+        env.append(EnvVar(shared.ENV_RESTORE_FROM, value=restore_from))
     if watchdog is not None:
-        env.append(EnvVar(ROXXEL_WATCHDOG, value=watchdog))
+        env.append(EnvVar(shared.ENV_WATCHDOG, value=watchdog))
     return tuple(env)
 
 
 # Names a user's ``env`` may not set: the launcher or Kubernetes owns them.
 RESERVED_ENV_NAMES = frozenset({
-    JOBSET_NAME, REPLICATED_JOB_NAME, JOB_INDEX, JOBSET_SUBDOMAIN, ROXXEL_HOSTS_PER_SLICE,
-    ROXXEL_NUM_SLICES, ROXXEL_COORDINATOR_PORT, ROXXEL_JOB_NAME, ROXXEL_SERVICE_NAME,
-    ROXXEL_NUM_PROCESSES, JOB_COMPLETION_INDEX, ROXXEL_COORDINATOR_ADDRESS, ROXXEL_PROCESS_ID,
-    ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, ROXXEL_DATA_DIR, ROXXEL_RESTART_ATTEMPT,
-    ROXXEL_MAX_RESTART_ATTEMPT, shared.ENV_REPLICATED_JOB_REPLICAS, ROXXEL_HOST_ALIASES, ROXXEL_TERMINATION_GRACE_S,
-    ROXXEL_RESTORE_FROM, ROXXEL_WATCHDOG,
+    shared.ENV_JOBSET_NAME, shared.ENV_REPLICATED_JOB_NAME, shared.ENV_JOB_INDEX, shared.ENV_JOBSET_SUBDOMAIN, shared.ENV_HOSTS_PER_SLICE,
+    shared.ENV_NUM_SLICES, shared.ENV_COORDINATOR_PORT, shared.ENV_JOB_NAME, shared.ENV_SERVICE_NAME,
+    shared.ENV_NUM_PROCESSES, shared.ENV_JOB_COMPLETION_INDEX, shared.ENV_COORDINATOR_ADDRESS, shared.ENV_PROCESS_ID,
+    shared.ENV_RUN_NAME, shared.ENV_CHECKPOINT_DIR, shared.ENV_DATA_DIR, shared.ENV_RESTART_ATTEMPT,
+    shared.ENV_MAX_RESTART_ATTEMPT, shared.ENV_REPLICATED_JOB_REPLICAS, shared.ENV_HOST_ALIASES, shared.ENV_TERMINATION_GRACE,
+    shared.ENV_RESTORE_FROM, shared.ENV_WATCHDOG,
 })
 
 

@@ -12,6 +12,7 @@ import sys
 import pytest
 import yaml
 
+from roxxel import contract as shared
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends.local import containers, manifest
@@ -39,7 +40,7 @@ def test_the_pods_security_context_volumes_and_env_become_podman_options(tmp_pat
     pod = _pod()[1]
     settings = LocalSettings(python=sys.executable, run_dir=tmp_path, data_dir=str(tmp_path))
     env = containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.12", base_env={})
-    opts = _options(pod, settings, {**env, contract.ROXXEL_CHECKPOINT_DIR: str(tmp_path / "ckpt")})
+    opts = _options(pod, settings, {**env, shared.ENV_CHECKPOINT_DIR: str(tmp_path / "ckpt")})
     pod_sc = pod.spec["securityContext"]
     assert opts["--user"] == [f"{pod_sc['runAsUser']}:{pod_sc['runAsGroup']}"]
     assert str(pod_sc["fsGroup"]) in opts["--group-add"]
@@ -61,7 +62,7 @@ def test_the_pods_security_context_volumes_and_env_become_podman_options(tmp_pat
     assert f"type=bind,source={tmp_path / 'ckpt'},destination={tmp_path / 'ckpt'},U=true" in opts["--mount"]
     assert (tmp_path / "ckpt").is_dir()
     assert "JOB_COMPLETION_INDEX=1" in opts["--env"] and "JAX_PLATFORMS=cpu" in opts["--env"]
-    assert f"{contract.ROXXEL_DATA_DIR}={contract.DATA_MOUNT_PATH}" in opts["--env"]
+    assert f"{shared.ENV_DATA_DIR}={contract.DATA_MOUNT_PATH}" in opts["--env"]
 
 
 @pytest.mark.parametrize("profile", ["restricted", "baseline", "privileged"])
@@ -88,7 +89,7 @@ def test_a_secret_the_local_run_cannot_read_is_named(tmp_path):
         containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.11", base_env={})
     env = containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.11",
                                    base_env={"WANDB_API_KEY": "k"})
-    assert env["WANDB_API_KEY"] == "k" and env[contract.ROXXEL_DATA_DIR] == contract.DATA_MOUNT_PATH  # the manifest's
+    assert env["WANDB_API_KEY"] == "k" and env[shared.ENV_DATA_DIR] == contract.DATA_MOUNT_PATH  # the manifest's
 
 
 def test_a_path_podman_cannot_take_is_refused():

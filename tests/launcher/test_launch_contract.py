@@ -66,7 +66,7 @@ def test_no_exit_code_or_variable_is_defined_twice():
     assert cli.EXIT_PREEMPTED == contract.PREEMPTED_EXIT_CODE == exit_codes.PREEMPTED_EXIT_CODE == 42
     assert contract.CONFIG_ERROR_EXIT_CODE is shared.CONFIG_ERROR_EXIT_CODE is exit_codes.CONFIG_ERROR_EXIT_CODE
     assert shared.CONFIG_ERROR_EXIT_CODE == 78
-    assert worker.ENV_RESTART_ATTEMPT is shared.ENV_RESTART_ATTEMPT is contract.ROXXEL_RESTART_ATTEMPT
+    assert worker.ENV_RESTART_ATTEMPT is shared.ENV_RESTART_ATTEMPT
     assert contract.DEFAULT_COORDINATOR_PORT is shared.DEFAULT_COORDINATOR_PORT
     assert distributed.JOBSET_DOWNWARD_API is shared.JOBSET_DOWNWARD_API
     names = [v for k, v in vars(shared).items() if k.startswith("ENV_")]

@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from roxxel import contract as shared
 from roxxel import distributed
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError
@@ -163,11 +164,11 @@ def _local_paths(env: Mapping[str, str]) -> list[str]:
     """Bind options for the run's local checkpoint directory (read-write, given to the pod's
     user) and a local ``restore_from`` (read-only): object-store URLs need no mount."""
     args: list[str] = []
-    checkpoint = env.get(contract.ROXXEL_CHECKPOINT_DIR, "")
+    checkpoint = env.get(shared.ENV_CHECKPOINT_DIR, "")
     if checkpoint.startswith("/"):
         Path(checkpoint).mkdir(parents=True, exist_ok=True)
         args += _bind(checkpoint, checkpoint, read_only=False, chown=True)
-    source = env.get(contract.ROXXEL_RESTORE_FROM, "")
+    source = env.get(shared.ENV_RESTORE_FROM, "")
     if source.startswith("/") and Path(source).is_dir():
         args += _bind(source, source, read_only=True)
     return args
@@ -199,7 +200,7 @@ def container_env(pod: manifest.LocalPod, settings: LocalSettings, *, restart_at
     ``--devices-per-worker`` flag in ``XLA_FLAGS``."""
     env = kubelet_env(pod, restart_attempt=restart_attempt, pod_ip=pod_ip, base_env=base_env)
     if settings.data_dir is not None:
-        env.setdefault(contract.ROXXEL_DATA_DIR, contract.DATA_MOUNT_PATH)
+        env.setdefault(shared.ENV_DATA_DIR, contract.DATA_MOUNT_PATH)
     env.setdefault("JAX_PLATFORMS", "cpu")
     if settings.devices_per_worker is not None:
         from roxxel_launch.backends.local.pods import with_device_count

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from roxxel import contract as shared
 from roxxel.contract import (
     ENV_MEGASCALE_NUM_SLICES,
     ENV_MEGASCALE_SLICE_ID,
@@ -181,12 +182,12 @@ def worker_process(pod: manifest.LocalPod, settings: LocalSettings, *, restart_a
     paths = volume_paths(pod, container, settings)
     own = {k: _map_path(v, paths) for k, v in own.items()}
     if settings.data_dir is not None:  # also without a data volume in the spec: --data-dir is never dropped
-        own.setdefault(contract.ROXXEL_DATA_DIR, settings.data_dir)
+        own.setdefault(shared.ENV_DATA_DIR, settings.data_dir)
     env = {k: v for k, v in base.items() if k not in _OWNED_ENV}
     env.setdefault("JAX_PLATFORMS", "cpu")
     env.update(own)
     if aliases:
-        env[contract.ROXXEL_HOST_ALIASES] = aliases
+        env[shared.ENV_HOST_ALIASES] = aliases
     bin_dir = os.path.dirname(settings.python)
     env["PATH"] = os.pathsep.join([bin_dir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
     if settings.devices_per_worker is not None:
@@ -248,7 +249,7 @@ def resolve_data_dir(
             raise BackendError(
                 f"job {spec.name!r} mounts a data volume at {contract.DATA_MOUNT_PATH} in its pods, "
                 "which a local run cannot mount: give a local copy or mount of the data with "
-                f"--data-dir PATH (or set {DATA_DIR_ENV}); the workers get it as {contract.ROXXEL_DATA_DIR}"
+                f"--data-dir PATH (or set {DATA_DIR_ENV}); the workers get it as {shared.ENV_DATA_DIR}"
             )
         return None
     path = os.path.abspath(os.path.join(cwd or os.getcwd(), os.path.expanduser(data_dir)))
