@@ -510,6 +510,20 @@ def test_tpu_shapes_render_and_validate(tpu, hosts, chips):
     assert exclusive == (hosts > 1)
 
 
+@pytest.mark.parametrize("tpu,machine", [
+    ({"type": "v5e", "topology": "2x4"}, "ct5lp-hightpu-8t"),
+    ({"type": "v5e", "topology": "2x4", "chips_per_host": 4}, "ct5lp-hightpu-4t"),
+    ({"type": "v6e", "topology": "2x4"}, "ct6e-standard-8t"),
+    ({"type": "v6e", "topology": "2x4", "chips_per_host": 4}, "ct6e-standard-4t"),
+    ({"type": "v6e", "topology": "4x4"}, None),       # one layout: the labels suffice
+    ({"type": "v5e", "topology": "2x2"}, None),
+    ({"type": "tpu7x", "topology": "1x1x1"}, None),
+])
+def test_a_topology_served_by_two_host_sizes_names_its_machine_type(tpu, machine):
+    (jobset,) = _valid(_spec(accelerator={"tpu": tpu}))
+    assert _pod(jobset)["spec"]["nodeSelector"].get("node.kubernetes.io/instance-type") == machine
+
+
 def test_tpu7x_multi_host_selects_its_workload_policy():
     policy = "tpu7x-128-4x4x4-placement-policy"  # xpk's name for this shape
     (jobset,) = _valid(_spec(accelerator={"tpu": {"type": "tpu7x", "topology": "4x4x4",

@@ -15,6 +15,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 TPU_ACCELERATOR_SELECTOR = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_SELECTOR = "cloud.google.com/gke-tpu-topology"
 GPU_ACCELERATOR_SELECTOR = "cloud.google.com/gke-accelerator"
+# Kubernetes' well-known node label of the machine type: picks v5e/v6e 2x4's layout (tpu.py).
+MACHINE_TYPE_SELECTOR = "node.kubernetes.io/instance-type"
 # The node label of a TPU7x multi-host node pool's workload policy, as xpk selects it (tpu.py).
 PLACEMENT_POLICY_SELECTOR = "cloud.google.com/placement-policy-name"
 INT32_MAX = 2**31 - 1
@@ -177,11 +179,15 @@ class Accelerator:
 
 
 def accelerator_node_selectors(accelerator: Accelerator) -> dict[str, str]:
-    """The node selectors the accelerator block implies."""
+    """The node selectors the accelerator block implies: GKE's TPU accelerator and topology
+    labels, the machine type where a topology is served by two host sizes, the TPU7x
+    workload policy; GKE's GPU accelerator label."""
     if accelerator.tpu is not None:
         shape = accelerator.tpu.slice
         selectors = {TPU_ACCELERATOR_SELECTOR: shape.type.gke_accelerator,
                      TPU_TOPOLOGY_SELECTOR: shape.topology}
+        if shape.layouts > 1:  # the same labels on 4- and 8-chip hosts: name the machine
+            selectors[MACHINE_TYPE_SELECTOR] = shape.machine_type
         if accelerator.tpu.placement_policy is not None:
             selectors[PLACEMENT_POLICY_SELECTOR] = accelerator.tpu.placement_policy
         return selectors
