@@ -11,7 +11,22 @@ TPU version its ``cloud.google.com/gke-tpu-accelerator`` value, machine types an
 topologies. Some topologies exist both ways: v5e / v6e ``2x4`` is one host of 8 chips
 (ct5lp-hightpu-8t, ct6e-standard-8t, the default here) or two hosts of 4 chips
 (ct5lp-hightpu-4t, ct6e-standard-4t: what xpk calls v5litepod-8 / v6e-8 on multi-host node
-pools); ``chips_per_host`` picks between them.
+pools); ``chips_per_host`` picks between them. Both layouts carry the same accelerator and
+topology labels, so the pods of a two-host ``2x4`` slice (4 chips each) would also fit, two
+at a time, on one 8-chip host: such a slice also selects its machine type through the
+well-known node label ``node.kubernetes.io/instance-type``
+(https://kubernetes.io/docs/reference/labels-annotations-taints/#nodekubernetesioinstance-type),
+which only the 4-chip hosts carry.
+
+TPU7x (Ironwood, https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood):
+``1x1x1`` is one chip on ``tpu7x-standard-1t``, ``2x2x1`` one ``tpu7x-standard-4t`` host, and
+the multi-host shapes follow xpk's rule (dimensions 2x2x2, 2x2x4, 2x4x4 or multiples of 4,
+at most 144 cubes of 4x4x4 chips: ``generate_tpu_topologies(max_cubes=144)`` in
+AI-Hypercomputer/xpk ``src/xpk/core/system_characteristics.py``, commit 367c838). Its
+multi-host node pools are created with a workload policy (``--placement-policy``, which
+replaces ``--tpu-topology``); xpk selects those nodes by the policy's name through the node
+label ``cloud.google.com/placement-policy-name`` (``create_placement_policy_label`` in
+xpk ``src/xpk/core/scheduling.py``, same commit).
 """
 
 from __future__ import annotations
@@ -32,6 +47,9 @@ class TpuType:
       chips_per_host: chips on each host of a multi-host slice.
       single_host: topologies served by one host, mapped to that host's chip count.
       multi_host: topologies that span several hosts of ``chips_per_host`` chips.
+      machine_types: GKE machine type of a host, by its chip count.
+      workload_policy: whether multi-host node pools are created with a workload policy
+        (``--placement-policy``) whose name the nodes carry (TPU7x).
     """
 
     name: str
@@ -39,6 +57,8 @@ class TpuType:
     chips_per_host: int
     single_host: Mapping[str, int]
     multi_host: frozenset[str]
+    machine_types: Mapping[int, str]
+    workload_policy: bool = False
 
     def topologies(self) -> list[str]:
         """Every valid topology, smallest first."""
@@ -54,6 +74,17 @@ class TpuSlice:
     chips: int
     hosts: int
     chips_per_host: int
+
+    @property
+    def machine_type(self) -> str:
+        """The GKE machine type of each host (``ct5lp-hightpu-4t``)."""
+        return self.type.machine_types[self.chips_per_host]
+
+    @property
+    def layouts(self) -> int:
+        """How many host layouts serve this topology: 2 for v5e/v6e ``2x4``, else 1."""
+        multi = self.topology in self.type.multi_host and self.chips > self.type.chips_per_host
+        return 1 + (self.topology in self.type.single_host and multi)
 
 
 def chips_in(topology: str) -> int:
@@ -79,15 +110,21 @@ _PLANES = frozenset({"4x4", "4x8", "8x8", "8x16", "16x16"})
 TPU_TYPES: Mapping[str, TpuType] = {
     t.name: t
     for t in (
-        TpuType("v4", "tpu-v4-podslice", 4, {"2x2x1": 4}, _cubes(4096, 16)),
+        TpuType("v4", "tpu-v4-podslice", 4, {"2x2x1": 4}, _cubes(4096, 16),
+                {4: "ct4p-hightpu-4t"}),
         # 2x4 is single-host (8 chips) or multi-host (2 hosts x 4 chips): see the module doc.
         TpuType("v5e", "tpu-v5-lite-podslice", 4, {"1x1": 1, "2x2": 4, "2x4": 8},
-                _PLANES | {"2x4"}),
-        TpuType("v5p", "tpu-v5p-slice", 4, {"2x2x1": 4}, _cubes(6144, 24)),
+                _PLANES | {"2x4"},
+                {1: "ct5lp-hightpu-1t", 4: "ct5lp-hightpu-4t", 8: "ct5lp-hightpu-8t"}),
+        TpuType("v5p", "tpu-v5p-slice", 4, {"2x2x1": 4}, _cubes(6144, 24),
+                {4: "ct5p-hightpu-4t"}),
         TpuType("v6e", "tpu-v6e-slice", 4, {"1x1": 1, "2x2": 4, "2x4": 8},
-                _PLANES | {"2x4"}),
-        # TPU7x (Ironwood): 3-D slices of 4-chip hosts (tpu7x-standard-4t), up to 9,216 chips.
-        TpuType("tpu7x", "tpu7x", 4, {"2x2x1": 4}, _cubes(9216, 24)),
+                _PLANES | {"2x4"},
+                {1: "ct6e-standard-1t", 4: "ct6e-standard-4t", 8: "ct6e-standard-8t"}),
+        # TPU7x (Ironwood): one chip, or 3-D slices of 4-chip hosts up to 9,216 chips with
+        # any side a multiple of 4 up to 256 (xpk's rule): see the module doc.
+        TpuType("tpu7x", "tpu7x", 4, {"1x1x1": 1, "2x2x1": 4}, _cubes(9216, 256),
+                {1: "tpu7x-standard-1t", 4: "tpu7x-standard-4t"}, workload_policy=True),
     )
 }
 

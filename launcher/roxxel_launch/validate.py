@@ -34,6 +34,7 @@ from roxxel_launch import names, tpu
 from roxxel_launch.spec import (
     GPU_ACCELERATOR_SELECTOR,
     GPU_RESOURCE,
+    MACHINE_TYPE_SELECTOR,
     POD_SECURITY_LEVELS,
     TPU_ACCELERATOR_SELECTOR,
     TPU_RESOURCE,
@@ -124,6 +125,11 @@ def _check_accelerator(f: _Findings, where: str, pod_spec: Mapping, limits: Mapp
         if str(limits[TPU_RESOURCE]) != str(shape.chips_per_host):
             f.add(f"{where}.resources.limits", f"{TPU_RESOURCE}={limits[TPU_RESOURCE]} but a "
                   f"{topology} {accelerator} host has {shape.chips_per_host} chips")
+        elif shape.layouts > 1 and selectors.get(MACHINE_TYPE_SELECTOR) != shape.machine_type:
+            # Both host sizes carry the same labels: 4-chip pods would pack two to an 8-chip host.
+            f.add(f"{where}.nodeSelector", f"{topology} {accelerator} is served by "
+                  f"{' and '.join(shape.type.machine_types[c] for c in (4, 8))} hosts alike: "
+                  f"select {MACHINE_TYPE_SELECTOR}: {shape.machine_type}")
         if hosts != shape.hosts:
             f.add(where, f"{hosts} pods per slice but topology {topology} has {shape.hosts} hosts")
         if shape.hosts > 1 and exclusive is False:

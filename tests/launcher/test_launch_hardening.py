@@ -494,8 +494,10 @@ def test_strategic_merge_rules():
     ({"type": "v5e", "topology": "2x4"}, 1, "8"),                        # ct5lp-hightpu-8t
     ({"type": "v5e", "topology": "2x4", "chips_per_host": 4}, 2, "4"),   # ct5lp-hightpu-4t
     ({"type": "v6e", "topology": "2x4", "chips_per_host": 4}, 2, "4"),   # ct6e-standard-4t (xpk v6e-8)
+    ({"type": "tpu7x", "topology": "1x1x1"}, 1, "1"),                    # tpu7x-standard-1t
     ({"type": "tpu7x", "topology": "2x2x1"}, 1, "4"),
     ({"type": "tpu7x", "topology": "4x4x8"}, 32, "4"),
+    ({"type": "tpu7x", "topology": "4x12x124"}, 1488, "4"),              # xpk: sides to 256
 ])
 def test_tpu_shapes_render_and_validate(tpu, hosts, chips):
     (jobset,) = _valid(_spec(accelerator={"tpu": tpu}))
@@ -506,6 +508,47 @@ def test_tpu_shapes_render_and_validate(tpu, hosts, chips):
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == tpu["topology"]
     exclusive = "alpha.jobset.sigs.k8s.io/exclusive-topology" in jobset["metadata"]["annotations"]
     assert exclusive == (hosts > 1)
+
+
+@pytest.mark.parametrize("tpu,machine", [
+    ({"type": "v5e", "topology": "2x4"}, "ct5lp-hightpu-8t"),
+    ({"type": "v5e", "topology": "2x4", "chips_per_host": 4}, "ct5lp-hightpu-4t"),
+    ({"type": "v6e", "topology": "2x4"}, "ct6e-standard-8t"),
+    ({"type": "v6e", "topology": "2x4", "chips_per_host": 4}, "ct6e-standard-4t"),
+    ({"type": "v6e", "topology": "4x4"}, None),       # one layout: the labels suffice
+    ({"type": "v5e", "topology": "2x2"}, None),
+    ({"type": "tpu7x", "topology": "1x1x1"}, None),
+])
+def test_a_topology_served_by_two_host_sizes_names_its_machine_type(tpu, machine):
+    (jobset,) = _valid(_spec(accelerator={"tpu": tpu}))
+    assert _pod(jobset)["spec"]["nodeSelector"].get("node.kubernetes.io/instance-type") == machine
+
+
+def test_tpu7x_multi_host_selects_its_workload_policy():
+    policy = "tpu7x-128-4x4x4-placement-policy"  # xpk's name for this shape
+    (jobset,) = _valid(_spec(accelerator={"tpu": {"type": "tpu7x", "topology": "4x4x4",
+                                                  "placement_policy": policy}}))
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["cloud.google.com/placement-policy-name"] == policy
+    (plain,) = _valid(_spec(accelerator={"tpu": {"type": "tpu7x", "topology": "4x4x4"}}))
+    assert "cloud.google.com/placement-policy-name" not in _pod(plain)["spec"]["nodeSelector"]
+
+
+@pytest.mark.parametrize("tpu,problem", [
+    ({"type": "tpu7x", "topology": "2x2x1"}, "without a workload policy"),   # single host
+    ({"type": "v5p", "topology": "2x2x4"}, "without a workload policy"),
+    ({"type": "tpu7x", "topology": "4x4x4", "placement_policy": "Bad Name"}, "placement_policy"),
+])
+def test_placement_policy_only_where_node_pools_have_one(tpu, problem):
+    err = _error(accelerator={"tpu": {"placement_policy": "p", **tpu}})
+    assert err.field == "accelerator.tpu.placement_policy" and problem in str(err)
+    assert str(err).count("\n") == 0
+
+
+def test_placement_policy_selector_is_the_accelerator_s():
+    err = _error(accelerator={"tpu": {"type": "tpu7x", "topology": "4x4x4", "placement_policy": "p"}},
+                 node_selectors={"cloud.google.com/placement-policy-name": "q"})
+    assert err.field.startswith("node_selectors")
 
 
 def test_chips_per_host_must_fit_the_topology():

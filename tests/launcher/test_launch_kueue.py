@@ -201,3 +201,31 @@ def test_a_role_that_cannot_read_priority_classes_skips_the_check(fake, caplog):
         _submit(**KUEUE)
     assert fake.get("jobsets", "lm") is not None
     assert any("cannot read WorkloadPriorityClass high (forbidden)" in r.getMessage() for r in caplog.records)
+
+
+def _kueue_paths(fake) -> list[str]:
+    return [r.path for r in fake.calls("GET") if r.path.startswith("/apis/kueue.x-k8s.io/")]
+
+
+@pytest.mark.parametrize("served,used", [
+    (("v1beta1",), "v1beta1"),              # Kueue before 0.15
+    (("v1beta2", "v1beta1"), "v1beta2"),    # Kueue 0.15: v1beta2 preferred, v1beta1 kept
+    (("v1beta2",), "v1beta2"),              # a release that no longer serves v1beta1
+])
+def test_kueue_is_read_in_the_version_discovery_prefers(fake, served, used):
+    fake.kueue("team-a", priority_classes=("high",), versions=served)
+    _submit(**KUEUE)
+    paths = _kueue_paths(fake)
+    assert {p.split("/")[3] for p in paths} == {used}
+    assert any("/localqueues/team-a" in p for p in paths)
+    assert any("/workloadpriorityclasses/high" in p for p in paths)
+    assert fake.get("jobsets", "lm") is not None
+
+
+def test_a_kueue_serving_no_known_version_is_refused_in_one_line(fake):
+    fake.kueue("team-a", priority_classes=("high",), versions=("v2",))
+    with pytest.raises(BackendError) as info:
+        _submit(**KUEUE)
+    message = str(info.value)
+    assert "Kueue serves v2, none of v1beta2, v1beta1" in message and "\n" not in message
+    assert fake.calls("POST") == []

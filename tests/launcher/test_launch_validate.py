@@ -119,6 +119,23 @@ def test_accelerator_topology_consistency(mutate, fragment):
     assert any(fragment in p for p in problems), problems
 
 
+V5E_2X4_TWO_HOSTS = {"tpu": {"type": "v5e", "topology": "2x4", "chips_per_host": 4}}
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda j: _pod_spec(j)["nodeSelector"].pop("node.kubernetes.io/instance-type"),
+    lambda j: _pod_spec(j)["nodeSelector"].update({"node.kubernetes.io/instance-type": "ct5lp-hightpu-8t"}),
+])
+def test_two_host_2x4_pods_cannot_pack_onto_one_8_chip_host(mutate):
+    # ct5lp-hightpu-4t and -8t nodes carry the same accelerator and topology labels.
+    jobset = _jobset(accelerator=V5E_2X4_TWO_HOSTS, num_slices=1)
+    assert V.check_objects([jobset]) == []
+    mutate(jobset)
+    (problem,) = V.check_objects([jobset])
+    assert "ct5lp-hightpu-4t and ct5lp-hightpu-8t hosts alike: select " \
+           "node.kubernetes.io/instance-type: ct5lp-hightpu-4t" in problem, problem
+
+
 @pytest.mark.parametrize("resources,fragment", [
     ({"requests": {"cpu": "8"}, "limits": {"cpu": "2"}}, "resources.requests.cpu: 8 is more than the cpu limit (2)"),
     ({"requests": {"google.com/tpu": "2"}, "limits": {"google.com/tpu": "4"}},

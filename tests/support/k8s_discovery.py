@@ -64,6 +64,12 @@ def api_group_list() -> dict:
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
 
+def api_group(name: str, versions: tuple[str, ...]) -> dict:
+    """An APIGroup entry of ``/apis``: the served versions, the preferred one first."""
+    entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": entries, "preferredVersion": entries[0]}
+
+
 def api_resource_list(group_version: str) -> dict:
     resources: list[dict] = []
     for resource, kind, short, _ in RESOURCES[group_version]:

@@ -887,12 +887,16 @@ class FakeKubernetes:
             self._real.crd_without = tuple(without)
             self._real.crd = True
 
-    def kueue(self, *queues: str, priority_classes: tuple[str, ...] = ()) -> None:
+    def kueue(self, *queues: str, priority_classes: tuple[str, ...] = (),
+              versions: tuple[str, ...] = ("v1beta1",)) -> None:
         """Install Kueue with these LocalQueues in the namespace and these (cluster-scoped)
-        WorkloadPriorityClasses (none of either: no Kueue API)."""
+        WorkloadPriorityClasses (none of either: no Kueue API), serving these API versions,
+        the preferred one first (Kueue 0.15 serves v1beta2 and v1beta1); discovery (``/apis``)
+        lists them, and a path of another version is not found, as on a real API server."""
         with self._lock:
             self._real.local_queues = set(queues)
             self._real.priority_classes = set(priority_classes)
+            self._real.kueue_versions = tuple(versions)
 
     @property
     def rbac_used(self) -> set[tuple[str, str, str]]:
@@ -1011,7 +1015,9 @@ class FakeKubernetes:
                 return 404, status_object(404, "NotFound", f'customresourcedefinitions.'
                                           f'apiextensions.k8s.io "{name}" not found', name=name)
             return 200, _jobset_crd(real.crd_without)
-        if real.local_queues is None:  # Kueue is not installed: no such API
+        if real.local_queues is None or (group == "kueue.x-k8s.io" and not any(
+                request.path.startswith(f"/apis/kueue.x-k8s.io/{v}/") for v in real.kueue_versions)):
+            # Kueue is not installed, or does not serve this version: no such API
             return 404, status_object(404, "NotFound",
                                       "the server could not find the requested resource")
         if resource == "localqueues":
@@ -1270,7 +1276,13 @@ class FakeKubernetes:
             return None
         if request.resource is None:
             host, port = self._server.server_address[:2]
-            return k8s_discovery.answer(request.path, f"{host}:{port}")
+            # The official client asks for "/apis/" (ApisApi), kubectl for "/apis".
+            path = "/apis" if request.path == "/apis/" else request.path
+            answer = k8s_discovery.answer(path, f"{host}:{port}")
+            if answer is not None and path == "/apis" and self._real.local_queues is not None:
+                answer[1]["groups"].append(k8s_discovery.api_group(
+                    "kueue.x-k8s.io", self._real.kueue_versions))
+            return answer
         if request.resource == "jobsets" and k8s_table.wants_table(request.accept):
             code, answer = self._list(request) if request.name is None else self._read(request)
             if code != 200:
@@ -1341,6 +1353,7 @@ class _RealServerState:
         self.crd_without: tuple[str, ...] = ()
         self.local_queues: set[str] | None = None
         self.priority_classes: set[str] = set()
+        self.kueue_versions: tuple[str, ...] = ("v1beta1",)
         self.seen: dict[tuple[str, str, str], str] = {}
         self.floor = 0
         self.watches = 0
@@ -1379,11 +1392,11 @@ _EXTRA_ROUTES = [
     ("customresourcedefinitions", "apiextensions.k8s.io", re.compile(
         r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/([^/]+)$"), False),
     ("localqueues", "kueue.x-k8s.io", re.compile(
-        r"^/apis/kueue\.x-k8s\.io/v1beta1/namespaces/([^/]+)/localqueues(?:/([^/]+))?$"), True),
+        r"^/apis/kueue\.x-k8s\.io/v1beta[12]/namespaces/([^/]+)/localqueues(?:/([^/]+))?$"), True),
     ("workloads", "kueue.x-k8s.io", re.compile(
-        r"^/apis/kueue\.x-k8s\.io/v1beta1/namespaces/([^/]+)/workloads(?:/([^/]+))?$"), True),
+        r"^/apis/kueue\.x-k8s\.io/v1beta[12]/namespaces/([^/]+)/workloads(?:/([^/]+))?$"), True),
     ("workloadpriorityclasses", "kueue.x-k8s.io", re.compile(
-        r"^/apis/kueue\.x-k8s\.io/v1beta1/workloadpriorityclasses/([^/]+)$"), False),
+        r"^/apis/kueue\.x-k8s\.io/v1beta[12]/workloadpriorityclasses/([^/]+)$"), False),
 ]
 
 

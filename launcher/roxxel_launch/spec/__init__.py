@@ -20,7 +20,9 @@ positions); :mod:`~roxxel_launch.spec.schema`; :mod:`~roxxel_launch.spec.errors`
 from roxxel_launch.spec.accelerators import (
     GPU_ACCELERATOR_SELECTOR,
     GPU_RESOURCE,
+    MACHINE_TYPE_SELECTOR,
     MAX_HOSTS_PER_SLICE,
+    PLACEMENT_POLICY_SELECTOR,
     TPU_ACCELERATOR_SELECTOR,
     TPU_RESOURCE,
     TPU_TOPOLOGY_SELECTOR,
@@ -107,6 +109,8 @@ __all__ = [
     "TPU_ACCELERATOR_SELECTOR",
     "TPU_RESOURCE",
     "TPU_TOPOLOGY_SELECTOR",
+    "MACHINE_TYPE_SELECTOR",
+    "PLACEMENT_POLICY_SELECTOR",
     "Accelerator",
     "CpuAccelerator",
     "DataMount",

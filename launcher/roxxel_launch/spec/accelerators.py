@@ -15,6 +15,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 TPU_ACCELERATOR_SELECTOR = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_SELECTOR = "cloud.google.com/gke-tpu-topology"
 GPU_ACCELERATOR_SELECTOR = "cloud.google.com/gke-accelerator"
+# Kubernetes' well-known node label of the machine type: picks v5e/v6e 2x4's layout (tpu.py).
+MACHINE_TYPE_SELECTOR = "node.kubernetes.io/instance-type"
+# The node label of a TPU7x multi-host node pool's workload policy, as xpk selects it (tpu.py).
+PLACEMENT_POLICY_SELECTOR = "cloud.google.com/placement-policy-name"
 INT32_MAX = 2**31 - 1
 # An Indexed Job runs at most 100,000 pods in parallel (maxParallelismForIndexedJob in
 # kubernetes/pkg/apis/batch/validation): the bound of hosts per slice.
@@ -31,16 +35,30 @@ class TpuAccelerator:
         "Only for topologies served both ways (v5e/v6e 2x4): 8 = one host (ct5lp-hightpu-8t, "
         "ct6e-standard-8t, the default), 4 = two hosts (ct5lp-hightpu-4t, ct6e-standard-4t).",
         default=None)
+    placement_policy: str | None = _doc(
+        "TPU7x multi-host only: the workload policy the node pool was created with "
+        "(gcloud ... node-pools create --placement-policy NAME), selected through the node "
+        "label cloud.google.com/placement-policy-name. xpk names it "
+        "tpu7x-<2 x chips>-<topology>-placement-policy (tpu7x-128-4x4x4-placement-policy). "
+        "Unset: any tpu7x node pool of the topology.",
+        default=None)
 
     def __post_init__(self):
         if self.type not in tpu.TPU_TYPES:
             raise SpecError("type", f"unknown TPU type {self.type!r}",
                             f"Use one of {', '.join(tpu.TPU_TYPES)}.")
         try:
-            tpu.tpu_slice(self.type, self.topology, self.chips_per_host)
+            shape = tpu.tpu_slice(self.type, self.topology, self.chips_per_host)
         except ValueError as err:
             raise SpecError("chips_per_host" if self.chips_per_host and "chips per host" in str(err)
                             else "topology", str(err)) from err
+        if self.placement_policy is not None:
+            _check("placement_policy", names.label_value_problem(self.placement_policy)
+                   or (None if self.placement_policy else "must not be empty"))
+            if not (shape.type.workload_policy and shape.hosts > 1):
+                raise SpecError("placement_policy", f"a {self.type} {self.topology} slice runs on "
+                                "a node pool without a workload policy",
+                                "Remove placement_policy (only TPU7x multi-host node pools have one).")
 
     @property
     def slice(self) -> tpu.TpuSlice:
@@ -161,11 +179,18 @@ class Accelerator:
 
 
 def accelerator_node_selectors(accelerator: Accelerator) -> dict[str, str]:
-    """The node selectors the accelerator block implies."""
+    """The node selectors the accelerator block implies: GKE's TPU accelerator and topology
+    labels, the machine type where a topology is served by two host sizes, the TPU7x
+    workload policy; GKE's GPU accelerator label."""
     if accelerator.tpu is not None:
         shape = accelerator.tpu.slice
-        return {TPU_ACCELERATOR_SELECTOR: shape.type.gke_accelerator,
-                TPU_TOPOLOGY_SELECTOR: shape.topology}
+        selectors = {TPU_ACCELERATOR_SELECTOR: shape.type.gke_accelerator,
+                     TPU_TOPOLOGY_SELECTOR: shape.topology}
+        if shape.layouts > 1:  # the same labels on 4- and 8-chip hosts: name the machine
+            selectors[MACHINE_TYPE_SELECTOR] = shape.machine_type
+        if accelerator.tpu.placement_policy is not None:
+            selectors[PLACEMENT_POLICY_SELECTOR] = accelerator.tpu.placement_policy
+        return selectors
     if accelerator.gpu is not None:
         return {GPU_ACCELERATOR_SELECTOR: accelerator.gpu.type}
     return {}

@@ -326,6 +326,10 @@ class KubernetesApi:
     def apiextensions(self) -> k8s_client.ApiextensionsV1Api:
         return k8s_client.ApiextensionsV1Api(self.api_client)
 
+    def apis(self) -> k8s_client.ApisApi:
+        """The discovery document ``/apis``: every API group and its served versions."""
+        return k8s_client.ApisApi(self.api_client)
+
     def networking(self) -> k8s_client.NetworkingV1Api:
         return k8s_client.NetworkingV1Api(self.api_client)
 

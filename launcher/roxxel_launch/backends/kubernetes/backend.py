@@ -64,10 +64,10 @@ from roxxel_launch.backends.kubernetes.api import (
 from roxxel_launch.backends.kubernetes.logs import read_logs
 from roxxel_launch.backends.kubernetes.preflight import (
     KUEUE_GROUP,
-    KUEUE_VERSION,
     check_jobset_crd,
     check_local_queue,
     check_workload_priority_class,
+    kueue_version,
 )
 from roxxel_launch.backends.kubernetes.retry import RetryPolicy
 from roxxel_launch.backends.kubernetes.status import (
@@ -272,10 +272,12 @@ class KubernetesBackend(Backend):
         for obj in objects:
             if obj["kind"] == "JobSet":
                 check_jobset_crd(self.api, obj)
-        if spec.queue:
-            check_local_queue(self.api, spec.queue, self.namespace)
-        if spec.workload_priority_class:
-            check_workload_priority_class(self.api, spec.workload_priority_class)
+        if spec.queue or spec.workload_priority_class:
+            version = kueue_version(self.api)
+            if spec.queue:
+                check_local_queue(self.api, spec.queue, self.namespace, version)
+            if spec.workload_priority_class:
+                check_workload_priority_class(self.api, spec.workload_priority_class, version)
 
     def _dry_run_create(self, spec: JobSpec, obj: Mapping) -> None:
         """A server-side dry run of one create. A companion (Service, NetworkPolicy) that
@@ -367,7 +369,7 @@ class KubernetesBackend(Backend):
         try:
             data = self.api.json("list", "Workload", None, self.namespace,
                                  self.api.custom().list_namespaced_custom_object, KUEUE_GROUP,
-                                 KUEUE_VERSION, self.namespace, "workloads",
+                                 kueue_version(self.api), self.namespace, "workloads",
                                  label_selector=f"kueue.x-k8s.io/job-uid={uid}")
         except BackendError as err:
             logger.info("cannot read Kueue Workloads (%s)", err)

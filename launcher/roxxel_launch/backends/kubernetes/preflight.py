@@ -15,6 +15,12 @@ job whose queue does not exist suspended for ever, with no error anywhere. The s
 does not exist, and says so only in an event on the JobSet
 (https://kueue.sigs.k8s.io/docs/concepts/workload_priority_class/#referencing-a-workloadpriorityclass).
 That class is cluster-scoped: reading it needs a ClusterRole; without one the check is skipped.
+Both are read, like Kueue's Workloads, in the API version the cluster prefers among those
+roxxel-launch knows: Kueue 0.15 serves ``v1beta2`` and keeps ``v1beta1``
+(https://kueue.sigs.k8s.io/docs/reference/kueue.v1beta2/), older releases serve ``v1beta1``
+only, and a later one may stop serving it. The versions come from the API server's
+discovery document ``/apis`` (the official client's ``ApisApi.get_api_versions``;
+https://kubernetes.io/docs/concepts/overview/kubernetes-api/#discovery-api).
 """
 
 from __future__ import annotations
@@ -37,7 +43,38 @@ logger = logging.getLogger(__name__)
 
 JOBSET_CRD_NAME = f"{JOBSET_PLURAL}.{JOBSET_GROUP}"
 KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta1"
+# The Kueue API versions whose LocalQueue, WorkloadPriorityClass and Workload fields this
+# package reads, newest first; the last is the one assumed when discovery cannot tell.
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+KUEUE_VERSION = KUEUE_VERSIONS[-1]
+
+
+def kueue_version(api: KubernetesApi) -> str:
+    """The Kueue API version to read: the group's preferred version when roxxel-launch knows
+    it, else the newest known one it serves; ``v1beta1`` when discovery is refused or does
+    not list Kueue (the read that follows then says what is missing).
+
+    Returns: a version string such as ``v1beta2``. Raises: nothing (logged instead).
+    """
+    try:
+        groups = api.json("list", "APIGroup", None, "(cluster)", api.apis().get_api_versions).get("groups") or []
+    except BackendError as err:
+        logger.info("cannot read API discovery (%s); assuming %s/%s", err, KUEUE_GROUP, KUEUE_VERSION)
+        return KUEUE_VERSION
+    group = next((g for g in groups if g.get("name") == KUEUE_GROUP), None)
+    if group is None:
+        return KUEUE_VERSION
+    preferred = (group.get("preferredVersion") or {}).get("version")
+    served = {v.get("version") for v in group.get("versions") or []}
+    if preferred in KUEUE_VERSIONS:
+        return preferred
+    known = [v for v in KUEUE_VERSIONS if v in served]
+    if not known:
+        raise BackendError(
+            f"the installed Kueue serves {', '.join(sorted(map(str, served)))}, none of "
+            f"{', '.join(KUEUE_VERSIONS)} that roxxel-launch reads. Install a Kueue release "
+            "that serves one of them, or remove queue and workload_priority_class from the spec.")
+    return known[0]
 
 
 def unknown_fields(obj: Any, schema: Mapping, path: str = "") -> Iterator[str]:
@@ -108,20 +145,22 @@ def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> None:
             f"max_restarts). Nothing was created. Upgrade JobSet: {JOBSET_INSTALL_HINT}.")
 
 
-def check_local_queue(api: KubernetesApi, queue: str, namespace: str) -> None:
-    """Refuses a job whose Kueue LocalQueue does not exist in its namespace.
+def check_local_queue(api: KubernetesApi, queue: str, namespace: str,
+                      version: str = KUEUE_VERSION) -> None:
+    """Refuses a job whose Kueue LocalQueue does not exist in its namespace, read in Kueue's
+    API ``version`` (:func:`kueue_version`).
 
     Raises: BackendError (no such LocalQueue, or no Kueue API at all).
     """
     try:
         api.json("read", "LocalQueue", queue, namespace,
-                 api.custom().get_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+                 api.custom().get_namespaced_custom_object, KUEUE_GROUP, version,
                  namespace, "localqueues", queue)
     except JobNotFoundError as err:
         if _resource_type_missing(err.__cause__):  # the API itself is missing, not the queue
             raise BackendError(
                 f"the spec sets queue: {queue}, but Kueue is not installed in this cluster (no "
-                f"{KUEUE_GROUP}/{KUEUE_VERSION} API). Install Kueue, or remove `queue` from the "
+                f"{KUEUE_GROUP}/{version} API). Install Kueue, or remove `queue` from the "
                 "spec.") from err
         raise BackendError(
             f"the spec sets queue: {queue}, but there is no LocalQueue {queue!r} in namespace "
@@ -134,21 +173,23 @@ def check_local_queue(api: KubernetesApi, queue: str, namespace: str) -> None:
         logger.info("cannot read LocalQueue %s/%s (forbidden); not checking it", namespace, queue)
 
 
-def check_workload_priority_class(api: KubernetesApi, name: str) -> None:
-    """Refuses a job whose Kueue WorkloadPriorityClass (cluster-scoped) does not exist.
+def check_workload_priority_class(api: KubernetesApi, name: str,
+                                  version: str = KUEUE_VERSION) -> None:
+    """Refuses a job whose Kueue WorkloadPriorityClass (cluster-scoped) does not exist, read
+    in Kueue's API ``version`` (:func:`kueue_version`).
 
     Skipped (logged) when reading it is forbidden. Raises: BackendError (no such class, or no
     Kueue API at all).
     """
     try:
         api.json("read", "WorkloadPriorityClass", name, "(cluster)",
-                 api.custom().get_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+                 api.custom().get_cluster_custom_object, KUEUE_GROUP, version,
                  "workloadpriorityclasses", name)
     except JobNotFoundError as err:
         if _resource_type_missing(err.__cause__):
             raise BackendError(
                 f"the spec sets workload_priority_class: {name}, but Kueue is not installed in this "
-                f"cluster (no {KUEUE_GROUP}/{KUEUE_VERSION} API). Install Kueue, or remove "
+                f"cluster (no {KUEUE_GROUP}/{version} API). Install Kueue, or remove "
                 "workload_priority_class and queue from the spec.") from err
         raise BackendError(
             f"the spec sets workload_priority_class: {name}, but there is no WorkloadPriorityClass "
