@@ -186,7 +186,7 @@ def _raise_terminated(signum: int, frame: object) -> None:
 def info(path, as_json) -> None:
     """Summarise the dataset at PATH: shards, tokens, documents, dtype, bytes."""
     from roxxel.data.dataset import Dataset
-    from roxxel.format.layout import FLOAT_DTYPES
+    from roxxel.format.layout import shard_dtype
 
     try:
         ds = Dataset(path).open()
@@ -197,7 +197,7 @@ def info(path, as_json) -> None:
         click.echo(json.dumps(summary, indent=1))
         return
     tok = summary["tokenizer"]
-    count = "values" if summary["dtype"] in FLOAT_DTYPES else "tokens"  # float data: arrays of values, no ids
+    count = "tokens" if shard_dtype(summary["dtype"]).ids else "values"  # float data: arrays of values, no ids
     rows = [("path", path), ("shards", f"{summary['shards']:,}"), (count, f"{summary['tokens']:,}"),
             ("documents", f"{summary['documents']:,}"), ("dtype", summary["dtype"]),
             ("vocab size", summary["vocab_size"] if summary["vocab_size"] is not None else "-"),
@@ -240,13 +240,14 @@ def cat(path, index, tokenizer, ids) -> None:
     INDEX counts from 0; a negative one from the end (-1: the last document).
     """
     from roxxel.data.dataset import Dataset
-    from roxxel.format.layout import is_float
+    from roxxel.format.layout import shard_dtype
     from roxxel.tokenizers import ByteTokenizer, check_identity, load_tokenizer, packing_tokenizer
 
     try:
         ds = Dataset(path).open()
         tokens = ds[index]
-        if is_float(ds.dtype):  # an array, not text: its values, one line
+        row = shard_dtype(ds.dtype)
+        if not row.decodes:  # an array, not text: its values, one line
             if tokenizer is not None:
                 raise ValueError(f"{path} holds {ds.dtype.name} arrays, not tokens: nothing to decode; drop --tokenizer")
             click.echo(" ".join(str(v) for v in tokens))  # numpy's shortest repr in the stored dtype
@@ -255,7 +256,7 @@ def cat(path, index, tokenizer, ids) -> None:
             click.echo(" ".join(map(str, tokens.tolist())))
             return
         kind = (ds.tokenizer or {}).get("type")
-        written_as_bytes = not ds.tokenizer and ds.dtype.name == "uint8"  # e.g. by the original write(): ids are bytes
+        written_as_bytes = not ds.tokenizer and row.bytes_without_tokenizer  # e.g. by the original write()
         if (tokenizer is None and kind == "bytes") or (written_as_bytes and tokenizer in (None, "bytes")):
             text = ByteTokenizer().decode_bytes(tokens)
         else:

@@ -23,7 +23,7 @@ from roxxel.data.stream import Stream
 from roxxel.deprecation import renamed, warn_renamed
 from roxxel.exit_codes import ConfigurationError
 from roxxel.format.errors import DtypeMismatchError
-from roxxel.format.layout import is_float
+from roxxel.format.layout import shard_dtype
 from roxxel.format.manifest import ID_FIELDS
 from roxxel.wording import count
 
@@ -185,14 +185,14 @@ def _check_compatible(datasets: Mapping[str, Dataset], vocab_size: int | None) -
     vocabulary size, EOS id and token dtype must be the same for every dataset.
     """
     first_name, first = next(iter(datasets.items()))
-    floats = [name for name, ds in datasets.items() if is_float(ds.dtype)]
+    floats = [name for name, ds in datasets.items() if not shard_dtype(ds.dtype).ids]
     if floats and len(floats) < len(datasets):
         tokens = next(name for name in datasets if name not in floats)
         raise DtypeMismatchError(
             f"dataset {floats[0]!r} ({datasets[floats[0]].filepath}) holds {datasets[floats[0]].dtype.name} arrays and "
             f"{tokens!r} ({datasets[tokens].filepath}) holds token ids: a blend feeds one model input, so blend float "
             "datasets only with float datasets of the same dtype")
-    if floats and vocab_size is not None:
+    if vocab_size is not None and not shard_dtype(first.dtype).vocab_checked:
         raise CurriculumError(f"vocab_size={vocab_size} checks token ids, but {first.filepath} holds {first.dtype.name} "
                          "arrays: drop vocab_size for float data")
     for name, ds in list(datasets.items())[1:]:

@@ -34,7 +34,7 @@ from roxxel.format.errors import (
     IncompleteDatasetError,
     ShardNotFoundError,
 )
-from roxxel.format.layout import is_float
+from roxxel.format.layout import is_float, shard_dtype
 from roxxel.format.manifest import ID_FIELDS, MANIFEST_NAME, Manifest, first_difference
 from roxxel.format.shard import open_shard
 from roxxel.wording import count
@@ -428,9 +428,9 @@ class Dataset:
         if ok is None:
             ok = self._out_dtypes_ok[dtype, vocab_size] = _holds(dtype, self.dtype, vocab_size)
         if not ok:
-            what = (f"{self.dtype.name} arrays" if is_float(self.dtype)
-                    else f"token ids up to {_largest_id(self.dtype, vocab_size)}")
-            fix = "a float dtype" if is_float(self.dtype) else "int32 (the default) or another dtype that holds them"
+            ids = shard_dtype(self.dtype).ids
+            what = f"token ids up to {_largest_id(self.dtype, vocab_size)}" if ids else f"{self.dtype.name} arrays"
+            fix = "int32 (the default) or another dtype that holds them" if ids else "a float dtype"
             raise DtypeMismatchError(f"{self.filepath}: dtype {dtype.name} cannot hold {what}: use {fix}")
 
     def read_into(self, out: np.ndarray, start: int) -> np.ndarray:
@@ -753,7 +753,7 @@ def _largest_id(stored: np.dtype, vocab_size: int | None) -> int:
 
 def _holds(out: np.dtype, stored: np.dtype, vocab_size: int | None) -> bool:
     """Whether ``out`` holds every value of data stored as ``stored`` (see Dataset.check_out_dtype)."""
-    if is_float(stored) or not np.issubdtype(stored, np.integer):  # float arrays; original-format data
+    if not shard_dtype(stored).ids or not np.issubdtype(stored, np.integer):  # float arrays; original-format data
         return is_float(out) or out == stored
     largest = _largest_id(stored, vocab_size)
     if np.issubdtype(out, np.integer):

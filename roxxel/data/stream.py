@@ -24,7 +24,7 @@ from roxxel.data.prefetch import Prefetcher
 from roxxel.data.source import SOURCES
 from roxxel.deprecation import renamed, warn_renamed
 from roxxel.exit_codes import ConfigValueError
-from roxxel.format.layout import is_float
+from roxxel.format.layout import FLOAT_DTYPES, is_float, shard_dtype
 from roxxel.sharding import BatchShardingError, batch_sharding, default_batch_sharding
 
 if TYPE_CHECKING:  # annotations only: the curriculum builds streams (roxxel.data.curriculum imports this)
@@ -465,15 +465,16 @@ def _batch_dtype(curriculum: Curriculum, dtype: Any, outputs: str) -> np.dtype:
     """The batch dtype: ``dtype``, or the default for the data (see :class:`Stream`); refuses
     token-only outputs and integer casts of float data."""
     primary = curriculum.primary
-    if not is_float(primary.dtype):
+    row = shard_dtype(primary.dtype)
+    if row.ids:
         return np.dtype(np.int32 if dtype is None else dtype)
     data = f"{primary.filepath} holds {primary.dtype.name} arrays, not tokens"
-    if outputs != "tokens":
+    if outputs != "tokens" and not row.eos_allowed:  # documents and their positions are cut at EOS ids
         raise ConfigValueError(f"outputs={outputs!r} needs token data with an EOS id; {data}: use outputs='tokens'")
     if dtype is None:
         return primary.dtype
     if not is_float(dtype):
         raise ConfigValueError(f"dtype {np.dtype(dtype).name} would truncate float data ({data}): pass a float dtype "
-                         f"(float32, bfloat16, float16) or leave dtype unset to keep {primary.dtype.name}")
+                         f"({', '.join(reversed(FLOAT_DTYPES))}) or leave dtype unset to keep {primary.dtype.name}")
     return np.dtype(dtype)
 

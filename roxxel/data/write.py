@@ -85,7 +85,8 @@ def write_dataset(path: str, documents: Iterable, *, separator: bytes | int | No
         raise ValueError(f"no documents to write to {path}")
     if dtype is None and vocab_size is None:
         dtype = _default_dtype(encode(first), eos_id)
-    if dtype is not None and layout.is_float(layout.normalize_dtype(dtype)) and (eos_id is not None or tail.size):
+    if dtype is not None and not layout.shard_dtype(layout.normalize_dtype(dtype)).eos_allowed and (
+            eos_id is not None or tail.size):
         raise ValueError(f"float arrays ({np.dtype(dtype).name}) have no end-of-document token: drop separator= / "
                          "tokenizer= / eos_id= (the shard's document index keeps the arrays apart)")
     docs = (_with_tail(encode(d), tail) for d in documents)

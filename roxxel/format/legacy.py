@@ -8,7 +8,8 @@ block (the original's "record"), exactly as its ``__len__``/``__getitem__`` coun
 
 The original stored vocabularies of up to 65,535 ids as ``int16``, which wraps ids >=
 32,768 to negative numbers. Because the wrap keeps the bits, those shards are exposed as
-``uint16`` and every id reads back correctly.
+``uint16`` and every id reads back correctly (the ``uint16`` row's ``legacy_names`` in
+:data:`roxxel.format.layout.SHARD_DTYPES`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import BinaryIO
 import numpy as np
 
 from roxxel.format.errors import CorruptShardError, TruncatedShardError
+from roxxel.format.layout import legacy_dtype
 from roxxel.format.mapped import MappedFile
 
 FOOTER = struct.Struct("<qq8s8s")
-_REINTERPRET = {"int16": "uint16"}
 
 
 class LegacyShard(MappedFile):
@@ -63,7 +64,7 @@ class LegacyShard(MappedFile):
                 "(truncated or damaged); re-copy it from its source", path)
         stored = dtype_bytes.rstrip(b"\0").decode("ascii")
         self.stored_dtype = np.dtype(stored)
-        self.dtype = np.dtype(_REINTERPRET.get(stored, stored)).newbyteorder("<")
+        self.dtype = legacy_dtype(stored)
         if raw_size % self.dtype.itemsize:
             raise CorruptShardError(f"{path}: data size {raw_size} is not a multiple of {stored}'s item size", path)
         self.num_tokens = raw_size // self.dtype.itemsize

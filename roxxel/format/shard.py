@@ -91,7 +91,7 @@ class Shard(MappedFile):
                     f"reads ({layout.FORMAT_VERSION[0]}.x); upgrade roxxel", path)
             plausible = (major <= layout.FORMAT_VERSION[0] and data_offset % layout.DATA_ALIGNMENT == 0
                          and layout.HEADER.size + meta_len <= data_offset <= _MAX_DATA_OFFSET
-                         and dtype_name.rstrip(b"\0").decode("ascii", "replace") in layout.ARRAY_DTYPES)
+                         and layout.dtype_for_code(dtype_name) is not None)
             if len(meta_bytes) < meta_len and plausible:
                 raise TruncatedShardError(_truncated_message(path, "metadata", size, data_offset), path)
             if not crc_ok:
@@ -99,10 +99,11 @@ class Shard(MappedFile):
                     f"{path}: header checksum mismatch: the file has the {layout.SIGNATURE.decode()} signature but "
                     "its header or metadata is damaged (or it is not really a shard) - re-copy or re-pack it", path)
             self.metadata: dict[str, Any] = json.loads(meta_bytes.decode("utf-8"))
-            name = dtype_name.rstrip(b"\0").decode("ascii", "replace")
-            if name not in layout.ARRAY_DTYPES:
+            row = layout.dtype_for_code(dtype_name)
+            if row is None:
+                name = dtype_name.rstrip(b"\0").decode("ascii", "replace")
                 raise CorruptShardError(f"{path}: unknown dtype {name!r} in the header - re-pack the shard", path)
-            self.dtype = layout.dtype_from_name(name)
+            self.dtype = row.numpy
             expected_index = layout.index_offset_for(data_offset, num_tokens, self.dtype.itemsize)
             if index_offset != expected_index or data_offset % layout.DATA_ALIGNMENT:
                 raise CorruptShardError(f"{path}: inconsistent offsets in the header - re-pack the shard", path)

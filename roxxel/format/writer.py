@@ -355,16 +355,18 @@ class DatasetWriter:
         if dtype is None:
             dtype = layout.token_dtype_for_vocab(vocab_size) if vocab_size else np.dtype("uint32")
         self.dtype = layout.normalize_dtype(dtype)
-        self.is_float = layout.is_float(self.dtype)
-        if self.is_float and (vocab_size is not None or eos_id is not None or tokenizer is not None):
+        self.shard_dtype = layout.shard_dtype(self.dtype)  # what the data allows: EOS, vocabulary, tokenizer
+        row = self.shard_dtype
+        if ((vocab_size is not None and not row.vocab_checked) or (eos_id is not None and not row.eos_allowed)
+                or (tokenizer is not None and not row.decodes)):
             raise ValueError(f"{self.dtype.name} data is not a token stream: it has no vocabulary, EOS id or tokenizer; "
                              "drop vocab_size/eos_id/tokenizer (the document index keeps the arrays apart)")
-        if vocab_size is not None and vocab_size > 2 ** (8 * self.dtype.itemsize):
+        if vocab_size is not None and vocab_size > self.shard_dtype.id_limit:
             raise DtypeMismatchError(f"vocab_size {vocab_size} does not fit dtype {self.dtype.name}; use uint32")
-        if eos_id is not None and not 0 <= eos_id < (vocab_size or 2 ** (8 * self.dtype.itemsize)):
+        if eos_id is not None and not 0 <= eos_id < (vocab_size or self.shard_dtype.id_limit):
             raise ValueError(f"eos_id {eos_id} is outside the vocabulary [0, {vocab_size})")
         self.vocab_size, self.eos_id, self.tokenizer = vocab_size, eos_id, tokenizer
-        self._limit = vocab_size if vocab_size is not None else (0 if self.is_float else 2 ** (8 * self.dtype.itemsize))
+        self._limit = vocab_size if vocab_size is not None else self.shard_dtype.id_limit
         self._eos = None if eos_id is None else np.array([eos_id], self.dtype)
         self.marker_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".incomplete")
         self._made_directory = not os.path.isdir(self.directory)  # an abort removes it again, if left empty
@@ -489,7 +491,7 @@ class DatasetWriter:
         arr = np.asarray(tokens)
         if arr.ndim != 1:
             arr = _one_document(arr, doc)
-        if self.is_float:
+        if not self.shard_dtype.ids:  # numbers of any kind, cast; ids are range-checked below
             if arr.size and not (layout.is_float(arr.dtype) or arr.dtype.kind in "iu"):
                 raise DtypeMismatchError(f"document {doc}: {self.dtype.name} data must be numbers, "
                                          f"got {arr.dtype}")
@@ -547,7 +549,7 @@ class DatasetWriter:
         ``add_document`` per document. A document with an out-of-range token raises after
         the documents before it are written, as ``add_document`` would.
         """
-        if self.is_float or not isinstance(documents, (list, tuple)) or not all(
+        if not self.shard_dtype.ids or not isinstance(documents, (list, tuple)) or not all(
                 isinstance(d, np.ndarray) and d.ndim == 1 for d in documents):
             for doc in documents:
                 self.add_document(doc)

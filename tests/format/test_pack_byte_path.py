@@ -19,7 +19,7 @@ from roxxel.format import DatasetWriter
 from roxxel.format import writer as writer_module
 from roxxel.format.errors import IncompleteDatasetError
 from roxxel.pack import is_binary, iter_documents, pack
-from roxxel import pack as pack_module
+from roxxel.pack import byte_path
 from roxxel.tokenizers import ByteTokenizer
 
 FIXED_TIME = "2026-01-01T00:00:00+00:00"  # shards and manifests record their creation time
@@ -30,7 +30,7 @@ def tree(tmp_path, monkeypatch):
     """Text files of many sizes (empty, larger than a batch), binary files to skip, JSONL and gzip;
     batches of 1,000 bytes, so that files fill, overflow and outgrow them."""
     monkeypatch.setattr(writer_module, "_now", lambda: FIXED_TIME)
-    monkeypatch.setattr(pack_module, "_BYTE_BATCH", 1000)
+    monkeypatch.setattr(byte_path, "BATCH_BYTES", 1000)
     root = tmp_path / "in"
     for i in range(90):
         d = root / f"d{i % 3}" / ("deep" if i % 5 == 0 else "")
@@ -119,7 +119,7 @@ def test_an_unreadable_file_fails_the_pack_and_leaves_no_dataset_or_thread(tree,
             raise PermissionError(13, "Permission denied", path)
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(pack_module.os, "open", refuse)
+    monkeypatch.setattr(byte_path.os, "open", refuse)
     out = tmp_path / "out"
     fds = open_fds()
     with pytest.raises(PermissionError, match="f049.txt"):
