@@ -387,6 +387,25 @@ class KubernetesApi:
                          self.core().patch_namespaced_service, name, self.namespace, body,
                          field_manager=FIELD_MANAGER)
 
+    def patch(self, kind: str, name: str, body: Mapping) -> dict:
+        """A JSON merge patch (RFC 7386) of a JobSet or Job, as ``kubectl patch --type merge``
+        sends; the object as patched.
+
+        Raises: JobNotFoundError (no such object); BackendError.
+        """
+        merge = "application/merge-patch+json"
+        namespace = self.namespace
+        if kind == "JobSet":
+            return self.json("patch", kind, name, namespace,
+                             self.custom().patch_namespaced_custom_object, JOBSET_GROUP,
+                             JOBSET_VERSION, namespace, JOBSET_PLURAL, name, body,
+                             field_manager=FIELD_MANAGER, _content_type=merge)
+        if kind == "Job":
+            return self.json("patch", kind, name, namespace, self.batch().patch_namespaced_job,
+                             name, namespace, body, field_manager=FIELD_MANAGER,
+                             _content_type=merge)
+        raise ValueError(f"roxxel-launch patches JobSets and Jobs only, not {kind}")
+
     def get(self, kind: str, name: str) -> dict | None:
         """The object, or None when there is none (or, for a JobSet, no JobSet API)."""
         namespace = self.namespace
