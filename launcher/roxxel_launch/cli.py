@@ -490,14 +490,17 @@ def status(name: str, backend_name: str, as_json: bool, show_workers: bool, name
 @cli.command("list")
 @_backend_option
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
+@click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobState], case_sensitive=False),
+              help="Only jobs in this state (repeatable).")
 @_namespace_option
 @_context_option
-def list_command(backend_name: str, as_json: bool, namespace: str | None, context: str | None) -> None:
+def list_command(backend_name: str, as_json: bool, states: tuple[str, ...], namespace: str | None,
+                 context: str | None) -> None:
     """List the jobs roxxel-launch started."""
     local = backend_name == "local"
     backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
-        jobs = backend.list()
+        jobs = _in_states(backend.list(), states)
     if as_json:
         import json
 
@@ -517,6 +520,12 @@ def list_command(backend_name: str, as_json: bool, namespace: str | None, contex
         else:
             click.echo(f"no local jobs in {root}: local jobs are kept in ./runs/local of the directory "
                        f"they were submitted from, or in ${ROOT_ENV} when it is set", err=True)
+
+
+def _in_states(jobs: list[JobStatus], states: tuple[str, ...]) -> list[JobStatus]:
+    """The jobs in one of ``states`` (JobState values, any case); all of them when none is given."""
+    wanted = {s.lower() for s in states}
+    return [j for j in jobs if not wanted or j.state.value.lower() in wanted]
 
 
 @cli.command()

@@ -68,7 +68,7 @@ def test_every_verb_runs_under_exactly_the_shipped_role(fake, tmp_path):
     fake.plan("lm", "preempt", "succeed")
     run("submit", jobset)
     run("status", "lm")
-    run("list")
+    assert "lm" in run("list", "--state", "running") and "lm" not in run("list", "--state", "Failed")
     fake.log(fake.pods("lm")[0]["metadata"]["name"], "hello")
     run("logs", "lm")
     run("wait", "lm", "--poll", "0.1", code=EXIT_PREEMPTED)

@@ -921,3 +921,40 @@ def test_suspend_refuses_a_kueue_job_and_an_ended_one(server, backend):
     with pytest.raises(JobNotFoundError):
         backend.suspend("other")
     assert server.calls("PATCH") == []
+
+
+# ----------------------------------------------------------------------------- one namespace rule
+
+
+def test_a_job_in_its_specs_namespace_is_found_without_namespace(server, backend):
+    """Submitted into the spec's namespace (ml), not the context's (team-a): status, delete and
+    the rest find it there by a list across namespaces, as kubectl users expect."""
+    submitted(server, make_spec(namespace="ml"))
+    assert backend.status("lm").name == "lm" and backend.namespace == "ml"
+    (search,) = [r for r in server.calls("GET", "jobsets") if r.namespace is None]
+    assert search.query["fieldSelector"] == "metadata.name=lm"
+    backend.delete("lm")
+    assert server.objects == {}
+
+
+def test_a_name_in_two_other_namespaces_is_named_and_nothing_is_guessed(server, backend):
+    submitted(server, make_spec(namespace="ml"))
+    submitted(server, make_spec(namespace="research"))
+    with pytest.raises(BackendError, match=r"namespaces ml, research: choose one with -n/--namespace"):
+        backend.delete("lm")
+    assert server.calls("DELETE") == []
+    searches = len([r for r in server.calls("GET", "jobsets") if r.namespace is None])
+    explicit = K.KubernetesBackend(namespace="research", poll_seconds=0, retry=fast_retry())
+    with pytest.raises(JobNotFoundError):
+        explicit.status("other")
+    assert len([r for r in server.calls("GET", "jobsets") if r.namespace is None]) == searches  # -n: no search
+
+
+def test_without_permission_to_list_across_namespaces_the_error_names_namespace(server, backend):
+    """A namespaced Role (k8s/rbac) cannot list other namespaces: the not-found error stands."""
+    submitted(server, make_spec(namespace="ml"))
+    server.set_role([{"apiGroups": ["jobset.x-k8s.io", "batch"], "resources": ["jobsets", "jobs"],
+                      "verbs": ["get", "list"]}])
+    with pytest.raises(JobNotFoundError, match=r"no job 'lm' .* in namespace team-a or any other namespace "
+                                               r"this account may list.*--namespace"):
+        backend.status("lm")

@@ -76,8 +76,9 @@ TOKEN = "fake-token-for-tests"
 FOLLOW_LIMIT_S = 20.0  # a followed log stream never stays open longer than this
 
 _ROUTES = [
-    ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/([^/]+)/jobsets(?:/([^/]+))?$")),
-    ("jobs", re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")),
+    # No namespace: a list across all namespaces (authorized by the ClusterRole's rules).
+    ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/(?:namespaces/([^/]+)/)?jobsets(?:/([^/]+))?$")),
+    ("jobs", re.compile(r"^/apis/batch/v1/(?:namespaces/([^/]+)/)?jobs(?:/([^/]+))?$")),
     ("services", re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")),
     ("networkpolicies", re.compile(
         r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")),
@@ -467,7 +468,7 @@ class FakeKubernetes:
         kind, _, api_version = _KINDS[request.resource]
         selector = request.query.get("labelSelector")
         items = [copy.deepcopy(o) for (r, n, _), o in sorted(self.objects.items())
-                 if r == request.resource and n == request.namespace
+                 if r == request.resource and request.namespace in (None, n)
                  and _selector_matches(selector, o["metadata"].get("labels") or {})
                  and _field_selector_matches(request.query.get("fieldSelector"), o)]
         return 200, {"kind": f"{kind}List", "apiVersion": api_version,
@@ -947,7 +948,8 @@ class FakeKubernetes:
         self._real.used.add((group, resource, verb))
         if self._real.role is None:
             return None
-        cluster = extra is not None and extra[2] is None  # a cluster-scoped resource
+        cluster = (extra is not None and extra[2] is None  # a cluster-scoped resource
+                   or extra is None and request.namespace is None)  # a list across namespaces
         rules = self._real.cluster_role if cluster else self._real.role
         for rule in rules:
             if (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", [])) and \

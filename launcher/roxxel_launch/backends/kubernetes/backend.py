@@ -163,7 +163,44 @@ class KubernetesBackend(Backend):
 
 
     def _find(self, name: str) -> tuple[str, dict] | None:
-        """("JobSet" | "Job", object) of a roxxel-launch job, or None when there is none."""
+        """("JobSet" | "Job", object) of a roxxel-launch job, or None when there is none.
+
+        Without ``--namespace``, a job that is not in the context's namespace is looked for in
+        every namespace (:meth:`_locate`), as a job submitted into its spec's namespace is."""
+        found = self._find_here(name)
+        if found is None and self._namespace is None:
+            namespace = self._locate(name)
+            if namespace is not None:
+                logger.info("%s: found in namespace %s", name, namespace)
+                self.api.use_namespace(namespace)
+                found = self._find_here(name)
+        return found
+
+    def _locate(self, name: str) -> str | None:
+        """The one other namespace holding roxxel-launch job ``name``, from a list of JobSets and
+        Jobs across namespaces; None when there is none, or when listing across namespaces is
+        not allowed (a namespaced Role: the caller's not-found error stands and names -n).
+
+        Raises: BackendError naming the namespaces when several hold a job of that name."""
+        selector, fields = f"{MANAGED_BY_LABEL}={MANAGED_BY}", f"metadata.name={name}"
+        namespaces: set[str] = set()
+        for kind in ("JobSet", "Job"):
+            try:
+                items = self.api.list_all_namespaces(kind, selector, fields)
+            except BackendError as err:
+                if getattr(err.__cause__, "status", None) not in (403, 404):
+                    raise
+                logger.info("cannot list %ss across namespaces (%s)", kind, err)
+                continue
+            namespaces |= {(o.get("metadata") or {}).get("namespace") or "" for o in items
+                           if JOBSET_NAME_LABEL not in ((o.get("metadata") or {}).get("labels") or {})}
+        namespaces.discard(self.namespace)
+        if len(namespaces) > 1:
+            raise BackendError(f"jobs named {name!r} exist in namespaces {', '.join(sorted(namespaces))}: "
+                               "choose one with -n/--namespace")
+        return next(iter(namespaces), None)
+
+    def _find_here(self, name: str) -> tuple[str, dict] | None:
         for kind in ("JobSet", "Job"):
             obj = self.api.get(kind, name)
             if obj is None:
@@ -188,8 +225,9 @@ class KubernetesBackend(Backend):
         found = self._find(name)
         if found is None:
             raise JobNotFoundError(
-                f"no job {name!r} (JobSet or Job) in namespace {self.namespace}. Check the name "
-                "(roxxel-launch list) and the namespace (--namespace).")
+                f"no job {name!r} (JobSet or Job) in namespace {self.namespace}"
+                + ("" if self._namespace is not None else " or any other namespace this account may list")
+                + ". Check the name (roxxel-launch list -A) and the namespace (--namespace).")
         return found
 
     def _pods(self, kind: str, name: str) -> list[dict]:
