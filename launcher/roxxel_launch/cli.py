@@ -3,7 +3,8 @@
 Only click is imported at module level so that ``roxxel-launch --help`` starts fast; each
 command imports what it needs (YAML, jinja2, schemas, the kubernetes client).
 
-Job commands (``submit``, ``status``, ``logs``, ``list``, ``delete``, ``resume``, ``wait``)
+Job commands (``submit``, ``status``, ``logs``, ``list``, ``delete``, ``suspend``, ``resume``,
+``wait``)
 talk to a backend chosen by name with ``--backend`` (:data:`BACKENDS`): ``kubernetes``, the
 cluster of the current kubeconfig context, by default
 (``roxxel_launch.backends.kubernetes``, imported only then), or ``local``, this machine
@@ -489,14 +490,17 @@ def status(name: str, backend_name: str, as_json: bool, show_workers: bool, name
 @cli.command("list")
 @_backend_option
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
+@click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobState], case_sensitive=False),
+              help="Only jobs in this state (repeatable).")
 @_namespace_option
 @_context_option
-def list_command(backend_name: str, as_json: bool, namespace: str | None, context: str | None) -> None:
+def list_command(backend_name: str, as_json: bool, states: tuple[str, ...], namespace: str | None,
+                 context: str | None) -> None:
     """List the jobs roxxel-launch started."""
     local = backend_name == "local"
     backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
-        jobs = backend.list()
+        jobs = _in_states(backend.list(), states)
     if as_json:
         import json
 
@@ -516,6 +520,12 @@ def list_command(backend_name: str, as_json: bool, namespace: str | None, contex
         else:
             click.echo(f"no local jobs in {root}: local jobs are kept in ./runs/local of the directory "
                        f"they were submitted from, or in ${ROOT_ENV} when it is set", err=True)
+
+
+def _in_states(jobs: list[JobStatus], states: tuple[str, ...]) -> list[JobStatus]:
+    """The jobs in one of ``states`` (JobState values, any case); all of them when none is given."""
+    wanted = {s.lower() for s in states}
+    return [j for j in jobs if not wanted or j.state.value.lower() in wanted]
 
 
 @cli.command()
@@ -568,11 +578,36 @@ def _duration_seconds(text: str) -> int:
 @_namespace_option
 @_context_option
 def delete(name: str, backend_name: str, namespace: str | None, context: str | None) -> None:
-    """Stop a job and remove it (a local run's directory goes too, logs included)."""
+    """Stop a job and remove it (a local run's directory goes too, logs included).
+
+    This removes what `resume` needs (the stored spec, the job's object or run directory);
+    the checkpoints stay. `suspend` stops a job and keeps it resumable.
+    """
     backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
         backend.delete(name)
     click.echo(f"deleted {name}")
+    click.echo(f"roxxel-launch: {name}'s stored spec went with it, so `resume` cannot continue it; submit its spec "
+               "again to go on from its checkpoints (`roxxel-launch suspend` stops a job and keeps it)", err=True)
+
+
+@cli.command()
+@click.argument("name")
+@_backend_option
+@_namespace_option
+@_context_option
+def suspend(name: str, backend_name: str, namespace: str | None, context: str | None) -> None:
+    """Stop a job's workers and keep the job: `roxxel-launch resume NAME` starts it again.
+
+    On Kubernetes this sets the JobSet's (or Job's) spec.suspend: the controllers delete the
+    pods, each worker gets SIGTERM and its grace period to checkpoint, and the object with
+    its stored spec stays (a job with a Kueue queue is stopped through its Workload instead).
+    With --local the supervisor is stopped as by Ctrl-C and the run directory stays.
+    """
+    backend = _backend(backend_name, namespace=namespace, context=context)
+    with _backend_errors():
+        job = backend.suspend(name)
+    click.echo(f"suspended {name}: state {job.state.value}; `roxxel-launch resume {name}` continues it")
 
 
 _poll_option = click.option("--poll", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
@@ -604,10 +639,11 @@ _poll_option = click.option("--poll", type=click.FloatRange(min=0.1), default=2.
 def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until_done: bool,
            max_resumes: int, spec_path: str | None, overrides: tuple[str, ...], poll: float,
            namespace: str | None, context: str | None) -> None:
-    """Start a preempted, failed or evicted job again; it continues from its last checkpoint.
+    """Start a suspended, preempted, failed or evicted job again; it continues from its last checkpoint.
 
-    The job is re-created from the spec it was submitted with: same name, run name and
-    checkpoint_dir, so training restores its last checkpoint. After editing the YAML, give
+    A job stopped by `roxxel-launch suspend` (on Kubernetes: spec.suspend set, no Kueue
+    queue) is un-suspended in place. Any other is re-created from the spec it was submitted
+    with: same name, run name and checkpoint_dir, so training restores its last checkpoint. After editing the YAML, give
     it with --spec FILE: resume then runs the fixed spec (name, run_name, checkpoint_dir and
     workload must stay; another one is a new run: delete the job and submit it).
 

@@ -68,7 +68,7 @@ def test_every_verb_runs_under_exactly_the_shipped_role(fake, tmp_path):
     fake.plan("lm", "preempt", "succeed")
     run("submit", jobset)
     run("status", "lm")
-    run("list")
+    assert "lm" in run("list", "--state", "running") and "lm" not in run("list", "--state", "Failed")
     fake.log(fake.pods("lm")[0]["metadata"]["name"], "hello")
     run("logs", "lm")
     run("wait", "lm", "--poll", "0.1", code=EXIT_PREEMPTED)
@@ -82,6 +82,14 @@ def test_every_verb_runs_under_exactly_the_shipped_role(fake, tmp_path):
     assert fake.get("services", "ix")["metadata"]["ownerReferences"]
     run("wait", "ix", "--poll", "0.1")
     run("delete", "ix")
+    for workload in ("jobset", "indexed-job"):  # suspend / resume: jobs without a Kueue queue
+        plain = tmp_path / f"{workload}.yaml"
+        unqueued = {k: v for k, v in SPEC.items() if k not in ("queue", "workload_priority_class")}
+        plain.write_text(yaml.safe_dump({**unqueued, "name": "plain", "num_slices": 1, "workload": workload}))
+        run("submit", plain)
+        assert "suspended plain: state Suspended" in run("suspend", "plain")
+        assert "resumed plain: state Running" in run("resume", "plain")
+        assert "`resume` cannot continue it" in run("delete", "plain")  # says what it removes
     assert fake.objects == {}
     used = fake.rbac_used
     granted = {(g, r, v) for rule in role + cluster for g in rule["apiGroups"]

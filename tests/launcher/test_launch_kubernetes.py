@@ -862,8 +862,100 @@ def test_resume_leaves_a_job_suspended_by_kueue_to_kueue(server, backend):
     assert server.calls("DELETE") == [] and server.calls("POST") == []
 
 
-def test_resume_re_creates_a_suspended_job_without_a_queue(server, backend):
-    obj = _jobset(server, suspend=True)
+def test_resume_un_suspends_a_suspended_job_without_a_queue_in_place(server, backend):
+    """spec.suspend set by kubectl or `suspend`: the same object resumes (its restarts and
+    stored spec stay); under a fixed spec it is re-created instead."""
+    import dataclasses
+
+    obj = _jobset(server, suspend=True, status={"restarts": 3})
     del obj["metadata"]["labels"][R.QUEUE_LABEL]
-    backend.resume("lm")
+    status = backend.resume("lm")
+    assert server.calls("DELETE") == [] and server.calls("POST") == []
+    (patch,) = server.calls("PATCH")
+    assert patch.body == {"spec": {"suspend": False}}
+    assert status.state is JobState.RUNNING and status.restarts == 3  # the simulated pods start at once
+    pods = server.pods("lm")
+    assert len(pods) == 8 and {p["metadata"]["labels"][K.RESTART_ATTEMPT_KEY] for p in pods} == {"3"}
+    stored(server, "jobsets", "lm")["spec"]["suspend"] = True
+    spec = dataclasses.replace(SPECS["tpu-v5p-2-slices"], queue=None)
+    backend.resume("lm", new_spec=dataclasses.replace(spec, image=spec.image + "-fixed"))
     assert len(server.calls("DELETE")) == 1 and len(server.calls("POST")) == 2
+
+
+# ----------------------------------------------------------------------------- suspend
+
+
+@pytest.mark.parametrize("case,resource", [("cpu-jobset", "jobsets"), ("indexed-job", "jobs")])
+def test_suspend_stops_the_pods_and_keeps_the_job_for_resume(case, resource, server, backend):
+    """`suspend` patches spec.suspend (a JSON merge patch); the controllers delete the pods,
+    the object and its stored spec stay, and `resume` clears the flag: the pods come back in
+    the same object, nothing deleted or re-created."""
+    spec = SPECS[case]
+    backend.submit(spec)
+    assert backend.status("lm").state is JobState.RUNNING
+    status = backend.suspend("lm")
+    (patch,) = server.calls("PATCH", resource)
+    assert (patch.resource, patch.content_type, patch.body) == (
+        resource, "application/merge-patch+json", {"spec": {"suspend": True}})
+    assert status.state is JobState.SUSPENDED and "roxxel-launch resume" in status.message
+    assert server.pods("lm") == []
+    obj = stored(server, resource, "lm")
+    assert obj["metadata"]["annotations"][R.SPEC_ANNOTATION]
+    assert backend.suspend("lm").state is JobState.SUSPENDED  # again: nothing more sent
+    assert len(server.calls("PATCH", resource)) == 1
+    status = backend.resume("lm")
+    assert server.calls("DELETE") == [] and len(server.calls("POST")) == 2 * len(R.render(spec).objects)
+    assert len(server.pods("lm")) == spec.num_processes
+    assert backend.status("lm").state is JobState.RUNNING
+    assert stored(server, resource, "lm")["metadata"]["uid"] == obj["metadata"]["uid"]
+
+
+def test_suspend_refuses_a_kueue_job_and_an_ended_one(server, backend):
+    _jobset(server, status={"restarts": 0})
+    with pytest.raises(BackendError, match=r"queued by Kueue.*kueue.x-k8s.io/job-uid=.*active.*false"):
+        backend.suspend("lm")
+    obj = stored(server, "jobsets", "lm")
+    del obj["metadata"]["labels"][R.QUEUE_LABEL]
+    obj["status"] = {"terminalState": "Completed"}
+    with pytest.raises(BackendError, match="has ended .*Succeeded.*nothing to suspend"):
+        backend.suspend("lm")
+    with pytest.raises(JobNotFoundError):
+        backend.suspend("other")
+    assert server.calls("PATCH") == []
+
+
+# ----------------------------------------------------------------------------- one namespace rule
+
+
+def test_a_job_in_its_specs_namespace_is_found_without_namespace(server, backend):
+    """Submitted into the spec's namespace (ml), not the context's (team-a): status, delete and
+    the rest find it there by a list across namespaces, as kubectl users expect."""
+    submitted(server, make_spec(namespace="ml"))
+    assert backend.status("lm").name == "lm" and backend.namespace == "ml"
+    (search,) = [r for r in server.calls("GET", "jobsets") if r.namespace is None]
+    assert search.query["fieldSelector"] == "metadata.name=lm"
+    backend.delete("lm")
+    assert server.objects == {}
+
+
+def test_a_name_in_two_other_namespaces_is_named_and_nothing_is_guessed(server, backend):
+    submitted(server, make_spec(namespace="ml"))
+    submitted(server, make_spec(namespace="research"))
+    with pytest.raises(BackendError, match=r"namespaces ml, research: choose one with -n/--namespace"):
+        backend.delete("lm")
+    assert server.calls("DELETE") == []
+    searches = len([r for r in server.calls("GET", "jobsets") if r.namespace is None])
+    explicit = K.KubernetesBackend(namespace="research", poll_seconds=0, retry=fast_retry())
+    with pytest.raises(JobNotFoundError):
+        explicit.status("other")
+    assert len([r for r in server.calls("GET", "jobsets") if r.namespace is None]) == searches  # -n: no search
+
+
+def test_without_permission_to_list_across_namespaces_the_error_names_namespace(server, backend):
+    """A namespaced Role (k8s/rbac) cannot list other namespaces: the not-found error stands."""
+    submitted(server, make_spec(namespace="ml"))
+    server.set_role([{"apiGroups": ["jobset.x-k8s.io", "batch"], "resources": ["jobsets", "jobs"],
+                      "verbs": ["get", "list"]}])
+    with pytest.raises(JobNotFoundError, match=r"no job 'lm' .* in namespace team-a or any other namespace "
+                                               r"this account may list.*--namespace"):
+        backend.status("lm")

@@ -574,3 +574,29 @@ def test_a_renamed_job_on_another_runs_checkpoints_is_refused_and_restore_from_b
     assert json.loads((tmp_path / "b-ckpt" / "roxxel_run.json").read_text())["run"] == "b"
     assert (tmp_path / "b-ckpt" / "2").is_dir()
     assert sorted((str(p), p.stat().st_mtime_ns) for p in lm_dir.rglob("*") if p.is_file()) == before
+
+
+@pytest.mark.slow
+def test_suspend_stops_a_local_job_and_keeps_it_for_resume(tmp_path, root):
+    """`suspend --local` stops the workers as Ctrl-C does and keeps the run directory (its
+    stored spec): `resume` starts the job again, where `delete` would have removed it."""
+    name = "pausejob"
+    spec = _program_spec(tmp_path, name, 2, "wait")
+    assert _cli(root, "submit", "--local", "--detach", spec, cwd=tmp_path).returncode == 0
+    _wait_for(lambda: len(_program_pids(tmp_path)) == 2, 30, "the detached workers")
+    status = _status(root, name)
+    pids = set(status["pids"]) | _program_pids(tmp_path) | {status["supervisor_pid"]}
+    result = _cli(root, "suspend", name, "--local")
+    assert result.returncode == 0, result.stderr
+    assert f"`roxxel-launch resume {name}` continues it" in result.stdout
+    _assert_all_gone(pids)
+    assert (root / name / "spec.json").is_file() and _status(root, name)["reason"] == "stopped_by_user"
+    again = _cli(root, "suspend", name, "--local")
+    assert again.returncode == 1 and "nothing to suspend" in again.stderr
+    for pid_file in (tmp_path / "ckpt").glob("pid-*"):
+        pid_file.unlink()
+    assert _cli(root, "resume", name, "--local", "--detach").returncode == 0
+    _wait_for(lambda: len(_program_pids(tmp_path)) == 2, 30, "the resumed workers")
+    pids = set(_status(root, name)["pids"]) | _program_pids(tmp_path)
+    assert _cli(root, "delete", name, "--local").returncode == 0
+    _assert_all_gone(pids)

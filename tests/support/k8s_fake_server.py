@@ -76,8 +76,9 @@ TOKEN = "fake-token-for-tests"
 FOLLOW_LIMIT_S = 20.0  # a followed log stream never stays open longer than this
 
 _ROUTES = [
-    ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/([^/]+)/jobsets(?:/([^/]+))?$")),
-    ("jobs", re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")),
+    # No namespace: a list across all namespaces (authorized by the ClusterRole's rules).
+    ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/(?:namespaces/([^/]+)/)?jobsets(?:/([^/]+))?$")),
+    ("jobs", re.compile(r"^/apis/batch/v1/(?:namespaces/([^/]+)/)?jobs(?:/([^/]+))?$")),
     ("services", re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")),
     ("networkpolicies", re.compile(
         r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")),
@@ -467,7 +468,7 @@ class FakeKubernetes:
         kind, _, api_version = _KINDS[request.resource]
         selector = request.query.get("labelSelector")
         items = [copy.deepcopy(o) for (r, n, _), o in sorted(self.objects.items())
-                 if r == request.resource and n == request.namespace
+                 if r == request.resource and request.namespace in (None, n)
                  and _selector_matches(selector, o["metadata"].get("labels") or {})
                  and _field_selector_matches(request.query.get("fieldSelector"), o)]
         return 200, {"kind": f"{kind}List", "apiVersion": api_version,
@@ -951,7 +952,8 @@ class FakeKubernetes:
         self._real.used.add((group, resource, verb))
         if self._real.role is None:
             return None
-        cluster = extra is not None and extra[2] is None  # a cluster-scoped resource
+        cluster = (extra is not None and extra[2] is None  # a cluster-scoped resource
+                   or extra is None and request.namespace is None)  # a list across namespaces
         rules = self._real.cluster_role if cluster else self._real.role
         for rule in rules:
             if (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", [])) and \
@@ -1319,8 +1321,47 @@ class FakeKubernetes:
             return 200, result
         self._touch(result)
         self.objects[key] = result
+        if request.resource in ("jobsets", "jobs") and \
+                bool(current["spec"].get("suspend")) != bool(result["spec"].get("suspend")):
+            self._suspension(key, bool(result["spec"].get("suspend")))
         self._lock.notify_all()
         return 200, copy.deepcopy(result)
+
+    def _suspension(self, key: tuple[str, str, str], suspended: bool) -> None:
+        """A change of ``spec.suspend``, as the controllers follow it. The JobSet controller
+        suspends (or resumes) every child Job ("Suspend suspends all running child Jobs when
+        set to true", jobset.x-k8s.io/v1alpha2 JobSetSpec; its condition type ``Suspended``,
+        reasons ``SuspendedTrue`` / ``ResumeJobs``), and the Job controller deletes a
+        suspended Job's active pods without counting them as failures, and creates them again
+        on resume (https://kubernetes.io/docs/concepts/workloads/controllers/job/#suspending-a-job;
+        condition ``Suspended``, reasons ``JobSuspended`` / ``JobResumed``). A JobSet's new
+        pods keep its restart attempt."""
+        resource, ns, name = key
+        obj = self.objects[key]
+        reasons = {("jobsets", True): ("SuspendedTrue", "jobset is suspended"),
+                   ("jobsets", False): ("ResumeJobs", "jobset is resumed"),
+                   ("jobs", True): ("JobSuspended", "Job suspended"),
+                   ("jobs", False): ("JobResumed", "Job resumed")}
+        reason, message = reasons[(resource, suspended)]
+        status = obj.setdefault("status", {})
+        status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Suspended"] + [
+            {"type": "Suspended", "status": str(suspended), "reason": reason, "message": message,
+             "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+        self._scripts.pop(key, None)  # a planned outcome applies to running pods
+        owner_label = JOBSET_NAME if resource == "jobsets" else "job-name"
+        for pod_key in [k for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
+                        and o["metadata"]["labels"].get(owner_label) == name]:
+            del self.objects[pod_key]
+            self._log_ended.add(pod_key[2])
+        if suspended:
+            return
+        self._start_pods(resource, obj)
+        attempt = str(status.get("restarts") or 0)
+        for pod in (o for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
+                    and o["metadata"]["labels"].get(owner_label) == name):
+            if RESTART_ATTEMPT in pod["metadata"]["labels"]:
+                pod["metadata"]["labels"][RESTART_ATTEMPT] = attempt
+                pod["metadata"]["annotations"][RESTART_ATTEMPT] = attempt
 
     def settle(self, resource: str, name: str, outcome: str, *, namespace: str | None = None) -> None:
         """End job ``name`` (a ``jobsets`` or ``jobs`` object, in ``namespace`` or this fake's)

@@ -1,4 +1,4 @@
-"""What every backend offers: submit, status, details, logs, list, delete, resume, wait.
+"""What every backend offers: submit, status, details, logs, list, delete, suspend, resume, wait.
 
 The CLI (``roxxel-launch``) talks to backends only through :class:`Backend`, so the local
 backend and the Kubernetes backend are interchangeable and follow the same contract:
@@ -239,6 +239,21 @@ class Backend(abc.ABC):
             JobNotFoundError: no job and no ``spec``.
             BackendError: the job is still running or has succeeded.
         """
+
+    def suspend(self, name: str) -> JobStatus:
+        """Stop a job's workers and keep everything ``resume`` needs (its object or run
+        directory, its stored spec); ``resume`` starts it again from its last checkpoint.
+
+        The workers get SIGTERM and their grace period, as for a preemption, so a worker that
+        saves a checkpoint on SIGTERM loses no step. Returns the status after the request.
+
+        Raises:
+            JobNotFoundError: no job of that name.
+            BackendError: the job has ended, or the backend cannot suspend it (the message
+                says what to do instead).
+        """
+        raise BackendError(f"this backend cannot suspend {name}; delete it and submit its spec "
+                           "again to continue from its checkpoints")
 
     def details(self, name: str) -> JobDetails | None:
         """Status plus conditions and worker pods, where the backend has them (Kubernetes);

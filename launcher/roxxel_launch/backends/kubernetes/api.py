@@ -391,6 +391,25 @@ class KubernetesApi:
                          self.core().patch_namespaced_service, name, self.namespace, body,
                          field_manager=FIELD_MANAGER)
 
+    def patch(self, kind: str, name: str, body: Mapping) -> dict:
+        """A JSON merge patch (RFC 7386) of a JobSet or Job, as ``kubectl patch --type merge``
+        sends; the object as patched.
+
+        Raises: JobNotFoundError (no such object); BackendError.
+        """
+        merge = "application/merge-patch+json"
+        namespace = self.namespace
+        if kind == "JobSet":
+            return self.json("patch", kind, name, namespace,
+                             self.custom().patch_namespaced_custom_object, JOBSET_GROUP,
+                             JOBSET_VERSION, namespace, JOBSET_PLURAL, name, body,
+                             field_manager=FIELD_MANAGER, _content_type=merge)
+        if kind == "Job":
+            return self.json("patch", kind, name, namespace, self.batch().patch_namespaced_job,
+                             name, namespace, body, field_manager=FIELD_MANAGER,
+                             _content_type=merge)
+        raise ValueError(f"roxxel-launch patches JobSets and Jobs only, not {kind}")
+
     def get(self, kind: str, name: str) -> dict | None:
         """The object, or None when there is none (or, for a JobSet, no JobSet API)."""
         namespace = self.namespace
@@ -453,6 +472,27 @@ class KubernetesApi:
                 logger.info("the list of %ss expired between two pages; listing again", kind)
         raise BackendError(f"the list of {kind}s in namespace {namespace} kept expiring between "
                            f"pages (410 Gone); retry.")
+
+    def list_all_namespaces(self, kind: str, selector: str, field_selector: str | None = None) -> builtins.list[dict]:
+        """Every JobSet or Job matching ``selector`` in every namespace (one request each, no
+        pages: roxxel-launch's own jobs are few); needs ``list`` on them cluster-wide.
+
+        Raises: BackendError (403 without that permission)."""
+        options: dict[str, Any] = {"label_selector": selector}
+        if field_selector:
+            options["field_selector"] = field_selector
+        if kind == "JobSet":
+            data = self.json("list", kind, None, "(all)", self.custom().list_cluster_custom_object,
+                             JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, **options)
+        elif kind == "Job":
+            data = self.json("list", kind, None, "(all)", self.batch().list_job_for_all_namespaces, **options)
+        else:
+            raise ValueError(f"roxxel-launch lists JobSets and Jobs across namespaces, not {kind}")
+        return list(data.get("items") or [])
+
+    def use_namespace(self, namespace: str) -> None:
+        """Work in ``namespace`` from now on (where a job was found)."""
+        self._namespace = namespace
 
     def _list_call(self, kind: str) -> tuple[Callable, tuple]:
         namespace = self.namespace

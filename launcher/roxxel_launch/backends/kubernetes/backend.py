@@ -25,9 +25,12 @@ What each operation does on the cluster:
 * ``delete``: foreground propagation (the object goes only after its Jobs and pods), and
   the objects created alongside it: the headless Service of an indexed job and the job's
   NetworkPolicy (both carry the job's name and the managed-by label).
-* ``resume``: re-creates a stopped job from the spec stored in its ``roxxel.dev/spec``
-  annotation, under the same run name and checkpoint_dir, so training restores its last
-  checkpoint; a job suspended by Kueue is left to Kueue.
+* ``suspend``: sets the object's ``spec.suspend`` (the controllers delete its pods; the
+  object and its stored spec stay).
+* ``resume``: clears ``spec.suspend`` of a job suspended that way; re-creates any other
+  stopped job from the spec stored in its ``roxxel.dev/spec`` annotation, under the same run
+  name and checkpoint_dir, so training restores its last checkpoint; a job suspended by
+  Kueue is left to Kueue.
 """
 
 from __future__ import annotations
@@ -160,7 +163,44 @@ class KubernetesBackend(Backend):
 
 
     def _find(self, name: str) -> tuple[str, dict] | None:
-        """("JobSet" | "Job", object) of a roxxel-launch job, or None when there is none."""
+        """("JobSet" | "Job", object) of a roxxel-launch job, or None when there is none.
+
+        Without ``--namespace``, a job that is not in the context's namespace is looked for in
+        every namespace (:meth:`_locate`), as a job submitted into its spec's namespace is."""
+        found = self._find_here(name)
+        if found is None and self._namespace is None:
+            namespace = self._locate(name)
+            if namespace is not None:
+                logger.info("%s: found in namespace %s", name, namespace)
+                self.api.use_namespace(namespace)
+                found = self._find_here(name)
+        return found
+
+    def _locate(self, name: str) -> str | None:
+        """The one other namespace holding roxxel-launch job ``name``, from a list of JobSets and
+        Jobs across namespaces; None when there is none, or when listing across namespaces is
+        not allowed (a namespaced Role: the caller's not-found error stands and names -n).
+
+        Raises: BackendError naming the namespaces when several hold a job of that name."""
+        selector, fields = f"{MANAGED_BY_LABEL}={MANAGED_BY}", f"metadata.name={name}"
+        namespaces: set[str] = set()
+        for kind in ("JobSet", "Job"):
+            try:
+                items = self.api.list_all_namespaces(kind, selector, fields)
+            except BackendError as err:
+                if getattr(err.__cause__, "status", None) not in (403, 404):
+                    raise
+                logger.info("cannot list %ss across namespaces (%s)", kind, err)
+                continue
+            namespaces |= {(o.get("metadata") or {}).get("namespace") or "" for o in items
+                           if JOBSET_NAME_LABEL not in ((o.get("metadata") or {}).get("labels") or {})}
+        namespaces.discard(self.namespace)
+        if len(namespaces) > 1:
+            raise BackendError(f"jobs named {name!r} exist in namespaces {', '.join(sorted(namespaces))}: "
+                               "choose one with -n/--namespace")
+        return next(iter(namespaces), None)
+
+    def _find_here(self, name: str) -> tuple[str, dict] | None:
         for kind in ("JobSet", "Job"):
             obj = self.api.get(kind, name)
             if obj is None:
@@ -185,8 +225,9 @@ class KubernetesBackend(Backend):
         found = self._find(name)
         if found is None:
             raise JobNotFoundError(
-                f"no job {name!r} (JobSet or Job) in namespace {self.namespace}. Check the name "
-                "(roxxel-launch list) and the namespace (--namespace).")
+                f"no job {name!r} (JobSet or Job) in namespace {self.namespace}"
+                + ("" if self._namespace is not None else " or any other namespace this account may list")
+                + ". Check the name (roxxel-launch list -A) and the namespace (--namespace).")
         return found
 
     def _pods(self, kind: str, name: str) -> list[dict]:
@@ -418,6 +459,44 @@ class KubernetesBackend(Backend):
         if wait:
             self._wait_gone(kind, name, obj, companions)
 
+    def suspend(self, name: str) -> JobStatus:
+        """Sets the job's ``spec.suspend`` by a merge patch; the object, its stored spec and its
+        status stay, and :meth:`resume` clears the flag again.
+
+        What the controllers then do: the JobSet controller suspends every child Job ("Suspend
+        suspends all running child Jobs when set to true", the JobSet API,
+        https://jobset.sigs.k8s.io/docs/reference/jobset.v1alpha2/), and the Job controller
+        deletes a suspended Job's active pods, which get SIGTERM and their grace period; pods
+        ended by a suspension do not count as failures, and resuming creates them again
+        (https://kubernetes.io/docs/concepts/workloads/controllers/job/#suspending-a-job).
+        A worker that checkpoints on SIGTERM therefore loses no step.
+
+        Raises:
+            JobNotFoundError: no such job.
+            BackendError: the job has ended, or it has a Kueue queue: Kueue owns its
+                ``spec.suspend`` (it un-suspends what it admitted) and stops a job through its
+                Workload's ``spec.active`` instead
+                (https://kueue.sigs.k8s.io/docs/concepts/workload/#active).
+        """
+        kind, obj = self._require(name)
+        current = status_of(kind, obj, self._pods(kind, name))
+        if current.state.terminal:
+            raise BackendError(f"{name} has ended ({current.state.value}); there is nothing to suspend "
+                               f"(resume continues a preempted or failed job: roxxel-launch resume {name})")
+        if kueue_holds(obj):
+            uid = (obj.get("metadata") or {}).get("uid")
+            raise BackendError(
+                f"{kind} {self.namespace}/{name} is queued by Kueue, which owns its spec.suspend and "
+                f"would un-suspend it; stop it through its Workload instead: kubectl patch workload -n "
+                f"{self.namespace} $(kubectl get workloads -n {self.namespace} -l kueue.x-k8s.io/job-uid={uid} "
+                "-o name) --type merge -p '{\"spec\":{\"active\":false}}'")
+        if (obj.get("spec") or {}).get("suspend"):
+            logger.info("%s %s/%s is suspended already", kind, self.namespace, name)
+            return current
+        patched = self.api.patch(kind, name, {"spec": {"suspend": True}})
+        logger.info("suspended %s %s/%s", kind, self.namespace, name)
+        return status_of(kind, patched, self._pods(kind, name))
+
     def _companions(self, kind: str, name: str) -> builtins.list[str]:  # `list` is a method here
         """Kinds of the objects created alongside the job that go with it: an indexed job's
         headless Service, and the NetworkPolicy of either kind (same name, our label)."""
@@ -494,6 +573,10 @@ class KubernetesBackend(Backend):
         object is deleted (foreground) and gone before the new one is created. A job that
         was deleted already can be resumed only with ``spec``.
 
+        A job whose ``spec.suspend`` is set and has no Kueue queue (``roxxel-launch suspend``,
+        or kubectl) is resumed in place: the flag is cleared (a merge patch), so the same object
+        starts its pods again; with ``new_spec`` it is re-created under that spec instead.
+
         Resumes Failed, Preempted and Suspended jobs. A job suspended by Kueue (queued, or
         evicted and requeued) is left to Kueue, which re-admits it in its turn: re-creating
         it would send it to the back of the queue and fight Kueue's own requeue. Its status
@@ -523,12 +606,19 @@ class KubernetesBackend(Backend):
                                               JobState.RESTARTING):
             raise BackendError(
                 f"{name} is {current.state.value} ({current.message}); resume only restarts a "
-                f"stopped job. Wait for it to finish (roxxel-launch wait {name}) or delete it "
-                f"first (roxxel-launch delete {name}).")
+                f"stopped job. Wait for it to finish (roxxel-launch wait {name}), suspend it "
+                f"(roxxel-launch suspend {name}) or delete it first (roxxel-launch delete {name}).")
         if not deleting and current.state is JobState.SUSPENDED and kueue_holds(obj):
             logger.info("%s is suspended by Kueue; leaving it to Kueue to re-admit", name)
             return dataclasses.replace(current, message=(
                 f"{current.message}; left to Kueue, which re-admits it (not re-created)"))
+        if not deleting and current.state is JobState.SUSPENDED and new_spec is None and \
+                (obj.get("spec") or {}).get("suspend"):
+            # Suspended by `roxxel-launch suspend` or kubectl: clearing the flag restarts its
+            # pods in the same object (the controllers' resume, see suspend()).
+            patched = self.api.patch(kind, name, {"spec": {"suspend": False}})
+            logger.info("resumed %s %s/%s (spec.suspend: false)", kind, self.namespace, name)
+            return status_of(kind, patched, self._pods(kind, name))
         if not deleting and current.state is JobState.SUCCEEDED:
             raise BackendError(
                 f"{name} succeeded; there is nothing to resume. To run it again, delete it "

@@ -458,19 +458,10 @@ class LocalBackend(Backend):
                 out.append(self.status(entry.name))
         return out
 
-    def delete(self, name: str, *, wait: bool = False) -> None:
-        """Stop the job if it runs, then remove its run directory (logs included).
-
-        A running supervisor gets SIGTERM and stops its workers as for Ctrl-C; if it has not
-        ended after ``options.stop_timeout`` seconds (default: the grace period + 30), it and
-        every worker process group recorded in ``status.json`` are SIGKILLed. Always returns
-        once the processes and the run directory are gone, so ``wait`` changes nothing here.
-
-        Raises:
-            JobNotFoundError: no local job of that name.
-            OSError: the run directory cannot be removed.
-        """
-        run_dir = self._existing(name)
+    def _stop(self, name: str, run_dir: Path) -> None:
+        """SIGTERM to a running supervisor (it stops its workers as for Ctrl-C); SIGKILL to it
+        when it has not ended after ``options.stop_timeout`` seconds (default: the grace
+        period + 30)."""
         data = read_json(run_dir / STATUS_FILE)
         lock = run_dir / LOCK_FILE
         supervisor = data.get("supervisor_pid")
@@ -490,6 +481,21 @@ class LocalBackend(Backend):
                                name, supervisor, timeout)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(supervisor, signal.SIGKILL)
+
+    def delete(self, name: str, *, wait: bool = False) -> None:
+        """Stop the job if it runs, then remove its run directory (logs included).
+
+        A running supervisor gets SIGTERM and stops its workers as for Ctrl-C; if it has not
+        ended after ``options.stop_timeout`` seconds (default: the grace period + 30), it and
+        every worker process group recorded in ``status.json`` are SIGKILLed. Always returns
+        once the processes and the run directory are gone, so ``wait`` changes nothing here.
+
+        Raises:
+            JobNotFoundError: no local job of that name.
+            OSError: the run directory cannot be removed.
+        """
+        run_dir = self._existing(name)
+        self._stop(name, run_dir)
         # Workers of a supervisor that was killed: they may still run.
         runtime = runtime_for(read_json(run_dir / LAUNCH_FILE).get("runtime"), run_dir)
         for pid in read_json(run_dir / STATUS_FILE).get("pids", []):
@@ -504,6 +510,23 @@ class LocalBackend(Backend):
                 netns.cleanup_stale()  # the namespaces a killed supervisor left
         shutil.rmtree(run_dir)
         logger.info("deleted local job %s (%s)", name, run_dir)
+
+    def suspend(self, name: str) -> JobStatus:
+        """Stop a running job as Ctrl-C does (SIGTERM to its supervisor, which gives its workers
+        the grace period to checkpoint) and keep its run directory: it ends Preempted (stopped
+        by the user) and ``resume`` continues it.
+
+        Raises:
+            JobNotFoundError: no local job of that name.
+            BackendError: the job is not running.
+        """
+        run_dir = self._existing(name)
+        status = self.status(name)
+        if not _running(status.state, run_dir):
+            raise BackendError(f"local job {name!r} is {status.state.value.lower()}, not running; there is "
+                               f"nothing to suspend (resume it: roxxel-launch resume {name} --local)")
+        self._stop(name, run_dir)
+        return self.status(name)
 
     def resume(self, name: str, *, spec=None, new_spec=None) -> JobStatus:
         """Run a preempted or failed job again from ``spec.json`` and ``launch.json``; the
