@@ -68,6 +68,7 @@ def test_every_verb_runs_under_exactly_the_shipped_role(fake, tmp_path):
     fake.plan("lm", "preempt", "succeed")
     run("submit", jobset)
     run("status", "lm")
+    run("status", "lm", "--events")
     run("list")
     fake.log(fake.pods("lm")[0]["metadata"]["name"], "hello")
     run("logs", "lm")
