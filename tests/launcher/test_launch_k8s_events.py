@@ -181,3 +181,19 @@ def test_merge_puts_warnings_first_then_the_newest():
     assert [e.reason for e in merged] == ["BackOff", "FailedScheduling", "FailedMount", "Scheduled"]
     assert merged[0].count == 7
     assert [e.reason for e in E.merge([event("Normal", "Scheduled", "x")], warnings_only=True)] == []
+
+
+def test_queue_state_names_the_admission_checks_not_ready():
+    from roxxel_launch.backends.kubernetes.status import queue_state
+
+    workload = {"status": {"conditions": [
+        {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "ok"},
+        {"type": "Admitted", "status": "False", "reason": "NoChecks", "message": "checks"}],
+        "admissionChecks": [
+            {"name": "dws-prov", "state": "Pending",
+             "message": "Waiting for resources. Currently there are not enough resources"},
+            {"name": "ready-check", "state": "Ready", "message": "done"}]}}
+    text = queue_state("q", True, [workload])
+    assert text.endswith("; admission check dws-prov: Pending (Waiting for resources. "
+                         "Currently there are not enough resources)")
+    assert "ready-check" not in text
