@@ -326,7 +326,9 @@ def _status_json(status, details=None) -> dict:
         data.update(kind=details.kind, namespace=details.namespace, slices=details.slices,
                     hosts_per_slice=details.hosts_per_slice,
                     conditions=[dict(c) for c in details.conditions],
-                    workers=[dataclasses.asdict(w) for w in details.workers])
+                    workers=[dataclasses.asdict(w) for w in details.workers],
+                    events=None if details.events is None
+                    else [dataclasses.asdict(e) for e in details.events])
     return data
 
 
@@ -460,21 +462,27 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @click.option("-w", "--workers", "show_workers", is_flag=True,
               help="Also list every worker pod of the current attempt (Kubernetes only).")
+@click.option("--events", "all_events", is_flag=True,
+              help="Every event of the job, its Jobs, Workload and pods, as kubectl describe "
+                   "shows them (Kubernetes only).")
 @_namespace_option
 @_context_option
-def status(name: str, backend_name: str, as_json: bool, show_workers: bool, namespace: str | None,
-           context: str | None) -> None:
+def status(name: str, backend_name: str, as_json: bool, show_workers: bool, all_events: bool,
+           namespace: str | None, context: str | None) -> None:
     """Show a job's state, restarts, exit code and message.
 
     On Kubernetes also, as tables: the JobSet's (or Job's) conditions and the pod phases of
-    each slice (consecutive slices alike share a row); --workers adds one row per pod.
+    each slice (consecutive slices alike share a row); --workers adds one row per pod. While
+    the job is Pending, Restarting or Suspended, the Warning events that say why (pods that
+    cannot be scheduled, a volume that cannot be mounted, an image that cannot be pulled);
+    --events shows every event instead.
     """
     local = backend_name == "local"
-    if show_workers and local:
-        raise click.UsageError("--workers applies to Kubernetes jobs, not to --local")
+    if (show_workers or all_events) and local:
+        raise click.UsageError("--workers and --events apply to Kubernetes jobs, not to --local")
     backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
-        details = backend.details(name)
+        details = backend.details(name, all_events=all_events)
         job = details.status if details is not None else backend.status(name)
     if as_json:
         import json
@@ -483,8 +491,27 @@ def status(name: str, backend_name: str, as_json: bool, show_workers: bool, name
         return
     lines = _status_lines(job, details)
     if details is not None:
-        lines += _details_lines(details, show_workers)
+        lines += _details_lines(details, show_workers) + _events_lines(details.events)
     click.echo("\n".join(lines))
+
+
+def _events_lines(events) -> list[str]:
+    """The job's events as a table (Warnings first, merged across objects); none: no lines."""
+    if not events:
+        return []
+    rows: list[tuple] = [("TYPE", "REASON", "COUNT", "LAST SEEN", "OBJECT", "MESSAGE")]
+    for e in events:
+        objects = e.objects[0] + (f" (+{len(e.objects) - 1})" if len(e.objects) > 1 else "") \
+            if e.objects else "-"
+        rows.append((e.type, e.reason, e.count, e.last_seen or "-", objects,
+                     _one_line(e.message or "-")))  # whole: the cause is often last
+    return ["", *_table(rows)]
+
+
+def _print_events(events) -> None:
+    """`wait`: the events of pods that stay Pending, each once, on stderr."""
+    for event in events:
+        click.echo(f"roxxel-launch: {event.describe()}", err=True)
 
 
 @cli.command("list")
@@ -712,7 +739,8 @@ def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: f
             if status.state.terminal:  # resumed in the foreground (local)
                 continue
         first = False
-        status = backend.wait(name, poll_seconds=poll, evicted_ends=True, on_change=_announce)
+        status = backend.wait(name, poll_seconds=poll, evicted_ends=True, on_change=_announce,
+                              on_events=_print_events)
 
 
 @cli.command()
@@ -739,12 +767,14 @@ def wait(ctx: click.Context, name: str, backend_name: str, timeout: float | None
       1    roxxel-launch could not tell (unknown or deleted job, no cluster access)
 
     A Suspended job (queued, held or evicted by Kueue) has not ended: wait keeps waiting
-    (bound it with --timeout, or use `resume --until-done`).
+    (bound it with --timeout, or use `resume --until-done`). On Kubernetes, a pod that stays
+    Pending for a minute (unschedulable, a volume that cannot be mounted, an image that
+    cannot be pulled) has its Warning events printed, each once.
     """
     backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
         try:
-            job = backend.wait(name, timeout=timeout, poll_seconds=poll)
+            job = backend.wait(name, timeout=timeout, poll_seconds=poll, on_events=_print_events)
         except WaitTimeout as err:  # before _backend_errors: a timeout has its own exit code
             last = err.status
             click.echo(f"roxxel-launch: {err}"

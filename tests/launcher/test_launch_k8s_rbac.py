@@ -69,6 +69,7 @@ def test_every_verb_runs_under_exactly_the_shipped_role(fake, tmp_path):
     run("submit", jobset)
     run("status", "lm")
     assert "lm" in run("list", "--state", "running") and "lm" not in run("list", "--state", "Failed")
+    run("status", "lm", "--events")
     fake.log(fake.pods("lm")[0]["metadata"]["name"], "hello")
     run("logs", "lm")
     run("wait", "lm", "--poll", "0.1", code=EXIT_PREEMPTED)

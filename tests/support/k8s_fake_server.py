@@ -84,11 +84,12 @@ _ROUTES = [
         r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")),
     ("log", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")),
     ("pods", re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")),
+    ("events", re.compile(r"^/api/v1/namespaces/([^/]+)/events(?:/([^/]+))?$")),
 ]
 _KINDS = {"jobsets": ("JobSet", "jobset.x-k8s.io", "jobset.x-k8s.io/v1alpha2"),
           "jobs": ("Job", "batch", "batch/v1"), "services": ("Service", "", "v1"),
           "networkpolicies": ("NetworkPolicy", "networking.k8s.io", "networking.k8s.io/v1"),
-          "pods": ("Pod", "", "v1")}
+          "pods": ("Pod", "", "v1"), "events": ("Event", "", "v1")}
 _RESOURCE_OF = {kind: resource for resource, (kind, _, _) in _KINDS.items()}
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _OUTCOMES = ("succeed", "fail", "preempt", "evict", "run")
@@ -328,6 +329,73 @@ class FakeKubernetes:
             self._log_ended.add(pod)
             self._lock.notify_all()
 
+    def event(self, involved: dict, reason: str, message: str, *, type_: str = "Warning",
+              component: str = "kubelet", series: bool = False) -> dict:
+        """Record a core/v1 Event about ``involved`` (a stored object: pod, JobSet, Job,
+        Workload) as a controller's event recorder does
+        (https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/event-v1/):
+        ``involvedObject`` (kind, name, namespace, uid, apiVersion), ``type`` Normal or
+        Warning, ``reason``, ``message``, ``source.component`` / ``reportingComponent``. The
+        same (object, type, reason, message) again is not a new Event: the recorder's
+        correlator counts it on the first one (``count`` and ``lastTimestamp``), or, for an
+        Event written through events.k8s.io/v1 (``series``), in ``series.count`` and
+        ``series.lastObservedTime`` while ``count`` and ``lastTimestamp`` stay unset and
+        ``eventTime`` says when it was first seen. Returns the stored Event."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        micro = now.replace("Z", ".000000Z")  # eventTime and series: MicroTime
+        meta = involved["metadata"]
+        ns = meta.get("namespace") or self.namespace
+        with self._lock:
+            for (r, n, _), old in self.objects.items():
+                if r == "events" and n == ns and old["involvedObject"]["uid"] == meta.get("uid") \
+                        and (old["type"], old["reason"], old["message"]) == (type_, reason, message):
+                    if "series" in old or series:
+                        entry = old.setdefault("series", {"count": 1})
+                        entry.update(count=entry["count"] + 1, lastObservedTime=micro)
+                    else:
+                        old.update(count=old["count"] + 1, lastTimestamp=now)
+                    self._lock.notify_all()
+                    return copy.deepcopy(old)
+            name = f"{meta['name']}.{next(self._ids):016x}"
+            event = {"apiVersion": "v1", "kind": "Event",
+                     "metadata": {"name": name, "namespace": ns, "uid": f"uid-{next(self._ids)}",
+                                  "creationTimestamp": now, "resourceVersion": str(next(self._ids))},
+                     "involvedObject": {"kind": involved.get("kind"), "name": meta["name"],
+                                        "namespace": ns, "uid": meta.get("uid"),
+                                        "apiVersion": involved.get("apiVersion")},
+                     "type": type_, "reason": reason, "message": message,
+                     "source": {"component": component}, "reportingComponent": component}
+            if series:
+                event.update(eventTime=micro, action=reason, count=None, firstTimestamp=None,
+                             lastTimestamp=None)
+            else:
+                event.update(count=1, firstTimestamp=now, lastTimestamp=now)
+            self.objects[("events", ns, name)] = event
+            self._lock.notify_all()
+            return copy.deepcopy(event)
+
+    def hold(self, pod: str, phase: str = "Pending", *, waiting: str | None = None,
+             unschedulable: str | None = None) -> dict:
+        """Keep ``pod`` from running, as a stuck pod looks: ``phase`` Pending with its
+        container ``waiting`` (ContainerCreating, ErrImagePull, ...) or, with
+        ``unschedulable`` (the scheduler's message), condition PodScheduled False, reason
+        Unschedulable and no container started
+        (https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-conditions).
+        Returns the pod as stored."""
+        with self._lock:
+            obj = self.objects[("pods", self.namespace, pod)]
+            status = obj["status"]
+            status["phase"] = phase
+            for container in status.get("containerStatuses") or []:
+                container.update(ready=False, state={"waiting": {"reason": waiting}} if waiting
+                                 else {"waiting": {"reason": "ContainerCreating"}})
+            if unschedulable is not None:
+                status.pop("containerStatuses", None)
+                status["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                         "reason": "Unschedulable", "message": unschedulable}]
+            self._lock.notify_all()
+            return copy.deepcopy(obj)
+
     def get(self, resource: str, name: str) -> dict | None:
         with self._lock:
             return copy.deepcopy(self.objects.get((resource, self.namespace, name)))
@@ -466,11 +534,14 @@ class FakeKubernetes:
 
     def _list(self, request: _Request) -> tuple[int, dict]:
         kind, _, api_version = _KINDS[request.resource]
+        problem = _field_selector_problem(request.query.get("fieldSelector"), request.resource)
+        if problem:
+            return 400, status_object(400, "BadRequest", problem)
         selector = request.query.get("labelSelector")
         items = [copy.deepcopy(o) for (r, n, _), o in sorted(self.objects.items())
                  if r == request.resource and request.namespace in (None, n)
                  and _selector_matches(selector, o["metadata"].get("labels") or {})
-                 and _field_selector_matches(request.query.get("fieldSelector"), o)]
+                 and _field_selector_matches(request.query.get("fieldSelector"), o, request.resource)]
         return 200, {"kind": f"{kind}List", "apiVersion": api_version,
                      "metadata": {"resourceVersion": str(next(self._ids))}, "items": items}
 
@@ -924,7 +995,7 @@ class FakeKubernetes:
             return self._extra_answer(request, *extra)
         if request.resource in _KINDS and request.method == "GET" and request.name is None \
                 and request.watch:
-            problem = _field_selector_problem(request.query.get("fieldSelector"))
+            problem = _field_selector_problem(request.query.get("fieldSelector"), request.resource)
             if problem:
                 return 400, status_object(400, "BadRequest", problem)
             return 200, ("watch", request)
@@ -1175,7 +1246,7 @@ class FakeKubernetes:
         def matches(key, obj) -> bool:
             return (key[0] == request.resource and key[1] == request.namespace
                     and _selector_matches(selector, obj["metadata"].get("labels") or {})
-                    and _field_selector_matches(fields, obj))
+                    and _field_selector_matches(fields, obj, request.resource))
         with self._lock:
             real = self._real
             real.watches += 1
@@ -1426,6 +1497,9 @@ def _end_pod(pod: dict, code: int, finished: str, message: str = "") -> None:
                   "finishedAt": finished}
     if message:
         terminated["message"] = message
+    if not pod["status"].get("containerStatuses"):  # a pod that was never scheduled (hold)
+        pod["status"]["containerStatuses"] = [{"name": c["name"], "restartCount": 0}
+                                              for c in pod["spec"].get("containers") or []]
     pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": terminated})
 
 
@@ -1588,7 +1662,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 # Field selectors the API server supports on every kind
 # (https://kubernetes.io/docs/concepts/overview/working-with-objects/field-selectors/).
-_SELECTABLE_FIELDS = {"metadata.name": ("name",), "metadata.namespace": ("namespace",)}
+_SELECTABLE_FIELDS = {"metadata.name": ("metadata", "name"),
+                      "metadata.namespace": ("metadata", "namespace")}
+# The fields a core/v1 Event may be selected by, besides metadata's (the API server's event
+# strategy, pkg/registry/core/event/strategy.go ToSelectableFields; `kubectl get events
+# --field-selector involvedObject.name=POD` uses them).
+_EVENT_FIELDS = {**{f"involvedObject.{f}": ("involvedObject", f) for f in (
+    "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
+    "reason": ("reason",), "reportingComponent": ("reportingComponent",),
+    "source": ("source", "component"), "type": ("type",)}
+
+
+def _selectable(resource: str | None) -> dict[str, tuple[str, ...]]:
+    return {**_SELECTABLE_FIELDS, **(_EVENT_FIELDS if resource == "events" else {})}
 
 
 def _field_selector_terms(selector: str | None) -> list[tuple[str, str, str]]:
@@ -1601,22 +1687,25 @@ def _field_selector_terms(selector: str | None) -> list[tuple[str, str, str]]:
     return terms
 
 
-def _field_selector_problem(selector: str | None) -> str | None:
+def _field_selector_problem(selector: str | None, resource: str | None = None) -> str | None:
     try:
         terms = _field_selector_terms(selector)
     except ValueError as err:
         return str(err)
     for key, _, _ in terms:
-        if key not in _SELECTABLE_FIELDS:
+        if key not in _selectable(resource):
             return f'field label not supported: {key}'
     return None
 
 
-def _field_selector_matches(selector: str | None, obj: dict) -> bool:
-    if _field_selector_problem(selector):
+def _field_selector_matches(selector: str | None, obj: dict, resource: str | None = None) -> bool:
+    if _field_selector_problem(selector, resource):
         return False
     for key, op, value in _field_selector_terms(selector):
-        actual = obj["metadata"].get(_SELECTABLE_FIELDS[key][0], "")
+        actual: Any = obj
+        for part in _selectable(resource)[key]:
+            actual = (actual or {}).get(part) if isinstance(actual, dict) else None
+        actual = actual or ""
         if (actual == value) != (op != "!="):
             return False
     return True

@@ -18,7 +18,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 
@@ -121,6 +121,41 @@ class Worker:
 
 
 @dataclasses.dataclass(frozen=True)
+class JobEvent:
+    """What the cluster said about a job's objects: Kubernetes Events of one kind, merged.
+
+    The fields are the core/v1 Event's
+    (https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/event-v1/); events
+    of the same ``type``, ``reason`` and ``message`` about several objects (every pod of a
+    slice that cannot be scheduled) are one JobEvent.
+
+    Attributes:
+        type: ``Warning`` or ``Normal``.
+        reason: the event's reason (FailedScheduling, FailedMount, FailedCreatePodSandBox,
+            Failed, BackOff, ...).
+        message: what the reporting component said.
+        count: how many times it happened, over every object (the Event's ``count``, or
+            ``series.count`` for events written through events.k8s.io/v1; at least 1 each).
+        last_seen: when it last happened (RFC 3339), or None when the Event says nothing.
+        objects: ``Kind/name`` of each object it is about, in the order first seen.
+    """
+
+    type: str
+    reason: str
+    message: str
+    count: int = 1
+    last_seen: str | None = None
+    objects: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """'Warning FailedScheduling (Pod/lm-0, x3): 0/3 nodes are available: ...'."""
+        shown = ", ".join(self.objects[:2]) + (f" and {len(self.objects) - 2} more"
+                                               if len(self.objects) > 2 else "")
+        times = f", x{self.count}" if self.count > 1 else ""
+        return f"{self.type} {self.reason} ({shown}{times}): {' '.join(self.message.split())}"
+
+
+@dataclasses.dataclass(frozen=True)
 class JobDetails:
     """A job as ``roxxel-launch status`` shows it: its status, conditions and worker pods.
 
@@ -133,6 +168,9 @@ class JobDetails:
         conditions: the object's ``status.conditions`` (type, status, reason, message,
             lastTransitionTime), as the API server returned them.
         workers: the worker pods of the current attempt, by process.
+        events: the job's Kubernetes Events (:class:`JobEvent`, Warnings first, then the
+            newest), as asked for (see :meth:`Backend.details`); None when they could not
+            be read (no RBAC permission: logged once).
     """
 
     status: JobStatus
@@ -142,6 +180,7 @@ class JobDetails:
     hosts_per_slice: int
     conditions: tuple[Mapping, ...]
     workers: tuple[Worker, ...]
+    events: tuple[JobEvent, ...] | None = ()
 
 
 class WaitProgress:
@@ -255,9 +294,14 @@ class Backend(abc.ABC):
         raise BackendError(f"this backend cannot suspend {name}; delete it and submit its spec "
                            "again to continue from its checkpoints")
 
-    def details(self, name: str) -> JobDetails | None:
+    def details(self, name: str, *, all_events: bool = False) -> JobDetails | None:
         """Status plus conditions and worker pods, where the backend has them (Kubernetes);
         None where the status is all there is (the local backend's run directory holds the rest).
+
+        Args:
+            all_events: every event of the job's objects (``status --events``, as
+                ``kubectl describe`` shows them); else only the Warning events that explain
+                pods that have not started, and only while the job is not running.
 
         Raises: JobNotFoundError.
         """
@@ -266,7 +310,8 @@ class Backend(abc.ABC):
 
     def wait(self, name: str, *, timeout: float | None = None, poll_seconds: float = 2.0,
              evicted_ends: bool = False,
-             on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+             on_change: Callable[[JobStatus], None] | None = None,
+             on_events: Callable[[Sequence[JobEvent]], None] | None = None) -> JobStatus:
         """Block until the job is terminal; returns its final status.
 
         This polls :meth:`status` (the local supervisor records the state where ``status``
@@ -279,6 +324,9 @@ class Backend(abc.ABC):
             evicted_ends: also return a job that was admitted (seen in any state but
                 Suspended) and is Suspended again: evicted by its queue.
             on_change: called with the status each time its state changes (the first read too).
+            on_events: called with the Warning events that explain pods which stay
+                Pending (unschedulable, ContainerCreating, pulling) past the backend's
+                threshold, each event once (Kubernetes; a backend without events never calls it).
 
         Raises:
             WaitTimeout: ``timeout`` passed first (its ``status`` is the last one read).

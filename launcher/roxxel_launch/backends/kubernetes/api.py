@@ -51,7 +51,7 @@ LIST_PAGE_SIZE = 500  # objects per page of a list (kubectl asks for 500 too)
 # What RBAC calls each kind, for "kubectl auth can-i VERB RESOURCE" hints.
 _RBAC_RESOURCE = {"JobSet": f"{JOBSET_PLURAL}.{JOBSET_GROUP}", "Job": "jobs.batch",
                   "Service": "services", "Pod": "pods", "Pod log": "pods/log",
-                  "NetworkPolicy": "networkpolicies.networking.k8s.io"}
+                  "NetworkPolicy": "networkpolicies.networking.k8s.io", "Event": "events"}
 _RBAC_VERB = {"create": "create", "read": "get", "list": "list", "delete": "delete",
               "watch": "watch", "patch": "patch",
               "read logs of": "get"}
@@ -439,17 +439,19 @@ class KubernetesApi:
             raise
         raise ValueError(f"unknown kind {kind}")
 
-    def list(self, kind: str, selector: str) -> list[dict]:
-        """Every object of ``kind`` matching the label ``selector``, page by page.
+    def list(self, kind: str, selector: str | None, *, fields: str | None = None) -> list[dict]:
+        """Every object of ``kind`` matching the label ``selector`` (and the field selector
+        ``fields``), page by page.
 
         Pages of :data:`LIST_PAGE_SIZE` (``limit``/``continue``,
         https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks);
         a continue token that expired meanwhile (410) restarts the list from the beginning.
         """
-        items, _ = self.list_with_version(kind, selector)
+        items, _ = self.list_with_version(kind, selector, fields=fields)
         return items
 
-    def list_with_version(self, kind: str, selector: str) -> tuple[builtins.list[dict], str | None]:
+    def list_with_version(self, kind: str, selector: str | None, *,
+                          fields: str | None = None) -> tuple[builtins.list[dict], str | None]:
         """(items, the list's resourceVersion: where a watch of the same objects starts)."""
         fn, args = self._list_call(kind)
         namespace = self.namespace
@@ -459,8 +461,11 @@ class KubernetesApi:
             try:
                 while True:
                     page: dict[str, Any] = {"limit": LIST_PAGE_SIZE, **({"_continue": token} if token else {})}
-                    data = self.json("list", kind, None, namespace, fn, *args,
-                                     label_selector=selector, **page)
+                    if selector:
+                        page["label_selector"] = selector
+                    if fields:
+                        page["field_selector"] = fields
+                    data = self.json("list", kind, None, namespace, fn, *args, **page)
                     items += data.get("items") or []
                     meta = data.get("metadata") or {}
                     token = meta.get("continue")
@@ -503,6 +508,8 @@ class KubernetesApi:
             return self.batch().list_namespaced_job, (namespace,)
         if kind == "Pod":
             return self.core().list_namespaced_pod, (namespace,)
+        if kind == "Event":
+            return self.core().list_namespaced_event, (namespace,)
         raise ValueError(f"unknown kind {kind}")
 
     def delete(self, kind: str, name: str, namespace: str | None = None) -> bool:

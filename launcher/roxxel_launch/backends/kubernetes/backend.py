@@ -50,6 +50,7 @@ from roxxel_launch.backends.base import (
     Backend,
     BackendError,
     JobDetails,
+    JobEvent,
     JobExistsError,
     JobNotFoundError,
     JobState,
@@ -57,6 +58,7 @@ from roxxel_launch.backends.base import (
     Worker,
     resume_with_spec,
 )
+from roxxel_launch.backends.kubernetes import events as kubernetes_events
 from roxxel_launch.backends.kubernetes.api import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
@@ -64,6 +66,7 @@ from roxxel_launch.backends.kubernetes.api import (
     KubernetesApi,
     _resource_type_missing,
 )
+from roxxel_launch.backends.kubernetes.events import EventReader, StuckPods, job_objects, merge, not_started
 from roxxel_launch.backends.kubernetes.logs import read_logs
 from roxxel_launch.backends.kubernetes.preflight import (
     KUEUE_GROUP,
@@ -132,6 +135,8 @@ class KubernetesBackend(Backend):
             to go; None: the job's termination grace period plus 300 s.
         retry: timeouts and retries of every API call (:class:`RetryPolicy`; tests pass
             one on a simulated clock).
+        stuck_after: seconds a pod may stay Pending before ``wait`` reports its Warning
+            events; None: :data:`.events.STUCK_AFTER_SECONDS`.
 
     Constructing reads nothing and sends nothing; the first API call loads the credentials.
     """
@@ -140,9 +145,11 @@ class KubernetesBackend(Backend):
                  config_file: str | None = None,
                  kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
                  poll_seconds: float = 2.0, delete_timeout: float | None = None,
-                 retry: RetryPolicy | None = None):
+                 retry: RetryPolicy | None = None, stuck_after: float | None = None):
         self._namespace = namespace
         self.api = KubernetesApi(namespace, context, config_file=config_file, retry=retry)
+        self.stuck_after = stuck_after
+        self._events = EventReader(self.api)
         self.kubernetes_version = kubernetes_version
         self.poll_seconds = poll_seconds
         self.delete_timeout = delete_timeout
@@ -380,8 +387,9 @@ class KubernetesBackend(Backend):
         return sorted((w for w in workers if w.restart_attempt == restarts),
                       key=lambda w: w.process)
 
-    def details(self, name: str) -> JobDetails:
-        """Status, conditions and the current attempt's worker pods, from one read of each.
+    def details(self, name: str, *, all_events: bool = False) -> JobDetails:
+        """Status, conditions and the current attempt's worker pods, from one read of each,
+        and the job's events (see :meth:`Backend.details` and :meth:`_job_events`).
 
         Raises: JobNotFoundError.
         """
@@ -393,15 +401,35 @@ class KubernetesBackend(Backend):
             for c in (obj.get("status") or {}).get("conditions") or [])
         status = status_of(kind, obj, pods)
         queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+        workloads = self._workloads(obj) if queue else None
         if queue:
-            note = queue_state(queue, bool((obj.get("spec") or {}).get("suspend")),
-                               self._workloads(obj))
+            note = queue_state(queue, bool((obj.get("spec") or {}).get("suspend")), workloads)
             status = dataclasses.replace(status, message="; ".join(
                 p for p in (status.message, note) if p))
         return JobDetails(status=status, kind=kind,
                           namespace=(obj.get("metadata") or {}).get("namespace") or self.namespace,
                           slices=slices, hosts_per_slice=hosts, conditions=conditions,
-                          workers=tuple(self._current_workers(kind, obj, pods)))
+                          workers=tuple(self._current_workers(kind, obj, pods)),
+                          events=self._job_events(kind, obj, pods, status, workloads or (),
+                                                  all_events=all_events))
+
+    def _job_events(self, kind: str, obj: Mapping, pods: Sequence[Mapping], status: JobStatus,
+                    workloads: Iterable[Mapping], *, all_events: bool) -> tuple[JobEvent, ...] | None:
+        """With ``all_events``: every event of the job, its child Jobs, its Kueue Workloads
+        and its pods (:data:`.events.MAX_PODS` at most). Else, only while the job is Pending,
+        Restarting or Suspended: the Warning events of those objects, with only the pods
+        not started yet. None when events may not be read."""
+        if not all_events and status.state not in (JobState.PENDING, JobState.RESTARTING,
+                                                   JobState.SUSPENDED):
+            return ()
+        if self._events.forbidden:
+            return None
+        name = (obj.get("metadata") or {}).get("name", "?")
+        children = [(j.get("metadata") or {}).get("name", "?") for j in
+                    self.api.list("Job", f"{JOBSET_NAME_LABEL}={name}")] if kind == "JobSet" else []
+        chosen = list(pods) if all_events else not_started(pods)
+        found = self._events.read(job_objects(kind, obj, children, chosen, workloads))
+        return None if found is None else tuple(merge(found, warnings_only=not all_events))
 
     def _workloads(self, obj: Mapping) -> builtins.list[dict] | None:
         """Kueue's Workloads of the job (label ``kueue.x-k8s.io/job-uid``); None when they
@@ -554,16 +582,30 @@ class KubernetesBackend(Backend):
 
     def wait(self, name: str, *, timeout: float | None = None, poll_seconds: float = 2.0,
              evicted_ends: bool = False,
-             on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+             on_change: Callable[[JobStatus], None] | None = None,
+             on_events: Callable[[Sequence[JobEvent]], None] | None = None) -> JobStatus:
         """:meth:`Backend.wait` by a watch of the job's object (polling only where watches are
         refused; see :mod:`.watch`). A job suspended by Kueue (it has a queue) is
-        Kueue's to re-admit: ``evicted_ends`` does not end the wait for it."""
+        Kueue's to re-admit: ``evicted_ends`` does not end the wait for it. With
+        ``on_events``, pods Pending for ``stuck_after`` seconds are looked at every
+        :data:`.events.RECHECK_SECONDS` and their new Warning events reported
+        (:class:`.events.StuckPods`)."""
+        after = kubernetes_events.STUCK_AFTER_SECONDS if self.stuck_after is None \
+            else self.stuck_after
+        stuck = None if on_events is None else StuckPods(self._events, after, on_events)
+
         def status(kind: str, obj: Mapping) -> JobStatus:  # the object as read, its pods now
-            return status_of(kind, obj, self._pods(kind, name))
+            pods = self._pods(kind, name)
+            current = status_of(kind, obj, pods)
+            if stuck is not None and current.state in (JobState.PENDING, JobState.RESTARTING):
+                stuck.check(kind, obj, pods)
+            return current
 
         return wait_for_job(self.api, name, find=lambda: self._require(name), status=status,
                             timeout=timeout, poll_seconds=poll_seconds, evicted_ends=evicted_ends,
-                            on_change=on_change)
+                            on_change=on_change,
+                            recheck_seconds=None if stuck is None
+                            else kubernetes_events.RECHECK_SECONDS)
 
     def resume(self, name: str, *, spec: JobSpec | None = None, new_spec: JobSpec | None = None) -> JobStatus:
         """Re-creates a stopped job so that training continues from its last checkpoint.

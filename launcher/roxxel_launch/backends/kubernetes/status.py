@@ -378,4 +378,15 @@ def queue_state(queue: str, suspended: bool, workloads: Iterable[Mapping] | None
     if admitted.get("status") == "True":
         return head + "admitted"
     waiting = conditions.get("QuotaReserved") or admitted
-    return head + f"waiting ({_condition_text(waiting) or 'not admitted yet'})"
+    return head + f"waiting ({_condition_text(waiting) or 'not admitted yet'})" + \
+        _admission_checks(workload)
+
+
+def _admission_checks(workload: Mapping) -> str:
+    """'; admission check dws-prov: Pending (Waiting for resources...)' for each check of the
+    Workload not Ready (``status.admissionChecks``: name, state Pending | Ready | Retry |
+    Rejected, message; https://kueue.sigs.k8s.io/docs/concepts/admission_check/)."""
+    checks = (workload.get("status") or {}).get("admissionChecks") or []
+    return "".join(f"; admission check {c.get('name', '?')}: {c.get('state', '?')}"
+                   + (f" ({c['message']})" if c.get("message") else "")
+                   for c in checks if c.get("state") != "Ready")

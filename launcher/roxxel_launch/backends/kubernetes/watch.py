@@ -17,7 +17,10 @@ How the watch follows the API's rules
 
 A JobSet's or Job's ``status`` changes with each step that matters (pods ready, a gang
 restart, a condition), so one watch of the object replaces a GET plus a pod LIST every
-``poll_seconds``; the pods are listed only when the object changed.
+``poll_seconds``; the pods are listed only when the object changed. Pods that do not start
+(unschedulable, a volume that cannot be mounted) change nothing in the object, so with
+``recheck_seconds`` a job not yet running is looked at again that often (each watch request
+ends then), for the events that explain them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import urllib3
 from roxxel_launch.backends.base import (
     BackendError,
     JobNotFoundError,
+    JobState,
     JobStatus,
     WaitProgress,
     WaitTimeout,
@@ -95,7 +99,8 @@ def watch_object(api: KubernetesApi, kind: str, name: str, version: str | None,
 def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str, Mapping]],
                  status: Callable[[str, Mapping], JobStatus], timeout: float | None,
                  poll_seconds: float, evicted_ends: bool,
-                 on_change: Callable[[JobStatus], None] | None) -> JobStatus:
+                 on_change: Callable[[JobStatus], None] | None,
+                 recheck_seconds: float | None = None) -> JobStatus:
     """:meth:`Backend.wait` on Kubernetes, by watching the job's object (see the module doc).
 
     Args:
@@ -103,6 +108,8 @@ def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str,
         find: reads the job now: ``(kind, object)``; raises JobNotFoundError.
         status: the job's status from its object as read (``kind``, ``object``), with its
             pods as they are now.
+        recheck_seconds: while the job is Pending or Restarting, read its status again at
+            least this often, changed or not; None: only when it changes.
     """
     clock = time.monotonic  # the wait's own timeout is wall time; backoff is the policy's
     started = clock()
@@ -112,9 +119,13 @@ def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str,
     watching = True
     breaks = 0
 
+    starting = False  # Pending or Restarting when last read
+
     def settle(obj: Mapping) -> JobStatus | None:
         """Reports the object's status; returns it when the wait is over."""
+        nonlocal starting
         current = status(kind, obj)
+        starting = current.state in (JobState.PENDING, JobState.RESTARTING)
         return current if progress.over(current, requeued=kueue_holds(obj)) else None
 
     def left() -> float | None:
@@ -127,6 +138,9 @@ def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str,
             raise WaitTimeout(status(*find()), timeout or 0.0)
         seconds = WATCH_SECONDS if remaining is None else max(1, min(WATCH_SECONDS,
                                                                       int(remaining) + 1))
+        recheck = recheck_seconds is not None and starting
+        if recheck:
+            seconds = max(1, min(seconds, int(recheck_seconds or 0)))
         if not watching:
             time.sleep(poll_seconds if remaining is None else min(poll_seconds, remaining))
             kind, obj = find()
@@ -148,6 +162,9 @@ def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str,
                 remaining = left()
                 if remaining is not None and remaining <= 0:
                     break
+            else:
+                if recheck:  # the window ended with no change: the pods may have news
+                    ended = settle(obj)
         except WatchExpired as err:
             logger.info("the watch of %s expired (%s); reading it again", name, err)
             kind, obj = find()
