@@ -29,12 +29,10 @@ from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 from roxxel_launch.backends.kubernetes import backend as K
-from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
 from roxxel_launch.backends.base import JobState
 from roxxel_launch.cli import EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMED_OUT, cli
 
-from support.fake_clock import fast_retry
-from support.k8s_fake_server import TOKEN, FakeKubernetes
+from support.k8s_fake_server import TOKEN, FakeKubernetes, use_cluster
 from support.paths import JOBSET_CRD as CRD
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,12 +70,8 @@ def crd_schema() -> dict:
 @pytest.fixture
 def fake(tmp_path, monkeypatch, crd_schema):
     with FakeKubernetes(namespace=NS) as server:
-        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
-        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())  # simulated delays
+        use_cluster(server, tmp_path, monkeypatch)  # simulated delays
         server.kueue("team-a-queue")  # Kueue installed, with the queue the specs use
-        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-            monkeypatch.delenv(var, raising=False)
         yield server
         for request in server.calls("POST"):  # everything sent passed the offline checks
             assert_valid(request.body, crd_schema)
@@ -259,7 +253,8 @@ def test_logs_follow_streams_until_the_pod_ends(fake, tmp_path):
 
 def test_delete_uses_foreground_propagation(fake, tmp_path):
     submit(tmp_path, INDEXED)
-    assert run("delete", "lm").output == "deleted lm\n"
+    lines = run("delete", "lm").output.splitlines()
+    assert lines[0] == "deleted lm" and "so `resume` cannot continue it" in lines[1] and len(lines) == 2
     assert [(r.resource, r.query) for r in fake.calls("DELETE")] == [
         ("jobs", {"propagationPolicy": "Foreground"}), ("services", {"propagationPolicy": "Foreground"}),
         ("networkpolicies", {"propagationPolicy": "Foreground"})]

@@ -14,11 +14,9 @@ import yaml
 from click.testing import CliRunner
 
 from roxxel_launch.backends.kubernetes import events as E
-from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
 from roxxel_launch.cli import EXIT_SUCCEEDED, cli
 
-from support.fake_clock import fast_retry
-from support.k8s_fake_server import FakeKubernetes
+from support.k8s_fake_server import FakeKubernetes, use_cluster
 from support.paths import REPO
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,9 +45,7 @@ def run(*args: str, code: int = 0) -> str:
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     with FakeKubernetes(namespace=NS) as fake:
-        monkeypatch.setenv("KUBECONFIG", str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
-        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())
+        use_cluster(fake, tmp_path, monkeypatch)
         spec = tmp_path / "lm.yaml"
         spec.write_text(yaml.safe_dump(SPEC))
         run("submit", spec)

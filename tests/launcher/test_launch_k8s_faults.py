@@ -23,12 +23,11 @@ from click.testing import CliRunner
 
 from roxxel_launch import spec as S
 from roxxel_launch.backends.kubernetes import backend as K
-from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
 from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.cli import EXIT_SUCCEEDED, cli
 
 from support.fake_clock import FakeClock, fast_retry
-from support.k8s_fake_server import TOKEN, FakeKubernetes
+from support.k8s_fake_server import TOKEN, FakeKubernetes, use_cluster
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,12 +46,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def fake(tmp_path, monkeypatch, clock):
     with FakeKubernetes(namespace=NS) as server:
-        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
-        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-            monkeypatch.delenv(var, raising=False)
-        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry(clock))
-        yield server
+        yield use_cluster(server, tmp_path, monkeypatch, fast_retry(clock))
 
 
 def backend() -> K.KubernetesBackend:

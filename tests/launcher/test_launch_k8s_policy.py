@@ -14,12 +14,11 @@ import pytest
 from roxxel_launch import contract
 from roxxel_launch import spec as S
 from roxxel_launch.backends.kubernetes import backend as K
-from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
 from roxxel_launch.backends.local import policy
 from roxxel_launch.backends.base import JobState, StopReason
 
 from support.fake_clock import FakeClock, fast_retry
-from support.k8s_fake_server import RESTART_ATTEMPT, FakeKubernetes
+from support.k8s_fake_server import RESTART_ATTEMPT, FakeKubernetes, use_cluster
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -38,12 +37,7 @@ def make_spec(**changes) -> S.JobSpec:
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     with FakeKubernetes(namespace=NS) as server:
-        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
-        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-            monkeypatch.delenv(var, raising=False)
-        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry(FakeClock()))
-        yield server
+        yield use_cluster(server, tmp_path, monkeypatch, fast_retry(FakeClock()))
 
 
 @pytest.fixture

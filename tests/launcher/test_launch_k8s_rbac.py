@@ -13,11 +13,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
 from roxxel_launch.cli import EXIT_PREEMPTED, EXIT_SUCCEEDED, cli
 
-from support.fake_clock import fast_retry
-from support.k8s_fake_server import FakeKubernetes
+from support.k8s_fake_server import FakeKubernetes, use_cluster
 from support.paths import REPO
 
 pytestmark = pytest.mark.timeout(120)
@@ -50,9 +48,7 @@ def fake(tmp_path, monkeypatch):
     """The simulated cluster, with Kueue's ``team-a-queue`` and WorkloadPriorityClass ``high``,
     that the CLI talks to (fast retries); the test sets the Role it enforces."""
     with FakeKubernetes(namespace=NS) as fake:
-        monkeypatch.setenv("KUBECONFIG", str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
-        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry())
+        use_cluster(fake, tmp_path, monkeypatch)
         fake.kueue("team-a-queue", priority_classes=("high",))
         yield fake
 

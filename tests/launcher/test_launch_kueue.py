@@ -15,10 +15,9 @@ from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends.kubernetes import backend as K
-from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
 
 from support.fake_clock import FakeClock, fast_retry
-from support.k8s_fake_server import FakeKubernetes
+from support.k8s_fake_server import FakeKubernetes, use_cluster
 from support.paths import JOBSET_CRD
 from support.specs import NO_NETWORK_POLICY, TPU_V5P, spec_dict
 
@@ -153,12 +152,7 @@ NS = "team-a"
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     with FakeKubernetes(namespace=NS) as server:
-        monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(tmp_path / "kubeconfig")))
-        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-            monkeypatch.delenv(var, raising=False)
-        monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", fast_retry(FakeClock()))
-        yield server
+        yield use_cluster(server, tmp_path, monkeypatch, fast_retry(FakeClock()))
 
 
 def _submit(**fields) -> None:

@@ -1744,3 +1744,18 @@ def _merge_patch(target: Any, patch: Any) -> Any:
         else:
             target[key] = _merge_patch(target.get(key), value)
     return target
+
+
+def use_cluster(server: FakeKubernetes, directory: Path, monkeypatch, retry=None) -> FakeKubernetes:
+    """Point the official client (and the CLI) at ``server`` for one test: a kubeconfig in
+    ``directory``, no in-cluster config, no proxy, and ``retry`` (default: fast retries with
+    simulated delays) as the backend's retry policy. Returns ``server``."""
+    from roxxel_launch.backends.kubernetes import retry as kubernetes_retry
+    from support.fake_clock import fast_retry
+
+    monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(directory / "kubeconfig")))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", retry if retry is not None else fast_retry())
+    return server
