@@ -13,6 +13,7 @@ import yaml
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
+from support.k8s_schema import assert_official
 from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends.kubernetes import backend as K
 
@@ -96,12 +97,7 @@ def crd_schema() -> dict:
 
 def _valid(rendered: R.Rendered, crd_schema: dict) -> None:
     """The official checks: Kubernetes' schemas (strict), the JobSet CRD, names, Pod Security."""
-    assert V.check_objects(rendered.objects) == []
-    assert V.check_schemas(rendered.objects) == []
-    for obj in rendered.objects:
-        if obj["kind"] == "JobSet":
-            assert V.check_jobset_crd(obj, crd_schema) == []
-    V.validate(rendered.objects)
+    assert_official(rendered.objects, crd_schema)
 
 
 def test_jobset_carries_the_priority_label_and_its_pod_template_the_topology(crd_schema):

@@ -22,6 +22,7 @@ from roxxel import distributed
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
+from support.k8s_schema import assert_official
 
 from support.paths import JOBSET_CRD as CRD
 from support.specs import NO_NETWORK_POLICY, job_spec
@@ -86,12 +87,7 @@ def test_rendered_manifests_validate(case, crd_schema):
     """Offline schema checks (no API server): kubernetes-validate strict + JobSet CRD schema."""
     rendered = R.render(CASES[case])
     assert list(yaml.load_all(rendered.yaml, Loader=_LOADER)) == list(rendered.objects)
-    assert V.check_objects(rendered.objects) == []
-    assert V.check_schemas(rendered.objects) == []
-    for obj in rendered.objects:
-        if obj["kind"] == "JobSet":
-            assert V.check_jobset_crd(obj, crd_schema) == []
-    V.validate(rendered.objects)
+    assert_official(rendered.objects, crd_schema)
 
 
 @pytest.mark.parametrize("case", CASES)

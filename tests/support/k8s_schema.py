@@ -400,3 +400,16 @@ def admit(resource: str, obj: dict, *, raw: bytes, field_validation: str | None,
             422, "Invalid", f'{qualified} "{name}" is invalid: {joined}', name=name, group=group,
             kind=kind, causes=found.causes)))
     return Admission(obj=pruned, warnings=warnings)
+
+
+def assert_official(objects: list[dict], crd_schema: dict) -> None:
+    """The offline checks a rendered manifest must pass (no API server): names and Pod Security,
+    Kubernetes' own schemas (strict), the JobSet CRD's schema for a JobSet, then ``validate``."""
+    from roxxel_launch import validate
+
+    assert validate.check_objects(objects) == []
+    assert validate.check_schemas(objects) == []
+    for obj in objects:
+        if obj["kind"] == "JobSet":
+            assert validate.check_jobset_crd(obj, crd_schema) == []
+    validate.validate(objects)
