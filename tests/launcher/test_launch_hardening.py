@@ -361,9 +361,28 @@ def test_tpu_multislice_host_network_default_and_refusals():
         (jobset,) = _valid(spec)
         assert "hostNetwork" not in _pod(jobset)["spec"]
     assert _error(host_network=True).field == "host_network"  # CPU pods
-    assert _error(accelerator=tpu, num_slices=2, host_network=True,
-                  data={"gcsfuse": {"bucket": "bkt"}}).field == "host_network"
     assert _error(accelerator=tpu, workload="indexed-job", host_network=True).field == "host_network"
+
+
+def test_gcsfuse_on_the_host_network_renders_the_drivers_opt_in():
+    """gcs-fuse-csi-driver docs/authentication.md: host-network pods need hostNetworkPodKSA
+    (and identityProvider with a self-deployed driver); pod-network pods get neither."""
+    tpu = {"tpu": {"type": "v5e", "topology": "4x4"}}
+    idp = "https://container.googleapis.com/v1/projects/p/locations/l/clusters/c"
+    (jobset,) = _valid(_spec(accelerator=tpu, num_slices=2, host_network=True,
+                             data={"gcsfuse": {"bucket": "bkt", "identity_provider": idp}}))
+    pod = _pod(jobset)["spec"]
+    (data,) = [v for v in pod["volumes"] if v["name"] == "data"]
+    assert pod["hostNetwork"] is True
+    assert data["csi"]["volumeAttributes"] == {"bucketName": "bkt", "mountOptions": "implicit-dirs",
+                                               "hostNetworkPodKSA": "true", "identityProvider": idp}
+    (jobset,) = _valid(_spec(accelerator=tpu, num_slices=2, host_network=True, data={"gcsfuse": {"bucket": "bkt"}}))
+    (data,) = [v for v in _pod(jobset)["spec"]["volumes"] if v["name"] == "data"]
+    assert data["csi"]["volumeAttributes"]["hostNetworkPodKSA"] == "true"
+    assert "identityProvider" not in data["csi"]["volumeAttributes"]
+    (jobset,) = _valid(_spec(accelerator=tpu, num_slices=2, data={"gcsfuse": {"bucket": "bkt"}}))
+    (data,) = [v for v in _pod(jobset)["spec"]["volumes"] if v["name"] == "data"]
+    assert set(data["csi"]["volumeAttributes"]) == {"bucketName", "mountOptions"}
 
 
 def test_gpu_pods_get_the_node_driver_libraries_on_the_loader_path(caplog):

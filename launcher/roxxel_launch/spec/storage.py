@@ -19,6 +19,9 @@ _BUCKET_RULE = ("bucket names are 3-63 characters (up to 222 with dots) of lower
 # gcsfuse options as the CSI driver takes them: key, key:value or section:key:value.
 _GCSFUSE_OPTION = re.compile(r"[a-z][a-z0-9-]*(:[A-Za-z0-9_.\-]+){0,2}")
 _GCSFUSE_DIR = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*/?")
+# identityProvider: an https URL, e.g. GKE's https://container.googleapis.com/v1/projects/
+# P/locations/L/clusters/C; the driver splits volume attributes into mount options at ','.
+_IDENTITY_PROVIDER = re.compile(r"https://[A-Za-z0-9.\-]+(:[0-9]+)?(/[A-Za-z0-9_.~\-]+)*/?")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*")
 
 
@@ -51,7 +54,18 @@ class GcsFuseMount:
     sidecar_ephemeral_storage_limit: str = _doc(
         "gke-gcsfuse/ephemeral-storage-limit annotation; \"0\" = no limit.", default="0")
 
+    identity_provider: str | None = _doc(
+        "Host-network pods only: the identityProvider volume attribute, the cluster's Workload "
+        "Identity provider URL (https://container.googleapis.com/v1/projects/PROJECT/locations/"
+        "LOCATION/clusters/CLUSTER). Needed only with a self-deployed (open-source) driver; "
+        "GKE's managed driver finds it itself.", default=None)
+
     def __post_init__(self):
+        if self.identity_provider is not None and not _IDENTITY_PROVIDER.fullmatch(self.identity_provider):
+            raise SpecError("identity_provider", f"{self.identity_provider!r} is not an https URL of "
+                            "letters, digits and . _ ~ - /",
+                            "Give the cluster's provider, e.g. https://container.googleapis.com/v1/"
+                            "projects/P/locations/L/clusters/C.")
         if not _BUCKET.fullmatch(self.bucket):
             raise SpecError("bucket", f"{self.bucket!r} is not a GCS bucket name ({_BUCKET_RULE})",
                             "Give the bare bucket name, e.g. my-data (no gs://, no path).")
@@ -85,6 +99,22 @@ class GcsFuseMount:
         """Bytes of the node's ephemeral storage the file cache volume takes (0 in memory)."""
         mib = self.cache_volume_mib
         return 0 if mib is None or self.file_cache_medium == "memory" else mib * 2**20
+
+    def volume_attributes(self, host_network: bool) -> dict[str, str]:
+        """The CSI volume's ``volumeAttributes``.
+
+        Host-network pods get ``hostNetworkPodKSA: "true"`` (and ``identityProvider`` when
+        given): without that opt-in the driver cannot get their Kubernetes service account's
+        token (GoogleCloudPlatform/gcs-fuse-csi-driver docs/authentication.md and
+        examples/multi-nic/cloudtpu.yaml at 5fcdc04a; GKE 1.33.3-gke.1226000+, Standard
+        clusters only, docs/releases.md).
+        """
+        attributes = {"bucketName": self.bucket, "mountOptions": self.joined_options()}
+        if host_network:
+            attributes["hostNetworkPodKSA"] = "true"
+            if self.identity_provider is not None:
+                attributes["identityProvider"] = self.identity_provider
+        return attributes
 
     def joined_options(self) -> str:
         options = list(self.mount_options)
