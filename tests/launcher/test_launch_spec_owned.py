@@ -43,7 +43,8 @@ CASES = [
      "volumes[0].mount_path: '/data' is where roxxel-launch mounts a volume of its own. Pick another path."),
     ("data.gcsfuse.mount_options",
      {"data": {"gcsfuse": {"bucket": "my-data", "mount_options": ["implicit-dirs", "only-dir:x"]}}},
-     "data.gcsfuse.mount_options[1]: 'only-dir:x' is set by roxxel-launch. Use file_cache_mb / only_dir instead."),
+     "data.gcsfuse.mount_options[1]: 'only-dir:x' is set by roxxel-launch. Use file_cache_mb, its cache fields "
+     "(file_cache_for_range_read, parallel_downloads, ...) or only_dir instead."),
     ("host_network", {"host_network": True},
      "host_network: is offered for TPU slices and GPU hosts only. Remove it."),
     ("host_network", {"accelerator": GPU, "host_network": True, "security": {"profile": "baseline"}},

@@ -79,7 +79,8 @@ RULES: tuple[Rule, ...] = (
          "{value!r} is where roxxel-launch mounts a volume of its own", "Pick another path."),
     Rule("data.gcsfuse.mount_options",
          lambda option, mount: option.split(":", 1)[0] in RESERVED_GCSFUSE_OPTIONS,
-         "{value!r} is set by roxxel-launch", "Use file_cache_mb / only_dir instead."),
+         "{value!r} is set by roxxel-launch", "Use file_cache_mb, its cache fields (file_cache_for_range_read, "
+         "parallel_downloads, ...) or only_dir instead."),
     Rule("host_network", lambda on, spec: bool(on) and spec.accelerator.kind == "cpu",
          "is offered for TPU slices and GPU hosts only", "Remove it."),
     # The references run host-network pods privileged: the JobSet TPU multislice example,
