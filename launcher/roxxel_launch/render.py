@@ -176,8 +176,7 @@ def _data_volume(spec: JobSpec) -> dict | None:
     if data.gcsfuse is not None:
         return {"name": DATA_VOLUME, "csi": {
             "driver": GCSFUSE_DRIVER, "readOnly": True,
-            "volumeAttributes": {"bucketName": data.gcsfuse.bucket,
-                                 "mountOptions": data.gcsfuse.joined_options()}}}
+            "volumeAttributes": data.gcsfuse.volume_attributes(spec.uses_host_network)}}
     if data.nfs is not None:
         return {"name": DATA_VOLUME,
                 "nfs": {"server": data.nfs.server, "path": data.nfs.path, "readOnly": True}}
@@ -394,11 +393,14 @@ def _writable_dirs(spec: JobSpec) -> dict[str, list[dict]]:
 def _network_policy_ports(spec: JobSpec) -> list[dict]:
     """Ports the job's pods accept from each other; [] means every port.
 
-    TPU: the JAX coordinator and the TPU runtime's ports (contract.TPU_RUNTIME_PORTS). GPU and
-    CPU: every port, because NCCL (GPU) and Gloo (JAX's CPU collectives) listen on ephemeral
-    ports that no fixed list can name; only the job's own pods may connect either way.
+    Single-slice TPU: the JAX coordinator and the TPU runtime's ports
+    (contract.TPU_RUNTIME_PORTS). TPU multislice: every port, because libtpu's inter-slice
+    (DCN, "megascale") transport is closed source and no published list names every port
+    it opens; xpk and the JobSet TPU example run it on the host network, where no
+    NetworkPolicy applies. GPU and CPU: every port, because NCCL (GPU) and Gloo (JAX's CPU
+    collectives) listen on ephemeral ports. Either way only the job's own pods may connect.
     """
-    if spec.accelerator.kind != "tpu":
+    if spec.accelerator.kind != "tpu" or spec.num_slices > 1:
         return []
     ports = [contract.DEFAULT_COORDINATOR_PORT, *contract.TPU_RUNTIME_PORTS.values()]
     return [{"protocol": "TCP", "port": port} for port in ports]

@@ -316,6 +316,44 @@ def test_gcsfuse_values_that_would_be_split_wrongly_are_refused(gcsfuse, field):
     assert err.field == f"data.gcsfuse.{field}"
 
 
+def test_gcsfuse_cache_options_render_as_the_drivers_training_examples_set_them():
+    """Range reads and parallel downloads as file-cache mount options (the driver's
+    examples/pytorch/train-job-pytorch.yaml sets fileCacheForRangeRead; its parallel-download
+    test the file-cache:*parallel* keys), metadata prefetch as its volume attribute."""
+    cache = {"bucket": "bkt", "file_cache_mb": 1000, "file_cache_for_range_read": True,
+             "parallel_downloads": True, "parallel_downloads_per_file": 4, "max_parallel_downloads": -1,
+             "download_chunk_size_mb": 16, "metadata_prefetch_on_mount": True}
+    (jobset,) = _valid(_spec(data={"gcsfuse": cache}))
+    (data,) = [v for v in _pod(jobset)["spec"]["volumes"] if v["name"] == "data"]
+    assert data["csi"]["volumeAttributes"] == {
+        "bucketName": "bkt", "gcsfuseMetadataPrefetchOnMount": "true",
+        "mountOptions": "implicit-dirs,file-cache:max-size-mb:1000,file-cache:cache-file-for-range-read:true,"
+                        "file-cache:enable-parallel-downloads:true,file-cache:parallel-downloads-per-file:4,"
+                        "file-cache:max-parallel-downloads:-1,file-cache:download-chunk-size-mb:16"}
+
+
+@pytest.mark.parametrize("gcsfuse,field,message", [
+    ({"file_cache_for_range_read": True}, "file_cache_for_range_read", "needs the file cache"),
+    ({"parallel_downloads": True}, "parallel_downloads", "needs the file cache"),
+    ({"file_cache_mb": 10, "parallel_downloads_per_file": 4}, "parallel_downloads_per_file",
+     "tunes parallel downloads, which are off"),
+    ({"file_cache_mb": 10, "parallel_downloads": True, "parallel_downloads_per_file": 0},
+     "parallel_downloads_per_file", "at least 1, got 0"),
+    ({"file_cache_mb": 10, "parallel_downloads": True, "max_parallel_downloads": 0},
+     "max_parallel_downloads", "at least 1, or -1 for no limit, got 0"),
+    ({"file_cache_mb": 10, "parallel_downloads": True, "max_parallel_downloads": -2},
+     "max_parallel_downloads", "got -2"),
+    ({"file_cache_mb": 10, "parallel_downloads": True, "download_chunk_size_mb": 2**31},
+     "download_chunk_size_mb", "32-bit integer"),
+    ({"file_cache_mb": 10, "mount_options": ["file-cache:enable-parallel-downloads:true"]}, "mount_options[0]",
+     "parallel_downloads"),
+])
+def test_gcsfuse_cache_options_are_checked(gcsfuse, field, message):
+    err = _error(data={"gcsfuse": {"bucket": "bkt", **gcsfuse}})
+    assert err.field == f"data.gcsfuse.{field}"
+    assert message in str(err) and "\n" not in str(err)
+
+
 def test_local_checkpoint_dir_needs_a_writable_volume_on_a_cluster():
     spec = _spec(checkpoint_dir="/ckpt/run")
     with pytest.raises(S.SpecError, match="checkpoint_dir: '/ckpt/run' is a local path"):
@@ -361,9 +399,28 @@ def test_tpu_multislice_host_network_default_and_refusals():
         (jobset,) = _valid(spec)
         assert "hostNetwork" not in _pod(jobset)["spec"]
     assert _error(host_network=True).field == "host_network"  # CPU pods
-    assert _error(accelerator=tpu, num_slices=2, host_network=True,
-                  data={"gcsfuse": {"bucket": "bkt"}}).field == "host_network"
     assert _error(accelerator=tpu, workload="indexed-job", host_network=True).field == "host_network"
+
+
+def test_gcsfuse_on_the_host_network_renders_the_drivers_opt_in():
+    """gcs-fuse-csi-driver docs/authentication.md: host-network pods need hostNetworkPodKSA
+    (and identityProvider with a self-deployed driver); pod-network pods get neither."""
+    tpu = {"tpu": {"type": "v5e", "topology": "4x4"}}
+    idp = "https://container.googleapis.com/v1/projects/p/locations/l/clusters/c"
+    (jobset,) = _valid(_spec(accelerator=tpu, num_slices=2, host_network=True,
+                             data={"gcsfuse": {"bucket": "bkt", "identity_provider": idp}}))
+    pod = _pod(jobset)["spec"]
+    (data,) = [v for v in pod["volumes"] if v["name"] == "data"]
+    assert pod["hostNetwork"] is True
+    assert data["csi"]["volumeAttributes"] == {"bucketName": "bkt", "mountOptions": "implicit-dirs",
+                                               "hostNetworkPodKSA": "true", "identityProvider": idp}
+    (jobset,) = _valid(_spec(accelerator=tpu, num_slices=2, host_network=True, data={"gcsfuse": {"bucket": "bkt"}}))
+    (data,) = [v for v in _pod(jobset)["spec"]["volumes"] if v["name"] == "data"]
+    assert data["csi"]["volumeAttributes"]["hostNetworkPodKSA"] == "true"
+    assert "identityProvider" not in data["csi"]["volumeAttributes"]
+    (jobset,) = _valid(_spec(accelerator=tpu, num_slices=2, data={"gcsfuse": {"bucket": "bkt"}}))
+    (data,) = [v for v in _pod(jobset)["spec"]["volumes"] if v["name"] == "data"]
+    assert set(data["csi"]["volumeAttributes"]) == {"bucketName", "mountOptions"}
 
 
 def test_gpu_pods_get_the_node_driver_libraries_on_the_loader_path(caplog):

@@ -361,10 +361,14 @@ REFUSALS = {
     "cpu host network": (
         {"host_network": True, "security": {"profile": "privileged"}},
         "host_network", "is offered for TPU slices and GPU hosts only"),
-    "host network with gcsfuse": (
-        {"accelerator": GPU, "host_network": True, "data": {"gcsfuse": {"bucket": "my-data"}}},
-        "host_network", "host-network pods cannot mount GCS FUSE volumes without the driver's "
-                        "host-network opt-in (volume attribute hostNetworkPodKSA)"),
+    "identity provider without host network": (
+        {"accelerator": GPU, "data": {"gcsfuse": {"bucket": "my-data",
+                                                   "identity_provider": "https://example.com/idp"}}},
+        "data.gcsfuse.identity_provider", "is read only for host-network pods"),
+    "identity provider that is not an https URL": (
+        {"accelerator": GPU, "host_network": True,
+         "data": {"gcsfuse": {"bucket": "my-data", "identity_provider": "http://example.com/a,b"}}},
+        "data.gcsfuse.identity_provider", "'http://example.com/a,b' is not an https URL"),
     "host network outside a jobset": (
         {"accelerator": GPU, "host_network": True, "workload": "indexed-job"},
         "host_network", "needs workload: jobset"),
@@ -474,12 +478,23 @@ def test_network_policy_admits_only_the_jobs_own_pods(workload):
     assert policy["metadata"]["labels"][R.MANAGED_BY_LABEL] == R.MANAGED_BY
 
 
-def test_tpu_network_policy_names_the_coordinator_and_tpu_runtime_ports():
-    spec = _spec(accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}}, num_slices=2)
+def test_single_slice_tpu_network_policy_names_the_coordinator_and_tpu_runtime_ports():
+    spec = _spec(accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}})
     (rule,) = _policy(spec)["spec"]["ingress"]
     assert sorted(p["port"] for p in rule["ports"]) == sorted(
         [contract.DEFAULT_COORDINATOR_PORT, 8482, 8471, 8080])
     assert all(p["protocol"] == "TCP" for p in rule["ports"])
+
+
+@pytest.mark.parametrize("host_network", [True, False])
+def test_tpu_multislice_network_policy_admits_every_port_of_the_jobs_own_pods(host_network):
+    """libtpu's DCN transport names no complete port list: a port list would cut it off on the
+    pod network (the GCS FUSE default), so the job's own pods may use any port."""
+    spec = _spec(accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}}, num_slices=2,
+                 host_network=host_network, data={"gcsfuse": {"bucket": "my-data"}})
+    (rule,) = _policy(spec)["spec"]["ingress"]
+    assert "ports" not in rule
+    assert rule["from"] == [{"podSelector": {"matchLabels": {R.JOB_LABEL: "lm"}}}]
 
 
 def test_network_policy_can_be_turned_off():

@@ -10,6 +10,7 @@ TPU = {"tpu": {"type": "v5p", "topology": "2x2x4"}}
 GPU = {"gpu": {"type": "nvidia-l4", "count": 1}}
 EMPTY = {"empty_dir": {}}
 OWN = "uses a key or prefix that roxxel-launch or its controllers own. Pick a key under your own prefix."
+IDP = "https://container.googleapis.com/v1/projects/p/locations/us-central2/clusters/c"
 FROM_ACCELERATOR = "is set from the accelerator block. Remove it"
 
 # (the rule's field, spec fields that break it, the whole error message)
@@ -42,7 +43,8 @@ CASES = [
      "volumes[0].mount_path: '/data' is where roxxel-launch mounts a volume of its own. Pick another path."),
     ("data.gcsfuse.mount_options",
      {"data": {"gcsfuse": {"bucket": "my-data", "mount_options": ["implicit-dirs", "only-dir:x"]}}},
-     "data.gcsfuse.mount_options[1]: 'only-dir:x' is set by roxxel-launch. Use file_cache_mb / only_dir instead."),
+     "data.gcsfuse.mount_options[1]: 'only-dir:x' is set by roxxel-launch. Use file_cache_mb, its cache fields "
+     "(file_cache_for_range_read, parallel_downloads, ...) or only_dir instead."),
     ("host_network", {"host_network": True},
      "host_network: is offered for TPU slices and GPU hosts only. Remove it."),
     ("host_network", {"accelerator": GPU, "host_network": True, "security": {"profile": "baseline"}},
@@ -53,10 +55,11 @@ CASES = [
      "host_network: needs security.profile: privileged (host-network pods break Pod Security baseline, Host "
      "Namespaces, and the TPU and GPU references run them privileged). Set security.profile: privileged, or "
      "remove host_network."),
-    ("host_network", {"accelerator": TPU, "data": {"gcsfuse": {"bucket": "my-data"}}, "host_network": True},
-     "host_network: host-network pods cannot mount GCS FUSE volumes without the driver's host-network opt-in "
-     "(volume attribute hostNetworkPodKSA), which roxxel-launch does not render. Set host_network: false, or "
-     "read data from gs:// directly."),
+    ("data.gcsfuse.identity_provider",
+     {"accelerator": TPU, "num_slices": 2, "host_network": False,
+      "data": {"gcsfuse": {"bucket": "my-data", "identity_provider": IDP}}},
+     "data.gcsfuse.identity_provider: is read only for host-network pods (the GCS FUSE CSI driver's "
+     "hostNetworkPodKSA opt-in). Remove it, or set host_network: true."),
     ("host_network", {"accelerator": TPU, "workload": "indexed-job", "host_network": True},
      "host_network: needs workload: jobset (an indexed-job's headless Service DNS names do not cover "
      "host-network pods)"),
@@ -90,6 +93,8 @@ def test_every_rule_has_a_case():
     {"accelerator": TPU, "host_network": True},
     {"accelerator": GPU, "host_network": False},
     {"accelerator": GPU, "host_network": True},  # the profile then defaults to privileged
+    # GCS FUSE on the host network: the driver's hostNetworkPodKSA opt-in is rendered.
+    {"accelerator": TPU, "host_network": True, "data": {"gcsfuse": {"bucket": "my-data", "identity_provider": IDP}}},
 ], ids=lambda fields: "+".join(fields))
 def test_what_the_launcher_does_not_own_is_allowed(fields):
     S.spec_from_dict(spec_dict(**fields))

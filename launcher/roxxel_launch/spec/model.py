@@ -126,8 +126,9 @@ class JobSpec:
     host_network: bool | None = _doc(
         "Run the pods on the node's network (hostNetwork + dnsPolicy ClusterFirstWithHostNet): "
         "TPU slices and GPU hosts, under security.profile privileged (unset: it then defaults "
-        "to privileged). Default: true for TPU multislice (DCN traffic) without data.gcsfuse, "
-        "unless security.profile is restricted or baseline, as GKE's reference TPU JobSets "
+        "to privileged). With data.gcsfuse the volume gets the driver's hostNetworkPodKSA "
+        "opt-in (GKE 1.33.3-gke.1226000+, Standard clusters). Default: true for TPU multislice "
+        "(DCN traffic) without data.gcsfuse, unless security.profile is restricted or baseline, as GKE's reference TPU JobSets "
         "do; false otherwise.", default=None)
     ttl_seconds_after_finished: int | None = _doc(
         "Delete the finished JobSet / Job (and its pods' logs) this many seconds after it "
@@ -246,6 +247,8 @@ class JobSpec:
             raise SpecError("ttl_seconds_after_finished",
                             f"must be 0 or more seconds, got {self.ttl_seconds_after_finished}")
         refuse("host_network", self.host_network, self)
+        if self.data is not None and self.data.gcsfuse is not None:
+            refuse("data.gcsfuse.identity_provider", self.data.gcsfuse.identity_provider, self)
 
     @property
     def disk_cache_bytes(self) -> int:
@@ -283,8 +286,10 @@ class JobSpec:
     @property
     def uses_host_network(self) -> bool:
         """hostNetwork: as given, else on for TPU multislice (the reference TPU JobSets do)
-        unless the pods mount GCS FUSE, which host-network pods cannot without an opt-in, or
-        security.profile names a level that forbids host namespaces (restricted, baseline)."""
+        unless the pods mount GCS FUSE (the driver's host-network support needs GKE
+        1.33.3-gke.1226000+ on a Standard cluster, which a default cannot know: opt in with
+        host_network: true), or security.profile names a level that forbids host namespaces
+        (restricted, baseline)."""
         if self.host_network is not None:
             return self.host_network
         if self.security.profile not in (None, "privileged"):

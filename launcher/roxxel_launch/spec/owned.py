@@ -60,10 +60,6 @@ def _launcher_mount_paths(spec: Any) -> list[str]:
         + [path for path, _ in contract.WRITABLE_DIRS.values()]
 
 
-def _mounts_gcsfuse(spec: Any) -> bool:
-    return spec.data is not None and spec.data.gcsfuse is not None
-
-
 RULES: tuple[Rule, ...] = (
     Rule("env", lambda name, spec: name in contract.RESERVED_ENV_NAMES,
          "is set by roxxel-launch", "Remove it from env."),
@@ -83,7 +79,8 @@ RULES: tuple[Rule, ...] = (
          "{value!r} is where roxxel-launch mounts a volume of its own", "Pick another path."),
     Rule("data.gcsfuse.mount_options",
          lambda option, mount: option.split(":", 1)[0] in RESERVED_GCSFUSE_OPTIONS,
-         "{value!r} is set by roxxel-launch", "Use file_cache_mb / only_dir instead."),
+         "{value!r} is set by roxxel-launch", "Use file_cache_mb, its cache fields (file_cache_for_range_read, "
+         "parallel_downloads, ...) or only_dir instead."),
     Rule("host_network", lambda on, spec: bool(on) and spec.accelerator.kind == "cpu",
          "is offered for TPU slices and GPU hosts only", "Remove it."),
     # The references run host-network pods privileged: the JobSet TPU multislice example,
@@ -92,12 +89,11 @@ RULES: tuple[Rule, ...] = (
          "needs security.profile: privileged (host-network pods break Pod Security baseline, Host "
          "Namespaces, and the TPU and GPU references run them privileged)",
          "Set security.profile: privileged, or remove host_network."),
-    # GCS FUSE CSI driver docs/authentication.md: host-network pods need the volume attribute
-    # hostNetworkPodKSA (driver v1.17.2+, GKE 1.29+).
-    Rule("host_network", lambda on, spec: bool(on) and _mounts_gcsfuse(spec),
-         "host-network pods cannot mount GCS FUSE volumes without the driver's host-network opt-in "
-         "(volume attribute hostNetworkPodKSA), which roxxel-launch does not render",
-         "Set host_network: false, or read data from gs:// directly."),
+    # GCS FUSE CSI driver docs/authentication.md: identityProvider is read only with the
+    # host-network opt-in (hostNetworkPodKSA), which roxxel-launch renders for host-network pods.
+    Rule("data.gcsfuse.identity_provider", lambda url, spec: url is not None and not spec.uses_host_network,
+         "is read only for host-network pods (the GCS FUSE CSI driver's hostNetworkPodKSA opt-in)",
+         "Remove it, or set host_network: true."),
     Rule("host_network", lambda on, spec: bool(on) and spec.workload != "jobset",
          "needs workload: jobset (an indexed-job's headless Service DNS names do not cover host-network pods)"),
 )

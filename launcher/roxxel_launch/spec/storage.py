@@ -19,6 +19,9 @@ _BUCKET_RULE = ("bucket names are 3-63 characters (up to 222 with dots) of lower
 # gcsfuse options as the CSI driver takes them: key, key:value or section:key:value.
 _GCSFUSE_OPTION = re.compile(r"[a-z][a-z0-9-]*(:[A-Za-z0-9_.\-]+){0,2}")
 _GCSFUSE_DIR = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*/?")
+# identityProvider: an https URL, e.g. GKE's https://container.googleapis.com/v1/projects/
+# P/locations/L/clusters/C; the driver splits volume attributes into mount options at ','.
+_IDENTITY_PROVIDER = re.compile(r"https://[A-Za-z0-9.\-]+(:[0-9]+)?(/[A-Za-z0-9_.~\-]+)*/?")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]*[A-Za-z0-9])?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*")
 
 
@@ -45,13 +48,45 @@ class GcsFuseMount:
         "Where the gke-gcsfuse-cache volume lives: memory (tmpfs, counts against the pod's "
         "memory) or disk (the node's ephemeral storage: local SSD on node pools created with "
         "--ephemeral-storage-local-ssd).", default="disk")
+    file_cache_for_range_read: bool = _doc(
+        "Needs file_cache_mb. Cache a whole object on a first random or partial read too "
+        "(file-cache:cache-file-for-range-read:true); off, only reads from offset 0 fill the "
+        "cache.", default=False)
+    parallel_downloads: bool = _doc(
+        "Needs file_cache_mb. Fill the file cache with parallel ranged downloads "
+        "(file-cache:enable-parallel-downloads:true): faster first reads of large files.",
+        default=False)
+    parallel_downloads_per_file: int | None = _doc(
+        "Needs parallel_downloads. Downloads at once per file, at least 1 "
+        "(file-cache:parallel-downloads-per-file).", default=None)
+    max_parallel_downloads: int | None = _doc(
+        "Needs parallel_downloads. Downloads at once across all files, at least 1, or -1 for no "
+        "limit (file-cache:max-parallel-downloads).", default=None)
+    download_chunk_size_mb: int | None = _doc(
+        "Needs parallel_downloads. MiB each parallel download fetches, at least 1 "
+        "(file-cache:download-chunk-size-mb).", default=None)
+    metadata_prefetch_on_mount: bool = _doc(
+        "List the mounted directory once at mount, filling gcsfuse's metadata cache "
+        "(the driver's gcsfuseMetadataPrefetchOnMount volume attribute; GKE 1.32.1-gke.1357001+).",
+        default=False)
     sidecar_cpu_limit: str = _doc("gke-gcsfuse/cpu-limit annotation; \"0\" = no limit.", default="0")
     sidecar_memory_limit: str = _doc("gke-gcsfuse/memory-limit annotation; \"0\" = no limit.",
                                      default="0")
     sidecar_ephemeral_storage_limit: str = _doc(
         "gke-gcsfuse/ephemeral-storage-limit annotation; \"0\" = no limit.", default="0")
 
+    identity_provider: str | None = _doc(
+        "Host-network pods only: the identityProvider volume attribute, the cluster's Workload "
+        "Identity provider URL (https://container.googleapis.com/v1/projects/PROJECT/locations/"
+        "LOCATION/clusters/CLUSTER). Needed only with a self-deployed (open-source) driver; "
+        "GKE's managed driver finds it itself.", default=None)
+
     def __post_init__(self):
+        if self.identity_provider is not None and not _IDENTITY_PROVIDER.fullmatch(self.identity_provider):
+            raise SpecError("identity_provider", f"{self.identity_provider!r} is not an https URL of "
+                            "letters, digits and . _ ~ - /",
+                            "Give the cluster's provider, e.g. https://container.googleapis.com/v1/"
+                            "projects/P/locations/L/clusters/C.")
         if not _BUCKET.fullmatch(self.bucket):
             raise SpecError("bucket", f"{self.bucket!r} is not a GCS bucket name ({_BUCKET_RULE})",
                             "Give the bare bucket name, e.g. my-data (no gs://, no path).")
@@ -69,8 +104,44 @@ class GcsFuseMount:
         if self.file_cache_mb is not None and not 1 <= self.file_cache_mb <= INT32_MAX:
             raise SpecError("file_cache_mb", f"must be at least 1 MiB, got {self.file_cache_mb}",
                             "Leave it out to turn the file cache off.")
+        self._check_cache_options()
         for field in ("sidecar_cpu_limit", "sidecar_memory_limit", "sidecar_ephemeral_storage_limit"):
             _check_quantity(field, getattr(self, field))
+
+    def _check_cache_options(self) -> None:
+        """The file-cache options' types and ranges (gcsfuse's own checks, made offline)."""
+        counts = {"parallel_downloads_per_file": 1, "max_parallel_downloads": -1, "download_chunk_size_mb": 1}
+        for field, low in counts.items():
+            value = getattr(self, field)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not (low <= value <= INT32_MAX) \
+                    or value == 0:
+                allowed = "at least 1, or -1 for no limit" if low == -1 else "at least 1"
+                raise SpecError(field, f"must be a whole number, {allowed}, got {value!r}")
+            if not self.parallel_downloads:
+                raise SpecError(field, "tunes parallel downloads, which are off", "Set parallel_downloads: true.")
+        for field in ("file_cache_for_range_read", "parallel_downloads"):
+            if getattr(self, field) and self.file_cache_mb is None:
+                raise SpecError(field, "needs the file cache, which is off", "Set file_cache_mb.")
+
+    def _cache_options(self) -> list[str]:
+        """The file-cache mount options the spec's cache fields stand for, in gcsfuse's
+        section:key:value form (gcsfuse's file-cache config; the GCS FUSE CSI driver's
+        parallel-download test, test/e2e/testsuites/gcsfuse_integration_file_cache_parallel_downloads.go)."""
+        if self.file_cache_mb is None:
+            return []
+        options = [f"file-cache:max-size-mb:{self.file_cache_mb}"]
+        if self.file_cache_for_range_read:
+            options.append("file-cache:cache-file-for-range-read:true")
+        if self.parallel_downloads:
+            options.append("file-cache:enable-parallel-downloads:true")
+        for field, key in (("parallel_downloads_per_file", "parallel-downloads-per-file"),
+                           ("max_parallel_downloads", "max-parallel-downloads"),
+                           ("download_chunk_size_mb", "download-chunk-size-mb")):
+            if getattr(self, field) is not None:
+                options.append(f"file-cache:{key}:{getattr(self, field)}")
+        return options
 
     @property
     def cache_volume_mib(self) -> int | None:
@@ -86,12 +157,31 @@ class GcsFuseMount:
         mib = self.cache_volume_mib
         return 0 if mib is None or self.file_cache_medium == "memory" else mib * 2**20
 
+    def volume_attributes(self, host_network: bool) -> dict[str, str]:
+        """The CSI volume's ``volumeAttributes``.
+
+        Host-network pods get ``hostNetworkPodKSA: "true"`` (and ``identityProvider`` when
+        given): without that opt-in the driver cannot get their Kubernetes service account's
+        token (GoogleCloudPlatform/gcs-fuse-csi-driver docs/authentication.md and
+        examples/multi-nic/cloudtpu.yaml at 5fcdc04a; GKE 1.33.3-gke.1226000+, Standard
+        clusters only, docs/releases.md).
+        """
+        attributes = {"bucketName": self.bucket, "mountOptions": self.joined_options()}
+        if self.metadata_prefetch_on_mount:
+            # The driver's webhook adds its gke-gcsfuse-metadata-prefetch sidecar for it
+            # (pkg/webhook/sidecar_spec.go, gcsfuseMetadataPrefetchOnMount).
+            attributes["gcsfuseMetadataPrefetchOnMount"] = "true"
+        if host_network:
+            attributes["hostNetworkPodKSA"] = "true"
+            if self.identity_provider is not None:
+                attributes["identityProvider"] = self.identity_provider
+        return attributes
+
     def joined_options(self) -> str:
         options = list(self.mount_options)
         if self.only_dir is not None:
             options.append(f"only-dir:{self.only_dir}")
-        if self.file_cache_mb is not None:
-            options.append(f"file-cache:max-size-mb:{self.file_cache_mb}")
+        options += self._cache_options()
         return ",".join(options)
 
 
