@@ -267,7 +267,7 @@ class BlendPlan:
     def _build(self) -> tuple[list[Segment], tuple[int, ...]]:
         k = len(self.sizes)
         pos = [0] * k  # tokens consumed from each dataset
-        lanes = [Lanes() for _ in range(k)] if self.lanes is not None else None
+        lanes = [Lanes() for _ in range(k)]  # each dataset's unread lanes (independent rows only)
         shortest = min(seq_len for _, seq_len, _ in self.phases)
         segments: list[Segment] = []
         row = 0
@@ -275,7 +275,7 @@ class BlendPlan:
         for j, (rows, seq_len, weights) in enumerate(self.phases):
             phase_end = None if rows is None else row + rows
             while phase_end is None or row < phase_end:
-                maps = None if lanes is None else self._segment_lanes(lanes, j, seq_len, weights)
+                maps = None if self.lanes is None else self._segment_lanes(lanes, j, seq_len, weights)
                 # Rows each weighted dataset can still give (None: endless).
                 left = {i: None if self.repeat else maps[i].available if maps is not None
                         else (self.sizes[i] - pos[i]) // seq_len for i in range(k) if weights[i] > 0}
@@ -301,7 +301,7 @@ class BlendPlan:
                 counts = pat.counts(length)
                 for i in active:
                     pos[i] += int(counts[i]) * seq_len
-                    if lanes is not None and maps is not None:
+                    if maps is not None:  # independent rows: what this dataset's lanes hold next
                         lanes[i] = maps[i].after(int(counts[i]), shortest)
                 row = end
         return segments, tuple(pos)

@@ -68,11 +68,23 @@ def spread_rows(rows: np.ndarray, lanes: int, depth: int, count: np.ndarray | in
         count = np.asarray(count, np.int64)
         full = count // block
         m = np.where(b < full, block, count - full * block)
-    w = np.clip(m, 1, lanes)  # lanes of this block (m >= 1 wherever a row exists)
-    d = -(-m // w)  # rows of its deepest lanes
-    r = m - (d - 1) * w  # lanes holding d rows; the others hold d - 1
+    w, d, r = _block_lanes(m, lanes)
     lane, level = i % w, i // w
-    return b * block + lane * d - np.maximum(0, lane - r) + level
+    return b * block + _lane_start(lane, d, r) + level
+
+
+def _block_lanes(m, lanes: int):
+    """A block of ``m`` rows dealt to ``lanes`` lanes: ``(w, d, r)``, its lanes (``min(lanes, m)``,
+    at least 1), the rows of its deepest lanes and how many lanes hold ``d`` rows (the others
+    ``d - 1``). Ints or int64 arrays, elementwise."""
+    w = np.clip(m, 1, lanes)
+    d = -(-m // w)
+    return w, d, m - (d - 1) * w
+
+
+def _lane_start(lane, d, r):
+    """The first row, within its block, of lane ``lane`` of a block shaped ``(w, d, r)``."""
+    return lane * d - np.maximum(0, lane - r)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -155,11 +167,10 @@ class SegmentLanes:
             frontier += full * block * L
             if part:  # the rest of each lane of the block the segment ended in is carried
                 m = block if self.fresh is None else min(block, self.fresh - full * block)
-                w = min(self.lanes, m)
-                d = -(-m // w)
+                w, d, r = (int(x) for x in _block_lanes(m, self.lanes))
                 lane = np.arange(w, dtype=np.int64)
-                first = lane * d - np.maximum(0, lane - (m - (d - 1) * w))  # the lane's first row (spread_rows)
-                rows = np.where(lane < m - (d - 1) * w, d, d - 1)
+                first = _lane_start(lane, d, r)  # each lane's first row, as spread_rows deals them
+                rows = np.where(lane < r, d, d - 1)
                 read = (part - lane + w - 1) // w  # rows part already took from each lane
                 starts.append(frontier + (first + read) * L)
                 lengths.append((rows - read) * L)
