@@ -439,10 +439,19 @@ class DatasetWriter:
         return None
 
     def _remove_stale_temps(self) -> None:
-        for name in os.listdir(self.directory):
-            if is_temp_name(name):
-                pid = name.rpartition("-")[2]
-                if pid.isdigit() and not _pid_alive(int(pid)):
+        self._remove_temps(lambda pid: not _pid_alive(pid))
+
+    def _remove_temps(self, whose: Callable[[int], bool]) -> None:
+        """Remove the temporary files (:func:`temp_name`) in the directory written by the
+        processes ``whose(pid)`` is true for."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:  # a set-up stopped before the directory was made (its error is the one to raise)
+            return
+        for name in names:
+            pid = name.rpartition("-")[2]
+            if is_temp_name(name) and pid.isdigit() and whose(int(pid)):
+                with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(self.directory, name))
 
     def _check_compatible(self, m: Manifest) -> None:
@@ -687,6 +696,9 @@ class DatasetWriter:
         if marked:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.marker_path)
+        # Also the temporary files this process made but had not yet recorded: a stop (Ctrl-C,
+        # SIGTERM) can land between opening a shard's file and keeping its writer.
+        self._remove_temps(lambda pid: pid == os.getpid())
         self._unlock()
         if self._made_directory:
             with contextlib.suppress(OSError):  # not empty (someone else's files): kept

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -183,3 +184,30 @@ def test_a_writer_stopped_while_it_sets_up_leaves_no_directory(tmp_path, monkeyp
     with pytest.raises(KeyboardInterrupt):
         writer_module.DatasetWriter(str(tmp_path / "kept" / "dataset.json"), vocab_size=257, eos_id=256)
     assert os.listdir(tmp_path / "kept") == []
+
+
+
+@pytest.mark.parametrize("stop_in", ["shard", "any file"])
+def test_a_writer_stopped_between_making_a_file_and_keeping_it_leaves_no_directory(tmp_path, monkeypatch, stop_in):
+    """Found by the fresh-clone CI run: SIGTERM to `roxxel pack --jobs 2` ended it with exit 143 and
+    "as it was before", but left the output directory: the stop landed after a shard's temporary
+    file was opened and before the writer kept its ShardWriter, so the abort did not know the file
+    and the directory was not empty. Any temporary file of this process's is removed now."""
+    from roxxel.format import writer as writer_module
+    from roxxel.format.atomic import temp_name
+
+    def stop(*args):  # ShardWriter starts hashing right after it opened its file
+        raise KeyboardInterrupt  # as the command line's SIGTERM handler raises it
+
+    out = tmp_path / "ds"
+    w = writer_module.DatasetWriter(str(out / "dataset.json"), vocab_size=257, eos_id=256, shard_size=64)
+    with pytest.raises(KeyboardInterrupt):
+        with w:
+            w.add_documents([np.arange(40, dtype=np.uint16)] * 3)  # a first shard, known to the writer
+            if stop_in == "shard":
+                monkeypatch.setattr(writer_module, "hashlib", types.SimpleNamespace(sha256=stop))
+                w.add_documents([np.arange(40, dtype=np.uint16)] * 3)
+            else:
+                open(temp_name(str(out / "shard-00099.rox")), "w").close()
+                stop()
+    assert not out.exists(), os.listdir(out)
