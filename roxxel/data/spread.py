@@ -17,10 +17,12 @@ chunk in order (the page cache and the block checks see the same bytes as before
 
 Blocks are laid out by what the *dataset* holds, never by where a phase ends, so lengthening
 the phase a run resumes in keeps every batch before the resumed step (:class:`Lanes`): only
-a dataset's last block, shorter than the others, is dealt by its own length. When a segment
-ends inside a block, the unread rest of each lane is carried to the dataset's next segment,
-which reads those rows first (re-cut to its ``seq_len``; a piece shorter than a row waits for a
-phase with shorter rows).
+a dataset's last block, shorter than the others, is dealt by its own length. Successive blocks
+deal their lanes in alternating order, so the rows dealt across a block boundary are a lane
+apart too. When a segment ends inside a block, the unread rest of each lane is carried to the
+dataset's next segment (re-cut to its ``seq_len``; a piece shorter than a row waits for a phase
+with shorter rows), which reads them level by level together with its first block's lanes
+(:class:`SegmentLanes`): where the global batch grew, its first batch still has a place per row.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def lane_depth(lane_tokens: int, seq_len: int) -> int:
     return max(1, -(-lane_tokens // seq_len))
 
 
-def spread_rows(rows: np.ndarray, lanes: int, depth: int, count: np.ndarray | int | None) -> np.ndarray:
+def spread_rows(rows: np.ndarray, lanes: int, depth: int, count: np.ndarray | int | None,
+                first_block: int = 0) -> np.ndarray:
     """The stream place of each of a dataset's rows in a segment.
 
     Args:
@@ -53,6 +56,10 @@ def spread_rows(rows: np.ndarray, lanes: int, depth: int, count: np.ndarray | in
             ``min(lanes, m)`` lanes of (almost) equal depth, so that it is a bijection of its own
             rows (lanes ``ceil(m / lanes)`` rows apart: closer than a chunk, and adjacent when
             ``m <= lanes``).
+        first_block: the number of the block row 0 lies in, counted over the dataset. Full
+            blocks of odd number deal their lanes last to first: the last row of a block and
+            the first of the next, dealt one after the other, are then a lane apart in the
+            stream, not adjacent.
 
     Returns:
         int64 array of ``rows``' shape: the row's index in stream order; a permutation of
@@ -70,6 +77,7 @@ def spread_rows(rows: np.ndarray, lanes: int, depth: int, count: np.ndarray | in
         m = np.where(b < full, block, count - full * block)
     w, d, r = _block_lanes(m, lanes)
     lane, level = i % w, i // w
+    lane = np.where(((b + first_block) % 2 == 1) & (m == block), w - 1 - lane, lane)
     return b * block + _lane_start(lane, d, r) + level
 
 
@@ -95,23 +103,74 @@ class Lanes:
         frontier: token position (in the dataset's shuffled stream, past its size under
             ``repeat``) from which no block has been dealt yet.
         starts, lengths: int64 arrays, the token start and length of each carried piece: the
-            unread rest of a lane of the block a segment ended in, read first by the next
-            segment that takes the dataset.
+            unread rest of a lane of a block a segment ended in, none of them ending at
+            ``frontier`` (such a rest is given back to the blocks still to deal).
+        blocks: blocks dealt so far (their number sets the lane order of the next; see
+            :func:`spread_rows`).
     """
 
     frontier: int = 0
     starts: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
     lengths: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    blocks: int = 0
+
+
+class _Levels:
+    """Pieces of a stream read a row at a time, level by level: row ``v`` of every piece that has
+    one, then row ``v + 1``, ...; in each level the pieces of the first group come first, then
+    those of the second, each group's pieces longest first (so a level's pieces are a prefix of
+    each group's order)."""
+
+    def __init__(self, groups: list[tuple[np.ndarray, np.ndarray]], seq_len: int):
+        self.seq_len = seq_len
+        self.starts, self.lengths, self.rows, self.wider = [], [], [], []
+        for starts, lengths in groups:  # token starts and lengths of a group's pieces
+            order = np.argsort(-(lengths // seq_len), kind="stable")
+            self.starts.append(starts[order])
+            self.lengths.append(lengths[order])
+            self.rows.append(lengths[order] // seq_len)
+        levels = max((int(r.max(initial=0)) for r in self.rows), default=0)
+        for rows in self.rows:  # per level, the pieces with a row there
+            self.wider.append(len(rows) - np.searchsorted(np.sort(rows), np.arange(levels), side="right"))
+        self.cum = np.concatenate([[0], np.cumsum(np.sum(self.wider, axis=0, dtype=np.int64))]).astype(np.int64)
+        self.total = int(self.cum[-1])
+
+    def place(self, i: np.ndarray) -> np.ndarray:
+        """Token position of rows ``i`` (int64 array, each ``< total``)."""
+        level = np.searchsorted(self.cum, i, side="right") - 1
+        j = i - self.cum[level]
+        out = np.empty(i.shape, np.int64)
+        for starts, wider in zip(self.starts, self.wider):
+            here = (j >= 0) & (j < wider[level])
+            out[here] = starts[j[here]] + level[here] * self.seq_len
+            j = j - wider[level]
+        return out
+
+    def rests(self, taken: int) -> tuple[np.ndarray, np.ndarray]:
+        """The token starts and lengths of what every piece has left after the first ``taken`` rows."""
+        level = int(np.searchsorted(self.cum, taken, side="right")) - 1
+        extra = taken - int(self.cum[level])
+        starts, lengths = [], []
+        for group in zip(self.starts, self.lengths, self.rows, self.wider):
+            start, length, rows, wider = group
+            here = min(extra, int(wider[level])) if level < len(wider) else 0
+            used = (np.minimum(rows, level) + (np.arange(len(rows)) < here)) * self.seq_len
+            starts.append(start + used)
+            lengths.append(length - used)
+            extra -= here
+        return np.concatenate(starts), np.concatenate(lengths)
 
 
 class SegmentLanes:
     """One dataset's row -> token position map within one segment (independent rows).
 
-    The segment's rows of this dataset first read the carried pieces, a row of ``seq_len``
-    tokens at a time, dealt round robin over the pieces (the longest first: a row of each piece
-    that has one left, then the next row of each, ...), then blocks of ``lanes * depth`` rows
-    from ``Lanes.frontier`` by :func:`spread_rows`, the last block dealt by the rows the dataset
-    has left (``size``), never by where the segment ends.
+    Without carried pieces, the segment's rows are blocks of ``lanes * depth`` rows from
+    ``Lanes.frontier`` by :func:`spread_rows`, the last block dealt by the rows the dataset has
+    left (``size``), never by where the segment ends. With carried pieces (the rests of the
+    lanes of a block an earlier segment ended in), the first block's lanes and the pieces are
+    read together, level by level, the block's lanes first (:class:`_Levels`): a batch of the
+    segment has as many places as rows even where its global batch grew; the blocks after it
+    follow by :func:`spread_rows`.
 
     Args:
         state: the dataset's lanes before the segment.
@@ -122,28 +181,36 @@ class SegmentLanes:
 
     def __init__(self, state: Lanes, seq_len: int, lanes: int, depth: int, size: int | None):
         self.state, self.seq_len, self.lanes, self.depth = state, seq_len, lanes, depth
-        rows = state.lengths // seq_len
-        self._order = np.argsort(-rows, kind="stable")  # longest pieces first: level v is a prefix of them
-        self._rows = rows[self._order]
-        levels = int(self._rows.max(initial=0))
-        wider = len(rows) - np.searchsorted(np.sort(rows), np.arange(levels), side="right")  # pieces with > v rows
-        self._cum = np.concatenate([[0], np.cumsum(wider)]).astype(np.int64)
-        self.carried = int(self._cum[-1])
-        self.fresh = None if size is None else max(0, (size - state.frontier) // seq_len)
-        self.available = None if self.fresh is None else self.carried + self.fresh
+        self.block = lanes * depth
+        fresh = None if size is None else max(0, (size - state.frontier) // seq_len)
+        grouped = bool((state.lengths >= seq_len).any())  # pieces with a row at this seq_len: read with the first block
+        m = 0 if not grouped else self.block if fresh is None else min(self.block, fresh)
+        first = self._block_pieces(m, state.frontier, state.blocks) if m else (np.zeros(0, np.int64),) * 2
+        self.levels = _Levels([first, (state.starts, state.lengths)], seq_len)
+        self.frontier = state.frontier + m * seq_len  # where spread_rows' blocks start
+        self.first_block = state.blocks + (1 if m else 0)
+        self.fresh = None if fresh is None else fresh - m
+        self.available = None if self.fresh is None else self.levels.total + self.fresh
         """Rows this dataset can still give at ``seq_len`` (None: endless)."""
+
+    def _block_pieces(self, m: int, frontier: int, number: int) -> tuple[np.ndarray, np.ndarray]:
+        """The lanes of block ``number``, of ``m`` rows at ``frontier``, as pieces (token starts and
+        lengths) in dealing order (:func:`spread_rows`)."""
+        w, d, r = (int(x) for x in _block_lanes(m, self.lanes))
+        lane = np.arange(w, dtype=np.int64)
+        if number % 2 and m == self.block:
+            lane = lane[::-1]
+        return frontier + _lane_start(lane, d, r) * self.seq_len, np.where(lane < r, d, d - 1) * self.seq_len
 
     def place(self, done: np.ndarray) -> np.ndarray:
         """Token position of the dataset's rows ``done`` (int64 array of indices within the segment)."""
         out = np.empty(done.shape, np.int64)
-        carried = done < self.carried
-        if carried.any():
-            i = done[carried]
-            level = np.searchsorted(self._cum, i, side="right") - 1
-            out[carried] = self.state.starts[self._order[i - self._cum[level]]] + level * self.seq_len
-        if not carried.all():
-            rows = spread_rows(done[~carried] - self.carried, self.lanes, self.depth, self.fresh)
-            out[~carried] = self.state.frontier + rows * self.seq_len
+        grouped = done < self.levels.total
+        if grouped.any():
+            out[grouped] = self.levels.place(done[grouped])
+        if not grouped.all():
+            rows = spread_rows(done[~grouped] - self.levels.total, self.lanes, self.depth, self.fresh, self.first_block)
+            out[~grouped] = self.frontier + rows * self.seq_len
         return out
 
     def after(self, taken: int, shortest: int) -> Lanes:
@@ -153,28 +220,36 @@ class SegmentLanes:
         no later row fits in them.
         """
         L = self.seq_len
-        from_pieces = min(taken, self.carried)
-        level = int(np.searchsorted(self._cum, from_pieces, side="right")) - 1
-        extra = from_pieces - int(self._cum[level])
-        used = np.minimum(self._rows, level) + ((np.arange(len(self._rows)) < extra) & (self._rows > level))
-        starts = [self.state.starts[self._order] + used * L]
-        lengths = [self.state.lengths[self._order] - used * L]
-        frontier = self.state.frontier
-        fresh = taken - from_pieces
-        if fresh:
-            block = self.lanes * self.depth
-            full, part = divmod(fresh, block)
-            frontier += full * block * L
-            if part:  # the rest of each lane of the block the segment ended in is carried
-                m = block if self.fresh is None else min(block, self.fresh - full * block)
-                w, d, r = (int(x) for x in _block_lanes(m, self.lanes))
-                lane = np.arange(w, dtype=np.int64)
-                first = _lane_start(lane, d, r)  # each lane's first row, as spread_rows deals them
-                rows = np.where(lane < r, d, d - 1)
-                read = (part - lane + w - 1) // w  # rows part already took from each lane
-                starts.append(frontier + (first + read) * L)
-                lengths.append((rows - read) * L)
-                frontier += m * L
-        s, n = np.concatenate(starts), np.concatenate(lengths)
-        keep = n >= shortest
-        return Lanes(frontier, s[keep], n[keep])
+        from_levels = min(taken, self.levels.total)
+        rest_starts, rest_lengths = self.levels.rests(from_levels)
+        starts, lengths = [rest_starts], [rest_lengths]
+        frontier, blocks = self.frontier, self.first_block
+        full, part = divmod(taken - from_levels, self.block)
+        frontier += full * self.block * L
+        blocks += full
+        if part:  # the rest of each lane of the block the segment ended in is carried
+            m = self.block if self.fresh is None else min(self.block, self.fresh - full * self.block)
+            lane_starts, lane_lengths = self._block_pieces(m, frontier, blocks)
+            w = len(lane_starts)
+            read = (part - np.arange(w) + w - 1) // w * L  # what part took from each lane, in dealing order
+            starts.append(lane_starts + read)
+            lengths.append(lane_lengths - read)
+            frontier += m * L
+            blocks += 1
+        return _settled(frontier, np.concatenate(starts), np.concatenate(lengths), blocks, shortest)
+
+
+def _settled(frontier: int, starts: np.ndarray, lengths: np.ndarray, blocks: int, shortest: int) -> Lanes:
+    """Lanes with the pieces that end at the frontier given back to it (a rest read beside the next
+    block's first lane would give adjacent rows) and those shorter than ``shortest`` dropped."""
+    keep = lengths > 0
+    starts, lengths = starts[keep], lengths[keep]
+    order = np.argsort(starts, kind="stable")
+    starts, lengths = starts[order], lengths[order]
+    n = len(starts)
+    while n and starts[n - 1] + lengths[n - 1] == frontier:
+        n -= 1
+        frontier = int(starts[n])
+    starts, lengths = starts[:n], lengths[:n]
+    keep = lengths >= shortest
+    return Lanes(frontier, starts[keep], lengths[keep], blocks)

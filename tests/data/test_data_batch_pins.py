@@ -63,10 +63,10 @@ PINS = {
 
 
 PINS_INDEPENDENT = {
-    ("chunks", 64, "tokens"): "765915eba920734927d4cc7ce09261161cc4a724596260d7a80ff59fbf1ef573",
-    ("chunks", 1000, "tokens"): "e50a1f7550983a815c14943c2436a6fc32bfd03b548fc82ecf3207bf31af4b69",
-    ("chunks", 16384, "tokens"): "2fd789ce6ccc7aed324ff844b09571a34d239386982d448a83e0e19e69c202c2",
-    ("documents", 0, "documents"): "55224ea17033c3875fd42b714031f6009aacedd7cafcaa8a4eb4d28f9ebe5e71",
+    ("chunks", 64, "tokens"): "c9ee7ebbb1a995814f33299c881a706de2ae39c553e9502720b86a2697c16cd9",
+    ("chunks", 1000, "tokens"): "7553cb92c3f906c9574ae4e95bc395cc4b8fbc607f2726040a8b9ef3e1b97a68",
+    ("chunks", 16384, "tokens"): "8df3b7da3b6f1d7f5cf6badbd3fd166d81c983ab15fa8e42e01d627648613011",
+    ("documents", 0, "documents"): "b126134acae107d28d1e14de87a017c90c939fba5a141a7df440c5f1acde6dac",
 }
 
 
