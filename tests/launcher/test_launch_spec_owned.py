@@ -25,6 +25,8 @@ CASES = [
      f"node_selectors.cloud.google.com/gke-accelerator: {FROM_ACCELERATOR} from node_selectors."),
     ("node_selectors", {"accelerator": TPU, "node_selectors": {"cloud.google.com/gke-tpu-topology": "2x2x4"}},
      f"node_selectors.cloud.google.com/gke-tpu-topology: {FROM_ACCELERATOR} from node_selectors."),
+    ("node_selectors", {"queue": "q", "queue_provisioning": {}, "node_selectors": {"cloud.google.com/gke-queued": "false"}},
+     "node_selectors.cloud.google.com/gke-queued: is set from queue_provisioning. Remove it from node_selectors."),
     ("resources", {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
      f"resources.limits.nvidia.com/gpu: {FROM_ACCELERATOR}; set accelerator.tpu or accelerator.gpu.count instead."),
     ("resources", {"resources": {"requests": {"google.com/tpu": "4"}}},

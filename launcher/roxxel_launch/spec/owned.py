@@ -16,7 +16,13 @@ from typing import Any
 from roxxel_launch import contract, gpu_networking
 from roxxel_launch.spec.accelerators import GPU_RESOURCE, TPU_RESOURCE, accelerator_node_selectors
 from roxxel_launch.spec.errors import SpecError
-from roxxel_launch.spec.queueing import MAX_RUN_DURATION_ANNOTATION, PRIORITY_CLASS_LABEL, PROVREQ_PREFIX, QUEUE_LABEL
+from roxxel_launch.spec.queueing import (
+    MAX_RUN_DURATION_ANNOTATION,
+    PRIORITY_CLASS_LABEL,
+    PROVREQ_PREFIX,
+    QUEUE_LABEL,
+    QUEUED_NODE_KEY,
+)
 
 # The job object's keys that a spec field sets (render.py writes them): {key: field}.
 OBJECT_LABELS_SET_BY = {QUEUE_LABEL: "queue", PRIORITY_CLASS_LABEL: "workload_priority_class"}
@@ -95,6 +101,8 @@ RULES: tuple[Rule, ...] = (
          "is already set (by roxxel-launch or in env)"),
     Rule("node_selectors", lambda key, spec: key in accelerator_node_selectors(spec.accelerator),
          "is set from the accelerator block", "Remove it from node_selectors."),
+    Rule("node_selectors", lambda key, spec: key == QUEUED_NODE_KEY and spec.queue_provisioning is not None,
+         "is set from queue_provisioning", "Remove it from node_selectors."),
     Rule("resources", lambda name, resources: name in (TPU_RESOURCE, GPU_RESOURCE),
          "is set from the accelerator block", "Remove it; set accelerator.tpu or accelerator.gpu.count instead."),
     Rule("labels", _owned_key,
