@@ -6,7 +6,12 @@ nccl-test-latest.yaml, gpudirect-tcpxo/nccl-test-latest.yaml, gpudirect-rdma/ncc
 add to a GPU pod: the multi-network annotations, the receive-datapath daemon (TCPX, TCPXO)
 as a native sidecar (an init container with ``restartPolicy: Always``, as
 gpudirect-tcpxo/best-practice.md recommends, so the Job completes when the worker exits),
-the host paths the NCCL plugin lives in, and the NCCL environment those manifests set.
+the host paths the NCCL plugin lives in, and the NCCL environment the guides and Google's
+GPU recipes (AI-Hypercomputer/gpu-recipes) give the workload: the variables their manifests
+set, the TCPX variable list of gpudirect-tcpx/nccl-config.yaml, the profile script the
+TCPXO and RDMA workloads source before starting (``nccl-env-profile.sh`` of the TCPXO
+plugin, ``set_nccl_env.sh`` of the gIB plugin; :attr:`Rendered.init_script`), and the
+worker's ``IPC_LOCK`` capability for TCPX (gpudirect-tcpx/nccl-test-latest.yaml).
 The node pool must have been created with the matching additional networks and the NCCL
 plugin installer DaemonSet; docs/kubernetes.md lists every field and its source.
 """
@@ -16,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Any
+
+from roxxel.contract import CONFIG_ERROR_EXIT_CODE
 
 NETWORKING_MODES = ("none", "tcpx", "tcpxo", "rdma")
 # Where GKE's GPU nodes keep the driver (and, for TCPX/TCPXO, the NCCL plugin the installer
@@ -59,6 +66,25 @@ GPUS_PER_HOST = 8  # every machine type above has 8 GPUs
 TCPX_SOCKET_DIR = "/run/tcpx"
 APERTURE_DEVICES = "/dev/aperture_devices"
 DAEMON_CONTAINER = "gpudirect-daemon"
+# The NCCL environment scripts the workloads source (the installers put the TCPXO plugin's in
+# the host's NVIDIA lib64, mounted at NVIDIA_LIB_DIR; the gIB one lives in its own directory).
+NVIDIA_LIB_DIR = "/usr/local/nvidia/lib64"
+INIT_SCRIPTS = {"tcpxo": f"{NVIDIA_LIB_DIR}/nccl-env-profile.sh", "rdma": "/usr/local/gib/scripts/set_nccl_env.sh"}
+# Capabilities the worker container adds (GKE's TCPX manifests add IPC_LOCK to the NCCL container).
+WORKER_CAPABILITIES = {"tcpx": ("IPC_LOCK",)}
+# GPUDirect-TCPX's NCCL settings for A3 High (container-engine-accelerators @ 992db81,
+# gpudirect-tcpx/nccl-config.yaml, the variables its run script exports); the data NICs'
+# names come from the preset's interfaces.
+_TCPX_NCCL = {
+    "NCCL_SOCKET_IFNAME": "eth0", "NCCL_ALGO": "Ring,Tree", "NCCL_PROTO": "Simple", "NCCL_CROSS_NIC": "0",
+    "NCCL_NET_GDR_LEVEL": "PIX", "NCCL_P2P_PXN_LEVEL": "0", "NCCL_GPUDIRECTTCPX_CTRL_DEV": "eth0",
+    "NCCL_DYNAMIC_CHUNK_SIZE": "524288", "NCCL_P2P_NET_CHUNKSIZE": "524288", "NCCL_P2P_PCI_CHUNKSIZE": "524288",
+    "NCCL_P2P_NVL_CHUNKSIZE": "1048576", "NCCL_BUFFSIZE": "4194304", "NCCL_NSOCKS_PERTHREAD": "4",
+    "NCCL_SOCKET_NTHREADS": "1",
+    "NCCL_GPUDIRECTTCPX_TX_BINDINGS": "eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177",
+    "NCCL_GPUDIRECTTCPX_RX_BINDINGS": "eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191",
+    "NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS": "500000",
+}
 # The NVIDIA devices the daemon needs (the devices.gke.io/container.<name> annotation).
 _DAEMON_DEVICES = [f"/dev/nvidia{i}" for i in range(GPUS_PER_HOST)] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]
 
@@ -71,8 +97,10 @@ class Rendered:
     init_containers: list[dict] = dataclasses.field(default_factory=list)
     volumes: list[dict] = dataclasses.field(default_factory=list)
     mounts: list[dict] = dataclasses.field(default_factory=list)
-    env: dict[str, str] = dataclasses.field(default_factory=dict)
-
+    env: dict[str, str] = dataclasses.field(default_factory=dict)  # what the plugin needs: the user may not set it
+    tuning: dict[str, str] = dataclasses.field(default_factory=dict)  # recommended settings: the user's env wins
+    init_script: str | None = None  # the NCCL environment script the worker sources before starting
+    capabilities: tuple[str, ...] = ()  # added to the worker container
 
 def _host(name: str, path: str) -> dict:
     return {"name": name, "hostPath": {"path": path}}
@@ -145,6 +173,7 @@ def render(mode: str, networks: tuple[str, ...], daemon_image: str | None,
         # gIB images set (NCCL_NET=gIB and the plugin's libraries first on the loader path).
         out.env = {"LD_LIBRARY_PATH": "/usr/local/gib/lib64:/usr/local/nvidia/lib64",
                    "NCCL_NET": "gIB"}
+        out.init_script = INIT_SCRIPTS["rdma"]
         return out
     devices: dict[str, str] = dict.fromkeys(_DAEMON_DEVICES, "")
     daemon = _daemon(mode, daemon_image or str(preset.daemon_image), devices, privileged=host_network)
@@ -155,16 +184,45 @@ def render(mode: str, networks: tuple[str, ...], daemon_image: str | None,
     out.volumes = [_host("gpudirect-nvidia-lib", f"{HOST_NVIDIA_DIR}/lib64"),
                    _host("gpudirect-sys", "/sys"), _host("gpudirect-proc-sys", "/proc/sys")]
     out.mounts = [{"name": "gpudirect-nvidia-lib", "mountPath": "/usr/local/nvidia/lib64"}]
-    out.env = {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64"}
+    out.env = {"LD_LIBRARY_PATH": NVIDIA_LIB_DIR}
     if mode == "tcpx":
         out.volumes.append(_host("gpudirect-tcpx-socket", TCPX_SOCKET_DIR))
         out.mounts.append({"name": "gpudirect-tcpx-socket", "mountPath": TCPX_SOCKET_DIR})
         out.env["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"] = TCPX_SOCKET_DIR
+        out.tuning = {**_TCPX_NCCL, "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": ",".join(
+            f"eth{preset.first_interface + i}" for i in range(len(networks)))}
+        out.capabilities = WORKER_CAPABILITIES["tcpx"]
     else:
         out.volumes.append(_host("gpudirect-aperture-devices", APERTURE_DEVICES))
         out.mounts.append({"name": "gpudirect-aperture-devices", "mountPath": APERTURE_DEVICES})
         out.env["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"] = APERTURE_DEVICES
+        # gpu-recipes a3mega workload-jobset.yaml: NCCL_LIB_DIR names the plugin's directory
+        # and the workload sources its nccl-env-profile.sh (NCCL_INIT_SCRIPT) before starting.
+        out.env["NCCL_LIB_DIR"] = NVIDIA_LIB_DIR
+        out.init_script = INIT_SCRIPTS["tcpxo"]
     return out
+
+
+def worker_command(init_script: str, entrypoint: tuple[str, ...], keep: tuple[str, ...]) -> list[str]:
+    """The worker container's command when a preset's NCCL script must be sourced first: bash
+    sources ``init_script`` (as the recipes' workloads do), puts back the variables named in
+    ``keep`` (the spec's own env, which wins over the script's defaults), then execs
+    ``entrypoint`` with the container's args. A missing script (no plugin installer on the
+    node) ends the worker with the configuration-error exit code and one line on stderr.
+
+    Args:
+        init_script: absolute path of the script in the container.
+        entrypoint: the worker command (``contract.WORKER_ENTRYPOINT``).
+        keep: names of variables to keep as the container got them (C identifiers).
+    """
+    names = " ".join(keep)
+    keep_line = f'kept=$(declare -p {names} 2>/dev/null); ' if keep else ""
+    restore = 'eval "$kept"; ' if keep else ""
+    script = (f'script={init_script}; if [ ! -r "$script" ]; then echo "roxxel: $script is missing: install the '
+              'NCCL plugin installer DaemonSet of accelerator.gpu.networking on the node pool" >&2; '
+              f'exit {CONFIG_ERROR_EXIT_CODE}; fi; {keep_line}source "$script"; {restore}'
+              f'exec {" ".join(entrypoint)} "$@"')
+    return ["/bin/bash", "-c", script, entrypoint[0]]
 
 # Volume names the presets use (reserved in the spec's volumes).
 VOLUME_NAMES = frozenset({"gpudirect-nvidia", "gpudirect-gib", "gpudirect-nvidia-lib", "gpudirect-sys",

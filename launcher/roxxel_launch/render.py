@@ -37,9 +37,11 @@ from roxxel_launch.spec import (
     EPHEMERAL_STORAGE,
     GPU_RESOURCE,
     PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
     REPLICATED_JOB_NAME,
     TPU_RESOURCE,
     JobSpec,
+    ObjectMetadata,
     SpecError,
     accelerator_node_selectors,
     image_is_pinned,
@@ -59,7 +61,6 @@ MANAGED_BY = "roxxel-launch"
 RUN_NAME_LABEL = "roxxel.dev/run-name"
 JOB_LABEL = "roxxel.dev/job"
 SPEC_ANNOTATION = "roxxel.dev/spec"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 GCSFUSE_ANNOTATION = "gke-gcsfuse/volumes"
@@ -316,11 +317,13 @@ def _accelerator_tolerations(spec: JobSpec) -> list[dict]:
 def _tolerations(spec: JobSpec) -> list[dict]:
     """The accelerator's, the Spot / preemptible taint's when node_selectors ask for such
     nodes (GKE recommends tainting those pools ``KEY=true:NoSchedule``; a pod that selects
-    them without tolerating the taint stays Pending), then the spec's; each once."""
+    them without tolerating the taint stays Pending), the queued-provisioning nodes' taint with
+    ``queue_provisioning``, then the spec's; each once."""
     spot = [{"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
             for key in SPOT_SELECTORS if spec.node_selectors.get(key) == "true"]
+    queued = spec.queue_provisioning.tolerations() if spec.queue_provisioning is not None else []
     out: list[dict] = []
-    for toleration in _accelerator_tolerations(spec) + spot + [t.to_k8s() for t in spec.tolerations]:
+    for toleration in _accelerator_tolerations(spec) + spot + queued + [t.to_k8s() for t in spec.tolerations]:
         if toleration not in out:
             out.append(toleration)
     return out
@@ -351,7 +354,9 @@ def _pod_security_context(spec: JobSpec, profile: str) -> dict[str, Any]:
     return context
 
 
-def _container_security_context(profile: str) -> dict[str, Any]:
+def _container_security_context(profile: str, capabilities: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The worker's securityContext; ``capabilities`` (a GPU networking preset's) are added
+    under baseline (a privileged container has them all; the spec refuses them under restricted)."""
     if profile == "restricted":
         return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                 "capabilities": {"drop": ["ALL"]}}
@@ -361,10 +366,22 @@ def _container_security_context(profile: str) -> dict[str, Any]:
     context: dict[str, Any] = {"readOnlyRootFilesystem": False}
     if profile == "privileged":
         context["privileged"] = True
+    elif capabilities:
+        context["capabilities"] = {"add": list(capabilities)}
     return context
 
 
-def _security_values(spec: JobSpec) -> dict[str, Any]:
+def _worker_command(spec: JobSpec, networking: gpu_networking.Rendered) -> list[str]:
+    """The worker's command: roxxel-worker, or, for a GPU networking preset whose NCCL
+    environment comes from a script, bash sourcing it first (the spec's env keeps its values)."""
+    if networking.init_script is None:
+        return list(contract.WORKER_ENTRYPOINT)
+    keep = tuple(sorted({*spec.env, *spec.env_refs}))
+    return [_literal(part) for part in
+            gpu_networking.worker_command(networking.init_script, contract.WORKER_ENTRYPOINT, keep)]
+
+
+def _security_values(spec: JobSpec, capabilities: tuple[str, ...] = ()) -> dict[str, Any]:
     """Pod and container securityContext for the spec's Pod Security profile
     (kubernetes.io/docs/concepts/security/pod-security-standards; ``spec.security_profile``),
     restricted with a read-only root filesystem; the service-account token only when asked for."""
@@ -372,7 +389,7 @@ def _security_values(spec: JobSpec) -> dict[str, Any]:
     return {
         "automount_service_account_token": spec.security.automount_service_account_token,
         "pod_security_context": _pod_security_context(spec, profile),
-        "container_security_context": _container_security_context(profile),
+        "container_security_context": _container_security_context(profile, capabilities),
         "image_pull_policy": image_pull_policy(spec.image, spec.image_pull_policy),
     }
 
@@ -438,13 +455,18 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     _warn_ephemeral_storage(spec)
     labels = {MANAGED_BY_LABEL: MANAGED_BY, RUN_NAME_LABEL: spec.run_name, **spec.labels}
     job_labels = dict(labels)
+    # The job object's own labels (metadata.labels): not its pods', nor its child Jobs'.
+    metadata = spec.metadata or ObjectMetadata()
+    labels.update(metadata.labels)
     if spec.queue is not None:
         labels[QUEUE_LABEL] = spec.queue
     # Kueue reads the workload's priority from the job object's labels, never the pods'.
     if spec.workload_priority_class is not None:
         labels[PRIORITY_CLASS_LABEL] = spec.workload_priority_class
-    annotations = {SPEC_ANNOTATION: json.dumps(spec_to_dict(spec), sort_keys=True,
-                                               separators=(",", ":"))}
+    # Kueue reads provreq.kueue.x-k8s.io/* (ProvisioningRequest parameters) from the job object.
+    provisioning = spec.queue_provisioning.job_annotations() if spec.queue_provisioning is not None else {}
+    annotations = {**metadata.annotations, **provisioning,
+                   SPEC_ANNOTATION: json.dumps(spec_to_dict(spec), sort_keys=True, separators=(",", ":"))}
     if jobset and spec.accelerator.kind == "tpu" and spec.hosts_per_slice > 1:
         annotations[EXCLUSIVE_TOPOLOGY_ANNOTATION] = NODEPOOL_LABEL
     _check_spec("", _size_problem(annotations), "Make the spec smaller (move large values into a "
@@ -487,6 +509,9 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
                              and (key in spec.env or key in spec.env_refs)), None), "Remove it.")
     env += [{"name": key, "value": value} for key, value in networking.env.items()
             if key != "LD_LIBRARY_PATH"]
+    # The preset's recommended NCCL settings, unless the spec sets the variable itself.
+    env += [{"name": key, "value": value} for key, value in networking.tuning.items()
+            if key not in spec.env and key not in spec.env_refs]
     # GPU: the driver's libraries on the loader path, unless the user sets it (an env_refs
     # value is read from a Secret or ConfigMap: nothing to check here).
     if spec.accelerator.kind == "gpu" and "LD_LIBRARY_PATH" not in spec.env_refs:
@@ -552,10 +577,11 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
         "termination_grace_period": spec.termination_grace_period,
         "service_account": spec.service_account,
         "priority_class": spec.priority_class,
-        "node_selector": {**accelerator_node_selectors(spec.accelerator), **spec.node_selectors},
+        "node_selector": {**accelerator_node_selectors(spec.accelerator), **spec.node_selectors,
+                          **(spec.queue_provisioning.node_selectors() if spec.queue_provisioning else {})},
         "tolerations": _tolerations(spec),
         "image": spec.image,
-        "command": list(contract.WORKER_ENTRYPOINT),
+        "command": _worker_command(spec, networking),
         "args": [_literal(item) for item in spec.command],
         "env": env,
         "limits": limits,
@@ -563,7 +589,7 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
         "volumes": volumes,
         "volume_mounts": mounts,
         "init_containers": networking.init_containers,
-        **_security_values(spec),
+        **_security_values(spec, networking.capabilities),
         "writable_volumes": writable["volumes"],
         "writable_mounts": writable["mounts"],
         "network_policy_ports": _network_policy_ports(spec),

@@ -129,3 +129,114 @@ def test_the_default_daemon_is_the_release_paired_with_the_installers_plugin(mod
 
     plugin, daemon = G.RELEASED_PAIRS[mode]
     assert G.PRESETS[mode].daemon_image.endswith("/" + daemon), (G.PRESETS[mode].daemon_image, daemon)
+
+
+# ----------------------------------------------------------------------------- the NCCL environment
+
+CEA = "GoogleCloudPlatform/container-engine-accelerators@992db81"
+
+
+def _worker(spec: S.JobSpec) -> dict:
+    return _pod(spec)["spec"]["containers"][0]
+
+
+def _env(container: dict) -> dict:
+    return {v["name"]: v.get("value") for v in container["env"]}
+
+
+@pytest.mark.parametrize("mode", TYPES)
+def test_every_preset_renders_schema_valid_manifests(mode):
+    from support.k8s_schema import assert_official
+    from support.paths import JOBSET_CRD
+
+    spec = _spec(**_gpu(type=TYPES[mode], networking=mode), checkpoint_dir="gs://my-ckpt/lm",
+                 env={"NCCL_DEBUG": "INFO"})
+    assert_official(list(R.render(spec).objects), V.jobset_crd_schema(yaml.safe_load(JOBSET_CRD.read_text())))
+
+
+def test_tcpx_sets_the_guides_nccl_variables_and_ipc_lock():
+    """Values of gpudirect-tcpx/nccl-config.yaml (the run script's -x list) and the IPC_LOCK
+    capability of the NCCL container in gpudirect-tcpx/nccl-test-latest.yaml (CEA)."""
+    worker = _worker(_spec(**_gpu(type="nvidia-h100-80gb", networking="tcpx")))
+    env = _env(worker)
+    assert env["NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"] == "eth1,eth2,eth3,eth4"
+    assert env["NCCL_GPUDIRECTTCPX_CTRL_DEV"] == "eth0" and env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert env["NCCL_GPUDIRECTTCPX_TX_BINDINGS"] == \
+        "eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177"
+    assert env["NCCL_GPUDIRECTTCPX_RX_BINDINGS"] == \
+        "eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191"
+    assert env["NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS"] == "500000"
+    assert (env["NCCL_CROSS_NIC"], env["NCCL_NET_GDR_LEVEL"], env["NCCL_P2P_PXN_LEVEL"]) == ("0", "PIX", "0")
+    assert (env["NCCL_BUFFSIZE"], env["NCCL_NSOCKS_PERTHREAD"], env["NCCL_SOCKET_NTHREADS"]) == ("4194304", "4", "1")
+    assert env["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"] == "/run/tcpx"
+    assert worker["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+    assert worker["command"] == ["roxxel-worker", "--"]  # TCPX has no profile script: all in env
+
+
+def test_the_spec_env_wins_over_a_presets_tuning_but_not_its_plugin_variables():
+    worker = _worker(_spec(**_gpu(type="nvidia-h100-80gb", networking="tcpx"), env={"NCCL_ALGO": "Ring"}))
+    assert [v.get("value") for v in worker["env"] if v["name"] == "NCCL_ALGO"] == ["Ring"]
+
+
+def test_ipc_lock_is_named_by_pod_security_and_refused_under_restricted():
+    pod = _pod(_spec(**_gpu(type="nvidia-h100-80gb", networking="tcpx")))
+    assert any(c == "Capabilities" and "containers[0]: adds IPC_LOCK" in p
+               for _, c, p in V.pod_security_findings(pod))
+    with pytest.raises(S.SpecError) as info:
+        _spec(**_gpu(type="nvidia-h100-80gb", networking="tcpx"), security={"profile": "restricted"})
+    assert info.value.field == "security.profile" and "restricted forbids adding IPC_LOCK" in str(info.value)
+    # privileged (the host network's profile) has every capability: nothing added.
+    worker = _worker(_spec(**_gpu(type="nvidia-h100-80gb", networking="tcpx"), host_network=True))
+    assert worker["securityContext"] == {"readOnlyRootFilesystem": False, "privileged": True}
+
+
+@pytest.mark.parametrize("mode,script", [("tcpxo", "/usr/local/nvidia/lib64/nccl-env-profile.sh"),
+                                         ("rdma", "/usr/local/gib/scripts/set_nccl_env.sh")])
+def test_tcpxo_and_rdma_workers_source_the_plugins_nccl_script(mode, script):
+    """gpu-recipes a3mega workload-jobset.yaml sources NCCL_INIT_SCRIPT (the plugin's
+    nccl-env-profile.sh); CEA gpudirect-rdma/nccl-test.yaml sources set_nccl_env.sh."""
+    worker = _worker(_spec(**_gpu(type=TYPES[mode], networking=mode)))
+    assert worker["command"][:2] == ["/bin/bash", "-c"] and f"script={script};" in worker["command"][2]
+    assert worker["command"][3] == "roxxel-worker" and worker["args"] == ["python", "train.py"]
+    if mode == "tcpxo":
+        env = _env(worker)
+        assert env["NCCL_LIB_DIR"] == "/usr/local/nvidia/lib64"
+        assert env["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"] == "/dev/aperture_devices"
+
+
+def _run_command(command: list[str], args: list[str], script: str, env: dict, tmp_path) -> tuple[int, str, str]:
+    """Runs a rendered worker command under bash as the kubelet would ($$ -> $), with the
+    script path moved into tmp_path and a roxxel-worker that prints its argv and environment."""
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    worker = bin_dir / "roxxel-worker"
+    worker.write_text('#!/bin/sh\nprintf "%s\\n" "$@"; echo "NCCL_ALGO=$NCCL_ALGO NCCL_X=$NCCL_X"\n')
+    worker.chmod(0o755)
+    argv = [part.replace("$$", "$").replace(script, str(tmp_path / "nccl.sh")) for part in command]
+    result = subprocess.run(argv + [a.replace("$$", "$") for a in args], capture_output=True, text=True, timeout=30,
+                            env={"PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_the_sourced_script_sets_defaults_the_spec_env_overrides(tmp_path):
+    spec = _spec(**_gpu(type="nvidia-b200", networking="rdma"), env={"NCCL_ALGO": "Ring"},
+                 command=["python", "-c", "print('$(HOME) \"x\" $1')"])
+    worker = _worker(spec)
+    (tmp_path / "nccl.sh").write_text("export NCCL_ALGO=Tree NCCL_X=from-script\n")
+    code, out, err = _run_command(worker["command"], worker["args"], "/usr/local/gib/scripts/set_nccl_env.sh",
+                                  {"NCCL_ALGO": "Ring"}, tmp_path)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[:4] == ["--", "python", "-c", "print('$(HOME) \"x\" $1')"]  # args passed verbatim
+    assert lines[4] == "NCCL_ALGO=Ring NCCL_X=from-script"
+
+
+def test_a_missing_script_is_a_configuration_error_in_one_line(tmp_path):
+    worker = _worker(_spec(**_gpu(type="nvidia-h100-mega-80gb", networking="tcpxo")))
+    code, out, err = _run_command(worker["command"], worker["args"], "/usr/local/nvidia/lib64/nccl-env-profile.sh",
+                                  {}, tmp_path)
+    assert code == 78 and out == ""
+    assert err.count("\n") == 1 and "nccl.sh is missing: install the NCCL plugin installer DaemonSet" in err

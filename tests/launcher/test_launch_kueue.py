@@ -1,4 +1,5 @@
-"""Kueue beyond the queue: the workload priority class and topology-aware scheduling, from
+"""Kueue beyond the queue: the workload priority class, topology-aware scheduling (whole
+PodSet and slices) and flex-start queued provisioning, from
 the spec (refusals, --set) through the rendered JobSet / Indexed Job (where Kueue's docs say
 it reads them, checked against the official schemas) to the submit-time check that the
 WorkloadPriorityClass exists (the simulated cluster of tests/support/k8s_fake_server.py)."""
@@ -50,9 +51,26 @@ def _error(overrides=(), **fields) -> S.SpecError:
     ({"queue": "q", "workload_priority_class": "High"}, "workload_priority_class", "DNS-1123 subdomain"),
     ({"queue": "q", "workload_priority_class": "a" * 64}, "workload_priority_class",
      "a label value holds at most 63"),
-    ({"queue": "q", "topology": {}}, "topology", "give exactly one of required, preferred (got none)"),
+    ({"queue": "q", "topology": {}}, "topology", "give required, preferred or slice_required (got none)"),
     ({"queue": "q", "topology": {"required": BLOCK, "preferred": HOST}}, "topology",
-     "(got required, preferred)"),
+     "give at most one of required, preferred (got required, preferred)"),
+    ({"queue": "q", "topology": {"slice_required": HOST}}, "topology.slice_size",
+     "is required with slice_required (Kueue needs both)"),
+    ({"queue": "q", "topology": {"required": BLOCK, "slice_size": 2}}, "topology.slice_required",
+     "is required with slice_size"),
+    ({"queue": "q", "topology": {"slice_required": "a b", "slice_size": 2}}, "topology.slice_required",
+     "not a qualified name"),
+    ({"queue": "q", "topology": {"slice_required": HOST, "slice_size": 0}}, "topology.slice_size",
+     "must be at least 1, got 0"),
+    ({"queue": "q", "accelerator": {"cpu": {"hosts": 2}}, "topology": {"slice_required": HOST, "slice_size": 3}},
+     "topology.slice_size",
+     "3 does not divide the job's 2 pods into whole slices"),
+    ({"topology": {"slice_required": HOST, "slice_size": 1}}, "topology", "is set without queue"),
+    ({"queue_provisioning": {}}, "queue_provisioning", "is set without queue"),
+    ({"queue": "q", "queue_provisioning": {"max_run_duration_seconds": 0}},
+     "queue_provisioning.max_run_duration_seconds", "must be between 1 and 604800 seconds (seven days), got 0"),
+    ({"queue": "q", "queue_provisioning": {"max_run_duration_seconds": 604801}},
+     "queue_provisioning.max_run_duration_seconds", "got 604801"),
     ({"queue": "q", "topology": {"required": "rack level"}}, "topology.required",
      "not a qualified name"),
     ({"queue": "q", "topology": {"preferred": "Example.com/rack"}}, "topology.preferred",
@@ -80,10 +98,12 @@ def test_kueue_fields_are_settable_with_set(tmp_path):
         S.load_spec(path, ["queue=q", "topology.required=a b"])
 
 
-def test_the_schema_documents_topology_as_one_of_two():
+def test_the_schema_documents_topology_and_queue_provisioning():
     topology = S.spec_schema()["properties"]["topology"]
-    assert set(topology["properties"]) == {"required", "preferred"}
-    assert topology["minProperties"] == topology["maxProperties"] == 1
+    assert set(topology["properties"]) == {"required", "preferred", "slice_required", "slice_size"}
+    assert "kueue.x-k8s.io/podset-slice-size" in topology["properties"]["slice_size"]["description"]
+    provisioning = S.spec_schema()["properties"]["queue_provisioning"]
+    assert "provreq.kueue.x-k8s.io/maxRunDurationSeconds" in provisioning["description"]
     assert "kueue.x-k8s.io/priority-class" in S.spec_schema()["properties"]["workload_priority_class"]["description"]
 
 
@@ -133,11 +153,67 @@ def test_indexed_job_carries_them_on_the_job_and_its_pod_template(crd_schema):
     assert pod["spec"]["priorityClassName"] == "batch"
 
 
+def test_slices_are_pod_template_annotations_next_to_the_whole_podsets(crd_schema):
+    """Kueue's JobSet TAS example (site/static/examples/jobs/sample-jobset-tas-combined.yaml):
+    podset-required-topology with podset-slice-required-topology and podset-slice-size, all
+    on the replicated job's pod template; the size a string (Kueue parses it as an int32)."""
+    spec = _spec(accelerator=TPU_V5P, num_slices=2, queue="team-a",
+                 topology={"required": BLOCK, "slice_required": HOST, "slice_size": 4})
+    rendered = R.render(spec)
+    _valid(rendered, crd_schema)
+    (jobset,) = rendered.objects
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["kueue.x-k8s.io/podset-required-topology"] == BLOCK
+    assert annotations["kueue.x-k8s.io/podset-slice-required-topology"] == HOST
+    assert annotations["kueue.x-k8s.io/podset-slice-size"] == "4"
+    assert not any(k.startswith("kueue.x-k8s.io/podset") for k in jobset["metadata"]["annotations"])
+
+
+def test_slices_alone_and_a_slice_of_every_pod_are_accepted():
+    spec = _spec(queue="q", accelerator={"cpu": {"hosts": 2}}, topology={"slice_required": HOST, "slice_size": 2})
+    assert spec.topology.pod_annotations() == {"kueue.x-k8s.io/podset-slice-required-topology": HOST,
+                                               "kueue.x-k8s.io/podset-slice-size": "2"}
+    # 2 slices of 4 v5p hosts: 8 pods, cut into slices of 4 (one TPU slice each).
+    assert _spec(accelerator=TPU_V5P, num_slices=2, queue="q",
+                 topology={"slice_required": HOST, "slice_size": 4}).topology.slice_size == 4
+    assert _error(accelerator=TPU_V5P, num_slices=2, queue="q",
+                  topology={"slice_required": HOST, "slice_size": 16}).field == "topology.slice_size"
+
+
+@pytest.mark.parametrize("workload", ["jobset", "indexed-job"])
+def test_queue_provisioning_annotates_the_job_object_and_targets_queued_nodes(workload, crd_schema):
+    """Kueue copies the job object's provreq.kueue.x-k8s.io/* annotations into the
+    ProvisioningRequest (pkg/controller/jobframework/utils.go); GKE taints queued-provisioning
+    nodes cloud.google.com/gke-queued (GKE samples ai-ml/gke-ray/tpu/dws tolerate it) and xpk
+    selects them by that label for flex-start."""
+    spec = _spec(accelerator={"cpu": {"hosts": 2}}, workload=workload, queue="team-a",
+                 queue_provisioning={"max_run_duration_seconds": 3600})
+    rendered = R.render(spec)
+    _valid(rendered, crd_schema)
+    job = rendered.objects[-1]
+    assert job["metadata"]["annotations"]["provreq.kueue.x-k8s.io/maxRunDurationSeconds"] == "3600"
+    pod = (job["spec"]["replicatedJobs"][0]["template"]["spec"] if workload == "jobset" else job["spec"])["template"]
+    assert pod["spec"]["nodeSelector"]["cloud.google.com/gke-queued"] == "true"
+    assert {"key": "cloud.google.com/gke-queued", "operator": "Exists", "effect": "NoSchedule"} \
+        in pod["spec"]["tolerations"]
+    assert not any(k.startswith("provreq.") for k in pod["metadata"].get("annotations", {}))
+
+
+def test_queue_provisioning_without_a_duration_adds_no_annotation():
+    (jobset,) = R.render(_spec(queue="q", queue_provisioning={})).objects
+    assert not any(k.startswith("provreq.") for k in jobset["metadata"]["annotations"])
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert pod["spec"]["nodeSelector"]["cloud.google.com/gke-queued"] == "true"
+
+
 def test_without_kueue_fields_nothing_of_theirs_is_rendered():
     (jobset,) = R.render(_spec(queue="team-a")).objects
     pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     assert "kueue.x-k8s.io/priority-class" not in jobset["metadata"]["labels"]
     assert not any(k.startswith("kueue.x-k8s.io/") for k in pod["metadata"].get("annotations", {}))
+    assert not any(k.startswith("provreq.") for k in jobset["metadata"]["annotations"])
+    assert "cloud.google.com/gke-queued" not in pod["spec"].get("nodeSelector", {})
 
 
 # ----------------------------------------------------------------------------- before the first create

@@ -25,6 +25,8 @@ CASES = [
      f"node_selectors.cloud.google.com/gke-accelerator: {FROM_ACCELERATOR} from node_selectors."),
     ("node_selectors", {"accelerator": TPU, "node_selectors": {"cloud.google.com/gke-tpu-topology": "2x2x4"}},
      f"node_selectors.cloud.google.com/gke-tpu-topology: {FROM_ACCELERATOR} from node_selectors."),
+    ("node_selectors", {"queue": "q", "queue_provisioning": {}, "node_selectors": {"cloud.google.com/gke-queued": "false"}},
+     "node_selectors.cloud.google.com/gke-queued: is set from queue_provisioning. Remove it from node_selectors."),
     ("resources", {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
      f"resources.limits.nvidia.com/gpu: {FROM_ACCELERATOR}; set accelerator.tpu or accelerator.gpu.count instead."),
     ("resources", {"resources": {"requests": {"google.com/tpu": "4"}}},
@@ -34,6 +36,22 @@ CASES = [
     ("annotations", {"annotations": {"kubectl.kubernetes.io/default-container": "x"}},
      f"annotations.kubectl.kubernetes.io/default-container: {OWN}"),
     ("annotations", {"annotations": {"jobset.sigs.k8s.io/x": "y"}}, f"annotations.jobset.sigs.k8s.io/x: {OWN}"),
+    ("metadata.labels", {"queue": "q", "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "q"}}},
+     "metadata.labels.kueue.x-k8s.io/queue-name: is set from queue. Set queue instead."),
+    ("metadata.labels", {"metadata": {"labels": {"kueue.x-k8s.io/priority-class": "hi"}}},
+     "metadata.labels.kueue.x-k8s.io/priority-class: is set from workload_priority_class. Set "
+     "workload_priority_class instead."),
+    ("metadata.labels", {"metadata": {"labels": {"roxxel.dev/run-name": "x"}}},
+     f"metadata.labels.roxxel.dev/run-name: {OWN}"),
+    ("metadata.annotations", {"queue": "q", "metadata": {"annotations": {
+        "provreq.kueue.x-k8s.io/maxRunDurationSeconds": "60"}}},
+     "metadata.annotations.provreq.kueue.x-k8s.io/maxRunDurationSeconds: is set from "
+     "queue_provisioning.max_run_duration_seconds. Set queue_provisioning.max_run_duration_seconds instead."),
+    ("metadata.annotations", {"metadata": {"annotations": {"provreq.kueue.x-k8s.io/ValidUntilSeconds": "60"}}},
+     "metadata.annotations.provreq.kueue.x-k8s.io/ValidUntilSeconds: is read by Kueue only from a job it "
+     "manages (one with queue): it would do nothing. Set queue to your LocalQueue too, or remove it."),
+    ("metadata.annotations", {"metadata": {"annotations": {"roxxel.dev/spec": "{}"}}},
+     f"metadata.annotations.roxxel.dev/spec: {OWN}"),
     ("volumes[].name", {"volumes": [{"name": "dshm", "mount_path": "/scratch", **EMPTY}]},
      "volumes[0].name: 'dshm' is used by roxxel-launch. Pick another name."),
     ("volumes[].mount_path", {"volumes": [{"name": "v", "mount_path": "/dev/shm/", **EMPTY}]},

@@ -11,7 +11,9 @@ docs into a JSON-schema-like dict from which reference docs can be generated.
 The package's modules: :mod:`~roxxel_launch.spec.model` (the root object, :class:`JobSpec`)
 with its parts in :mod:`~roxxel_launch.spec.accelerators`, :mod:`~roxxel_launch.spec.storage`
 and :mod:`~roxxel_launch.spec.pod`; :mod:`~roxxel_launch.spec.queueing` (Kueue: workload priority,
-topology-aware scheduling); :mod:`~roxxel_launch.spec.owned` (what a spec may not set
+topology-aware scheduling,
+queued provisioning); :mod:`~roxxel_launch.spec.metadata` (the job object's own labels and
+annotations); :mod:`~roxxel_launch.spec.owned` (what a spec may not set
 because roxxel-launch sets it); :mod:`~roxxel_launch.spec.loading` (YAML, ``--set``, error
 positions); :mod:`~roxxel_launch.spec.schema`; :mod:`~roxxel_launch.spec.errors` and
 :mod:`~roxxel_launch.spec.fields` (what the others share). Import from the package.
@@ -44,6 +46,7 @@ from roxxel_launch.spec.loading import (
     spec_from_dict,
     spec_to_dict,
 )
+from roxxel_launch.spec.metadata import ObjectMetadata
 from roxxel_launch.spec.model import (
     API_VERSION,
     DEFAULT_NODE_EPHEMERAL_STORAGE,
@@ -68,9 +71,16 @@ from roxxel_launch.spec.pod import (
     resource_requirements_problems,
 )
 from roxxel_launch.spec.queueing import (
+    MAX_RUN_DURATION_ANNOTATION,
     PREFERRED_TOPOLOGY_ANNOTATION,
     PRIORITY_CLASS_LABEL,
+    PROVREQ_PREFIX,
+    QUEUE_LABEL,
+    QUEUED_NODE_KEY,
     REQUIRED_TOPOLOGY_ANNOTATION,
+    SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+    SLICE_SIZE_ANNOTATION,
+    QueueProvisioning,
     Topology,
 )
 from roxxel_launch.spec.schema import spec_schema
@@ -98,10 +108,16 @@ __all__ = [
     "MAX_SPEC_BYTES",
     "MAX_SPEC_DEPTH",
     "POD_SECURITY_LEVELS",
+    "MAX_RUN_DURATION_ANNOTATION",
     "PREFERRED_TOPOLOGY_ANNOTATION",
     "PRIORITY_CLASS_LABEL",
+    "PROVREQ_PREFIX",
+    "QUEUE_LABEL",
+    "QUEUED_NODE_KEY",
     "REPLICATED_JOB_NAME",
     "REQUIRED_TOPOLOGY_ANNOTATION",
+    "SLICE_REQUIRED_TOPOLOGY_ANNOTATION",
+    "SLICE_SIZE_ANNOTATION",
     "RESERVED_KEYS",
     "RESERVED_PREFIXES",
     "RESERVED_VOLUME_NAMES",
@@ -122,7 +138,9 @@ __all__ = [
     "JobSpec",
     "KeyRef",
     "NfsMount",
+    "ObjectMetadata",
     "PvcMount",
+    "QueueProvisioning",
     "Resources",
     "Security",
     "SpecError",

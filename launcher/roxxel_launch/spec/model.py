@@ -26,13 +26,14 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from roxxel.run import branch_overlap
-from roxxel_launch import contract, names
+from roxxel_launch import contract, gpu_networking, names
 from roxxel_launch.spec.accelerators import Accelerator
 from roxxel_launch.spec.errors import SpecError, _check, _Problems
 from roxxel_launch.spec.fields import INT32_MAX, _check_quantity, _doc, _freeze, image_reference_problem, parse_quantity
+from roxxel_launch.spec.metadata import ObjectMetadata
 from roxxel_launch.spec.owned import refuse
 from roxxel_launch.spec.pod import EnvFromSource, KeyRef, Resources, Security, Toleration
-from roxxel_launch.spec.queueing import Topology, check_queueing
+from roxxel_launch.spec.queueing import QueueProvisioning, Topology, check_queueing
 from roxxel_launch.spec.storage import _BUCKET, _BUCKET_RULE, DataMount, ExtraVolume
 from roxxel_launch.spec.training import Watchdog
 
@@ -80,8 +81,13 @@ class JobSpec:
     workload_priority_class: str | None = _doc(
         "Kueue WorkloadPriorityClass (kueue.x-k8s.io/priority-class label on the JobSet / Job): orders and "
         "preempts the job in its queue, leaving the pods' priority_class alone; needs queue.", default=None)
-    topology: Topology | None = _doc("Kueue topology-aware scheduling (an annotation on the pod template); "
-                                     "needs queue.", default=None)
+    topology: Topology | None = _doc("Kueue topology-aware scheduling, whole PodSet and/or slices of it "
+                                     "(annotations on the pod template); needs queue.", default=None)
+    queue_provisioning: QueueProvisioning | None = _doc(
+        "GKE flex-start with queued provisioning through Kueue's ProvisioningRequest admission check: "
+        "the pods tolerate and select queued-provisioning nodes (cloud.google.com/gke-queued), "
+        "max_run_duration_seconds becomes the JobSet / Job's provreq.kueue.x-k8s.io/maxRunDurationSeconds "
+        "annotation; needs queue.", default=None)
     priority_class: str | None = _doc("PriorityClass name.", default=None)
     max_restarts: int = _doc("Gang restarts for failures other than preemption (JobSet only).",
                              default=3)
@@ -120,6 +126,8 @@ class JobSpec:
     labels: Mapping[str, str] = _doc("Extra labels on the workload object and its pods.",
                                      default_factory=dict)
     annotations: Mapping[str, str] = _doc("Extra annotations on the pods.", default_factory=dict)
+    metadata: ObjectMetadata | None = _doc("Labels and annotations of the JobSet / Job object itself, not its "
+                                           "pods.", default=None)
     affinity: Mapping[str, Any] | None = _doc(
         "Pod affinity, as Kubernetes' Affinity object (checked against the official schema).",
         default=None)
@@ -243,6 +251,12 @@ class JobSpec:
                     _check(f"{section}.{key}", names.label_value_problem(value))
                 refuse(section, key, self, at=f"{section}.{key}")
             object.__setattr__(self, section, _freeze(getattr(self, section)))
+        for section in ("labels", "annotations"):
+            for key in getattr(self.metadata, section) if self.metadata is not None else ():
+                refuse(f"metadata.{section}", key, self, at=f"metadata.{section}.{key}")
+                if section == "labels" and key in self.labels:
+                    raise SpecError(f"metadata.labels.{key}", "is also in labels, which sets it on the JobSet / Job "
+                                    "too", "Keep it in one of them.")
         if self.ttl_seconds_after_finished is not None and self.ttl_seconds_after_finished < 0:
             raise SpecError("ttl_seconds_after_finished",
                             f"must be 0 or more seconds, got {self.ttl_seconds_after_finished}")
@@ -306,6 +320,13 @@ class JobSpec:
     def _check_security(self) -> None:
         if self.security_profile != "restricted":
             return
+        mode = (self.accelerator.gpu.networking if self.accelerator.gpu is not None else None) or "none"
+        added = gpu_networking.WORKER_CAPABILITIES.get(mode, ())
+        if added:
+            raise SpecError("security.profile", f"restricted forbids adding {', '.join(added)}, which "
+                            f"accelerator.gpu.networking: {mode} gives the worker (GKE's GPUDirect "
+                            "manifests; Pod Security Standards, Capabilities)",
+                            "Set security.profile: baseline (the preset's default) or privileged.")
         for name in ("run_as_user", "run_as_group"):
             if getattr(self.security, name) == 0:
                 raise SpecError(f"security.{name}", "is 0 (root), which the restricted profile forbids",

@@ -16,6 +16,17 @@ from typing import Any
 from roxxel_launch import contract, gpu_networking
 from roxxel_launch.spec.accelerators import GPU_RESOURCE, TPU_RESOURCE, accelerator_node_selectors
 from roxxel_launch.spec.errors import SpecError
+from roxxel_launch.spec.queueing import (
+    MAX_RUN_DURATION_ANNOTATION,
+    PRIORITY_CLASS_LABEL,
+    PROVREQ_PREFIX,
+    QUEUE_LABEL,
+    QUEUED_NODE_KEY,
+)
+
+# The job object's keys that a spec field sets (render.py writes them): {key: field}.
+OBJECT_LABELS_SET_BY = {QUEUE_LABEL: "queue", PRIORITY_CLASS_LABEL: "workload_priority_class"}
+OBJECT_ANNOTATIONS_SET_BY = {MAX_RUN_DURATION_ANNOTATION: "queue_provisioning.max_run_duration_seconds"}
 
 # Volume names the renderer uses itself: shared memory, data, the GCS FUSE file cache and
 # the writable emptyDirs of the read-only root filesystem (contract.WRITABLE_DIRS).
@@ -60,13 +71,38 @@ def _launcher_mount_paths(spec: Any) -> list[str]:
         + [path for path, _ in contract.WRITABLE_DIRS.values()]
 
 
+def _is(owned: str) -> Callable[[Any, Any], bool]:
+    return lambda key, _spec: key == owned
+
+
+def _set_by(field: str, keys: dict[str, str]) -> tuple[Rule, ...]:
+    return tuple(Rule(field, _is(key), f"is set from {source}", f"Set {source} instead.")
+                 for key, source in keys.items())
+
+
+# The job object's own labels and annotations (``metadata``): a key a spec field sets names
+# the field, Kueue's ProvisioningRequest parameters need a queue, then the owned prefixes.
+_OBJECT_RULES: tuple[Rule, ...] = (
+    *_set_by("metadata.labels", OBJECT_LABELS_SET_BY),
+    *_set_by("metadata.annotations", OBJECT_ANNOTATIONS_SET_BY),
+    Rule("metadata.annotations", lambda key, spec: key.startswith(PROVREQ_PREFIX) and spec.queue is None,
+         "is read by Kueue only from a job it manages (one with queue): it would do nothing",
+         "Set queue to your LocalQueue too, or remove it."),
+    *(Rule(field, _owned_key, "uses a key or prefix that roxxel-launch or its controllers own",
+           "Pick a key under your own prefix.") for field in ("metadata.labels", "metadata.annotations")),
+)
+
+
 RULES: tuple[Rule, ...] = (
+    *_OBJECT_RULES,
     Rule("env", lambda name, spec: name in contract.RESERVED_ENV_NAMES,
          "is set by roxxel-launch", "Remove it from env."),
     Rule("env_refs", lambda name, spec: name in contract.RESERVED_ENV_NAMES or name in spec.env,
          "is already set (by roxxel-launch or in env)"),
     Rule("node_selectors", lambda key, spec: key in accelerator_node_selectors(spec.accelerator),
          "is set from the accelerator block", "Remove it from node_selectors."),
+    Rule("node_selectors", lambda key, spec: key == QUEUED_NODE_KEY and spec.queue_provisioning is not None,
+         "is set from queue_provisioning", "Remove it from node_selectors."),
     Rule("resources", lambda name, resources: name in (TPU_RESOURCE, GPU_RESOURCE),
          "is set from the accelerator block", "Remove it; set accelerator.tpu or accelerator.gpu.count instead."),
     Rule("labels", _owned_key,

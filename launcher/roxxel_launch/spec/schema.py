@@ -12,7 +12,6 @@ from roxxel_launch.spec.fields import INT32_MAX
 from roxxel_launch.spec.loading import _key, _strip_optional, spec_to_dict
 from roxxel_launch.spec.model import API_VERSION, KIND, JobSpec
 from roxxel_launch.spec.pod import EnvFromSource, KeyRef
-from roxxel_launch.spec.queueing import Topology
 from roxxel_launch.spec.storage import DataMount, ExtraVolume
 
 
@@ -49,7 +48,7 @@ def _schema_of(tp: Any) -> dict:
                   "properties": properties, "additionalProperties": False}
         if required:
             schema["required"] = required
-        if tp in (Accelerator, DataMount, EnvFromSource, KeyRef, ExtraVolume, Topology):
+        if tp in (Accelerator, DataMount, EnvFromSource, KeyRef, ExtraVolume):
             schema["minProperties"] = schema["maxProperties"] = 1
         return schema
     raise TypeError(f"no schema for {tp!r}")
