@@ -331,6 +331,7 @@ def test_resume_after_a_simulated_preemption(fake, tmp_path):
         ("DELETE", "networkpolicies", False), ("GET", "jobsets", False),
         ("GET", "networkpolicies", False),  # both gone (404) before re-creating
         ("GET", None, False),  # the JobSet CRD: does it serve every field the JobSet uses?
+        ("GET", "nodes", False),  # the fit check: can a node hold a worker?
         ("POST", "networkpolicies", True), ("POST", "jobsets", True),
         ("POST", "networkpolicies", False), ("POST", "jobsets", False)]
     second = fake.get("jobsets", "lm")

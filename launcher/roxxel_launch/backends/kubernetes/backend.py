@@ -6,12 +6,13 @@ The verbs live here; the rest is in modules of one responsibility each:
 and pods -> :class:`JobStatus`), :mod:`.watch` (``wait`` by a watch),
 :mod:`.logs` (``logs``, following across gang restarts) and
 :mod:`.preflight` (the JobSet CRD, Kueue LocalQueue and WorkloadPriorityClass checks before a
-create).
+create) and :mod:`.fit` (do the cluster's nodes have room for a worker).
 
 What each operation does on the cluster:
 
 * ``submit``: render, validate offline (names, enums, the official schema of built-in kinds),
-  check the installed JobSet CRD, the Kueue LocalQueue and WorkloadPriorityClass, then a server-side dry run
+  check the installed JobSet CRD, the Kueue LocalQueue and WorkloadPriorityClass, that the
+  cluster's nodes can hold a worker (:mod:`.fit`, unless ``fit_check=False``), then a server-side dry run
   (``dryRun=All``) of every object, then the real creates in order (Service and
   NetworkPolicy before the Job or JobSet), all with strict field validation. A create that
   fails after an earlier one succeeded deletes what was created, so a job is never left
@@ -67,6 +68,7 @@ from roxxel_launch.backends.kubernetes.api import (
     _resource_type_missing,
 )
 from roxxel_launch.backends.kubernetes.events import EventReader, StuckPods, job_objects, merge, not_started
+from roxxel_launch.backends.kubernetes.fit import check_fit
 from roxxel_launch.backends.kubernetes.logs import read_logs
 from roxxel_launch.backends.kubernetes.preflight import (
     KUEUE_GROUP,
@@ -137,6 +139,9 @@ class KubernetesBackend(Backend):
             one on a simulated clock).
         stuck_after: seconds a pod may stay Pending before ``wait`` reports its Warning
             events; None: :data:`.events.STUCK_AFTER_SECONDS`.
+        fit_check: compare each worker's requests with the cluster's nodes before submit
+            (:mod:`.fit`); False for clusters whose nodes this account may not list, or
+            whose node pools at zero (not listed) would hold the job.
 
     Constructing reads nothing and sends nothing; the first API call loads the credentials.
     """
@@ -145,8 +150,10 @@ class KubernetesBackend(Backend):
                  config_file: str | None = None,
                  kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
                  poll_seconds: float = 2.0, delete_timeout: float | None = None,
-                 retry: RetryPolicy | None = None, stuck_after: float | None = None):
+                 retry: RetryPolicy | None = None, stuck_after: float | None = None,
+                 fit_check: bool = True):
         self._namespace = namespace
+        self.fit_check = fit_check
         self.api = KubernetesApi(namespace, context, config_file=config_file, retry=retry)
         self.stuck_after = stuck_after
         self._events = EventReader(self.api)
@@ -316,10 +323,15 @@ class KubernetesBackend(Backend):
 
     def _preflight(self, spec: JobSpec, objects: Sequence[Mapping]) -> None:
         """The installed JobSet CRD serves every field the JobSet uses, and the spec's Kueue
-        LocalQueue and WorkloadPriorityClass exist (see :mod:`.preflight`). Raises: BackendError."""
+        LocalQueue and WorkloadPriorityClass exist (see :mod:`.preflight`), and the nodes can hold
+        a worker (:mod:`.fit`). Raises: BackendError."""
         for obj in objects:
             if obj["kind"] == "JobSet":
                 check_jobset_crd(self.api, obj)
+        if self.fit_check:
+            check_fit(self.api, objects)
+        else:
+            logger.info("%s: the fit check is skipped (--skip-fit-check)", spec.name)
         if spec.queue or spec.workload_priority_class:
             version = kueue_version(self.api)
             if spec.queue:
