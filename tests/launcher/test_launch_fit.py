@@ -98,6 +98,20 @@ def test_a_memory_request_above_the_nodes_allocatable_is_refused_naming_it(fake)
     assert fake.calls("POST") == []
 
 
+def test_a_resume_the_check_refuses_leaves_the_stopped_job_in_place(fake):
+    """resume deletes the old JobSet only after the checks pass: a refusal after the delete
+    would leave no job and no stored spec."""
+    for i in range(4):
+        _v5e_node(fake, i)
+    fake.plan("lm", "fail")
+    with K.KubernetesBackend(retry=fast_retry(FakeClock()), poll_seconds=0.01) as b:
+        b.submit(_spec(V5E_4X4))
+        b.wait("lm", poll_seconds=0.01)
+        with pytest.raises(BackendError, match=r"memory 200Gi > allocatable 175.3Gi"):
+            b.resume("lm", new_spec=_spec(V5E_4X4, resources={"requests": {"memory": "200Gi"}}))
+    assert fake.calls("DELETE") == [] and fake.get("jobsets", "lm") is not None
+
+
 def test_skipping_the_check_submits_what_it_would_refuse(fake, caplog):
     _v5e_node(fake, 0)
     with caplog.at_level(logging.INFO):

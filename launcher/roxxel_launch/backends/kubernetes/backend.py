@@ -273,6 +273,10 @@ class KubernetesBackend(Backend):
         """
         spec, objects = self._prepare(spec)
         self._preflight(spec, objects)
+        return self._create_all(spec, objects, dry_run=dry_run)
+
+    def _create_all(self, spec: JobSpec, objects: Sequence[dict], *, dry_run: bool) -> JobStatus:
+        """The dry runs, then the creates of :meth:`submit`, once its checks have passed."""
         for obj in objects:
             self._dry_run_create(spec, obj)
         idents = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
@@ -639,7 +643,8 @@ class KubernetesBackend(Backend):
         Raises:
             JobNotFoundError: no such job and no ``spec``.
             BackendError: the job is Pending, Running or Restarting (wait or delete it), it
-                succeeded, or its annotation is missing or unreadable.
+                succeeded, its annotation is missing or unreadable, or the checks of
+                :meth:`submit` refuse the spec (before anything is deleted).
         """
         found = self._find(name)
         if found is None:
@@ -685,7 +690,10 @@ class KubernetesBackend(Backend):
             for change in resume_with_spec(stored, new_spec):
                 logger.warning("resuming %s under the new spec: %s", name, change)
             stored = new_spec
-        _, objects = self._prepare(stored)  # check offline before deleting anything
+        # Check offline and against the cluster (CRD, Kueue, fit) before deleting anything: a
+        # refusal after the delete would leave no job and no stored spec.
+        placed, objects = self._prepare(stored)
+        self._preflight(placed, objects)
         logger.info("resuming %s (%s, run %s): replacing %s", name, current.state.value,
                     stored.run_name, ", ".join(o["kind"] for o in objects))
         companions = self._companions(kind, name)
@@ -694,7 +702,7 @@ class KubernetesBackend(Backend):
         for companion in companions:
             self.api.delete(companion, name)
         self._wait_gone(kind, name, obj, companions)
-        return self.submit(stored)
+        return self._create_all(placed, objects, dry_run=False)
 
     def _stored_spec(self, kind: str, obj: Mapping) -> JobSpec:
         meta = obj.get("metadata") or {}
