@@ -95,7 +95,9 @@ def pod_requests(pod_spec: Mapping) -> dict[str, Decimal]:
     keep running), or the largest request an init container has while it runs (itself plus
     the sidecars started before it), whichever is higher ("Resource sharing within
     containers", https://kubernetes.io/docs/concepts/workloads/pods/sidecar-containers/
-    #resource-sharing-within-containers).
+    #resource-sharing-within-containers; the scheduler's ``PodRequests`` in kubernetes/kubernetes
+    staging/src/k8s.io/component-helpers/resource/helpers.go). Pod overhead and pod-level
+    ``spec.resources`` are not counted (roxxel-launch sets neither).
 
     Returns: resource name -> amount (cores, bytes or a count). Raises: ValueError for a
     quantity Kubernetes would not accept either.
