@@ -155,6 +155,19 @@ def test_fewer_nodes_than_hosts_are_warned_about_and_the_job_submitted(fake, cap
     assert fake.get("jobsets", "lm") is not None
 
 
+def test_nodes_whose_device_plugin_reports_no_chips_yet_are_not_held_against_the_job(fake, caplog):
+    """A TPU node that has just joined shows no google.com/tpu until its device plugin runs:
+    not a reason to refuse."""
+    fake.add_node("gke-tpu-v5e-pool-new", labels={
+        POOL: "tpu-v5e-pool", "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "4x4"},
+        allocatable={k: v for k, v in V5E_ALLOCATABLE.items() if k != "google.com/tpu"}, taints=(TPU_TAINT,))
+    _submit(_spec(V5E_4X4))
+    (warning,) = _fit_warnings(caplog)
+    assert "no node matching it reports its accelerators yet (1 node in node pool tpu-v5e-pool;" in warning
+    assert fake.get("jobsets", "lm") is not None
+
+
 def test_a_node_whose_taint_the_pod_does_not_tolerate_does_not_match(fake, caplog):
     """A v5e node reserved for another team (a taint the worker lacks a toleration for): the
     worker does not match it, whatever its size."""

@@ -18,7 +18,9 @@ a node. A matching node *can hold* a worker when its ``status.allocatable`` is a
 pod's effective request of every resource (cpu, memory, ephemeral-storage, google.com/tpu,
 nvidia.com/gpu, ...), counted as the scheduler does (:func:`pod_requests`). Then:
 
-* matching nodes exist but none can hold a worker: refused, naming the request, the pool and
+* matching nodes that report the worker's accelerators (a device plugin advertises them only
+  once it runs: a node that has just joined shows none, and is left out, with a warning when
+  all are such) exist, but none can hold a worker: refused, naming the request, the pool and
   the shortfall (a pool's nodes share one machine type, so a larger node of that kind will not
   come) — unless the cluster creates node pools itself (GKE Autopilot, whose nodes' names
   start with ``gk3-``, as Config Sync's ``IsGKEAutopilotCluster`` in
@@ -176,6 +178,16 @@ def _shortfall(node: Mapping, worker: Worker) -> dict[str, tuple[Decimal, Decima
     return short
 
 
+def _reporting(node: Mapping, worker: Worker) -> bool:
+    """Whether the node reports each extended resource the worker asks for (``google.com/tpu``,
+    ``nvidia.com/gpu``): a device plugin advertises them only once it runs on the node, so a
+    node that has just joined shows none yet (https://kubernetes.io/docs/concepts/extend-kubernetes/
+    compute-storage-net/device-plugins/)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return all(name in allocatable and Decimal(parse_quantity(allocatable[name])) > 0
+               for name in worker.requests if "/" in name)
+
+
 def _holds(node: Mapping, worker: Worker) -> int:
     """How many of the worker's pods one empty node holds (by allocatable)."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
@@ -250,13 +262,20 @@ def _check_worker(worker: Worker, nodes: Sequence[Mapping]) -> None:
             "Pending unless a node pool scaled to zero, or auto-created, brings such nodes (check: "
             "gcloud container node-pools list)", _describe(worker), selector)
         return
-    shortfalls = {id(n): _shortfall(n, worker) for n in matching}
-    fitting = [n for n in matching if not shortfalls[id(n)]]
+    reporting = [n for n in matching if _reporting(n, worker)]
+    if not reporting:
+        logger.warning(
+            "%s: no node matching it reports its accelerators yet (%s in %s; a device plugin still "
+            "starting?), so whether one can hold it is not known", _describe(worker),
+            count(len(matching), "node"), ", ".join(sorted({_pool(n) for n in matching})))
+        return
+    shortfalls = {id(n): _shortfall(n, worker) for n in reporting}
+    fitting = [n for n in reporting if not shortfalls[id(n)]]
     if not fitting:
-        closest = min(matching, key=lambda n: len(shortfalls[id(n)]))
+        closest = min(reporting, key=lambda n: len(shortfalls[id(n)]))
         short = shortfalls[id(closest)]
         machine = _labels(closest).get(INSTANCE_TYPE_LABEL)
-        pools = sorted({_pool(n) for n in matching})
+        pools = sorted({_pool(n) for n in reporting})
         why = "; ".join(f"{name} {amount(name, want)} > allocatable {amount(name, have)}"
                         for name, (want, have) in sorted(short.items()))
         where = f"{', '.join(pools)}{f', {machine}' if machine else ''}"
