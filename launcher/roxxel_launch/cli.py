@@ -88,6 +88,11 @@ def _render_and_check(spec_path: str, overrides: tuple[str, ...], schema: bool,
     return _check_manifests(_load(spec_path, overrides), schema, kubernetes_version)
 
 
+_skip_fit_option = click.option(
+    "--skip-fit-check", is_flag=True,
+    help="Do not compare the workers' requests with the cluster's nodes before submitting: for an "
+         "account that may not list nodes, or a node pool scaled to zero that would hold the job "
+         "(docs/kubernetes.md, \"Fit check\").")
 _schema_option = click.option("--schema/--no-schema", default=True, show_default=True,
                               help="Check built-in kinds against the official Kubernetes "
                                    "schema (needs kubernetes-validate).")
@@ -170,7 +175,7 @@ _namespace_option = click.option("-n", "--namespace", default=None,
 
 
 def _kubernetes_backend(*, namespace: str | None, context: str | None, poll: float | None,
-                        local_options) -> Backend:
+                        local_options, fit_check: bool = True) -> Backend:
     try:
         from roxxel_launch.backends.kubernetes.backend import KubernetesBackend
     except ImportError as err:
@@ -179,12 +184,12 @@ def _kubernetes_backend(*, namespace: str | None, context: str | None, poll: flo
             "installed with the kubernetes client, or run the job on this machine with --local"
         ) from err
     if poll is None:
-        return KubernetesBackend(namespace=namespace, context=context)
-    return KubernetesBackend(namespace=namespace, context=context, poll_seconds=poll)
+        return KubernetesBackend(namespace=namespace, context=context, fit_check=fit_check)
+    return KubernetesBackend(namespace=namespace, context=context, poll_seconds=poll, fit_check=fit_check)
 
 
 def _local_backend(*, namespace: str | None, context: str | None, poll: float | None,
-                   local_options) -> Backend:
+                   local_options, fit_check: bool = True) -> Backend:
     if namespace is not None or context is not None:
         raise click.UsageError("--namespace and --context apply to Kubernetes, not to --local")
     from roxxel_launch.backends.local.backend import LocalBackend
@@ -217,15 +222,18 @@ def _backend_option(command):
 
 
 def _backend(name: str, *, namespace: str | None = None, context: str | None = None,
-             poll: float | None = None, local_options=None) -> Backend:
+             poll: float | None = None, local_options=None, fit_check: bool = True) -> Backend:
     """The backend ``name`` of :data:`BACKENDS` (its module imported only now); the only
     place where the CLI makes one.
 
     ``poll``: seconds between the Kubernetes backend's own polls (resume waiting for the old
     objects to go, logs -f waiting for a pod); None keeps its default.
     ``local_options``: the local backend's ``LocalOptions`` (None: its defaults).
+    ``fit_check``: the Kubernetes backend compares workers with the cluster's nodes before a
+    create (``--skip-fit-check`` turns it off).
     """
-    return BACKENDS[name](namespace=namespace, context=context, poll=poll, local_options=local_options)
+    return BACKENDS[name](namespace=namespace, context=context, poll=poll, local_options=local_options,
+                          fit_check=fit_check)
 
 
 @contextlib.contextmanager
@@ -397,13 +405,15 @@ def _announce(status: JobStatus) -> None:
                    "container of the spec's image with podman (its user, read-only root, emptyDirs, own "
                    "network; the image must be in podman's local store).")
 @click.option("--dry-run", is_flag=True, help="Check everything, start nothing.")
+@_skip_fit_option
 @_schema_option
 @_version_option
 @_context_option
 @click.pass_context
 def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend_name: str, detach: bool,
            devices_per_worker: int | None, data_dir: str | None, netns: bool, max_workers: int | None,
-           runtime: str, dry_run: bool, schema: bool, kubernetes_version: str, context: str | None) -> None:
+           runtime: str, dry_run: bool, skip_fit_check: bool, schema: bool, kubernetes_version: str,
+           context: str | None) -> None:
     """Start a job: on the cluster, or as local processes with --local.
 
     The spec and the manifests it renders are validated before anything starts (for
@@ -416,6 +426,8 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
                             ("--max-workers", max_workers is not None), ("--runtime", runtime != "process")):
             if given:
                 raise click.UsageError(f"{flag} applies to --local runs only")
+    elif skip_fit_check:
+        raise click.UsageError("--skip-fit-check applies to Kubernetes, not to --local")
     spec = _load(spec_path, overrides)
     _check_manifests(spec, schema, kubernetes_version, cluster=not local)
     options = None
@@ -436,7 +448,7 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
 
             if (reason := unavailable_reason()) is not None:  # a foreground supervisor says it itself
                 click.echo(f"roxxel-launch: --netns: {reason}; running the workers on loopback instead", err=True)
-    backend = _backend(backend_name, context=context, local_options=options)
+    backend = _backend(backend_name, context=context, local_options=options, fit_check=not skip_fit_check)
     with _backend_errors():
         status = backend.submit(spec, dry_run=dry_run)
     if status.state.terminal:  # a job run in the foreground (local)
@@ -660,12 +672,13 @@ _poll_option = click.option("--poll", type=click.FloatRange(min=0.1), default=2.
                    "checked by the training program when it restores (a changed curriculum exits 78).")
 @_set_option
 @_poll_option
+@_skip_fit_option
 @_namespace_option
 @_context_option
 @click.pass_context
 def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until_done: bool,
            max_resumes: int, spec_path: str | None, overrides: tuple[str, ...], poll: float,
-           namespace: str | None, context: str | None) -> None:
+           skip_fit_check: bool, namespace: str | None, context: str | None) -> None:
     """Start a suspended, preempted, failed or evicted job again; it continues from its last checkpoint.
 
     A job stopped by `roxxel-launch suspend` (on Kubernetes: spec.suspend set, no Kueue
@@ -687,6 +700,8 @@ def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until
     new_spec = _load(spec_path, overrides) if spec_path is not None else None
     if detach and not local:
         raise click.UsageError("--detach applies to --local runs only")
+    if skip_fit_check and local:
+        raise click.UsageError("--skip-fit-check applies to Kubernetes, not to --local")
     if until_done and detach:
         raise click.UsageError("--until-done stays to watch the job; it cannot be combined with --detach")
     options = None
@@ -695,7 +710,7 @@ def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until
 
         options = LocalOptions(foreground=not detach, echo=None if detach else sys.stdout)
     backend = _backend(backend_name, namespace=namespace, context=context, poll=None if local else poll,
-                       local_options=options)
+                       local_options=options, fit_check=not skip_fit_check)
     with _backend_errors():
         if until_done:
             ctx.exit(_resume_until_done(backend, name, max_resumes=max_resumes, poll=poll, new_spec=new_spec))

@@ -327,10 +327,15 @@ def test_resume_after_a_simulated_preemption(fake, tmp_path):
     calls = [(r.method, r.resource, r.dry_run) for r in fake.requests[before:]]
     delete = calls.index(("DELETE", "jobsets", False))
     assert fake.requests[before + delete].query == {"propagationPolicy": "Foreground"}
+    # The checks before deleting anything: the JobSet CRD (does it serve every field the JobSet
+    # uses?) and the fit check (can a node hold a worker?); a refusal leaves the job as it was.
+    checks = [r.path for r in fake.requests[before:before + delete] if r.path in (
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io", "/api/v1/nodes")]
+    assert checks == ["/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io",
+                      "/api/v1/nodes"]
     assert calls[delete + 1:] == [
         ("DELETE", "networkpolicies", False), ("GET", "jobsets", False),
         ("GET", "networkpolicies", False),  # both gone (404) before re-creating
-        ("GET", None, False),  # the JobSet CRD: does it serve every field the JobSet uses?
         ("POST", "networkpolicies", True), ("POST", "jobsets", True),
         ("POST", "networkpolicies", False), ("POST", "jobsets", False)]
     second = fake.get("jobsets", "lm")

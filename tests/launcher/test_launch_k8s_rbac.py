@@ -4,7 +4,7 @@ No Kubernetes API server runs here: ``tests/support/k8s_fake_server.py`` (real H
 the official client) checks every request against the Role's rules as the RBAC authorizer
 does (API group, resource or subresource, verb, resource names). Every command of
 ``roxxel-launch`` runs through the CLI under exactly that Role (and the optional ClusterRole
-for the JobSet CRD and Kueue's WorkloadPriorityClasses), and every rule of it must have been used.
+for the JobSet CRD, Kueue's WorkloadPriorityClasses and the Nodes), and every rule of it must have been used.
 """
 
 from __future__ import annotations

@@ -267,14 +267,16 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
         assert request.query["fieldManager"] == "roxxel-launch"
         assert request.query["fieldValidation"] == "Strict"  # an unknown field is an error
         assert_valid(request.body, crd_schema)
-    # Nothing but the creates, after the reads of the JobSet CRD, the API discovery (Kueue's
-    # served version) and the Kueue LocalQueue.
+    # Nothing but the creates, after the reads of the JobSet CRD, the Nodes (the fit check), the
+    # API discovery (Kueue's served version) and the Kueue LocalQueue.
     reads = [r for r in server.requests if r.method == "GET"]
+    assert [r.path for r in reads if r.resource == "nodes"] == ["/api/v1/nodes"]
     # ... and, for an indexed job, the patch that makes its Job the owner of its Service.
     patches = [r for r in server.requests if r.method == "PATCH"]
     assert [r.resource for r in patches] == (["services"] if spec.workload == "indexed-job" else [])
     assert len(server.requests) == len(posts) + len(reads) + len(patches)
-    assert {r.path.rsplit("/", 2)[-2] for r in reads} <= {"customresourcedefinitions", "apis", "localqueues"}
+    assert {r.path.rsplit("/", 2)[-2] for r in reads if r.resource != "nodes"} <= \
+        {"customresourcedefinitions", "apis", "localqueues"}
     assert status.state is JobState.PENDING and status.processes == spec.num_processes
     kept = server.get("jobsets" if spec.workload == "jobset" else "jobs", "lm")
     assert status.created == kept["metadata"]["creationTimestamp"]  # the server's, from its answer
@@ -283,7 +285,8 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
 
 def test_submit_dry_run_creates_nothing(server, backend):
     status = backend.submit(SPECS["indexed-job"], dry_run=True)
-    assert all(r.dry_run for r in server.requests) and len(server.requests) == 2
+    assert [(r.method, r.resource, r.dry_run) for r in server.requests] == \
+        [("GET", "nodes", False), ("POST", "services", True), ("POST", "jobs", True)]
     assert server.objects == {}
     assert "dry run" in status.message and status.state is JobState.PENDING
 
@@ -771,10 +774,12 @@ def test_resume_reads_the_spec_annotation_and_resubmits(server, backend, crd_sch
     first_delete = methods.index(("DELETE", "jobsets", False))
     first_post = methods.index(("POST", "jobsets", True))
     assert first_delete < first_post
+    # before the delete: the reads of the JobSet CRD, the Nodes, API discovery and the
+    # LocalQueue (a refusal deletes nothing)
+    before = [r.path.rsplit("/", 2)[-2] for r in server.requests[:first_delete] if r.method == "GET"]
+    assert {"customresourcedefinitions", "v1", "apis", "localqueues"} <= set(before)  # v1: /api/v1/nodes
     # after the delete: polled until the JobSet was gone (2 lingering GETs + the 404)
-    # (then the reads of the JobSet CRD, API discovery and the LocalQueue before the first create)
-    assert methods[first_delete + 1:first_post] == [("GET", "jobsets", False)] * 3 + \
-        [("GET", None, False)] * 3
+    assert methods[first_delete + 1:first_post] == [("GET", "jobsets", False)] * 3
     (real_post,) = [r for r in server.calls("POST") if not r.dry_run]
     assert real_post.body == R.render(spec).objects[0]  # same run name, checkpoint_dir, everything
     assert_valid(real_post.body, crd_schema)

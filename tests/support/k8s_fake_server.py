@@ -46,7 +46,9 @@ CRD's columns (``k8s_table``); :meth:`FakeKubernetes.settle` ends a job at once.
 It is the one API double of the launcher tests (tests/launcher/test_launch_kubernetes.py
 included), so it also takes objects stored directly (:meth:`FakeKubernetes.put`, as a
 controller or an earlier submit left them), namespaces that do not exist
-(``namespaces``), a cluster without JobSet (``jobset_api``), raw-text answers and faults
+(``namespaces``), Nodes with labels, taints and allocatable resources, listed cluster-wide
+(:meth:`FakeKubernetes.add_node`; none unless a test adds them), a cluster without JobSet
+(``jobset_api``), raw-text answers and faults
 on watches only (:meth:`FakeKubernetes.fail`) and raw log chunks
 (:meth:`FakeKubernetes.log_bytes`).
 """
@@ -85,11 +87,13 @@ _ROUTES = [
     ("log", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")),
     ("pods", re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")),
     ("events", re.compile(r"^/api/v1/namespaces/([^/]+)/events(?:/([^/]+))?$")),
+    # Cluster-scoped: the empty group stands for the namespace a Node does not have.
+    ("nodes", re.compile(r"^/api/v1/nodes()(?:/([^/]+))?$")),
 ]
 _KINDS = {"jobsets": ("JobSet", "jobset.x-k8s.io", "jobset.x-k8s.io/v1alpha2"),
           "jobs": ("Job", "batch", "batch/v1"), "services": ("Service", "", "v1"),
           "networkpolicies": ("NetworkPolicy", "networking.k8s.io", "networking.k8s.io/v1"),
-          "pods": ("Pod", "", "v1"), "events": ("Event", "", "v1")}
+          "pods": ("Pod", "", "v1"), "events": ("Event", "", "v1"), "nodes": ("Node", "", "v1")}
 _RESOURCE_OF = {kind: resource for resource, (kind, _, _) in _KINDS.items()}
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _OUTCOMES = ("succeed", "fail", "preempt", "evict", "run")
@@ -137,7 +141,7 @@ class _Request:
         for resource, pattern in _ROUTES:
             match = pattern.match(self.path)
             if match:
-                self.resource, self.namespace, self.name = resource, match.group(1), match.group(2)
+                self.resource, self.namespace, self.name = resource, match.group(1) or None, match.group(2)
                 break
 
     @property
@@ -279,6 +283,23 @@ class FakeKubernetes:
             self.objects[(resource, meta["namespace"], meta["name"])] = obj
             self._lock.notify_all()
         return obj
+
+    def add_node(self, name: str, *, labels: dict[str, str], allocatable: dict[str, str],
+                 taints: tuple[dict, ...] = ()) -> dict:
+        """Store a Node as the kubelet registers it (the Node API,
+        https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/node-v1/):
+        ``metadata.labels`` (GKE's node-pool and accelerator labels among them),
+        ``spec.taints`` and ``status.allocatable`` (quantities as strings, ``capacity`` the
+        same). Listed by ``GET /api/v1/nodes`` (cluster-scoped: authorized by the ClusterRole)."""
+        node = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": dict(labels), "uid": f"uid-{next(self._ids)}",
+                             "resourceVersion": str(next(self._ids)),
+                             "creationTimestamp": "2025-01-01T00:00:00Z"},
+                "spec": {"taints": [dict(t) for t in taints]} if taints else {},
+                "status": {"allocatable": dict(allocatable), "capacity": dict(allocatable)}}
+        with self._lock:
+            self.objects[("nodes", "", name)] = node
+        return node
 
     def log_bytes(self, pod: str, *chunks: bytes) -> None:
         """Append raw chunks to a pod's log (a followed stream sends each as it comes)."""

@@ -51,7 +51,8 @@ LIST_PAGE_SIZE = 500  # objects per page of a list (kubectl asks for 500 too)
 # What RBAC calls each kind, for "kubectl auth can-i VERB RESOURCE" hints.
 _RBAC_RESOURCE = {"JobSet": f"{JOBSET_PLURAL}.{JOBSET_GROUP}", "Job": "jobs.batch",
                   "Service": "services", "Pod": "pods", "Pod log": "pods/log",
-                  "NetworkPolicy": "networkpolicies.networking.k8s.io", "Event": "events"}
+                  "NetworkPolicy": "networkpolicies.networking.k8s.io", "Event": "events",
+                  "Node": "nodes"}
 _RBAC_VERB = {"create": "create", "read": "get", "list": "list", "delete": "delete",
               "watch": "watch", "patch": "patch",
               "read logs of": "get"}
@@ -454,7 +455,7 @@ class KubernetesApi:
                           fields: str | None = None) -> tuple[builtins.list[dict], str | None]:
         """(items, the list's resourceVersion: where a watch of the same objects starts)."""
         fn, args = self._list_call(kind)
-        namespace = self.namespace
+        namespace = "(cluster)" if kind == "Node" else self.namespace
         for _ in range(3):
             items: builtins.list[dict] = []
             token = None
@@ -478,6 +479,11 @@ class KubernetesApi:
         raise BackendError(f"the list of {kind}s in namespace {namespace} kept expiring between "
                            f"pages (410 Gone); retry.")
 
+    def list_nodes(self) -> builtins.list[dict]:
+        """Every Node of the cluster (cluster-scoped: needs ``list nodes`` from a ClusterRole),
+        page by page as :meth:`list`. Raises: BackendError (403 without that permission)."""
+        return self.list("Node", None)
+
     def list_all_namespaces(self, kind: str, selector: str, field_selector: str | None = None) -> builtins.list[dict]:
         """Every JobSet or Job matching ``selector`` in every namespace (one request each, no
         pages: roxxel-launch's own jobs are few); needs ``list`` on them cluster-wide.
@@ -500,6 +506,8 @@ class KubernetesApi:
         self._namespace = namespace
 
     def _list_call(self, kind: str) -> tuple[Callable, tuple]:
+        if kind == "Node":
+            return self.core().list_node, ()
         namespace = self.namespace
         if kind == "JobSet":
             return (self.custom().list_namespaced_custom_object,

@@ -6,12 +6,13 @@ The verbs live here; the rest is in modules of one responsibility each:
 and pods -> :class:`JobStatus`), :mod:`.watch` (``wait`` by a watch),
 :mod:`.logs` (``logs``, following across gang restarts) and
 :mod:`.preflight` (the JobSet CRD, Kueue LocalQueue and WorkloadPriorityClass checks before a
-create).
+create) and :mod:`.fit` (do the cluster's nodes have room for a worker).
 
 What each operation does on the cluster:
 
 * ``submit``: render, validate offline (names, enums, the official schema of built-in kinds),
-  check the installed JobSet CRD, the Kueue LocalQueue and WorkloadPriorityClass, then a server-side dry run
+  check the installed JobSet CRD, the Kueue LocalQueue and WorkloadPriorityClass, that the
+  cluster's nodes can hold a worker (:mod:`.fit`, unless ``fit_check=False``), then a server-side dry run
   (``dryRun=All``) of every object, then the real creates in order (Service and
   NetworkPolicy before the Job or JobSet), all with strict field validation. A create that
   fails after an earlier one succeeded deletes what was created, so a job is never left
@@ -67,6 +68,7 @@ from roxxel_launch.backends.kubernetes.api import (
     _resource_type_missing,
 )
 from roxxel_launch.backends.kubernetes.events import EventReader, StuckPods, job_objects, merge, not_started
+from roxxel_launch.backends.kubernetes.fit import check_fit
 from roxxel_launch.backends.kubernetes.logs import read_logs
 from roxxel_launch.backends.kubernetes.preflight import (
     KUEUE_GROUP,
@@ -137,6 +139,9 @@ class KubernetesBackend(Backend):
             one on a simulated clock).
         stuck_after: seconds a pod may stay Pending before ``wait`` reports its Warning
             events; None: :data:`.events.STUCK_AFTER_SECONDS`.
+        fit_check: compare each worker's requests with the cluster's nodes before submit
+            (:mod:`.fit`); False for clusters whose nodes this account may not list, or
+            whose node pools at zero (not listed) would hold the job.
 
     Constructing reads nothing and sends nothing; the first API call loads the credentials.
     """
@@ -145,8 +150,10 @@ class KubernetesBackend(Backend):
                  config_file: str | None = None,
                  kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
                  poll_seconds: float = 2.0, delete_timeout: float | None = None,
-                 retry: RetryPolicy | None = None, stuck_after: float | None = None):
+                 retry: RetryPolicy | None = None, stuck_after: float | None = None,
+                 fit_check: bool = True):
         self._namespace = namespace
+        self.fit_check = fit_check
         self.api = KubernetesApi(namespace, context, config_file=config_file, retry=retry)
         self.stuck_after = stuck_after
         self._events = EventReader(self.api)
@@ -266,6 +273,10 @@ class KubernetesBackend(Backend):
         """
         spec, objects = self._prepare(spec)
         self._preflight(spec, objects)
+        return self._create_all(spec, objects, dry_run=dry_run)
+
+    def _create_all(self, spec: JobSpec, objects: Sequence[dict], *, dry_run: bool) -> JobStatus:
+        """The dry runs, then the creates of :meth:`submit`, once its checks have passed."""
         for obj in objects:
             self._dry_run_create(spec, obj)
         idents = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
@@ -316,10 +327,15 @@ class KubernetesBackend(Backend):
 
     def _preflight(self, spec: JobSpec, objects: Sequence[Mapping]) -> None:
         """The installed JobSet CRD serves every field the JobSet uses, and the spec's Kueue
-        LocalQueue and WorkloadPriorityClass exist (see :mod:`.preflight`). Raises: BackendError."""
+        LocalQueue and WorkloadPriorityClass exist (see :mod:`.preflight`), and the nodes can hold
+        a worker (:mod:`.fit`). Raises: BackendError."""
         for obj in objects:
             if obj["kind"] == "JobSet":
                 check_jobset_crd(self.api, obj)
+        if self.fit_check:
+            check_fit(self.api, objects)
+        else:
+            logger.info("%s: the fit check is skipped (--skip-fit-check)", spec.name)
         if spec.queue or spec.workload_priority_class:
             version = kueue_version(self.api)
             if spec.queue:
@@ -627,7 +643,8 @@ class KubernetesBackend(Backend):
         Raises:
             JobNotFoundError: no such job and no ``spec``.
             BackendError: the job is Pending, Running or Restarting (wait or delete it), it
-                succeeded, or its annotation is missing or unreadable.
+                succeeded, its annotation is missing or unreadable, or the checks of
+                :meth:`submit` refuse the spec (before anything is deleted).
         """
         found = self._find(name)
         if found is None:
@@ -673,7 +690,10 @@ class KubernetesBackend(Backend):
             for change in resume_with_spec(stored, new_spec):
                 logger.warning("resuming %s under the new spec: %s", name, change)
             stored = new_spec
-        _, objects = self._prepare(stored)  # check offline before deleting anything
+        # Check offline and against the cluster (CRD, Kueue, fit) before deleting anything: a
+        # refusal after the delete would leave no job and no stored spec.
+        placed, objects = self._prepare(stored)
+        self._preflight(placed, objects)
         logger.info("resuming %s (%s, run %s): replacing %s", name, current.state.value,
                     stored.run_name, ", ".join(o["kind"] for o in objects))
         companions = self._companions(kind, name)
@@ -682,7 +702,7 @@ class KubernetesBackend(Backend):
         for companion in companions:
             self.api.delete(companion, name)
         self._wait_gone(kind, name, obj, companions)
-        return self.submit(stored)
+        return self._create_all(placed, objects, dry_run=False)
 
     def _stored_spec(self, kind: str, obj: Mapping) -> JobSpec:
         meta = obj.get("metadata") or {}
