@@ -32,7 +32,7 @@ from roxxel_launch.backends.kubernetes import backend as K
 from roxxel_launch.backends.base import JobState
 from roxxel_launch.cli import EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMED_OUT, cli
 
-from support.k8s_fake_server import TOKEN, FakeKubernetes, use_cluster
+from support.k8s_fake_server import TOKEN, FakeKubernetes, count_preemptions, use_cluster
 from support.paths import JOBSET_CRD as CRD
 
 pytestmark = pytest.mark.timeout(60)
@@ -196,15 +196,31 @@ def test_status_shows_conditions_and_per_slice_pod_phases(fake, tmp_path):
     assert len(as_json["workers"]) == 8 and as_json["kind"] == "JobSet"
 
 
-def test_status_of_a_preempted_job_shows_its_condition(fake, tmp_path):
+def test_status_after_a_preemption_shows_the_free_restart(fake, tmp_path):
+    """The JobSet controller restarts the gang in place on a preemption (the rendered rule
+    ``preemption``, RestartJobSetAndIgnoreMaxRestarts): the JobSet goes on, Running again,
+    with one free restart and its RestartingJobSet condition (until it was a scripted
+    Failed, which a real controller never makes of this manifest)."""
     fake.plan("lm", "preempt", after=1)
     submit(tmp_path)
     result = run("status", "lm")
     lines = result.output.splitlines()
-    assert "state:      Preempted" in lines and "exit code:  42" in lines
-    assert any(line.split()[:3] == ["Failed", "True", "FailedJobs"] for line in lines)
+    assert "state:      Running" in lines and "restarts:   1" in lines
+    assert "1 restarts, 0 counted toward max_restarts=3, 1 free (preemption or eviction)" in result.output
+    assert any(line.split()[:3] == ["RestartingJobSet", "True", "FailurePolicy_preemption"] for line in lines)
+
+
+def test_status_of_a_preempted_job_shows_its_condition(fake, tmp_path, monkeypatch):
+    """Preempted is a JobSet that a preemption ended: one whose preemption rule counts
+    (``count_preemptions``) ran out of ``maxRestarts`` (ReachedMaxRestarts)."""
+    count_preemptions(monkeypatch)
+    fake.plan("lm", "preempt", after=1)
+    submit(tmp_path)
+    result = run("status", "lm")
+    lines = result.output.splitlines()
+    assert "state:      Preempted" in lines and "exit code:  42" in lines and "restarts:   3" in lines
+    assert any(line.split()[:3] == ["Failed", "True", "ReachedMaxRestarts"] for line in lines)
     assert "CONDITION  STATUS  REASON" in result.output
-    assert "0-1    4/4   0        0        0          4       0" in lines
     assert "roxxel-launch resume lm" in result.output
 
 
@@ -271,7 +287,11 @@ def test_delete_uses_foreground_propagation(fake, tmp_path):
     ("fail", EXIT_FAILED, "job lm failed (worker exit code 1; exit 125)"),
     ("preempt", EXIT_PREEMPTED, "job lm preempted (exit 42)"),
 ])
-def test_wait_exit_codes(fake, tmp_path, data, outcome, code, fragment):
+def test_wait_exit_codes(fake, tmp_path, monkeypatch, data, outcome, code, fragment):
+    """A JobSet ends preempted only when its preemption rule counts (``count_preemptions``):
+    the rendered rule restarts it in place (tests/launcher/test_launch_k8s_preemption.py)."""
+    if outcome == "preempt" and data is SPEC:
+        count_preemptions(monkeypatch)
     fake.plan("lm", outcome)
     submit(tmp_path, data)
     result = run("wait", "lm", "--poll", POLL, code=code)
@@ -301,8 +321,10 @@ def test_wait_for_an_unknown_job_is_an_error(fake):
 
 
 @pytest.mark.slow
-def test_wait_exit_code_of_a_real_process(fake, tmp_path):
-    """The status a shell sees, from a separate `python -m roxxel_launch.cli` process."""
+def test_wait_exit_code_of_a_real_process(fake, tmp_path, monkeypatch):
+    """The status a shell sees, from a separate `python -m roxxel_launch.cli` process (a
+    JobSet whose preemption rule counts: ``count_preemptions``)."""
+    count_preemptions(monkeypatch)
     fake.plan("lm", "preempt")
     submit(tmp_path)
     out = subprocess.run([sys.executable, "-m", "roxxel_launch.cli", "wait", "lm", "--poll", POLL],
@@ -314,9 +336,12 @@ def test_wait_exit_code_of_a_real_process(fake, tmp_path):
 # ----------------------------------------------------------------------------- resume
 
 
-def test_resume_after_a_simulated_preemption(fake, tmp_path):
-    """Preempted (DisruptionTarget, every worker exited 42): resume deletes and re-creates
-    the JobSet from its stored spec, same run name and checkpoint_dir."""
+def test_resume_after_a_simulated_preemption(fake, tmp_path, monkeypatch):
+    """Preempted (DisruptionTarget, every worker exited 42; under a preemption rule that
+    counts, ``count_preemptions``, since the rendered one restarts the JobSet in place and
+    never ends it): resume deletes and re-creates the JobSet from its stored spec, same run
+    name and checkpoint_dir."""
+    count_preemptions(monkeypatch)  # a JobSet ends preempted only so: see count_preemptions
     fake.plan("lm", "preempt", "succeed")
     submit(tmp_path)
     first = fake.get("jobsets", "lm")
@@ -357,9 +382,10 @@ def test_resume_refuses_a_running_job(fake, tmp_path):
     assert fake.calls("DELETE") == []
 
 
-def test_resume_until_done_through_preemptions_and_an_eviction(fake, tmp_path):
+def test_resume_until_done_through_preemptions_and_an_eviction(fake, tmp_path, monkeypatch):
     """A Kueue eviction is left to Kueue: the fake's Kueue re-admits the same JobSet (not
     re-created, so it keeps its place in the queue), then the next outcome applies to it."""
+    count_preemptions(monkeypatch)  # a JobSet ends preempted only so: see count_preemptions
     fake.plan("lm", "preempt", "evict", "preempt", "succeed")
     submit(tmp_path, queue="team-a-queue")
     result = run("resume", "lm", "--until-done", "--poll", POLL)
@@ -383,7 +409,8 @@ def test_resume_until_done_of_an_indexed_job(fake, tmp_path):
     assert fake.get("services", "lm") is not None  # re-created with the Job
 
 
-def test_resume_until_done_gives_up_after_max_resumes(fake, tmp_path):
+def test_resume_until_done_gives_up_after_max_resumes(fake, tmp_path, monkeypatch):
+    count_preemptions(monkeypatch)  # a JobSet ends preempted only so: see count_preemptions
     fake.plan("lm", "preempt", "preempt", "preempt", "preempt")
     submit(tmp_path)
     result = run("resume", "lm", "--until-done", "--max-resumes", "2", "--poll", POLL, code=EXIT_PREEMPTED)
@@ -391,7 +418,8 @@ def test_resume_until_done_gives_up_after_max_resumes(fake, tmp_path):
     assert fake.submissions("lm") == 3
 
 
-def test_resume_until_done_does_not_retry_a_real_failure(fake, tmp_path):
+def test_resume_until_done_does_not_retry_a_real_failure(fake, tmp_path, monkeypatch):
+    count_preemptions(monkeypatch)  # a JobSet ends preempted only so: see count_preemptions
     fake.plan("lm", "preempt", "fail")
     submit(tmp_path)
     result = run("resume", "lm", "--until-done", "--poll", POLL, code=EXIT_FAILED)

@@ -465,6 +465,20 @@ def test_status_jobset_restarting_after_a_gang_restart(server, backend):
     assert (status.state, status.restarts) == (JobState.RUNNING, 2)
 
 
+def test_status_counts_free_restarts_when_the_controller_omits_a_zero_count(server, backend):
+    """``restartsCountTowardsMax`` is ``omitempty`` in the JobSet API (v1alpha2 JobSetStatus):
+    after free restarts only, a controller that has the field leaves it out. It came with
+    ``failurePolicy.rules``, so a JobSet whose rules were kept reads it as 0; one without
+    rules (an older controller dropped them) may lack the field, and gets no split."""
+    obj = _jobset(server, status={"restarts": 2})
+    for p in jobset_pods("lm", 2, 4, attempt=2):
+        server.put("pods", p)
+    assert "2 restarts, 0 counted toward max_restarts=3, 2 free (preemption or eviction)" in \
+        backend.status("lm").message
+    del obj["spec"]["failurePolicy"]["rules"]
+    assert "counted toward" not in backend.status("lm").message
+
+
 def test_status_jobset_succeeded(server, backend):
     _jobset(server, status={"restarts": 1, "terminalState": "Completed", "conditions": [
         {"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed successfully"}]})

@@ -25,12 +25,19 @@ them), and :meth:`FakeKubernetes.plan` says how each successive submission of a 
 DisruptionTarget condition and exits 42 after its checkpoint), ``evict`` (Kueue suspends
 it and its pods go) or ``run`` (keeps running) — applied when the object has been read
 ``after`` times (status polls), so that tests are deterministic and need no sleeps. Worker
-exits, those of ``fail`` and of a Job's ``preempt`` as those scripted with
+exits, those of ``fail`` and ``preempt`` as those scripted with
 :meth:`FakeKubernetes.exit_worker`, are decided by the stored object's own policies
 (``podFailurePolicy``, ``backoffLimit``, the JobSet's ``failurePolicy`` rules and
 ``maxRestarts``) through ``roxxel_launch.backends.local.policy``, the engine the local backend
-runs the same manifest with; a JobSet's ``preempt`` is the one scripted end state (see
-:meth:`FakeKubernetes.plan` for why).
+runs the same manifest with, and carried out as the JobSet controller does
+(kubernetes-sigs/jobset@08dfbdfd682714a9ab929633eca8dc95315187e7,
+pkg/controllers/failure_policy.go and jobset_controller.go; see
+:meth:`FakeKubernetes._gang_restart`): a preempted JobSet of the launcher's manifest is
+restarted in place for free, and its next planned outcome applies to the new attempt.
+:func:`count_preemptions` renders a rule that counts instead, the one way a preemption
+ends a JobSet (Preempted, for the tests of ``resume``). Child Jobs of a JobSet are not
+stored: their names, failure reasons and messages appear in the decisions, conditions
+and events the fake writes.
 
 Enough for ``kubectl`` too (tests/launcher/test_kubectl_referee.py; ``tls=True``, since
 kubectl sends its token only over TLS, see ``k8s_tls``): discovery and OpenAPI v3 documents
@@ -240,17 +247,16 @@ class FakeKubernetes:
         """How the next submissions of job ``name`` end, one outcome per submission.
 
         Each outcome applies when the object has been read ``after`` times since it was
-        created; submissions beyond the plan keep running. ``fail``, and ``preempt`` of a
-        Job, are worker exits decided by the stored object's own policies, as
-        :meth:`exit_worker`'s are (see :meth:`_exit_until_failed`). ``succeed`` and
-        ``evict`` need no failure policy. ``preempt`` of a JobSet is scripted, and differs
-        from what the launcher's manifest makes the JobSet controller do: its failure-policy
-        rule ``preemption`` (``RestartJobSetAndIgnoreMaxRestarts``) restarts the gang for
-        free instead, so such a JobSet never stops (``exit_worker(..., disrupted=True)``
-        shows that). The script ends the JobSet Failed with every worker preempted, as a
-        JobSet whose policy lacks that rule (edited by hand, an older controller) ends: the
-        one state in which a JobSet stops and ``resume`` continues it, which the tests of
-        ``status``, ``wait`` and ``resume`` of a preempted JobSet need.
+        created; submissions beyond the plan keep running. ``fail`` and ``preempt`` are
+        worker exits decided by the stored object's own policies, as :meth:`exit_worker`'s
+        are (see :meth:`_exit_until_failed`). ``succeed`` and ``evict`` need no failure
+        policy. An outcome that does not end the object applies the next one to its new
+        pods: a Kueue re-admission after ``evict``, and a JobSet's gang restart after
+        ``preempt`` (the launcher's rule ``preemption``, ``RestartJobSetAndIgnoreMaxRestarts``,
+        restarts it in place without counting, so ``plan(name, "preempt", "succeed")`` is
+        one submission that restarts once and completes). A preempted JobSet ends only
+        under a rule that counts the preemption (:func:`count_preemptions`), once its
+        ``maxRestarts`` are used up.
         """
         for outcome in outcomes:
             if outcome not in _OUTCOMES:
@@ -534,9 +540,7 @@ class FakeKubernetes:
         self.objects[(resource, ns, name)] = obj
         if resource in ("jobsets", "jobs"):
             self._submissions[name] = self._submissions.get(name, 0) + 1
-            plan = self._plans.get(name) or []
-            outcome, after = plan.pop(0) if plan else ("run", 0)
-            self._scripts[(resource, ns, name)] = [outcome, after]
+            self._arm((resource, ns, name))
             self._start_pods(resource, obj)
         return 201, copy.deepcopy(obj)
 
@@ -575,6 +579,7 @@ class FakeKubernetes:
             if self._dying[key] < 0:
                 self._remove(key)
                 return self._not_found(request.resource, request.name)
+        self._restarting_done(key)
         script = self._scripts.get(key)
         if script is not None:
             script[1] -= 1
@@ -616,13 +621,15 @@ class FakeKubernetes:
         name, ns = obj["metadata"]["name"], obj["metadata"]["namespace"]
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if resource == "jobsets":
+            # The controller stamps status.restarts on the new attempt's Jobs and pods.
+            attempt = str((obj.get("status") or {}).get("restarts") or 0)
             for rjob in obj["spec"]["replicatedJobs"]:
                 job_spec = rjob["template"]["spec"]
                 template_labels = (job_spec["template"].get("metadata") or {}).get("labels") or {}
                 for s in range(rjob.get("replicas", 1)):
                     for i in range(job_spec.get("completions", 1)):
                         labels = {**template_labels, JOBSET_NAME: name, RJOB_NAME: rjob["name"],
-                                  JOB_INDEX: str(s), RESTART_ATTEMPT: "0", COMPLETION_INDEX: str(i),
+                                  JOB_INDEX: str(s), RESTART_ATTEMPT: attempt, COMPLETION_INDEX: str(i),
                                   "job-name": f"{name}-{rjob['name']}-{s}",
                                   "batch.kubernetes.io/job-name": f"{name}-{rjob['name']}-{s}"}
                         self._put_pod(f"{name}-{rjob['name']}-{s}-{i}-{next(self._ids):05d}", ns, labels,
@@ -673,30 +680,21 @@ class FakeKubernetes:
 
         if outcome == "run":
             return
-        if outcome == "fail" or (outcome == "preempt" and resource == "jobs"):
+        if outcome in ("fail", "preempt"):
             self._exit_until_failed(key, outcome)
             return
         if outcome == "succeed":
             for pod in pods:
                 _end_pod(pod, 0, now)
-            if resource == "jobsets":
-                obj["status"] = {"terminalState": "Completed", "restarts": 0, "conditions": [
+            if resource == "jobsets":  # the restarts so far stay (setJobSetCompletedCondition)
+                kept = {k: v for k, v in (obj.get("status") or {}).items()
+                        if k in ("restarts", "restartsCountTowardsMax")}
+                obj["status"] = {"restarts": 0, **kept, "terminalState": "Completed", "conditions": [
                     condition("Completed", "AllJobsCompleted", "jobset completed successfully")]}
             else:
                 obj["status"] = {"succeeded": len(pods), "conditions": [
                     condition("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"),
                     condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods")]}
-        elif outcome == "preempt":  # a JobSet: scripted, see plan()
-            for i, pod in enumerate(pods):
-                if i == 0:
-                    pod["status"]["conditions"].append(condition(
-                        "DisruptionTarget", "PreemptionByScheduler",
-                        "Preempted in order to admit critical pod"))
-                _end_pod(pod, 42, now, "checkpoint saved after SIGTERM")
-            rule = self._job_verdict(obj, pods[0], 42, disrupted=True).message
-            obj["status"] = {"terminalState": "Failed", "restarts": 0, "conditions": [
-                condition("Failed", "FailedJobs",
-                          f"jobset failed: child Job failed with reason PodFailurePolicy: {rule}")]}
         elif outcome == "evict":
             obj["spec"]["suspend"] = True
             obj["status"] = {"conditions": [condition(
@@ -807,7 +805,8 @@ class FakeKubernetes:
             self._real.breaks.extend([after_events] * times)
 
     def restart(self, name: str) -> None:
-        """A gang restart of JobSet ``name`` now (see :meth:`_gang_restart`)."""
+        """A gang restart of JobSet ``name`` now, as its ``preemption`` rule makes one (see
+        :meth:`_gang_restart`)."""
         with self._lock:
             self._gang_restart(("jobsets", self.namespace, name))
 
@@ -877,7 +876,7 @@ class FakeKubernetes:
                 if r["name"] == exit.replicated_job)
             self._put_pod(f"{base}-{next(self._ids):05d}", ns, dict(labels), now, template=template)
         elif decision.action is policy.Action.RESTART:
-            self._gang_restart(key, counted=decision.counted)
+            self._gang_restart(key, counted=decision.counted, decision=decision, failed_job=exit.job)
         else:
             self._fail_workload(key, pods, pod, decision, now)
         self._touch(obj)
@@ -899,7 +898,11 @@ class FakeKubernetes:
           ``backoffLimit: 0``; its JobSet after ``maxRestarts`` counted gang restarts, with
           ``ReachedMaxRestarts``);
         * ``preempt``: worker 0 gets the ``DisruptionTarget`` condition and exits 42 after
-          its checkpoint (a launcher's Job fails by its podFailurePolicy).
+          its checkpoint, in every attempt, until the controllers fail the workload (a
+          launcher's Job fails by its podFailurePolicy) or restart the gang without
+          counting it (a launcher's JobSet: its rule ``preemption``,
+          ``RestartJobSetAndIgnoreMaxRestarts``). A JobSet restarted so goes on in place,
+          and the plan's next outcome applies to its new attempt (:meth:`_arm`).
 
         Raises RuntimeError when the object's policies never fail it."""
         for _ in range(10_002):  # maxRestarts is at most 10000 (the spec's bound)
@@ -910,10 +913,22 @@ class FakeKubernetes:
                 decision = self._pod_exit(key, 1, min(1, len(pods) - 1), False,
                                           "ValueError: the loss is NaN")
             self._real.decisions.append(decision)
+            if decision.action is policy.Action.RESTART and not decision.counted:
+                self._arm(key)
+                self._lock.notify_all()
+                return
             if decision.action is policy.Action.FAIL:
                 self._lock.notify_all()
                 return
         raise RuntimeError(f"{key[2]}: its policies never fail it; plan another outcome")
+
+    def _arm(self, key: tuple[str, str, str]) -> None:
+        """The plan's next outcome (:meth:`plan`) for the pods that start now: a new
+        submission's, a re-admitted workload's, a JobSet's next attempt after a free gang
+        restart; without one they keep running."""
+        plan = self._plans.get(key[2]) or []
+        outcome, after = plan.pop(0) if plan else ("run", 0)
+        self._scripts[key] = [outcome, after]
 
     def _ordered_pods(self, key: tuple[str, str, str]) -> list[dict]:
         """The live pods of a JobSet or Job, in process order (job index, completion index)."""
@@ -928,12 +943,25 @@ class FakeKubernetes:
     def _fail_workload(self, key: tuple[str, str, str], pods: list[dict], failed: dict,
                        decision: policy.Decision, now: str) -> None:
         """The workload failed: the controllers stop the other pods (SIGTERM: exit 143) and
-        set the failure conditions (see :meth:`exit_worker`)."""
+        set the failure conditions (see :meth:`exit_worker`). A failed JobSet's controller
+        deletes its active child Jobs, foreground (kubernetes-sigs/jobset@08dfbdf
+        pkg/controllers/jobset_controller.go ``reconcile``: ``jobSetFinished`` ->
+        ``deleteJobs(ownedJobs.active)``), so only the failed Job's pods stay. When a
+        preemption failed it, those peers were stopped by SIGTERM while training, saved a
+        checkpoint and exited 42 (what the trainer does on SIGTERM, and why the Job's
+        podFailurePolicy has its exit-42 rule)."""
         obj = self.objects[key]
         later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
+        failed_job = failed["metadata"]["labels"].get("job-name")
+        preempted = failed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 42
         for pod in pods:  # stopped after the failure: they end later than the failed pod
-            if pod is not failed and pod["status"]["phase"] not in ("Succeeded", "Failed"):
-                _end_pod(pod, 143, later)
+            if key[0] == "jobsets" and pod["metadata"]["labels"].get("job-name") != failed_job:
+                del self.objects[("pods", key[1], pod["metadata"]["name"])]
+            elif pod is not failed and pod["status"]["phase"] not in ("Succeeded", "Failed"):
+                if preempted:
+                    _end_pod(pod, 42, later, "checkpoint saved after SIGTERM")
+                else:
+                    _end_pod(pod, 143, later)
             self._log_ended.add(pod["metadata"]["name"])
         status = obj.setdefault("status", {})
 
@@ -1185,6 +1213,7 @@ class FakeKubernetes:
     def _tick(self, key: tuple[str, str, str]) -> None:
         """A watch of ``key`` counts as a read for the scripted controllers (the outcome of
         :meth:`plan`, the restarts of :meth:`plan_restarts`)."""
+        self._restarting_done(key)
         restarts = self._real.restart_plans.get(key[2])
         if key[0] == "jobsets" and key in self.objects and restarts:
             restarts[0] -= 1
@@ -1221,9 +1250,7 @@ class FakeKubernetes:
         obj["spec"]["suspend"] = False
         obj["status"] = {"restarts": 0} if key[0] == "jobsets" else {}
         self._start_pods(key[0], obj)
-        plan = self._plans.get(key[2]) or []
-        outcome, after = plan.pop(0) if plan else ("run", 0)
-        self._scripts[key] = [outcome, after]
+        self._arm(key)
         self._real.readmissions += 1
 
     def stream_watch(self, request: _Request, write) -> bool:
@@ -1323,13 +1350,32 @@ class FakeKubernetes:
 
     # --- gang restarts
 
-    def _gang_restart(self, key: tuple[str, str, str], *, counted: bool = False) -> None:
-        """A JobSet gang restart, as the JobSet controller does it
-        (https://jobset.sigs.k8s.io/docs/concepts/#failure-policy): the pods of the attempt
-        end, every child Job is recreated, ``status.restarts`` grows by one, and
-        ``status.restartsCountTowardsMax`` too when ``counted`` (``RestartJobSet``; a
-        preemption's ``RestartJobSetAndIgnoreMaxRestarts`` does not count), and the new pods
-        carry the new ``restart-attempt`` label."""
+    def _gang_restart(self, key: tuple[str, str, str], *, counted: bool = False,
+                      decision: policy.Decision | None = None, failed_job: str = "") -> None:
+        """A JobSet gang restart, as the JobSet controller does it (kubernetes-sigs/jobset
+        @08dfbdfd682714a9ab929633eca8dc95315187e7, pkg/controllers/failure_policy.go
+        ``failurePolicyRecreateAll`` and jobset_controller.go ``getChildJobs`` /
+        ``deleteJobs`` / ``labelAndAnnotateObject``; https://jobset.sigs.k8s.io/docs/concepts/
+        #failure-policy):
+
+        * ``status.restarts`` grows by one, and ``status.restartsCountTowardsMax`` too when
+          ``counted`` (``RestartJobSet``; ``RestartJobSetAndIgnoreMaxRestarts`` does not
+          count); the latter is ``omitempty`` in the API type, so it is absent while 0;
+        * condition ``RestartingJobSet`` True, reason ``FailurePolicy_<rule>`` (or
+          ``DefaultFailurePolicy`` when no rule matched), message "applying <action> failure
+          policy action (first failed job: <job>)", and a Warning event with reason
+          ``<action>FailurePolicyAction`` on the JobSet; :meth:`_restarting_done` sets the
+          condition False (``JobsReady``) once the new pods run;
+        * the child Jobs of the old attempt (label ``restart-attempt`` below
+          ``status.restarts``) are deleted with foreground propagation, their pods with them,
+          and every Job is created again from its template with the new attempt on the Job's
+          and pods' ``jobset.sigs.k8s.io/restart-attempt`` label and annotation; here the old
+          pods go at once, so ``BlockingRecreate`` (new pods only once the old are gone)
+          holds trivially.
+
+        ``decision`` (the policy engine's, whose ``rule`` names the JobSet rule) and
+        ``failed_job`` say why; without them (:meth:`restart`) the restart is the
+        ``preemption`` rule's."""
         obj = self.objects.get(key)
         if obj is None:
             return
@@ -1337,21 +1383,52 @@ class FakeKubernetes:
         status = obj.setdefault("status", {})
         attempt = int(status.get("restarts") or 0) + 1
         status["restarts"] = attempt
-        status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + counted
+        towards_max = int(status.get("restartsCountTowardsMax") or 0) + counted
+        status.pop("restartsCountTowardsMax", None)
+        if towards_max:
+            status["restartsCountTowardsMax"] = towards_max
+        rule = decision.rule if decision is not None else "preemption"
+        action = "RestartJobSet" if counted else "RestartJobSetAndIgnoreMaxRestarts"
+        if not failed_job:
+            rjob = obj["spec"]["replicatedJobs"][0]["name"]
+            failed_job = f"{name}-{rjob}-0"
+        message = f"applying {action} failure policy action (first failed job: {failed_job})"
+        self._set_restarting(obj, "True", f"FailurePolicy_{rule}" if rule else "DefaultFailurePolicy",
+                             message)
         self._real.job_failures = {j: n for j, n in self._real.job_failures.items()
                                    if j[0] != key}  # the child Jobs are new: no failures yet
-        old = [(k, o) for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
-               and o["metadata"]["labels"].get(JOBSET_NAME) == name]
-        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        for pod_key, pod in old:
+        for pod_key in [k for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
+                        and o["metadata"]["labels"].get(JOBSET_NAME) == name]:
             del self.objects[pod_key]
             self._log_ended.add(pod_key[2])
-            labels = dict(pod["metadata"]["labels"], **{RESTART_ATTEMPT: str(attempt)})
-            base = pod_key[2].rsplit("-", 1)[0]
-            self._put_pod(f"{base}-{next(self._ids):05d}", ns, labels, started)
+        self._start_pods(resource, obj)
         self._real.gang_restarts += 1
+        self.event(obj, f"{action}FailurePolicyAction", message, component="jobset-controller")
         self._lock.notify_all()
 
+    @staticmethod
+    def _set_restarting(obj: dict, state: str, reason: str, message: str) -> None:
+        """The JobSet condition ``RestartingJobSet`` (jobset_types.go ``JobSetRestarting``)."""
+        status = obj.setdefault("status", {})
+        status["conditions"] = [c for c in status.get("conditions") or []
+                                if c.get("type") != "RestartingJobSet"] + [{
+            "type": "RestartingJobSet", "status": state, "reason": reason, "message": message,
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+
+    def _restarting_done(self, key: tuple[str, str, str]) -> None:
+        """The controller's next reconcile after a gang restart: once every pod of the new
+        attempt runs (``allJobsReady``), ``RestartingJobSet`` goes False with reason
+        ``JobsReady`` ("all jobs are ready"; jobset_controller.go
+        ``setRestartingConditionFalse``)."""
+        obj = self.objects.get(key)
+        if key[0] != "jobsets" or obj is None:
+            return
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "RestartingJobSet" and c.get("status") == "True"
+                   for c in conditions):
+            return
+        if all(p["status"]["phase"] == "Running" for p in self._ordered_pods(key)):
+            self._set_restarting(obj, "False", "JobsReady", "all jobs are ready")
 
     # ------------------------------------------------------------------ what kubectl needs too
 
@@ -1447,13 +1524,7 @@ class FakeKubernetes:
             self._log_ended.add(pod_key[2])
         if suspended:
             return
-        self._start_pods(resource, obj)
-        attempt = str(status.get("restarts") or 0)
-        for pod in (o for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
-                    and o["metadata"]["labels"].get(owner_label) == name):
-            if RESTART_ATTEMPT in pod["metadata"]["labels"]:
-                pod["metadata"]["labels"][RESTART_ATTEMPT] = attempt
-                pod["metadata"]["annotations"][RESTART_ATTEMPT] = attempt
+        self._start_pods(resource, obj)  # a JobSet's keep its restart attempt
 
     def settle(self, resource: str, name: str, outcome: str, *, namespace: str | None = None) -> None:
         """End job ``name`` (a ``jobsets`` or ``jobs`` object, in ``namespace`` or this fake's)
@@ -1765,6 +1836,28 @@ def _merge_patch(target: Any, patch: Any) -> Any:
         else:
             target[key] = _merge_patch(target.get(key), value)
     return target
+
+
+def count_preemptions(monkeypatch) -> None:
+    """Render JobSets whose failure-policy rule ``preemption`` is ``RestartJobSet`` instead
+    of ``RestartJobSetAndIgnoreMaxRestarts`` (a manifest edited after rendering): each
+    preemption then counts against ``maxRestarts``, and the one after them ends the JobSet
+    Failed (``ReachedMaxRestarts``) with its workers preempted, which the launcher reports
+    as Preempted and ``resume`` continues. With the rendered rule a preemption never ends a
+    JobSet (kubernetes-sigs/jobset@08dfbdf pkg/controllers/failure_policy.go
+    ``restartJobSetAndIgnoreMaxRestartsActionApplier`` does not check ``maxRestarts``)."""
+    from roxxel_launch.backends.kubernetes import backend as kubernetes_backend
+
+    real = kubernetes_backend.render
+
+    def counting(spec):
+        rendered = real(spec)
+        for obj in rendered.objects:
+            for rule in ((obj.get("spec") or {}).get("failurePolicy") or {}).get("rules") or ():
+                if obj.get("kind") == "JobSet" and rule.get("name") == "preemption":
+                    rule["action"] = "RestartJobSet"
+        return rendered
+    monkeypatch.setattr(kubernetes_backend, "render", counting)
 
 
 def use_cluster(server: FakeKubernetes, directory: Path, monkeypatch, retry=None) -> FakeKubernetes:

@@ -234,8 +234,12 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
                   created=meta.get("creationTimestamp"))
     notes = []
     if restarts:
-        counted = status.get("restartsCountTowardsMax")
-        limit = (spec.get("failurePolicy") or {}).get("maxRestarts")
+        policy = spec.get("failurePolicy") or {}
+        limit = policy.get("maxRestarts")
+        # restartsCountTowardsMax is omitempty (JobSet API v1alpha2 JobSetStatus), so a
+        # controller that has it omits it while 0; it came with failurePolicy.rules
+        # (kubernetes-sigs/jobset f038a330), so a JobSet whose rules survived has it.
+        counted = status.get("restartsCountTowardsMax", 0 if policy.get("rules") else None)
         if counted is not None:
             # The rest were free: child Jobs failed by their podFailurePolicy (a DisruptionTarget
             # pod condition — preemption, API, taint or node-pressure eviction — or exit 42).
