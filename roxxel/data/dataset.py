@@ -649,7 +649,7 @@ def _refuse_incomplete(directory: str) -> set[str]:
     Returns the names of shards an unfinished append was committing (not yet in the dataset:
     opening by glob or file skips them, so the dataset reads as it was before the append).
     """
-    from roxxel.format.writer import pending_shards
+    from roxxel.format.directory import pending_shards
 
     pending: set[str] = set()
     for marker in glob.glob(os.path.join(glob.escape(directory), ".*.incomplete")):
