@@ -12,8 +12,8 @@ import time
 import click
 
 from roxxel._version import __version__
+from roxxel.format.dataset_writer import DEFAULT_SHARD_SIZE
 from roxxel.format.errors import RoxxelFormatError
-from roxxel.format.writer import DEFAULT_SHARD_SIZE
 from roxxel.wording import count
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,

@@ -5,11 +5,9 @@ list of those). Its tokens are the shards' tokens concatenated in order; its doc
 are the shards' documents in order. Nothing grows with the dataset's size on the host:
 shards are memory maps opened lazily (a manifest gives their sizes without opening
 them); copies (``read_into``, and the streamer's batched ``read_runs``/``gather_rows``/
-``gather_into``: one ``pread`` per run of rows that follow each other in a shard, no
-per-row Python work) map nothing, and pages
+``gather_into``, planned and gathered in :mod:`roxxel.data.reader`) map nothing, and pages
 touched through zero-copy views are handed back to the OS after every ``release_bytes``
-bytes, so the process RSS stays flat while streaming terabytes. (Gathering out of the map
-instead costs a page fault per newly touched page: 3-4x slower on a 1 GB dataset here.)
+bytes, so the process RSS stays flat while streaming terabytes.
 """
 
 from __future__ import annotations
@@ -22,11 +20,12 @@ import json
 import logging
 import os
 import re
-import threading
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from roxxel.data import reader
+from roxxel.data.reader import RowRuns
 from roxxel.format.errors import (
     CorruptShardError,
     DtypeMismatchError,
@@ -46,22 +45,8 @@ _GLOB_CHARS = "*?["
 DEFAULT_RELEASE_BYTES = 32 << 20
 DEFAULT_MAX_OPEN_SHARDS = 256
 _FAULT_AROUND = 2 << 20  # a fault can map a whole large folio of the page cache (up to 2 MiB)
-_SCRATCH = threading.local()  # per thread: read buffers of the stored dtype by (dtype, row length), cast at once
 
-
-class RowRuns(NamedTuple):
-    """Rows cut into runs by :meth:`Dataset.row_runs`; one entry per run in each list.
-
-    ``shards``: shard index; ``offsets``: byte offset of the run's first token in the shard's
-    token data; ``los``/``his``: byte range of the run in its group's rows; ``bounds``: runs
-    ``bounds[g]:bounds[g + 1]`` belong to group ``g``.
-    """
-
-    shards: list[int]
-    offsets: list[int]
-    los: list[int]
-    his: list[int]
-    bounds: list[int]
+__all__ = ["Dataset", "PathSpec", "RowRuns"]  # RowRuns: defined in roxxel.data.reader, kept importable here
 
 
 class _Entry:
@@ -465,134 +450,41 @@ class Dataset:
             shard.pread_into(buf, local_start)
             out[:] = buf
 
+    # The batched reads the streamer makes: planned and gathered in roxxel.data.reader.
     def gather_into(self, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Copy the ranges ``[starts[k], starts[k] + counts[k])`` one after another into ``out`` (1-D; cast to its dtype).
-
-        ``len(out)`` must equal ``counts.sum()``. Returns ``out``.
-
-        This is the streamer's read: per shard, the blocks the ranges touch are checked in one
-        vectorised lookup (each block's checksum once per process), then each range is one
-        ``pread`` straight into its place (through one buffer and one cast when ``out``'s dtype
-        differs). Nothing is mapped.
+        """Copy the ranges ``[starts[k], starts[k] + counts[k])`` one after another into ``out`` (1-D; cast to
+        its dtype); ``len(out)`` must equal ``counts.sum()``. Returns ``out``. See :func:`roxxel.data.reader.gather_into`.
 
         Raises:
             IndexError: a range is outside the dataset.
             BlockChecksumError: a block the ranges touch is damaged.
         """
-        self._ensure_open()
-        self.check_out_dtype(out.dtype)
-        starts = np.asarray(starts, np.int64)
-        counts = np.asarray(counts, np.int64)
-        if len(out) != int(counts.sum()):
-            raise ValueError(f"out holds {len(out)} tokens but the ranges add up to {int(counts.sum())}")
-        if not starts.size:
-            return out
-        ends = starts + counts
-        if starts.min() < 0 or int(ends.max()) > self.num_tokens:
-            raise IndexError(f"a token range is outside the dataset's [0, {self.num_tokens})")
-        offsets = self._token_offsets
-        n = int(counts[0])
-        rows = n > 0 and (counts == n).all()  # ranges of one length: out holds them as rows
-        dst = None if rows else np.cumsum(counts) - counts
-        if len(offsets) == 2:  # one shard: every range is inside it
-            self._gather_shard(0, out, dst, starts, counts)
-            self.bytes_read += len(out) * self.dtype.itemsize
-            return out
-        shard_of = np.searchsorted(offsets, starts, side="right") - 1
-        inside = ends <= offsets[shard_of + 1]
-        if dst is None and not inside.all():
-            dst = np.cumsum(counts) - counts
-        for s in np.unique(shard_of[inside]).tolist():
-            sel = np.flatnonzero((shard_of == s) & inside)
-            self._gather_shard(s, out, sel * n if dst is None else dst[sel], starts[sel] - offsets[s], counts[sel])
-        for k in np.flatnonzero(~inside).tolist():  # a range that crosses into the next shard
-            assert dst is not None  # set above whenever a range is not inside one shard
-            self.read_into(out[dst[k]:dst[k] + counts[k]], int(starts[k]))
-        self.bytes_read += int(counts[inside].sum()) * self.dtype.itemsize  # read_into counts the rest
-        return out
+        return reader.gather_into(self, out, starts, counts)
 
     def gather_rows(self, out: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        """Copy ``out.shape[1]`` tokens from each of ``starts`` into the rows of ``out`` (2-D, C-contiguous).
-
-        The same as :meth:`gather_into` with every range one row long, with less work per
-        row: rows are cut into runs (:meth:`row_runs`: rows whose tokens follow each other in
-        one shard, such as the rows of one shuffled chunk), each run is one ``pread`` into a
-        buffer of the stored dtype, and the buffer is cast into ``out`` once. Returns ``out``.
+        """Copy ``out.shape[1]`` tokens from each of ``starts`` into the rows of ``out`` (2-D, C-contiguous),
+        one ``pread`` per run of rows. Returns ``out``. See :func:`roxxel.data.reader.gather_rows`.
 
         Raises:
             IndexError: a row is outside the dataset.
             BlockChecksumError: a block the rows touch is damaged.
             TruncatedShardError: a shard ended early (it was cut after opening).
         """
-        n, length = out.shape
-        if not n or not length:
-            return out
-        runs = self.row_runs(starts, length)
-        if runs is None:  # a row crosses into the next shard: range by range
-            self.gather_into(out.reshape(-1), starts, np.full(n, length, np.int64))
-            return out
-        direct = out.dtype == self.dtype and out.flags.c_contiguous
-        if not direct:
-            self.check_out_dtype(out.dtype)
-        buf = out if direct else self.scratch(n, length)
-        self.read_runs(buf, runs, 0)
-        if not direct:
-            np.copyto(out, buf, casting="unsafe")
-        return out
+        return reader.gather_rows(self, out, starts)
 
     def row_runs(self, starts: np.ndarray, length: int, groups: np.ndarray | None = None,
                  num_groups: int = 1) -> RowRuns | None:
-        """Cut rows of ``length`` tokens starting at dataset tokens ``starts`` (int64, in row order) into runs.
-
-        A run is a maximal sequence of consecutive rows whose tokens follow each other in one
-        shard: :meth:`read_runs` reads it with one ``pread``. Computed for all rows in one
-        vectorised pass, so a streamer can cut the rows of many steps at once: ``groups``
-        (non-decreasing ints in ``[0, num_groups)``, e.g. the step of each row) ends a run
-        wherever it changes, and a row's place is its rank within its group.
-
-        Returns:
-            The runs, or None when a row crosses into the next shard (read it with :meth:`gather_into`).
+        """Rows of ``length`` tokens starting at ``starts`` (int64, in row order) cut into runs, or None when a
+        row crosses into the next shard. See :func:`roxxel.data.reader.row_runs`.
 
         Raises:
             IndexError: a row is outside the dataset.
         """
-        self._ensure_open()
-        starts = np.asarray(starts, np.int64)
-        n = len(starts)
-        if n and (int(starts.min()) < 0 or int(starts.max()) + length > self.num_tokens):
-            raise IndexError(f"a token range is outside the dataset's [0, {self.num_tokens})")
-        new = np.ones(n, bool)
-        np.not_equal(starts[1:], starts[:-1] + length, out=new[1:])
-        if groups is not None:
-            new[1:] |= groups[1:] != groups[:-1]
-        offsets = self._token_offsets
-        if len(offsets) == 2:
-            shard_of, local = np.zeros(n, np.int64), starts
-        else:
-            shard_of = np.searchsorted(offsets, starts, side="right") - 1
-            local = starts - offsets[shard_of]
-            if (local + length > self._shard_sizes[shard_of]).any():
-                return None
-            new[1:] |= shard_of[1:] != shard_of[:-1]
-        first = np.flatnonzero(new)
-        end = np.empty_like(first)
-        end[:-1], end[-1:] = first[1:], n
-        if groups is None:
-            place, bounds = first, [0, len(first)]
-        else:
-            place = first - np.searchsorted(groups, groups[first], side="left")  # rank of the run's first row
-            bounds = np.searchsorted(groups[first], np.arange(num_groups + 1), side="left").tolist()
-        row_bytes = length * self.dtype.itemsize
-        return RowRuns(shard_of[first].tolist(), (local[first] * self.dtype.itemsize).tolist(),
-                       (place * row_bytes).tolist(), ((place + end - first) * row_bytes).tolist(), bounds)
+        return reader.row_runs(self, starts, length, groups, num_groups)
 
     def read_runs(self, out: np.ndarray, runs: RowRuns, group: int = 0) -> np.ndarray:
         """Read the runs of ``group`` (see :meth:`row_runs`) into ``out`` (C-contiguous, the stored dtype).
-
-        One ``pread`` per run, straight into its place; a block not yet checked in this process
-        is checked on the bytes just read before the call returns (blocks only partly read
-        are read whole once more); then every shard read is checked unchanged since it was
-        opened. Nothing is mapped. Returns ``out``.
+        Returns ``out``. See :func:`roxxel.data.reader.read_runs`.
 
         Raises:
             BlockChecksumError: a block the runs touch is damaged.
@@ -600,72 +492,12 @@ class Dataset:
             ShardChangedError: a shard's file changed since it was opened.
             ShardReadError: the storage failed a read.
         """
-        view = out.reshape(-1).view(np.uint8).data  # bytes: bfloat16 has no buffer format
-        size = self.dtype.itemsize
-        shards, where, los, his = runs.shards, runs.offsets, runs.los, runs.his
-        first, end = runs.bounds[group], runs.bounds[group + 1]
-        shard: Any = None
-        s_last, fd, base, blocks = -1, -1, 0, None
-        read: dict[Any, None] = {}  # the shards read, in order, each once
-        for k in range(first, end):
-            s, lo, hi = shards[k], los[k], his[k]
-            if s != s_last:  # the shard is fetched per run (an LRU may close the others), once per run of runs
-                shard, s_last = self._shard(s), s
-                fd, base = shard._descriptor(), shard._data_offset
-                blocks = shard._blocks if shard.check_blocks else None
-                read[shard] = None
-            try:
-                n = os.preadv(fd, [view[lo:hi]], base + where[k])
-            except OSError:
-                n = -1  # read again below, which names the error (or reopens a stale handle)
-            if n != hi - lo:
-                shard.copy_into(out.reshape(-1)[lo // size:hi // size], where[k] // size)  # retried, or raises
-                fd = shard._descriptor()
-            if blocks is not None and blocks.unchecked:
-                shard.check_range(where[k] // size, (where[k] + hi - lo) // size, view[lo:hi])
-        for shard in read:
-            shard.check_unchanged()
-        if end > first:
-            self.bytes_read += his[end - 1] - los[first]  # a group's runs fill its rows back to back
-        return out
+        return reader.read_runs(self, out, runs, group)
 
     def scratch(self, rows: int, length: int) -> np.ndarray:
-        """A ``(rows, length)`` buffer of the stored dtype, this thread's own, reused by every call.
-
-        For reads that are cast into a batch right away: nothing is allocated (or faulted
-        in) per batch. Valid until this thread's next call.
-        """
-        cache = _SCRATCH.__dict__.setdefault("buffers", {})
-        key = (self.dtype.str, length)
-        buf = cache.get(key)
-        if buf is None or len(buf) < rows:
-            if len(cache) >= 4:
-                cache.pop(next(iter(cache)))
-            buf = cache[key] = np.empty((rows, length), self.dtype)
-        return buf[:rows]
-
-    def _gather_shard(self, s: int, out: np.ndarray, dst: np.ndarray | None, local: np.ndarray,
-                      counts: np.ndarray) -> None:
-        """Copy ranges ``[local[k], local[k] + counts[k])`` of shard ``s`` to ``out[dst[k]:]``, blocks checked first.
-
-        ``dst`` None: the ranges are all ``counts[0]`` long and fill ``out`` in order, as rows.
-        """
-        shard = self._shard(s)
-        if dst is None and out.dtype == shard.dtype and out.flags.c_contiguous:
-            shard.read_pieces(out, local, counts)  # straight into the batch
-            return
-        buf = np.empty(len(out) if dst is None else int(counts.sum()), shard.dtype)
-        shard.read_pieces(buf, local, counts)
-        n = int(counts[0])
-        if dst is None:
-            out[...] = buf  # one cast of the whole batch
-        elif n and not len(out) % n and (counts == n).all() and not (dst % n).any():  # some of the rows
-            out.reshape(-1, n)[dst // n] = buf.reshape(-1, n)
-        else:
-            pos = 0
-            for d, c in zip(dst.tolist(), counts.tolist()):
-                out[d:d + c] = buf[pos:pos + c]
-                pos += c
+        """A ``(rows, length)`` buffer of the stored dtype, this thread's own, reused by every call
+        (valid until this thread's next call). See :func:`roxxel.data.reader.scratch`."""
+        return reader.scratch(self.dtype, rows, length)
 
     def _check_range(self, start: int, stop: int) -> None:
         if not 0 <= start <= stop <= self.num_tokens:
@@ -817,7 +649,7 @@ def _refuse_incomplete(directory: str) -> set[str]:
     Returns the names of shards an unfinished append was committing (not yet in the dataset:
     opening by glob or file skips them, so the dataset reads as it was before the append).
     """
-    from roxxel.format.writer import pending_shards
+    from roxxel.format.directory import pending_shards
 
     pending: set[str] = set()
     for marker in glob.glob(os.path.join(glob.escape(directory), ".*.incomplete")):

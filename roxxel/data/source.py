@@ -9,10 +9,14 @@ any position is found in O(1), with no index in memory.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from roxxel.data.dataset import Dataset
 from roxxel.data.permutation import FeistelPermutation, _mix64
+
+if TYPE_CHECKING:  # annotations only: roxxel.data.reader reads through the sources, and the dataset through it
+    from roxxel.data.dataset import Dataset
 
 DEFAULT_CHUNK_TOKENS = 16384  # 2k-8k rows span at most two chunks (usually one)
 _WINDOW = 4096  # chunks whose shuffled places are computed together

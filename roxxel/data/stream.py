@@ -10,18 +10,17 @@ whatever the number of processes, and after a resume with a different one.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
-from roxxel.data.dataset import RowRuns
 from roxxel.data.documents import document_features
 from roxxel.data.placement import Placer
 from roxxel.data.prefetch import Prefetcher
-from roxxel.data.source import SOURCES
+from roxxel.data.reader import BatchReader
+from roxxel.data.reader import empty_aligned as empty_aligned  # its home before reader.py: kept importable here
 from roxxel.deprecation import renamed, warn_renamed
 from roxxel.exit_codes import ConfigValueError
 from roxxel.format.layout import FLOAT_DTYPES, is_float, shard_dtype
@@ -33,8 +32,6 @@ if TYPE_CHECKING:  # annotations only: the curriculum builds streams (roxxel.dat
 log = logging.getLogger("roxxel.data")
 
 OUTPUTS = ("tokens", "documents")
-_AHEAD = 64  # steps whose rows are located, cut and read in one pass
-_STAGED_BYTES = 4 << 20  # at most this many bytes of rows read ahead of their steps (host memory)
 _PREFETCH_WINDOW = 8  # steps timed (medians) before deciding on a prefetch thread; repeated until it starts
 PREFETCH_MIN_OVERLAP = 50e-6  # seconds of both read and caller's step above which a prefetch thread pays (bench/stream.py)
 
@@ -67,211 +64,6 @@ def process_rows(sharding, global_shape: tuple[int, int], phase: int | None = No
                              "order the mesh's devices by process")
         covered = max(covered, b - lo)
     return lo, hi
-
-
-@dataclasses.dataclass
-class _Plan:
-    """Steps ``[first, end)`` of one phase's rows ``[lo, hi)`` (``key``), located and cut at once.
-
-    ``which``/``starts``: each planned row's dataset and first token (None: some row joins
-    pieces; read those steps piece by piece); ``single``: per step, whether one dataset holds
-    every row; ``staged[d]``: dataset ``d``'s rows of the plan in dataset order, cut into runs
-    (None: a row crosses a shard boundary); ``slots[d]``: each planned row's place among them;
-    ``buffers[d]``: those rows once read.
-    """
-
-    key: Any
-    first: int
-    end: int
-    seq_len: int
-    which: np.ndarray | None = None
-    starts: np.ndarray | None = None
-    single: np.ndarray | None = None
-    staged: list[RowRuns | None] = dataclasses.field(default_factory=list)
-    slots: list[np.ndarray | None] = dataclasses.field(default_factory=list)
-    buffers: list[np.ndarray | None] = dataclasses.field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.buffers = [None] * len(self.staged)
-
-
-class BatchReader:
-    """Reads rows of the global batch of any step from the curriculum's datasets.
-
-    Args:
-        curriculum: the curriculum (plan, datasets, phases).
-        seed: shuffle seed.
-        vocab_size: the model's vocabulary; a row holding an id ``>= vocab_size`` raises
-            ``ValueError`` (JAX clamps out-of-range gathers, so such ids would train silently
-            on the wrong embedding). Default: the curriculum's ``vocab_size``.
-    """
-
-    def __init__(self, curriculum: Curriculum, seed: int, vocab_size: int | None = None):
-        self.curriculum = curriculum
-        self.seed = seed
-        self.vocab_size = vocab_size if vocab_size is not None else curriculum.vocab_size
-        source = SOURCES[curriculum.order]
-        self.sources = [source(ds, seed, i, curriculum.chunk_tokens) for i, ds in enumerate(curriculum.datasets.values())]
-        self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
-        # The largest id each dataset's stored dtype can hold (None: not an integer dtype, original-format data).
-        self._max_ids = [np.iinfo(dt).max if np.issubdtype(dt, np.integer) else None for dt in self.dtypes]
-        self._plan: _Plan | None = None  # the steps being read
-
-    def rows(self, step: int, lo: int, hi: int, dtype=np.int32, *, with_breaks: bool = False):
-        """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``.
-
-        With ``with_breaks``, returns ``(rows, breaks)``: ``breaks`` is a bool array of the same
-        shape, True at column ``t`` when token ``t`` is not the token that follows token
-        ``t - 1`` in its dataset (the row joins two shuffled chunks there).
-        """
-        phase = self.curriculum.phase_at(step)
-        planned = self._planned(step, lo, hi, phase)
-        if planned is None:
-            return self._rows_by_pieces(step, lo, hi, phase, dtype, with_breaks)
-        plan, k = planned
-        assert plan.which is not None and plan.starts is not None and plan.single is not None  # (planned)
-        n = hi - lo
-        which, starts, single = plan.which[k * n:(k + 1) * n], plan.starts[k * n:(k + 1) * n], bool(plan.single[k])
-        out = empty_aligned((n, phase.seq_len), dtype)
-        for d in ([int(which[0])] if single else np.unique(which).tolist()):
-            idx = None if single else np.flatnonzero(which == d)
-            sel = slice(None) if idx is None else idx
-            if plan.staged[d] is None:  # a row of this dataset crosses a shard boundary somewhere in the plan
-                rows = self.sources[d].dataset.gather_rows(np.empty((n if idx is None else len(idx), phase.seq_len),
-                                                                    self.dtypes[d]), starts[sel])
-                self._check_vocab(rows, d)  # on the stored ids, before any (narrowing) cast
-            else:
-                slots = plan.slots[d]
-                assert slots is not None  # set with staged[d]
-                rows = self._staged(plan, d)[slots[k * n:(k + 1) * n][sel]]
-            if single:
-                np.copyto(out, rows, casting="unsafe")  # one cast of the whole batch
-            else:
-                out[sel] = rows
-        return (out, np.zeros(out.shape, bool)) if with_breaks else out
-
-    def _staged(self, plan: _Plan, d: int) -> np.ndarray:
-        """Dataset ``d``'s rows of every step of ``plan``, read on first use (vocabulary checked)."""
-        buf = plan.buffers[d]
-        if buf is None:
-            runs = plan.staged[d]
-            assert runs is not None
-            rows = int(runs.his[-1] // (plan.seq_len * self.dtypes[d].itemsize)) if runs.his else 0
-            buf = plan.buffers[d] = self.sources[d].dataset.read_runs(
-                np.empty((rows, plan.seq_len), self.dtypes[d]), runs)
-            self._check_vocab(buf, d)  # on the stored ids, before any (narrowing) cast
-        return buf
-
-    def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase) -> tuple[_Plan, int] | None:
-        """The plan holding ``step`` and the step's index in it, or None when some row joins pieces.
-
-        Rows are located and cut for up to ``_AHEAD`` steps at once (one vectorised pass instead
-        of one per step); a stream reads steps in order, so the next ones come from this plan.
-        """
-        key = (phase.index, lo, hi)
-        plan = self._plan
-        if plan is None or plan.key != key or not plan.first <= step < plan.end:
-            # Plan 1 step after a jump (a resume's first batch pays for itself), then more and more up to
-            # _AHEAD, and no more rows than _STAGED_BYTES hold.
-            fits = max(1, _STAGED_BYTES // max(1, (hi - lo) * phase.seq_len * max(dt.itemsize for dt in self.dtypes)))
-            grown = 4 * (plan.end - plan.first) if plan is not None and plan.key == key and step == plan.end else 1
-            plan = self._plan = self._plan_ahead(step, lo, hi, phase, key, min(_AHEAD, fits, grown))
-        if plan.which is None:
-            return None
-        return plan, step - plan.first
-
-    def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int) -> _Plan:
-        n = hi - lo
-        for steps in dict.fromkeys((int(min(ahead, phase.end_step - step)), 1)):
-            rows = (self.curriculum.rows_before(step) + lo + phase.global_batch_size * np.arange(steps, dtype=np.int64)[:, None]
-                    + np.arange(n, dtype=np.int64)).reshape(-1)
-            try:
-                which, position, _ = self.curriculum.plan.locate(rows)
-            except (IndexError, ValueError):
-                if steps == 1:
-                    raise
-                continue  # the steps ahead run past the data: plan only this one (its own error, if any)
-            starts = np.empty_like(position)
-            staged: list[RowRuns | None] = [None] * len(self.sources)
-            slots: list[np.ndarray | None] = [None] * len(self.sources)
-            for d in np.unique(which).tolist():
-                sel = np.flatnonzero(which == d)
-                _, start, count = self.sources[d].pieces(position[sel], phase.seq_len)
-                if len(start) != len(sel) or (count != phase.seq_len).any():  # some row is cut into pieces
-                    return _Plan(key, step, step + 1, phase.seq_len)
-                starts[sel] = start
-                # The plan's rows of this dataset in dataset order, cut into runs (one pread each): the
-                # rows of a lane over the next steps follow each other (roxxel.data.spread), so runs
-                # stay long when a batch's rows come from independent places.
-                order = np.argsort(start, kind="stable")
-                staged[d] = self.sources[d].dataset.row_runs(start[order], phase.seq_len)
-                if staged[d] is not None:
-                    slot = np.full(len(which), -1, np.int64)
-                    slot[sel[order]] = np.arange(len(sel))
-                    slots[d] = slot
-            by_step = which.reshape(steps, n)
-            single = (by_step == by_step[:, :1]).all(axis=1) if n else np.ones(steps, bool)
-            return _Plan(key, step, step + steps, phase.seq_len, which, starts, single, staged, slots)
-        raise AssertionError("unreachable")
-
-    def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype, with_breaks: bool):
-        """:meth:`rows` for steps whose rows join several pieces (chunk or document boundaries inside a row)."""
-        first = self.curriculum.rows_before(step)
-        which, position, _ = self.curriculum.plan.locate(np.arange(first + lo, first + hi, dtype=np.int64))
-        out = empty_aligned((hi - lo, phase.seq_len), dtype)
-        breaks = np.zeros(out.shape, bool) if with_breaks else None
-        for d in np.unique(which).tolist():
-            sel = np.flatnonzero(which == d)
-            source = self.sources[d]
-            row, starts, counts = source.pieces(position[sel], phase.seq_len)
-            flat = np.empty(len(sel) * phase.seq_len, dtype if np.can_cast(self.dtypes[d], dtype) else self.dtypes[d])
-            source.dataset.gather_into(flat, starts, counts)
-            self._check_vocab(flat, d)
-            out[sel] = flat.reshape(len(sel), phase.seq_len)
-            if breaks is not None:
-                breaks[sel] = _joins(row, starts, counts, len(sel), phase.seq_len)
-        return (out, breaks) if with_breaks else out
-
-    def _check_vocab(self, tokens: np.ndarray, d: int) -> None:
-        limit, max_id = self.vocab_size, self._max_ids[d]
-        if limit is None or (max_id is not None and max_id < limit):  # no larger id fits the dtype
-            return
-        if tokens.size and int(tokens.max()) >= limit:
-            bad = int(tokens.max())
-            name = self.curriculum.names[d]
-            raise ConfigValueError(
-                f"dataset {name!r} ({self.curriculum.datasets[name].filepath}) holds token id {bad}, beyond the "
-                f"model's vocab_size {limit}; pack it with the model's tokenizer or raise vocab_size")
-
-
-def empty_aligned(shape: tuple[int, int], dtype, align: int = 64) -> np.ndarray:
-    """``np.empty(shape, dtype)`` whose data starts on an ``align``-byte boundary.
-
-    XLA's CPU client takes a host array of that alignment as the device buffer itself in
-    ``jax.device_put`` (no copy); numpy's own allocations are only 16-byte aligned. Each
-    batch gets a fresh buffer, so a placed batch never shares memory with the next one.
-    """
-    dtype = np.dtype(dtype)
-    nbytes = shape[0] * shape[1] * dtype.itemsize
-    raw = np.empty(nbytes + align, np.uint8)
-    skip = -raw.__array_interface__["data"][0] % align  # (cheaper than .ctypes.data)
-    return raw[skip:skip + nbytes].view(dtype).reshape(shape)
-
-
-def _joins(row: np.ndarray, start: np.ndarray, count: np.ndarray, n_rows: int, seq_len: int) -> np.ndarray:
-    """Bool ``(n_rows, seq_len)``: True where a piece starts that does not continue the previous piece of its row."""
-    out = np.zeros((n_rows, seq_len), bool)
-    if len(row) < 2:
-        return out
-    same_row = row[1:] == row[:-1]
-    not_next = start[1:] != start[:-1] + count[:-1]
-    k = np.flatnonzero(same_row & not_next) + 1
-    if k.size:
-        ends = np.cumsum(count)  # the pieces of a row are consecutive: column = offset within the row
-        row_first = np.searchsorted(row, row, side="left")
-        col = ends - count - np.where(row_first > 0, ends[row_first - 1], 0)
-        out[row[k], col[k]] = True
-    return out
 
 
 class Stream:

@@ -11,9 +11,9 @@ import numpy as np
 
 from roxxel.format import layout
 from roxxel.format.atomic import commit, temp_name
+from roxxel.format.dataset_writer import DEFAULT_SHARD_SIZE, DatasetWriter
 from roxxel.format.errors import DatasetExistsError
 from roxxel.format.manifest import MANIFEST_NAME, Manifest
-from roxxel.format.writer import DEFAULT_SHARD_SIZE, DatasetWriter
 from roxxel.tokenizers import ByteTokenizer, load_tokenizer
 
 

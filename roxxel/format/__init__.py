@@ -1,5 +1,6 @@
 """The ``.rox`` shard format: layout, writer (atomic), reader (memory-mapped), original ``ROXXEL02`` reader, manifest."""
 
+from roxxel.format.dataset_writer import DatasetWriter
 from roxxel.format.errors import (
     BadSignatureError,
     BlockChecksumError,
@@ -19,7 +20,7 @@ from roxxel.format.errors import (
 from roxxel.format.legacy import LegacyShard
 from roxxel.format.manifest import MANIFEST_NAME, Manifest, ShardEntry
 from roxxel.format.shard import Shard, open_shard
-from roxxel.format.writer import DatasetWriter, ShardWriter
+from roxxel.format.shard_writer import ShardWriter
 
 __all__ = [
     "BadSignatureError", "BlockChecksumError", "ChecksumMismatchError", "CorruptShardError", "DatasetExistsError",

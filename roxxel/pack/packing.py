@@ -9,9 +9,9 @@ import os
 from typing import Callable, Iterator, Sequence
 
 from roxxel.data.prefetch import Prefetcher
+from roxxel.format.dataset_writer import DEFAULT_SHARD_SIZE, DatasetWriter
 from roxxel.format.errors import for_cli
 from roxxel.format.manifest import MANIFEST_NAME, Manifest
-from roxxel.format.writer import DEFAULT_SHARD_SIZE, DatasetWriter
 from roxxel.pack import byte_path
 from roxxel.pack.byte_path import ByteBuffers, Staged, byte_batches
 from roxxel.pack.inputs import FORMATS, reads_whole

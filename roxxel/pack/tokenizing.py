@@ -16,8 +16,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from roxxel.format.dataset_writer import join_documents
 from roxxel.format.layout import token_dtype_for_vocab
-from roxxel.format.writer import join_documents
 from roxxel.pack.inputs import is_binary, iter_documents
 from roxxel.tokenizers import ByteTokenizer, HFTokenizer
 

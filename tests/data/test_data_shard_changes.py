@@ -50,7 +50,7 @@ def stream(path, chunk):
 
 @pytest.mark.parametrize("chunk", [4096, 100])  # planned runs of rows (read_runs), rows cut into pieces (gather)
 def test_a_shard_rewritten_in_place_mid_stream_is_refused_before_a_changed_token_is_used(tmp_path, chunk):
-    """Rows read ahead before the rewrite (up to 64 steps: stream.py's _AHEAD) hold the bytes as
+    """Rows read ahead before the rewrite (up to 64 steps: reader.py's _AHEAD) hold the bytes as
     they were; the first read after it is refused, so no batch holds a changed token."""
     d = make(tmp_path / "d")
     pristine = shutil.copytree(d, tmp_path / "copy")

@@ -8,6 +8,14 @@ import pytest
 
 import roxxel.distributed as rd
 from roxxel.distributed import Detected, ProcessInfo, detect
+from roxxel.distributed import runtime  # where initialize() looks up its JAX seams
+
+
+def test_every_public_name_is_importable_from_the_package():
+    """roxxel.distributed is a package of modules by concern; its public names stay where they were."""
+    missing = [name for name in rd.__all__ if not hasattr(rd, name)]
+    assert not missing
+    assert rd.initialize is runtime.initialize and rd.ENV_PROCESS_ID == "ROXXEL_PROCESS_ID"
 
 
 def jobset_env(job_index, completion_index, *, slices=2, hosts=4, **extra):
@@ -251,13 +259,13 @@ class FakeJax:
 @pytest.fixture
 def fake_jax(monkeypatch):
     fake = FakeJax()
-    monkeypatch.setattr(rd, "_record", None)
-    monkeypatch.setattr(rd, "_jax_initialize", fake.initialize)
-    monkeypatch.setattr(rd, "_jax_is_initialized", lambda: fake.initialized)
-    monkeypatch.setattr(rd, "_jax_shutdown", fake.shutdown)
-    monkeypatch.setattr(rd, "_process_info", fake.process_info)
+    monkeypatch.setattr(runtime, "_record", None)  # initialize() and shutdown() live in roxxel.distributed.runtime
+    monkeypatch.setattr(runtime, "_jax_initialize", fake.initialize)
+    monkeypatch.setattr(runtime, "_jax_is_initialized", lambda: fake.initialized)
+    monkeypatch.setattr(runtime, "_jax_shutdown", fake.shutdown)
+    monkeypatch.setattr(runtime, "_process_info", fake.process_info)
     yield fake
-    rd._record = None
+    runtime._record = None
 
 
 def test_initialize_single_process_does_not_touch_jax_distributed(fake_jax):
@@ -373,6 +381,6 @@ def test_unsupported_jax_keyword_is_dropped_with_a_warning(monkeypatch, caplog):
 
     monkeypatch.setattr(jax.distributed, "initialize", old_initialize)
     caplog.set_level(logging.WARNING, logger="roxxel.distributed")
-    kept = rd._supported_kwargs(dict(process_id=1, heartbeat_timeout_seconds=7))
+    kept = runtime._supported_kwargs(dict(process_id=1, heartbeat_timeout_seconds=7))
     assert kept == dict(process_id=1)
     assert "heartbeat_timeout_seconds" in caplog.text

@@ -182,7 +182,7 @@ def test_a_process_that_raises_ends_at_once_and_so_does_its_peer(tmp_path, raise
 
 DRAIN_SCRIPT = """
 import jax, jax.numpy as jnp
-from roxxel import distributed
+from roxxel.distributed import leaving
 
 @jax.jit
 def slow(x):  # ~1 s of work on one CPU device
@@ -190,7 +190,7 @@ def slow(x):  # ~1 s of work on one CPU device
 
 busy = slow(jax.device_put(jnp.eye(256) * 0.5, jax.local_devices()[1]))
 queued_while_busy = not busy.is_ready()
-distributed._finish_local_work(timeout=60)
+leaving._finish_local_work(timeout=60)
 print("queued", queued_while_busy, "ready after", busy.is_ready())
 """
 

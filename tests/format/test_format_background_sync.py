@@ -11,7 +11,7 @@ import pytest
 from roxxel import Roxxel
 from roxxel.format import DatasetWriter
 from roxxel.format import atomic
-from roxxel.format import writer as writer_module
+from roxxel.format import background
 from roxxel.format.manifest import Manifest
 
 
@@ -38,7 +38,7 @@ def events(monkeypatch):
     monkeypatch.setattr(os, "fsync", traced("fsync", real_fsync))
     monkeypatch.setattr(os, "fdatasync", traced("fdatasync", real_fdatasync))
     monkeypatch.setattr(atomic.os, "replace", replace)
-    monkeypatch.setattr(writer_module, "_WRITEBACK_BYTES", 64 << 10)
+    monkeypatch.setattr(background, "_WRITEBACK_BYTES", 64 << 10)
     return log
 
 
@@ -77,7 +77,7 @@ def test_a_failed_background_fsync_fails_the_write_and_leaves_no_dataset(tmp_pat
         real(fd)
 
     monkeypatch.setattr(os, failing, fail_on_shards)
-    monkeypatch.setattr(writer_module, "_WRITEBACK_BYTES", 64 << 10)
+    monkeypatch.setattr(background, "_WRITEBACK_BYTES", 64 << 10)
     with pytest.raises(OSError, match="Input/output error"):
         write(str(tmp_path))
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".rox") or n == "dataset.json"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from roxxel.format import DatasetWriter
-from roxxel.format import writer as writer_module
+from roxxel.format import dataset_writer as writer_module  # its _now dates the manifest
 from roxxel.format.errors import DtypeMismatchError
 
 

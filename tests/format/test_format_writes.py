@@ -82,7 +82,8 @@ def test_concurrent_appends_never_both_succeed_with_data_lost(tmp_path):
 
 KILLED = textwrap.dedent("""
     import os, sys, numpy as np
-    import roxxel.format.writer as W
+    import roxxel.format.dataset_writer as W
+    import roxxel.format.shard_writer as S
     from roxxel.format.manifest import Manifest
     kill_at, calls = int(sys.argv[2]), [0]
     def step(fn):
@@ -92,7 +93,7 @@ KILLED = textwrap.dedent("""
                 os._exit(9)  # as SIGKILL: no cleanup runs
             return fn(*a, **k)
         return wrapped
-    W.commit = step(W.commit)
+    S.commit = step(S.commit)  # a shard's rename
     W._write_marker = step(W._write_marker)
     Manifest.save = step(Manifest.save)
     os.remove = step(os.remove)
@@ -167,7 +168,7 @@ def test_a_writer_stopped_while_it_sets_up_leaves_no_directory(tmp_path, monkeyp
     """Found by the fresh-clone CI run: SIGTERM (raised as an exception by `roxxel pack`) that
     arrived while the writer was setting up left the directory it had made, with its lock file;
     only a failing _prepare unlocked, and nothing removed the directory."""
-    from roxxel.format import writer as writer_module
+    from roxxel.format import dataset_writer as writer_module  # where DatasetWriter looks up _lock and is_fuse
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt  # as the command line's SIGTERM handler raises it
@@ -193,7 +194,8 @@ def test_a_writer_stopped_between_making_a_file_and_keeping_it_leaves_no_directo
     "as it was before", but left the output directory: the stop landed after a shard's temporary
     file was opened and before the writer kept its ShardWriter, so the abort did not know the file
     and the directory was not empty. Any temporary file of this process's is removed now."""
-    from roxxel.format import writer as writer_module
+    from roxxel.format import dataset_writer as writer_module
+    from roxxel.format import shard_writer
     from roxxel.format.atomic import temp_name
 
     def stop(*args):  # ShardWriter starts hashing right after it opened its file
@@ -205,7 +207,7 @@ def test_a_writer_stopped_between_making_a_file_and_keeping_it_leaves_no_directo
         with w:
             w.add_documents([np.arange(40, dtype=np.uint16)] * 3)  # a first shard, known to the writer
             if stop_in == "shard":
-                monkeypatch.setattr(writer_module, "hashlib", types.SimpleNamespace(sha256=stop))
+                monkeypatch.setattr(shard_writer, "hashlib", types.SimpleNamespace(sha256=stop))
                 w.add_documents([np.arange(40, dtype=np.uint16)] * 3)
             else:
                 open(temp_name(str(out / "shard-00099.rox")), "w").close()

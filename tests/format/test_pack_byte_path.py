@@ -16,7 +16,9 @@ import pytest
 
 from roxxel import Roxxel
 from roxxel.format import DatasetWriter
-from roxxel.format import writer as writer_module
+from roxxel.format import background
+from roxxel.format import dataset_writer as writer_module  # its _now dates the manifest
+from roxxel.format import shard_writer
 from roxxel.format.errors import IncompleteDatasetError
 from roxxel.pack import is_binary, iter_documents, pack
 from roxxel.pack import byte_path
@@ -129,7 +131,7 @@ def test_an_unreadable_file_fails_the_pack_and_leaves_no_dataset_or_thread(tree,
 
 
 def test_a_failed_checksum_fails_the_pack_and_leaves_no_dataset_or_thread(tree, tmp_path, monkeypatch):
-    real = writer_module.ShardWriter._checksum
+    real = shard_writer.ShardWriter._checksum
     calls = []
 
     def fail_on_the_fifth(self, buf):
@@ -138,7 +140,7 @@ def test_a_failed_checksum_fails_the_pack_and_leaves_no_dataset_or_thread(tree, 
             raise MemoryError("checksum failed")
         real(self, buf)
 
-    monkeypatch.setattr(writer_module.ShardWriter, "_checksum", fail_on_the_fifth)
+    monkeypatch.setattr(shard_writer.ShardWriter, "_checksum", fail_on_the_fifth)
     out = tmp_path / "out"
     fds = open_fds()
     with pytest.raises(MemoryError, match="checksum failed"):
@@ -152,7 +154,7 @@ def test_a_checksum_that_fails_as_the_last_shard_is_finished_leaves_nothing_that
     def fail(self):
         raise MemoryError("checksum failed")
 
-    monkeypatch.setattr(writer_module._BackgroundChecksums, "wait", fail)  # called by each shard's finish()
+    monkeypatch.setattr(background._BackgroundChecksums, "wait", fail)  # called by each shard's finish()
     out = tmp_path / "out"
     with pytest.raises(MemoryError, match="checksum failed"):
         pack([str(tree)], str(out))  # one shard: it fails in close()

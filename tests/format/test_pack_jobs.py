@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from roxxel.format import writer as writer_module
+from roxxel.format import dataset_writer as writer_module  # its _now dates the manifest
 from roxxel.pack import pack
 
 ROXXEL = os.path.join(os.path.dirname(sys.executable), "roxxel")
