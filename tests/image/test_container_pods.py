@@ -54,7 +54,10 @@ def test_sigterm_to_a_container_ends_in_an_agreed_save_and_a_resume_bitwise_equa
     record = status(tmp_path, "ctr")
     assert (record["state"], record["restarts"]) == ("Succeeded", 1), record
     first, second = record["attempts"]
-    assert first["outcome"] == "preempted" and exit_codes.PREEMPTED_EXIT_CODE in first["exit_codes"], first
+    attempt_1 = "\n".join(f"worker {i}:\n" + log(tmp_path, "ctr", i).split("===== roxxel-launch: attempt 2")[0][-2500:]
+                          for i in (0, 1))
+    assert first["outcome"] == "preempted" and exit_codes.PREEMPTED_EXIT_CODE in first["exit_codes"], \
+        f"{json.dumps(first)}\n{attempt_1}"
     assert first["coordinator_address"] == "ctr-slice-0-0.ctr:8476"  # the manifest's DNS name, not an alias
     assert "forwarding SIGTERM" in log(tmp_path, "ctr", 1).split("=====")[2]
     assert first["decision"]["rule"] == "preemption" and record["restarts_counted"] == 0, record
