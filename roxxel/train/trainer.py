@@ -10,7 +10,6 @@ profiler trace, a user's tracker) is a callback (``roxxel.train.callbacks``).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import math
@@ -37,6 +36,7 @@ from roxxel.train.logger import Logger
 from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.state import ModelState
 from roxxel.train.step import make_train_step
+from roxxel.train.step_window import StepWindow
 from roxxel.train.stragglers import StragglerReport
 from roxxel.train.vocabulary import check_embeddings
 from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds, bounds_from_env
@@ -105,59 +105,6 @@ def _watchdog_bounds(watchdog: WatchdogBounds | None) -> WatchdogBounds | None:
     if watchdog is not None and not isinstance(watchdog, WatchdogBounds):
         raise ConfigTypeError(f"watchdog must be a WatchdogBounds or None, got {type(watchdog).__name__}")
     return bounds_from_env() if watchdog is DEFAULT_BOUNDS else watchdog
-
-
-class _StepWindow:
-    """The steps of one phase since its last logged window: their losses and aux values, the
-    results still in flight, and the timing (the phase's first step compiles: not timed)."""
-
-    def __init__(self, tokens_per_step: int):
-        self.tokens_per_step = tokens_per_step
-        self.pending: collections.deque = collections.deque()
-        self.losses: list = []
-        self.auxes: list = []
-        self.timed_start: float | None = None
-        self.timed_steps = 0
-        self.compile_s: float | None = None
-        self.waited = 0.0  # seconds blocked on results (the rest is this host's own time)
-
-    def start_timing(self, loss: jax.Array, t0: float) -> float:
-        """Wait for the phase's first step (compiled in its call) and start timing; returns its seconds."""
-        loss.block_until_ready()
-        self.timed_start = time.perf_counter()
-        self.compile_s = self.timed_start - t0
-        return self.compile_s
-
-    def add(self, loss: jax.Array, aux: Any, queue_depth: int) -> None:
-        """Add a step's results; wait for the oldest once more than ``queue_depth`` are in
-        flight (bounds how far dispatch runs ahead)."""
-        self.losses.append(loss)
-        self.auxes.append(aux)
-        self.pending.append(loss)
-        if len(self.pending) > queue_depth:
-            self.wait_for(self.pending.popleft())
-
-    def wait_for(self, loss: jax.Array) -> None:
-        t_wait = time.perf_counter()
-        loss.block_until_ready()
-        self.waited += time.perf_counter() - t_wait
-
-    def elapsed(self) -> float:
-        if self.timed_start is None:
-            raise RuntimeError("_StepWindow.elapsed before the first step")  # every step starts timing first
-        return time.perf_counter() - self.timed_start
-
-    def measured(self, elapsed: float) -> Window:
-        """The timed steps, as callbacks see them."""
-        return Window(steps=self.timed_steps, tokens=self.timed_steps * self.tokens_per_step, seconds=elapsed)
-
-    def host_seconds_per_step(self, elapsed: float) -> float:
-        """Seconds per timed step this host spent not waiting for the devices."""
-        return (elapsed - self.waited) / self.timed_steps if self.timed_steps else 0.0
-
-    def restart(self) -> None:
-        """A new window after a logged one (the results in flight stay in flight)."""
-        self.losses, self.auxes, self.timed_start, self.timed_steps, self.waited = [], [], time.perf_counter(), 0, 0.0
 
 
 class Trainer:
@@ -558,7 +505,7 @@ class Trainer:
         resumed = f" (resuming at step {step})" if step > phase.start_step else ""
         self._log(f"phase {phase.index}: steps {phase.start_step}..{phase.end_step}{resumed}, batch "
                   f"{phase.global_batch_size} x {phase.seq_len} tokens, weights {dict(zip(cur.names, phase.weights))}")
-        window = _StepWindow(phase.tokens_per_step)
+        window = StepWindow(phase.tokens_per_step)
         watchdog = self._watchdog
         if watchdog is not None:
             watchdog.first_step(phase.index)
@@ -578,7 +525,7 @@ class Trainer:
             with self._watched(f"saving the preemption checkpoint of step {step}", "save_s"):
                 ckpt.save_and_exit_if_preempted(step, last or None, tokens_consumed=self.curriculum.tokens_before(step))
 
-    def _train_one(self, train_step: Callable, batch: Any, step: int, window: _StepWindow, phase_index: int) -> int:
+    def _train_one(self, train_step: Callable, batch: Any, step: int, window: StepWindow, phase_index: int) -> int:
         """Run one compiled step on ``batch`` and add its loss to ``window``; returns the new step."""
         self._notify("on_batch_begin", step)
         t0 = time.perf_counter()
@@ -595,7 +542,7 @@ class Trainer:
         self._notify("on_batch_end", step, loss)
         return step
 
-    def _after_step(self, step: int, end_now: bool, window: _StepWindow, last: dict) -> dict:
+    def _after_step(self, step: int, end_now: bool, window: StepWindow, last: dict) -> dict:
         """The window's metrics at a log, checkpoint or phase-end step (logged at the first and
         last), then the checkpoint and the evaluation when due; returns the last metrics."""
         log_now, ckpt_now = step % self.log_every == 0, step % self.save_interval_steps == 0
@@ -607,7 +554,7 @@ class Trainer:
             self._evaluate_into(last, step)
         return last
 
-    def _close_window(self, step: int, window: _StepWindow, logged: bool) -> dict[str, float]:
+    def _close_window(self, step: int, window: StepWindow, logged: bool) -> dict[str, float]:
         """The window's metrics; when ``logged`` (windows end only at multiples of ``log_every``
         and at the end) also the stragglers' and the compile time, logged, and a new window."""
         window.wait_for(window.losses[-1])  # time the window's device work, not its dispatch
