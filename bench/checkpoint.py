@@ -83,7 +83,8 @@ def run(work: str) -> None:
     sys.path.insert(0, str(HERE))
     from _table import print_table
 
-    from roxxel.train.checkpoint.checkpointer import RUN_ITEM, STATE_ITEM, Checkpointer, _abstract_leaf
+    from roxxel.train.checkpoint.checkpointer import RUN_ITEM, STATE_ITEM, Checkpointer
+    from roxxel.train.checkpoint.restoring import abstract_leaf
 
     for name in ("absl", "gcsfs", "google.auth"):  # warnings on every credentials probe of the emulator
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -153,7 +154,7 @@ def run(work: str) -> None:
 
         # Restores: plain Orbax from the baseline's checkpoint, then the Checkpointer
         # into a fresh model and optimizer.
-        target = jax.tree.map(_abstract_leaf, pure(fresh_model, fresh_optimizer))
+        target = jax.tree.map(abstract_leaf, pure(fresh_model, fresh_optimizer))
         orbax_restore_times = []
         for _ in range(REPEATS):
             t0 = time.perf_counter()

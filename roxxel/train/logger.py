@@ -32,14 +32,15 @@ survives a crash of the Python process soon after it is logged; :meth:`Logger.fl
 also fsyncs. :meth:`Logger.close` is registered with :mod:`atexit`, so an uncaught
 exception or ``sys.exit`` still drains the queue. Nothing can drain it after
 ``SIGKILL``, ``os._exit`` or an unhandled ``SIGTERM`` (the Trainer handles ``SIGTERM``).
+
+This module is the front (argument checks, rank 0, the queue and its writer thread); the
+writing itself is :mod:`roxxel.train.log_outputs` (stdout, the system log, TensorBoard) and
+:mod:`roxxel.train.metrics_file` (the metrics CSV, and :func:`read_metrics`).
 """
 
 from __future__ import annotations
 
 import atexit
-import csv
-import datetime
-import itertools
 import logging
 import math
 import numbers
@@ -51,12 +52,10 @@ import threading
 import time
 import traceback
 from collections.abc import Mapping
-from typing import IO, TYPE_CHECKING, Any, Iterable, Literal, Sequence
+from typing import IO, Any, Literal
 
-if TYPE_CHECKING:
-    from tqdm import tqdm
-
-from roxxel.format.atomic import atomic_write
+from roxxel.train.log_outputs import LOSS_KEY, SYSTEM_LOG, TENSORBOARD_DIR, TOKENS_PER_SEC_KEY, Sink
+from roxxel.train.metrics_file import FIXED_COLUMNS, METRICS_CSV, read_metrics
 
 __all__ = [
     "LOSS_KEY",
@@ -68,15 +67,6 @@ __all__ = [
     "read_metrics",
 ]
 
-SYSTEM_LOG = "roxxel_system.log"
-METRICS_CSV = "roxxel_metrics.csv"
-TENSORBOARD_DIR = "tensorboard"
-
-#: Metric keys the progress display and stdout lines single out.
-LOSS_KEY = "loss"
-TOKENS_PER_SEC_KEY = "tokens_per_sec"
-
-_FIXED_COLUMNS = ("step", "wall_time")
 _LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
            "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL}
 _LEVEL_NAMES = {v: k for k, v in _LEVELS.items()}
@@ -141,7 +131,7 @@ class Logger:
         if progress is None:
             isatty = getattr(self._stdout, "isatty", None)
             progress = bool(isatty()) if isatty is not None else False
-        self._sink = _Sink(self.log_dir, self._stdout, tensorboard=tensorboard, progress=bool(progress),
+        self._sink = Sink(self.log_dir, self._stdout, tensorboard=tensorboard, progress=bool(progress),
                            total_steps=self.total_steps)
         self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         # A daemon thread: the interpreter joins non-daemon threads *before* running
@@ -372,281 +362,6 @@ class Logger:
                     self._error = err
 
 
-_EVENT_FILES = itertools.count()  # TensorBoard event files this process opened (see _Sink)
-
-
-class _Sink:
-    """Everything the writer thread touches; used from that thread only."""
-
-    def __init__(self, log_dir: str, stdout: IO[str], *, tensorboard: bool, progress: bool,
-                 total_steps: int | None) -> None:
-        self._stdout = stdout
-        self._progress = progress
-        self._total = total_steps
-        self._bar: tqdm | None = None
-        self._rate_origin: tuple[int, float] | None = None  # (step, monotonic time) for the ETA
-        self._system = open(os.path.join(log_dir, SYSTEM_LOG), "a", encoding="utf-8")
-        self._csv = _MetricsCsv(os.path.join(log_dir, METRICS_CSV))
-        self._tb = None
-        if tensorboard:
-            from tensorboardX import SummaryWriter
-
-            # tensorboardX names its file by the second and the host only, and truncates a file of that
-            # name: a second Logger on the same directory within a second (a quick restart, a test)
-            # erased the first one's events. The process id and a count make every name new.
-            self._tb = SummaryWriter(os.path.join(log_dir, TENSORBOARD_DIR), flush_secs=30,
-                                     filename_suffix=f".{os.getpid()}.{next(_EVENT_FILES)}")
-
-    # queue item handlers
-
-    def message(self, wall: float, level: str, msg: str, echo: bool = True) -> None:
-        self._system.write(f"{_timestamp(wall)} {level} {msg}\n")
-        if echo:
-            self._print(msg if level == "INFO" else f"{level}: {msg}", self._stdout)
-
-    def exception(self, wall: float, text: str, echo: bool = True) -> None:
-        self._system.write(f"{_timestamp(wall)} ERROR uncaught exception\n{text}\n")
-        if echo:
-            self._print(text, sys.stderr)
-
-    def pbar(self, total_steps: int, initial_step: int) -> None:
-        self._total = total_steps
-        if not self._progress:
-            return
-        if self._bar is None:
-            self._open_bar(initial_step)
-        else:
-            self._bar.total = total_steps
-            self._bar.n = initial_step
-            self._bar.refresh()
-
-    def start_from(self, step: int) -> None:
-        note = self._csv.start_from(step)
-        if note:
-            self.message(time.time(), "INFO" if step else "WARNING", note)
-        if self._tb is not None:
-            from tensorboardX.proto.event_pb2 import Event, SessionLog
-
-            # TensorBoard hides the events of this step and later logged before it (a resume keeps its own step's).
-            purge = step + 1 if step else 0
-            self._tb.file_writer.add_event(Event(step=purge, session_log=SessionLog(status=SessionLog.START)))
-
-    def metrics(self, wall: float, mono: float, step: int, raw: dict[str, Any]) -> None:
-        values = {key: float(value) for key, value in raw.items()}
-        if self._csv.write(step, wall, values) and self._tb is not None:
-            for key, value in values.items():
-                self._tb.add_scalar(key, value, global_step=step, walltime=wall)
-        if self._progress:
-            bar = self._bar if self._bar is not None else self._open_bar(step)
-            postfix = {}
-            if LOSS_KEY in values:
-                postfix[LOSS_KEY] = f"{values[LOSS_KEY]:.4g}"
-            if TOKENS_PER_SEC_KEY in values:
-                postfix["tok/s"] = _short(values[TOKENS_PER_SEC_KEY])
-            bar.set_postfix(postfix, refresh=False)
-            if step >= bar.n:
-                bar.update(step - bar.n)  # tqdm's rate and ETA; redraws at most every 0.1 s
-            else:
-                bar.n = step
-                bar.refresh()
-        else:
-            self._print(self._metrics_line(step, mono, values), self._stdout)
-
-    # helpers
-
-    def _open_bar(self, initial_step: int) -> tqdm:
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=self._total, initial=initial_step, file=self._stdout, unit="step",
-                         dynamic_ncols=True, desc="train")
-        return self._bar
-
-    def _metrics_line(self, step: int, mono: float, values: dict[str, float]) -> str:
-        head = f"step {step}" if self._total is None else f"step {step}/{self._total}"
-        parts = [head] + [f"{key}={_short(value)}" for key, value in values.items()]
-        if self._rate_origin is None or step < self._rate_origin[0]:
-            self._rate_origin = (step, mono)
-        origin_step, origin_time = self._rate_origin
-        if self._total is not None and step > origin_step and mono > origin_time:
-            rate = (step - origin_step) / (mono - origin_time)
-            parts.append(f"eta={datetime.timedelta(seconds=round(max(self._total - step, 0) / rate))}")
-        return "  ".join(parts)
-
-    def _print(self, text: str, stream: IO[str]) -> None:
-        if self._bar is not None:
-            self._bar.write(text, file=stream)  # keeps the bar below the text
-        else:
-            stream.write(text + "\n")
-
-    def flush(self, *, durable: bool) -> None:
-        self._system.flush()
-        self._csv.flush()
-        self._stdout.flush()
-        if durable:
-            os.fsync(self._system.fileno())
-            self._csv.fsync()
-            if self._tb is not None:
-                self._tb.flush()
-
-    def close(self) -> None:
-        try:
-            self.flush(durable=True)
-        finally:
-            if self._bar is not None:
-                self._bar.close()
-            self._system.close()
-            self._csv.close()
-            if self._tb is not None:
-                self._tb.close()
-
-
-class _MetricsCsv:
-    """Appends rows to the wide metrics CSV; rewrites it atomically when the header grows."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.columns = list(_FIXED_COLUMNS)
-        self._start_step: int | None = None  # the step a restored run starts from (see start_from)
-        self._at_start: dict[str, str] = {}  # what the file holds at that step: column -> value as written
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            with open(path, newline="", encoding="utf-8") as f:
-                header = next(csv.reader(f), [])
-            if tuple(header[:2]) != _FIXED_COLUMNS:
-                raise ValueError(f"{path} is not a roxxel metrics file: its header starts with {header[:2]!r}, "
-                                 f"expected {list(_FIXED_COLUMNS)!r}")
-            self.columns, self._known = header, set(header)
-            with open(path, "rb") as f:
-                f.seek(-1, os.SEEK_END)
-                torn = f.read(1) != b"\n"
-            self._append()
-            if torn:  # the previous process died mid-row: end that row
-                self._file.write("\n")
-        else:
-            self._rewrite(_FIXED_COLUMNS, ())
-
-    def write(self, step: int, wall: float, values: dict[str, float]) -> bool:
-        """Append a row; False when it repeats what the file holds at the restored step (nothing written)."""
-        if step == self._start_step and values and all(self._at_start.get(k) == repr(v) for k, v in values.items()):
-            # A run restored at its last step (a finished run started again) evaluates once more: the
-            # same values at the same step are not a second measurement, and would show up twice.
-            return False
-        new = [key for key in values if key not in self._known]
-        if new:
-            self._grow(new)
-        row = [str(step), repr(wall)]
-        row += [repr(values[c]) if c in values else "" for c in self.columns[len(_FIXED_COLUMNS):]]
-        self._writer.writerow(row)
-        return True
-
-    def _grow(self, new: list[str]) -> None:
-        self._file.close()
-        pad = [""] * len(new)
-        with open(self.path, newline="", encoding="utf-8") as src:
-            reader = csv.reader(src)
-            next(reader)
-            self._rewrite(self.columns + new, (row + pad for row in reader))
-
-    def _rewrite(self, columns: Sequence[str], rows: Iterable[list[str]]) -> None:
-        """Replace the file, atomically, by ``columns`` and ``rows``; then append to it."""
-        with atomic_write(self.path, "w") as dst:
-            out = csv.writer(dst, lineterminator="\n")
-            out.writerow(columns)
-            out.writerows(rows)
-        self.columns, self._known = list(columns), set(columns)
-        self._append()
-
-    def _append(self) -> None:
-        self._file = open(self.path, "a", encoding="utf-8")
-        self._writer = csv.writer(self._file, lineterminator="\n")
-
-    def start_from(self, step: int) -> str:
-        """Supersede the rows after ``step`` (all of them at 0; see :meth:`Logger.start_from`); what was done, or ""."""
-        self._file.flush()
-        with open(self.path, newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))[1:]
-        if step:
-            names = self.columns[len(_FIXED_COLUMNS):]
-            self._start_step = step
-            self._at_start = {c: v for r in rows if r and int(r[0]) == step
-                              for c, v in zip(names, r[len(_FIXED_COLUMNS):]) if v}
-        stale = [r for r in rows if r and (int(r[0]) > step or not step)]  # the checkpoint's own step stays
-        if not stale:
-            return ""
-        self._file.close()
-        steps = f"steps {min(int(r[0]) for r in stale)}-{max(int(r[0]) for r in stale)}"
-        if step == 0:
-            aside = self._aside_name()
-            os.replace(self.path, aside)
-            self._rewrite(_FIXED_COLUMNS, ())
-            return (f"{self.path} held the metrics of an earlier run ({steps}) and this run starts at step 0 "
-                    f"(no checkpoint restored): moved them to {aside}")
-        self._rewrite(self.columns, (r for r in rows if r and int(r[0]) <= step))
-        return (f"dropped {len(stale)} rows of metrics ({steps}) that an earlier attempt logged after "
-                f"the checkpoint of step {step}: this run logs those steps again")
-
-    def _aside_name(self) -> str:
-        """A name no file has yet for an earlier run's metrics (two restarts within one second keep both)."""
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        base = os.path.join(os.path.dirname(self.path), f"roxxel_metrics.earlier-{stamp}")
-        name, k = f"{base}.csv", 1
-        while os.path.exists(name):
-            name, k = f"{base}-{k}.csv", k + 1
-        return name
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def fsync(self) -> None:
-        os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def read_metrics(run_dir: str | os.PathLike[str]) -> dict[str, list[tuple[int, float]]]:
-    """Parse a run's ``roxxel_metrics.csv`` back into ``{metric: [(step, value), ...]}``.
-
-    Metrics come in column order; each list is sorted by step and omits steps where the
-    metric was not logged. For a step logged more than once (a resumed run re-logs the
-    steps after its checkpoint) the value written last wins. ``wall_time`` is not returned.
-
-    Args:
-        run_dir: the run directory (the Logger's ``log_dir``), or the CSV file itself.
-
-    Raises:
-        FileNotFoundError: no ``roxxel_metrics.csv`` there (the message names the path).
-        ValueError: the file is empty, its header is not ``step,wall_time,...``, or a row
-            is malformed (the message names the file and line).
-    """
-    path = os.fspath(run_dir)
-    if os.path.isdir(path):
-        path = os.path.join(path, METRICS_CSV)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no metrics file {path} (written by roxxel's Logger in the run directory)")
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if not header:
-            raise ValueError(f"{path} is empty: no header line")
-        if tuple(header[:2]) != _FIXED_COLUMNS:
-            raise ValueError(f"{path} is not a roxxel metrics file: its header starts with {header[:2]!r}, "
-                             f"expected {list(_FIXED_COLUMNS)!r}")
-        names = header[2:]
-        by_step: list[dict[int, float]] = [{} for _ in names]
-        for row in reader:
-            if not row:
-                continue
-            if len(row) > len(header):
-                raise ValueError(f"{path}, line {reader.line_num}: {len(row)} fields, header has {len(header)}")
-            try:
-                step = int(row[0])
-                for i, cell in enumerate(row[2:]):
-                    if cell:
-                        by_step[i][step] = float(cell)
-            except ValueError as err:
-                raise ValueError(f"{path}, line {reader.line_num}: {err}") from err
-    return {name: sorted(values.items()) for name, values in zip(names, by_step)}
-
 
 # -- validation and formatting ----------------------------------------------------------
 
@@ -672,8 +387,8 @@ def _check_int(name: str, value: Any, *, minimum: int) -> int:
 def _check_metric(key: Any, value: Any) -> None:
     if not isinstance(key, str):
         raise TypeError(f"metric names must be str, but got {type(key).__name__} {key!r}")
-    if not key or "\n" in key or "\r" in key or key in _FIXED_COLUMNS:
-        raise ValueError(f"metric name must be non-empty, single-line and not one of {_FIXED_COLUMNS}, but got {key!r}")
+    if not key or "\n" in key or "\r" in key or key in FIXED_COLUMNS:
+        raise ValueError(f"metric name must be non-empty, single-line and not one of {FIXED_COLUMNS}, but got {key!r}")
     if isinstance(value, numbers.Real):
         return
     shape = getattr(value, "shape", None)  # NumPy / JAX arrays: metadata only, no device sync
@@ -690,13 +405,3 @@ def _level_name(level: str | int | None) -> str:
     if isinstance(level, int) and not isinstance(level, bool) and level in _LEVEL_NAMES:
         return _LEVEL_NAMES[level]
     raise ValueError(f"level must be one of {list(_LEVELS)} or a matching logging constant, but got {level!r}")
-
-
-def _timestamp(wall: float) -> str:
-    return datetime.datetime.fromtimestamp(wall).astimezone().isoformat(timespec="milliseconds")
-
-
-def _short(value: float) -> str:
-    if math.isfinite(value) and abs(value) >= 1e4:
-        return f"{value / 1e6:.2f}M" if abs(value) >= 1e6 else f"{value / 1e3:.1f}k"
-    return f"{value:.4g}"

@@ -10,7 +10,6 @@ profiler trace, a user's tracker) is a callback (``roxxel.train.callbacks``).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import math
@@ -37,6 +36,7 @@ from roxxel.train.logger import Logger
 from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.state import ModelState
 from roxxel.train.step import make_train_step
+from roxxel.train.step_window import StepWindow
 from roxxel.train.stragglers import StragglerReport
 from roxxel.train.vocabulary import check_embeddings
 from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds, bounds_from_env
@@ -401,6 +401,21 @@ class Trainer:
             self.logger.close()
 
     def _run(self, stop_at_step: int | None) -> dict[str, float]:
+        start, total = self._restore(stop_at_step)
+        if self.logger is not None:
+            self.logger.start_from(start)  # metrics an earlier attempt logged after `start` are superseded
+            self.logger.init_pbar(total, start)
+        step, last = self._train_phases(start, total)
+        if step == start:
+            last = self._restored_metrics(last)
+        return self._finish(step, last)
+
+    def _restore(self, stop_at_step: int | None) -> tuple[int, int]:
+        """Restore the latest checkpoint (or start at 0) and log where training starts and ends.
+
+        Returns:
+            ``(start, total)``: the restored step and the step this run stops at.
+        """
         cur, ckpt = self.curriculum, self.checkpointer
         check_embeddings(self.state.model, cur.vocab_size, f"dataset {cur.names[0]!r}")
         start = ckpt.restore(partial=self.partial_restore) if ckpt is not None else 0
@@ -409,20 +424,30 @@ class Trainer:
         self._log(f"training steps {start}..{total} on {count(jax.process_count(), 'process')}, "
                   f"{count(len(jax.devices()), 'device')}; {cur}")
         if ckpt is not None and ckpt.restored_run is not None:
-            self._log(f"restored step {start} from {ckpt.restored_from or ckpt.directory} "
-                      f"(saved at {ckpt.restored_run.get('saved_at', 'an unknown time')})")
-            if ckpt.restore_plan is not None and not ckpt.restore_plan.unchanged:
-                self._log(f"restored into a changed model: {ckpt.restore_plan.summary()}")
-            saved_by = ckpt.restored_run.get("process_count")
-            if saved_by is not None and saved_by != jax.process_count():  # allowed: batches do not depend on it
-                self._log(f"step {start} was saved by {count(saved_by, 'process')}; resuming on {jax.process_count()}")
-            for change in ckpt.changed_settings():  # allowed: cadences and prefetch leave the batches as they were
-                self._log(f"step {start} was saved with other settings; now {change}")
-            for change in ckpt.run_changes:  # allowed: e.g. a longer last phase (also a warning on stderr)
-                self._log(f"step {start} was saved by a run with another curriculum: {change}")
-        if self.logger is not None:
-            self.logger.start_from(start)  # metrics an earlier attempt logged after `start` are superseded
-            self.logger.init_pbar(total, start)
+            self._log_restored(start, ckpt, ckpt.restored_run)
+        return start, total
+
+    def _log_restored(self, start: int, ckpt: Checkpointer, run: Mapping[str, Any]) -> None:
+        """Log what the restored step was saved by, and what differs now (all allowed changes)."""
+        self._log(f"restored step {start} from {ckpt.restored_from or ckpt.directory} "
+                  f"(saved at {run.get('saved_at', 'an unknown time')})")
+        if ckpt.restore_plan is not None and not ckpt.restore_plan.unchanged:
+            self._log(f"restored into a changed model: {ckpt.restore_plan.summary()}")
+        saved_by = run.get("process_count")
+        if saved_by is not None and saved_by != jax.process_count():  # allowed: batches do not depend on it
+            self._log(f"step {start} was saved by {count(saved_by, 'process')}; resuming on {jax.process_count()}")
+        for change in ckpt.changed_settings():  # allowed: cadences and prefetch leave the batches as they were
+            self._log(f"step {start} was saved with other settings; now {change}")
+        for change in ckpt.run_changes:  # allowed: e.g. a longer last phase (also a warning on stderr)
+            self._log(f"step {start} was saved by a run with another curriculum: {change}")
+
+    def _train_phases(self, start: int, total: int) -> tuple[int, dict[str, float]]:
+        """Train each phase that overlaps ``start..total`` on its own data stream.
+
+        Returns:
+            ``(step, last)``: the step reached and the last logged metrics.
+        """
+        cur = self.curriculum
         last: dict[str, float] = {}
         step = start
         # The step bound to the model and optimizer trained now, after the restore, with nnx.cached_partial:
@@ -435,92 +460,114 @@ class Trainer:
             with cur.stream(step, min(phase.end_step, total), seed=self.seed, sharding=self.data_sharding,
                             outputs=self.outputs, prefetch_size=self.prefetch_size) as stream:
                 step, last = self._run_phase(phase, stream, step, last, train_step)
-        if step == start and ckpt is not None and ckpt.restored_run is not None:
-            # Nothing left to train: the metrics the restored step was saved with are the last logged.
-            saved = ckpt.restored_run.get("metrics") or {}
-            last = {k: float(v) for k, v in saved.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return step, last
+
+    def _restored_metrics(self, last: dict[str, float]) -> dict[str, float]:
+        """Nothing was left to train: the metrics the restored step was saved with are the last logged."""
+        ckpt = self.checkpointer
+        if ckpt is None or ckpt.restored_run is None:
+            return last
+        saved = ckpt.restored_run.get("metrics") or {}
+        return {k: float(v) for k, v in saved.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    def _finish(self, step: int, last: dict[str, float]) -> dict[str, float]:
+        """Save the last step (unless saved already), evaluate it (unless done), and close."""
+        ckpt = self.checkpointer
         if ckpt is not None and (step not in ckpt.all_steps()):
-            with self._watched(f"saving the final step {step}", "save_s"):
-                saved = ckpt.save(step, last or None, tokens_consumed=cur.tokens_before(step), force=True)
-            if saved:
-                self._notify("on_checkpoint", step, str(ckpt.directory))
+            self._checkpoint(step, last or None, f"saving the final step {step}", force=True)
         if self.eval_fn is not None and self._evaluated_at != step:
-            with self._watched(f"evaluating at step {step}", "eval_s"):
-                last.update(self._evaluate(step))
+            self._evaluate_into(last, step)
         self._log(f"finished at step {step}")
         with self._watched(f"waiting for the save of step {step} to complete", "save_s"):
             self._close(wait=True)
         return last
 
+    def _checkpoint(self, step: int, metrics: dict[str, float] | None, what: str, force: bool = False) -> None:
+        """Save ``step`` under the watchdog's save bound and tell the callbacks when a save started."""
+        ckpt = self.checkpointer
+        if ckpt is None:
+            return
+        with self._watched(what, "save_s"):
+            saved = ckpt.save(step, metrics, tokens_consumed=self.curriculum.tokens_before(step), force=force)
+        if saved:
+            self._notify("on_checkpoint", step, str(ckpt.directory))
+
+    def _evaluate_into(self, last: dict[str, float], step: int) -> None:
+        """Run ``eval_fn`` under the watchdog's eval bound; its results join ``last``."""
+        with self._watched(f"evaluating at step {step}", "eval_s"):
+            last.update(self._evaluate(step))
+
     def _run_phase(self, phase: ResolvedPhase, stream, step: int, last: dict,
                    train_step: Callable) -> tuple[int, dict]:
-        cur, ckpt = self.curriculum, self.checkpointer
+        """Train ``phase`` on ``stream`` from ``step``: per step, the preemption check, the
+        step itself, then the window's metrics, the checkpoint and the evaluation when due."""
+        cur = self.curriculum
         resumed = f" (resuming at step {step})" if step > phase.start_step else ""
         self._log(f"phase {phase.index}: steps {phase.start_step}..{phase.end_step}{resumed}, batch "
                   f"{phase.global_batch_size} x {phase.seq_len} tokens, weights {dict(zip(cur.names, phase.weights))}")
-        pending: collections.deque = collections.deque()
-        losses, auxes = [], []
-        timed_start: float | None = None  # the first step of a phase compiles: not timed
-        timed_steps = 0
-        compile_s = None
-        waited = 0.0  # seconds of the window blocked on results (the rest is this host's own time)
+        window = StepWindow(phase.tokens_per_step)
         watchdog = self._watchdog
         if watchdog is not None:
             watchdog.first_step(phase.index)
         for batch in stream:
-            if ckpt is not None and ckpt.reached_preemption(step):
-                with self._watched(f"saving the preemption checkpoint of step {step}", "save_s"):
-                    ckpt.save_and_exit_if_preempted(step, last or None, tokens_consumed=cur.tokens_before(step))
-            self._notify("on_batch_begin", step)
-            t0 = time.perf_counter()
-            loss, aux = train_step(batch)
-            step += 1
-            self.state.step = step
-            compiled = timed_start is None  # compilation (or a cache hit) happens in this call: wait for it
-            if timed_start is None:
-                loss.block_until_ready()
-                timed_start = time.perf_counter()
-                compile_s = timed_start - t0
-                self._log(f"step {step}: first step of phase {phase.index} took {compile_s:.2f} s including "
-                          f"compilation; throughput is measured from the next step", echo=False)
-            else:
-                timed_steps += 1
-            losses.append(loss)
-            auxes.append(aux)
-            pending.append(loss)
-            if len(pending) > self.async_queue_depth:  # bound how far dispatch runs ahead
-                t_wait = time.perf_counter()
-                pending.popleft().block_until_ready()
-                waited += time.perf_counter() - t_wait
-            self._notify("on_batch_end", step, loss)
-            log_now, ckpt_now = step % self.log_every == 0, step % self.save_interval_steps == 0
-            end_now = step == phase.end_step or step == stream.stop_step
-            if log_now or end_now or ckpt_now:
-                t_wait = time.perf_counter()
-                loss.block_until_ready()  # time the window's device work, not its dispatch
-                waited += time.perf_counter() - t_wait
-                elapsed = time.perf_counter() - timed_start
-                window = Window(steps=timed_steps, tokens=timed_steps * phase.tokens_per_step, seconds=elapsed)
-                metrics = self._window_metrics(step, losses, auxes, window)
-                if log_now or end_now:  # windows end only at multiples of log_every (and at the end)
-                    host_s = (elapsed - waited) / timed_steps if timed_steps else 0.0
-                    metrics.update(self._stragglers.observe(step, host_s))  # a collective: every process, same steps
-                    if compile_s is not None:
-                        metrics["compile_time_s"] = compile_s
-                        compile_s = None
-                    if self.logger is not None:
-                        self.logger.log_metrics_summary(step, metrics)
-                    self._notify("on_step", step, metrics)
-                    losses, auxes, timed_start, timed_steps, waited = [], [], time.perf_counter(), 0, 0.0
-                last = metrics
-            if ckpt_now and ckpt is not None:
-                with self._watched(f"saving step {step}", "save_s"):
-                    saved = ckpt.save(step, last, tokens_consumed=cur.tokens_before(step))
-                if saved:
-                    self._notify("on_checkpoint", step, str(ckpt.directory))
-            if self.eval_fn is not None and step % self.eval_every == 0:
-                with self._watched(f"evaluating at step {step}", "eval_s"):
-                    last.update(self._evaluate(step))
+            self._save_if_preempted(step, last)
+            compiled = window.timed_start is None  # compilation (or a cache hit) happens in this step
+            step = self._train_one(train_step, batch, step, window, phase.index)
+            last = self._after_step(step, phase.end_step == step or stream.stop_step == step, window, last)
             if watchdog is not None:
                 watchdog.step_done(step, timed=not compiled)
         return step, last
+
+    def _save_if_preempted(self, step: int, last: dict[str, float]) -> None:
+        """At the step every process agreed to stop at, save it and exit (:class:`Preempted`)."""
+        ckpt = self.checkpointer
+        if ckpt is not None and ckpt.reached_preemption(step):
+            with self._watched(f"saving the preemption checkpoint of step {step}", "save_s"):
+                ckpt.save_and_exit_if_preempted(step, last or None, tokens_consumed=self.curriculum.tokens_before(step))
+
+    def _train_one(self, train_step: Callable, batch: Any, step: int, window: StepWindow, phase_index: int) -> int:
+        """Run one compiled step on ``batch`` and add its loss to ``window``; returns the new step."""
+        self._notify("on_batch_begin", step)
+        t0 = time.perf_counter()
+        loss, aux = train_step(batch)
+        step += 1
+        self.state.step = step
+        if window.timed_start is None:
+            compile_s = window.start_timing(loss, t0)
+            self._log(f"step {step}: first step of phase {phase_index} took {compile_s:.2f} s including "
+                      f"compilation; throughput is measured from the next step", echo=False)
+        else:
+            window.timed_steps += 1
+        window.add(loss, aux, self.async_queue_depth)
+        self._notify("on_batch_end", step, loss)
+        return step
+
+    def _after_step(self, step: int, end_now: bool, window: StepWindow, last: dict) -> dict:
+        """The window's metrics at a log, checkpoint or phase-end step (logged at the first and
+        last), then the checkpoint and the evaluation when due; returns the last metrics."""
+        log_now, ckpt_now = step % self.log_every == 0, step % self.save_interval_steps == 0
+        if log_now or end_now or ckpt_now:
+            last = self._close_window(step, window, logged=log_now or end_now)
+        if ckpt_now:
+            self._checkpoint(step, last, f"saving step {step}")
+        if self.eval_fn is not None and step % self.eval_every == 0:
+            self._evaluate_into(last, step)
+        return last
+
+    def _close_window(self, step: int, window: StepWindow, logged: bool) -> dict[str, float]:
+        """The window's metrics; when ``logged`` (windows end only at multiples of ``log_every``
+        and at the end) also the stragglers' and the compile time, logged, and a new window."""
+        window.wait_for(window.losses[-1])  # time the window's device work, not its dispatch
+        elapsed = window.elapsed()
+        metrics = self._window_metrics(step, window.losses, window.auxes, window.measured(elapsed))
+        if not logged:
+            return metrics
+        metrics.update(self._stragglers.observe(step, window.host_seconds_per_step(elapsed)))  # a collective: every process, same steps
+        if window.compile_s is not None:
+            metrics["compile_time_s"] = window.compile_s
+            window.compile_s = None
+        if self.logger is not None:
+            self.logger.log_metrics_summary(step, metrics)
+        self._notify("on_step", step, metrics)
+        window.restart()
+        return metrics

@@ -54,11 +54,16 @@ Errors
 An error in an asynchronous save is raised as :class:`CheckpointSaveError` by the
 next :meth:`Checkpointer.save` call (at the latest when that call writes),
 :meth:`Checkpointer.wait_until_finished`, :meth:`Checkpointer.restore` or
-:meth:`Checkpointer.close` -- never swallowed. A restore under a different run
+:meth:`Checkpointer.close` -- never swallowed. A restore under a different run raises
+:class:`RunMismatchError` (unless ``allow_changed_run``).
 
-The package follows Orbax's seams: :mod:`.checkpointer` (the class), :mod:`.errors`,
-:mod:`.fingerprint` (the run record and how a resume is compared with it),
-:mod:`.preemption` (the agreed step after a SIGTERM), :mod:`.directory` (paths and storage),
+The package follows Orbax's seams: :mod:`.checkpointer` (the class, tying the rest
+together), :mod:`.manager` (Orbax's ``CheckpointManager``: save interval, keeping, the best
+step), :mod:`.record` (the item names and the ``run`` record), :mod:`.pending` (the
+asynchronous save in flight, its deadline, what a failed one leaves), :mod:`.restoring`
+(reading a step back: plan, arrays, checksums), :mod:`.errors`, :mod:`.fingerprint` (the
+run fingerprint and how a resume is compared with it), :mod:`.preemption` (the agreed step
+after a SIGTERM, and its record), :mod:`.directory` (paths, storage, the branch source),
 :mod:`.ownership` (one run and one writer per directory),
 :mod:`.lifecycle` (exit hook, deadlines, Orbax's background tracebacks) and
 :mod:`._orbax` (every private Orbax/JAX API used, with the tested versions).
@@ -66,7 +71,7 @@ The package follows Orbax's seams: :mod:`.checkpointer` (the class), :mod:`.erro
 
 from __future__ import annotations
 
-from roxxel.train.checkpoint.checkpointer import RUN_FORMAT, RUN_ITEM, STATE_ITEM, Checkpointer
+from roxxel.train.checkpoint.checkpointer import Checkpointer
 from roxxel.train.checkpoint.errors import (
     CheckpointCorruptError,
     CheckpointRestoreError,
@@ -78,6 +83,7 @@ from roxxel.train.checkpoint.errors import (
 from roxxel.train.checkpoint.fingerprint import describe_changes
 from roxxel.train.checkpoint.lifecycle import ORBAX_DETAILS_LOGGER
 from roxxel.train.checkpoint.ownership import CheckpointOwnerError
+from roxxel.train.checkpoint.record import RUN_FORMAT, RUN_ITEM, STATE_ITEM
 
 __all__ = [
     "ORBAX_DETAILS_LOGGER",

@@ -8,6 +8,8 @@ import os
 
 from etils import epath
 
+from roxxel.exit_codes import ConfigValueError
+from roxxel.run import branch_overlap
 from roxxel.train.checkpoint.errors import CheckpointRestoreError
 
 
@@ -64,3 +66,26 @@ def check_gcs_backend(directory: epath.Path) -> None:
             "(Orbax lists and renames objects through etils.epath, which uses gcsfs or TensorFlow); "
             "pip install gcsfs"
         )
+
+
+def resolve_branch_source(directory: epath.Path, restore_from: str | os.PathLike[str] | None) -> epath.Path | None:
+    """The directory of the run a new run branches from (``restore_from``), or None.
+
+    Raises:
+        ConfigValueError: it is ``directory`` itself, or one holds the other.
+        ValueError, ImportError: as :func:`resolve_directory` and :func:`check_gcs_backend`.
+    """
+    if restore_from is None:
+        return None
+    source = resolve_directory(restore_from)
+    check_gcs_backend(source)
+    mine, other = os.fspath(directory), os.fspath(source)
+    overlap = branch_overlap(mine, other)
+    if overlap == "same":
+        raise ConfigValueError(f"restore_from {other!r} is this run's own checkpoint directory; give the other "
+                               "run's directory, or leave restore_from out to resume")
+    if overlap == "nested":
+        raise ConfigValueError(f"restore_from {other!r} and the checkpoint directory {mine!r} are nested: the "
+                               "branch would write inside the other run's directory (or read its own); give "
+                               "them separate directories")
+    return source

@@ -8,6 +8,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from roxxel.data.curriculum import RECORD_DEFAULTS, classify_changes
+
 MAX_CHANGES_SHOWN = 25
 
 
@@ -72,6 +74,31 @@ def normalize_json(value: Any, what: str) -> Any:
         return json.loads(json.dumps(value, allow_nan=True))
     except (TypeError, ValueError) as err:
         raise TypeError(f"{what} must be JSON-serialisable (dicts, lists, str, numbers, bool, None): {err}") from err
+
+
+def compare_runs(saved: Any, current: Any, step: int) -> tuple[list[str], list[str], str]:
+    """How a resume's fingerprint differs from the one ``step`` was saved with.
+
+    Returns:
+        ``(allowed, refused, hint)``: the changes that leave the batches before ``step`` as
+        they were (curriculum fingerprints only: :func:`~roxxel.data.curriculum.classify_changes`),
+        the others, one line each, and the end of the sentence that tells how to resume.
+    """
+    hint = ""
+    if is_curriculum(saved) and is_curriculum(current):
+        allowed, refused = classify_changes(saved, current, step, describe_changes)
+        hint = (f" for the batches before step {step} (lengthening the phase that holds it, "
+                "or changing later phases, is allowed)")
+    else:
+        allowed, refused = [], describe_changes(saved, current)
+    if any(line.startswith("batch_rows:") for line in refused):
+        saved_rows = saved.get("batch_rows", RECORD_DEFAULTS["batch_rows"])
+        hint += (f"; the run took {saved_rows} rows (runs saved before batch_rows existed did): pass "
+                 f"Curriculum(..., batch_rows={saved_rows!r}) to resume it")
+    elif any(line.startswith("data_order_version:") for line in refused):
+        hint += ("; this version of roxxel puts the data in another order than the one that saved it: resume "
+                 "with that version, or start a new run in another checkpoint directory")
+    return list(allowed), list(refused), hint
 
 
 def describe_changes(saved: Any, current: Any) -> list[str]:

@@ -28,7 +28,9 @@ checked after it is the one.
 
 from __future__ import annotations
 
+import datetime
 import itertools
+import json
 import logging
 import os
 import signal
@@ -37,8 +39,10 @@ import time
 from typing import Any
 
 import jax
+from etils import epath
 from jax.experimental import multihost_utils
 
+from roxxel.contract import PREEMPTION_FILE
 from roxxel.train.checkpoint import _orbax
 
 log = logging.getLogger("roxxel.checkpoint")
@@ -157,3 +161,23 @@ class PreemptionSync:
         if not self._warned:
             self._warned = True
             log.warning("%s", message)
+
+
+def record_preemption(directory: epath.Path, step: int, took: float, state_bytes: int) -> None:
+    """Write :data:`~roxxel.contract.PREEMPTION_FILE` into ``directory`` (on a local disk under
+    a temporary name, then renamed): the step, the seconds its save took after the agreed step
+    and the state's bytes, what the next ``validate`` compares the grace period with. Never
+    fails the exit (a failure is logged)."""
+    record = {"step": step, "save_s": round(took, 3), "process_count": jax.process_count(),
+              "state_bytes": state_bytes,
+              "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    text, path = json.dumps(record) + "\n", directory / PREEMPTION_FILE
+    try:
+        if os.fspath(directory).startswith("gs://"):
+            path.write_text(text)  # an object appears whole or not at all; a rename is a slow copy there
+        else:
+            tmp = directory / f"{PREEMPTION_FILE}.tmp-{os.getpid()}"
+            tmp.write_text(text)
+            tmp.rename(path)
+    except Exception as err:  # the checkpoint is complete; this is only a measurement
+        log.warning("could not record the preemption save's time in %s: %s", directory, err)
