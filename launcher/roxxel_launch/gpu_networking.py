@@ -10,7 +10,7 @@ the host paths the NCCL plugin lives in, and the NCCL environment the guides and
 GPU recipes (AI-Hypercomputer/gpu-recipes) give the workload: the variables their manifests
 set, the TCPX variable list of gpudirect-tcpx/nccl-config.yaml, the profile script the
 TCPXO and RDMA workloads source before starting (``nccl-env-profile.sh`` of the TCPXO
-plugin, ``set_nccl_env.sh`` of the gIB plugin; :attr:`Rendered.init_script`), and the
+plugin, ``set_nccl_env.sh`` of the gIB plugin; :attr:`PodAdditions.init_script`), and the
 worker's ``IPC_LOCK`` capability for TCPX (gpudirect-tcpx/nccl-test-latest.yaml).
 The node pool must have been created with the matching additional networks and the NCCL
 plugin installer DaemonSet; docs/kubernetes.md lists every field and its source.
@@ -90,7 +90,7 @@ _DAEMON_DEVICES = [f"/dev/nvidia{i}" for i in range(GPUS_PER_HOST)] + ["/dev/nvi
 
 
 @dataclasses.dataclass
-class Rendered:
+class PodAdditions:
     """What a preset adds to the pod template."""
 
     annotations: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -141,8 +141,8 @@ def _daemon(mode: str, image: str, devices_annotation: dict[str, str], privilege
             "volumeMounts": mounts}
 
 
-def render(mode: str, networks: tuple[str, ...], daemon_image: str | None,
-           host_network: bool = False) -> Rendered:
+def pod_additions(mode: str, networks: tuple[str, ...], daemon_image: str | None,
+                  host_network: bool = False) -> PodAdditions:
     """The pod-template additions of preset ``mode`` ("none" adds nothing).
 
     Args:
@@ -156,7 +156,7 @@ def render(mode: str, networks: tuple[str, ...], daemon_image: str | None,
     Raises:
         ValueError: unknown mode.
     """
-    out = Rendered()
+    out = PodAdditions()
     if mode == "none":
         return out
     if mode not in PRESETS:

@@ -371,7 +371,7 @@ def _container_security_context(profile: str, capabilities: tuple[str, ...] = ()
     return context
 
 
-def _worker_command(spec: JobSpec, networking: gpu_networking.Rendered) -> list[str]:
+def _worker_command(spec: JobSpec, networking: gpu_networking.PodAdditions) -> list[str]:
     """The worker's command: roxxel-worker, or, for a GPU networking preset whose NCCL
     environment comes from a script, bash sourcing it first (the spec's env keeps its values)."""
     if networking.init_script is None:
@@ -501,9 +501,9 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     writable = _writable_dirs(spec)
     env += writable["env"]
     gpu = spec.accelerator.gpu
-    networking = gpu_networking.render(gpu.networking or "none", gpu.network_names, gpu.daemon_image,
-                                       host_network=spec.uses_host_network) \
-        if gpu is not None else gpu_networking.Rendered()
+    networking = gpu_networking.pod_additions(gpu.networking or "none", gpu.network_names, gpu.daemon_image,
+                                              host_network=spec.uses_host_network) \
+        if gpu is not None else gpu_networking.PodAdditions()
     _check_spec("env", next((f"{key} is set by accelerator.gpu.networking"
                              for key in networking.env if key != "LD_LIBRARY_PATH"
                              and (key in spec.env or key in spec.env_refs)), None), "Remove it.")

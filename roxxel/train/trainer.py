@@ -33,8 +33,8 @@ from roxxel.train.callbacks.builtin import trainer_callbacks
 from roxxel.train.callbacks.throughput import PEAK_FLOPS_PER_DEVICE
 from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempted
 from roxxel.train.logger import Logger
-from roxxel.train.sharding import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.state import ModelState
+from roxxel.train.state_placement import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.step import make_train_step
 from roxxel.train.step_window import StepWindow
 from roxxel.train.stragglers import StragglerReport

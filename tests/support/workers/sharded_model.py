@@ -17,7 +17,7 @@ from support.lm import VOCAB, loss_fn, make_dataset  # noqa: E402
 
 from roxxel import Curriculum, Phase  # noqa: E402
 from roxxel.train import Trainer  # noqa: E402
-from roxxel.train.sharding import default_mesh  # noqa: E402
+from roxxel.train.state_placement import default_mesh  # noqa: E402
 
 
 class ShardedLM(nnx.Module):
