@@ -33,6 +33,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from roxxel.wording import as_clause
 from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends.kubernetes.api import _RBAC_RESOURCE, KubernetesApi
 
@@ -53,12 +54,12 @@ def _refused(err: ApiException, what: str, pod: str, namespace: str, resource: s
         message = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
     message = message.strip() or (err.reason or "").strip()
     if code == 403:
-        return BackendError(f"forbidden to {what} pod {namespace}/{pod}: {message}. Your account needs "
+        return BackendError(f"forbidden to {what} pod {namespace}/{pod}: {as_clause(message)}. Your account needs "
                             f"RBAC permission to get and create {resource} in namespace {namespace} "
                             f"(check: kubectl auth can-i create {resource} -n {namespace}); "
                             "k8s/rbac/roxxel-launch-role.yaml grants it")
     if code is None:
-        return BackendError(f"cannot {what} pod {namespace}/{pod}: {message}. Check the connection to the "
+        return BackendError(f"cannot {what} pod {namespace}/{pod}: {as_clause(message)}. Check the connection to the "
                             "API server (kubectl cluster-info)")
     return BackendError(f"the API server refused to {what} pod {namespace}/{pod} (HTTP {code}): {message}")
 
