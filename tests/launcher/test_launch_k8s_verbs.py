@@ -157,6 +157,17 @@ def test_exec_refusals_are_one_line(fake, tmp_path, monkeypatch):
     assert "no local job 'lm'" in run("exec", "lm", "--local", "--", "true", code=1).output
 
 
+def test_exec_and_port_forward_refuse_a_pod_that_does_not_run(fake, tmp_path):
+    submit(fake, tmp_path)
+    fake.settle("jobsets", "lm", "succeed")
+    pod = process_pod(fake, "lm", 0)
+    (line,) = run("exec", "lm", "--", "true", code=1).output.strip().splitlines()
+    assert line == (f"Error: pod {pod} (process 0 of lm) is Succeeded; exec and port-forward need a running "
+                    "pod (see roxxel-launch status -w)")
+    assert "is Succeeded" in run("port-forward", "lm", "6006", code=1).output
+    assert fake.execs == [] and fake.calls("GET", "portforward") == []
+
+
 # ----------------------------------------------------------------------------- port-forward
 
 
