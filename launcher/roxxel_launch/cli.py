@@ -4,7 +4,7 @@ Only click is imported at module level so that ``roxxel-launch --help`` starts f
 command imports what it needs (YAML, jinja2, schemas, the kubernetes client).
 
 Job commands (``submit``, ``status``, ``logs``, ``list``, ``delete``, ``suspend``, ``resume``,
-``wait``)
+``wait``, ``exec``, ``port-forward``)
 talk to a backend chosen by name with ``--backend`` (:data:`BACKENDS`): ``kubernetes``, the
 cluster of the current kubeconfig context, by default
 (``roxxel_launch.backends.kubernetes``, imported only then), or ``local``, this machine
@@ -19,6 +19,7 @@ Exit codes:
   coreutils' ``timeout``) and :data:`EXIT_FAILED` (125, any other end; the failing worker's
   own exit code is printed). A preempted job keeps its own code rather than 125 because
   "resume me" and "fix me" call for different actions in a script.
+* ``exec``: the exit code of the command run in the pod (as ``kubectl exec``).
 * ``submit --local`` (in the foreground) and ``resume --local`` without ``--until-done``:
   the job's own exit code, as :mod:`roxxel.exit_codes` defines it (0 done, 42 preempted
   after a checkpoint, else the failing worker's code), like running the program itself.
@@ -531,23 +532,30 @@ def _print_events(events) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
 @click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobState], case_sensitive=False),
               help="Only jobs in this state (repeatable).")
+@click.option("-A", "--all-namespaces", is_flag=True,
+              help="The jobs of every namespace this account may list, with a NAMESPACE column "
+                   "(as kubectl get -A; Kubernetes only).")
 @_namespace_option
 @_context_option
-def list_command(backend_name: str, as_json: bool, states: tuple[str, ...], namespace: str | None,
-                 context: str | None) -> None:
+def list_command(backend_name: str, as_json: bool, states: tuple[str, ...], all_namespaces: bool,
+                 namespace: str | None, context: str | None) -> None:
     """List the jobs roxxel-launch started."""
     local = backend_name == "local"
+    if all_namespaces and namespace is not None:
+        raise click.UsageError("-A lists every namespace; it contradicts --namespace (give one or the other)")
     backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
-        jobs = _in_states(backend.list(), states)
+        jobs = _in_states(backend.list(all_namespaces=all_namespaces), states)
     if as_json:
         import json
 
         click.echo(json.dumps([_status_json(j) for j in jobs], indent=2))
         return
-    rows = [("NAME", "STATE", "PROCESSES", "RESTARTS", "EXIT", "CREATED")]
+    rows: list[tuple] = [("NAME", "STATE", "PROCESSES", "RESTARTS", "EXIT", "CREATED")]
     rows += [(j.name, j.state.value, str(j.processes), str(j.restarts),
               "-" if j.exit_code is None else str(j.exit_code), j.created or "-") for j in jobs]
+    if all_namespaces:  # first, as kubectl get -A prints it
+        rows = [("NAMESPACE", *rows[0]), *((j.namespace or "-", *row) for j, row in zip(jobs, rows[1:]))]
     for line in _table(rows):
         click.echo(line)
     if local:  # local state is per directory: say which one, above all when it holds no job
@@ -565,6 +573,12 @@ def _in_states(jobs: list[JobStatus], states: tuple[str, ...]) -> list[JobStatus
     """The jobs in one of ``states`` (JobState values, any case); all of them when none is given."""
     wanted = {s.lower() for s in states}
     return [j for j in jobs if not wanted or j.state.value.lower() in wanted]
+
+
+_container_option = click.option(
+    "-c", "--container", default=None,
+    help="Another container of the worker's pod than the worker, e.g. the GCS FUSE sidecar "
+         "gke-gcsfuse-sidecar (Kubernetes only; an unknown name lists the pod's containers).")
 
 
 @cli.command()
@@ -585,18 +599,99 @@ def _in_states(jobs: list[JobStatus], states: tuple[str, ...]) -> list[JobStatus
 @click.option("--previous", is_flag=True,
               help="The previous terminated container of the pod, as `kubectl logs --previous` "
                    "(Kubernetes).")
+@_container_option
 @_namespace_option
 @_context_option
 def logs(name: str, backend_name: str, process: int, follow: bool, all_processes: bool,
-         since: str | None, previous: bool, namespace: str | None, context: str | None) -> None:
+         since: str | None, previous: bool, container: str | None, namespace: str | None,
+         context: str | None) -> None:
     """Print one worker's output (rank 0 by default; on Kubernetes, of the newest attempt)."""
     since_seconds = _duration_seconds(since) if since is not None else None
     backend = _backend(backend_name, namespace=namespace, context=context)
     with _backend_errors():
         for line in backend.logs(name, process=process, follow=follow,
                                  all_processes=all_processes, since_seconds=since_seconds,
-                                 previous=previous):
+                                 previous=previous, container=container):
             click.echo(line.rstrip("\n"))
+
+
+_pod_option = click.option("-p", "--pod", "--process", "process", type=click.IntRange(min=0), default=0,
+                           show_default=True,
+                           help="Which worker's pod: its JAX process id (on a JobSet, slice * "
+                                "hosts_per_slice + completion index).")
+
+
+@cli.command("exec")
+@click.argument("name")
+@click.argument("command", nargs=-1, metavar="-- COMMAND [ARG]...")
+@_backend_option
+@_pod_option
+@_container_option
+@_namespace_option
+@_context_option
+@click.pass_context
+def exec_command(ctx: click.Context, name: str, command: tuple[str, ...], backend_name: str, process: int,
+                 container: str | None, namespace: str | None, context: str | None) -> None:
+    """Run a command in a worker's pod, as `kubectl exec` (no shell, no stdin, no TTY).
+
+    Its output is streamed; the exit code is the command's. For example, the GCS FUSE
+    sidecar's view of the bucket: roxxel-launch exec NAME -c gke-gcsfuse-sidecar -- ls /data
+    """
+    if not command:
+        raise click.UsageError("give the command after --, e.g. roxxel-launch exec NAME -- nvidia-smi")
+    stdout, stderr = sys.stdout.buffer, sys.stderr.buffer
+
+    def sink(stream):
+        def write(data: bytes) -> None:
+            stream.write(data)
+            stream.flush()
+        return write
+
+    backend = _backend(backend_name, namespace=namespace, context=context)
+    with _backend_errors():
+        code = backend.exec(name, command, process=process, container=container, out=sink(stdout),
+                            err=sink(stderr))
+    ctx.exit(code)
+
+
+def _ports(text: str) -> tuple[int, int]:
+    """(local, remote) of PORT, LOCAL:REMOTE or :REMOTE (local 0: any free port), as kubectl
+    port-forward takes them."""
+    local, _, remote = text.rpartition(":") if ":" in text else (text, ":", text)
+    try:
+        ports = int(local or 0), int(remote)
+    except ValueError:
+        ports = (-1, -1)
+    if not (0 <= ports[0] <= 65535 and 1 <= ports[1] <= 65535):
+        raise click.BadParameter(f"{text!r} is not PORT, LOCAL:REMOTE or :REMOTE with ports 1-65535 "
+                                 "(e.g. 6006 or 8080:6006)", param_hint="PORT")
+    return ports
+
+
+@cli.command("port-forward")
+@click.argument("name")
+@click.argument("ports", metavar="PORT[:REMOTE]")
+@_backend_option
+@_pod_option
+@_namespace_option
+@_context_option
+def port_forward(name: str, ports: str, backend_name: str, process: int, namespace: str | None,
+                 context: str | None) -> None:
+    """Forward a local port to a worker pod's port until Ctrl-C, as `kubectl port-forward`.
+
+    PORT listens on 127.0.0.1:PORT and reaches the same port of the pod; LOCAL:REMOTE maps
+    one to the other, :REMOTE picks a free local port. E.g. TensorBoard or the JAX
+    profiler of process 0: roxxel-launch port-forward NAME 6006
+    """
+    local_port, remote_port = _ports(ports)
+    backend = _backend(backend_name, namespace=namespace, context=context)
+
+    def listening(address: str) -> None:
+        click.echo(f"forwarding {address} to port {remote_port} of {name}'s process {process}; "
+                   "Ctrl-C stops", err=True)
+
+    with _backend_errors(), contextlib.suppress(KeyboardInterrupt):
+        backend.port_forward(name, local_port, remote_port, process=process, on_listen=listening)
 
 
 def _duration_seconds(text: str) -> int:

@@ -353,3 +353,79 @@ def test_the_by_hand_commands_of_run_on_gke_work_against_the_cluster(fake, tmp_p
                                                  'jobset.jobset.x-k8s.io "lm-v5p" deleted']
     shell(create)
     assert fake.submissions("lm-v5p") == 2
+
+
+# ----------------------------------------------------------------------------- the operator's verbs
+
+
+def own_lines(stderr: str) -> list[str]:
+    """kubectl's stderr without its klog lines (``E1204 15:16:54.520222 ...``: discovery
+    notes about API groups the fake lists but does not serve)."""
+    return [line for line in stderr.splitlines() if not re.match(r"[EWI]\d{4} ", line)]
+
+
+def _running_job(fake, tmp_path, namespace: str = "default") -> list[str]:
+    """The cpu-smoke example created by kubectl in ``namespace``; its pods' names."""
+    path = tmp_path / f"manifest-{namespace}.yaml"
+    render(REPO / "k8s" / "examples" / "cpu-smoke.yaml", path, f"namespace={namespace}")
+    kubectl(fake, "apply", "-n", namespace, "-f", str(path))
+    return sorted(p["metadata"]["name"] for (r, n, _), p in fake.objects.items() if r == "pods" and n == namespace)
+
+
+def test_get_all_namespaces_and_list_all_namespaces_agree(fake, tmp_path):
+    """``kubectl get jobsets -A`` lists across namespaces (no namespace in the path) and prints
+    NAMESPACE first (https://kubernetes.io/docs/reference/kubectl/generated/kubectl_get/);
+    ``roxxel-launch list -A`` reads the same lists and prints the same pairs."""
+    _running_job(fake, tmp_path, "default")
+    _running_job(fake, tmp_path, "ml")
+    table = kubectl(fake, "get", "jobsets", "-A").stdout.splitlines()
+    assert table[0].split()[:2] == ["NAMESPACE", "NAME"], table
+    by_kubectl = [tuple(line.split()[:2]) for line in table[1:]]
+    listed = launch("list", "-A").output.splitlines()
+    assert listed[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert [tuple(line.split()[:2]) for line in listed[1:]] == by_kubectl == [
+        ("default", "roxxel-smoke"), ("ml", "roxxel-smoke")]
+    pods = kubectl(fake, "get", "pods", "-A", "-o", "name").stdout.split()
+    assert len(pods) == 4 and any(r.path == "/api/v1/pods" for r in fake.calls("GET", "pods"))
+
+
+def test_logs_of_another_container_by_kubectl_and_by_roxxel_launch(fake, tmp_path):
+    """``kubectl logs -c`` reads a named container's log (init containers, native sidecars
+    among them, included); an unknown name is "container X is not valid for pod Y" (kubectl
+    says it from the pod it read; the API server answers the same with 400 BadRequest);
+    roxxel-launch reads the same log and refuses the same name, listing the pod's containers."""
+    pod = _running_job(fake, tmp_path)[0]
+    fake.add_sidecar(pod)
+    fake.log(pod, "mounted gs://data", container="gke-gcsfuse-sidecar")
+    assert kubectl(fake, "logs", pod, "-c", "gke-gcsfuse-sidecar").stdout == "mounted gs://data\n"
+    refused = kubectl(fake, "logs", pod, "-c", "nope", code=1)
+    # kubectl checks the name against the pod it read first, in the API server's words, and
+    # sends no log request.
+    assert own_lines(refused.stderr) == [f"error: container nope is not valid for pod {pod}"]
+    assert [r.query.get("container") for r in fake.calls("GET", "log")] == ["gke-gcsfuse-sidecar"]
+    assert launch("logs", "roxxel-smoke", "-n", "default", "-c", "gke-gcsfuse-sidecar").output == \
+        "mounted gs://data\n"
+    assert "its containers: gke-gcsfuse-sidecar, worker" in launch(
+        "logs", "roxxel-smoke", "-n", "default", "-c", "nope", code=1).output
+
+
+def test_exec_by_kubectl_and_by_roxxel_launch(fake, tmp_path):
+    """``kubectl exec`` over WebSocket (kubectl >= 1.31 asks for ``v5.channel.k8s.io``; on an
+    upgrade failure it would fall back to SPDY, which the fake does not speak): stdout and
+    stderr come back apart, and the command's exit code is kubectl's (from the error channel's
+    NonZeroExitCode Status, https://kubernetes.io/docs/reference/kubectl/generated/kubectl_exec/).
+    roxxel-launch exec gets the same."""
+    pod = _running_job(fake, tmp_path)[0]
+    script = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    done = kubectl(fake, "exec", pod, "-c", "worker", "--", sys.executable, "-c", script, code=3)
+    assert (done.stdout, own_lines(done.stderr)) == ("out\n", ["err", "command terminated with exit code 3"])
+    assert fake.calls("GET", "exec")[-1].query_lists["command"] == [sys.executable, "-c", script]
+    ours = launch("exec", "roxxel-smoke", "-n", "default", "--", sys.executable, "-c", script, code=3)
+    assert (ours.stdout, ours.stderr) == ("out\n", "err\n")
+    assert [e[1:] for e in fake.execs] == [("worker", [sys.executable, "-c", script])] * 2
+
+
+# No referee for ``kubectl port-forward``: kubectl (>= 1.31) tunnels SPDY/3.1 over its WebSocket
+# (sub-protocol ``SPDY/3.1+portforward.k8s.io``) and falls back to plain SPDY, neither of which
+# the fake speaks; it refuses both in one line. roxxel-launch's port-forward uses the client's
+# ``v4.channel.k8s.io`` (tests/launcher/test_launch_k8s_verbs.py).

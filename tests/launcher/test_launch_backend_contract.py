@@ -40,10 +40,11 @@ class ScriptedBackend(Backend):
         return self.statuses[min(self.resumes, len(self.statuses) - 1)]
 
     def logs(self, name: str, *, process: int = 0, follow: bool = False, all_processes: bool = False,
-             since_seconds: int | None = None, previous: bool = False) -> Iterator[str]:
+             since_seconds: int | None = None, previous: bool = False,
+             container: str | None = None) -> Iterator[str]:
         return iter(())
 
-    def list(self) -> list[JobStatus]:
+    def list(self, *, all_namespaces: bool = False) -> list[JobStatus]:
         return [self.status("lm")]
 
     def delete(self, name: str, *, wait: bool = False) -> None:

@@ -9,6 +9,11 @@ for the JobSet CRD, Kueue's WorkloadPriorityClasses and the Nodes), and every ru
 
 from __future__ import annotations
 
+import socket
+import sys
+import threading
+import time
+
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -41,6 +46,23 @@ def run(*args: str, code: int = 0) -> str:
     assert result.exit_code == code, (result.exit_code, result.output)
     assert "forbidden" not in result.output.lower()
     return result.output
+
+
+def forward_once(name: str) -> None:
+    """``port-forward``'s backend call in a thread: one connection through it (the pod serves
+    nothing on the port, so the connection just closes: what matters is the RBAC used)."""
+    from roxxel_launch.backends.kubernetes.backend import KubernetesBackend
+
+    listening: list[str] = []
+    threading.Thread(target=KubernetesBackend().port_forward, args=(name, 0, 6006),
+                     kwargs={"on_listen": listening.append}, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not listening:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    host, port = listening[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        assert conn.recv(1024) == b""
 
 
 @pytest.fixture
@@ -87,6 +109,10 @@ def test_every_verb_runs_under_exactly_the_shipped_role(fake, tmp_path, monkeypa
         unqueued = {k: v for k, v in SPEC.items() if k not in ("queue", "workload_priority_class")}
         plain.write_text(yaml.safe_dump({**unqueued, "name": "plain", "num_slices": 1, "workload": workload}))
         run("submit", plain)
+        if workload == "jobset":  # a running job: exec and port-forward reach its pods
+            assert run("list", "-A").splitlines()[0].startswith("NAMESPACE")  # the optional ClusterRole
+            run("exec", "plain", "--", sys.executable, "-c", "pass")
+            forward_once("plain")
         assert "suspended plain: state Suspended" in run("suspend", "plain")
         assert "resumed plain: state Running" in run("resume", "plain")
         assert "`resume` cannot continue it" in run("delete", "plain")  # says what it removes

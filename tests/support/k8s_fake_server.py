@@ -69,6 +69,7 @@ import http.server
 import itertools
 import json
 import re
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -79,7 +80,7 @@ import yaml
 
 from roxxel_launch.backends.local import policy
 
-from support import k8s_discovery, k8s_schema, k8s_table, k8s_tls
+from support import k8s_discovery, k8s_schema, k8s_streams, k8s_table, k8s_tls
 
 TOKEN = "fake-token-for-tests"
 FOLLOW_LIMIT_S = 20.0  # a followed log stream never stays open longer than this
@@ -92,7 +93,9 @@ _ROUTES = [
     ("networkpolicies", re.compile(
         r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")),
     ("log", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")),
-    ("pods", re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")),
+    ("exec", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec$")),
+    ("portforward", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/portforward$")),
+    ("pods", re.compile(r"^/api/v1/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")),
     ("events", re.compile(r"^/api/v1/namespaces/([^/]+)/events(?:/([^/]+))?$")),
     # Cluster-scoped: the empty group stands for the namespace a Node does not have.
     ("nodes", re.compile(r"^/api/v1/nodes()(?:/([^/]+))?$")),
@@ -139,6 +142,11 @@ class _Request:
         self.method = method
         self.path = parsed.path
         self.query = dict(urllib.parse.parse_qsl(parsed.query))
+        # Repeated parameters (exec's command=...&command=...), in order.
+        self.query_lists: dict[str, list[str]] = {}
+        for key, value in urllib.parse.parse_qsl(parsed.query):
+            self.query_lists.setdefault(key, []).append(value)
+        self.headers: list[tuple[str, str]] = []  # set by the handler (a WebSocket upgrade needs them)
         self.body = json.loads(body) if body else None
         self.raw_body = body
         self.content_type = ""  # set by the handler (PATCH needs it)
@@ -323,11 +331,44 @@ class FakeKubernetes:
     def jobset_api(self, installed: bool) -> None:
         self._real.crd = installed
 
-    def log(self, pod: str, *lines: str) -> None:
-        """Append lines to a pod's log (a followed stream sends them at once)."""
+    def log(self, pod: str, *lines: str, container: str | None = None) -> None:
+        """Append lines to a pod's log (a followed stream sends them at once): its first
+        container's, or ``container``'s."""
         with self._lock:
-            self._logs.setdefault(pod, []).extend(lines)
+            self._logs.setdefault(pod if container is None else f"{pod}/{container}", []).extend(lines)
             self._lock.notify_all()
+
+    def add_sidecar(self, pod: str, name: str = "gke-gcsfuse-sidecar") -> None:
+        """Inject a native sidecar into ``pod``, as GKE's GCS FUSE webhook does: an init
+        container with ``restartPolicy: Always``, running beside the app containers
+        (https://kubernetes.io/docs/concepts/workloads/pods/sidecar-containers/,
+        https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-sidecar)."""
+        with self._lock:
+            obj = self.objects[("pods", self.namespace, pod)]
+            obj["spec"].setdefault("initContainers", []).append(
+                {"name": name, "image": f"gke.gcr.io/{name}:v1", "restartPolicy": "Always"})
+            obj["status"].setdefault("initContainerStatuses", []).append(
+                {"name": name, "ready": True, "restartCount": 0, "started": True,
+                 "state": {"running": {"startedAt": obj["metadata"]["creationTimestamp"]}}})
+            self._touch(obj)
+
+    def serve_port(self, pod: str, port: int, address: tuple[str, int]) -> None:
+        """Port ``port`` of ``pod`` is served by the TCP listener at ``address`` (the pod's
+        process, for portforward). A port nobody serves refuses, as the kubelet reports."""
+        with self._lock:
+            self._real.ports[(pod, port)] = address
+
+    def on_exec(self, run) -> None:
+        """``run(argv) -> subprocess.Popen`` (stdout and stderr pipes) runs exec'd commands;
+        by default the argv runs on this machine, in place of the container's runtime."""
+        with self._lock:
+            self._real.exec_runner = run
+
+    @property
+    def execs(self) -> list[tuple[str, str, list[str]]]:
+        """(pod, container, argv) of every exec, in order."""
+        with self._lock:
+            return list(self._real.execs)
 
     def restart_container(self, pod: str, code: int = 1) -> None:
         """The kubelet restarts the first container of ``pod`` in place (a pod whose
@@ -472,6 +513,8 @@ class FakeKubernetes:
                 return 404, status_object(404, "NotFound", "the server could not find the requested resource")
             if request.resource == "log":
                 return self._log_answer(request)
+            if request.resource in ("exec", "portforward"):
+                return self._stream_answer(request)
             if request.method == "POST":
                 return self._create(request)
             if request.method == "GET" and request.name is None:
@@ -716,6 +759,13 @@ class FakeKubernetes:
         pod = self.objects.get(("pods", request.namespace, request.name))
         if pod is None:
             return self._not_found("pods", request.name)
+        container = request.query.get("container")
+        invalid = _invalid_container(pod, container)
+        if invalid is not None:
+            return invalid
+        default = (((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name")
+        key = request.name if container in (None, default) or default is None \
+            else f"{request.name}/{container}"
         previous = request.query.get("previous") == "true"
         if previous:
             statuses = pod["status"].get("containerStatuses") or [{}]
@@ -725,17 +775,20 @@ class FakeKubernetes:
                 return 400, status_object(400, "BadRequest", f'previous terminated container '
                                           f'"{container}" in pod "{request.name}" not found')
         return 200, ("stream", request.namespace, request.name,
-                     request.query.get("follow") == "true", previous)
+                     request.query.get("follow") == "true", previous, key)
 
-    def stream_log(self, ns: str, pod: str, follow: bool, write, previous: bool = False) -> None:
+    def stream_log(self, ns: str, pod: str, follow: bool, write, previous: bool = False,
+                   key: str | None = None) -> None:
         """Writes a pod's log lines with ``write(bytes)``; with ``follow`` until it ends. The
-        ``previous`` container's log has ended: it is written whole, followed or not."""
+        ``previous`` container's log has ended: it is written whole, followed or not. ``key``:
+        the log of another container than the first (``POD/CONTAINER``, see :meth:`log`)."""
         logs = self._previous_logs if previous else self._logs
+        key = key or pod
         sent = 0
         deadline = time.monotonic() + FOLLOW_LIMIT_S
         while True:
             with self._lock:
-                lines = logs.get(pod, [])[sent:]
+                lines = logs.get(key, [])[sent:]
                 sent += len(lines)
                 obj = self.objects.get(("pods", ns, pod))
                 over = (not follow or previous or self._closing or obj is None
@@ -751,8 +804,39 @@ class FakeKubernetes:
                                for line in lines))
             if over:
                 with self._lock:
-                    if not logs.get(pod, [])[sent:]:
+                    if not logs.get(key, [])[sent:]:
                         return
+
+    def _stream_answer(self, request: _Request) -> tuple[int, Any]:
+        """exec and portforward (see ``k8s_streams``): the pod must exist and run, exec's
+        container be one of it; then ("upgrade", ...) for the handler to take the connection
+        over. Without ``Upgrade: websocket`` (SPDY, which this double does not speak) 400."""
+        pod = self.objects.get(("pods", request.namespace, request.name))
+        if pod is None:
+            return self._not_found("pods", request.name)
+        upgrade = dict((k.lower(), v) for k, v in request.headers).get("upgrade", "").lower()
+        if upgrade != "websocket":
+            return 400, status_object(400, "BadRequest", f"Upgrade request required (this simulated API "
+                                      f"server speaks WebSocket only, not {upgrade or 'plain HTTP'})")
+        phase = pod["status"].get("phase")
+        if phase in ("Succeeded", "Failed"):  # the API server's message for a finished pod
+            return 400, status_object(400, "BadRequest", "cannot exec into a container in a completed "
+                                      f"pod; current phase is {phase}")
+        if request.resource == "portforward":
+            port = int(request.query.get("ports", "0") or 0)
+            uid = pod["metadata"].get("uid", "")
+            refused = (f"error forwarding port {port} to pod {request.name}, uid {uid}: failed to connect "
+                       f"to localhost:{port} inside the pod: connect: connection refused")
+            return 101, ("upgrade", "portforward", port, self._real.ports.get((request.name, port)), refused)
+        container = request.query.get("container") or pod["spec"]["containers"][0]["name"]
+        invalid = _invalid_container(pod, container)
+        if invalid is not None:
+            return invalid
+        command = request.query_lists.get("command") or []
+        self._real.execs.append((request.name, container, command))
+        run = self._real.exec_runner or (lambda argv: subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        return 101, ("upgrade", "exec", command, run)
 
     # ================================================================== behaving like a real server
     # Watches, pagination, fault injection, RBAC, the JobSet CRD, Kueue objects, gang
@@ -1060,6 +1144,8 @@ class FakeKubernetes:
             resource, group, name = extra[0], extra[1], extra[3]
         elif request.resource == "log":
             resource, group = "pods/log", ""
+        elif request.resource in ("exec", "portforward"):
+            resource, group = f"pods/{request.resource}", ""
         elif request.resource in _KINDS:
             resource, group = request.resource, _KINDS[request.resource][1]
         else:
@@ -1069,9 +1155,22 @@ class FakeKubernetes:
         if verb is None:
             verb = ("watch" if request.watch else "list") \
                 if name is None else "get"
-        self._real.used.add((group, resource, verb))
+        # A WebSocket exec/portforward is a GET, authorized as `get`; API servers from 1.35 on
+        # also require `create`, as for the POST that SPDY sends (feature gate
+        # AuthorizePodWebsocketUpgradeCreatePermission). Both are checked.
+        verbs = ("get", "create") if request.resource in ("exec", "portforward") else (verb,)
+        for verb in verbs:
+            self._real.used.add((group, resource, verb))
         if self._real.role is None:
             return None
+        for verb in verbs:
+            refused = self._refused(request, group, resource, verb, name, extra)
+            if refused is not None:
+                return refused
+        return None
+
+    def _refused(self, request: _Request, group: str, resource: str, verb: str, name: str | None,
+                 extra: tuple | None) -> tuple[int, dict] | None:
         cluster = (extra is not None and extra[2] is None  # a cluster-scoped resource
                    or extra is None and request.namespace is None)  # a list across namespaces
         rules = self._real.cluster_role if cluster else self._real.role
@@ -1545,6 +1644,9 @@ class _RealServerState:
     """The state of the FakeKubernetes "behaving like a real server" section."""
 
     def __init__(self):
+        self.ports: dict[tuple[str, int], tuple[str, int]] = {}  # serve_port
+        self.exec_runner = None  # on_exec
+        self.execs: list[tuple[str, str, list[str]]] = []
         self.faults: list[dict] = []
         self.expire = 0  # watches still to expire (410)
         self.expire_continue = 0  # continue tokens still to expire (410)
@@ -1675,13 +1777,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         request = _Request(self.command, self.path, body)
         request.content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
         request.accept = self.headers.get("Accept") or ""
+        request.headers = list(self.headers.items())
         code, payload = self.server_fake.answer(request, self.headers.get("Authorization"))
         if self._serve_client_side(code, payload):
             return
         if isinstance(payload, tuple) and payload[0] == "stream":
-            _, ns, pod, follow, previous = payload
+            _, ns, pod, follow, previous, key = payload
             self._stream(code, "text/plain",
-                         lambda write: self.server_fake.stream_log(ns, pod, follow, write, previous))
+                         lambda write: self.server_fake.stream_log(ns, pod, follow, write, previous, key))
+            return
+        if isinstance(payload, tuple) and payload[0] == "upgrade":
+            self._upgrade(request, payload)
             return
         data = json.dumps(payload).encode()
         self.send_response(code)
@@ -1691,6 +1797,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _upgrade(self, request: _Request, payload: tuple) -> None:
+        """The connection becomes a WebSocket session of exec or portforward (``k8s_streams``)."""
+        self.close_connection = True
+        self.wfile.flush()
+        if payload[1] == "exec":
+            session = k8s_streams.accept(self.connection, self.path, request.headers,
+                                         k8s_streams.EXEC_PROTOCOLS)
+            if session is not None:
+                k8s_streams.serve_exec(session, payload[2], payload[3])
+        else:
+            session = k8s_streams.accept(self.connection, self.path, request.headers,
+                                         k8s_streams.PORTFORWARD_PROTOCOLS)
+            if session is not None:
+                k8s_streams.serve_portforward(session, payload[2], payload[3], payload[4])
 
     def _stream(self, code: int, content_type: str, produce) -> None:
         """A chunked response whose chunks ``produce(write)`` writes; when ``produce`` returns
@@ -1801,6 +1922,20 @@ def _field_selector_matches(selector: str | None, obj: dict, resource: str | Non
         if (actual == value) != (op != "!="):
             return False
     return True
+
+
+def _invalid_container(pod: dict, container: str | None) -> tuple[int, dict] | None:
+    """400 BadRequest for a container that is not one of the pod's (init containers, native
+    sidecars among them, included), in the API server's words (pod strategy's
+    validateContainer); None when it is one, or none was named, or the pod was stored
+    without containers (a test's sketch of one: every pod the API server holds has some)."""
+    spec = pod.get("spec") or {}
+    names = [c.get("name") for key in ("initContainers", "containers", "ephemeralContainers")
+             for c in spec.get(key) or []]
+    if container is None or not names or container in names:
+        return None
+    return 400, status_object(400, "BadRequest",
+                              f"container {container} is not valid for pod {pod['metadata']['name']}")
 
 
 def _propagation_policy(request: _Request) -> str | None:

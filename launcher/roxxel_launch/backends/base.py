@@ -67,6 +67,7 @@ class JobStatus:
             (and for a local run recorded before reasons existed).
         run_dir: where the local backend keeps the run (None on Kubernetes).
         created: ISO-8601 creation time.
+        namespace: the Kubernetes namespace the job lives in (None for a local run).
     """
 
     name: str
@@ -78,6 +79,7 @@ class JobStatus:
     reason: StopReason | None = None
     run_dir: str | None = None
     created: str | None = None
+    namespace: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +238,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def logs(self, name: str, *, process: int = 0, follow: bool = False,
              all_processes: bool = False, since_seconds: int | None = None,
-             previous: bool = False) -> Iterator[str]:
+             previous: bool = False, container: str | None = None) -> Iterator[str]:
         """Lines of one worker's output (process 0 by default).
 
         Args:
@@ -244,13 +246,46 @@ class Backend(abc.ABC):
             all_processes: every worker's output, each line prefixed ``[rank N] ``.
             since_seconds: only output newer than this many seconds.
             previous: the previous terminated container (Kubernetes only).
+            container: another container of the worker's pod than the worker (a sidecar such
+                as ``gke-gcsfuse-sidecar``; Kubernetes only). None: the worker's own.
 
         Raises: JobNotFoundError; BackendError for an option the backend does not offer.
         """
 
     @abc.abstractmethod
-    def list(self) -> list[JobStatus]:
-        """Jobs this backend knows (submitted by roxxel-launch)."""
+    def list(self, *, all_namespaces: bool = False) -> list[JobStatus]:
+        """Jobs this backend knows (submitted by roxxel-launch).
+
+        Args:
+            all_namespaces: on Kubernetes, the jobs of every namespace the account may list
+                (as ``kubectl get -A``); each status names its ``namespace``.
+
+        Raises: BackendError when ``all_namespaces`` is not allowed or not offered.
+        """
+
+    def exec(self, name: str, command: Sequence[str], *, process: int = 0,
+             container: str | None = None, out: Callable[[bytes], None],
+             err: Callable[[bytes], None]) -> int:
+        """Run ``command`` (an argv) in worker ``process``'s container, as ``kubectl exec``.
+
+        ``out`` and ``err`` get the command's stdout and stderr bytes as they arrive.
+        Returns the command's exit code.
+
+        Raises: JobNotFoundError; BackendError (no such process or container, or the backend
+        does not offer it: the message says what to do instead).
+        """
+        raise BackendError(f"this backend cannot run a command in {name}'s workers")
+
+    def port_forward(self, name: str, local_port: int, remote_port: int, *, process: int = 0,
+                     on_listen: Callable[[str], None] | None = None) -> None:
+        """Forward 127.0.0.1:``local_port`` to ``remote_port`` of worker ``process``'s pod, as
+        ``kubectl port-forward``, until interrupted (KeyboardInterrupt). ``on_listen`` gets
+        the address once it listens (``"127.0.0.1:PORT"``).
+
+        Raises: JobNotFoundError; BackendError (no such process, the port is taken, or the
+        backend does not offer it).
+        """
+        raise BackendError(f"this backend cannot forward a port to {name}'s workers")
 
     @abc.abstractmethod
     def delete(self, name: str, *, wait: bool = False) -> None:

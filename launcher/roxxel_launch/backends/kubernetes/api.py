@@ -51,6 +51,7 @@ LIST_PAGE_SIZE = 500  # objects per page of a list (kubectl asks for 500 too)
 # What RBAC calls each kind, for "kubectl auth can-i VERB RESOURCE" hints.
 _RBAC_RESOURCE = {"JobSet": f"{JOBSET_PLURAL}.{JOBSET_GROUP}", "Job": "jobs.batch",
                   "Service": "services", "Pod": "pods", "Pod log": "pods/log",
+                  "Pod exec": "pods/exec", "Pod portforward": "pods/portforward",
                   "NetworkPolicy": "networkpolicies.networking.k8s.io", "Event": "events",
                   "Node": "nodes"}
 _RBAC_VERB = {"create": "create", "read": "get", "list": "list", "delete": "delete",
@@ -485,8 +486,8 @@ class KubernetesApi:
         return self.list("Node", None)
 
     def list_all_namespaces(self, kind: str, selector: str, field_selector: str | None = None) -> builtins.list[dict]:
-        """Every JobSet or Job matching ``selector`` in every namespace (one request each, no
-        pages: roxxel-launch's own jobs are few); needs ``list`` on them cluster-wide.
+        """Every JobSet, Job or Pod matching ``selector`` in every namespace (one request each,
+        no pages: roxxel-launch's own jobs are few); needs ``list`` on them cluster-wide.
 
         Raises: BackendError (403 without that permission)."""
         options: dict[str, Any] = {"label_selector": selector}
@@ -497,8 +498,10 @@ class KubernetesApi:
                              JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, **options)
         elif kind == "Job":
             data = self.json("list", kind, None, "(all)", self.batch().list_job_for_all_namespaces, **options)
+        elif kind == "Pod":
+            data = self.json("list", kind, None, "(all)", self.core().list_pod_for_all_namespaces, **options)
         else:
-            raise ValueError(f"roxxel-launch lists JobSets and Jobs across namespaces, not {kind}")
+            raise ValueError(f"roxxel-launch lists JobSets, Jobs and Pods across namespaces, not {kind}")
         return list(data.get("items") or [])
 
     def use_namespace(self, namespace: str) -> None:

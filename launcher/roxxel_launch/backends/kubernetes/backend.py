@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from kubernetes.client.exceptions import ApiException
 
+from roxxel_launch import contract
 from roxxel_launch.backends.base import (
     RENAME_HINT,
     RESUME_HINT,
@@ -66,10 +67,12 @@ from roxxel_launch.backends.kubernetes.api import (
     JOBSET_VERSION,
     KubernetesApi,
     _resource_type_missing,
+    _server_message,
 )
 from roxxel_launch.backends.kubernetes.events import EventReader, StuckPods, job_objects, merge, not_started
 from roxxel_launch.backends.kubernetes.fit import check_fit
-from roxxel_launch.backends.kubernetes.logs import read_logs
+from roxxel_launch.backends.kubernetes.logs import check_container, pod_of, read_logs
+from roxxel_launch.backends.kubernetes.pod_streams import exec_in_pod, forward_port, require_running
 from roxxel_launch.backends.kubernetes.preflight import (
     KUEUE_GROUP,
     check_jobset_crd,
@@ -461,32 +464,68 @@ class KubernetesBackend(Backend):
             return None
         return list(data.get("items") or [])
 
-    def list(self) -> list[JobStatus]:
+    def list(self, *, all_namespaces: bool = False) -> builtins.list[JobStatus]:
+        """The roxxel-launch jobs of this namespace, or with ``all_namespaces`` of every
+        namespace (one list of JobSets, Jobs and pods across namespaces each, as ``kubectl get
+        -A`` reads them: https://kubernetes.io/docs/reference/kubectl/generated/kubectl_get/),
+        sorted by namespace and name.
+
+        Raises: BackendError; listing across namespaces needs ``list`` on jobsets, jobs and
+        pods at the cluster scope (a ClusterRole): a 403 says so in one line naming the fix.
+        """
         selector = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-        found: list[tuple[str, dict]] = []
         try:
-            found += [("JobSet", o) for o in self.api.list("JobSet", selector)]
+            found = self._list_jobs(selector, all_namespaces)
+            pods = (self.api.list_all_namespaces("Pod", RUN_NAME_LABEL) if all_namespaces
+                    else self.api.list("Pod", RUN_NAME_LABEL))
+        except BackendError as err:
+            cause = err.__cause__
+            if not (all_namespaces and isinstance(cause, ApiException) and cause.status == 403):
+                raise
+            raise BackendError(
+                f"this account may not list jobs across namespaces ({_server_message(cause)}); "
+                "list one namespace with -n NAMESPACE, or ask a cluster admin for a ClusterRole with "
+                "list on jobsets.jobset.x-k8s.io, jobs.batch and pods (check: kubectl auth can-i list "
+                "jobsets.jobset.x-k8s.io --all-namespaces)") from cause
+        by_owner: dict[tuple[str, str, str], builtins.list[dict]] = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            namespace = meta.get("namespace") or ""
+            if JOBSET_NAME_LABEL in labels:
+                by_owner.setdefault((namespace, "JobSet", labels[JOBSET_NAME_LABEL]), []).append(pod)
+            elif JOB_NAME_LABEL in labels:
+                by_owner.setdefault((namespace, "Job", labels[JOB_NAME_LABEL]), []).append(pod)
+        statuses = []
+        for kind, obj in found:
+            meta = obj["metadata"]
+            namespace = meta.get("namespace") or self.namespace
+            pods_of = by_owner.get((namespace, kind, meta["name"]), [])
+            statuses.append(dataclasses.replace(status_of(kind, obj, pods_of), namespace=namespace))
+        return sorted(statuses, key=lambda s: (s.namespace or "", s.name))
+
+    def _list_jobs(self, selector: str, all_namespaces: bool) -> builtins.list[tuple[str, dict]]:
+        """("JobSet" | "Job", object) of every roxxel-launch job; a JobSet's child Jobs left out."""
+        def listed(kind: str) -> builtins.list[dict]:
+            if all_namespaces:
+                return self.api.list_all_namespaces(kind, selector)
+            return self.api.list(kind, selector)
+
+        found: builtins.list[tuple[str, dict]] = []
+        try:
+            found += [("JobSet", o) for o in listed("JobSet")]
         except BackendError as err:
             cause = err.__cause__
             if not (isinstance(cause, ApiException) and _resource_type_missing(cause)):
                 raise
             logger.info("no JobSet API in this cluster; listing Jobs only")
-        for job in self.api.list("Job", selector):
+        for job in listed("Job"):
             meta = job.get("metadata") or {}
             if JOBSET_NAME_LABEL in (meta.get("labels") or {}) or any(
                     o.get("kind") == "JobSet" for o in meta.get("ownerReferences") or []):
                 continue  # a JobSet's child Job carries the JobSet's labels
             found.append(("Job", job))
-        by_owner: dict[tuple[str, str], list[dict]] = {}
-        for pod in self.api.list("Pod", RUN_NAME_LABEL):
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            if JOBSET_NAME_LABEL in labels:
-                by_owner.setdefault(("JobSet", labels[JOBSET_NAME_LABEL]), []).append(pod)
-            elif JOB_NAME_LABEL in labels:
-                by_owner.setdefault(("Job", labels[JOB_NAME_LABEL]), []).append(pod)
-        statuses = [status_of(kind, obj, by_owner.get((kind, obj["metadata"]["name"]), []))
-                    for kind, obj in found]
-        return sorted(statuses, key=lambda s: s.name)
+        return found
 
     def delete(self, name: str, *, wait: bool = False) -> None:
         """Deletes the job (foreground: its Jobs and pods go first) and an indexed job's Service.
@@ -721,11 +760,41 @@ class KubernetesBackend(Backend):
 
     def logs(self, name: str, *, process: int = 0, follow: bool = False,
              all_processes: bool = False, since_seconds: int | None = None,
-             previous: bool = False) -> Iterator[str]:
+             previous: bool = False, container: str | None = None) -> Iterator[str]:
         """Lines of one process's output (or every process's, prefixed with its rank), from
         its pod of the newest restart attempt; with ``follow``, across gang restarts until
-        the job ends. See :func:`.logs.read_logs`."""
+        the job ends; ``container``: another container of the pod. See :func:`.logs.read_logs`."""
         kind, obj = self._require(name)
         return read_logs(self.api, kind, obj, process=process, follow=follow,
                          all_processes=all_processes, since_seconds=since_seconds,
-                         previous=previous, poll_seconds=self.poll_seconds)
+                         previous=previous, poll_seconds=self.poll_seconds, container=container)
+
+    # ------------------------------------------------------------------ exec, port-forward
+
+    def _running_pod(self, name: str, process: int, container: str | None = None) -> str:
+        """The name of ``process``'s current pod, once checked: it runs (and has ``container``)."""
+        kind, obj = self._require(name)
+        pod = pod_of(self.api, kind, obj, process)
+        who = f"process {process} of {name}"
+        if container is not None:
+            check_container(pod, container, who)
+        require_running(pod, who)
+        return pod["metadata"]["name"]
+
+    def exec(self, name: str, command: Sequence[str], *, process: int = 0,
+             container: str | None = None, out: Callable[[bytes], None],
+             err: Callable[[bytes], None]) -> int:
+        """Runs ``command`` in process ``process``'s pod (its current attempt's), in
+        ``container`` (None: the worker's), as ``kubectl exec``; the command's exit code.
+        See :func:`.pod_streams.exec_in_pod`."""
+        pod = self._running_pod(name, process, container)
+        container = container or contract.CONTAINER_NAME
+        logger.info("exec in pod %s/%s, container %s: %s", self.namespace, pod, container, list(command))
+        return exec_in_pod(self.api, pod, container, command, out=out, err=err)
+
+    def port_forward(self, name: str, local_port: int, remote_port: int, *, process: int = 0,
+                     on_listen: Callable[[str], None] | None = None) -> None:
+        """Forwards 127.0.0.1:``local_port`` to ``remote_port`` of process ``process``'s pod
+        until interrupted. See :func:`.pod_streams.forward_port`."""
+        pod = self._running_pod(name, process)
+        forward_port(self.api, pod, local_port, remote_port, on_listen=on_listen)

@@ -51,7 +51,7 @@ def attempt_marker(attempt: int) -> str:
 
 def read_logs(api: KubernetesApi, kind: str, obj: Mapping, *, process: int, follow: bool,
               all_processes: bool, since_seconds: int | None, previous: bool,
-              poll_seconds: float) -> Iterator[str]:
+              poll_seconds: float, container: str | None = None) -> Iterator[str]:
     """Lines (without newline) of one worker's log, or of every worker's (``all_processes``:
     each line prefixed ``[rank N] ``).
 
@@ -64,10 +64,14 @@ def read_logs(api: KubernetesApi, kind: str, obj: Mapping, *, process: int, foll
         previous: the previous terminated container of the pod (``previous=true``, as
             ``kubectl logs --previous``).
         poll_seconds: pause between reads of the job while waiting for a pod to start.
+        container: the pod's container to read (None: the worker's, ``contract.CONTAINER_NAME``);
+            e.g. the GCS FUSE sidecar ``gke-gcsfuse-sidecar``, a native sidecar (an init
+            container with ``restartPolicy: Always``,
+            https://kubernetes.io/docs/concepts/workloads/pods/sidecar-containers/).
 
     The pods are looked up now (errors raise here, not while iterating).
-    Raises: JobNotFoundError; BackendError (no such process, no pod, a broken stream
-    without ``follow``).
+    Raises: JobNotFoundError; BackendError (no such process, no pod, no such container in
+    the pod, a broken stream without ``follow``).
     """
     name = obj["metadata"]["name"]
     hosts, _, processes = shape(kind, obj)
@@ -75,8 +79,8 @@ def read_logs(api: KubernetesApi, kind: str, obj: Mapping, *, process: int, foll
         raise BackendError(f"{name} has processes 0..{processes - 1}; there is no process "
                            f"{process}.")
     ranks = list(range(processes)) if all_processes else [process]
-    readers = [_RankReader(api, kind, obj, rank, hosts, since_seconds, previous, poll_seconds)
-               for rank in ranks]
+    readers = [_RankReader(api, kind, obj, rank, hosts, since_seconds, previous, poll_seconds,
+                           container) for rank in ranks]
     for reader in readers:
         reader.attach(wait=follow)  # errors now, not while iterating
         reader.first = reader._open(follow)
@@ -129,11 +133,14 @@ class _RankReader:
     """The log of one rank, attempt after attempt."""
 
     def __init__(self, api: KubernetesApi, kind: str, obj: Mapping, rank: int,
-                 hosts: int, since_seconds: int | None, previous: bool, poll_seconds: float):
+                 hosts: int, since_seconds: int | None, previous: bool, poll_seconds: float,
+                 container: str | None = None):
         self.api, self.kind, self.obj, self.rank, self.hosts = api, kind, obj, rank, hosts
         self.poll_seconds = poll_seconds
         self.name = obj["metadata"]["name"]
         self.since_seconds, self.previous = since_seconds, previous
+        self.chosen = container  # checked against each pod's containers when given
+        self.container = container or contract.CONTAINER_NAME
         self.started = time.monotonic()
         self.pod: str | None = None
         self.attempt = 0
@@ -141,14 +148,18 @@ class _RankReader:
         self.first: Any = None  # the response opened by read_logs, read first
 
     def attach(self, *, wait: bool) -> None:
-        self.pod, self.attempt = _pod_of(self.api, self.kind, self.obj, self.rank,
-                                         self.hosts, wait=wait, poll_seconds=self.poll_seconds)
+        pod = _pod_of(self.api, self.kind, self.obj, self.rank, self.hosts, wait=wait,
+                      poll_seconds=self.poll_seconds)
+        if self.chosen is not None:
+            check_container(pod, self.chosen, f"process {self.rank} of {self.name}")
+        self.pod = pod["metadata"]["name"]
+        self.attempt = _int(_pod_key(pod, RESTART_ATTEMPT_KEY), 0)
         logger.info("logs of %s process %d: pod %s (attempt %d)", self.name, self.rank,
                     self.pod, self.attempt + 1)
 
     def _open(self, follow: bool) -> Any:
         api = self.api
-        options: dict[str, Any] = dict(container=contract.CONTAINER_NAME, follow=follow)
+        options: dict[str, Any] = dict(container=self.container, follow=follow)
         if self.since_seconds is not None:  # the same instant on every reconnect
             options["since_seconds"] = int(self.since_seconds + time.monotonic() - self.started)
         if self.previous:
@@ -225,10 +236,37 @@ class _RankReader:
         return status_of(self.kind, current, []).state.terminal
 
 
+def container_names(pod: Mapping) -> list[str]:
+    """The names of a pod's containers: init containers (native sidecars among them, such
+    as ``gke-gcsfuse-sidecar``), then the app containers, then ephemeral ones."""
+    spec = pod.get("spec") or {}
+    return [c.get("name", "?") for key in ("initContainers", "containers", "ephemeralContainers")
+            for c in spec.get(key) or []]
+
+
+def check_container(pod: Mapping, container: str, who: str) -> None:
+    """Raises BackendError, listing the pod's containers, when ``container`` is not one of them
+    (the API server would answer 400 "container X is not valid for pod Y")."""
+    names = container_names(pod)
+    if container not in names:
+        raise BackendError(f"pod {pod['metadata']['name']} ({who}) has no container {container!r}; its "
+                           f"containers: {', '.join(names) or 'none'} (choose one with -c/--container)")
+
+
+def pod_of(api: KubernetesApi, kind: str, obj: Mapping, process: int) -> dict:
+    """``process``'s newest pod (its current attempt's), as it is now.
+
+    Raises: BackendError (no such process, or no pod yet)."""
+    hosts, _, processes = shape(kind, obj)
+    name = obj["metadata"]["name"]
+    if not 0 <= process < processes:
+        raise BackendError(f"{name} has processes 0..{processes - 1}; there is no process {process}.")
+    return _pod_of(api, kind, obj, process, hosts, wait=False, poll_seconds=0.0)
+
+
 def _pod_of(api: KubernetesApi, kind: str, obj: Mapping, process: int, hosts: int, *,
-            wait: bool, poll_seconds: float) -> tuple[str, int]:
-    """(pod name, restart attempt) of ``process``'s newest pod; with ``wait``, once it has
-    started (or the job has ended)."""
+            wait: bool, poll_seconds: float) -> dict:
+    """``process``'s newest pod; with ``wait``, once it has started (or the job has ended)."""
     name = obj["metadata"]["name"]
     if kind == "JobSet":
         slice_index, index = divmod(process, hosts)
@@ -250,7 +288,7 @@ def _pod_of(api: KubernetesApi, kind: str, obj: Mapping, process: int, hosts: in
             started = worker.phase != "Pending" or any(
                 "running" in s or "terminated" in s for s in states)
             if started or not wait:
-                return worker.pod, worker.restart_attempt
+                return newest
             reason = worker.describe()
         else:
             newest = None
@@ -266,7 +304,7 @@ def _pod_of(api: KubernetesApi, kind: str, obj: Mapping, process: int, hosts: in
         state = status_of(kind, current, []).state
         if state.terminal:
             if newest is not None:  # it will not start any more: show what there is
-                return newest["metadata"]["name"], _int(_pod_key(newest, RESTART_ATTEMPT_KEY), 0)
+                return newest
             raise BackendError(f"{name} is {state.value} and process {process} has no pod "
                                "left to read logs from.")
         if reason != announced:

@@ -402,7 +402,7 @@ class LocalBackend(Backend):
 
     def logs(self, name: str, *, process: int = 0, follow: bool = False,
              all_processes: bool = False, since_seconds: int | None = None,
-             previous: bool = False) -> Iterator[str]:
+             previous: bool = False, container: str | None = None) -> Iterator[str]:
         """Lines (without newline) of worker ``process``'s log, every attempt, with headers.
 
         Args:
@@ -413,9 +413,12 @@ class LocalBackend(Backend):
 
         Raises:
             JobNotFoundError: no local job of that name.
-            BackendError: ``process`` out of range; ``all_processes``, ``since_seconds`` or
-                ``previous``, which read pods on Kubernetes.
+            BackendError: ``process`` out of range; ``all_processes``, ``since_seconds``,
+                ``previous`` or ``container``, which read pods on Kubernetes.
         """
+        if container is not None:
+            raise BackendError("--container reads a container of a Kubernetes pod; a local run has only the "
+                               "worker, whose log this is (drop --container)")
         if all_processes or since_seconds is not None or previous:
             raise BackendError("--all, --since and --previous read pods on Kubernetes; a local "
                                f"run's logs are the files worker-N.log in its run directory "
@@ -448,8 +451,36 @@ class LocalBackend(Backend):
             if not data:
                 time.sleep(0.2)
 
-    def list(self) -> list[JobStatus]:
-        """Every local job under the root, sorted by name."""
+    def exec(self, name: str, command, *, process: int = 0, container: str | None = None,
+             out, err) -> int:
+        """Refused: a local worker is a process (or a podman container) of this machine.
+
+        Raises: JobNotFoundError; BackendError saying what to run instead."""
+        from roxxel_launch.backends.local.containers import RUN_LABEL, run_id
+
+        run_dir = self._existing(name)
+        raise BackendError(f"exec runs a command in a Kubernetes pod; {name}'s local workers run on this "
+                           f"machine: run the command here, in its run directory {run_dir} (with --runtime "
+                           f"podman: podman ps --filter label={RUN_LABEL}={run_id(run_dir)}, then podman exec "
+                           "CONTAINER ...)")
+
+    def port_forward(self, name: str, local_port: int, remote_port: int, *, process: int = 0,
+                     on_listen=None) -> None:
+        """Refused: a local worker's ports are this machine's already.
+
+        Raises: JobNotFoundError; BackendError saying which address to open instead."""
+        self._existing(name)
+        raise BackendError(f"port-forward reaches a port of a Kubernetes pod; {name}'s local workers listen "
+                           f"on this machine already: open 127.0.0.1:{remote_port} (with --netns, the "
+                           "worker's own address; see roxxel-launch status --local)")
+
+    def list(self, *, all_namespaces: bool = False) -> list[JobStatus]:
+        """Every local job under the root, sorted by name.
+
+        Raises: BackendError for ``all_namespaces`` (namespaces are Kubernetes')."""
+        if all_namespaces:
+            raise BackendError(f"--all-namespaces lists Kubernetes namespaces; local jobs have none: they are "
+                               f"kept in {self.root} (drop -A)")
         if not self.root.is_dir():
             return []
         out = []
