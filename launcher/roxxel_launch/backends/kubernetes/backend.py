@@ -77,6 +77,7 @@ from roxxel_launch.backends.kubernetes.preflight import (
     KUEUE_GROUP,
     check_jobset_crd,
     check_local_queue,
+    check_multislice_network,
     check_workload_priority_class,
     kueue_version,
 )
@@ -335,6 +336,7 @@ class KubernetesBackend(Backend):
         for obj in objects:
             if obj["kind"] == "JobSet":
                 check_jobset_crd(self.api, obj)
+        check_multislice_network(self.api, spec)
         if self.fit_check:
             check_fit(self.api, objects)
         else:

@@ -1,0 +1,62 @@
+"""The submit-time hint for TPU multislice jobs that mount GCS FUSE (backends/kubernetes/preflight.py).
+
+A render cannot see the cluster, so such a job stays on the pod network by default; at submit
+the API server's ``/version`` tells whether GKE's GCS FUSE driver serves host-network pods
+(GKE 1.33.3-gke.1226000+, the driver's docs/releases.md), and one warning names
+``host_network: true``. The API is a stand-in answering the ``json`` read as the official
+client's ``VersionApi.get_code`` would (a ``gitVersion`` as GKE's API servers report it).
+"""
+
+import logging
+
+import pytest
+
+from roxxel_launch.backends.base import BackendError
+from roxxel_launch.backends.kubernetes.preflight import check_multislice_network, gke_version
+from support.specs import TPU_V5P, job_spec
+
+GCSFUSE = {"gcsfuse": {"bucket": "my-data"}}
+
+
+class VersionOnly:
+    api_client = None
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def json(self, action, kind, name, namespace, fn, *args, **kwargs):
+        assert (action, kind) == ("read", "Version") and fn.__name__ == "get_code"
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return {"gitVersion": self.answer}
+
+
+def test_gke_versions_are_read_with_their_build():
+    assert gke_version("v1.33.5-gke.1080000") == (1, 33, 5, 1080000)
+    assert gke_version("v1.31.2") == (1, 31, 2, 0)
+    assert gke_version("garbage") is None
+
+
+@pytest.mark.parametrize("version,warned", [("v1.33.3-gke.1226000", True), ("v1.34.1-gke.100", True),
+                                            ("v1.33.3-gke.1225999", False), ("v1.32.9-gke.9999999", False),
+                                            ("unparsable", False), (BackendError("403 Forbidden"), False)])
+def test_a_multislice_gcsfuse_job_is_told_when_the_cluster_serves_host_network_mounts(caplog, version, warned):
+    spec = job_spec(accelerator=TPU_V5P, num_slices=2, data=GCSFUSE)
+    assert not spec.uses_host_network  # the render's default
+    with caplog.at_level(logging.INFO, "roxxel_launch"):
+        check_multislice_network(VersionOnly(version), spec)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert bool(warnings) == warned, warnings
+    if warned:
+        (line,) = warnings
+        assert "set host_network: true" in line and "pod network" in line and str(version) in line
+
+
+@pytest.mark.parametrize("fields", [{"num_slices": 1, "data": GCSFUSE}, {"num_slices": 2},
+                                    {"num_slices": 2, "data": GCSFUSE, "host_network": False},
+                                    {"num_slices": 2, "data": GCSFUSE, "host_network": True}])
+def test_nothing_is_said_where_the_network_is_settled(caplog, fields):
+    spec = job_spec(accelerator=TPU_V5P, **fields)
+    with caplog.at_level(logging.INFO, "roxxel_launch"):
+        check_multislice_network(VersionOnly("v1.34.1-gke.100"), spec)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
