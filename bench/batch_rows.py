@@ -34,20 +34,41 @@ LOSS = re.compile(r"held-out loss ([0-9.]+) nats/token")
 
 def prepare() -> None:
     if not all(os.path.exists(os.path.join(DATA, n, "dataset.json")) for n in ("code", "code-eval", "text")):
-        subprocess.run([sys.executable, os.path.join(REPO, "examples", "lm", "prepare.py"), DATA], check=True,
-                       env=dict(os.environ, JAX_PLATFORMS="cpu"))
+        subprocess.run(
+            [sys.executable, os.path.join(REPO, "examples", "lm", "prepare.py"), DATA],
+            check=True,
+            env=dict(os.environ, JAX_PLATFORMS="cpu"),
+        )
 
 
 def held_out_loss(rows: str, seed: int, steps: list[int]) -> float:
     with tempfile.TemporaryDirectory() as run:
-        cmd = [sys.executable, os.path.join(REPO, "examples", "lm", "train.py"), "--data", DATA, "--run-dir", run,
-               "--run-name", f"rows-{rows}-{seed}", "--seed", str(seed), "--batch-rows", rows,
-               "--steps", *map(str, steps), "--eval-every", str(sum(steps)), "--checkpoint-every", str(sum(steps))]
+        cmd = [
+            sys.executable,
+            os.path.join(REPO, "examples", "lm", "train.py"),
+            "--data",
+            DATA,
+            "--run-dir",
+            run,
+            "--run-name",
+            f"rows-{rows}-{seed}",
+            "--seed",
+            str(seed),
+            "--batch-rows",
+            rows,
+            "--steps",
+            *map(str, steps),
+            "--eval-every",
+            str(sum(steps)),
+            "--checkpoint-every",
+            str(sum(steps)),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     found = LOSS.search(out.stdout)
     if out.returncode or not found:
-        raise SystemExit(f"train.py ({rows}, seed {seed}) failed with {out.returncode}:\n{out.stdout[-2000:]}"
-                         f"\n{out.stderr[-2000:]}")
+        raise SystemExit(
+            f"train.py ({rows}, seed {seed}) failed with {out.returncode}:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+        )
     return float(found.group(1))
 
 
@@ -66,10 +87,18 @@ def main() -> int:
         a, b = losses["independent"][-1], losses["consecutive"][-1]
         print(f"{seed:>4}  {a:>11.4f}  {b:>11.4f}  {a / b:>6.3f}")
     ind, con = (statistics.mean(losses[k]) for k in ("independent", "consecutive"))
-    spread = max(abs(a - b) for a, b in zip(losses["independent"][1:], losses["independent"])) if len(args.seeds) > 1 else 0
-    print(f"{'mean':>4}  {ind:>11.4f}  {con:>11.4f}  {ind / con:>6.3f}   (seed-to-seed spread, independent: {spread:.4f})")
-    record("main job's held-out loss, independent vs consecutive rows", f"{ind:.4f} vs {con:.4f} ({ind / con:.3f}x)",
-           "report (lower is better)", None)
+    spread = (
+        max(abs(a - b) for a, b in zip(losses["independent"][1:], losses["independent"])) if len(args.seeds) > 1 else 0
+    )
+    print(
+        f"{'mean':>4}  {ind:>11.4f}  {con:>11.4f}  {ind / con:>6.3f}   (seed-to-seed spread, independent: {spread:.4f})"
+    )
+    record(
+        "main job's held-out loss, independent vs consecutive rows",
+        f"{ind:.4f} vs {con:.4f} ({ind / con:.3f}x)",
+        "report (lower is better)",
+        None,
+    )
     return 0
 
 

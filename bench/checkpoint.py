@@ -48,6 +48,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # the tests' support package
 import support.gcs_emulator as emulator_wrapper  # noqa: E402  (the tests' patched emulator)
+
 BUCKET = "roxxel-bench"
 LAYERS, WIDTH = 4, 2048
 REPEATS = 3
@@ -126,15 +127,21 @@ def run(work: str) -> None:
         # Baseline: Orbax, synchronous, the same composite the Checkpointer writes.
         sync = ocp.CheckpointManager(
             f"{root}/orbax-sync",
-            options=ocp.CheckpointManagerOptions(enable_async_checkpointing=False, create=True, max_to_keep=REPEATS + 1),
+            options=ocp.CheckpointManagerOptions(
+                enable_async_checkpointing=False, create=True, max_to_keep=REPEATS + 1
+            ),
         )
         sync_times = []
         for step in range(REPEATS + 1):  # step 0 warms up (threads, connections) and is not counted
             state = pure(model, optimizer)
             jax.block_until_ready(state)
             t0 = time.perf_counter()
-            sync.save(step, args=ocp.args.Composite(**{
-                STATE_ITEM: ocp.args.StandardSave(state), RUN_ITEM: ocp.args.JsonSave({"step": step})}))
+            sync.save(
+                step,
+                args=ocp.args.Composite(
+                    **{STATE_ITEM: ocp.args.StandardSave(state), RUN_ITEM: ocp.args.JsonSave({"step": step})}
+                ),
+            )
             sync_times.append(time.perf_counter() - t0)
         del sync_times[0]
 
@@ -184,23 +191,40 @@ def run(work: str) -> None:
                     assert all(jax.tree.leaves(equal)), f"{label}: the restored state differs from the saved one"
 
         baseline = "orbax sync save"
-        rows = [(baseline, best(sync_times)), ("Checkpointer save+wait", best(total_times)),
-                ("Checkpointer save()", best(block_times))]
-        print_table(f"save, {label}: {nbytes / 1e6:.0f} MB state, time in ms (best of {REPEATS})",
-                    rows, "ms", baseline, higher_is_better=False)
+        rows = [
+            (baseline, best(sync_times)),
+            ("Checkpointer save+wait", best(total_times)),
+            ("Checkpointer save()", best(block_times)),
+        ]
+        print_table(
+            f"save, {label}: {nbytes / 1e6:.0f} MB state, time in ms (best of {REPEATS})",
+            rows,
+            "ms",
+            baseline,
+            higher_is_better=False,
+        )
         share = best(block_times) / best(sync_times)
-        print(f"save() blocks the caller for {share:.1%} of a synchronous save "
-              f"(target <= 10%: {'met' if share <= 0.10 else 'MISSED'})")
+        print(
+            f"save() blocks the caller for {share:.1%} of a synchronous save "
+            f"(target <= 10%: {'met' if share <= 0.10 else 'MISSED'})"
+        )
         print(f"  all runs, ms: sync {_ms(sync_times)}; save() {_ms(block_times)}; save+wait {_ms(total_times)}")
         print()
         rows = [("orbax restore", best(orbax_restore_times)), ("Checkpointer.restore()", best(restore_times))]
-        print_table(f"restore, {label}: {nbytes / 1e6:.0f} MB state into a fresh model, time in ms (best of {REPEATS})",
-                    rows, "ms", "orbax restore", higher_is_better=False)
+        print_table(
+            f"restore, {label}: {nbytes / 1e6:.0f} MB state into a fresh model, time in ms (best of {REPEATS})",
+            rows,
+            "ms",
+            "orbax restore",
+            higher_is_better=False,
+        )
         print(f"  all runs, ms: orbax {_ms(orbax_restore_times)}; Checkpointer {_ms(restore_times)}")
         print()
 
-    print(f"jax {jax.__version__} ({jax.default_backend()}, {jax.device_count()} device), "
-          f"orbax-checkpoint {ocp.__version__}, {os.cpu_count()} CPUs\n")
+    print(
+        f"jax {jax.__version__} ({jax.default_backend()}, {jax.device_count()} device), "
+        f"orbax-checkpoint {ocp.__version__}, {os.cpu_count()} CPUs\n"
+    )
     bench("local directory", os.path.join(work, "local"))
     bench("gs:// (emulator)", f"gs://{BUCKET}/bench")
 

@@ -47,7 +47,7 @@ def read_epochs(path: str, check: bool) -> tuple[float, float]:
     for _ in range(2):
         t0 = time.perf_counter()
         for i in range(0, n - 15, 16):
-            ds.gather_into(out, starts[i:i + 16], np.full(16, CHUNK, np.int64))
+            ds.gather_into(out, starts[i : i + 16], np.full(16, CHUNK, np.int64))
         times.append(time.perf_counter() - t0)
     ds.close()
     return times[0], times[1]
@@ -76,9 +76,11 @@ def main() -> None:
                 second[check].append(b)
                 stream[check].append(stream_epoch(work, check))
         mtok = TOKENS / 1e6
-        for title, data in (("read path, first epoch (every block checked once)", first),
-                            ("read path, second epoch (blocks already checked)", second),
-                            ("stream host rows 16x2048, one epoch", stream)):
+        for title, data in (
+            ("read path, first epoch (every block checked once)", first),
+            ("read path, second epoch (blocks already checked)", second),
+            ("stream host rows 16x2048, one epoch", stream),
+        ):
             rows = [("check off", mtok / min(data[False])), ("check on", mtok / min(data[True]))]
             print_table(f"{title}: {TOKENS:,} uint16 tokens, chunks of {CHUNK}", rows, "Mtok/s", "check off")
             print()

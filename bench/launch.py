@@ -45,11 +45,18 @@ STARTUP_TARGET_S = 0.5
 CRD = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "k8s" / "jobset.x-k8s.io_jobsets.yaml"
 
 SPEC = {
-    "apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "big", "namespace": "ml",
-    "image": "us-docker.pkg.dev/my-project/roxxel/worker:tpu", "command": ["python", "examples/lm/train.py"],
-    "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}}, "num_slices": 256,
+    "apiVersion": "roxxel.dev/v1alpha1",
+    "kind": "RoxxelJob",
+    "name": "big",
+    "namespace": "ml",
+    "image": "us-docker.pkg.dev/my-project/roxxel/worker:tpu",
+    "command": ["python", "examples/lm/train.py"],
+    "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}},
+    "num_slices": 256,
     "data": {"gcsfuse": {"bucket": "my-datasets", "only_dir": "shards"}},
-    "checkpoint_dir": "gs://my-checkpoints/big", "service_account": "trainer", "queue": "team-a",
+    "checkpoint_dir": "gs://my-checkpoints/big",
+    "service_account": "trainer",
+    "queue": "team-a",
 }
 
 
@@ -71,6 +78,7 @@ def render_and_validate(spec: S.JobSpec) -> R.Rendered:
 def startup(cmd: list[str]) -> float:
     def once():
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
     once()  # warm the page cache for every command alike
     return best_of(once, STARTUP_REPEATS)
 
@@ -102,42 +110,78 @@ def main() -> None:
         ("render 256 x 4", best_of(lambda: R.render(big))),
         ("render + validate 1 x 4", best_of(lambda: render_and_validate(small))),
         ("render + validate 256 x 4", best_of(lambda: render_and_validate(big))),
-        ("  + JobSet CRD schema (tests)", best_of(lambda: V.check_jobset_crd(render_and_validate(big).objects[0],
-                                                                             crd_schema))),
+        (
+            "  + JobSet CRD schema (tests)",
+            best_of(lambda: V.check_jobset_crd(render_and_validate(big).objects[0], crd_schema)),
+        ),
         ("render + validate 256 x 4, cold", cold),
     ]
     rows = [(name, seconds * 1000) for name, seconds in rows]
-    print_table(f"roxxel-launch render + validate: JobSet of {big.num_slices} slices x {big.hosts_per_slice} hosts "
-                f"(TPU v5e 4x4, {big.num_processes} pods); best of {REPEATS} (cold: first call in a fresh process, "
-                f"best of 3)", rows, "ms",
-                "yaml.safe_dump (same objects)", higher_is_better=False)
+    print_table(
+        f"roxxel-launch render + validate: JobSet of {big.num_slices} slices x {big.hosts_per_slice} hosts "
+        f"(TPU v5e 4x4, {big.num_processes} pods); best of {REPEATS} (cold: first call in a fresh process, "
+        f"best of 3)",
+        rows,
+        "ms",
+        "yaml.safe_dump (same objects)",
+        higher_is_better=False,
+    )
     total = max(dict(rows)["render + validate 256 x 4"], dict(rows)["render + validate 256 x 4, cold"]) / 1000
-    print(f"target < {RENDER_TARGET_S:g} s: {'met' if total < RENDER_TARGET_S else 'MISSED'} "
-          f"(worst of warm and cold: {total * 1000:.1f} ms)\n")
+    print(
+        f"target < {RENDER_TARGET_S:g} s: {'met' if total < RENDER_TARGET_S else 'MISSED'} "
+        f"(worst of warm and cold: {total * 1000:.1f} ms)\n"
+    )
 
     python = sys.executable
-    commands = [("python -c pass", [python, "-c", "pass"]),
-                ("python -c 'import click'", [python, "-c", "import click"]),
-                ("python -m roxxel_launch.cli --help", [python, "-m", "roxxel_launch.cli", "--help"])]
+    commands = [
+        ("python -c pass", [python, "-c", "pass"]),
+        ("python -c 'import click'", [python, "-c", "import click"]),
+        ("python -m roxxel_launch.cli --help", [python, "-m", "roxxel_launch.cli", "--help"]),
+    ]
     script = pathlib.Path(python).with_name("roxxel-launch")
     if script.is_file():
         commands.append(("roxxel-launch --help (script)", [str(script), "--help"]))
     rows = [(name, startup(cmd) * 1000) for name, cmd in commands]
-    print_table(f"roxxel-launch --help cold start, a fresh process each time; best of {STARTUP_REPEATS}", rows,
-                "ms", "python -c pass", higher_is_better=False)
+    print_table(
+        f"roxxel-launch --help cold start, a fresh process each time; best of {STARTUP_REPEATS}",
+        rows,
+        "ms",
+        "python -c pass",
+        higher_is_better=False,
+    )
     worst = max(value for name, value in rows if "--help" in name) / 1000
-    print(f"target < {STARTUP_TARGET_S:g} s: {'met' if worst < STARTUP_TARGET_S else 'MISSED'} ({worst * 1000:.0f} ms)\n")
-    record("roxxel-launch --help cold start", f"{worst * 1000:.0f} ms", f"< {STARTUP_TARGET_S * 1000:.0f} ms",
-           worst < STARTUP_TARGET_S)
+    print(
+        f"target < {STARTUP_TARGET_S:g} s: {'met' if worst < STARTUP_TARGET_S else 'MISSED'} ({worst * 1000:.0f} ms)\n"
+    )
+    record(
+        "roxxel-launch --help cold start",
+        f"{worst * 1000:.0f} ms",
+        f"< {STARTUP_TARGET_S * 1000:.0f} ms",
+        worst < STARTUP_TARGET_S,
+    )
 
-    rows = [(name, startup([python, "-c", code]) * 1000) for name, code in
-            [("python -c 'import numpy'", "import numpy"),
-             ("import roxxel.cli, roxxel.pack", "import roxxel.cli, roxxel.pack")]]
-    print_table(f"roxxel shard tools (pack, info, verify, cat) cold start, a fresh process each time; "
-                f"best of {STARTUP_REPEATS}", rows, "ms", "python -c 'import numpy'", higher_is_better=False)
+    rows = [
+        (name, startup([python, "-c", code]) * 1000)
+        for name, code in [
+            ("python -c 'import numpy'", "import numpy"),
+            ("import roxxel.cli, roxxel.pack", "import roxxel.cli, roxxel.pack"),
+        ]
+    ]
+    print_table(
+        f"roxxel shard tools (pack, info, verify, cat) cold start, a fresh process each time; "
+        f"best of {STARTUP_REPEATS}",
+        rows,
+        "ms",
+        "python -c 'import numpy'",
+        higher_is_better=False,
+    )
     tools = rows[-1][1] / 1000
-    record("roxxel shard tools cold start", f"{tools * 1000:.0f} ms", f"< {STARTUP_TARGET_S * 1000:.0f} ms",
-           tools < STARTUP_TARGET_S)
+    record(
+        "roxxel shard tools cold start",
+        f"{tools * 1000:.0f} ms",
+        f"< {STARTUP_TARGET_S * 1000:.0f} ms",
+        tools < STARTUP_TARGET_S,
+    )
 
 
 if __name__ == "__main__":

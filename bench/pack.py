@@ -93,6 +93,7 @@ def measure(place: str, top: str, files: list[str], total: int, args: argparse.N
             for f in files:
                 with open(f, "rb") as fh:
                     fh.read()
+
         return timed(run)
 
     def read_write(sync: bool = False, find: bool = False):
@@ -101,16 +102,18 @@ def measure(place: str, top: str, files: list[str], total: int, args: argparse.N
 
             def copy():
                 with open(path, "wb") as out:
-                    for f in (walk(stdlib) if find else files):
+                    for f in walk(stdlib) if find else files:
                         with open(f, "rb") as fh:
                             out.write(np.frombuffer(fh.read(), np.uint8).astype(np.uint16).tobytes())
                         out.write(separator)
                     if sync:
                         out.flush()
                         os.fsync(out.fileno())
+
             spent = timed(copy)
             os.remove(path)
             return spent
+
         return run
 
     def roxxel_pack(n_jobs: int):
@@ -119,6 +122,7 @@ def measure(place: str, top: str, files: list[str], total: int, args: argparse.N
             spent = timed(lambda: pack([stdlib], out, include=INCLUDE, exclude=EXCLUDE, jobs=n_jobs))
             shutil.rmtree(out)
             return spent
+
         return run
 
     durable = place != "memory"  # on a tmpfs an fsync is a no-op: the row would repeat read + write
@@ -131,35 +135,58 @@ def measure(place: str, top: str, files: list[str], total: int, args: argparse.N
     cpu: dict[str, list[float]] = {n: [] for n in methods}
     try:
         plain_read(0)  # warm the page cache for every method alike
-        samples = interleaved({n: (lambda w, fn=fn, n=n: timed_window(fn, w, total, cpu[n])) for n, fn in methods.items()},
-                              args.rounds, args.seconds)
+        samples = interleaved(
+            {n: (lambda w, fn=fn, n=n: timed_window(fn, w, total, cpu[n])) for n, fn in methods.items()},
+            args.rounds,
+            args.seconds,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     title = f"pack to {place} ({top}): {len(files)} files, {total / 1e6:.1f} MB of stdlib .py, byte-level tokens"
     bases = ["read + write", "walk + read + write"] + (["read + write + fsync"] if durable else [])
     print_samples(title, samples, "MB/s", bases, scale=1e-6, note=f"{args.seconds:g} s windows; {load_average()}")
     print()
-    print_samples(f"process CPU time per pass (all threads), {place}", cpu, "CPU ms", bases[:2], scale=1e3,
-                  higher_is_better=False)
+    print_samples(
+        f"process CPU time per pass (all threads), {place}", cpu, "CPU ms", bases[:2], scale=1e3, higher_is_better=False
+    )
     print()
     m = {n: median(v) for n, v in samples.items()}
     best = max(v for n, v in m.items() if n.startswith("roxxel"))
     if durable:
-        record(f"pack vs read + write ({place}: disk-bound)", f"{best / m['read + write']:.2f}x", "(for reference)", None)
-        record(f"pack vs read + write + fsync ({place}: the floor)", f"{best / m['read + write + fsync']:.2f}x",
-               "(for reference)", None)
+        record(
+            f"pack vs read + write ({place}: disk-bound)", f"{best / m['read + write']:.2f}x", "(for reference)", None
+        )
+        record(
+            f"pack vs read + write + fsync ({place}: the floor)",
+            f"{best / m['read + write + fsync']:.2f}x",
+            "(for reference)",
+            None,
+        )
     else:
-        record(f"pack vs read + write ({place})", f"{best / m['read + write']:.2f}x", ">= 0.8x",
-               best >= 0.8 * m["read + write"])
-        record(f"pack vs walk + read + write ({place})", f"{best / m['walk + read + write']:.2f}x", "(for reference)", None)
+        record(
+            f"pack vs read + write ({place})",
+            f"{best / m['read + write']:.2f}x",
+            ">= 0.8x",
+            best >= 0.8 * m["read + write"],
+        )
+        record(
+            f"pack vs walk + read + write ({place})", f"{best / m['walk + read + write']:.2f}x", "(for reference)", None
+        )
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--seconds", type=float, default=2.0, help="timed work per figure (default 2 s)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    p.add_argument("--places", nargs="+", choices=list(PLACES), default=list(PLACES),
-                   help="where the outputs are written (default: both)")
+    p.add_argument(
+        "--places",
+        nargs="+",
+        choices=list(PLACES),
+        default=list(PLACES),
+        help="where the outputs are written (default: both)",
+    )
     args = p.parse_args()
     files = walk(sysconfig.get_paths()["stdlib"])
     total = sum(os.path.getsize(f) for f in files)

@@ -54,14 +54,16 @@ def worker(coordinator: str, pid: int, nproc: int, out: str) -> None:
     sharding = default_batch_sharding()
     placer = Placer(sharding)
     local = ROWS // nproc
-    rows = (np.arange(local * SEQ, dtype=np.int32).reshape(local, SEQ) + pid * local * SEQ)
+    rows = np.arange(local * SEQ, dtype=np.int32).reshape(local, SEQ) + pid * local * SEQ
     shape = (ROWS, SEQ)
     if nproc == 1:
         result = {"public": _time(lambda: jax.device_put(rows, sharding)), "placer": _time(lambda: placer(rows))}
     else:
         first = pid * local
-        result = {"public": _time(lambda: jax.make_array_from_process_local_data(sharding, rows, shape)),
-                  "placer": _time(lambda: placer(rows, shape, first))}
+        result = {
+            "public": _time(lambda: jax.make_array_from_process_local_data(sharding, rows, shape)),
+            "placer": _time(lambda: placer(rows, shape, first)),
+        }
     result["direct"] = all(plan is not None for plan in placer._plans.values())
     Path(out).write_text(json.dumps(result))
 
@@ -73,9 +75,13 @@ def _run(nproc: int, work: str, env: dict) -> dict:
     coordinator = f"127.0.0.1:{free_port()}"
     outs = [os.path.join(work, f"{nproc}-{i}.json") for i in range(nproc)]
     devices = 2 // nproc
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", coordinator, str(i), str(nproc), outs[i]],
-                              env={**env, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"})
-             for i in range(nproc)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", coordinator, str(i), str(nproc), outs[i]],
+            env={**env, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"},
+        )
+        for i in range(nproc)
+    ]
     if [p.wait(timeout=600) for p in procs] != [0] * nproc:
         raise SystemExit(f"a worker of the {nproc}-process run failed")
     results = [json.loads(Path(o).read_text()) for o in outs]
@@ -97,16 +103,27 @@ def main() -> None:
     env.update(JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
     with tempfile.TemporaryDirectory() as work:
         one, two = _run(1, work, env), _run(2, work, env)
-    rows = [("2 processes: make_array_from_process_local_data", two["public"] * 1e6),
-            ("2 processes: roxxel Placer", two["placer"] * 1e6),
-            ("1 process: jax.device_put", one["public"] * 1e6),
-            ("1 process: roxxel Placer", one["placer"] * 1e6)]
-    print_table(f"placing a {ROWS}x{SEQ} int32 global batch on 2 CPU devices ({load_average()}); microseconds per batch",
-                rows, "us", rows[0][0], higher_is_better=False)
+    rows = [
+        ("2 processes: make_array_from_process_local_data", two["public"] * 1e6),
+        ("2 processes: roxxel Placer", two["placer"] * 1e6),
+        ("1 process: jax.device_put", one["public"] * 1e6),
+        ("1 process: roxxel Placer", one["placer"] * 1e6),
+    ]
+    print_table(
+        f"placing a {ROWS}x{SEQ} int32 global batch on 2 CPU devices ({load_average()}); microseconds per batch",
+        rows,
+        "us",
+        rows[0][0],
+        higher_is_better=False,
+    )
     extra = two["placer"] - one["placer"]
     print(f"the pods' placement costs {extra * 1e6:+.1f} us a batch against one process's")
-    record("multi-process placement, extra cost per batch over one process", f"{extra * 1e6:+.1f} us",
-           "<= 5% of a batch's read-and-place time (75 us at 870 Mtok/s host rows: 3.8 us)", extra <= 3.8e-6)
+    record(
+        "multi-process placement, extra cost per batch over one process",
+        f"{extra * 1e6:+.1f} us",
+        "<= 5% of a batch's read-and-place time (75 us at 870 Mtok/s host rows: 3.8 us)",
+        extra <= 3.8e-6,
+    )
 
 
 if __name__ == "__main__":

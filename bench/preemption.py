@@ -83,8 +83,13 @@ def one(storage: str, directory: str, work: str, env: dict, dims: tuple[int, ...
 
     coordinator = f"127.0.0.1:{free_port()}"
     outs = [os.path.join(work, f"{storage}-{i}.json") for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", coordinator, str(i), directory, outs[i],
-                               "--dims", *map(str, dims)], env=env) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", coordinator, str(i), directory, outs[i], "--dims", *map(str, dims)],
+            env=env,
+        )
+        for i in range(2)
+    ]
     try:
         deadline = time.monotonic() + 1800
         while not all(os.path.exists(f"{o}.ready") for o in outs):
@@ -103,8 +108,12 @@ def one(storage: str, directory: str, work: str, env: dict, dims: tuple[int, ...
         raise SystemExit(f"{storage}: workers exited with {codes}, not 42")
     results = [json.loads(Path(o).read_text()) for o in outs]
     record = json.loads(_read(directory, "roxxel_preemption.json"))
-    return {"periodic": max(r["periodic_s"] for r in results), "sigterm": max(r["saved_at"] for r in results) - killed,
-            "recorded": record["save_s"], "gib": record["state_bytes"] / 2**30}
+    return {
+        "periodic": max(r["periodic_s"] for r in results),
+        "sigterm": max(r["saved_at"] for r in results) - killed,
+        "recorded": record["save_s"],
+        "gib": record["state_bytes"] / 2**30,
+    }
 
 
 def _read(directory: str, name: str) -> str:
@@ -141,12 +150,21 @@ def main() -> None:
         if args.only in (None, "gs"):
             emulator, url = emulator_wrapper.start(os.path.join(work, "emulator.log"), BUCKET)
             os.environ.update(emulator_wrapper.client_env(url))
-            rows["gs:// (emulator)"] = one("gs", f"gs://{BUCKET}/preempt", work, {**env, **emulator_wrapper.client_env(url)},
-                                           dims)
+            rows["gs:// (emulator)"] = one(
+                "gs", f"gs://{BUCKET}/preempt", work, {**env, **emulator_wrapper.client_env(url)}, dims
+            )
         for storage, r in rows.items():
-            print_table(f"{storage}: {r['gib']:.2f} GiB of state on 2 processes ({load_average()})",
-                        [("periodic save", r["periodic"]), ("SIGTERM -> saved", r["sigterm"]),
-                         ("recorded save_s", r["recorded"])], "s", "periodic save", higher_is_better=False)
+            print_table(
+                f"{storage}: {r['gib']:.2f} GiB of state on 2 processes ({load_average()})",
+                [
+                    ("periodic save", r["periodic"]),
+                    ("SIGTERM -> saved", r["sigterm"]),
+                    ("recorded save_s", r["recorded"]),
+                ],
+                "s",
+                "periodic save",
+                higher_is_better=False,
+            )
             print()
     finally:
         if emulator is not None:

@@ -28,13 +28,15 @@ def benchmarks() -> dict[str, pathlib.Path]:
 def main(argv: list[str]) -> int:
     known = benchmarks()
     parser = argparse.ArgumentParser(
-        prog="bench/run.py", description=__doc__.split("\n\n")[0],
-        epilog=f"benchmarks: {', '.join(known)}. Example: python bench/run.py stream -- --seconds 2 --rounds 5")
+        prog="bench/run.py",
+        description=__doc__.split("\n\n")[0],
+        epilog=f"benchmarks: {', '.join(known)}. Example: python bench/run.py stream -- --seconds 2 --rounds 5",
+    )
     parser.add_argument("names", nargs="*", metavar="NAME", help="benchmarks to run (default: all)")
     script_args: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
-        argv, script_args = argv[:cut], argv[cut + 1:]
+        argv, script_args = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in known]
     if unknown:

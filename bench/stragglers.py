@@ -49,7 +49,7 @@ def worker(coordinator: str, pid: int, out: str) -> None:
             h = x
             for w in params:
                 h = jnp.tanh(h @ w)
-            return jnp.mean(h ** 2)
+            return jnp.mean(h**2)
 
         grads = jax.grad(loss)(params)
         return [w - 1e-3 * g for w, g in zip(params, grads)]
@@ -79,18 +79,27 @@ def main() -> None:
     coordinator = f"127.0.0.1:{free_port()}"
     with tempfile.TemporaryDirectory() as work:
         outs = [os.path.join(work, f"{i}.json") for i in range(2)]
-        procs = [subprocess.Popen([sys.executable, __file__, "--worker", coordinator, str(i), outs[i]], env=env)
-                 for i in range(2)]
+        procs = [
+            subprocess.Popen([sys.executable, __file__, "--worker", coordinator, str(i), outs[i]], env=env)
+            for i in range(2)
+        ]
         if [p.wait(timeout=600) for p in procs] != [0, 0]:
             raise SystemExit("a worker failed")
         results = [json.loads(Path(o).read_text()) for o in outs]
     observe_s = max(r["observe_s"] for r in results)
     step_s = max(r["step_s"] for r in results)
     per_step = observe_s / LOG_EVERY
-    print_table(f"straggler report on 2 processes ({load_average()}); milliseconds",
-                [("training step", step_s * 1e3), ("observe() per call", observe_s * 1e3),
-                 (f"observe() per step (log_every={LOG_EVERY})", per_step * 1e3)],
-                "ms", "training step", higher_is_better=False)
+    print_table(
+        f"straggler report on 2 processes ({load_average()}); milliseconds",
+        [
+            ("training step", step_s * 1e3),
+            ("observe() per call", observe_s * 1e3),
+            (f"observe() per step (log_every={LOG_EVERY})", per_step * 1e3),
+        ],
+        "ms",
+        "training step",
+        higher_is_better=False,
+    )
     share = per_step / step_s
     print(f"cost: {100 * share:.3f}% of the step (target < 1%)")
     record("straggler report cost", f"{100 * share:.3f}% of a step", "< 1%", share < 0.01)

@@ -71,7 +71,7 @@ def dataset(n_tokens: int, name: str = "tp") -> Roxxel:
         block = rng.integers(0, VOCAB - 1, 1 << 24, dtype=np.uint16)
         with DatasetWriter(os.path.join(path, "dataset.json"), dtype="uint16", vocab_size=VOCAB, eos_id=VOCAB - 1) as w:
             for i, start in enumerate(range(0, n_tokens, len(block))):
-                w.add_document(np.roll(block, i * 7919)[:min(len(block), n_tokens - start)])
+                w.add_document(np.roll(block, i * 7919)[: min(len(block), n_tokens - start)])
     ds = Roxxel(path)
     for p in ds.shard_paths:  # into the page cache, for every method alike
         with open(p, "rb") as f:
@@ -110,8 +110,9 @@ def sequential_copy(shard, dtype=None):
 
     def step():
         a = pos[0] = (pos[0] + TOKENS) % (len(flat) - TOKENS)
-        np.copyto(buf, flat[a:a + TOKENS], casting="unsafe")
+        np.copyto(buf, flat[a : a + TOKENS], casting="unsafe")
         return TOKENS
+
     return lambda w: over_window(step, w)
 
 
@@ -133,6 +134,7 @@ def pread_per_row(ds: Roxxel):
         for row, fd, o in zip(rows, which.tolist(), offsets.tolist()):
             os.preadv(fds[fd], [row], o)
         return TOKENS
+
     return lambda w: over_window(step, w)
 
 
@@ -143,10 +145,11 @@ def nanogpt(shard):
     def step():
         data = np.memmap(shard.path, dtype=np.uint16, mode="r", offset=shard._data_offset, shape=(shard.num_tokens,))
         ix = rng.integers(0, len(data) - SEQ - 1, BATCH)
-        x = np.stack([data[i:i + SEQ].astype(np.int64) for i in ix])
-        y = np.stack([data[i + 1:i + 1 + SEQ].astype(np.int64) for i in ix])
+        x = np.stack([data[i : i + SEQ].astype(np.int64) for i in ix])
+        y = np.stack([data[i + 1 : i + 1 + SEQ].astype(np.int64) for i in ix])
         assert x.shape == y.shape
         return TOKENS
+
     return lambda w: over_window(step, w)
 
 
@@ -158,6 +161,7 @@ def stream_method(stream, step_seconds: float = 0.0, block=False):
         if step_seconds:
             time.sleep(step_seconds)  # the host waiting for the device's training step
         return TOKENS
+
     return lambda w: over_window(step, w)
 
 
@@ -168,6 +172,7 @@ def first_pass(path: str, check: bool):
     def run(window):
         c = Curriculum(Roxxel(path, check_blocks=check), [Phase(global_batch_size=BATCH, seq_len=SEQ)], repeat=True)
         return stream_method(c.stream(next(starts), 10**9, seed=0, to_device=False, prefetch_size=0))(window)
+
     return run
 
 
@@ -180,10 +185,17 @@ def original_python() -> str | None:
     if os.path.exists(os.path.join(ORIGINAL_VENV, "ok")):
         return py
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", ORIGINAL_VENV], check=True)
-    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site, "roxxel==0.9.14"],
-                       capture_output=True, text=True)
+    site = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site, "roxxel==0.9.14"],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         print(f"roxxel 0.9.14 could not be installed ({r.stderr.strip()[-300:]}): its rows are left out")
         return None
@@ -199,7 +211,9 @@ def original_data(py: str, ds: Roxxel) -> str:
     path = os.path.join(CACHE, f"stream-original-{ds.num_tokens}.rox")
     if not os.path.exists(path + ".ok"):
         src = [(p, open_shard(p)._data_offset, open_shard(p).num_tokens) for p in ds.shard_paths]
-        run_original(py, f"""
+        run_original(
+            py,
+            f"""
             import json, numpy as np
             from roxxel import Roxxel, __file__ as where
             assert ".cache" in where, where  # the original package, not this checkout
@@ -210,14 +224,17 @@ def original_data(py: str, ds: Roxxel) -> str:
                         yield np.array(toks[a:a + (1 << 22)])
             Roxxel({path!r}).write(chunks(), block_size=4096, dtype="uint16")
             print("{{}}")
-        """)
+        """,
+        )
         open(path + ".ok", "w").close()
     return path
 
 
 def run_original(py: str, code: str) -> dict:
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
-    r = subprocess.run([py, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, cwd=CACHE, timeout=1800)
+    r = subprocess.run(
+        [py, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, cwd=CACHE, timeout=1800
+    )
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -228,7 +245,9 @@ def original_method(py: str, path: str):
     rounds = iter(range(10**6))
 
     def run(window):
-        res = run_original(py, f"""
+        res = run_original(
+            py,
+            f"""
             import json, time
             from roxxel import Roxxel
             r = Roxxel({path!r}); r.open()
@@ -245,8 +264,10 @@ def original_method(py: str, path: str):
                     busy += time.perf_counter() - t0; n += 1
                 s.close()
             print(json.dumps({{"tps": n * {TOKENS} / busy}}))
-        """)
+        """,
+        )
         return res["tps"]
+
     return run
 
 
@@ -257,8 +278,24 @@ def grain_path() -> str | None:
     """A directory holding grain 0.2.18 and the dependencies this environment lacks; None if pip cannot get them."""
     if os.path.exists(os.path.join(GRAIN_DIR, "ok")):
         return GRAIN_DIR
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", GRAIN_DIR, "grain==0.2.18",
-                        "array-record>=0.8.1", "cloudpickle", "portpicker"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            GRAIN_DIR,
+            "grain==0.2.18",
+            "array-record>=0.8.1",
+            "cloudpickle",
+            "portpicker",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         print(f"grain 0.2.18 could not be installed ({r.stderr.strip()[-300:]}): its rows are left out")
         return None
@@ -308,13 +345,28 @@ def grain_method(where: str, shard, typical: bool):
     rounds = iter(range(10**6))
 
     def run(window):
-        code = _GRAIN_CHILD.format(grain=where, path=shard.path, offset=shard._data_offset, n=shard.num_tokens, seq=SEQ,
-                                   batch=BATCH, typical=typical, seed=next(rounds), window=window)
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800,
-                           env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
+        code = _GRAIN_CHILD.format(
+            grain=where,
+            path=shard.path,
+            offset=shard._data_offset,
+            n=shard.num_tokens,
+            seq=SEQ,
+            batch=BATCH,
+            typical=typical,
+            seed=next(rounds),
+            window=window,
+        )
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")),
+        )
         if r.returncode != 0:
             raise RuntimeError(r.stderr[-2000:])
         return json.loads(r.stdout.strip().splitlines()[-1])["tps"]
+
     return run
 
 
@@ -356,14 +408,17 @@ def throughput(ds: Roxxel, args, py: str | None) -> dict[str, list[float]]:
     batch = np.zeros((BATCH, SEQ), np.int32)
     sharding = endless(ds, prefetch_size=0).sharding
     methods["place one batch (device_put)"] = lambda w: over_window(
-        lambda: jax.device_put(batch, sharding).block_until_ready() is None and TOKENS or TOKENS, w)
+        lambda: jax.device_put(batch, sharding).block_until_ready() is None and TOKENS or TOKENS, w
+    )
     where = grain_path()
     if where:
         methods["Grain, a record per row (typical), placed"] = grain_method(where, shard, True)
         methods["Grain, a record per batch (its best case), placed"] = grain_method(where, shard, False)
     if py:
         original = original_data(py, ds)
-        page_in(original)  # written in an earlier run: its pages may be gone, as roxxel's would be without the epoch above
+        page_in(
+            original
+        )  # written in an earlier run: its pages may be gone, as roxxel's would be without the epoch above
         methods["roxxel 0.9.14 jax.Array"] = original_method(py, original)
     return interleaved(methods, args.rounds, args.seconds)
 
@@ -411,8 +466,9 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
         "whole batch (next(stream))": lambda: next(stream),
         "whole batch, identity check off": lambda: next(unidentified),
         "identity check of the shards a batch read": lambda: [s.check_unchanged() for s in read],
-        "locate + cut into runs (per step of a 64-step plan)":
-            lambda: reader._plan_ahead(next(steps), 0, BATCH, phase, None, 64) and None,
+        "locate + cut into runs (per step of a 64-step plan)": lambda: (
+            reader._plan_ahead(next(steps), 0, BATCH, phase, None, 64) and None
+        ),
         f"read 8 steps' runs ({len(runs.shards)} preads), per step": lambda: ds.read_runs(staged, runs, 0),
         "take a step's rows from them": lambda: staged[slots],
         "for reference: 32 preads, one per row": lambda: [os.preadv(fd, [r], o) for r, o in zip(rows, offsets)],
@@ -421,8 +477,13 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
         "place: Placer (direct batched_device_put)": lambda: placer(batch).block_until_ready(),
         "place: jax.device_put": lambda: jax.device_put(batch, sharding).block_until_ready(),
     }
-    scale = {"locate + cut into runs (per step of a 64-step plan)": 64, f"read 8 steps' runs ({len(runs.shards)} preads), per step": 8}
-    methods = {k: (lambda f, k=k: lambda w: over_window(lambda: (f(), scale.get(k, 1))[1], w))(f) for k, f in per.items()}
+    scale = {
+        "locate + cut into runs (per step of a 64-step plan)": 64,
+        f"read 8 steps' runs ({len(runs.shards)} preads), per step": 8,
+    }
+    methods = {
+        k: (lambda f, k=k: lambda w: over_window(lambda: (f(), scale.get(k, 1))[1], w))(f) for k, f in per.items()
+    }
     rates = interleaved(methods, args.rounds, args.seconds)
     return {k: [1e6 / r for r in v] for k, v in rates.items()}, len(set(runs.shards))
 
@@ -446,9 +507,15 @@ def first_batch(args) -> tuple[dict[str, list[float]], float]:
         _pattern.cache_clear()  # a resume runs in a fresh process: none of roxxel's caches is warm
         t0 = time.perf_counter()
         a, b, c = (Roxxel(p) for p in paths)
-        cur = Curriculum({"primary": a, "b": b, "c": c}, [Phase(steps=400_000, global_batch_size=64, seq_len=1024, weights=weights),
-                             Phase(steps=400_000, global_batch_size=16, seq_len=4096, weights=weights),
-                             Phase(global_batch_size=BATCH, seq_len=SEQ, weights=weights)], repeat=True)
+        cur = Curriculum(
+            {"primary": a, "b": b, "c": c},
+            [
+                Phase(steps=400_000, global_batch_size=64, seq_len=1024, weights=weights),
+                Phase(steps=400_000, global_batch_size=16, seq_len=4096, weights=weights),
+                Phase(global_batch_size=BATCH, seq_len=SEQ, weights=weights),
+            ],
+            repeat=True,
+        )
         s = cur.stream(10**6, 10**6 + 1, seed=0, to_device=to_device, prefetch_size=0)
         batch = next(s)
         if to_device:
@@ -495,8 +562,13 @@ def first_batch_fresh(rounds: int) -> list[float]:
     out = []
     for _ in range(rounds):
         code = _FRESH_CHILD.format(paths=paths, batch=BATCH, seq=SEQ)
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                           env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")),
+        )
         if r.returncode != 0:
             raise RuntimeError(r.stderr[-2000:])
         out.append(json.loads(r.stdout.strip().splitlines()[-1])["ms"])
@@ -528,10 +600,16 @@ def rss(args) -> list[tuple[str, dict]]:
     for gb in args.rss_gb:
         ds = dataset(int(gb * 1e9 / 2), "rss")
         for to_device, prefetch in ((False, 0), (True, 2)):
-            code = _RSS_CHILD.format(bench=HERE, path=ds.filepath, batch=BATCH, seq=SEQ, to_device=to_device,
-                                     prefetch=prefetch)
-            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600,
-                               env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
+            code = _RSS_CHILD.format(
+                bench=HERE, path=ds.filepath, batch=BATCH, seq=SEQ, to_device=to_device, prefetch=prefetch
+            )
+            r = subprocess.run(
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=3600,
+                env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")),
+            )
             if r.returncode != 0:
                 raise RuntimeError(r.stderr[-2000:])
             kind = "jax.Array, prefetch 2" if to_device else "host rows"
@@ -540,15 +618,27 @@ def rss(args) -> list[tuple[str, dict]]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--seconds", type=float, default=2.0, help="window per figure (default 2 s)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    p.add_argument("--tokens", type=float, default=500e6, help="tokens of the throughput dataset (default 500e6 = 1 GB)")
-    p.add_argument("--rss-gb", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 5.0],
-                   help="dataset sizes in GB streamed for the host-memory table (default 1,5)")
+    p.add_argument(
+        "--tokens", type=float, default=500e6, help="tokens of the throughput dataset (default 500e6 = 1 GB)"
+    )
+    p.add_argument(
+        "--rss-gb",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[1.0, 5.0],
+        help="dataset sizes in GB streamed for the host-memory table (default 1,5)",
+    )
     p.add_argument("--step-ms", type=float, default=2.0, help="training step time in the prefetch table (default 2 ms)")
-    p.add_argument("--only", choices=["throughput", "breakdown", "prefetch", "first-batch", "rss"], action="append",
-                   help="run only these tables (repeatable)")
+    p.add_argument(
+        "--only",
+        choices=["throughput", "breakdown", "prefetch", "first-batch", "rss"],
+        action="append",
+        help="run only these tables (repeatable)",
+    )
     args = p.parse_args(argv)
     only = set(args.only or ["throughput", "breakdown", "prefetch", "first-batch", "rss"])
     os.makedirs(CACHE, exist_ok=True)
@@ -558,85 +648,172 @@ def main(argv=None) -> int:
     if "throughput" in only:
         py = original_python()
         res = throughput(ds, args, py)
-        print_samples(f"read path, {BATCH}x{SEQ} shuffled uint16 -> int32, one process, page-cached, "
-                      f"{ds.num_tokens / 1e6:.0f}M tokens", res, "Mtok/s",
-                      ["u16->int32 cast (bound)", "pread per row"] + (["roxxel 0.9.14 jax.Array"] if py else []),
-                      scale=1e-6, note=f"{args.seconds:g} s windows; {load_average()}")
+        print_samples(
+            f"read path, {BATCH}x{SEQ} shuffled uint16 -> int32, one process, page-cached, "
+            f"{ds.num_tokens / 1e6:.0f}M tokens",
+            res,
+            "Mtok/s",
+            ["u16->int32 cast (bound)", "pread per row"] + (["roxxel 0.9.14 jax.Array"] if py else []),
+            scale=1e-6,
+            note=f"{args.seconds:g} s windows; {load_average()}",
+        )
         m = {k: median(v) for k, v in res.items()}
-        record("host rows vs memcpy", f"{m['roxxel host rows'] / m['memcpy']:.2f}x", ">= 0.5x",
-               m["roxxel host rows"] >= 0.5 * m["memcpy"])
+        record(
+            "host rows vs memcpy",
+            f"{m['roxxel host rows'] / m['memcpy']:.2f}x",
+            ">= 0.5x",
+            m["roxxel host rows"] >= 0.5 * m["memcpy"],
+        )
         bound = m["u16->int32 cast (bound)"]
-        record("host rows vs the u16->int32 cast-copy bound", f"{m['roxxel host rows'] / bound:.2f}x", ">= 0.5x",
-               m["roxxel host rows"] >= 0.5 * bound)
-        record("first pass vs steady (host rows)", f"{m['roxxel host rows, 1st pass'] / m['roxxel host rows']:.2f}x",
-               ">= 0.9x", m["roxxel host rows, 1st pass"] >= 0.9 * m["roxxel host rows"])
-        record("independent (default) vs consecutive rows (host rows, steady)",
-               f"{m['roxxel host rows'] / m['roxxel host rows, consecutive rows']:.2f}x", ">= 0.9x",
-               m["roxxel host rows"] >= 0.9 * m["roxxel host rows, consecutive rows"])
+        record(
+            "host rows vs the u16->int32 cast-copy bound",
+            f"{m['roxxel host rows'] / bound:.2f}x",
+            ">= 0.5x",
+            m["roxxel host rows"] >= 0.5 * bound,
+        )
+        record(
+            "first pass vs steady (host rows)",
+            f"{m['roxxel host rows, 1st pass'] / m['roxxel host rows']:.2f}x",
+            ">= 0.9x",
+            m["roxxel host rows, 1st pass"] >= 0.9 * m["roxxel host rows"],
+        )
+        record(
+            "independent (default) vs consecutive rows (host rows, steady)",
+            f"{m['roxxel host rows'] / m['roxxel host rows, consecutive rows']:.2f}x",
+            ">= 0.9x",
+            m["roxxel host rows"] >= 0.9 * m["roxxel host rows, consecutive rows"],
+        )
         for rows in ("independent", "consecutive"):
             n = places_per_batch(ds, rows)
-            record(f"places a batch is read from ({rows} rows)", f"{n:g} of {BATCH}",
-                   f">= {BATCH}" if rows == "independent" else "(reference)", n >= BATCH or rows != "independent")
-        record("host rows vs pread per row (floor)", f"{m['roxxel host rows'] / m['pread per row']:.2f}x", ">= 1.0x",
-               m["roxxel host rows"] >= m["pread per row"])
-        record("checks on vs off (host rows, steady)", f"{m['roxxel host rows'] / m['roxxel host rows, checks off']:.2f}x",
-               ">= 0.95x", m["roxxel host rows"] >= 0.95 * m["roxxel host rows, checks off"])
-        record("identity check on vs off (host rows, steady)",
-               f"{m['roxxel host rows'] / m['roxxel host rows, identity check off']:.3f}x", ">= 0.98x",
-               m["roxxel host rows"] >= 0.98 * m["roxxel host rows, identity check off"])
-        record("checks on vs off (first pass)",
-               f"{m['roxxel host rows, 1st pass'] / m['roxxel host rows, 1st pass, checks off']:.2f}x", ">= 0.95x",
-               m["roxxel host rows, 1st pass"] >= 0.95 * m["roxxel host rows, 1st pass, checks off"])
-        record("host rows: prefetch 2 vs 0 (no step)", f"{m['roxxel host rows, prefetch 2'] / m['roxxel host rows']:.2f}x",
-               ">= 1.0x (within noise)", m["roxxel host rows, prefetch 2"] >= 0.95 * m["roxxel host rows"])
+            record(
+                f"places a batch is read from ({rows} rows)",
+                f"{n:g} of {BATCH}",
+                f">= {BATCH}" if rows == "independent" else "(reference)",
+                n >= BATCH or rows != "independent",
+            )
+        record(
+            "host rows vs pread per row (floor)",
+            f"{m['roxxel host rows'] / m['pread per row']:.2f}x",
+            ">= 1.0x",
+            m["roxxel host rows"] >= m["pread per row"],
+        )
+        record(
+            "checks on vs off (host rows, steady)",
+            f"{m['roxxel host rows'] / m['roxxel host rows, checks off']:.2f}x",
+            ">= 0.95x",
+            m["roxxel host rows"] >= 0.95 * m["roxxel host rows, checks off"],
+        )
+        record(
+            "identity check on vs off (host rows, steady)",
+            f"{m['roxxel host rows'] / m['roxxel host rows, identity check off']:.3f}x",
+            ">= 0.98x",
+            m["roxxel host rows"] >= 0.98 * m["roxxel host rows, identity check off"],
+        )
+        record(
+            "checks on vs off (first pass)",
+            f"{m['roxxel host rows, 1st pass'] / m['roxxel host rows, 1st pass, checks off']:.2f}x",
+            ">= 0.95x",
+            m["roxxel host rows, 1st pass"] >= 0.95 * m["roxxel host rows, 1st pass, checks off"],
+        )
+        record(
+            "host rows: prefetch 2 vs 0 (no step)",
+            f"{m['roxxel host rows, prefetch 2'] / m['roxxel host rows']:.2f}x",
+            ">= 1.0x (within noise)",
+            m["roxxel host rows, prefetch 2"] >= 0.95 * m["roxxel host rows"],
+        )
         grain_typical = m.get("Grain, a record per row (typical), placed")
         if grain_typical:
             best = max(m["roxxel jax.Array"], m["roxxel jax.Array, prefetch 2"])
             grain_best = m["Grain, a record per batch (its best case), placed"]
-            record("jax.Array vs Grain's typical pipeline", f"{best / grain_typical:.1f}x", ">= 10x", best >= 10 * grain_typical)
+            record(
+                "jax.Array vs Grain's typical pipeline",
+                f"{best / grain_typical:.1f}x",
+                ">= 10x",
+                best >= 10 * grain_typical,
+            )
             record("jax.Array vs Grain's best case", f"{best / grain_best:.2f}x", ">= 2x", best >= 2 * grain_best)
         if py:
             best = max(m["roxxel jax.Array"], m["roxxel jax.Array, prefetch 2"])
-            record("jax.Array vs roxxel 0.9.14", f"{best / m['roxxel 0.9.14 jax.Array']:.2f}x", ">= 3x",
-                   best >= 3 * m["roxxel 0.9.14 jax.Array"])
+            record(
+                "jax.Array vs roxxel 0.9.14",
+                f"{best / m['roxxel 0.9.14 jax.Array']:.2f}x",
+                ">= 3x",
+                best >= 3 * m["roxxel 0.9.14 jax.Array"],
+            )
         print()
     if "breakdown" in only:
         res, shards = breakdown(ds, args)
-        print_samples("where the time of a host-rows batch goes (steady state, blocks checked)", res, "us/batch",
-                      ["whole batch (next(stream))"], higher_is_better=False, note=load_average())
+        print_samples(
+            "where the time of a host-rows batch goes (steady state, blocks checked)",
+            res,
+            "us/batch",
+            ["whole batch (next(stream))"],
+            higher_is_better=False,
+            note=load_average(),
+        )
         m = {k: median(v) for k, v in res.items()}
         share = m["identity check of the shards a batch read"] / m["whole batch (next(stream))"]
-        record(f"identity check's share of a host-rows batch ({shards} shards read)", f"{share:.2%}", "< 2%",
-               share < 0.02)
+        record(
+            f"identity check's share of a host-rows batch ({shards} shards read)", f"{share:.2%}", "< 2%", share < 0.02
+        )
         print()
     if "prefetch" in only:
         res = prefetch_with_step(ds, args)
-        print_samples(f"prefetch with a {args.step_ms:g} ms training step (host waits, as for a device), host rows",
-                      res, "steps/s", ["prefetch 0"], scale=1 / TOKENS, note=load_average())
+        print_samples(
+            f"prefetch with a {args.step_ms:g} ms training step (host waits, as for a device), host rows",
+            res,
+            "steps/s",
+            ["prefetch 0"],
+            scale=1 / TOKENS,
+            note=load_average(),
+        )
         m = {k: median(v) for k, v in res.items()}
-        record("prefetch gain with a step", f"{m['prefetch 2'] / m['prefetch 0']:.2f}x", "> 1x", m["prefetch 2"] > m["prefetch 0"])
+        record(
+            "prefetch gain with a step",
+            f"{m['prefetch 2'] / m['prefetch 0']:.2f}x",
+            "> 1x",
+            m["prefetch 2"] > m["prefetch 0"],
+        )
         print()
     if "first-batch" in only:
         res, place = first_batch(args)
         res["jax.Array, fresh process"] = first_batch_fresh(max(3, args.rounds))
-        print_samples("first batch at step 10**6: 3 datasets, 3 phases, 32x2048 (opening included; the first two "
-                      "rows in this warm process, the third in a fresh one, its JAX start included)",
-                      {**res, "place one batch": [place]}, "ms", ["host rows"], higher_is_better=False)
+        print_samples(
+            "first batch at step 10**6: 3 datasets, 3 phases, 32x2048 (opening included; the first two "
+            "rows in this warm process, the third in a fresh one, its JAX start included)",
+            {**res, "place one batch": [place]},
+            "ms",
+            ["host rows"],
+            higher_is_better=False,
+        )
         host, dev = median(res["host rows"]), median(res["jax.Array"])
         record("first batch at 10**6, host rows", f"{host:.2f} ms", "<= 5 ms", host <= 5)
-        record("first batch at 10**6, jax.Array minus one placement", f"{dev - place:.2f} ms", "<= 10 ms", dev - place <= 10)
+        record(
+            "first batch at 10**6, jax.Array minus one placement",
+            f"{dev - place:.2f} ms",
+            "<= 10 ms",
+            dev - place <= 10,
+        )
         print()
     if "rss" in only:
         rows = rss(args)
         width = max(len(n) for n, _ in rows)
-        print("host memory while streaming one epoch: RssAnon growth after the first 50 batches (VmRSS at the end "
-              "counts mapped page cache, shown for reference)")
+        print(
+            "host memory while streaming one epoch: RssAnon growth after the first 50 batches (VmRSS at the end "
+            "counts mapped page cache, shown for reference)"
+        )
         for name, r in rows:
-            print(f"{name:<{width}}  streamed {r['bytes'] / 1e9:6.2f} GB  RssAnon +{r['growth']:6.2f} MiB  "
-                  f"VmRSS {r['vmrss_mib']:8.1f} MiB")
+            print(
+                f"{name:<{width}}  streamed {r['bytes'] / 1e9:6.2f} GB  RssAnon +{r['growth']:6.2f} MiB  "
+                f"VmRSS {r['vmrss_mib']:8.1f} MiB"
+            )
         worst = max(r["growth"] for _, r in rows)
-        record(f"RssAnon growth streaming {','.join(f'{g:g}' for g in args.rss_gb)} GB", f"{worst:.2f} MiB", "< 8 MiB",
-               worst < 8)
+        record(
+            f"RssAnon growth streaming {','.join(f'{g:g}' for g in args.rss_gb)} GB",
+            f"{worst:.2f} MiB",
+            "< 8 MiB",
+            worst < 8,
+        )
         print()
     print(f"machine: {load_average()} at the end")
     return 0

@@ -93,10 +93,13 @@ def main() -> None:
         for _ in range(REPEATS):  # interleaved, best of each: the machine is shared
             hw.append(hand_written(batches))
             tr.append(trainer(cur))
-    print_table(f"trainer: {STEPS} steps of {BATCH}x{SEQ} tokens, MLP LM width {WIDTH}, "
-                f"{jax.device_count()} CPU device(s), best of {REPEATS}, {load_average()}",
-                [("hand-written nnx.jit loop", max(hw)), ("roxxel Trainer", max(tr))], "steps/s",
-                "hand-written nnx.jit loop")
+    print_table(
+        f"trainer: {STEPS} steps of {BATCH}x{SEQ} tokens, MLP LM width {WIDTH}, "
+        f"{jax.device_count()} CPU device(s), best of {REPEATS}, {load_average()}",
+        [("hand-written nnx.jit loop", max(hw)), ("roxxel Trainer", max(tr))],
+        "steps/s",
+        "hand-written nnx.jit loop",
+    )
     # What the watchdog adds to every step, measured directly: its per-step call against the step time.
     per_step = watchdog_cost_s()
     share = per_step * max(tr)

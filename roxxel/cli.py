@@ -16,8 +16,19 @@ from roxxel.format.dataset_writer import DEFAULT_SHARD_SIZE
 from roxxel.format.errors import RoxxelFormatError
 from roxxel.wording import count
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-          "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
 
 
 def parse_size(text: str) -> int:
@@ -89,25 +100,76 @@ def main() -> None:
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Dataset directory to create.")
-@click.option("--tokenizer", default="bytes", show_default=True,
-              help="'bytes' (byte-level: 256 ids + EOS) or a Hugging Face tokenizer.json file.")
-@click.option("--shard-size", default=str(DEFAULT_SHARD_SIZE), show_default=True, help="Roll over to a new shard past this size (e.g. 256MiB).")
-@click.option("--include", multiple=True, metavar="GLOB", help="Only files whose name matches (repeatable), e.g. '*.py'.")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files whose path matches (repeatable), e.g. '*/site-packages/*'.")
-@click.option("--format", "fmt", type=click.Choice(["auto", "text", "jsonl", "parquet"]), default="auto", show_default=True,
-              help="auto: .jsonl/.ndjson lines, .parquet rows, any other file is one document.")
+@click.option(
+    "--tokenizer",
+    default="bytes",
+    show_default=True,
+    help="'bytes' (byte-level: 256 ids + EOS) or a Hugging Face tokenizer.json file.",
+)
+@click.option(
+    "--shard-size",
+    default=str(DEFAULT_SHARD_SIZE),
+    show_default=True,
+    help="Roll over to a new shard past this size (e.g. 256MiB).",
+)
+@click.option(
+    "--include", multiple=True, metavar="GLOB", help="Only files whose name matches (repeatable), e.g. '*.py'."
+)
+@click.option(
+    "--exclude",
+    multiple=True,
+    metavar="GLOB",
+    help="Skip files whose path matches (repeatable), e.g. '*/site-packages/*'.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "text", "jsonl", "parquet"]),
+    default="auto",
+    show_default=True,
+    help="auto: .jsonl/.ndjson lines, .parquet rows, any other file is one document.",
+)
 @click.option("--text-field", default="text", show_default=True, help="JSONL key / Parquet column holding the text.")
 @click.option("--append", is_flag=True, help="Add to an existing dataset instead of refusing.")
-@click.option("--wait-lock", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="SECONDS",
-              help="Wait this long for another pack/append into the same dataset to finish (default: fail at once).")
-@click.option("--include-binary", is_flag=True,
-              help="Pack files with binary content (a NUL byte in the first 8 KiB) too; by default they are skipped.")
+@click.option(
+    "--wait-lock",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Wait this long for another pack/append into the same dataset to finish (default: fail at once).",
+)
+@click.option(
+    "--include-binary",
+    is_flag=True,
+    help="Pack files with binary content (a NUL byte in the first 8 KiB) too; by default they are skipped.",
+)
 @click.option("--eos-id", type=int, default=None, help="End-of-document id, when the tokenizer has no standard one.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
-@click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Processes that read and tokenize input files (0: one per CPU). The output is the same for any value.")
-def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_field, append, wait_lock, include_binary,
-         eos_id, progress, jobs) -> None:
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Processes that read and tokenize input files (0: one per CPU). The output is the same for any value.",
+)
+def pack(
+    inputs,
+    output,
+    tokenizer,
+    shard_size,
+    include,
+    exclude,
+    fmt,
+    text_field,
+    append,
+    wait_lock,
+    include_binary,
+    eos_id,
+    progress,
+    jobs,
+) -> None:
     """Pack INPUTS (files, directories, globs, or - for stdin) into a dataset at --output.
 
     Each text file is one document; each JSONL line / Parquet row is one document. Every
@@ -139,11 +201,23 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
         bar.update(docs)
 
     try:
-        manifest = run_pack(list(inputs), output, tokenizer=tokenizer, shard_size=size, include=include, exclude=exclude,
-                            fmt=fmt,
-                            text_field=text_field, append=append, eos_id=eos_id, on_progress=on_progress,
-                            lock_timeout=wait_lock, include_binary=include_binary, on_skip=skipped.append,
-                            jobs=jobs)
+        manifest = run_pack(
+            list(inputs),
+            output,
+            tokenizer=tokenizer,
+            shard_size=size,
+            include=include,
+            exclude=exclude,
+            fmt=fmt,
+            text_field=text_field,
+            append=append,
+            eos_id=eos_id,
+            on_progress=on_progress,
+            lock_timeout=wait_lock,
+            include_binary=include_binary,
+            on_skip=skipped.append,
+            jobs=jobs,
+        )
     except (OSError, ValueError, ImportError) as e:
         bar.close()
         _fail(e)
@@ -157,12 +231,16 @@ def pack(inputs, output, tokenizer, shard_size, include, exclude, fmt, text_fiel
         click.echo(f"roxxel pack: terminated (SIGTERM) as the pack finished; {output} is complete", err=True)
         sys.exit(128 + signal.SIGTERM)
     elapsed = time.perf_counter() - t0
-    click.echo(f"packed {count(totals['documents'], 'document')}, {count(totals['tokens'], 'token')} into {output} "
-               f"({totals['bytes'] / elapsed / 1e6:.1f} MB/s); the dataset holds {count(manifest.num_documents, 'document')}, "
-               f"{count(manifest.num_tokens, 'token')} in {count(len(manifest.shards), 'shard')}")
+    click.echo(
+        f"packed {count(totals['documents'], 'document')}, {count(totals['tokens'], 'token')} into {output} "
+        f"({totals['bytes'] / elapsed / 1e6:.1f} MB/s); the dataset holds {count(manifest.num_documents, 'document')}, "
+        f"{count(manifest.num_tokens, 'token')} in {count(len(manifest.shards), 'shard')}"
+    )
     if skipped:
-        click.echo(f"skipped {count(len(skipped), 'binary file')} (e.g. {skipped[0]}); pass --include-binary to pack them, "
-                   "or --exclude to leave them out quietly")
+        click.echo(
+            f"skipped {count(len(skipped), 'binary file')} (e.g. {skipped[0]}); pass --include-binary to pack them, "
+            "or --exclude to leave them out quietly"
+        )
 
 
 class Terminated(KeyboardInterrupt):
@@ -198,13 +276,18 @@ def info(path, as_json) -> None:
         return
     tok = summary["tokenizer"]
     count = "tokens" if shard_dtype(summary["dtype"]).ids else "values"  # float data: arrays of values, no ids
-    rows = [("path", path), ("shards", f"{summary['shards']:,}"), (count, f"{summary['tokens']:,}"),
-            ("documents", f"{summary['documents']:,}"), ("dtype", summary["dtype"]),
-            ("vocab size", summary["vocab_size"] if summary["vocab_size"] is not None else "-"),
-            ("EOS id", summary["eos_id"] if summary["eos_id"] is not None else "-"),
-            ("tokenizer", tok.get("name") or tok.get("type") if tok else "-"),
-            ("bytes", f"{summary['bytes']:,} ({_human(summary['bytes'])})"),
-            ("format", "original ROXXEL02 (read-only)" if summary["legacy"] else "rox v1")]
+    rows = [
+        ("path", path),
+        ("shards", f"{summary['shards']:,}"),
+        (count, f"{summary['tokens']:,}"),
+        ("documents", f"{summary['documents']:,}"),
+        ("dtype", summary["dtype"]),
+        ("vocab size", summary["vocab_size"] if summary["vocab_size"] is not None else "-"),
+        ("EOS id", summary["eos_id"] if summary["eos_id"] is not None else "-"),
+        ("tokenizer", tok.get("name") or tok.get("type") if tok else "-"),
+        ("bytes", f"{summary['bytes']:,} ({_human(summary['bytes'])})"),
+        ("format", "original ROXXEL02 (read-only)" if summary["legacy"] else "rox v1"),
+    ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")
@@ -249,7 +332,9 @@ def cat(path, index, tokenizer, ids) -> None:
         row = shard_dtype(ds.dtype)
         if not row.decodes:  # an array, not text: its values, one line
             if tokenizer is not None:
-                raise ValueError(f"{path} holds {ds.dtype.name} arrays, not tokens: nothing to decode; drop --tokenizer")
+                raise ValueError(
+                    f"{path} holds {ds.dtype.name} arrays, not tokens: nothing to decode; drop --tokenizer"
+                )
             click.echo(" ".join(str(v) for v in tokens))  # numpy's shortest repr in the stored dtype
             return
         if ids:

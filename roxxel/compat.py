@@ -36,10 +36,17 @@ class Roxxel(Dataset):
         release_bytes, max_open_shards, check_blocks: as for :class:`~roxxel.data.dataset.Dataset`.
     """
 
-    def __init__(self, filepath: PathSpec = DEFAULT_PATH, *, release_bytes: int = DEFAULT_RELEASE_BYTES,
-                 max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS, check_blocks: bool = True):
-        super().__init__(filepath, release_bytes=release_bytes, max_open_shards=max_open_shards,
-                         check_blocks=check_blocks)
+    def __init__(
+        self,
+        filepath: PathSpec = DEFAULT_PATH,
+        *,
+        release_bytes: int = DEFAULT_RELEASE_BYTES,
+        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+        check_blocks: bool = True,
+    ):
+        super().__init__(
+            filepath, release_bytes=release_bytes, max_open_shards=max_open_shards, check_blocks=check_blocks
+        )
 
     def estimate_steps(self, seq_len: int, batch_size: int, chunk_tokens: int | None = None) -> int:
         """Whole steps of ``batch_size`` rows of ``seq_len`` tokens in one epoch of :meth:`stream`.
@@ -52,10 +59,22 @@ class Roxxel(Dataset):
         chunk = min(chunk_tokens or DEFAULT_CHUNK_TOKENS, self.num_tokens)
         return (self.num_tokens // chunk * chunk) // (seq_len * batch_size)
 
-    def stream(self, seq_len: int, batch_size: int, seed: int, start_step: int = 0,
-               completed_phases: Sequence[tuple[int, int, int]] | None = None, total_steps: int | None = None,
-               dtype=None, mesh=None, data_sharding=None, mix_datasets: dict[str, Dataset] | None = None,
-               weights: dict[str, float] | None = None, prefetch_size: int = 4, **kwargs) -> Stream:
+    def stream(
+        self,
+        seq_len: int,
+        batch_size: int,
+        seed: int,
+        start_step: int = 0,
+        completed_phases: Sequence[tuple[int, int, int]] | None = None,
+        total_steps: int | None = None,
+        dtype=None,
+        mesh=None,
+        data_sharding=None,
+        mix_datasets: dict[str, Dataset] | None = None,
+        weights: dict[str, float] | None = None,
+        prefetch_size: int = 4,
+        **kwargs,
+    ) -> Stream:
         """Stream global batches of ``(batch_size, seq_len)`` tokens (the original API).
 
         Args:
@@ -89,10 +108,14 @@ class Roxxel(Dataset):
         phases = [Phase(steps=s, global_batch_size=b, seq_len=q, weights=w) for s, b, q in (completed_phases or [])]
         done = sum(s for s, _, _ in completed_phases or [])
         if start_step < done:
-            raise ValueError(f"start_step {start_step} falls inside the completed phases ({done} steps); "
-                             "stream those phases with their own shapes")
+            raise ValueError(
+                f"start_step {start_step} falls inside the completed phases ({done} steps); "
+                "stream those phases with their own shapes"
+            )
         phases.append(Phase(global_batch_size=batch_size, seq_len=seq_len, weights=w))
-        curriculum_args = {k: kwargs.pop(k) for k in ("chunk_tokens", "repeat", "vocab_size", "order", "batch_rows") if k in kwargs}
+        curriculum_args = {
+            k: kwargs.pop(k) for k in ("chunk_tokens", "repeat", "vocab_size", "order", "batch_rows") if k in kwargs
+        }
         if mix_datasets and PRIMARY in mix_datasets:
             raise ValueError(f"{PRIMARY!r} names this dataset in weights; pick another name for the mixed one")
         curriculum = Curriculum({PRIMARY: self, **(mix_datasets or {})}, phases, **curriculum_args)
@@ -101,16 +124,36 @@ class Roxxel(Dataset):
             stop = min(start_step + total_steps, curriculum.resolved[-1].end_step)
         if data_sharding is None and mesh is not None:
             data_sharding = batch_sharding(mesh)
-        return curriculum.stream(start_step, stop, seed=seed, dtype=dtype, sharding=data_sharding,
-                                 prefetch_size=prefetch_size, **kwargs)
+        return curriculum.stream(
+            start_step, stop, seed=seed, dtype=dtype, sharding=data_sharding, prefetch_size=prefetch_size, **kwargs
+        )
 
-    def write(self, data_generator: Iterable, separator: bytes | int | None = None, block_size: int | None = None,
-              max_shard_bytes: int | None = None, dtype=None, tokenizer=None, *, eos_id: int | None = None,
-              vocab_size: int | None = None, append: bool = False) -> Manifest | None:
+    def write(
+        self,
+        data_generator: Iterable,
+        separator: bytes | int | None = None,
+        block_size: int | None = None,
+        max_shard_bytes: int | None = None,
+        dtype=None,
+        tokenizer=None,
+        *,
+        eos_id: int | None = None,
+        vocab_size: int | None = None,
+        append: bool = False,
+    ) -> Manifest | None:
         """Pack documents into this path, in the current format (see :func:`roxxel.data.write.write_dataset`)."""
         if isinstance(self.filepath, list):
             raise ValueError("write() needs a single path, not a list")
         self.close()
-        return write_dataset(self.filepath, data_generator, separator=separator, block_size=block_size,
-                             max_shard_bytes=max_shard_bytes, dtype=dtype, tokenizer=tokenizer, eos_id=eos_id,
-                             vocab_size=vocab_size, append=append)
+        return write_dataset(
+            self.filepath,
+            data_generator,
+            separator=separator,
+            block_size=block_size,
+            max_shard_bytes=max_shard_bytes,
+            dtype=dtype,
+            tokenizer=tokenizer,
+            eos_id=eos_id,
+            vocab_size=vocab_size,
+            append=append,
+        )

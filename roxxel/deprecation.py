@@ -26,8 +26,11 @@ def warn_renamed(owner: str, old: str, new: str) -> None:
     ``DeprecationWarning`` by default only when it points into ``__main__``, so it must name
     the user's line, however deep inside Roxxel the old name was read.
     """
-    warnings.warn(f"{owner}: {old} is deprecated, use {new} instead (same meaning)", DeprecationWarning,
-                  stacklevel=_caller_level())
+    warnings.warn(
+        f"{owner}: {old} is deprecated, use {new} instead (same meaning)",
+        DeprecationWarning,
+        stacklevel=_caller_level(),
+    )
 
 
 def _caller_level() -> int:
@@ -56,8 +59,9 @@ def renamed(owner: str, new: str, new_value: Any, old: str, old_value: Any) -> A
     if old_value is None:
         return new_value
     if new_value is not None and not _same(new_value, old_value):
-        raise ValueError(f"{owner}: {new}={new_value!r} and its deprecated name {old}={old_value!r} disagree; "
-                         f"give only {new}")
+        raise ValueError(
+            f"{owner}: {new}={new_value!r} and its deprecated name {old}={old_value!r} disagree; give only {new}"
+        )
     warn_renamed(owner, old, new)
     return old_value if new_value is None else new_value
 

@@ -119,8 +119,11 @@ def exit_config_error(message: str) -> NoReturn:
     Raises:
         SystemExit: always, with code 78.
     """
-    print(f"configuration error (exit code {CONFIG_ERROR_EXIT_CODE}, not restarted): {message}",
-          file=sys.stderr, flush=True)
+    print(
+        f"configuration error (exit code {CONFIG_ERROR_EXIT_CODE}, not restarted): {message}",
+        file=sys.stderr,
+        flush=True,
+    )
     raise SystemExit(CONFIG_ERROR_EXIT_CODE)
 
 

@@ -36,8 +36,13 @@ class RunInfo:
     restore_from: str | None = None
 
 
-def run_info(environ: Mapping[str, str] | None = None, *, run_name: str | None = None,
-             checkpoint_dir: str | None = None, data_dir: str | None = None) -> RunInfo:
+def run_info(
+    environ: Mapping[str, str] | None = None,
+    *,
+    run_name: str | None = None,
+    checkpoint_dir: str | None = None,
+    data_dir: str | None = None,
+) -> RunInfo:
     """The run's name and directories from the environment, each falling back to the given default.
 
     Args:

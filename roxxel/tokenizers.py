@@ -70,33 +70,49 @@ class HFTokenizer:
         try:
             from tokenizers import Tokenizer
         except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError("reading tokenizer.json needs the 'tokenizers' package: pip install 'roxxel[tokenizers]'") from e
+            raise ImportError(
+                "reading tokenizer.json needs the 'tokenizers' package: pip install 'roxxel[tokenizers]'"
+            ) from e
         name = None
         if isinstance(tokenizer, (str, os.PathLike)):
             name = os.path.basename(os.fspath(tokenizer))
             if not os.path.exists(tokenizer):
-                hint = " (the built-in byte-level tokenizer is called 'bytes')" if name in ("byte", "bytes", "utf8") else ""
+                hint = (
+                    " (the built-in byte-level tokenizer is called 'bytes')"
+                    if name in ("byte", "bytes", "utf8")
+                    else ""
+                )
                 raise FileNotFoundError(f"tokenizer file not found: {tokenizer}{hint}")
             try:
                 tokenizer = Tokenizer.from_file(os.fspath(tokenizer))
             except Exception as e:  # the library raises a bare Exception for a malformed file
-                raise ValueError(f"{tokenizer} is not a Hugging Face tokenizer.json ({e}); pass a tokenizer.json "
-                                 "file or 'bytes'") from None
+                raise ValueError(
+                    f"{tokenizer} is not a Hugging Face tokenizer.json ({e}); pass a tokenizer.json file or 'bytes'"
+                ) from None
         self._tok = tokenizer
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         if eos_id is None:
             eos_id = next((i for t in EOS_CANDIDATES if (i := tokenizer.token_to_id(t)) is not None), None)
         if eos_id is None:
-            problem = (f"tokenizer {name or tokenizer!r} has none of the usual end-of-document tokens "
-                       f"({', '.join(EOS_CANDIDATES)})")
-            raise for_cli(ValueError(f"{problem}; give its id with eos_id=N"), f"{problem}; give its id with --eos-id N")
+            problem = (
+                f"tokenizer {name or tokenizer!r} has none of the usual end-of-document tokens "
+                f"({', '.join(EOS_CANDIDATES)})"
+            )
+            raise for_cli(
+                ValueError(f"{problem}; give its id with eos_id=N"), f"{problem}; give its id with --eos-id N"
+            )
         if not 0 <= int(eos_id) < self.vocab_size:
             problem = f"EOS id {eos_id} is outside the vocabulary of tokenizer {name or tokenizer!r} (ids 0 to {self.vocab_size - 1})"
             raise for_cli(ValueError(f"{problem}; pass an eos_id inside it"), f"{problem}; pass an --eos-id inside it")
         self.eos_id = int(eos_id)
         digest = hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
-        self.identity = {"type": "huggingface", "name": name, "sha256": digest,
-                         "vocab_size": self.vocab_size, "eos_id": self.eos_id}
+        self.identity = {
+            "type": "huggingface",
+            "name": name,
+            "sha256": digest,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+        }
 
     def encode(self, text: str) -> np.ndarray:
         """Token ids of ``text`` (``uint32``), no special tokens added."""
@@ -124,13 +140,22 @@ def check_identity(tok: ByteTokenizer | HFTokenizer, identity: dict | None, data
         ValueError: another tokenizer (names both), or a dataset that records none.
     """
     if not identity:
-        raise ValueError(f"{dataset} records no tokenizer (arrays, or packed without one): nothing to decode its ids with")
+        raise ValueError(
+            f"{dataset} records no tokenizer (arrays, or packed without one): nothing to decode its ids with"
+        )
     if not _same_tokenizer(tok, identity):
+
         def name(i: dict) -> str:
-            return "the byte-level tokenizer" if i.get("type") == "bytes" else \
-                f"tokenizer {i.get('name')!r} (SHA-256 {str(i.get('sha256'))[:12]}...)"
-        raise ValueError(f"{dataset} was packed with {name(identity)}, not {name(tok.identity)}: its text would "
-                         "decode wrong; use the tokenizer.json it was packed with")
+            return (
+                "the byte-level tokenizer"
+                if i.get("type") == "bytes"
+                else f"tokenizer {i.get('name')!r} (SHA-256 {str(i.get('sha256'))[:12]}...)"
+            )
+
+        raise ValueError(
+            f"{dataset} was packed with {name(identity)}, not {name(tok.identity)}: its text would "
+            "decode wrong; use the tokenizer.json it was packed with"
+        )
 
 
 def _same_tokenizer(tok: ByteTokenizer | HFTokenizer, identity: dict) -> bool:
@@ -155,15 +180,19 @@ def packing_tokenizer(dataset: str, identity: dict | None, eos_id: int | None = 
     """
     if not identity:
         problem = f"{dataset} records no tokenizer (its ids were written without one)"
-        raise for_cli(ValueError(f"{problem}; load the tokenizer that made them"),
-                      f"{problem}; pass --tokenizer PATH (the tokenizer.json that made them), or --ids")
+        raise for_cli(
+            ValueError(f"{problem}; load the tokenizer that made them"),
+            f"{problem}; pass --tokenizer PATH (the tokenizer.json that made them), or --ids",
+        )
     if identity.get("type") == "bytes":
         return ByteTokenizer()
     name = identity.get("name")
     if not name:
         problem = f"{dataset} records no tokenizer file name"
-        raise for_cli(ValueError(f"{problem}; load the tokenizer.json it was packed with"),
-                      f"{problem}; pass --tokenizer PATH (its tokenizer.json), or --ids")
+        raise for_cli(
+            ValueError(f"{problem}; load the tokenizer.json it was packed with"),
+            f"{problem}; pass --tokenizer PATH (its tokenizer.json), or --ids",
+        )
     top = dataset if os.path.isdir(dataset) else os.path.dirname(dataset) or "."
     places = [os.path.join(d, name) for d in (top, os.path.normpath(os.path.join(top, os.pardir)))]  # as given
     for candidate in places:
@@ -171,10 +200,14 @@ def packing_tokenizer(dataset: str, identity: dict | None, eos_id: int | None = 
             tok = load_tokenizer(candidate, eos_id=eos_id)
             if _same_tokenizer(tok, identity):
                 return tok
-    problem = (f"{dataset} was packed with the tokenizer {name!r} (SHA-256 {str(identity.get('sha256'))[:12]}...), "
-               f"and neither {' nor '.join(places)} is it (another tokenizer would decode wrong)")
-    raise for_cli(ValueError(f"{problem}; put that tokenizer.json there, or load it yourself"),
-                  f"{problem}; pass --tokenizer PATH (that tokenizer.json), or --ids")
+    problem = (
+        f"{dataset} was packed with the tokenizer {name!r} (SHA-256 {str(identity.get('sha256'))[:12]}...), "
+        f"and neither {' nor '.join(places)} is it (another tokenizer would decode wrong)"
+    )
+    raise for_cli(
+        ValueError(f"{problem}; put that tokenizer.json there, or load it yourself"),
+        f"{problem}; pass --tokenizer PATH (that tokenizer.json), or --ids",
+    )
 
 
 def load_tokenizer(spec: Any, eos_id: int | None = None) -> ByteTokenizer | HFTokenizer:
@@ -193,9 +226,13 @@ def load_tokenizer(spec: Any, eos_id: int | None = None) -> ByteTokenizer | HFTo
     if spec == "bytes":
         if eos_id is not None and eos_id != ByteTokenizer.eos_id:
             problem = f"the byte-level tokenizer's EOS id is always {ByteTokenizer.eos_id}, not {eos_id}"
-            raise for_cli(ValueError(f"{problem}; leave eos_id out, or pass a tokenizer.json"),
-                          f"{problem}; leave --eos-id out, or pass --tokenizer tokenizer.json")
+            raise for_cli(
+                ValueError(f"{problem}; leave eos_id out, or pass a tokenizer.json"),
+                f"{problem}; leave --eos-id out, or pass --tokenizer tokenizer.json",
+            )
         return ByteTokenizer()
     if isinstance(spec, (str, os.PathLike)) or hasattr(spec, "encode_batch"):
         return HFTokenizer(spec, eos_id=eos_id)
-    raise TypeError(f"tokenizer must be 'bytes', a path to tokenizer.json or a tokenizers.Tokenizer, got {type(spec).__name__}")
+    raise TypeError(
+        f"tokenizer must be 'bytes', a path to tokenizer.json or a tokenizers.Tokenizer, got {type(spec).__name__}"
+    )

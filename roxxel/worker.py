@@ -58,8 +58,16 @@ from roxxel.contract import (  # re-exported
 )
 from roxxel.distributed import detect
 
-__all__ = ["ENV_MAX_RESTART_ATTEMPT", "ENV_RESTART_ATTEMPT", "FORWARDED_SIGNALS", "USAGE", "main",
-           "prepare_env", "restart_budget_problem", "run"]
+__all__ = [
+    "ENV_MAX_RESTART_ATTEMPT",
+    "ENV_RESTART_ATTEMPT",
+    "FORWARDED_SIGNALS",
+    "USAGE",
+    "main",
+    "prepare_env",
+    "restart_budget_problem",
+    "run",
+]
 
 logger = logging.getLogger("roxxel.worker")
 
@@ -142,8 +150,12 @@ def _configuration_error(code: int, report: str) -> int:
             what = f.read().strip()
     except OSError:
         return code
-    logger.error("configuration error (exit code %d, not restarted; the command exited with %d): %s",
-                 exit_codes.CONFIG_ERROR_EXIT_CODE, code, what)
+    logger.error(
+        "configuration error (exit code %d, not restarted; the command exited with %d): %s",
+        exit_codes.CONFIG_ERROR_EXIT_CODE,
+        code,
+        what,
+    )
     return exit_codes.CONFIG_ERROR_EXIT_CODE
 
 
@@ -166,10 +178,12 @@ def restart_budget_problem(environ: Mapping[str, str]) -> str | None:
         return None
     if int(attempt) <= int(last):
         return None
-    return (f"gang restart {attempt} is beyond the job's budget of {last} restarts (max_restarts + "
-            f"max_preemptions): not starting the command (exit {exit_codes.CONFIG_ERROR_EXIT_CODE}, "
-            "which fails the JobSet); find out why it keeps being preempted or evicted, then "
-            "resume or resubmit it")
+    return (
+        f"gang restart {attempt} is beyond the job's budget of {last} restarts (max_restarts + "
+        f"max_preemptions): not starting the command (exit {exit_codes.CONFIG_ERROR_EXIT_CODE}, "
+        "which fails the JobSet); find out why it keeps being preempted or evicted, then "
+        "resume or resubmit it"
+    )
 
 
 def _parse_args(args: list[str]) -> list[str]:
@@ -203,9 +217,7 @@ def _log_identity(env: Mapping[str, str]) -> None:
     try:
         detected = detect(env)
     except ValueError as err:
-        logger.warning(
-            "inconsistent distributed environment; roxxel.distributed.initialize() will fail with: %s", err
-        )
+        logger.warning("inconsistent distributed environment; roxxel.distributed.initialize() will fail with: %s", err)
         return
     logger.info(
         "process %d of %d (source=%s, coordinator=%s)",
@@ -283,8 +295,11 @@ def _bound_after_sigterm(env: Mapping[str, str]) -> float | None:
     try:
         grace = float(text)
     except ValueError:
-        logger.warning("%s=%r is not a number of seconds: no bound on the command's exit after SIGTERM",
-                       ENV_TERMINATION_GRACE, text)
+        logger.warning(
+            "%s=%r is not a number of seconds: no bound on the command's exit after SIGTERM",
+            ENV_TERMINATION_GRACE,
+            text,
+        )
         return None
     return max(1.0, grace - min(GRACE_MARGIN_S, grace / 4))
 
@@ -293,9 +308,12 @@ def _kill_after_grace(proc: subprocess.Popen[bytes], bound: float | None) -> int
     """The command outlived its grace period after SIGTERM (e.g. blocked in a collective whose
     peer is gone, so the agreed step is never reached): kill it before the kubelet does, say so
     in one line, and exit as a SIGTERM without a checkpoint (143)."""
-    logger.warning("the command (pid %d) did not exit within %.0f s of SIGTERM, just inside the pod's grace "
-                   "period: a process blocked in a collective cannot reach the agreed step; killing it (SIGKILL)",
-                   proc.pid, bound or 0)
+    logger.warning(
+        "the command (pid %d) did not exit within %.0f s of SIGTERM, just inside the pod's grace "
+        "period: a process blocked in a collective cannot reach the agreed step; killing it (SIGKILL)",
+        proc.pid,
+        bound or 0,
+    )
     proc.kill()
     proc.wait()
     code = exit_codes.SIGNAL_EXIT_BASE + signal.SIGTERM
@@ -395,8 +413,12 @@ def _cannot_start(program: str, why: str) -> int:
     same image fails the same way on every attempt, so restarting the gang cannot help
     (where a shell would exit 126/127, which a pod failure policy counts as a retryable
     failure)."""
-    logger.error("%s: %s; exit %d: a configuration error, not restarted (check the job's command)",
-                 program, why, exit_codes.CONFIG_ERROR_EXIT_CODE)
+    logger.error(
+        "%s: %s; exit %d: a configuration error, not restarted (check the job's command)",
+        program,
+        why,
+        exit_codes.CONFIG_ERROR_EXIT_CODE,
+    )
     return exit_codes.CONFIG_ERROR_EXIT_CODE
 
 

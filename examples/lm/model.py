@@ -51,8 +51,9 @@ class DecoderLM(nnx.Module):
         max_len: longest document position embedded (positions beyond it are clipped).
     """
 
-    def __init__(self, vocab: int = 257, width: int = 128, depth: int = 2, heads: int = 4, max_len: int = 512,
-                 *, rngs: nnx.Rngs):
+    def __init__(
+        self, vocab: int = 257, width: int = 128, depth: int = 2, heads: int = 4, max_len: int = 512, *, rngs: nnx.Rngs
+    ):
         self.max_len = max_len
         self.embed = nnx.Embed(vocab, width, rngs=rngs)
         self.pos = nnx.Embed(max_len, width, rngs=rngs)

@@ -66,8 +66,15 @@ def train_tokenizer(files: list[str], path: str, vocab_size: int = VOCAB_SIZE) -
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train(files, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
-                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train(
+        files,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[EOS],
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tokenizer-", suffix=".json")
     os.close(fd)
     try:
@@ -98,8 +105,10 @@ def main(output: str) -> None:
                 tok = tok or load_tokenizer(tokenizer)
                 check_identity(tok, Roxxel(path).tokenizer, path)
             except ValueError:  # another tokenizer, or a tokenizer.json that does not load
-                sys.exit(f"prepare.py: {path} was not packed with {tokenizer}; delete {tokenizer} to train it again "
-                         f"from the same files, or all of {output} to start afresh")
+                sys.exit(
+                    f"prepare.py: {path} was not packed with {tokenizer}; delete {tokenizer} to train it again "
+                    f"from the same files, or all of {output} to start afresh"
+                )
             print(f"{path}: already packed")
             continue
         t0 = time.monotonic()

@@ -12,8 +12,13 @@ from collections.abc import Sequence
 TRAIN_MARK, EVAL_MARK = "*", "o"
 
 
-def loss_chart(train: Sequence[tuple[int, float]], evals: Sequence[tuple[int, float]] = (),
-               width: int = 40, height: int = 14, ceiling: float | None = None) -> list[str]:
+def loss_chart(
+    train: Sequence[tuple[int, float]],
+    evals: Sequence[tuple[int, float]] = (),
+    width: int = 40,
+    height: int = 14,
+    ceiling: float | None = None,
+) -> list[str]:
     """A text chart of the loss (nats per token) against the step, ``height + 2`` lines.
 
     ``train`` and ``evals`` are ``(step, loss)`` pairs (``roxxel.train.read_metrics``);
@@ -27,8 +32,10 @@ def loss_chart(train: Sequence[tuple[int, float]], evals: Sequence[tuple[int, fl
     """
     if width < 2 or height < 2:
         raise ValueError(f"a chart needs at least 2 x 2 cells, got width {width}, height {height}")
-    series = [(TRAIN_MARK, [(s, v) for s, v in train if math.isfinite(v)]),
-              (EVAL_MARK, [(s, v) for s, v in evals if math.isfinite(v)])]
+    series = [
+        (TRAIN_MARK, [(s, v) for s, v in train if math.isfinite(v)]),
+        (EVAL_MARK, [(s, v) for s, v in evals if math.isfinite(v)]),
+    ]
     points = [p for _, pts in series for p in pts]
     if not points:
         raise ValueError("no finite loss to chart")
@@ -74,8 +81,8 @@ def text_lines(text: str, width: int = 60) -> list[str]:
         indent = " " * min(len(line) - len(line.lstrip(" ")) + 4, width // 2)
         first = True
         while len(line) > width:
-            out.append(line[:width - 1] + "\\")
-            line = indent + line[width - 1:]
+            out.append(line[: width - 1] + "\\")
+            line = indent + line[width - 1 :]
             first = False
         out.append(line if first or line.strip() else "")
     return out

@@ -70,31 +70,56 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     run = run_info(run_name="lm", data_dir="runs/data/lm")  # what the launcher set, else these
     p.add_argument("--data", default=run.data_dir, help="datasets packed by prepare.py")
-    p.add_argument("--run-name", default=run.run_name, help="the run the checkpoint directory belongs to (another run's is refused)")
-    p.add_argument("--run-dir", default=default_run_dir(run.run_name),
-                   help="logs, metrics, plot (default runs/RUN_NAME, or $HOME/runs/RUN_NAME where the working "
-                        "directory is read-only, as in the worker image, whose pods mount an emptyDir at $HOME)")
+    p.add_argument(
+        "--run-name",
+        default=run.run_name,
+        help="the run the checkpoint directory belongs to (another run's is refused)",
+    )
+    p.add_argument(
+        "--run-dir",
+        default=default_run_dir(run.run_name),
+        help="logs, metrics, plot (default runs/RUN_NAME, or $HOME/runs/RUN_NAME where the working "
+        "directory is read-only, as in the worker image, whose pods mount an emptyDir at $HOME)",
+    )
     p.add_argument("--checkpoint-dir", default=run.checkpoint_dir, help="default RUN_DIR/checkpoints")
-    p.add_argument("--restore-from", default=run.restore_from,
-                   help="another run's checkpoint directory to start from while this run's holds no step")
+    p.add_argument(
+        "--restore-from",
+        default=run.restore_from,
+        help="another run's checkpoint directory to start from while this run's holds no step",
+    )
     p.add_argument("--steps", type=int, nargs=2, default=[350, 150], metavar=("PHASE1", "PHASE2"))
-    p.add_argument("--batch", type=int, nargs=2, default=[32, 32], metavar=("PHASE1", "PHASE2"),
-                   help="global batch size (rows) per phase")
-    p.add_argument("--seq-len", type=int, nargs=2, default=[64, 64], metavar=("PHASE1", "PHASE2"),
-                   help="tokens per row per phase")
+    p.add_argument(
+        "--batch",
+        type=int,
+        nargs=2,
+        default=[32, 32],
+        metavar=("PHASE1", "PHASE2"),
+        help="global batch size (rows) per phase",
+    )
+    p.add_argument(
+        "--seq-len", type=int, nargs=2, default=[64, 64], metavar=("PHASE1", "PHASE2"), help="tokens per row per phase"
+    )
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--depth", type=int, default=2)
     p.add_argument("--lr", type=float, default=1e-2, help="peak learning rate (warmup, then cosine decay to 1/10)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--batch-rows", choices=("independent", "consecutive"), default="independent",
-                   help="each row of a batch from its own place (default), or rows as consecutive windows of the "
-                        "shuffled stream (what runs saved before the option took)")
+    p.add_argument(
+        "--batch-rows",
+        choices=("independent", "consecutive"),
+        default="independent",
+        help="each row of a batch from its own place (default), or rows as consecutive windows of the "
+        "shuffled stream (what runs saved before the option took)",
+    )
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--checkpoint-every", type=int, default=200)
     p.add_argument("--temperature", type=float, default=0.7, help="of the sample printed at the end")
-    p.add_argument("--top-k", type=int, default=3,
-                   help="the sample draws each token from the K likeliest (0: from all; more: more misspelt names)")
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=3,
+        help="the sample draws each token from the K likeliest (0: from all; more: more misspelt names)",
+    )
     p.add_argument("--save-params", help="write the final parameters to this .npz (process 0)")
     return p.parse_args(argv)
 
@@ -142,8 +167,16 @@ def make_eval(curriculum_eval: Curriculum, sharding):
     return eval_fn
 
 
-def sample_text(model: DecoderLM, tok: Tokenizer, prompt: str, n: int = 120, seed: int = 0, context: int = 64,
-                temperature: float = 0.7, top_k: int = 3) -> str:
+def sample_text(
+    model: DecoderLM,
+    tok: Tokenizer,
+    prompt: str,
+    n: int = 120,
+    seed: int = 0,
+    context: int = 64,
+    temperature: float = 0.7,
+    top_k: int = 3,
+) -> str:
     """Sample up to ``n`` tokens after ``prompt`` at ``temperature`` from this process's copy of the
     model, each drawn from the ``top_k`` likeliest tokens (top-k sampling; 0: from all): a small
     model's unlikely tail is mostly misspellings. Returns the prompt and the sample, as text; stops
@@ -177,7 +210,7 @@ def sample_text(model: DecoderLM, tok: Tokenizer, prompt: str, n: int = 120, see
     for _ in range(n):
         recent = tokens[-context:]
         window[:] = 0
-        window[0, context - len(recent):] = recent
+        window[0, context - len(recent) :] = recent
         nxt, key = next_token(window, len(recent), key)
         if int(nxt) == tok.eos_id:
             break
@@ -191,10 +224,15 @@ def main(argv=None) -> dict:
     try:
         code, text, held_out = (Roxxel(os.path.join(args.data, n)) for n in ("code", "text", "code-eval"))
         (s1, s2), (b1, b2), (l1, l2) = args.steps, args.batch, args.seq_len
-        curriculum = Curriculum({"primary": code, "text": text}, [
-            Phase(steps=s1, global_batch_size=b1, seq_len=l1, weights={"primary": 0.9, "text": 0.1}),
-            Phase(steps=s2, global_batch_size=b2, seq_len=l2, weights={"primary": 0.95, "text": 0.05}),
-        ], chunk_tokens=CHUNK_TOKENS, batch_rows=args.batch_rows)
+        curriculum = Curriculum(
+            {"primary": code, "text": text},
+            [
+                Phase(steps=s1, global_batch_size=b1, seq_len=l1, weights={"primary": 0.9, "text": 0.1}),
+                Phase(steps=s2, global_batch_size=b2, seq_len=l2, weights={"primary": 0.95, "text": 0.05}),
+            ],
+            chunk_tokens=CHUNK_TOKENS,
+            batch_rows=args.batch_rows,
+        )
         # Held out at the longest rows trained (learned positions beyond them are untrained).
         eval_curriculum = Curriculum(held_out, [Phase(steps=8, global_batch_size=b2, seq_len=l2)])
         tok, no_tok = data_tokenizer(args.data, code)
@@ -207,33 +245,54 @@ def main(argv=None) -> dict:
 
     @nnx.jit  # one compiled program creates every parameter and Adam moment (eagerly: one per shape)
     def create():
-        model = DecoderLM(vocab=code.vocab_size, width=args.width, depth=args.depth, max_len=max(l1, l2), rngs=nnx.Rngs(args.seed))
+        model = DecoderLM(
+            vocab=code.vocab_size, width=args.width, depth=args.depth, max_len=max(l1, l2), rngs=nnx.Rngs(args.seed)
+        )
         return model, nnx.Optimizer(model, optax.adamw(schedule, weight_decay=0.01), wrt=nnx.Param)
 
     model, optimizer = create()
     ckpt_dir = args.checkpoint_dir or os.path.join(os.path.abspath(args.run_dir), "checkpoints")
-    checkpointer = Checkpointer(ckpt_dir, model, optimizer, fingerprint=curriculum.describe(), run_name=args.run_name,
-                                restore_from=args.restore_from)
+    checkpointer = Checkpointer(
+        ckpt_dir,
+        model,
+        optimizer,
+        fingerprint=curriculum.describe(),
+        run_name=args.run_name,
+        restore_from=args.restore_from,
+    )
     logger = Logger(args.run_dir, total_steps=curriculum.total_steps)
-    trainer = Trainer(model, optimizer, curriculum, lm_loss, checkpointer=checkpointer, logger=logger,
-                      outputs="documents", log_every=args.log_every, save_interval_steps=args.checkpoint_every,
-                      eval_every=args.eval_every, seed=args.seed)
+    trainer = Trainer(
+        model,
+        optimizer,
+        curriculum,
+        lm_loss,
+        checkpointer=checkpointer,
+        logger=logger,
+        outputs="documents",
+        log_every=args.log_every,
+        save_interval_steps=args.checkpoint_every,
+        eval_every=args.eval_every,
+        seed=args.seed,
+    )
     trainer.eval_fn = make_eval(eval_curriculum, trainer.data_sharding)
     final = trainer.run()
 
     if args.save_params:
         from jax.experimental import multihost_utils
 
-        flat = {"/".join(map(str, k)): np.asarray(multihost_utils.process_allgather(v, tiled=True))
-                for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+        flat = {
+            "/".join(map(str, k)): np.asarray(multihost_utils.process_allgather(v, tiled=True))
+            for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+        }
         if info.process_id == 0:
             np.savez(args.save_params, **flat)
     if info.process_id == 0:
         baseline = unigram_cross_entropy(code, held_out)
         print("\n" + loss_summary(final["eval_loss"], baseline, bytes_per_token(tok, held_out) if tok else None))
         if tok is not None:
-            sample = sample_text(model, tok, SAMPLE_PROMPT, context=max(l1, l2), temperature=args.temperature,
-                                 top_k=args.top_k)
+            sample = sample_text(
+                model, tok, SAMPLE_PROMPT, context=max(l1, l2), temperature=args.temperature, top_k=args.top_k
+            )
         else:
             sample = f"(not drawn: {no_tok})"
         how = f"temperature {args.temperature}" + (f", top {args.top_k}" if args.top_k else "")
@@ -260,7 +319,8 @@ def final_report(run_dir: str, sample: str, how: str, baseline: float) -> str:
     sample_lines = text_lines(sample)
     return side_by_side(
         ["loss (nats/token): * training, o held out", "(top: the unigram baseline)"] + chart,
-        [f"sample ({how}, after {SAMPLE_PROMPT!r}):", ""] + sample_lines)
+        [f"sample ({how}, after {SAMPLE_PROMPT!r}):", ""] + sample_lines,
+    )
 
 
 def optional_outputs(run_dir: str) -> list[str]:

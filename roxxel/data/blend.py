@@ -108,9 +108,7 @@ def _pattern(weights: tuple[int, ...]) -> _Pattern:
     return _Pattern(w, period, assign, table)
 
 
-def _integer_weights(
-    weights: Sequence[float], active: Sequence[int], max_period: int
-) -> tuple[int, ...]:
+def _integer_weights(weights: Sequence[float], active: Sequence[int], max_period: int) -> tuple[int, ...]:
     """Integer weights (0 outside ``active``) with period ``<= max_period``.
 
     Exact when the normalised weights are fractions whose common denominator fits
@@ -213,9 +211,7 @@ class BlendPlan:
         self._start_list = [s.start_row for s in segments]
         self._starts = np.array(self._start_list, np.int64)
         endless = bool(segments) and segments[-1].end_row is None
-        self.total_rows: int | None = None if endless else (
-            segments[-1].end_row if segments else 0
-        )
+        self.total_rows: int | None = None if endless else (segments[-1].end_row if segments else 0)
         # Per segment: its pattern and start positions as an array, for locate().
         self._compiled = [(_pattern(s.weights), np.array(s.start_positions, np.int64)) for s in segments]
 
@@ -236,24 +232,16 @@ class BlendPlan:
             seq_len = _check_int(f"phases[{j}] seq_len", seq_len, 1)
             weights = tuple(weights)
             if len(weights) != k:
-                raise ValueError(
-                    f"phases[{j}] has {len(weights)} weights for {k} datasets: {weights!r}"
-                )
+                raise ValueError(f"phases[{j}] has {len(weights)} weights for {k} datasets: {weights!r}")
             for w in weights:
-                if isinstance(w, bool) or not isinstance(w, numbers.Real) or not (
-                    math.isfinite(w) and w >= 0
-                ):
-                    raise ValueError(
-                        f"phases[{j}] weights must be finite and >= 0, got {weights!r}"
-                    )
+                if isinstance(w, bool) or not isinstance(w, numbers.Real) or not (math.isfinite(w) and w >= 0):
+                    raise ValueError(f"phases[{j}] weights must be finite and >= 0, got {weights!r}")
             if not any(w > 0 for w in weights):
                 raise ValueError(f"phases[{j}] needs a positive weight, got {weights!r}")
             weights = tuple(float(w) for w in weights)
             used = [i for i, w in enumerate(weights) if w > 0]
             if len(used) > self.max_period:
-                raise ValueError(
-                    f"max_period={self.max_period} is below the {len(used)} datasets of phases[{j}]"
-                )
+                raise ValueError(f"max_period={self.max_period} is below the {len(used)} datasets of phases[{j}]")
             if self.repeat:
                 empty = [i for i in used if self.sizes[i] == 0]
                 if empty:
@@ -271,14 +259,23 @@ class BlendPlan:
         shortest = min(seq_len for _, seq_len, _ in self.phases)
         segments: list[Segment] = []
         row = 0
-        integer_weights: dict[tuple, tuple[int, ...]] = {}  # phases often share their weights (exact fractions are slow)
+        integer_weights: dict[
+            tuple, tuple[int, ...]
+        ] = {}  # phases often share their weights (exact fractions are slow)
         for j, (rows, seq_len, weights) in enumerate(self.phases):
             phase_end = None if rows is None else row + rows
             while phase_end is None or row < phase_end:
                 maps = None if self.lanes is None else self._segment_lanes(lanes, j, seq_len, weights)
                 # Rows each weighted dataset can still give (None: endless).
-                left = {i: None if self.repeat else maps[i].available if maps is not None
-                        else (self.sizes[i] - pos[i]) // seq_len for i in range(k) if weights[i] > 0}
+                left = {
+                    i: None
+                    if self.repeat
+                    else maps[i].available
+                    if maps is not None
+                    else (self.sizes[i] - pos[i]) // seq_len
+                    for i in range(k)
+                    if weights[i] > 0
+                }
                 active = tuple(i for i, n in left.items() if n is None or n >= 1)
                 if not active:
                     return segments, tuple(pos)  # nothing left: the stream ends here
@@ -306,13 +303,17 @@ class BlendPlan:
                 row = end
         return segments, tuple(pos)
 
-    def _segment_lanes(self, lanes: list[Lanes], phase: int, seq_len: int,
-                       weights: Sequence[float]) -> dict[int, SegmentLanes]:
+    def _segment_lanes(
+        self, lanes: list[Lanes], phase: int, seq_len: int, weights: Sequence[float]
+    ) -> dict[int, SegmentLanes]:
         """Each weighted dataset's row map for a segment of ``phase`` (independent rows)."""
         assert self.lanes is not None
         depth = lane_depth(self.lane_tokens, seq_len)
-        return {i: SegmentLanes(lanes[i], seq_len, self.lanes[phase], depth, None if self.repeat else self.sizes[i])
-                for i, w in enumerate(weights) if w > 0}
+        return {
+            i: SegmentLanes(lanes[i], seq_len, self.lanes[phase], depth, None if self.repeat else self.sizes[i])
+            for i, w in enumerate(weights)
+            if w > 0
+        }
 
     @property
     def segments(self) -> tuple[Segment, ...]:

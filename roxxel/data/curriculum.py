@@ -87,14 +87,26 @@ class Phase:
     epochs: float | None = None
     weights: Mapping[str, float] | None = None
 
-    def __init__(self, global_batch_size: int | None = None, seq_len: int | None = None, steps: int | None = None,
-                 epochs: float | None = None, weights: Mapping[str, float] | None = None, *,
-                 batch_size: int | None = None):
+    def __init__(
+        self,
+        global_batch_size: int | None = None,
+        seq_len: int | None = None,
+        steps: int | None = None,
+        epochs: float | None = None,
+        weights: Mapping[str, float] | None = None,
+        *,
+        batch_size: int | None = None,
+    ):
         size = renamed("Phase", "global_batch_size", global_batch_size, "batch_size", batch_size)
         if size is None or seq_len is None:
             raise TypeError(f"Phase needs global_batch_size and seq_len, got {size!r} and {seq_len!r}")
-        for name, value in (("global_batch_size", size), ("seq_len", seq_len), ("steps", steps),
-                            ("epochs", epochs), ("weights", weights)):
+        for name, value in (
+            ("global_batch_size", size),
+            ("seq_len", seq_len),
+            ("steps", steps),
+            ("epochs", epochs),
+            ("weights", weights),
+        ):
             object.__setattr__(self, name, value)
         self.__post_init__()
 
@@ -109,15 +121,27 @@ class Phase:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise CurriculumError(f"Phase {name} must be a positive int, got {v!r}")
         if self.steps is not None and self.epochs is not None:
-            raise CurriculumError(f"give a Phase either steps or epochs, not both (got steps={self.steps}, epochs={self.epochs})")
-        if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 0):
+            raise CurriculumError(
+                f"give a Phase either steps or epochs, not both (got steps={self.steps}, epochs={self.epochs})"
+            )
+        if self.steps is not None and (
+            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 0
+        ):
             raise CurriculumError(f"Phase steps must be a non-negative int, got {self.steps!r}")
-        if self.epochs is not None and not (isinstance(self.epochs, (int, float)) and self.epochs > 0 and math.isfinite(self.epochs)):
+        if self.epochs is not None and not (
+            isinstance(self.epochs, (int, float)) and self.epochs > 0 and math.isfinite(self.epochs)
+        ):
             raise CurriculumError(f"Phase epochs must be a positive number, got {self.epochs!r}")
         if self.weights is not None:
-            bad = {k: w for k, w in self.weights.items() if not (isinstance(w, (int, float)) and w >= 0 and math.isfinite(w))}
+            bad = {
+                k: w
+                for k, w in self.weights.items()
+                if not (isinstance(w, (int, float)) and w >= 0 and math.isfinite(w))
+            }
             if bad or not any(w > 0 for w in self.weights.values()):
-                raise CurriculumError(f"Phase weights must be non-negative numbers, at least one positive, got {dict(self.weights)}")
+                raise CurriculumError(
+                    f"Phase weights must be non-negative numbers, at least one positive, got {dict(self.weights)}"
+                )
             object.__setattr__(self, "weights", dict(self.weights))
 
     @classmethod
@@ -191,10 +215,13 @@ def _check_compatible(datasets: Mapping[str, Dataset], vocab_size: int | None) -
         raise DtypeMismatchError(
             f"dataset {floats[0]!r} ({datasets[floats[0]].filepath}) holds {datasets[floats[0]].dtype.name} arrays and "
             f"{tokens!r} ({datasets[tokens].filepath}) holds token ids: a blend feeds one model input, so blend float "
-            "datasets only with float datasets of the same dtype")
+            "datasets only with float datasets of the same dtype"
+        )
     if vocab_size is not None and not shard_dtype(first.dtype).vocab_checked:
-        raise CurriculumError(f"vocab_size={vocab_size} checks token ids, but {first.filepath} holds {first.dtype.name} "
-                         "arrays: drop vocab_size for float data")
+        raise CurriculumError(
+            f"vocab_size={vocab_size} checks token ids, but {first.filepath} holds {first.dtype.name} "
+            "arrays: drop vocab_size for float data"
+        )
     for name, ds in list(datasets.items())[1:]:
         for field in _SHARED_FIELDS:
             a, b = getattr(first, field), getattr(ds, field)
@@ -202,7 +229,8 @@ def _check_compatible(datasets: Mapping[str, Dataset], vocab_size: int | None) -
                 raise DtypeMismatchError(
                     f"datasets {first_name!r} ({first.filepath}) and {name!r} ({ds.filepath}) differ in {field}: "
                     f"{a!r} vs {b!r}; blended datasets must come from the same tokenizer - re-pack one of them "
-                    "with the other's tokenizer")
+                    "with the other's tokenizer"
+                )
     declared = first.vocab_size
     if vocab_size is None:
         return declared
@@ -212,15 +240,19 @@ def _check_compatible(datasets: Mapping[str, Dataset], vocab_size: int | None) -
         raise CurriculumError(
             f"dataset {first_name!r} ({first.filepath}) has a vocabulary of {declared} ids but the model's vocab_size "
             f"is {vocab_size}; ids up to {declared - 1} would be out of range - pack the data with the model's "
-            "tokenizer or give the model a vocabulary of at least that size")
+            "tokenizer or give the model a vocabulary of at least that size"
+        )
     return vocab_size
 
 
-def _named_datasets(datasets: Dataset | Mapping[str, Dataset] | None,
-                    mix_streamers: Mapping[str, Dataset] | None) -> dict[str, Dataset]:
+def _named_datasets(
+    datasets: Dataset | Mapping[str, Dataset] | None, mix_streamers: Mapping[str, Dataset] | None
+) -> dict[str, Dataset]:
     """Curriculum's datasets by name, the primary first, from its new and deprecated arguments."""
     if datasets is None:
-        raise CurriculumError("Curriculum needs datasets: a Dataset, or a dict of names to datasets (the first is primary)")
+        raise CurriculumError(
+            "Curriculum needs datasets: a Dataset, or a dict of names to datasets (the first is primary)"
+        )
     if mix_streamers is not None:
         warn_renamed("Curriculum", "mix_streamers", "datasets={'primary': dataset, **mixed}")
         if isinstance(datasets, Mapping):
@@ -229,14 +261,17 @@ def _named_datasets(datasets: Dataset | Mapping[str, Dataset] | None,
     if isinstance(datasets, Mapping) and not named:
         raise CurriculumError("Curriculum got an empty datasets dict; give at least one dataset")
     if ORIGINAL_PRIMARY in named:
-        raise CurriculumError(f"a dataset is named {ORIGINAL_PRIMARY!r}, the original's weight key for the primary "
-                         "dataset; pick another name")
+        raise CurriculumError(
+            f"a dataset is named {ORIGINAL_PRIMARY!r}, the original's weight key for the primary "
+            "dataset; pick another name"
+        )
     if mix_streamers and PRIMARY in mix_streamers:
         raise CurriculumError(f"{PRIMARY!r} names the primary dataset; pick another name for the mixed one")
     for name, ds in named.items():
         if not isinstance(ds, Dataset):
-            raise TypeError(f"dataset {name!r} is a {type(ds).__name__}, not a roxxel Dataset (open it with "
-                            "roxxel.Roxxel(path))")
+            raise TypeError(
+                f"dataset {name!r} is a {type(ds).__name__}, not a roxxel Dataset (open it with roxxel.Roxxel(path))"
+            )
     return named
 
 
@@ -290,11 +325,19 @@ class Curriculum:
             token dtype (names both datasets and the field).
     """
 
-    def __init__(self, datasets: Dataset | Mapping[str, Dataset] | None = None,
-                 phases: Sequence[Phase | Mapping[str, Any]] | None = None,
-                 mix_streamers: Mapping[str, Dataset] | None = None, *, primary_streamer: Dataset | None = None,
-                 chunk_tokens: int = DEFAULT_CHUNK_TOKENS, repeat: bool = False, vocab_size: int | None = None,
-                 order: str = "chunks", batch_rows: str = "independent"):
+    def __init__(
+        self,
+        datasets: Dataset | Mapping[str, Dataset] | None = None,
+        phases: Sequence[Phase | Mapping[str, Any]] | None = None,
+        mix_streamers: Mapping[str, Dataset] | None = None,
+        *,
+        primary_streamer: Dataset | None = None,
+        chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+        repeat: bool = False,
+        vocab_size: int | None = None,
+        order: str = "chunks",
+        batch_rows: str = "independent",
+    ):
         if order not in ORDERS:
             raise CurriculumError(f"order must be one of {ORDERS}, got {order!r}")
         if batch_rows not in BATCH_ROWS:
@@ -304,14 +347,17 @@ class Curriculum:
             raise TypeError("Curriculum needs phases: a list of Phase objects or dicts")
         self.order = order
         self.datasets: dict[str, Dataset] = _named_datasets(
-            renamed("Curriculum", "datasets", datasets, "primary_streamer", primary_streamer), mix_streamers)
+            renamed("Curriculum", "datasets", datasets, "primary_streamer", primary_streamer), mix_streamers
+        )
         self.names = tuple(self.datasets)
         self.phases = tuple(self._primary_key(Phase.coerce(p)) for p in phases)
         if not self.phases:
             raise CurriculumError("a curriculum needs at least one phase")
         for i, p in enumerate(self.phases[:-1]):
             if p.steps is None and p.epochs is None:
-                raise CurriculumError(f"phase {i}: only the last phase may omit steps/epochs (it then runs until the data runs out)")
+                raise CurriculumError(
+                    f"phase {i}: only the last phase may omit steps/epochs (it then runs until the data runs out)"
+                )
         if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
             raise CurriculumError(f"chunk_tokens must be an int >= 1 (tokens per shuffled chunk), got {chunk_tokens!r}")
         self.chunk_tokens = chunk_tokens
@@ -330,10 +376,16 @@ class Curriculum:
             short = [p for p in self.resolved if p.weights[i] > 0 and p.global_batch_size > places]
             if short:
                 p = max(short, key=lambda q: q.global_batch_size)
-                log.warning("dataset %r holds %s of %s tokens, fewer than the %s of phase %d's global batch: with "
-                            "batch_rows='independent' some rows of a batch share a chunk; a smaller chunk_tokens "
-                            "spreads them", name, count(places, "chunk"), f"{self.chunk_tokens:,}",
-                            count(p.global_batch_size, "row"), p.index)
+                log.warning(
+                    "dataset %r holds %s of %s tokens, fewer than the %s of phase %d's global batch: with "
+                    "batch_rows='independent' some rows of a batch share a chunk; a smaller chunk_tokens "
+                    "spreads them",
+                    name,
+                    count(places, "chunk"),
+                    f"{self.chunk_tokens:,}",
+                    count(p.global_batch_size, "row"),
+                    p.index,
+                )
 
     @property
     def primary(self) -> Dataset:
@@ -347,8 +399,10 @@ class Curriculum:
         primary = self.names[0]
         warn_renamed("Curriculum", f"the weight key {ORIGINAL_PRIMARY!r}", f"the primary dataset's name {primary!r}")
         if primary in phase.weights:
-            raise CurriculumError(f"weights {dict(phase.weights)} give the primary dataset twice, as {ORIGINAL_PRIMARY!r} "
-                             f"and as {primary!r}; keep {primary!r}")
+            raise CurriculumError(
+                f"weights {dict(phase.weights)} give the primary dataset twice, as {ORIGINAL_PRIMARY!r} "
+                f"and as {primary!r}; keep {primary!r}"
+            )
         weights = {primary if k == ORIGINAL_PRIMARY else k: w for k, w in phase.weights.items()}
         return dataclasses.replace(phase, weights=weights)
 
@@ -364,7 +418,9 @@ class Curriculum:
             return (1.0,) + (0.0,) * (len(self.names) - 1) if len(self.names) == 1 else tuple(map(float, self._sizes))
         unknown = set(phase.weights) - set(self.names)
         if unknown:
-            raise CurriculumError(f"phase {i}: weights name unknown datasets {sorted(unknown)}; known: {list(self.names)}")
+            raise CurriculumError(
+                f"phase {i}: weights name unknown datasets {sorted(unknown)}; known: {list(self.names)}"
+            )
         return tuple(float(phase.weights.get(n, 0.0)) for n in self.names)
 
     def _resolve(self) -> tuple[BlendPlan, tuple[ResolvedPhase, ...]]:
@@ -377,9 +433,16 @@ class Curriculum:
             else:
                 steps.append(p.steps)
         lanes = [p.global_batch_size for p in self.phases] if self.batch_rows == "independent" else None
-        plan = BlendPlan(self._sizes, [(None if s is None else s * p.global_batch_size, p.seq_len, w)
-                                       for s, p, w in zip(steps, self.phases, weights)], repeat=self.repeat,
-                         lanes=lanes, lane_tokens=self.chunk_tokens)
+        plan = BlendPlan(
+            self._sizes,
+            [
+                (None if s is None else s * p.global_batch_size, p.seq_len, w)
+                for s, p, w in zip(steps, self.phases, weights)
+            ],
+            repeat=self.repeat,
+            lanes=lanes,
+            lane_tokens=self.chunk_tokens,
+        )
         resolved, step, row, token = [], 0, 0, 0
         for i, (p, s, w) in enumerate(zip(self.phases, steps, weights)):
             if plan.total_rows is None:  # endless blend: repeat mode with an open last phase
@@ -396,14 +459,22 @@ class Curriculum:
         return plan, tuple(resolved)
 
     def _short_message(self, i: int, p: Phase, asked: int | None, n: int) -> str:
-        want = (f"asks for {asked} steps" if p.epochs is None else f"asks for {p.epochs} epochs ({asked} steps)") \
-            if asked is not None else "runs until the data runs out"
+        want = (
+            (f"asks for {asked} steps" if p.epochs is None else f"asks for {p.epochs} epochs ({asked} steps)")
+            if asked is not None
+            else "runs until the data runs out"
+        )
         sizes = ", ".join(f"{name}: {size:,} tokens" for name, size in zip(self.names, self._sizes))
-        fix = ("use data of at least one row per step, or a smaller global_batch_size/seq_len" if n == 0 else
-               f"pass repeat=True to start new epochs, ask for at most {n} steps, or leave steps/epochs unset on "
-               "the last phase to train until the data runs out")
-        return (f"phase {i} {want} of {p.global_batch_size} x {p.seq_len} tokens, but the data ({sizes}, in chunks of "
-                f"{self.chunk_tokens}) can give only {n} steps there; {fix}")
+        fix = (
+            "use data of at least one row per step, or a smaller global_batch_size/seq_len"
+            if n == 0
+            else f"pass repeat=True to start new epochs, ask for at most {n} steps, or leave steps/epochs unset on "
+            "the last phase to train until the data runs out"
+        )
+        return (
+            f"phase {i} {want} of {p.global_batch_size} x {p.seq_len} tokens, but the data ({sizes}, in chunks of "
+            f"{self.chunk_tokens}) can give only {n} steps there; {fix}"
+        )
 
     def check_positions(self, step: int) -> None:
         """Refuse a step whose token positions do not fit the streamer's int64 arithmetic.
@@ -423,8 +494,10 @@ class Curriculum:
         block = max(q.global_batch_size * (self.chunk_tokens + q.seq_len) for q in self.resolved)
         end = self.tokens_before(step) + p.tokens_per_step + (len(self.plan.segments) + 1) * block
         if end >= _MAX_POSITION:
-            raise CurriculumError(f"step {step} starts at token position {self.tokens_before(step):,}, beyond the 2**62 "
-                             "tokens the streamer's 64-bit positions can address; use a smaller start step")
+            raise CurriculumError(
+                f"step {step} starts at token position {self.tokens_before(step):,}, beyond the 2**62 "
+                "tokens the streamer's 64-bit positions can address; use a smaller start step"
+            )
 
     # -- the step -> data position map --------------------------------------------------
     @property
@@ -481,10 +554,17 @@ class Curriculum:
             **options,
             "data_order_version": ORDER_VERSIONS[self.batch_rows],
             "datasets": {self._recorded_name(n): ds.fingerprint() for n, ds in self.datasets.items()},
-            "chunk_tokens": self.chunk_tokens, "repeat": self.repeat,
-            "phases": [{"steps": p.steps, "batch_size": p.global_batch_size, "seq_len": p.seq_len,
-                        "weights": dict(zip(map(self._recorded_name, self.names), p.weights))}
-                       for p in self.resolved],
+            "chunk_tokens": self.chunk_tokens,
+            "repeat": self.repeat,
+            "phases": [
+                {
+                    "steps": p.steps,
+                    "batch_size": p.global_batch_size,
+                    "seq_len": p.seq_len,
+                    "weights": dict(zip(map(self._recorded_name, self.names), p.weights)),
+                }
+                for p in self.resolved
+            ],
         }
 
     def fingerprint(self) -> str:
@@ -506,8 +586,9 @@ class Curriculum:
         return f"Curriculum(datasets={list(self.names)}, phases=[{phases}])"
 
 
-def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step: int,
-                     diff: Any) -> tuple[list[str], list[str]]:
+def classify_changes(
+    saved: Mapping[str, Any], current: Mapping[str, Any], step: int, diff: Any
+) -> tuple[list[str], list[str]]:
     """Split the differences between two :meth:`Curriculum.describe` values into those a run
     resumed at ``step`` may take and those it must refuse.
 
@@ -538,7 +619,9 @@ def classify_changes(saved: Mapping[str, Any], current: Mapping[str, Any], step:
         if key not in saved and key not in RECORD_DEFAULTS:  # recorded only by newer versions: nothing to compare
             allowed.append(f"{key}: not recorded in the checkpoint, now {json.dumps(current[key], default=str)}")
         else:  # a key left out at its default means the default (an old run resumed with order="documents" is refused)
-            refused += diff({key: saved.get(key, RECORD_DEFAULTS.get(key))}, {key: current.get(key, RECORD_DEFAULTS.get(key))})
+            refused += diff(
+                {key: saved.get(key, RECORD_DEFAULTS.get(key))}, {key: current.get(key, RECORD_DEFAULTS.get(key))}
+            )
     old, new = list(saved.get("phases") or []), list(current.get("phases") or [])
     start: float = 0  # step where phase i starts (inf after an open-ended phase)
     for i, phase in enumerate(old):
@@ -572,5 +655,5 @@ def _reindex(line: str, offset: int) -> str:
     """``phases[k]...`` -> ``phases[k + offset]...`` for a diff made on a slice of the phases."""
     if not line.startswith("phases[") or offset == 0:
         return line
-    k, rest = line[len("phases["):].split("]", 1)
+    k, rest = line[len("phases[") :].split("]", 1)
     return f"phases[{int(k) + offset}]{rest}"

@@ -55,7 +55,13 @@ class _Entry:
     __slots__ = ("path", "num_tokens", "num_documents", "sha256", "nbytes", "identity")
 
     def __init__(self, path, num_tokens=None, num_documents=None, sha256=None, nbytes=None):
-        self.path, self.num_tokens, self.num_documents, self.sha256, self.nbytes = path, num_tokens, num_documents, sha256, nbytes
+        self.path, self.num_tokens, self.num_documents, self.sha256, self.nbytes = (
+            path,
+            num_tokens,
+            num_documents,
+            sha256,
+            nbytes,
+        )
         self.identity = None  # the file's identity when first opened: an LRU reopen must find the same file
 
 
@@ -100,9 +106,14 @@ class Dataset:
 
     check_identity = True  # refuse shards that change while read (off only for benchmarks)
 
-    def __init__(self, filepath: PathSpec, *,
-                 release_bytes: int = DEFAULT_RELEASE_BYTES, max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
-                 check_blocks: bool = True):
+    def __init__(
+        self,
+        filepath: PathSpec,
+        *,
+        release_bytes: int = DEFAULT_RELEASE_BYTES,
+        max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
+        check_blocks: bool = True,
+    ):
         if isinstance(filepath, (str, os.PathLike)):
             self.filepath: str | list[str] = os.fspath(filepath)
         elif isinstance(filepath, (list, tuple)):
@@ -158,19 +169,27 @@ class Dataset:
         seen: list[tuple[str, dict[str, Any]]] = []  # (where, vocabulary/EOS/tokenizer) of each manifest or shard
 
         for path, m in manifests:
-            first_by_dtype.setdefault(m.dtype, os.path.join(os.path.dirname(path), m.shards[0].path) if m.shards else path)
+            first_by_dtype.setdefault(
+                m.dtype, os.path.join(os.path.dirname(path), m.shards[0].path) if m.shards else path
+            )
             seen.append((path, {k: getattr(m, k) for k in ID_FIELDS}))
         for i, e in enumerate(self._entries):
             if e.num_tokens is None:
                 shard = self._shard(i)
-                e.num_tokens, e.num_documents, e.sha256, e.nbytes = shard.num_tokens, shard.num_documents, shard.sha256, shard.nbytes
+                e.num_tokens, e.num_documents, e.sha256, e.nbytes = (
+                    shard.num_tokens,
+                    shard.num_documents,
+                    shard.sha256,
+                    shard.nbytes,
+                )
                 first_by_dtype.setdefault(shard.dtype.name, e.path)
                 seen.append((e.path, {k: shard.metadata.get(k) for k in ID_FIELDS}))
         if len(first_by_dtype) > 1:
             (d1, p1), (d2, p2) = list(first_by_dtype.items())[:2]
             raise DtypeMismatchError(
                 f"shards of one dataset must share a token dtype: {p1} is {d1}, {p2} is {d2}; "
-                "re-pack them with the same tokenizer, or read them as separate datasets and blend them")
+                "re-pack them with the same tokenizer, or read them as separate datasets and blend them"
+            )
         (p1, meta), *others = seen
         for p2, other in others:
             field = first_difference(meta, other)
@@ -178,7 +197,8 @@ class Dataset:
                 raise DtypeMismatchError(
                     f"one dataset's shards must come from one tokenizer: {p1} has {field} {meta[field]!r}, {p2} has "
                     f"{other[field]!r}; read them as separate datasets (a blend refuses them too), or re-pack them "
-                    "with the same tokenizer")
+                    "with the same tokenizer"
+                )
         return {"dtype": np.dtype(next(iter(first_by_dtype))).newbyteorder("<"), **meta}
 
     def _shard(self, i: int):
@@ -194,25 +214,36 @@ class Dataset:
         if e.num_tokens is not None and (shard.num_tokens, shard.num_documents) != (e.num_tokens, e.num_documents):
             raise CorruptShardError(
                 f"{e.path}: holds {shard.num_tokens} tokens / {shard.num_documents} documents but the manifest says "
-                f"{e.num_tokens} / {e.num_documents}; the shard was replaced - re-pack the dataset", e.path)
+                f"{e.num_tokens} / {e.num_documents}; the shard was replaced - re-pack the dataset",
+                e.path,
+            )
         if e.sha256 is not None and shard.sha256 is not None and shard.sha256 != e.sha256:
             raise CorruptShardError(
                 f"{e.path}: is not the shard its manifest lists (its footer SHA-256 is {shard.sha256}, the manifest "
-                f"says {e.sha256}); shards were swapped, renamed or replaced - restore them or re-pack the dataset", e.path)
+                f"says {e.sha256}); shards were swapped, renamed or replaced - restore them or re-pack the dataset",
+                e.path,
+            )
         if e.nbytes is not None and shard.nbytes != e.nbytes:
-            raise CorruptShardError(f"{e.path}: {shard.nbytes} bytes but the manifest says {e.nbytes}; "
-                                    "the shard was replaced - restore it or re-pack the dataset", e.path)
+            raise CorruptShardError(
+                f"{e.path}: {shard.nbytes} bytes but the manifest says {e.nbytes}; "
+                "the shard was replaced - restore it or re-pack the dataset",
+                e.path,
+            )
         shard.check_blocks = self.check_blocks
         shard.check_identity = self.check_identity
         if self._is_open and shard.dtype != self.dtype:
-            raise DtypeMismatchError(f"{e.path}: token dtype {shard.dtype.name}, the dataset's is {self.dtype.name}", e.path)
+            raise DtypeMismatchError(
+                f"{e.path}: token dtype {shard.dtype.name}, the dataset's is {self.dtype.name}", e.path
+            )
         if self._is_open and e.num_tokens is not None:  # described by a manifest: what it says of the tokens must hold
             field = first_difference(shard.metadata, self._props)
             if field is not None:
                 raise CorruptShardError(
                     f"{e.path}: the shard records {field} {shard.metadata.get(field)!r}, its manifest says "
                     f"{self._props[field]!r}; the manifest was edited or belongs to other shards - restore it or "
-                    "re-pack the dataset", e.path)
+                    "re-pack the dataset",
+                    e.path,
+                )
         self._shards[i] = shard
         if len(self._shards) > self.max_open_shards:
             self._shards.popitem(last=False)[1].close()
@@ -317,17 +348,29 @@ class Dataset:
         self._ensure_open()
         if self._manifest is not None:
             return self._manifest.fingerprint()
-        ident = {"dtype": self.dtype.name, "vocab_size": self.vocab_size, "eos_id": self.eos_id,
-                 "shards": [[e.num_tokens, e.sha256 or f"{os.path.basename(e.path)}:{e.nbytes}"] for e in self._entries]}
+        ident = {
+            "dtype": self.dtype.name,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "shards": [[e.num_tokens, e.sha256 or f"{os.path.basename(e.path)}:{e.nbytes}"] for e in self._entries],
+        }
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
     def info(self) -> dict[str, Any]:
         """Summary: path, shards, tokens, documents, dtype, vocab_size, eos_id, bytes, tokenizer."""
         self._ensure_open()
-        return {"path": self.filepath, "shards": self.num_shards, "tokens": self.num_tokens,
-                "documents": self.num_documents, "dtype": self.dtype.name, "vocab_size": self.vocab_size,
-                "eos_id": self.eos_id, "bytes": self.nbytes, "tokenizer": self.tokenizer,
-                "legacy": any(getattr(s, "legacy", False) for s in self._shards.values())}
+        return {
+            "path": self.filepath,
+            "shards": self.num_shards,
+            "tokens": self.num_tokens,
+            "documents": self.num_documents,
+            "dtype": self.dtype.name,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "bytes": self.nbytes,
+            "tokenizer": self.tokenizer,
+            "legacy": any(getattr(s, "legacy", False) for s in self._shards.values()),
+        }
 
     # ------------------------------------------------------------------------------
     # reading
@@ -346,8 +389,10 @@ class Dataset:
         if idx < 0:
             idx += n
         if not 0 <= idx < n:
-            raise IndexError(f"document index {asked} out of range: the dataset holds {count(n, 'document')}, "
-                             "numbered from 0 (a negative index counts from the end)")
+            raise IndexError(
+                f"document index {asked} out of range: the dataset holds {count(n, 'document')}, "
+                "numbered from 0 (a negative index counts from the end)"
+            )
         s = bisect.bisect_right(self._doc_offsets, idx) - 1
         shard = self._shard(s)
         start, stop = shard.document_bounds(idx - int(self._doc_offsets[s]))
@@ -361,7 +406,9 @@ class Dataset:
         Opens every shard (reads each document index); O(documents) memory.
         """
         self._ensure_open()
-        parts = [self._shard(i).document_starts.astype(np.int64) + self._token_offsets[i] for i in range(self.num_shards)]
+        parts = [
+            self._shard(i).document_starts.astype(np.int64) + self._token_offsets[i] for i in range(self.num_shards)
+        ]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def document_bounds(self, idx: int) -> tuple[int, int]:
@@ -390,7 +437,7 @@ class Dataset:
             shard = self._shard(s)
             shard.check_range(start - base, stop - base)
             shard.check_unchanged()
-            return self._account(shard.tokens[start - base:stop - base])
+            return self._account(shard.tokens[start - base : stop - base])
         return self.read_into(np.empty(stop - start, self.dtype), start)
 
     def check_out_dtype(self, dtype: Any, vocab_size: int | None = None) -> None:
@@ -434,7 +481,7 @@ class Dataset:
             base, end = int(self._token_offsets[s]), int(self._token_offsets[s + 1])
             take = min(stop, end) - pos
             if take > 0:
-                self._copy(s, pos - base, out[pos - start:pos - start + take])
+                self._copy(s, pos - base, out[pos - start : pos - start + take])
                 pos += take
             s += 1
         self.bytes_read += len(out) * self.dtype.itemsize
@@ -472,8 +519,9 @@ class Dataset:
         """
         return reader.gather_rows(self, out, starts)
 
-    def row_runs(self, starts: np.ndarray, length: int, groups: np.ndarray | None = None,
-                 num_groups: int = 1) -> RowRuns | None:
+    def row_runs(
+        self, starts: np.ndarray, length: int, groups: np.ndarray | None = None, num_groups: int = 1
+    ) -> RowRuns | None:
         """Rows of ``length`` tokens starting at ``starts`` (int64, in row order) cut into runs, or None when a
         row crosses into the next shard. See :func:`roxxel.data.reader.row_runs`.
 
@@ -553,25 +601,33 @@ class Dataset:
         if name == MANIFEST_NAME:
             ours = re.compile(r".*\.rox")
         elif name.endswith(_STEM_MANIFEST):
-            ours = re.compile(re.escape(name[:-len(_STEM_MANIFEST)]) + r"_\d+\.rox")  # not STEM_other_0000.rox
+            ours = re.compile(re.escape(name[: -len(_STEM_MANIFEST)]) + r"_\d+\.rox")  # not STEM_other_0000.rox
         else:  # a manifest under a name of its own: which files would be its shards is unknown
             return
         listed = {os.path.normpath(e.path) for e in self._entries}
         pending = _refuse_incomplete(directory or ".")  # an unfinished append's shards: not in the dataset yet
-        unlisted = sorted(p for p in glob.glob(os.path.join(glob.escape(directory), "*.rox"))
-                          if ours.fullmatch(os.path.basename(p)) and os.path.normpath(p) not in listed
-                          and os.path.basename(p) not in pending)
+        unlisted = sorted(
+            p
+            for p in glob.glob(os.path.join(glob.escape(directory), "*.rox"))
+            if ours.fullmatch(os.path.basename(p))
+            and os.path.normpath(p) not in listed
+            and os.path.basename(p) not in pending
+        )
         if unlisted:
             raise CorruptShardError(
                 f"{unlisted[0]}: a shard next to {manifest} that it does not list"
                 f"{f' (and {len(unlisted) - 1} more)' if len(unlisted) > 1 else ''}: the manifest lost an entry "
-                "(restore it, or re-pack) or the file does not belong here (move it away)", unlisted[0])
+                "(restore it, or re-pack) or the file does not belong here (move it away)",
+                unlisted[0],
+            )
 
     def __repr__(self) -> str:
         if not self._is_open:
             return f"{type(self).__name__}({self.filepath!r})"
-        return (f"{type(self).__name__}({self.filepath!r}, shards={self.num_shards}, tokens={self.num_tokens}, "
-                f"documents={self.num_documents}, dtype={self.dtype.name})")
+        return (
+            f"{type(self).__name__}({self.filepath!r}, shards={self.num_shards}, tokens={self.num_tokens}, "
+            f"documents={self.num_documents}, dtype={self.dtype.name})"
+        )
 
 
 # ----------------------------------------------------------------------------------
@@ -597,7 +653,9 @@ def _holds(out: np.dtype, stored: np.dtype, vocab_size: int | None) -> bool:
     return False
 
 
-_STEM_MANIFEST = ".dataset.json"  # the manifest of the dataset written as STEM.rox: STEM.dataset.json, shards STEM_*.rox
+_STEM_MANIFEST = (
+    ".dataset.json"  # the manifest of the dataset written as STEM.rox: STEM.dataset.json, shards STEM_*.rox
+)
 
 
 def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_Entry]) -> None:
@@ -623,16 +681,23 @@ def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_En
         return _add_manifest(spec, manifests, entries)
     if os.path.exists(spec):
         if not _committed([spec], _refuse_incomplete(os.path.dirname(spec) or ".")):
-            raise IncompleteDatasetError(f"{spec}: this shard belongs to an append that did not finish; it is not part "
-                                         "of the dataset - the next pack or append into its directory removes it", spec)
+            raise IncompleteDatasetError(
+                f"{spec}: this shard belongs to an append that did not finish; it is not part "
+                "of the dataset - the next pack or append into its directory removes it",
+                spec,
+            )
         entries.append(_Entry(spec))
         return
     stem = spec[:-4] if spec.endswith(".rox") else spec
     if os.path.lexists(stem + _STEM_MANIFEST):
         return _add_manifest(stem + _STEM_MANIFEST, manifests, entries)
-    shards = _committed(sorted(glob.glob(glob.escape(stem) + "_*.rox")), _refuse_incomplete(os.path.dirname(spec) or "."))
+    shards = _committed(
+        sorted(glob.glob(glob.escape(stem) + "_*.rox")), _refuse_incomplete(os.path.dirname(spec) or ".")
+    )
     if not shards:
-        raise ShardNotFoundError(f"dataset not found: {spec} (no such file, directory, manifest or {stem}_*.rox shards)")
+        raise ShardNotFoundError(
+            f"dataset not found: {spec} (no such file, directory, manifest or {stem}_*.rox shards)"
+        )
     entries.extend(_Entry(p) for p in shards)
 
 
@@ -640,7 +705,9 @@ def _add_manifest(path: str, manifests: list[tuple[str, Manifest]], entries: lis
     m = Manifest.load(path)
     base = os.path.dirname(path)
     manifests.append((path, m))
-    entries.extend(_Entry(os.path.join(base, s.path), s.num_tokens, s.num_documents, s.sha256, s.bytes) for s in m.shards)
+    entries.extend(
+        _Entry(os.path.join(base, s.path), s.num_tokens, s.num_documents, s.sha256, s.bytes) for s in m.shards
+    )
 
 
 def _refuse_incomplete(directory: str) -> set[str]:
@@ -653,11 +720,13 @@ def _refuse_incomplete(directory: str) -> set[str]:
 
     pending: set[str] = set()
     for marker in glob.glob(os.path.join(glob.escape(directory), ".*.incomplete")):
-        manifest = os.path.join(directory, os.path.basename(marker)[1:-len(".incomplete")])
+        manifest = os.path.join(directory, os.path.basename(marker)[1 : -len(".incomplete")])
         if not os.path.exists(manifest):
             raise IncompleteDatasetError(
                 f"{directory}: a pack into this directory did not finish (found {os.path.basename(marker)}); "
-                "its shards are not a complete dataset - re-run the pack", directory)
+                "its shards are not a complete dataset - re-run the pack",
+                directory,
+            )
         listed = {s.path for s in Manifest.load(manifest).shards}
         pending.update(n for n in pending_shards(marker) if n not in listed)
     return pending

@@ -50,5 +50,9 @@ def document_features(tokens: np.ndarray, eos_id: int, breaks: np.ndarray | None
     loss_mask = (~is_eos).astype(np.int32)
     loss_mask[:, :-1] &= ~ends_before[:, 1:]  # no target across any document boundary
     loss_mask[:, -1] = 0
-    return {"tokens": tokens.astype(np.int32), "segment_ids": segment_ids.astype(np.int32),
-            "positions": (cols - starts).astype(np.int32), "loss_mask": loss_mask}
+    return {
+        "tokens": tokens.astype(np.int32),
+        "segment_ids": segment_ids.astype(np.int32),
+        "positions": (cols - starts).astype(np.int32),
+        "loss_mask": loss_mask,
+    }

@@ -114,10 +114,7 @@ class FeistelPermutation:
         return self.n
 
     def __repr__(self) -> str:
-        return (
-            f"FeistelPermutation(n={self.n}, seed={self.seed}, epoch={self.epoch}, "
-            f"rounds={self.rounds})"
-        )
+        return f"FeistelPermutation(n={self.n}, seed={self.seed}, epoch={self.epoch}, rounds={self.rounds})"
 
     __str__ = __repr__
 

@@ -70,11 +70,16 @@ class Placer:
             return jax.device_put(rows, self.sharding)
         return jax.make_array_from_process_local_data(self.sharding, rows, global_shape)
 
-    def _plan(self, rows: np.ndarray, global_shape: tuple[int, ...] | None, first_row: int) -> tuple[Any, list, list] | None:
+    def _plan(
+        self, rows: np.ndarray, global_shape: tuple[int, ...] | None, first_row: int
+    ) -> tuple[Any, list, list] | None:
         import jax
 
-        if _batched_device_put is None or not isinstance(rows, np.ndarray) or \
-                jax.dtypes.canonicalize_dtype(rows.dtype) != rows.dtype:
+        if (
+            _batched_device_put is None
+            or not isinstance(rows, np.ndarray)
+            or jax.dtypes.canonicalize_dtype(rows.dtype) != rows.dtype
+        ):
             return None
         shape = rows.shape if global_shape is None else tuple(global_shape)
         if shape[1:] != rows.shape[1:]:
@@ -89,19 +94,26 @@ class Placer:
             slices.append((slice(start, stop), *index[1:]))
         return jax.core.ShapedArray(shape, rows.dtype), slices, list(index_map)
 
-    def _checked(self, key: tuple, plan: tuple[Any, list, list], rows: np.ndarray,
-                 global_shape: tuple[int, ...] | None):
+    def _checked(
+        self, key: tuple, plan: tuple[Any, list, list], rows: np.ndarray, global_shape: tuple[int, ...] | None
+    ):
         """The first batch of a shape: placed both ways; the direct call is kept only if it
         matches the public path."""
         want = self._public(rows, global_shape)
         try:
             aval, slices, devices = plan
             got = _batched_device_put(aval, self.sharding, [rows[i] for i in slices], devices)
-            same = (got.sharding == want.sharding and got.shape == want.shape and got.dtype == want.dtype
-                    and [(s.device, s.index) for s in got.addressable_shards]
-                    == [(s.device, s.index) for s in want.addressable_shards]
-                    and all(np.array_equal(np.asarray(a.data), np.asarray(b.data))
-                            for a, b in zip(got.addressable_shards, want.addressable_shards)))
+            same = (
+                got.sharding == want.sharding
+                and got.shape == want.shape
+                and got.dtype == want.dtype
+                and [(s.device, s.index) for s in got.addressable_shards]
+                == [(s.device, s.index) for s in want.addressable_shards]
+                and all(
+                    np.array_equal(np.asarray(a.data), np.asarray(b.data))
+                    for a, b in zip(got.addressable_shards, want.addressable_shards)
+                )
+            )
         except Exception as e:  # noqa: BLE001 - a changed private API: fall back to the public one
             log.debug("direct placement unavailable (%s: %s); using the public path", type(e).__name__, e)
             same = False

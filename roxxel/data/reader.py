@@ -50,9 +50,9 @@ class RowRuns(NamedTuple):
     bounds: list[int]
 
 
-
-def row_runs(dataset: Dataset, starts: np.ndarray, length: int, groups: np.ndarray | None = None,
-             num_groups: int = 1) -> RowRuns | None:
+def row_runs(
+    dataset: Dataset, starts: np.ndarray, length: int, groups: np.ndarray | None = None, num_groups: int = 1
+) -> RowRuns | None:
     """Cut rows of ``length`` tokens starting at dataset tokens ``starts`` (int64, in row order) into runs.
 
     A run is a maximal sequence of consecutive rows whose tokens follow each other in one
@@ -94,8 +94,13 @@ def row_runs(dataset: Dataset, starts: np.ndarray, length: int, groups: np.ndarr
         place = first - np.searchsorted(groups, groups[first], side="left")  # rank of the run's first row
         bounds = np.searchsorted(groups[first], np.arange(num_groups + 1), side="left").tolist()
     row_bytes = length * dataset.dtype.itemsize
-    return RowRuns(shard_of[first].tolist(), (local[first] * dataset.dtype.itemsize).tolist(),
-                   (place * row_bytes).tolist(), ((place + end - first) * row_bytes).tolist(), bounds)
+    return RowRuns(
+        shard_of[first].tolist(),
+        (local[first] * dataset.dtype.itemsize).tolist(),
+        (place * row_bytes).tolist(),
+        ((place + end - first) * row_bytes).tolist(),
+        bounds,
+    )
 
 
 def read_runs(dataset: Dataset, out: np.ndarray, runs: RowRuns, group: int = 0) -> np.ndarray:
@@ -131,7 +136,7 @@ def read_runs(dataset: Dataset, out: np.ndarray, runs: RowRuns, group: int = 0) 
         except OSError:
             n = -1  # read again below, which names the error (or reopens a stale handle)
         if n != hi - lo:
-            shard.copy_into(out.reshape(-1)[lo // size:hi // size], where[k] // size)  # retried, or raises
+            shard.copy_into(out.reshape(-1)[lo // size : hi // size], where[k] // size)  # retried, or raises
             fd = shard._descriptor()
         if blocks is not None and blocks.unchecked:
             shard.check_range(where[k] // size, (where[k] + hi - lo) // size, view[lo:hi])
@@ -214,13 +219,14 @@ def gather_into(dataset: Dataset, out: np.ndarray, starts: np.ndarray, counts: n
         _gather_shard(dataset, s, out, sel * n if dst is None else dst[sel], starts[sel] - offsets[s], counts[sel])
     for k in np.flatnonzero(~inside).tolist():  # a range that crosses into the next shard
         assert dst is not None  # set above whenever a range is not inside one shard
-        dataset.read_into(out[dst[k]:dst[k] + counts[k]], int(starts[k]))
+        dataset.read_into(out[dst[k] : dst[k] + counts[k]], int(starts[k]))
     dataset.bytes_read += int(counts[inside].sum()) * dataset.dtype.itemsize  # read_into counts the rest
     return out
 
 
-def _gather_shard(dataset: Dataset, s: int, out: np.ndarray, dst: np.ndarray | None, local: np.ndarray,
-                  counts: np.ndarray) -> None:
+def _gather_shard(
+    dataset: Dataset, s: int, out: np.ndarray, dst: np.ndarray | None, local: np.ndarray, counts: np.ndarray
+) -> None:
     """Copy ranges ``[local[k], local[k] + counts[k])`` of shard ``s`` to ``out[dst[k]:]``, blocks checked first.
 
     ``dst`` None: the ranges are all ``counts[0]`` long and fill ``out`` in order, as rows.
@@ -239,7 +245,7 @@ def _gather_shard(dataset: Dataset, s: int, out: np.ndarray, dst: np.ndarray | N
     else:
         pos = 0
         for d, c in zip(dst.tolist(), counts.tolist()):
-            out[d:d + c] = buf[pos:pos + c]
+            out[d : d + c] = buf[pos : pos + c]
             pos += c
 
 
@@ -301,7 +307,9 @@ class BatchReader:
         self.seed = seed
         self.vocab_size = vocab_size if vocab_size is not None else curriculum.vocab_size
         source = SOURCES[curriculum.order]
-        self.sources = [source(ds, seed, i, curriculum.chunk_tokens) for i, ds in enumerate(curriculum.datasets.values())]
+        self.sources = [
+            source(ds, seed, i, curriculum.chunk_tokens) for i, ds in enumerate(curriculum.datasets.values())
+        ]
         self.dtypes = [ds.dtype for ds in curriculum.datasets.values()]
         # The largest id each dataset's stored dtype can hold (None: not an integer dtype, original-format data).
         self._max_ids = [np.iinfo(dt).max if np.issubdtype(dt, np.integer) else None for dt in self.dtypes]
@@ -321,19 +329,22 @@ class BatchReader:
         plan, k = planned
         assert plan.which is not None and plan.starts is not None and plan.single is not None  # (planned)
         n = hi - lo
-        which, starts, single = plan.which[k * n:(k + 1) * n], plan.starts[k * n:(k + 1) * n], bool(plan.single[k])
+        which, starts, single = plan.which[k * n : (k + 1) * n], plan.starts[k * n : (k + 1) * n], bool(plan.single[k])
         out = empty_aligned((n, phase.seq_len), dtype)
-        for d in ([int(which[0])] if single else np.unique(which).tolist()):
+        for d in [int(which[0])] if single else np.unique(which).tolist():
             idx = None if single else np.flatnonzero(which == d)
             sel = slice(None) if idx is None else idx
             if plan.staged[d] is None:  # a row of this dataset crosses a shard boundary somewhere in the plan
-                rows = gather_rows(self.sources[d].dataset, np.empty((n if idx is None else len(idx), phase.seq_len),
-                                                                 self.dtypes[d]), starts[sel])
+                rows = gather_rows(
+                    self.sources[d].dataset,
+                    np.empty((n if idx is None else len(idx), phase.seq_len), self.dtypes[d]),
+                    starts[sel],
+                )
                 self._check_vocab(rows, d)  # on the stored ids, before any (narrowing) cast
             else:
                 slots = plan.slots[d]
                 assert slots is not None  # set with staged[d]
-                rows = self._staged(plan, d)[slots[k * n:(k + 1) * n][sel]]
+                rows = self._staged(plan, d)[slots[k * n : (k + 1) * n][sel]]
             if single:
                 np.copyto(out, rows, casting="unsafe")  # one cast of the whole batch
             else:
@@ -347,7 +358,9 @@ class BatchReader:
             runs = plan.staged[d]
             assert runs is not None
             rows = int(runs.his[-1] // (plan.seq_len * self.dtypes[d].itemsize)) if runs.his else 0
-            buf = plan.buffers[d] = read_runs(self.sources[d].dataset, np.empty((rows, plan.seq_len), self.dtypes[d]), runs)
+            buf = plan.buffers[d] = read_runs(
+                self.sources[d].dataset, np.empty((rows, plan.seq_len), self.dtypes[d]), runs
+            )
             self._check_vocab(buf, d)  # on the stored ids, before any (narrowing) cast
         return buf
 
@@ -372,8 +385,12 @@ class BatchReader:
     def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int) -> _Plan:
         n = hi - lo
         for steps in dict.fromkeys((int(min(ahead, phase.end_step - step)), 1)):
-            rows = (self.curriculum.rows_before(step) + lo + phase.global_batch_size * np.arange(steps, dtype=np.int64)[:, None]
-                    + np.arange(n, dtype=np.int64)).reshape(-1)
+            rows = (
+                self.curriculum.rows_before(step)
+                + lo
+                + phase.global_batch_size * np.arange(steps, dtype=np.int64)[:, None]
+                + np.arange(n, dtype=np.int64)
+            ).reshape(-1)
             try:
                 which, position, _ = self.curriculum.plan.locate(rows)
             except (IndexError, ValueError):
@@ -430,7 +447,8 @@ class BatchReader:
             name = self.curriculum.names[d]
             raise ConfigValueError(
                 f"dataset {name!r} ({self.curriculum.datasets[name].filepath}) holds token id {bad}, beyond the "
-                f"model's vocab_size {limit}; pack it with the model's tokenizer or raise vocab_size")
+                f"model's vocab_size {limit}; pack it with the model's tokenizer or raise vocab_size"
+            )
 
 
 def empty_aligned(shape: tuple[int, int], dtype, align: int = 64) -> np.ndarray:
@@ -444,7 +462,7 @@ def empty_aligned(shape: tuple[int, int], dtype, align: int = 64) -> np.ndarray:
     nbytes = shape[0] * shape[1] * dtype.itemsize
     raw = np.empty(nbytes + align, np.uint8)
     skip = -raw.__array_interface__["data"][0] % align  # (cheaper than .ctypes.data)
-    return raw[skip:skip + nbytes].view(dtype).reshape(shape)
+    return raw[skip : skip + nbytes].view(dtype).reshape(shape)
 
 
 def _joins(row: np.ndarray, start: np.ndarray, count: np.ndarray, n_rows: int, seq_len: int) -> np.ndarray:

@@ -27,14 +27,15 @@ def stream_key(seed: int, index: int) -> int:
     return int(_mix64(np.array([seed * 1_000_003 + index], np.uint64))[0])
 
 
-
-def _in_row_order(rows: list[np.ndarray], starts: list[np.ndarray],
-                  counts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _in_row_order(
+    rows: list[np.ndarray], starts: list[np.ndarray], counts: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pieces collected pass by pass (pass ``j`` holds the ``j``-th piece of each live row),
     as ``(row, start, count)`` sorted by row and, within a row, by pass."""
     row, start, count = (np.concatenate(a) for a in (rows, starts, counts))
     order = np.lexsort((np.concatenate([np.full(len(r), j) for j, r in enumerate(rows)]), row))
     return row[order], start[order], count[order]
+
 
 class ShuffledTokens:
     """The shuffled token stream of one dataset.
@@ -115,8 +116,11 @@ class ShuffledTokens:
             epoch, q = np.divmod(positions, self.size)
             chunk, within = np.divmod(q, self.chunk)
             if int((within + length).max()) <= self.chunk:  # every row inside one chunk: one piece per row
-                return (np.arange(n_rows, dtype=np.int64), self._physical(epoch, chunk) * self.chunk + within,
-                        np.full(n_rows, length, np.int64))
+                return (
+                    np.arange(n_rows, dtype=np.int64),
+                    self._physical(epoch, chunk) * self.chunk + within,
+                    np.full(n_rows, length, np.int64),
+                )
         max_pieces = -(-length // self.chunk) + 1
         rows, starts, counts = [], [], []
         offset = np.zeros(n_rows, np.int64)  # tokens of each row already covered
@@ -178,7 +182,9 @@ class ShuffledDocuments:
         if cached is None:
             if len(self._epochs) >= 2:
                 self._epochs.pop(next(iter(self._epochs)))
-            order = FeistelPermutation(self.num_documents, self._key, epoch)(np.arange(self.num_documents, dtype=np.int64))
+            order = FeistelPermutation(self.num_documents, self._key, epoch)(
+                np.arange(self.num_documents, dtype=np.int64)
+            )
             cached = self._epochs[epoch] = (order, np.cumsum(self.lengths[order]))
         return cached
 
@@ -212,8 +218,10 @@ class ShuffledDocuments:
         return f"ShuffledDocuments({self.dataset!r}, documents={self.num_documents})"
 
 
-SOURCES: dict[str, type[ShuffledTokens] | type[ShuffledDocuments]] = {"chunks": ShuffledTokens,
-                                                                      "documents": ShuffledDocuments}
+SOURCES: dict[str, type[ShuffledTokens] | type[ShuffledDocuments]] = {
+    "chunks": ShuffledTokens,
+    "documents": ShuffledDocuments,
+}
 """Each ``Curriculum(order=...)`` and the class of its per-dataset stream: made as
 ``SOURCES[order](dataset, seed, index, chunk_tokens)``; ``epoch_tokens(dataset, chunk_tokens)``
 gives the tokens of one epoch. A new order is one class and one entry here."""

@@ -42,8 +42,9 @@ def lane_depth(lane_tokens: int, seq_len: int) -> int:
     return max(1, -(-lane_tokens // seq_len))
 
 
-def spread_rows(rows: np.ndarray, lanes: int, depth: int, count: np.ndarray | int | None,
-                first_block: int = 0) -> np.ndarray:
+def spread_rows(
+    rows: np.ndarray, lanes: int, depth: int, count: np.ndarray | int | None, first_block: int = 0
+) -> np.ndarray:
     """The stream place of each of a dataset's rows in a segment.
 
     Args:

@@ -33,7 +33,9 @@ log = logging.getLogger("roxxel.data")
 
 OUTPUTS = ("tokens", "documents")
 _PREFETCH_WINDOW = 8  # steps timed (medians) before deciding on a prefetch thread; repeated until it starts
-PREFETCH_MIN_OVERLAP = 50e-6  # seconds of both read and caller's step above which a prefetch thread pays (bench/stream.py)
+PREFETCH_MIN_OVERLAP = (
+    50e-6  # seconds of both read and caller's step above which a prefetch thread pays (bench/stream.py)
+)
 
 
 # The default batch sharding (rows over one "data" axis of every device), shared with the Trainer.
@@ -52,16 +54,21 @@ def process_rows(sharding, global_shape: tuple[int, int], phase: int | None = No
     try:
         index_map = sharding.addressable_devices_indices_map(global_shape)
     except ValueError as e:
-        raise BatchShardingError(f"{where}{size} {global_shape[0]} cannot be split over the batch sharding ({e}); "
-                         "use a batch size that is a multiple of the number of data shards") from None
-    spans = sorted({(idx[0].start or 0, global_shape[0] if idx[0].stop is None else idx[0].stop)
-                    for idx in index_map.values()})
+        raise BatchShardingError(
+            f"{where}{size} {global_shape[0]} cannot be split over the batch sharding ({e}); "
+            "use a batch size that is a multiple of the number of data shards"
+        ) from None
+    spans = sorted(
+        {(idx[0].start or 0, global_shape[0] if idx[0].stop is None else idx[0].stop) for idx in index_map.values()}
+    )
     lo, hi = spans[0][0], spans[-1][1]
     covered = 0
     for a, b in spans:
         if a > lo + covered:
-            raise BatchShardingError(f"{where}this process's rows of the batch are not contiguous ({spans}); "
-                             "order the mesh's devices by process")
+            raise BatchShardingError(
+                f"{where}this process's rows of the batch are not contiguous ({spans}); "
+                "order the mesh's devices by process"
+            )
         covered = max(covered, b - lo)
     return lo, hi
 
@@ -105,9 +112,21 @@ class Stream:
             a ``dtype`` too narrow for a dataset's token ids (a ``DtypeMismatchError``).
     """
 
-    def __init__(self, curriculum: Curriculum, start_step: int = 0, stop_step: float | None = None, *, seed: int = 0,
-                 dtype=None, sharding=None, mesh=None, data_sharding=None, outputs: str = "tokens",
-                 prefetch_size: int = 2, to_device: bool = True):
+    def __init__(
+        self,
+        curriculum: Curriculum,
+        start_step: int = 0,
+        stop_step: float | None = None,
+        *,
+        seed: int = 0,
+        dtype=None,
+        sharding=None,
+        mesh=None,
+        data_sharding=None,
+        outputs: str = "tokens",
+        prefetch_size: int = 2,
+        to_device: bool = True,
+    ):
         if outputs not in OUTPUTS:
             raise ConfigValueError(f"outputs must be one of {OUTPUTS}, got {outputs!r}")
         end = curriculum.resolved[-1].end_step
@@ -126,7 +145,9 @@ class Stream:
         self.outputs = outputs
         self.eos_id = curriculum.primary.eos_id
         if outputs == "documents" and self.eos_id is None:
-            raise ConfigValueError("outputs='documents' needs an EOS id, and the primary dataset has none; pack it with a tokenizer")
+            raise ConfigValueError(
+                "outputs='documents' needs an EOS id, and the primary dataset has none; pack it with a tokenizer"
+            )
         self.to_device = to_device
         self.sharding = _one_sharding(sharding, mesh, data_sharding)
         if self.sharding is None and to_device:
@@ -163,7 +184,9 @@ class Stream:
     def _place(self, step: int, rows):
         phase = self.curriculum.phase_at(step)
         eos_id = self.eos_id  # never None with outputs='documents' (checked in __init__)
-        arrays: Any = rows if self.outputs == "tokens" or eos_id is None else document_features(rows[0], eos_id, rows[1])
+        arrays: Any = (
+            rows if self.outputs == "tokens" or eos_id is None else document_features(rows[0], eos_id, rows[1])
+        )
         if not self.to_device:
             return arrays
         import jax
@@ -244,12 +267,18 @@ def _one_sharding(sharding, mesh, data_sharding):
     sharding = renamed("Stream", "sharding", sharding, "data_sharding", data_sharding)
     if mesh is None:
         return sharding
-    warn_renamed("Stream", "mesh", "sharding=NamedSharding(mesh, PartitionSpec(axis)) "
-                 "(roxxel.sharding.batch_sharding(mesh) splits rows over the mesh's first axis)")
+    warn_renamed(
+        "Stream",
+        "mesh",
+        "sharding=NamedSharding(mesh, PartitionSpec(axis)) "
+        "(roxxel.sharding.batch_sharding(mesh) splits rows over the mesh's first axis)",
+    )
     if sharding is None:
         return batch_sharding(mesh)
     if getattr(sharding, "mesh", mesh) != mesh:
-        raise ConfigValueError(f"Stream got mesh {mesh} and a sharding on another mesh ({sharding}); give only sharding")
+        raise ConfigValueError(
+            f"Stream got mesh {mesh} and a sharding on another mesh ({sharding}); give only sharding"
+        )
     return sharding
 
 
@@ -266,7 +295,8 @@ def _batch_dtype(curriculum: Curriculum, dtype: Any, outputs: str) -> np.dtype:
     if dtype is None:
         return primary.dtype
     if not is_float(dtype):
-        raise ConfigValueError(f"dtype {np.dtype(dtype).name} would truncate float data ({data}): pass a float dtype "
-                         f"({', '.join(reversed(FLOAT_DTYPES))}) or leave dtype unset to keep {primary.dtype.name}")
+        raise ConfigValueError(
+            f"dtype {np.dtype(dtype).name} would truncate float data ({data}): pass a float dtype "
+            f"({', '.join(reversed(FLOAT_DTYPES))}) or leave dtype unset to keep {primary.dtype.name}"
+        )
     return np.dtype(dtype)
-

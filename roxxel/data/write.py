@@ -17,10 +17,19 @@ from roxxel.format.manifest import MANIFEST_NAME, Manifest
 from roxxel.tokenizers import ByteTokenizer, load_tokenizer
 
 
-def write_dataset(path: str, documents: Iterable, *, separator: bytes | int | None = None,
-                  block_size: int | None = None, max_shard_bytes: int | None = None, dtype=None,
-                  tokenizer: Any = None, eos_id: int | None = None, vocab_size: int | None = None,
-                  append: bool = False) -> Manifest | None:
+def write_dataset(
+    path: str,
+    documents: Iterable,
+    *,
+    separator: bytes | int | None = None,
+    block_size: int | None = None,
+    max_shard_bytes: int | None = None,
+    dtype=None,
+    tokenizer: Any = None,
+    eos_id: int | None = None,
+    vocab_size: int | None = None,
+    append: bool = False,
+) -> Manifest | None:
     """Pack ``documents`` at ``path``.
 
     Where the data goes:
@@ -85,10 +94,15 @@ def write_dataset(path: str, documents: Iterable, *, separator: bytes | int | No
         raise ValueError(f"no documents to write to {path}")
     if dtype is None and vocab_size is None:
         dtype = _default_dtype(encode(first), eos_id)
-    if dtype is not None and not layout.shard_dtype(layout.normalize_dtype(dtype)).eos_allowed and (
-            eos_id is not None or tail.size):
-        raise ValueError(f"float arrays ({np.dtype(dtype).name}) have no end-of-document token: drop separator= / "
-                         "tokenizer= / eos_id= (the shard's document index keeps the arrays apart)")
+    if (
+        dtype is not None
+        and not layout.shard_dtype(layout.normalize_dtype(dtype)).eos_allowed
+        and (eos_id is not None or tail.size)
+    ):
+        raise ValueError(
+            f"float arrays ({np.dtype(dtype).name}) have no end-of-document token: drop separator= / "
+            "tokenizer= / eos_id= (the shard's document index keeps the arrays apart)"
+        )
     docs = (_with_tail(encode(d), tail) for d in documents)
     opts = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, tokenizer=ident)
 
@@ -97,11 +111,17 @@ def write_dataset(path: str, documents: Iterable, *, separator: bytes | int | No
         return None
     if path.endswith(".rox") and max_shard_bytes is not None:
         stem = path[:-4]
-        writer = DatasetWriter(stem + ".dataset.json", shard_pattern=os.path.basename(stem) + "_{:04d}.rox",
-                               shard_size=max_shard_bytes, append=append, **opts)
+        writer = DatasetWriter(
+            stem + ".dataset.json",
+            shard_pattern=os.path.basename(stem) + "_{:04d}.rox",
+            shard_size=max_shard_bytes,
+            append=append,
+            **opts,
+        )
     else:
-        writer = DatasetWriter(os.path.join(path, MANIFEST_NAME), shard_size=max_shard_bytes or DEFAULT_SHARD_SIZE,
-                               append=append, **opts)
+        writer = DatasetWriter(
+            os.path.join(path, MANIFEST_NAME), shard_size=max_shard_bytes or DEFAULT_SHARD_SIZE, append=append, **opts
+        )
     with writer:
         writer.add_documents(docs)
     return Manifest.load(writer.manifest_path)
@@ -109,7 +129,9 @@ def write_dataset(path: str, documents: Iterable, *, separator: bytes | int | No
 
 def _write_single_shard(path: str, docs: Iterator, opts: dict, append: bool) -> None:
     if append:
-        raise ValueError(f"append needs a dataset with a manifest; write to a directory (or pass max_shard_bytes) instead of {path}")
+        raise ValueError(
+            f"append needs a dataset with a manifest; write to a directory (or pass max_shard_bytes) instead of {path}"
+        )
     if os.path.exists(path):
         raise DatasetExistsError(f"{path} already exists; remove it or write to a new path")
     workdir = temp_name(path) + ".d"

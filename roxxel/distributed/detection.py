@@ -65,9 +65,7 @@ def detect(
         _check_explicit_int("process_id", process_id, minimum=0)
     if coordinator_address is not None:
         if not isinstance(coordinator_address, str):
-            raise TypeError(
-                f"coordinator_address must be a 'host:port' string, got {coordinator_address!r}"
-            )
+            raise TypeError(f"coordinator_address must be a 'host:port' string, got {coordinator_address!r}")
         _check_address(coordinator_address, "argument coordinator_address")
 
     if not given:
@@ -75,8 +73,8 @@ def detect(
 
     base: Detected | None
     origins: dict[str, str]
-    if num_processes is not None and process_id is not None and (
-        coordinator_address is not None or num_processes == 1
+    if (
+        num_processes is not None and process_id is not None and (coordinator_address is not None or num_processes == 1)
     ):  # complete: the environment is not read
         base, origins = None, {}
         merged_count, merged_id = num_processes, process_id

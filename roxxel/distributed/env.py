@@ -85,9 +85,7 @@ def _check_address(address: str, origin: str) -> None:
             f"'trainer-0.trainer:{DEFAULT_COORDINATOR_PORT}' (an IPv6 address goes in brackets: '[::1]:8476')"
         )
     if not re.fullmatch(r"[0-9]{1,5}", port) or not 1 <= int(port) <= 65535:
-        raise ValueError(
-            f"coordinator address {address!r} from {origin} has an invalid port {port!r}: use 1..65535"
-        )
+        raise ValueError(f"coordinator address {address!r} from {origin} has an invalid port {port!r}: use 1..65535")
 
 
 def _check_explicit_int(name: str, value: Any, *, minimum: int) -> None:

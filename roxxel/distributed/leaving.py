@@ -33,8 +33,10 @@ def _end_at_once_on_uncaught_errors(process_id: int) -> None:
 
     def hook(kind, value, tb):
         previous(kind, value, tb)
-        sys.stderr.write(f"roxxel: process {process_id} ends now (exit 1) after an uncaught {kind.__name__}, "
-                         "without waiting for the other processes at JAX's shutdown barrier\n")
+        sys.stderr.write(
+            f"roxxel: process {process_id} ends now (exit 1) after an uncaught {kind.__name__}, "
+            "without waiting for the other processes at JAX's shutdown barrier\n"
+        )
         try:
             _skip_jax_shutdown_at_exit()
             atexit._run_exitfuncs()

@@ -166,9 +166,7 @@ def _from_gke_tpu(env: Mapping[str, str]) -> tuple[Detected, dict[str, str]]:
     if _get(env, ENV_MEGASCALE_SLICE_ID) is not None:
         slice_id = _env_int(env, ENV_MEGASCALE_SLICE_ID, minimum=0)
     if slice_id >= slices:
-        raise ValueError(
-            f"{ENV_MEGASCALE_SLICE_ID}={slice_id} must be < {ENV_MEGASCALE_NUM_SLICES}={slices}"
-        )
+        raise ValueError(f"{ENV_MEGASCALE_SLICE_ID}={slice_id} must be < {ENV_MEGASCALE_NUM_SLICES}={slices}")
     if _get(env, ENV_TPU_WORKER_ID) is not None:
         worker = _env_int(env, ENV_TPU_WORKER_ID, minimum=0)
     elif hosts == 1:

@@ -116,13 +116,16 @@ def initialize(
             _log_info(info, "using the jax.distributed runtime that other code initialised")
             return info
 
-        detected = detect(env, coordinator_address=coordinator_address, num_processes=num_processes,
-                          process_id=process_id)
+        detected = detect(
+            env, coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id
+        )
         if detected.source == "single" and _get(env, ENV_JOB_COMPLETION_INDEX) is not None:
             logger.warning(
                 "%s=%s is set but nothing says how many processes there are: running as a single "
                 "process. For a multi-host job set the variables of %s",
-                ENV_JOB_COMPLETION_INDEX, env[ENV_JOB_COMPLETION_INDEX], _CONTRACT,
+                ENV_JOB_COMPLETION_INDEX,
+                env[ENV_JOB_COMPLETION_INDEX],
+                _CONTRACT,
             )
         initialized_jax = detected.num_processes > 1
         if initialized_jax:
@@ -173,9 +176,7 @@ def shutdown() -> None:
             _jax_shutdown()
 
 
-def _resolve_timeout(
-    value: int | None, env: Mapping[str, str], env_name: str, arg_name: str, default: int
-) -> int:
+def _resolve_timeout(value: int | None, env: Mapping[str, str], env_name: str, arg_name: str, default: int) -> int:
     if value is not None:
         _check_explicit_int(arg_name, value, minimum=1)
         return value
@@ -203,8 +204,13 @@ def _log_info(info: ProcessInfo, what: str) -> None:
     logger.log(
         level,
         "%s: source=%s coordinator=%s processes=%d process_id=%d local_devices=%d global_devices=%d",
-        what, info.source, info.coordinator_address, info.num_processes, info.process_id,
-        info.local_device_count, info.global_device_count,
+        what,
+        info.source,
+        info.coordinator_address,
+        info.num_processes,
+        info.process_id,
+        info.local_device_count,
+        info.global_device_count,
     )
 
 
@@ -222,7 +228,10 @@ def _supported_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
         else:
             logger.warning(
                 "jax %s's jax.distributed.initialize does not accept %s; ignoring %s=%r",
-                jax.__version__, name, name, value,
+                jax.__version__,
+                name,
+                name,
+                value,
             )
     return kept
 

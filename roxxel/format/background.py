@@ -71,7 +71,9 @@ class _BackgroundSync:
     def wrote(self, shard: ShardWriter, nbytes: int) -> None:
         """Count ``nbytes`` written to ``shard``; past ``_WRITEBACK_BYTES``, start writing them back."""
         self._unsynced += nbytes
-        if self._periodic and self._unsynced >= _WRITEBACK_BYTES and all(t.done() for t in self._tasks):  # one at a time
+        if (
+            self._periodic and self._unsynced >= _WRITEBACK_BYTES and all(t.done() for t in self._tasks)
+        ):  # one at a time
             self._raise_errors()
             self._tasks.append(self._pool.submit(os.fdatasync, shard.flush_to_os()))
             self._unsynced = 0

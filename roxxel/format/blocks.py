@@ -48,8 +48,15 @@ class BlockChecks:
         algorithm: ``"crc32c"`` or ``"crc32"`` (a key of :data:`ALGORITHMS`).
     """
 
-    def __init__(self, path: str, data_offset: int, data_bytes: int, block_bytes: int, table_offset: int,
-                 algorithm: str = DEFAULT_ALGORITHM):
+    def __init__(
+        self,
+        path: str,
+        data_offset: int,
+        data_bytes: int,
+        block_bytes: int,
+        table_offset: int,
+        algorithm: str = DEFAULT_ALGORITHM,
+    ):
         self.path, self.data_offset, self.data_bytes = path, data_offset, data_bytes
         self.algorithm = algorithm
         self._checksum = ALGORITHMS[algorithm]
@@ -87,8 +94,9 @@ class BlockChecks:
         for b in (todo + b0).tolist():
             lo = b * self.block_bytes
             hi = min(lo + self.block_bytes, self.data_bytes)
-            self._check_block(fd, b, copied[lo - start:hi - start] if copied is not None and start <= lo and hi <= stop
-                              else None)
+            self._check_block(
+                fd, b, copied[lo - start : hi - start] if copied is not None and start <= lo and hi <= stop else None
+            )
 
     def _check_block(self, fd: int, b: int, data=None) -> None:
         """Check block ``b`` on ``data`` (its bytes, if already read) or on a fresh read; mark it checked."""
@@ -103,7 +111,9 @@ class BlockChecks:
             raise BlockChecksumError(
                 f"{self.path}: token block {b} (data bytes {lo}-{hi}) fails its {name} check (stored "
                 f"{stored:08x}, read {actual:08x}); the shard is damaged - run `roxxel verify` on the "
-                "dataset, then re-copy the shard from its source or re-pack it", self.path)
+                "dataset, then re-copy the shard from its source or re-pack it",
+                self.path,
+            )
         if not self.checked[b]:
             self.checked[b] = True
             self.unchecked -= 1

@@ -68,10 +68,20 @@ class DatasetWriter:
     discarded (temporary files removed) when it raises.
     """
 
-    def __init__(self, manifest_path: str, *, shard_pattern: str = "shard-{:05d}.rox", dtype=None,
-                 vocab_size: int | None = None, eos_id: int | None = None,
-                 tokenizer: dict[str, Any] | None = None, shard_size: int = DEFAULT_SHARD_SIZE,
-                 append: bool = False, lock_timeout: float = 0.0, background_checksums: bool = False):
+    def __init__(
+        self,
+        manifest_path: str,
+        *,
+        shard_pattern: str = "shard-{:05d}.rox",
+        dtype=None,
+        vocab_size: int | None = None,
+        eos_id: int | None = None,
+        tokenizer: dict[str, Any] | None = None,
+        shard_size: int = DEFAULT_SHARD_SIZE,
+        append: bool = False,
+        lock_timeout: float = 0.0,
+        background_checksums: bool = False,
+    ):
         if shard_size < 1:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size}")
         self.manifest_path = manifest_path
@@ -83,10 +93,15 @@ class DatasetWriter:
         self.dtype = layout.normalize_dtype(dtype)
         self.shard_dtype = layout.shard_dtype(self.dtype)  # what the data allows: EOS, vocabulary, tokenizer
         row = self.shard_dtype
-        if ((vocab_size is not None and not row.vocab_checked) or (eos_id is not None and not row.eos_allowed)
-                or (tokenizer is not None and not row.decodes)):
-            raise ValueError(f"{self.dtype.name} data is not a token stream: it has no vocabulary, EOS id or tokenizer; "
-                             "drop vocab_size/eos_id/tokenizer (the document index keeps the arrays apart)")
+        if (
+            (vocab_size is not None and not row.vocab_checked)
+            or (eos_id is not None and not row.eos_allowed)
+            or (tokenizer is not None and not row.decodes)
+        ):
+            raise ValueError(
+                f"{self.dtype.name} data is not a token stream: it has no vocabulary, EOS id or tokenizer; "
+                "drop vocab_size/eos_id/tokenizer (the document index keeps the arrays apart)"
+            )
         if vocab_size is not None and vocab_size > self.shard_dtype.id_limit:
             raise DtypeMismatchError(f"vocab_size {vocab_size} does not fit dtype {self.dtype.name}; use uint32")
         if eos_id is not None and not 0 <= eos_id < (vocab_size or self.shard_dtype.id_limit):
@@ -108,8 +123,11 @@ class DatasetWriter:
             self._current: ShardWriter | None = None
             fuse = is_fuse(self.directory)
             if fuse:
-                log.info("%s is on a FUSE file system (GCS FUSE uploads a file on each fsync): each shard is "
-                         "synced once, when finished", self.directory)
+                log.info(
+                    "%s is on a FUSE file system (GCS FUSE uploads a file on each fsync): each shard is "
+                    "synced once, when finished",
+                    self.directory,
+                )
             self._sync = _BackgroundSync(periodic=not fuse)
             self._checksums = _BackgroundChecksums() if background_checksums else None
             self._next_index = self._first_free_index()
@@ -138,9 +156,12 @@ class DatasetWriter:
             listed = {s.path for s in Manifest.load(self.manifest_path).shards}
             leftovers = [name for name in pending_shards(self.marker_path) if name not in listed]
             if leftovers:  # one line, however many (an append may have been committing hundreds)
-                log.warning("removing %s left by an append into %s that did not finish (%s)",
-                            count(len(leftovers), "shard"), self.directory,
-                            ", ".join(leftovers[:3]) + (", ..." if len(leftovers) > 3 else ""))
+                log.warning(
+                    "removing %s left by an append into %s that did not finish (%s)",
+                    count(len(leftovers), "shard"),
+                    self.directory,
+                    ", ".join(leftovers[:3]) + (", ..." if len(leftovers) > 3 else ""),
+                )
             for name in leftovers:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(self.directory, name))
@@ -149,8 +170,10 @@ class DatasetWriter:
         if os.path.exists(self.manifest_path):
             if not append:
                 fix = "to add to it, or write to an empty directory"
-                raise for_cli(DatasetExistsError(f"{self.manifest_path} already holds a dataset; pass append=True {fix}"),
-                              f"{self.manifest_path} already holds a dataset; pass --append {fix}")
+                raise for_cli(
+                    DatasetExistsError(f"{self.manifest_path} already holds a dataset; pass append=True {fix}"),
+                    f"{self.manifest_path} already holds a dataset; pass --append {fix}",
+                )
             previous = Manifest.load(self.manifest_path)
             self._check_compatible(previous)
             return previous
@@ -160,7 +183,8 @@ class DatasetWriter:
         if existing:
             raise DatasetExistsError(
                 f"{self.directory} already holds shards ({os.path.basename(existing[0])}, ...) but no manifest "
-                f"{os.path.basename(self.manifest_path)}; write to an empty directory")
+                f"{os.path.basename(self.manifest_path)}; write to an empty directory"
+            )
         _write_marker(self.marker_path, [])
         return None
 
@@ -187,11 +211,17 @@ class DatasetWriter:
         field = first_difference(mine, theirs, fields)
         if field is not None:
             named = (m.tokenizer or {}).get("name")
-            fix = (f"pack with the tokenizer it was packed with (--tokenizer {named}, found next to the dataset or "
-                   "wherever you keep it)" if field == "tokenizer" and named else "pack into a new directory instead")
+            fix = (
+                f"pack with the tokenizer it was packed with (--tokenizer {named}, found next to the dataset or "
+                "wherever you keep it)"
+                if field == "tokenizer" and named
+                else "pack into a new directory instead"
+            )
             raise DtypeMismatchError(
                 f"cannot append to {self.manifest_path}: its {field} is {theirs[field]!r}, this pack's is "
-                f"{mine[field]!r}; {fix}", self.manifest_path)
+                f"{mine[field]!r}; {fix}",
+                self.manifest_path,
+            )
 
     def _first_free_index(self) -> int:
         used = [int(re.findall(r"\d+", os.path.basename(p))[-1]) for p in self._own_shard_paths()]
@@ -217,8 +247,9 @@ class DatasetWriter:
 
     def _fits(self, dtype: np.dtype) -> bool:
         """Every value of integer ``dtype`` is a valid token: no range check needed."""
-        return dtype == self.dtype or (dtype.kind == "u" and 2 ** (8 * dtype.itemsize) <= self._limit
-                                       and dtype.itemsize <= self.dtype.itemsize)
+        return dtype == self.dtype or (
+            dtype.kind == "u" and 2 ** (8 * dtype.itemsize) <= self._limit and dtype.itemsize <= self.dtype.itemsize
+        )
 
     def _convert(self, tokens, doc: int | None = None) -> np.ndarray:
         """``tokens`` in this dataset's dtype, range-checked; ``doc`` (default: the next one) names it in errors."""
@@ -228,21 +259,23 @@ class DatasetWriter:
             arr = _one_document(arr, doc)
         if not self.shard_dtype.ids:  # numbers of any kind, cast; ids are range-checked below
             if arr.size and not (layout.is_float(arr.dtype) or arr.dtype.kind in "iu"):
-                raise DtypeMismatchError(f"document {doc}: {self.dtype.name} data must be numbers, "
-                                         f"got {arr.dtype}")
+                raise DtypeMismatchError(f"document {doc}: {self.dtype.name} data must be numbers, got {arr.dtype}")
             return arr.astype(self.dtype, copy=False)
         if self._fits(arr.dtype):
             return arr.astype(self.dtype, copy=False)  # every value of this type fits: no range check
         if arr.dtype.kind not in "iu":
             if arr.size == 0:
                 return arr.astype(self.dtype)
-            raise DtypeMismatchError(f"document {doc}: tokens must be integers, got {arr.dtype}; "
-                                     "float arrays go into a dataset of their own (dtype='float32')")
+            raise DtypeMismatchError(
+                f"document {doc}: tokens must be integers, got {arr.dtype}; "
+                "float arrays go into a dataset of their own (dtype='float32')"
+            )
         if arr.size and (arr.min() < 0 or arr.max() >= self._limit):
             bad = arr[(arr < 0) | (arr >= self._limit)][0]
             raise DtypeMismatchError(
                 f"document {doc}: token {int(bad)} is outside [0, {self._limit}) "
-                f"(vocab_size={self.vocab_size}, dtype={self.dtype.name})")
+                f"(vocab_size={self.vocab_size}, dtype={self.dtype.name})"
+            )
         return arr.astype(self.dtype)
 
     def add_document(self, tokens: np.ndarray | Iterable[np.ndarray]) -> None:
@@ -284,8 +317,11 @@ class DatasetWriter:
         ``add_document`` per document. A document with an out-of-range token raises after
         the documents before it are written, as ``add_document`` would.
         """
-        if not self.shard_dtype.ids or not isinstance(documents, (list, tuple)) or not all(
-                isinstance(d, np.ndarray) and d.ndim == 1 for d in documents):
+        if (
+            not self.shard_dtype.ids
+            or not isinstance(documents, (list, tuple))
+            or not all(isinstance(d, np.ndarray) and d.ndim == 1 for d in documents)
+        ):
             for doc in documents:
                 self.add_document(doc)
             return
@@ -319,15 +355,23 @@ class DatasetWriter:
         """
         eos = 0 if self._eos is None else 1
         ends = np.cumsum(lengths)
-        if tokens.dtype != self.dtype or tokens.ndim != 1 or (len(ends) and ends[-1] != len(tokens)) \
-                or (eos and len(ends) and (lengths.min() < 1 or (tokens[ends - 1] != self.eos_id).any())):
-            raise ValueError(f"joined documents must be 1-D {self.dtype.name} tokens whose lengths add up to their "
-                             f"count{', each ending with EOS ' + str(self.eos_id) if eos else ''}; build them with "
-                             "join_documents()")
+        if (
+            tokens.dtype != self.dtype
+            or tokens.ndim != 1
+            or (len(ends) and ends[-1] != len(tokens))
+            or (eos and len(ends) and (lengths.min() < 1 or (tokens[ends - 1] != self.eos_id).any()))
+        ):
+            raise ValueError(
+                f"joined documents must be 1-D {self.dtype.name} tokens whose lengths add up to their "
+                f"count{', each ending with EOS ' + str(self.eos_id) if eos else ''}; build them with "
+                "join_documents()"
+            )
         if not checked and not self._fits(tokens.dtype) and tokens.size and tokens.max() >= self._limit:
             doc = int(np.searchsorted(ends, int(np.argmax(tokens >= self._limit)), side="right"))
-            raise DtypeMismatchError(f"document {self.num_documents + doc}: a token is outside [0, {self._limit}) "
-                                     f"(vocab_size={self.vocab_size}, dtype={self.dtype.name})")
+            raise DtypeMismatchError(
+                f"document {self.num_documents + doc}: a token is outside [0, {self._limit}) "
+                f"(vocab_size={self.vocab_size}, dtype={self.dtype.name})"
+            )
         item = self.dtype.itemsize
         starts = ends - lengths
         i = 0
@@ -335,14 +379,15 @@ class DatasetWriter:
             shard = self._roll_if_needed((int(lengths[i]) - eos) * item)
             j = self._fitting(shard, i, starts, ends, lengths, eos)
             shard.start_documents(starts[i:j] - starts[i])
-            shard.write(tokens[starts[i]:ends[j - 1]])
+            shard.write(tokens[starts[i] : ends[j - 1]])
             self.num_documents += j - i
             self.num_tokens += int(ends[j - 1] - starts[i])
             self._sync.wrote(shard, int(ends[j - 1] - starts[i]) * item)
             i = j
 
-    def _fitting(self, shard: ShardWriter, i: int, starts: np.ndarray, ends: np.ndarray, lengths: np.ndarray,
-                 eos: int) -> int:
+    def _fitting(
+        self, shard: ShardWriter, i: int, starts: np.ndarray, ends: np.ndarray, lengths: np.ndarray, eos: int
+    ) -> int:
         """The end j of the run of documents i..j-1 that go to ``shard`` (it takes document i).
 
         The rule of :meth:`_roll_if_needed`, applied to every later document at once: document
@@ -356,8 +401,10 @@ class DatasetWriter:
         if stop <= i + 1:
             return i + 1
         k = np.arange(i + 1, stop)
-        sizes = (shard.nbytes_with(shard.num_tokens + (ends[k - 1] - starts[i]), shard.num_documents + (k - i))
-                 + (lengths[k] - eos) * item)
+        sizes = (
+            shard.nbytes_with(shard.num_tokens + (ends[k - 1] - starts[i]), shard.num_documents + (k - i))
+            + (lengths[k] - eos) * item
+        )
         over = sizes > self.shard_size
         return int(i + 1 + np.argmax(over)) if over.any() else stop
 
@@ -398,10 +445,15 @@ class DatasetWriter:
         for s in self._shards:
             s.commit()
         prev = self._previous.shards if self._previous else ()
-        manifest = Manifest(dtype=self.dtype.name, vocab_size=self.vocab_size, eos_id=self.eos_id,
-                            tokenizer=self.tokenizer, shards=prev + tuple(s.finished_entry for s in self._shards),
-                            writer_version=__version__,
-                            created=self._previous.created if self._previous else _now())
+        manifest = Manifest(
+            dtype=self.dtype.name,
+            vocab_size=self.vocab_size,
+            eos_id=self.eos_id,
+            tokenizer=self.tokenizer,
+            shards=prev + tuple(s.finished_entry for s in self._shards),
+            writer_version=__version__,
+            created=self._previous.created if self._previous else _now(),
+        )
         manifest.save(self.manifest_path)
         with contextlib.suppress(FileNotFoundError):
             os.remove(self.marker_path)
@@ -459,7 +511,8 @@ def _one_document(arr: np.ndarray, doc: int) -> np.ndarray:
         raise ValueError(
             f"document {doc}: an array of shape {arr.shape} is not one document (it would join "
             f"{arr.shape[0]} rows into one); pass its rows as documents (add_documents(list(arr))), "
-            "or arr.reshape(-1) if it really is one")
+            "or arr.reshape(-1) if it really is one"
+        )
     return arr.reshape(-1)
 
 

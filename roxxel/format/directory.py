@@ -26,8 +26,10 @@ def _make_directory(directory: str) -> None:
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as err:
-        clear = type(err)(f"cannot create the dataset directory {directory!r}: "
-                          f"{err.strerror or err}; choose a directory you can write to")
+        clear = type(err)(
+            f"cannot create the dataset directory {directory!r}: "
+            f"{err.strerror or err}; choose a directory you can write to"
+        )
         clear.errno = err.errno
         raise clear from None
 
@@ -70,7 +72,8 @@ def _lock(path: str, timeout: float) -> int:
                 raise DatasetLockedError(
                     f"{os.path.dirname(path)}: another pack or append into this dataset is running ({holder}); "
                     "wait for it to finish and run this one again (roxxel pack --wait-lock SECONDS waits)",
-                    path) from None
+                    path,
+                ) from None
             os.close(fd)
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
             continue

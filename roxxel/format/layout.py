@@ -262,8 +262,10 @@ def normalize_dtype(dtype: Any) -> np.dtype:
     if row is not None:
         return row.numpy
     if is_float(d):
-        raise ValueError(f"float arrays are stored as {', '.join(FLOAT_DTYPES)}, got {d.name!r}; "
-                         "cast them (e.g. .astype(np.float32)) or pass dtype='float32'")
+        raise ValueError(
+            f"float arrays are stored as {', '.join(FLOAT_DTYPES)}, got {d.name!r}; "
+            "cast them (e.g. .astype(np.float32)) or pass dtype='float32'"
+        )
     return normalize_token_dtype(d)  # raises: no row takes it
 
 

@@ -61,7 +61,9 @@ class LegacyShard(MappedFile):
         if total_records < 0 or raw_size < 0 or expected != _size:
             raise TruncatedShardError(
                 f"{path}: original-format shard is {_size} bytes but its footer implies {expected} "
-                "(truncated or damaged); re-copy it from its source", path)
+                "(truncated or damaged); re-copy it from its source",
+                path,
+            )
         stored = dtype_bytes.rstrip(b"\0").decode("ascii")
         self.stored_dtype = np.dtype(stored)
         self.dtype = legacy_dtype(stored)
@@ -75,9 +77,15 @@ class LegacyShard(MappedFile):
         ends = self.block_end_offsets
         self.block_size = int(ends[0]) if total_records else 0
         self.metadata = {
-            "format": "ROXXEL02", "dtype": self.dtype.name, "stored_dtype": stored,
-            "block_size": self.block_size, "num_tokens": self.num_tokens, "num_documents": total_records,
-            "vocab_size": None, "eos_id": None, "tokenizer": None,
+            "format": "ROXXEL02",
+            "dtype": self.dtype.name,
+            "stored_dtype": stored,
+            "block_size": self.block_size,
+            "num_tokens": self.num_tokens,
+            "num_documents": total_records,
+            "vocab_size": None,
+            "eos_id": None,
+            "tokenizer": None,
         }
 
     @property
@@ -116,7 +124,9 @@ class LegacyShard(MappedFile):
         """
         ends = self.block_end_offsets
         if len(ends) and (np.any(np.diff(ends) <= 0) or ends[0] <= 0 or ends[-1] != self._raw_size):
-            raise CorruptShardError(f"{self.path}: block offsets of the original-format shard are inconsistent", self.path)
+            raise CorruptShardError(
+                f"{self.path}: block offsets of the original-format shard are inconsistent", self.path
+            )
 
     def __repr__(self) -> str:
         return f"LegacyShard({self.path!r}, tokens={self.num_tokens}, blocks={self.num_documents}, dtype={self.dtype.name})"

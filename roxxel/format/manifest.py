@@ -76,17 +76,27 @@ class Manifest:
 
     def fingerprint(self) -> str:
         """SHA-256 (hex) identifying the dataset's content: dtype, vocabulary and every shard's checksum, in order."""
-        ident = {"dtype": self.dtype, "vocab_size": self.vocab_size, "eos_id": self.eos_id,
-                 "shards": [[s.num_tokens, s.sha256] for s in self.shards]}
+        ident = {
+            "dtype": self.dtype,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "shards": [[s.num_tokens, s.sha256] for s in self.shards],
+        }
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as the JSON object written to ``dataset.json``."""
         return {
-            "format": MANIFEST_FORMAT, "format_version": MANIFEST_VERSION,
-            "dtype": self.dtype, "vocab_size": self.vocab_size, "eos_id": self.eos_id,
-            "tokenizer": self.tokenizer, "num_tokens": self.num_tokens, "num_documents": self.num_documents,
-            "writer_version": self.writer_version, "created": self.created,
+            "format": MANIFEST_FORMAT,
+            "format_version": MANIFEST_VERSION,
+            "dtype": self.dtype,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+            "tokenizer": self.tokenizer,
+            "num_tokens": self.num_tokens,
+            "num_documents": self.num_documents,
+            "writer_version": self.writer_version,
+            "created": self.created,
             "shards": [dataclasses.asdict(s) for s in self.shards],
         }
 
@@ -111,26 +121,44 @@ class Manifest:
         except FileNotFoundError:
             raise ShardNotFoundError(f"dataset manifest not found (or a dangling link): {path}") from None
         except (IsADirectoryError, PermissionError) as e:
-            raise CorruptShardError(f"{path}: cannot read the dataset manifest ({e.strerror}); fix or remove it", path) from None
+            raise CorruptShardError(
+                f"{path}: cannot read the dataset manifest ({e.strerror}); fix or remove it", path
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CorruptShardError(f"{path}: dataset manifest is not valid JSON ({e}); re-pack the dataset", path) from None
+            raise CorruptShardError(
+                f"{path}: dataset manifest is not valid JSON ({e}); re-pack the dataset", path
+            ) from None
         if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
-            raise CorruptShardError(f"{path}: not a Roxxel dataset manifest (missing \"format\": \"{MANIFEST_FORMAT}\")", path)
+            raise CorruptShardError(
+                f'{path}: not a Roxxel dataset manifest (missing "format": "{MANIFEST_FORMAT}")', path
+            )
         if raw.get("format_version", 0) > MANIFEST_VERSION:
-            raise CorruptShardError(f"{path}: manifest version {raw['format_version']} is newer than this Roxxel reads; upgrade roxxel", path)
+            raise CorruptShardError(
+                f"{path}: manifest version {raw['format_version']} is newer than this Roxxel reads; upgrade roxxel",
+                path,
+            )
         try:
             shards = tuple(ShardEntry(**s) for s in raw["shards"])
-            m = cls(dtype=raw["dtype"], vocab_size=raw.get("vocab_size"), eos_id=raw.get("eos_id"),
-                    tokenizer=raw.get("tokenizer"), shards=shards,
-                    writer_version=raw.get("writer_version", "?"), created=raw.get("created", "?"))
+            m = cls(
+                dtype=raw["dtype"],
+                vocab_size=raw.get("vocab_size"),
+                eos_id=raw.get("eos_id"),
+                tokenizer=raw.get("tokenizer"),
+                shards=shards,
+                writer_version=raw.get("writer_version", "?"),
+                created=raw.get("created", "?"),
+            )
         except (KeyError, TypeError) as e:
-            raise CorruptShardError(f"{path}: dataset manifest is missing or has a malformed field ({e}); re-pack the dataset", path) from None
+            raise CorruptShardError(
+                f"{path}: dataset manifest is missing or has a malformed field ({e}); re-pack the dataset", path
+            ) from None
         for s in shards:
             _check_shard_path(path, s.path)
         problem = _malformed(m) or _inconsistent(m, raw)
         if problem:
-            raise CorruptShardError(f"{path}: {problem}; the manifest was edited or damaged - restore it or re-pack "
-                                    "the dataset", path)
+            raise CorruptShardError(
+                f"{path}: {problem}; the manifest was edited or damaged - restore it or re-pack the dataset", path
+            )
         return m
 
 
@@ -174,9 +202,18 @@ def _inconsistent(m: Manifest, raw: dict[str, Any]) -> str | None:
 
 def _check_shard_path(manifest: str, name: object) -> None:
     """Refuse shard paths that leave the dataset directory (``../x``, ``/etc/passwd``, ``a/../../b``)."""
-    ok = (isinstance(name, str) and name and not os.path.isabs(name) and "\\" not in name and "\0" not in name
-          and ".." not in name.split("/") and posixpath.normpath(name) == name)
+    ok = (
+        isinstance(name, str)
+        and name
+        and not os.path.isabs(name)
+        and "\\" not in name
+        and "\0" not in name
+        and ".." not in name.split("/")
+        and posixpath.normpath(name) == name
+    )
     if not ok:
         raise CorruptShardError(
             f"{manifest}: shard path {name!r} is not a relative name inside the dataset directory; a manifest may "
-            "only list shards next to it (or below it) - fix the manifest or re-pack the dataset", manifest)
+            "only list shards next to it (or below it) - fix the manifest or re-pack the dataset",
+            manifest,
+        )

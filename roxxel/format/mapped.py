@@ -41,8 +41,16 @@ PATH_CHECK_SECONDS = 1.0  # a shard's path is looked up (replaced? removed?) at 
 Identity = tuple[int, int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns
 _T = TypeVar("_T")
 _NETWORK = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "lustre", "glusterfs", "beegfs", "gpfs", "virtiofs"}
-_UNREACHABLE = {errno.ETIMEDOUT, errno.EHOSTDOWN, errno.EHOSTUNREACH, errno.ECONNRESET, errno.ECONNABORTED,
-                errno.ENETDOWN, errno.ENETUNREACH, errno.EREMOTEIO}
+_UNREACHABLE = {
+    errno.ETIMEDOUT,
+    errno.EHOSTDOWN,
+    errno.EHOSTUNREACH,
+    errno.ECONNRESET,
+    errno.ECONNABORTED,
+    errno.ENETDOWN,
+    errno.ENETUNREACH,
+    errno.EREMOTEIO,
+}
 
 
 def open_regular(path: str) -> BinaryIO:
@@ -59,8 +67,15 @@ def open_regular(path: str) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = "directory" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "socket" \
-                if stat.S_ISSOCK(mode) else "device"
+            kind = (
+                "directory"
+                if stat.S_ISDIR(mode)
+                else "FIFO"
+                if stat.S_ISFIFO(mode)
+                else "socket"
+                if stat.S_ISSOCK(mode)
+                else "device"
+            )
             raise RoxxelFormatError(f"{path}: is a {kind}, not a regular file; a shard must be a regular file", path)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -89,43 +104,59 @@ def changed_error(path: str, was: Identity, now: Identity | None) -> ShardChange
         if now[3] != was[3]:
             parts.append(f"modified at {_when(now[3])}, last modified at {_when(was[3])} when opened")
         elif now[4] != was[4]:
-            parts.append(f"status changed at {_when(now[4])} with its size and modification time as when opened: "
-                         "a chmod, chown or hard link, or a rewrite with its modification time put back")
+            parts.append(
+                f"status changed at {_when(now[4])} with its size and modification time as when opened: "
+                "a chmod, chown or hard link, or a rewrite with its modification time put back"
+            )
         what = "; ".join(parts)
     return ShardChangedError(
         f"{path}: changed while this process read it ({what}); its tokens may no longer be those of the run's "
         "earlier batches - restore the shard (or re-pack into a new directory) and start a new run, or resume this "
-        "run if the change is meant (`roxxel verify` checks the shard)", path)
+        "run if the change is meant (`roxxel verify` checks the shard)",
+        path,
+    )
 
 
 def read_error(path: str, err: OSError, reopened: bool = False) -> ShardReadError:
     """A storage error of a read of ``path``, naming the shard, its mount and whether a retry can help."""
     mount, fstype = mount_of(path)
     where = f"on the mount {mount}" + (f" ({fstype})" if fstype else "")
-    remote = None if fstype is None else (fstype.split(".")[0] in _NETWORK
-                                          or fstype.startswith("fuse") and fstype != "fuseblk")
+    remote = (
+        None
+        if fstype is None
+        else (fstype.split(".")[0] in _NETWORK or fstype.startswith("fuse") and fstype != "fuseblk")
+    )
     code = err.errno if err.errno is not None else errno.EIO
     name = errno.errorcode.get(code, str(code))
     if code == errno.ESTALE:
         what = "stale file handle (ESTALE)"
-        advice = ("also after reopening the shard once: the server no longer knows the file (deleted or replaced "
-                  "there, or its export changed) - check the dataset on the server (`roxxel verify`) and remount; a "
-                  "restart (from the checkpoint) can help once the mount is healthy" if reopened else
-                  "the server no longer knows the file: a restart reopens it, which can help")
+        advice = (
+            "also after reopening the shard once: the server no longer knows the file (deleted or replaced "
+            "there, or its export changed) - check the dataset on the server (`roxxel verify`) and remount; a "
+            "restart (from the checkpoint) can help once the mount is healthy"
+            if reopened
+            else "the server no longer knows the file: a restart reopens it, which can help"
+        )
     elif code == errno.EIO:
         what = "input/output error (EIO)"
-        advice = {True: "the storage behind a network or FUSE mount failed the read, often for a while only - the job "
-                        "is restarted from its checkpoint; if it repeats, look at the mount's server or daemon logs",
-                  False: "the local device failed the read (see `dmesg`): a restart will likely hit it again - run "
-                         "`roxxel verify` on the dataset and re-copy the shard",
-                  None: "a network or FUSE mount often recovers (the job is restarted from its checkpoint); a local "
-                        "device that fails reads does not (see `dmesg`, re-copy the shard)"}[remote]
+        advice = {
+            True: "the storage behind a network or FUSE mount failed the read, often for a while only - the job "
+            "is restarted from its checkpoint; if it repeats, look at the mount's server or daemon logs",
+            False: "the local device failed the read (see `dmesg`): a restart will likely hit it again - run "
+            "`roxxel verify` on the dataset and re-copy the shard",
+            None: "a network or FUSE mount often recovers (the job is restarted from its checkpoint); a local "
+            "device that fails reads does not (see `dmesg`, re-copy the shard)",
+        }[remote]
     elif code == errno.ENOTCONN:
         what = "transport endpoint not connected (ENOTCONN)"
-        advice = "the FUSE daemon serving the mount is gone - remount it; a restart on a node with a healthy mount can help"
+        advice = (
+            "the FUSE daemon serving the mount is gone - remount it; a restart on a node with a healthy mount can help"
+        )
     elif code in _UNREACHABLE:
         what = f"no answer from the storage ({name})"
-        advice = "the network storage did not answer, usually for a while only - the job is restarted from its checkpoint"
+        advice = (
+            "the network storage did not answer, usually for a while only - the job is restarted from its checkpoint"
+        )
     else:
         what = f"{os.strerror(code).lower()} ({name})"
         advice = "a restart can help only if the storage recovers"
@@ -330,11 +361,11 @@ class MappedFile:
         for a, c in zip(starts.tolist(), counts.tolist()):
             nbytes = c * size
             try:
-                n = os.preadv(fd, [view[pos:pos + nbytes]], base + a * size)
+                n = os.preadv(fd, [view[pos : pos + nbytes]], base + a * size)
             except OSError:
                 n = -1  # read again below, which names the error (or reopens a stale handle)
             if n != nbytes:  # short read: retry or raise
-                self.copy_into(out[pos // size:pos // size + c], a)
+                self.copy_into(out[pos // size : pos // size + c], a)
                 fd = self._descriptor()
             pos += nbytes
         self.check_unchanged()
@@ -369,11 +400,13 @@ class MappedFile:
             while len(buf):
                 n = os.preadv(fd, [buf], offset)
                 if n <= 0:
-                    raise TruncatedShardError(f"{self.path}: file ended while reading (was it truncated after opening?)",
-                                              self.path)
+                    raise TruncatedShardError(
+                        f"{self.path}: file ended while reading (was it truncated after opening?)", self.path
+                    )
                 buf, offset = buf[n:], offset + n
             if self._blocks is not None and self.check_blocks:
                 self._blocks.check(fd, first, first + len(whole), whole)
+
         self._io(read)
 
     def release(self) -> None:

@@ -76,8 +76,9 @@ class Shard(MappedFile):
                     f"{layout.HEADER.size}); the shard was not completely written or copied - re-copy or re-pack it",
                     path,
                 )
-            (magic, major, minor, meta_len, data_offset, num_tokens, num_documents,
-             index_offset, dtype_name, crc) = layout.HEADER.unpack(head)
+            (magic, major, minor, meta_len, data_offset, num_tokens, num_documents, index_offset, dtype_name, crc) = (
+                layout.HEADER.unpack(head)
+            )
             if magic != layout.SIGNATURE:
                 raise BadSignatureError(f"{path}: not a Roxxel shard (no {layout.SIGNATURE.decode()} signature)", path)
             meta_bytes = b""
@@ -88,16 +89,23 @@ class Shard(MappedFile):
             if major > layout.FORMAT_VERSION[0] and crc_ok:
                 raise CorruptShardError(
                     f"{path}: shard format version {major}.{minor} is newer than this Roxxel "
-                    f"reads ({layout.FORMAT_VERSION[0]}.x); upgrade roxxel", path)
-            plausible = (major <= layout.FORMAT_VERSION[0] and data_offset % layout.DATA_ALIGNMENT == 0
-                         and layout.HEADER.size + meta_len <= data_offset <= _MAX_DATA_OFFSET
-                         and layout.dtype_for_code(dtype_name) is not None)
+                    f"reads ({layout.FORMAT_VERSION[0]}.x); upgrade roxxel",
+                    path,
+                )
+            plausible = (
+                major <= layout.FORMAT_VERSION[0]
+                and data_offset % layout.DATA_ALIGNMENT == 0
+                and layout.HEADER.size + meta_len <= data_offset <= _MAX_DATA_OFFSET
+                and layout.dtype_for_code(dtype_name) is not None
+            )
             if len(meta_bytes) < meta_len and plausible:
                 raise TruncatedShardError(_truncated_message(path, "metadata", size, data_offset), path)
             if not crc_ok:
                 raise CorruptShardError(
                     f"{path}: header checksum mismatch: the file has the {layout.SIGNATURE.decode()} signature but "
-                    "its header or metadata is damaged (or it is not really a shard) - re-copy or re-pack it", path)
+                    "its header or metadata is damaged (or it is not really a shard) - re-copy or re-pack it",
+                    path,
+                )
             self.metadata: dict[str, Any] = json.loads(meta_bytes.decode("utf-8"))
             row = layout.dtype_for_code(dtype_name)
             if row is None:
@@ -117,14 +125,18 @@ class Shard(MappedFile):
             if size > expected_size:
                 raise CorruptShardError(
                     f"{path}: {size - expected_size} unexpected bytes after the footer ({size} bytes, header says "
-                    f"{expected_size}); the file was appended to or overwritten - re-pack it", path)
+                    f"{expected_size}); the file was appended to or overwritten - re-pack it",
+                    path,
+                )
             f.seek(size - layout.FOOTER.size)
             sha, f_tokens, f_docs, end = layout.FOOTER.unpack(f.read(layout.FOOTER.size))
             fd = os.dup(f.fileno())  # reads go through the descriptor checked here (no reopen)
             self._fd = fd
             self._remember(fd)  # what must not change while the shard is read
         if end != layout.END_SIGNATURE or (f_tokens, f_docs) != (num_tokens, num_documents):
-            raise CorruptShardError(f"{path}: footer does not match the header; the shard is corrupt - re-pack it", path)
+            raise CorruptShardError(
+                f"{path}: footer does not match the header; the shard is corrupt - re-pack it", path
+            )
         self.version = (major, minor)
         self.num_tokens = num_tokens
         self.num_documents = num_documents
@@ -143,12 +155,19 @@ class Shard(MappedFile):
         spec = self.metadata.get("block_checksums")
         if version < layout.BLOCK_CHECKSUM_VERSION and spec is None:
             return 0, ""
-        if (not isinstance(spec, dict) or spec.get("algorithm") not in ALGORITHMS
-                or not isinstance(spec.get("block_bytes"), int)
-                or spec["block_bytes"] < 1 or spec["block_bytes"] % self.dtype.itemsize):
-            raise CorruptShardError(f"{path}: format {version[0]}.{version[1]} shard with a missing or malformed "
-                                    f"block_checksums entry ({spec!r}; algorithms read: {', '.join(ALGORITHMS)}) - "
-                                    "re-pack the shard", path)
+        if (
+            not isinstance(spec, dict)
+            or spec.get("algorithm") not in ALGORITHMS
+            or not isinstance(spec.get("block_bytes"), int)
+            or spec["block_bytes"] < 1
+            or spec["block_bytes"] % self.dtype.itemsize
+        ):
+            raise CorruptShardError(
+                f"{path}: format {version[0]}.{version[1]} shard with a missing or malformed "
+                f"block_checksums entry ({spec!r}; algorithms read: {', '.join(ALGORITHMS)}) - "
+                "re-pack the shard",
+                path,
+            )
         return spec["block_bytes"], spec["algorithm"]
 
     def _index_spec(self, path: str, algorithm: str) -> int | None:
@@ -157,8 +176,9 @@ class Shard(MappedFile):
         if crc is None:
             return None
         if not isinstance(crc, int) or isinstance(crc, bool) or not 0 <= crc < 2**32 or not algorithm:
-            raise CorruptShardError(f"{path}: malformed document index checksum in block_checksums ({crc!r}) - "
-                                    "re-pack the shard", path)
+            raise CorruptShardError(
+                f"{path}: malformed document index checksum in block_checksums ({crc!r}) - re-pack the shard", path
+            )
         return crc
 
     # -- memory map -------------------------------------------------------------------
@@ -193,7 +213,9 @@ class Shard(MappedFile):
             raise CorruptShardError(
                 f"{self.path}: the document index fails its {name} check (stored {self._index_crc:08x}, read "
                 f"{actual:08x}); the shard is damaged - run `roxxel verify` on the dataset, then re-copy the "
-                "shard from its source or re-pack it", self.path)
+                "shard from its source or re-pack it",
+                self.path,
+            )
 
     def document_bounds(self, i: int) -> tuple[int, int]:
         """``(start, stop)`` token offsets of document ``i`` within this shard."""
@@ -223,7 +245,9 @@ class Shard(MappedFile):
             if want is not None and actual != want:
                 raise ChecksumMismatchError(
                     f"{self.path}: checksum mismatch (SHA-256 {actual}, {label} says {want}){self._damaged_block()}; "
-                    "the shard is corrupt - re-copy or re-pack it", self.path)
+                    "the shard is corrupt - re-copy or re-pack it",
+                    self.path,
+                )
         _check_index(self.path, self.document_starts, self.num_tokens)
 
     def _damaged_block(self) -> str:
@@ -242,7 +266,9 @@ class Shard(MappedFile):
         return ", every token block matches its checksum: the damage is in the header, index or checksums"
 
     def __repr__(self) -> str:
-        return f"Shard({self.path!r}, tokens={self.num_tokens}, documents={self.num_documents}, dtype={self.dtype.name})"
+        return (
+            f"Shard({self.path!r}, tokens={self.num_tokens}, documents={self.num_documents}, dtype={self.dtype.name})"
+        )
 
 
 def open_shard(path: str):
@@ -273,7 +299,9 @@ def open_shard(path: str):
     raise BadSignatureError(
         f"{path}: not a Roxxel shard (neither the {layout.SIGNATURE.decode()} signature at the start nor "
         f"the original {layout.LEGACY_SIGNATURE.decode()} signature at the end); it is another kind of file, "
-        "or an original-format shard whose footer was cut off", path)
+        "or an original-format shard whose footer was cut off",
+        path,
+    )
 
 
 def _open(path: str) -> BinaryIO:
@@ -286,9 +314,11 @@ def _open(path: str) -> BinaryIO:
 
 def _empty_message(path: str) -> str:
     mount, fstype = mount_of(path)
-    return (f"{path}: the file is empty (0 bytes) on the mount {mount}{f' ({fstype})' if fstype else ''}: a shard "
-            "being copied, or on a network or FUSE mount a stale read of a file being written or replaced - wait for "
-            "the copy to finish (or remount) and retry; if it stays empty, re-copy or re-pack the shard")
+    return (
+        f"{path}: the file is empty (0 bytes) on the mount {mount}{f' ({fstype})' if fstype else ''}: a shard "
+        "being copied, or on a network or FUSE mount a stale read of a file being written or replaced - wait for "
+        "the copy to finish (or remount) and retry; if it stays empty, re-copy or re-pack the shard"
+    )
 
 
 def _region_at(size: int, data_offset: int, index_offset: int, num_documents: int) -> str:
@@ -303,8 +333,10 @@ def _region_at(size: int, data_offset: int, index_offset: int, num_documents: in
 
 
 def _truncated_message(path: str, region: str, size: int, expected: int) -> str:
-    return (f"{path}: truncated inside the {region} ({size} bytes, expected {expected}); "
-            "the shard was not completely written or copied - re-copy or re-pack it")
+    return (
+        f"{path}: truncated inside the {region} ({size} bytes, expected {expected}); "
+        "the shard was not completely written or copied - re-copy or re-pack it"
+    )
 
 
 def _hash_range(f, start: int, stop: int, h) -> None:

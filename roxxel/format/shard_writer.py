@@ -50,10 +50,13 @@ class ShardWriter:
         self.dtype = layout.normalize_dtype(dtype)
         # No time stamp: the same documents give the same bytes (and SHA-256), so a dataset packed
         # again from the same inputs is the same dataset to a resume (the manifest keeps the time).
-        self._metadata = dict(metadata, format="roxxel.shard", dtype=self.dtype.name,
-                              writer_version=__version__,
-                              block_checksums={"algorithm": blocks.DEFAULT_ALGORITHM,
-                                               "block_bytes": layout.DEFAULT_BLOCK_BYTES})
+        self._metadata = dict(
+            metadata,
+            format="roxxel.shard",
+            dtype=self.dtype.name,
+            writer_version=__version__,
+            block_checksums={"algorithm": blocks.DEFAULT_ALGORITHM, "block_bytes": layout.DEFAULT_BLOCK_BYTES},
+        )
         reserve = len(self._metadata_json(_PLACEHOLDER_COUNT, _PLACEHOLDER_COUNT))
         self._data_offset = layout.align(layout.HEADER.size + reserve, layout.DATA_ALIGNMENT)
         self._file = open(self.tmp_path, "wb", buffering=_WRITE_BUFFER)
@@ -88,8 +91,13 @@ class ShardWriter:
         """:attr:`nbytes` once the shard holds ``num_tokens`` tokens in ``num_documents`` documents
         (ints, or int64 arrays of as many candidates)."""
         data = num_tokens * self.dtype.itemsize
-        return (self._data_offset + data + 8 * num_documents
-                + 4 * (data // layout.DEFAULT_BLOCK_BYTES + 1) + layout.FOOTER.size)
+        return (
+            self._data_offset
+            + data
+            + 8 * num_documents
+            + 4 * (data // layout.DEFAULT_BLOCK_BYTES + 1)
+            + layout.FOOTER.size
+        )
 
     def start_document(self) -> None:
         """Mark the next token written as the first of a new document."""
@@ -156,8 +164,16 @@ class ShardWriter:
             f.write(part)
             h.update(part)
         meta = self._metadata_json(self.num_tokens, self.num_documents, self._block_checksum(index_bytes))
-        fields = (layout.SIGNATURE, *layout.FORMAT_VERSION, len(meta), self._data_offset, self.num_tokens,
-                  self.num_documents, index_offset, layout.dtype_name_bytes(self.dtype))
+        fields = (
+            layout.SIGNATURE,
+            *layout.FORMAT_VERSION,
+            len(meta),
+            self._data_offset,
+            self.num_tokens,
+            self.num_documents,
+            index_offset,
+            layout.dtype_name_bytes(self.dtype),
+        )
         head = layout.HEADER.pack(*fields, layout.header_crc(layout.HEADER.pack(*fields, 0), meta))
         header_block = head + meta + b" " * (self._data_offset - len(head) - len(meta))
         h.update(header_block)

@@ -19,5 +19,17 @@ from roxxel.pack.packing import pack
 from roxxel.pack.tokenizing import Batch
 from roxxel.pack.walk import Matcher, is_dataset, iter_input_files
 
-__all__ = ["FORMATS", "Batch", "Matcher", "Staged", "detect_format", "is_binary", "is_dataset", "iter_documents",
-           "iter_input_files", "open_input", "pack", "read_input"]
+__all__ = [
+    "FORMATS",
+    "Batch",
+    "Matcher",
+    "Staged",
+    "detect_format",
+    "is_binary",
+    "is_dataset",
+    "iter_documents",
+    "iter_input_files",
+    "open_input",
+    "pack",
+    "read_input",
+]

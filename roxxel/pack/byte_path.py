@@ -29,8 +29,14 @@ class Staged(NamedTuple):
     nbytes: int  # input bytes
 
 
-def byte_batches(files: Sequence[str], buffers: ByteBuffers, fmt: str, text_field: str,
-                 include_binary: bool, on_skip: Callable[[str], None]) -> Iterator[Staged]:
+def byte_batches(
+    files: Sequence[str],
+    buffers: ByteBuffers,
+    fmt: str,
+    text_field: str,
+    include_binary: bool,
+    on_skip: Callable[[str], None],
+) -> Iterator[Staged]:
     """The bytes of the documents of ``files``, in batches of about ``BATCH_BYTES`` bytes, to widen
     into byte-level tokens with :meth:`ByteBuffers.widen`.
 
@@ -61,9 +67,9 @@ def byte_batches(files: Sequence[str], buffers: ByteBuffers, fmt: str, text_fiel
                 if full is not None:
                     yield full
                 pos = batch.pos
-                n = readv(fd, [batch.view[pos:pos + size + 1]])
+                n = readv(fd, [batch.view[pos : pos + size + 1]])
                 if n != size:  # grown or shrunk since fstat, a short read, or no size from fstat (/proc)
-                    docs = [bytes(batch.view[pos:pos + n]) + _read_rest(fd)]
+                    docs = [bytes(batch.view[pos : pos + n]) + _read_rest(fd)]
             finally:
                 close(fd)
             if n == size:  # the whole file, in place
@@ -81,7 +87,7 @@ def byte_batches(files: Sequence[str], buffers: ByteBuffers, fmt: str, text_fiel
             full = batch.make_room(len(doc) + 1)
             if full is not None:
                 yield full
-            batch.view[batch.pos:batch.pos + len(doc)] = doc
+            batch.view[batch.pos : batch.pos + len(doc)] = doc
             batch.took(len(doc))
     if batch.ends:
         yield batch.staged()

@@ -60,7 +60,9 @@ def _decompressing(path: str) -> Iterator[None]:
         yield
     except errors as e:
         kind = "gzip" if path.endswith(".gz") else "Zstandard"
-        raise ValueError(f"{path}: not a complete {kind} file ({e}); re-copy it, or leave it out with --exclude") from None
+        raise ValueError(
+            f"{path}: not a complete {kind} file ({e}); re-copy it, or leave it out with --exclude"
+        ) from None
 
 
 def _lines(stream: Iterable[bytes], path: str) -> Iterator[bytes]:
@@ -84,7 +86,7 @@ def detect_format(path: str) -> str:
     """
     for suffix in _COMPRESSED:
         if path.endswith(suffix):
-            path = path[:-len(suffix)]
+            path = path[: -len(suffix)]
     if path.endswith(_JSONL_SUFFIXES):
         return "jsonl"
     if path.endswith(".parquet"):
@@ -138,14 +140,20 @@ def _jsonl_text(line: bytes, field: str, path: str, lineno: int) -> str:
     text = obj[field]
     bad = _SURROGATE.search(text)
     if bad:  # JSON can escape half of a UTF-16 pair ("\ud800"); no UTF-8 text, so no tokenizer, holds one
-        raise ValueError(f"{path}:{lineno}: the text holds an unpaired surrogate ({bad.group()!a}), which is not "
-                         "Unicode text; fix the line, or leave the file out with --exclude")
+        raise ValueError(
+            f"{path}:{lineno}: the text holds an unpaired surrogate ({bad.group()!a}), which is not "
+            "Unicode text; fix the line, or leave the file out with --exclude"
+        )
     return text
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_NOT_WHOLE = {"text": _COMPRESSED, "auto": _COMPRESSED + _JSONL_SUFFIXES + (".parquet",),
-              "jsonl": ("",), "parquet": ("",)}  # suffixes of files reads_whole refuses ("": every file)
+_NOT_WHOLE = {
+    "text": _COMPRESSED,
+    "auto": _COMPRESSED + _JSONL_SUFFIXES + (".parquet",),
+    "jsonl": ("",),
+    "parquet": ("",),
+}  # suffixes of files reads_whole refuses ("": every file)
 
 
 def reads_whole(path: str, fmt: str) -> bool:

@@ -24,11 +24,24 @@ _QUEUE_DEPTH = 8  # tokenized batches ready ahead of the writer
 _BYTE_QUEUE_DEPTH = 2  # byte-level batches ready ahead of it: few, so that they are still in the CPU's cache
 
 
-def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: int = DEFAULT_SHARD_SIZE,
-         include: Sequence[str] = (), exclude: Sequence[str] = (), fmt: str = "auto", text_field: str = "text", append: bool = False,
-         eos_id: int | None = None, on_progress: Callable[[int, int, int], None] | None = None,
-         lock_timeout: float = 0.0, include_binary: bool = False,
-         on_skip: Callable[[str], None] | None = None, jobs: int = 1) -> Manifest:
+def pack(
+    inputs: Sequence[str],
+    output: str,
+    *,
+    tokenizer="bytes",
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    fmt: str = "auto",
+    text_field: str = "text",
+    append: bool = False,
+    eos_id: int | None = None,
+    on_progress: Callable[[int, int, int], None] | None = None,
+    lock_timeout: float = 0.0,
+    include_binary: bool = False,
+    on_skip: Callable[[str], None] | None = None,
+    jobs: int = 1,
+) -> Manifest:
     """Pack inputs into the dataset directory ``output`` (``dataset.json`` + ``shard-NNNNN.rox``).
 
     Args:
@@ -86,16 +99,25 @@ def pack(inputs: Sequence[str], output: str, *, tokenizer="bytes", shard_size: i
 
     packed = 0
     try:
-        with DatasetWriter(os.path.join(output, MANIFEST_NAME), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
-                           tokenizer=tok.identity, shard_size=shard_size, append=append,
-                           lock_timeout=lock_timeout, background_checksums=True) as writer:
+        with DatasetWriter(
+            os.path.join(output, MANIFEST_NAME),
+            vocab_size=tok.vocab_size,
+            eos_id=tok.eos_id,
+            tokenizer=tok.identity,
+            shard_size=shard_size,
+            append=append,
+            lock_timeout=lock_timeout,
+            background_checksums=True,
+        ) as writer:
             buffers = ByteBuffers(writer.dtype, tok.eos_id, byte_path.BATCH_BYTES)
             batches: Iterator[Batch | Staged]
             if by_bytes:
                 batches = byte_batches(files, buffers, fmt, text_field, include_binary, skip)
             elif pool is None:
-                batches = (joined(docs, tok, nbytes) for docs, nbytes in
-                           tokenized_batches(files, tok, fmt, text_field, include_binary, skip))
+                batches = (
+                    joined(docs, tok, nbytes)
+                    for docs, nbytes in tokenized_batches(files, tok, fmt, text_field, include_binary, skip)
+                )
             else:
                 batches = pooled_batches(pool, tasks, (fmt, text_field, include_binary), jobs, skip)
             # Reading, tokenizing and joining run on the reader thread or the pool; this thread
@@ -125,12 +147,18 @@ def _nothing_packed(output: str, skipped: list[str]) -> BaseException:
     """The error for inputs that gave no document: all binary (skipped), or empty JSONL/Parquet."""
     if not skipped:
         problem = f"nothing to pack into {output}: the inputs hold no documents (empty JSONL or Parquet files?)"
-        return for_cli(ValueError(f"{problem}; check the inputs, fmt and text_field"),
-                       f"{problem}; check the inputs, --format and --text-field")
-    problem = (f"nothing to pack into {output}: every input was skipped as binary content "
-               f"({count(len(skipped), 'file')}, e.g. {skipped[0]})")
-    return for_cli(ValueError(f"{problem}; pass include_binary=True to pack them as byte documents"),
-                   f"{problem}; pass --include-binary to pack them as byte documents")
+        return for_cli(
+            ValueError(f"{problem}; check the inputs, fmt and text_field"),
+            f"{problem}; check the inputs, --format and --text-field",
+        )
+    problem = (
+        f"nothing to pack into {output}: every input was skipped as binary content "
+        f"({count(len(skipped), 'file')}, e.g. {skipped[0]})"
+    )
+    return for_cli(
+        ValueError(f"{problem}; pass include_binary=True to pack them as byte documents"),
+        f"{problem}; pass --include-binary to pack them as byte documents",
+    )
 
 
 def _no_files_message(inputs: Sequence[str], include: Sequence[str], exclude: Sequence[str]) -> str:
@@ -138,12 +166,17 @@ def _no_files_message(inputs: Sequence[str], include: Sequence[str], exclude: Se
     where = ", ".join(inputs)
     datasets = [d for d in inputs if os.path.isdir(d) and is_dataset(d)]
     if datasets:
-        return (f"{datasets[0]} is a Roxxel dataset, not input text (its shards are packed already); "
-                f"to add inputs to it, pack them with --append -o {datasets[0]}")
+        return (
+            f"{datasets[0]} is a Roxxel dataset, not input text (its shards are packed already); "
+            f"to add inputs to it, pack them with --append -o {datasets[0]}"
+        )
     if include:
         patterns = " ".join(f"--include {p!r}" for p in include)
-        return (f"no file in {where} matches {patterns}" + (" (after --exclude)" if exclude else "")
-                + "; --include matches file names, e.g. '*.txt' (check the pattern, or leave it out to take every file)")
+        return (
+            f"no file in {where} matches {patterns}"
+            + (" (after --exclude)" if exclude else "")
+            + "; --include matches file names, e.g. '*.txt' (check the pattern, or leave it out to take every file)"
+        )
     if exclude:
         return f"every file in {where} is excluded by --exclude; check the patterns"
     return f"no files in {where}: the directory is empty; pass files, directories with files, or globs"

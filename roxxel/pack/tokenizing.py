@@ -31,8 +31,9 @@ _TASKS_AHEAD = 2  # tasks queued per worker: enough to keep it busy, bounded mem
 Batch = tuple[np.ndarray, np.ndarray, int]  # joined tokens, document lengths with EOS, input bytes
 
 
-def tokenized_batches(inputs, tok, fmt, text_field, include_binary=False,
-                      on_skip: Callable[[str], None] | None = None) -> Iterator[tuple[list[np.ndarray], int]]:
+def tokenized_batches(
+    inputs, tok, fmt, text_field, include_binary=False, on_skip: Callable[[str], None] | None = None
+) -> Iterator[tuple[list[np.ndarray], int]]:
     """The documents of ``inputs`` tokenized ``_BATCH`` at a time: (their token arrays, their input bytes).
 
     Binary content is skipped (``on_skip(path)``) unless ``include_binary``; a tokenizer other
@@ -52,7 +53,9 @@ def tokenized_batches(inputs, tok, fmt, text_field, include_binary=False,
                 try:
                     doc = doc.decode("utf-8")
                 except UnicodeDecodeError:
-                    raise ValueError(f"{path} is not UTF-8 text; use --tokenizer bytes, or leave it out with --exclude") from None
+                    raise ValueError(
+                        f"{path} is not UTF-8 text; use --tokenizer bytes, or leave it out with --exclude"
+                    ) from None
             nbytes += len(doc)
             batch.append(doc)
             if len(batch) == _BATCH:
@@ -85,8 +88,12 @@ def start_pool(tok: ByteTokenizer | HFTokenizer, jobs: int) -> ProcessPoolExecut
     make a fork unsafe, so they come from a fresh forkserver process instead.
     """
     method = "forkserver" if "jax" in sys.modules else "fork"
-    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
-                               initializer=_set_worker_tokenizer, initargs=(tok, os.getpid() if method == "fork" else None))
+    pool = ProcessPoolExecutor(
+        jobs,
+        mp_context=multiprocessing.get_context(method),
+        initializer=_set_worker_tokenizer,
+        initargs=(tok, os.getpid() if method == "fork" else None),
+    )
     pool.submit(int).result()  # with fork, the first task starts every worker
     return pool
 
@@ -140,8 +147,13 @@ def _tokenize_files(files: list[str], fmt: str, text_field: str, include_binary:
     return joined(docs, _worker_tokenizer, nbytes), skipped
 
 
-def pooled_batches(pool: ProcessPoolExecutor, tasks: list[list[str]], options: tuple[str, str, bool], jobs: int,
-                   on_skip: Callable[[str], None] | None) -> Iterator[Batch]:
+def pooled_batches(
+    pool: ProcessPoolExecutor,
+    tasks: list[list[str]],
+    options: tuple[str, str, bool],
+    jobs: int,
+    on_skip: Callable[[str], None] | None,
+) -> Iterator[Batch]:
     """The results of ``tasks`` in their order, ``_TASKS_AHEAD`` per worker in flight.
 
     A worker's error (a bad JSONL line, a file that is not UTF-8) is re-raised here, with its

@@ -100,8 +100,11 @@ def _scan(top: str, included: Matcher | None, excluded: Matcher | None) -> tuple
                         if not _is_symlink(entry):
                             subdirs.append(entry.path)
                         else:  # not followed (os.walk's rule: a link may loop), but never silently
-                            log.warning("skipping %s: a symbolic link to a directory is not followed "
-                                        "(pass it as an input to pack what it holds)", entry.path)
+                            log.warning(
+                                "skipping %s: a symbolic link to a directory is not followed "
+                                "(pass it as an input to pack what it holds)",
+                                entry.path,
+                            )
                 elif (included is None or included(entry.name)) and (excluded is None or not excluded(entry.path)):
                     try:
                         if entry.is_file():
@@ -109,8 +112,13 @@ def _scan(top: str, included: Matcher | None, excluded: Matcher | None) -> tuple
                             continue
                     except OSError:
                         pass
-                    log.warning("skipping %s: %s", entry.path, "a broken symbolic link" if _is_symlink(entry)
-                                else "not a regular file (a FIFO, socket or device)")
+                    log.warning(
+                        "skipping %s: %s",
+                        entry.path,
+                        "a broken symbolic link"
+                        if _is_symlink(entry)
+                        else "not a regular file (a FIFO, socket or device)",
+                    )
     except OSError as e:
         log.warning("skipping %s: cannot read the directory (%s)", top, e.strerror or e)
         return [], []

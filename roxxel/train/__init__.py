@@ -14,4 +14,18 @@ from roxxel.train.logger import Logger
 from roxxel.train.state import ModelState
 from roxxel.train.trainer import Callback, NaNLossError, Trainer
 
-__all__ = ["Callback", "CheckpointCorruptError", "CheckpointRestoreError", "CheckpointSaveError", "Checkpointer", "describe_changes", "Logger", "ModelChangeError", "ModelState", "NaNLossError", "Preempted", "RunMismatchError", "Trainer"]
+__all__ = [
+    "Callback",
+    "CheckpointCorruptError",
+    "CheckpointRestoreError",
+    "CheckpointSaveError",
+    "Checkpointer",
+    "describe_changes",
+    "Logger",
+    "ModelChangeError",
+    "ModelState",
+    "NaNLossError",
+    "Preempted",
+    "RunMismatchError",
+    "Trainer",
+]

@@ -32,8 +32,9 @@ _EVENT_FILES = itertools.count()  # TensorBoard event files this process opened 
 class Sink:
     """Everything the writer thread touches; used from that thread only."""
 
-    def __init__(self, log_dir: str, stdout: IO[str], *, tensorboard: bool, progress: bool,
-                 total_steps: int | None) -> None:
+    def __init__(
+        self, log_dir: str, stdout: IO[str], *, tensorboard: bool, progress: bool, total_steps: int | None
+    ) -> None:
         self._stdout = stdout
         self._progress = progress
         self._total = total_steps
@@ -48,8 +49,11 @@ class Sink:
             # tensorboardX names its file by the second and the host only, and truncates a file of that
             # name: a second Logger on the same directory within a second (a quick restart, a test)
             # erased the first one's events. The process id and a count make every name new.
-            self._tb = SummaryWriter(os.path.join(log_dir, TENSORBOARD_DIR), flush_secs=30,
-                                     filename_suffix=f".{os.getpid()}.{next(_EVENT_FILES)}")
+            self._tb = SummaryWriter(
+                os.path.join(log_dir, TENSORBOARD_DIR),
+                flush_secs=30,
+                filename_suffix=f".{os.getpid()}.{next(_EVENT_FILES)}",
+            )
 
     # queue item handlers
 
@@ -111,8 +115,9 @@ class Sink:
     def _open_bar(self, initial_step: int) -> tqdm:
         from tqdm import tqdm
 
-        self._bar = tqdm(total=self._total, initial=initial_step, file=self._stdout, unit="step",
-                         dynamic_ncols=True, desc="train")
+        self._bar = tqdm(
+            total=self._total, initial=initial_step, file=self._stdout, unit="step", dynamic_ncols=True, desc="train"
+        )
         return self._bar
 
     def _metrics_line(self, step: int, mono: float, values: dict[str, float]) -> str:

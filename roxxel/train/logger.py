@@ -67,8 +67,13 @@ __all__ = [
     "read_metrics",
 ]
 
-_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
-           "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL}
+_LEVELS = {
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "CRITICAL": logging.CRITICAL,
+}
 _LEVEL_NAMES = {v: k for k, v in _LEVELS.items()}
 
 
@@ -131,8 +136,9 @@ class Logger:
         if progress is None:
             isatty = getattr(self._stdout, "isatty", None)
             progress = bool(isatty()) if isatty is not None else False
-        self._sink = Sink(self.log_dir, self._stdout, tensorboard=tensorboard, progress=bool(progress),
-                           total_steps=self.total_steps)
+        self._sink = Sink(
+            self.log_dir, self._stdout, tensorboard=tensorboard, progress=bool(progress), total_steps=self.total_steps
+        )
         self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         # A daemon thread: the interpreter joins non-daemon threads *before* running
         # atexit handlers, so a non-daemon writer would hang exit; close() joins it.
@@ -360,7 +366,6 @@ class Logger:
             except BaseException as err:  # recorded and re-raised on the caller's thread
                 if self._error is None:
                     self._error = err
-
 
 
 # -- validation and formatting ----------------------------------------------------------

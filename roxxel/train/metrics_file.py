@@ -33,8 +33,10 @@ class MetricsCsv:
             with open(path, newline="", encoding="utf-8") as f:
                 header = next(csv.reader(f), [])
             if tuple(header[:2]) != FIXED_COLUMNS:
-                raise ValueError(f"{path} is not a roxxel metrics file: its header starts with {header[:2]!r}, "
-                                 f"expected {list(FIXED_COLUMNS)!r}")
+                raise ValueError(
+                    f"{path} is not a roxxel metrics file: its header starts with {header[:2]!r}, "
+                    f"expected {list(FIXED_COLUMNS)!r}"
+                )
             self.columns, self._known = header, set(header)
             with open(path, "rb") as f:
                 f.seek(-1, os.SEEK_END)
@@ -55,7 +57,7 @@ class MetricsCsv:
         if new:
             self._grow(new)
         row = [str(step), repr(wall)]
-        row += [repr(values[c]) if c in values else "" for c in self.columns[len(FIXED_COLUMNS):]]
+        row += [repr(values[c]) if c in values else "" for c in self.columns[len(FIXED_COLUMNS) :]]
         self._writer.writerow(row)
         return True
 
@@ -86,10 +88,11 @@ class MetricsCsv:
         with open(self.path, newline="", encoding="utf-8") as f:
             rows = list(csv.reader(f))[1:]
         if step:
-            names = self.columns[len(FIXED_COLUMNS):]
+            names = self.columns[len(FIXED_COLUMNS) :]
             self._start_step = step
-            self._at_start = {c: v for r in rows if r and int(r[0]) == step
-                              for c, v in zip(names, r[len(FIXED_COLUMNS):]) if v}
+            self._at_start = {
+                c: v for r in rows if r and int(r[0]) == step for c, v in zip(names, r[len(FIXED_COLUMNS) :]) if v
+            }
         stale = [r for r in rows if r and (int(r[0]) > step or not step)]  # the checkpoint's own step stays
         if not stale:
             return ""
@@ -99,11 +102,15 @@ class MetricsCsv:
             aside = self._aside_name()
             os.replace(self.path, aside)
             self._rewrite(FIXED_COLUMNS, ())
-            return (f"{self.path} held the metrics of an earlier run ({steps}) and this run starts at step 0 "
-                    f"(no checkpoint restored): moved them to {aside}")
+            return (
+                f"{self.path} held the metrics of an earlier run ({steps}) and this run starts at step 0 "
+                f"(no checkpoint restored): moved them to {aside}"
+            )
         self._rewrite(self.columns, (r for r in rows if r and int(r[0]) <= step))
-        return (f"dropped {len(stale)} rows of metrics ({steps}) that an earlier attempt logged after "
-                f"the checkpoint of step {step}: this run logs those steps again")
+        return (
+            f"dropped {len(stale)} rows of metrics ({steps}) that an earlier attempt logged after "
+            f"the checkpoint of step {step}: this run logs those steps again"
+        )
 
     def _aside_name(self) -> str:
         """A name no file has yet for an earlier run's metrics (two restarts within one second keep both)."""
@@ -150,8 +157,10 @@ def read_metrics(run_dir: str | os.PathLike[str]) -> dict[str, list[tuple[int, f
         if not header:
             raise ValueError(f"{path} is empty: no header line")
         if tuple(header[:2]) != FIXED_COLUMNS:
-            raise ValueError(f"{path} is not a roxxel metrics file: its header starts with {header[:2]!r}, "
-                             f"expected {list(FIXED_COLUMNS)!r}")
+            raise ValueError(
+                f"{path} is not a roxxel metrics file: its header starts with {header[:2]!r}, "
+                f"expected {list(FIXED_COLUMNS)!r}"
+            )
         names = header[2:]
         by_step: list[dict[int, float]] = [{} for _ in names]
         for row in reader:

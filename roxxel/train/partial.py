@@ -93,10 +93,15 @@ class RestorePlan:
 
     def summary(self) -> str:
         """One paragraph for the log: counts, then the paths of what is new and dropped."""
-        opt = {None: "no optimizer", True: "optimizer state restored",
-               False: "optimizer state re-initialised (its arrays differ from the checkpoint's)"}
-        lines = [f"{count(len(self.restored), 'array')} restored, {len(self.new)} new (kept their initial values), "
-                 f"{len(self.dropped)} dropped (in the checkpoint, not in the model); {opt[self.optimizer_restored]}"]
+        opt = {
+            None: "no optimizer",
+            True: "optimizer state restored",
+            False: "optimizer state re-initialised (its arrays differ from the checkpoint's)",
+        }
+        lines = [
+            f"{count(len(self.restored), 'array')} restored, {len(self.new)} new (kept their initial values), "
+            f"{len(self.dropped)} dropped (in the checkpoint, not in the model); {opt[self.optimizer_restored]}"
+        ]
         lines += [f"  new: {p}" for p in self.new]
         lines += [f"  dropped: {p}" for p in self.dropped]
         return "\n".join(lines)
@@ -134,8 +139,14 @@ def plan_restore(saved: Layout, current: Layout) -> RestorePlan:
     if optimizer_restored is False:
         new += sorted(set(opt_now) - set(opt_saved))
         dropped += sorted(set(opt_saved) - set(opt_now))
-    return RestorePlan(restored=restored, new=new, dropped=dropped, optimizer_restored=optimizer_restored,
-                       mismatched=[m for m in mismatched if _part(m[0]) == "model"], saved=sorted(saved))
+    return RestorePlan(
+        restored=restored,
+        new=new,
+        dropped=dropped,
+        optimizer_restored=optimizer_restored,
+        mismatched=[m for m in mismatched if _part(m[0]) == "model"],
+        saved=sorted(saved),
+    )
 
 
 def _names(keys: Any) -> list[Any]:

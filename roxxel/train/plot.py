@@ -59,7 +59,9 @@ def plot_run(
             raise ValueError("metrics must name at least one metric, but got an empty list")
         unknown = [n for n in names if n not in data]
         if unknown:
-            raise ValueError(f"{csv_path} has no metric {', '.join(map(repr, unknown))}; it has {', '.join(data) or 'none'}")
+            raise ValueError(
+                f"{csv_path} has no metric {', '.join(map(repr, unknown))}; it has {', '.join(data) or 'none'}"
+            )
     if output is None:
         output = os.path.join(os.path.dirname(csv_path), DEFAULT_PNG)
     output = os.fspath(output)
@@ -87,10 +89,19 @@ def plot_run(
 
 @click.command("plot")
 @click.argument("run_dir", type=click.Path(file_okay=True, dir_okay=True))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help=f"PNG to write [default: RUN_DIR/{DEFAULT_PNG}].")
-@click.option("--metrics", default=None, metavar="NAMES",
-              help="Comma-separated metrics to plot, e.g. loss,eval_loss [default: all].")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"PNG to write [default: RUN_DIR/{DEFAULT_PNG}].",
+)
+@click.option(
+    "--metrics",
+    default=None,
+    metavar="NAMES",
+    help="Comma-separated metrics to plot, e.g. loss,eval_loss [default: all].",
+)
 def plot_command(run_dir: str, output: str | None, metrics: str | None) -> None:
     """Plot RUN_DIR's roxxel_metrics.csv (loss and other metrics against the step) to a PNG."""
     names = None if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]

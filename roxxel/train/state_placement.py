@@ -40,8 +40,12 @@ def _host_values_of_process_0(state):
 
     keys = jax.tree.map(lambda x: jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key), state)
     host = multihost_utils.broadcast_one_to_all(jax.tree.map(to_host, state))
-    return jax.tree.map(lambda h, x, is_key: jax.random.wrap_key_data(h, impl=jax.random.key_impl(x)) if is_key else h,
-                        host, state, keys)
+    return jax.tree.map(
+        lambda h, x, is_key: jax.random.wrap_key_data(h, impl=jax.random.key_impl(x)) if is_key else h,
+        host,
+        state,
+        keys,
+    )
 
 
 def place_on_mesh(mesh: Mesh, *modules: nnx.Module | nnx.Optimizer) -> None:

@@ -45,6 +45,7 @@ def unpack_loss(out: Any) -> tuple[jax.Array, dict[str, jax.Array]]:
 def _micro_batches(batch: Any, accum: int) -> Any:
     """``(B, ...)`` → ``(accum, B // accum, ...)`` taking every ``accum``-th row, so that each
     device's rows stay on that device (rows are sharded in contiguous blocks)."""
+
     def split(x):
         x = x.reshape((x.shape[0] // accum, accum) + x.shape[1:])
         return jnp.swapaxes(x, 0, 1)
@@ -73,6 +74,7 @@ def make_train_step(loss_fn: Callable, grad_accum_steps: int = 1) -> Callable:
         if grad_accum_steps == 1:
             (loss, (aux, rest)), grads = grad_fn(params, rest, batch)
         else:
+
             def body(carry, micro):
                 acc, rest = carry
                 (loss, (aux, rest)), g = grad_fn(params, rest, micro)

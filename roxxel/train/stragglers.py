@@ -60,8 +60,15 @@ class StragglerReport:
         else:
             self._suspect, self._streak = (slowest, 1) if slow else (None, 0)
         if self._streak and self._streak % (10 * self.windows) == self.windows and jax.process_index() == 0:
-            log.warning("process %d is a straggler at step %d: %.3f s of host time per step, %.1fx the median "
-                        "of the others (%.3f s) for %d logging windows; every step waits for it. Look at its host: data input "
-                        "(a slow mount), CPU contention, a noisy neighbour", slowest, step, worst,
-                        worst / max(median, 1e-12), median, self.windows)
+            log.warning(
+                "process %d is a straggler at step %d: %.3f s of host time per step, %.1fx the median "
+                "of the others (%.3f s) for %d logging windows; every step waits for it. Look at its host: data input "
+                "(a slow mount), CPU contention, a noisy neighbour",
+                slowest,
+                step,
+                worst,
+                worst / max(median, 1e-12),
+                median,
+                self.windows,
+            )
         return {"host_time_s_median": median, "host_time_s_max": worst, "slowest_process": float(slowest)}

@@ -64,16 +64,19 @@ def _in_a_job() -> bool:
     return jax.process_count() > 1 or bool(os.environ.get(ENV_CONFIG_ERROR_FILE))
 
 
-def _save_interval(save_interval_steps: int | None, checkpoint_every: int | None,
-                   checkpointer: Checkpointer | None) -> int:
+def _save_interval(
+    save_interval_steps: int | None, checkpoint_every: int | None, checkpointer: Checkpointer | None
+) -> int:
     """The one checkpoint cadence, from the Trainer's argument, its deprecated alias or the checkpointer's."""
     interval = renamed("Trainer", "save_interval_steps", save_interval_steps, "checkpoint_every", checkpoint_every)
     own = checkpointer.save_interval_steps if checkpointer is not None else 1
     if own > 1:  # the checkpointer skips other steps: its interval is the cadence
         if interval is not None and interval != own:
-            raise ConfigValueError(f"Trainer save_interval_steps={interval} but the checkpointer saves every {own} steps; "
-                             "give the interval once (to the checkpointer, or to the Trainer with a checkpointer "
-                             "of save_interval_steps=1)")
+            raise ConfigValueError(
+                f"Trainer save_interval_steps={interval} but the checkpointer saves every {own} steps; "
+                "give the interval once (to the checkpointer, or to the Trainer with a checkpointer "
+                "of save_interval_steps=1)"
+            )
         return own
     return DEFAULT_SAVE_INTERVAL_STEPS if interval is None else interval
 
@@ -82,7 +85,9 @@ def _check_core(curriculum: Curriculum | None, loss_fn: Callable | None) -> tupl
     """The arguments every Trainer needs (optional in the signature only so that ``state=``
     may stand in for ``model`` and ``optimizer``)."""
     if curriculum is None or loss_fn is None:
-        missing = " and ".join(name for name, value in (("curriculum", curriculum), ("loss_fn", loss_fn)) if value is None)
+        missing = " and ".join(
+            name for name, value in (("curriculum", curriculum), ("loss_fn", loss_fn)) if value is None
+        )
         raise ConfigTypeError(f"Trainer needs {missing}: Trainer(model, optimizer, curriculum, loss_fn, ...)")
     return curriculum, loss_fn
 
@@ -182,21 +187,50 @@ class Trainer:
         Preempted: (a ``SystemExit`` with code 42) after saving at a preemption.
     """
 
-    def __init__(self, model=None, optimizer=None, curriculum: Curriculum | None = None, loss_fn: Callable | None = None,
-                 *, save_path: str | None = None, checkpointer: Checkpointer | None = None, logger: Logger | None = None,
-                 eval_fn: Callable | None = None, eval_every: int = 500, save_interval_steps: int | None = None,
-                 log_every: int = 100, seed: int = 42, mesh=None, data_sharding=None, max_to_keep: int = 3,
-                 async_queue_depth: int = 2, grad_accum_steps: int | None = None, state: Any = None,
-                 outputs: str = "tokens", prefetch_size: int = 2, allow_changed_run: bool = False,
-                 partial_restore: bool = False, learning_rate: Callable[[int], Any] | float | None = None, flops_per_token: float | None = None,
-                 num_params: int | None = None, peak_flops_per_device: float | None = None,
-                 profile_steps: tuple[int, int] | None = None, callbacks: Sequence[Callback] = (),
-                 handle_sigint: bool = True, checkpoint_every: int | None = None,
-                 watchdog: WatchdogBounds | None = DEFAULT_BOUNDS):
+    def __init__(
+        self,
+        model=None,
+        optimizer=None,
+        curriculum: Curriculum | None = None,
+        loss_fn: Callable | None = None,
+        *,
+        save_path: str | None = None,
+        checkpointer: Checkpointer | None = None,
+        logger: Logger | None = None,
+        eval_fn: Callable | None = None,
+        eval_every: int = 500,
+        save_interval_steps: int | None = None,
+        log_every: int = 100,
+        seed: int = 42,
+        mesh=None,
+        data_sharding=None,
+        max_to_keep: int = 3,
+        async_queue_depth: int = 2,
+        grad_accum_steps: int | None = None,
+        state: Any = None,
+        outputs: str = "tokens",
+        prefetch_size: int = 2,
+        allow_changed_run: bool = False,
+        partial_restore: bool = False,
+        learning_rate: Callable[[int], Any] | float | None = None,
+        flops_per_token: float | None = None,
+        num_params: int | None = None,
+        peak_flops_per_device: float | None = None,
+        profile_steps: tuple[int, int] | None = None,
+        callbacks: Sequence[Callback] = (),
+        handle_sigint: bool = True,
+        checkpoint_every: int | None = None,
+        watchdog: WatchdogBounds | None = DEFAULT_BOUNDS,
+    ):
         curriculum, loss_fn = _check_core(curriculum, loss_fn)
         save_interval_steps = _save_interval(save_interval_steps, checkpoint_every, checkpointer)
-        _check_intervals(eval_every=eval_every, save_interval_steps=save_interval_steps, log_every=log_every,
-                         async_queue_depth=async_queue_depth, grad_accum_steps=grad_accum_steps or 1)
+        _check_intervals(
+            eval_every=eval_every,
+            save_interval_steps=save_interval_steps,
+            log_every=log_every,
+            async_queue_depth=async_queue_depth,
+            grad_accum_steps=grad_accum_steps or 1,
+        )
         self.state = ModelState.from_object(state) if state is not None else ModelState(model, optimizer)
         if self.state.optimizer is None:
             raise ConfigTypeError("Trainer needs an optimizer (nnx.Optimizer)")
@@ -209,9 +243,16 @@ class Trainer:
         self.mesh, self.data_sharding = _mesh_and_sharding(mesh, data_sharding)
         self._check_batch_sizes()
         self.save_path = save_path
-        self.callbacks = trainer_callbacks(callbacks, learning_rate=learning_rate, flops_per_token=flops_per_token,
-                                           num_params=num_params, peak_flops_per_device=peak_flops_per_device,
-                                           profile_steps=profile_steps, save_path=save_path, log=self._log)
+        self.callbacks = trainer_callbacks(
+            callbacks,
+            learning_rate=learning_rate,
+            flops_per_token=flops_per_token,
+            num_params=num_params,
+            peak_flops_per_device=peak_flops_per_device,
+            profile_steps=profile_steps,
+            save_path=save_path,
+            log=self._log,
+        )
         self.watchdog_bounds = _watchdog_bounds(watchdog)
         self.checkpointer, self.logger = self._run_directory(checkpointer, logger, max_to_keep, allow_changed_run)
         place_on_mesh(self.mesh, self.state.model, self.state.optimizer)
@@ -223,24 +264,36 @@ class Trainer:
         self._stragglers = StragglerReport()
         self._interrupts = 0
 
-    def _run_directory(self, checkpointer: Checkpointer | None, logger: Logger | None, max_to_keep: int,
-                       allow_changed_run: bool) -> tuple[Checkpointer | None, Logger | None]:
+    def _run_directory(
+        self, checkpointer: Checkpointer | None, logger: Logger | None, max_to_keep: int, allow_changed_run: bool
+    ) -> tuple[Checkpointer | None, Logger | None]:
         """The checkpointer and logger: as given, else the ones ``save_path`` implies."""
         save_path, cur = self.save_path, self.curriculum
         if logger is None and save_path is not None and "://" in save_path:
-            raise ConfigValueError(f"save_path {save_path!r} is object storage, but logs are local files: keep save_path "
-                             "local, or pass checkpointer=Checkpointer('gs://...', ...) and logger=Logger('runs/NAME')")
+            raise ConfigValueError(
+                f"save_path {save_path!r} is object storage, but logs are local files: keep save_path "
+                "local, or pass checkpointer=Checkpointer('gs://...', ...) and logger=Logger('runs/NAME')"
+            )
         if checkpointer is None and save_path is not None:
-            checkpointer = Checkpointer(os.path.join(save_path, "checkpoints"), state=self.state, max_to_keep=max_to_keep,
-                                        fingerprint={**cur.describe(), "seed": self.seed}, allow_changed_run=allow_changed_run,
-                                        save_interval_steps=self.save_interval_steps,
-                                        run_name=os.environ.get(ENV_RUN_NAME) or None,
-                                        restore_from=os.environ.get(ENV_RESTORE_FROM) or None)
+            checkpointer = Checkpointer(
+                os.path.join(save_path, "checkpoints"),
+                state=self.state,
+                max_to_keep=max_to_keep,
+                fingerprint={**cur.describe(), "seed": self.seed},
+                allow_changed_run=allow_changed_run,
+                save_interval_steps=self.save_interval_steps,
+                run_name=os.environ.get(ENV_RUN_NAME) or None,
+                restore_from=os.environ.get(ENV_RESTORE_FROM) or None,
+            )
         if logger is None and save_path is not None:
             logger = Logger(save_path, total_steps=cur.total_steps)
         if checkpointer is not None:  # stored with each step: a resume logs the ones that changed
-            checkpointer.settings.update(save_interval_steps=self.save_interval_steps, log_every=self.log_every,
-                                         eval_every=self.eval_every, prefetch_size=self.prefetch_size)
+            checkpointer.settings.update(
+                save_interval_steps=self.save_interval_steps,
+                log_every=self.log_every,
+                eval_every=self.eval_every,
+                prefetch_size=self.prefetch_size,
+            )
         return checkpointer, logger
 
     def _check_batch_sizes(self) -> None:
@@ -249,13 +302,16 @@ class Trainer:
         shards = math.prod(self.data_sharding.mesh.shape[a] for a in axes)
         for p in self.curriculum.resolved:
             if p.global_batch_size % self.grad_accum_steps:
-                raise BatchShardingError(f"phase {p.index}: global_batch_size {p.global_batch_size} does not divide into "
-                                 f"{self.grad_accum_steps} micro-batches; pick a multiple of {self.grad_accum_steps}")
+                raise BatchShardingError(
+                    f"phase {p.index}: global_batch_size {p.global_batch_size} does not divide into "
+                    f"{self.grad_accum_steps} micro-batches; pick a multiple of {self.grad_accum_steps}"
+                )
             if (p.global_batch_size // self.grad_accum_steps) % shards:
                 raise BatchShardingError(
                     f"phase {p.index}: each micro-batch of {p.global_batch_size // self.grad_accum_steps} rows must split "
                     f"evenly over the {shards} data shards (devices on the data axis); use a global_batch_size that is a "
-                    f"multiple of {shards * self.grad_accum_steps}")
+                    f"multiple of {shards * self.grad_accum_steps}"
+                )
 
     # ----------------------------------------------------------------------------------
     def _log(self, msg: str, echo: bool = True) -> None:
@@ -268,14 +324,18 @@ class Trainer:
         learning rate, ...), the mean of each aux value, and ``perplexity = exp(mean loss)``."""
         loss = float(jnp.mean(jnp.stack(losses)))
         if not math.isfinite(loss):
-            raise NaNLossError(f"the loss is {loss} at step {step}; stopping (lower the learning rate, check the data: "
-                               "token ids beyond the model's embedding tables also give NaN)")
+            raise NaNLossError(
+                f"the loss is {loss} at step {step}; stopping (lower the learning rate, check the data: "
+                "token ids beyond the model's embedding tables also give NaN)"
+            )
         metrics = {"loss": loss}
         for hook in self._hooks["window_metrics"]:
             for key, value in hook(step, window).items():
                 if key in metrics:
-                    raise ConfigValueError(f"callback {type(getattr(hook, '__self__', hook)).__name__} logs {key!r}, which the loss or an "
-                                           "earlier callback already logs; give the metric another name")
+                    raise ConfigValueError(
+                        f"callback {type(getattr(hook, '__self__', hook)).__name__} logs {key!r}, which the loss or an "
+                        "earlier callback already logs; give the metric another name"
+                    )
                 metrics[key] = float(value)
         for key in auxes[-1] if auxes else ():
             metrics[key] = float(jnp.mean(jnp.stack([a[key] for a in auxes])))
@@ -371,8 +431,11 @@ class Trainer:
     @contextlib.contextmanager
     def _sigint_saves(self) -> Iterator[None]:
         """Ctrl-C saves like SIGTERM; a second one raises KeyboardInterrupt at once."""
-        if (not self.handle_sigint or self.checkpointer is None
-                or threading.current_thread() is not threading.main_thread()):
+        if (
+            not self.handle_sigint
+            or self.checkpointer is None
+            or threading.current_thread() is not threading.main_thread()
+        ):
             yield
             return
 
@@ -421,16 +484,20 @@ class Trainer:
         start = ckpt.restore(partial=self.partial_restore) if ckpt is not None else 0
         self.state.step = start
         total = cur.total_steps if stop_at_step is None else min(stop_at_step, cur.total_steps)
-        self._log(f"training steps {start}..{total} on {count(jax.process_count(), 'process')}, "
-                  f"{count(len(jax.devices()), 'device')}; {cur}")
+        self._log(
+            f"training steps {start}..{total} on {count(jax.process_count(), 'process')}, "
+            f"{count(len(jax.devices()), 'device')}; {cur}"
+        )
         if ckpt is not None and ckpt.restored_run is not None:
             self._log_restored(start, ckpt, ckpt.restored_run)
         return start, total
 
     def _log_restored(self, start: int, ckpt: Checkpointer, run: Mapping[str, Any]) -> None:
         """Log what the restored step was saved by, and what differs now (all allowed changes)."""
-        self._log(f"restored step {start} from {ckpt.restored_from or ckpt.directory} "
-                  f"(saved at {run.get('saved_at', 'an unknown time')})")
+        self._log(
+            f"restored step {start} from {ckpt.restored_from or ckpt.directory} "
+            f"(saved at {run.get('saved_at', 'an unknown time')})"
+        )
         if ckpt.restore_plan is not None and not ckpt.restore_plan.unchanged:
             self._log(f"restored into a changed model: {ckpt.restore_plan.summary()}")
         saved_by = run.get("process_count")
@@ -457,8 +524,14 @@ class Trainer:
         for phase in cur.resolved:
             if phase.end_step <= step or step >= total:
                 continue
-            with cur.stream(step, min(phase.end_step, total), seed=self.seed, sharding=self.data_sharding,
-                            outputs=self.outputs, prefetch_size=self.prefetch_size) as stream:
+            with cur.stream(
+                step,
+                min(phase.end_step, total),
+                seed=self.seed,
+                sharding=self.data_sharding,
+                outputs=self.outputs,
+                prefetch_size=self.prefetch_size,
+            ) as stream:
                 step, last = self._run_phase(phase, stream, step, last, train_step)
         return step, last
 
@@ -497,14 +570,15 @@ class Trainer:
         with self._watched(f"evaluating at step {step}", "eval_s"):
             last.update(self._evaluate(step))
 
-    def _run_phase(self, phase: ResolvedPhase, stream, step: int, last: dict,
-                   train_step: Callable) -> tuple[int, dict]:
+    def _run_phase(self, phase: ResolvedPhase, stream, step: int, last: dict, train_step: Callable) -> tuple[int, dict]:
         """Train ``phase`` on ``stream`` from ``step``: per step, the preemption check, the
         step itself, then the window's metrics, the checkpoint and the evaluation when due."""
         cur = self.curriculum
         resumed = f" (resuming at step {step})" if step > phase.start_step else ""
-        self._log(f"phase {phase.index}: steps {phase.start_step}..{phase.end_step}{resumed}, batch "
-                  f"{phase.global_batch_size} x {phase.seq_len} tokens, weights {dict(zip(cur.names, phase.weights))}")
+        self._log(
+            f"phase {phase.index}: steps {phase.start_step}..{phase.end_step}{resumed}, batch "
+            f"{phase.global_batch_size} x {phase.seq_len} tokens, weights {dict(zip(cur.names, phase.weights))}"
+        )
         window = StepWindow(phase.tokens_per_step)
         watchdog = self._watchdog
         if watchdog is not None:
@@ -534,8 +608,11 @@ class Trainer:
         self.state.step = step
         if window.timed_start is None:
             compile_s = window.start_timing(loss, t0)
-            self._log(f"step {step}: first step of phase {phase_index} took {compile_s:.2f} s including "
-                      f"compilation; throughput is measured from the next step", echo=False)
+            self._log(
+                f"step {step}: first step of phase {phase_index} took {compile_s:.2f} s including "
+                f"compilation; throughput is measured from the next step",
+                echo=False,
+            )
         else:
             window.timed_steps += 1
         window.add(loss, aux, self.async_queue_depth)
@@ -562,7 +639,9 @@ class Trainer:
         metrics = self._window_metrics(step, window.losses, window.auxes, window.measured(elapsed))
         if not logged:
             return metrics
-        metrics.update(self._stragglers.observe(step, window.host_seconds_per_step(elapsed)))  # a collective: every process, same steps
+        metrics.update(
+            self._stragglers.observe(step, window.host_seconds_per_step(elapsed))
+        )  # a collective: every process, same steps
         if window.compile_s is not None:
             metrics["compile_time_s"] = window.compile_s
             window.compile_s = None

@@ -36,8 +36,11 @@ def check_embeddings(model: nnx.Module, vocab_size: int | None, where: str) -> N
     """
     if vocab_size is None:
         return
-    tables = [(module.num_embeddings, ".".join(map(str, path)) or type(model).__name__)
-              for path, module in nnx.iter_modules(model) if isinstance(module, nnx.Embed)]
+    tables = [
+        (module.num_embeddings, ".".join(map(str, path)) or type(model).__name__)
+        for path, module in nnx.iter_modules(model)
+        if isinstance(module, nnx.Embed)
+    ]
     if not tables:
         return
     # The token table is taken to be the largest: position and segment tables are Embeds too,
@@ -48,4 +51,5 @@ def check_embeddings(model: nnx.Module, vocab_size: int | None, where: str) -> N
             f"the data ({where}) has token ids up to {vocab_size - 1} (vocab_size {vocab_size}), but the model's "
             f"largest embedding table, {name}, has num_embeddings={size}: ids {size} and above cannot be looked up "
             f"(the loss would turn NaN). Give the model a vocabulary of at least {vocab_size}, or pack the data with "
-            "the model's tokenizer")
+            "the model's tokenizer"
+        )

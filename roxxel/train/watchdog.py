@@ -75,8 +75,10 @@ class WatchdogBounds:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_BOUND_S:
-                raise ValueError(f"WatchdogBounds.{field.name} must be a positive number of seconds up to "
-                                 f"{MAX_BOUND_S:.0f} (a year), got {value!r}")
+                raise ValueError(
+                    f"WatchdogBounds.{field.name} must be a positive number of seconds up to "
+                    f"{MAX_BOUND_S:.0f} (a year), got {value!r}"
+                )
 
 
 DEFAULT_BOUNDS = WatchdogBounds()
@@ -100,8 +102,9 @@ def bounds_from_env(environ: Mapping[str, str] | None = None) -> WatchdogBounds 
     try:
         given = json.loads(text)
     except ValueError as err:
-        raise ConfigValueError(f"{ENV_WATCHDOG}={text!r} is not JSON ({err}); give e.g. "
-                               '{"step_floor_s": 300} or off') from None
+        raise ConfigValueError(
+            f'{ENV_WATCHDOG}={text!r} is not JSON ({err}); give e.g. {{"step_floor_s": 300}} or off'
+        ) from None
     names = {field.name for field in dataclasses.fields(WatchdogBounds)}
     if not isinstance(given, dict) or set(given) - names:
         raise ConfigValueError(f"{ENV_WATCHDOG}={text!r}: expected an object of {', '.join(sorted(names))}")
@@ -136,8 +139,14 @@ class ProgressWatchdog:
         clock: seconds, monotonic (tests give a fake one).
     """
 
-    def __init__(self, bounds: WatchdogBounds, *, process_index: int = 0,
-                 on_stall: Callable[[str], None] = _stall, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        bounds: WatchdogBounds,
+        *,
+        process_index: int = 0,
+        on_stall: Callable[[str], None] = _stall,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.bounds = bounds
         self.process_index = process_index
         self._on_stall = on_stall
@@ -202,9 +211,11 @@ class ProgressWatchdog:
                 return None
             self._fired = True
             after = "before its first step" if self._last_step is None else f"after step {self._last_step}"
-            return (f"watchdog: process {self.process_index} made no progress for {now - self._since:.0f} s "
-                    f"(bound {self._bound:.0f} s) while {self._what}, {after}: a stuck worker, a peer stuck or "
-                    f"gone, or storage that does not answer; exiting with {STALLED_EXIT_CODE} for a gang restart")
+            return (
+                f"watchdog: process {self.process_index} made no progress for {now - self._since:.0f} s "
+                f"(bound {self._bound:.0f} s) while {self._what}, {after}: a stuck worker, a peer stuck or "
+                f"gone, or storage that does not answer; exiting with {STALLED_EXIT_CODE} for a gang restart"
+            )
 
     def _set(self, what: str, bound_s: float) -> None:
         with self._lock:

@@ -28,7 +28,8 @@ def test_pyproject_pins_the_tested_ranges():
     declared = _declared()
     for name, (low, high) in _orbax.TESTED.items():
         assert declared.get(name) == SpecifierSet(f">={low},<{high}"), (
-            f"pyproject.toml declares {name}{declared.get(name)}, but _orbax.TESTED says >={low},<{high}: keep them equal")
+            f"pyproject.toml declares {name}{declared.get(name)}, but _orbax.TESTED says >={low},<{high}: keep them equal"
+        )
 
 
 def test_installed_versions_are_inside_the_tested_ranges():
@@ -36,12 +37,15 @@ def test_installed_versions_are_inside_the_tested_ranges():
         installed = importlib.metadata.version(name)
         assert installed in SpecifierSet(f">={low},<{high}"), (
             f"{name} {installed} is installed, outside the range Roxxel's private {name} uses were tested on "
-            f"(>={low},<{high}, roxxel/train/checkpoint/_orbax.py): run tests/train on it, then widen TESTED and pyproject.toml")
+            f"(>={low},<{high}, roxxel/train/checkpoint/_orbax.py): run tests/train on it, then widen TESTED and pyproject.toml"
+        )
     assert _orbax.untested_versions() == []
 
 
 def test_a_version_outside_the_range_is_named(monkeypatch):
     real = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.13.1" if name == "orbax-checkpoint" else real(name))
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "0.13.1" if name == "orbax-checkpoint" else real(name)
+    )
     (line,) = _orbax.untested_versions()
     assert line.startswith("orbax-checkpoint 0.13.1 is installed") and ">=0.12,<0.13" in line

@@ -31,10 +31,7 @@ def simulate(sizes, phases, repeat=False, max_rows=10**6):
             if len(out) >= max_rows:
                 return out
             if new_segment:
-                active = [
-                    i for i in range(k)
-                    if weights[i] > 0 and (repeat or sizes[i] - pos[i] >= seq_len)
-                ]
+                active = [i for i in range(k) if weights[i] > 0 and (repeat or sizes[i] - pos[i] >= seq_len)]
                 if not active:
                     return out
                 total = sum(weights[i] for i in active)
@@ -71,9 +68,7 @@ def plans(draw, repeat=False):
         last = j == n_phases - 1
         rows = draw(st.one_of(st.none(), st.integers(0, 150)) if last else st.integers(0, 150))
         seq_len = draw(st.integers(4, 64))
-        weights = draw(
-            st.lists(st.integers(0, 9), min_size=k, max_size=k).filter(any)
-        )
+        weights = draw(st.lists(st.integers(0, 9), min_size=k, max_size=k).filter(any))
         phases.append((rows, seq_len, weights))
     if repeat:
         sizes = [max(s, 1) for s in sizes]
@@ -81,6 +76,7 @@ def plans(draw, repeat=False):
 
 
 # --- (b), (c), (e): the closed form equals the replay --------------------------------
+
 
 @settings(max_examples=120, deadline=None)
 @given(plans())
@@ -91,8 +87,9 @@ def test_matches_simulation(plan_args):
     assert plan.total_rows == len(sim)
     rows = np.arange(len(sim), dtype=np.int64)
     dataset, position, seq_len = plan.locate(rows)
-    np.testing.assert_array_equal(np.stack([dataset, position, seq_len], 1).reshape(-1, 3),
-                                  np.array(sim, np.int64).reshape(-1, 3))
+    np.testing.assert_array_equal(
+        np.stack([dataset, position, seq_len], 1).reshape(-1, 3), np.array(sim, np.int64).reshape(-1, 3)
+    )
     # Rows never run past a dataset's end without repeat.
     assert (position + seq_len <= np.array(sizes)[dataset]).all()
     expected = consumed_before(sim, len(sizes))
@@ -114,8 +111,9 @@ def test_matches_simulation_repeat(plan_args):
         assert plan.total_rows == sum(p[0] for p in phases)
         assert len(sim) == min(plan.total_rows, 300)  # the simulation stops at 300 rows
     dataset, position, seq_len = plan.locate(np.arange(len(sim)))
-    np.testing.assert_array_equal(np.stack([dataset, position, seq_len], 1).reshape(-1, 3),
-                                  np.array(sim, np.int64).reshape(-1, 3))
+    np.testing.assert_array_equal(
+        np.stack([dataset, position, seq_len], 1).reshape(-1, 3), np.array(sim, np.int64).reshape(-1, 3)
+    )
     expected = consumed_before(sim, len(sizes))
     for r in range(0, len(sim) + 1, 7):
         np.testing.assert_array_equal(plan.positions_at(r), expected[r])
@@ -141,8 +139,7 @@ def test_matches_simulation_medium(seed):
     k = 5
     sizes = rng.integers(0, 20_000, k).tolist()
     phases = [
-        (int(rng.integers(50, 400)), int(rng.integers(16, 128)), rng.integers(0, 12, k).tolist())
-        for _ in range(3)
+        (int(rng.integers(50, 400)), int(rng.integers(16, 128)), rng.integers(0, 12, k).tolist()) for _ in range(3)
     ]
     phases = [(r, L, w if any(w) else [1] * k) for r, L, w in phases] + [(None, 8, [3, 1, 4, 1, 5])]
     plan = BlendPlan(sizes, phases)
@@ -156,6 +153,7 @@ def test_matches_simulation_medium(seed):
 
 
 # --- (a): low discrepancy ------------------------------------------------------------
+
 
 def assert_within_one_row(weights, counts_by_prefix):
     """counts_by_prefix[m, i] = rows of dataset i among the first m."""
@@ -173,8 +171,7 @@ def test_pattern_within_one_row(weights):
     assert pat.period == sum(weights)
     assert_within_one_row(weights, pat.table)
     np.testing.assert_array_equal(pat.table[-1], weights)
-    np.testing.assert_array_equal(pat.table[1:] - pat.table[:-1],
-                                  np.eye(len(weights), dtype=np.int64)[pat.assign])
+    np.testing.assert_array_equal(pat.table[1:] - pat.table[:-1], np.eye(len(weights), dtype=np.int64)[pat.assign])
     # The periodic extension keeps the bound across periods.
     many = np.stack([pat.counts(m) for m in range(3 * pat.period + 1)])
     assert_within_one_row(weights, many)
@@ -237,6 +234,7 @@ def test_integer_weights_exact_fractions():
 
 # --- (d): exhaustion re-normalises ---------------------------------------------------
 
+
 def test_exhaustion_renormalises():
     seq_len = 10
     plan = BlendPlan([200, 10_000, 10_000], [(None, seq_len, [2, 1, 3])])
@@ -258,7 +256,8 @@ def test_last_dataset_standing_then_stream_end():
     assert plan.total_rows == 20
     # Dataset 0 wins the ties, so it runs out one row before dataset 1.
     assert [(s.start_row, s.end_row, s.active) for s in plan.segments] == [
-        (0, 19, (0, 1)), (19, 20, (1,)),
+        (0, 19, (0, 1)),
+        (19, 20, (1,)),
     ]
     np.testing.assert_array_equal(plan.positions_at(20), [100, 100, 0])
 
@@ -294,6 +293,7 @@ def test_zero_row_phases_are_skipped():
 
 # --- (f): repeat mode ----------------------------------------------------------------
 
+
 def test_repeat_positions_grow_past_sizes():
     sizes = [100, 30]
     plan = BlendPlan(sizes, [(None, 10, [1, 1])], repeat=True)
@@ -317,6 +317,7 @@ def test_repeat_with_finite_last_phase():
 
 
 # --- (g): cost does not grow with the number of rows --------------------------------
+
 
 def test_billion_rows_is_cheap():
     sizes = [4 * 10**11, 15 * 10**10, 10**13]  # dataset 1 runs out in phase 2
@@ -356,6 +357,7 @@ def test_cold_pattern_of_max_period_is_built_quickly():
 
 # --- API --------------------------------------------------------------------------
 
+
 def test_segments_are_read_only_and_repr():
     plan = BlendPlan([100, 100], [(None, 10, [1, 1])])
     assert isinstance(plan.segments, tuple) and isinstance(plan.segments[0], Segment)
@@ -364,8 +366,7 @@ def test_segments_are_read_only_and_repr():
     with pytest.raises(AttributeError):
         plan.segments[0].start_row = 5
     assert repr(plan) == (
-        "BlendPlan(sizes=[100, 100], phases=1, segments=2, total_rows=20, "
-        "repeat=False, max_period=10000)"
+        "BlendPlan(sizes=[100, 100], phases=1, segments=2, total_rows=20, repeat=False, max_period=10000)"
     )
 
 

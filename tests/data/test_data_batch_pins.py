@@ -20,7 +20,7 @@ from roxxel import Curriculum, Phase, Roxxel
 def make(path, n_tokens, base, doc_len, shard_tokens=None):
     """A dataset whose token t is (base + t * 7919) mod 60000, documents of ``doc_len`` ending in EOS 65535."""
     ids = (base + np.arange(n_tokens, dtype=np.int64) * 7919) % 60000
-    docs = [np.append(ids[i:i + doc_len - 1], 65535) for i in range(0, n_tokens, doc_len)]
+    docs = [np.append(ids[i : i + doc_len - 1], 65535) for i in range(0, n_tokens, doc_len)]
     max_bytes = None if shard_tokens is None else shard_tokens * 2
     Roxxel(str(path)).write(docs, vocab_size=65536, eos_id=65535, dtype="uint16", max_shard_bytes=max_bytes)
     return Roxxel(str(path))
@@ -29,15 +29,17 @@ def make(path, n_tokens, base, doc_len, shard_tokens=None):
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
     root = tmp_path_factory.mktemp("pins")
-    return {"self": make(root / "a", 40_003, 0, 131, shard_tokens=9_000),
-            "code": make(root / "b", 9_001, 11, 57),
-            "math": make(root / "c", 5_000, 23, 300)}
+    return {
+        "self": make(root / "a", 40_003, 0, 131, shard_tokens=9_000),
+        "code": make(root / "b", 9_001, 11, 57),
+        "math": make(root / "c", 5_000, 23, 300),
+    }
 
 
 def digest(batches) -> str:
     h = hashlib.sha256()
     for b in batches:
-        for k, v in (sorted(b.items()) if isinstance(b, dict) else [("tokens", b)]):
+        for k, v in sorted(b.items()) if isinstance(b, dict) else [("tokens", b)]:
             h.update(k.encode())
             h.update(str(v.dtype).encode() + str(v.shape).encode())
             h.update(np.ascontiguousarray(v).tobytes())
@@ -45,11 +47,18 @@ def digest(batches) -> str:
 
 
 def curriculum(ds, chunk, order="chunks", batch_rows="consecutive"):
-    phases = [Phase(steps=6, global_batch_size=8, seq_len=64, weights={"primary": 2, "code": 1, "math": 1}),
-              Phase(steps=4, global_batch_size=4, seq_len=200, weights={"primary": 1, "math": 3}),
-              Phase(steps=5, global_batch_size=6, seq_len=48, weights={"primary": 1, "code": 2})]
-    return Curriculum({"primary": ds["self"], "code": ds["code"], "math": ds["math"]}, phases, chunk_tokens=chunk,
-                      order=order, batch_rows=batch_rows)
+    phases = [
+        Phase(steps=6, global_batch_size=8, seq_len=64, weights={"primary": 2, "code": 1, "math": 1}),
+        Phase(steps=4, global_batch_size=4, seq_len=200, weights={"primary": 1, "math": 3}),
+        Phase(steps=5, global_batch_size=6, seq_len=48, weights={"primary": 1, "code": 2}),
+    ]
+    return Curriculum(
+        {"primary": ds["self"], "code": ds["code"], "math": ds["math"]},
+        phases,
+        chunk_tokens=chunk,
+        order=order,
+        batch_rows=batch_rows,
+    )
 
 
 PINS = {
@@ -70,8 +79,9 @@ PINS_INDEPENDENT = {
 }
 
 
-@pytest.mark.parametrize("rows,order,chunk,outputs", [("consecutive", *k) for k in PINS]
-                         + [("independent", *k) for k in PINS_INDEPENDENT])
+@pytest.mark.parametrize(
+    "rows,order,chunk,outputs", [("consecutive", *k) for k in PINS] + [("independent", *k) for k in PINS_INDEPENDENT]
+)
 def test_batches_match_the_pinned_hashes(datasets, rows, order, chunk, outputs):
     c = curriculum(datasets, chunk or 64, order, rows)
     batches = list(c.stream(seed=12345, to_device=False, prefetch_size=0, outputs=outputs))
@@ -81,8 +91,16 @@ def test_batches_match_the_pinned_hashes(datasets, rows, order, chunk, outputs):
 
 def test_original_api_stream_with_a_far_start_matches_the_pin(datasets):
     ds = datasets["self"]
-    s = ds.stream(seq_len=128, batch_size=4, seed=7, start_step=30, total_steps=20, to_device=False, prefetch_size=0,
-                  batch_rows="consecutive")
+    s = ds.stream(
+        seq_len=128,
+        batch_size=4,
+        seed=7,
+        start_step=30,
+        total_steps=20,
+        to_device=False,
+        prefetch_size=0,
+        batch_rows="consecutive",
+    )
     assert digest(list(s)) == PIN_ORIGINAL_API
 
 

@@ -19,11 +19,14 @@ def make(path, vocab, eos, dtype, n=2000, tokenizer=None, hi=None):
 PHASE = [Phase(steps=2, global_batch_size=2, seq_len=16, weights={"primary": 1, "b": 1})]
 
 
-@pytest.mark.parametrize("other, field", [
-    ((257, 0, "uint16"), "eos_id"),
-    ((50_000, 256, "uint16"), "vocab_size"),
-    ((257, 256, "uint32"), "dtype"),
-])
+@pytest.mark.parametrize(
+    "other, field",
+    [
+        ((257, 0, "uint16"), "eos_id"),
+        ((50_000, 256, "uint16"), "vocab_size"),
+        ((257, 256, "uint32"), "dtype"),
+    ],
+)
 def test_incompatible_blend_is_refused_naming_both_and_the_field(tmp_path, other, field):
     a = make(tmp_path / "a", 257, 256, "uint16")
     b = make(tmp_path / "b", *other)
@@ -50,7 +53,6 @@ def test_model_vocab_smaller_than_data_vocab_is_refused(tmp_path):
         Curriculum(a, [Phase(steps=1, global_batch_size=2, seq_len=16)], vocab_size=257)
     with pytest.raises(ValueError, match="vocab_size is 257"):
         a.stream(seq_len=16, batch_size=2, seed=0, vocab_size=257, to_device=False)
-
 
 
 def test_rows_with_ids_beyond_model_vocab_raise(tmp_path):

@@ -79,13 +79,21 @@ phase_st = st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 150), 
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(chunk=st.integers(1, 400), phases=st.lists(phase_st, min_size=1, max_size=3), repeat=st.booleans(),
-       seed=st.integers(0, 2**31), blend=st.booleans(), order=st.sampled_from(["chunks", "documents"]),
-       data_=st.data())
+@given(
+    chunk=st.integers(1, 400),
+    phases=st.lists(phase_st, min_size=1, max_size=3),
+    repeat=st.booleans(),
+    seed=st.integers(0, 2**31),
+    blend=st.booleans(),
+    order=st.sampled_from(["chunks", "documents"]),
+    data_=st.data(),
+)
 def test_every_join_is_a_boundary(data, chunk, phases, repeat, seed, blend, order, data_):
     """Random chunk sizes, sequence lengths, phases, blends, orders, resume points and process row ranges."""
-    ps = [Phase(steps=s, global_batch_size=bs, seq_len=q,
-                weights={"primary": wa or 1, "b": wb} if blend else None) for s, bs, q, wa, wb in phases]
+    ps = [
+        Phase(steps=s, global_batch_size=bs, seq_len=q, weights={"primary": wa or 1, "b": wb} if blend else None)
+        for s, bs, q, wa, wb in phases
+    ]
     named = {"primary": data["self"][0], **({"b": data["b"][0]} if blend else {})}
     try:
         c = Curriculum(named, ps, chunk_tokens=chunk, repeat=repeat, order=order)
@@ -136,7 +144,8 @@ def test_document_order_packs_every_whole_document_once_per_epoch(data):
     pieces = [tuple(p) for p in np.split(flat, cuts)[:-1]]
     assert len(set(pieces)) == len(pieces) and set(pieces) <= docs  # whole documents, none twice
     assert len(pieces) >= len(docs) - 3  # all but the few cut off at the epoch's end
-    order_a = Curriculum(ds, [Phase(global_batch_size=2, seq_len=seq)], order="documents",
-                         batch_rows="consecutive").stream(seed=5, to_device=False)
+    order_a = Curriculum(
+        ds, [Phase(global_batch_size=2, seq_len=seq)], order="documents", batch_rows="consecutive"
+    ).stream(seed=5, to_device=False)
     assert np.array_equal(next(order_a), next(c.stream(seed=5, to_device=False)))
     assert pieces != sorted(pieces, key=lambda p: p[0])  # shuffled, not in dataset order

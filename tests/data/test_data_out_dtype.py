@@ -38,8 +38,11 @@ def test_every_read_refuses_a_dtype_that_cannot_hold_the_ids(byte_level, dtype):
         Curriculum(ds, [Phase(steps=2, global_batch_size=2, seq_len=8)]).stream(dtype=dtype, mesh=None)
 
 
-@pytest.mark.parametrize("dtype", [np.int16, np.uint16, np.int32, np.float32, np.float16, ml_dtypes.bfloat16],
-                         ids=["int16", "uint16", "int32", "float32", "float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "dtype",
+    [np.int16, np.uint16, np.int32, np.float32, np.float16, ml_dtypes.bfloat16],
+    ids=["int16", "uint16", "int32", "float32", "float16", "bfloat16"],
+)
 def test_a_dtype_that_holds_the_ids_reads_them_exactly(byte_level, dtype):
     ds = byte_level
     want = ds.read(0, 40).astype(np.int64)

@@ -17,8 +17,12 @@ from roxxel.sharding import default_batch_sharding
 
 
 def same(a, b):
-    return (a.sharding == b.sharding and a.dtype == b.dtype and a.committed == b.committed
-            and np.array_equal(np.asarray(a), np.asarray(b)))
+    return (
+        a.sharding == b.sharding
+        and a.dtype == b.dtype
+        and a.committed == b.committed
+        and np.array_equal(np.asarray(a), np.asarray(b))
+    )
 
 
 def test_a_placed_batch_is_what_device_put_gives_and_batches_do_not_share_memory():

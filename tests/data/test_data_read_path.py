@@ -11,9 +11,10 @@ from roxxel.format import BlockChecksumError, open_shard
 
 def make(path, n_tokens, shard_tokens=None):
     ids = (np.arange(n_tokens, dtype=np.int64) * 7919) % 60000
-    docs = [ids[i:i + 1000] for i in range(0, n_tokens, 1000)]
-    Roxxel(str(path)).write(docs, vocab_size=65536, dtype="uint16",
-                            max_shard_bytes=None if shard_tokens is None else 2 * shard_tokens)
+    docs = [ids[i : i + 1000] for i in range(0, n_tokens, 1000)]
+    Roxxel(str(path)).write(
+        docs, vocab_size=65536, dtype="uint16", max_shard_bytes=None if shard_tokens is None else 2 * shard_tokens
+    )
     return Roxxel(str(path))
 
 
@@ -35,8 +36,11 @@ def expected_rows(ds, stream, step):
 
 @pytest.mark.parametrize("chunk", [256, 512, 700])
 def test_rows_equal_the_pieces_read_one_by_one_in_any_step_order(ds, chunk):
-    c = Curriculum(ds, [Phase(steps=40, global_batch_size=8, seq_len=256), Phase(global_batch_size=4, seq_len=128)],
-                   chunk_tokens=chunk)
+    c = Curriculum(
+        ds,
+        [Phase(steps=40, global_batch_size=8, seq_len=256), Phase(global_batch_size=4, seq_len=128)],
+        chunk_tokens=chunk,
+    )
     s = c.stream(seed=5, to_device=False, prefetch_size=0)
     order = np.random.default_rng(chunk).permutation(len(s))[:60]
     for step in order.tolist():  # random access: the plan of steps ahead is rebuilt as needed
@@ -109,8 +113,12 @@ def test_a_narrow_batch_dtype_does_not_hide_ids_beyond_the_vocabulary(tmp_path):
     """ids >= 32768 wrap negative in int16: the vocabulary check runs on the stored ids, before the cast."""
     Roxxel(str(tmp_path / "w")).write([np.full(5000, 40_000, np.uint16)], dtype="uint16")  # no declared vocabulary
     for chunk in (4096, 100):  # planned rows, and rows cut into pieces
-        c = Curriculum(Roxxel(str(tmp_path / "w")), [Phase(global_batch_size=2, seq_len=256)], chunk_tokens=chunk,
-                       vocab_size=30_000)
+        c = Curriculum(
+            Roxxel(str(tmp_path / "w")),
+            [Phase(global_batch_size=2, seq_len=256)],
+            chunk_tokens=chunk,
+            vocab_size=30_000,
+        )
         with pytest.raises(ValueError, match="holds token id 40000, beyond the model.s vocab_size 30000"):
             next(c.stream(seed=0, to_device=False, prefetch_size=0, dtype=np.int16))
 
@@ -120,8 +128,9 @@ def test_a_shard_truncated_while_streaming_is_an_error_not_a_crash(tmp_path):
     from roxxel.format import TruncatedShardError
 
     d = make(tmp_path / "t", 100_000)
-    c = Curriculum(Roxxel(str(tmp_path / "t"), check_blocks=False), [Phase(global_batch_size=4, seq_len=1024)],
-                   chunk_tokens=4096)
+    c = Curriculum(
+        Roxxel(str(tmp_path / "t"), check_blocks=False), [Phase(global_batch_size=4, seq_len=1024)], chunk_tokens=4096
+    )
     s = c.stream(seed=0, to_device=False, prefetch_size=0)
     next(s)
     os.truncate(d.shard_paths[0], 4096 + 2 * 1000)  # header + the first 1000 tokens survive
@@ -146,9 +155,12 @@ def test_streams_read_on_several_threads_at_once_get_their_own_batches(ds):
     c = Curriculum(ds, [Phase(steps=40, global_batch_size=8, seq_len=256)], chunk_tokens=1024)
     want = {seed: list(c.stream(seed=seed, to_device=False, prefetch_size=0)) for seed in (1, 2, 3)}
     got = {}
-    threads = [threading.Thread(target=lambda s=seed: got.__setitem__(s, list(c.stream(seed=s, to_device=False,
-                                                                                      prefetch_size=2))))
-               for seed in want]
+    threads = [
+        threading.Thread(
+            target=lambda s=seed: got.__setitem__(s, list(c.stream(seed=s, to_device=False, prefetch_size=2)))
+        )
+        for seed in want
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -50,9 +50,14 @@ def test_mix_streamers_warns_and_means_the_datasets_dict(data):
 
 
 def test_self_weight_key_warns_and_means_the_primary_dataset(data):
-    with pytest.warns(DeprecationWarning, match="weight key 'self' is deprecated, use the primary dataset's name 'primary'"):
-        old = Curriculum({"primary": data["a"], "b": data["b"]},
-                         [Phase(steps=3, global_batch_size=2, seq_len=16, weights={"self": 1, "b": 1})], chunk_tokens=64)
+    with pytest.warns(
+        DeprecationWarning, match="weight key 'self' is deprecated, use the primary dataset's name 'primary'"
+    ):
+        old = Curriculum(
+            {"primary": data["a"], "b": data["b"]},
+            [Phase(steps=3, global_batch_size=2, seq_len=16, weights={"self": 1, "b": 1})],
+            chunk_tokens=64,
+        )
     assert old.fingerprint() == new_form(data).fingerprint()
     assert new_form(data).describe()["datasets"].keys() == {"self", "b"}  # checkpoints of older runs still match
     with pytest.raises(ValueError, match="primary dataset twice"), pytest.warns(DeprecationWarning):
@@ -60,8 +65,11 @@ def test_self_weight_key_warns_and_means_the_primary_dataset(data):
 
 
 def test_named_datasets_key_the_weights(data):
-    c = Curriculum({"web": data["a"], "code": data["b"]},
-                   [Phase(steps=3, global_batch_size=2, seq_len=16, weights={"web": 1, "code": 1})], chunk_tokens=64)
+    c = Curriculum(
+        {"web": data["a"], "code": data["b"]},
+        [Phase(steps=3, global_batch_size=2, seq_len=16, weights={"web": 1, "code": 1})],
+        chunk_tokens=64,
+    )
     assert c.names == ("web", "code") and c.primary is data["a"]
     assert c.describe()["phases"][0]["weights"] == {"web": 1.0, "code": 1.0}
     with pytest.raises(ValueError, match="named 'self'"):

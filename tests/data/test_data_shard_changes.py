@@ -25,7 +25,7 @@ VOCAB = 60_000
 
 def make(path, n_tokens=200_000):
     ids = (np.arange(n_tokens, dtype=np.int64) * 7919) % (VOCAB - 1)
-    Roxxel(str(path)).write([ids[i:i + 1000] for i in range(0, n_tokens, 1000)], vocab_size=VOCAB, dtype="uint16")
+    Roxxel(str(path)).write([ids[i : i + 1000] for i in range(0, n_tokens, 1000)], vocab_size=VOCAB, dtype="uint16")
     return str(path)
 
 
@@ -173,8 +173,12 @@ def test_a_status_change_alone_is_named(tmp_path):
 def test_a_shard_closed_by_the_lru_and_reopened_is_compared_with_its_first_open(tmp_path):
     """An evicted shard is opened again from its path: it must still be the file the run read before."""
     ids = (np.arange(100_000, dtype=np.int64) * 7919) % (VOCAB - 1)
-    Roxxel(str(tmp_path / "d")).write([ids[i:i + 1000] for i in range(0, 100_000, 1000)], vocab_size=VOCAB,
-                                      dtype="uint16", max_shard_bytes=2 * 50_000)
+    Roxxel(str(tmp_path / "d")).write(
+        [ids[i : i + 1000] for i in range(0, 100_000, 1000)],
+        vocab_size=VOCAB,
+        dtype="uint16",
+        max_shard_bytes=2 * 50_000,
+    )
     ds = Roxxel(str(tmp_path / "d"), max_open_shards=1, check_blocks=False).open()
     ds.read_into(np.empty(10, np.int32), 0)
     ds.read_into(np.empty(10, np.int32), 60_000)  # shard 0 closed

@@ -35,7 +35,8 @@ def test_streaming_then_exiting_prints_nothing_at_shutdown(tmp_path):
         docs = [rng.integers(0, 256, 300) for _ in range(40)]
         Roxxel(str(tmp_path / name)).write(docs, vocab_size=257, eos_id=256, max_shard_bytes=4096)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", PROGRAM], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", PROGRAM], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "Exception ignored" not in result.stderr, result.stderr

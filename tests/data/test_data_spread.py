@@ -42,7 +42,7 @@ def test_spread_rows_is_a_bijection_of_every_segment(lanes, depth):
 def test_any_lanes_consecutive_rows_are_a_lane_apart():
     place = spread_rows(np.arange(10 * 32 * 8), 32, 8, None)
     for start in range(0, len(place) - 32, 5):
-        lanes = place[start:start + 32] // 8  # the lane of each stream place
+        lanes = place[start : start + 32] // 8  # the lane of each stream place
         assert len(set(lanes.tolist())) == 32
     assert lane_depth(16384, 2048) == 8 and lane_depth(16384, 3000) == 6 and lane_depth(100, 2048) == 1
 
@@ -82,20 +82,29 @@ def test_a_longer_phase_keeps_the_batches_before_it(addressed, tmp_path):
     that each dataset's rows of a batch are a share of it; the second phase changes seq_len and batch
     size, so its rows start with the rests of the first phase's lanes."""
     other = tmp_path / "b"
-    Roxxel(str(other)).write([np.arange(10**6, 10**6 + 60 * CHUNK, dtype=np.uint32)], vocab_size=2**31,
-                             eos_id=2**31 - 1, dtype="uint32")
+    Roxxel(str(other)).write(
+        [np.arange(10**6, 10**6 + 60 * CHUNK, dtype=np.uint32)], vocab_size=2**31, eos_id=2**31 - 1, dtype="uint32"
+    )
     data = {"primary": addressed, "b": Roxxel(str(other))}
 
     def curriculum(steps, rows):
-        return Curriculum(data, [Phase(steps=7, global_batch_size=8, seq_len=96, weights={"primary": 3, "b": 1}),
-                                 Phase(steps=steps, global_batch_size=6, seq_len=160, weights={"primary": 1, "b": 1})],
-                          chunk_tokens=CHUNK, batch_rows=rows)
+        return Curriculum(
+            data,
+            [
+                Phase(steps=7, global_batch_size=8, seq_len=96, weights={"primary": 3, "b": 1}),
+                Phase(steps=steps, global_batch_size=6, seq_len=160, weights={"primary": 1, "b": 1}),
+            ],
+            chunk_tokens=CHUNK,
+            batch_rows=rows,
+        )
 
     for rows in ("consecutive", "independent"):
         short, long = (list(curriculum(n, rows).stream(seed=9, to_device=False, prefetch_size=0)) for n in (5, 13))
         assert len(short) == 12 and all(np.array_equal(a, b) for a, b in zip(short, long))
-        assert classify_changes(curriculum(5, rows).describe(), curriculum(13, rows).describe(), 12,
-                                describe_changes)[1] == []
+        assert (
+            classify_changes(curriculum(5, rows).describe(), curriculum(13, rows).describe(), 12, describe_changes)[1]
+            == []
+        )
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -125,14 +134,14 @@ def test_lanes_keep_every_earlier_row_and_read_no_token_twice(seed):
     plan, (dataset, position, seq_len) = locate(phases)
     for i, size in enumerate(sizes):
         mine = dataset == i
-        tokens = (position[mine][:, None] + np.arange(seq_len[mine].max(initial=0))[None, :])
+        tokens = position[mine][:, None] + np.arange(seq_len[mine].max(initial=0))[None, :]
         tokens = tokens[np.arange(tokens.shape[1])[None, :] < seq_len[mine][:, None]]
         assert len(np.unique(tokens)) == len(tokens)
         if not repeat:
             assert tokens.size == 0 or (tokens.min() >= 0 and tokens.max() < size)
     for j in range(len(phases)):
         longer = [(rows + 25 if q == j else rows, L, w) for q, (rows, L, w) in enumerate(phases)]
-        end = min(sum(rows for rows, _, _ in phases[:j + 1]), plan.total_rows)
+        end = min(sum(rows for rows, _, _ in phases[: j + 1]), plan.total_rows)
         _, again = locate(longer)
         for before, after in zip((dataset, position, seq_len), again):
             np.testing.assert_array_equal(before[:end], after[:end])
@@ -156,8 +165,9 @@ def test_a_run_saved_with_consecutive_rows_refuses_to_resume_with_independent_on
 
     allowed, refused = classify_changes(old, new, 5, describe_changes)
     assert refused == ['batch_rows: "consecutive" -> "independent"', "data_order_version: 1 -> 2"]
-    assert classify_changes(old, Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe(),
-                            5, describe_changes) == ([], [])
+    assert classify_changes(
+        old, Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe(), 5, describe_changes
+    ) == ([], [])
 
 
 def test_a_run_with_independent_rows_of_order_version_1_is_refused(addressed):
@@ -167,7 +177,10 @@ def test_a_run_with_independent_rows_of_order_version_1_is_refused(addressed):
     new = Curriculum(addressed, phases, chunk_tokens=CHUNK).describe()
     old = {**new, "data_order_version": 1}
     assert classify_changes(old, new, 5, describe_changes)[1] == ["data_order_version: 1 -> 2"]
-    assert Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe()["data_order_version"] == 1
+    assert (
+        Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe()["data_order_version"]
+        == 1
+    )
 
 
 def test_a_dataset_with_fewer_chunks_than_rows_of_a_batch_is_named(addressed, caplog):
@@ -179,7 +192,8 @@ def test_a_dataset_with_fewer_chunks_than_rows_of_a_batch_is_named(addressed, ca
         Curriculum(addressed, phases[:1], chunk_tokens=CHUNK)
     assert [r.getMessage() for r in caplog.records] == [
         "dataset 'primary' holds 196 chunks of 1,024 tokens, fewer than the 256 rows of phase 1's global batch: with "
-        "batch_rows='independent' some rows of a batch share a chunk; a smaller chunk_tokens spreads them"]
+        "batch_rows='independent' some rows of a batch share a chunk; a smaller chunk_tokens spreads them"
+    ]
 
 
 def test_an_unknown_batch_rows_value_is_refused(addressed):
@@ -190,7 +204,9 @@ def test_an_unknown_batch_rows_value_is_refused(addressed):
 @pytest.mark.parametrize("chunk", [0, -5, 1.5, True])
 def test_a_bad_chunk_size_is_refused_in_one_line(addressed, chunk):
     """Found by a new user's pass: 0 divided by zero, -5 was called lane_tokens, 1.5 blamed the dataset's size."""
-    with pytest.raises(ValueError, match=rf"chunk_tokens must be an int >= 1 \(tokens per shuffled chunk\), got {chunk!r}"):
+    with pytest.raises(
+        ValueError, match=rf"chunk_tokens must be an int >= 1 \(tokens per shuffled chunk\), got {chunk!r}"
+    ):
         Curriculum(addressed, [Phase(global_batch_size=4, seq_len=64)], chunk_tokens=chunk)
 
 
@@ -215,8 +231,7 @@ def test_a_batch_size_ramp_reads_its_first_batch_from_as_many_places_as_rows():
     assert min(_closest(plan, 8, 3)) >= (depth - 1) * 128
     first = plan.locate(np.arange(24, 24 + 64))[1]
     assert len(np.unique(first // CHUNK)) == 64 or min(np.diff(np.sort(first))) >= CHUNK
-    gaps = [min(np.diff(np.sort(plan.locate(np.arange(24 + 64 * s, 24 + 64 * (s + 1)))[1])))
-            for s in range(12)]
+    gaps = [min(np.diff(np.sort(plan.locate(np.arange(24 + 64 * s, 24 + 64 * (s + 1)))[1]))) for s in range(12)]
     assert min(gaps) >= (depth - 1) * 128, gaps
 
 
@@ -244,8 +259,13 @@ def test_rows_of_a_batch_stay_a_lane_apart_through_ramps_blends_and_seq_len_chan
     for _ in range(int(rng.integers(2, 4))):
         gbs, seq_len = int(rng.choice([4, 8, 16, 32])), int(rng.choice([32, 64, 100, 128]))
         phases.append((gbs, seq_len, [float(rng.integers(1, 4)) for _ in range(k)], int(rng.integers(1, 30))))
-    plan = BlendPlan([10**9] * k, [(g * n, L, w) for g, L, w, n in phases], repeat=True,
-                     lanes=[g for g, *_ in phases], lane_tokens=lane_tokens)
+    plan = BlendPlan(
+        [10**9] * k,
+        [(g * n, L, w) for g, L, w, n in phases],
+        repeat=True,
+        lanes=[g for g, *_ in phases],
+        lane_tokens=lane_tokens,
+    )
     bound = lane_tokens - max(L for _, L, _, _ in phases)
     row = 0
     for gbs, _, _, steps in phases:

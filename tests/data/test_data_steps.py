@@ -16,19 +16,32 @@ def ds(tmp_path):
 
 def test_phase_asking_more_steps_than_the_data_gives_is_an_error(ds):
     can = (91_091 // 1024 * 1024) // (4 * 128)
-    with pytest.raises(ValueError, match=rf"phase 0 asks for 2000 steps .* can give only {can} steps there; "
-                                         "pass repeat=True .* at most") as err:
+    with pytest.raises(
+        ValueError,
+        match=rf"phase 0 asks for 2000 steps .* can give only {can} steps there; "
+        "pass repeat=True .* at most",
+    ) as err:
         Curriculum(ds, [Phase(steps=2000, global_batch_size=4, seq_len=128)], chunk_tokens=1024)
     # Every attempt would hit it: a configuration error (roxxel-worker exits 78, no gang restart).
     assert isinstance(err.value, ConfigurationError)
-    assert Curriculum(ds, [Phase(steps=2000, global_batch_size=4, seq_len=128)], chunk_tokens=1024, repeat=True).total_steps == 2000
-    assert Curriculum(ds, [Phase(global_batch_size=4, seq_len=128)], chunk_tokens=1024).total_steps == can  # "until it runs out"
+    assert (
+        Curriculum(
+            ds, [Phase(steps=2000, global_batch_size=4, seq_len=128)], chunk_tokens=1024, repeat=True
+        ).total_steps
+        == 2000
+    )
+    assert (
+        Curriculum(ds, [Phase(global_batch_size=4, seq_len=128)], chunk_tokens=1024).total_steps == can
+    )  # "until it runs out"
 
 
 def test_a_later_phase_cut_short_is_an_error(ds):
     with pytest.raises(ValueError, match="phase 1 asks for 500 steps"):
-        Curriculum(ds, [Phase(steps=10, global_batch_size=4, seq_len=128), Phase(steps=500, global_batch_size=8, seq_len=256)],
-                   chunk_tokens=1024)
+        Curriculum(
+            ds,
+            [Phase(steps=10, global_batch_size=4, seq_len=128), Phase(steps=500, global_batch_size=8, seq_len=256)],
+            chunk_tokens=1024,
+        )
 
 
 def test_data_shorter_than_one_row_is_an_error(tmp_path):

@@ -58,11 +58,20 @@ def test_golden_values():
     # The order is part of the resume contract: any change to the mix or the key
     # schedule silently reshuffles every checkpointed run.
     assert FeistelPermutation(1000, seed=1, epoch=2)(np.arange(8)).tolist() == [
-        323, 359, 572, 220, 341, 387, 912, 679,
+        323,
+        359,
+        572,
+        220,
+        341,
+        387,
+        912,
+        679,
     ]
     big = FeistelPermutation(2**61 + 1, seed=42, epoch=7)
     assert big(np.array([0, 1, 2**61])).tolist() == [
-        596465176868018695, 375596881640259616, 1405340211062864692,
+        596465176868018695,
+        375596881640259616,
+        1405340211062864692,
     ]
 
 
@@ -76,9 +85,7 @@ def test_deterministic_for_same_key():
 def test_seeds_and_epochs_change_the_order():
     idx = np.arange(1000)
     orders = {
-        (seed, epoch): tuple(FeistelPermutation(1000, seed, epoch)(idx))
-        for seed in range(4)
-        for epoch in range(4)
+        (seed, epoch): tuple(FeistelPermutation(1000, seed, epoch)(idx)) for seed in range(4) for epoch in range(4)
     }
     assert len(set(orders.values())) == len(orders)
     identity = tuple(idx)

@@ -16,7 +16,7 @@ from roxxel.data.source import ShuffledTokens
 def make(path, n_tokens, base=0, eos=None, doc_len=97):
     """A dataset whose token t is (base + t) mod 60000: any token tells where it came from."""
     ids = (base + np.arange(n_tokens, dtype=np.int64)) % 60000
-    docs = [ids[i:i + doc_len] for i in range(0, n_tokens, doc_len)]
+    docs = [ids[i : i + doc_len] for i in range(0, n_tokens, doc_len)]
     Roxxel(str(path)).write(docs, vocab_size=65536, eos_id=eos, dtype="uint16")
     return Roxxel(str(path))
 
@@ -37,8 +37,13 @@ def curriculum(datasets, chunk=64, repeat=False, batch_rows="independent"):
         {"steps": 5, "batch_size": 4, "seq_len": 64, "weights": {"primary": 1, "math": 3}},
         Phase(global_batch_size=6, seq_len=48, weights={"primary": 1, "code": 2}),
     ]
-    return Curriculum({"primary": datasets["self"], "code": datasets["code"], "math": datasets["math"]}, phases,
-                      chunk_tokens=chunk, repeat=repeat, batch_rows=batch_rows)
+    return Curriculum(
+        {"primary": datasets["self"], "code": datasets["code"], "math": datasets["math"]},
+        phases,
+        chunk_tokens=chunk,
+        repeat=repeat,
+        batch_rows=batch_rows,
+    )
 
 
 def all_batches(c, seed=3, **kw):
@@ -55,7 +60,7 @@ def test_resume_at_any_step_equals_uninterrupted(datasets, seed, data):
     n = data.draw(st.integers(1, c.total_steps - s))
     resumed = list(c.stream(s, s + n, seed=seed, to_device=False, prefetch_size=2))
     assert len(resumed) == n
-    for got, want in zip(resumed, full[s:s + n]):
+    for got, want in zip(resumed, full[s : s + n]):
         assert np.array_equal(got, want)
 
 
@@ -93,11 +98,15 @@ def test_rows_come_from_the_weighted_datasets(datasets, batch_rows):
 def test_exhausted_dataset_is_dropped_and_weights_renormalised(tmp_path):
     a = make(tmp_path / "a", 10_000)
     b = make(tmp_path / "b", 640, base=30_000)  # 640 tokens = 20 rows of 32
-    c = Curriculum({"primary": a, "b": b}, [Phase(global_batch_size=4, seq_len=32, weights={"primary": 1, "b": 1})], chunk_tokens=32)
+    c = Curriculum(
+        {"primary": a, "b": b},
+        [Phase(global_batch_size=4, seq_len=32, weights={"primary": 1, "b": 1})],
+        chunk_tokens=32,
+    )
     owners = [(row[0] >= 30_000) for batch in all_batches(c) for row in batch]
     assert sum(owners) == 20  # b gives exactly its 20 rows, then only "self" is left
     last_b = max(i for i, o in enumerate(owners) if o)
-    assert last_b < 45 and not any(owners[last_b + 1:])
+    assert last_b < 45 and not any(owners[last_b + 1 :])
     assert len(owners) == c.total_steps * 4 and c.total_steps == (20 + 10_000 // 32) // 4
 
 
@@ -137,14 +146,24 @@ def test_original_stream_api(datasets):
     first = next(s)
     assert first.shape == (4, 32) and first.dtype == np.int32
     s.close()
-    resumed = ds.stream(seq_len=32, batch_size=4, seed=7, start_step=12, completed_phases=[(10, 8, 16)],
-                        total_steps=3, to_device=False)
+    resumed = ds.stream(
+        seq_len=32, batch_size=4, seed=7, start_step=12, completed_phases=[(10, 8, 16)], total_steps=3, to_device=False
+    )
     assert len(resumed) == 3
-    mixed = ds.stream(seq_len=16, batch_size=2, seed=1, mix_datasets={"code": datasets["code"]},
-                      weights={"self": 0.5, "code": 0.5}, to_device=False, prefetch_size=0)
+    mixed = ds.stream(
+        seq_len=16,
+        batch_size=2,
+        seed=1,
+        mix_datasets={"code": datasets["code"]},
+        weights={"self": 0.5, "code": 0.5},
+        to_device=False,
+        prefetch_size=0,
+    )
     assert next(mixed).shape == (2, 16)
     with pytest.raises(ValueError, match="unknown datasets"):
-        ds.stream(seq_len=16, batch_size=2, seed=1, mix_datasets={"code": datasets["code"]}, weights={"self": 1, "web": 1})
+        ds.stream(
+            seq_len=16, batch_size=2, seed=1, mix_datasets={"code": datasets["code"]}, weights={"self": 1, "web": 1}
+        )
 
 
 def test_bad_inputs(datasets):
@@ -153,7 +172,9 @@ def test_bad_inputs(datasets):
     with pytest.raises(ValueError, match="either steps or epochs"):
         Phase(global_batch_size=1, seq_len=4, steps=1, epochs=1)
     with pytest.raises(ValueError, match="only the last phase"):
-        Curriculum(datasets["self"], [Phase(global_batch_size=1, seq_len=4), Phase(global_batch_size=1, seq_len=4, steps=2)])
+        Curriculum(
+            datasets["self"], [Phase(global_batch_size=1, seq_len=4), Phase(global_batch_size=1, seq_len=4, steps=2)]
+        )
     with pytest.raises(ValueError, match="unknown phase keys"):
         Curriculum(datasets["self"], [{"steps": 1, "batch": 2, "seq_len": 3}])
     c = curriculum(datasets)
@@ -194,8 +215,9 @@ def test_prefetch_keeps_order_and_reraises():
 
 
 @pytest.mark.parametrize("tick, threaded", [(1e-6, False), (1e-3, True)])
-def test_the_prefetch_thread_starts_only_when_the_callers_step_leaves_time_to_overlap(datasets, monkeypatch, tick,
-                                                                                      threaded):
+def test_the_prefetch_thread_starts_only_when_the_callers_step_leaves_time_to_overlap(
+    datasets, monkeypatch, tick, threaded
+):
     """A clock that advances ``tick`` per reading: every read and every caller's step lasts ``tick``."""
     import roxxel.data.stream as stream_module
 

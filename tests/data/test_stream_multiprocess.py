@@ -21,8 +21,10 @@ TOKENS_PER_PROCESS_RUN = 3 * 8 * 32 + 4 * 16 * 16  # all steps of the worker's c
 def data_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("mp")
     ids = np.arange(40_000) % 60000
-    Roxxel(str(root / "a")).write([ids[i:i + 100] for i in range(0, 20_000, 100)], vocab_size=65536, dtype="uint16")
-    Roxxel(str(root / "b")).write([ids[i:i + 100] + 20_000 for i in range(0, 8_000, 100)], vocab_size=65536, dtype="uint16")
+    Roxxel(str(root / "a")).write([ids[i : i + 100] for i in range(0, 20_000, 100)], vocab_size=65536, dtype="uint16")
+    Roxxel(str(root / "b")).write(
+        [ids[i : i + 100] + 20_000 for i in range(0, 8_000, 100)], vocab_size=65536, dtype="uint16"
+    )
     return root
 
 
@@ -30,8 +32,16 @@ def run_cluster(n: int, root, out) -> None:
     os.makedirs(out, exist_ok=True)
     coordinator = f"127.0.0.1:{free_port()}"
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    procs = [subprocess.Popen([sys.executable, WORKER, coordinator, str(i), str(n), str(root), str(out)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, WORKER, coordinator, str(i), str(n), str(root), str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(n)
+    ]
     outputs = [p.communicate(timeout=240)[0] for p in procs]
     for i, p in enumerate(procs):
         assert p.returncode == 0, f"process {i} failed:\n{outputs[i][-3000:]}"

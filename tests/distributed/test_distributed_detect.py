@@ -58,8 +58,7 @@ CASES = {
     "jobset-1-3": (jobset_env(1, 3), (COORD, 8, 7, "jobset")),
     "jobset-single-slice": (jobset_env(0, 2, slices=1), (COORD, 4, 2, "jobset")),
     "jobset-replicas-label": (
-        {k: v for k, v in jobset_env(1, 1).items() if k != rd.ENV_NUM_SLICES}
-        | {rd.ENV_REPLICATED_JOB_REPLICAS: "2"},
+        {k: v for k, v in jobset_env(1, 1).items() if k != rd.ENV_NUM_SLICES} | {rd.ENV_REPLICATED_JOB_REPLICAS: "2"},
         (COORD, 8, 5, "jobset"),
     ),
     "jobset-subdomain-port": (
@@ -149,7 +148,11 @@ ERROR_CASES = {
         {},
         ["no coordinator address", "ROXXEL_COORDINATOR_ADDRESS"],
     ),
-    "coordinator-without-port": (ROXXEL | {rd.ENV_COORDINATOR_ADDRESS: "10.0.0.5"}, {}, ["'10.0.0.5'", "no port", "ROXXEL_COORDINATOR_ADDRESS"]),
+    "coordinator-without-port": (
+        ROXXEL | {rd.ENV_COORDINATOR_ADDRESS: "10.0.0.5"},
+        {},
+        ["'10.0.0.5'", "no port", "ROXXEL_COORDINATOR_ADDRESS"],
+    ),
     "coordinator-no-host": (ROXXEL | {rd.ENV_COORDINATOR_ADDRESS: ":1234"}, {}, ["no host"]),
     "coordinator-bare-ipv6": (ROXXEL | {rd.ENV_COORDINATOR_ADDRESS: "fe80::1:1234"}, {}, ["no port", "brackets"]),
     "coordinator-bad-port": (ROXXEL | {rd.ENV_COORDINATOR_ADDRESS: "h:99999"}, {}, ["invalid port", "99999"]),
@@ -184,7 +187,11 @@ ERROR_CASES = {
         {},
         ["incomplete Indexed Job environment", "ROXXEL_SERVICE_NAME", "missing"],
     ),
-    "indexed-job-index-too-big": (INDEXED | {rd.ENV_JOB_COMPLETION_INDEX: "4"}, {}, ["process id 4", "JOB_COMPLETION_INDEX"]),
+    "indexed-job-index-too-big": (
+        INDEXED | {rd.ENV_JOB_COMPLETION_INDEX: "4"},
+        {},
+        ["process id 4", "JOB_COMPLETION_INDEX"],
+    ),
     "tpu-without-worker-id": ({rd.ENV_TPU_WORKER_HOSTNAMES: "a,b"}, {}, ["TPU_WORKER_ID is not set", "2 hosts"]),
     "tpu-worker-id-too-big": (GKE_TPU | {rd.ENV_TPU_WORKER_ID: "4"}, {}, ["TPU_WORKER_ID=4"]),
     "tpu-slice-id-too-big": (
@@ -192,11 +199,23 @@ ERROR_CASES = {
         {},
         ["MEGASCALE_SLICE_ID=2"],
     ),
-    "explicit-id-too-big": ({}, dict(num_processes=2, process_id=2, coordinator_address="h:1"), ["process id 2", "argument process_id"]),
-    "explicit-count-without-coordinator": ({}, dict(num_processes=2), ["no coordinator address", "argument num_processes"]),
+    "explicit-id-too-big": (
+        {},
+        dict(num_processes=2, process_id=2, coordinator_address="h:1"),
+        ["process id 2", "argument process_id"],
+    ),
+    "explicit-count-without-coordinator": (
+        {},
+        dict(num_processes=2),
+        ["no coordinator address", "argument num_processes"],
+    ),
     "explicit-id-alone": ({}, dict(process_id=1), ["process id 1", "process count 1"]),
     "explicit-negative-id": ({}, dict(process_id=-1), ["argument process_id=-1"]),
-    "explicit-coordinator-without-port": ({}, dict(coordinator_address="host"), ["'host'", "no port", "argument coordinator_address"]),
+    "explicit-coordinator-without-port": (
+        {},
+        dict(coordinator_address="host"),
+        ["'host'", "no port", "argument coordinator_address"],
+    ),
     "explicit-args-do-not-hide-env-errors": (jobset_env(0, 9), dict(process_id=0), ["JOB_COMPLETION_INDEX=9"]),
 }
 

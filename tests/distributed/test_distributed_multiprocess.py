@@ -88,7 +88,11 @@ def test_two_processes_form_a_cluster_over_loopback():
         }
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-c", WORKER_SCRIPT], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                [sys.executable, "-c", WORKER_SCRIPT],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
         )
     results = _run_all(procs)
@@ -156,9 +160,16 @@ def test_a_process_that_raises_ends_at_once_and_so_does_its_peer(tmp_path, raise
 
     coordinator = f"127.0.0.1:{free_port()}"
     env = dict(_base_env(), XLA_FLAGS="--xla_force_host_platform_device_count=1", ROXXEL_HEARTBEAT_TIMEOUT="10")
-    procs = [subprocess.Popen([sys.executable, str(WORKERS / "raise_worker.py"), coordinator, str(i), "2",
-                               str(raise_pid)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKERS / "raise_worker.py"), coordinator, str(i), "2", str(raise_pid)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     ended = [0.0, 0.0]
     deadline = time.monotonic() + TIMEOUT
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:

@@ -170,9 +170,7 @@ def test_usage_error_exits_2(args):
 def test_double_dash_allows_a_command_that_looks_like_an_option(tmp_path):
     script = tmp_path / "-dash.py"
     script.write_text("import sys; sys.exit(5)")
-    proc = subprocess.run(
-        WORKER + ["--", sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT
-    )
+    proc = subprocess.run(WORKER + ["--", sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 5, proc.stderr
 
 
@@ -198,7 +196,11 @@ def test_python_without_a_script_file_still_runs(tmp_path):
     """-c, -m and a directory with __main__.py name no missing file: they run as before."""
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__main__.py").write_text("raise SystemExit(4)")
-    for args, code in ([["-c", "raise SystemExit(3)"], 3], [["-m", "json.tool", "--help"], 0], [[str(tmp_path / "app")], 4]):
+    for args, code in (
+        [["-c", "raise SystemExit(3)"], 3],
+        [["-m", "json.tool", "--help"], 0],
+        [[str(tmp_path / "app")], 4],
+    ):
         proc = subprocess.run(WORKER + [sys.executable, *args], capture_output=True, text=True, timeout=TIMEOUT)
         assert proc.returncode == code, (args, proc.stderr)
 
@@ -217,7 +219,9 @@ def test_console_script_is_installed(tmp_path):
         script = shutil.which("roxxel-worker")
         if script is None:
             pytest.skip("roxxel-worker console script not installed")
-    proc = subprocess.run([str(script), sys.executable, "-c", "raise SystemExit(3)"], capture_output=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [str(script), sys.executable, "-c", "raise SystemExit(3)"], capture_output=True, timeout=TIMEOUT
+    )
     assert proc.returncode == 3
 
 
@@ -334,27 +338,33 @@ def test_exit_code_helpers():
     assert exit_codes.describe(1) == "failed"
 
 
-@pytest.mark.parametrize("raised, code", [
-    ("RunMismatchError('phases[0].batch_size: 32 -> 16', step=40, changes=[], saved=None, current=None)", 78),
-    ("BatchShardingError('phase 0: each micro-batch of 31 rows must split evenly over the 2 data shards')", 78),
-    ("CurriculumError('phase 0 asks for 2000 steps ... the data can give only 576 steps there')", 78),
-    ("CheckpointOwnerError('checkpoint directory /c belongs to run lm, not to this run b')", 78),
-    ("ConfigValueError('log_every must be a positive int, got 0')", 78),
-    ("ValueError('an ordinary bug')", 1),
-])
+@pytest.mark.parametrize(
+    "raised, code",
+    [
+        ("RunMismatchError('phases[0].batch_size: 32 -> 16', step=40, changes=[], saved=None, current=None)", 78),
+        ("BatchShardingError('phase 0: each micro-batch of 31 rows must split evenly over the 2 data shards')", 78),
+        ("CurriculumError('phase 0 asks for 2000 steps ... the data can give only 576 steps there')", 78),
+        ("CheckpointOwnerError('checkpoint directory /c belongs to run lm, not to this run b')", 78),
+        ("ConfigValueError('log_every must be a positive int, got 0')", 78),
+        ("ValueError('an ordinary bug')", 1),
+    ],
+)
 def test_an_uncaught_configuration_error_makes_the_worker_exit_78(tmp_path, raised, code):
     """Found by a new user's pass: a batch that does not split over the devices, or a resume with a
     changed batch size, exited 1 and the job was restarted (the whole gang, max_restarts times)
     for an error every attempt hits; the docs promise 78 (not restarted). Any uncaught
     ConfigurationError in the command now reaches roxxel-worker, which exits 78; other failures
     pass through as before, and outside roxxel-worker nothing changes."""
-    child = _child(tmp_path, f"""
+    child = _child(
+        tmp_path,
+        f"""
         from roxxel.sharding import BatchShardingError
         from roxxel.data.curriculum import CurriculumError
         from roxxel.exit_codes import ConfigValueError
         from roxxel.train.checkpoint import CheckpointOwnerError, RunMismatchError
         raise {raised}
-    """)
+    """,
+    )
     proc = _start(child)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
@@ -379,11 +389,14 @@ def test_a_damaged_or_missing_shard_makes_the_worker_exit_78(tmp_path, damage):
             f.truncate(shard.stat().st_size // 2)
     else:
         shard.unlink()
-    child = _child(tmp_path, f"""
+    child = _child(
+        tmp_path,
+        f"""
         from roxxel import Roxxel
         for batch in Roxxel({str(data)!r}).stream(seq_len=64, batch_size=32, seed=0):
             pass
-    """)
+    """,
+    )
     proc = _start(child)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 78, err

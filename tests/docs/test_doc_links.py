@@ -67,7 +67,7 @@ def test_every_relative_link_resolves():
 
 def test_the_link_check_finds_broken_links():
     page = DOCS / "index.md"
-    assert links("see [a](a.md), `[b](b.md)` and\n```\n[c](c.md)\n```\n[d](<d e.md> \"t\")") == ["a.md", "d e.md"]
+    assert links('see [a](a.md), `[b](b.md)` and\n```\n[c](c.md)\n```\n[d](<d e.md> "t")') == ["a.md", "d e.md"]
     assert broken(page, "reference/cli.md#roxxel-pack") is None
     assert broken(page, "reference/api/roxxel.format.layout.md") is None
     assert broken(page, "reference/api/roxxel.no_such_module.md") is not None

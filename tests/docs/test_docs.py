@@ -125,8 +125,9 @@ def test_every_example_runs_or_says_why():
     readme = next(p for p in pages if p.path == "README.md")
     for table in (README_PRELUDE,):
         for key in table:
-            assert any(b.code.strip().startswith(key) for b in readme.examples), \
+            assert any(b.code.strip().startswith(key) for b in readme.examples), (
                 f"{key!r} in test_docs.py's README tables matches no README block any more: update the table"
+            )
     skipped = [(b.where, _skip_reason(p, b)) for p in pages for b in p.examples if _skip_reason(p, b)]
     for where, reason in skipped:
         kind, _, why = reason.partition(":")
@@ -253,8 +254,9 @@ def _cluster_problems(page: blocks.Page) -> list[str]:
             if argv[0] != "roxxel-launch" or not args or "--local" in args:
                 continue
             where = f"{block.where}: {' '.join(argv)}"
-            positional = [a for i, a in enumerate(args[1:], 1) if not a.startswith("-")
-                          and not args[i - 1].startswith("-")]
+            positional = [
+                a for i, a in enumerate(args[1:], 1) if not a.startswith("-") and not args[i - 1].startswith("-")
+            ]
             if args[0] == "submit" and positional:
                 overrides = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--set"]
                 overrides += [a.split("=", 1)[1] for a in args if a.startswith("--set=")]
@@ -272,8 +274,10 @@ def _cluster_problems(page: blocks.Page) -> list[str]:
                 namespaces[spec.name] = spec.namespace
             elif args[0] in _BY_NAME and positional and namespaces.get(positional[0], "default") != "default":
                 if not any(a in ("-n", "--namespace") or a.startswith("--namespace=") for a in args):
-                    problems.append(f"{where}: job {positional[0]} is in namespace {namespaces[positional[0]]} "
-                                    f"(its spec's): add -n {namespaces[positional[0]]}")
+                    problems.append(
+                        f"{where}: job {positional[0]} is in namespace {namespaces[positional[0]]} "
+                        f"(its spec's): add -n {namespaces[positional[0]]}"
+                    )
     return problems
 
 
@@ -286,10 +290,13 @@ def test_cluster_examples_render_validate_and_name_the_namespace(path: Path):
 
 
 def test_cluster_check_finds_a_missing_namespace():
-    page = blocks.parse("<!-- requires: cluster: x -->\n```bash\nroxxel-launch submit "
-                        "k8s/examples/tpu-v5p-multislice.yaml --set image=$IMAGE:tpu\n"
-                        "roxxel-launch status lm-v5p\nroxxel-launch logs lm-v5p -n ml -f\n"
-                        "roxxel-launch submit k8s/examples/cpu-smoke.yaml --set no_such_field=1\n```\n", "p.md")
+    page = blocks.parse(
+        "<!-- requires: cluster: x -->\n```bash\nroxxel-launch submit "
+        "k8s/examples/tpu-v5p-multislice.yaml --set image=$IMAGE:tpu\n"
+        "roxxel-launch status lm-v5p\nroxxel-launch logs lm-v5p -n ml -f\n"
+        "roxxel-launch submit k8s/examples/cpu-smoke.yaml --set no_such_field=1\n```\n",
+        "p.md",
+    )
     problems = _cluster_problems(page)
     assert len(problems) == 2, problems
     assert "roxxel-launch status lm-v5p: job lm-v5p is in namespace ml (its spec's): add -n ml" in problems[0]
@@ -298,17 +305,22 @@ def test_cluster_check_finds_a_missing_namespace():
 
 def test_cli_line_check_finds_mistakes():
     assert _cli_invocations("KUBECONFIG=x roxxel-launch logs lm -f --no-such 2 | tail\nroxxel pack a \\\n  -o b") == [
-        ["roxxel-launch", "logs", "lm", "-f", "--no-such", "2"], ["roxxel", "pack", "a", "-o", "b"]]
+        ["roxxel-launch", "logs", "lm", "-f", "--no-such", "2"],
+        ["roxxel", "pack", "a", "-o", "b"],
+    ]
     assert _cli_problems(["roxxel-launch", "logs", "lm", "-f", "--no-such", "2"]) == [
-        "roxxel-launch logs lm -f --no-such 2: roxxel-launch logs has no option --no-such"]
+        "roxxel-launch logs lm -f --no-such 2: roxxel-launch logs has no option --no-such"
+    ]
     assert _cli_problems(["roxxel-launch", "-v", "submit", "x.yaml", "--set=a=b", "--local"]) == []
     assert _cli_problems(["roxxel", "unpack", "x"]) == ["roxxel unpack x: roxxel has no command 'unpack'"]
     # Subcommands of a group (roxxel-launch image build) are checked with their own options.
     assert _cli_problems(["roxxel-launch", "image", "build", "--base", "b", "--push"]) == []
     assert _cli_problems(["roxxel-launch", "image", "build", "--no-such"]) == [
-        "roxxel-launch image build --no-such: roxxel-launch image build has no option --no-such"]
+        "roxxel-launch image build --no-such: roxxel-launch image build has no option --no-such"
+    ]
     assert _cli_problems(["roxxel-launch", "image", "push"]) == [
-        "roxxel-launch image push: roxxel-launch image has no command 'push'"]
+        "roxxel-launch image push: roxxel-launch image has no command 'push'"
+    ]
 
 
 def test_output_patterns():
@@ -332,8 +344,14 @@ def _workdir(tmp_path: Path, page: str) -> Path:
 
 def _env(work: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROXXEL_") and k != "PYTHONPATH"}
-    env.update(PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""), JAX_PLATFORMS="cpu",
-               TF_CPP_MIN_LOG_LEVEL="3", MPLBACKEND="Agg", PYTHONUNBUFFERED="1", HOME=env.get("HOME", str(work)))
+    env.update(
+        PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+        JAX_PLATFORMS="cpu",
+        TF_CPP_MIN_LOG_LEVEL="3",
+        MPLBACKEND="Agg",
+        PYTHONUNBUFFERED="1",
+        HOME=env.get("HOME", str(work)),
+    )
     return env
 
 
@@ -348,17 +366,41 @@ def test_page_examples(path: Path, tmp_path: Path):
     spec = []
     for b in run:
         first = b.code.strip().splitlines()[0] if b.code.strip() else ""
-        for key, prelude in (README_PRELUDE.items() if page.path == "README.md" else ()):
+        for key, prelude in README_PRELUDE.items() if page.path == "README.md" else ():
             if first.startswith(key):
-                spec.append({"kind": "python", "code": prelude, "where": f"tests/docs/test_docs.py:README_PRELUDE[{key!r}]",
-                             "line": 1, "file": None, "exit": None, "raises": None})
-        spec.append({"kind": b.kind, "code": b.code, "where": b.where, "line": b.line, "file": b.file,
-                     "exit": b.markers.get("exit"), "raises": b.markers.get("raises")})
+                spec.append(
+                    {
+                        "kind": "python",
+                        "code": prelude,
+                        "where": f"tests/docs/test_docs.py:README_PRELUDE[{key!r}]",
+                        "line": 1,
+                        "file": None,
+                        "exit": None,
+                        "raises": None,
+                    }
+                )
+        spec.append(
+            {
+                "kind": b.kind,
+                "code": b.code,
+                "where": b.where,
+                "line": b.line,
+                "file": b.file,
+                "exit": b.markers.get("exit"),
+                "raises": b.markers.get("raises"),
+            }
+        )
     (tmp_path / "blocks.json").write_text(json.dumps(spec), encoding="utf-8")
     results_path = tmp_path / "results.json"
-    proc = subprocess.run([sys.executable, str(DRIVER), str(tmp_path / "blocks.json"), str(results_path)],
-                          cwd=work, env=_env(work), capture_output=True, text=True, errors="replace",
-                          timeout=PAGE_TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, str(DRIVER), str(tmp_path / "blocks.json"), str(results_path)],
+        cwd=work,
+        env=_env(work),
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=PAGE_TIMEOUT,
+    )
     results = json.loads(results_path.read_text()) if results_path.exists() else []
     print("seconds per example:", ", ".join(f"{r['where'].rsplit(':', 1)[1]}: {r['seconds']}" for r in results))
     by_where = {r["where"]: r for r in results}
@@ -367,15 +409,18 @@ def test_page_examples(path: Path, tmp_path: Path):
         r = failed[0] if failed else None
         where = r["where"] if r else (run[len(results)].where if len(results) < len(run) else "?")
         detail = (r["error"] + "\n--- output ---\n" + r["output"][-3000:]) if r else proc.stdout[-3000:]
-        pytest.fail(f"example at {where} failed (exit {proc.returncode}):\n{detail}\n--- stderr ---\n"
-                    f"{proc.stderr[-2000:]}", pytrace=False)
+        pytest.fail(
+            f"example at {where} failed (exit {proc.returncode}):\n{detail}\n--- stderr ---\n{proc.stderr[-2000:]}",
+            pytrace=False,
+        )
     for example, expected in blocks.expected_outputs(page):
         if example.where not in by_where:
             continue  # a README example that is exempt
         actual = by_where[example.where]["output"]
         assert blocks.matches(expected.code, actual), (
             f"{expected.where}: the output of the example at {example.where} does not match.\n"
-            f"--- expected (... = anything) ---\n{expected.code}--- actual ---\n{actual[-3000:]}")
+            f"--- expected (... = anything) ---\n{expected.code}--- actual ---\n{actual[-3000:]}"
+        )
 
 
 # ----------------------------------------------------------------------------- generated reference pages
@@ -444,8 +489,13 @@ def test_cli_reference_covers_every_command_and_option(hook):
 def test_api_reference_lists_every_module(hook):
     pages = hook.api_pages()
     modules = {Path(p).stem for p in pages}
-    for expected in ("roxxel.data.dataset", "roxxel.train.trainer", "roxxel.distributed", "roxxel_launch.spec",
-                     "roxxel_launch.backends.local.backend"):
+    for expected in (
+        "roxxel.data.dataset",
+        "roxxel.train.trainer",
+        "roxxel.distributed",
+        "roxxel_launch.spec",
+        "roxxel_launch.backends.local.backend",
+    ):
         assert expected in modules
     assert all(content.count(":::") == 1 for path, content in pages.items() if not path.endswith("index.md"))
 
@@ -507,8 +557,9 @@ def _docstring_warnings() -> list[str]:
     finally:
         logger.removeHandler(handler)
     # Without line numbers: the files keep changing above the docstrings in question.
-    return sorted({re.sub(r"continuation line \d+", "continuation line N", re.sub(r":\d+:", ":", m, count=1))
-                   for m in messages})
+    return sorted(
+        {re.sub(r"continuation line \d+", "continuation line N", re.sub(r":\d+:", ":", m, count=1)) for m in messages}
+    )
 
 
 # Docstring sections griffe cannot parse (the API pages then show them as plain text). The
@@ -536,15 +587,27 @@ def test_mkdocs_build_strict(tmp_path):  # about 5 s
         import mkdocstrings  # noqa: F401
         import material  # noqa: F401
     except ImportError as err:
-        pytest.fail(f"the docs toolchain is not installed ({err}): the dev extra needs mkdocs, "
-                    "mkdocs-material and mkdocstrings[python]", pytrace=False)
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+        pytest.fail(
+            f"the docs toolchain is not installed ({err}): the dev extra needs mkdocs, "
+            "mkdocs-material and mkdocstrings[python]",
+            pytrace=False,
+        )
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     site = tmp_path / "site"
-    for page in ("index.html", "reference/job-spec/index.html", "reference/cli/index.html",
-                 "reference/api/roxxel.data.dataset/index.html"):
+    for page in (
+        "index.html",
+        "reference/job-spec/index.html",
+        "reference/cli/index.html",
+        "reference/api/roxxel.data.dataset/index.html",
+    ):
         assert (site / page).is_file(), page
     html = (site / "reference/api/roxxel.data.dataset/index.html").read_text()
     assert "read_into" in html  # mkdocstrings rendered the docstrings

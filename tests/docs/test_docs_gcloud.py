@@ -45,12 +45,16 @@ def doc_commands(page: str, prefix: str = "gcloud storage ") -> list[str]:
 
 
 def gcloud_env(url: str, config: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDSDK_")
-           and not k.lower().endswith("_proxy")}
-    env.update(CLOUDSDK_CONFIG=str(config), CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE=f"{url}/",
-               CLOUDSDK_AUTH_DISABLE_CREDENTIALS="true", CLOUDSDK_CORE_PROJECT="test-project",
-               CLOUDSDK_CORE_DISABLE_PROMPTS="1", CLOUDSDK_CORE_DISABLE_USAGE_REPORTING="true",
-               CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK="true")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLOUDSDK_") and not k.lower().endswith("_proxy")}
+    env.update(
+        CLOUDSDK_CONFIG=str(config),
+        CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE=f"{url}/",
+        CLOUDSDK_AUTH_DISABLE_CREDENTIALS="true",
+        CLOUDSDK_CORE_PROJECT="test-project",
+        CLOUDSDK_CORE_DISABLE_PROMPTS="1",
+        CLOUDSDK_CORE_DISABLE_USAGE_REPORTING="true",
+        CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK="true",
+    )
     return env
 
 
@@ -62,8 +66,7 @@ def objects(url: str, bucket: str, prefix: str) -> dict[str, bytes]:
     found = {}
     for name in names:
         quoted = urllib.parse.quote(name, safe="")
-        with urllib.request.urlopen(f"{url}/storage/v1/b/{bucket}/o/{quoted}?alt=media",
-                                    timeout=10) as answer:
+        with urllib.request.urlopen(f"{url}/storage/v1/b/{bucket}/o/{quoted}?alt=media", timeout=10) as answer:
             found[name] = answer.read()
     return found
 
@@ -74,9 +77,12 @@ def emulator(tmp_path):
     import support.gcs_emulator as wrapper
 
     proc, url = wrapper.start(tmp_path / "emulator.log", "my-datasets")
-    request = urllib.request.Request(f"{url}/storage/v1/b?project=test-project", method="POST",
-                                     data=json.dumps({"name": "my-checkpoints"}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/storage/v1/b?project=test-project",
+        method="POST",
+        data=json.dumps({"name": "my-checkpoints"}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     urllib.request.urlopen(request, timeout=10).close()
     try:
         yield wrapper, url
@@ -95,12 +101,17 @@ def test_the_emulator_answers_what_gcloud_storage_cp_asks_as_gcs_does(emulator):
     assert layout["bucket"] == "my-datasets" and layout["hierarchicalNamespace"] == {"enabled": False}
 
     boundary = "===============1234=="
-    body = (f"--{boundary}\nContent-Type: application/json\n\n"
-            '{"name": "tutorial/x.rox"}\n'
-            f"--{boundary}\nContent-Type: application/octet-stream\n\nsome bytes\n--{boundary}--\n")
+    body = (
+        f"--{boundary}\nContent-Type: application/json\n\n"
+        '{"name": "tutorial/x.rox"}\n'
+        f"--{boundary}\nContent-Type: application/octet-stream\n\nsome bytes\n--{boundary}--\n"
+    )
     request = urllib.request.Request(
-        f"{url}/upload/storage/v1/b/my-datasets/o?uploadType=multipart", data=body.encode(),
-        method="POST", headers={"Content-Type": f"multipart/related; boundary='{boundary}'"})
+        f"{url}/upload/storage/v1/b/my-datasets/o?uploadType=multipart",
+        data=body.encode(),
+        method="POST",
+        headers={"Content-Type": f"multipart/related; boundary='{boundary}'"},
+    )
     urllib.request.urlopen(request, timeout=10).close()
     assert objects(url, "my-datasets", "tutorial/") == {"tutorial/x.rox": b"some bytes"}
 
@@ -122,26 +133,40 @@ def test_the_tutorial_uploads_packed_datasets_and_lists_checkpoints_with_gcloud(
     (source / "a.py").write_text("print('hello')\n" * 50)
     (source / "b.txt").write_text("Some prose.\n" * 80)
     for name, glob in (("code", "*.py"), ("text", "*.txt")):
-        subprocess.run([sys.executable, "-m", "roxxel.cli", "pack", str(source), "--include", glob,
-                        "-o", f"data/{name}"], cwd=tmp_path, check=True, capture_output=True, timeout=120)
-    local = {f"tutorial/{p.relative_to(tmp_path / 'data')}": p.read_bytes()
-             for p in sorted((tmp_path / "data").rglob("*")) if p.is_file()}
-    assert any(name.endswith(".rox") for name in local) and any(
-        name.endswith("dataset.json") for name in local)
+        subprocess.run(
+            [sys.executable, "-m", "roxxel.cli", "pack", str(source), "--include", glob, "-o", f"data/{name}"],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    local = {
+        f"tutorial/{p.relative_to(tmp_path / 'data')}": p.read_bytes()
+        for p in sorted((tmp_path / "data").rglob("*"))
+        if p.is_file()
+    }
+    assert any(name.endswith(".rox") for name in local) and any(name.endswith("dataset.json") for name in local)
 
-    upload = subprocess.run(uploads[0], shell=True, cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=120)
+    upload = subprocess.run(uploads[0], shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert upload.returncode == 0, upload.stderr
     assert objects(url, "my-datasets", "tutorial/") == local
 
     # A real save of step 1 by the Checkpointer (as the job's rank 0 does), then the listing.
     saver = subprocess.run(
         [sys.executable, str(WORKERS / "ckpt_gcs_fail_worker.py"), "gs://my-checkpoints/tutorial", "60"],
-        env={**os.environ, "JAX_PLATFORMS": "cpu", **wrapper.client_env(url),
-             "PYTHONPATH": str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", "")},
-        capture_output=True, text=True, timeout=180)
+        env={
+            **os.environ,
+            "JAX_PLATFORMS": "cpu",
+            **wrapper.client_env(url),
+            "PYTHONPATH": str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        },
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert saver.returncode == 0 and "SAVED" in saver.stdout, saver.stderr[-3000:]
-    listing = subprocess.run(listings[0], shell=True, cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=120)
+    listing = subprocess.run(
+        listings[0], shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert listing.returncode == 0, listing.stderr
     assert "gs://my-checkpoints/tutorial/1/" in listing.stdout.splitlines(), listing.stdout

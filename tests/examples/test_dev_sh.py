@@ -12,8 +12,13 @@ from support.paths import REPO
 @pytest.mark.parametrize("args", [["main", "--help"], ["main", "x"], ["lint", "--fix"], ["mian"], []])
 def test_unknown_or_extra_arguments_are_a_usage_error(args, tmp_path):
     """`./dev.sh main --help` trained afresh and deleted the previous run (extra words were ignored)."""
-    out = subprocess.run(["bash", str(REPO / "dev.sh"), *args], capture_output=True, text=True, timeout=30,
-                         env={"PATH": "/usr/bin:/bin", "PYTHON": "/nonexistent"})  # a start would fail loudly
+    out = subprocess.run(
+        ["bash", str(REPO / "dev.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": "/nonexistent"},
+    )  # a start would fail loudly
     assert out.returncode == 2, out.stdout + out.stderr
     assert "usage: ./dev.sh main" in out.stderr and out.stdout == ""
 

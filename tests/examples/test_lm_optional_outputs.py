@@ -35,8 +35,9 @@ def test_without_matplotlib_or_tensorboard_the_end_is_a_note(train, run_dir, mon
     for name in _MATPLOTLIB:
         monkeypatch.setitem(sys.modules, name, None)  # import matplotlib -> ImportError
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard"
-                        else find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else find_spec(name, *a)
+    )
     plot, board = train.optional_outputs(run_dir)
     assert plot.startswith("loss plot: not drawn (") and "matplotlib" in plot and "\n" not in plot
     assert board.startswith("TensorBoard logs: ") and "pip install tensorboard" in board
@@ -62,8 +63,12 @@ def test_without_the_tokenizers_package_the_sample_and_the_loss_per_byte_are_lef
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     tok.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "a.py").write_text(texts[0])
     pack([str(tmp_path / "a.py")], str(tmp_path / "code"), tokenizer=str(tmp_path / "tokenizer.json"))

@@ -38,7 +38,10 @@ def test_side_by_side_aligns_the_right_column():
 def test_text_lines_wrap_and_show_control_characters():
     assert text_lines("a\tb\x07" + "c" * 7, width=10) == ["a   b?ccc\\", "    cccc"]
     # A wrapped line goes on indented past its own indentation: never read as dedented code.
-    assert text_lines("    x = f(" + "a" * 30, width=20) == ["    x = f(" + "a" * 9 + "\\", " " * 8 + "a" * 11 + "\\",
-                                                            " " * 8 + "a" * 10]
+    assert text_lines("    x = f(" + "a" * 30, width=20) == [
+        "    x = f(" + "a" * 9 + "\\",
+        " " * 8 + "a" * 11 + "\\",
+        " " * 8 + "a" * 10,
+    ]
     # A run of trailing spaces wrapped into rows holding only the cut mark.
     assert text_lines("x" + " " * 20 + "\n" + " " * 12, width=5) == ["x", ""]

@@ -29,9 +29,27 @@ def write_spec(tmp_path, name: str, params: str) -> str:
     spec = yaml.safe_load(open(os.path.join(ROOT, "examples/lm/job.yaml")))
     spec["name"] = name
     spec["checkpoint_dir"] = str(tmp_path / name / "checkpoints")
-    spec["command"] = ["python", "examples/lm/train.py", "--steps", *STEPS, "--batch", "8", "4", "--width", "64",
-                       "--log-every", "1", "--eval-every", "1000", "--checkpoint-every", "1000",
-                       "--run-dir", str(tmp_path / name / "logs"), "--save-params", params]
+    spec["command"] = [
+        "python",
+        "examples/lm/train.py",
+        "--steps",
+        *STEPS,
+        "--batch",
+        "8",
+        "4",
+        "--width",
+        "64",
+        "--log-every",
+        "1",
+        "--eval-every",
+        "1000",
+        "--checkpoint-every",
+        "1000",
+        "--run-dir",
+        str(tmp_path / name / "logs"),
+        "--save-params",
+        params,
+    ]
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return str(path)
@@ -71,8 +89,11 @@ def test_preempted_at_a_random_step_then_resumed_equals_uninterrupted(tmp_path, 
     # relays it); one that falls on the last step ends the run normally (nothing left to restart),
     # so the notice comes in the first half.
     at = random.Random().randint(2, total // 2)
-    wait_for(lambda: f"step {at}/{total}" in worker_log(tmp_path, "job"), 300,
-             lambda: f"step {at}/{total} in the log:\n{worker_log(tmp_path, 'job')[-3000:]}")
+    wait_for(
+        lambda: f"step {at}/{total}" in worker_log(tmp_path, "job"),
+        300,
+        lambda: f"step {at}/{total} in the log:\n{worker_log(tmp_path, 'job')[-3000:]}",
+    )
     status = json.loads((tmp_path / "local" / "job" / "status.json").read_text())
     victim = psutil.Process(status["pids"][1]).children()[0]  # worker 1's training program
     victim.send_signal(signal.SIGTERM)

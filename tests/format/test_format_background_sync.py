@@ -28,6 +28,7 @@ def events(monkeypatch):
             real(fd)  # the event is logged once the data is durable
             with lock:
                 log.append((kind, os.path.basename(path), threading.current_thread().name))
+
         return call
 
     def replace(src, dst):
@@ -45,10 +46,9 @@ def events(monkeypatch):
 def write(directory, n_docs=60):
     rng = np.random.default_rng(0)
     docs = [rng.integers(0, 999, 5000).astype(np.uint16) for _ in range(n_docs)]
-    with DatasetWriter(os.path.join(directory, "dataset.json"), vocab_size=1000, eos_id=999,
-                       shard_size=200_000) as w:
+    with DatasetWriter(os.path.join(directory, "dataset.json"), vocab_size=1000, eos_id=999, shard_size=200_000) as w:
         for k in range(0, n_docs, 7):
-            w.add_documents(docs[k:k + 7])
+            w.add_documents(docs[k : k + 7])
     return docs
 
 
@@ -61,8 +61,9 @@ def test_every_shard_is_fsynced_in_the_background_before_its_rename(tmp_path, ev
     for i, (_, tmp, final) in renames:
         synced = [k for k, e in enumerate(events) if e[0] == "fsync" and e[1] == tmp]
         assert synced and synced[-1] < i, (final, events)  # the full file fsynced before it got its name
-    background = {e[2] for e in events if e[0] in ("fsync", "fdatasync") and e[1].endswith(tuple(
-        r[1][1] for r in renames))}
+    background = {
+        e[2] for e in events if e[0] in ("fsync", "fdatasync") and e[1].endswith(tuple(r[1][1] for r in renames))
+    }
     assert background == {n for n in background if n.startswith("roxxel-fsync")}, background
     assert any(e[0] == "fdatasync" for e in events)  # data written back while the shard grew
 
@@ -94,8 +95,10 @@ def test_on_a_fuse_mount_each_shard_is_synced_once(tmp_path, events, monkeypatch
     table = tmp_path / "mountinfo"
     data = tmp_path / "bucket data"  # mountinfo writes the space as \040
     data.mkdir()
-    table.write_text(f"27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
-                     f"90 27 0:50 / {str(data).replace(' ', chr(92) + '040')} rw,nosuid - fuse.gcsfuse bucket rw\n")
+    table.write_text(
+        f"27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+        f"90 27 0:50 / {str(data).replace(' ', chr(92) + '040')} rw,nosuid - fuse.gcsfuse bucket rw\n"
+    )
     monkeypatch.setattr(atomic, "filesystem_type", lambda path, real=atomic.filesystem_type: real(path, str(table)))
     with caplog.at_level("INFO", logger="roxxel.format"):
         docs = write(str(data / "ds"))

@@ -27,19 +27,22 @@ def write(directory, docs, batched: bool, batch: int = 13, **kw) -> dict[str, by
     with DatasetWriter(os.path.join(directory, "dataset.json"), **kw) as w:
         if batched:
             for i in range(0, len(docs), batch):
-                w.add_documents(docs[i:i + batch])
+                w.add_documents(docs[i : i + batch])
         else:
             for d in docs:
                 w.add_document(d)
     return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))}
 
 
-@pytest.mark.parametrize("dtype,high,kw", [
-    (np.uint8, 256, dict(vocab_size=257, eos_id=256, shard_size=5000)),       # bytes, many rollovers
-    (np.uint8, 256, dict(vocab_size=257, eos_id=256)),                        # one shard
-    (np.uint32, 50_000, dict(vocab_size=50_000, eos_id=0, shard_size=40_000)),  # narrowed, range-checked
-    (np.int64, 70_000, dict(vocab_size=70_000, eos_id=None, shard_size=60_000)),  # uint32 tokens, no EOS
-])
+@pytest.mark.parametrize(
+    "dtype,high,kw",
+    [
+        (np.uint8, 256, dict(vocab_size=257, eos_id=256, shard_size=5000)),  # bytes, many rollovers
+        (np.uint8, 256, dict(vocab_size=257, eos_id=256)),  # one shard
+        (np.uint32, 50_000, dict(vocab_size=50_000, eos_id=0, shard_size=40_000)),  # narrowed, range-checked
+        (np.int64, 70_000, dict(vocab_size=70_000, eos_id=None, shard_size=60_000)),  # uint32 tokens, no EOS
+    ],
+)
 def test_runs_of_documents_write_the_same_bytes_as_one_document_at_a_time(tmp_path, dtype, high, kw):
     docs = documents(0, 120, dtype, high)
     one_by_one = write(tmp_path / "one", docs, batched=False, **kw)

@@ -40,7 +40,7 @@ def test_new_shards_name_crc32c_and_its_table_matches_the_data(tmp_path):
     s = open_shard(Roxxel(d).shard_paths[0])
     assert s.metadata["block_checksums"]["algorithm"] == "crc32c" and s._blocks.algorithm == "crc32c"
     raw = s.tokens.tobytes()
-    want = [google_crc32c.value(raw[i:i + s._blocks.block_bytes]) for i in range(0, len(raw), s._blocks.block_bytes)]
+    want = [google_crc32c.value(raw[i : i + s._blocks.block_bytes]) for i in range(0, len(raw), s._blocks.block_bytes)]
     assert s._blocks.crcs(s._descriptor()).tolist() == want
     s.verify()
 

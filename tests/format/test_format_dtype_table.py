@@ -41,8 +41,11 @@ def _write(tmp_path, row: ShardDtype) -> str:
     """A dataset of the row's documents; token ids carry the byte tokenizer's identity and EOS,
     unless the row's ids are bytes without one."""
     tok = row.ids and not row.bytes_without_tokenizer
-    opts = dict(vocab_size=ByteTokenizer.vocab_size, eos_id=ByteTokenizer.eos_id,
-                tokenizer=ByteTokenizer.identity) if tok else {}
+    opts = (
+        dict(vocab_size=ByteTokenizer.vocab_size, eos_id=ByteTokenizer.eos_id, tokenizer=ByteTokenizer.identity)
+        if tok
+        else {}
+    )
     with DatasetWriter(str(tmp_path / "ds" / "dataset.json"), dtype=row.name, **opts) as w:
         w.add_documents(_documents(row))
     return str(tmp_path / "ds")
@@ -60,7 +63,7 @@ def test_each_row_round_trips_through_write_and_read_with_its_header_code(tmp_pa
     assert ds.dtype == row.numpy and ds.num_documents == len(TEXT)
     eos = 1 if ds.eos_id is not None else 0
     for i, doc in enumerate(_documents(row)):
-        assert ds[i][:len(ds[i]) - eos].tobytes() == doc.tobytes()
+        assert ds[i][: len(ds[i]) - eos].tobytes() == doc.tobytes()
     ds.verify()
 
 

@@ -135,9 +135,11 @@ def test_a_2d_array_is_not_joined_into_one_document(tmp_path, write):
     with DatasetWriter(str(tmp_path / "dataset.json"), vocab_size=100, eos_id=99) as writer:
         writer.add_document(np.arange(6)[None, :])
         with pytest.raises(ValueError, match=r"document 1: an array of shape \(4, 6\) is not one document"):
-            {"add_document": lambda: writer.add_document(batch),
-             "add_documents": lambda: writer.add_documents([batch]),
-             "chunks": lambda: writer.add_document(iter([batch]))}[write]()
+            {
+                "add_document": lambda: writer.add_document(batch),
+                "add_documents": lambda: writer.add_documents([batch]),
+                "chunks": lambda: writer.add_document(iter([batch])),
+            }[write]()
         with pytest.raises(DtypeMismatchError, match="token 500 is outside"):
             writer.add_document(np.array([1, 500]))
         writer.add_documents(list(batch))
@@ -173,7 +175,9 @@ def test_failed_write_leaves_nothing(tmp_path):
 
     with pytest.raises(RuntimeError):
         Roxxel(str(tmp_path / "ds")).write(docs(), tokenizer="bytes")
-    assert not os.path.exists(tmp_path / "ds")  # no shard, temporary file, marker or lock: not even the directory it made
+    assert not os.path.exists(
+        tmp_path / "ds"
+    )  # no shard, temporary file, marker or lock: not even the directory it made
 
 
 _KILL_SCRIPT = r"""

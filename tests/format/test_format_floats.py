@@ -127,7 +127,9 @@ def test_token_only_streaming_features_refuse_float_data(tmp_path):
     Roxxel(tokens).write([np.arange(256, dtype=np.uint16)])
     phase = [Phase(steps=2, global_batch_size=2, seq_len=8)]
     curriculum = Curriculum(Roxxel(floats), phase, chunk_tokens=8)
-    with pytest.raises(ValueError, match="outputs='documents' needs token data.*holds float32 arrays.*outputs='tokens'"):
+    with pytest.raises(
+        ValueError, match="outputs='documents' needs token data.*holds float32 arrays.*outputs='tokens'"
+    ):
         curriculum.stream(seed=0, outputs="documents", to_device=False)
     with pytest.raises(ValueError, match="dtype int32 would truncate float data.*leave dtype unset"):
         curriculum.stream(seed=0, dtype=np.int32, to_device=False)
@@ -135,8 +137,11 @@ def test_token_only_streaming_features_refuse_float_data(tmp_path):
         Curriculum(Roxxel(floats), phase, chunk_tokens=8, vocab_size=300)
     for primary, mixed in ((floats, tokens), (tokens, floats)):
         with pytest.raises(DtypeMismatchError, match="holds float32 arrays and .* holds token ids"):
-            Curriculum({"primary": Roxxel(primary), "other": Roxxel(mixed)},
-                       [Phase(steps=2, global_batch_size=2, seq_len=8, weights={"primary": 1, "other": 1})], chunk_tokens=8)
+            Curriculum(
+                {"primary": Roxxel(primary), "other": Roxxel(mixed)},
+                [Phase(steps=2, global_batch_size=2, seq_len=8, weights={"primary": 1, "other": 1})],
+                chunk_tokens=8,
+            )
 
 
 BITS = {2: np.uint16, 4: np.uint32}  # an unsigned token dtype of each float's width: the same bytes

@@ -27,8 +27,9 @@ FIXTURES = str(paths.FIXTURES)
 
 def write(path, n_docs=20, doc=5000, shard_size=1 << 40, vocab=257, eos=256):
     rng = np.random.default_rng(0)
-    with DatasetWriter(os.path.join(path, "dataset.json"), vocab_size=vocab, eos_id=eos, dtype="uint16",
-                       shard_size=shard_size) as w:
+    with DatasetWriter(
+        os.path.join(path, "dataset.json"), vocab_size=vocab, eos_id=eos, dtype="uint16", shard_size=shard_size
+    ) as w:
         for _ in range(n_docs):
             w.add_document(rng.integers(0, eos, doc))
     return str(path)
@@ -61,9 +62,11 @@ def test_flipped_byte_is_refused_before_it_reaches_a_batch(tmp_path):
         Roxxel(d).verify()
 
 
-@pytest.mark.parametrize("damaged, read", [(66_000, (70_000, 70_100)), (75_000, (70_000, 70_100)),
-                                            (70_050, (70_000, 70_100))],
-                         ids=["before-the-read-part", "after-the-read-part", "in-the-read-part"])
+@pytest.mark.parametrize(
+    "damaged, read",
+    [(66_000, (70_000, 70_100)), (75_000, (70_000, 70_100)), (70_050, (70_000, 70_100))],
+    ids=["before-the-read-part", "after-the-read-part", "in-the-read-part"],
+)
 def test_a_partly_read_block_is_checked_whole_on_its_first_read(tmp_path, damaged, read):
     """A read covering part of a block checks the whole block on its first read: a damaged byte
     anywhere in the block is refused, also outside the part read."""
@@ -232,14 +235,20 @@ def _edit_manifest(d, edit):
     json.dump(m, open(path, "w"))
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda m: m["shards"].pop(1), "its num_tokens is .* but its shards hold"),
-    (lambda m: m["shards"].append(dict(m["shards"][0])), "lists shard 'shard-00000.rox' 2 times"),
-    (lambda m: m["shards"][0].update(num_tokens=str(m["shards"][0]["num_tokens"])), "has num_tokens '.*', not a count"),
-    (lambda m: m["shards"][1].update(sha256=None), "has sha256 None, not a hex SHA-256"),
-    (lambda m: m.update(eos_id=300), "eos_id 300 is not an id of the vocabulary"),
-    (lambda m: m.update(vocab_size=True), "vocab_size True is not a positive int"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m["shards"].pop(1), "its num_tokens is .* but its shards hold"),
+        (lambda m: m["shards"].append(dict(m["shards"][0])), "lists shard 'shard-00000.rox' 2 times"),
+        (
+            lambda m: m["shards"][0].update(num_tokens=str(m["shards"][0]["num_tokens"])),
+            "has num_tokens '.*', not a count",
+        ),
+        (lambda m: m["shards"][1].update(sha256=None), "has sha256 None, not a hex SHA-256"),
+        (lambda m: m.update(eos_id=300), "eos_id 300 is not an id of the vocabulary"),
+        (lambda m: m.update(vocab_size=True), "vocab_size True is not a positive int"),
+    ],
+)
 def test_an_edited_manifest_is_refused_when_loaded(tmp_path, edit, message):
     """Found by a new user's pass: an entry deleted (its file still there) gave 70% of the tokens and
     verify said OK; a shard listed twice was read twice; a string count ended in a numpy traceback."""
@@ -256,8 +265,11 @@ def test_what_a_manifest_says_of_the_ids_must_be_what_its_shards_record(tmp_path
     newline a document boundary for outputs='documents', and verify said OK."""
     d = write(tmp_path / "ds", n_docs=6, doc=1000, shard_size=2 * 2000 + 5000)
     _edit_manifest(d, lambda m: m.update({field: value}))
-    with pytest.raises(CorruptShardError, match=rf"shard-00000.rox: the shard records {field} .*, its manifest says "
-                                                rf"{value!r}".replace("{", r"\{").replace("}", r"\}")):
+    with pytest.raises(
+        CorruptShardError,
+        match=rf"shard-00000.rox: the shard records {field} .*, its manifest says "
+        rf"{value!r}".replace("{", r"\{").replace("}", r"\}"),
+    ):
         Roxxel(d).read(0, 10)
     with pytest.raises(CorruptShardError, match="its manifest says"):
         Roxxel(d).verify()
@@ -276,7 +288,9 @@ def test_verify_refuses_a_shard_file_its_manifest_does_not_list(tmp_path):
 
     _edit_manifest(d, drop_last)
     assert Roxxel(d).num_shards == 2  # a consistent manifest of two shards: it opens
-    with pytest.raises(CorruptShardError, match=r"shard-00002.rox: a shard next to .*dataset.json that it does not list"):
+    with pytest.raises(
+        CorruptShardError, match=r"shard-00002.rox: a shard next to .*dataset.json that it does not list"
+    ):
         Roxxel(d).verify()
     # Datasets written as single files share a directory: each checks only its own STEM_*.rox.
     for stem in ("a", "a_b", "c"):

@@ -17,7 +17,7 @@ from roxxel.format import ShardChangedError, ShardReadError, TruncatedShardError
 
 def make(path, n_tokens=100_000):
     ids = (np.arange(n_tokens, dtype=np.int64) * 7919) % 60_000
-    Roxxel(str(path)).write([ids[i:i + 1000] for i in range(0, n_tokens, 1000)], vocab_size=65536, dtype="uint16")
+    Roxxel(str(path)).write([ids[i : i + 1000] for i in range(0, n_tokens, 1000)], vocab_size=65536, dtype="uint16")
     return Roxxel(str(path))
 
 
@@ -32,6 +32,7 @@ def failing(monkeypatch, code, times=10**9, calls=("preadv", "pread")):
                 left[0] -= 1
                 raise OSError(code, os.strerror(code))
             return _real(*a)
+
         monkeypatch.setattr(os, name, fake)
     return left
 
@@ -71,8 +72,11 @@ def test_estale_again_after_the_reopen_is_named_with_what_to_do(tmp_path, monkey
     ds = make(tmp_path / "d")
     ds.read(0, 10)
     failing(monkeypatch, errno.ESTALE)
-    with pytest.raises(ShardReadError, match=rf"{ds.shard_paths[0]}: stale file handle \(ESTALE\).*after reopening "
-                                             r"the shard once.*remount") as e:
+    with pytest.raises(
+        ShardReadError,
+        match=rf"{ds.shard_paths[0]}: stale file handle \(ESTALE\).*after reopening "
+        r"the shard once.*remount",
+    ) as e:
         ds.read_into(np.empty(100, np.int32), 0)
     assert e.value.errno == errno.ESTALE
 
@@ -129,8 +133,11 @@ def test_an_empty_shard_is_called_empty_not_another_kind_of_file(tmp_path):
     (d / "a.rox").write_bytes(b"")
     mount = atomic.mount_of(str(d / "a.rox"))[0]
     for opener in (open_shard, lambda p: Roxxel(p).open()):
-        with pytest.raises(TruncatedShardError, match=rf"a.rox: the file is empty \(0 bytes\) on the mount {mount}.*"
-                                                      "stale read") as e:
+        with pytest.raises(
+            TruncatedShardError,
+            match=rf"a.rox: the file is empty \(0 bytes\) on the mount {mount}.*"
+            "stale read",
+        ) as e:
             opener(str(d / "a.rox"))
         assert "another kind of file" not in str(e.value)
 
@@ -140,8 +147,9 @@ def test_the_mount_is_found_from_mountinfo_or_by_walking_up(tmp_path):
     data = tmp_path / "bucket data"
     data.mkdir()
     escaped = str(data).replace(" ", "\\040")
-    table.write_text(f"22 1 0:21 / / rw - ext4 /dev/vda rw\n"
-                     f"40 22 0:50 / {escaped} rw,nosuid - fuse.gcsfuse bucket rw\n")
+    table.write_text(
+        f"22 1 0:21 / / rw - ext4 /dev/vda rw\n40 22 0:50 / {escaped} rw,nosuid - fuse.gcsfuse bucket rw\n"
+    )
     assert atomic.mount_of(str(data / "x.rox"), str(table)) == (str(data), "fuse.gcsfuse")
     assert atomic.mount_of("/etc/hostname", str(table)) == ("/", "ext4")
     mount, _ = atomic.mount_of(str(data / "x.rox"), str(tmp_path / "no such table"))

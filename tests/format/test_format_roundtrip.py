@@ -31,8 +31,9 @@ def test_documents_round_trip(tmp_path_factory, dtype, data):
     docs = data.draw(documents(vocab - 1))  # the last id is the EOS
     shard_size = data.draw(st.sampled_from([1, 5000, 10**9]))
     out = tmp_path_factory.mktemp("ds")
-    with DatasetWriter(str(out / "dataset.json"), dtype=dtype, vocab_size=vocab, eos_id=vocab - 1,
-                       shard_size=shard_size) as w:
+    with DatasetWriter(
+        str(out / "dataset.json"), dtype=dtype, vocab_size=vocab, eos_id=vocab - 1, shard_size=shard_size
+    ) as w:
         for d in docs:
             w.add_document(d)
     if not docs:

@@ -17,8 +17,15 @@ ROXXEL = os.path.join(os.path.dirname(sys.executable), "roxxel")
 
 
 def write(d, docs, append=False, **kw):
-    with DatasetWriter(os.path.join(d, "dataset.json"), vocab_size=1000, eos_id=999, dtype="uint16",
-                       shard_size=3000, append=append, **kw) as w:
+    with DatasetWriter(
+        os.path.join(d, "dataset.json"),
+        vocab_size=1000,
+        eos_id=999,
+        dtype="uint16",
+        shard_size=3000,
+        append=append,
+        **kw,
+    ) as w:
         w.add_documents(docs)
 
 
@@ -31,10 +38,16 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_dataset(tmp_path):
     d = str(tmp_path)
     write(d, docs(0))
     first = DatasetWriter(os.path.join(d, "dataset.json"), vocab_size=1000, eos_id=999, dtype="uint16", append=True)
-    with pytest.raises(DatasetLockedError, match=rf"another pack or append into this dataset is running \(pid {os.getpid()}"):
+    with pytest.raises(
+        DatasetLockedError, match=rf"another pack or append into this dataset is running \(pid {os.getpid()}"
+    ):
         write(d, docs(1), append=True)
-    r = subprocess.run([ROXXEL, "pack", "--append", __file__, "-o", d, "--tokenizer", "bytes"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [ROXXEL, "pack", "--append", __file__, "-o", d, "--tokenizer", "bytes"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode != 0 and "another pack or append" in r.stderr and "--wait-lock" in r.stderr
     first.add_documents(docs(2))
     first.close()
@@ -73,8 +86,10 @@ def test_concurrent_appends_never_both_succeed_with_data_lost(tmp_path):
     for trial in range(5):
         d = str(tmp_path / f"t{trial}")
         write(d, docs(trial))
-        procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, d, str(i)], stdout=subprocess.PIPE, text=True)
-                 for i in range(2)]
+        procs = [
+            subprocess.Popen([sys.executable, "-c", CONCURRENT, d, str(i)], stdout=subprocess.PIPE, text=True)
+            for i in range(2)
+        ]
         codes = [p.wait(timeout=120) for p in procs]
         assert set(codes) <= {0, 3} and 0 in codes, codes
         assert Roxxel(d).num_documents == 10 + 40 * codes.count(0)
@@ -146,15 +161,20 @@ def test_the_file_system_of_a_path_is_read_from_the_mount_table(tmp_path):
         (top / d).mkdir(parents=True)
     esc = str(top / "a b").replace(" ", "\\040")
     table = tmp_path / "mountinfo"
-    table.write_text("\n".join([
-        "27 1 254:0 / / rw - ext4 /dev/vda rw",
-        f"60 27 0:50 / {esc} rw shared:1 - fuse.gcsfuse bucket rw",
-        f"61 27 0:51 / {top / 'nfs'} rw - nfs4 server:/x rw",
-        f"62 27 0:52 / {top / 'over'} rw - tmpfs tmpfs rw",
-        f"63 62 0:53 / {top / 'over'} rw - fuse s3fs rw",
-        f"64 27 0:54 / {top / 'blk'} rw - fuseblk /dev/sdb1 rw",
-        "garbage line",
-    ]) + "\n")
+    table.write_text(
+        "\n".join(
+            [
+                "27 1 254:0 / / rw - ext4 /dev/vda rw",
+                f"60 27 0:50 / {esc} rw shared:1 - fuse.gcsfuse bucket rw",
+                f"61 27 0:51 / {top / 'nfs'} rw - nfs4 server:/x rw",
+                f"62 27 0:52 / {top / 'over'} rw - tmpfs tmpfs rw",
+                f"63 62 0:53 / {top / 'over'} rw - fuse s3fs rw",
+                f"64 27 0:54 / {top / 'blk'} rw - fuseblk /dev/sdb1 rw",
+                "garbage line",
+            ]
+        )
+        + "\n"
+    )
     kind = lambda p: filesystem_type(str(p), str(table))  # noqa: E731
     assert kind(top / "a b" / "c") == "fuse.gcsfuse" and kind(top / "a b") == "fuse.gcsfuse"
     assert kind(top / "nfs") == "nfs4" and kind(top / "over") == "fuse" and kind(top / "blk") == "fuseblk"
@@ -185,7 +205,6 @@ def test_a_writer_stopped_while_it_sets_up_leaves_no_directory(tmp_path, monkeyp
     with pytest.raises(KeyboardInterrupt):
         writer_module.DatasetWriter(str(tmp_path / "kept" / "dataset.json"), vocab_size=257, eos_id=256)
     assert os.listdir(tmp_path / "kept") == []
-
 
 
 @pytest.mark.parametrize("stop_in", ["shard", "any file"])

@@ -40,7 +40,9 @@ def tree(tmp_path, monkeypatch):
         if i % 29 == 4:
             (d / f"f{i:03d}.bin").write_bytes(b"\0\1\2" * (i + 1))
         elif i % 31 == 7:
-            (d / f"f{i:03d}.jsonl").write_text("".join(json.dumps({"text": f"line {k} of {i} ✓"}) + "\n" for k in range(3)))
+            (d / f"f{i:03d}.jsonl").write_text(
+                "".join(json.dumps({"text": f"line {k} of {i} ✓"}) + "\n" for k in range(3))
+            )
         elif i % 37 == 2:
             (d / f"f{i:03d}.txt.gz").write_bytes(gzip.compress(f"compressed {i}\n".encode() * i))
         else:
@@ -59,8 +61,13 @@ def reference(top, out):
     """The dataset of one ``add_document`` per document, hashed and checksummed inline (the writer's
     plain path, as every pack wrote before the byte-level path)."""
     tok = ByteTokenizer()
-    with DatasetWriter(os.path.join(out, "dataset.json"), vocab_size=tok.vocab_size, eos_id=tok.eos_id,
-                       tokenizer=tok.identity, shard_size=5_000) as w:
+    with DatasetWriter(
+        os.path.join(out, "dataset.json"),
+        vocab_size=tok.vocab_size,
+        eos_id=tok.eos_id,
+        tokenizer=tok.identity,
+        shard_size=5_000,
+    ) as w:
         for path in walked(top):
             for doc in iter_documents(path):
                 if not (isinstance(doc, bytes) and is_binary(doc)):
@@ -109,7 +116,9 @@ def open_fds() -> int:
 
 
 def pack_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith(("roxxel-pack", "roxxel-checksum", "roxxel-fsync"))]
+    return [
+        t.name for t in threading.enumerate() if t.name.startswith(("roxxel-pack", "roxxel-checksum", "roxxel-fsync"))
+    ]
 
 
 def test_an_unreadable_file_fails_the_pack_and_leaves_no_dataset_or_thread(tree, tmp_path, monkeypatch):
@@ -178,7 +187,9 @@ pack([sys.argv[1]], sys.argv[2], shard_size=5_000, on_progress=stall)
 
 def test_a_pack_killed_midway_leaves_nothing_that_opens(tree, tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_PACK, str(tree), str(out)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_PACK, str(tree), str(out)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "writing"
     finally:

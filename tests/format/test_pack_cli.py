@@ -92,21 +92,30 @@ def test_verify_exits_nonzero_naming_the_file(tree, tmp_path):
 def test_pack_refuses_existing_and_appends(tree, tmp_path):
     out = str(tmp_path / "ds")
     assert run("pack", str(tree / "z.py"), "-o", out).exit_code == 0
-    r = subprocess.run([sys.executable, "-m", "roxxel.cli", "pack", str(tree / "pkg" / "a.py"), "-o", out],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "roxxel.cli", "pack", str(tree / "pkg" / "a.py"), "-o", out],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 1 and "already holds a dataset" in r.stderr and "--append" in r.stderr
     assert run("pack", str(tree / "pkg" / "a.py"), "-o", out, "--append").exit_code == 0
     assert len(Roxxel(out)) == 2
 
 
 def test_pack_errors_are_clear(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "roxxel.cli", "pack", str(tmp_path / "missing"), "-o", str(tmp_path / "o")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "roxxel.cli", "pack", str(tmp_path / "missing"), "-o", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1 and "input not found" in proc.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{"body": "no text"}\n')
-    proc = subprocess.run([sys.executable, "-m", "roxxel.cli", "pack", str(bad), "-o", str(tmp_path / "o2")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "roxxel.cli", "pack", str(bad), "-o", str(tmp_path / "o2")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1 and f"{bad}:2: expected an object with a string field 'text'" in proc.stderr
     assert not (tmp_path / "o2" / "dataset.json").exists()
 
@@ -118,7 +127,9 @@ def test_jsonl_stdin_and_parquet(tmp_path):
     assert run("pack", str(jl), "--text-field", "content", "-o", str(tmp_path / "j")).exit_code == 0
     dec = ByteTokenizer().decode
     assert [dec(d) for d in Roxxel(str(tmp_path / "j"))[:]] == rows
-    r = run("pack", "-", "-o", str(tmp_path / "s"), "--format", "jsonl", "--text-field", "content", input=jl.read_text())
+    r = run(
+        "pack", "-", "-o", str(tmp_path / "s"), "--format", "jsonl", "--text-field", "content", input=jl.read_text()
+    )
     assert r.exit_code == 0 and [dec(d) for d in Roxxel(str(tmp_path / "s"))[:]] == rows
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq

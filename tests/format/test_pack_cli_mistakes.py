@@ -45,8 +45,10 @@ def test_an_output_that_cannot_be_created_is_named_with_the_fix(tmp_path):
     (tmp_path / "file").write_text("")
     r = run("pack", tmp_path / "a.txt", "-o", tmp_path / "file" / "ds")
     assert r.exit_code == 1
-    assert r.output.strip() == (f"roxxel: error: cannot create the dataset directory '{tmp_path / 'file' / 'ds'}': "
-                                "Not a directory; choose a directory you can write to")
+    assert r.output.strip() == (
+        f"roxxel: error: cannot create the dataset directory '{tmp_path / 'file' / 'ds'}': "
+        "Not a directory; choose a directory you can write to"
+    )
 
 
 def test_empty_jsonl_fails_and_an_empty_append_leaves_the_dataset_as_it_was(tmp_path):
@@ -82,8 +84,9 @@ def test_eos_id_outside_a_tokenizers_vocabulary_is_refused(tmp_path):
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
     tok.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "a.txt").write_text("a a")
-    r = run("pack", tmp_path / "a.txt", "-o", tmp_path / "ds", "--tokenizer", tmp_path / "tokenizer.json",
-            "--eos-id", "5")
+    r = run(
+        "pack", tmp_path / "a.txt", "-o", tmp_path / "ds", "--tokenizer", tmp_path / "tokenizer.json", "--eos-id", "5"
+    )
     assert r.exit_code == 1 and "EOS id 5 is outside the vocabulary" in r.output and "--eos-id" in r.output
 
 
@@ -141,20 +144,32 @@ def test_ctrl_c_during_a_pack_exits_130_and_keeps_the_dataset_as_it_was(tmp_path
     assert Roxxel(str(tmp_path / "ds")).num_documents == 1
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("cut.txt.gz", gzip.compress(b"hello world\n" * 100)[:20], "cut.txt.gz: not a complete gzip file"),
-    ("cut.jsonl.gz", gzip.compress(b'{"text": "hello"}\n' * 100)[:25], "cut.jsonl.gz: not a complete gzip file"),
-    ("fake.txt.gz", b"no gzip here\n", "fake.txt.gz: not a complete gzip file"),
-    ("half.jsonl", b'{"text": "ok"}\n{"text": "\\ud800 x"}\n', "half.jsonl:2: the text holds an unpaired surrogate"),
-], ids=["cut-gz", "cut-jsonl-gz", "not-gzip", "surrogate"])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("cut.txt.gz", gzip.compress(b"hello world\n" * 100)[:20], "cut.txt.gz: not a complete gzip file"),
+        ("cut.jsonl.gz", gzip.compress(b'{"text": "hello"}\n' * 100)[:25], "cut.jsonl.gz: not a complete gzip file"),
+        ("fake.txt.gz", b"no gzip here\n", "fake.txt.gz: not a complete gzip file"),
+        (
+            "half.jsonl",
+            b'{"text": "ok"}\n{"text": "\\ud800 x"}\n',
+            "half.jsonl:2: the text holds an unpaired surrogate",
+        ),
+    ],
+    ids=["cut-gz", "cut-jsonl-gz", "not-gzip", "surrogate"],
+)
 def test_a_damaged_input_is_named_in_one_line(tmp_path, name, content, message):
     """Found by a new user's pass: a truncated .gz printed only "Aborted!", a non-gzip .gz named no
     file, and a JSONL line with half a UTF-16 pair ended in a tokenizer's TypeError traceback."""
     (tmp_path / name).write_bytes(content)
     roxxel = os.path.join(os.path.dirname(sys.executable), "roxxel")
     for extra in ([], ["--jobs", "2"]):
-        r = subprocess.run([roxxel, "pack", str(tmp_path / name), "-o", str(tmp_path / "out"), *extra],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [roxxel, "pack", str(tmp_path / name), "-o", str(tmp_path / "out"), *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 1 and "Traceback" not in r.stderr and "Aborted" not in r.stderr, r.stderr
         assert r.stderr.strip().splitlines()[-1].startswith(f"roxxel: error: {tmp_path / message}"), r.stderr
         assert not (tmp_path / "out").exists()

@@ -79,11 +79,15 @@ def test_cat_decodes_a_dataset_packed_with_an_eos_id_the_tokenizer_lacks(tmp_pat
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tok.json"))
     (tmp_path / "x.txt").write_text("a b a")
-    r = run(str(tmp_path / "x.txt"), "-o", str(tmp_path / "out"), "--tokenizer", str(tmp_path / "tok.json"), "--eos-id", "1")
+    r = run(
+        str(tmp_path / "x.txt"), "-o", str(tmp_path / "out"), "--tokenizer", str(tmp_path / "tok.json"), "--eos-id", "1"
+    )
     assert r.returncode == 0, r.stderr
     roxxel = os.path.join(os.path.dirname(sys.executable), "roxxel")
     for extra in ([], ["--tokenizer", str(tmp_path / "tok.json")]):
-        shown = subprocess.run([roxxel, "cat", str(tmp_path / "out"), "0", *extra], capture_output=True, text=True, timeout=60)
+        shown = subprocess.run(
+            [roxxel, "cat", str(tmp_path / "out"), "0", *extra], capture_output=True, text=True, timeout=60
+        )
         assert shown.returncode == 0 and shown.stdout.split() == ["a", "b", "a"], shown.stderr
 
 
@@ -97,8 +101,18 @@ def test_appending_without_the_datasets_tokenizer_names_it(tmp_path):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tok.json"))
     (tmp_path / "x.txt").write_text("a a")
-    assert run(str(tmp_path / "x.txt"), "-o", str(tmp_path / "out"), "--tokenizer", str(tmp_path / "tok.json"),
-               "--eos-id", "1").returncode == 0
+    assert (
+        run(
+            str(tmp_path / "x.txt"),
+            "-o",
+            str(tmp_path / "out"),
+            "--tokenizer",
+            str(tmp_path / "tok.json"),
+            "--eos-id",
+            "1",
+        ).returncode
+        == 0
+    )
     r = run(str(tmp_path / "x.txt"), "-o", str(tmp_path / "out"), "--append")
     assert r.returncode == 1 and "its tokenizer is" in r.stderr and "--tokenizer tok.json" in r.stderr, r.stderr
     assert "(dtype, vocab_size" not in r.stderr

@@ -27,7 +27,9 @@ def tree(tmp_path):
         if i % 37 == 5:
             (d / f"f{i:03d}.bin").write_bytes(b"\0\1\2" * (i + 1))
         elif i % 23 == 3:
-            (d / f"f{i:03d}.jsonl").write_text("".join(json.dumps({"text": f"line {k} of {i} ✓"}) + "\n" for k in range(i % 7)))
+            (d / f"f{i:03d}.jsonl").write_text(
+                "".join(json.dumps({"text": f"line {k} of {i} ✓"}) + "\n" for k in range(i % 7))
+            )
         elif i % 19 == 2:
             (d / f"f{i:03d}.txt.gz").write_bytes(gzip.compress(f"compressed {i}\n".encode() * i))
         else:
@@ -36,7 +38,9 @@ def tree(tmp_path):
 
 
 def pack_with(tree, out, jobs, monkeypatch) -> tuple[dict[str, bytes], list[str]]:
-    monkeypatch.setattr(writer_module, "_now", lambda: "2026-01-01T00:00:00+00:00")  # the manifest records its creation time
+    monkeypatch.setattr(
+        writer_module, "_now", lambda: "2026-01-01T00:00:00+00:00"
+    )  # the manifest records its creation time
     skipped: list[str] = []
     pack([str(tree)], str(out), shard_size=20_000, jobs=jobs, on_skip=skipped.append)
     return {n: (out / n).read_bytes() for n in sorted(os.listdir(out))}, skipped
@@ -52,19 +56,27 @@ def test_parallel_pack_writes_the_serial_pack_byte_for_byte(tree, tmp_path, monk
     assert skipped_parallel == skipped_serial and len(skipped_serial) == 4
 
 
-@pytest.mark.parametrize("bad_name,bad_bytes,message", [
-    ("f075.jsonl", b'{"text": "ok"}\n{"body": "no text"}\n', ":2: expected an object with a string field 'text'"),
-    ("f075.jsonl", b'{"text": "ok"}\n{not json\n', ":2: not valid JSON"),
-])
-def test_a_bad_input_fails_a_parallel_pack_as_a_serial_one_and_leaves_no_dataset(tree, tmp_path, bad_name, bad_bytes,
-                                                                                  message):
+@pytest.mark.parametrize(
+    "bad_name,bad_bytes,message",
+    [
+        ("f075.jsonl", b'{"text": "ok"}\n{"body": "no text"}\n', ":2: expected an object with a string field 'text'"),
+        ("f075.jsonl", b'{"text": "ok"}\n{not json\n', ":2: not valid JSON"),
+    ],
+)
+def test_a_bad_input_fails_a_parallel_pack_as_a_serial_one_and_leaves_no_dataset(
+    tree, tmp_path, bad_name, bad_bytes, message
+):
     bad = tree / "d3" / bad_name  # in the middle of the inputs: a later pool task than the first
     bad.write_bytes(bad_bytes)
     errors = []
     for jobs in ("1", "2"):
         out = tmp_path / f"out{jobs}"
-        r = subprocess.run([ROXXEL, "pack", str(tree), "-o", str(out), "--jobs", jobs, "--shard-size", "20000"],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [ROXXEL, "pack", str(tree), "-o", str(out), "--jobs", jobs, "--shard-size", "20000"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 1 and f"{bad}{message}" in r.stderr, r.stderr
         assert not os.path.exists(out)  # no shard, temporary file, marker or lock: not even the directory it made
         errors.append(r.stderr.strip().splitlines()[-1])
@@ -124,8 +136,12 @@ def test_a_pack_stopped_by_a_signal_leaves_no_worker_running(tmp_path, sig):
 
     tree = _slow_tree(tmp_path / "in")
     out = tmp_path / "out"
-    proc = subprocess.Popen([ROXXEL, "pack", str(tree), "-o", str(out), "--jobs", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [ROXXEL, "pack", str(tree), "-o", str(out), "--jobs", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     kids = _workers_of(proc, 2)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
@@ -138,6 +154,7 @@ def test_a_pack_stopped_by_a_signal_leaves_no_worker_running(tmp_path, sig):
         assert proc.returncode == -signal.SIGKILL
     with pytest.raises(Exception):  # nothing that opens as a dataset, whatever was left
         from roxxel import Roxxel
+
         Roxxel(str(out)).open()
 
 

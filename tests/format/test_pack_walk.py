@@ -20,7 +20,10 @@ def test_packing_a_directory_into_itself_takes_only_the_files_that_were_there(tm
     out = tmp_path / "zz" / "out"  # inside the input, after the files above in walk order
     pack([str(tmp_path)], str(out), include_binary=include_binary)
     ds = Roxxel(str(out))
-    assert [np.asarray(ds[k][:-1], np.uint8).tobytes() for k in range(len(ds))] == [b"text of a.txt\n", b"text of b.txt\n"]
+    assert [np.asarray(ds[k][:-1], np.uint8).tobytes() for k in range(len(ds))] == [
+        b"text of a.txt\n",
+        b"text of b.txt\n",
+    ]
 
 
 def test_a_missing_input_fails_before_any_directory_is_walked(tmp_path):
@@ -45,11 +48,20 @@ def test_the_walk_takes_what_os_walk_lists_as_files_in_sorted_order(tmp_path):
     expected = []
     for root, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d != "site-packages")
-        expected += [os.path.join(root, f) for f in sorted(files) if f.endswith(".py") and os.path.isfile(os.path.join(root, f))]
+        expected += [
+            os.path.join(root, f) for f in sorted(files) if f.endswith(".py") and os.path.isfile(os.path.join(root, f))
+        ]
     got = list(iter_input_files([str(top)], include=["*.py"], exclude=["*/site-packages/*"]))
     assert got == expected
-    assert [os.path.relpath(p, top) for p in got] == ["a.py", "b.py", "link.py", "c/d.py", "dir.py/in.py", "pkg/z.py",
-                                                      "pkg/sub/m.py"]
+    assert [os.path.relpath(p, top) for p in got] == [
+        "a.py",
+        "b.py",
+        "link.py",
+        "c/d.py",
+        "dir.py/in.py",
+        "pkg/z.py",
+        "pkg/sub/m.py",
+    ]
 
 
 def test_an_earlier_packs_dataset_inside_the_inputs_is_skipped_with_a_warning(tmp_path, caplog):

@@ -13,18 +13,28 @@ from support.image import BASE, BIN_DIR, IMAGE, PODMAN, podman_env
 from support.paths import REPO
 from support.shared import made_once
 
+
 @pytest.fixture(scope="session")
 def worker_image(tmp_path_factory) -> str:
     """The cpu worker image built from this tree (tagged :data:`IMAGE`); its build output."""
     if PODMAN is None:
-        pytest.skip("podman is not installed (apt-get install podman iptables runc mmdebstrap); "
-                    ".ci/run installs it")
+        pytest.skip("podman is not installed (apt-get install podman iptables runc mmdebstrap); .ci/run installs it")
     with made_once(tmp_path_factory, "worker-image"):
-        make_base = subprocess.run([str(REPO / "docker" / "make-base.sh"), BASE], capture_output=True, text=True,
-                                   timeout=1200, env=podman_env())
+        make_base = subprocess.run(
+            [str(REPO / "docker" / "make-base.sh"), BASE],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            env=podman_env(),
+        )
         assert make_base.returncode == 0, f"docker/make-base.sh failed:\n{make_base.stdout}\n{make_base.stderr}"
-        build = subprocess.run([str(BIN_DIR / "roxxel-launch"), "image", "build", "--engine", "podman",
-                                "--base", BASE, "--tag", IMAGE], capture_output=True, text=True, timeout=2400,
-                               env=podman_env(), cwd=REPO)
+        build = subprocess.run(
+            [str(BIN_DIR / "roxxel-launch"), "image", "build", "--engine", "podman", "--base", BASE, "--tag", IMAGE],
+            capture_output=True,
+            text=True,
+            timeout=2400,
+            env=podman_env(),
+            cwd=REPO,
+        )
     assert build.returncode == 0, f"roxxel-launch image build failed:\n{build.stdout[-5000:]}\n{build.stderr[-5000:]}"
     return build.stdout

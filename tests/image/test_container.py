@@ -87,8 +87,9 @@ def containers():
 def _rendered_pod() -> dict:
     """The pod template of the cpu smoke example, rendered with the test image."""
     runner = CliRunner()
-    result = runner.invoke(cli, ["render", str(REPO / "k8s/examples/cpu-smoke.yaml"), "--set", f"image={IMAGE}"],
-                           catch_exceptions=False)
+    result = runner.invoke(
+        cli, ["render", str(REPO / "k8s/examples/cpu-smoke.yaml"), "--set", f"image={IMAGE}"], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     jobset = next(o for o in yaml.safe_load_all(result.output) if o["kind"] == "JobSet")
     return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
@@ -112,8 +113,15 @@ def pod() -> dict:
     return _rendered_pod()
 
 
-def run(pod: dict | None, containers: list[str], command: list[str], *, entrypoint: list[str] | None = None,
-        detach: bool = False, timeout: float = 180) -> subprocess.CompletedProcess:
+def run(
+    pod: dict | None,
+    containers: list[str],
+    command: list[str],
+    *,
+    entrypoint: list[str] | None = None,
+    detach: bool = False,
+    timeout: float = 180,
+) -> subprocess.CompletedProcess:
     """Runs the image as the pod's container (``pod``; None: as `podman run IMAGE` alone), with
     the pod's command (``entrypoint``, default the pod's) or the image's ENTRYPOINT (``[]``)."""
     name = f"roxxel-test-{SESSION}-{len(containers)}-{uuid.uuid4().hex[:6]}"
@@ -137,7 +145,7 @@ def run(pod: dict | None, containers: list[str], command: list[str], *, entrypoi
 
 
 def test_the_build_reports_the_size_and_largest_layers(worker_image):
-    report = worker_image[worker_image.index(f"{IMAGE}: "):]
+    report = worker_image[worker_image.index(f"{IMAGE}: ") :]
     size, layers = re.match(rf"{re.escape(IMAGE)}: ([\d.]+) GB in (\d+) layers; the largest:", report).groups()
     assert 0.5 < float(size) < 3 and int(layers) >= 5, report
     largest = report.splitlines()[1]
@@ -162,8 +170,7 @@ def test_the_pod_runs_as_its_user_with_home_and_emptydirs_writable(worker_image,
     ids, home, writable = result.stdout.splitlines()
     assert ids == f"{contract.WORKER_UID} {contract.WORKER_GID} [{contract.WORKER_GID}]"
     pod_home = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}.get("HOME")
-    image_home = podman("image", "inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}",
-                        IMAGE).stdout
+    image_home = podman("image", "inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", IMAGE).stdout
     assert f"HOME={home.split()[0]}" in image_home.split() or home.split()[0] == pod_home, (home, image_home)
     assert home.split()[1] == "/home/roxxel"  # the image's WORKDIR, with examples/ in it
     assert writable.split()[1:] == [home.split()[0], *mounts]
@@ -207,14 +214,15 @@ def _wait_for_log(name: str, text: str, timeout: float = 60) -> str:
 
 
 @pytest.mark.parametrize("entrypoint", ["image", "pod"])
-@pytest.mark.parametrize("mode, expected", [("trap", exit_codes.PREEMPTED_EXIT_CODE),
-                                            ("plain", exit_codes.SIGNAL_EXIT_BASE + 15)])
-def test_sigterm_to_the_container_reaches_the_command_once(worker_image, pod, containers, entrypoint, mode,
-                                                           expected):
+@pytest.mark.parametrize(
+    "mode, expected", [("trap", exit_codes.PREEMPTED_EXIT_CODE), ("plain", exit_codes.SIGNAL_EXIT_BASE + 15)]
+)
+def test_sigterm_to_the_container_reaches_the_command_once(worker_image, pod, containers, entrypoint, mode, expected):
     """The kubelet's SIGTERM goes to PID 1; the training command gets it once, and its exit
     (42 after a pretend checkpoint, or 143 when killed by it) is the container's."""
-    started = run(pod, containers, ["python", "-c", CHILD, mode], detach=True,
-                  entrypoint=[] if entrypoint == "image" else None)
+    started = run(
+        pod, containers, ["python", "-c", CHILD, mode], detach=True, entrypoint=[] if entrypoint == "image" else None
+    )
     assert started.returncode == 0, started.stderr
     name = containers[-1]
     _wait_for_log(name, "ready")
@@ -229,14 +237,18 @@ def test_sigterm_to_the_container_reaches_the_command_once(worker_image, pod, co
 CONFIG_ERROR = "import roxxel\nfrom roxxel.sharding import BatchShardingError\nraise BatchShardingError('x')"
 
 
-@pytest.mark.parametrize("command, expected", [
-    (["python", "-c", "pass"], 0),
-    (["python", "-c", "import sys; sys.exit(42)"], exit_codes.PREEMPTED_EXIT_CODE),
-    (["python", "-c", CONFIG_ERROR], exit_codes.CONFIG_ERROR_EXIT_CODE),
-    (["python", "examples/lm/no-such-script.py"], exit_codes.CONFIG_ERROR_EXIT_CODE),
-    (["no-such-command"], exit_codes.CONFIG_ERROR_EXIT_CODE),
-    (["python", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], 143),
-], ids=["0", "42", "78-config-error", "78-no-script", "78-no-command", "143-killed"])
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        (["python", "-c", "pass"], 0),
+        (["python", "-c", "import sys; sys.exit(42)"], exit_codes.PREEMPTED_EXIT_CODE),
+        (["python", "-c", CONFIG_ERROR], exit_codes.CONFIG_ERROR_EXIT_CODE),
+        (["python", "examples/lm/no-such-script.py"], exit_codes.CONFIG_ERROR_EXIT_CODE),
+        (["no-such-command"], exit_codes.CONFIG_ERROR_EXIT_CODE),
+        (["python", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], 143),
+    ],
+    ids=["0", "42", "78-config-error", "78-no-script", "78-no-command", "143-killed"],
+)
 def test_exit_codes_pass_through(worker_image, pod, containers, command, expected):
     result = run(pod, containers, command)
     assert result.returncode == expected, result.stderr

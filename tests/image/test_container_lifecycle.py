@@ -34,8 +34,7 @@ def test_a_killed_supervisors_containers_are_removed_by_resume_and_delete(worker
     record = status(tmp_path, "orphan")
     assert record["state"] == "Succeeded", record
     assert "left by an earlier supervisor" in (tmp_path / "local" / "orphan" / "supervisor.log").read_text()
-    assert not set(left) & set(podman("ps", "--all", "--quiet", "--no-trunc", "--filter",
-                                      f"label={run_label}").split())
+    assert not set(left) & set(podman("ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={run_label}").split())
     launch(tmp_path, "delete", "orphan", "--local")
     assert not podman("ps", "--all", "--quiet", "--filter", f"label={run_label}").split()
     assert not podman("network", "ls", "--quiet", "--filter", f"label={run_label}").split()

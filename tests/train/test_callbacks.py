@@ -22,8 +22,11 @@ SCHEDULE = optax.linear_schedule(1e-2, 1e-3, 8)
 
 @pytest.fixture(scope="module")
 def cur(tmp_path_factory):
-    return Curriculum(make_dataset(str(tmp_path_factory.mktemp("d") / "data")),
-                      [Phase(steps=6, global_batch_size=4, seq_len=32)], chunk_tokens=256)
+    return Curriculum(
+        make_dataset(str(tmp_path_factory.mktemp("d") / "data")),
+        [Phase(steps=6, global_batch_size=4, seq_len=32)],
+        chunk_tokens=256,
+    )
 
 
 # -- Throughput ---------------------------------------------------------------------------
@@ -32,17 +35,26 @@ def cur(tmp_path_factory):
 def test_throughput_gives_rates_model_flops_and_mfu_of_a_window():
     n = jax.device_count()
     got = Throughput(flops_per_token=100.0, peak_flops_per_device=1e3).window_metrics(8, Window(4, 512, 2.0))
-    assert got == pytest.approx({"tokens_per_sec": 256.0, "tokens_per_sec_per_device": 256.0 / n, "step_time_s": 0.5,
-                                 "model_tflops_per_device": 256.0 / n * 100 / 1e12,
-                                 "mfu": 256.0 / n * 100 / 1e3})
+    assert got == pytest.approx(
+        {
+            "tokens_per_sec": 256.0,
+            "tokens_per_sec_per_device": 256.0 / n,
+            "step_time_s": 0.5,
+            "model_tflops_per_device": 256.0 / n * 100 / 1e12,
+            "mfu": 256.0 / n * 100 / 1e3,
+        }
+    )
 
 
 def test_throughput_takes_six_flops_per_parameter_and_needs_a_peak_for_mfu():
     got = Throughput(num_params=10).window_metrics(8, Window(1, 100, 1.0))
     assert got["model_tflops_per_device"] == pytest.approx(100 / jax.device_count() * 60 / 1e12)
     assert ("mfu" in got) == (peak_flops(jax.devices()[0].device_kind) is not None)  # CPUs have no known peak
-    assert set(Throughput().window_metrics(8, Window(1, 100, 1.0))) == {"tokens_per_sec", "tokens_per_sec_per_device",
-                                                                        "step_time_s"}
+    assert set(Throughput().window_metrics(8, Window(1, 100, 1.0))) == {
+        "tokens_per_sec",
+        "tokens_per_sec_per_device",
+        "step_time_s",
+    }
 
 
 def test_a_window_of_only_the_compiling_step_has_no_throughput():
@@ -69,7 +81,9 @@ def test_throughput_refuses_a_flop_count_that_is_not_positive(kwargs):
 def test_learning_rate_logs_the_schedule_of_the_windows_last_update():
     window = Window(1, 1, 1.0)
     for step in (1, 5, 8):  # optax counts updates from 0: step s applied update s - 1
-        assert LearningRate(SCHEDULE).window_metrics(step, window) == {"learning_rate": pytest.approx(float(SCHEDULE(step - 1)))}
+        assert LearningRate(SCHEDULE).window_metrics(step, window) == {
+            "learning_rate": pytest.approx(float(SCHEDULE(step - 1)))
+        }
     assert LearningRate(3e-4).window_metrics(5, window) == {"learning_rate": 3e-4}
 
 
@@ -105,8 +119,15 @@ def test_profile_traces_steps_first_to_last_and_waits_for_the_last(monkeypatch):
         fake.calls.append(("step", step + 1))
         prof.on_batch_end(step + 1, Loss(step + 1))
     prof.on_run_end()
-    assert fake.calls == [("step", 1), ("start", "runs/x/profile"), ("step", 2), ("step", 3), ("stop",),
-                          ("step", 4), ("step", 5)]
+    assert fake.calls == [
+        ("step", 1),
+        ("start", "runs/x/profile"),
+        ("step", 2),
+        ("step", 3),
+        ("stop",),
+        ("step", 4),
+        ("step", 5),
+    ]
     assert waited == [3]  # the trace holds step 3's device work
 
 
@@ -161,9 +182,22 @@ class Recorder(Callback):
 def test_user_callbacks_compose_with_the_built_in_ones(cur, tmp_path):
     model, opt = make_model()
     rec = Recorder()
-    trainer = Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path), log_every=3, save_interval_steps=3,
-                      learning_rate=SCHEDULE, callbacks=[Throughput(flops_per_token=1e6, peak_flops_per_device=1e12), rec])
-    assert [type(cb) for cb in trainer.callbacks] == [LearningRate, Throughput, Recorder]  # the user's Throughput replaces the built-in
+    trainer = Trainer(
+        model,
+        opt,
+        cur,
+        loss_fn,
+        save_path=str(tmp_path),
+        log_every=3,
+        save_interval_steps=3,
+        learning_rate=SCHEDULE,
+        callbacks=[Throughput(flops_per_token=1e6, peak_flops_per_device=1e12), rec],
+    )
+    assert [type(cb) for cb in trainer.callbacks] == [
+        LearningRate,
+        Throughput,
+        Recorder,
+    ]  # the user's Throughput replaces the built-in
     trainer.run()
     m = {k: dict(v) for k, v in read_metrics(str(tmp_path)).items()}
     assert rec.begun == list(range(6))
@@ -180,10 +214,14 @@ def test_a_trace_window_beyond_the_run_ends_with_it(cur, tmp_path):
     assert glob.glob(str(tmp_path / "profile" / "plugins" / "profile" / "*" / "*.xplane.pb"))
 
 
-@pytest.mark.parametrize("kwargs, callback, named", [
-    ({"learning_rate": 1e-3}, LearningRate(1e-3), "learning_rate"),
-    ({"num_params": 10}, Throughput(), "num_params"),
-    ({"profile_steps": (1, 2), "save_path": "runs/p"}, Profile((1, 2), "trace"), "profile_steps")])
+@pytest.mark.parametrize(
+    "kwargs, callback, named",
+    [
+        ({"learning_rate": 1e-3}, LearningRate(1e-3), "learning_rate"),
+        ({"num_params": 10}, Throughput(), "num_params"),
+        ({"profile_steps": (1, 2), "save_path": "runs/p"}, Profile((1, 2), "trace"), "profile_steps"),
+    ],
+)
 def test_a_shortcut_and_its_callback_are_not_both_given(cur, kwargs, callback, named):
     model, opt = make_model()
     with pytest.raises(ValueError, match=f"Trainer: {named} and a {type(callback).__name__} in callbacks= both given"):
@@ -202,7 +240,9 @@ def test_two_callbacks_logging_one_name_is_an_error(cur):
             return {"loss": 0.0}
 
     model, opt = make_model()
-    with pytest.raises(ValueError, match="callback Clash logs 'loss', which the loss or an earlier callback already logs"):
+    with pytest.raises(
+        ValueError, match="callback Clash logs 'loss', which the loss or an earlier callback already logs"
+    ):
         Trainer(model, opt, cur, loss_fn, log_every=2, callbacks=[Clash()]).run(stop_at_step=2)
 
 

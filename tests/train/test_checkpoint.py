@@ -86,7 +86,9 @@ def test_restore_into_an_abstract_model_and_an_object_with_attributes(tmp_path):
             import optax
 
             self.model = nnx.eval_shape(lambda: common.MLP(common.MODEL_DIMS, nnx.Rngs(7)))
-            self.optimizer = nnx.eval_shape(lambda: nnx.Optimizer(common.MLP(common.MODEL_DIMS, nnx.Rngs(7)), optax.adam(1e-2), wrt=nnx.Param))
+            self.optimizer = nnx.eval_shape(
+                lambda: nnx.Optimizer(common.MLP(common.MODEL_DIMS, nnx.Rngs(7)), optax.adam(1e-2), wrt=nnx.Param)
+            )
             self.step = 0
 
     holder = Holder()
@@ -227,8 +229,11 @@ def test_a_run_saved_before_batch_rows_existed_is_told_how_to_resume(tmp_path):
         ckpt.save(3, {"loss": 1.0}, tokens_consumed=96)
     now = {**copy.deepcopy(common.FINGERPRINT), "batch_rows": "independent"}
     with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint=now) as ckpt:
-        with pytest.raises(RunMismatchError, match=r'batch_rows: "consecutive" -> "independent"(.|\n)*'
-                                                   r"pass Curriculum\(\.\.\., batch_rows='consecutive'\) to resume it"):
+        with pytest.raises(
+            RunMismatchError,
+            match=r'batch_rows: "consecutive" -> "independent"(.|\n)*'
+            r"pass Curriculum\(\.\.\., batch_rows='consecutive'\) to resume it",
+        ):
             ckpt.restore()
 
 
@@ -240,9 +245,12 @@ def test_a_run_saved_under_another_data_order_version_is_told_what_to_do(tmp_pat
     with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint=saved) as ckpt:
         ckpt.save(3, {"loss": 1.0}, tokens_consumed=96)
     with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint={**saved, "data_order_version": 2}) as ckpt:
-        with pytest.raises(RunMismatchError, match=r"data_order_version: 1 -> 2(.|\n)*this version of roxxel puts the "
-                                                   r"data in another order than the one that saved it: resume with "
-                                                   r"that version, or start a new run"):
+        with pytest.raises(
+            RunMismatchError,
+            match=r"data_order_version: 1 -> 2(.|\n)*this version of roxxel puts the "
+            r"data in another order than the one that saved it: resume with "
+            r"that version, or start a new run",
+        ):
             ckpt.restore()
 
 
@@ -251,7 +259,7 @@ def test_describe_changes():
     current = {"phases": [{"batch_size": 16, "seq_len": 16}, {"batch_size": 4}], "seed": 1, "flag": 1, "odd key": 2}
     assert describe_changes(saved, current) == [
         "flag: true -> 1",
-        "name: removed (was \"a\")",
+        'name: removed (was "a")',
         '["odd key"]: 1 -> 2',
         "phases[0].seq_len: 8 -> 16",
         'phases[1]: added {"batch_size": 4}',
@@ -385,7 +393,12 @@ def test_bad_arguments(tmp_path):
 
 def _worker_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JAX_", "TPU_", "JOB"))}
-    env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="3")
+    env.update(
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        PYTHONUNBUFFERED="1",
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
     return env
 
 
@@ -415,7 +428,9 @@ def _kill_mid_save(ckpt_dir: Path) -> int | None:
         if proc.poll() is None and victim is None:
             proc.kill()
         proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, f"the save loop ended by itself ({proc.returncode}):\n{log_path.read_text()[-3000:]}"
+    assert proc.returncode == -signal.SIGKILL, (
+        f"the save loop ended by itself ({proc.returncode}):\n{log_path.read_text()[-3000:]}"
+    )
     if str(victim) in os.listdir(ckpt_dir):
         return None  # it committed between the listing and the kill: try again
     return victim

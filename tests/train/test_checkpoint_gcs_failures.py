@@ -50,11 +50,21 @@ def _save(tmp_path, fault: str) -> tuple[int, dict[str, float], str, str, float]
     (seconds since its save started), its output, and the seconds from save start to exit."""
     wrapper, emulator, url = _emulator(tmp_path, fault)
     try:
-        env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1", **wrapper.client_env(url),
-                   PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(
+            os.environ,
+            JAX_PLATFORMS="cpu",
+            PYTHONUNBUFFERED="1",
+            **wrapper.client_env(url),
+            PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        )
         with open(tmp_path / "worker.err", "w") as err_file:
-            proc = subprocess.Popen([sys.executable, WORKER, f"gs://{BUCKET}/faulty/run", str(TIMEOUT_S)],
-                                    env=env, stdout=subprocess.PIPE, stderr=err_file, text=True)
+            proc = subprocess.Popen(
+                [sys.executable, WORKER, f"gs://{BUCKET}/faulty/run", str(TIMEOUT_S)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=err_file,
+                text=True,
+            )
             line, deadline = "", time.monotonic() + STARTUP_S
             while not line.startswith("SAVING") and time.monotonic() < deadline:
                 line = proc.stdout.readline()
@@ -81,15 +91,20 @@ def _save(tmp_path, fault: str) -> tuple[int, dict[str, float], str, str, float]
 # Each save below mostly waits (on the store's errors, then on its timeout), so the selected
 # ones run at the same time, each in a thread with its own emulator, started when the first
 # test asks; each test then checks its own.
-FAULTS = {"test_persistent_500s_fail_the_save_within_its_timeout_and_the_process_exits": "500:1:faulty/",
-          "test_503s_to_half_the_writes_end_the_save_within_its_timeout": "503:0.5:faulty/"}
+FAULTS = {
+    "test_persistent_500s_fail_the_save_within_its_timeout_and_the_process_exits": "500:1:faulty/",
+    "test_503s_to_half_the_writes_end_the_save_within_its_timeout": "503:0.5:faulty/",
+}
 
 
 @pytest.fixture(scope="module")
 def saves(request, tmp_path_factory) -> Iterator[dict[str, Future]]:
     """The selected tests' saves, by fault, started together: each one's result of _save."""
-    faults = [FAULTS[item.originalname] for item in request.session.items
-              if item.module is request.module and item.originalname in FAULTS]
+    faults = [
+        FAULTS[item.originalname]
+        for item in request.session.items
+        if item.module is request.module and item.originalname in FAULTS
+    ]
     _require_emulator()
     with ThreadPoolExecutor(max_workers=max(1, len(faults)), thread_name_prefix="save") as pool:
         yield {fault: pool.submit(_save, tmp_path_factory.mktemp("save"), fault) for fault in faults}

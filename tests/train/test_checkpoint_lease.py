@@ -99,14 +99,24 @@ def test_two_trainers_on_one_gs_directory_the_second_is_refused_in_one_line(stor
         with Checkpointer(f"gs://{BUCKET}/c", state=build(MODEL_DIMS, 0), run_name="lm") as ckpt:
             ckpt.restore()
             ckpt.save(1, {"loss": 1.0}, force=True)
-            out = subprocess.run([sys.executable, "-c", SECOND_WRITER, f"gs://{BUCKET}/c", str(TESTS)],
-                                 capture_output=True, text=True, timeout=180, env=env)
+            out = subprocess.run(
+                [sys.executable, "-c", SECOND_WRITER, f"gs://{BUCKET}/c", str(TESTS)],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                env=env,
+            )
             assert out.returncode == 78, out.stdout + out.stderr[-3000:]
             line = [x for x in out.stdout.splitlines() if x.startswith("REFUSED")]
             assert line and "being written by another trainer (run 'lm', host" in line[0], out.stdout
     finally:
         del os.environ["ROXXEL_CHECKPOINT_LEASE_S"]
     assert not store.blob("c/.roxxel-writer.lease").exists()  # released at close
-    out = subprocess.run([sys.executable, "-c", SECOND_WRITER, f"gs://{BUCKET}/c", str(TESTS)],
-                         capture_output=True, text=True, timeout=180, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", SECOND_WRITER, f"gs://{BUCKET}/c", str(TESTS)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert out.returncode == 0 and "OPENED" in out.stdout, out.stdout + out.stderr[-3000:]

@@ -78,7 +78,9 @@ def _finish(procs: list[subprocess.Popen], expect: int = 0) -> list[dict]:
     return results
 
 
-def _run(mode: str, nproc: int, *args: str, logs: Path, env: dict[str, str] | None = None, expect: int = 0) -> list[dict]:
+def _run(
+    mode: str, nproc: int, *args: str, logs: Path, env: dict[str, str] | None = None, expect: int = 0
+) -> list[dict]:
     return _finish(_start(mode, nproc, *args, logs=logs, env=env), expect)
 
 
@@ -109,6 +111,7 @@ def test_sigterm_to_one_of_two_processes_saves_the_same_step_and_exits_42(tmp_pa
     ckpt, ref, ready = tmp_path / "ckpt", str(tmp_path / "ref.npz"), str(tmp_path / "ready")
     procs = _start("preempt", 2, "--dir", str(ckpt), "--ref", ref, "--ready", ready, logs=tmp_path / "logs")
     try:
+
         def both_ready():
             assert all(p.poll() is None for p in procs), "a worker died before training"
             return all(os.path.exists(f"{ready}.{i}") for i in range(2))
@@ -130,9 +133,21 @@ def test_sigterm_to_one_of_two_processes_saves_the_same_step_and_exits_42(tmp_pa
     assert restored[0]["tokens"] == step * 32
 
 
-@pytest.mark.parametrize(("signalled", "window", "restored"), [
-    (0, "initialized", True), (1, "restored", True), (1, "initialized", False), (0, "restored", False),
-], ids=["worker0-initialized-restored", "worker1-restored-restored", "worker1-initialized-fresh", "worker0-restored-fresh"])
+@pytest.mark.parametrize(
+    ("signalled", "window", "restored"),
+    [
+        (0, "initialized", True),
+        (1, "restored", True),
+        (1, "initialized", False),
+        (0, "restored", False),
+    ],
+    ids=[
+        "worker0-initialized-restored",
+        "worker1-restored-restored",
+        "worker1-initialized-fresh",
+        "worker0-restored-fresh",
+    ],
+)
 def test_a_sigterm_before_the_first_check_is_never_lost(tmp_path, restored, window, signalled):
     """A notice that arrives after jax.distributed.initialize but before the attempt's first
     preemption check (the restore, the stream set-up, the first compilation) ends in one
@@ -144,13 +159,28 @@ def test_a_sigterm_before_the_first_check_is_never_lost(tmp_path, restored, wind
     if restored:
         _run("train", 2, "--dir", ckpt, "--steps", "3", logs=tmp_path / "logs")
         start = 3
-    results = _run("preempt", 2, "--dir", ckpt, "--ref", ref, "--max-steps", str(start + 60),
-                   "--sigterm-at", window, "--sigterm-pid", str(signalled),
-                   logs=tmp_path / "logs", expect=PREEMPTED_EXIT_CODE)
+    results = _run(
+        "preempt",
+        2,
+        "--dir",
+        ckpt,
+        "--ref",
+        ref,
+        "--max-steps",
+        str(start + 60),
+        "--sigterm-at",
+        window,
+        "--sigterm-pid",
+        str(signalled),
+        logs=tmp_path / "logs",
+        expect=PREEMPTED_EXIT_CODE,
+    )
     steps = {r["preempted_at"] for r in results}
     assert len(steps) == 1, results
     (step,) = steps
-    assert step is not None and start <= step <= start + 1, results  # the first step checked (or Orbax's save of the next)
+    assert step is not None and start <= step <= start + 1, (
+        results
+    )  # the first step checked (or Orbax's save of the next)
     assert all(step in r["steps"] for r in results), results
     restored_state = _run("restore", 1, "--dir", ckpt, "--ref", ref, logs=tmp_path / "logs")
     _check_restored(restored_state, step=step, nproc=1)
@@ -160,11 +190,15 @@ def test_gcs_round_trip_one_process(tmp_path, gcs_emulator):
     path, ref = f"gs://{BUCKET}/one", str(tmp_path / "ref.npz")
     saved = _run("train", 1, "--dir", path, "--steps", "3", "--ref", ref, env=gcs_emulator, logs=tmp_path / "logs")
     assert saved[0]["steps"] == [2, 3]
-    _check_restored(_run("restore", 1, "--dir", path, "--ref", ref, env=gcs_emulator, logs=tmp_path / "logs"), step=3, nproc=1)
+    _check_restored(
+        _run("restore", 1, "--dir", path, "--ref", ref, env=gcs_emulator, logs=tmp_path / "logs"), step=3, nproc=1
+    )
 
 
 def test_gcs_two_processes_save_one_restores(tmp_path, gcs_emulator):
     path, ref = f"gs://{BUCKET}/two", str(tmp_path / "ref.npz")
     saved = _run("train", 2, "--dir", path, "--steps", "3", "--ref", ref, env=gcs_emulator, logs=tmp_path / "logs")
     assert all(r["steps"] == [2, 3] for r in saved)
-    _check_restored(_run("restore", 1, "--dir", path, "--ref", ref, env=gcs_emulator, logs=tmp_path / "logs"), step=3, nproc=1)
+    _check_restored(
+        _run("restore", 1, "--dir", path, "--ref", ref, env=gcs_emulator, logs=tmp_path / "logs"), step=3, nproc=1
+    )

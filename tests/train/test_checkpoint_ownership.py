@@ -62,13 +62,15 @@ def test_a_second_writer_of_the_same_run_is_refused_in_one_line_naming_the_holde
 
     path = tmp_path / "ckpt"
     with Checkpointer(path, state=build(MODEL_DIMS, 0), run_name="lm"):
-        out = subprocess.run([sys.executable, "-c", SECOND_WRITER, str(path), str(TESTS)],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", SECOND_WRITER, str(path), str(TESTS)], capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 78, out.stdout + out.stderr
         assert "being written by another trainer (run 'lm', host" in out.stdout and "pid" in out.stdout
     # The holder closed: the lock is free again (a dead holder's too: the kernel drops a flock).
-    out = subprocess.run([sys.executable, "-c", SECOND_WRITER, str(path), str(TESTS)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", SECOND_WRITER, str(path), str(TESTS)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and "OPENED" in out.stdout, out.stdout + out.stderr
 
 
@@ -112,8 +114,9 @@ def test_a_missing_or_empty_restore_from_is_refused_not_a_fresh_start(tmp_path):
     steps the branch was lost for good; now restore() refuses it (a configuration error, 78)."""
     (tmp_path / "empty").mkdir()
     for source in (tmp_path / "missing", tmp_path / "empty"):
-        with Checkpointer(tmp_path / f"ft-{source.name}", state=build(MODEL_DIMS, 0), run_name="ft",
-                          restore_from=source) as ckpt:
+        with Checkpointer(
+            tmp_path / f"ft-{source.name}", state=build(MODEL_DIMS, 0), run_name="ft", restore_from=source
+        ) as ckpt:
             with pytest.raises(ConfigurationError, match="holds no complete checkpoint"):
                 ckpt.restore()
 

@@ -138,8 +138,9 @@ def test_crash_without_close_still_flushes_at_exit(tmp_path, ending):
         {ending}
     """)
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
-                          env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, env=env, timeout=60
+    )
     assert proc.returncode != 0
     assert "last words" in proc.stdout
     metrics = read_metrics(tmp_path)
@@ -157,8 +158,8 @@ def _tb_scalars(run):
         data = (run / TENSORBOARD_DIR / name).read_bytes()
         pos = 0
         while pos < len(data):
-            (length,) = struct.unpack("<Q", data[pos:pos + 8])
-            event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
             pos += 12 + length + 4
             for v in event.summary.value:
                 out.setdefault(v.tag, []).append((event.step, v.simple_value))
@@ -290,7 +291,9 @@ def test_a_resume_drops_only_the_rows_after_its_checkpoint(tmp_path):
     with _logger(tmp_path) as lg:  # nothing after the step: the file is left as it is
         before = (tmp_path / METRICS_CSV).read_bytes()
         lg.start_from(6)
-    assert (tmp_path / METRICS_CSV).read_bytes() == before and not any(n.startswith("roxxel_metrics.earlier") for n in os.listdir(tmp_path))
+    assert (tmp_path / METRICS_CSV).read_bytes() == before and not any(
+        n.startswith("roxxel_metrics.earlier") for n in os.listdir(tmp_path)
+    )
 
 
 @pytest.mark.parametrize("start", [0, 5])

@@ -21,15 +21,27 @@ STARTUP_S = 40  # importing jax/orbax and the first save on 2 busy cores
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("injection, path_out", [
-    ("file", "exit"), ("file", "wait"), ("file", "save"), ("file", "close"), ("file", "preempt"),
-    ("rename", "exit"), ("rename", "close"),
-])
+@pytest.mark.parametrize(
+    "injection, path_out",
+    [
+        ("file", "exit"),
+        ("file", "wait"),
+        ("file", "save"),
+        ("file", "close"),
+        ("file", "preempt"),
+        ("rename", "exit"),
+        ("rename", "close"),
+    ],
+)
 def test_a_failed_save_ends_the_process_promptly_with_one_message(tmp_path, injection, path_out):
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, WORKER, str(tmp_path / "ckpt"), injection, path_out], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, WORKER, str(tmp_path / "ckpt"), injection, path_out],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = ""
     deadline = time.monotonic() + STARTUP_S + 60
     while "INJECTED" not in line and time.monotonic() < deadline:

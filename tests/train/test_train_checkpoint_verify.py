@@ -107,8 +107,11 @@ def test_a_damaged_metrics_file_is_named_and_the_fix_works(tmp_path, step, damag
     metrics = tmp_path / "ckpt" / str(step) / "metrics" / "metrics"
     metrics.write_bytes(damage)
     ms = common.build(DIMS, seed=5)
-    with pytest.raises(CheckpointRestoreError, match=rf"{metrics}: the metrics of step {step} are damaged.*remove "
-                                                     rf"{metrics.parent} \(step {step} stays restorable\)") as caught:
+    with pytest.raises(
+        CheckpointRestoreError,
+        match=rf"{metrics}: the metrics of step {step} are damaged.*remove "
+        rf"{metrics.parent} \(step {step} stays restorable\)",
+    ) as caught:
         Checkpointer(tmp_path / "ckpt", ms.model, ms.optimizer, fingerprint=common.FINGERPRINT)
     assert caught.value.step == step
     for p in sorted(metrics.parent.iterdir()):  # the advice

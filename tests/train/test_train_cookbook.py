@@ -97,7 +97,14 @@ def test_the_original_quick_start_runs_as_written(tmp_path, monkeypatch):
     # Running the same script again resumes at the end: nothing left to train, same weights.
     kernel = np.asarray(model.linear.kernel[...]).copy()
     model2 = NextValue(rngs=nnx.Rngs(0))
-    trainer2 = Trainer(model=model2, optimizer=nnx.Optimizer(model2, optax.sgd(0.01), wrt=nnx.Param),
-                       curriculum=curriculum, loss_fn=loss_fn, save_path="./run_delta", checkpoint_every=3, log_every=2)
+    trainer2 = Trainer(
+        model=model2,
+        optimizer=nnx.Optimizer(model2, optax.sgd(0.01), wrt=nnx.Param),
+        curriculum=curriculum,
+        loss_fn=loss_fn,
+        save_path="./run_delta",
+        checkpoint_every=3,
+        log_every=2,
+    )
     trainer2.run()
     np.testing.assert_array_equal(np.asarray(model2.linear.kernel[...]), kernel)

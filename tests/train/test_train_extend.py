@@ -37,10 +37,13 @@ def _train(cur, path, init_seed=0, **kw):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("new_plan", [
-    ((6, 4, 32),),  # the last phase extended from 4 to 6 steps
-    ((4, 4, 32), (3, 2, 64)),  # a phase appended after the saved step
-])
+@pytest.mark.parametrize(
+    "new_plan",
+    [
+        ((6, 4, 32),),  # the last phase extended from 4 to 6 steps
+        ((4, 4, 32), (3, 2, 64)),  # a phase appended after the saved step
+    ],
+)
 def test_extended_run_equals_an_uninterrupted_run_of_the_new_plan(ds, tmp_path, caplog, new_plan):
     want = _train(_cur(ds, *new_plan), tmp_path / "ref")
     _train(_cur(ds, (4, 4, 32)), tmp_path / "run")  # the original plan, trained to its end
@@ -55,10 +58,13 @@ def test_extended_run_equals_an_uninterrupted_run_of_the_new_plan(ds, tmp_path, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("changed, line", [
-    (((3, 4, 32), (3, 2, 64)), "phases[0].steps: 4 -> 3"),  # shortened before the saved step
-    (((4, 2, 32),), "phases[0].batch_size: 4 -> 2"),
-])
+@pytest.mark.parametrize(
+    "changed, line",
+    [
+        (((3, 4, 32), (3, 2, 64)), "phases[0].steps: 4 -> 3"),  # shortened before the saved step
+        (((4, 2, 32),), "phases[0].batch_size: 4 -> 2"),
+    ],
+)
 def test_changes_to_batches_already_taken_are_refused_with_the_diff(ds, tmp_path, changed, line):
     _train(_cur(ds, (4, 4, 32)), tmp_path / "run")
     with pytest.raises(RunMismatchError) as info:
@@ -74,8 +80,12 @@ def test_another_shuffle_seed_is_refused(ds, tmp_path):
 
 
 def test_classify_changes_by_past_and_future():
-    saved = {"datasets": {"self": "a"}, "chunk_tokens": 256, "repeat": False,
-             "phases": [{"steps": 5, "batch_size": 4}, {"steps": 5, "batch_size": 8}, {"steps": 5, "batch_size": 8}]}
+    saved = {
+        "datasets": {"self": "a"},
+        "chunk_tokens": 256,
+        "repeat": False,
+        "phases": [{"steps": 5, "batch_size": 4}, {"steps": 5, "batch_size": 8}, {"steps": 5, "batch_size": 8}],
+    }
 
     def with_phases(*phases, **top):
         return {**saved, **top, "phases": [dict(steps=s, batch_size=b) for s, b in phases]}
@@ -103,11 +113,14 @@ def test_a_changed_data_order_is_refused_also_against_a_checkpoint_that_recorded
     current = {**old, "data_order_version": ORDER_VERSIONS["consecutive"]}
     assert classify_changes(old, current, 3, describe_changes) == ([], [])
     assert classify_changes(old, {**current, "order": "documents"}, 3, describe_changes)[1] == [
-        'order: "chunks" -> "documents"']
+        'order: "chunks" -> "documents"'
+    ]
     assert classify_changes(old, {**current, "data_order_version": 2}, 3, describe_changes)[1] == [
-        "data_order_version: 1 -> 2"]
+        "data_order_version: 1 -> 2"
+    ]
     assert classify_changes({**current, "order": "documents"}, current, 3, describe_changes)[1] == [
-        'order: "documents" -> "chunks"']
+        'order: "documents" -> "chunks"'
+    ]
 
 
 def test_describe_records_the_data_order_version(ds):

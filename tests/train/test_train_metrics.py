@@ -45,20 +45,31 @@ def _run(ds, path, stop=None, **kw):
     opt = nnx.Optimizer(model, optax.adam(SCHEDULE), wrt=nnx.Param)
     n_params = sum(x.size for x in jax_leaves(nnx.state(model, nnx.Param)))
     cur = Curriculum(ds, [Phase(steps=12, global_batch_size=4, seq_len=32)], chunk_tokens=256)
-    trainer = Trainer(model, opt, cur, loss_fn, save_path=str(path), log_every=4, save_interval_steps=3,
-                      learning_rate=SCHEDULE, num_params=n_params, peak_flops_per_device=1e12, **kw)
+    trainer = Trainer(
+        model,
+        opt,
+        cur,
+        loss_fn,
+        save_path=str(path),
+        log_every=4,
+        save_interval_steps=3,
+        learning_rate=SCHEDULE,
+        num_params=n_params,
+        peak_flops_per_device=1e12,
+        **kw,
+    )
     return trainer, trainer.run(stop_at_step=stop), n_params
 
 
 def jax_leaves(tree):
     import jax
+
     return jax.tree.leaves(tree)
 
 
 def test_logged_numbers_mean_what_the_docs_say(ds, tmp_path):
     rec = Recorder()
-    _, _, n_params = _run(ds, tmp_path, callbacks=[rec], eval_fn=lambda state: 1.5, eval_every=8,
-                          profile_steps=(2, 3))
+    _, _, n_params = _run(ds, tmp_path, callbacks=[rec], eval_fn=lambda state: 1.5, eval_every=8, profile_steps=(2, 3))
     m = {k: dict(v) for k, v in read_metrics(str(tmp_path)).items()}
     assert sorted(m["loss"]) == [4, 8, 12]  # windows end at multiples of log_every only
     for step, loss in m["loss"].items():

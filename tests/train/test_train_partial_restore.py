@@ -100,7 +100,9 @@ def test_a_model_that_removes_a_layer_reports_it_and_restores_the_optimizer_when
     new = One(nnx.Rngs(1))
     opt = nnx.Optimizer(new, optax.sgd(0.1), wrt=nnx.Param)
     with Checkpointer(tmp_path, new, opt) as ckpt:
-        with pytest.raises(ModelChangeError, match=r"the model changed \(2 arrays no longer in the model, e\.g\. 'model/l2/bias'\)"):
+        with pytest.raises(
+            ModelChangeError, match=r"the model changed \(2 arrays no longer in the model, e\.g\. 'model/l2/bias'\)"
+        ):
             ckpt.restore()
         ckpt.restore(partial=True)
         plan = ckpt.restore_plan
@@ -205,8 +207,16 @@ def test_the_trainer_continues_a_run_with_a_grown_model_only_when_asked(tmp_path
     run = str(tmp_path / "run")
 
     def trainer(model: nnx.Module, **kwargs) -> Trainer:
-        return Trainer(model=model, optimizer=nnx.Optimizer(model, optax.sgd(1e-3), wrt=nnx.Param),
-                       curriculum=curriculum, loss_fn=_mse, save_path=run, save_interval_steps=4, log_every=4, **kwargs)
+        return Trainer(
+            model=model,
+            optimizer=nnx.Optimizer(model, optax.sgd(1e-3), wrt=nnx.Param),
+            curriculum=curriculum,
+            loss_fn=_mse,
+            save_path=run,
+            save_interval_steps=4,
+            log_every=4,
+            **kwargs,
+        )
 
     trainer(PerPosition(nnx.Rngs(0))).run(stop_at_step=4)
     with pytest.raises(ModelChangeError, match="partial_restore=True"):

@@ -27,10 +27,14 @@ def data(tmp_path_factory):
 
 
 def _start(data, run_dir, mode):
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, WORKER, data, str(run_dir), mode], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen(
+        [sys.executable, WORKER, data, str(run_dir), mode],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for_steps(proc, n=3, timeout=120):

@@ -42,8 +42,9 @@ def test_resume_equals_uninterrupted(ds, tmp_path, stop):
     Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "full"), log_every=1, save_interval_steps=100).run()
     want = params_of(model)
     model, opt = make_model()
-    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "cut"), log_every=1,
-            save_interval_steps=100).run(stop_at_step=stop)
+    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "cut"), log_every=1, save_interval_steps=100).run(
+        stop_at_step=stop
+    )
     model, opt = make_model(seed=7)  # another init: only the checkpoint can make it equal
     Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "cut"), log_every=1, save_interval_steps=100).run()
     got = params_of(model)
@@ -87,8 +88,15 @@ def test_loss_forms_and_eval(ds, tmp_path):
     for form in (lambda m, b: loss_fn(m, b)[0], lambda m, b: {"loss": loss_fn(m, b)[0], "extra": 1.0}):
         Trainer(*make_model(), cur, form, log_every=2, save_interval_steps=100).run()
     evals = []
-    out = Trainer(*make_model(), cur, loss_fn, log_every=2, save_interval_steps=100, eval_every=2,
-                  eval_fn=lambda state: evals.append(state.step) or 1.25).run()
+    out = Trainer(
+        *make_model(),
+        cur,
+        loss_fn,
+        log_every=2,
+        save_interval_steps=100,
+        eval_every=2,
+        eval_fn=lambda state: evals.append(state.step) or 1.25,
+    ).run()
     assert evals == [2, 4] and out["eval_loss"] == 1.25
     with pytest.raises(TypeError, match="must include 'loss'"):
         unpack_loss({"nll": 1.0})
@@ -98,8 +106,11 @@ def test_changed_curriculum_is_refused_on_resume(ds, tmp_path):
     cur = make_curriculum(ds)
     Trainer(*make_model(), cur, loss_fn, save_path=str(tmp_path), save_interval_steps=100).run(stop_at_step=3)
     # phase 0 held the 3 batches already taken: changing it is refused (a later phase may change)
-    changed = Curriculum(ds, [Phase(steps=6, global_batch_size=2, seq_len=32), Phase(steps=6, global_batch_size=4, seq_len=64)],
-                         chunk_tokens=256)
+    changed = Curriculum(
+        ds,
+        [Phase(steps=6, global_batch_size=2, seq_len=32), Phase(steps=6, global_batch_size=4, seq_len=64)],
+        chunk_tokens=256,
+    )
     with pytest.raises(ValueError, match=r"phases\[0\]\.batch_size: 4 -> 2"):
         Trainer(*make_model(), changed, loss_fn, save_path=str(tmp_path)).run()
 
@@ -133,8 +144,13 @@ def test_with_partitioning_annotations_shard_parameters(tmp_path):
     import sys
 
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    out = subprocess.run([sys.executable, str(WORKERS / "sharded_model.py"), str(tmp_path / "data")],
-                         env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(WORKERS / "sharded_model.py"), str(tmp_path / "data")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["devices"] == 2
@@ -154,8 +170,19 @@ def test_a_finished_run_started_again_logs_its_last_evaluation_once(ds, tmp_path
     """Found in session 8: the rerun restores the last step, trains nothing and evaluates that
     step again; its metrics file then held the same eval row twice."""
     cur = Curriculum(ds, [Phase(steps=4, global_batch_size=2, seq_len=16)], chunk_tokens=256)
-    outs = [Trainer(*make_model(), cur, loss_fn, save_path=str(tmp_path), log_every=2, save_interval_steps=100,
-                    eval_every=100, eval_fn=lambda state: 1.25).run() for _ in range(2)]
+    outs = [
+        Trainer(
+            *make_model(),
+            cur,
+            loss_fn,
+            save_path=str(tmp_path),
+            log_every=2,
+            save_interval_steps=100,
+            eval_every=100,
+            eval_fn=lambda state: 1.25,
+        ).run()
+        for _ in range(2)
+    ]
     assert outs[0]["eval_loss"] == outs[1]["eval_loss"] == 1.25
     assert outs[1]["loss"] == outs[0]["loss"]  # the rerun returns what the run logged last, as run() promises
     rows = [r.split(",") for r in (tmp_path / "roxxel_metrics.csv").read_text().splitlines()]

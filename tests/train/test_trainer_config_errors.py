@@ -12,8 +12,11 @@ from support.lm import loss_fn, make_dataset, make_model
 
 @pytest.fixture(scope="module")
 def cur(tmp_path_factory):
-    return Curriculum(make_dataset(str(tmp_path_factory.mktemp("d") / "data")),
-                      [Phase(steps=2, global_batch_size=2, seq_len=16)], chunk_tokens=256)
+    return Curriculum(
+        make_dataset(str(tmp_path_factory.mktemp("d") / "data")),
+        [Phase(steps=2, global_batch_size=2, seq_len=16)],
+        chunk_tokens=256,
+    )
 
 
 @pytest.mark.parametrize("kwargs, kind", [({"log_every": 0}, ValueError), ({"watchdog": 5}, TypeError)])

@@ -17,11 +17,35 @@ WORKER = str(WORKERS / "train_worker.py")
 
 def run(n, devices, data, run_dir, log_dir, stop, params_out="-", init_seed=0, save_interval_steps=100):
     coordinator = f"127.0.0.1:{free_port()}"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    procs = [subprocess.Popen([sys.executable, WORKER, coordinator, str(i), str(n), data, run_dir, log_dir, str(stop),
-                               params_out, str(init_seed), str(save_interval_steps)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(n)]
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                WORKER,
+                coordinator,
+                str(i),
+                str(n),
+                data,
+                run_dir,
+                log_dir,
+                str(stop),
+                params_out,
+                str(init_seed),
+                str(save_interval_steps),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     for i, (p, (out, err)) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, f"process {i}:\n{out[-2000:]}\n{err[-4000:]}"
@@ -43,11 +67,23 @@ def test_two_processes_log_once_and_resume_as_one_with_another_checkpoint_cadenc
     assert "step 9/9" in outs[0][0] and ours(outs[1][0]) == []  # only process 0 printed
     assert sorted(os.listdir(tmp_path / "logs-0")) == ["roxxel_metrics.csv", "roxxel_system.log", "tensorboard"]
     assert not os.path.exists(tmp_path / "logs-1")  # process 1 created no log files
-    assert {n for n in os.listdir(tmp_path / "job" / "checkpoints") if n.isdigit()} == {"4", "8", "9"}  # every 4, the stop
+    assert {n for n in os.listdir(tmp_path / "job" / "checkpoints") if n.isdigit()} == {
+        "4",
+        "8",
+        "9",
+    }  # every 4, the stop
     # ... and one process resumes their checkpoint to the end, saving every 5 steps instead.
-    resumed = run(1, 2, data, str(tmp_path / "job"), str(tmp_path / "logs-resumed"), -1,
-                  str(tmp_path / "resumed.npz"), init_seed=9,  # another init: only the checkpoint can make it equal
-                  save_interval_steps=5)
+    resumed = run(
+        1,
+        2,
+        data,
+        str(tmp_path / "job"),
+        str(tmp_path / "logs-resumed"),
+        -1,
+        str(tmp_path / "resumed.npz"),
+        init_seed=9,  # another init: only the checkpoint can make it equal
+        save_interval_steps=5,
+    )
     # Both changes are allowed (no allow_changed_run) and logged (issue 18).
     system_log = (tmp_path / "logs-resumed-0" / "roxxel_system.log").read_text()
     said = system_log + resumed[0][0] + resumed[0][1]

@@ -61,7 +61,9 @@ def test_a_step_past_its_bound_is_named_once_with_process_step_and_activity():
     clock.now += 0.2
     message = wd.check()
     assert message is not None and wd.check() is None  # once
-    assert message.startswith("watchdog: process 3 made no progress for 20 s (bound 20 s) while running a step, after step 11")
+    assert message.startswith(
+        "watchdog: process 3 made no progress for 20 s (bound 20 s) while running a step, after step 11"
+    )
     assert f"exiting with {STALLED_EXIT_CODE}" in message
 
 
@@ -102,8 +104,9 @@ def test_a_trainer_left_at_the_default_reads_roxxel_watchdog(monkeypatch, tmp_pa
     from roxxel.train import Trainer
     from support.lm import loss_fn, make_model
 
-    cur = Curriculum(make_dataset(str(tmp_path / "d")), [Phase(steps=2, global_batch_size=2, seq_len=16)],
-                     chunk_tokens=256)
+    cur = Curriculum(
+        make_dataset(str(tmp_path / "d")), [Phase(steps=2, global_batch_size=2, seq_len=16)], chunk_tokens=256
+    )
     model, opt = make_model()
     monkeypatch.setenv("ROXXEL_WATCHDOG", "off")
     assert Trainer(model, opt, cur, loss_fn).watchdog_bounds is None
@@ -121,11 +124,32 @@ def _run_pair(tmp_path, stall_pid, stall_step):
     data = str(tmp_path / "data")
     make_dataset(data)
     coordinator = f"127.0.0.1:{free_port()}"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
-               PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    procs = [subprocess.Popen([sys.executable, str(WORKERS / "stall_worker.py"), coordinator, str(i), "2", data,
-                               str(tmp_path / "run"), str(stall_pid), str(stall_step)],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKERS / "stall_worker.py"),
+                coordinator,
+                str(i),
+                "2",
+                data,
+                str(tmp_path / "run"),
+                str(stall_pid),
+                str(stall_step),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     return procs, [p.communicate(timeout=400) for p in procs]
 
 

@@ -15,10 +15,17 @@ from roxxel.train.callbacks.throughput import Throughput
 __all__ = ["trainer_callbacks"]
 
 
-def trainer_callbacks(callbacks: Sequence[Callback], *, learning_rate: Callable[[int], Any] | float | None = None,
-                      flops_per_token: float | None = None, num_params: int | None = None,
-                      peak_flops_per_device: float | None = None, profile_steps: tuple[int, int] | None = None,
-                      save_path: str | None = None, log: Callable[[str], None] | None = None) -> list[Callback]:
+def trainer_callbacks(
+    callbacks: Sequence[Callback],
+    *,
+    learning_rate: Callable[[int], Any] | float | None = None,
+    flops_per_token: float | None = None,
+    num_params: int | None = None,
+    peak_flops_per_device: float | None = None,
+    profile_steps: tuple[int, int] | None = None,
+    save_path: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[Callback]:
     """The callbacks a Trainer runs: the built-in ones its arguments ask for, then ``callbacks``.
 
     A :class:`Throughput` is always among them (``tokens_per_sec`` is always logged): the one
@@ -33,8 +40,15 @@ def trainer_callbacks(callbacks: Sequence[Callback], *, learning_rate: Callable[
     """
     user = list(callbacks)
     builtin: list[Callback] = []
-    flops = {k: v for k, v in (("flops_per_token", flops_per_token), ("num_params", num_params),
-                               ("peak_flops_per_device", peak_flops_per_device)) if v is not None}
+    flops = {
+        k: v
+        for k, v in (
+            ("flops_per_token", flops_per_token),
+            ("num_params", num_params),
+            ("peak_flops_per_device", peak_flops_per_device),
+        )
+        if v is not None
+    }
     if not any(isinstance(cb, Throughput) for cb in user):
         builtin.append(Throughput(flops_per_token, num_params, peak_flops_per_device))
     elif flops:
@@ -54,5 +68,7 @@ def trainer_callbacks(callbacks: Sequence[Callback], *, learning_rate: Callable[
 
 
 def _given_twice(arguments: str, kind: type) -> ConfigValueError:
-    return ConfigValueError(f"Trainer: {arguments} and a {kind.__name__} in callbacks= both given; "
-                            f"configure the {kind.__name__} callback only")
+    return ConfigValueError(
+        f"Trainer: {arguments} and a {kind.__name__} in callbacks= both given; "
+        f"configure the {kind.__name__} callback only"
+    )

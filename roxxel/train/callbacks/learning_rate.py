@@ -27,8 +27,9 @@ class LearningRate(Callback):
 
     def __init__(self, schedule: Callable[[int], Any] | float) -> None:
         if not callable(schedule) and not _is_number(schedule):
-            raise ConfigTypeError(f"learning_rate must be an optax schedule (step -> rate) or a number, "
-                                  f"got {type(schedule).__name__}")
+            raise ConfigTypeError(
+                f"learning_rate must be an optax schedule (step -> rate) or a number, got {type(schedule).__name__}"
+            )
         self.schedule = schedule
 
     def window_metrics(self, step: int, window: Window) -> Mapping[str, float]:

@@ -20,9 +20,17 @@ __all__ = ["PEAK_FLOPS_PER_DEVICE", "Throughput", "peak_flops"]
 # Peak dense bf16 FLOP/s per device, from the vendors' datasheets; matched on the start
 # of ``device.device_kind``. Pass ``peak_flops_per_device`` for anything else.
 PEAK_FLOPS_PER_DEVICE = {
-    "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v5": 459e12,
-    "TPU v6 lite": 918e12, "TPU v6e": 918e12, "NVIDIA H100": 989e12, "NVIDIA H200": 989e12,
-    "NVIDIA A100": 312e12, "NVIDIA B200": 2250e12,
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "TPU v5": 459e12,
+    "TPU v6 lite": 918e12,
+    "TPU v6e": 918e12,
+    "NVIDIA H100": 989e12,
+    "NVIDIA H200": 989e12,
+    "NVIDIA A100": 312e12,
+    "NVIDIA B200": 2250e12,
 }
 
 
@@ -56,8 +64,12 @@ class Throughput(Callback):
         ValueError: a FLOP count or peak that is not a positive number.
     """
 
-    def __init__(self, flops_per_token: float | None = None, num_params: int | None = None,
-                 peak_flops_per_device: float | None = None) -> None:
+    def __init__(
+        self,
+        flops_per_token: float | None = None,
+        num_params: int | None = None,
+        peak_flops_per_device: float | None = None,
+    ) -> None:
         if flops_per_token is None and num_params is not None:
             flops_per_token = 6.0 * _positive("num_params", num_params)
         self.flops_per_token = None if flops_per_token is None else _positive("flops_per_token", flops_per_token)
@@ -71,8 +83,11 @@ class Throughput(Callback):
             return {}
         rate = window.tokens / max(window.seconds, 1e-9)
         per_device = rate / jax.device_count()
-        metrics = {"tokens_per_sec": rate, "tokens_per_sec_per_device": per_device,
-                   "step_time_s": window.seconds / window.steps}
+        metrics = {
+            "tokens_per_sec": rate,
+            "tokens_per_sec_per_device": per_device,
+            "step_time_s": window.seconds / window.steps,
+        }
         if self.flops_per_token is not None:
             flops = per_device * self.flops_per_token
             metrics["model_tflops_per_device"] = flops / 1e12

@@ -41,9 +41,11 @@ def untested_versions() -> list[str]:
         except importlib.metadata.PackageNotFoundError:
             continue
         if not _release(low) <= _release(installed) < _release(high):
-            lines.append(f"{name} {installed} is installed, but Roxxel's checkpointer uses private parts of it "
-                         f"tested on >={low},<{high} (roxxel/train/checkpoint/_orbax.py): preemption and "
-                         f"failed-save handling may not work; install a version in that range")
+            lines.append(
+                f"{name} {installed} is installed, but Roxxel's checkpointer uses private parts of it "
+                f"tested on >={low},<{high} (roxxel/train/checkpoint/_orbax.py): preemption and "
+                f"failed-save handling may not work; install a version in that range"
+            )
     return lines
 
 

@@ -62,7 +62,9 @@ def _model_state(model: nnx.Module | None, optimizer: nnx.Optimizer | None, stat
 
 
 def _check_options(max_to_keep: Any, save_interval_steps: Any, timeout: Any, best_mode: Any, best_metric: Any) -> None:
-    if max_to_keep is not None and (isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1):
+    if max_to_keep is not None and (
+        isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1
+    ):
         raise ValueError(f"max_to_keep must be an int >= 1 or None, got {max_to_keep!r}")
     if isinstance(save_interval_steps, bool) or not isinstance(save_interval_steps, int) or save_interval_steps < 1:
         raise ValueError(f"save_interval_steps must be an int >= 1, got {save_interval_steps!r}")
@@ -173,10 +175,16 @@ class Checkpointer:
         under other ones is allowed and :meth:`changed_settings` lists what changed."""
 
         self._preemption = PreemptionSync()
-        self._manager = open_manager(self.directory, max_to_keep=max_to_keep, keep_best=keep_best,
-                                     best_metric=best_metric, best_mode=best_mode,
-                                     save_interval_steps=save_interval_steps, timeout=timeout,
-                                     preemption=self._preemption)
+        self._manager = open_manager(
+            self.directory,
+            max_to_keep=max_to_keep,
+            keep_best=keep_best,
+            best_metric=best_metric,
+            best_mode=best_mode,
+            save_interval_steps=save_interval_steps,
+            timeout=timeout,
+            preemption=self._preemption,
+        )
         self.run_name = run_name
         self._claim_directory()
         lifecycle.open_checkpointers.add(self)
@@ -298,9 +306,12 @@ class Checkpointer:
         if step in self._pending.saved_steps:
             log.debug("step %d is already saved; not saving it again", step)
         else:  # an earlier run's (after restore(step=N) of an older step): this state would be lost unsaid
-            log.warning("step %d is already saved in %s by an earlier run and is never overwritten: this state "
-                        "is not saved, and restore() will take that step; delete it first to keep this one",
-                        step, self.directory)
+            log.warning(
+                "step %d is already saved in %s by an earlier run and is never overwritten: this state "
+                "is not saved, and restore() will take that step; delete it first to keep this one",
+                step,
+                self.directory,
+            )
         return True
 
     def _start_save(self, step: int, metrics: dict[str, Any], tokens_consumed: int | None, preempted: bool) -> bool:
@@ -384,15 +395,19 @@ class Checkpointer:
             if self.restore_from is not None:
                 source, directory = self._branch_source(), self.restore_from
             elif given:
-                log.warning("%s=%s is set (the job spec's restore_from) but this Checkpointer was given no "
-                            "restore_from: it starts from scratch. Pass restore_from=roxxel.run.run_info().restore_from",
-                            ENV_RESTORE_FROM, given)
+                log.warning(
+                    "%s=%s is set (the job spec's restore_from) but this Checkpointer was given no "
+                    "restore_from: it starts from scratch. Pass restore_from=roxxel.run.run_info().restore_from",
+                    ENV_RESTORE_FROM,
+                    given,
+                )
         try:
             if source is not self._manager and not list(source.all_steps()):
                 raise ConfigValueError(
                     f"restore_from {os.fspath(directory)!r} holds no complete checkpoint (missing, empty, or only "
                     f"unfinished steps), so this run would start from scratch instead of branching; give the other "
-                    f"run's checkpoint_dir, or leave restore_from out to start afresh")
+                    f"run's checkpoint_dir, or leave restore_from out to start afresh"
+                )
             return self._restore_from(source, directory, step, partial)
         finally:
             if source is not self._manager:
@@ -403,8 +418,9 @@ class Checkpointer:
         assert self.restore_from is not None  # restore() asks only when there is one
         return open_branch_source(self.restore_from)
 
-    def _restore_from(self, source: ocp.CheckpointManager, directory: epath.Path, step: int | None,
-                      partial: bool) -> int:
+    def _restore_from(
+        self, source: ocp.CheckpointManager, directory: epath.Path, step: int | None, partial: bool
+    ) -> int:
         steps = source.all_steps()
         chosen = self._pick_step(steps, directory, step)
         if chosen is None:
@@ -451,8 +467,9 @@ class Checkpointer:
         self.restored_from = directory
         self.restore_plan = plan
         if not plan.unchanged:
-            log.warning("restored step %d from %s into a changed model (partial=True): %s",
-                        step, directory, plan.summary())
+            log.warning(
+                "restored step %d from %s into a changed model (partial=True): %s", step, directory, plan.summary()
+            )
         log.info(
             "restored step %d from %s%s (saved at %s; tokens_consumed=%s, metrics=%s)",
             step,
@@ -475,24 +492,34 @@ class Checkpointer:
     def _check_fingerprint(self, directory: epath.Path, step: int, saved: Any, process_count: Any = None) -> None:
         self.run_changes = []
         if process_count is not None and process_count != jax.process_count():
-            log.info("step %d was saved by %s; resuming on %d", step, count(process_count, "process"), jax.process_count())
+            log.info(
+                "step %d was saved by %s; resuming on %d", step, count(process_count, "process"), jax.process_count()
+            )
         if self.fingerprint is None:
             log.info("no fingerprint given: not checking that step %d belongs to this run", step)
             return
         if saved is None:
-            log.warning("checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, directory)
+            log.warning(
+                "checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, directory
+            )
             return
         allowed, changes, hint = compare_runs(saved, self.fingerprint, step)
         self.run_changes = allowed
         if allowed:
-            log.warning("resuming step %d of %s with changes that leave the batches before it as they were:\n%s",
-                        step, directory, indented(allowed))
+            log.warning(
+                "resuming step %d of %s with changes that leave the batches before it as they were:\n%s",
+                step,
+                directory,
+                indented(allowed),
+            )
         if not changes:
             return
         shown = indented(changes)
         if self.allow_changed_run:
             self.run_changes += changes
-            log.warning("resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, directory, shown)
+            log.warning(
+                "resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, directory, shown
+            )
             return
         raise RunMismatchError(
             f"the checkpoint of step {step} in {directory} was saved by a different run "
@@ -553,8 +580,13 @@ class Checkpointer:
             self.save(step, metrics_dict, tokens_consumed=tokens_consumed, force=True)
         self.wait_until_finished()
         took = time.monotonic() - (self._preemption.agreed_at or time.monotonic())
-        log.warning("preempted: checkpoint of step %d is complete in %s, %.1f s after the agreed step; exiting with %d",
-                    step, self.directory, took, PREEMPTED_EXIT_CODE)
+        log.warning(
+            "preempted: checkpoint of step %d is complete in %s, %.1f s after the agreed step; exiting with %d",
+            step,
+            self.directory,
+            took,
+            PREEMPTED_EXIT_CODE,
+        )
         if jax.process_index() == 0:
             state_bytes = int(sum(leaf.nbytes for leaf in jax.tree.leaves(nnx.to_pure_dict(self._state.nnx_state()))))
             record_preemption(self.directory, step, took, state_bytes)
@@ -605,8 +637,10 @@ class Checkpointer:
     def _release_storage(self, deadline: float, error: BaseException | None) -> BaseException | None:
         """Remove half-written steps and close Orbax's manager, on object storage within
         ``deadline``; returns ``error``, else the first failure as a :class:`CheckpointSaveError`."""
-        releases = (("removing half-written steps", self._await_tmp_cleanup),
-                    ("closing Orbax's checkpoint manager", self._manager.close))
+        releases = (
+            ("removing half-written steps", self._await_tmp_cleanup),
+            ("closing Orbax's checkpoint manager", self._manager.close),
+        )
         for what, release in releases:
             try:
                 if os.fspath(self.directory).startswith("gs://"):

@@ -34,7 +34,10 @@ def damaged_metrics(directory: epath.Path) -> CheckpointRestoreError | None:
             return CheckpointRestoreError(
                 f"{path}: the metrics of step {step} are damaged, and Orbax cannot open {directory} with them; "
                 f"they only rank the steps for keep_best: remove {path.parent} (step {step} stays restorable) or "
-                "restore the file", step=step, earlier_steps=[s for s in steps if s < step])
+                "restore the file",
+                step=step,
+                earlier_steps=[s for s in steps if s < step],
+            )
     return None
 
 
@@ -82,10 +85,14 @@ def resolve_branch_source(directory: epath.Path, restore_from: str | os.PathLike
     mine, other = os.fspath(directory), os.fspath(source)
     overlap = branch_overlap(mine, other)
     if overlap == "same":
-        raise ConfigValueError(f"restore_from {other!r} is this run's own checkpoint directory; give the other "
-                               "run's directory, or leave restore_from out to resume")
+        raise ConfigValueError(
+            f"restore_from {other!r} is this run's own checkpoint directory; give the other "
+            "run's directory, or leave restore_from out to resume"
+        )
     if overlap == "nested":
-        raise ConfigValueError(f"restore_from {other!r} and the checkpoint directory {mine!r} are nested: the "
-                               "branch would write inside the other run's directory (or read its own); give "
-                               "them separate directories")
+        raise ConfigValueError(
+            f"restore_from {other!r} and the checkpoint directory {mine!r} are nested: the "
+            "branch would write inside the other run's directory (or read its own); give "
+            "them separate directories"
+        )
     return source

@@ -55,14 +55,20 @@ class ModelChangeError(CheckpointRestoreError, ConfigurationError):
         current: its ``(shape, dtype)`` in the live model, ``None`` when the model lacks it.
     """
 
-    def __init__(self, message: str, *, step: int, earlier_steps: list[int], array: str,
-                 saved: tuple[tuple[int, ...], str] | None,
-                 current: tuple[tuple[int, ...], str] | None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: int,
+        earlier_steps: list[int],
+        array: str,
+        saved: tuple[tuple[int, ...], str] | None,
+        current: tuple[tuple[int, ...], str] | None,
+    ) -> None:
         super().__init__(message, step=step, earlier_steps=earlier_steps)
         self.array = array
         self.saved = saved
         self.current = current
-
 
 
 class RunMismatchError(ConfigurationError, ValueError):
@@ -102,7 +108,6 @@ class Preempted(SystemExit):
 
     def __str__(self) -> str:
         return f"preempted: checkpoint of step {self.step} is complete; exit code {PREEMPTED_EXIT_CODE}"
-
 
 
 def one_line(err: BaseException, width: int = 300) -> str:

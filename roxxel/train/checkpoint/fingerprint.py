@@ -15,7 +15,9 @@ MAX_CHANGES_SHOWN = 25
 
 def is_curriculum(fingerprint: Any) -> bool:
     """Whether a fingerprint is a ``Curriculum.describe()`` (whose changes can be classified)."""
-    return isinstance(fingerprint, Mapping) and isinstance(fingerprint.get("phases"), list) and "datasets" in fingerprint
+    return (
+        isinstance(fingerprint, Mapping) and isinstance(fingerprint.get("phases"), list) and "datasets" in fingerprint
+    )
 
 
 def indented(lines: list[str]) -> str:
@@ -24,6 +26,7 @@ def indented(lines: list[str]) -> str:
     if len(lines) > MAX_CHANGES_SHOWN:
         text += f"\n  ... and {len(lines) - MAX_CHANGES_SHOWN} more"
     return text
+
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -87,17 +90,23 @@ def compare_runs(saved: Any, current: Any, step: int) -> tuple[list[str], list[s
     hint = ""
     if is_curriculum(saved) and is_curriculum(current):
         allowed, refused = classify_changes(saved, current, step, describe_changes)
-        hint = (f" for the batches before step {step} (lengthening the phase that holds it, "
-                "or changing later phases, is allowed)")
+        hint = (
+            f" for the batches before step {step} (lengthening the phase that holds it, "
+            "or changing later phases, is allowed)"
+        )
     else:
         allowed, refused = [], describe_changes(saved, current)
     if any(line.startswith("batch_rows:") for line in refused):
         saved_rows = saved.get("batch_rows", RECORD_DEFAULTS["batch_rows"])
-        hint += (f"; the run took {saved_rows} rows (runs saved before batch_rows existed did): pass "
-                 f"Curriculum(..., batch_rows={saved_rows!r}) to resume it")
+        hint += (
+            f"; the run took {saved_rows} rows (runs saved before batch_rows existed did): pass "
+            f"Curriculum(..., batch_rows={saved_rows!r}) to resume it"
+        )
     elif any(line.startswith("data_order_version:") for line in refused):
-        hint += ("; this version of roxxel puts the data in another order than the one that saved it: resume "
-                 "with that version, or start a new run in another checkpoint directory")
+        hint += (
+            "; this version of roxxel puts the data in another order than the one that saved it: resume "
+            "with that version, or start a new run in another checkpoint directory"
+        )
     return list(allowed), list(refused), hint
 
 

@@ -50,7 +50,7 @@ def _bounded() -> dict[str, Any]:
 
 def split_gs(directory: str) -> tuple[str, str]:
     """``gs://bucket/prefix`` -> (``bucket``, ``prefix/.roxxel-writer.lease``)."""
-    bucket, _, prefix = directory[len("gs://"):].partition("/")
+    bucket, _, prefix = directory[len("gs://") :].partition("/")
     prefix = prefix.strip("/")
     return bucket, f"{prefix}/{LEASE_OBJECT}" if prefix else LEASE_OBJECT
 
@@ -74,8 +74,13 @@ class GcsLease:
         self._thread.start()
 
     @classmethod
-    def take(cls, directory: str, holder: dict[str, Any], ttl_s: float = DEFAULT_TTL_S,
-             sleep: Callable[[float], None] = time.sleep) -> GcsLease | str:
+    def take(
+        cls,
+        directory: str,
+        holder: dict[str, Any],
+        ttl_s: float = DEFAULT_TTL_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> GcsLease | str:
         """Take the lease of ``directory`` (``gs://bucket/prefix``): the lease, or a line
         naming the live holder. Waits up to ``ttl_s`` (plus one poll) when a lease exists,
         to tell a crashed holder's (taken over) from a live one's (refused).
@@ -106,12 +111,22 @@ class GcsLease:
             if seen is None or seen[0] != generation:
                 if seen is not None:  # renewed while we watched: its writer is alive
                     return _describe(text)
-                log.info("gs://%s/%s: a writer lease exists (%s); waiting up to %.0f s to see whether its holder "
-                         "renews it", bucket_name, name, _describe(text), ttl_s)
+                log.info(
+                    "gs://%s/%s: a writer lease exists (%s); waiting up to %.0f s to see whether its holder renews it",
+                    bucket_name,
+                    name,
+                    _describe(text),
+                    ttl_s,
+                )
                 seen = (generation, now)
             elif now - seen[1] >= ttl_s:
-                log.warning("gs://%s/%s: taking over the stale writer lease of %s (not renewed for %.0f s)",
-                            bucket_name, name, _describe(text), now - seen[1])
+                log.warning(
+                    "gs://%s/%s: taking over the stale writer lease of %s (not renewed for %.0f s)",
+                    bucket_name,
+                    name,
+                    _describe(text),
+                    now - seen[1],
+                )
                 try:
                     blob.delete(if_generation_match=generation, **_bounded())
                 except (exceptions.NotFound, exceptions.PreconditionFailed):
@@ -129,17 +144,21 @@ class GcsLease:
         from google.api_core import exceptions
 
         try:
-            self._blob.upload_from_string(self._body, content_type="application/json",
-                                          if_generation_match=self._generation, **_bounded())
+            self._blob.upload_from_string(
+                self._body, content_type="application/json", if_generation_match=self._generation, **_bounded()
+            )
             self._generation = int(self._blob.generation)
         except (exceptions.NotFound, exceptions.PreconditionFailed):
-            self.lost = (f"the writer lease {self._blob.name} was taken over or removed by another writer "
-                         "(this process could not renew it in time)")
+            self.lost = (
+                f"the writer lease {self._blob.name} was taken over or removed by another writer "
+                "(this process could not renew it in time)"
+            )
             log.error("%s: stop this run; its saves are refused", self.lost)
             return False
         except Exception as err:  # a transient store error: the next renewal may succeed
-            log.warning("renewing the writer lease %s failed (%s); retrying in %.0f s",
-                        self._blob.name, err, self._ttl_s / 3)
+            log.warning(
+                "renewing the writer lease %s failed (%s); retrying in %.0f s", self._blob.name, err, self._ttl_s / 3
+            )
         return True
 
     def release(self, remove: bool = True) -> None:
@@ -156,8 +175,12 @@ class GcsLease:
         except (exceptions.NotFound, exceptions.PreconditionFailed):
             pass
         except Exception as err:  # left behind, it goes stale and is taken over after its ttl
-            log.warning("could not remove the writer lease %s (%s); the next writer takes it over after %.0f s",
-                        self._blob.name, err, self._ttl_s)
+            log.warning(
+                "could not remove the writer lease %s (%s); the next writer takes it over after %.0f s",
+                self._blob.name,
+                err,
+                self._ttl_s,
+            )
 
 
 def _describe(text: str) -> str:

@@ -27,9 +27,7 @@ class _OrbaxTracebacks(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and record.levelno >= logging.ERROR and "orbax" in record.pathname:
-            logging.getLogger(ORBAX_DETAILS_LOGGER).debug(
-                "%s", record.getMessage(), exc_info=record.exc_info
-            )
+            logging.getLogger(ORBAX_DETAILS_LOGGER).debug("%s", record.getMessage(), exc_info=record.exc_info)
             return False
         return True
 
@@ -94,7 +92,6 @@ def call_with_deadline(release: Any, deadline: float, what: str) -> None:
         raise errors[0]
 
 
-
 WRITER_GRACE_S = 30.0
 """Seconds ``close()`` waits, after a failed save, for the storage threads still writing it."""
 
@@ -103,9 +100,14 @@ def writers_alive(deadline: float) -> list[threading.Thread]:
     """Wait until no non-daemon thread but this one and the main thread runs (Orbax's writers
     are such threads), or ``deadline`` (``time.monotonic()``) passes; the ones still alive."""
     while True:
-        alive = [t for t in threading.enumerate()
-                 if t.is_alive() and not t.daemon and t is not threading.current_thread()
-                 and t is not threading.main_thread()]
+        alive = [
+            t
+            for t in threading.enumerate()
+            if t.is_alive()
+            and not t.daemon
+            and t is not threading.current_thread()
+            and t is not threading.main_thread()
+        ]
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)
@@ -136,8 +138,9 @@ def _close_at_exit() -> None:
         if not alive:
             return
         # The process would wait for them for minutes; it ends now, non-zero, since a save failed.
-        sys.stderr.write(f"roxxel: exiting with status 1: a checkpoint save failed and {len(alive)} "
-                         "storage threads still retry it\n")
+        sys.stderr.write(
+            f"roxxel: exiting with status 1: a checkpoint save failed and {len(alive)} storage threads still retry it\n"
+        )
     else:
         sys.stderr.write(f"roxxel: {type(failed).__name__}: {failed}\n")
     sys.stderr.flush()

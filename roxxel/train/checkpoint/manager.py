@@ -51,8 +51,17 @@ class _Manager(ocp.CheckpointManager):
         return self._roxxel_preemption.agreed(step)
 
 
-def open_manager(directory: epath.Path, *, max_to_keep: int | None, keep_best: bool, best_metric: str, best_mode: str,
-                 save_interval_steps: int, timeout: float, preemption: PreemptionSync) -> ocp.CheckpointManager:
+def open_manager(
+    directory: epath.Path,
+    *,
+    max_to_keep: int | None,
+    keep_best: bool,
+    best_metric: str,
+    best_mode: str,
+    save_interval_steps: int,
+    timeout: float,
+    preemption: PreemptionSync,
+) -> ocp.CheckpointManager:
     """The asynchronous manager of ``directory`` (created if missing; half-written steps removed).
 
     Raises:

@@ -53,8 +53,10 @@ def read_owner(directory: epath.Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as err:
-        raise CheckpointOwnerError(f"{path}: cannot read the checkpoint directory's owner record ({err}); "
-                                   "restore it, or remove it if this directory belongs to this run") from err
+        raise CheckpointOwnerError(
+            f"{path}: cannot read the checkpoint directory's owner record ({err}); "
+            "restore it, or remove it if this directory belongs to this run"
+        ) from err
     return record if isinstance(record, dict) else None
 
 
@@ -72,7 +74,8 @@ def check_owner(directory: epath.Path, run_name: str | None) -> None:
         f"not to this run {run_name!r}: restoring it would continue that run's training and this run's saves would "
         f"replace its steps. Give this run a checkpoint directory of its own (with roxxel-launch: --set "
         f"checkpoint_dir=... together with --set name={run_name}), and to start from that run's weights, give "
-        f"restore_from={directory} (Checkpointer(restore_from=...), the spec's restore_from): read, never written")
+        f"restore_from={directory} (Checkpointer(restore_from=...), the spec's restore_from): read, never written"
+    )
 
 
 def record_owner(directory: epath.Path, run_name: str | None) -> None:
@@ -104,8 +107,10 @@ _held_lock = threading.Lock()
 
 
 def _holder_line(run_name: str | None) -> str:
-    return (f"run {run_name!r}, host {socket.gethostname()}, pid {os.getpid()}, since "
-            f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
+    return (
+        f"run {run_name!r}, host {socket.gethostname()}, pid {os.getpid()}, since "
+        f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}"
+    )
 
 
 def acquire_writer_lock(directory: epath.Path, run_name: str | None) -> str | None:
@@ -137,8 +142,9 @@ def _take_lease(key: str, run_name: str | None) -> Any:
     try:
         return GcsLease.take(key, {"holder": _holder_line(run_name)}, ttl_s=ttl)
     except Exception as err:  # the store itself failing: the saves will say so; the lease is only a guard
-        log.warning("no writer lease on %s (%s: %s): another trainer on it would not be noticed",
-                    key, type(err).__name__, err)
+        log.warning(
+            "no writer lease on %s (%s: %s): another trainer on it would not be noticed", key, type(err).__name__, err
+        )
         return None
 
 
@@ -212,7 +218,8 @@ def check_agreement(directory: epath.Path, run_name: str | None, lock_holder: st
         raise CheckpointOwnerError(
             f"the processes of this run name different checkpoint directories or run names: process(es) "
             f"{', '.join(map(str, differing))} differ from process 0 (this is process {jax.process_index()}: {directory}, "
-            f"run {run_name!r}); give every process the same ROXXEL_CHECKPOINT_DIR and ROXXEL_RUN_NAME")
+            f"run {run_name!r}); give every process the same ROXXEL_CHECKPOINT_DIR and ROXXEL_RUN_NAME"
+        )
     if everyone[0, 32]:
         raise _held_elsewhere(directory, lock_holder or "another process (named in process 0's log)")
 
@@ -220,4 +227,5 @@ def check_agreement(directory: epath.Path, run_name: str | None, lock_holder: st
 def _held_elsewhere(directory: epath.Path, holder: str) -> CheckpointOwnerError:
     return CheckpointOwnerError(
         f"checkpoint directory {directory} is being written by another trainer ({holder}); two trainers on one "
-        "directory overwrite each other's steps: stop that one, or give this run another checkpoint directory")
+        "directory overwrite each other's steps: stop that one, or give this run another checkpoint directory"
+    )

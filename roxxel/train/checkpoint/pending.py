@@ -95,8 +95,12 @@ class PendingSave:
         alive = lifecycle.writers_alive(min(deadline, time.monotonic() + lifecycle.WRITER_GRACE_S))
         if alive or jax.process_index() != 0 or os.fspath(self._directory).startswith("gs://"):
             if alive:
-                log.warning("%d storage threads still write to %s after the failed save; its half-written steps "
-                            "are left for the next checkpointer to remove", len(alive), self._directory)
+                log.warning(
+                    "%d storage threads still write to %s after the failed save; its half-written steps "
+                    "are left for the next checkpointer to remove",
+                    len(alive),
+                    self._directory,
+                )
             return
         complete = set(self._manager.all_steps())
         for step in sorted(self.saved_steps - complete):

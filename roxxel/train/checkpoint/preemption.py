@@ -91,7 +91,9 @@ class PreemptionSync:
         """
         if distributed():
             if not _orbax.preemption_service_available():
-                self._warn_once("JAX's preemption service is disabled (jax_enable_preemption_service): SIGTERM is not detected")
+                self._warn_once(
+                    "JAX's preemption service is disabled (jax_enable_preemption_service): SIGTERM is not detected"
+                )
             return self._agreed_by_jax(step)
         self._install_handler()
         if self.agreed_step is not None:
@@ -140,7 +142,10 @@ class PreemptionSync:
         """Give SIGTERM back the handler it had before the first check."""
         if not self._handler_installed:
             return
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == self._on_sigterm
+        ):
             signal.signal(signal.SIGTERM, self._previous_handler)
         self._handler_installed = False
 
@@ -168,9 +173,13 @@ def record_preemption(directory: epath.Path, step: int, took: float, state_bytes
     a temporary name, then renamed): the step, the seconds its save took after the agreed step
     and the state's bytes, what the next ``validate`` compares the grace period with. Never
     fails the exit (a failure is logged)."""
-    record = {"step": step, "save_s": round(took, 3), "process_count": jax.process_count(),
-              "state_bytes": state_bytes,
-              "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    record = {
+        "step": step,
+        "save_s": round(took, 3),
+        "process_count": jax.process_count(),
+        "state_bytes": state_bytes,
+        "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
     text, path = json.dumps(record) + "\n", directory / PREEMPTION_FILE
     try:
         if os.fspath(directory).startswith("gs://"):

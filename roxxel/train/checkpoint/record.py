@@ -34,7 +34,9 @@ def _json_scalar(value: Any, name: str) -> Any:
     if isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.size(value) == 1:
         item = np.asarray(value).reshape(()).item()
         return item if isinstance(item, (bool, int, float)) else float(item)
-    raise TypeError(f"metric {name!r} must be a number, a one-element array, a str, a bool or None; got {type(value).__name__}")
+    raise TypeError(
+        f"metric {name!r} must be a number, a one-element array, a str, a bool or None; got {type(value).__name__}"
+    )
 
 
 def json_metrics(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -63,8 +65,9 @@ def check_tokens(tokens_consumed: Any) -> int | None:
     return int(tokens_consumed)
 
 
-def run_record(step: int, tokens_consumed: int | None, metrics: dict[str, Any], fingerprint: Any,
-               settings: Mapping[str, Any]) -> dict[str, Any]:
+def run_record(
+    step: int, tokens_consumed: int | None, metrics: dict[str, Any], fingerprint: Any, settings: Mapping[str, Any]
+) -> dict[str, Any]:
     """The ``run`` item of ``step`` before its arrays are known (:func:`seal` adds them)."""
     return {
         "format": RUN_FORMAT,

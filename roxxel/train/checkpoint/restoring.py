@@ -101,29 +101,45 @@ def plan(directory: epath.Path, step: int, earlier: list[int], target: Any, part
             f"cannot restore {where}: array {path!r} is {_fmt(saved)} in the checkpoint but {_fmt(current)} "
             f"in the model{more}; nothing was loaded. Give the model the saved shape, or rename the "
             "changed layer so that it starts from its initial values with restore(partial=True)",
-            step=step, earlier_steps=earlier, array=path, saved=saved, current=current,
+            step=step,
+            earlier_steps=earlier,
+            array=path,
+            saved=saved,
+            current=current,
         )
     if not restore_plan.unchanged and not partial:
         first = (restore_plan.new or restore_plan.dropped)[0]
-        changes = [f"{count(len(names), 'array')} {what}, e.g. {names[0]!r}"
-                   for names, what in ((restore_plan.new, "new"), (restore_plan.dropped, "no longer in the model")) if names]
+        changes = [
+            f"{count(len(names), 'array')} {what}, e.g. {names[0]!r}"
+            for names, what in ((restore_plan.new, "new"), (restore_plan.dropped, "no longer in the model"))
+            if names
+        ]
         raise ModelChangeError(
             f"cannot restore {where}: the model changed ({'; '.join(changes)}); nothing was loaded. To restore the arrays in both and keep "
             "initial values for the new ones, pass partial=True (Trainer(partial_restore=True))",
-            step=step, earlier_steps=earlier, array=first,
-            saved=saved_layout.get(first), current=current_layout.get(first),
+            step=step,
+            earlier_steps=earlier,
+            array=first,
+            saved=saved_layout.get(first),
+            current=current_layout.get(first),
         )
     return restore_plan
 
 
-def read_state(source: ocp.CheckpointManager, directory: epath.Path, step: int, earlier: list[int], target: Any,
-               restore_plan: RestorePlan) -> Any:
+def read_state(
+    source: ocp.CheckpointManager,
+    directory: epath.Path,
+    step: int,
+    earlier: list[int],
+    target: Any,
+    restore_plan: RestorePlan,
+) -> Any:
     """The arrays of ``step`` the plan restores, as the pure dict of ``target``'s (abstract) leaves."""
     with restore_errors(directory, step, earlier, "its arrays"):
         if restore_plan.unchanged and restore_plan.restored == restore_plan.saved:
-            return source.restore(
-                step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)})
-            )[STATE_ITEM]
+            return source.restore(step, args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardRestore(target)}))[
+                STATE_ITEM
+            ]
         return _read_partially(directory, step, subset(target, restore_plan.restored))
 
 
