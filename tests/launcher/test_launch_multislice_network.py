@@ -60,3 +60,22 @@ def test_nothing_is_said_where_the_network_is_settled(caplog, fields):
     with caplog.at_level(logging.INFO, "roxxel_launch"):
         check_multislice_network(VersionOnly("v1.34.1-gke.100"), spec)
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize("git_version,warned", [("v1.33.5-gke.1080000", True), ("v1.32.4-gke.1000", False)])
+def test_submit_to_a_simulated_gke_cluster_says_it_once(tmp_path, monkeypatch, caplog, git_version, warned):
+    """Through the simulated API server (tests/support/k8s_sim), whose /version answers as a GKE
+    cluster's: the submit goes through, with the line or without it."""
+    from roxxel_launch.backends.kubernetes import backend as K
+    from support.fake_clock import FakeClock, fast_retry
+    from support.k8s_fake_server import FakeKubernetes, use_cluster
+
+    with FakeKubernetes(namespace="ml") as server:
+        use_cluster(server, tmp_path, monkeypatch, fast_retry(FakeClock()))
+        server._real.git_version = git_version
+        spec = job_spec(namespace="ml", accelerator=TPU_V5P, num_slices=2, data=GCSFUSE, checkpoint_dir="gs://ckpt/lm")
+        with caplog.at_level(logging.INFO, "roxxel_launch"), K.KubernetesBackend(retry=fast_retry(FakeClock())) as b:
+            b.submit(spec)
+        assert server.get("jobsets", "lm") is not None
+    lines = [r.getMessage() for r in caplog.records if "set host_network: true" in r.getMessage()]
+    assert len(lines) == (1 if warned else 0), lines

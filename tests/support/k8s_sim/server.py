@@ -263,6 +263,9 @@ class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Ev
             # The official client asks for "/apis/" (ApisApi), kubectl for "/apis".
             path = "/apis" if request.path == "/apis/" else request.path
             answer = k8s_discovery.answer(path, f"{host}:{port}")
+            if path.rstrip("/") == "/version" and self._real.git_version is not None:
+                # A managed cluster's build, e.g. GKE's "v1.33.5-gke.1080000" (its API server's /version).
+                answer = 200, {**k8s_discovery.version(), "gitVersion": self._real.git_version}
             if answer is not None and path == "/apis" and self._real.local_queues is not None:
                 answer[1]["groups"].append(k8s_discovery.api_group(
                     "kueue.x-k8s.io", self._real.kueue_versions))
@@ -282,6 +285,7 @@ class SimState:
     port-forward, and the controllers' counts (``FakeKubernetes._real``, made on first use)."""
 
     def __init__(self):
+        self.git_version: str | None = None  # /version's gitVersion (None: the plain Kubernetes release)
         self.ports: dict[tuple[str, int], tuple[str, int]] = {}  # serve_port
         self.exec_runner = None  # on_exec
         self.execs: list[tuple[str, str, list[str]]] = []
