@@ -14,7 +14,7 @@ import pytest
 from support.paths import REPO
 
 SOURCES = sorted([*(REPO / "roxxel").rglob("*.py"), *(REPO / "launcher" / "roxxel_launch").rglob("*.py")])
-CLI_MODULES = {REPO / "roxxel" / "cli.py", REPO / "launcher" / "roxxel_launch" / "cli.py"}
+CLI_MODULES = {REPO / "roxxel" / "cli.py", *(REPO / "launcher" / "roxxel_launch" / "cli").glob("*.py")}
 MESSAGE_CALLS = {"debug", "info", "warning", "error", "exception", "critical", "warn", "echo", "secho", "fail",
                  "log_message", "_log"}
 
