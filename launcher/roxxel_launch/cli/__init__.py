@@ -1,5 +1,5 @@
 """The ``roxxel-launch`` command: the ``cli`` group and its commands, one module per verb group
-(:mod:`.manifests`, :mod:`.lifecycle`, :mod:`.observe`, :mod:`.pod_access`, :mod:`.image_build`).
+(:mod:`.offline`, :mod:`.job_control`, :mod:`.observe`, :mod:`.pod_access`, :mod:`.image_build`).
 
 Only click is imported at module level so that ``roxxel-launch --help`` starts fast; each
 command imports what it needs (YAML, jinja2, schemas, the kubernetes client).
@@ -34,8 +34,8 @@ import logging
 
 import click
 
-from roxxel_launch.cli import image_build, lifecycle, manifests, observe, pod_access
-from roxxel_launch.cli.report import EXIT_FAILED, EXIT_PREEMPTED, EXIT_SUCCEEDED, EXIT_TIMED_OUT
+from roxxel_launch.cli import image_build, job_control, observe, offline, pod_access
+from roxxel_launch.cli.job_output import EXIT_FAILED, EXIT_PREEMPTED, EXIT_SUCCEEDED, EXIT_TIMED_OUT
 
 __all__ = ["EXIT_FAILED", "EXIT_PREEMPTED", "EXIT_SUCCEEDED", "EXIT_TIMED_OUT", "cli", "main"]
 
@@ -48,8 +48,8 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
-for _command in (manifests.render_command, manifests.validate, manifests.schema_command,
-                 lifecycle.submit, lifecycle.resume, lifecycle.suspend, lifecycle.delete,
+for _command in (offline.render_command, offline.validate, offline.schema_command,
+                 job_control.submit, job_control.resume, job_control.suspend, job_control.delete,
                  observe.status, observe.list_command, observe.logs, observe.wait,
                  pod_access.exec_command, pod_access.port_forward, image_build.image):
     cli.add_command(_command)

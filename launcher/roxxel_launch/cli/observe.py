@@ -7,13 +7,7 @@ import click
 from roxxel_launch.backends.base import JobState, JobStatus, WaitTimeout
 from roxxel_launch.cli import backend_choice
 from roxxel_launch.cli.backend_choice import backend_errors, backend_option
-from roxxel_launch.cli.options import (
-    container_option,
-    context_option,
-    namespace_option,
-    poll_option,
-)
-from roxxel_launch.cli.report import (
+from roxxel_launch.cli.job_output import (
     EXIT_TIMED_OUT,
     details_lines,
     events_lines,
@@ -23,6 +17,12 @@ from roxxel_launch.cli.report import (
     status_json,
     status_lines,
     table,
+)
+from roxxel_launch.cli.options import (
+    container_option,
+    context_option,
+    namespace_option,
+    poll_option,
 )
 
 

@@ -10,6 +10,13 @@ from roxxel.wording import count
 from roxxel_launch.backends.base import Backend, JobState, StopReason
 from roxxel_launch.cli import backend_choice
 from roxxel_launch.cli.backend_choice import backend_errors, backend_option
+from roxxel_launch.cli.job_output import (
+    announce,
+    one_line,
+    print_events,
+    report_end,
+    report_outcome,
+)
 from roxxel_launch.cli.options import (
     context_option,
     namespace_option,
@@ -18,13 +25,6 @@ from roxxel_launch.cli.options import (
     set_option,
     skip_fit_option,
     version_option,
-)
-from roxxel_launch.cli.report import (
-    announce,
-    one_line,
-    print_events,
-    report_end,
-    report_outcome,
 )
 from roxxel_launch.cli.spec_checks import check_manifests, load_spec_arg
 

@@ -1,4 +1,4 @@
-"""Commands that work on a job spec without a cluster: ``render``, ``validate``, ``schema``."""
+"""Commands that need no cluster: ``render``, ``validate`` and ``schema`` work on a job spec alone."""
 
 from __future__ import annotations
 
