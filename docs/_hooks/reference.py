@@ -28,8 +28,8 @@ from pathlib import Path
 API_DIR = "reference/api"
 API_NAV_TITLE = "API"
 PACKAGES = ("roxxel", "roxxel_launch")
-# Not API: the ``python -m roxxel`` shim, the version string, the jinja2 templates package.
-SKIP_MODULES = {"roxxel.__main__", "roxxel._version", "roxxel_launch.templates"}
+# Not API: the ``python -m`` shims, the version string, the jinja2 templates package.
+SKIP_MODULES = {"roxxel.__main__", "roxxel_launch.cli.__main__", "roxxel._version", "roxxel_launch.templates"}
 REPO = Path(__file__).resolve().parents[2]
 
 GENERATED_NOTE = ("!!! info \"Generated page\"\n    {what} Do not edit it: it is generated at every build by "

@@ -38,7 +38,7 @@ from click.testing import CliRunner
 from roxxel import exit_codes
 from roxxel_launch import contract
 from roxxel_launch.backends.local import containers as containers_runtime
-from roxxel_launch.backends.local import manifest
+from roxxel_launch.backends.local import rendered_pods
 from roxxel_launch.backends.local.pods import LocalSettings, rendered_objects
 from roxxel_launch.cli import cli
 from roxxel_launch.spec import spec_from_dict
@@ -101,7 +101,7 @@ def pod_run_args(pod: dict) -> list[str]:
     capabilities, privilege escalation, emptyDirs as tmpfs, the env as the kubelet resolves it.
     The pod is the rendered manifest's first (``pod`` is its template, which this matches)."""
     spec = spec_from_dict({**yaml.safe_load((REPO / "k8s/examples/cpu-smoke.yaml").read_text()), "image": IMAGE})
-    (first, *_) = manifest.manifest_pods(rendered_objects(spec))
+    (first, *_) = rendered_pods.manifest_pods(rendered_objects(spec))
     assert first.spec["containers"] == pod["spec"]["containers"]
     settings = LocalSettings(python=sys.executable, run_dir=REPO)
     env = containers_runtime.container_env(first, settings, restart_attempt=0, pod_ip="127.0.0.1", base_env={})

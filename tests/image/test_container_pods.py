@@ -166,7 +166,7 @@ def test_podman_kube_play_reads_the_rendered_pod_as_the_container_runtime_runs_i
     without it the test skips.)"""
     import shutil
 
-    from roxxel_launch.backends.local import manifest
+    from roxxel_launch.backends.local import rendered_pods
     from roxxel_launch.backends.local.pods import LocalSettings, rendered_objects
     from roxxel_launch.spec import spec_from_dict
 
@@ -175,7 +175,7 @@ def test_podman_kube_play_reads_the_rendered_pod_as_the_container_runtime_runs_i
     data = yaml.safe_load((REPO / "examples/lm/job.yaml").read_text())
     data.update(image=IMAGE, checkpoint_dir=str(tmp_path / "ckpt"), env={"PROBE_REF": "$(JOBSET_NAME)-x"})
     data.pop("data")
-    pod = manifest.manifest_pods(rendered_objects(spec_from_dict(data)))[1]
+    pod = rendered_pods.manifest_pods(rendered_objects(spec_from_dict(data)))[1]
     name = f"rxl-referee-{containers.run_id(tmp_path)}"
     play = tmp_path / "pod.yaml"
     play.write_text(yaml.safe_dump(_as_controllers_make_it(pod)))

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from roxxel_launch import cli as C
+from roxxel_launch.cli import backend_choice
 from roxxel_launch.backends.base import (
     Backend,
     JobNotFoundError,
@@ -61,7 +62,7 @@ def _preempted(reason: StopReason, message: str) -> JobStatus:
 
 
 def _run(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
-    monkeypatch.setattr(C, "_backend", lambda *args, **kwargs: backend)
+    monkeypatch.setattr(backend_choice, "make_backend", lambda *args, **kwargs: backend)
     result = CliRunner().invoke(C.cli, ["resume", "lm", "--until-done", "--poll", "0.1"])
     return result.exit_code, result.output
 
@@ -84,7 +85,7 @@ def test_a_preemption_is_resumed_even_if_its_message_reads_stopped_by(monkeypatc
 
 def test_status_of_a_backend_without_details_shows_its_status(monkeypatch):
     backend = ScriptedBackend([_preempted(StopReason.STOPPED_BY_USER, "stopped on request")])
-    monkeypatch.setattr(C, "_backend", lambda *args, **kwargs: backend)
+    monkeypatch.setattr(backend_choice, "make_backend", lambda *args, **kwargs: backend)
     result = CliRunner().invoke(C.cli, ["status", "lm", "--json"])
     assert result.exit_code == 0, result.output
     assert '"reason": "stopped_by_user"' in result.output and '"state": "Preempted"' in result.output

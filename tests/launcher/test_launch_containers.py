@@ -15,7 +15,7 @@ import yaml
 from roxxel import contract as shared
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError
-from roxxel_launch.backends.local import containers, manifest
+from roxxel_launch.backends.local import containers, rendered_pods
 from roxxel_launch.backends.local.pods import LocalSettings, rendered_objects
 from roxxel_launch.spec import spec_from_dict
 
@@ -25,7 +25,7 @@ from support.paths import REPO
 def _pod(**extra):
     data = yaml.safe_load((REPO / "examples/lm/job.yaml").read_text())
     data.update(checkpoint_dir="/ckpt/lm", **extra)
-    return manifest.manifest_pods(rendered_objects(spec_from_dict(data)))
+    return rendered_pods.manifest_pods(rendered_objects(spec_from_dict(data)))
 
 
 def _options(pod, settings, env) -> dict[str, list[str]]:

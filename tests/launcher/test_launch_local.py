@@ -458,10 +458,11 @@ def test_backend_is_chosen_by_name_and_local_is_short_for_backend_local(tmp_path
     from click.testing import CliRunner
 
     from roxxel_launch import cli
+    from roxxel_launch.cli import backend_choice
 
     monkeypatch.setenv(L.ROOT_ENV, str(tmp_path))
     runner = CliRunner()
-    assert set(cli.BACKENDS) == {"kubernetes", "local"} and cli.DEFAULT_BACKEND == "kubernetes"
+    assert set(backend_choice.BACKENDS) == {"kubernetes", "local"} and backend_choice.DEFAULT_BACKEND == "kubernetes"
     for args in (["--local"], ["--backend", "local"], ["--backend", "local", "--local"]):
         result = runner.invoke(cli.cli, ["list", *args])
         assert result.exit_code == 0 and f"no local jobs in {tmp_path}" in result.output, (args, result.output)

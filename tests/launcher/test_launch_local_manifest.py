@@ -18,7 +18,7 @@ import pytest
 from roxxel import distributed
 from roxxel_launch import render
 from roxxel_launch.backends.local import backend as L
-from roxxel_launch.backends.local import manifest, pods, policy
+from roxxel_launch.backends.local import pods, policy, rendered_pods
 from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.spec import spec_from_dict
 
@@ -43,12 +43,12 @@ def _spec(name="mj", hosts=2, command=("train",), **extra):
     ("", ""),
 ])
 def test_expand_follows_kubernetes(text, expected):
-    assert manifest.expand(text, {"A": "1", "B": "two"}.get) == expected
+    assert rendered_pods.expand(text, {"A": "1", "B": "two"}.get) == expected
 
 
 def test_env_entries_see_only_earlier_entries_and_field_refs_are_not_expanded():
-    pod = manifest.LocalPod("job-0", "ns", "job", None, 0, 0, {"tier": "$(X)"},
-                            {manifest.COMPLETION_INDEX_KEY: "0"}, None, {})
+    pod = rendered_pods.LocalPod("job-0", "ns", "job", None, 0, 0, {"tier": "$(X)"},
+                            {rendered_pods.COMPLETION_INDEX_KEY: "0"}, None, {})
     container = {"env": [
         {"name": "LATE", "value": "$(X)-late"},  # X is defined after: left as is
         {"name": "X", "value": "x"},
@@ -58,12 +58,12 @@ def test_env_entries_see_only_earlier_entries_and_field_refs_are_not_expanded():
         {"name": "NOLABEL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['absent']"}}},
         {"name": "EMPTY"},
     ]}
-    env = manifest.container_env(pod, container)
+    env = rendered_pods.container_env(pod, container)
     assert env == {"LATE": "$(X)-late", "X": "x", "Y": "xx", "TIER": "$(X)", "NS": "ns", "NOLABEL": "",
                    "EMPTY": "", "JOB_COMPLETION_INDEX": "0"}  # added last by the Job controller
-    with pytest.raises(manifest.UnresolvedReference, match="secretKeyRef"):
-        manifest.container_env(pod, {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]})
-    assert manifest.container_argv({"command": ["echo"], "args": ["$(X)", "$$(X)"]}, env) == ["echo", "x", "$(X)"]
+    with pytest.raises(rendered_pods.UnresolvedReference, match="secretKeyRef"):
+        rendered_pods.container_env(pod, {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]})
+    assert rendered_pods.container_argv({"command": ["echo"], "args": ["$(X)", "$$(X)"]}, env) == ["echo", "x", "$(X)"]
 
 
 # ----------------------------------------------------------------------------- pods and env
@@ -73,7 +73,7 @@ def test_the_workers_env_is_the_rendered_jobsets(tmp_path):
     spec = _spec(env={"MY_FLAG": "a$b"}, checkpoint_dir=str(tmp_path / "ckpt"))
     procs = L.worker_processes(spec, tmp_path, base_env={"PATH": "/bin", "ROXXEL_PROCESS_ID": "9"})
     objects = render.render(spec, cluster=False).objects
-    pod_list = manifest.manifest_pods(objects)
+    pod_list = rendered_pods.manifest_pods(objects)
     assert [p.name for p in pod_list] == ["mj-slice-0-0", "mj-slice-0-1"]
     aliases = pods.host_aliases(pod_list, "mj-slice-0-0.mj:8476", 4321)
     for i, (argv, env) in enumerate(procs):
@@ -190,7 +190,7 @@ def test_backoff_limit_ignore_rules_and_jobset_rule_matching():
 
 def test_the_policy_engine_and_the_manifest_reader_load_without_the_process_code():
     """A simulated cluster reuses them: they must not pull in the supervisor or the backend."""
-    code = ("import sys; import roxxel_launch.backends.local.policy, roxxel_launch.backends.local.manifest; "
+    code = ("import sys; import roxxel_launch.backends.local.policy, roxxel_launch.backends.local.rendered_pods; "
             "loaded = [m for m in ('roxxel_launch.backends.local.supervisor', 'roxxel_launch.backends.local.backend', "
             "'roxxel_launch.backends.local.pods', 'subprocess') if m in sys.modules]; print(loaded)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -4,9 +4,12 @@ The verbs live here; the rest is in modules of one responsibility each:
 :mod:`.api` (credentials, requests, errors, CRUD by kind, pagination),
 :mod:`.retry` (timeouts, backoff, ``Retry-After``), :mod:`.status` (objects
 and pods -> :class:`JobStatus`), :mod:`.watch` (``wait`` by a watch),
-:mod:`.logs` (``logs``, following across gang restarts) and
+:mod:`.logs` (``logs``, following across gang restarts),
 :mod:`.preflight` (the JobSet CRD, Kueue LocalQueue and WorkloadPriorityClass checks before a
-create) and :mod:`.fit` (do the cluster's nodes have room for a worker).
+create), :mod:`.fit` (do the cluster's nodes have room for a worker), :mod:`.create` (dry
+runs, creates in order, rollback), :mod:`.removal` (the objects that go with a job, waiting
+until they are gone), :mod:`.lookup` (a job by name, in this namespace or another) and
+:mod:`.listing` (``list``).
 
 What each operation does on the cluster:
 
@@ -40,20 +43,14 @@ import builtins
 import dataclasses
 import json
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-
-from kubernetes.client.exceptions import ApiException
 
 from roxxel_launch import contract
 from roxxel_launch.backends.base import (
-    RENAME_HINT,
-    RESUME_HINT,
     Backend,
     BackendError,
     JobDetails,
     JobEvent,
-    JobExistsError,
     JobNotFoundError,
     JobState,
     JobStatus,
@@ -66,21 +63,18 @@ from roxxel_launch.backends.kubernetes.api import (
     JOBSET_PLURAL,
     JOBSET_VERSION,
     KubernetesApi,
-    _resource_type_missing,
-    _server_message,
 )
+from roxxel_launch.backends.kubernetes.create import create_all, preflight
 from roxxel_launch.backends.kubernetes.events import EventReader, StuckPods, job_objects, merge, not_started
-from roxxel_launch.backends.kubernetes.fit import check_fit
+from roxxel_launch.backends.kubernetes.listing import job_statuses
 from roxxel_launch.backends.kubernetes.logs import check_container, pod_of, read_logs
+from roxxel_launch.backends.kubernetes.lookup import find_here, locate
 from roxxel_launch.backends.kubernetes.pod_streams import exec_in_pod, forward_port, require_running
 from roxxel_launch.backends.kubernetes.preflight import (
     KUEUE_GROUP,
-    check_jobset_crd,
-    check_local_queue,
-    check_multislice_network,
-    check_workload_priority_class,
     kueue_version,
 )
+from roxxel_launch.backends.kubernetes.removal import companion_kinds, wait_gone
 from roxxel_launch.backends.kubernetes.retry import RetryPolicy
 from roxxel_launch.backends.kubernetes.status import (
     _CONDITION_FIELDS,
@@ -101,10 +95,7 @@ from roxxel_launch.backends.kubernetes.status import (
 )
 from roxxel_launch.backends.kubernetes.watch import wait_for_job
 from roxxel_launch.render import (
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
     QUEUE_LABEL,
-    RUN_NAME_LABEL,
     SPEC_ANNOTATION,
     render,
 )
@@ -184,60 +175,15 @@ class KubernetesBackend(Backend):
         """("JobSet" | "Job", object) of a roxxel-launch job, or None when there is none.
 
         Without ``--namespace``, a job that is not in the context's namespace is looked for in
-        every namespace (:meth:`_locate`), as a job submitted into its spec's namespace is."""
-        found = self._find_here(name)
+        every namespace (:func:`.lookup.locate`), as a job submitted into its spec's namespace is."""
+        found = find_here(self.api, name)
         if found is None and self._namespace is None:
-            namespace = self._locate(name)
+            namespace = locate(self.api, name)
             if namespace is not None:
                 logger.info("%s: found in namespace %s", name, namespace)
                 self.api.use_namespace(namespace)
-                found = self._find_here(name)
+                found = find_here(self.api, name)
         return found
-
-    def _locate(self, name: str) -> str | None:
-        """The one other namespace holding roxxel-launch job ``name``, from a list of JobSets and
-        Jobs across namespaces; None when there is none, or when listing across namespaces is
-        not allowed (a namespaced Role: the caller's not-found error stands and names -n).
-
-        Raises: BackendError naming the namespaces when several hold a job of that name."""
-        selector, fields = f"{MANAGED_BY_LABEL}={MANAGED_BY}", f"metadata.name={name}"
-        namespaces: set[str] = set()
-        for kind in ("JobSet", "Job"):
-            try:
-                items = self.api.list_all_namespaces(kind, selector, fields)
-            except BackendError as err:
-                if getattr(err.__cause__, "status", None) not in (403, 404):
-                    raise
-                logger.info("cannot list %ss across namespaces (%s)", kind, err)
-                continue
-            namespaces |= {(o.get("metadata") or {}).get("namespace") or "" for o in items
-                           if JOBSET_NAME_LABEL not in ((o.get("metadata") or {}).get("labels") or {})}
-        namespaces.discard(self.namespace)
-        if len(namespaces) > 1:
-            raise BackendError(f"jobs named {name!r} exist in namespaces {', '.join(sorted(namespaces))}: "
-                               "choose one with -n/--namespace")
-        return next(iter(namespaces), None)
-
-    def _find_here(self, name: str) -> tuple[str, dict] | None:
-        for kind in ("JobSet", "Job"):
-            obj = self.api.get(kind, name)
-            if obj is None:
-                continue
-            meta = obj.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            parent = labels.get(JOBSET_NAME_LABEL) or next(
-                (o.get("name") for o in meta.get("ownerReferences") or []
-                 if o.get("kind") == "JobSet"), None)
-            if kind == "Job" and parent:
-                raise JobNotFoundError(
-                    f"Job {self.namespace}/{name} is a child of JobSet {parent}: use the "
-                    f"JobSet's name ({parent}).")
-            if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
-                raise BackendError(
-                    f"{kind} {self.namespace}/{name} was not created by roxxel-launch (no "
-                    f"{MANAGED_BY_LABEL}={MANAGED_BY} label); manage it with kubectl.")
-            return kind, obj
-        return None
 
     def _require(self, name: str) -> tuple[str, dict]:
         found = self._find(name)
@@ -276,121 +222,8 @@ class KubernetesBackend(Backend):
                 call created before the failure has been deleted again.
         """
         spec, objects = self._prepare(spec)
-        self._preflight(spec, objects)
-        return self._create_all(spec, objects, dry_run=dry_run)
-
-    def _create_all(self, spec: JobSpec, objects: Sequence[dict], *, dry_run: bool) -> JobStatus:
-        """The dry runs, then the creates of :meth:`submit`, once its checks have passed."""
-        for obj in objects:
-            self._dry_run_create(spec, obj)
-        idents = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
-        logger.info("server-side dry run accepted %s in namespace %s", idents, spec.namespace)
-        if dry_run:
-            return JobStatus(name=spec.name, state=JobState.PENDING,
-                             processes=spec.num_processes,
-                             message=f"dry run: the API server accepted {idents}; nothing was "
-                                     "created")
-        created: list[dict] = []
-        answers: list[dict] = []
-        try:
-            for obj in objects:
-                answers.append(self.api.create(obj, dry_run=False))
-                created.append(obj)
-        except BaseException as err:
-            undo = self._rollback(created)
-            if not undo:
-                raise
-            if isinstance(err, BackendError):
-                raise type(err)(f"{err} {undo}") from err
-            err.add_note(undo)
-            raise
-        logger.info("created %s in namespace %s", idents, spec.namespace)
-        self._own_companions(created, answers)
-        created_at = next((a.get("metadata", {}).get("creationTimestamp") for a in answers
-                           if a.get("kind") in ("JobSet", "Job")), None)
-        return JobStatus(name=spec.name, state=JobState.PENDING, processes=spec.num_processes,
-                         message=f"created {idents}", created=created_at)
-
-    def _own_companions(self, created: Sequence[Mapping], answers: Sequence[Mapping]) -> None:
-        """An indexed job's headless Service gets its Job as owner (the uid comes from the
-        create's answer), so that `kubectl delete job` removes the Service too. The job
-        runs either way: a failure here is logged, and `roxxel-launch delete` still
-        removes the Service."""
-        job = next((a for a in answers if a.get("kind") == "Job"), None)
-        if job is None:
-            return
-        for obj in created:
-            if obj["kind"] != "Service":
-                continue
-            try:
-                self.api.set_owner("Service", obj["metadata"]["name"], job)
-            except BackendError as err:
-                logger.warning("could not make Job %s the owner of its Service (%s); "
-                               "`roxxel-launch delete` still removes both",
-                               obj["metadata"]["name"], err)
-
-    def _preflight(self, spec: JobSpec, objects: Sequence[Mapping]) -> None:
-        """The installed JobSet CRD serves every field the JobSet uses, and the spec's Kueue
-        LocalQueue and WorkloadPriorityClass exist (see :mod:`.preflight`), and the nodes can hold
-        a worker (:mod:`.fit`). Raises: BackendError."""
-        for obj in objects:
-            if obj["kind"] == "JobSet":
-                check_jobset_crd(self.api, obj)
-        check_multislice_network(self.api, spec)
-        if self.fit_check:
-            check_fit(self.api, objects)
-        else:
-            logger.info("%s: the fit check is skipped (--skip-fit-check)", spec.name)
-        if spec.queue or spec.workload_priority_class:
-            version = kueue_version(self.api)
-            if spec.queue:
-                check_local_queue(self.api, spec.queue, self.namespace, version)
-            if spec.workload_priority_class:
-                check_workload_priority_class(self.api, spec.workload_priority_class, version)
-
-    def _dry_run_create(self, spec: JobSpec, obj: Mapping) -> None:
-        """A server-side dry run of one create. A companion (Service, NetworkPolicy) that
-        exists already is either the job's, and the error names the job, or one of ours
-        left behind by a job deleted with kubectl (no JobSet/Job of that name any more),
-        which is deleted so that the job can be made again."""
-        try:
-            self.api.create(obj, dry_run=True)
-            return
-        except JobExistsError:
-            if obj["kind"] not in ("Service", "NetworkPolicy"):
-                raise
-            workload = "JobSet" if spec.workload == "jobset" else "Job"
-            if self.api.get(workload, spec.name) is not None:
-                raise JobExistsError(
-                    f"{workload} {self.namespace}/{spec.name} already exists. Delete it "
-                    f"(roxxel-launch delete {spec.name}), resume it (roxxel-launch resume "
-                    f"{spec.name}), or {RENAME_HINT}. {RESUME_HINT}.") from None
-            if obj["kind"] not in self._companions(workload, spec.name):
-                raise  # not ours (or not ours to remove): the 409 stands
-        logger.warning("%s %s/%s is left over from a deleted job of that name; replacing it",
-                       obj["kind"], self.namespace, spec.name)
-        self.api.delete(obj["kind"], spec.name)
-        self.api.create(obj, dry_run=True)
-
-    def _rollback(self, created: list[dict]) -> str:
-        """Deletes objects a failed submit created; says what happened (for the error)."""
-        if not created:
-            return ""
-        undone, left = [], []
-        for obj in reversed(created):
-            kind, name = obj["kind"], obj["metadata"]["name"]
-            namespace = obj["metadata"].get("namespace") or self.namespace
-            try:
-                self.api.delete(kind, name, namespace)
-                undone.append(f"{kind}/{name}")
-            except BackendError as err:
-                logger.error("rollback: could not delete %s %s/%s: %s", kind, namespace, name, err)
-                left.append(f"{kind}/{name} ({err}; delete it by hand: kubectl delete "
-                            f"{kind.lower()} {name} -n {namespace})")
-        text = f"Rolled back: deleted {', '.join(undone)}." if undone else ""
-        if left:
-            text += f" Could NOT roll back: {'; '.join(left)}."
-        return text.strip()
+        preflight(self.api, spec, objects, fit_check=self.fit_check)
+        return create_all(self.api, spec, objects, dry_run=dry_run)
 
     def status(self, name: str) -> JobStatus:
         kind, obj = self._require(name)
@@ -467,67 +300,9 @@ class KubernetesBackend(Backend):
         return list(data.get("items") or [])
 
     def list(self, *, all_namespaces: bool = False) -> builtins.list[JobStatus]:
-        """The roxxel-launch jobs of this namespace, or with ``all_namespaces`` of every
-        namespace (one list of JobSets, Jobs and pods across namespaces each, as ``kubectl get
-        -A`` reads them: https://kubernetes.io/docs/reference/kubectl/generated/kubectl_get/),
-        sorted by namespace and name.
-
-        Raises: BackendError; listing across namespaces needs ``list`` on jobsets, jobs and
-        pods at the cluster scope (a ClusterRole): a 403 says so in one line naming the fix.
-        """
-        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-        try:
-            found = self._list_jobs(selector, all_namespaces)
-            pods = (self.api.list_all_namespaces("Pod", RUN_NAME_LABEL) if all_namespaces
-                    else self.api.list("Pod", RUN_NAME_LABEL))
-        except BackendError as err:
-            cause = err.__cause__
-            if not (all_namespaces and isinstance(cause, ApiException) and cause.status == 403):
-                raise
-            raise BackendError(
-                f"this account may not list jobs across namespaces ({_server_message(cause)}); "
-                "list one namespace with -n NAMESPACE, or ask a cluster admin for a ClusterRole with "
-                "list on jobsets.jobset.x-k8s.io, jobs.batch and pods (check: kubectl auth can-i list "
-                "jobsets.jobset.x-k8s.io --all-namespaces)") from cause
-        by_owner: dict[tuple[str, str, str], builtins.list[dict]] = {}
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            namespace = meta.get("namespace") or ""
-            if JOBSET_NAME_LABEL in labels:
-                by_owner.setdefault((namespace, "JobSet", labels[JOBSET_NAME_LABEL]), []).append(pod)
-            elif JOB_NAME_LABEL in labels:
-                by_owner.setdefault((namespace, "Job", labels[JOB_NAME_LABEL]), []).append(pod)
-        statuses = []
-        for kind, obj in found:
-            meta = obj["metadata"]
-            namespace = meta.get("namespace") or self.namespace
-            pods_of = by_owner.get((namespace, kind, meta["name"]), [])
-            statuses.append(dataclasses.replace(status_of(kind, obj, pods_of), namespace=namespace))
-        return sorted(statuses, key=lambda s: (s.namespace or "", s.name))
-
-    def _list_jobs(self, selector: str, all_namespaces: bool) -> builtins.list[tuple[str, dict]]:
-        """("JobSet" | "Job", object) of every roxxel-launch job; a JobSet's child Jobs left out."""
-        def listed(kind: str) -> builtins.list[dict]:
-            if all_namespaces:
-                return self.api.list_all_namespaces(kind, selector)
-            return self.api.list(kind, selector)
-
-        found: builtins.list[tuple[str, dict]] = []
-        try:
-            found += [("JobSet", o) for o in listed("JobSet")]
-        except BackendError as err:
-            cause = err.__cause__
-            if not (isinstance(cause, ApiException) and _resource_type_missing(cause)):
-                raise
-            logger.info("no JobSet API in this cluster; listing Jobs only")
-        for job in listed("Job"):
-            meta = job.get("metadata") or {}
-            if JOBSET_NAME_LABEL in (meta.get("labels") or {}) or any(
-                    o.get("kind") == "JobSet" for o in meta.get("ownerReferences") or []):
-                continue  # a JobSet's child Job carries the JobSet's labels
-            found.append(("Job", job))
-        return found
+        """The roxxel-launch jobs of this namespace, or with ``all_namespaces`` of every namespace;
+        see :func:`.listing.job_statuses`."""
+        return job_statuses(self.api, all_namespaces=all_namespaces)
 
     def delete(self, name: str, *, wait: bool = False) -> None:
         """Deletes the job (foreground: its Jobs and pods go first) and an indexed job's Service.
@@ -537,12 +312,13 @@ class KubernetesBackend(Backend):
         kind, obj = self._require(name)
         # Looked up first: the garbage collector may remove the Service (owned by the Job)
         # as soon as the Job is gone.
-        companions = self._companions(kind, name)
+        companions = companion_kinds(self.api, kind, name)
         self.api.delete(kind, name)
         for companion in companions:
             self.api.delete(companion, name)
         if wait:
-            self._wait_gone(kind, name, obj, companions)
+            wait_gone(self.api, kind, name, obj, companions, timeout=self.delete_timeout,
+                  poll_seconds=self.poll_seconds)
 
     def suspend(self, name: str) -> JobStatus:
         """Sets the job's ``spec.suspend`` by a merge patch; the object, its stored spec and its
@@ -581,61 +357,6 @@ class KubernetesBackend(Backend):
         patched = self.api.patch(kind, name, {"spec": {"suspend": True}})
         logger.info("suspended %s %s/%s", kind, self.namespace, name)
         return status_of(kind, patched, self._pods(kind, name))
-
-    def _companions(self, kind: str, name: str) -> builtins.list[str]:  # `list` is a method here
-        """Kinds of the objects created alongside the job that go with it: an indexed job's
-        headless Service, and the NetworkPolicy of either kind (same name, our label)."""
-        found = []
-        for companion in (["Service"] if kind == "Job" else []) + ["NetworkPolicy"]:
-            try:
-                obj = self.api.get(companion, name)
-            except BackendError as err:
-                cause = err.__cause__
-                if companion != "NetworkPolicy" or getattr(cause, "status", None) != 403:
-                    raise
-                # A job submitted with security.network_policy: false by an account that
-                # may not read NetworkPolicies: nothing of ours to delete there.
-                logger.warning("cannot read NetworkPolicy %s/%s (%s); leaving it", self.namespace,
-                               name, err)
-                continue
-            if obj is None:
-                continue
-            labels = (obj.get("metadata") or {}).get("labels") or {}
-            if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
-                logger.warning("%s %s/%s was not created by roxxel-launch; leaving it",
-                               companion, self.namespace, name)
-                continue
-            found.append(companion)
-        return found
-
-    def _wait_gone(self, kind: str, name: str, obj: Mapping, companions: Sequence[str]) -> None:
-        timeout = self.delete_timeout
-        if timeout is None:
-            timeout = self._grace_period(kind, obj) + 300
-        deadline = time.monotonic() + timeout
-        pending = [kind, *companions]
-        while True:
-            pending = [k for k in pending if self.api.get(k, name) is not None]
-            if not pending:
-                return
-            if time.monotonic() >= deadline:
-                raise BackendError(
-                    f"{', '.join(pending)} {self.namespace}/{name} still exists {timeout:.0f} s "
-                    f"after deletion (pods finishing a checkpoint, or a stuck finalizer). Wait "
-                    f"and retry, and check: kubectl get pods -n {self.namespace} "
-                    f"-l {pod_selector(kind, name)}")
-            logger.info("waiting for %s %s/%s to be deleted", ", ".join(pending),
-                        self.namespace, name)
-            time.sleep(self.poll_seconds)
-
-    @staticmethod
-    def _grace_period(kind: str, obj: Mapping) -> int:
-        spec = obj.get("spec") or {}
-        if kind == "JobSet":
-            rjobs = spec.get("replicatedJobs") or [{}]
-            spec = (rjobs[0].get("template") or {}).get("spec") or {}
-        pod_spec = (spec.get("template") or {}).get("spec") or {}
-        return _int(pod_spec.get("terminationGracePeriodSeconds"), 30)
 
     def wait(self, name: str, *, timeout: float | None = None, poll_seconds: float = 2.0,
              evicted_ends: bool = False,
@@ -734,16 +455,17 @@ class KubernetesBackend(Backend):
         # Check offline and against the cluster (CRD, Kueue, fit) before deleting anything: a
         # refusal after the delete would leave no job and no stored spec.
         placed, objects = self._prepare(stored)
-        self._preflight(placed, objects)
+        preflight(self.api, placed, objects, fit_check=self.fit_check)
         logger.info("resuming %s (%s, run %s): replacing %s", name, current.state.value,
                     stored.run_name, ", ".join(o["kind"] for o in objects))
-        companions = self._companions(kind, name)
+        companions = companion_kinds(self.api, kind, name)
         if not deleting:
             self.api.delete(kind, name)
         for companion in companions:
             self.api.delete(companion, name)
-        self._wait_gone(kind, name, obj, companions)
-        return self._create_all(placed, objects, dry_run=False)
+        wait_gone(self.api, kind, name, obj, companions, timeout=self.delete_timeout,
+                  poll_seconds=self.poll_seconds)
+        return create_all(self.api, placed, objects, dry_run=False)
 
     def _stored_spec(self, kind: str, obj: Mapping) -> JobSpec:
         meta = obj.get("metadata") or {}

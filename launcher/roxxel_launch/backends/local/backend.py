@@ -20,7 +20,7 @@ laptop is the one that runs on a cluster:
   (:mod:`roxxel.exit_codes`): 0 done, 42 preempted after a checkpoint, else the failing code.
 
 The module map: :mod:`roxxel_launch.backends.local.rundir` (the run directory's files),
-:mod:`roxxel_launch.backends.local.manifest` (the pods of a rendered manifest, their env and
+:mod:`roxxel_launch.backends.local.rendered_pods` (the pods of a rendered manifest, their env and
 command as the kubelet resolves them), :mod:`roxxel_launch.backends.local.policy` (restart or
 fail, from exit codes and the manifest's policies), :mod:`roxxel_launch.backends.local.pods` (a
 pod as a local process), :mod:`roxxel_launch.backends.local.supervisor` (the process that runs
@@ -94,7 +94,7 @@ from roxxel_launch.backends.base import (
     lock_is_held,
     resume_with_spec,
 )
-from roxxel_launch.backends.local import manifest
+from roxxel_launch.backends.local import rendered_pods
 from roxxel_launch.backends.local.pods import (
     DATA_DIR_ENV,
     LocalSettings,
@@ -166,7 +166,7 @@ def worker_processes(spec, run_dir: Path, *, data_dir: str | None = None, device
             value, or a pod's environment does not make it process ``i`` of ``n``.
     """
     try:
-        pods = manifest.manifest_pods(rendered_objects(spec))
+        pods = rendered_pods.manifest_pods(rendered_objects(spec))
     except ValueError as err:
         raise BackendError(f"job {spec.name!r}: {err}") from None
     settings = LocalSettings(python=python or sys.executable, run_dir=run_dir, data_dir=data_dir,

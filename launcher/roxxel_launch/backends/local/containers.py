@@ -7,7 +7,7 @@ process of this machine's Python, this runtime runs it as the kubelet would run 
 
 - the manifest's ``image`` (never pulled: build it with ``roxxel-launch image build``), its
   ``command`` as the entrypoint and ``args`` after it, both ``$(VAR)``-expanded against the
-  container's ``env`` as the kubelet does (:mod:`roxxel_launch.backends.local.manifest`); the
+  container's ``env`` as the kubelet does (:mod:`roxxel_launch.backends.local.rendered_pods`); the
   environment is the container's ``env`` alone (the image supplies the rest), plus
   ``JAX_PLATFORMS=cpu`` unless set, ``XLA_FLAGS`` for ``--devices-per-worker``;
 - the pod's ``securityContext``: ``runAsUser``/``runAsGroup``/``fsGroup``, a read-only root
@@ -51,7 +51,7 @@ from roxxel import contract as shared
 from roxxel import distributed
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError
-from roxxel_launch.backends.local import manifest
+from roxxel_launch.backends.local import rendered_pods
 from roxxel_launch.backends.local.pods import LocalSettings, kubelet_env
 from roxxel_launch.backends.local.runtime import RunningWorker, WorkerCommand, WorkerRuntime
 
@@ -128,7 +128,7 @@ def _bind(source: str, target: str, *, read_only: bool, chown: bool = False) -> 
     return ["--mount", ",".join(options)]
 
 
-def _volume_options(pod: manifest.LocalPod, container: Mapping[str, Any],
+def _volume_options(pod: rendered_pods.LocalPod, container: Mapping[str, Any],
                     settings: LocalSettings) -> tuple[list[str], list[str]]:
     """The volume options, and what cannot be mounted here (one line each)."""
     volumes = {v["name"]: v for v in pod.spec.get("volumes") or ()}
@@ -174,7 +174,7 @@ def _local_paths(env: Mapping[str, str]) -> list[str]:
     return args
 
 
-def container_options(pod: manifest.LocalPod, settings: LocalSettings, env: Mapping[str, str]) -> list[str]:
+def container_options(pod: rendered_pods.LocalPod, settings: LocalSettings, env: Mapping[str, str]) -> list[str]:
     """`podman create` options for ``pod``'s worker container (see the module docstring):
     user and groups, read-only root, capabilities, privilege escalation, volumes, ``env``.
 
@@ -192,7 +192,7 @@ def container_options(pod: manifest.LocalPod, settings: LocalSettings, env: Mapp
     return args
 
 
-def container_env(pod: manifest.LocalPod, settings: LocalSettings, *, restart_attempt: int | None,
+def container_env(pod: rendered_pods.LocalPod, settings: LocalSettings, *, restart_attempt: int | None,
                   pod_ip: str, base_env: Mapping[str, str]) -> dict[str, str]:
     """The worker container's environment: the manifest's ``env`` as the kubelet resolves it
     (``secretKeyRef``/``configMapKeyRef`` values taken from ``base_env``), then
@@ -307,7 +307,7 @@ class ContainerRuntime(WorkerRuntime):
             raise BackendError(f"network {self.network} ({subnet}) has no room for {n} pods")
         return [str(h) for h in hosts]
 
-    def commands(self, pods: Sequence[manifest.LocalPod], settings: LocalSettings, *,
+    def commands(self, pods: Sequence[rendered_pods.LocalPod], settings: LocalSettings, *,
                  restart_attempt: int | None, network: Any = None) -> tuple[str, list[WorkerCommand]]:
         if network is not None:
             raise BackendError("--netns and --runtime podman do not go together: containers have "
@@ -318,7 +318,7 @@ class ContainerRuntime(WorkerRuntime):
         for pod, ip in zip(pods, addresses):
             env = container_env(pod, settings, restart_attempt=restart_attempt, pod_ip=ip, base_env=self.base_env)
             container = pod.container(contract.CONTAINER_NAME)
-            argv = manifest.container_argv(container, env)
+            argv = rendered_pods.container_argv(container, env)
             options = ["--network", self.network or "", "--ip", ip, "--hostname", pod.name, "--dns", "127.0.0.1"]
             for host in hosts:
                 options += ["--add-host", host]

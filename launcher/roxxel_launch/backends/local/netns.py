@@ -62,7 +62,7 @@ from pathlib import Path
 from roxxel import distributed
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError, lock_is_held
-from roxxel_launch.backends.local import manifest
+from roxxel_launch.backends.local import rendered_pods
 
 __all__ = [
     "CLUSTER_DOMAIN",
@@ -82,7 +82,7 @@ PREFIX = "rxl"
 SUBNET = ipaddress.ip_network("10.213.0.0/24")
 """Addresses of the pods: ``.1 + process id``. Private (RFC 1918) and never routed: the
 bridge of a run has no address on this machine, so runs cannot see each other."""
-CLUSTER_DOMAIN = manifest.CLUSTER_DOMAIN
+CLUSTER_DOMAIN = rendered_pods.CLUSTER_DOMAIN
 """Kubernetes' default cluster domain (kubelet ``--cluster-domain``)."""
 LOCK_DIR = Path("/run/roxxel-netns")
 """Where the supervisors' locks live (one file per run id)."""
@@ -121,7 +121,7 @@ class PodHost:
         hostname: the pod's hostname (a DNS-1123 label).
         dns_names: the names other pods reach it by, fully qualified first.
         env: the container's environment as the manifest gives it (downward-API fields
-            and ``JOB_COMPLETION_INDEX`` resolved; see :mod:`roxxel_launch.backends.local.manifest`).
+            and ``JOB_COMPLETION_INDEX`` resolved; see :mod:`roxxel_launch.backends.local.rendered_pods`).
         coordinator_address: ``host:port`` the pod's worker will connect to.
         namespace: the Kubernetes namespace of the job (part of the DNS names).
     """
@@ -138,7 +138,7 @@ def pod_hosts(spec) -> list[PodHost]:
     """The pods of ``spec``'s rendered manifests, ordered by process id.
 
     The pods, their hostnames, DNS names and environments are the ones
-    :mod:`roxxel_launch.backends.local.manifest` reads from the manifest: JobSet pods
+    :mod:`roxxel_launch.backends.local.rendered_pods` reads from the manifest: JobSet pods
     ``<jobset>-<rjob>-<j>-<i>`` under ``spec.network.subdomain`` (default the JobSet's name)
     when ``enableDNSHostnames`` is true; Indexed Job pods ``<job>-<i>`` under the pod
     template's ``subdomain`` when a headless Service of that name selects them.
@@ -154,16 +154,16 @@ def pod_hosts(spec) -> list[PodHost]:
     from roxxel_launch.backends.local.pods import rendered_objects
 
     try:
-        pods = manifest.manifest_pods(rendered_objects(spec))  # a local run: no cluster-only checks
+        pods = rendered_pods.manifest_pods(rendered_objects(spec))  # a local run: no cluster-only checks
     except ValueError as err:
         raise BackendError(f"job {spec.name!r}: {err}") from None
     hosts = []
     for pod in pods:
         try:  # the identity only: a Secret's value does not matter here
-            env = manifest.container_env(pod, pod.container(contract.CONTAINER_NAME),
+            env = rendered_pods.container_env(pod, pod.container(contract.CONTAINER_NAME),
                                          restart_attempt=0 if pod.replicated_job else None,
                                          secret=lambda _name, _source: "")
-        except manifest.UnresolvedReference as err:
+        except rendered_pods.UnresolvedReference as err:
             raise BackendError(str(err)) from None
         hosts.append(_host(env, pod.name, pod.dns_names, pod.namespace))
     ids = sorted(h.process_id for h in hosts)

@@ -1,6 +1,6 @@
 """A pod of the rendered manifest as a local process: its command line and environment.
 
-Everything comes from the manifest (:mod:`roxxel_launch.backends.local.manifest`); this module
+Everything comes from the manifest (:mod:`roxxel_launch.backends.local.rendered_pods`); this module
 only puts this machine in place of the cluster: the image's environment is the launcher's
 own (its Python first on ``PATH``), the data volume is a local directory
 (:func:`resolve_data_dir`), emptyDir volumes are directories of the run, and the pods' DNS
@@ -27,7 +27,7 @@ from roxxel.contract import (
 )
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError
-from roxxel_launch.backends.local import manifest
+from roxxel_launch.backends.local import rendered_pods
 
 DATA_DIR_ENV = "ROXXEL_LOCAL_DATA_DIR"
 """Environment variable: the local directory that stands for the spec's data volume."""
@@ -76,7 +76,7 @@ def rendered_objects(spec) -> tuple[dict, ...]:
     return render(spec, cluster=False).objects
 
 
-def volume_paths(pod: manifest.LocalPod, container: Mapping[str, Any], settings: LocalSettings) -> dict[str, str]:
+def volume_paths(pod: rendered_pods.LocalPod, container: Mapping[str, Any], settings: LocalSettings) -> dict[str, str]:
     """Mount path -> local directory of the volumes a local process can stand in for: the
     data volume (``settings.data_dir``) and every emptyDir except ``/dev/shm`` (a directory
     of the pod under the run directory, new for every attempt as a new pod's is)."""
@@ -103,7 +103,7 @@ def _map_path(value: str, paths: Mapping[str, str]) -> str:
     return value
 
 
-def host_aliases(pods: Sequence[manifest.LocalPod], coordinator_address: str, port: int) -> str:
+def host_aliases(pods: Sequence[rendered_pods.LocalPod], coordinator_address: str, port: int) -> str:
     """``ROXXEL_HOST_ALIASES`` for a run on one loopback: every pod's hostname and DNS names
     -> 127.0.0.1, and the coordinator's ``name:port`` -> ``127.0.0.1:<port>`` (a pod port
     that concurrent local jobs could not all bind on one machine).
@@ -121,7 +121,7 @@ def host_aliases(pods: Sequence[manifest.LocalPod], coordinator_address: str, po
 
 
 def secret_from_environment(base: Mapping[str, str]):
-    """``(name, valueFrom) -> value`` for :func:`manifest.container_env`: a Secret's or
+    """``(name, valueFrom) -> value`` for :func:`rendered_pods.container_env`: a Secret's or
     ConfigMap's key, which a local run cannot read, is taken from ``base`` by the variable's name.
 
     Raises (when called):
@@ -140,23 +140,23 @@ def secret_from_environment(base: Mapping[str, str]):
     return secret
 
 
-def kubelet_env(pod: manifest.LocalPod, *, restart_attempt: int | None, pod_ip: str,
+def kubelet_env(pod: rendered_pods.LocalPod, *, restart_attempt: int | None, pod_ip: str,
                 base_env: Mapping[str, str]) -> dict[str, str]:
     """The worker container's ``env`` as the kubelet resolves it
-    (:func:`roxxel_launch.backends.local.manifest.container_env`), a Secret's or ConfigMap's
+    (:func:`roxxel_launch.backends.local.rendered_pods.container_env`), a Secret's or ConfigMap's
     value taken from ``base_env`` (:func:`secret_from_environment`).
 
     Raises:
         BackendError: an env entry with no local value.
     """
     try:
-        return manifest.container_env(pod, pod.container(contract.CONTAINER_NAME), restart_attempt=restart_attempt,
+        return rendered_pods.container_env(pod, pod.container(contract.CONTAINER_NAME), restart_attempt=restart_attempt,
                                       pod_ip=pod_ip, secret=secret_from_environment(base_env))
-    except manifest.UnresolvedReference as err:
+    except rendered_pods.UnresolvedReference as err:
         raise BackendError(str(err)) from None
 
 
-def worker_process(pod: manifest.LocalPod, settings: LocalSettings, *, restart_attempt: int | None,
+def worker_process(pod: rendered_pods.LocalPod, settings: LocalSettings, *, restart_attempt: int | None,
                    pod_ip: str = "127.0.0.1", aliases: str | None = None,
                    base_env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of ``pod``'s worker container as a local process.
@@ -165,7 +165,7 @@ def worker_process(pod: manifest.LocalPod, settings: LocalSettings, *, restart_a
     variables the launcher owns (``contract.RESERVED_ENV_NAMES``, GKE's ``TPU_*`` /
     ``MEGASCALE_*``) and with ``JAX_PLATFORMS=cpu`` unless it sets it: the image's
     environment; then the container's ``env`` as the kubelet resolves it
-    (:func:`roxxel_launch.backends.local.manifest.container_env`), with paths under the mounted
+    (:func:`roxxel_launch.backends.local.rendered_pods.container_env`), with paths under the mounted
     data and emptyDir volumes mapped to their local directories (:func:`volume_paths`);
     ``ROXXEL_HOST_ALIASES`` when given; ``PATH`` led by the folder of ``settings.python``
     (the image's ``bin``); ``XLA_FLAGS`` with ``--xla_force_host_platform_device_count``
@@ -192,7 +192,7 @@ def worker_process(pod: manifest.LocalPod, settings: LocalSettings, *, restart_a
     env["PATH"] = os.pathsep.join([bin_dir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
     if settings.devices_per_worker is not None:
         env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), settings.devices_per_worker)
-    argv = manifest.container_argv(container, own)
+    argv = rendered_pods.container_argv(container, own)
     found = shutil.which(argv[0], path=env["PATH"])
     if found is None:
         raise BackendError(f"pod {pod.name}: the container's command {argv[0]!r} is not on PATH "
@@ -213,7 +213,7 @@ def with_device_count(xla_flags: str, devices: int) -> str:
     return " ".join([*flags, f"{_XLA_DEVICE_COUNT_FLAG}={devices}"])
 
 
-def make_volume_dirs(pod: manifest.LocalPod, settings: LocalSettings) -> None:
+def make_volume_dirs(pod: rendered_pods.LocalPod, settings: LocalSettings) -> None:
     """Fresh, empty directories for ``pod``'s emptyDir volumes (a new pod's are empty)."""
     folder = settings.run_dir / "pods" / pod.name
     shutil.rmtree(folder, ignore_errors=True)

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from roxxel import distributed
 from roxxel_launch.backends.base import BackendError
-from roxxel_launch.backends.local import manifest
+from roxxel_launch.backends.local import rendered_pods
 from roxxel_launch.backends.local.pods import LocalSettings, free_port, host_aliases, worker_process
 from roxxel_launch.backends.local.processes import (
     group_alive,
@@ -75,7 +75,7 @@ class WorkerRuntime(abc.ABC):
     """The runtime's name in :data:`RUNTIMES`."""
 
     @abc.abstractmethod
-    def commands(self, pods: Sequence[manifest.LocalPod], settings: LocalSettings, *,
+    def commands(self, pods: Sequence[rendered_pods.LocalPod], settings: LocalSettings, *,
                  restart_attempt: int | None, network: Any = None) -> tuple[str, list[WorkerCommand]]:
         """The coordinator address the workers of one attempt will use, and each pod's
         command and environment, in process order.
@@ -154,7 +154,7 @@ class ProcessRuntime(WorkerRuntime):
     def __init__(self, python: str):
         self.python = python
 
-    def commands(self, pods: Sequence[manifest.LocalPod], settings: LocalSettings, *,
+    def commands(self, pods: Sequence[rendered_pods.LocalPod], settings: LocalSettings, *,
                  restart_attempt: int | None, network: Any = None) -> tuple[str, list[WorkerCommand]]:
         """On loopback the pods' DNS names point at 127.0.0.1 and the coordinator's port is a
         free one (see :func:`~roxxel_launch.backends.local.pods.host_aliases`); with a

@@ -72,7 +72,7 @@ from roxxel import exit_codes
 from roxxel.wording import count
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError, JobState, JobStatus, StopReason
-from roxxel_launch.backends.local import manifest, policy
+from roxxel_launch.backends.local import policy, rendered_pods
 from roxxel_launch.backends.local.pods import (
     LocalSettings,
     make_volume_dirs,
@@ -240,7 +240,7 @@ class Supervisor:
         self.status = read_json(self.run_dir / STATUS_FILE)
         # The manifest a cluster would get: its pods, their containers, env and policies.
         objects = rendered_objects(self.spec)
-        self.pods = manifest.manifest_pods(objects)
+        self.pods = rendered_pods.manifest_pods(objects)
         self.policy = policy.policy_of(objects)
         self.is_jobset = any(obj.get("kind") == "JobSet" for obj in objects)
         self.settings = LocalSettings(python=self.launch.get("python") or sys.executable, run_dir=self.run_dir,
