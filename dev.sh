@@ -2,7 +2,7 @@
 # Roxxel's developer entry point.
 #   ./dev.sh main   set up .venv, then run the main job
 #   ./dev.sh test   set up .venv, then run the whole test suite
-#   ./dev.sh lint   set up .venv, then ruff check (lint) and mypy (types) over the repository
+#   ./dev.sh lint   set up .venv, then ruff check (lint), ruff format --check (layout) and mypy (types) over the repository
 # Needs only Python >= 3.11 (PYTHON=... picks the interpreter).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -100,6 +100,7 @@ forget_previous_run() {
 lint() {
   # Lint rules and the type checker's settings are in pyproject.toml ([tool.ruff], [tool.mypy]).
   "$VENV/bin/ruff" check .
+  "$VENV/bin/ruff" format --check --quiet . || { echo "dev.sh: run $VENV/bin/ruff format . (the code's layout is ruff format's)"; return 1; }
   "$VENV/bin/mypy"
 }
 

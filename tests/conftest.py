@@ -50,8 +50,14 @@ def lm_data(tmp_path_factory) -> pathlib.Path:
     """
     with made_once(tmp_path_factory, "lm-data") as data:
         if not all((data / name / "dataset.json").exists() for name in ("code", "code-eval", "text")):
-            subprocess.run([sys.executable, "examples/lm/prepare.py", str(data)], cwd=REPO, check=True,
-                           capture_output=True, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=600)
+            subprocess.run(
+                [sys.executable, "examples/lm/prepare.py", str(data)],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                timeout=600,
+            )
     return data
 
 
@@ -73,8 +79,11 @@ def _share_jax_compilations() -> None:
     if "JAX_COMPILATION_CACHE_DIR" in os.environ:  # the caller chose one
         return
     _JAX_CACHE = tempfile.TemporaryDirectory(prefix="roxxel-tests-jax-cache-")
-    settings = {"JAX_COMPILATION_CACHE_DIR": _JAX_CACHE.name, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    settings = {
+        "JAX_COMPILATION_CACHE_DIR": _JAX_CACHE.name,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
     os.environ.update(settings)
     if "jax" in sys.modules:
         import jax

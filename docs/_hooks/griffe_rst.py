@@ -45,8 +45,13 @@ def rst_to_markdown(text: str) -> str:
             out += ["", "```text", *lines[i:j], "```", ""]
             i = j
             continue
-        if (i + 1 < len(lines) and line.strip() and _UNDERLINE.match(lines[i + 1])
-                and not _UNDERLINE.match(line) and len(lines[i + 1].strip()) >= len(line.strip()) - 2):
+        if (
+            i + 1 < len(lines)
+            and line.strip()
+            and _UNDERLINE.match(lines[i + 1])
+            and not _UNDERLINE.match(line)
+            and len(lines[i + 1].strip()) >= len(line.strip()) - 2
+        ):
             if out and out[-1].strip():
                 out.append("")
             out += [f"**{line.strip()}**", ""]

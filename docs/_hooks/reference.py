@@ -32,8 +32,10 @@ PACKAGES = ("roxxel", "roxxel_launch")
 SKIP_MODULES = {"roxxel.__main__", "roxxel_launch.cli.__main__", "roxxel._version", "roxxel_launch.templates"}
 REPO = Path(__file__).resolve().parents[2]
 
-GENERATED_NOTE = ("!!! info \"Generated page\"\n    {what} Do not edit it: it is generated at every build by "
-                  "`docs/_hooks/reference.py`.\n")
+GENERATED_NOTE = (
+    '!!! info "Generated page"\n    {what} Do not edit it: it is generated at every build by '
+    "`docs/_hooks/reference.py`.\n"
+)
 
 
 # ----------------------------------------------------------------------------- job spec
@@ -115,8 +117,10 @@ def job_spec_page() -> str:
     lines = [
         "# Job spec reference",
         "",
-        GENERATED_NOTE.format(what="This page is built from `roxxel_launch.spec.spec_schema()` and the spec's "
-                                   "dataclasses; `roxxel-launch schema` prints the same schema as JSON."),
+        GENERATED_NOTE.format(
+            what="This page is built from `roxxel_launch.spec.spec_schema()` and the spec's "
+            "dataclasses; `roxxel-launch schema` prints the same schema as JSON."
+        ),
         f"A job spec is a YAML file of kind `{spec_module.KIND}`, version `{spec_module.API_VERSION}`. "
         "`roxxel-launch validate SPEC` checks it and the manifests it renders without a cluster; "
         "`--set key.path=value` overrides any field on the command line (escape dots inside a key as "
@@ -143,17 +147,24 @@ def job_spec_page() -> str:
                 need = _default_text(prop["default"])
             else:
                 need = "optional"
-            lines.append(f"| `{sub}` | {_md_cell(_type_text(prop, sub, links))} | {_md_cell(need)} | "
-                         f"{_md_cell(prop.get('description', ''))} |")
+            lines.append(
+                f"| `{sub}` | {_md_cell(_type_text(prop, sub, links))} | {_md_cell(need)} | "
+                f"{_md_cell(prop.get('description', ''))} |"
+            )
         lines.append("")
 
-    lines += ["## TPU types and topologies { #spec-tpu-types }", "",
-              "`accelerator.tpu.type` and `accelerator.tpu.topology` choose the node selectors "
-              "(`cloud.google.com/gke-tpu-accelerator`, `cloud.google.com/gke-tpu-topology`) and the "
-              "number of pods per slice: hosts = chips in the topology / chips per host. Built from "
-              "`roxxel_launch.tpu.TPU_TYPES`.", "",
-              "| type | GKE accelerator label | chips per host | single-host topologies (chips) | "
-              "multi-host topologies (hosts) |", "|---|---|---|---|---|"]
+    lines += [
+        "## TPU types and topologies { #spec-tpu-types }",
+        "",
+        "`accelerator.tpu.type` and `accelerator.tpu.topology` choose the node selectors "
+        "(`cloud.google.com/gke-tpu-accelerator`, `cloud.google.com/gke-tpu-topology`) and the "
+        "number of pods per slice: hosts = chips in the topology / chips per host. Built from "
+        "`roxxel_launch.tpu.TPU_TYPES`.",
+        "",
+        "| type | GKE accelerator label | chips per host | single-host topologies (chips) | "
+        "multi-host topologies (hosts) |",
+        "|---|---|---|---|---|",
+    ]
     for name, t in tpu.TPU_TYPES.items():
         single = ", ".join(f"`{topo}` ({chips})" for topo, chips in t.single_host.items())
         multi = sorted(t.multi_host, key=lambda s: (tpu.chips_in(s), s))
@@ -189,17 +200,28 @@ def _environment_section() -> list[str]:
     from roxxel_launch.render import render
     from roxxel_launch.spec import spec_from_dict
 
-    base = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "image": "IMAGE", "command": ["python", "train.py"],
-            "checkpoint_dir": "gs://my-checkpoints/lm", "data": {"pvc": {"claim": "datasets"}}}
-    jobset = spec_from_dict({**base, "name": "lm", "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}},
-                             "num_slices": 2})
+    base = {
+        "apiVersion": "roxxel.dev/v1alpha1",
+        "kind": "RoxxelJob",
+        "image": "IMAGE",
+        "command": ["python", "train.py"],
+        "checkpoint_dir": "gs://my-checkpoints/lm",
+        "data": {"pvc": {"claim": "datasets"}},
+    }
+    jobset = spec_from_dict(
+        {**base, "name": "lm", "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}}, "num_slices": 2}
+    )
     indexed = spec_from_dict({**base, "name": "lm", "accelerator": {"cpu": {"hosts": 2}}, "workload": "indexed-job"})
     local = spec_from_dict({**base, "name": "lm", "accelerator": {"cpu": {"hosts": 2}}, "checkpoint_dir": "/tmp/ckpt"})
     columns = {
         "JobSet (2 slices of v5e `4x4`, 4 hosts each)": _env_rows(render(jobset).objects),
         "Indexed Job (2 CPU hosts)": _env_rows(render(indexed).objects),
-        "`--local`, process 1 of 2": {k: f"`{v}`" for k, v in worker_processes(
-            local, Path("RUN_DIR"), data_dir="/path/given/with/--data-dir", base_env={"PATH": "$PATH"})[1][1].items()},
+        "`--local`, process 1 of 2": {
+            k: f"`{v}`"
+            for k, v in worker_processes(
+                local, Path("RUN_DIR"), data_dir="/path/given/with/--data-dir", base_env={"PATH": "$PATH"}
+            )[1][1].items()
+        },
     }
     python_bin = os.path.dirname(sys.executable)
     for rows in columns.values():  # the interpreter's folder differs between machines
@@ -208,16 +230,21 @@ def _environment_section() -> list[str]:
     names: list[str] = []
     for rows in columns.values():
         names += [n for n in rows if n not in names]
-    lines = ["## What every worker gets { #spec-environment }", "",
-             "The environment variables of the worker container, as rendered for a spec with "
-             "`name: lm`, `checkpoint_dir` and a `data` volume (the `--local` column: "
-             "`checkpoint_dir: /tmp/ckpt`, `--data-dir`; `PYTHON_BIN` is the folder of the Python that runs "
-             "`roxxel-launch`, `RUN_DIR` the run directory; the run adds `ROXXEL_HOST_ALIASES`, see "
-             "[the local backend](../local.md#the-manifest-runs-here)). `roxxel.distributed.initialize()` reads "
-             "the process identity from them; `JOB_COMPLETION_INDEX` is set by the Job controller "
-             "itself. Every pod runs `roxxel-worker -- COMMAND...` and mounts the data volume read-only "
-             "at `/data`.", "",
-             "| variable | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    lines = [
+        "## What every worker gets { #spec-environment }",
+        "",
+        "The environment variables of the worker container, as rendered for a spec with "
+        "`name: lm`, `checkpoint_dir` and a `data` volume (the `--local` column: "
+        "`checkpoint_dir: /tmp/ckpt`, `--data-dir`; `PYTHON_BIN` is the folder of the Python that runs "
+        "`roxxel-launch`, `RUN_DIR` the run directory; the run adds `ROXXEL_HOST_ALIASES`, see "
+        "[the local backend](../local.md#the-manifest-runs-here)). `roxxel.distributed.initialize()` reads "
+        "the process identity from them; `JOB_COMPLETION_INDEX` is set by the Job controller "
+        "itself. Every pod runs `roxxel-worker -- COMMAND...` and mounts the data volume read-only "
+        "at `/data`.",
+        "",
+        "| variable | " + " | ".join(columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
     for n in names:
         lines.append(f"| `{n}` | " + " | ".join(_md_cell(rows.get(n, "-")) for rows in columns.values()) + " |")
     return lines + [""]
@@ -227,15 +254,28 @@ def _rendered_examples_section() -> list[str]:
     from roxxel_launch.render import render
     from roxxel_launch.spec import load_spec
 
-    lines = ["## The example specs and what they render { #spec-examples }", "",
-             "The specs under `k8s/examples/` in the repository, each with the manifests "
-             "`roxxel-launch render` makes of it.", ""]
+    lines = [
+        "## The example specs and what they render { #spec-examples }",
+        "",
+        "The specs under `k8s/examples/` in the repository, each with the manifests "
+        "`roxxel-launch render` makes of it.",
+        "",
+    ]
     for path in sorted((REPO / "k8s" / "examples").glob("*.yaml")):
         rel = path.relative_to(REPO)
         text = path.read_text(encoding="utf-8")
         rendered = render(load_spec(path)).yaml
-        lines += [f"### `{rel}`", "", "```yaml", text.rstrip("\n"), "```", "",
-                  f'??? example "Rendered manifests of `{rel.name}`"', "", "    ```yaml"]
+        lines += [
+            f"### `{rel}`",
+            "",
+            "```yaml",
+            text.rstrip("\n"),
+            "```",
+            "",
+            f'??? example "Rendered manifests of `{rel.name}`"',
+            "",
+            "    ```yaml",
+        ]
         lines += [("    " + line) if line else "" for line in rendered.rstrip("\n").split("\n")]
         lines += ["    ```", ""]
     return lines
@@ -271,8 +311,11 @@ def _command_section(cmd, ctx, level: int) -> list[str]:
     lines += ["```text", f"Usage: {path} {' '.join(pieces)}".rstrip(), "```", ""]
     arguments = [p for p in cmd.get_params(ctx) if isinstance(p, click.Argument)]
     if arguments:
-        lines += ["Arguments: " + ", ".join(f"`{p.make_metavar(ctx) if _metavar_takes_ctx() else p.make_metavar()}`"
-                                            for p in arguments), ""]
+        lines += [
+            "Arguments: "
+            + ", ".join(f"`{p.make_metavar(ctx) if _metavar_takes_ctx() else p.make_metavar()}`" for p in arguments),
+            "",
+        ]
     options = []
     for param in cmd.get_params(ctx):
         if isinstance(param, click.Option) and not param.hidden:
@@ -313,7 +356,7 @@ def _launch_exit_codes() -> str:
     start = doc.find("Exit codes:")
     if start < 0:
         return "(see `roxxel-launch COMMAND --help`)"
-    section = doc[start + len("Exit codes:"):].strip()
+    section = doc[start + len("Exit codes:") :].strip()
     return rst_to_markdown(section.split("\n\n\n")[0])
 
 
@@ -333,21 +376,35 @@ def cli_page() -> str:
     from roxxel.cli import main as roxxel_main
     from roxxel_launch.cli import cli as launch_cli
 
-    lines = ["# Command-line reference", "",
-             GENERATED_NOTE.format(what="This page is built by walking the click commands "
-                                        "(`roxxel.cli.main`, `roxxel_launch.cli.cli`), so it shows exactly "
-                                        "the commands, arguments, options and defaults of this version."),
-             "`roxxel` exits with 0 on success, 1 on an error (the message starts with `roxxel: error:`) "
-             "and 2 on a bad command line. `roxxel-launch`, from its module documentation:", "",
-             _launch_exit_codes(), ""]
+    lines = [
+        "# Command-line reference",
+        "",
+        GENERATED_NOTE.format(
+            what="This page is built by walking the click commands "
+            "(`roxxel.cli.main`, `roxxel_launch.cli.cli`), so it shows exactly "
+            "the commands, arguments, options and defaults of this version."
+        ),
+        "`roxxel` exits with 0 on success, 1 on an error (the message starts with `roxxel: error:`) "
+        "and 2 on a bad command line. `roxxel-launch`, from its module documentation:",
+        "",
+        _launch_exit_codes(),
+        "",
+    ]
     for cmd, name in ((roxxel_main, "roxxel"), (launch_cli, "roxxel-launch")):
         ctx = click.Context(cmd, info_name=name)
         lines += _command_section(cmd, ctx, 2)
-    lines += ["## `roxxel-worker`", "",
-              "The container entrypoint of every worker pod (and of every `--local` worker): runs the "
-              "training command as a child, forwards signals to it and exits with its code "
-              "(see [Checkpointing and preemption](../checkpointing.md#roxxel-worker)).", "",
-              "```text", _worker_help(), "```", ""]
+    lines += [
+        "## `roxxel-worker`",
+        "",
+        "The container entrypoint of every worker pod (and of every `--local` worker): runs the "
+        "training command as a child, forwards signals to it and exits with its code "
+        "(see [Checkpointing and preemption](../checkpointing.md#roxxel-worker)).",
+        "",
+        "```text",
+        _worker_help(),
+        "```",
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -385,13 +442,19 @@ def api_pages() -> dict[str, str]:
     for name in api_modules():
         pages[f"{API_DIR}/{name}.md"] = f"# `{name}`\n\n::: {name}\n"
     modules = api_modules()
-    index = ["# API reference", "",
-             GENERATED_NOTE.format(what="One page per module of the installed packages `roxxel` and "
-                                        "`roxxel_launch` (the launcher, in `launcher/roxxel_launch/`), "
-                                        "rendered from the docstrings by mkdocstrings."),
-             "The names most programs use are importable from the packages themselves: "
-             "`from roxxel import Roxxel, Curriculum, Phase, Stream` and "
-             "`from roxxel.train import Trainer, Checkpointer, Logger, ModelState`.", ""]
+    index = [
+        "# API reference",
+        "",
+        GENERATED_NOTE.format(
+            what="One page per module of the installed packages `roxxel` and "
+            "`roxxel_launch` (the launcher, in `launcher/roxxel_launch/`), "
+            "rendered from the docstrings by mkdocstrings."
+        ),
+        "The names most programs use are importable from the packages themselves: "
+        "`from roxxel import Roxxel, Curriculum, Phase, Stream` and "
+        "`from roxxel.train import Trainer, Checkpointer, Logger, ModelState`.",
+        "",
+    ]
     for name in modules:
         depth = name.count(".")
         index.append(f"{'    ' * depth}- [`{name}`]({name}.md)")

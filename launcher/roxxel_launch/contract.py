@@ -57,14 +57,24 @@ class EnvVar:
         return {"name": self.name, "value": self.value}
 
 
-def jobset_env(*, subdomain: str, hosts_per_slice: int, num_slices: int,
-               coordinator_port: int = DEFAULT_COORDINATOR_PORT,
-               max_restart_attempt: int | None = None) -> tuple[EnvVar, ...]:
+def jobset_env(
+    *,
+    subdomain: str,
+    hosts_per_slice: int,
+    num_slices: int,
+    coordinator_port: int = DEFAULT_COORDINATOR_PORT,
+    max_restart_attempt: int | None = None,
+) -> tuple[EnvVar, ...]:
     """The distributed-runtime variables of a JobSet pod (JOB_COMPLETION_INDEX comes from the Job),
     and with ``max_restart_attempt`` the restart budget roxxel-worker enforces."""
-    budget = () if max_restart_attempt is None else (
-        EnvVar(shared.ENV_RESTART_ATTEMPT, field_path=RESTART_ATTEMPT_FIELD),
-        EnvVar(shared.ENV_MAX_RESTART_ATTEMPT, value=str(max_restart_attempt)))
+    budget = (
+        ()
+        if max_restart_attempt is None
+        else (
+            EnvVar(shared.ENV_RESTART_ATTEMPT, field_path=RESTART_ATTEMPT_FIELD),
+            EnvVar(shared.ENV_MAX_RESTART_ATTEMPT, value=str(max_restart_attempt)),
+        )
+    )
     return budget + (
         EnvVar(shared.ENV_JOBSET_NAME, field_path=shared.JOBSET_DOWNWARD_API[shared.ENV_JOBSET_NAME]),
         EnvVar(shared.ENV_REPLICATED_JOB_NAME, field_path=shared.JOBSET_DOWNWARD_API[shared.ENV_REPLICATED_JOB_NAME]),
@@ -85,12 +95,21 @@ def indexed_job_env(*, job_name: str, service_name: str, num_processes: int) -> 
     )
 
 
-def run_env(*, run_name: str, checkpoint_dir: str | None, data_dir: str | None,
-            termination_grace_s: int, restore_from: str | None = None,
-            watchdog: str | None = None) -> tuple[EnvVar, ...]:
+def run_env(
+    *,
+    run_name: str,
+    checkpoint_dir: str | None,
+    data_dir: str | None,
+    termination_grace_s: int,
+    restore_from: str | None = None,
+    watchdog: str | None = None,
+) -> tuple[EnvVar, ...]:
     """What the training command reads to find its run, checkpoints and data, and what
     ``roxxel-worker`` reads to bound its wait after SIGTERM (the pod's grace period)."""
-    env = [EnvVar(shared.ENV_RUN_NAME, value=run_name), EnvVar(shared.ENV_TERMINATION_GRACE, value=str(termination_grace_s))]
+    env = [
+        EnvVar(shared.ENV_RUN_NAME, value=run_name),
+        EnvVar(shared.ENV_TERMINATION_GRACE, value=str(termination_grace_s)),
+    ]
     if checkpoint_dir is not None:
         env.append(EnvVar(shared.ENV_CHECKPOINT_DIR, value=checkpoint_dir))
     if data_dir is not None:
@@ -103,14 +122,33 @@ def run_env(*, run_name: str, checkpoint_dir: str | None, data_dir: str | None,
 
 
 # Names a user's ``env`` may not set: the launcher or Kubernetes owns them.
-RESERVED_ENV_NAMES = frozenset({
-    shared.ENV_JOBSET_NAME, shared.ENV_REPLICATED_JOB_NAME, shared.ENV_JOB_INDEX, shared.ENV_JOBSET_SUBDOMAIN, shared.ENV_HOSTS_PER_SLICE,
-    shared.ENV_NUM_SLICES, shared.ENV_COORDINATOR_PORT, shared.ENV_JOB_NAME, shared.ENV_SERVICE_NAME,
-    shared.ENV_NUM_PROCESSES, shared.ENV_JOB_COMPLETION_INDEX, shared.ENV_COORDINATOR_ADDRESS, shared.ENV_PROCESS_ID,
-    shared.ENV_RUN_NAME, shared.ENV_CHECKPOINT_DIR, shared.ENV_DATA_DIR, shared.ENV_RESTART_ATTEMPT,
-    shared.ENV_MAX_RESTART_ATTEMPT, shared.ENV_REPLICATED_JOB_REPLICAS, shared.ENV_HOST_ALIASES, shared.ENV_TERMINATION_GRACE,
-    shared.ENV_RESTORE_FROM, shared.ENV_WATCHDOG,
-})
+RESERVED_ENV_NAMES = frozenset(
+    {
+        shared.ENV_JOBSET_NAME,
+        shared.ENV_REPLICATED_JOB_NAME,
+        shared.ENV_JOB_INDEX,
+        shared.ENV_JOBSET_SUBDOMAIN,
+        shared.ENV_HOSTS_PER_SLICE,
+        shared.ENV_NUM_SLICES,
+        shared.ENV_COORDINATOR_PORT,
+        shared.ENV_JOB_NAME,
+        shared.ENV_SERVICE_NAME,
+        shared.ENV_NUM_PROCESSES,
+        shared.ENV_JOB_COMPLETION_INDEX,
+        shared.ENV_COORDINATOR_ADDRESS,
+        shared.ENV_PROCESS_ID,
+        shared.ENV_RUN_NAME,
+        shared.ENV_CHECKPOINT_DIR,
+        shared.ENV_DATA_DIR,
+        shared.ENV_RESTART_ATTEMPT,
+        shared.ENV_MAX_RESTART_ATTEMPT,
+        shared.ENV_REPLICATED_JOB_REPLICAS,
+        shared.ENV_HOST_ALIASES,
+        shared.ENV_TERMINATION_GRACE,
+        shared.ENV_RESTORE_FROM,
+        shared.ENV_WATCHDOG,
+    }
+)
 
 
 # ----------------------------------------------------------------------------- pod security

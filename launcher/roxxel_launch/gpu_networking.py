@@ -44,15 +44,30 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     # A3 High: 4 additional NICs, GPUDirect-TCPX (gpudirect-tcpx/nccl-test-latest.yaml).
-    "tcpx": Preset("a3-highgpu-8g", ("nvidia-h100-80gb",), tuple(f"vpc{i}" for i in range(1, 5)), 1,
-                   "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"),
+    "tcpx": Preset(
+        "a3-highgpu-8g",
+        ("nvidia-h100-80gb",),
+        tuple(f"vpc{i}" for i in range(1, 5)),
+        1,
+        "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12",
+    ),
     # A3 Mega: 8 additional NICs, GPUDirect-TCPXO (gpudirect-tcpxo/nccl-test-latest.yaml).
-    "tcpxo": Preset("a3-megagpu-8g", ("nvidia-h100-mega-80gb",), tuple(f"vpc{i}" for i in range(1, 9)),
-                    1, "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.21"),
+    "tcpxo": Preset(
+        "a3-megagpu-8g",
+        ("nvidia-h100-mega-80gb",),
+        tuple(f"vpc{i}" for i in range(1, 9)),
+        1,
+        "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.21",
+    ),
     # A3 Ultra / A4: 8 RDMA NICs from eth2 on (eth1 is the second gVNIC), GPUDirect RDMA with
     # the gIB plugin (gpudirect-rdma/nccl-test.yaml).
-    "rdma": Preset("a3-ultragpu-8g / a4-highgpu-8g", ("nvidia-h200-141gb", "nvidia-b200"),
-                   tuple(f"rdma-{i}" for i in range(8)), 2, None),
+    "rdma": Preset(
+        "a3-ultragpu-8g / a4-highgpu-8g",
+        ("nvidia-h200-141gb", "nvidia-b200"),
+        tuple(f"rdma-{i}" for i in range(8)),
+        2,
+        None,
+    ),
 }
 # The NCCL plugin each installer DaemonSet puts on the nodes, and the daemon release the same
 # repository's test manifests pair with it (container-engine-accelerators @ 992db81, 2026-06-11:
@@ -76,10 +91,19 @@ WORKER_CAPABILITIES = {"tcpx": ("IPC_LOCK",)}
 # gpudirect-tcpx/nccl-config.yaml, the variables its run script exports); the data NICs'
 # names come from the preset's interfaces.
 _TCPX_NCCL = {
-    "NCCL_SOCKET_IFNAME": "eth0", "NCCL_ALGO": "Ring,Tree", "NCCL_PROTO": "Simple", "NCCL_CROSS_NIC": "0",
-    "NCCL_NET_GDR_LEVEL": "PIX", "NCCL_P2P_PXN_LEVEL": "0", "NCCL_GPUDIRECTTCPX_CTRL_DEV": "eth0",
-    "NCCL_DYNAMIC_CHUNK_SIZE": "524288", "NCCL_P2P_NET_CHUNKSIZE": "524288", "NCCL_P2P_PCI_CHUNKSIZE": "524288",
-    "NCCL_P2P_NVL_CHUNKSIZE": "1048576", "NCCL_BUFFSIZE": "4194304", "NCCL_NSOCKS_PERTHREAD": "4",
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "NCCL_ALGO": "Ring,Tree",
+    "NCCL_PROTO": "Simple",
+    "NCCL_CROSS_NIC": "0",
+    "NCCL_NET_GDR_LEVEL": "PIX",
+    "NCCL_P2P_PXN_LEVEL": "0",
+    "NCCL_GPUDIRECTTCPX_CTRL_DEV": "eth0",
+    "NCCL_DYNAMIC_CHUNK_SIZE": "524288",
+    "NCCL_P2P_NET_CHUNKSIZE": "524288",
+    "NCCL_P2P_PCI_CHUNKSIZE": "524288",
+    "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
+    "NCCL_BUFFSIZE": "4194304",
+    "NCCL_NSOCKS_PERTHREAD": "4",
     "NCCL_SOCKET_NTHREADS": "1",
     "NCCL_GPUDIRECTTCPX_TX_BINDINGS": "eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177",
     "NCCL_GPUDIRECTTCPX_RX_BINDINGS": "eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191",
@@ -102,47 +126,69 @@ class PodAdditions:
     init_script: str | None = None  # the NCCL environment script the worker sources before starting
     capabilities: tuple[str, ...] = ()  # added to the worker container
 
+
 def _host(name: str, path: str) -> dict:
     return {"name": name, "hostPath": {"path": path}}
 
 
 def _interfaces(preset: Preset, networks: tuple[str, ...]) -> str:
     interfaces = [{"interfaceName": "eth0", "network": "default"}]
-    interfaces += [{"interfaceName": f"eth{preset.first_interface + i}", "network": network}
-                   for i, network in enumerate(networks)]
+    interfaces += [
+        {"interfaceName": f"eth{preset.first_interface + i}", "network": network} for i, network in enumerate(networks)
+    ]
     return json.dumps(interfaces, separators=(",", ":"))
 
 
 def _daemon(mode: str, image: str, devices_annotation: dict[str, str], privileged: bool) -> dict[str, Any]:
-    mounts = [{"name": "gpudirect-nvidia-lib", "mountPath": "/usr/local/nvidia/lib64"},
-              {"name": "gpudirect-sys", "mountPath": "/hostsysfs"},
-              {"name": "gpudirect-proc-sys", "mountPath": "/hostprocsysfs"}]
+    mounts = [
+        {"name": "gpudirect-nvidia-lib", "mountPath": "/usr/local/nvidia/lib64"},
+        {"name": "gpudirect-sys", "mountPath": "/hostsysfs"},
+        {"name": "gpudirect-proc-sys", "mountPath": "/hostprocsysfs"},
+    ]
     if mode == "tcpx":
-        command = ["/tcpgpudmarxd/build/app/tcpgpudmarxd", "--gpu_nic_preset", "a3vm",
-                   "--gpu_shmem_type", "fd", "--uds_path", TCPX_SOCKET_DIR,
-                   "--setup_param", "--verbose 128 2 0 "]
+        command = [
+            "/tcpgpudmarxd/build/app/tcpgpudmarxd",
+            "--gpu_nic_preset",
+            "a3vm",
+            "--gpu_shmem_type",
+            "fd",
+            "--uds_path",
+            TCPX_SOCKET_DIR,
+            "--setup_param",
+            "--verbose 128 2 0 ",
+        ]
         mounts.append({"name": "gpudirect-tcpx-socket", "mountPath": TCPX_SOCKET_DIR})
         capabilities = ["NET_ADMIN"]
     else:
-        command = ["/bin/sh", "-c", "chmod 755 /fts/entrypoint_rxdm_container.sh && exec "
-                   "/fts/entrypoint_rxdm_container.sh --num_hops=2 --num_nics=8 --uid= "
-                   "--alsologtostderr"]
+        command = [
+            "/bin/sh",
+            "-c",
+            "chmod 755 /fts/entrypoint_rxdm_container.sh && exec "
+            "/fts/entrypoint_rxdm_container.sh --num_hops=2 --num_nics=8 --uid= "
+            "--alsologtostderr",
+        ]
         devices_annotation["/dev/dmabuf_import_helper"] = ""
         capabilities = ["NET_ADMIN", "NET_BIND_SERVICE"]
     security: dict[str, Any] = {"runAsNonRoot": False, "runAsUser": 0, "capabilities": {"add": capabilities}}
     if privileged:
         # On the host network the recipes run the daemon privileged, without a device list.
         security["privileged"] = True
-    return {"name": DAEMON_CONTAINER, "image": image, "restartPolicy": "Always",
-            # The daemon runs as root, as in the recipes (the pod's runAsNonRoot is the
-            # worker's): it programs the NICs' flow steering through /hostsysfs.
-            "command": command, "securityContext": security,
-            "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
-            "volumeMounts": mounts}
+    return {
+        "name": DAEMON_CONTAINER,
+        "image": image,
+        "restartPolicy": "Always",
+        # The daemon runs as root, as in the recipes (the pod's runAsNonRoot is the
+        # worker's): it programs the NICs' flow steering through /hostsysfs.
+        "command": command,
+        "securityContext": security,
+        "env": [{"name": "LD_LIBRARY_PATH", "value": "/usr/local/nvidia/lib64"}],
+        "volumeMounts": mounts,
+    }
 
 
-def pod_additions(mode: str, networks: tuple[str, ...], daemon_image: str | None,
-                  host_network: bool = False) -> PodAdditions:
+def pod_additions(
+    mode: str, networks: tuple[str, ...], daemon_image: str | None, host_network: bool = False
+) -> PodAdditions:
     """The pod-template additions of preset ``mode`` ("none" adds nothing).
 
     Args:
@@ -163,34 +209,45 @@ def pod_additions(mode: str, networks: tuple[str, ...], daemon_image: str | None
         raise ValueError(f"unknown GPU networking mode {mode!r}")
     preset = PRESETS[mode]
     if not host_network:
-        out.annotations = {"networking.gke.io/default-interface": "eth0",
-                           "networking.gke.io/interfaces": _interfaces(preset, networks)}
+        out.annotations = {
+            "networking.gke.io/default-interface": "eth0",
+            "networking.gke.io/interfaces": _interfaces(preset, networks),
+        }
     if mode == "rdma":
         out.volumes = [_host("gpudirect-nvidia", HOST_NVIDIA_DIR), _host("gpudirect-gib", HOST_GIB_DIR)]
-        out.mounts = [{"name": "gpudirect-nvidia", "mountPath": "/usr/local/nvidia"},
-                      {"name": "gpudirect-gib", "mountPath": "/usr/local/gib"}]
+        out.mounts = [
+            {"name": "gpudirect-nvidia", "mountPath": "/usr/local/nvidia"},
+            {"name": "gpudirect-gib", "mountPath": "/usr/local/gib"},
+        ]
         # The recipe sources /usr/local/gib/scripts/set_nccl_env.sh; these are the values the
         # gIB images set (NCCL_NET=gIB and the plugin's libraries first on the loader path).
-        out.env = {"LD_LIBRARY_PATH": "/usr/local/gib/lib64:/usr/local/nvidia/lib64",
-                   "NCCL_NET": "gIB"}
+        out.env = {"LD_LIBRARY_PATH": "/usr/local/gib/lib64:/usr/local/nvidia/lib64", "NCCL_NET": "gIB"}
         out.init_script = INIT_SCRIPTS["rdma"]
         return out
     devices: dict[str, str] = dict.fromkeys(_DAEMON_DEVICES, "")
     daemon = _daemon(mode, daemon_image or str(preset.daemon_image), devices, privileged=host_network)
     if not host_network:
-        out.annotations[f"devices.gke.io/container.{DAEMON_CONTAINER}"] = \
-            "".join(f"- path: {path}\n" for path in devices)
+        out.annotations[f"devices.gke.io/container.{DAEMON_CONTAINER}"] = "".join(
+            f"- path: {path}\n" for path in devices
+        )
     out.init_containers = [daemon]
-    out.volumes = [_host("gpudirect-nvidia-lib", f"{HOST_NVIDIA_DIR}/lib64"),
-                   _host("gpudirect-sys", "/sys"), _host("gpudirect-proc-sys", "/proc/sys")]
+    out.volumes = [
+        _host("gpudirect-nvidia-lib", f"{HOST_NVIDIA_DIR}/lib64"),
+        _host("gpudirect-sys", "/sys"),
+        _host("gpudirect-proc-sys", "/proc/sys"),
+    ]
     out.mounts = [{"name": "gpudirect-nvidia-lib", "mountPath": "/usr/local/nvidia/lib64"}]
     out.env = {"LD_LIBRARY_PATH": NVIDIA_LIB_DIR}
     if mode == "tcpx":
         out.volumes.append(_host("gpudirect-tcpx-socket", TCPX_SOCKET_DIR))
         out.mounts.append({"name": "gpudirect-tcpx-socket", "mountPath": TCPX_SOCKET_DIR})
         out.env["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"] = TCPX_SOCKET_DIR
-        out.tuning = {**_TCPX_NCCL, "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": ",".join(
-            f"eth{preset.first_interface + i}" for i in range(len(networks)))}
+        out.tuning = {
+            **_TCPX_NCCL,
+            "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": ",".join(
+                f"eth{preset.first_interface + i}" for i in range(len(networks))
+            ),
+        }
         out.capabilities = WORKER_CAPABILITIES["tcpx"]
     else:
         out.volumes.append(_host("gpudirect-aperture-devices", APERTURE_DEVICES))
@@ -216,14 +273,26 @@ def worker_command(init_script: str, entrypoint: tuple[str, ...], keep: tuple[st
         keep: names of variables to keep as the container got them (C identifiers).
     """
     names = " ".join(keep)
-    keep_line = f'kept=$(declare -p {names} 2>/dev/null); ' if keep else ""
+    keep_line = f"kept=$(declare -p {names} 2>/dev/null); " if keep else ""
     restore = 'eval "$kept"; ' if keep else ""
-    script = (f'script={init_script}; if [ ! -r "$script" ]; then echo "roxxel: $script is missing: install the '
-              'NCCL plugin installer DaemonSet of accelerator.gpu.networking on the node pool" >&2; '
-              f'exit {CONFIG_ERROR_EXIT_CODE}; fi; {keep_line}source "$script"; {restore}'
-              f'exec {" ".join(entrypoint)} "$@"')
+    script = (
+        f'script={init_script}; if [ ! -r "$script" ]; then echo "roxxel: $script is missing: install the '
+        'NCCL plugin installer DaemonSet of accelerator.gpu.networking on the node pool" >&2; '
+        f'exit {CONFIG_ERROR_EXIT_CODE}; fi; {keep_line}source "$script"; {restore}'
+        f'exec {" ".join(entrypoint)} "$@"'
+    )
     return ["/bin/bash", "-c", script, entrypoint[0]]
 
+
 # Volume names the presets use (reserved in the spec's volumes).
-VOLUME_NAMES = frozenset({"gpudirect-nvidia", "gpudirect-gib", "gpudirect-nvidia-lib", "gpudirect-sys",
-                          "gpudirect-proc-sys", "gpudirect-tcpx-socket", "gpudirect-aperture-devices"})
+VOLUME_NAMES = frozenset(
+    {
+        "gpudirect-nvidia",
+        "gpudirect-gib",
+        "gpudirect-nvidia-lib",
+        "gpudirect-sys",
+        "gpudirect-proc-sys",
+        "gpudirect-tcpx-socket",
+        "gpudirect-aperture-devices",
+    }
+)

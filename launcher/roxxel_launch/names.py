@@ -58,9 +58,7 @@ def dns1123_subdomain_problem(value: str) -> str | None:
     if len(value) > MAX_SUBDOMAIN:
         return f"is {len(value)} characters long; the limit is {MAX_SUBDOMAIN}"
     if not _DNS1123_SUBDOMAIN.fullmatch(value):
-        return (
-            f"{value!r} is not a DNS-1123 subdomain: use lower-case letters, digits, '-' and '.'"
-        )
+        return f"{value!r} is not a DNS-1123 subdomain: use lower-case letters, digits, '-' and '.'"
     return None
 
 

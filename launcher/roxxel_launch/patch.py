@@ -64,8 +64,10 @@ def _merge_list(items: list, patch: list, merge_key: str, field: str) -> list:
         directive = entry.get(DIRECTIVE)
         if directive not in (None, "delete"):
             raise ValueError(f"{field}: unknown {DIRECTIVE} directive {directive!r} (only 'delete')")
-        match = next((i for i, item in enumerate(out)
-                      if isinstance(item, Mapping) and item.get(merge_key) == entry[merge_key]), None)
+        match = next(
+            (i for i, item in enumerate(out) if isinstance(item, Mapping) and item.get(merge_key) == entry[merge_key]),
+            None,
+        )
         if directive == "delete":
             if match is not None:
                 out.pop(match)

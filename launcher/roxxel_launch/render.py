@@ -65,8 +65,11 @@ EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 GCSFUSE_ANNOTATION = "gke-gcsfuse/volumes"
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
-GCSFUSE_LIMIT_ANNOTATIONS = {"cpu": "gke-gcsfuse/cpu-limit", "memory": "gke-gcsfuse/memory-limit",
-                             "ephemeral_storage": "gke-gcsfuse/ephemeral-storage-limit"}
+GCSFUSE_LIMIT_ANNOTATIONS = {
+    "cpu": "gke-gcsfuse/cpu-limit",
+    "memory": "gke-gcsfuse/memory-limit",
+    "ephemeral_storage": "gke-gcsfuse/ephemeral-storage-limit",
+}
 # The volume name the GCS FUSE driver's sidecar uses for its file cache when present.
 GCSFUSE_CACHE_VOLUME = "gke-gcsfuse-cache"
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
@@ -88,14 +91,16 @@ IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
 # A Job's failure message when podFailurePolicy rule 0 (exit code CONFIG_ERROR_EXIT_CODE)
 # fails it, as the Job controller writes it: "Container worker for pod NS/POD failed with
 # exit code 78 matching FailJob rule at index 0".
-CONFIG_ERROR_MESSAGE_PATTERN = (f"failed with exit code {contract.CONFIG_ERROR_EXIT_CODE} "
-                                "matching FailJob rule at index 0")
+CONFIG_ERROR_MESSAGE_PATTERN = (
+    f"failed with exit code {contract.CONFIG_ERROR_EXIT_CODE} matching FailJob rule at index 0"
+)
 
 # Characters written as-is inside a double-quoted scalar: printable ASCII except '"' and
 # '\', and printable non-ASCII except YAML line breaks (U+2028/9), BOM and surrogates.
 _NEEDS_ESCAPE = re.compile(
     r"[^\x20\x21\x23-\x5b\x5d-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd"
-    r"\U00010000-\U0010ffff]")
+    r"\U00010000-\U0010ffff]"
+)
 
 
 class _Quoted(str):
@@ -175,16 +180,19 @@ def _data_volume(spec: JobSpec) -> dict | None:
     if data is None:
         return None
     if data.gcsfuse is not None:
-        return {"name": DATA_VOLUME, "csi": {
-            "driver": GCSFUSE_DRIVER, "readOnly": True,
-            "volumeAttributes": data.gcsfuse.volume_attributes(spec.uses_host_network)}}
+        return {
+            "name": DATA_VOLUME,
+            "csi": {
+                "driver": GCSFUSE_DRIVER,
+                "readOnly": True,
+                "volumeAttributes": data.gcsfuse.volume_attributes(spec.uses_host_network),
+            },
+        }
     if data.nfs is not None:
-        return {"name": DATA_VOLUME,
-                "nfs": {"server": data.nfs.server, "path": data.nfs.path, "readOnly": True}}
+        return {"name": DATA_VOLUME, "nfs": {"server": data.nfs.server, "path": data.nfs.path, "readOnly": True}}
     if data.pvc is None:
         raise ValueError("data: none of gcsfuse, nfs and pvc is set")
-    return {"name": DATA_VOLUME,
-            "persistentVolumeClaim": {"claimName": data.pvc.claim, "readOnly": True}}
+    return {"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": data.pvc.claim, "readOnly": True}}
 
 
 def _gcsfuse_extras(spec: JobSpec) -> tuple[dict[str, str], list[dict]]:
@@ -192,10 +200,12 @@ def _gcsfuse_extras(spec: JobSpec) -> tuple[dict[str, str], list[dict]]:
     fuse = spec.data.gcsfuse if spec.data is not None else None
     if fuse is None:
         return {}, []
-    annotations = {GCSFUSE_ANNOTATION: "true",
-                   GCSFUSE_LIMIT_ANNOTATIONS["cpu"]: fuse.sidecar_cpu_limit,
-                   GCSFUSE_LIMIT_ANNOTATIONS["memory"]: fuse.sidecar_memory_limit,
-                   GCSFUSE_LIMIT_ANNOTATIONS["ephemeral_storage"]: fuse.sidecar_ephemeral_storage_limit}
+    annotations = {
+        GCSFUSE_ANNOTATION: "true",
+        GCSFUSE_LIMIT_ANNOTATIONS["cpu"]: fuse.sidecar_cpu_limit,
+        GCSFUSE_LIMIT_ANNOTATIONS["memory"]: fuse.sidecar_memory_limit,
+        GCSFUSE_LIMIT_ANNOTATIONS["ephemeral_storage"]: fuse.sidecar_ephemeral_storage_limit,
+    }
     if fuse.file_cache_mb is None:
         return annotations, []
     # The cache volume holds the bounded cache plus gcsfuse's own bookkeeping: 10% headroom.
@@ -212,29 +222,37 @@ def _checkpoint_problem(spec: JobSpec) -> str | None:
         return None
     for volume in spec.volumes:
         root = volume.mount_path.rstrip("/")
-        if (path == root or path.startswith(root + "/")) and not volume.read_only \
-                and volume.empty_dir is None:
+        if (path == root or path.startswith(root + "/")) and not volume.read_only and volume.empty_dir is None:
             return None
-    return (f"{path!r} is a local path, and no writable persistent volume (pvc or nfs in "
-            "volumes, read_only: false) is mounted there: a pod's own file system is lost on "
-            "every restart, and so would be the checkpoints")
+    return (
+        f"{path!r} is a local path, and no writable persistent volume (pvc or nfs in "
+        "volumes, read_only: false) is mounted there: a pod's own file system is lost on "
+        "every restart, and so would be the checkpoints"
+    )
 
 
 def _size_problem(annotations: Mapping[str, str]) -> str | None:
     size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
     if size > MAX_ANNOTATIONS_BYTES:
-        return (f"the annotations take {size} bytes, more than the {MAX_ANNOTATIONS_BYTES} "
-                f"Kubernetes allows (the whole spec is stored in {SPEC_ANNOTATION})")
+        return (
+            f"the annotations take {size} bytes, more than the {MAX_ANNOTATIONS_BYTES} "
+            f"Kubernetes allows (the whole spec is stored in {SPEC_ANNOTATION})"
+        )
     return None
 
 
 def _warn_spot(spec: JobSpec) -> None:
     spot = [k for k in SPOT_SELECTORS if spec.node_selectors.get(k) == "true"]
     if spot and spec.termination_grace_period > SPOT_GRACE_SECONDS:
-        logger.warning("%s: termination_grace_period is %d s but the pods target Spot / preemptible "
-                       "nodes (%s), which GKE stops about %d s after the notice: only the last "
-                       "periodic checkpoint is sure to survive; size the Trainer's save_interval_steps for it",
-                       spec.name, spec.termination_grace_period, spot[0], SPOT_GRACE_SECONDS)
+        logger.warning(
+            "%s: termination_grace_period is %d s but the pods target Spot / preemptible "
+            "nodes (%s), which GKE stops about %d s after the notice: only the last "
+            "periodic checkpoint is sure to survive; size the Trainer's save_interval_steps for it",
+            spec.name,
+            spec.termination_grace_period,
+            spot[0],
+            SPOT_GRACE_SECONDS,
+        )
 
 
 PREEMPTION_SAVE_MARGIN = 1.5
@@ -258,21 +276,33 @@ def _warn_preemption_save(spec: JobSpec) -> None:
         return
     need = math.ceil(took * PREEMPTION_SAVE_MARGIN) + 10
     if spec.termination_grace_period < need:
-        logger.warning("%s: the last preemption save of this run took %.1f s (step %s, %.2f GiB on %s processes, "
-                       "%s); termination_grace_period is %d s: raise it to at least %d s, or a preemption's save is "
-                       "cut off by SIGKILL and the steps since the last periodic checkpoint are lost",
-                       spec.name, took, record.get("step"), gib,
-                       record.get("process_count"), record.get("at"), spec.termination_grace_period, need)
+        logger.warning(
+            "%s: the last preemption save of this run took %.1f s (step %s, %.2f GiB on %s processes, "
+            "%s); termination_grace_period is %d s: raise it to at least %d s, or a preemption's save is "
+            "cut off by SIGKILL and the steps since the last periodic checkpoint are lost",
+            spec.name,
+            took,
+            record.get("step"),
+            gib,
+            record.get("process_count"),
+            record.get("at"),
+            spec.termination_grace_period,
+            need,
+        )
 
 
 def _warn_ephemeral_storage(spec: JobSpec) -> None:
     need = spec.ephemeral_storage_bytes
     if spec.node_ephemeral_storage is None and need > DEFAULT_NODE_EPHEMERAL_STORAGE:
-        logger.warning("%s: each pod needs %.1f GiB of node ephemeral storage (gcsfuse file cache "
-                       "and ephemeral-storage request) but a node with GKE's default 100 GB boot disk "
-                       "offers about %.1f GiB: the pods stay Pending there. Set node_ephemeral_storage "
-                       "to your nodes' allocatable (larger boot disk or local SSD), or lower file_cache_mb",
-                       spec.name, need / 2**30, DEFAULT_NODE_EPHEMERAL_STORAGE / 2**30)
+        logger.warning(
+            "%s: each pod needs %.1f GiB of node ephemeral storage (gcsfuse file cache "
+            "and ephemeral-storage request) but a node with GKE's default 100 GB boot disk "
+            "offers about %.1f GiB: the pods stay Pending there. Set node_ephemeral_storage "
+            "to your nodes' allocatable (larger boot disk or local SSD), or lower file_cache_mb",
+            spec.name,
+            need / 2**30,
+            DEFAULT_NODE_EPHEMERAL_STORAGE / 2**30,
+        )
 
 
 def _quantity(nbytes: int) -> str:
@@ -319,8 +349,11 @@ def _tolerations(spec: JobSpec) -> list[dict]:
     nodes (GKE recommends tainting those pools ``KEY=true:NoSchedule``; a pod that selects
     them without tolerating the taint stays Pending), the queued-provisioning nodes' taint with
     ``queue_provisioning``, then the spec's; each once."""
-    spot = [{"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-            for key in SPOT_SELECTORS if spec.node_selectors.get(key) == "true"]
+    spot = [
+        {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+        for key in SPOT_SELECTORS
+        if spec.node_selectors.get(key) == "true"
+    ]
     queued = spec.queue_provisioning.tolerations() if spec.queue_provisioning is not None else []
     out: list[dict] = []
     for toleration in _accelerator_tolerations(spec) + spot + queued + [t.to_k8s() for t in spec.tolerations]:
@@ -358,8 +391,7 @@ def _container_security_context(profile: str, capabilities: tuple[str, ...] = ()
     """The worker's securityContext; ``capabilities`` (a GPU networking preset's) are added
     under baseline (a privileged container has them all; the spec refuses them under restricted)."""
     if profile == "restricted":
-        return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                "capabilities": {"drop": ["ALL"]}}
+        return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
     # baseline / privileged: the runtime's default capabilities and a writable root, as the
     # references run the container; the API server refuses allowPrivilegeEscalation: false
     # next to privileged: true, so neither profile sets it.
@@ -377,8 +409,10 @@ def _worker_command(spec: JobSpec, networking: gpu_networking.PodAdditions) -> l
     if networking.init_script is None:
         return list(contract.WORKER_ENTRYPOINT)
     keep = tuple(sorted({*spec.env, *spec.env_refs}))
-    return [_literal(part) for part in
-            gpu_networking.worker_command(networking.init_script, contract.WORKER_ENTRYPOINT, keep)]
+    return [
+        _literal(part)
+        for part in gpu_networking.worker_command(networking.init_script, contract.WORKER_ENTRYPOINT, keep)
+    ]
 
 
 def _security_values(spec: JobSpec, capabilities: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -402,8 +436,11 @@ def _writable_dirs(spec: JobSpec) -> dict[str, list[dict]]:
     for name, (path, variables) in contract.WRITABLE_DIRS.items():
         out["volumes"].append({"name": name, "emptyDir": {}})
         out["mounts"].append({"name": name, "mountPath": path})
-        out["env"] += [{"name": key, "value": value} for key, value in variables.items()
-                       if key not in spec.env and key not in spec.env_refs]
+        out["env"] += [
+            {"name": key, "value": value}
+            for key, value in variables.items()
+            if key not in spec.env and key not in spec.env_refs
+        ]
     return out
 
 
@@ -426,8 +463,7 @@ def _network_policy_ports(spec: JobSpec) -> list[dict]:
 def _tpu_runtime_ports(spec: JobSpec) -> list[dict]:
     if spec.accelerator.kind != "tpu":
         return []
-    return [{"name": name, "containerPort": port}
-            for name, port in contract.TPU_RUNTIME_PORTS.items()]
+    return [{"name": name, "containerPort": port} for name, port in contract.TPU_RUNTIME_PORTS.items()]
 
 
 # ----------------------------------------------------------------------------- values
@@ -447,9 +483,12 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     """
     jobset = spec.workload == "jobset"
     if cluster:
-        _check_spec("checkpoint_dir", _checkpoint_problem(spec),
-                    "Write checkpoints to gs://BUCKET/PATH, or mount a pvc or nfs volume "
-                    "(read_only: false) under volumes and put checkpoint_dir inside it.")
+        _check_spec(
+            "checkpoint_dir",
+            _checkpoint_problem(spec),
+            "Write checkpoints to gs://BUCKET/PATH, or mount a pvc or nfs volume "
+            "(read_only: false) under volumes and put checkpoint_dir inside it.",
+        )
     _warn_spot(spec)
     _warn_preemption_save(spec)
     _warn_ephemeral_storage(spec)
@@ -465,33 +504,50 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
         labels[PRIORITY_CLASS_LABEL] = spec.workload_priority_class
     # Kueue reads provreq.kueue.x-k8s.io/* (ProvisioningRequest parameters) from the job object.
     provisioning = spec.queue_provisioning.job_annotations() if spec.queue_provisioning is not None else {}
-    annotations = {**metadata.annotations, **provisioning,
-                   SPEC_ANNOTATION: json.dumps(spec_to_dict(spec), sort_keys=True, separators=(",", ":"))}
+    annotations = {
+        **metadata.annotations,
+        **provisioning,
+        SPEC_ANNOTATION: json.dumps(spec_to_dict(spec), sort_keys=True, separators=(",", ":")),
+    }
     if jobset and spec.accelerator.kind == "tpu" and spec.hosts_per_slice > 1:
         annotations[EXCLUSIVE_TOPOLOGY_ANNOTATION] = NODEPOOL_LABEL
-    _check_spec("", _size_problem(annotations), "Make the spec smaller (move large values into a "
-                "ConfigMap and read them with env_from).")
+    _check_spec(
+        "",
+        _size_problem(annotations),
+        "Make the spec smaller (move large values into a ConfigMap and read them with env_from).",
+    )
     # JOB_LABEL selects the job's pods: the Service of an indexed job, the NetworkPolicy.
     # The user's labels come first and cannot replace ours (their prefixes are refused).
     pod_labels = {**spec.labels, RUN_NAME_LABEL: spec.run_name, JOB_LABEL: spec.name}
     fuse_annotations, fuse_volumes = _gcsfuse_extras(spec)
     if fuse_annotations:
         if spec.service_account is None:
-            logger.warning("%s: no service_account; reading a bucket through GCS FUSE usually "
-                           "needs one bound to a cloud identity (Workload Identity)", spec.name)
+            logger.warning(
+                "%s: no service_account; reading a bucket through GCS FUSE usually "
+                "needs one bound to a cloud identity (Workload Identity)",
+                spec.name,
+            )
 
     if jobset:
-        distributed = contract.jobset_env(subdomain=spec.name, hosts_per_slice=spec.hosts_per_slice,
-                                          num_slices=spec.num_slices,
-                                          max_restart_attempt=spec.max_restarts + spec.max_preemptions)
+        distributed = contract.jobset_env(
+            subdomain=spec.name,
+            hosts_per_slice=spec.hosts_per_slice,
+            num_slices=spec.num_slices,
+            max_restart_attempt=spec.max_restarts + spec.max_preemptions,
+        )
     else:
-        distributed = contract.indexed_job_env(job_name=spec.name, service_name=spec.name,
-                                               num_processes=spec.num_processes)
+        distributed = contract.indexed_job_env(
+            job_name=spec.name, service_name=spec.name, num_processes=spec.num_processes
+        )
     data_volume = _data_volume(spec)
-    run = contract.run_env(run_name=spec.run_name or spec.name, checkpoint_dir=spec.checkpoint_dir,
-                           data_dir=contract.DATA_MOUNT_PATH if data_volume else None,
-                           termination_grace_s=spec.termination_grace_period, restore_from=spec.restore_from,
-                           watchdog=spec.watchdog.env_value())
+    run = contract.run_env(
+        run_name=spec.run_name or spec.name,
+        checkpoint_dir=spec.checkpoint_dir,
+        data_dir=contract.DATA_MOUNT_PATH if data_volume else None,
+        termination_grace_s=spec.termination_grace_period,
+        restore_from=spec.restore_from,
+        watchdog=spec.watchdog.env_value(),
+    )
     env = [var.to_k8s() for var in (*distributed, *run)]
     for var in env:
         if "value" in var:
@@ -501,32 +557,53 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     writable = _writable_dirs(spec)
     env += writable["env"]
     gpu = spec.accelerator.gpu
-    networking = gpu_networking.pod_additions(gpu.networking or "none", gpu.network_names, gpu.daemon_image,
-                                              host_network=spec.uses_host_network) \
-        if gpu is not None else gpu_networking.PodAdditions()
-    _check_spec("env", next((f"{key} is set by accelerator.gpu.networking"
-                             for key in networking.env if key != "LD_LIBRARY_PATH"
-                             and (key in spec.env or key in spec.env_refs)), None), "Remove it.")
-    env += [{"name": key, "value": value} for key, value in networking.env.items()
-            if key != "LD_LIBRARY_PATH"]
+    networking = (
+        gpu_networking.pod_additions(
+            gpu.networking or "none", gpu.network_names, gpu.daemon_image, host_network=spec.uses_host_network
+        )
+        if gpu is not None
+        else gpu_networking.PodAdditions()
+    )
+    _check_spec(
+        "env",
+        next(
+            (
+                f"{key} is set by accelerator.gpu.networking"
+                for key in networking.env
+                if key != "LD_LIBRARY_PATH" and (key in spec.env or key in spec.env_refs)
+            ),
+            None,
+        ),
+        "Remove it.",
+    )
+    env += [{"name": key, "value": value} for key, value in networking.env.items() if key != "LD_LIBRARY_PATH"]
     # The preset's recommended NCCL settings, unless the spec sets the variable itself.
-    env += [{"name": key, "value": value} for key, value in networking.tuning.items()
-            if key not in spec.env and key not in spec.env_refs]
+    env += [
+        {"name": key, "value": value}
+        for key, value in networking.tuning.items()
+        if key not in spec.env and key not in spec.env_refs
+    ]
     # GPU: the driver's libraries on the loader path, unless the user sets it (an env_refs
     # value is read from a Secret or ConfigMap: nothing to check here).
     if spec.accelerator.kind == "gpu" and "LD_LIBRARY_PATH" not in spec.env_refs:
         library_path = spec.env.get("LD_LIBRARY_PATH")
         if library_path is None:
-            env.append({"name": "LD_LIBRARY_PATH",
-                        "value": networking.env.get("LD_LIBRARY_PATH", GKE_NVIDIA_LIB_DIR)})
+            env.append({"name": "LD_LIBRARY_PATH", "value": networking.env.get("LD_LIBRARY_PATH", GKE_NVIDIA_LIB_DIR)})
         elif GKE_NVIDIA_LIB_DIR not in library_path.split(":"):
-            logger.warning("%s: env LD_LIBRARY_PATH does not include %s, where GKE mounts the "
-                           "NVIDIA driver's libraries: JAX may not find CUDA", spec.name,
-                           GKE_NVIDIA_LIB_DIR)
+            logger.warning(
+                "%s: env LD_LIBRARY_PATH does not include %s, where GKE mounts the "
+                "NVIDIA driver's libraries: JAX may not find CUDA",
+                spec.name,
+                GKE_NVIDIA_LIB_DIR,
+            )
 
-    pod_annotations = {DEFAULT_CONTAINER_ANNOTATION: contract.CONTAINER_NAME,
-                       POD_SECURITY_ANNOTATION: spec.security_profile, **fuse_annotations,
-                       **networking.annotations, **spec.annotations}
+    pod_annotations = {
+        DEFAULT_CONTAINER_ANNOTATION: contract.CONTAINER_NAME,
+        POD_SECURITY_ANNOTATION: spec.security_profile,
+        **fuse_annotations,
+        **networking.annotations,
+        **spec.annotations,
+    }
     # Kueue's topology-aware scheduling reads the pod template's annotations (its PodSet).
     if spec.topology is not None:
         pod_annotations.update(spec.topology.pod_annotations())
@@ -577,8 +654,11 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
         "termination_grace_period": spec.termination_grace_period,
         "service_account": spec.service_account,
         "priority_class": spec.priority_class,
-        "node_selector": {**accelerator_node_selectors(spec.accelerator), **spec.node_selectors,
-                          **(spec.queue_provisioning.node_selectors() if spec.queue_provisioning else {})},
+        "node_selector": {
+            **accelerator_node_selectors(spec.accelerator),
+            **spec.node_selectors,
+            **(spec.queue_provisioning.node_selectors() if spec.queue_provisioning else {}),
+        },
         "tolerations": _tolerations(spec),
         "image": spec.image,
         "command": _worker_command(spec, networking),

@@ -110,21 +110,36 @@ _PLANES = frozenset({"4x4", "4x8", "8x8", "8x16", "16x16"})
 TPU_TYPES: Mapping[str, TpuType] = {
     t.name: t
     for t in (
-        TpuType("v4", "tpu-v4-podslice", 4, {"2x2x1": 4}, _cubes(4096, 16),
-                {4: "ct4p-hightpu-4t"}),
+        TpuType("v4", "tpu-v4-podslice", 4, {"2x2x1": 4}, _cubes(4096, 16), {4: "ct4p-hightpu-4t"}),
         # 2x4 is single-host (8 chips) or multi-host (2 hosts x 4 chips): see the module doc.
-        TpuType("v5e", "tpu-v5-lite-podslice", 4, {"1x1": 1, "2x2": 4, "2x4": 8},
-                _PLANES | {"2x4"},
-                {1: "ct5lp-hightpu-1t", 4: "ct5lp-hightpu-4t", 8: "ct5lp-hightpu-8t"}),
-        TpuType("v5p", "tpu-v5p-slice", 4, {"2x2x1": 4}, _cubes(6144, 24),
-                {4: "ct5p-hightpu-4t"}),
-        TpuType("v6e", "tpu-v6e-slice", 4, {"1x1": 1, "2x2": 4, "2x4": 8},
-                _PLANES | {"2x4"},
-                {1: "ct6e-standard-1t", 4: "ct6e-standard-4t", 8: "ct6e-standard-8t"}),
+        TpuType(
+            "v5e",
+            "tpu-v5-lite-podslice",
+            4,
+            {"1x1": 1, "2x2": 4, "2x4": 8},
+            _PLANES | {"2x4"},
+            {1: "ct5lp-hightpu-1t", 4: "ct5lp-hightpu-4t", 8: "ct5lp-hightpu-8t"},
+        ),
+        TpuType("v5p", "tpu-v5p-slice", 4, {"2x2x1": 4}, _cubes(6144, 24), {4: "ct5p-hightpu-4t"}),
+        TpuType(
+            "v6e",
+            "tpu-v6e-slice",
+            4,
+            {"1x1": 1, "2x2": 4, "2x4": 8},
+            _PLANES | {"2x4"},
+            {1: "ct6e-standard-1t", 4: "ct6e-standard-4t", 8: "ct6e-standard-8t"},
+        ),
         # TPU7x (Ironwood): one chip, or 3-D slices of 4-chip hosts up to 9,216 chips with
         # any side a multiple of 4 up to 256 (xpk's rule): see the module doc.
-        TpuType("tpu7x", "tpu7x", 4, {"1x1x1": 1, "2x2x1": 4}, _cubes(9216, 256),
-                {1: "tpu7x-standard-1t", 4: "tpu7x-standard-4t"}, workload_policy=True),
+        TpuType(
+            "tpu7x",
+            "tpu7x",
+            4,
+            {"1x1x1": 1, "2x2x1": 4},
+            _cubes(9216, 256),
+            {1: "tpu7x-standard-1t", 4: "tpu7x-standard-4t"},
+            workload_policy=True,
+        ),
     )
 }
 
@@ -140,9 +155,7 @@ def tpu_slice(type_name: str, topology: str, chips_per_host: int | None = None) 
     """
     tpu = TPU_TYPES.get(type_name)
     if tpu is None:
-        raise ValueError(
-            f"unknown TPU type {type_name!r}; supported types are {', '.join(TPU_TYPES)}"
-        )
+        raise ValueError(f"unknown TPU type {type_name!r}; supported types are {', '.join(TPU_TYPES)}")
     single = tpu.single_host.get(topology)
     multi = topology in tpu.multi_host and chips_in(topology) > tpu.chips_per_host
     if single is None and not multi:
@@ -151,8 +164,10 @@ def tpu_slice(type_name: str, topology: str, chips_per_host: int | None = None) 
         raise ValueError(f"{topology!r} is not a {type_name} topology; use one of {shown}")
     layouts = {c for c in (single, tpu.chips_per_host if multi else None) if c is not None}
     if chips_per_host is not None and chips_per_host not in layouts:
-        raise ValueError(f"a {type_name} {topology} slice has {' or '.join(map(str, sorted(layouts)))} "
-                         f"chips per host, not {chips_per_host}")
+        raise ValueError(
+            f"a {type_name} {topology} slice has {' or '.join(map(str, sorted(layouts)))} "
+            f"chips per host, not {chips_per_host}"
+        )
     if single is not None and chips_per_host in (None, single):
         return TpuSlice(tpu, topology, single, 1, single)
     chips = chips_in(topology)

@@ -56,10 +56,20 @@ TOLERATION_OPERATORS = {"Equal", "Exists"}
 TAINT_EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
 EMPTY_DIR_MEDIA = {"", "Memory"}
 JOBSET_RESTART_STRATEGIES = {"Recreate", "BlockingRecreate"}
-JOBSET_FAILURE_ACTIONS = {"FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts",
-                          "RestartJob", "RestartJobAndIgnoreMaxRestarts"}
-JOB_FAILURE_REASONS = {"BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes",
-                       "MaxFailedIndexesExceeded", "PodFailurePolicy"}
+JOBSET_FAILURE_ACTIONS = {
+    "FailJobSet",
+    "RestartJobSet",
+    "RestartJobSetAndIgnoreMaxRestarts",
+    "RestartJob",
+    "RestartJobAndIgnoreMaxRestarts",
+}
+JOB_FAILURE_REASONS = {
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
+    "FailedIndexes",
+    "MaxFailedIndexesExceeded",
+    "PodFailurePolicy",
+}
 
 
 WRONG_TYPE = "a field has the wrong type"
@@ -99,8 +109,9 @@ def _check_labels(f: _Findings, where: str, metadata: Mapping) -> None:
         f.add(f"{where}.annotations[{key!r}]", names.qualified_name_problem(key))
 
 
-def _check_accelerator(f: _Findings, where: str, pod_spec: Mapping, limits: Mapping,
-                       hosts: int, exclusive: bool | None) -> None:
+def _check_accelerator(
+    f: _Findings, where: str, pod_spec: Mapping, limits: Mapping, hosts: int, exclusive: bool | None
+) -> None:
     # exclusive: whether the JobSet asks for one node pool per slice; None for a bare Job
     # (a single slice, so there is nothing to keep apart).
     selectors = pod_spec.get("nodeSelector") or {}
@@ -109,9 +120,12 @@ def _check_accelerator(f: _Findings, where: str, pod_spec: Mapping, limits: Mapp
         topology = selectors.get(TPU_TOPOLOGY_SELECTOR)
         by_accelerator = {t.gke_accelerator: t for t in tpu.TPU_TYPES.values()}
         if accelerator not in by_accelerator or topology is None:
-            f.add(f"{where}.nodeSelector", f"a pod requesting {TPU_RESOURCE} needs "
-                  f"{TPU_ACCELERATOR_SELECTOR} (one of {', '.join(sorted(by_accelerator))}) "
-                  f"and {TPU_TOPOLOGY_SELECTOR}")
+            f.add(
+                f"{where}.nodeSelector",
+                f"a pod requesting {TPU_RESOURCE} needs "
+                f"{TPU_ACCELERATOR_SELECTOR} (one of {', '.join(sorted(by_accelerator))}) "
+                f"and {TPU_TOPOLOGY_SELECTOR}",
+            )
             return
         try:
             shape = tpu.tpu_slice(by_accelerator[accelerator].name, topology)
@@ -123,25 +137,31 @@ def _check_accelerator(f: _Findings, where: str, pod_spec: Mapping, limits: Mapp
             f.add(f"{where}.nodeSelector", str(err))
             return
         if str(limits[TPU_RESOURCE]) != str(shape.chips_per_host):
-            f.add(f"{where}.resources.limits", f"{TPU_RESOURCE}={limits[TPU_RESOURCE]} but a "
-                  f"{topology} {accelerator} host has {shape.chips_per_host} chips")
+            f.add(
+                f"{where}.resources.limits",
+                f"{TPU_RESOURCE}={limits[TPU_RESOURCE]} but a "
+                f"{topology} {accelerator} host has {shape.chips_per_host} chips",
+            )
         elif shape.layouts > 1 and selectors.get(MACHINE_TYPE_SELECTOR) != shape.machine_type:
             # Both host sizes carry the same labels: 4-chip pods would pack two to an 8-chip host.
-            f.add(f"{where}.nodeSelector", f"{topology} {accelerator} is served by "
-                  f"{' and '.join(shape.type.machine_types[c] for c in (4, 8))} hosts alike: "
-                  f"select {MACHINE_TYPE_SELECTOR}: {shape.machine_type}")
+            f.add(
+                f"{where}.nodeSelector",
+                f"{topology} {accelerator} is served by "
+                f"{' and '.join(shape.type.machine_types[c] for c in (4, 8))} hosts alike: "
+                f"select {MACHINE_TYPE_SELECTOR}: {shape.machine_type}",
+            )
         if hosts != shape.hosts:
             f.add(where, f"{hosts} pods per slice but topology {topology} has {shape.hosts} hosts")
         if shape.hosts > 1 and exclusive is False:
-            f.add("metadata.annotations", f"a multi-host TPU slice needs "
-                  f"{EXCLUSIVE_TOPOLOGY_ANNOTATION} so each slice gets its own node pool")
+            f.add(
+                "metadata.annotations",
+                f"a multi-host TPU slice needs {EXCLUSIVE_TOPOLOGY_ANNOTATION} so each slice gets its own node pool",
+            )
     if GPU_RESOURCE in limits and GPU_ACCELERATOR_SELECTOR not in selectors:
-        f.add(f"{where}.nodeSelector", f"a pod requesting {GPU_RESOURCE} needs "
-              f"{GPU_ACCELERATOR_SELECTOR}")
+        f.add(f"{where}.nodeSelector", f"a pod requesting {GPU_RESOURCE} needs {GPU_ACCELERATOR_SELECTOR}")
 
 
-def _check_pod_template(f: _Findings, where: str, template: Mapping, hosts: int,
-                        exclusive: bool | None) -> None:
+def _check_pod_template(f: _Findings, where: str, template: Mapping, hosts: int, exclusive: bool | None) -> None:
     _check_labels(f, f"{where}.metadata", template.get("metadata") or {})
     spec = template.get("spec") or {}
     f.enum(f"{where}.spec.restartPolicy", spec.get("restartPolicy"), RESTART_POLICIES)
@@ -155,8 +175,11 @@ def _check_pod_template(f: _Findings, where: str, template: Mapping, hosts: int,
         f.add(f"{where}.spec.volumes[{i}].name", names.dns1123_label_problem(volume.get("name")))
         volume_names.append(volume.get("name"))
         if "emptyDir" in volume:
-            f.enum(f"{where}.spec.volumes[{i}].emptyDir.medium",
-                   (volume["emptyDir"] or {}).get("medium", ""), EMPTY_DIR_MEDIA)
+            f.enum(
+                f"{where}.spec.volumes[{i}].emptyDir.medium",
+                (volume["emptyDir"] or {}).get("medium", ""),
+                EMPTY_DIR_MEDIA,
+            )
     if len(set(volume_names)) != len(volume_names):
         f.add(f"{where}.spec.volumes", f"duplicate volume names in {volume_names}")
     limits: dict = {}
@@ -177,8 +200,9 @@ def _check_pod_template(f: _Findings, where: str, template: Mapping, hosts: int,
         for c, container in enumerate(spec.get(key) or []):
             resources = container.get("resources") or {}
             for part, problem in resource_requirements_problems(
-                    {k: str(v) for k, v in (resources.get("requests") or {}).items()},
-                    {k: str(v) for k, v in (resources.get("limits") or {}).items()}):
+                {k: str(v) for k, v in (resources.get("requests") or {}).items()},
+                {k: str(v) for k, v in (resources.get("limits") or {}).items()},
+            ):
                 f.add(f"{where}.spec.{key}[{c}].resources.{part}", problem)
     _check_accelerator(f, where, spec, limits, hosts, exclusive)
 
@@ -191,12 +215,10 @@ def _check_job_spec(f: _Findings, where: str, spec: Mapping, exclusive: bool | N
         at = f"{where}.podFailurePolicy.rules[{i}]"
         f.enum(f"{at}.action", rule.get("action"), POD_FAILURE_ACTIONS)
         if "onExitCodes" in rule:
-            f.enum(f"{at}.onExitCodes.operator", rule["onExitCodes"].get("operator"),
-                   EXIT_CODE_OPERATORS)
+            f.enum(f"{at}.onExitCodes.operator", rule["onExitCodes"].get("operator"), EXIT_CODE_OPERATORS)
         for j, condition in enumerate(rule.get("onPodConditions") or []):
             f.enum(f"{at}.onPodConditions[{j}].status", condition.get("status"), CONDITION_STATUSES)
-    _check_pod_template(f, f"{where}.template", spec.get("template") or {},
-                        spec.get("completions") or 0, exclusive)
+    _check_pod_template(f, f"{where}.template", spec.get("template") or {}, spec.get("completions") or 0, exclusive)
 
 
 def _check_jobset(obj: Mapping) -> list[str]:
@@ -207,8 +229,7 @@ def _check_jobset(obj: Mapping) -> list[str]:
     exclusive = EXCLUSIVE_TOPOLOGY_ANNOTATION in (meta.get("annotations") or {})
     spec = obj.get("spec") or {}
     policy = spec.get("failurePolicy") or {}
-    f.enum("spec.failurePolicy.restartStrategy", policy.get("restartStrategy", "Recreate"),
-           JOBSET_RESTART_STRATEGIES)
+    f.enum("spec.failurePolicy.restartStrategy", policy.get("restartStrategy", "Recreate"), JOBSET_RESTART_STRATEGIES)
     for i, rule in enumerate(policy.get("rules") or []):
         at = f"spec.failurePolicy.rules[{i}]"
         f.enum(f"{at}.action", rule.get("action"), JOBSET_FAILURE_ACTIONS)
@@ -221,10 +242,10 @@ def _check_jobset(obj: Mapping) -> list[str]:
         job_spec = (rjob.get("template") or {}).get("spec") or {}
         replicas = rjob.get("replicas", 1)
         completions = job_spec.get("completions") or 1
-        f.add("metadata.name", names.pod_name_problem(
-            f"{name}-{rjob_name}-{replicas - 1}-{completions - 1}"))
+        f.add("metadata.name", names.pod_name_problem(f"{name}-{rjob_name}-{replicas - 1}-{completions - 1}"))
         job_exclusive = exclusive or EXCLUSIVE_TOPOLOGY_ANNOTATION in (
-            ((rjob.get("template") or {}).get("metadata") or {}).get("annotations") or {})
+            ((rjob.get("template") or {}).get("metadata") or {}).get("annotations") or {}
+        )
         _check_job_spec(f, f"{at}.template.spec", job_spec, job_exclusive)
     return f.problems
 
@@ -246,8 +267,7 @@ def _check_network_policy(obj: Mapping) -> list[str]:
     spec = obj.get("spec") or {}
     selector = (spec.get("podSelector") or {}).get("matchLabels") or {}
     if not selector:
-        f.add("spec.podSelector", "must select the job's pods by label, not every pod in the "
-              "namespace")
+        f.add("spec.podSelector", "must select the job's pods by label, not every pod in the namespace")
     for i, rule in enumerate(spec.get("ingress") or []):
         for j, peer in enumerate(rule.get("from") or []):
             if (peer.get("podSelector") or {}).get("matchLabels") != selector:
@@ -264,8 +284,12 @@ def _check_service(obj: Mapping) -> list[str]:
     return f.problems
 
 
-_CHECKS = {"JobSet": _check_jobset, "Job": _check_job, "Service": _check_service,
-           "NetworkPolicy": _check_network_policy}
+_CHECKS = {
+    "JobSet": _check_jobset,
+    "Job": _check_job,
+    "Service": _check_service,
+    "NetworkPolicy": _check_network_policy,
+}
 
 
 def check_objects(objects: Iterable[Mapping]) -> list[str]:
@@ -277,8 +301,10 @@ def check_objects(objects: Iterable[Mapping]) -> list[str]:
         except (AttributeError, TypeError) as err:
             # A free-form value (pod_patch, affinity) of the wrong shape, e.g. a container given
             # as a string: the schema check names the field; these checks cannot read past it.
-            problems.append(f"{_ident(obj)}: {WRONG_TYPE} ({err}); the schema check (on unless "
-                            "--no-schema) names it - fix pod_patch / affinity values")
+            problems.append(
+                f"{_ident(obj)}: {WRONG_TYPE} ({err}); the schema check (on unless "
+                "--no-schema) names it - fix pod_patch / affinity values"
+            )
     return problems
 
 
@@ -300,24 +326,53 @@ def _check_object(obj: Mapping) -> list[str]:
 # https://kubernetes.io/docs/concepts/security/pod-security-standards/ ("baseline", then what
 # "restricted" adds). Each check returns (profile the pod breaks, control, problem).
 
-BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL",
-                         "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID",
-                         "SYS_CHROOT"}
-SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
-                "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
-                "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
-                "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"}
-SELINUX_TYPES = {None, "", "container_t", "container_init_t", "container_kvm_t",
-                 "container_engine_t"}
-RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
-                           "persistentVolumeClaim", "projected", "secret"}
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
+SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}
+SELINUX_TYPES = {None, "", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+RESTRICTED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 RESTRICTED_ADDABLE_CAPABILITIES = {"NET_BIND_SERVICE"}
 
 
 def _containers(spec: Mapping) -> list[tuple[str, Mapping]]:
-    return [(f"{field}[{i}]", c) for field in ("initContainers", "containers", "ephemeralContainers")
-            for i, c in enumerate(spec.get(field) or [])]
+    return [
+        (f"{field}[{i}]", c)
+        for field in ("initContainers", "containers", "ephemeralContainers")
+        for i, c in enumerate(spec.get(field) or [])
+    ]
 
 
 def pod_security_findings(pod: Mapping) -> list[tuple[str, str, str]]:
@@ -351,21 +406,26 @@ def pod_security_findings(pod: Mapping) -> list[tuple[str, str, str]]:
             add("baseline", "HostPath Volumes", f"volumes[{i}] ({volume.get('name')}) is a hostPath")
         kinds = set(volume) - {"name"}
         if kinds - RESTRICTED_VOLUME_TYPES:
-            add("restricted", "Volume Types", f"volumes[{i}] ({volume.get('name')}) is of type "
+            add(
+                "restricted",
+                "Volume Types",
+                f"volumes[{i}] ({volume.get('name')}) is of type "
                 f"{', '.join(sorted(kinds - RESTRICTED_VOLUME_TYPES))}; allowed: "
-                f"{', '.join(sorted(RESTRICTED_VOLUME_TYPES))}")
+                f"{', '.join(sorted(RESTRICTED_VOLUME_TYPES))}",
+            )
     for sysctl in pod_sc.get("sysctls") or []:
         if sysctl.get("name") not in SAFE_SYSCTLS:
             add("baseline", "Sysctls", f"sysctl {sysctl.get('name')} is not in the safe set")
     for key, value in annotations.items():
         if key.startswith("container.apparmor.security.beta.kubernetes.io/") and not (
-                value == "runtime/default" or value.startswith("localhost/")):
+            value == "runtime/default" or value.startswith("localhost/")
+        ):
             add("baseline", "AppArmor", f"annotation {key}={value}")
     for where, sc in [("securityContext", pod_sc)] + [
-            (f"{at}.securityContext", c.get("securityContext") or {}) for at, c in containers]:
+        (f"{at}.securityContext", c.get("securityContext") or {}) for at, c in containers
+    ]:
         if (sc.get("appArmorProfile") or {}).get("type") not in (None, "RuntimeDefault", "Localhost"):
-            add("baseline", "AppArmor", f"{where}.appArmorProfile.type is "
-                f"{sc['appArmorProfile']['type']}")
+            add("baseline", "AppArmor", f"{where}.appArmorProfile.type is {sc['appArmorProfile']['type']}")
         selinux = sc.get("seLinuxOptions") or {}
         if selinux.get("type") not in SELINUX_TYPES or selinux.get("user") or selinux.get("role"):
             add("baseline", "SELinux", f"{where}.seLinuxOptions sets {selinux}")
@@ -389,19 +449,22 @@ def pod_security_findings(pod: Mapping) -> list[tuple[str, str, str]]:
         if sc.get("allowPrivilegeEscalation") is not False:
             add("restricted", "Privilege Escalation", f"{at}: allowPrivilegeEscalation is not false")
         if effective(sc, "runAsNonRoot") is not True:
-            add("restricted", "Running as Non-root", f"{at}: runAsNonRoot is not true "
-                "(in the container or the pod)")
+            add("restricted", "Running as Non-root", f"{at}: runAsNonRoot is not true (in the container or the pod)")
         if effective(sc, "runAsUser") == 0:
             add("restricted", "Running as Non-root user", f"{at}: runAsUser is 0")
         if (effective(sc, "seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost"):
-            add("restricted", "Seccomp", f"{at}: seccompProfile.type is not RuntimeDefault or "
-                "Localhost (in the container or the pod)")
+            add(
+                "restricted",
+                "Seccomp",
+                f"{at}: seccompProfile.type is not RuntimeDefault or Localhost (in the container or the pod)",
+            )
         capabilities = sc.get("capabilities") or {}
         if "ALL" not in (capabilities.get("drop") or []):
             add("restricted", "Capabilities", f"{at}: capabilities.drop does not include ALL")
         if added - RESTRICTED_ADDABLE_CAPABILITIES:
-            add("restricted", "Capabilities", f"{at}: adds "
-                f"{', '.join(sorted(added - RESTRICTED_ADDABLE_CAPABILITIES))}")
+            add(
+                "restricted", "Capabilities", f"{at}: adds {', '.join(sorted(added - RESTRICTED_ADDABLE_CAPABILITIES))}"
+            )
     if pod_sc.get("runAsUser") == 0:
         add("restricted", "Running as Non-root user", "securityContext.runAsUser is 0")
     return out
@@ -412,9 +475,13 @@ def _pod_templates(obj: Mapping) -> list[tuple[str, Mapping]]:
     if obj.get("kind") == "Job":
         return [("spec.template", spec.get("template") or {})]
     if obj.get("kind") == "JobSet":
-        return [(f"spec.replicatedJobs[{i}].template.spec.template",
-                 ((rjob.get("template") or {}).get("spec") or {}).get("template") or {})
-                for i, rjob in enumerate(spec.get("replicatedJobs") or [])]
+        return [
+            (
+                f"spec.replicatedJobs[{i}].template.spec.template",
+                ((rjob.get("template") or {}).get("spec") or {}).get("template") or {},
+            )
+            for i, rjob in enumerate(spec.get("replicatedJobs") or [])
+        ]
     return []
 
 
@@ -450,8 +517,11 @@ def declared_pod_security_level(template: Mapping) -> str:
 def _unexpected_findings(template: Mapping) -> list[tuple[str, str, str]]:
     """The controls a pod template breaks beyond the level it is written for."""
     declared = declared_pod_security_level(template)
-    return [f for f in pod_security_findings(template)
-            if POD_SECURITY_LEVELS.index(_needed(f[0])) > POD_SECURITY_LEVELS.index(declared)]
+    return [
+        f
+        for f in pod_security_findings(template)
+        if POD_SECURITY_LEVELS.index(_needed(f[0])) > POD_SECURITY_LEVELS.index(declared)
+    ]
 
 
 def pod_security_level(objects: Iterable[Mapping]) -> str:
@@ -460,8 +530,12 @@ def pod_security_level(objects: Iterable[Mapping]) -> str:
     level = "restricted"
     for obj in objects:
         for _, template in _pod_templates(obj):
-            level = _looser(level, _looser(declared_pod_security_level(template),
-                                           required_pod_security_level(pod_security_findings(template))))
+            level = _looser(
+                level,
+                _looser(
+                    declared_pod_security_level(template), required_pod_security_level(pod_security_findings(template))
+                ),
+            )
     return level
 
 
@@ -471,8 +545,10 @@ def pod_security_line(objects: Iterable[Mapping], profile: str = "") -> str:
     level = pod_security_level(objects)
     looser = "" if level == "privileged" else " or a looser level"
     written = f"pods written for {profile}; " if profile else ""
-    return (f"pod security: {written}the namespace must enforce {level!r}{looser} "
-            f"(label pod-security.kubernetes.io/enforce={level})")
+    return (
+        f"pod security: {written}the namespace must enforce {level!r}{looser} "
+        f"(label pod-security.kubernetes.io/enforce={level})"
+    )
 
 
 def check_pod_security(objects: Iterable[Mapping]) -> list[str]:
@@ -482,8 +558,7 @@ def check_pod_security(objects: Iterable[Mapping]) -> list[str]:
     for obj in objects:
         for where, template in _pod_templates(obj):
             for profile, control, problem in _unexpected_findings(template):
-                problems.append(f"{_ident(obj)}: {where}: breaks Pod Security {profile!r} "
-                                f"({control}): {problem}")
+                problems.append(f"{_ident(obj)}: {where}: breaks Pod Security {profile!r} ({control}): {problem}")
     return problems
 
 
@@ -493,29 +568,36 @@ def _kubernetes_validate():
     except ModuleNotFoundError as err:
         raise ModuleNotFoundError(
             "schema validation needs the kubernetes-validate package: "
-            "pip install kubernetes-validate (or skip it with --no-schema)") from err
+            "pip install kubernetes-validate (or skip it with --no-schema)"
+        ) from err
     return kubernetes_validate
 
 
 def _child_job(jobset: Mapping, rjob: Mapping) -> dict:
     template = rjob.get("template") or {}
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {**(template.get("metadata") or {}),
-                         "name": f"{jobset['metadata']['name']}-{rjob.get('name')}-0",
-                         "namespace": jobset["metadata"].get("namespace", "default")},
-            "spec": template.get("spec") or {}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            **(template.get("metadata") or {}),
+            "name": f"{jobset['metadata']['name']}-{rjob.get('name')}-0",
+            "namespace": jobset["metadata"].get("namespace", "default"),
+        },
+        "spec": template.get("spec") or {},
+    }
 
 
-def check_schemas(objects: Iterable[Mapping],
-                  kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> list[str]:
+def check_schemas(objects: Iterable[Mapping], kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> list[str]:
     """Built-in kinds, and the child Jobs of JobSets, against the official schema (strict)."""
     kv = _kubernetes_validate()
     problems = []
     for obj in objects:
         docs: list[tuple[str, Mapping]]
         if obj.get("kind") == "JobSet":
-            docs = [(f"{_ident(obj)}: replicatedJobs[{i}] child Job", _child_job(obj, rjob))
-                    for i, rjob in enumerate((obj.get("spec") or {}).get("replicatedJobs") or [])]
+            docs = [
+                (f"{_ident(obj)}: replicatedJobs[{i}] child Job", _child_job(obj, rjob))
+                for i, rjob in enumerate((obj.get("spec") or {}).get("replicatedJobs") or [])
+            ]
         else:
             docs = [(_ident(obj), obj)]
         for ident, doc in docs:
@@ -530,8 +612,11 @@ def check_schemas(objects: Iterable[Mapping],
 def _reject_unknown_fields(schema: Any) -> Any:
     if isinstance(schema, dict):
         schema = {k: _reject_unknown_fields(v) for k, v in schema.items()}
-        if ("properties" in schema and "additionalProperties" not in schema
-                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
             schema["additionalProperties"] = False
         return schema
     if isinstance(schema, list):
@@ -539,8 +624,7 @@ def _reject_unknown_fields(schema: Any) -> Any:
     return schema
 
 
-def jobset_crd_schema(crd: Mapping, version: str = "v1alpha2",
-                      reject_unknown_fields: bool = True) -> dict:
+def jobset_crd_schema(crd: Mapping, version: str = "v1alpha2", reject_unknown_fields: bool = True) -> dict:
     """The OpenAPI schema of one version of the JobSet CRD, optionally closed to unknown fields."""
     for entry in crd["spec"]["versions"]:
         if entry["name"] == version:
@@ -554,12 +638,15 @@ def check_jobset_crd(obj: Mapping, schema: Mapping) -> list[str]:
     import jsonschema
 
     validator = jsonschema.Draft7Validator(schema)
-    return [f"{_ident(obj)}: {'.'.join(str(p) for p in err.absolute_path) or '(root)'}: {err.message}"
-            for err in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))]
+    return [
+        f"{_ident(obj)}: {'.'.join(str(p) for p in err.absolute_path) or '(root)'}: {err.message}"
+        for err in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
+    ]
 
 
-def validate(objects: Iterable[Mapping], *, schema: bool = True,
-             kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> None:
+def validate(
+    objects: Iterable[Mapping], *, schema: bool = True, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+) -> None:
     """Raises ManifestError listing every problem; returns quietly when the manifests are sendable."""
     objects = list(objects)
     problems = check_objects(objects)
@@ -582,9 +669,11 @@ def warn_pod_security(objects: Iterable[Mapping]) -> list[str]:
     lines = check_pod_security(objects)
     if lines:
         level = pod_security_level(objects)
-        lines.append(f"the namespace must admit Pod Security {level!r} pods "
-                     f"(label pod-security.kubernetes.io/enforce={level}); see "
-                     "docs/run-on-gke.md, Security")
+        lines.append(
+            f"the namespace must admit Pod Security {level!r} pods "
+            f"(label pod-security.kubernetes.io/enforce={level}); see "
+            "docs/run-on-gke.md, Security"
+        )
         for line in lines:
             logger.warning("%s", line)
     return lines

@@ -15,8 +15,20 @@ from support.paths import REPO
 
 SOURCES = sorted([*(REPO / "roxxel").rglob("*.py"), *(REPO / "launcher" / "roxxel_launch").rglob("*.py")])
 CLI_MODULES = {REPO / "roxxel" / "cli.py", *(REPO / "launcher" / "roxxel_launch" / "cli").glob("*.py")}
-MESSAGE_CALLS = {"debug", "info", "warning", "error", "exception", "critical", "warn", "echo", "secho", "fail",
-                 "log_message", "_log"}
+MESSAGE_CALLS = {
+    "debug",
+    "info",
+    "warning",
+    "error",
+    "exception",
+    "critical",
+    "warn",
+    "echo",
+    "secho",
+    "fail",
+    "log_message",
+    "_log",
+}
 
 
 def _strings(tree: ast.AST):
@@ -72,14 +84,19 @@ def _double_period(path, tree, node, parts):
             continue
         for m in re.finditer(r"(?<!\.)\.\.(?!\.)", part):
             at_end = m.end() == len(part)
-            if not (part[m.end():m.end() + 1].isalnum() or (at_end and i + 1 < len(parts))):  # 0..9, 0..{n}
+            if not (part[m.end() : m.end() + 1].isalnum() or (at_end and i + 1 < len(parts))):  # 0..9, 0..{n}
                 return f"{part!r} ends a sentence twice"
         prev = parts[i - 1] if i else None
-        if isinstance(prev, ast.FormattedValue) and part.startswith(". ") and "as_clause(" not in \
-                ast.unparse(prev.value) and re.search(r"\b(err|e|exc|error|message|msg|reason|problem)\b",
-                                                       ast.unparse(prev.value)):
-            return (f"'{{{ast.unparse(prev.value)}}}. ' ends a sentence after a message that may end with '.' "
-                    "already: use roxxel.wording.as_clause")
+        if (
+            isinstance(prev, ast.FormattedValue)
+            and part.startswith(". ")
+            and "as_clause(" not in ast.unparse(prev.value)
+            and re.search(r"\b(err|e|exc|error|message|msg|reason|problem)\b", ast.unparse(prev.value))
+        ):
+            return (
+                f"'{{{ast.unparse(prev.value)}}}. ' ends a sentence after a message that may end with '.' "
+                "already: use roxxel.wording.as_clause"
+            )
     return None
 
 
@@ -154,7 +171,7 @@ def test_the_checks_find_each_slip():
         return [p for node, parts in _strings(tree) if (p := check(path, tree, node, parts))]
 
     assert scan('f"{n} worker(s) started"', _count_slip)
-    assert not scan('f"{count(n, \'worker\')} started"', _count_slip)
+    assert not scan("f\"{count(n, 'worker')} started\"", _count_slip)
     assert scan('f"no checkpoint found.."', _double_period)
     assert scan('f"cannot read it: {err}. Retry"', _double_period)
     assert not scan('f"cannot read it: {as_clause(err)}. Retry"', _double_period)
@@ -178,8 +195,7 @@ def test_roxxel_pack_names_the_flag(tmp_path):
     assert again.exit_code == 1
     assert "pass --append to add to it" in again.output and "append=True" not in again.output
     appended = CliRunner().invoke(main, ["pack", str(tmp_path / "a.txt"), "-o", out, "--append"])
-    assert "packed 1 document, 4 tokens" in appended.output and "holds 2 documents" in appended.output, \
-        appended.output
+    assert "packed 1 document, 4 tokens" in appended.output and "holds 2 documents" in appended.output, appended.output
 
 
 def test_roxxel_pack_names_the_eos_flag(tmp_path):
@@ -191,7 +207,9 @@ def test_roxxel_pack_names_the_eos_flag(tmp_path):
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
     tok.save(str(tmp_path / "tokenizer.json"))  # no end-of-text token among the usual names
     (tmp_path / "x.txt").write_text("a a")
-    result = CliRunner().invoke(main, ["pack", str(tmp_path / "x.txt"), "-o", str(tmp_path / "ds"),
-                                       "--tokenizer", str(tmp_path / "tokenizer.json")])
+    result = CliRunner().invoke(
+        main,
+        ["pack", str(tmp_path / "x.txt"), "-o", str(tmp_path / "ds"), "--tokenizer", str(tmp_path / "tokenizer.json")],
+    )
     assert result.exit_code == 1
     assert "give its id with --eos-id N" in result.output and "eos_id=" not in result.output, result.output

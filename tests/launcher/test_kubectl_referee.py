@@ -36,8 +36,7 @@ KUBECTL = shutil.which("kubectl")
 EXAMPLES = sorted((REPO / "k8s" / "examples").glob("*.yaml"))
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")]
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +64,12 @@ def fake(cluster, monkeypatch):
 
 
 def kubectl_command(fake, *args: str) -> list[str]:
-    return [KUBECTL, f"--kubeconfig={fake.kubeconfig}", f"--cache-dir={fake.cache_dir}",
-            "--request-timeout=20s", *args]
+    return [KUBECTL, f"--kubeconfig={fake.kubeconfig}", f"--cache-dir={fake.cache_dir}", "--request-timeout=20s", *args]
 
 
 def kubectl(fake, *args: str, code: int = 0) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-    result = subprocess.run(kubectl_command(fake, *args), capture_output=True, text=True,
-                            timeout=60, env=env)
+    result = subprocess.run(kubectl_command(fake, *args), capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
     return result
 
@@ -108,16 +105,21 @@ def sent(fake, *, by_kubectl: bool) -> list[dict]:
 # ----------------------------------------------------------------------------- same outcome
 
 
-@pytest.mark.parametrize("example", [
-    pytest.param(e, id=e.stem, marks=() if e.stem == "cpu-smoke" else pytest.mark.slow)
-    for e in EXAMPLES] + [pytest.param("indexed-job", id="cpu-smoke-indexed-job", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "example",
+    [pytest.param(e, id=e.stem, marks=() if e.stem == "cpu-smoke" else pytest.mark.slow) for e in EXAMPLES]
+    + [pytest.param("indexed-job", id="cpu-smoke-indexed-job", marks=pytest.mark.slow)],
+)
 def test_rendered_examples_pass_a_server_dry_run_by_kubectl_and_by_roxxel_launch(fake, tmp_path, example):
     """Every example spec, rendered, is accepted by ``kubectl apply --dry-run=server`` (which
     asks for strict field validation, https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation)
     and by ``roxxel-launch submit --dry-run``; both send the same objects; nothing is created
     (https://kubernetes.io/docs/reference/using-api/api-concepts/#dry-run)."""
-    spec, sets = (example, ()) if example != "indexed-job" else (
-        REPO / "k8s" / "examples" / "cpu-smoke.yaml", ("workload=indexed-job",))
+    spec, sets = (
+        (example, ())
+        if example != "indexed-job"
+        else (REPO / "k8s" / "examples" / "cpu-smoke.yaml", ("workload=indexed-job",))
+    )
     objects = render(spec, tmp_path / "manifest.yaml", *sets)
     result = kubectl(fake, "apply", "--dry-run=server", "-f", str(tmp_path / "manifest.yaml"))
     names = [f"{o['kind']}/{o['metadata']['name']}" for o in objects]
@@ -127,10 +129,10 @@ def test_rendered_examples_pass_a_server_dry_run_by_kubectl_and_by_roxxel_launch
     assert [r.query.get("fieldValidation") for r in fake.calls("POST")] == ["Strict"] * len(objects)
 
     launch("submit", spec, "--dry-run", *(x for s in sets for x in ("--set", s)))
-    assert sent(fake, by_kubectl=True) == sent(fake, by_kubectl=False) == sorted(
-        objects, key=lambda o: o["kind"]), names
-    assert all(r.dry_run for r in fake.calls("POST")) and not any(
-        key[0] != "pods" for key in fake.objects)
+    assert sent(fake, by_kubectl=True) == sent(fake, by_kubectl=False) == sorted(objects, key=lambda o: o["kind"]), (
+        names
+    )
+    assert all(r.dry_run for r in fake.calls("POST")) and not any(key[0] != "pods" for key in fake.objects)
 
 
 def test_an_unknown_field_is_refused_by_both_as_strict_validation_demands(fake, tmp_path):
@@ -141,8 +143,14 @@ def test_an_unknown_field_is_refused_by_both_as_strict_validation_demands(fake, 
     ``roxxel-launch`` refuses the same manifest before sending anything."""
     spec = REPO / "k8s" / "examples" / "cpu-smoke.yaml"
     bogus = tmp_path / "bogus.yaml"  # the same field, through the spec's pod_patch
-    bogus.write_text(yaml.safe_dump({**yaml.safe_load(spec.read_text()), "pod_patch": {
-        "spec": {"containers": [{"name": "worker", "bogusField": 1}]}}}))
+    bogus.write_text(
+        yaml.safe_dump(
+            {
+                **yaml.safe_load(spec.read_text()),
+                "pod_patch": {"spec": {"containers": [{"name": "worker", "bogusField": 1}]}},
+            }
+        )
+    )
     path = tmp_path / "manifest.yaml"
     patched = yaml.safe_load(yaml.safe_dump(render(spec, tmp_path / "plain.yaml")))
     jobset = next(o for o in patched if o["kind"] == "JobSet")
@@ -153,9 +161,11 @@ def test_an_unknown_field_is_refused_by_both_as_strict_validation_demands(fake, 
 
     refused = kubectl(fake, "apply", "--dry-run=server", "-f", str(path), code=1)
     field = "spec.replicatedJobs[0].template.spec.template.spec.containers[0].bogusField"
-    assert (f'Error from server (BadRequest): error when creating "{path}": JobSet in version '
-            f'"v1alpha2" cannot be handled as a JobSet: strict decoding error: unknown field '
-            f'"{field}", unknown field "spec.restartPolicyTypo"') in refused.stderr
+    assert (
+        f'Error from server (BadRequest): error when creating "{path}": JobSet in version '
+        f'"v1alpha2" cannot be handled as a JobSet: strict decoding error: unknown field '
+        f'"{field}", unknown field "spec.restartPolicyTypo"'
+    ) in refused.stderr
 
     warned = kubectl(fake, "apply", "--dry-run=server", "--validate=warn", "-f", str(path))
     assert f'Warning: unknown field "{field}"' in warned.stderr
@@ -185,21 +195,26 @@ def test_schema_and_cel_rules_of_the_jobset_crd_are_enforced(fake, tmp_path):
     path.write_text(yaml.safe_dump(jobset))
     refused = kubectl(fake, "apply", "--dry-run=server", "-f", str(path), code=1)
     assert 'The JobSet "roxxel-smoke" is invalid:' in refused.stderr, refused.stderr
-    for line in ['spec.failurePolicy.rules[0].action: Unsupported value: "Explode": supported '
-                 'values: "FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"',
-                 "spec.replicatedJobs[0].template.spec.template.spec.containers[0].name: "
-                 "Required value",
-                 'spec: Invalid value: "object": StartupPolicy and DependsOn APIs are mutually '
-                 'exclusive']:
+    for line in [
+        'spec.failurePolicy.rules[0].action: Unsupported value: "Explode": supported '
+        'values: "FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"',
+        "spec.replicatedJobs[0].template.spec.template.spec.containers[0].name: Required value",
+        'spec: Invalid value: "object": StartupPolicy and DependsOn APIs are mutually exclusive',
+    ]:
         assert line in refused.stderr, refused.stderr
     assert not any(key[0] == "jobsets" for key in fake.objects)
 
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "Bad_Name"},
-               "spec": {"clusterIP": "None", "selector": {"a": "b"}}}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "Bad_Name"},
+        "spec": {"clusterIP": "None", "selector": {"a": "b"}},
+    }
     path.write_text(yaml.safe_dump(service))
     refused = kubectl(fake, "apply", "--dry-run=server", "-f", str(path), code=1)
-    assert ('The Service "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": must be '
-            'a DNS-1123 label') in refused.stderr, refused.stderr
+    assert (
+        'The Service "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": must be a DNS-1123 label'
+    ) in refused.stderr, refused.stderr
 
 
 # ----------------------------------------------------------------------------- the verbs
@@ -230,8 +245,10 @@ def test_get_logs_wait_and_delete_a_job_with_kubectl(fake, tmp_path):
     assert "jobset.jobset.x-k8s.io/roxxel-smoke configured" in again.stdout
     assert fake.get("jobsets", "roxxel-smoke")["metadata"]["uid"] == uid
     exists = kubectl(fake, "create", "-f", str(path), code=1)
-    assert (f'Error from server (AlreadyExists): error when creating "{path}": '
-            'jobsets.jobset.x-k8s.io "roxxel-smoke" already exists') in exists.stderr
+    assert (
+        f'Error from server (AlreadyExists): error when creating "{path}": '
+        'jobsets.jobset.x-k8s.io "roxxel-smoke" already exists'
+    ) in exists.stderr
     explained = kubectl(fake, "explain", "jobset.spec.failurePolicy.restartStrategy").stdout
     assert "KIND:       JobSet" in explained and "BlockingRecreate" in explained  # OpenAPI v3
 
@@ -245,9 +262,12 @@ def test_get_logs_wait_and_delete_a_job_with_kubectl(fake, tmp_path):
     logs = kubectl(fake, "logs", f"pod/{pod}")
     assert logs.stdout == "step 1 loss 2.5\nstep 2 loss 2.1\n"
 
-    waiting = subprocess.Popen(kubectl_command(
-        fake, "wait", "--for=condition=Completed", "jobset/roxxel-smoke", "--timeout=30s"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    waiting = subprocess.Popen(
+        kubectl_command(fake, "wait", "--for=condition=Completed", "jobset/roxxel-smoke", "--timeout=30s"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not any(r.query.get("watch") == "true" for r in fake.calls("GET", "jobsets")):
@@ -289,9 +309,10 @@ def test_the_python_client_gets_the_same_field_validation_answers(fake):
         api.create_namespaced_custom_object(*args, field_validation="Strict")
     assert refused.value.status == 400
     status = json.loads(refused.value.body)
-    assert (status["reason"], status["message"]) == ("BadRequest", 'JobSet in version "v1alpha2" '
-                                                     'cannot be handled as a JobSet: strict decoding '
-                                                     'error: unknown field "spec.bogus"')
+    assert (status["reason"], status["message"]) == (
+        "BadRequest",
+        'JobSet in version "v1alpha2" cannot be handled as a JobSet: strict decoding error: unknown field "spec.bogus"',
+    )
     _, code, headers = api.create_namespaced_custom_object_with_http_info(*args)
     assert code == 201 and headers["Warning"] == '299 - "unknown field \\"spec.bogus\\""'
     assert "bogus" not in fake.get("jobsets", "roxxel-smoke")["spec"]
@@ -315,26 +336,40 @@ def test_the_by_hand_commands_of_run_on_gke_work_against_the_cluster(fake, tmp_p
     cluster; a followed log ends when the pod terminates
     (https://kubernetes.io/docs/reference/kubectl/generated/kubectl_logs/)."""
     commands = doc_kubectl_commands("docs/run-on-gke.md")
-    create, logs, delete = (next(c for c in commands if c.startswith(prefix)) for prefix in (
-        "roxxel-launch render SPEC | kubectl create", "kubectl logs -f", "roxxel-launch render SPEC | kubectl delete"))
+    create, logs, delete = (
+        next(c for c in commands if c.startswith(prefix))
+        for prefix in (
+            "roxxel-launch render SPEC | kubectl create",
+            "kubectl logs -f",
+            "roxxel-launch render SPEC | kubectl delete",
+        )
+    )
     spec = "k8s/examples/tpu-v5p-multislice.yaml"
-    env = {**{k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")},
-           "KUBECONFIG": str(fake.kubeconfig), "KUBECACHEDIR": str(fake.cache_dir),
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")},
+        "KUBECONFIG": str(fake.kubeconfig),
+        "KUBECACHEDIR": str(fake.cache_dir),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    }
 
     def shell(command: str, code: int = 0) -> subprocess.CompletedProcess:
-        result = subprocess.run(command.replace("SPEC", spec), shell=True, cwd=REPO, env=env,
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            command.replace("SPEC", spec), shell=True, cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == code, (command, result.stdout, result.stderr)
         return result
 
-    assert shell(create).stdout.splitlines() == ["networkpolicy.networking.k8s.io/lm-v5p created",
-                                                 "jobset.jobset.x-k8s.io/lm-v5p created"]
-    process0 = next(p for p in fake.pods("lm-v5p") if p["metadata"]["labels"][
-        "jobset.sigs.k8s.io/job-index"] == "0" and p["metadata"]["labels"][
-        "batch.kubernetes.io/job-completion-index"] == "0")["metadata"]["name"]
-    following = subprocess.Popen(logs, shell=True, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+    assert shell(create).stdout.splitlines() == [
+        "networkpolicy.networking.k8s.io/lm-v5p created",
+        "jobset.jobset.x-k8s.io/lm-v5p created",
+    ]
+    process0 = next(
+        p
+        for p in fake.pods("lm-v5p")
+        if p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] == "0"
+        and p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "0"
+    )["metadata"]["name"]
+    following = subprocess.Popen(logs, shell=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not fake.calls("GET", "log"):
@@ -349,8 +384,10 @@ def test_the_by_hand_commands_of_run_on_gke_work_against_the_cluster(fake, tmp_p
     assert [r.name for r in fake.calls("GET", "log")] == [process0]
 
     # Resume by hand: delete what render made, then create it again.
-    assert shell(delete).stdout.splitlines() == ['networkpolicy.networking.k8s.io "lm-v5p" deleted',
-                                                 'jobset.jobset.x-k8s.io "lm-v5p" deleted']
+    assert shell(delete).stdout.splitlines() == [
+        'networkpolicy.networking.k8s.io "lm-v5p" deleted',
+        'jobset.jobset.x-k8s.io "lm-v5p" deleted',
+    ]
     shell(create)
     assert fake.submissions("lm-v5p") == 2
 
@@ -383,8 +420,11 @@ def test_get_all_namespaces_and_list_all_namespaces_agree(fake, tmp_path):
     by_kubectl = [tuple(line.split()[:2]) for line in table[1:]]
     listed = launch("list", "-A").output.splitlines()
     assert listed[0].split()[:2] == ["NAMESPACE", "NAME"]
-    assert [tuple(line.split()[:2]) for line in listed[1:]] == by_kubectl == [
-        ("default", "roxxel-smoke"), ("ml", "roxxel-smoke")]
+    assert (
+        [tuple(line.split()[:2]) for line in listed[1:]]
+        == by_kubectl
+        == [("default", "roxxel-smoke"), ("ml", "roxxel-smoke")]
+    )
     pods = kubectl(fake, "get", "pods", "-A", "-o", "name").stdout.split()
     assert len(pods) == 4 and any(r.path == "/api/v1/pods" for r in fake.calls("GET", "pods"))
 
@@ -403,10 +443,11 @@ def test_logs_of_another_container_by_kubectl_and_by_roxxel_launch(fake, tmp_pat
     # sends no log request.
     assert own_lines(refused.stderr) == [f"error: container nope is not valid for pod {pod}"]
     assert [r.query.get("container") for r in fake.calls("GET", "log")] == ["gke-gcsfuse-sidecar"]
-    assert launch("logs", "roxxel-smoke", "-n", "default", "-c", "gke-gcsfuse-sidecar").output == \
-        "mounted gs://data\n"
-    assert "its containers: gke-gcsfuse-sidecar, worker" in launch(
-        "logs", "roxxel-smoke", "-n", "default", "-c", "nope", code=1).output
+    assert launch("logs", "roxxel-smoke", "-n", "default", "-c", "gke-gcsfuse-sidecar").output == "mounted gs://data\n"
+    assert (
+        "its containers: gke-gcsfuse-sidecar, worker"
+        in launch("logs", "roxxel-smoke", "-n", "default", "-c", "nope", code=1).output
+    )
 
 
 def test_exec_by_kubectl_and_by_roxxel_launch(fake, tmp_path):

@@ -40,9 +40,17 @@ class ScriptedBackend(Backend):
     def status(self, name: str) -> JobStatus:
         return self.statuses[min(self.resumes, len(self.statuses) - 1)]
 
-    def logs(self, name: str, *, process: int = 0, follow: bool = False, all_processes: bool = False,
-             since_seconds: int | None = None, previous: bool = False,
-             container: str | None = None) -> Iterator[str]:
+    def logs(
+        self,
+        name: str,
+        *,
+        process: int = 0,
+        follow: bool = False,
+        all_processes: bool = False,
+        since_seconds: int | None = None,
+        previous: bool = False,
+        container: str | None = None,
+    ) -> Iterator[str]:
         return iter(())
 
     def list(self, *, all_namespaces: bool = False) -> list[JobStatus]:
@@ -57,8 +65,7 @@ class ScriptedBackend(Backend):
 
 
 def _preempted(reason: StopReason, message: str) -> JobStatus:
-    return JobStatus(name="lm", state=JobState.PREEMPTED, processes=2, exit_code=42,
-                     message=message, reason=reason)
+    return JobStatus(name="lm", state=JobState.PREEMPTED, processes=2, exit_code=42, message=message, reason=reason)
 
 
 def _run(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
@@ -68,8 +75,9 @@ def _run(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
 
 
 def test_a_job_stopped_on_request_is_not_resumed_again_whatever_its_message(monkeypatch):
-    backend = ScriptedBackend([_preempted(StopReason.PREEMPTED, "preempted"),
-                               _preempted(StopReason.STOPPED_BY_USER, "the user asked")])
+    backend = ScriptedBackend(
+        [_preempted(StopReason.PREEMPTED, "preempted"), _preempted(StopReason.STOPPED_BY_USER, "the user asked")]
+    )
     code, output = _run(backend, monkeypatch)
     assert (code, backend.resumes) == (C.EXIT_PREEMPTED, 1), output
     assert "was stopped on request" in output
@@ -77,8 +85,13 @@ def test_a_job_stopped_on_request_is_not_resumed_again_whatever_its_message(monk
 
 def test_a_preemption_is_resumed_even_if_its_message_reads_stopped_by(monkeypatch):
     done = JobStatus(name="lm", state=JobState.SUCCEEDED, processes=2, exit_code=0)
-    backend = ScriptedBackend([_preempted(StopReason.PREEMPTED, "preempted"),
-                               _preempted(StopReason.PREEMPTED, "stopped by the cluster"), done])
+    backend = ScriptedBackend(
+        [
+            _preempted(StopReason.PREEMPTED, "preempted"),
+            _preempted(StopReason.PREEMPTED, "stopped by the cluster"),
+            done,
+        ]
+    )
     code, output = _run(backend, monkeypatch)
     assert (code, backend.resumes) == (0, 2), output
 
@@ -96,15 +109,13 @@ def test_details_of_an_unknown_local_job_is_an_error(tmp_path):
         LocalBackend(root=tmp_path).details("nope")
 
 
-@pytest.mark.parametrize("method", ["submit", "status", "details", "logs", "list", "delete",
-                                    "resume", "wait"])
+@pytest.mark.parametrize("method", ["submit", "status", "details", "logs", "list", "delete", "resume", "wait"])
 def test_both_backends_keep_the_contracts_signatures(method):
     """Backend-specific options go to the constructors: no backend widens a call."""
     from roxxel_launch.backends.kubernetes.backend import KubernetesBackend
 
     def params(cls):
-        return [(p.name, p.kind, p.default) for p in
-                inspect.signature(getattr(cls, method)).parameters.values()]
+        return [(p.name, p.kind, p.default) for p in inspect.signature(getattr(cls, method)).parameters.values()]
 
     assert params(LocalBackend) == params(Backend) == params(KubernetesBackend)
 
@@ -128,8 +139,7 @@ def test_wait_returns_an_evicted_job_only_when_asked():
 
     seen: list[JobState] = []
     backend = Evicting([admitted, evicted])
-    assert backend.wait("lm", poll_seconds=0, evicted_ends=True,
-                        on_change=lambda s: seen.append(s.state)) == evicted
+    assert backend.wait("lm", poll_seconds=0, evicted_ends=True, on_change=lambda s: seen.append(s.state)) == evicted
     assert seen == [JobState.RUNNING, JobState.SUSPENDED]
     with pytest.raises(WaitTimeout):
         Evicting([admitted, evicted]).wait("lm", timeout=0.1, poll_seconds=0.02)
@@ -138,6 +148,7 @@ def test_wait_returns_an_evicted_job_only_when_asked():
 def test_wait_progress_is_the_one_decision_of_polling_and_watching():
     """Reports each state change once; over on a terminal state; a suspension ends it only
     after an admission, with ``evicted_ends``, and not while the queue re-admits the job."""
+
     def status(state: JobState) -> JobStatus:
         return JobStatus(name="lm", state=state, processes=2)
 

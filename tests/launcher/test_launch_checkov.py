@@ -34,8 +34,11 @@ def _checkov() -> str | None:
     repository's .venv-checkov (its own environment: see pyproject.toml, extra `scan`)."""
     if os.environ.get("ROXXEL_CHECKOV"):
         return os.environ["ROXXEL_CHECKOV"]
-    return (shutil.which("checkov") or shutil.which("checkov", path=os.path.dirname(sys.executable))
-            or shutil.which("checkov", path=str(ROOT / ".venv-checkov" / "bin")))
+    return (
+        shutil.which("checkov")
+        or shutil.which("checkov", path=os.path.dirname(sys.executable))
+        or shutil.which("checkov", path=str(ROOT / ".venv-checkov" / "bin"))
+    )
 
 
 def scan_documents(objects) -> list[dict]:
@@ -52,8 +55,7 @@ def scan_documents(objects) -> list[dict]:
 def write_rendered_examples(directory: pathlib.Path) -> list[pathlib.Path]:
     paths = []
     for spec_path in EXAMPLES:
-        for workload, overrides in (("jobset", []),
-                                    ("indexed-job", ["workload=indexed-job", "num_slices=1"])):
+        for workload, overrides in (("jobset", []), ("indexed-job", ["workload=indexed-job", "num_slices=1"])):
             objects = R.render(S.load_spec(spec_path, overrides)).objects
             path = directory / f"{spec_path.stem}-{workload}.yaml"
             path.write_text(yaml.safe_dump_all(scan_documents(objects), sort_keys=False))
@@ -65,7 +67,8 @@ def _excepted(failure: dict) -> dict | None:
     name = pathlib.Path(failure["file_path"]).name
     for entry in EXCEPTIONS:
         if entry["check"] == failure["check_id"] and (
-                not entry.get("files") or any(name.startswith(p) for p in entry["files"])):
+            not entry.get("files") or any(name.startswith(p) for p in entry["files"])
+        ):
             return entry
     return None
 
@@ -83,15 +86,32 @@ def test_scan_documents_turn_jobsets_into_their_child_jobs():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_checkov() is None, reason="checkov is not installed: python -m venv "
-                    ".venv-checkov && .venv-checkov/bin/pip install checkov (as .ci/run does), "
-                    "or set ROXXEL_CHECKOV")
+@pytest.mark.skipif(
+    _checkov() is None,
+    reason="checkov is not installed: python -m venv "
+    ".venv-checkov && .venv-checkov/bin/pip install checkov (as .ci/run does), "
+    "or set ROXXEL_CHECKOV",
+)
 def test_checkov_finds_nothing_but_the_documented_exceptions(tmp_path):
     paths = write_rendered_examples(tmp_path)
     result = subprocess.run(
-        [_checkov(), "-d", str(tmp_path), "--framework", "kubernetes", "--skip-download",
-         "--quiet", "--compact", "-o", "json"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "BC_API_KEY": ""})
+        [
+            _checkov(),
+            "-d",
+            str(tmp_path),
+            "--framework",
+            "kubernetes",
+            "--skip-download",
+            "--quiet",
+            "--compact",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "BC_API_KEY": ""},
+    )
     assert result.stdout.strip(), f"checkov printed nothing (exit {result.returncode}): {result.stderr[-2000:]}"
     reports = json.loads(result.stdout)
     reports = reports if isinstance(reports, list) else [reports]
@@ -103,8 +123,9 @@ def test_checkov_finds_nothing_but_the_documented_exceptions(tmp_path):
         for failure in report["results"]["failed_checks"]:
             entry = _excepted(failure)
             if entry is None:
-                failures.append(f"{failure['check_id']} {failure['check_name']}: "
-                                f"{failure['file_path']} {failure['resource']}")
+                failures.append(
+                    f"{failure['check_id']} {failure['check_name']}: {failure['file_path']} {failure['resource']}"
+                )
             else:
                 used.add(entry["check"])
     # Each file holds a workload (Job) and a NetworkPolicy; indexed jobs also a Service.

@@ -49,8 +49,11 @@ def test_the_pods_security_context_volumes_and_env_become_podman_options(tmp_pat
     volumes = {v["name"]: v for v in pod.spec["volumes"]}
     container = pod.container(contract.CONTAINER_NAME)
     tmpfs = [m for m in opts["--mount"] if m.startswith("type=tmpfs")]
-    empty_dirs = [m for m in container["volumeMounts"]
-                  if "emptyDir" in volumes[m["name"]] and m["mountPath"] != contract.SHM_MOUNT_PATH]
+    empty_dirs = [
+        m
+        for m in container["volumeMounts"]
+        if "emptyDir" in volumes[m["name"]] and m["mountPath"] != contract.SHM_MOUNT_PATH
+    ]
     assert len(tmpfs) == len(empty_dirs) and all("tmpfs-mode=1777" in m for m in tmpfs)
     home = next(m for m in tmpfs if f"destination={contract.HOME_MOUNT_PATH}," in m)
     size = volumes[next(m["name"] for m in empty_dirs if m["mountPath"] == contract.HOME_MOUNT_PATH)]["emptyDir"]
@@ -87,8 +90,9 @@ def test_a_secret_the_local_run_cannot_read_is_named(tmp_path):
     settings = LocalSettings(python=sys.executable, run_dir=tmp_path)
     with pytest.raises(BackendError, match="WANDB_API_KEY comes from the Secret 'wandb'"):
         containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.11", base_env={})
-    env = containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.11",
-                                   base_env={"WANDB_API_KEY": "k"})
+    env = containers.container_env(
+        pod, settings, restart_attempt=0, pod_ip="10.89.0.11", base_env={"WANDB_API_KEY": "k"}
+    )
     assert env["WANDB_API_KEY"] == "k" and env[shared.ENV_DATA_DIR] == contract.DATA_MOUNT_PATH  # the manifest's
 
 
@@ -109,10 +113,14 @@ def _submit(tmp_path, *args: str) -> subprocess.CompletedProcess:
     data = yaml.safe_load((REPO / "examples/lm/job.yaml").read_text())
     data["checkpoint_dir"] = str(tmp_path / "ckpt")
     spec.write_text(yaml.safe_dump(data))
-    return subprocess.run([sys.executable, "-m", "roxxel_launch.cli", "submit", str(spec), *args],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={"PATH": str(tmp_path), "ROXXEL_LOCAL_ROOT": str(tmp_path / "runs"),
-                               "HOME": str(tmp_path)})
+    return subprocess.run(
+        [sys.executable, "-m", "roxxel_launch.cli", "submit", str(spec), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={"PATH": str(tmp_path), "ROXXEL_LOCAL_ROOT": str(tmp_path / "runs"), "HOME": str(tmp_path)},
+    )
 
 
 def test_submit_refuses_a_container_run_it_cannot_start(tmp_path):

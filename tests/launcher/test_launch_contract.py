@@ -25,14 +25,17 @@ def _modules_after(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("code", [
-    "import roxxel, roxxel.contract, roxxel.exit_codes, roxxel.distributed, roxxel.worker",
-    "import roxxel_launch.cli, roxxel_launch.contract, roxxel_launch.render, roxxel_launch.spec, "
-    "roxxel_launch.validate, roxxel_launch.backends.local.backend, roxxel_launch.backends.kubernetes.backend",
-    # A whole command: load, render and validate an example spec (what `roxxel-launch render` does).
-    "from click.testing import CliRunner\nfrom roxxel_launch.cli import cli\n"
-    "r = CliRunner().invoke(cli, ['render', 'k8s/examples/cpu-smoke.yaml'])\nassert r.exit_code == 0, r.output",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import roxxel, roxxel.contract, roxxel.exit_codes, roxxel.distributed, roxxel.worker",
+        "import roxxel_launch.cli, roxxel_launch.contract, roxxel_launch.render, roxxel_launch.spec, "
+        "roxxel_launch.validate, roxxel_launch.backends.local.backend, roxxel_launch.backends.kubernetes.backend",
+        # A whole command: load, render and validate an example spec (what `roxxel-launch render` does).
+        "from click.testing import CliRunner\nfrom roxxel_launch.cli import cli\n"
+        "r = CliRunner().invoke(cli, ['render', 'k8s/examples/cpu-smoke.yaml'])\nassert r.exit_code == 0, r.output",
+    ],
+)
 def test_launcher_and_contract_import_no_numpy_jax_or_data(code):
     assert _modules_after(code) == []
 
@@ -43,11 +46,14 @@ def test_public_names_of_roxxel_load_on_first_use():
     assert "roxxel.train" not in loaded
 
 
-@pytest.mark.parametrize("code", [
-    "import roxxel.pack, roxxel.cli, roxxel.data.dataset",
-    "from roxxel.cli import main\nfrom click.testing import CliRunner\n"
-    "assert CliRunner().invoke(main, ['info', '--help']).exit_code == 0",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import roxxel.pack, roxxel.cli, roxxel.data.dataset",
+        "from roxxel.cli import main\nfrom click.testing import CliRunner\n"
+        "assert CliRunner().invoke(main, ['info', '--help']).exit_code == 0",
+    ],
+)
 def test_the_shard_tools_load_no_jax(code):
     """roxxel pack / info / verify / cat read and write shards only: importing JAX (through
     roxxel.data's streamer) added ~0.6 s to each command and forced a forkserver pool."""

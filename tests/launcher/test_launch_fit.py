@@ -31,23 +31,36 @@ TPU_TAINT = {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 # A ct5lp-hightpu-4t node (112 vCPUs, 192 GB, 4 chips): allocatable is what GKE leaves after its
 # reservations for the system (figures of the right order, made up for the tests).
-V5E_ALLOCATABLE = {"cpu": "111880m", "memory": "183856208Ki", "ephemeral-storage": "47060071478",
-                   "google.com/tpu": "4", "pods": "110"}
+V5E_ALLOCATABLE = {
+    "cpu": "111880m",
+    "memory": "183856208Ki",
+    "ephemeral-storage": "47060071478",
+    "google.com/tpu": "4",
+    "pods": "110",
+}
 
 
 def _v5e_node(fake: FakeKubernetes, index: int, pool: str = "tpu-v5e-pool", name: str | None = None) -> None:
-    labels = {POOL: pool, "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-              "cloud.google.com/gke-tpu-topology": "4x4",
-              "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t"}
+    labels = {
+        POOL: pool,
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+        "node.kubernetes.io/instance-type": "ct5lp-hightpu-4t",
+    }
     fake.add_node(name or f"gke-{pool}-{index}", labels=labels, allocatable=V5E_ALLOCATABLE, taints=(TPU_TAINT,))
 
 
 def _gpu_node(fake: FakeKubernetes, index: int, accelerator: str, machine: str, gpus: str) -> None:
-    fake.add_node(f"gke-gpu-{index}", labels={
-        POOL: f"{accelerator}-pool", "cloud.google.com/gke-accelerator": accelerator,
-        "node.kubernetes.io/instance-type": machine},
-        allocatable={"cpu": "207", "memory": "1800Gi", "ephemeral-storage": "300Gi",
-                     "nvidia.com/gpu": gpus}, taints=(GPU_TAINT,))
+    fake.add_node(
+        f"gke-gpu-{index}",
+        labels={
+            POOL: f"{accelerator}-pool",
+            "cloud.google.com/gke-accelerator": accelerator,
+            "node.kubernetes.io/instance-type": machine,
+        },
+        allocatable={"cpu": "207", "memory": "1800Gi", "ephemeral-storage": "300Gi", "nvidia.com/gpu": gpus},
+        taints=(GPU_TAINT,),
+    )
 
 
 @pytest.fixture
@@ -57,8 +70,11 @@ def fake(tmp_path, monkeypatch):
 
 
 def _spec(accelerator, **fields) -> S.JobSpec:
-    return S.spec_from_dict(spec_dict(namespace=NS, accelerator=accelerator, checkpoint_dir="gs://ckpt/lm",
-                                      security=NO_NETWORK_POLICY, **fields))
+    return S.spec_from_dict(
+        spec_dict(
+            namespace=NS, accelerator=accelerator, checkpoint_dir="gs://ckpt/lm", security=NO_NETWORK_POLICY, **fields
+        )
+    )
 
 
 def _submit(spec: S.JobSpec, **options) -> None:
@@ -90,10 +106,12 @@ def test_a_memory_request_above_the_nodes_allocatable_is_refused_naming_it(fake)
     with pytest.raises(BackendError) as info:
         _submit(_spec(V5E_4X4, resources={"requests": {"memory": "200Gi"}}))
     message = str(info.value)
-    assert message.startswith("a worker of slice (google.com/tpu 4, memory 200Gi) fits no node that matches "
-                              "it (node pool tpu-v5e-pool, ct5lp-hightpu-4t): memory 200Gi > allocatable "
-                              "175.3Gi. Nothing was created. Lower resources.requests.memory to 175.3Gi or "
-                              "less, or use a node pool of a larger machine type")
+    assert message.startswith(
+        "a worker of slice (google.com/tpu 4, memory 200Gi) fits no node that matches "
+        "it (node pool tpu-v5e-pool, ct5lp-hightpu-4t): memory 200Gi > allocatable "
+        "175.3Gi. Nothing was created. Lower resources.requests.memory to 175.3Gi or "
+        "less, or use a node pool of a larger machine type"
+    )
     assert message.endswith("pass --skip-fit-check.") and "\n" not in message
     assert fake.calls("POST") == []
 
@@ -125,9 +143,12 @@ def test_a_gpu_job_on_a_pool_of_too_few_gpus_per_node_is_refused(fake):
     """a3-highgpu-4g nodes carry the selector's accelerator label, but 4 GPUs each, not 8."""
     for i in range(2):
         _gpu_node(fake, i, "h100-80gb", "a3-highgpu-4g", "4")
-    with pytest.raises(BackendError, match=r"fits no node that matches it \(node pool h100-80gb-pool, "
-                       r"a3-highgpu-4g\): nvidia.com/gpu 8 > allocatable 4\. Nothing was created\. "
-                       r"Lower nvidia.com/gpu to 4 or less"):
+    with pytest.raises(
+        BackendError,
+        match=r"fits no node that matches it \(node pool h100-80gb-pool, "
+        r"a3-highgpu-4g\): nvidia.com/gpu 8 > allocatable 4\. Nothing was created\. "
+        r"Lower nvidia.com/gpu to 4 or less",
+    ):
         _submit(_spec(H100))
     assert fake.calls("POST") == []
 
@@ -139,8 +160,10 @@ def test_a_gpu_job_where_only_other_accelerators_run_is_warned_about_and_submitt
         _gpu_node(fake, i, "nvidia-l4", "g2-standard-48", "4")
     _submit(_spec(H100))
     (warning,) = _fit_warnings(caplog)
-    assert warning.startswith("no node of the cluster matches a worker of slice (nvidia.com/gpu 8) "
-                              "(node selector cloud.google.com/gke-accelerator=h100-80gb, its tolerations)")
+    assert warning.startswith(
+        "no node of the cluster matches a worker of slice (nvidia.com/gpu 8) "
+        "(node selector cloud.google.com/gke-accelerator=h100-80gb, its tolerations)"
+    )
     assert "node pool scaled to zero" in warning
     assert fake.get("jobsets", "lm") is not None
 
@@ -158,10 +181,16 @@ def test_fewer_nodes_than_hosts_are_warned_about_and_the_job_submitted(fake, cap
 def test_nodes_whose_device_plugin_reports_no_chips_yet_are_not_held_against_the_job(fake, caplog):
     """A TPU node that has just joined shows no google.com/tpu until its device plugin runs:
     not a reason to refuse."""
-    fake.add_node("gke-tpu-v5e-pool-new", labels={
-        POOL: "tpu-v5e-pool", "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
-        "cloud.google.com/gke-tpu-topology": "4x4"},
-        allocatable={k: v for k, v in V5E_ALLOCATABLE.items() if k != "google.com/tpu"}, taints=(TPU_TAINT,))
+    fake.add_node(
+        "gke-tpu-v5e-pool-new",
+        labels={
+            POOL: "tpu-v5e-pool",
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+            "cloud.google.com/gke-tpu-topology": "4x4",
+        },
+        allocatable={k: v for k, v in V5E_ALLOCATABLE.items() if k != "google.com/tpu"},
+        taints=(TPU_TAINT,),
+    )
     _submit(_spec(V5E_4X4))
     (warning,) = _fit_warnings(caplog)
     assert "no node matching it reports its accelerators yet (1 node in node pool tpu-v5e-pool;" in warning
@@ -171,17 +200,28 @@ def test_nodes_whose_device_plugin_reports_no_chips_yet_are_not_held_against_the
 def test_a_node_whose_taint_the_pod_does_not_tolerate_does_not_match(fake, caplog):
     """A v5e node reserved for another team (a taint the worker lacks a toleration for): the
     worker does not match it, whatever its size."""
-    fake.add_node("gke-reserved-0", labels={POOL: "reserved", "cloud.google.com/gke-tpu-accelerator":
-                                            "tpu-v5-lite-podslice", "cloud.google.com/gke-tpu-topology": "4x4"},
-                  allocatable=V5E_ALLOCATABLE,
-                  taints=(TPU_TAINT, {"key": "team", "value": "b", "effect": "NoSchedule"}))
+    fake.add_node(
+        "gke-reserved-0",
+        labels={
+            POOL: "reserved",
+            "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+            "cloud.google.com/gke-tpu-topology": "4x4",
+        },
+        allocatable=V5E_ALLOCATABLE,
+        taints=(TPU_TAINT, {"key": "team", "value": "b", "effect": "NoSchedule"}),
+    )
     _submit(_spec(V5E_4X4, resources={"requests": {"memory": "999Gi"}}))  # no match: warned, not refused
     (warning,) = _fit_warnings(caplog)
     assert warning.startswith("no node of the cluster matches a worker of slice")
 
 
-@pytest.mark.parametrize("evidence", [{"name": "gk3-autopilot-pool-1-abcd"},  # Autopilot
-                                      {"pool": "nap-1acv0bno"}])  # node auto-provisioning
+@pytest.mark.parametrize(
+    "evidence",
+    [
+        {"name": "gk3-autopilot-pool-1-abcd"},  # Autopilot
+        {"pool": "nap-1acv0bno"},
+    ],
+)  # node auto-provisioning
 def test_a_cluster_that_creates_node_pools_itself_gets_a_warning_not_a_refusal(fake, caplog, evidence):
     """Autopilot nodes are named gk3-..., auto-provisioned pools nap-...: a node of the size the
     worker needs may be made for it."""
@@ -205,9 +245,17 @@ def test_a_role_that_may_not_list_nodes_skips_the_check_with_one_line(fake, capl
 def test_the_cli_flag_skips_the_check_and_is_refused_with_local(fake, tmp_path):
     _v5e_node(fake, 0)
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(spec_dict(namespace=NS, accelerator=V5E_4X4, checkpoint_dir="gs://ckpt/lm",
-                                             security=NO_NETWORK_POLICY,
-                                             resources={"requests": {"memory": "200Gi"}})))
+    path.write_text(
+        yaml.safe_dump(
+            spec_dict(
+                namespace=NS,
+                accelerator=V5E_4X4,
+                checkpoint_dir="gs://ckpt/lm",
+                security=NO_NETWORK_POLICY,
+                resources={"requests": {"memory": "200Gi"}},
+            )
+        )
+    )
     refused = CliRunner().invoke(cli, ["submit", str(path)])
     assert refused.exit_code == 1 and "memory 200Gi > allocatable 175.3Gi" in refused.output
     assert CliRunner().invoke(cli, ["submit", str(path), "--skip-fit-check"]).exit_code == 0
@@ -222,30 +270,45 @@ def test_pod_requests_count_sidecars_and_init_containers_as_the_scheduler_does()
     """Sidecars (restartPolicy: Always) add to the app containers and run beside later init
     containers; a plain init container counts alone, at its peak ("Resource sharing within
     containers" in the Kubernetes docs)."""
-    pod = {"containers": [{"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
-                          {"resources": {"requests": {"cpu": "500m"}}}],
-           "initContainers": [{"restartPolicy": "Always", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
-                              {"resources": {"requests": {"cpu": "4", "memory": "512Mi"}}}]}
+    pod = {
+        "containers": [
+            {"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+            {"resources": {"requests": {"cpu": "500m"}}},
+        ],
+        "initContainers": [
+            {"restartPolicy": "Always", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+            {"resources": {"requests": {"cpu": "4", "memory": "512Mi"}}},
+        ],
+    }
     # app + sidecar: cpu 2.5, memory 2Gi; the init container beside the sidecar: cpu 5, memory 1.5Gi
     assert F.pod_requests(pod) == {"cpu": Decimal(5), "memory": Decimal(2 * 2**30)}
     assert F.pod_requests({"containers": [{}]}) == {}
 
 
-@pytest.mark.parametrize("toleration,tolerates", [
-    ({"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}, True),
-    ({"key": "google.com/tpu", "operator": "Equal", "value": "present"}, True),
-    ({"key": "google.com/tpu", "value": "absent"}, False),
-    ({"key": "google.com/tpu", "operator": "Exists", "effect": "NoExecute"}, False),
-    ({"operator": "Exists"}, True),
-    ({"key": "nvidia.com/gpu", "operator": "Exists"}, False),
-])
+@pytest.mark.parametrize(
+    "toleration,tolerates",
+    [
+        ({"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}, True),
+        ({"key": "google.com/tpu", "operator": "Equal", "value": "present"}, True),
+        ({"key": "google.com/tpu", "value": "absent"}, False),
+        ({"key": "google.com/tpu", "operator": "Exists", "effect": "NoExecute"}, False),
+        ({"operator": "Exists"}, True),
+        ({"key": "nvidia.com/gpu", "operator": "Exists"}, False),
+    ],
+)
 def test_tolerations_match_taints_by_key_value_and_effect(toleration, tolerates):
     assert F.tolerated(TPU_TAINT, [toleration]) is tolerates
 
 
-@pytest.mark.parametrize("name,value,text", [
-    ("memory", Decimal(183856208 * 1024), "175.3Gi"), ("memory", Decimal(200 * 2**30), "200Gi"),
-    ("cpu", Decimal("111.88"), "111880m"), ("cpu", Decimal(8), "8"), ("google.com/tpu", Decimal(4), "4"),
-])
+@pytest.mark.parametrize(
+    "name,value,text",
+    [
+        ("memory", Decimal(183856208 * 1024), "175.3Gi"),
+        ("memory", Decimal(200 * 2**30), "200Gi"),
+        ("cpu", Decimal("111.88"), "111880m"),
+        ("cpu", Decimal(8), "8"),
+        ("google.com/tpu", Decimal(4), "4"),
+    ],
+)
 def test_amounts_read_as_people_write_them(name, value, text):
     assert F.amount(name, value) == text

@@ -20,19 +20,27 @@ SMOKE = str(REPO / "k8s" / "examples" / "cpu-smoke.yaml")
 
 
 def test_set_inside_a_free_form_field_reads_yaml_as_the_spec_file_would():
-    data = S.apply_overrides({}, ["pod_patch.spec.containers=[{name: worker, bogusField: 1}]",
-                                  "pod_patch.spec.terminationGracePeriodSeconds=60",
-                                  "affinity.nodeAffinity={}"])
+    data = S.apply_overrides(
+        {},
+        [
+            "pod_patch.spec.containers=[{name: worker, bogusField: 1}]",
+            "pod_patch.spec.terminationGracePeriodSeconds=60",
+            "affinity.nodeAffinity={}",
+        ],
+    )
     assert data["pod_patch"]["spec"]["containers"] == [{"name": "worker", "bogusField": 1}]
     assert data["pod_patch"]["spec"]["terminationGracePeriodSeconds"] == 60
     assert data["affinity"]["nodeAffinity"] == {}
 
 
-@pytest.mark.parametrize("override", [
-    "pod_patch.spec.containers=[{name: worker, volumeMounts: [x]}]",
-    "pod_patch.spec.tolerations=[x]",
-    "pod_patch.spec.volumes=[x]",
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "pod_patch.spec.containers=[{name: worker, volumeMounts: [x]}]",
+        "pod_patch.spec.tolerations=[x]",
+        "pod_patch.spec.volumes=[x]",
+    ],
+)
 @pytest.mark.parametrize("schema", [True, False])
 def test_wrong_shapes_are_errors_that_name_the_problem(override, schema):
     args = ["render", SMOKE, "--set", override] + ([] if schema else ["--no-schema"])

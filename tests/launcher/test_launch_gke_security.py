@@ -15,9 +15,15 @@ from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 
-BASE = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": "ml",
-        "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "train.py"],
-        "accelerator": {"cpu": {"hosts": 2}}}
+BASE = {
+    "apiVersion": "roxxel.dev/v1alpha1",
+    "kind": "RoxxelJob",
+    "name": "lm",
+    "namespace": "ml",
+    "image": "us-docker.pkg.dev/proj/repo/worker:1",
+    "command": ["python", "train.py"],
+    "accelerator": {"cpu": {"hosts": 2}},
+}
 TPU = {"tpu": {"type": "v5p", "topology": "2x2x4"}}
 DIGEST = "sha256:" + "cd" * 32
 
@@ -61,15 +67,18 @@ def test_tpu_multislice_host_network_defaults_to_the_privileged_profile(caplog):
     assert V.pod_security_findings(_pod(objects)) == []
 
 
-@pytest.mark.parametrize("volume,field", [
-    ({"name": "tmp", "mount_path": "/scratch"}, "volumes[0].name"),
-    ({"name": "cache", "mount_path": "/scratch"}, "volumes[0].name"),
-    ({"name": "jax-cache", "mount_path": "/scratch"}, "volumes[0].name"),
-    ({"name": "gke-gcsfuse-cache", "mount_path": "/scratch"}, "volumes[0].name"),
-    ({"name": "scratch", "mount_path": "/tmp"}, "volumes[0].mount_path"),
-    ({"name": "scratch", "mount_path": "/var/cache/roxxel/"}, "volumes[0].mount_path"),
-    ({"name": "scratch", "mount_path": "/var/cache/roxxel-jax"}, "volumes[0].mount_path"),
-])
+@pytest.mark.parametrize(
+    "volume,field",
+    [
+        ({"name": "tmp", "mount_path": "/scratch"}, "volumes[0].name"),
+        ({"name": "cache", "mount_path": "/scratch"}, "volumes[0].name"),
+        ({"name": "jax-cache", "mount_path": "/scratch"}, "volumes[0].name"),
+        ({"name": "gke-gcsfuse-cache", "mount_path": "/scratch"}, "volumes[0].name"),
+        ({"name": "scratch", "mount_path": "/tmp"}, "volumes[0].mount_path"),
+        ({"name": "scratch", "mount_path": "/var/cache/roxxel/"}, "volumes[0].mount_path"),
+        ({"name": "scratch", "mount_path": "/var/cache/roxxel-jax"}, "volumes[0].mount_path"),
+    ],
+)
 def test_user_volumes_cannot_take_the_writable_dirs(volume, field):
     with pytest.raises(S.SpecError) as info:
         _spec(volumes=[{**volume, "empty_dir": {}}])
@@ -77,9 +86,14 @@ def test_user_volumes_cannot_take_the_writable_dirs(volume, field):
 
 
 def test_user_volumes_sit_beside_the_writable_dirs_and_nfs_is_reported():
-    objects = _rendered(_spec(volumes=[
-        {"name": "scratch", "mount_path": "/scratch", "read_only": False, "empty_dir": {}},
-        {"name": "share", "mount_path": "/share", "nfs": {"server": "10.0.0.3", "path": "/s"}}]))
+    objects = _rendered(
+        _spec(
+            volumes=[
+                {"name": "scratch", "mount_path": "/scratch", "read_only": False, "empty_dir": {}},
+                {"name": "share", "mount_path": "/share", "nfs": {"server": "10.0.0.3", "path": "/s"}},
+            ]
+        )
+    )
     pod = _pod(objects)["spec"]
     names = [v["name"] for v in pod["volumes"]]
     assert len(names) == len(set(names))
@@ -114,28 +128,34 @@ def test_env_refs_for_a_writable_dir_variable_wins_once():
     objects = _rendered(_spec(env_refs={"TMPDIR": {"secret": "paths", "key": "tmp"}}))
     env = _pod(objects)["spec"]["containers"][0]["env"]
     tmpdir = [e for e in env if e["name"] == "TMPDIR"]
-    assert tmpdir == [{"name": "TMPDIR", "valueFrom": {"secretKeyRef": {
-        "name": "paths", "key": "tmp", "optional": False}}}]
+    assert tmpdir == [
+        {"name": "TMPDIR", "valueFrom": {"secretKeyRef": {"name": "paths", "key": "tmp", "optional": False}}}
+    ]
     assert any(e["name"] == "XDG_CACHE_HOME" for e in env)
 
 
 def test_gpu_ld_library_path_from_env_refs_is_not_doubled():
     gpu = {"gpu": {"type": "nvidia-h100-80gb", "count": 8}}
-    objects = _rendered(_spec(accelerator=gpu,
-                              env_refs={"LD_LIBRARY_PATH": {"config_map": "libs", "key": "path"}}))
+    objects = _rendered(_spec(accelerator=gpu, env_refs={"LD_LIBRARY_PATH": {"config_map": "libs", "key": "path"}}))
     env = _pod(objects)["spec"]["containers"][0]["env"]
     assert [e for e in env if e["name"] == "LD_LIBRARY_PATH"] == [
-        {"name": "LD_LIBRARY_PATH", "valueFrom": {"configMapKeyRef": {
-            "name": "libs", "key": "path", "optional": False}}}]
+        {
+            "name": "LD_LIBRARY_PATH",
+            "valueFrom": {"configMapKeyRef": {"name": "libs", "key": "path", "optional": False}},
+        }
+    ]
 
 
-@pytest.mark.parametrize("image,override,expected", [
-    ("us-docker.pkg.dev/p/r/w:1", None, "Always"),
-    (f"us-docker.pkg.dev/p/r/w@{DIGEST}", None, "IfNotPresent"),
-    (f"us-docker.pkg.dev/p/r/w:1@{DIGEST}", None, "IfNotPresent"),
-    ("us-docker.pkg.dev/p/r/w:1", "IfNotPresent", "IfNotPresent"),
-    (f"us-docker.pkg.dev/p/r/w@{DIGEST}", "Never", "Never"),
-])
+@pytest.mark.parametrize(
+    "image,override,expected",
+    [
+        ("us-docker.pkg.dev/p/r/w:1", None, "Always"),
+        (f"us-docker.pkg.dev/p/r/w@{DIGEST}", None, "IfNotPresent"),
+        (f"us-docker.pkg.dev/p/r/w:1@{DIGEST}", None, "IfNotPresent"),
+        ("us-docker.pkg.dev/p/r/w:1", "IfNotPresent", "IfNotPresent"),
+        (f"us-docker.pkg.dev/p/r/w@{DIGEST}", "Never", "Never"),
+    ],
+)
 def test_image_pull_policy_from_tag_or_digest_unless_overridden(image, override, expected):
     assert R.image_pull_policy(image, override) == expected
     changes = {"image": image} if override is None else {"image": image, "image_pull_policy": override}

@@ -31,8 +31,10 @@ from support.paths import GOLDEN
 from support.paths import JOBSET_CRD as CRD
 
 UPDATE_ENV = "ROXXEL_UPDATE_GOLDEN"
-HEADER = ("# Golden file of tests/launcher/test_launch_golden.py: `roxxel-launch render` of case {case!r}.\n"
-          "# Do not edit by hand; regenerate with: " + UPDATE_ENV + "=1 pytest tests/launcher/test_launch_golden.py\n")
+HEADER = (
+    "# Golden file of tests/launcher/test_launch_golden.py: `roxxel-launch render` of case {case!r}.\n"
+    "# Do not edit by hand; regenerate with: " + UPDATE_ENV + "=1 pytest tests/launcher/test_launch_golden.py\n"
+)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 BASE = {
@@ -47,66 +49,151 @@ BASE = {
 CASES: dict[str, tuple[dict, dict]] = {
     # The smallest job: one CPU pod.
     "cpu-1-host": (
-        {"name": "smoke", "accelerator": "cpu",
-         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
-         "max_restarts": 0, "termination_grace_period": 30},
-        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 1}),
+        {
+            "name": "smoke",
+            "accelerator": "cpu",
+            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+            "max_restarts": 0,
+            "termination_grace_period": 30,
+        },
+        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 1},
+    ),
     # v5p topologies are 3-D (AxBxC chips): 2x2x4 = 16 chips, 4 chips per host -> 4 hosts
     # per slice, derived from the topology table (launcher/roxxel_launch/tpu.py), never given by the user.
     "tpu-v5p-2x2x4-2-slices": (
-        {"name": "lm-v5p", "namespace": "ml", "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}},
-         "num_slices": 2, "checkpoint_dir": "gs://my-checkpoints/lm-v5p", "service_account": "roxxel-trainer",
-         "queue": "team-a", "priority_class": "training", "max_restarts": 5, "termination_grace_period": 600},
-        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5p-slice", "2x2x4", "4")}),
+        {
+            "name": "lm-v5p",
+            "namespace": "ml",
+            "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}},
+            "num_slices": 2,
+            "checkpoint_dir": "gs://my-checkpoints/lm-v5p",
+            "service_account": "roxxel-trainer",
+            "queue": "team-a",
+            "priority_class": "training",
+            "max_restarts": 5,
+            "termination_grace_period": 600,
+        },
+        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5p-slice", "2x2x4", "4")},
+    ),
     # v5e topologies are 2-D: 4x4 = 16 chips, 4 per host -> 4 hosts; data through GCS FUSE.
     "tpu-v5e-4x4-2-slices-gcsfuse": (
-        {"name": "lm-v5e", "namespace": "ml", "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}},
-         "num_slices": 2, "checkpoint_dir": "gs://my-checkpoints/lm-v5e", "service_account": "roxxel-trainer",
-         "data": {"gcsfuse": {"bucket": "my-datasets", "only_dir": "shards/web-v1",
-                              "mount_options": ["implicit-dirs", "metadata-cache:ttl-secs:-1"],
-                              "file_cache_mb": 50000}},
-         # Nodes with a larger boot disk than GKE's 100 GB default: the 55,000 MiB cache fits.
-         "node_ephemeral_storage": "200Gi"},
-        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 2, "hosts": 4, "tpu": ("tpu-v5-lite-podslice", "4x4", "4"),
-         "data": "gcsfuse"}),
+        {
+            "name": "lm-v5e",
+            "namespace": "ml",
+            "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}},
+            "num_slices": 2,
+            "checkpoint_dir": "gs://my-checkpoints/lm-v5e",
+            "service_account": "roxxel-trainer",
+            "data": {
+                "gcsfuse": {
+                    "bucket": "my-datasets",
+                    "only_dir": "shards/web-v1",
+                    "mount_options": ["implicit-dirs", "metadata-cache:ttl-secs:-1"],
+                    "file_cache_mb": 50000,
+                }
+            },
+            # Nodes with a larger boot disk than GKE's 100 GB default: the 55,000 MiB cache fits.
+            "node_ephemeral_storage": "200Gi",
+        },
+        {
+            "kinds": ["NetworkPolicy", "JobSet"],
+            "slices": 2,
+            "hosts": 4,
+            "tpu": ("tpu-v5-lite-podslice", "4x4", "4"),
+            "data": "gcsfuse",
+        },
+    ),
     # Two A3 hosts with 8 H100s each; data read-only from an NFS (Filestore) share.
     "gpu-h100-8x2-nfs": (
-        {"name": "lm-h100", "namespace": "ml",
-         "accelerator": {"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2}},
-         "data": {"nfs": {"server": "10.0.0.2", "path": "/datasets"}},
-         "checkpoint_dir": "gs://my-checkpoints/lm-h100", "service_account": "roxxel-trainer",
-         "env": {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.92"},
-         "resources": {"requests": {"cpu": "180", "memory": "1600Gi"}, "limits": {"memory": "1700Gi"}},
-         "tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
-         "termination_grace_period": 600},
-        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 2, "gpu": ("nvidia-h100-80gb", "8"), "data": "nfs"}),
+        {
+            "name": "lm-h100",
+            "namespace": "ml",
+            "accelerator": {"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2}},
+            "data": {"nfs": {"server": "10.0.0.2", "path": "/datasets"}},
+            "checkpoint_dir": "gs://my-checkpoints/lm-h100",
+            "service_account": "roxxel-trainer",
+            "env": {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.92"},
+            "resources": {"requests": {"cpu": "180", "memory": "1600Gi"}, "limits": {"memory": "1700Gi"}},
+            "tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
+            "termination_grace_period": 600,
+        },
+        {
+            "kinds": ["NetworkPolicy", "JobSet"],
+            "slices": 1,
+            "hosts": 2,
+            "gpu": ("nvidia-h100-80gb", "8"),
+            "data": "nfs",
+        },
+    ),
     # The indexed-job kind: a headless Service and an Indexed Job (no JobSet controller).
     "indexed-job-cpu-4-hosts": (
-        {"name": "lm-idx", "namespace": "ml", "accelerator": {"cpu": {"hosts": 4}}, "workload": "indexed-job",
-         "queue": "team-a", "data": {"pvc": {"claim": "shared-data"}}, "checkpoint_dir": "/ckpt/lm-idx",
-         "volumes": [{"name": "ckpt", "mount_path": "/ckpt", "read_only": False, "pvc": "checkpoints"}]},
-        {"kinds": ["Service", "NetworkPolicy", "Job"], "slices": 1, "hosts": 4, "data": "persistentVolumeClaim"}),
+        {
+            "name": "lm-idx",
+            "namespace": "ml",
+            "accelerator": {"cpu": {"hosts": 4}},
+            "workload": "indexed-job",
+            "queue": "team-a",
+            "data": {"pvc": {"claim": "shared-data"}},
+            "checkpoint_dir": "/ckpt/lm-idx",
+            "volumes": [{"name": "ckpt", "mount_path": "/ckpt", "read_only": False, "pvc": "checkpoints"}],
+        },
+        {"kinds": ["Service", "NetworkPolicy", "Job"], "slices": 1, "hosts": 4, "data": "persistentVolumeClaim"},
+    ),
     # GKE's GPU networking presets (launcher/roxxel_launch/gpu_networking.py): A3 High with
     # GPUDirect-TCPX, A3 Mega with GPUDirect-TCPXO (custom network names), A4 with RDMA.
     "gpu-a3high-tcpx": (
-        {"name": "lm-a3high", "namespace": "ml",
-         "accelerator": {"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2, "networking": "tcpx"}},
-         "checkpoint_dir": "gs://my-checkpoints/lm-a3high"},
-        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 2, "gpu": ("nvidia-h100-80gb", "8"),
-         "networking": ("tcpx", 5)}),
+        {
+            "name": "lm-a3high",
+            "namespace": "ml",
+            "accelerator": {"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2, "networking": "tcpx"}},
+            "checkpoint_dir": "gs://my-checkpoints/lm-a3high",
+        },
+        {
+            "kinds": ["NetworkPolicy", "JobSet"],
+            "slices": 1,
+            "hosts": 2,
+            "gpu": ("nvidia-h100-80gb", "8"),
+            "networking": ("tcpx", 5),
+        },
+    ),
     "gpu-a3mega-tcpxo": (
-        {"name": "lm-a3mega", "namespace": "ml",
-         "accelerator": {"gpu": {"type": "nvidia-h100-mega-80gb", "count": 8, "hosts": 4, "networking": "tcpxo",
-                                 "networks": [f"a3mega-net-{i}" for i in range(1, 9)]}},
-         "checkpoint_dir": "gs://my-checkpoints/lm-a3mega"},
-        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 4,
-         "gpu": ("nvidia-h100-mega-80gb", "8"), "networking": ("tcpxo", 9)}),
+        {
+            "name": "lm-a3mega",
+            "namespace": "ml",
+            "accelerator": {
+                "gpu": {
+                    "type": "nvidia-h100-mega-80gb",
+                    "count": 8,
+                    "hosts": 4,
+                    "networking": "tcpxo",
+                    "networks": [f"a3mega-net-{i}" for i in range(1, 9)],
+                }
+            },
+            "checkpoint_dir": "gs://my-checkpoints/lm-a3mega",
+        },
+        {
+            "kinds": ["NetworkPolicy", "JobSet"],
+            "slices": 1,
+            "hosts": 4,
+            "gpu": ("nvidia-h100-mega-80gb", "8"),
+            "networking": ("tcpxo", 9),
+        },
+    ),
     "gpu-a4-rdma": (
-        {"name": "lm-a4", "namespace": "ml",
-         "accelerator": {"gpu": {"type": "nvidia-b200", "count": 8, "hosts": 2, "networking": "rdma"}},
-         "checkpoint_dir": "gs://my-checkpoints/lm-a4"},
-        {"kinds": ["NetworkPolicy", "JobSet"], "slices": 1, "hosts": 2, "gpu": ("nvidia-b200", "8"),
-         "networking": ("rdma", 9)}),
+        {
+            "name": "lm-a4",
+            "namespace": "ml",
+            "accelerator": {"gpu": {"type": "nvidia-b200", "count": 8, "hosts": 2, "networking": "rdma"}},
+            "checkpoint_dir": "gs://my-checkpoints/lm-a4",
+        },
+        {
+            "kinds": ["NetworkPolicy", "JobSet"],
+            "slices": 1,
+            "hosts": 2,
+            "gpu": ("nvidia-b200", "8"),
+            "networking": ("rdma", 9),
+        },
+    ),
 }
 
 
@@ -122,10 +209,19 @@ def _strip_header(text: str) -> str:
 
 
 def _diff(expected: str, actual: str, path: pathlib.Path) -> str:
-    diff = "".join(difflib.unified_diff(expected.splitlines(keepends=True), actual.splitlines(keepends=True),
-                                        fromfile=f"{path} (golden)", tofile="rendered now", n=2))
-    return (f"the rendered manifests differ from {path}:\n{diff}\nIf the change is intended, regenerate "
-            f"the golden files with {UPDATE_ENV}=1 pytest tests/launcher/test_launch_golden.py and review the diff.")
+    diff = "".join(
+        difflib.unified_diff(
+            expected.splitlines(keepends=True),
+            actual.splitlines(keepends=True),
+            fromfile=f"{path} (golden)",
+            tofile="rendered now",
+            n=2,
+        )
+    )
+    return (
+        f"the rendered manifests differ from {path}:\n{diff}\nIf the change is intended, regenerate "
+        f"the golden files with {UPDATE_ENV}=1 pytest tests/launcher/test_launch_golden.py and review the diff."
+    )
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +236,9 @@ def test_rendered_manifests_match_the_golden_file(case):
     if os.environ.get(UPDATE_ENV) == "1":
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(HEADER.format(case=case) + actual, encoding="utf-8")
-    assert path.is_file(), f"{path} is missing; create it with {UPDATE_ENV}=1 pytest tests/launcher/test_launch_golden.py"
+    assert path.is_file(), (
+        f"{path} is missing; create it with {UPDATE_ENV}=1 pytest tests/launcher/test_launch_golden.py"
+    )
     expected = _strip_header(path.read_text(encoding="utf-8"))
     if expected != actual:
         pytest.fail(_diff(expected, actual, path), pytrace=False)
@@ -176,8 +274,10 @@ def test_golden_manifests_validate_and_have_the_expected_shape(case, crd_schema)
         assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == accelerator
         assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == topology
         assert limits["google.com/tpu"] == chips
-        assert workload["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"] == \
-            "cloud.google.com/gke-nodepool"
+        assert (
+            workload["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"]
+            == "cloud.google.com/gke-nodepool"
+        )
     annotations = job["template"]["metadata"]["annotations"]
     if "networking" in shape:
         mode, interfaces = shape["networking"]
@@ -202,13 +302,19 @@ def test_golden_manifests_validate_and_have_the_expected_shape(case, crd_schema)
         assert mount == {"name": "data", "mountPath": "/data", "readOnly": True}
         if shape["data"] == "gcsfuse":
             assert volume["csi"]["driver"] == "gcsfuse.csi.storage.gke.io" and volume["csi"]["readOnly"]
-            assert volume["csi"]["volumeAttributes"]["mountOptions"] == \
-                "implicit-dirs,metadata-cache:ttl-secs:-1,only-dir:shards/web-v1,file-cache:max-size-mb:50000"
+            assert (
+                volume["csi"]["volumeAttributes"]["mountOptions"]
+                == "implicit-dirs,metadata-cache:ttl-secs:-1,only-dir:shards/web-v1,file-cache:max-size-mb:50000"
+            )
             # The sidecar's limits are explicit, and the bounded file cache has its own volume.
             assert job["template"]["metadata"]["annotations"] == {
-                "kubectl.kubernetes.io/default-container": "worker", "roxxel.dev/pod-security": "baseline",
-                "gke-gcsfuse/volumes": "true", "gke-gcsfuse/cpu-limit": "0", "gke-gcsfuse/memory-limit": "0",
-                "gke-gcsfuse/ephemeral-storage-limit": "0"}
+                "kubectl.kubernetes.io/default-container": "worker",
+                "roxxel.dev/pod-security": "baseline",
+                "gke-gcsfuse/volumes": "true",
+                "gke-gcsfuse/cpu-limit": "0",
+                "gke-gcsfuse/memory-limit": "0",
+                "gke-gcsfuse/ephemeral-storage-limit": "0",
+            }
             assert {"name": "gke-gcsfuse-cache", "emptyDir": {"sizeLimit": "55000Mi"}} in pod["volumes"]
         else:
             assert volume[shape["data"]]["readOnly"] is True

@@ -19,8 +19,13 @@ from roxxel_launch import render as R
 from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 
-BASE = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm",
-        "image": "img:1", "command": ["python", "train.py"]}
+BASE = {
+    "apiVersion": "roxxel.dev/v1alpha1",
+    "kind": "RoxxelJob",
+    "name": "lm",
+    "image": "img:1",
+    "command": ["python", "train.py"],
+}
 TYPES = {"tcpx": "nvidia-h100-80gb", "tcpxo": "nvidia-h100-mega-80gb", "rdma": "nvidia-h200-141gb"}
 
 
@@ -37,20 +42,29 @@ def _pod(spec: S.JobSpec) -> dict:
     return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
 
 
-@pytest.mark.parametrize("changes, field, fragment", [
-    (_gpu(type="nvidia-h100-80gb", networking="tcpxo"), "accelerator.gpu.networking", "a3-megagpu-8g"),
-    (_gpu(type="nvidia-h100-mega-80gb", networking="tcpx"), "accelerator.gpu.networking", "a3-highgpu-8g"),
-    (_gpu(type="nvidia-l4", networking="rdma"), "accelerator.gpu.networking", "nvidia-b200"),
-    (_gpu(type="nvidia-h100-80gb", networking="tcpx", count=4), "accelerator.gpu.count", "8 GPUs"),
-    (_gpu(type="nvidia-h100-80gb", networking="tcpx", networks=["a", "b"]), "accelerator.gpu.networks", "4"),
-    (_gpu(type="nvidia-h100-80gb", networking="tcpx", networks=["a", "b", "c", "a"]),
-     "accelerator.gpu.networks", "twice"),
-    (_gpu(type="nvidia-h100-80gb", networking="tcpx", networks=["a", "b", "c", "D_"]),
-     "accelerator.gpu.networks[3]", ""),
-    (_gpu(type="nvidia-b200", networking="rdma", daemon_image="x:1"), "accelerator.gpu.daemon_image", "no daemon"),
-    (_gpu(type="nvidia-h100-80gb", networks=["a", "b", "c", "d"]), "accelerator.gpu.networking", "preset"),
-    (_gpu(type="nvidia-h100-80gb", networking="ib"), "accelerator.gpu.networking", ""),
-])
+@pytest.mark.parametrize(
+    "changes, field, fragment",
+    [
+        (_gpu(type="nvidia-h100-80gb", networking="tcpxo"), "accelerator.gpu.networking", "a3-megagpu-8g"),
+        (_gpu(type="nvidia-h100-mega-80gb", networking="tcpx"), "accelerator.gpu.networking", "a3-highgpu-8g"),
+        (_gpu(type="nvidia-l4", networking="rdma"), "accelerator.gpu.networking", "nvidia-b200"),
+        (_gpu(type="nvidia-h100-80gb", networking="tcpx", count=4), "accelerator.gpu.count", "8 GPUs"),
+        (_gpu(type="nvidia-h100-80gb", networking="tcpx", networks=["a", "b"]), "accelerator.gpu.networks", "4"),
+        (
+            _gpu(type="nvidia-h100-80gb", networking="tcpx", networks=["a", "b", "c", "a"]),
+            "accelerator.gpu.networks",
+            "twice",
+        ),
+        (
+            _gpu(type="nvidia-h100-80gb", networking="tcpx", networks=["a", "b", "c", "D_"]),
+            "accelerator.gpu.networks[3]",
+            "",
+        ),
+        (_gpu(type="nvidia-b200", networking="rdma", daemon_image="x:1"), "accelerator.gpu.daemon_image", "no daemon"),
+        (_gpu(type="nvidia-h100-80gb", networks=["a", "b", "c", "d"]), "accelerator.gpu.networking", "preset"),
+        (_gpu(type="nvidia-h100-80gb", networking="ib"), "accelerator.gpu.networking", ""),
+    ],
+)
 def test_presets_only_on_their_machine_type_and_shape(changes, field, fragment):
     with pytest.raises(S.SpecError) as info:
         _spec(**changes)
@@ -60,13 +74,16 @@ def test_presets_only_on_their_machine_type_and_shape(changes, field, fragment):
 
 def test_preset_volume_names_are_reserved():
     with pytest.raises(S.SpecError, match="volumes"):
-        _spec(**_gpu(type="nvidia-b200", networking="rdma"),
-              volumes=[{"name": "gpudirect-gib", "mount_path": "/x", "empty_dir": {}}])
+        _spec(
+            **_gpu(type="nvidia-b200", networking="rdma"),
+            volumes=[{"name": "gpudirect-gib", "mount_path": "/x", "empty_dir": {}}],
+        )
 
 
 def test_the_user_cannot_set_the_presets_nccl_variables():
-    spec = _spec(**_gpu(type="nvidia-h100-mega-80gb", networking="tcpxo"),
-                 env={"NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": "/x"})
+    spec = _spec(
+        **_gpu(type="nvidia-h100-mega-80gb", networking="tcpxo"), env={"NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": "/x"}
+    )
     with pytest.raises(S.SpecError, match="NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY is set by"):
         R.render(spec)
 
@@ -87,8 +104,10 @@ def test_presets_render_strictly_valid_pods_that_need_a_privileged_namespace(mod
         assert ("baseline", "Capabilities") in controls
         (daemon,) = pod["spec"]["initContainers"]
         assert daemon["restartPolicy"] == "Always"
-        assert set(pod["metadata"]["annotations"][f"devices.gke.io/container.{daemon['name']}"]
-                   .splitlines()) >= {"- path: /dev/nvidia0", "- path: /dev/nvidiactl"}
+        assert set(pod["metadata"]["annotations"][f"devices.gke.io/container.{daemon['name']}"].splitlines()) >= {
+            "- path: /dev/nvidia0",
+            "- path: /dev/nvidiactl",
+        }
     with caplog.at_level(logging.WARNING):
         V.validate(objects)
     assert "privileged" in caplog.text
@@ -96,8 +115,9 @@ def test_presets_render_strictly_valid_pods_that_need_a_privileged_namespace(mod
 
 def test_custom_networks_and_daemon_image_are_rendered():
     nets = [f"net-{i}" for i in range(8)]
-    spec = _spec(**_gpu(type="nvidia-h100-mega-80gb", networking="tcpxo", networks=nets,
-                        daemon_image="registry.example/rxdm:v9"))
+    spec = _spec(
+        **_gpu(type="nvidia-h100-mega-80gb", networking="tcpxo", networks=nets, daemon_image="registry.example/rxdm:v9")
+    )
     pod = _pod(spec)
     interfaces = json.loads(pod["metadata"]["annotations"]["networking.gke.io/interfaces"])
     assert [i["network"] for i in interfaces[1:]] == nets
@@ -149,8 +169,9 @@ def test_every_preset_renders_schema_valid_manifests(mode):
     from support.k8s_schema import assert_official
     from support.paths import JOBSET_CRD
 
-    spec = _spec(**_gpu(type=TYPES[mode], networking=mode), checkpoint_dir="gs://my-ckpt/lm",
-                 env={"NCCL_DEBUG": "INFO"})
+    spec = _spec(
+        **_gpu(type=TYPES[mode], networking=mode), checkpoint_dir="gs://my-ckpt/lm", env={"NCCL_DEBUG": "INFO"}
+    )
     assert_official(list(R.render(spec).objects), V.jobset_crd_schema(yaml.safe_load(JOBSET_CRD.read_text())))
 
 
@@ -161,10 +182,14 @@ def test_tcpx_sets_the_guides_nccl_variables_and_ipc_lock():
     env = _env(worker)
     assert env["NCCL_GPUDIRECTTCPX_SOCKET_IFNAME"] == "eth1,eth2,eth3,eth4"
     assert env["NCCL_GPUDIRECTTCPX_CTRL_DEV"] == "eth0" and env["NCCL_SOCKET_IFNAME"] == "eth0"
-    assert env["NCCL_GPUDIRECTTCPX_TX_BINDINGS"] == \
-        "eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177"
-    assert env["NCCL_GPUDIRECTTCPX_RX_BINDINGS"] == \
-        "eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191"
+    assert (
+        env["NCCL_GPUDIRECTTCPX_TX_BINDINGS"]
+        == "eth1:8-21,112-125;eth2:8-21,112-125;eth3:60-73,164-177;eth4:60-73,164-177"
+    )
+    assert (
+        env["NCCL_GPUDIRECTTCPX_RX_BINDINGS"]
+        == "eth1:22-35,126-139;eth2:22-35,126-139;eth3:74-87,178-191;eth4:74-87,178-191"
+    )
     assert env["NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS"] == "500000"
     assert (env["NCCL_CROSS_NIC"], env["NCCL_NET_GDR_LEVEL"], env["NCCL_P2P_PXN_LEVEL"]) == ("0", "PIX", "0")
     assert (env["NCCL_BUFFSIZE"], env["NCCL_NSOCKS_PERTHREAD"], env["NCCL_SOCKET_NTHREADS"]) == ("4194304", "4", "1")
@@ -180,8 +205,7 @@ def test_the_spec_env_wins_over_a_presets_tuning_but_not_its_plugin_variables():
 
 def test_ipc_lock_is_named_by_pod_security_and_refused_under_restricted():
     pod = _pod(_spec(**_gpu(type="nvidia-h100-80gb", networking="tcpx")))
-    assert any(c == "Capabilities" and "containers[0]: adds IPC_LOCK" in p
-               for _, c, p in V.pod_security_findings(pod))
+    assert any(c == "Capabilities" and "containers[0]: adds IPC_LOCK" in p for _, c, p in V.pod_security_findings(pod))
     with pytest.raises(S.SpecError) as info:
         _spec(**_gpu(type="nvidia-h100-80gb", networking="tcpx"), security={"profile": "restricted"})
     assert info.value.field == "security.profile" and "restricted forbids adding IPC_LOCK" in str(info.value)
@@ -190,8 +214,10 @@ def test_ipc_lock_is_named_by_pod_security_and_refused_under_restricted():
     assert worker["securityContext"] == {"readOnlyRootFilesystem": False, "privileged": True}
 
 
-@pytest.mark.parametrize("mode,script", [("tcpxo", "/usr/local/nvidia/lib64/nccl-env-profile.sh"),
-                                         ("rdma", "/usr/local/gib/scripts/set_nccl_env.sh")])
+@pytest.mark.parametrize(
+    "mode,script",
+    [("tcpxo", "/usr/local/nvidia/lib64/nccl-env-profile.sh"), ("rdma", "/usr/local/gib/scripts/set_nccl_env.sh")],
+)
 def test_tcpxo_and_rdma_workers_source_the_plugins_nccl_script(mode, script):
     """gpu-recipes a3mega workload-jobset.yaml sources NCCL_INIT_SCRIPT (the plugin's
     nccl-env-profile.sh); CEA gpudirect-rdma/nccl-test.yaml sources set_nccl_env.sh."""
@@ -216,18 +242,27 @@ def _run_command(command: list[str], args: list[str], script: str, env: dict, tm
     worker.write_text('#!/bin/sh\nprintf "%s\\n" "$@"; echo "NCCL_ALGO=$NCCL_ALGO NCCL_X=$NCCL_X"\n')
     worker.chmod(0o755)
     argv = [part.replace("$$", "$").replace(script, str(tmp_path / "nccl.sh")) for part in command]
-    result = subprocess.run(argv + [a.replace("$$", "$") for a in args], capture_output=True, text=True, timeout=30,
-                            env={"PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
+    result = subprocess.run(
+        argv + [a.replace("$$", "$") for a in args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}", **env},
+    )
     return result.returncode, result.stdout, result.stderr
 
 
 def test_the_sourced_script_sets_defaults_the_spec_env_overrides(tmp_path):
-    spec = _spec(**_gpu(type="nvidia-b200", networking="rdma"), env={"NCCL_ALGO": "Ring"},
-                 command=["python", "-c", "print('$(HOME) \"x\" $1')"])
+    spec = _spec(
+        **_gpu(type="nvidia-b200", networking="rdma"),
+        env={"NCCL_ALGO": "Ring"},
+        command=["python", "-c", "print('$(HOME) \"x\" $1')"],
+    )
     worker = _worker(spec)
     (tmp_path / "nccl.sh").write_text("export NCCL_ALGO=Tree NCCL_X=from-script\n")
-    code, out, err = _run_command(worker["command"], worker["args"], "/usr/local/gib/scripts/set_nccl_env.sh",
-                                  {"NCCL_ALGO": "Ring"}, tmp_path)
+    code, out, err = _run_command(
+        worker["command"], worker["args"], "/usr/local/gib/scripts/set_nccl_env.sh", {"NCCL_ALGO": "Ring"}, tmp_path
+    )
     assert code == 0, err
     lines = out.splitlines()
     assert lines[:4] == ["--", "python", "-c", "print('$(HOME) \"x\" $1')"]  # args passed verbatim
@@ -236,7 +271,8 @@ def test_the_sourced_script_sets_defaults_the_spec_env_overrides(tmp_path):
 
 def test_a_missing_script_is_a_configuration_error_in_one_line(tmp_path):
     worker = _worker(_spec(**_gpu(type="nvidia-h100-mega-80gb", networking="tcpxo")))
-    code, out, err = _run_command(worker["command"], worker["args"], "/usr/local/nvidia/lib64/nccl-env-profile.sh",
-                                  {}, tmp_path)
+    code, out, err = _run_command(
+        worker["command"], worker["args"], "/usr/local/nvidia/lib64/nccl-env-profile.sh", {}, tmp_path
+    )
     assert code == 78 and out == ""
     assert err.count("\n") == 1 and "nccl.sh is missing: install the NCCL plugin installer DaemonSet" in err

@@ -29,8 +29,14 @@ from roxxel_launch.backends.base import BackendError
 
 from support.paths import JOBSET_CRD as CRD
 
-BASE = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm",
-        "image": "img:1", "command": ["python", "train.py"], "accelerator": {"cpu": {"hosts": 2}}}
+BASE = {
+    "apiVersion": "roxxel.dev/v1alpha1",
+    "kind": "RoxxelJob",
+    "name": "lm",
+    "image": "img:1",
+    "command": ["python", "train.py"],
+    "accelerator": {"cpu": {"hosts": 2}},
+}
 
 
 def _spec(**changes) -> S.JobSpec:
@@ -70,19 +76,23 @@ def _pod(obj: dict) -> dict:
 # ----------------------------------------------------------------------------- bounded numbers
 
 
-@pytest.mark.parametrize("changes,field", [
-    ({"accelerator": {"cpu": {"hosts": 10**12}}}, "accelerator.cpu.hosts"),
-    ({"num_slices": 2**63}, "num_slices"),
-    ({"accelerator": {"cpu": {"hosts": 100_001}}}, "accelerator.cpu.hosts"),
-    ({"accelerator": {"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 200_000}}},
-     "accelerator.gpu.hosts"),
-    ({"num_slices": 100_001}, "num_slices"),
-    ({"max_restarts": 2**31}, "max_restarts"),
-    ({"termination_grace_period": -1}, "termination_grace_period"),
-    ({"ttl_seconds_after_finished": -5}, "ttl_seconds_after_finished"),
-    ({"tolerations": [{"key": "k", "effect": "NoExecute", "toleration_seconds": 2**40}]},
-     "tolerations[0].toleration_seconds"),
-])
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        ({"accelerator": {"cpu": {"hosts": 10**12}}}, "accelerator.cpu.hosts"),
+        ({"num_slices": 2**63}, "num_slices"),
+        ({"accelerator": {"cpu": {"hosts": 100_001}}}, "accelerator.cpu.hosts"),
+        ({"accelerator": {"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 200_000}}}, "accelerator.gpu.hosts"),
+        ({"num_slices": 100_001}, "num_slices"),
+        ({"max_restarts": 2**31}, "max_restarts"),
+        ({"termination_grace_period": -1}, "termination_grace_period"),
+        ({"ttl_seconds_after_finished": -5}, "ttl_seconds_after_finished"),
+        (
+            {"tolerations": [{"key": "k", "effect": "NoExecute", "toleration_seconds": 2**40}]},
+            "tolerations[0].toleration_seconds",
+        ),
+    ],
+)
 def test_every_number_has_its_kubernetes_bound(changes, field):
     assert _error(**changes).field == field
 
@@ -107,13 +117,16 @@ def test_valid_quantities_still_pass():
 # ----------------------------------------------------------------------------- malformed files
 
 
-@pytest.mark.parametrize("text,fragment", [
-    ("name: a\nname: b\n", "line 2, column 1: duplicate key 'name'"),
-    ("env: &e {A: x}\nlabels: *e\n", "line 2, column 9: aliases (*name) are not allowed"),
-    ("a: " + "[" * 5000, "nested more than 32 levels deep"),
-    ("name: [unclosed\n", "line 2, column 1: not valid YAML"),
-    ("name: a\n\tkind: b\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("name: a\nname: b\n", "line 2, column 1: duplicate key 'name'"),
+        ("env: &e {A: x}\nlabels: *e\n", "line 2, column 9: aliases (*name) are not allowed"),
+        ("a: " + "[" * 5000, "nested more than 32 levels deep"),
+        ("name: [unclosed\n", "line 2, column 1: not valid YAML"),
+        ("name: a\n\tkind: b\n", "not valid YAML"),
+    ],
+)
 def test_malformed_yaml_is_one_line_naming_file_and_position(tmp_path, text, fragment):
     path = tmp_path / "job.yaml"
     path.write_text(text)
@@ -148,8 +161,9 @@ def test_annotation_total_is_checked_after_overrides():
 def test_malformed_file_through_the_cli_is_one_line_not_a_traceback(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_bytes(b"a: " + b"[" * 5000)
-    result = subprocess.run([sys.executable, "-m", "roxxel_launch.cli", "render", str(path)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "roxxel_launch.cli", "render", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
@@ -190,8 +204,10 @@ def test_config_error_exit_code_fails_the_job_without_restart_in_the_manifests()
     assert rules[0]["action"] == "FailJobSet" and rules[0]["onJobFailureReasons"] == ["PodFailurePolicy"]
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
     pod_rules = job["podFailurePolicy"]["rules"]
-    assert pod_rules[0] == {"action": "FailJob", "onExitCodes": {
-        "containerName": "worker", "operator": "In", "values": [exit_codes.CONFIG_ERROR_EXIT_CODE]}}
+    assert pod_rules[0] == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "worker", "operator": "In", "values": [exit_codes.CONFIG_ERROR_EXIT_CODE]},
+    }
     # The Job controller's failure message for rule 0 (its format, from the Kubernetes docs:
     # "Container main for pod default/x failed with exit code 42 matching FailJob rule at
     # index 0") must match the JobSet rule's pattern, and a preemption's must not.
@@ -208,19 +224,36 @@ def test_config_error_exit_code_fails_the_job_without_restart_in_the_manifests()
 def test_local_backend_treats_a_config_error_as_final(tmp_path, monkeypatch):
     """End to end through `roxxel-launch submit --local`: worker 1 exits 78 at once."""
     root = tmp_path / "runs"
-    program = ("import os, sys, time\n"
-               "from roxxel.exit_codes import exit_config_error\n"
-               "if os.environ['JOB_COMPLETION_INDEX'] == '1':  # the Job controller's index\n"
-               "    exit_config_error('global batch 10 is not divisible by 2 processes')\n"
-               "time.sleep(60)\n")
+    program = (
+        "import os, sys, time\n"
+        "from roxxel.exit_codes import exit_config_error\n"
+        "if os.environ['JOB_COMPLETION_INDEX'] == '1':  # the Job controller's index\n"
+        "    exit_config_error('global batch 10 is not divisible by 2 processes')\n"
+        "time.sleep(60)\n"
+    )
     spec = tmp_path / "bad.yaml"
-    spec.write_text(yaml.safe_dump({**BASE, "name": "bad", "image": "local", "max_restarts": 3,
-                                    "termination_grace_period": 2,
-                                    "command": [sys.executable, "-c", program]}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                **BASE,
+                "name": "bad",
+                "image": "local",
+                "max_restarts": 3,
+                "termination_grace_period": 2,
+                "command": [sys.executable, "-c", program],
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JOB"))}
     env[L.ROOT_ENV] = str(root)
-    result = subprocess.run([sys.executable, "-m", "roxxel_launch.cli", "submit", "--local", str(spec)],
-                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "roxxel_launch.cli", "submit", "--local", str(spec)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == exit_codes.CONFIG_ERROR_EXIT_CODE, result.stdout + result.stderr
     status = json.loads((root / "bad" / "status.json").read_text())
     assert (status["state"], status["restarts"], len(status["attempts"])) == ("Failed", 0, 1)
@@ -233,18 +266,27 @@ def test_local_backend_treats_a_config_error_as_final(tmp_path, monkeypatch):
 
 
 def test_gcsfuse_sidecar_limits_and_bounded_cache_volume():
-    spec = _spec(data={"gcsfuse": {"bucket": "bkt", "file_cache_mb": 1000, "file_cache_medium": "memory",
-                                   "sidecar_memory_limit": "4Gi"}})
+    spec = _spec(
+        data={
+            "gcsfuse": {
+                "bucket": "bkt",
+                "file_cache_mb": 1000,
+                "file_cache_medium": "memory",
+                "sidecar_memory_limit": "4Gi",
+            }
+        }
+    )
     (jobset,) = _valid(spec)
     pod = _pod(jobset)
     annotations = pod["metadata"]["annotations"]
     assert annotations["gke-gcsfuse/memory-limit"] == "4Gi"
     assert annotations["gke-gcsfuse/cpu-limit"] == annotations["gke-gcsfuse/ephemeral-storage-limit"] == "0"
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    assert volumes["gke-gcsfuse-cache"] == {"name": "gke-gcsfuse-cache",
-                                            "emptyDir": {"medium": "Memory", "sizeLimit": "1100Mi"}}
-    assert volumes["data"]["csi"]["volumeAttributes"]["mountOptions"] == \
-        "implicit-dirs,file-cache:max-size-mb:1000"
+    assert volumes["gke-gcsfuse-cache"] == {
+        "name": "gke-gcsfuse-cache",
+        "emptyDir": {"medium": "Memory", "sizeLimit": "1100Mi"},
+    }
+    assert volumes["data"]["csi"]["volumeAttributes"]["mountOptions"] == "implicit-dirs,file-cache:max-size-mb:1000"
 
 
 def _worker_resources(spec: S.JobSpec) -> dict:
@@ -252,13 +294,19 @@ def _worker_resources(spec: S.JobSpec) -> dict:
     return _pod(jobset)["spec"]["containers"][0]["resources"]
 
 
-@pytest.mark.parametrize("resources,requested,limited", [
-    ({}, "11000Mi", None),                                      # the cache volume alone
-    ({"requests": {"ephemeral-storage": "10Gi"}}, "21240Mi", None),  # the worker's own + the cache
-    ({"limits": {"ephemeral-storage": "10Gi"}}, "21240Mi", "21240Mi"),  # request defaults to the limit
-    ({"requests": {"ephemeral-storage": "1"}, "limits": {"ephemeral-storage": "10Gi"}},
-     str(11000 * 2**20 + 1), "21240Mi"),
-])
+@pytest.mark.parametrize(
+    "resources,requested,limited",
+    [
+        ({}, "11000Mi", None),  # the cache volume alone
+        ({"requests": {"ephemeral-storage": "10Gi"}}, "21240Mi", None),  # the worker's own + the cache
+        ({"limits": {"ephemeral-storage": "10Gi"}}, "21240Mi", "21240Mi"),  # request defaults to the limit
+        (
+            {"requests": {"ephemeral-storage": "1"}, "limits": {"ephemeral-storage": "10Gi"}},
+            str(11000 * 2**20 + 1),
+            "21240Mi",
+        ),
+    ],
+)
 def test_a_disk_file_cache_is_requested_as_ephemeral_storage(resources, requested, limited):
     # The scheduler places a pod by its requests; the kubelet evicts it when emptyDirs and
     # containers use more than the sum of the limits: the cache volume counts in both.
@@ -269,8 +317,10 @@ def test_a_disk_file_cache_is_requested_as_ephemeral_storage(resources, requeste
 
 
 def test_a_memory_file_cache_takes_no_ephemeral_storage():
-    spec = _spec(data={"gcsfuse": {"bucket": "bkt", "file_cache_mb": 10000, "file_cache_medium": "memory"}},
-                 node_ephemeral_storage="1Gi")
+    spec = _spec(
+        data={"gcsfuse": {"bucket": "bkt", "file_cache_mb": 10000, "file_cache_medium": "memory"}},
+        node_ephemeral_storage="1Gi",
+    )
     assert "ephemeral-storage" not in _worker_resources(spec)["requests"]
 
 
@@ -300,17 +350,20 @@ def test_gcsfuse_file_cache_is_off_by_default():
     assert "file-cache" not in pod["volumes"][1]["csi"]["volumeAttributes"]["mountOptions"]
 
 
-@pytest.mark.parametrize("gcsfuse,field", [
-    ({"mount_options": ["file-cache:max-size-mb:-1"]}, "mount_options[0]"),
-    ({"mount_options": ["uid=1000"]}, "mount_options[0]"),
-    ({"mount_options": ["implicit-dirs metadata-cache:ttl-secs:-1"]}, "mount_options[0]"),
-    ({"mount_options": ["a:b:c:d"]}, "mount_options[0]"),
-    ({"only_dir": "shards:v1"}, "only_dir"),
-    ({"only_dir": "/abs"}, "only_dir"),
-    ({"only_dir": "a,b"}, "only_dir"),
-    ({"file_cache_mb": 0}, "file_cache_mb"),
-    ({"sidecar_cpu_limit": "-1"}, "sidecar_cpu_limit"),
-])
+@pytest.mark.parametrize(
+    "gcsfuse,field",
+    [
+        ({"mount_options": ["file-cache:max-size-mb:-1"]}, "mount_options[0]"),
+        ({"mount_options": ["uid=1000"]}, "mount_options[0]"),
+        ({"mount_options": ["implicit-dirs metadata-cache:ttl-secs:-1"]}, "mount_options[0]"),
+        ({"mount_options": ["a:b:c:d"]}, "mount_options[0]"),
+        ({"only_dir": "shards:v1"}, "only_dir"),
+        ({"only_dir": "/abs"}, "only_dir"),
+        ({"only_dir": "a,b"}, "only_dir"),
+        ({"file_cache_mb": 0}, "file_cache_mb"),
+        ({"sidecar_cpu_limit": "-1"}, "sidecar_cpu_limit"),
+    ],
+)
 def test_gcsfuse_values_that_would_be_split_wrongly_are_refused(gcsfuse, field):
     err = _error(data={"gcsfuse": {"bucket": "bkt", **gcsfuse}})
     assert err.field == f"data.gcsfuse.{field}"
@@ -320,34 +373,64 @@ def test_gcsfuse_cache_options_render_as_the_drivers_training_examples_set_them(
     """Range reads and parallel downloads as file-cache mount options (the driver's
     examples/pytorch/train-job-pytorch.yaml sets fileCacheForRangeRead; its parallel-download
     test the file-cache:*parallel* keys), metadata prefetch as its volume attribute."""
-    cache = {"bucket": "bkt", "file_cache_mb": 1000, "file_cache_for_range_read": True,
-             "parallel_downloads": True, "parallel_downloads_per_file": 4, "max_parallel_downloads": -1,
-             "download_chunk_size_mb": 16, "metadata_prefetch_on_mount": True}
+    cache = {
+        "bucket": "bkt",
+        "file_cache_mb": 1000,
+        "file_cache_for_range_read": True,
+        "parallel_downloads": True,
+        "parallel_downloads_per_file": 4,
+        "max_parallel_downloads": -1,
+        "download_chunk_size_mb": 16,
+        "metadata_prefetch_on_mount": True,
+    }
     (jobset,) = _valid(_spec(data={"gcsfuse": cache}))
     (data,) = [v for v in _pod(jobset)["spec"]["volumes"] if v["name"] == "data"]
     assert data["csi"]["volumeAttributes"] == {
-        "bucketName": "bkt", "gcsfuseMetadataPrefetchOnMount": "true",
+        "bucketName": "bkt",
+        "gcsfuseMetadataPrefetchOnMount": "true",
         "mountOptions": "implicit-dirs,file-cache:max-size-mb:1000,file-cache:cache-file-for-range-read:true,"
-                        "file-cache:enable-parallel-downloads:true,file-cache:parallel-downloads-per-file:4,"
-                        "file-cache:max-parallel-downloads:-1,file-cache:download-chunk-size-mb:16"}
+        "file-cache:enable-parallel-downloads:true,file-cache:parallel-downloads-per-file:4,"
+        "file-cache:max-parallel-downloads:-1,file-cache:download-chunk-size-mb:16",
+    }
 
 
-@pytest.mark.parametrize("gcsfuse,field,message", [
-    ({"file_cache_for_range_read": True}, "file_cache_for_range_read", "needs the file cache"),
-    ({"parallel_downloads": True}, "parallel_downloads", "needs the file cache"),
-    ({"file_cache_mb": 10, "parallel_downloads_per_file": 4}, "parallel_downloads_per_file",
-     "tunes parallel downloads, which are off"),
-    ({"file_cache_mb": 10, "parallel_downloads": True, "parallel_downloads_per_file": 0},
-     "parallel_downloads_per_file", "at least 1, got 0"),
-    ({"file_cache_mb": 10, "parallel_downloads": True, "max_parallel_downloads": 0},
-     "max_parallel_downloads", "at least 1, or -1 for no limit, got 0"),
-    ({"file_cache_mb": 10, "parallel_downloads": True, "max_parallel_downloads": -2},
-     "max_parallel_downloads", "got -2"),
-    ({"file_cache_mb": 10, "parallel_downloads": True, "download_chunk_size_mb": 2**31},
-     "download_chunk_size_mb", "32-bit integer"),
-    ({"file_cache_mb": 10, "mount_options": ["file-cache:enable-parallel-downloads:true"]}, "mount_options[0]",
-     "parallel_downloads"),
-])
+@pytest.mark.parametrize(
+    "gcsfuse,field,message",
+    [
+        ({"file_cache_for_range_read": True}, "file_cache_for_range_read", "needs the file cache"),
+        ({"parallel_downloads": True}, "parallel_downloads", "needs the file cache"),
+        (
+            {"file_cache_mb": 10, "parallel_downloads_per_file": 4},
+            "parallel_downloads_per_file",
+            "tunes parallel downloads, which are off",
+        ),
+        (
+            {"file_cache_mb": 10, "parallel_downloads": True, "parallel_downloads_per_file": 0},
+            "parallel_downloads_per_file",
+            "at least 1, got 0",
+        ),
+        (
+            {"file_cache_mb": 10, "parallel_downloads": True, "max_parallel_downloads": 0},
+            "max_parallel_downloads",
+            "at least 1, or -1 for no limit, got 0",
+        ),
+        (
+            {"file_cache_mb": 10, "parallel_downloads": True, "max_parallel_downloads": -2},
+            "max_parallel_downloads",
+            "got -2",
+        ),
+        (
+            {"file_cache_mb": 10, "parallel_downloads": True, "download_chunk_size_mb": 2**31},
+            "download_chunk_size_mb",
+            "32-bit integer",
+        ),
+        (
+            {"file_cache_mb": 10, "mount_options": ["file-cache:enable-parallel-downloads:true"]},
+            "mount_options[0]",
+            "parallel_downloads",
+        ),
+    ],
+)
 def test_gcsfuse_cache_options_are_checked(gcsfuse, field, message):
     err = _error(data={"gcsfuse": {"bucket": "bkt", **gcsfuse}})
     assert err.field == f"data.gcsfuse.{field}"
@@ -361,13 +444,14 @@ def test_local_checkpoint_dir_needs_a_writable_volume_on_a_cluster():
     R.render(spec, cluster=False)  # --local: a local directory is the point
     for volume in ({"read_only": True, "pvc": "c"}, {"read_only": False, "empty_dir": {}}):
         with pytest.raises(S.SpecError, match="checkpoint_dir"):
-            R.render(_spec(checkpoint_dir="/ckpt/run",
-                           volumes=[{"name": "ckpt", "mount_path": "/ckpt", **volume}]))
-    backed = _spec(checkpoint_dir="/ckpt/run",
-                   volumes=[{"name": "ckpt", "mount_path": "/ckpt", "read_only": False, "pvc": "c"}])
+            R.render(_spec(checkpoint_dir="/ckpt/run", volumes=[{"name": "ckpt", "mount_path": "/ckpt", **volume}]))
+    backed = _spec(
+        checkpoint_dir="/ckpt/run", volumes=[{"name": "ckpt", "mount_path": "/ckpt", "read_only": False, "pvc": "c"}]
+    )
     (jobset,) = _valid(backed)
-    assert {"name": "ckpt", "mountPath": "/ckpt", "readOnly": False} in \
-        _pod(jobset)["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "ckpt", "mountPath": "/ckpt", "readOnly": False} in _pod(jobset)["spec"]["containers"][0][
+        "volumeMounts"
+    ]
 
 
 # ----------------------------------------------------------------------------- pods on GKE
@@ -394,8 +478,11 @@ def test_tpu_multislice_host_network_default_and_refusals():
     (jobset,) = _valid(_spec(accelerator=tpu, num_slices=2))
     pod = _pod(jobset)["spec"]
     assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
-    for spec in (_spec(accelerator=tpu), _spec(accelerator=tpu, num_slices=2, host_network=False),
-                 _spec(accelerator=tpu, num_slices=2, data={"gcsfuse": {"bucket": "bkt"}})):
+    for spec in (
+        _spec(accelerator=tpu),
+        _spec(accelerator=tpu, num_slices=2, host_network=False),
+        _spec(accelerator=tpu, num_slices=2, data={"gcsfuse": {"bucket": "bkt"}}),
+    ):
         (jobset,) = _valid(spec)
         assert "hostNetwork" not in _pod(jobset)["spec"]
     assert _error(host_network=True).field == "host_network"  # CPU pods
@@ -407,13 +494,23 @@ def test_gcsfuse_on_the_host_network_renders_the_drivers_opt_in():
     (and identityProvider with a self-deployed driver); pod-network pods get neither."""
     tpu = {"tpu": {"type": "v5e", "topology": "4x4"}}
     idp = "https://container.googleapis.com/v1/projects/p/locations/l/clusters/c"
-    (jobset,) = _valid(_spec(accelerator=tpu, num_slices=2, host_network=True,
-                             data={"gcsfuse": {"bucket": "bkt", "identity_provider": idp}}))
+    (jobset,) = _valid(
+        _spec(
+            accelerator=tpu,
+            num_slices=2,
+            host_network=True,
+            data={"gcsfuse": {"bucket": "bkt", "identity_provider": idp}},
+        )
+    )
     pod = _pod(jobset)["spec"]
     (data,) = [v for v in pod["volumes"] if v["name"] == "data"]
     assert pod["hostNetwork"] is True
-    assert data["csi"]["volumeAttributes"] == {"bucketName": "bkt", "mountOptions": "implicit-dirs",
-                                               "hostNetworkPodKSA": "true", "identityProvider": idp}
+    assert data["csi"]["volumeAttributes"] == {
+        "bucketName": "bkt",
+        "mountOptions": "implicit-dirs",
+        "hostNetworkPodKSA": "true",
+        "identityProvider": idp,
+    }
     (jobset,) = _valid(_spec(accelerator=tpu, num_slices=2, host_network=True, data={"gcsfuse": {"bucket": "bkt"}}))
     (data,) = [v for v in _pod(jobset)["spec"]["volumes"] if v["name"] == "data"]
     assert data["csi"]["volumeAttributes"]["hostNetworkPodKSA"] == "true"
@@ -451,14 +548,23 @@ def test_escape_hatches_render_and_pass_strict_schemas():
         env_from=[{"secret": "wandb", "prefix": "WANDB_"}, {"config_map": "settings", "optional": True}],
         env_refs={"HF_TOKEN": {"secret": "hf", "key": "token"}},
         image_pull_secrets=["registry-creds"],
-        volumes=[{"name": "scratch", "mount_path": "/scratch", "read_only": False,
-                  "empty_dir": {"size_limit": "300Gi"}},
-                 {"name": "creds", "mount_path": "/etc/creds", "secret": "creds"},
-                 {"name": "share", "mount_path": "/share", "nfs": {"server": "10.0.0.3", "path": "/s"}}],
-        labels={"team": "lm"}, annotations={"example.com/owner": "ana"},
-        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
-        priority_class="high", tolerations=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}])
+        volumes=[
+            {"name": "scratch", "mount_path": "/scratch", "read_only": False, "empty_dir": {"size_limit": "300Gi"}},
+            {"name": "creds", "mount_path": "/etc/creds", "secret": "creds"},
+            {"name": "share", "mount_path": "/share", "nfs": {"server": "10.0.0.3", "path": "/s"}},
+        ],
+        labels={"team": "lm"},
+        annotations={"example.com/owner": "ana"},
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+                }
+            }
+        },
+        priority_class="high",
+        tolerations=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
+    )
     (jobset,) = _valid(spec)
     assert jobset["metadata"]["labels"]["team"] == "lm"
     pod = _pod(jobset)
@@ -470,9 +576,12 @@ def test_escape_hatches_render_and_pass_strict_schemas():
     container = spec_["containers"][0]
     assert container["envFrom"] == [
         {"secretRef": {"name": "wandb", "optional": False}, "prefix": "WANDB_"},
-        {"configMapRef": {"name": "settings", "optional": True}}]
-    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token",
-                                                               "optional": False}}} in container["env"]
+        {"configMapRef": {"name": "settings", "optional": True}},
+    ]
+    assert {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token", "optional": False}},
+    } in container["env"]
     assert {"name": "scratch", "emptyDir": {"sizeLimit": "300Gi"}} in spec_["volumes"]
     assert {"name": "creds", "mountPath": "/etc/creds", "readOnly": True} in container["volumeMounts"]
 
@@ -483,34 +592,52 @@ def test_a_wrong_affinity_is_caught_by_the_strict_schema():
         V.validate(R.render(spec).objects)
 
 
-@pytest.mark.parametrize("changes,field", [
-    ({"labels": {"roxxel.dev/run-name": "x"}}, "labels.roxxel.dev/run-name"),
-    ({"annotations": {"gke-gcsfuse/volumes": "false"}}, "annotations.gke-gcsfuse/volumes"),
-    ({"labels": {"team": "a b"}}, "labels.team"),
-    ({"volumes": [{"name": "dshm", "mount_path": "/x", "secret": "s"}]}, "volumes[0].name"),
-    ({"volumes": [{"name": "v", "mount_path": "/dev/shm", "secret": "s"}]}, "volumes[0].mount_path"),
-    ({"volumes": [{"name": "v", "mount_path": "/x", "secret": "s", "pvc": "p"}]}, "volumes[0]"),
-    ({"env_refs": {"ROXXEL_RUN_NAME": {"secret": "s", "key": "k"}}}, "env_refs.ROXXEL_RUN_NAME"),
-    ({"env_from": [{"secret": "Bad_Name"}]}, "env_from[0].secret"),
-    ({"image_pull_secrets": ["UPPER"]}, "image_pull_secrets[0]"),
-    ({"affinity": {"weight": 1.5}}, "affinity.weight"),
-])
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        ({"labels": {"roxxel.dev/run-name": "x"}}, "labels.roxxel.dev/run-name"),
+        ({"annotations": {"gke-gcsfuse/volumes": "false"}}, "annotations.gke-gcsfuse/volumes"),
+        ({"labels": {"team": "a b"}}, "labels.team"),
+        ({"volumes": [{"name": "dshm", "mount_path": "/x", "secret": "s"}]}, "volumes[0].name"),
+        ({"volumes": [{"name": "v", "mount_path": "/dev/shm", "secret": "s"}]}, "volumes[0].mount_path"),
+        ({"volumes": [{"name": "v", "mount_path": "/x", "secret": "s", "pvc": "p"}]}, "volumes[0]"),
+        ({"env_refs": {"ROXXEL_RUN_NAME": {"secret": "s", "key": "k"}}}, "env_refs.ROXXEL_RUN_NAME"),
+        ({"env_from": [{"secret": "Bad_Name"}]}, "env_from[0].secret"),
+        ({"image_pull_secrets": ["UPPER"]}, "image_pull_secrets[0]"),
+        ({"affinity": {"weight": 1.5}}, "affinity.weight"),
+    ],
+)
 def test_escape_hatch_mistakes_are_named(changes, field):
     assert _error(**changes).field == field
 
 
 def test_pod_patch_is_a_strategic_merge_validated_like_the_rest():
-    spec = _spec(pod_patch={
-        "spec": {"containers": [{"name": "worker", "securityContext": {"runAsNonRoot": True},
-                                 "env": [{"name": "EXTRA", "value": "1"}]}],
-                 "volumes": [{"name": "dshm", "$patch": "delete"}],
-                 "dnsConfig": {"options": [{"name": "ndots", "value": "1"}]}}})
+    spec = _spec(
+        pod_patch={
+            "spec": {
+                "containers": [
+                    {
+                        "name": "worker",
+                        "securityContext": {"runAsNonRoot": True},
+                        "env": [{"name": "EXTRA", "value": "1"}],
+                    }
+                ],
+                "volumes": [{"name": "dshm", "$patch": "delete"}],
+                "dnsConfig": {"options": [{"name": "ndots", "value": "1"}]},
+            }
+        }
+    )
     with pytest.raises(V.ManifestError, match="mount of unknown volume 'dshm'"):
         V.validate(R.render(spec).objects)
-    spec = _spec(pod_patch={
-        "metadata": {"annotations": {"example.com/x": "y"}},
-        "spec": {"containers": [{"name": "worker", "env": [{"name": "EXTRA", "value": "1"}]}],
-                 "dnsConfig": {"options": [{"name": "ndots", "value": "1"}]}}})
+    spec = _spec(
+        pod_patch={
+            "metadata": {"annotations": {"example.com/x": "y"}},
+            "spec": {
+                "containers": [{"name": "worker", "env": [{"name": "EXTRA", "value": "1"}]}],
+                "dnsConfig": {"options": [{"name": "ndots", "value": "1"}]},
+            },
+        }
+    )
     (jobset,) = _valid(spec)
     pod = _pod(jobset)
     assert pod["metadata"]["annotations"]["example.com/x"] == "y"
@@ -535,10 +662,10 @@ def test_pod_patch_hostile_strings_stay_values():
 
 def test_strategic_merge_rules():
     original = {"a": {"b": 1, "c": 2}, "containers": [{"name": "w", "x": 1}], "l": [1, 2]}
-    out = P.strategic_merge(original, {"a": {"c": None, "d": 3}, "containers": [
-        {"name": "w", "y": 2}, {"name": "new"}], "l": [3]})
-    assert out == {"a": {"b": 1, "d": 3}, "containers": [{"name": "w", "x": 1, "y": 2}, {"name": "new"}],
-                   "l": [3]}
+    out = P.strategic_merge(
+        original, {"a": {"c": None, "d": 3}, "containers": [{"name": "w", "y": 2}, {"name": "new"}], "l": [3]}
+    )
+    assert out == {"a": {"b": 1, "d": 3}, "containers": [{"name": "w", "x": 1, "y": 2}, {"name": "new"}], "l": [3]}
     assert original["a"] == {"b": 1, "c": 2}  # not modified
     with pytest.raises(ValueError, match="directive"):
         P.strategic_merge(original, {"containers": [{"name": "w", "$patch": "replace"}]})
@@ -547,15 +674,18 @@ def test_strategic_merge_rules():
 # ----------------------------------------------------------------------------- TPU shapes
 
 
-@pytest.mark.parametrize("tpu,hosts,chips", [
-    ({"type": "v5e", "topology": "2x4"}, 1, "8"),                        # ct5lp-hightpu-8t
-    ({"type": "v5e", "topology": "2x4", "chips_per_host": 4}, 2, "4"),   # ct5lp-hightpu-4t
-    ({"type": "v6e", "topology": "2x4", "chips_per_host": 4}, 2, "4"),   # ct6e-standard-4t (xpk v6e-8)
-    ({"type": "tpu7x", "topology": "1x1x1"}, 1, "1"),                    # tpu7x-standard-1t
-    ({"type": "tpu7x", "topology": "2x2x1"}, 1, "4"),
-    ({"type": "tpu7x", "topology": "4x4x8"}, 32, "4"),
-    ({"type": "tpu7x", "topology": "4x12x124"}, 1488, "4"),              # xpk: sides to 256
-])
+@pytest.mark.parametrize(
+    "tpu,hosts,chips",
+    [
+        ({"type": "v5e", "topology": "2x4"}, 1, "8"),  # ct5lp-hightpu-8t
+        ({"type": "v5e", "topology": "2x4", "chips_per_host": 4}, 2, "4"),  # ct5lp-hightpu-4t
+        ({"type": "v6e", "topology": "2x4", "chips_per_host": 4}, 2, "4"),  # ct6e-standard-4t (xpk v6e-8)
+        ({"type": "tpu7x", "topology": "1x1x1"}, 1, "1"),  # tpu7x-standard-1t
+        ({"type": "tpu7x", "topology": "2x2x1"}, 1, "4"),
+        ({"type": "tpu7x", "topology": "4x4x8"}, 32, "4"),
+        ({"type": "tpu7x", "topology": "4x12x124"}, 1488, "4"),  # xpk: sides to 256
+    ],
+)
 def test_tpu_shapes_render_and_validate(tpu, hosts, chips):
     (jobset,) = _valid(_spec(accelerator={"tpu": tpu}))
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
@@ -567,15 +697,18 @@ def test_tpu_shapes_render_and_validate(tpu, hosts, chips):
     assert exclusive == (hosts > 1)
 
 
-@pytest.mark.parametrize("tpu,machine", [
-    ({"type": "v5e", "topology": "2x4"}, "ct5lp-hightpu-8t"),
-    ({"type": "v5e", "topology": "2x4", "chips_per_host": 4}, "ct5lp-hightpu-4t"),
-    ({"type": "v6e", "topology": "2x4"}, "ct6e-standard-8t"),
-    ({"type": "v6e", "topology": "2x4", "chips_per_host": 4}, "ct6e-standard-4t"),
-    ({"type": "v6e", "topology": "4x4"}, None),       # one layout: the labels suffice
-    ({"type": "v5e", "topology": "2x2"}, None),
-    ({"type": "tpu7x", "topology": "1x1x1"}, None),
-])
+@pytest.mark.parametrize(
+    "tpu,machine",
+    [
+        ({"type": "v5e", "topology": "2x4"}, "ct5lp-hightpu-8t"),
+        ({"type": "v5e", "topology": "2x4", "chips_per_host": 4}, "ct5lp-hightpu-4t"),
+        ({"type": "v6e", "topology": "2x4"}, "ct6e-standard-8t"),
+        ({"type": "v6e", "topology": "2x4", "chips_per_host": 4}, "ct6e-standard-4t"),
+        ({"type": "v6e", "topology": "4x4"}, None),  # one layout: the labels suffice
+        ({"type": "v5e", "topology": "2x2"}, None),
+        ({"type": "tpu7x", "topology": "1x1x1"}, None),
+    ],
+)
 def test_a_topology_served_by_two_host_sizes_names_its_machine_type(tpu, machine):
     (jobset,) = _valid(_spec(accelerator={"tpu": tpu}))
     assert _pod(jobset)["spec"]["nodeSelector"].get("node.kubernetes.io/instance-type") == machine
@@ -583,19 +716,21 @@ def test_a_topology_served_by_two_host_sizes_names_its_machine_type(tpu, machine
 
 def test_tpu7x_multi_host_selects_its_workload_policy():
     policy = "tpu7x-128-4x4x4-placement-policy"  # xpk's name for this shape
-    (jobset,) = _valid(_spec(accelerator={"tpu": {"type": "tpu7x", "topology": "4x4x4",
-                                                  "placement_policy": policy}}))
+    (jobset,) = _valid(_spec(accelerator={"tpu": {"type": "tpu7x", "topology": "4x4x4", "placement_policy": policy}}))
     pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"]["cloud.google.com/placement-policy-name"] == policy
     (plain,) = _valid(_spec(accelerator={"tpu": {"type": "tpu7x", "topology": "4x4x4"}}))
     assert "cloud.google.com/placement-policy-name" not in _pod(plain)["spec"]["nodeSelector"]
 
 
-@pytest.mark.parametrize("tpu,problem", [
-    ({"type": "tpu7x", "topology": "2x2x1"}, "without a workload policy"),   # single host
-    ({"type": "v5p", "topology": "2x2x4"}, "without a workload policy"),
-    ({"type": "tpu7x", "topology": "4x4x4", "placement_policy": "Bad Name"}, "placement_policy"),
-])
+@pytest.mark.parametrize(
+    "tpu,problem",
+    [
+        ({"type": "tpu7x", "topology": "2x2x1"}, "without a workload policy"),  # single host
+        ({"type": "v5p", "topology": "2x2x4"}, "without a workload policy"),
+        ({"type": "tpu7x", "topology": "4x4x4", "placement_policy": "Bad Name"}, "placement_policy"),
+    ],
+)
 def test_placement_policy_only_where_node_pools_have_one(tpu, problem):
     err = _error(accelerator={"tpu": {"placement_policy": "p", **tpu}})
     assert err.field == "accelerator.tpu.placement_policy" and problem in str(err)
@@ -603,8 +738,10 @@ def test_placement_policy_only_where_node_pools_have_one(tpu, problem):
 
 
 def test_placement_policy_selector_is_the_accelerator_s():
-    err = _error(accelerator={"tpu": {"type": "tpu7x", "topology": "4x4x4", "placement_policy": "p"}},
-                 node_selectors={"cloud.google.com/placement-policy-name": "q"})
+    err = _error(
+        accelerator={"tpu": {"type": "tpu7x", "topology": "4x4x4", "placement_policy": "p"}},
+        node_selectors={"cloud.google.com/placement-policy-name": "q"},
+    )
     assert err.field.startswith("node_selectors")
 
 
@@ -620,8 +757,9 @@ def test_jobset_pods_carry_their_restart_budget():
     (jobset,) = _valid(_spec(max_restarts=3, max_preemptions=20))
     env = {e["name"]: e for e in _pod(jobset)["spec"]["containers"][0]["env"]}
     assert env["ROXXEL_MAX_RESTART_ATTEMPT"]["value"] == "23"
-    assert env["ROXXEL_RESTART_ATTEMPT"]["valueFrom"] == {"fieldRef": {
-        "fieldPath": "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"}}
+    assert env["ROXXEL_RESTART_ATTEMPT"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"}
+    }
     (_, job) = _valid(_spec(workload="indexed-job"))  # no gang restarts: no budget
     assert "ROXXEL_MAX_RESTART_ATTEMPT" not in {e["name"] for e in _pod(job)["spec"]["containers"][0]["env"]}
     assert _error(max_preemptions=-1).field == "max_preemptions"
@@ -635,9 +773,13 @@ def test_worker_refuses_a_restart_beyond_the_budget(tmp_path, attempt, last, sta
     if attempt is not None:
         env["ROXXEL_RESTART_ATTEMPT"] = attempt
     marker = tmp_path / "ran"
-    result = subprocess.run([sys.executable, "-m", "roxxel.worker", "--", sys.executable, "-c",
-                             f"open({str(marker)!r}, 'w').close()"],
-                            env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "roxxel.worker", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert marker.exists() == starts
     if starts:
         assert result.returncode == 0, result.stderr

@@ -40,10 +40,19 @@ pytestmark = pytest.mark.timeout(60)
 NS = "team-a"
 POLL = "0.1"
 
-SPEC = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
-        "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
-        "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}}, "num_slices": 2,
-        "checkpoint_dir": "gs://ckpt/lm", "run_name": "lm-run-1", "service_account": "trainer"}
+SPEC = {
+    "apiVersion": "roxxel.dev/v1alpha1",
+    "kind": "RoxxelJob",
+    "name": "lm",
+    "namespace": NS,
+    "image": "us-docker.pkg.dev/proj/repo/worker:1",
+    "command": ["python", "-m", "examples.lm"],
+    "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}},
+    "num_slices": 2,
+    "checkpoint_dir": "gs://ckpt/lm",
+    "run_name": "lm-run-1",
+    "service_account": "trainer",
+}
 INDEXED = {**SPEC, "accelerator": {"cpu": {"hosts": 4}}, "num_slices": 1, "workload": "indexed-job"}
 
 
@@ -59,6 +68,7 @@ def loopback_only(monkeypatch):
         if self.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ("127.0.0.1", "::1"):
             raise AssertionError(f"a test tried to connect to {address}; loopback only")
         return real(self, address)
+
     monkeypatch.setattr(socket.socket, "connect", connect)
 
 
@@ -109,7 +119,11 @@ def test_submit_dry_runs_then_creates_and_refuses_an_existing_name(fake, tmp_pat
     posts = fake.calls("POST")
     # The job's NetworkPolicy goes first, so that no pod ever runs unprotected.
     assert [(r.resource, r.dry_run) for r in posts] == [
-        ("networkpolicies", True), ("jobsets", True), ("networkpolicies", False), ("jobsets", False)]
+        ("networkpolicies", True),
+        ("jobsets", True),
+        ("networkpolicies", False),
+        ("jobsets", False),
+    ]
     policy, expected = R.render(S.spec_from_dict(SPEC)).objects
     assert posts[1].body == posts[3].body == expected and posts[0].body == posts[2].body == policy
     assert posts[3].query["fieldManager"] == "roxxel-launch"
@@ -134,15 +148,32 @@ def test_submit_indexed_job_creates_its_service_first(fake, tmp_path):
     assert len(fake.pods("lm")) == 4
 
 
-@pytest.mark.parametrize("fault, fragment", [
-    (dict(code=422, reason="Invalid", message='JobSet.jobset.x-k8s.io "lm" is invalid: spec.replicatedJobs[0]'
-          '.template.spec.template.spec.containers[0].image: Required value'),
-     "the API server rejected JobSet team-a/lm (create (dry run)): JobSet.jobset.x-k8s.io \"lm\" is invalid"),
-    (dict(code=403, reason="Forbidden", message='jobsets.jobset.x-k8s.io is forbidden: User "dev" cannot '
-          'create resource "jobsets"'), "kubectl auth can-i create jobsets.jobset.x-k8s.io -n team-a"),
-    (dict(code=404, reason="NotFound", message="the server could not find the requested resource"),
-     "the JobSet API (jobset.x-k8s.io/v1alpha2) is not installed"),
-])
+@pytest.mark.parametrize(
+    "fault, fragment",
+    [
+        (
+            dict(
+                code=422,
+                reason="Invalid",
+                message='JobSet.jobset.x-k8s.io "lm" is invalid: spec.replicatedJobs[0]'
+                ".template.spec.template.spec.containers[0].image: Required value",
+            ),
+            'the API server rejected JobSet team-a/lm (create (dry run)): JobSet.jobset.x-k8s.io "lm" is invalid',
+        ),
+        (
+            dict(
+                code=403,
+                reason="Forbidden",
+                message='jobsets.jobset.x-k8s.io is forbidden: User "dev" cannot create resource "jobsets"',
+            ),
+            "kubectl auth can-i create jobsets.jobset.x-k8s.io -n team-a",
+        ),
+        (
+            dict(code=404, reason="NotFound", message="the server could not find the requested resource"),
+            "the JobSet API (jobset.x-k8s.io/v1alpha2) is not installed",
+        ),
+    ],
+)
 def test_server_errors_are_named_and_nothing_is_left_behind(fake, tmp_path, fault, fragment):
     fake.fail("POST", "jobsets", dry_run=True, **fault)
     result = run("submit", spec_file(tmp_path), code=1)
@@ -180,19 +211,26 @@ def test_status_shows_conditions_and_per_slice_pod_phases(fake, tmp_path):
     stored = fake.objects[("pods", NS, pod["metadata"]["name"])]
     stored["status"]["phase"] = "Pending"
     stored["status"]["containerStatuses"][0]["state"] = {
-        "waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}
+        "waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}
+    }
     result = run("status", "lm", "--workers")
     lines = result.output.splitlines()
     assert "state:      Pending" in lines
     assert [line.split() for line in lines if line[:1].isdigit() and "/4" in line] == [
-        ["0", "4/4", "0", "4", "0", "0", "0"], ["1", "4/4", "1", "3", "0", "0", "0"]]
+        ["0", "4/4", "0", "4", "0", "0", "0"],
+        ["1", "4/4", "1", "3", "0", "0", "0"],
+    ]
     (row,) = [line for line in lines if line.startswith("5 ")]  # the --workers row of process 5
     assert row.split()[:5] == ["5", "1", "1", pod["metadata"]["name"], "Pending"]
     assert "ImagePullBackOff: Back-off pulling image" in row
 
     as_json = json.loads(run("status", "lm", "--json").output)
     assert (as_json["state"], as_json["processes"], as_json["slices"], as_json["hosts_per_slice"]) == (
-        "Pending", 8, 2, 4)
+        "Pending",
+        8,
+        2,
+        4,
+    )
     assert len(as_json["workers"]) == 8 and as_json["kind"] == "JobSet"
 
 
@@ -234,8 +272,12 @@ def test_status_and_list_of_unknown_jobs(fake):
 
 def test_logs_of_a_rank(fake, tmp_path):
     submit(tmp_path)
-    pods = {int(p["metadata"]["labels"][K.JOB_INDEX_LABEL]) * 4 + int(p["metadata"]["labels"][K.COMPLETION_INDEX_KEY]):
-            p["metadata"]["name"] for p in fake.pods("lm")}
+    pods = {
+        int(p["metadata"]["labels"][K.JOB_INDEX_LABEL]) * 4 + int(p["metadata"]["labels"][K.COMPLETION_INDEX_KEY]): p[
+            "metadata"
+        ]["name"]
+        for p in fake.pods("lm")
+    }
     fake.log(pods[5], "process 5: step 1", "process 5: step 2")
     fake.log(pods[0], "process 0: hello")
     assert run("logs", "lm", "--rank", "5").output == "process 5: step 1\nprocess 5: step 2\n"
@@ -272,8 +314,10 @@ def test_delete_uses_foreground_propagation(fake, tmp_path):
     lines = run("delete", "lm").output.splitlines()
     assert lines[0] == "deleted lm" and "so `resume` cannot continue it" in lines[1] and len(lines) == 2
     assert [(r.resource, r.query) for r in fake.calls("DELETE")] == [
-        ("jobs", {"propagationPolicy": "Foreground"}), ("services", {"propagationPolicy": "Foreground"}),
-        ("networkpolicies", {"propagationPolicy": "Foreground"})]
+        ("jobs", {"propagationPolicy": "Foreground"}),
+        ("services", {"propagationPolicy": "Foreground"}),
+        ("networkpolicies", {"propagationPolicy": "Foreground"}),
+    ]
     assert fake.objects == {}  # the Job, its pods, the Service and the NetworkPolicy
     assert "no job 'lm'" in run("delete", "lm", code=1).output
 
@@ -282,11 +326,14 @@ def test_delete_uses_foreground_propagation(fake, tmp_path):
 
 
 @pytest.mark.parametrize("data", [SPEC, INDEXED], ids=["jobset", "indexed-job"])
-@pytest.mark.parametrize("outcome, code, fragment", [
-    ("succeed", 0, "job lm succeeded"),
-    ("fail", EXIT_FAILED, "job lm failed (worker exit code 1; exit 125)"),
-    ("preempt", EXIT_PREEMPTED, "job lm preempted (exit 42)"),
-])
+@pytest.mark.parametrize(
+    "outcome, code, fragment",
+    [
+        ("succeed", 0, "job lm succeeded"),
+        ("fail", EXIT_FAILED, "job lm failed (worker exit code 1; exit 125)"),
+        ("preempt", EXIT_PREEMPTED, "job lm preempted (exit 42)"),
+    ],
+)
 def test_wait_exit_codes(fake, tmp_path, monkeypatch, data, outcome, code, fragment):
     """A JobSet ends preempted only when its preemption rule counts (``count_preemptions``):
     the rendered rule restarts it in place (tests/launcher/test_launch_k8s_preemption.py)."""
@@ -327,8 +374,12 @@ def test_wait_exit_code_of_a_real_process(fake, tmp_path, monkeypatch):
     count_preemptions(monkeypatch)
     fake.plan("lm", "preempt")
     submit(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "roxxel_launch.cli", "wait", "lm", "--poll", POLL],
-                         capture_output=True, text=True, timeout=50)
+    out = subprocess.run(
+        [sys.executable, "-m", "roxxel_launch.cli", "wait", "lm", "--poll", POLL],
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert out.returncode == EXIT_PREEMPTED, out.stderr
     assert "preempted" in out.stderr
 
@@ -354,22 +405,34 @@ def test_resume_after_a_simulated_preemption(fake, tmp_path, monkeypatch):
     assert fake.requests[before + delete].query == {"propagationPolicy": "Foreground"}
     # The checks before deleting anything: the JobSet CRD (does it serve every field the JobSet
     # uses?) and the fit check (can a node hold a worker?); a refusal leaves the job as it was.
-    checks = [r.path for r in fake.requests[before:before + delete] if r.path in (
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io", "/api/v1/nodes")]
-    assert checks == ["/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io",
-                      "/api/v1/nodes"]
-    assert calls[delete + 1:] == [
-        ("DELETE", "networkpolicies", False), ("GET", "jobsets", False),
+    checks = [
+        r.path
+        for r in fake.requests[before : before + delete]
+        if r.path
+        in ("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io", "/api/v1/nodes")
+    ]
+    assert checks == [
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io",
+        "/api/v1/nodes",
+    ]
+    assert calls[delete + 1 :] == [
+        ("DELETE", "networkpolicies", False),
+        ("GET", "jobsets", False),
         ("GET", "networkpolicies", False),  # both gone (404) before re-creating
-        ("POST", "networkpolicies", True), ("POST", "jobsets", True),
-        ("POST", "networkpolicies", False), ("POST", "jobsets", False)]
+        ("POST", "networkpolicies", True),
+        ("POST", "jobsets", True),
+        ("POST", "networkpolicies", False),
+        ("POST", "jobsets", False),
+    ]
     second = fake.get("jobsets", "lm")
     assert second["metadata"]["uid"] != first["metadata"]["uid"] and "status" not in second
     for key in ("labels", "annotations"):
         assert second["metadata"][key] == first["metadata"][key]  # run name, stored spec
     assert second["spec"] == first["spec"]  # ROXXEL_RUN_NAME, ROXXEL_CHECKPOINT_DIR, everything
-    env = {e["name"]: e.get("value") for e in
-           second["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for e in second["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert (env["ROXXEL_RUN_NAME"], env["ROXXEL_CHECKPOINT_DIR"]) == ("lm-run-1", "gs://ckpt/lm")
     assert fake.submissions("lm") == 2
     run("wait", "lm", "--poll", POLL)  # the second submission completes
@@ -437,8 +500,7 @@ def test_resume_until_done_of_a_job_that_succeeded(fake, tmp_path):
 
 
 def test_resume_until_done_options(fake):
-    assert "--detach applies to --local runs only" in run("resume", "lm", "--until-done", "--detach",
-                                                          code=2).output
+    assert "--detach applies to --local runs only" in run("resume", "lm", "--until-done", "--detach", code=2).output
     result = run("resume", "lm", "--local", "--until-done", "--detach", code=2)
     assert "cannot be combined with --detach" in result.output
 
@@ -461,11 +523,20 @@ def test_local_resume_until_done(tmp_path, monkeypatch):
     monkeypatch.setenv("ROXXEL_LOCAL_ROOT", str(root))
     program = tmp_path / "program.py"
     program.write_text(PREEMPTED_TWICE)
-    spec = spec_file(tmp_path, {**SPEC, "name": "spot", "accelerator": "cpu", "num_slices": 1,
-                                "command": [sys.executable, str(program)],
-                                "checkpoint_dir": str(tmp_path / "ckpt"), "max_restarts": 0,
-                                # An Indexed Job ends Preempted on 42 (a JobSet restarts in place).
-                                "workload": "indexed-job"})
+    spec = spec_file(
+        tmp_path,
+        {
+            **SPEC,
+            "name": "spot",
+            "accelerator": "cpu",
+            "num_slices": 1,
+            "command": [sys.executable, str(program)],
+            "checkpoint_dir": str(tmp_path / "ckpt"),
+            "max_restarts": 0,
+            # An Indexed Job ends Preempted on 42 (a JobSet restarts in place).
+            "workload": "indexed-job",
+        },
+    )
     monkeypatch.chdir(tmp_path)
     run("submit", spec, "--local", code=EXIT_PREEMPTED)
     result = run("resume", "spot", "--local", "--until-done")

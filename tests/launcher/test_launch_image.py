@@ -34,14 +34,35 @@ HISTORY = (
 
 
 def test_worker_build_command():
-    build = I.worker_build("podman", accelerator="tpu", source=REPO, tag="r.example/p/worker:tpu",
-                           base="localhost/roxxel-base:bookworm", version="1.2.3", revision="abc-dirty",
-                           pip_cert="/etc/ca.pem")
+    build = I.worker_build(
+        "podman",
+        accelerator="tpu",
+        source=REPO,
+        tag="r.example/p/worker:tpu",
+        base="localhost/roxxel-base:bookworm",
+        version="1.2.3",
+        revision="abc-dirty",
+        pip_cert="/etc/ca.pem",
+    )
     assert build.argv == [
-        "podman", "build", "--file", str(REPO / "Dockerfile"), "--tag", "r.example/p/worker:tpu",
-        "--build-arg", "ACCELERATOR=tpu", "--build-arg", "VERSION=1.2.3", "--build-arg", "REVISION=abc-dirty",
-        "--build-arg", "BASE_IMAGE=localhost/roxxel-base:bookworm",
-        "--secret", "id=pip-cert,src=/etc/ca.pem", str(REPO)]
+        "podman",
+        "build",
+        "--file",
+        str(REPO / "Dockerfile"),
+        "--tag",
+        "r.example/p/worker:tpu",
+        "--build-arg",
+        "ACCELERATOR=tpu",
+        "--build-arg",
+        "VERSION=1.2.3",
+        "--build-arg",
+        "REVISION=abc-dirty",
+        "--build-arg",
+        "BASE_IMAGE=localhost/roxxel-base:bookworm",
+        "--secret",
+        "id=pip-cert,src=/etc/ca.pem",
+        str(REPO),
+    ]
     assert build.tag == "r.example/p/worker:tpu" and build.dockerfile_text is None
     # A local base must exist: the build would otherwise try to pull it from a registry.
     assert "docker/make-base.sh localhost/roxxel-base:bookworm" in build.check_base
@@ -50,7 +71,7 @@ def test_worker_build_command():
 def test_worker_build_defaults_keep_the_dockerfiles_base_and_read_version_and_revision():
     build = I.worker_build("docker", accelerator="cpu", source=REPO)
     assert build.tag == "roxxel/worker:cpu" and build.check_base is None
-    args = dict(a.split("=", 1) for a in build.argv[build.argv.index("--tag") + 3:-1:2])
+    args = dict(a.split("=", 1) for a in build.argv[build.argv.index("--tag") + 3 : -1 : 2])
     assert set(args) == {"ACCELERATOR", "VERSION", "REVISION"}  # no BASE_IMAGE: the Dockerfile's pinned one
     assert args["VERSION"] == I.project_version(REPO) == "0.1.0"
     assert args["REVISION"] == I.git_revision(REPO)
@@ -104,7 +125,11 @@ def test_size_report_names_the_largest_layers():
     assert len(layers) == 7
     # podman 4.3 prints decimal units even with --human=false.
     assert I.parse_history("1.07 GB\tCOPY a\n34.8 kB\tCOPY b\n0 B\tLABEL c\n2 MiB\tRUN d\n") == [
-        I.Layer(1_070_000_000, "COPY a"), I.Layer(34_800, "COPY b"), I.Layer(0, "LABEL c"), I.Layer(2**21, "RUN d")]
+        I.Layer(1_070_000_000, "COPY a"),
+        I.Layer(34_800, "COPY b"),
+        I.Layer(0, "LABEL c"),
+        I.Layer(2**21, "RUN d"),
+    ]
     report = I.size_report("roxxel/worker:cpu", 1_337_704_096, layers, largest=3)
     assert report.splitlines() == [
         "roxxel/worker:cpu: 1.34 GB in 7 layers; the largest:",
@@ -155,8 +180,7 @@ def engine(tmp_path, monkeypatch):
 
 def test_run_build_prints_runs_reports_and_pushes(engine, tmp_path):
     path, calls, log = engine
-    build = I.worker_build(path, accelerator="cpu", source=REPO, tag="r.example/w:cpu", version="0.1.0",
-                           revision="abc")
+    build = I.worker_build(path, accelerator="cpu", source=REPO, tag="r.example/w:cpu", version="0.1.0", revision="abc")
     out: list[str] = []
     I.run_build(build, push=True, dry_run=False, echo=out.append)
     assert [c[0] for c in calls()] == ["build", "image", "history", "push"]
@@ -181,7 +205,9 @@ def test_run_build_failures_are_one_line_each(engine, monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_IMAGE_EXISTS", "0")
     local = I.worker_build(path, accelerator="cpu", source=REPO, base="localhost/b:1", version="0", revision="a")
     before = len(calls())
-    with pytest.raises(I.ImageError, match="the base image localhost/b:1 is not here: make it with docker/make-base.sh"):
+    with pytest.raises(
+        I.ImageError, match="the base image localhost/b:1 is not here: make it with docker/make-base.sh"
+    ):
         I.run_build(local, push=False, dry_run=False, echo=lambda line: None)
     assert [c[:2] for c in calls()[before:]] == [["image", "inspect"]]
 
@@ -206,24 +232,44 @@ def test_a_context_build_writes_its_dockerfile_and_builds_dir(engine, tmp_path):
 
 def test_cli_dry_run_prints_the_commands(tmp_path):
     runner = CliRunner()
-    result = runner.invoke(cli, ["image", "build", "--engine", "podman", "--dry-run", "--accelerator", "cuda",
-                                 "--base", "localhost/roxxel-base:bookworm", "--tag", "r.example/w:cuda",
-                                 "--push"], catch_exceptions=False, env={"PIP_CERT": None})
+    result = runner.invoke(
+        cli,
+        [
+            "image",
+            "build",
+            "--engine",
+            "podman",
+            "--dry-run",
+            "--accelerator",
+            "cuda",
+            "--base",
+            "localhost/roxxel-base:bookworm",
+            "--tag",
+            "r.example/w:cuda",
+            "--push",
+        ],
+        catch_exceptions=False,
+        env={"PIP_CERT": None},
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].startswith(f"roxxel-launch: running podman build --file {REPO / 'Dockerfile'} --tag "
-                               "r.example/w:cuda --build-arg ACCELERATOR=cuda --build-arg VERSION=0.1.0 ")
+    assert lines[0].startswith(
+        f"roxxel-launch: running podman build --file {REPO / 'Dockerfile'} --tag "
+        "r.example/w:cuda --build-arg ACCELERATOR=cuda --build-arg VERSION=0.1.0 "
+    )
     assert lines[0].endswith(f"--build-arg BASE_IMAGE=localhost/roxxel-base:bookworm {REPO}")
     assert lines[1] == "roxxel-launch: then running podman push r.example/w:cuda"
     cert = tmp_path / "ca.pem"
     cert.write_text("-----BEGIN CERTIFICATE-----\n")
-    with_cert = runner.invoke(cli, ["image", "build", "--engine", "docker", "--dry-run"],
-                              env={"PIP_CERT": str(cert)}, catch_exceptions=False)
+    with_cert = runner.invoke(
+        cli, ["image", "build", "--engine", "docker", "--dry-run"], env={"PIP_CERT": str(cert)}, catch_exceptions=False
+    )
     assert f"--secret id=pip-cert,src={cert} {REPO}" in with_cert.output
     code = tmp_path / "trainer"
     code.mkdir()
-    user = runner.invoke(cli, ["image", "build", "--engine", "podman", "--dry-run", "--context", str(code)],
-                         catch_exceptions=False)
+    user = runner.invoke(
+        cli, ["image", "build", "--engine", "podman", "--dry-run", "--context", str(code)], catch_exceptions=False
+    )
     assert user.exit_code == 0, user.output
     assert "FROM roxxel/worker:cpu\nCOPY . /home/roxxel/\n" in user.output
     assert f"--tag roxxel/trainer:cpu {code}" in user.output
@@ -234,5 +280,7 @@ def test_cli_without_an_engine_says_so_in_one_line(monkeypatch):
     monkeypatch.delenv(I.ENGINE_ENV, raising=False)
     result = CliRunner().invoke(cli, ["image", "build"])
     assert result.exit_code == 1
-    assert result.output == ("Error: neither podman nor docker is installed: install one (Debian/Ubuntu: "
-                             "apt-get install podman) to build images\n")
+    assert result.output == (
+        "Error: neither podman nor docker is installed: install one (Debian/Ubuntu: "
+        "apt-get install podman) to build images\n"
+    )

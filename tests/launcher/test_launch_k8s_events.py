@@ -22,18 +22,30 @@ from support.paths import REPO
 pytestmark = pytest.mark.timeout(120)
 
 NS = "team-a"
-SPEC = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
-        "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
-        "accelerator": {"cpu": {"hosts": 2}}, "checkpoint_dir": "gs://ckpt/lm", "run_name": "lm-1"}
+SPEC = {
+    "apiVersion": "roxxel.dev/v1alpha1",
+    "kind": "RoxxelJob",
+    "name": "lm",
+    "namespace": NS,
+    "image": "us-docker.pkg.dev/proj/repo/worker:1",
+    "command": ["python", "-m", "examples.lm"],
+    "accelerator": {"cpu": {"hosts": 2}},
+    "checkpoint_dir": "gs://ckpt/lm",
+    "run_name": "lm-1",
+}
 # The scheduler's message for a pod no node pool fits (kube-scheduler's FailedScheduling).
-UNSCHEDULABLE = ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
-                 "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+UNSCHEDULABLE = (
+    "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+    "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+)
 # The kubelet's FailedMount when the GCS FUSE CSI driver may not read the bucket (the pod's
 # Kubernetes service account has no IAM role on it through Workload Identity; see the
 # driver's docs/troubleshooting.md in GoogleCloudPlatform/gcs-fuse-csi-driver).
-GCSFUSE_DENIED = ('MountVolume.SetUp failed for volume "data" : rpc error: code = PermissionDenied '
-                  'desc = failed to get GCS bucket "corpus": googleapi: Error 403: Caller does not '
-                  "have storage.objects.list access to the Google Cloud Storage bucket., forbidden")
+GCSFUSE_DENIED = (
+    'MountVolume.SetUp failed for volume "data" : rpc error: code = PermissionDenied '
+    'desc = failed to get GCS bucket "corpus": googleapi: Error 403: Caller does not '
+    "have storage.objects.list access to the Google Cloud Storage bucket., forbidden"
+)
 
 
 def run(*args: str, code: int = 0) -> str:
@@ -68,8 +80,7 @@ def test_a_pod_pending_with_failed_scheduling_shows_its_event_in_status(fake):
     types = [line.split()[0] for line in described if line.startswith(("Warning", "Normal"))]
     assert types == ["Warning", "Normal"]  # every event, Warnings first
     data = json.loads(run("status", "lm", "--json"))
-    assert [(e["type"], e["reason"], e["count"]) for e in data["events"]] == \
-        [("Warning", "FailedScheduling", 1)]
+    assert [(e["type"], e["reason"], e["count"]) for e in data["events"]] == [("Warning", "FailedScheduling", 1)]
 
 
 def test_a_running_job_reads_no_events_unless_asked(fake):
@@ -96,10 +107,8 @@ def test_the_same_event_on_several_pods_is_one_row_with_their_counts_added(fake)
     fake.event(pods[0], "FailedScheduling", UNSCHEDULABLE, component="default-scheduler")
     fake.event(pods[0], "FailedScheduling", UNSCHEDULABLE, component="default-scheduler")
     # One written through events.k8s.io/v1: counted in series, not count/lastTimestamp.
-    fake.event(pods[1], "FailedScheduling", UNSCHEDULABLE, component="default-scheduler",
-               series=True)
-    fake.event(pods[1], "FailedScheduling", UNSCHEDULABLE, component="default-scheduler",
-               series=True)
+    fake.event(pods[1], "FailedScheduling", UNSCHEDULABLE, component="default-scheduler", series=True)
+    fake.event(pods[1], "FailedScheduling", UNSCHEDULABLE, component="default-scheduler", series=True)
     data = json.loads(run("status", "lm", "--json"))
     (event,) = data["events"]
     assert event["count"] == 4 and event["last_seen"]
@@ -119,8 +128,8 @@ def test_wait_prints_each_event_of_a_stuck_pod_once(fake, monkeypatch):
     def later() -> None:  # while wait watches: the same event again, and a new one
         fake.event(first, "FailedScheduling", UNSCHEDULABLE, component="default-scheduler")
         fake.event(second, "FailedMount", GCSFUSE_DENIED)
-    timers = [threading.Timer(1.5, later),
-              threading.Timer(4.0, fake.settle, ("jobsets", "lm", "succeed"))]
+
+    timers = [threading.Timer(1.5, later), threading.Timer(4.0, fake.settle, ("jobsets", "lm", "succeed"))]
     for timer in timers:
         timer.start()
     try:
@@ -134,8 +143,9 @@ def test_wait_prints_each_event_of_a_stuck_pod_once(fake, monkeypatch):
 
 
 def test_a_role_without_events_is_one_warning_line_not_a_crash(fake, caplog):
-    role = [r for r in yaml.safe_load_all((REPO / "k8s/rbac/roxxel-launch-role.yaml").read_text())
-            if r["kind"] == "Role"][0]["rules"]
+    role = [
+        r for r in yaml.safe_load_all((REPO / "k8s/rbac/roxxel-launch-role.yaml").read_text()) if r["kind"] == "Role"
+    ][0]["rules"]
     fake.set_role([r for r in role if "events" not in r["resources"]])
     pod = fake.pods("lm")[0]
     fake.hold(pod["metadata"]["name"], unschedulable=UNSCHEDULABLE)
@@ -150,8 +160,9 @@ def test_a_role_without_events_is_one_warning_line_not_a_crash(fake, caplog):
 def test_wait_under_a_role_without_events_warns_once(fake, monkeypatch, caplog):
     monkeypatch.setattr(E, "STUCK_AFTER_SECONDS", 0.0)
     monkeypatch.setattr(E, "RECHECK_SECONDS", 1.0)
-    role = [r for r in yaml.safe_load_all((REPO / "k8s/rbac/roxxel-launch-role.yaml").read_text())
-            if r["kind"] == "Role"][0]["rules"]
+    role = [
+        r for r in yaml.safe_load_all((REPO / "k8s/rbac/roxxel-launch-role.yaml").read_text()) if r["kind"] == "Role"
+    ][0]["rules"]
     fake.set_role([r for r in role if "events" not in r["resources"]])
     fake.hold(fake.pods("lm")[0]["metadata"]["name"], unschedulable=UNSCHEDULABLE)
     timer = threading.Timer(3.0, fake.settle, ("jobsets", "lm", "succeed"))
@@ -167,13 +178,26 @@ def test_wait_under_a_role_without_events_warns_once(fake, monkeypatch, caplog):
 
 def test_merge_puts_warnings_first_then_the_newest():
     def event(type_: str, reason: str, when: str, **extra) -> dict:
-        return {"type": type_, "reason": reason, "message": reason, "lastTimestamp": when,
-                "involvedObject": {"kind": "Pod", "name": "p"}, **extra}
-    merged = E.merge([event("Normal", "Scheduled", "2025-01-01T00:00:09Z"),
-                      event("Warning", "FailedMount", "2025-01-01T00:00:01Z"),
-                      event("Warning", "FailedScheduling", "2025-01-01T00:00:05Z"),
-                      {**event("Warning", "BackOff", None), "series": {
-                          "count": 7, "lastObservedTime": "2025-01-01T00:00:07.000000Z"}}])
+        return {
+            "type": type_,
+            "reason": reason,
+            "message": reason,
+            "lastTimestamp": when,
+            "involvedObject": {"kind": "Pod", "name": "p"},
+            **extra,
+        }
+
+    merged = E.merge(
+        [
+            event("Normal", "Scheduled", "2025-01-01T00:00:09Z"),
+            event("Warning", "FailedMount", "2025-01-01T00:00:01Z"),
+            event("Warning", "FailedScheduling", "2025-01-01T00:00:05Z"),
+            {
+                **event("Warning", "BackOff", None),
+                "series": {"count": 7, "lastObservedTime": "2025-01-01T00:00:07.000000Z"},
+            },
+        ]
+    )
     assert [e.reason for e in merged] == ["BackOff", "FailedScheduling", "FailedMount", "Scheduled"]
     assert merged[0].count == 7
     assert [e.reason for e in E.merge([event("Normal", "Scheduled", "x")], warnings_only=True)] == []
@@ -182,14 +206,24 @@ def test_merge_puts_warnings_first_then_the_newest():
 def test_queue_state_names_the_admission_checks_not_ready():
     from roxxel_launch.backends.kubernetes.status import queue_state
 
-    workload = {"status": {"conditions": [
-        {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "ok"},
-        {"type": "Admitted", "status": "False", "reason": "NoChecks", "message": "checks"}],
-        "admissionChecks": [
-            {"name": "dws-prov", "state": "Pending",
-             "message": "Waiting for resources. Currently there are not enough resources"},
-            {"name": "ready-check", "state": "Ready", "message": "done"}]}}
+    workload = {
+        "status": {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "ok"},
+                {"type": "Admitted", "status": "False", "reason": "NoChecks", "message": "checks"},
+            ],
+            "admissionChecks": [
+                {
+                    "name": "dws-prov",
+                    "state": "Pending",
+                    "message": "Waiting for resources. Currently there are not enough resources",
+                },
+                {"name": "ready-check", "state": "Ready", "message": "done"},
+            ],
+        }
+    }
     text = queue_state("q", True, [workload])
-    assert text.endswith("; admission check dws-prov: Pending (Waiting for resources. "
-                         "Currently there are not enough resources)")
+    assert text.endswith(
+        "; admission check dws-prov: Pending (Waiting for resources. Currently there are not enough resources)"
+    )
     assert "ready-check" not in text

@@ -32,10 +32,19 @@ from support.k8s_fake_server import TOKEN, FakeKubernetes, count_preemptions, us
 pytestmark = pytest.mark.timeout(60)
 
 NS = "team-a"
-SPEC = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
-        "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
-        "accelerator": {"cpu": {"hosts": 2}}, "num_slices": 2,
-        "checkpoint_dir": "gs://ckpt/lm", "run_name": "lm-run-1", "service_account": "trainer"}
+SPEC = {
+    "apiVersion": "roxxel.dev/v1alpha1",
+    "kind": "RoxxelJob",
+    "name": "lm",
+    "namespace": NS,
+    "image": "us-docker.pkg.dev/proj/repo/worker:1",
+    "command": ["python", "-m", "examples.lm"],
+    "accelerator": {"cpu": {"hosts": 2}},
+    "num_slices": 2,
+    "checkpoint_dir": "gs://ckpt/lm",
+    "run_name": "lm-run-1",
+    "service_account": "trainer",
+}
 
 
 @pytest.fixture
@@ -54,8 +63,7 @@ def backend() -> K.KubernetesBackend:
 
 
 def retry_lines(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.levelno == logging.WARNING and "retry" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "retry" in r.getMessage()]
 
 
 def test_retry_honours_retry_after_and_backs_off_with_a_cap(clock):
@@ -67,8 +75,7 @@ def test_retry_honours_retry_after_and_backs_off_with_a_cap(clock):
     assert jittered.delay(3) == 1.0  # full jitter draws in [delay/2, delay]
 
 
-def test_an_hour_of_faults_wait_and_resume_until_done_end_right(fake, clock, tmp_path, caplog,
-                                                               monkeypatch):
+def test_an_hour_of_faults_wait_and_resume_until_done_end_right(fake, clock, tmp_path, caplog, monkeypatch):
     """The done-when of issue 17: 429 storms, 500s, resets, expired and broken watches and
     two gang restarts mid-stream, then a preemption and a resume: `wait` follows the job to
     its end and `resume --until-done` exits 0 once it succeeded. The preemption ends the
@@ -134,6 +141,7 @@ def test_a_create_that_happened_before_its_answer_was_lost_is_not_an_error(fake,
         if not request.dry_run and request.resource == "jobsets" and code == 201:
             return 500, {"kind": "Status", "code": 500, "message": "etcdserver: leader changed"}
         return code, body
+
     fake._create = create_then_fail
     with K.KubernetesBackend(retry=fast_retry(clock)) as b:
         b.submit(S.spec_from_dict(SPEC))
@@ -177,8 +185,11 @@ def test_strict_field_validation_catches_what_the_crd_check_cannot_read(fake, cl
     fake.serve_jobset_crd(without=("restartStrategy",))
     fake.set_role([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])  # no ClusterRole
     with K.KubernetesBackend(retry=fast_retry(clock)) as b:
-        with pytest.raises(BackendError, match=r"failurePolicy.restartStrategy: field not "
-                                               r"declared in schema"):
+        with pytest.raises(
+            BackendError,
+            match=r"failurePolicy.restartStrategy: field not "
+            r"declared in schema",
+        ):
             b.submit(S.spec_from_dict(SPEC))
     assert fake.get("jobsets", "lm") is None
 
@@ -186,8 +197,11 @@ def test_strict_field_validation_catches_what_the_crd_check_cannot_read(fake, cl
 def test_a_missing_local_queue_is_refused(fake, clock):
     fake.kueue("other-queue")
     with K.KubernetesBackend(retry=fast_retry(clock)) as b:
-        with pytest.raises(BackendError, match=r"no LocalQueue 'team-a-queue' in namespace "
-                                               r"team-a.*kubectl get localqueues -n team-a"):
+        with pytest.raises(
+            BackendError,
+            match=r"no LocalQueue 'team-a-queue' in namespace "
+            r"team-a.*kubectl get localqueues -n team-a",
+        ):
             b.submit(S.spec_from_dict({**SPEC, "queue": "team-a-queue"}))
     fake.kueue()
     fake._real.local_queues = None  # no Kueue at all
@@ -216,10 +230,13 @@ def test_the_indexed_jobs_service_is_owned_by_its_job(fake, clock):
 
 
 def _rank0_pod(fake, attempt: int) -> str:
-    (pod,) = [p["metadata"]["name"] for p in fake.pods("lm")
-              if p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == str(attempt)
-              and p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] == "0"
-              and p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "0"]
+    (pod,) = [
+        p["metadata"]["name"]
+        for p in fake.pods("lm")
+        if p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == str(attempt)
+        and p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] == "0"
+        and p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "0"
+    ]
     return pod
 
 
@@ -273,8 +290,9 @@ def test_logs_of_every_rank_are_prefixed_and_since_is_passed_on(fake, clock):
         b.submit(S.spec_from_dict(SPEC))
         for pod in fake.pods("lm"):
             labels = pod["metadata"]["labels"]
-            rank = int(labels["jobset.sigs.k8s.io/job-index"]) * 2 + \
-                int(labels["batch.kubernetes.io/job-completion-index"])
+            rank = int(labels["jobset.sigs.k8s.io/job-index"]) * 2 + int(
+                labels["batch.kubernetes.io/job-completion-index"]
+            )
             fake.log(pod["metadata"]["name"], f"hello from {rank}")
         result = CliRunner().invoke(cli, ["logs", "lm", "--all", "--since", "1h30m"])
     assert result.exit_code == 0, result.output
@@ -297,8 +315,10 @@ def test_status_reports_the_queue_state_from_kueues_workload(fake, clock):
             fake._apply(("jobsets", NS, "lm"), "evict")
         details = b.details("lm")
     assert details.status.state is JobState.SUSPENDED
-    assert "queue team-a-queue: evicted (Preempted: Preempted to accommodate a workload" \
-        in details.status.message and "Kueue requeues it" in details.status.message
+    assert (
+        "queue team-a-queue: evicted (Preempted: Preempted to accommodate a workload" in details.status.message
+        and "Kueue requeues it" in details.status.message
+    )
 
 
 def test_a_server_that_never_answers_ends_status_within_its_timeout(tmp_path, monkeypatch, clock):
@@ -313,12 +333,18 @@ def test_a_server_that_never_answers_ends_status_within_its_timeout(tmp_path, mo
     try:
         host, port = sink.getsockname()
         config = tmp_path / "kubeconfig"
-        config.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "hole",
-            "clusters": [{"name": "hole", "cluster": {"server": f"http://{host}:{port}"}}],
-            "users": [{"name": "u", "user": {"token": "t"}}],
-            "contexts": [{"name": "hole", "context": {"cluster": "hole", "user": "u",
-                                                      "namespace": NS}}]}))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "hole",
+                    "clusters": [{"name": "hole", "cluster": {"server": f"http://{host}:{port}"}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "hole", "context": {"cluster": "hole", "user": "u", "namespace": NS}}],
+                }
+            )
+        )
         monkeypatch.setenv("KUBECONFIG", str(config))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         policy = fast_retry(clock, connect_timeout=0.2, read_timeout=0.2, deadline=20.0)
@@ -353,29 +379,34 @@ def test_one_watch_serves_kubectl_and_the_launcher(fake):
     after it; an object that goes is DELETED with its last state; a field selector on a field
     the kind does not support is 400 BadRequest."""
     for name in ("a", "b"):
-        fake.put("jobsets", {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                             "metadata": {"name": name, "labels": {"app": name}}, "spec": {}})
+        fake.put(
+            "jobsets",
+            {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": "JobSet",
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {},
+            },
+        )
     code, events = _watch_events(fake, "timeoutSeconds=1")
     assert code == 200
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a"),
-                                                                             ("ADDED", "b")]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a"), ("ADDED", "b")]
     version = events[0]["object"]["metadata"]["resourceVersion"]
     timer = threading.Timer(0.3, lambda: fake.settle("jobsets", "a", "evict"))
     timer.start()
-    code, events = _watch_events(fake, f"fieldSelector=metadata.name%3Da&resourceVersion={version}"
-                                       "&timeoutSeconds=1")
+    code, events = _watch_events(fake, f"fieldSelector=metadata.name%3Da&resourceVersion={version}&timeoutSeconds=1")
     timer.join()
     assert [(e["type"], e["object"]["spec"].get("suspend")) for e in events] == [("MODIFIED", True)]
+
     def remove_b() -> None:
         with fake._lock:
             fake._remove(("jobsets", NS, "b"))
+
     timer = threading.Timer(0.3, remove_b)
     timer.start()
     version = events[0]["object"]["metadata"]["resourceVersion"]
     code, events = _watch_events(fake, f"resourceVersion={version}&timeoutSeconds=1")
     timer.join()
-    assert [(e["type"], e["object"]["metadata"]["labels"]) for e in events] == [
-        ("DELETED", {"app": "b"})]
+    assert [(e["type"], e["object"]["metadata"]["labels"]) for e in events] == [("DELETED", {"app": "b"})]
     code, (answer,) = _watch_events(fake, "fieldSelector=spec.suspend%3Dtrue")
-    assert (code, answer["reason"], answer["message"]) == (
-        400, "BadRequest", "field label not supported: spec.suspend")
+    assert (code, answer["reason"], answer["message"]) == (400, "BadRequest", "field label not supported: spec.suspend")

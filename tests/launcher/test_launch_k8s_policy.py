@@ -27,9 +27,17 @@ PREEMPTED, CONFIG_ERROR = contract.PREEMPTED_EXIT_CODE, contract.CONFIG_ERROR_EX
 
 
 def make_spec(**changes) -> S.JobSpec:
-    data = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
-            "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
-            "accelerator": {"cpu": {"hosts": 2}}, "num_slices": 2, "checkpoint_dir": "gs://ckpt/lm"}
+    data = {
+        "apiVersion": "roxxel.dev/v1alpha1",
+        "kind": "RoxxelJob",
+        "name": "lm",
+        "namespace": NS,
+        "image": "us-docker.pkg.dev/proj/repo/worker:1",
+        "command": ["python", "-m", "examples.lm"],
+        "accelerator": {"cpu": {"hosts": 2}},
+        "num_slices": 2,
+        "checkpoint_dir": "gs://ckpt/lm",
+    }
     data.update(changes)
     return S.spec_from_dict(data)
 
@@ -55,8 +63,7 @@ def test_a_preemption_restarts_the_gang_in_place_without_counting(fake, backend)
     backend.submit(make_spec(max_restarts=0))
     for _ in range(3):  # more preemptions than max_restarts allows failures
         decision = fake.exit_worker("lm", PREEMPTED, process=1, disrupted=True)
-        assert (decision.action, decision.counted, decision.rule) == (
-            policy.Action.RESTART, False, "preemption")
+        assert (decision.action, decision.counted, decision.rule) == (policy.Action.RESTART, False, "preemption")
     status = fake.get("jobsets", "lm")["status"]
     assert status["restarts"] == 3 and "restartsCountTowardsMax" not in status
     assert "terminalState" not in status and attempts(fake) == {"3"} and len(fake.pods("lm")) == 4
@@ -74,8 +81,7 @@ def test_failures_count_until_the_manifests_max_restarts(fake, backend, max_rest
     status = backend.status("lm")
     if max_restarts == 1:
         assert (second.action, second.reason) == (policy.Action.FAIL, policy.REACHED_MAX_RESTARTS)
-        assert (status.state, status.exit_code, status.reason) == (
-            JobState.FAILED, 1, StopReason.RESTARTS_EXHAUSTED)
+        assert (status.state, status.exit_code, status.reason) == (JobState.FAILED, 1, StopReason.RESTARTS_EXHAUSTED)
         assert "ReachedMaxRestarts" in status.message and "process 3" in status.message
         assert fake.get("jobsets", "lm")["status"]["restartsCountTowardsMax"] == 1
     else:
@@ -87,11 +93,14 @@ def test_failures_count_until_the_manifests_max_restarts(fake, backend, max_rest
 def test_a_configuration_error_fails_the_jobset_at_once(fake, backend):
     backend.submit(make_spec())
     decision = fake.exit_worker("lm", CONFIG_ERROR, process=1)
-    assert (decision.action, decision.rule, decision.job_action) == (
-        policy.Action.FAIL, "configError", "FailJob")
+    assert (decision.action, decision.rule, decision.job_action) == (policy.Action.FAIL, "configError", "FailJob")
     status = backend.status("lm")
     assert (status.state, status.exit_code, status.reason, status.restarts) == (
-        JobState.FAILED, CONFIG_ERROR, StopReason.CONFIG_ERROR, 0)
+        JobState.FAILED,
+        CONFIG_ERROR,
+        StopReason.CONFIG_ERROR,
+        0,
+    )
     assert "FailJobSetFailurePolicyAction" in status.message
 
 
@@ -102,8 +111,10 @@ def test_an_indexed_job_fails_by_its_pod_failure_policy(fake, backend):
     assert backend.status("lm").state is JobState.PREEMPTED
     conditions = fake.get("jobs", "lm")["status"]["conditions"]
     assert [c["type"] for c in conditions] == ["FailureTarget", "Failed"]
-    assert conditions[0]["message"].startswith(f"Pod {NS}/lm-1-") and \
-        "matching FailJob rule at index 1" in conditions[0]["message"]
+    assert (
+        conditions[0]["message"].startswith(f"Pod {NS}/lm-1-")
+        and "matching FailJob rule at index 1" in conditions[0]["message"]
+    )
 
 
 def test_a_failure_within_the_backoff_limit_recreates_the_pod(fake, backend, monkeypatch):
@@ -117,6 +128,7 @@ def test_a_failure_within_the_backoff_limit_recreates_the_pod(fake, backend, mon
             if obj["kind"] == "Job":
                 obj["spec"]["backoffLimit"] = 1
         return rendered
+
     monkeypatch.setattr(K, "render", with_backoff)
     backend.submit(make_spec(num_slices=1, workload="indexed-job"))
     old = {p["metadata"]["name"] for p in fake.pods("lm")}
@@ -140,10 +152,17 @@ def test_planned_outcomes_are_what_the_manifests_policies_decide(fake, backend):
     backend.submit(make_spec(max_restarts=2))
     status = backend.status("lm")
     assert (status.state, status.exit_code, status.reason, status.restarts) == (
-        JobState.FAILED, 1, StopReason.RESTARTS_EXHAUSTED, 2)
+        JobState.FAILED,
+        1,
+        StopReason.RESTARTS_EXHAUSTED,
+        2,
+    )
     assert "ValueError: the loss is NaN" in status.message
     assert [(d.action, d.counted) for d in fake._real.decisions] == [
-        (policy.Action.RESTART, True), (policy.Action.RESTART, True), (policy.Action.FAIL, True)]
+        (policy.Action.RESTART, True),
+        (policy.Action.RESTART, True),
+        (policy.Action.FAIL, True),
+    ]
     conditions = fake.get("jobsets", "lm")["status"]["conditions"]
     assert [(c["type"], c["reason"]) for c in conditions] == [("Failed", "ReachedMaxRestarts")]
 
@@ -152,5 +171,6 @@ def test_planned_outcomes_are_what_the_manifests_policies_decide(fake, backend):
     assert backend.status("ix").state is JobState.PREEMPTED
     (failed,) = [c for c in fake.get("jobs", "ix")["status"]["conditions"] if c["type"] == "Failed"]
     assert failed["reason"] == "PodFailurePolicy"
-    assert failed["message"].startswith(f"Pod {NS}/ix-0-") and \
-        failed["message"].endswith("has condition DisruptionTarget matching FailJob rule at index 1")
+    assert failed["message"].startswith(f"Pod {NS}/ix-0-") and failed["message"].endswith(
+        "has condition DisruptionTarget matching FailJob rule at index 1"
+    )

@@ -58,10 +58,19 @@ print(f"saved step {step}")
 
 
 def make_spec(**changes) -> S.JobSpec:
-    data = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
-            "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
-            "accelerator": {"cpu": {"hosts": 2}}, "num_slices": 2, "checkpoint_dir": "gs://ckpt/lm",
-            "max_restarts": 1, "max_preemptions": 3}
+    data = {
+        "apiVersion": "roxxel.dev/v1alpha1",
+        "kind": "RoxxelJob",
+        "name": "lm",
+        "namespace": NS,
+        "image": "us-docker.pkg.dev/proj/repo/worker:1",
+        "command": ["python", "-m", "examples.lm"],
+        "accelerator": {"cpu": {"hosts": 2}},
+        "num_slices": 2,
+        "checkpoint_dir": "gs://ckpt/lm",
+        "max_restarts": 1,
+        "max_preemptions": 3,
+    }
     data.update(changes)
     return S.spec_from_dict(data)
 
@@ -79,8 +88,12 @@ def backend(fake) -> K.KubernetesBackend:
 
 def rank0(fake) -> dict:
     """The pod of process 0 of the current attempt."""
-    (pod,) = [p for p in fake.pods("lm") if p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] == "0"
-              and p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "0"]
+    (pod,) = [
+        p
+        for p in fake.pods("lm")
+        if p["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"] == "0"
+        and p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "0"
+    ]
     return pod
 
 
@@ -95,7 +108,7 @@ def pod_env(pod: dict) -> dict[str, str]:
             env[var["name"]] = var["value"]
         path = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
         if path.startswith("metadata.annotations['"):
-            env[var["name"]] = pod["metadata"]["annotations"].get(path[len("metadata.annotations['"):-2], "")
+            env[var["name"]] = pod["metadata"]["annotations"].get(path[len("metadata.annotations['") : -2], "")
     return env
 
 
@@ -104,12 +117,15 @@ def run_worker(fake, ckpt: Path) -> int:
     output goes to the pod's log. Returns its exit code."""
     pod = rank0(fake)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROXXEL_")}
-    env.update({k: v for k, v in pod_env(pod).items()
-                if k in ("ROXXEL_RESTART_ATTEMPT", "ROXXEL_MAX_RESTART_ATTEMPT")})
-    out = subprocess.run([sys.executable, "-m", "roxxel.worker", "--", sys.executable, "-c", TRAIN,
-                          str(ckpt)], env=env, capture_output=True, text=True, timeout=60)
-    lines = out.stdout.splitlines() or [line.split(": ", 1)[-1] for line in out.stderr.splitlines()
-                                        if "beyond" in line]
+    env.update({k: v for k, v in pod_env(pod).items() if k in ("ROXXEL_RESTART_ATTEMPT", "ROXXEL_MAX_RESTART_ATTEMPT")})
+    out = subprocess.run(
+        [sys.executable, "-m", "roxxel.worker", "--", sys.executable, "-c", TRAIN, str(ckpt)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = out.stdout.splitlines() or [line.split(": ", 1)[-1] for line in out.stderr.splitlines() if "beyond" in line]
     fake.log(pod["metadata"]["name"], *lines)
     return out.returncode
 
@@ -133,15 +149,17 @@ def test_a_preemption_restarts_the_jobset_in_place_and_it_finishes(fake, backend
     assert "terminalState" not in status and jobset["metadata"]["uid"] == uid
     (restarting,) = [c for c in status["conditions"] if c["type"] == "RestartingJobSet"]
     assert (restarting["status"], restarting["reason"]) == ("True", "FailurePolicy_preemption")
-    assert restarting["message"] == ("applying RestartJobSetAndIgnoreMaxRestarts failure policy action "
-                                     "(first failed job: lm-slice-0)")
+    assert restarting["message"] == (
+        "applying RestartJobSetAndIgnoreMaxRestarts failure policy action (first failed job: lm-slice-0)"
+    )
     (event,) = [o for (r, _, _), o in fake.objects.items() if r == "events"]
     assert event["reason"] == "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction"
     # Every pod recreated from the template, with the new attempt on label and annotation.
     pods = fake.pods("lm")
     assert len(pods) == 4 and not old & {p["metadata"]["name"] for p in pods}
-    assert {(p["metadata"]["labels"][RESTART_ATTEMPT], p["metadata"]["annotations"][RESTART_ATTEMPT])
-            for p in pods} == {("1", "1")}
+    assert {
+        (p["metadata"]["labels"][RESTART_ATTEMPT], p["metadata"]["annotations"][RESTART_ATTEMPT]) for p in pods
+    } == {("1", "1")}
     assert pod_env(pods[0])["ROXXEL_RESTART_ATTEMPT"] == "1"
     assert fake.submissions("lm") == 1  # in place: not deleted and re-created
 
@@ -150,8 +168,7 @@ def test_a_preemption_restarts_the_jobset_in_place_and_it_finishes(fake, backend
     now = backend.status("lm")
     assert (now.state, now.restarts) == (JobState.RUNNING, 1)
     assert "1 restarts, 0 counted toward max_restarts=1, 1 free (preemption or eviction)" in now.message
-    (restarting,) = [c for c in fake.get("jobsets", "lm")["status"]["conditions"]
-                     if c["type"] == "RestartingJobSet"]
+    (restarting,) = [c for c in fake.get("jobsets", "lm")["status"]["conditions"] if c["type"] == "RestartingJobSet"]
     assert (restarting["status"], restarting["reason"]) == ("False", "JobsReady")
 
     fake.settle("jobsets", "lm", "succeed")
@@ -181,7 +198,11 @@ def test_preemptions_beyond_max_restarts_are_free_until_the_workers_budget(fake,
     assert (decision.action, decision.rule) == (policy.Action.FAIL, "configError")
     status = backend.status("lm")
     assert (status.state, status.exit_code, status.reason, status.restarts) == (
-        JobState.FAILED, CONFIG_ERROR, StopReason.CONFIG_ERROR, 3)
+        JobState.FAILED,
+        CONFIG_ERROR,
+        StopReason.CONFIG_ERROR,
+        3,
+    )
     assert "FailJobSetFailurePolicyAction" in status.message
     assert "3 restarts, 0 counted toward max_restarts=0, 3 free" in status.message
 
@@ -196,8 +217,7 @@ def test_a_preemption_rule_that_counts_ends_the_jobset_at_max_restarts(fake, bac
     backend.submit(make_spec(max_restarts=1))
     first = fake.exit_worker("lm", PREEMPTED, process=0, disrupted=True)
     assert (first.action, first.counted) == (policy.Action.RESTART, True)
-    (restarting,) = [c for c in fake.get("jobsets", "lm")["status"]["conditions"]
-                     if c["type"] == "RestartingJobSet"]
+    (restarting,) = [c for c in fake.get("jobsets", "lm")["status"]["conditions"] if c["type"] == "RestartingJobSet"]
     assert restarting["message"].startswith("applying RestartJobSet failure policy action")
     second = fake.exit_worker("lm", PREEMPTED, process=0, disrupted=True)
     assert (second.action, second.reason) == (policy.Action.FAIL, policy.REACHED_MAX_RESTARTS)
@@ -217,7 +237,8 @@ def test_wait_and_status_follow_planned_preemptions_to_the_end(fake, backend):
     assert result.exit_code == EXIT_SUCCEEDED, result.output
     assert "job lm succeeded" in result.stderr
     assert [(d.action, d.counted, d.rule) for d in fake._real.decisions] == [
-        (policy.Action.RESTART, False, "preemption")] * 2
+        (policy.Action.RESTART, False, "preemption")
+    ] * 2
     status = CliRunner().invoke(cli, ["status", "lm"]).output
     assert "restarts:   2" in status.splitlines()
     assert "2 restarts, 0 counted toward max_restarts=1, 2 free" in status
@@ -235,6 +256,7 @@ def test_logs_follow_across_a_preemption(fake, backend, tmp_path):
     def cluster():
         def following(pod: str) -> bool:
             return any(r.name == pod and r.query.get("follow") == "true" for r in fake.calls("GET", "log"))
+
         deadline = time.monotonic() + 30
         while not following(first) and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -244,10 +266,16 @@ def test_logs_follow_across_a_preemption(fake, backend, tmp_path):
         while not following(second) and time.monotonic() < deadline:
             time.sleep(0.02)
         fake.settle("jobsets", "lm", "succeed")
+
     thread = threading.Thread(target=cluster, daemon=True)
     thread.start()
     result = CliRunner().invoke(cli, ["logs", "lm", "-f"])
     thread.join(timeout=30)
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines() == ["fresh start at step 0", "saved step 2", "── attempt 2 (restart 1) ──",
-                                          "restored step 2", "saved step 4"]
+    assert result.output.splitlines() == [
+        "fresh start at step 0",
+        "saved step 2",
+        "── attempt 2 (restart 1) ──",
+        "restored step 2",
+        "saved step 4",
+    ]

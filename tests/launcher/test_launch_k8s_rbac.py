@@ -27,11 +27,21 @@ pytestmark = pytest.mark.timeout(120)
 
 NS = "team-a"
 ROLE = REPO / "k8s" / "rbac" / "roxxel-launch-role.yaml"
-SPEC = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
-        "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
-        "accelerator": {"cpu": {"hosts": 2}}, "num_slices": 2, "queue": "team-a-queue",
-        "workload_priority_class": "high",
-        "checkpoint_dir": "gs://ckpt/lm", "run_name": "lm-run-1", "service_account": "trainer"}
+SPEC = {
+    "apiVersion": "roxxel.dev/v1alpha1",
+    "kind": "RoxxelJob",
+    "name": "lm",
+    "namespace": NS,
+    "image": "us-docker.pkg.dev/proj/repo/worker:1",
+    "command": ["python", "-m", "examples.lm"],
+    "accelerator": {"cpu": {"hosts": 2}},
+    "num_slices": 2,
+    "queue": "team-a-queue",
+    "workload_priority_class": "high",
+    "checkpoint_dir": "gs://ckpt/lm",
+    "run_name": "lm-run-1",
+    "service_account": "trainer",
+}
 
 
 def rules() -> tuple[list[dict], list[dict]]:
@@ -54,8 +64,12 @@ def forward_once(name: str) -> None:
     from roxxel_launch.backends.kubernetes.backend import KubernetesBackend
 
     listening: list[str] = []
-    threading.Thread(target=KubernetesBackend().port_forward, args=(name, 0, 6006),
-                     kwargs={"on_listen": listening.append}, daemon=True).start()
+    threading.Thread(
+        target=KubernetesBackend().port_forward,
+        args=(name, 0, 6006),
+        kwargs={"on_listen": listening.append},
+        daemon=True,
+    ).start()
     deadline = time.monotonic() + 30
     while not listening:
         assert time.monotonic() < deadline
@@ -84,8 +98,7 @@ def test_every_verb_runs_under_exactly_the_shipped_role(fake, tmp_path, monkeypa
     jobset = tmp_path / "lm.yaml"
     jobset.write_text(yaml.safe_dump(SPEC))
     indexed = tmp_path / "ix.yaml"
-    indexed.write_text(yaml.safe_dump({**SPEC, "name": "ix", "num_slices": 1,
-                                       "workload": "indexed-job"}))
+    indexed.write_text(yaml.safe_dump({**SPEC, "name": "ix", "num_slices": 1, "workload": "indexed-job"}))
     fake.plan("lm", "preempt", "succeed")
     run("submit", jobset)
     run("status", "lm")
@@ -120,14 +133,18 @@ def test_every_verb_runs_under_exactly_the_shipped_role(fake, tmp_path, monkeypa
     # object (the API server's --event-ttl, 1 h by default), as on a cluster.
     assert {k[0] for k in fake.objects} <= {"events"}
     used = fake.rbac_used
-    granted = {(g, r, v) for rule in role + cluster for g in rule["apiGroups"]
-               for r in rule["resources"] for v in rule["verbs"]}
+    granted = {
+        (g, r, v)
+        for rule in role + cluster
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
     assert used <= granted  # enough (and nothing was refused: see run())
     assert granted <= used, f"rules never used: {sorted(granted - used)}"  # minimal
 
 
-def test_a_role_without_watch_is_refused_by_the_fake_and_wait_falls_back_to_polling(
-        fake, tmp_path, caplog):
+def test_a_role_without_watch_is_refused_by_the_fake_and_wait_falls_back_to_polling(fake, tmp_path, caplog):
     """The double really enforces the Role: without `watch`, the watch is 403 and `wait`
     polls instead (one warning), still ending with the right exit code."""
     role, cluster = rules()

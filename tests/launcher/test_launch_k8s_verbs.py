@@ -23,10 +23,18 @@ from support.k8s_fake_server import FakeKubernetes, use_cluster
 pytestmark = pytest.mark.timeout(120)
 
 NS = "team-a"
-SPEC = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "namespace": NS,
-        "image": "us-docker.pkg.dev/proj/repo/worker:1", "command": ["python", "-m", "examples.lm"],
-        "accelerator": {"cpu": {"hosts": 2}}, "num_slices": 1,
-        "checkpoint_dir": "gs://ckpt/lm", "run_name": "lm-run-1"}
+SPEC = {
+    "apiVersion": "roxxel.dev/v1alpha1",
+    "kind": "RoxxelJob",
+    "name": "lm",
+    "namespace": NS,
+    "image": "us-docker.pkg.dev/proj/repo/worker:1",
+    "command": ["python", "-m", "examples.lm"],
+    "accelerator": {"cpu": {"hosts": 2}},
+    "num_slices": 1,
+    "checkpoint_dir": "gs://ckpt/lm",
+    "run_name": "lm-run-1",
+}
 
 
 def run(*args, code: int = 0):
@@ -46,14 +54,19 @@ def submit(fake, tmp_path, name: str = "lm", namespace: str = NS) -> list[str]:
     path = tmp_path / f"{name}-{namespace}.yaml"
     path.write_text(yaml.safe_dump({**SPEC, "name": name, "namespace": namespace}))
     run("submit", path)
-    return sorted(p["metadata"]["name"] for (r, n, _), p in fake.objects.items()
-                  if r == "pods" and n == namespace and p["metadata"]["labels"].get(
-                      "jobset.sigs.k8s.io/jobset-name") == name)
+    return sorted(
+        p["metadata"]["name"]
+        for (r, n, _), p in fake.objects.items()
+        if r == "pods" and n == namespace and p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == name
+    )
 
 
 def process_pod(fake, name: str, process: int) -> str:
-    return next(p["metadata"]["name"] for p in fake.pods(name)
-                if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == str(process))
+    return next(
+        p["metadata"]["name"]
+        for p in fake.pods(name)
+        if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == str(process)
+    )
 
 
 # ----------------------------------------------------------------------------- list -A
@@ -69,7 +82,9 @@ def test_list_all_namespaces_has_a_namespace_column(fake, tmp_path):
     everywhere = run("list", "-A").output.splitlines()
     assert everywhere[0].split()[:3] == ["NAMESPACE", "NAME", "STATE"]
     assert [line.split()[:4] for line in everywhere[1:]] == [
-        [NS, "lm", "Running", "2"], ["team-b", "other", "Running", "2"]]
+        [NS, "lm", "Running", "2"],
+        ["team-b", "other", "Running", "2"],
+    ]
     assert any(r.path == "/api/v1/pods" for r in fake.calls("GET", "pods"))
     listed = yaml.safe_load(run("list", "--all-namespaces", "--json").output)
     assert [(j["namespace"], j["name"]) for j in listed] == [(NS, "lm"), ("team-b", "other")]
@@ -77,8 +92,9 @@ def test_list_all_namespaces_has_a_namespace_column(fake, tmp_path):
 
 def test_list_all_namespaces_without_cluster_permission_is_one_line_naming_the_fix(fake, tmp_path):
     submit(fake, tmp_path)
-    fake.set_role([{"apiGroups": ["jobset.x-k8s.io", "batch", ""], "resources": ["jobsets", "jobs", "pods"],
-                    "verbs": ["list"]}])
+    fake.set_role(
+        [{"apiGroups": ["jobset.x-k8s.io", "batch", ""], "resources": ["jobsets", "jobs", "pods"], "verbs": ["list"]}]
+    )
     assert "lm" in run("list").output  # the namespace's own Role still lists it
     result = run("list", "-A", code=1)
     (line,) = result.output.strip().splitlines()
@@ -147,9 +163,16 @@ def test_exec_refusals_are_one_line(fake, tmp_path, monkeypatch):
     submit(fake, tmp_path)
     assert "give the command after --" in run("exec", "lm", code=2).output
     assert "there is no process 5" in run("exec", "lm", "-p", "5", "--", "true", code=1).output
-    fake.set_role([{"apiGroups": ["jobset.x-k8s.io", "batch", ""], "resources": ["jobsets", "jobs", "pods"],
-                    "verbs": ["get", "list"]},
-                   {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get"]}])  # no create
+    fake.set_role(
+        [
+            {
+                "apiGroups": ["jobset.x-k8s.io", "batch", ""],
+                "resources": ["jobsets", "jobs", "pods"],
+                "verbs": ["get", "list"],
+            },
+            {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get"]},
+        ]
+    )  # no create
     (line,) = run("exec", "lm", "--", "true", code=1).output.strip().splitlines()
     assert "forbidden to exec in pod" in line and 'cannot create resource "pods/exec"' in line
     assert "kubectl auth can-i create pods/exec -n team-a" in line
@@ -162,8 +185,10 @@ def test_exec_and_port_forward_refuse_a_pod_that_does_not_run(fake, tmp_path):
     fake.settle("jobsets", "lm", "succeed")
     pod = process_pod(fake, "lm", 0)
     (line,) = run("exec", "lm", "--", "true", code=1).output.strip().splitlines()
-    assert line == (f"Error: pod {pod} (process 0 of lm) is Succeeded; exec and port-forward need a running "
-                    "pod (see roxxel-launch status -w)")
+    assert line == (
+        f"Error: pod {pod} (process 0 of lm) is Succeeded; exec and port-forward need a running "
+        "pod (see roxxel-launch status -w)"
+    )
     assert "is Succeeded" in run("port-forward", "lm", "6006", code=1).output
     assert fake.execs == [] and fake.calls("GET", "portforward") == []
 
@@ -184,6 +209,7 @@ def _echo_server() -> tuple[socket.socket, tuple[str, int]]:
             with conn:
                 data = conn.recv(1024)
                 conn.sendall(b"pong: " + data)
+
     threading.Thread(target=serve, daemon=True).start()
     return server, server.getsockname()
 
@@ -196,10 +222,10 @@ def _forwarding(args: list[str]) -> tuple[threading.Thread, list[str]]:
 
         backend = KubernetesBackend()
         try:
-            backend.port_forward(args[0], int(args[1]), int(args[2]), process=int(args[3]),
-                                 on_listen=said.append)
+            backend.port_forward(args[0], int(args[1]), int(args[2]), process=int(args[3]), on_listen=said.append)
         except Exception as err:  # noqa: BLE001 - reported to the test
             said.append(f"error: {err}")
+
     thread = threading.Thread(target=main, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -253,6 +279,7 @@ def test_port_forward_cli_says_where_it_listens_and_refuses_bad_ports(fake, tmp_
     def interrupted(api, pod, local_port, remote_port, *, on_listen):
         on_listen(f"127.0.0.1:{local_port}")
         raise KeyboardInterrupt
+
     monkeypatch.setattr("roxxel_launch.backends.kubernetes.backend.forward_port", interrupted)
     result = run("port-forward", "lm", "8080:6006", "-p", "1")
     assert result.stderr == "forwarding 127.0.0.1:8080 to port 6006 of lm's process 1; Ctrl-C stops\n"

@@ -55,6 +55,7 @@ def loopback_only(monkeypatch):
         if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
             raise AssertionError(f"a test tried to connect to {address}")
         return real(self, address)
+
     monkeypatch.setattr(socket.socket, "connect", connect)
 
 
@@ -65,13 +66,21 @@ def crd_schema() -> dict:
 
 def write_kubeconfig(path, url: str) -> None:
     """A kubeconfig with two contexts: ``work`` (namespace team-a, current) and ``plain``."""
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "work",
-        "clusters": [{"name": "fake", "cluster": {"server": url}}],
-        "users": [{"name": "dev", "user": {"token": TOKEN}}],
-        "contexts": [{"name": "work", "context": {"cluster": "fake", "user": "dev", "namespace": NS}},
-                     {"name": "plain", "context": {"cluster": "fake", "user": "dev"}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "work",
+                "clusters": [{"name": "fake", "cluster": {"server": url}}],
+                "users": [{"name": "dev", "user": {"token": TOKEN}}],
+                "contexts": [
+                    {"name": "work", "context": {"cluster": "fake", "user": "dev", "namespace": NS}},
+                    {"name": "plain", "context": {"cluster": "fake", "user": "dev"}},
+                ],
+            }
+        )
+    )
 
 
 @pytest.fixture
@@ -102,22 +111,34 @@ def stored(server: FakeKubernetes, resource: str, name: str) -> dict:
 
 
 def make_spec(**changes) -> S.JobSpec:
-    data = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm",
-            "namespace": NS, "image": "us-docker.pkg.dev/proj/repo/worker:1",
-            "command": ["python", "-m", "examples.lm"], "accelerator": "cpu",
-            "checkpoint_dir": "gs://ckpt/lm",
-            # The NetworkPolicy's own create/delete tests are in test_launch_security.py.
-            "security": {"network_policy": False}}
+    data = {
+        "apiVersion": "roxxel.dev/v1alpha1",
+        "kind": "RoxxelJob",
+        "name": "lm",
+        "namespace": NS,
+        "image": "us-docker.pkg.dev/proj/repo/worker:1",
+        "command": ["python", "-m", "examples.lm"],
+        "accelerator": "cpu",
+        "checkpoint_dir": "gs://ckpt/lm",
+        # The NetworkPolicy's own create/delete tests are in test_launch_security.py.
+        "security": {"network_policy": False},
+    }
     data.update(changes)
     return S.spec_from_dict(data)
 
 
 SPECS = {
     "cpu-jobset": make_spec(),
-    "tpu-v5p-2-slices": make_spec(accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}},
-                                  num_slices=2, queue="team-a", service_account="trainer"),
-    "gpu-2-hosts": make_spec(accelerator={"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2}},
-                             data={"nfs": {"server": "10.0.0.2", "path": "/vol1/data"}}),
+    "tpu-v5p-2-slices": make_spec(
+        accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}},
+        num_slices=2,
+        queue="team-a",
+        service_account="trainer",
+    ),
+    "gpu-2-hosts": make_spec(
+        accelerator={"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2}},
+        data={"nfs": {"server": "10.0.0.2", "path": "/vol1/data"}},
+    ),
     "indexed-job": make_spec(accelerator={"cpu": {"hosts": 4}}, workload="indexed-job"),
 }
 
@@ -133,14 +154,29 @@ def assert_valid(obj: dict, crd_schema: dict) -> None:
 def submitted(server: FakeKubernetes, spec: S.JobSpec) -> None:
     """Puts the rendered objects of ``spec`` into the server, as a successful submit would."""
     for obj in R.render(spec).objects:
-        server.put({"JobSet": "jobsets", "Job": "jobs", "Service": "services",
-                    "NetworkPolicy": "networkpolicies"}[obj["kind"]], obj)
+        server.put(
+            {"JobSet": "jobsets", "Job": "jobs", "Service": "services", "NetworkPolicy": "networkpolicies"}[
+                obj["kind"]
+            ],
+            obj,
+        )
 
 
-def pod(name: str, *, jobset: str | None = None, job: str | None = None, slice_index: int = 0,
-        index: int = 0, attempt: int = 0, phase: str = "Running", state: dict | None = None,
-        conditions: list | None = None, created: str = "2025-01-01T00:00:00Z",
-        deleting: bool = False, index_as_annotation: bool = False) -> dict:
+def pod(
+    name: str,
+    *,
+    jobset: str | None = None,
+    job: str | None = None,
+    slice_index: int = 0,
+    index: int = 0,
+    attempt: int = 0,
+    phase: str = "Running",
+    state: dict | None = None,
+    conditions: list | None = None,
+    created: str = "2025-01-01T00:00:00Z",
+    deleting: bool = False,
+    index_as_annotation: bool = False,
+) -> dict:
     """A pod as the JobSet/Job controllers and the kubelet leave it (canned JSON)."""
     labels = {R.RUN_NAME_LABEL: jobset or job}
     annotations = {}
@@ -148,36 +184,77 @@ def pod(name: str, *, jobset: str | None = None, job: str | None = None, slice_i
     index_keys[K.COMPLETION_INDEX_KEY] = str(index)
     annotations[K.COMPLETION_INDEX_KEY] = str(index)
     if jobset:
-        labels.update({K.JOBSET_NAME_LABEL: jobset, "jobset.sigs.k8s.io/replicatedjob-name": "slice",
-                       K.JOB_INDEX_LABEL: str(slice_index), K.RESTART_ATTEMPT_KEY: str(attempt),
-                       K.JOB_NAME_LABEL: f"{jobset}-slice-{slice_index}"})
+        labels.update(
+            {
+                K.JOBSET_NAME_LABEL: jobset,
+                "jobset.sigs.k8s.io/replicatedjob-name": "slice",
+                K.JOB_INDEX_LABEL: str(slice_index),
+                K.RESTART_ATTEMPT_KEY: str(attempt),
+                K.JOB_NAME_LABEL: f"{jobset}-slice-{slice_index}",
+            }
+        )
         annotations[K.RESTART_ATTEMPT_KEY] = str(attempt)
     else:
         labels.update({K.JOB_NAME_LABEL: job, "batch.kubernetes.io/job-name": job, R.JOB_LABEL: job})
     if state is None:
-        state = {"running": {"startedAt": "2025-01-01T00:01:00Z"}} if phase == "Running" else \
-            {"waiting": {"reason": "ContainerCreating"}}
-    meta = {"name": name, "namespace": NS, "labels": labels, "annotations": annotations,
-            "creationTimestamp": created}
+        state = (
+            {"running": {"startedAt": "2025-01-01T00:01:00Z"}}
+            if phase == "Running"
+            else {"waiting": {"reason": "ContainerCreating"}}
+        )
+    meta = {"name": name, "namespace": NS, "labels": labels, "annotations": annotations, "creationTimestamp": created}
     if deleting:
         meta["deletionTimestamp"] = "2025-03-03T00:00:00Z"
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "status": {"phase": phase, "conditions": conditions or [],
-                       "containerStatuses": [{"name": "worker", "state": state, "ready": phase == "Running",
-                                              "restartCount": 0, "image": "x", "imageID": "",
-                                              "started": phase == "Running"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "status": {
+            "phase": phase,
+            "conditions": conditions or [],
+            "containerStatuses": [
+                {
+                    "name": "worker",
+                    "state": state,
+                    "ready": phase == "Running",
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "",
+                    "started": phase == "Running",
+                }
+            ],
+        },
+    }
 
 
-def jobset_pods(name: str, slices: int, hosts: int, *, attempt: int = 0, phase: str = "Running",
-                **kwargs) -> list[dict]:
-    return [pod(f"{name}-slice-{s}-{i}-a{attempt}x", jobset=name, slice_index=s, index=i,
-                attempt=attempt, phase=phase, **kwargs)
-            for s in range(slices) for i in range(hosts)]
+def jobset_pods(
+    name: str, slices: int, hosts: int, *, attempt: int = 0, phase: str = "Running", **kwargs
+) -> list[dict]:
+    return [
+        pod(
+            f"{name}-slice-{s}-{i}-a{attempt}x",
+            jobset=name,
+            slice_index=s,
+            index=i,
+            attempt=attempt,
+            phase=phase,
+            **kwargs,
+        )
+        for s in range(slices)
+        for i in range(hosts)
+    ]
 
 
 def terminated(code: int, reason: str = "Error", message: str = "", finished: str = "2025-01-01T01:00:00Z"):
-    return {"terminated": {"exitCode": code, "reason": reason, "message": message,
-                           "finishedAt": finished, "startedAt": "2025-01-01T00:01:00Z"}}
+    return {
+        "terminated": {
+            "exitCode": code,
+            "reason": reason,
+            "message": message,
+            "finishedAt": finished,
+            "startedAt": "2025-01-01T00:01:00Z",
+        }
+    }
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -187,10 +264,10 @@ def test_constructing_does_no_io_and_the_first_call_loads_the_kubeconfig(server,
     """Constructing reads no file and sends nothing; the first API call loads credentials once."""
     loads = []
     real_load = k8s_config.load_kube_config
-    monkeypatch.setattr(KA.k8s_config, "load_kube_config",
-                        lambda *a, **kw: loads.append(kw) or real_load(*a, **kw))
-    monkeypatch.setattr(KA.k8s_config, "load_incluster_config",
-                        lambda *a, **kw: pytest.fail("in-cluster config outside a pod"))
+    monkeypatch.setattr(KA.k8s_config, "load_kube_config", lambda *a, **kw: loads.append(kw) or real_load(*a, **kw))
+    monkeypatch.setattr(
+        KA.k8s_config, "load_incluster_config", lambda *a, **kw: pytest.fail("in-cluster config outside a pod")
+    )
     opened = []
     real_open = open
     monkeypatch.setattr("builtins.open", lambda *a, **kw: opened.append(a) or real_open(*a, **kw))
@@ -220,9 +297,9 @@ def test_in_cluster_config_comes_first_in_a_pod(server, monkeypatch, tmp_path):
     def incluster(client_configuration):
         client_configuration.host = server.url
         client_configuration.api_key = {"authorization": f"Bearer {TOKEN}"}
+
     monkeypatch.setattr(KA.k8s_config, "load_incluster_config", incluster)
-    monkeypatch.setattr(KA.k8s_config, "load_kube_config",
-                        lambda *a, **kw: pytest.fail("kubeconfig used inside a pod"))
+    monkeypatch.setattr(KA.k8s_config, "load_kube_config", lambda *a, **kw: pytest.fail("kubeconfig used inside a pod"))
     backend = K.KubernetesBackend()
     assert backend.list() == []
     assert backend.namespace == "ml-jobs"
@@ -234,6 +311,7 @@ def test_in_cluster_failure_falls_back_to_the_kubeconfig(server, monkeypatch):
 
     def incluster(client_configuration):
         raise k8s_config.ConfigException("Service token file does not exist.")
+
     monkeypatch.setattr(KA.k8s_config, "load_incluster_config", incluster)
     assert K.KubernetesBackend().list() == []
     assert server.requests
@@ -260,8 +338,7 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
     status = backend.submit(spec)
     posts = server.calls("POST")
     kinds = [o["kind"] for o in expected]
-    assert [(r.body["kind"], r.dry_run) for r in posts] == \
-        [(k, True) for k in kinds] + [(k, False) for k in kinds]
+    assert [(r.body["kind"], r.dry_run) for r in posts] == [(k, True) for k in kinds] + [(k, False) for k in kinds]
     for request, obj in zip(posts, expected + expected):
         assert request.body == obj  # exactly the rendered object
         assert request.query["fieldManager"] == "roxxel-launch"
@@ -275,8 +352,11 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
     patches = [r for r in server.requests if r.method == "PATCH"]
     assert [r.resource for r in patches] == (["services"] if spec.workload == "indexed-job" else [])
     assert len(server.requests) == len(posts) + len(reads) + len(patches)
-    assert {r.path.rsplit("/", 2)[-2] for r in reads if r.resource != "nodes"} <= \
-        {"customresourcedefinitions", "apis", "localqueues"}
+    assert {r.path.rsplit("/", 2)[-2] for r in reads if r.resource != "nodes"} <= {
+        "customresourcedefinitions",
+        "apis",
+        "localqueues",
+    }
     assert status.state is JobState.PENDING and status.processes == spec.num_processes
     kept = server.get("jobsets" if spec.workload == "jobset" else "jobs", "lm")
     assert status.created == kept["metadata"]["creationTimestamp"]  # the server's, from its answer
@@ -285,8 +365,11 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
 
 def test_submit_dry_run_creates_nothing(server, backend):
     status = backend.submit(SPECS["indexed-job"], dry_run=True)
-    assert [(r.method, r.resource, r.dry_run) for r in server.requests] == \
-        [("GET", "nodes", False), ("POST", "services", True), ("POST", "jobs", True)]
+    assert [(r.method, r.resource, r.dry_run) for r in server.requests] == [
+        ("GET", "nodes", False),
+        ("POST", "services", True),
+        ("POST", "jobs", True),
+    ]
     assert server.objects == {}
     assert "dry run" in status.message and status.state is JobState.PENDING
 
@@ -297,6 +380,7 @@ def test_submit_validates_offline_before_sending_anything(server, backend, monke
         obj = copy.deepcopy(rendered.objects[0])
         obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
         return R.Rendered(objects=(obj,), yaml="")
+
     monkeypatch.setattr(K, "render", broken)
     with pytest.raises(BackendError, match="(?s)nothing was sent.*restartPolicy.*'OnFailure'"):
         backend.submit(SPECS["cpu-jobset"])
@@ -319,8 +403,14 @@ def test_existing_name_is_found_by_the_dry_run(server, backend):
 
 def test_partial_failure_rolls_back_what_was_created(server, backend):
     """Service created, Job refused: the Service is deleted again (never half a job)."""
-    server.fail("POST", "jobs", 422, 'Job.batch "lm" is invalid: spec.template.spec.containers[0].image: '
-                "Required value", reason="Invalid", dry_run=False)
+    server.fail(
+        "POST",
+        "jobs",
+        422,
+        'Job.batch "lm" is invalid: spec.template.spec.containers[0].image: Required value',
+        reason="Invalid",
+        dry_run=False,
+    )
     with pytest.raises(BackendError) as info:
         backend.submit(SPECS["indexed-job"])
     message = str(info.value)
@@ -345,6 +435,7 @@ def test_an_interrupted_submit_rolls_back_too(server, backend, monkeypatch):
         if obj["kind"] == "Job" and not dry_run:
             raise KeyboardInterrupt
         return real(self, obj, dry_run=dry_run)
+
     monkeypatch.setattr(KA.KubernetesApi, "create", create)
     with pytest.raises(KeyboardInterrupt):
         backend.submit(SPECS["indexed-job"])
@@ -354,26 +445,64 @@ def test_an_interrupted_submit_rolls_back_too(server, backend, monkeypatch):
 # ----------------------------------------------------------------------------- API errors
 
 
-@pytest.mark.parametrize("fault, error, pattern", [
-    (dict(code=403, reason="Forbidden", message='jobsets.jobset.x-k8s.io is forbidden: User "dev" '
-          'cannot create resource "jobsets" in API group "jobset.x-k8s.io"'),
-     BackendError, r"forbidden to create \(dry run\) JobSet team-a/lm: jobsets.jobset.x-k8s.io is forbidden.*"
-                   r"RBAC.*kubectl auth can-i create jobsets.jobset.x-k8s.io -n team-a.*--namespace"),
-    (dict(code=404, raw=b"404 page not found\n"), BackendError,
-     r"JobSet API \(jobset.x-k8s.io/v1alpha2\) is not installed.*install JobSet.*kubectl apply --server-side -f "
-     r"https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml.*indexed-job"),
-    (dict(code=404, reason="NotFound", message="the server could not find the requested resource"),
-     BackendError, r"JobSet API .* is not installed.*install JobSet"),
-    (dict(code=409, reason="AlreadyExists", message='jobsets.jobset.x-k8s.io "lm" already exists',
-          name="lm", kind="jobsets"), JobExistsError, r"already exists"),
-    (dict(code=422, reason="Invalid", message='JobSet.jobset.x-k8s.io "lm" is invalid: spec.replicatedJobs[0].'
-          'name: Invalid value: "slice": must be no more than 63 characters'),
-     BackendError, r"rejected JobSet team-a/lm.*spec.replicatedJobs\[0\].name: Invalid value"),
-    (dict(code=401, reason="Unauthorized", message="Unauthorized"), BackendError,
-     r"rejected the credentials.*get-credentials"),
-    (dict(code=500, reason="InternalError", message="etcdserver: request timed out"), BackendError,
-     r"failed to create \(dry run\) JobSet team-a/lm: HTTP 500.*etcdserver: request timed out.*Retry"),
-])
+@pytest.mark.parametrize(
+    "fault, error, pattern",
+    [
+        (
+            dict(
+                code=403,
+                reason="Forbidden",
+                message='jobsets.jobset.x-k8s.io is forbidden: User "dev" '
+                'cannot create resource "jobsets" in API group "jobset.x-k8s.io"',
+            ),
+            BackendError,
+            r"forbidden to create \(dry run\) JobSet team-a/lm: jobsets.jobset.x-k8s.io is forbidden.*"
+            r"RBAC.*kubectl auth can-i create jobsets.jobset.x-k8s.io -n team-a.*--namespace",
+        ),
+        (
+            dict(code=404, raw=b"404 page not found\n"),
+            BackendError,
+            r"JobSet API \(jobset.x-k8s.io/v1alpha2\) is not installed.*install JobSet.*kubectl apply --server-side -f "
+            r"https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml.*indexed-job",
+        ),
+        (
+            dict(code=404, reason="NotFound", message="the server could not find the requested resource"),
+            BackendError,
+            r"JobSet API .* is not installed.*install JobSet",
+        ),
+        (
+            dict(
+                code=409,
+                reason="AlreadyExists",
+                message='jobsets.jobset.x-k8s.io "lm" already exists',
+                name="lm",
+                kind="jobsets",
+            ),
+            JobExistsError,
+            r"already exists",
+        ),
+        (
+            dict(
+                code=422,
+                reason="Invalid",
+                message='JobSet.jobset.x-k8s.io "lm" is invalid: spec.replicatedJobs[0].'
+                'name: Invalid value: "slice": must be no more than 63 characters',
+            ),
+            BackendError,
+            r"rejected JobSet team-a/lm.*spec.replicatedJobs\[0\].name: Invalid value",
+        ),
+        (
+            dict(code=401, reason="Unauthorized", message="Unauthorized"),
+            BackendError,
+            r"rejected the credentials.*get-credentials",
+        ),
+        (
+            dict(code=500, reason="InternalError", message="etcdserver: request timed out"),
+            BackendError,
+            r"failed to create \(dry run\) JobSet team-a/lm: HTTP 500.*etcdserver: request timed out.*Retry",
+        ),
+    ],
+)
 def test_api_errors_become_clear_backend_errors(server, backend, fault, error, pattern):
     server.fail("POST", "jobsets", **{"times": 100, **fault})  # a 500 persists past the retries
     with pytest.raises(error, match=pattern) as info:
@@ -419,8 +548,17 @@ def test_status_jobset_pending_until_every_worker_runs(server, backend):
     assert backend.status("lm").state is JobState.PENDING  # no pods yet
     for p in jobset_pods("lm", 2, 4)[:6]:
         server.put("pods", p)
-    server.put("pods", pod("lm-slice-1-2-z", jobset="lm", slice_index=1, index=2, phase="Pending",
-                           state={"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}))
+    server.put(
+        "pods",
+        pod(
+            "lm-slice-1-2-z",
+            jobset="lm",
+            slice_index=1,
+            index=2,
+            phase="Pending",
+            state={"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}},
+        ),
+    )
     status = backend.status("lm")
     assert status.state is JobState.PENDING and status.processes == 8
     assert "6/8 workers running" in status.message
@@ -431,16 +569,36 @@ def test_status_jobset_pending_until_every_worker_runs(server, backend):
 
 def test_status_jobset_unschedulable_reason_is_surfaced(server, backend):
     _jobset(server)
-    server.put("pods", pod("lm-slice-0-0-q", jobset="lm", phase="Pending", state={}, conditions=[
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-         "message": "0/3 nodes are available: 3 Insufficient google.com/tpu."}]))
-    assert "Unschedulable: 0/3 nodes are available: 3 Insufficient google.com/tpu." in \
-        backend.status("lm").message
+    server.put(
+        "pods",
+        pod(
+            "lm-slice-0-0-q",
+            jobset="lm",
+            phase="Pending",
+            state={},
+            conditions=[
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient google.com/tpu.",
+                }
+            ],
+        ),
+    )
+    assert "Unschedulable: 0/3 nodes are available: 3 Insufficient google.com/tpu." in backend.status("lm").message
 
 
 def test_status_jobset_running(server, backend):
-    _jobset(server, status={"restarts": 0, "replicatedJobsStatus": [
-        {"name": "slice", "ready": 2, "active": 2, "succeeded": 0, "failed": 0, "suspended": 0}]})
+    _jobset(
+        server,
+        status={
+            "restarts": 0,
+            "replicatedJobsStatus": [
+                {"name": "slice", "ready": 2, "active": 2, "succeeded": 0, "failed": 0, "suspended": 0}
+            ],
+        },
+    )
     for p in jobset_pods("lm", 2, 4):
         server.put("pods", p)
     status = backend.status("lm")
@@ -473,42 +631,92 @@ def test_status_counts_free_restarts_when_the_controller_omits_a_zero_count(serv
     obj = _jobset(server, status={"restarts": 2})
     for p in jobset_pods("lm", 2, 4, attempt=2):
         server.put("pods", p)
-    assert "2 restarts, 0 counted toward max_restarts=3, 2 free (preemption or eviction)" in \
-        backend.status("lm").message
+    assert (
+        "2 restarts, 0 counted toward max_restarts=3, 2 free (preemption or eviction)" in backend.status("lm").message
+    )
     del obj["spec"]["failurePolicy"]["rules"]
     assert "counted toward" not in backend.status("lm").message
 
 
 def test_status_jobset_succeeded(server, backend):
-    _jobset(server, status={"restarts": 1, "terminalState": "Completed", "conditions": [
-        {"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed successfully"}]})
+    _jobset(
+        server,
+        status={
+            "restarts": 1,
+            "terminalState": "Completed",
+            "conditions": [
+                {
+                    "type": "Completed",
+                    "status": "True",
+                    "reason": "AllJobsCompleted",
+                    "message": "jobset completed successfully",
+                }
+            ],
+        },
+    )
     status = backend.status("lm")
     assert (status.state, status.exit_code, status.restarts) == (JobState.SUCCEEDED, 0, 1)
     assert status.state.terminal
 
 
 def test_status_jobset_failed_names_the_first_failed_worker(server, backend):
-    _jobset(server, status={"restarts": 3, "restartsCountTowardsMax": 3, "terminalState": "Failed", "conditions": [
-        {"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts",
-         "message": "jobset failed due to reaching max number of restarts"}]})
+    _jobset(
+        server,
+        status={
+            "restarts": 3,
+            "restartsCountTowardsMax": 3,
+            "terminalState": "Failed",
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "ReachedMaxRestarts",
+                    "message": "jobset failed due to reaching max number of restarts",
+                }
+            ],
+        },
+    )
     pods = jobset_pods("lm", 2, 4, attempt=3)
-    pods[5] = pod("lm-slice-1-1-boom", jobset="lm", slice_index=1, index=1, attempt=3, phase="Failed",
-                  state=terminated(1, "Error", "ValueError: NaN loss", "2025-01-01T01:00:00Z"))
-    pods[2] = pod("lm-slice-0-2-later", jobset="lm", slice_index=0, index=2, attempt=3, phase="Failed",
-                  state=terminated(137, "Error", "", "2025-01-01T01:00:09Z"))
+    pods[5] = pod(
+        "lm-slice-1-1-boom",
+        jobset="lm",
+        slice_index=1,
+        index=1,
+        attempt=3,
+        phase="Failed",
+        state=terminated(1, "Error", "ValueError: NaN loss", "2025-01-01T01:00:00Z"),
+    )
+    pods[2] = pod(
+        "lm-slice-0-2-later",
+        jobset="lm",
+        slice_index=0,
+        index=2,
+        attempt=3,
+        phase="Failed",
+        state=terminated(137, "Error", "", "2025-01-01T01:00:09Z"),
+    )
     for p in pods:
         server.put("pods", p)
     status = backend.status("lm")
     assert (status.state, status.exit_code, status.restarts) == (JobState.FAILED, 1, 3)
     assert status.reason is StopReason.RESTARTS_EXHAUSTED
     assert "ReachedMaxRestarts: jobset failed due to reaching max number of restarts" in status.message
-    assert "first failure: process 5 (pod lm-slice-1-1-boom) exited with code 1 (Error: ValueError: NaN loss)" \
+    assert (
+        "first failure: process 5 (pod lm-slice-1-1-boom) exited with code 1 (Error: ValueError: NaN loss)"
         in status.message
+    )
 
 
 def test_status_jobset_suspended_by_kueue(server, backend):
-    _jobset(server, suspend=True, status={"conditions": [
-        {"type": "Suspended", "status": "True", "reason": "SuspendedTrue", "message": "jobset is suspended"}]})
+    _jobset(
+        server,
+        suspend=True,
+        status={
+            "conditions": [
+                {"type": "Suspended", "status": "True", "reason": "SuspendedTrue", "message": "jobset is suspended"}
+            ]
+        },
+    )
     status = backend.status("lm")
     assert status.state is JobState.SUSPENDED and not status.state.terminal
     assert "waiting for Kueue to admit it (queue team-a)" in status.message
@@ -529,26 +737,72 @@ def _job_pods(phase="Running", **overrides) -> list[dict]:
     return pods
 
 
-@pytest.mark.parametrize("conditions, pods, state, exit_code, fragment", [
-    ([], _job_pods(), JobState.RUNNING, None, "4/4 workers running"),
-    ([], _job_pods(phase="Pending"), JobState.PENDING, None, "0/4 workers running"),
-    ([{"type": "Complete", "status": "True", "reason": "CompletionsReached"}], [], JobState.SUCCEEDED, 0, ""),
-    ([{"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy",
-       "message": "Pod team-a/lm-2-x has condition DisruptionTarget matching FailJob rule at index 0"},
-      {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-       "message": "Pod team-a/lm-2-x has condition DisruptionTarget matching FailJob rule at index 0"}],
-     _job_pods(p2=pod("lm-2-x", job="lm", index=2, phase="Failed", state=terminated(143), conditions=[
-         {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}])),
-     JobState.PREEMPTED, 42, "roxxel-launch resume lm"),
-    ([{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-       "message": "Container worker for pod team-a/lm-1-x failed with exit code 42 matching FailJob rule at index 1"}],
-     _job_pods(p1=pod("lm-1-x", job="lm", index=1, phase="Failed", state=terminated(42))),
-     JobState.PREEMPTED, 42, "exit code 42"),
-    ([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-       "message": "Job has reached the specified backoff limit"}],
-     _job_pods(p3=pod("lm-3-x", job="lm", index=3, phase="Failed", state=terminated(137, "OOMKilled"))),
-     JobState.FAILED, 137, "first failure: process 3 (pod lm-3-x) exited with code 137 (OOMKilled)"),
-], ids=["running", "pending", "succeeded", "preempted-disruption", "preempted-exit-42", "failed"])
+@pytest.mark.parametrize(
+    "conditions, pods, state, exit_code, fragment",
+    [
+        ([], _job_pods(), JobState.RUNNING, None, "4/4 workers running"),
+        ([], _job_pods(phase="Pending"), JobState.PENDING, None, "0/4 workers running"),
+        ([{"type": "Complete", "status": "True", "reason": "CompletionsReached"}], [], JobState.SUCCEEDED, 0, ""),
+        (
+            [
+                {
+                    "type": "FailureTarget",
+                    "status": "True",
+                    "reason": "PodFailurePolicy",
+                    "message": "Pod team-a/lm-2-x has condition DisruptionTarget matching FailJob rule at index 0",
+                },
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "PodFailurePolicy",
+                    "message": "Pod team-a/lm-2-x has condition DisruptionTarget matching FailJob rule at index 0",
+                },
+            ],
+            _job_pods(
+                p2=pod(
+                    "lm-2-x",
+                    job="lm",
+                    index=2,
+                    phase="Failed",
+                    state=terminated(143),
+                    conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}],
+                )
+            ),
+            JobState.PREEMPTED,
+            42,
+            "roxxel-launch resume lm",
+        ),
+        (
+            [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "PodFailurePolicy",
+                    "message": "Container worker for pod team-a/lm-1-x failed with exit code 42 matching FailJob rule at index 1",
+                }
+            ],
+            _job_pods(p1=pod("lm-1-x", job="lm", index=1, phase="Failed", state=terminated(42))),
+            JobState.PREEMPTED,
+            42,
+            "exit code 42",
+        ),
+        (
+            [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit",
+                }
+            ],
+            _job_pods(p3=pod("lm-3-x", job="lm", index=3, phase="Failed", state=terminated(137, "OOMKilled"))),
+            JobState.FAILED,
+            137,
+            "first failure: process 3 (pod lm-3-x) exited with code 137 (OOMKilled)",
+        ),
+    ],
+    ids=["running", "pending", "succeeded", "preempted-disruption", "preempted-exit-42", "failed"],
+)
 def test_status_indexed_job(server, backend, conditions, pods, state, exit_code, fragment):
     _job(server, conditions=conditions)
     for p in pods:
@@ -567,8 +821,14 @@ def test_status_indexed_job_suspended(server, backend):
 def test_status_of_unknown_foreign_and_child_objects(server, backend):
     with pytest.raises(JobNotFoundError, match="no job 'lm'.*roxxel-launch list.*--namespace"):
         backend.status("lm")
-    server.put("jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
-        "name": "lm-slice-0", "labels": {K.JOBSET_NAME_LABEL: "lm", R.MANAGED_BY_LABEL: R.MANAGED_BY}}})
+    server.put(
+        "jobs",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "lm-slice-0", "labels": {K.JOBSET_NAME_LABEL: "lm", R.MANAGED_BY_LABEL: R.MANAGED_BY}},
+        },
+    )
     with pytest.raises(JobNotFoundError, match="child of JobSet lm"):
         backend.status("lm-slice-0")
     server.put("jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "theirs"}})
@@ -586,15 +846,18 @@ def test_status_without_the_jobset_api_still_finds_indexed_jobs(server, backend)
 def test_wait_polls_when_the_server_refuses_watches(server, backend, caplog):
     """A server (or Role) without watches: wait falls back to polling, with one warning."""
     obj = _jobset(server, status={"restarts": 0})
-    server.fail("GET", "jobsets", 405, "the server does not allow this method",
-                reason="MethodNotAllowed", watch=True, times=100)
+    server.fail(
+        "GET", "jobsets", 405, "the server does not allow this method", reason="MethodNotAllowed", watch=True, times=100
+    )
     real = server.answer
 
     def answer(request, authorization):
-        if request.method == "GET" and request.resource == "jobsets" and \
-                len(server.calls("GET", "jobsets")) == 3:  # this is the fourth
+        if (
+            request.method == "GET" and request.resource == "jobsets" and len(server.calls("GET", "jobsets")) == 3
+        ):  # this is the fourth
             obj["status"] = {"terminalState": "Completed"}
         return real(request, authorization)
+
     server.answer = answer  # type: ignore[method-assign]
     assert backend.wait("lm", poll_seconds=0).state is JobState.SUCCEEDED
     assert len(server.calls("GET", "jobsets")) == 4  # the read, the refused watch, two polls
@@ -608,18 +871,28 @@ def test_list_shows_roxxel_jobs_only(server, backend):
     submitted(server, SPECS["tpu-v5p-2-slices"])
     submitted(server, make_spec(name="small", accelerator={"cpu": {"hosts": 2}}, workload="indexed-job"))
     # The JobSet's child Job carries the JobSet's labels; it is not a job of its own.
-    server.put("jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
-        "name": "lm-slice-0", "labels": {K.JOBSET_NAME_LABEL: "lm", R.MANAGED_BY_LABEL: R.MANAGED_BY}}})
+    server.put(
+        "jobs",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "lm-slice-0", "labels": {K.JOBSET_NAME_LABEL: "lm", R.MANAGED_BY_LABEL: R.MANAGED_BY}},
+        },
+    )
     server.put("jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "other"}})
     for p in jobset_pods("lm", 2, 4) + [pod(f"small-{i}", job="small", index=i) for i in range(2)]:
         server.put("pods", p)
     statuses = backend.list()
     assert [(s.name, s.state, s.processes) for s in statuses] == [
-        ("lm", JobState.RUNNING, 8), ("small", JobState.RUNNING, 2)]
+        ("lm", JobState.RUNNING, 8),
+        ("small", JobState.RUNNING, 2),
+    ]
     selectors = {r.resource: r.query.get("labelSelector") for r in server.calls("GET")}
-    assert selectors == {"jobsets": "app.kubernetes.io/managed-by=roxxel-launch",
-                         "jobs": "app.kubernetes.io/managed-by=roxxel-launch",
-                         "pods": "roxxel.dev/run-name"}
+    assert selectors == {
+        "jobsets": "app.kubernetes.io/managed-by=roxxel-launch",
+        "jobs": "app.kubernetes.io/managed-by=roxxel-launch",
+        "pods": "roxxel.dev/run-name",
+    }
 
 
 def test_list_without_the_jobset_api(server, backend):
@@ -686,8 +959,7 @@ def test_logs_closes_the_stream_when_the_reader_stops(server, backend, monkeypat
         server.put("pods", p)
     server.log_bytes("lm-0-x", b"a\n", b"b\n", b"c\n")
     closed = []
-    monkeypatch.setattr(urllib3.HTTPResponse, "close",
-                        lambda self: closed.append(True) or None)
+    monkeypatch.setattr(urllib3.HTTPResponse, "close", lambda self: closed.append(True) or None)
     lines = backend.logs("lm", follow=True)
     assert next(lines) == "a"
     lines.close()
@@ -706,6 +978,7 @@ def test_logs_follow_waits_for_the_pod_to_start(server, backend):
         if kind == "Pod" and len(server.calls("GET", "pods")) == 2:  # starts after two polls
             server.put("pods", pod("lm-1-x", job="lm", index=1, phase="Running"))
         return result
+
     real_answer = server.answer
 
     def answer(request, authorization):
@@ -714,6 +987,7 @@ def test_logs_follow_waits_for_the_pod_to_start(server, backend):
             server.log_bytes("lm-1-x", b"up\n")
             server.end_log("lm-1-x")
         return real_answer(request, authorization)
+
     server.answer = answer  # type: ignore[method-assign]
     backend.api.list = list_
     assert list(backend.logs("lm", process=1, follow=True)) == ["up"]
@@ -736,8 +1010,13 @@ def test_logs_errors(server, backend):
         backend.logs("lm")
     for p in _job_pods():
         server.put("pods", p)
-    server.fail("GET", "log", 400, 'container "worker" in pod "lm-0-x" is waiting to start: ContainerCreating',
-                reason="BadRequest")
+    server.fail(
+        "GET",
+        "log",
+        400,
+        'container "worker" in pod "lm-0-x" is waiting to start: ContainerCreating',
+        reason="BadRequest",
+    )
     with pytest.raises(BackendError, match="is waiting to start: ContainerCreating"):
         backend.logs("lm")
 
@@ -758,7 +1037,9 @@ def test_delete_indexed_job_removes_its_service_too(server, backend):
     server.linger = 2  # foreground deletion keeps the objects for a while
     backend.delete("lm", wait=True)
     assert [(r.resource, r.query["propagationPolicy"]) for r in server.calls("DELETE")] == [
-        ("jobs", "Foreground"), ("services", "Foreground")]
+        ("jobs", "Foreground"),
+        ("services", "Foreground"),
+    ]
     assert server.objects == {}
 
 
@@ -771,7 +1052,9 @@ def test_delete_wait_times_out_with_a_hint(server):
     submitted(server, SPECS["cpu-jobset"])
     server.linger = 10**6
     backend = K.KubernetesBackend(poll_seconds=0, delete_timeout=0)
-    with pytest.raises(BackendError, match=r"still exists.*kubectl get pods -n team-a -l jobset.sigs.k8s.io/jobset-name=lm"):
+    with pytest.raises(
+        BackendError, match=r"still exists.*kubectl get pods -n team-a -l jobset.sigs.k8s.io/jobset-name=lm"
+    ):
         backend.delete("lm", wait=True)
 
 
@@ -780,8 +1063,15 @@ def test_delete_wait_times_out_with_a_hint(server):
 
 def test_resume_reads_the_spec_annotation_and_resubmits(server, backend, crd_schema):
     spec = SPECS["tpu-v5p-2-slices"]
-    _jobset(server, spec, status={"restarts": 4, "terminalState": "Failed", "conditions": [
-        {"type": "Failed", "status": "True", "reason": "FailedJobs"}]})
+    _jobset(
+        server,
+        spec,
+        status={
+            "restarts": 4,
+            "terminalState": "Failed",
+            "conditions": [{"type": "Failed", "status": "True", "reason": "FailedJobs"}],
+        },
+    )
     server.linger = 2  # the old JobSet lingers while its pods terminate
     status = backend.resume("lm")
     methods = [(r.method, r.resource, r.dry_run) for r in server.requests]
@@ -793,7 +1083,7 @@ def test_resume_reads_the_spec_annotation_and_resubmits(server, backend, crd_sch
     before = [r.path.rsplit("/", 2)[-2] for r in server.requests[:first_delete] if r.method == "GET"]
     assert {"customresourcedefinitions", "v1", "apis", "localqueues"} <= set(before)  # v1: /api/v1/nodes
     # after the delete: polled until the JobSet was gone (2 lingering GETs + the 404)
-    assert methods[first_delete + 1:first_post] == [("GET", "jobsets", False)] * 3
+    assert methods[first_delete + 1 : first_post] == [("GET", "jobsets", False)] * 3
     (real_post,) = [r for r in server.calls("POST") if not r.dry_run]
     assert real_post.body == R.render(spec).objects[0]  # same run name, checkpoint_dir, everything
     assert_valid(real_post.body, crd_schema)
@@ -808,8 +1098,15 @@ def test_resume_with_a_fixed_spec_submits_it_and_refuses_another_run(server, bac
     import dataclasses
 
     spec = SPECS["tpu-v5p-2-slices"]
-    _jobset(server, spec, status={"restarts": 4, "terminalState": "Failed", "conditions": [
-        {"type": "Failed", "status": "True", "reason": "FailedJobs"}]})
+    _jobset(
+        server,
+        spec,
+        status={
+            "restarts": 4,
+            "terminalState": "Failed",
+            "conditions": [{"type": "Failed", "status": "True", "reason": "FailedJobs"}],
+        },
+    )
     with pytest.raises(BackendError, match="checkpoint_dir .* makes it another run"):
         backend.resume("lm", new_spec=dataclasses.replace(spec, checkpoint_dir="gs://other/ckpt"))
     assert not server.calls("DELETE")
@@ -823,9 +1120,16 @@ def test_resume_with_a_fixed_spec_submits_it_and_refuses_another_run(server, bac
 def test_resume_after_a_simulated_preemption_of_an_indexed_job(server, backend, crd_schema):
     spec = make_spec(name="lm", accelerator={"cpu": {"hosts": 4}}, workload="indexed-job", run_name="run-7")
     submitted(server, spec)
-    stored(server, "jobs", "lm")["status"] = {"conditions": [
-        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-         "message": "Pod team-a/lm-0-x has condition DisruptionTarget matching FailJob rule at index 0"}]}
+    stored(server, "jobs", "lm")["status"] = {
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "PodFailurePolicy",
+                "message": "Pod team-a/lm-0-x has condition DisruptionTarget matching FailJob rule at index 0",
+            }
+        ]
+    }
     assert backend.status("lm").state is JobState.PREEMPTED
     backend.resume("lm")
     deletes = [(r.resource, r.query["propagationPolicy"]) for r in server.calls("DELETE")]
@@ -835,8 +1139,7 @@ def test_resume_after_a_simulated_preemption_of_an_indexed_job(server, backend, 
     for request, obj in zip(creates, R.render(spec).objects):
         assert request.body == obj
         assert_valid(request.body, crd_schema)
-    env = {e["name"]: e.get("value") for e in
-           creates[1].body["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in creates[1].body["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["ROXXEL_RUN_NAME"] == "run-7" and env["ROXXEL_CHECKPOINT_DIR"] == "gs://ckpt/lm"
     assert "status" not in server.get("jobs", "lm")  # a fresh Job
 
@@ -845,7 +1148,9 @@ def test_resume_refuses_a_running_job(server, backend):
     _jobset(server, status={"restarts": 0})
     for p in jobset_pods("lm", 2, 4):
         server.put("pods", p)
-    with pytest.raises(BackendError, match=r"lm is Running.*Wait for it.*roxxel-launch wait lm.*roxxel-launch delete lm"):
+    with pytest.raises(
+        BackendError, match=r"lm is Running.*Wait for it.*roxxel-launch wait lm.*roxxel-launch delete lm"
+    ):
         backend.resume("lm")
     assert server.calls("DELETE") == [] and server.calls("POST") == []
 
@@ -915,7 +1220,10 @@ def test_suspend_stops_the_pods_and_keeps_the_job_for_resume(case, resource, ser
     status = backend.suspend("lm")
     (patch,) = server.calls("PATCH", resource)
     assert (patch.resource, patch.content_type, patch.body) == (
-        resource, "application/merge-patch+json", {"spec": {"suspend": True}})
+        resource,
+        "application/merge-patch+json",
+        {"spec": {"suspend": True}},
+    )
     assert status.state is JobState.SUSPENDED and "roxxel-launch resume" in status.message
     assert server.pods("lm") == []
     obj = stored(server, resource, "lm")
@@ -973,8 +1281,12 @@ def test_a_name_in_two_other_namespaces_is_named_and_nothing_is_guessed(server, 
 def test_without_permission_to_list_across_namespaces_the_error_names_namespace(server, backend):
     """A namespaced Role (k8s/rbac) cannot list other namespaces: the not-found error stands."""
     submitted(server, make_spec(namespace="ml"))
-    server.set_role([{"apiGroups": ["jobset.x-k8s.io", "batch"], "resources": ["jobsets", "jobs"],
-                      "verbs": ["get", "list"]}])
-    with pytest.raises(JobNotFoundError, match=r"no job 'lm' .* in namespace team-a or any other namespace "
-                                               r"this account may list.*--namespace"):
+    server.set_role(
+        [{"apiGroups": ["jobset.x-k8s.io", "batch"], "resources": ["jobsets", "jobs"], "verbs": ["get", "list"]}]
+    )
+    with pytest.raises(
+        JobNotFoundError,
+        match=r"no job 'lm' .* in namespace team-a or any other namespace "
+        r"this account may list.*--namespace",
+    ):
         backend.status("lm")

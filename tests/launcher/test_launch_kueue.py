@@ -43,39 +43,69 @@ def _error(overrides=(), **fields) -> S.SpecError:
 # ----------------------------------------------------------------------------- the spec
 
 
-@pytest.mark.parametrize("fields,field,fragment", [
-    ({"workload_priority_class": "high"}, "workload_priority_class",
-     "is set without queue, and Kueue reads it only from a job it manages: it would do nothing. "
-     "Set queue to your LocalQueue too, or remove workload_priority_class."),
-    ({"topology": {"required": BLOCK}}, "topology", "is set without queue"),
-    ({"queue": "q", "workload_priority_class": "High"}, "workload_priority_class", "DNS-1123 subdomain"),
-    ({"queue": "q", "workload_priority_class": "a" * 64}, "workload_priority_class",
-     "a label value holds at most 63"),
-    ({"queue": "q", "topology": {}}, "topology", "give required, preferred or slice_required (got none)"),
-    ({"queue": "q", "topology": {"required": BLOCK, "preferred": HOST}}, "topology",
-     "give at most one of required, preferred (got required, preferred)"),
-    ({"queue": "q", "topology": {"slice_required": HOST}}, "topology.slice_size",
-     "is required with slice_required (Kueue needs both)"),
-    ({"queue": "q", "topology": {"required": BLOCK, "slice_size": 2}}, "topology.slice_required",
-     "is required with slice_size"),
-    ({"queue": "q", "topology": {"slice_required": "a b", "slice_size": 2}}, "topology.slice_required",
-     "not a qualified name"),
-    ({"queue": "q", "topology": {"slice_required": HOST, "slice_size": 0}}, "topology.slice_size",
-     "must be at least 1, got 0"),
-    ({"queue": "q", "accelerator": {"cpu": {"hosts": 2}}, "topology": {"slice_required": HOST, "slice_size": 3}},
-     "topology.slice_size",
-     "3 does not divide the job's 2 pods into whole slices"),
-    ({"topology": {"slice_required": HOST, "slice_size": 1}}, "topology", "is set without queue"),
-    ({"queue_provisioning": {}}, "queue_provisioning", "is set without queue"),
-    ({"queue": "q", "queue_provisioning": {"max_run_duration_seconds": 0}},
-     "queue_provisioning.max_run_duration_seconds", "must be between 1 and 604800 seconds (seven days), got 0"),
-    ({"queue": "q", "queue_provisioning": {"max_run_duration_seconds": 604801}},
-     "queue_provisioning.max_run_duration_seconds", "got 604801"),
-    ({"queue": "q", "topology": {"required": "rack level"}}, "topology.required",
-     "not a qualified name"),
-    ({"queue": "q", "topology": {"preferred": "Example.com/rack"}}, "topology.preferred",
-     "DNS-1123 subdomain"),
-])
+@pytest.mark.parametrize(
+    "fields,field,fragment",
+    [
+        (
+            {"workload_priority_class": "high"},
+            "workload_priority_class",
+            "is set without queue, and Kueue reads it only from a job it manages: it would do nothing. "
+            "Set queue to your LocalQueue too, or remove workload_priority_class.",
+        ),
+        ({"topology": {"required": BLOCK}}, "topology", "is set without queue"),
+        ({"queue": "q", "workload_priority_class": "High"}, "workload_priority_class", "DNS-1123 subdomain"),
+        (
+            {"queue": "q", "workload_priority_class": "a" * 64},
+            "workload_priority_class",
+            "a label value holds at most 63",
+        ),
+        ({"queue": "q", "topology": {}}, "topology", "give required, preferred or slice_required (got none)"),
+        (
+            {"queue": "q", "topology": {"required": BLOCK, "preferred": HOST}},
+            "topology",
+            "give at most one of required, preferred (got required, preferred)",
+        ),
+        (
+            {"queue": "q", "topology": {"slice_required": HOST}},
+            "topology.slice_size",
+            "is required with slice_required (Kueue needs both)",
+        ),
+        (
+            {"queue": "q", "topology": {"required": BLOCK, "slice_size": 2}},
+            "topology.slice_required",
+            "is required with slice_size",
+        ),
+        (
+            {"queue": "q", "topology": {"slice_required": "a b", "slice_size": 2}},
+            "topology.slice_required",
+            "not a qualified name",
+        ),
+        (
+            {"queue": "q", "topology": {"slice_required": HOST, "slice_size": 0}},
+            "topology.slice_size",
+            "must be at least 1, got 0",
+        ),
+        (
+            {"queue": "q", "accelerator": {"cpu": {"hosts": 2}}, "topology": {"slice_required": HOST, "slice_size": 3}},
+            "topology.slice_size",
+            "3 does not divide the job's 2 pods into whole slices",
+        ),
+        ({"topology": {"slice_required": HOST, "slice_size": 1}}, "topology", "is set without queue"),
+        ({"queue_provisioning": {}}, "queue_provisioning", "is set without queue"),
+        (
+            {"queue": "q", "queue_provisioning": {"max_run_duration_seconds": 0}},
+            "queue_provisioning.max_run_duration_seconds",
+            "must be between 1 and 604800 seconds (seven days), got 0",
+        ),
+        (
+            {"queue": "q", "queue_provisioning": {"max_run_duration_seconds": 604801}},
+            "queue_provisioning.max_run_duration_seconds",
+            "got 604801",
+        ),
+        ({"queue": "q", "topology": {"required": "rack level"}}, "topology.required", "not a qualified name"),
+        ({"queue": "q", "topology": {"preferred": "Example.com/rack"}}, "topology.preferred", "DNS-1123 subdomain"),
+    ],
+)
 def test_bad_kueue_fields_are_one_line_naming_the_field(fields, field, fragment):
     err = _error(**fields)
     assert err.field == field and str(err).startswith(f"{field}: ")
@@ -90,8 +120,7 @@ def test_a_misspelt_level_field_is_named_with_the_one_meant():
 def test_kueue_fields_are_settable_with_set(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(spec_dict()))
-    spec = S.load_spec(path, ["queue=team-a", "workload_priority_class=high",
-                              f"topology.preferred={HOST}"])
+    spec = S.load_spec(path, ["queue=team-a", "workload_priority_class=high", f"topology.preferred={HOST}"])
     assert (spec.queue, spec.workload_priority_class) == ("team-a", "high")
     assert spec.topology == S.Topology(preferred=HOST)
     with pytest.raises(S.SpecError, match=r"^topology.required: .*from --set topology.required=a b\)"):
@@ -141,8 +170,13 @@ def test_jobset_carries_the_priority_label_and_its_pod_template_the_topology(crd
 
 
 def test_indexed_job_carries_them_on_the_job_and_its_pod_template(crd_schema):
-    spec = _spec(accelerator={"cpu": {"hosts": 4}}, workload="indexed-job",
-                 topology={"preferred": HOST}, priority_class="batch", **KUEUE)
+    spec = _spec(
+        accelerator={"cpu": {"hosts": 4}},
+        workload="indexed-job",
+        topology={"preferred": HOST},
+        priority_class="batch",
+        **KUEUE,
+    )
     rendered = R.render(spec)
     _valid(rendered, crd_schema)
     service, job = rendered.objects
@@ -157,8 +191,12 @@ def test_slices_are_pod_template_annotations_next_to_the_whole_podsets(crd_schem
     """Kueue's JobSet TAS example (site/static/examples/jobs/sample-jobset-tas-combined.yaml):
     podset-required-topology with podset-slice-required-topology and podset-slice-size, all
     on the replicated job's pod template; the size a string (Kueue parses it as an int32)."""
-    spec = _spec(accelerator=TPU_V5P, num_slices=2, queue="team-a",
-                 topology={"required": BLOCK, "slice_required": HOST, "slice_size": 4})
+    spec = _spec(
+        accelerator=TPU_V5P,
+        num_slices=2,
+        queue="team-a",
+        topology={"required": BLOCK, "slice_required": HOST, "slice_size": 4},
+    )
     rendered = R.render(spec)
     _valid(rendered, crd_schema)
     (jobset,) = rendered.objects
@@ -172,13 +210,21 @@ def test_slices_are_pod_template_annotations_next_to_the_whole_podsets(crd_schem
 
 def test_slices_alone_and_a_slice_of_every_pod_are_accepted():
     spec = _spec(queue="q", accelerator={"cpu": {"hosts": 2}}, topology={"slice_required": HOST, "slice_size": 2})
-    assert spec.topology.pod_annotations() == {"kueue.x-k8s.io/podset-slice-required-topology": HOST,
-                                               "kueue.x-k8s.io/podset-slice-size": "2"}
+    assert spec.topology.pod_annotations() == {
+        "kueue.x-k8s.io/podset-slice-required-topology": HOST,
+        "kueue.x-k8s.io/podset-slice-size": "2",
+    }
     # 2 slices of 4 v5p hosts: 8 pods, cut into slices of 4 (one TPU slice each).
-    assert _spec(accelerator=TPU_V5P, num_slices=2, queue="q",
-                 topology={"slice_required": HOST, "slice_size": 4}).topology.slice_size == 4
-    assert _error(accelerator=TPU_V5P, num_slices=2, queue="q",
-                  topology={"slice_required": HOST, "slice_size": 16}).field == "topology.slice_size"
+    assert (
+        _spec(
+            accelerator=TPU_V5P, num_slices=2, queue="q", topology={"slice_required": HOST, "slice_size": 4}
+        ).topology.slice_size
+        == 4
+    )
+    assert (
+        _error(accelerator=TPU_V5P, num_slices=2, queue="q", topology={"slice_required": HOST, "slice_size": 16}).field
+        == "topology.slice_size"
+    )
 
 
 @pytest.mark.parametrize("workload", ["jobset", "indexed-job"])
@@ -187,16 +233,21 @@ def test_queue_provisioning_annotates_the_job_object_and_targets_queued_nodes(wo
     ProvisioningRequest (pkg/controller/jobframework/utils.go); GKE taints queued-provisioning
     nodes cloud.google.com/gke-queued (GKE samples ai-ml/gke-ray/tpu/dws tolerate it) and xpk
     selects them by that label for flex-start."""
-    spec = _spec(accelerator={"cpu": {"hosts": 2}}, workload=workload, queue="team-a",
-                 queue_provisioning={"max_run_duration_seconds": 3600})
+    spec = _spec(
+        accelerator={"cpu": {"hosts": 2}},
+        workload=workload,
+        queue="team-a",
+        queue_provisioning={"max_run_duration_seconds": 3600},
+    )
     rendered = R.render(spec)
     _valid(rendered, crd_schema)
     job = rendered.objects[-1]
     assert job["metadata"]["annotations"]["provreq.kueue.x-k8s.io/maxRunDurationSeconds"] == "3600"
     pod = (job["spec"]["replicatedJobs"][0]["template"]["spec"] if workload == "jobset" else job["spec"])["template"]
     assert pod["spec"]["nodeSelector"]["cloud.google.com/gke-queued"] == "true"
-    assert {"key": "cloud.google.com/gke-queued", "operator": "Exists", "effect": "NoSchedule"} \
-        in pod["spec"]["tolerations"]
+    assert {"key": "cloud.google.com/gke-queued", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"][
+        "tolerations"
+    ]
     assert not any(k.startswith("provreq.") for k in pod["metadata"].get("annotations", {}))
 
 
@@ -228,8 +279,9 @@ def fake(tmp_path, monkeypatch):
 
 
 def _submit(**fields) -> None:
-    spec = S.spec_from_dict(spec_dict(namespace=NS, accelerator={"cpu": {"hosts": 2}},
-                                      checkpoint_dir="gs://ckpt/lm", **fields))
+    spec = S.spec_from_dict(
+        spec_dict(namespace=NS, accelerator={"cpu": {"hosts": 2}}, checkpoint_dir="gs://ckpt/lm", **fields)
+    )
     with K.KubernetesBackend(retry=fast_retry(FakeClock())) as b:
         b.submit(spec)
 
@@ -273,11 +325,14 @@ def _kueue_paths(fake) -> list[str]:
     return [r.path for r in fake.calls("GET") if r.path.startswith("/apis/kueue.x-k8s.io/")]
 
 
-@pytest.mark.parametrize("served,used", [
-    (("v1beta1",), "v1beta1"),              # Kueue before 0.15
-    (("v1beta2", "v1beta1"), "v1beta2"),    # Kueue 0.15: v1beta2 preferred, v1beta1 kept
-    (("v1beta2",), "v1beta2"),              # a release that no longer serves v1beta1
-])
+@pytest.mark.parametrize(
+    "served,used",
+    [
+        (("v1beta1",), "v1beta1"),  # Kueue before 0.15
+        (("v1beta2", "v1beta1"), "v1beta2"),  # Kueue 0.15: v1beta2 preferred, v1beta1 kept
+        (("v1beta2",), "v1beta2"),  # a release that no longer serves v1beta1
+    ],
+)
 def test_kueue_is_read_in_the_version_discovery_prefers(fake, served, used):
     fake.kueue("team-a", priority_classes=("high",), versions=served)
     _submit(**KUEUE)

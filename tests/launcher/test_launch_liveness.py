@@ -45,13 +45,22 @@ def _resumed_from_every_and_equal(job: Job, reference) -> dict:
     return first
 
 
-@pytest.mark.parametrize("hosts, network", [(2, "loopback"), (4, "loopback"),
-                                             pytest.param(2, "netns", marks=needs_netns)])
+@pytest.mark.parametrize(
+    "hosts, network", [(2, "loopback"), (4, "loopback"), pytest.param(2, "netns", marks=needs_netns)]
+)
 def test_a_worker_blocked_in_python_ends_the_gang_with_stacks_and_43_and_the_run_resumes(
-        tmp_path, data, jax_cache, reference, hosts, network):
+    tmp_path, data, jax_cache, reference, hosts, network
+):
     stuck = hosts - 1
-    job = Job(tmp_path, data, jax_cache, f"stall{hosts}", hosts, env={"STALL_PID": str(stuck), "STALL_AT": str(STALL_AT)},
-              watchdog=WATCHDOG)
+    job = Job(
+        tmp_path,
+        data,
+        jax_cache,
+        f"stall{hosts}",
+        hosts,
+        env={"STALL_PID": str(stuck), "STALL_AT": str(STALL_AT)},
+        watchdog=WATCHDOG,
+    )
     job.run(*(["--netns"] if network == "netns" else []))
     first = _resumed_from_every_and_equal(job, reference(hosts))
     assert STALLED_EXIT_CODE in first["exit_codes"], first
@@ -71,7 +80,8 @@ def test_a_worker_blocked_in_python_ends_the_gang_with_stacks_and_43_and_the_run
 
 
 def test_survivors_of_a_sigkilled_worker_are_gone_within_the_grace_period_and_the_run_resumes(
-        tmp_path, data, jax_cache, reference):
+    tmp_path, data, jax_cache, reference
+):
     job = Job(tmp_path, data, jax_cache, "peerkill", 2, pause=0.5).start()
     try:
         job.wait_for_checkpoint(EVERY)
@@ -94,11 +104,19 @@ def test_survivors_of_a_sigkilled_worker_are_gone_within_the_grace_period_and_th
 
 @pytest.mark.parametrize("window, signalled", [("eval", 0), ("save", 1)])
 def test_a_sigterm_inside_an_evaluation_or_a_save_ends_in_one_agreed_save_and_a_bitwise_resume(
-        tmp_path, data, jax_cache, reference, window, signalled):
+    tmp_path, data, jax_cache, reference, window, signalled
+):
     # Paced steps: JAX's notice reaches every process in a fraction of a second, and a run that
     # ends within it finishes with its final save complete (exit 0, correctly).
-    job = Job(tmp_path, data, jax_cache, f"term-{window}", 2, pause=0.5,
-              env={"SIGTERM_WINDOW": window, "SIGTERM_PID": str(signalled)})
+    job = Job(
+        tmp_path,
+        data,
+        jax_cache,
+        f"term-{window}",
+        2,
+        pause=0.5,
+        env={"SIGTERM_WINDOW": window, "SIGTERM_PID": str(signalled)},
+    )
     job.run()
     status = job.status()
     assert (status["state"], status["restarts"], status.get("restarts_counted", 0)) == ("Succeeded", 1, 0), status

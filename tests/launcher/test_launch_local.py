@@ -59,8 +59,10 @@ def _write_spec(tmp_path: pathlib.Path, data: dict) -> pathlib.Path:
 
 def _program_spec(tmp_path, name, hosts, mode, **extra) -> pathlib.Path:
     env = {"LOCAL_TEST_MODE": mode, **extra.pop("env", {})}
-    return _write_spec(tmp_path, _spec(name, hosts, [sys.executable, str(PROGRAM)], env=env,
-                                       checkpoint_dir=str(tmp_path / "ckpt"), **extra))
+    return _write_spec(
+        tmp_path,
+        _spec(name, hosts, [sys.executable, str(PROGRAM)], env=env, checkpoint_dir=str(tmp_path / "ckpt"), **extra),
+    )
 
 
 @pytest.fixture
@@ -78,8 +80,14 @@ def _env(root: pathlib.Path) -> dict[str, str]:
 
 def _cli(root, *args, cwd=None, timeout=TIMEOUT) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([sys.executable, "-m", "roxxel_launch.cli", *map(str, args)], env=_env(root),
-                              cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "roxxel_launch.cli", *map(str, args)],
+            env=_env(root),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired as err:
         raise AssertionError(f"{err}\n{_what_the_runs_show(root)}") from None
 
@@ -91,8 +99,11 @@ def _what_the_runs_show(root: pathlib.Path) -> str:
     for path in sorted(root.glob("*/status.json")) + sorted(root.glob("*/worker-*.log")):
         lines = path.read_text(errors="replace").splitlines()[-40:]
         out.append(f"--- {path.relative_to(root)}\n" + "\n".join(lines))
-    alive = [f"{p.pid} {' '.join(p.cmdline())[:200]}" for p in psutil.process_iter()
-             if _alive(p.pid) and any(str(root) in part for part in _environ_values(p))]
+    alive = [
+        f"{p.pid} {' '.join(p.cmdline())[:200]}"
+        for p in psutil.process_iter()
+        if _alive(p.pid) and any(str(root) in part for part in _environ_values(p))
+    ]
     return "\n".join(out + ["--- processes of these runs still alive:", *alive])
 
 
@@ -106,9 +117,15 @@ def _environ_values(process: psutil.Process) -> list[str]:
 def _popen_cli(root, *args, cwd=None) -> subprocess.Popen:
     # Its own session, like a shell's foreground job: killpg() on it then acts like a
     # terminal's Ctrl-C (it reaches the CLI's process group, not the workers' groups).
-    return subprocess.Popen([sys.executable, "-m", "roxxel_launch.cli", *map(str, args)], env=_env(root),
-                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "roxxel_launch.cli", *map(str, args)],
+        env=_env(root),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _status(root, name) -> dict:
@@ -142,18 +159,35 @@ def _program_pids(tmp_path, prefix="pid-") -> set[int]:
 
 
 def test_worker_env_is_the_rendered_pod_on_this_machine(tmp_path):
-    spec = spec_from_dict(_spec("envjob", 3, ["train"], env={"MY_FLAG": "1"},
-                                checkpoint_dir="gs://bucket/ckpt", run_name="run-a",
-                                data={"pvc": {"claim": "shards"}}))
-    base = {"PATH": "/bin", "ROXXEL_PROCESS_ID": "9", "JOBSET_NAME": "stale", "TPU_WORKER_ID": "4",
-            "XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8", "ROXXEL_INIT_TIMEOUT": "7"}
+    spec = spec_from_dict(
+        _spec(
+            "envjob",
+            3,
+            ["train"],
+            env={"MY_FLAG": "1"},
+            checkpoint_dir="gs://bucket/ckpt",
+            run_name="run-a",
+            data={"pvc": {"claim": "shards"}},
+        )
+    )
+    base = {
+        "PATH": "/bin",
+        "ROXXEL_PROCESS_ID": "9",
+        "JOBSET_NAME": "stale",
+        "TPU_WORKER_ID": "4",
+        "XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=8",
+        "ROXXEL_INIT_TIMEOUT": "7",
+    }
     procs = L.worker_processes(spec, tmp_path, data_dir="/tmp/d", devices_per_worker=2, base_env=base)
     argv, env = procs[2]
     assert argv[1:] == ["--", "train"]
     assert (env["JOBSET_NAME"], env["JOB_COMPLETION_INDEX"]) == ("envjob", "2")  # the manifest's, not inherited
     assert "ROXXEL_PROCESS_ID" not in env and "TPU_WORKER_ID" not in env  # launcher-owned, not inherited
     assert (env["ROXXEL_RUN_NAME"], env["ROXXEL_CHECKPOINT_DIR"], env["ROXXEL_DATA_DIR"]) == (
-        "run-a", "gs://bucket/ckpt", "/tmp/d")  # the data volume's /data is the local directory
+        "run-a",
+        "gs://bucket/ckpt",
+        "/tmp/d",
+    )  # the data volume's /data is the local directory
     assert env["MY_FLAG"] == "1" and env["ROXXEL_INIT_TIMEOUT"] == "7"
     # The launcher's own Python comes first, as the image's does in a pod.
     assert env["PATH"] == os.pathsep.join([os.path.dirname(sys.executable), "/bin"])
@@ -161,8 +195,9 @@ def test_worker_env_is_the_rendered_pod_on_this_machine(tmp_path):
     assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=2"
     assert distributed.detect(env) == distributed.Detected("envjob-slice-0-0.envjob:8476", 3, 2, "jobset")
 
-    plain = L.worker_processes(spec_from_dict(_spec("envjob", 1, ["train"], env={"JAX_PLATFORMS": "cuda"})),
-                               tmp_path, base_env={})[0][1]
+    plain = L.worker_processes(
+        spec_from_dict(_spec("envjob", 1, ["train"], env={"JAX_PLATFORMS": "cuda"})), tmp_path, base_env={}
+    )[0][1]
     assert plain["JAX_PLATFORMS"] == "cuda"  # set by the spec: kept
     assert "ROXXEL_CHECKPOINT_DIR" not in plain and "ROXXEL_DATA_DIR" not in plain and "XLA_FLAGS" not in plain
 
@@ -175,7 +210,8 @@ def test_data_dir_rule(tmp_path):
         L.resolve_data_dir(with_data, None, environ={})
     assert L.resolve_data_dir(with_data, "shards", environ={}, cwd=str(tmp_path)) == str(tmp_path / "shards")
     assert L.resolve_data_dir(with_data, None, environ={L.DATA_DIR_ENV: str(tmp_path / "shards")}) == str(
-        tmp_path / "shards")
+        tmp_path / "shards"
+    )
     assert L.resolve_data_dir(without, None, environ={}) is None
     with pytest.raises(BackendError, match="does not exist"):
         L.resolve_data_dir(without, "missing", environ={}, cwd=str(tmp_path))
@@ -220,9 +256,17 @@ def test_submit_local_runs_a_jax_distributed_allreduce(tmp_path, root, hosts):
 @pytest.mark.slow
 def test_killing_one_worker_mid_run_restarts_the_whole_gang(tmp_path, root):
     name = "gang"
-    spec = _write_spec(tmp_path, _spec(name, 2, [sys.executable, str(ALLREDUCE)], max_restarts=2,
-                                       checkpoint_dir=str(tmp_path / "ckpt"),
-                                       env={"LOCAL_TEST_HANG_FIRST_ATTEMPT": "1"}))
+    spec = _write_spec(
+        tmp_path,
+        _spec(
+            name,
+            2,
+            [sys.executable, str(ALLREDUCE)],
+            max_restarts=2,
+            checkpoint_dir=str(tmp_path / "ckpt"),
+            env={"LOCAL_TEST_HANG_FIRST_ATTEMPT": "1"},
+        ),
+    )
     cli = _popen_cli(root, "submit", "--local", spec, cwd=tmp_path)
     try:
         ready = [tmp_path / "ckpt" / f"ready-{i}" for i in range(2)]
@@ -243,7 +287,10 @@ def test_killing_one_worker_mid_run_restarts_the_whole_gang(tmp_path, root):
     # The manifest's policies decided: backoffLimit 0 fails the Job, no JobSet rule matches,
     # so the restart counts against maxRestarts.
     assert (first["decision"]["action"], first["decision"]["counted"], first["decision"]["rule"]) == (
-        "Restart", True, None)
+        "Restart",
+        True,
+        None,
+    )
     assert not set(first["pids"]) & set(second["pids"])  # every worker was started again
     assert "restart 1 of at most 2" in err
     assert out.count("[worker 0] allreduce sum=3 processes=2") == 2
@@ -298,7 +345,11 @@ def test_a_preempted_worker_restarts_the_jobset_in_place_without_counting(tmp_pa
     assert "[worker 0] process 0: restored checkpoint step-7, finishing" in result.stdout
     status = _status(root, name)
     assert (status["state"], status["exit_code"], status["restarts"], status["restarts_counted"]) == (
-        "Succeeded", 0, 1, 0)
+        "Succeeded",
+        0,
+        1,
+        0,
+    )
     first = status["attempts"][0]
     assert first["exit_codes"] == [42, 42]
     assert (first["decision"]["rule"], first["decision"]["counted"]) == ("preemption", False)
@@ -341,8 +392,7 @@ def test_max_restarts_used_up_fails_with_the_workers_code_and_log(tmp_path, root
     result = _cli(root, "submit", "--local", spec, cwd=tmp_path)
     assert result.returncode == 3, result.stdout + result.stderr
     status = _status(root, name)
-    assert (status["state"], status["exit_code"], status["restarts"], status["failed_process"]) == (
-        "Failed", 3, 1, 1)
+    assert (status["state"], status["exit_code"], status["restarts"], status["failed_process"]) == ("Failed", 3, 1, 1)
     assert status["reason"] == "restarts_exhausted"
     message = status["message"]
     assert message.startswith("worker 1 exited with 3 (failed); max_restarts (1) used up")
@@ -392,17 +442,26 @@ def test_status_list_logs_and_detached_runs(tmp_path, root):
     assert "roxxel-launch logs waitjob --local -f" in running_again.stderr and "resume" not in running_again.stderr
     listing = _cli(root, "list", "--local").stdout.splitlines()
     assert listing[0].split() == ["NAME", "STATE", "PROCESSES", "RESTARTS", "EXIT", "CREATED"]
-    assert [line.split()[:5] for line in listing[1:]] == [["okjob", "Succeeded", "2", "0", "0"],
-                                                          ["waitjob", "Running", "2", "0", "-"]]
-    follower = subprocess.Popen([sys.executable, "-m", "roxxel_launch.cli", "logs", "waitjob", "--local", "-f"],
-                                env=_env(root), stdout=subprocess.PIPE, text=True)
+    assert [line.split()[:5] for line in listing[1:]] == [
+        ["okjob", "Succeeded", "2", "0", "0"],
+        ["waitjob", "Running", "2", "0", "-"],
+    ]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "roxxel_launch.cli", "logs", "waitjob", "--local", "-f"],
+        env=_env(root),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     followed: list[str] = []
     reader = threading.Thread(target=lambda: followed.extend(follower.stdout), daemon=True)
     reader.start()
     # Delete only once -f is attached and has printed: on a loaded machine its start-up can
     # outlast the delete, and it then found no job to follow (it printed nothing).
-    _wait_for(lambda: any("process 0: waiting" in line for line in followed) or follower.poll() is not None,
-              60, "logs -f to print the job's lines")
+    _wait_for(
+        lambda: any("process 0: waiting" in line for line in followed) or follower.poll() is not None,
+        60,
+        "logs -f to print the job's lines",
+    )
     pids = set(_status(root, "waitjob")["pids"]) | _program_pids(tmp_path)
     supervisor = _status(root, "waitjob")["supervisor_pid"]
     result = _cli(root, "delete", "waitjob", "--local")
@@ -430,8 +489,7 @@ def test_backend_api_errors(tmp_path, root):
     with pytest.raises(JobExistsError):
         backend.submit(spec)
     with pytest.raises(BackendError, match="devices per worker"):
-        L.LocalBackend(options=L.LocalOptions(devices_per_worker=0)).submit(
-            spec_from_dict(_spec("other", 1, ["x"])))
+        L.LocalBackend(options=L.LocalOptions(devices_per_worker=0)).submit(spec_from_dict(_spec("other", 1, ["x"])))
     backend.delete("apijob")
     assert backend.list() == []
 
@@ -500,10 +558,19 @@ def test_a_killed_supervisor_takes_its_workers_along_and_is_reported(tmp_path, r
 def test_local_run_with_object_storage_checkpoints_is_pointed_out(root, tmp_path):
     """A spec made for the cluster (gs:// checkpoints) run locally: say so before starting."""
     spec = tmp_path / "gs.yaml"
-    spec.write_text(yaml.safe_dump({
-        "apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "gsjob", "image": "local",
-        "command": ["python", "-c", "pass"], "accelerator": {"cpu": {"hosts": 1}},
-        "checkpoint_dir": "gs://bucket/run"}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "roxxel.dev/v1alpha1",
+                "kind": "RoxxelJob",
+                "name": "gsjob",
+                "image": "local",
+                "command": ["python", "-c", "pass"],
+                "accelerator": {"cpu": {"hosts": 1}},
+                "checkpoint_dir": "gs://bucket/run",
+            }
+        )
+    )
     result = _cli(root, "submit", "--local", "--dry-run", str(spec), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "checkpoint_dir is gs://bucket/run" in result.stderr and "--set checkpoint_dir=" in result.stderr
@@ -517,8 +584,17 @@ def test_resume_with_a_fixed_spec_runs_it_and_refuses_another_run(tmp_path, root
     failed = _cli(root, "submit", "--local", broken, cwd=tmp_path)
     assert failed.returncode != 0 and _status(root, "fixme")["state"] == "Failed", failed.stderr
     fixed = _program_spec(tmp_path, "fixme", 2, "ok", max_restarts=0)  # the same file, edited
-    elsewhere = _cli(root, "resume", "fixme", "--local", "--spec", fixed, "--set", f"checkpoint_dir={tmp_path / 'other'}",
-                     cwd=tmp_path)
+    elsewhere = _cli(
+        root,
+        "resume",
+        "fixme",
+        "--local",
+        "--spec",
+        fixed,
+        "--set",
+        f"checkpoint_dir={tmp_path / 'other'}",
+        cwd=tmp_path,
+    )
     assert elsewhere.returncode == 1, elsewhere.stderr
     assert "checkpoint_dir" in elsewhere.stderr and "makes it another run" in elsewhere.stderr
     assert "submit the spec" in elsewhere.stderr and _status(root, "fixme")["state"] == "Failed"
@@ -568,8 +644,19 @@ def test_a_renamed_job_on_another_runs_checkpoints_is_refused_and_restore_from_b
     assert f"restore_from={lm_dir}" in renamed.stderr and "--set checkpoint_dir=" in renamed.stderr
     assert not (root / "b").exists()  # nothing started
 
-    branched = _cli(root, "submit", "--local", spec, "--set", "name=b", "--set", f"checkpoint_dir={tmp_path / 'b-ckpt'}",
-                    "--set", f"restore_from={lm_dir}", cwd=tmp_path)
+    branched = _cli(
+        root,
+        "submit",
+        "--local",
+        spec,
+        "--set",
+        "name=b",
+        "--set",
+        f"checkpoint_dir={tmp_path / 'b-ckpt'}",
+        "--set",
+        f"restore_from={lm_dir}",
+        cwd=tmp_path,
+    )
     assert branched.returncode == 0, branched.stdout + branched.stderr
     assert "RESTORED 1" in _cli(root, "logs", "b", "--local").stdout
     assert json.loads((tmp_path / "b-ckpt" / "roxxel_run.json").read_text())["run"] == "b"

@@ -24,8 +24,15 @@ from roxxel_launch.spec import spec_from_dict
 
 
 def _spec(name="mj", hosts=2, command=("train",), **extra):
-    data = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": name, "image": "local",
-            "command": list(command), "accelerator": {"cpu": {"hosts": hosts}}, "termination_grace_period": 2}
+    data = {
+        "apiVersion": "roxxel.dev/v1alpha1",
+        "kind": "RoxxelJob",
+        "name": name,
+        "image": "local",
+        "command": list(command),
+        "accelerator": {"cpu": {"hosts": hosts}},
+        "termination_grace_period": 2,
+    }
     data.update(extra)
     return spec_from_dict(data)
 
@@ -33,36 +40,52 @@ def _spec(name="mj", hosts=2, command=("train",), **extra):
 # ----------------------------------------------------------------------------- $(VAR) expansion
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("$(A)/$(B)", "1/two"),
-    ("$$(A)", "$(A)"),  # $$ escapes
-    ("$(MISSING)-$(A)", "$(MISSING)-1"),  # an undefined reference stays as it is
-    ("cost $5 $", "cost $5 $"),  # $ before anything else, and at the end, stays
-    ("$(A", "$(A"),  # unclosed
-    ("$$$(A)", "$1"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("$(A)/$(B)", "1/two"),
+        ("$$(A)", "$(A)"),  # $$ escapes
+        ("$(MISSING)-$(A)", "$(MISSING)-1"),  # an undefined reference stays as it is
+        ("cost $5 $", "cost $5 $"),  # $ before anything else, and at the end, stays
+        ("$(A", "$(A"),  # unclosed
+        ("$$$(A)", "$1"),
+        ("", ""),
+    ],
+)
 def test_expand_follows_kubernetes(text, expected):
     assert rendered_pods.expand(text, {"A": "1", "B": "two"}.get) == expected
 
 
 def test_env_entries_see_only_earlier_entries_and_field_refs_are_not_expanded():
-    pod = rendered_pods.LocalPod("job-0", "ns", "job", None, 0, 0, {"tier": "$(X)"},
-                            {rendered_pods.COMPLETION_INDEX_KEY: "0"}, None, {})
-    container = {"env": [
-        {"name": "LATE", "value": "$(X)-late"},  # X is defined after: left as is
-        {"name": "X", "value": "x"},
-        {"name": "Y", "value": "$(X)$(X)"},
-        {"name": "TIER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['tier']"}}},
-        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        {"name": "NOLABEL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['absent']"}}},
-        {"name": "EMPTY"},
-    ]}
+    pod = rendered_pods.LocalPod(
+        "job-0", "ns", "job", None, 0, 0, {"tier": "$(X)"}, {rendered_pods.COMPLETION_INDEX_KEY: "0"}, None, {}
+    )
+    container = {
+        "env": [
+            {"name": "LATE", "value": "$(X)-late"},  # X is defined after: left as is
+            {"name": "X", "value": "x"},
+            {"name": "Y", "value": "$(X)$(X)"},
+            {"name": "TIER", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['tier']"}}},
+            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "NOLABEL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['absent']"}}},
+            {"name": "EMPTY"},
+        ]
+    }
     env = rendered_pods.container_env(pod, container)
-    assert env == {"LATE": "$(X)-late", "X": "x", "Y": "xx", "TIER": "$(X)", "NS": "ns", "NOLABEL": "",
-                   "EMPTY": "", "JOB_COMPLETION_INDEX": "0"}  # added last by the Job controller
+    assert env == {
+        "LATE": "$(X)-late",
+        "X": "x",
+        "Y": "xx",
+        "TIER": "$(X)",
+        "NS": "ns",
+        "NOLABEL": "",
+        "EMPTY": "",
+        "JOB_COMPLETION_INDEX": "0",
+    }  # added last by the Job controller
     with pytest.raises(rendered_pods.UnresolvedReference, match="secretKeyRef"):
-        rendered_pods.container_env(pod, {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]})
+        rendered_pods.container_env(
+            pod, {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
+        )
     assert rendered_pods.container_argv({"command": ["echo"], "args": ["$(X)", "$$(X)"]}, env) == ["echo", "x", "$(X)"]
 
 
@@ -97,7 +120,9 @@ def test_data_dir_reaches_the_workers_also_without_a_data_volume(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     given = L.resolve_data_dir(spec, str(data))
-    procs = L.worker_processes(spec, tmp_path, data_dir=given, base_env={"PATH": "/bin", "ROXXEL_DATA_DIR": "/elsewhere"})
+    procs = L.worker_processes(
+        spec, tmp_path, data_dir=given, base_env={"PATH": "/bin", "ROXXEL_DATA_DIR": "/elsewhere"}
+    )
     assert [env["ROXXEL_DATA_DIR"] for _, env in procs] == [str(data), str(data)]
     assert all("ROXXEL_DATA_DIR" not in env for _, env in L.worker_processes(spec, tmp_path, base_env={"PATH": "/bin"}))
 
@@ -123,8 +148,16 @@ def test_a_template_that_drops_an_env_var_fails_the_local_run(tmp_path, monkeypa
 
 def test_a_manifest_env_var_added_by_the_spec_reaches_the_workers(tmp_path):
     """A pod_patch adds an env entry to the container; the kubelet's expansion applies."""
-    patch = {"spec": {"containers": [{"name": "worker", "env": [
-        {"name": "SLICE_TAG", "value": "slice-$(JOB_INDEX)-host-$(JOB_COMPLETION_INDEX)-$(NOPE)"}]}]}}
+    patch = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "worker",
+                    "env": [{"name": "SLICE_TAG", "value": "slice-$(JOB_INDEX)-host-$(JOB_COMPLETION_INDEX)-$(NOPE)"}],
+                }
+            ]
+        }
+    }
     program = "import os; print('TAG', os.environ['SLICE_TAG'], os.environ['JOBSET_NAME'])"
     spec = _spec("patched", command=[sys.executable, "-c", program], pod_patch=patch)
     backend = L.LocalBackend(tmp_path / "runs", L.LocalOptions(foreground=True, cwd=str(tmp_path)))
@@ -140,8 +173,9 @@ def test_a_manifest_env_var_added_by_the_spec_reaches_the_workers(tmp_path):
 
 
 def _exit(code, pod="ns/mj-slice-0-1", disrupted=False):
-    return policy.PodExit(pod=pod, job="mj-slice-0", exit_code=code, container="worker",
-                          replicated_job="slice", disrupted=disrupted)
+    return policy.PodExit(
+        pod=pod, job="mj-slice-0", exit_code=code, container="worker", replicated_job="slice", disrupted=disrupted
+    )
 
 
 def test_the_rendered_jobsets_failure_policy_decides():
@@ -165,20 +199,35 @@ def test_an_indexed_job_fails_on_any_failure():
     for code in (1, 42, 78):
         decision = rules.decide(policy.PodExit(pod="ns/mj-0", job="mj", exit_code=code, container="worker"))
         assert decision.action is policy.Action.FAIL
-    assert rules.decide(policy.PodExit(pod="ns/mj-0", job="mj", exit_code=1, container="worker")).reason == \
-        "BackoffLimitExceeded"
+    assert (
+        rules.decide(policy.PodExit(pod="ns/mj-0", job="mj", exit_code=1, container="worker")).reason
+        == "BackoffLimitExceeded"
+    )
 
 
 def test_backoff_limit_ignore_rules_and_jobset_rule_matching():
-    job = policy.JobPolicy(backoff_limit=1, pod_failure_rules=(
-        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [9]}},
-        {"action": "FailJob", "onExitCodes": {"containerName": "other", "operator": "NotIn", "values": [0]}},
-    ))
-    workload = policy.WorkloadPolicy({"slice": job}, {"maxRestarts": 1, "rules": [
-        {"name": "only-other", "action": "FailJobSet", "onJobFailureReasons": ["BackoffLimitExceeded"],
-         "targetReplicatedJobs": ["other"]},
-        {"name": "by-message", "action": "FailJobSet", "onJobFailureMessagePatterns": ["backoff limit"]},
-    ]})
+    job = policy.JobPolicy(
+        backoff_limit=1,
+        pod_failure_rules=(
+            {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [9]}},
+            {"action": "FailJob", "onExitCodes": {"containerName": "other", "operator": "NotIn", "values": [0]}},
+        ),
+    )
+    workload = policy.WorkloadPolicy(
+        {"slice": job},
+        {
+            "maxRestarts": 1,
+            "rules": [
+                {
+                    "name": "only-other",
+                    "action": "FailJobSet",
+                    "onJobFailureReasons": ["BackoffLimitExceeded"],
+                    "targetReplicatedJobs": ["other"],
+                },
+                {"name": "by-message", "action": "FailJobSet", "onJobFailureMessagePatterns": ["backoff limit"]},
+            ],
+        },
+    )
     ignored = workload.decide(_exit(9))
     assert (ignored.action, ignored.counted) == (policy.Action.RECREATE_POD, False)
     first = workload.decide(_exit(3))  # rule 1 names another container: counted, within the limit
@@ -190,9 +239,11 @@ def test_backoff_limit_ignore_rules_and_jobset_rule_matching():
 
 def test_the_policy_engine_and_the_manifest_reader_load_without_the_process_code():
     """A simulated cluster reuses them: they must not pull in the supervisor or the backend."""
-    code = ("import sys; import roxxel_launch.backends.local.policy, roxxel_launch.backends.local.rendered_pods; "
-            "loaded = [m for m in ('roxxel_launch.backends.local.supervisor', 'roxxel_launch.backends.local.backend', "
-            "'roxxel_launch.backends.local.pods', 'subprocess') if m in sys.modules]; print(loaded)")
+    code = (
+        "import sys; import roxxel_launch.backends.local.policy, roxxel_launch.backends.local.rendered_pods; "
+        "loaded = [m for m in ('roxxel_launch.backends.local.supervisor', 'roxxel_launch.backends.local.backend', "
+        "'roxxel_launch.backends.local.pods', 'subprocess') if m in sys.modules]; print(loaded)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -201,8 +252,7 @@ def test_free_preemption_restarts_stop_at_the_pods_restart_budget(tmp_path):
     """Exit 42 restarts the JobSet without counting; each restart raises the pods'
     ``restart-attempt`` annotation, and roxxel-worker refuses an attempt beyond
     max_restarts + max_preemptions with 78, which the configError rule makes final."""
-    spec = _spec("budget", command=[sys.executable, "-c", "raise SystemExit(42)"], max_restarts=0,
-                 max_preemptions=1)
+    spec = _spec("budget", command=[sys.executable, "-c", "raise SystemExit(42)"], max_restarts=0, max_preemptions=1)
     backend = L.LocalBackend(tmp_path / "runs", L.LocalOptions(foreground=True, cwd=str(tmp_path)))
     status = backend.submit(spec)
     assert (status.state, status.exit_code, status.reason.value) == (JobState.FAILED, 78, "config_error")
@@ -214,8 +264,9 @@ def test_free_preemption_restarts_stop_at_the_pods_restart_budget(tmp_path):
     assert "gang restart 2 is beyond the job's budget of 1 restarts" in log
 
 
-@pytest.mark.parametrize("command", [["roxxel-no-such-program-xyz", "train.py"], ["/dev/null"]],
-                         ids=["not-found", "not-executable"])
+@pytest.mark.parametrize(
+    "command", [["roxxel-no-such-program-xyz", "train.py"], ["/dev/null"]], ids=["not-found", "not-executable"]
+)
 def test_a_command_that_cannot_start_fails_the_job_at_once(tmp_path, command):
     """A typo in the command fails the same way in every attempt: roxxel-worker exits 78
     (not a shell's 127/126, which the pod failure policy would count as a failure and

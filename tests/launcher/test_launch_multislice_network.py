@@ -37,9 +37,17 @@ def test_gke_versions_are_read_with_their_build():
     assert gke_version("garbage") is None
 
 
-@pytest.mark.parametrize("version,warned", [("v1.33.3-gke.1226000", True), ("v1.34.1-gke.100", True),
-                                            ("v1.33.3-gke.1225999", False), ("v1.32.9-gke.9999999", False),
-                                            ("unparsable", False), (BackendError("403 Forbidden"), False)])
+@pytest.mark.parametrize(
+    "version,warned",
+    [
+        ("v1.33.3-gke.1226000", True),
+        ("v1.34.1-gke.100", True),
+        ("v1.33.3-gke.1225999", False),
+        ("v1.32.9-gke.9999999", False),
+        ("unparsable", False),
+        (BackendError("403 Forbidden"), False),
+    ],
+)
 def test_a_multislice_gcsfuse_job_is_told_when_the_cluster_serves_host_network_mounts(caplog, version, warned):
     spec = job_spec(accelerator=TPU_V5P, num_slices=2, data=GCSFUSE)
     assert not spec.uses_host_network  # the render's default
@@ -52,9 +60,15 @@ def test_a_multislice_gcsfuse_job_is_told_when_the_cluster_serves_host_network_m
         assert "set host_network: true" in line and "pod network" in line and str(version) in line
 
 
-@pytest.mark.parametrize("fields", [{"num_slices": 1, "data": GCSFUSE}, {"num_slices": 2},
-                                    {"num_slices": 2, "data": GCSFUSE, "host_network": False},
-                                    {"num_slices": 2, "data": GCSFUSE, "host_network": True}])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"num_slices": 1, "data": GCSFUSE},
+        {"num_slices": 2},
+        {"num_slices": 2, "data": GCSFUSE, "host_network": False},
+        {"num_slices": 2, "data": GCSFUSE, "host_network": True},
+    ],
+)
 def test_nothing_is_said_where_the_network_is_settled(caplog, fields):
     spec = job_spec(accelerator=TPU_V5P, **fields)
     with caplog.at_level(logging.INFO, "roxxel_launch"):

@@ -44,21 +44,27 @@ DETECTION_BOUND = 2 * HEARTBEAT + 10  # seconds from a host's loss to the first 
 RATE = 125_000  # bytes/s: a slowed link's rate where the kernel has no sch_netem (1 Mbit/s)
 
 
-
-
-
 # ----------------------------------------------------------------------------- the pods of a manifest
 
 
 def test_pods_are_named_as_the_rendered_jobset_and_indexed_job_name_them():
-    jobset = netns.pod_hosts(spec_from_dict(_spec("lm", 2, ["x"], namespace="research",
-                                                  env={"ROXXEL_HEARTBEAT_TIMEOUT": "5"})))
+    jobset = netns.pod_hosts(
+        spec_from_dict(_spec("lm", 2, ["x"], namespace="research", env={"ROXXEL_HEARTBEAT_TIMEOUT": "5"}))
+    )
     assert [h.hostname for h in jobset] == ["lm-slice-0-0", "lm-slice-0-1"]
     assert jobset[1].dns_names == ("lm-slice-0-1.lm.research.svc.cluster.local", "lm-slice-0-1.lm")
     assert {h.coordinator_address for h in jobset} == {"lm-slice-0-0.lm:8476"}
-    expected = {"JOBSET_NAME": "lm", "REPLICATED_JOB_NAME": "slice", "JOB_INDEX": "0",
-                "JOB_COMPLETION_INDEX": "1", "JOBSET_SUBDOMAIN": "lm", "ROXXEL_HOSTS_PER_SLICE": "2",
-                "ROXXEL_NUM_SLICES": "1", "ROXXEL_COORDINATOR_PORT": "8476", "ROXXEL_HEARTBEAT_TIMEOUT": "5"}
+    expected = {
+        "JOBSET_NAME": "lm",
+        "REPLICATED_JOB_NAME": "slice",
+        "JOB_INDEX": "0",
+        "JOB_COMPLETION_INDEX": "1",
+        "JOBSET_SUBDOMAIN": "lm",
+        "ROXXEL_HOSTS_PER_SLICE": "2",
+        "ROXXEL_NUM_SLICES": "1",
+        "ROXXEL_COORDINATOR_PORT": "8476",
+        "ROXXEL_HEARTBEAT_TIMEOUT": "5",
+    }
     assert expected.items() <= jobset[1].env.items()  # the rendered container's env, resolved
 
     indexed = netns.pod_hosts(spec_from_dict(_spec("tr", 3, ["x"], workload="indexed-job")))
@@ -89,13 +95,22 @@ def test_without_root_it_says_so_in_one_line_and_runs_on_loopback(tmp_path, monk
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert netns.unavailable_reason() == "network namespaces need root (CAP_NET_ADMIN, CAP_SYS_ADMIN)"
     monkeypatch.setenv(L.ROOT_ENV, str(tmp_path / "runs"))
-    spec = spec_from_dict(_spec("noroot", 2, [sys.executable, str(PROGRAM)], env={"LOCAL_TEST_MODE": "ok"},
-                                checkpoint_dir=str(tmp_path / "ckpt")))
+    spec = spec_from_dict(
+        _spec(
+            "noroot",
+            2,
+            [sys.executable, str(PROGRAM)],
+            env={"LOCAL_TEST_MODE": "ok"},
+            checkpoint_dir=str(tmp_path / "ckpt"),
+        )
+    )
     status = L.LocalBackend(options=L.LocalOptions(foreground=True, network="netns")).submit(spec)
     assert (status.state, status.exit_code) == (JobState.SUCCEEDED, 0)
     said = capsys.readouterr().err.splitlines()
-    assert said == ["[roxxel-launch] WARNING: --netns: network namespaces need root (CAP_NET_ADMIN, "
-                    "CAP_SYS_ADMIN); running the workers on loopback instead"]
+    assert said == [
+        "[roxxel-launch] WARNING: --netns: network namespaces need root (CAP_NET_ADMIN, "
+        "CAP_SYS_ADMIN); running the workers on loopback instead"
+    ]
     record = json.loads((tmp_path / "runs" / "noroot" / "status.json").read_text())["attempts"][0]
     assert record["coordinator_address"].startswith("127.0.0.1:") and "hosts" not in record
     with pytest.raises(BackendError, match="network must be one of loopback, netns"):
@@ -120,8 +135,10 @@ def _ours(*run_ids: str) -> set[str]:
     tests) create and remove theirs at the same time."""
     assert run_ids and all(re.fullmatch(r"[0-9a-f]{6}", r) for r in run_ids), run_ids
     names = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
-    names |= {line.split(": ")[1].split("@")[0]
-              for line in subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()}
+    names |= {
+        line.split(": ")[1].split("@")[0]
+        for line in subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()
+    }
     names |= {p.name for p in netns.NETNS_ETC.glob(f"{netns.PREFIX}-*")} if netns.NETNS_ETC.is_dir() else set()
     return {n for n in names if n.startswith(netns.PREFIX) and any(r in n for r in run_ids)}
 
@@ -141,23 +158,37 @@ def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(t
         net.up()  # idempotent: an attempt's leftovers are replaced
         hosts = net.describe()
         assert [(h["hostname"], h["address"]) for h in hosts] == [
-            ("lm-slice-0-0", "10.213.0.1"), ("lm-slice-0-1", "10.213.0.2"), ("lm-slice-0-2", "10.213.0.3")]
+            ("lm-slice-0-0", "10.213.0.1"),
+            ("lm-slice-0-1", "10.213.0.2"),
+            ("lm-slice-0-2", "10.213.0.3"),
+        ]
         inside = subprocess.run(
-            net.wrap(2, [sys.executable, "-c",
-                         "import socket; print(socket.gethostname(), socket.gethostbyname('lm-slice-0-0.lm'), "
-                         "socket.gethostbyname('lm-slice-0-1.lm.default.svc.cluster.local'), "
-                         "socket.gethostbyname(socket.gethostname()))"]),
-            capture_output=True, text=True, timeout=30)
+            net.wrap(
+                2,
+                [
+                    sys.executable,
+                    "-c",
+                    "import socket; print(socket.gethostname(), socket.gethostbyname('lm-slice-0-0.lm'), "
+                    "socket.gethostbyname('lm-slice-0-1.lm.default.svc.cluster.local'), "
+                    "socket.gethostbyname(socket.gethostname()))",
+                ],
+            ),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert inside.stdout.split() == ["lm-slice-0-2", "10.213.0.1", "10.213.0.2", "10.213.0.3"], inside.stderr
         assert _ours(net.run_id) == {h["netns"] for h in hosts} | {h["link"] for h in hosts} | {net.bridge}
         assert all((netns.NETNS_ETC / h["netns"] / "hosts").is_file() for h in hosts)
     assert _ours(net.run_id) == set()
 
     # A launcher killed with its network up: the next one removes what it left.
-    code = ("import sys, time; sys.path[:0] = %r\n"
-            "from roxxel_launch.backends.local import netns\nfrom roxxel_launch.spec import spec_from_dict\n"
-            "net = netns.PodNetwork(spec_from_dict(%r)).__enter__(); net.up(); print(net.run_id, flush=True); "
-            "time.sleep(60)" % (sys.path, _spec("lm", 2, ["x"])))
+    code = (
+        "import sys, time; sys.path[:0] = %r\n"
+        "from roxxel_launch.backends.local import netns\nfrom roxxel_launch.spec import spec_from_dict\n"
+        "net = netns.PodNetwork(spec_from_dict(%r)).__enter__(); net.up(); print(net.run_id, flush=True); "
+        "time.sleep(60)" % (sys.path, _spec("lm", 2, ["x"]))
+    )
     killed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     run_id = killed.stdout.readline().strip()
     killed.kill()
@@ -173,25 +204,40 @@ def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(t
 def test_delete_after_a_killed_supervisor_removes_its_namespaces(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    waiting = "import os, pathlib, socket, time; " \
-              "pathlib.Path(os.environ['ROXXEL_CHECKPOINT_DIR'], socket.gethostname()).write_text('up'); time.sleep(60)"
+    waiting = (
+        "import os, pathlib, socket, time; "
+        "pathlib.Path(os.environ['ROXXEL_CHECKPOINT_DIR'], socket.gethostname()).write_text('up'); time.sleep(60)"
+    )
     spec = tmp_path / "sleepers.yaml"
     spec.write_text(yaml.safe_dump(_spec("sleepers", 2, [sys.executable, "-c", waiting], checkpoint_dir=str(state))))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JOB", "TPU_"))}
     env[L.ROOT_ENV] = str(tmp_path / "runs")
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "roxxel_launch.cli", *args, "--local"], env=env,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "roxxel_launch.cli", *args, "--local"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     assert cli("submit", str(spec), "--netns", "--detach").returncode == 0
-    wait_for(lambda: sorted(p.name for p in state.glob("sleepers-*")) == ["sleepers-slice-0-0", "sleepers-slice-0-1"],
-             60, "the workers to start with their pods' hostnames")
+    wait_for(
+        lambda: sorted(p.name for p in state.glob("sleepers-*")) == ["sleepers-slice-0-0", "sleepers-slice-0-1"],
+        60,
+        "the workers to start with their pods' hostnames",
+    )
     status = json.loads((tmp_path / "runs" / "sleepers" / "status.json").read_text())
     hosts = status["attempts"][-1]["hosts"]
     os.kill(status["supervisor_pid"], signal.SIGKILL)
-    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                             for p in status["pids"]), 30, "the workers to end with their supervisor")
+    wait_for(
+        lambda: (
+            not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in status["pids"])
+        ),
+        30,
+        "the workers to end with their supervisor",
+    )
     assert {h["netns"] for h in hosts} <= _ours(_run_id(hosts))  # nobody removed them: the supervisor was killed
     result = cli("delete", "sleepers")
     assert result.returncode == 0, result.stderr
@@ -249,15 +295,20 @@ def _lose_host(job: Job, lost: int) -> float:
 # The host-loss tests below mostly wait (paced steps, then the heartbeat timeout), so their
 # two jobs run at the same time, each in a thread, started when the first test asks; each
 # test then checks its own job.
-HOST_LOSSES = {"test_a_host_taken_off_the_network_is_noticed_and_the_gang_resumes": ("linkdown", 1),
-               "test_losing_the_coordinators_host_is_noticed_and_the_gang_resumes": ("coordlost", 0)}
+HOST_LOSSES = {
+    "test_a_host_taken_off_the_network_is_noticed_and_the_gang_resumes": ("linkdown", 1),
+    "test_losing_the_coordinators_host_is_noticed_and_the_gang_resumes": ("coordlost", 0),
+}
 
 
 @pytest.fixture(scope="module")
 def host_losses(request, tmp_path_factory, data, jax_cache) -> Iterator[dict[str, Future]]:
     """The selected host-loss jobs, started together: by name, the job and its cut time."""
-    wanted = [HOST_LOSSES[item.originalname] for item in request.session.items
-              if item.module is request.module and item.originalname in HOST_LOSSES]
+    wanted = [
+        HOST_LOSSES[item.originalname]
+        for item in request.session.items
+        if item.module is request.module and item.originalname in HOST_LOSSES
+    ]
 
     def run(name: str, lost: int) -> tuple[Job, float]:
         job = Job(tmp_path_factory.mktemp(name), data, jax_cache, name, 2, pause=1.0).start("--netns")
@@ -287,12 +338,17 @@ def _shape(link: str, ns: str) -> str | None:
     """Slow both directions of one host's link: netem delay + loss where the kernel has
     sch_netem, else a token bucket (tbf) that queues and drops. Returns what was used, or
     None when the kernel has neither."""
-    for kind, args in (("netem", ["netem", "delay", "20ms", "5ms", "loss", "1%"]),
-                       ("tbf", ["tbf", "rate", f"{RATE * 8}bit", "burst", "8kb", "limit", "16kb"])):
+    for kind, args in (
+        ("netem", ["netem", "delay", "20ms", "5ms", "loss", "1%"]),
+        ("tbf", ["tbf", "rate", f"{RATE * 8}bit", "burst", "8kb", "limit", "16kb"]),
+    ):
         try:
             subprocess.run(["tc", "qdisc", "add", "dev", link, "root", *args], check=True, capture_output=True)
-            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", *args],
-                           check=True, capture_output=True)
+            subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", *args],
+                check=True,
+                capture_output=True,
+            )
             return kind
         except subprocess.CalledProcessError:
             subprocess.run(["tc", "qdisc", "del", "dev", link, "root"], capture_output=True)
@@ -347,8 +403,9 @@ def test_pod_across_namespaces_equals_loopback(tmp_path, data, jax_cache, refere
     assert [h["address"] for h in record["hosts"]] == [f"10.213.0.{i + 1}" for i in range(hosts)]
     for i in range(hosts):
         log = job.log(i)
-        assert (f"host: process {i} hostname={pods[i]} address=10.213.0.{i + 1} "
-                f"coordinator={pods[0]}.{name}=10.213.0.1") in log
+        assert (
+            f"host: process {i} hostname={pods[i]} address=10.213.0.{i + 1} coordinator={pods[0]}.{name}=10.213.0.1"
+        ) in log
         sent = int(re.search(r"eth0_tx_bytes=(\d+)", log).group(1))
         assert sent > 100_000, sent  # the gradients went over the pod's own link
     job.params_equal(reference(hosts))

@@ -30,10 +30,17 @@ def _error(**fields) -> S.SpecError:
 
 @pytest.mark.parametrize("workload", ["jobset", "indexed-job"])
 def test_they_go_on_the_job_object_only(workload, crd_schema):
-    spec = S.spec_from_dict(spec_dict(
-        workload=workload, security=NO_NETWORK_POLICY, labels={"team": "a"},
-        metadata={"labels": {"example.com/cost-center": "ml-42"},
-                  "annotations": {"example.com/owner": "Jo <jo@example.com>", "note": ""}}))
+    spec = S.spec_from_dict(
+        spec_dict(
+            workload=workload,
+            security=NO_NETWORK_POLICY,
+            labels={"team": "a"},
+            metadata={
+                "labels": {"example.com/cost-center": "ml-42"},
+                "annotations": {"example.com/owner": "Jo <jo@example.com>", "note": ""},
+            },
+        )
+    )
     rendered = R.render(spec)
     assert_official(list(rendered.objects), crd_schema)
     job = rendered.objects[-1]
@@ -43,8 +50,11 @@ def test_they_go_on_the_job_object_only(workload, crd_schema):
     assert job["metadata"]["annotations"]["note"] == ""
     assert "roxxel.dev/spec" in job["metadata"]["annotations"]
     pods = [job["spec"]["replicatedJobs"][0]["template"]] if workload == "jobset" else []
-    pods.append(job["spec"]["replicatedJobs"][0]["template"]["spec"]["template"] if workload == "jobset"
-                else job["spec"]["template"])
+    pods.append(
+        job["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        if workload == "jobset"
+        else job["spec"]["template"]
+    )
     if workload == "indexed-job":
         pods.append(rendered.objects[0])  # the Service
     for meta in (p["metadata"] for p in pods):
@@ -62,29 +72,51 @@ def test_an_annotation_value_cannot_change_the_manifests_shape(value):
     assert "injected" not in jobset["metadata"]["annotations"]
 
 
-@pytest.mark.parametrize("metadata,field,message", [
-    ({"labels": {"kueue.x-k8s.io/queue-name": "q"}}, "metadata.labels.kueue.x-k8s.io/queue-name",
-     "is set from queue. Set queue instead."),
-    ({"labels": {"kueue.x-k8s.io/priority-class": "hi"}}, "metadata.labels.kueue.x-k8s.io/priority-class",
-     "is set from workload_priority_class"),
-    ({"annotations": {"provreq.kueue.x-k8s.io/maxRunDurationSeconds": "60"}},
-     "metadata.annotations.provreq.kueue.x-k8s.io/maxRunDurationSeconds",
-     "is set from queue_provisioning.max_run_duration_seconds"),
-    ({"annotations": {"provreq.kueue.x-k8s.io/ValidUntilSeconds": "60"}},
-     "metadata.annotations.provreq.kueue.x-k8s.io/ValidUntilSeconds",
-     "is read by Kueue only from a job it manages (one with queue)"),
-    ({"annotations": {"roxxel.dev/spec": "{}"}}, "metadata.annotations.roxxel.dev/spec",
-     "uses a key or prefix that roxxel-launch or its controllers own"),
-    ({"labels": {"app.kubernetes.io/managed-by": "me"}}, "metadata.labels.app.kubernetes.io/managed-by",
-     "roxxel-launch or its controllers own"),
-    ({"annotations": {"alpha.jobset.sigs.k8s.io/exclusive-topology": "x"}},
-     "metadata.annotations.alpha.jobset.sigs.k8s.io/exclusive-topology", "controllers own"),
-    ({"labels": {"bad key": "x"}}, "metadata.labels.bad key", "not a qualified name"),
-    ({"labels": {"ok": "not ok"}}, "metadata.labels.ok", "not a valid label value"),
-    ({"labels": {"ok": "x" * 64}}, "metadata.labels.ok", "at most 63"),
-    ({"annotations": {"Example.com/x": "1"}}, "metadata.annotations.Example.com/x", "DNS-1123 subdomain"),
-    ({"labels": {"team": "b"}}, "metadata.labels.team", "is also in labels"),
-])
+@pytest.mark.parametrize(
+    "metadata,field,message",
+    [
+        (
+            {"labels": {"kueue.x-k8s.io/queue-name": "q"}},
+            "metadata.labels.kueue.x-k8s.io/queue-name",
+            "is set from queue. Set queue instead.",
+        ),
+        (
+            {"labels": {"kueue.x-k8s.io/priority-class": "hi"}},
+            "metadata.labels.kueue.x-k8s.io/priority-class",
+            "is set from workload_priority_class",
+        ),
+        (
+            {"annotations": {"provreq.kueue.x-k8s.io/maxRunDurationSeconds": "60"}},
+            "metadata.annotations.provreq.kueue.x-k8s.io/maxRunDurationSeconds",
+            "is set from queue_provisioning.max_run_duration_seconds",
+        ),
+        (
+            {"annotations": {"provreq.kueue.x-k8s.io/ValidUntilSeconds": "60"}},
+            "metadata.annotations.provreq.kueue.x-k8s.io/ValidUntilSeconds",
+            "is read by Kueue only from a job it manages (one with queue)",
+        ),
+        (
+            {"annotations": {"roxxel.dev/spec": "{}"}},
+            "metadata.annotations.roxxel.dev/spec",
+            "uses a key or prefix that roxxel-launch or its controllers own",
+        ),
+        (
+            {"labels": {"app.kubernetes.io/managed-by": "me"}},
+            "metadata.labels.app.kubernetes.io/managed-by",
+            "roxxel-launch or its controllers own",
+        ),
+        (
+            {"annotations": {"alpha.jobset.sigs.k8s.io/exclusive-topology": "x"}},
+            "metadata.annotations.alpha.jobset.sigs.k8s.io/exclusive-topology",
+            "controllers own",
+        ),
+        ({"labels": {"bad key": "x"}}, "metadata.labels.bad key", "not a qualified name"),
+        ({"labels": {"ok": "not ok"}}, "metadata.labels.ok", "not a valid label value"),
+        ({"labels": {"ok": "x" * 64}}, "metadata.labels.ok", "at most 63"),
+        ({"annotations": {"Example.com/x": "1"}}, "metadata.annotations.Example.com/x", "DNS-1123 subdomain"),
+        ({"labels": {"team": "b"}}, "metadata.labels.team", "is also in labels"),
+    ],
+)
 def test_bad_or_owned_keys_are_one_line_naming_the_key(metadata, field, message):
     err = _error(metadata=metadata, labels={"team": "a"})
     assert err.field == field, str(err)
@@ -92,8 +124,9 @@ def test_bad_or_owned_keys_are_one_line_naming_the_key(metadata, field, message)
 
 
 def test_provisioning_request_parameters_pass_with_a_queue():
-    spec = S.spec_from_dict(spec_dict(queue="q", metadata={"annotations": {
-        "provreq.kueue.x-k8s.io/ValidUntilSeconds": "600"}}))
+    spec = S.spec_from_dict(
+        spec_dict(queue="q", metadata={"annotations": {"provreq.kueue.x-k8s.io/ValidUntilSeconds": "600"}})
+    )
     (_, jobset) = R.render(spec).objects
     assert jobset["metadata"]["annotations"]["provreq.kueue.x-k8s.io/ValidUntilSeconds"] == "600"
 

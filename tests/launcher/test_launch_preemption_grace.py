@@ -46,19 +46,31 @@ def test_a_preemption_records_its_save_time_and_a_short_grace_period_is_warned_a
             assert "termination_grace_period is 30 s: raise it to at least 85 s" in caplog.text
 
 
-@pytest.mark.parametrize("text", ['{"save_s": NaN}', '{"save_s": Infinity}', '{"save_s": 1e400}',
-                                  '{"save_s": 5, "state_bytes": "big"}', '[1, 2]', 'not json'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"save_s": NaN}',
+        '{"save_s": Infinity}',
+        '{"save_s": 1e400}',
+        '{"save_s": 5, "state_bytes": "big"}',
+        "[1, 2]",
+        "not json",
+    ],
+)
 def test_a_damaged_record_is_ignored_not_a_traceback(tmp_path, text):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "roxxel_preemption.json").write_text(text)
-    R.render(S.spec_from_dict(spec_dict(checkpoint_dir=str(tmp_path / "ckpt"), termination_grace_period=1)),
-             cluster=False)
+    R.render(
+        S.spec_from_dict(spec_dict(checkpoint_dir=str(tmp_path / "ckpt"), termination_grace_period=1)), cluster=False
+    )
 
 
 def test_the_margin_rounds_up(tmp_path, caplog):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "roxxel_preemption.json").write_text('{"save_s": 13.5, "step": 1}')
     with caplog.at_level(logging.WARNING, logger="roxxel_launch.render"):
-        R.render(S.spec_from_dict(spec_dict(checkpoint_dir=str(tmp_path / "ckpt"), termination_grace_period=30)),
-                 cluster=False)
+        R.render(
+            S.spec_from_dict(spec_dict(checkpoint_dir=str(tmp_path / "ckpt"), termination_grace_period=30)),
+            cluster=False,
+        )
     assert "raise it to at least 31 s" in caplog.text

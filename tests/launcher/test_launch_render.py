@@ -41,28 +41,42 @@ _spec = functools.partial(job_spec, security=NO_NETWORK_POLICY)
 CASES = {
     "cpu-1-host": _spec(),
     "tpu-v5p-2x2x4-2-slices": _spec(
-        accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}}, num_slices=2,
-        checkpoint_dir="gs://ckpt/lm", service_account="trainer", queue="team-a",
-        priority_class="high", termination_grace_period=600, max_restarts=5),
+        accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}},
+        num_slices=2,
+        checkpoint_dir="gs://ckpt/lm",
+        service_account="trainer",
+        queue="team-a",
+        priority_class="high",
+        termination_grace_period=600,
+        max_restarts=5,
+    ),
     "tpu-v5e-4x4-2-slices-gcsfuse": _spec(
-        accelerator={"tpu": {"type": "v5e", "topology": "4x4"}}, num_slices=2,
+        accelerator={"tpu": {"type": "v5e", "topology": "4x4"}},
+        num_slices=2,
         data={"gcsfuse": {"bucket": "my-data", "only_dir": "shards/v1"}},
-        service_account="trainer"),
+        service_account="trainer",
+    ),
     "tpu-v6e-single-host": _spec(accelerator={"tpu": {"type": "v6e", "topology": "2x4"}}),
     "gpu-2-hosts-8xh100-nfs": _spec(
         accelerator={"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2}},
         data={"nfs": {"server": "10.0.0.2", "path": "/vol1/data"}},
         resources={"requests": {"cpu": 200, "memory": "1800Gi"}},
         node_selectors={"cloud.google.com/gke-nodepool": "h100"},
-        tolerations=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]),
-    "cpu-pvc": _spec(accelerator={"cpu": {"hosts": 2}}, data={"pvc": {"claim": "shared-data"}},
-                     checkpoint_dir="/ckpt",
-                     volumes=[{"name": "ckpt", "mount_path": "/ckpt", "read_only": False,
-                               "pvc": "checkpoints"}]),
-    "indexed-job-cpu-4-hosts": _spec(accelerator={"cpu": {"hosts": 4}}, workload="indexed-job",
-                                     queue="team-a", data={"pvc": {"claim": "shared-data"}}),
-    "indexed-job-tpu-v5p": _spec(accelerator={"tpu": {"type": "v5p", "topology": "2x2x2"}},
-                                 workload="indexed-job"),
+        tolerations=[{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
+    ),
+    "cpu-pvc": _spec(
+        accelerator={"cpu": {"hosts": 2}},
+        data={"pvc": {"claim": "shared-data"}},
+        checkpoint_dir="/ckpt",
+        volumes=[{"name": "ckpt", "mount_path": "/ckpt", "read_only": False, "pvc": "checkpoints"}],
+    ),
+    "indexed-job-cpu-4-hosts": _spec(
+        accelerator={"cpu": {"hosts": 4}},
+        workload="indexed-job",
+        queue="team-a",
+        data={"pvc": {"claim": "shared-data"}},
+    ),
+    "indexed-job-tpu-v5p": _spec(accelerator={"tpu": {"type": "v5p", "topology": "2x2x2"}}, workload="indexed-job"),
 }
 
 
@@ -98,10 +112,11 @@ def test_conventions_common_to_both_kinds(case):
     assert job["completionMode"] == "Indexed" and job["backoffLimit"] == 0
     assert job["parallelism"] == job["completions"] == spec.hosts_per_slice
     rules = job["podFailurePolicy"]["rules"]
-    assert rules[0] == {"action": "FailJob", "onExitCodes": {
-        "containerName": "worker", "operator": "In", "values": [78]}}
-    assert rules[1] == {"action": "FailJob",
-                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[0] == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "worker", "operator": "In", "values": [78]},
+    }
+    assert rules[1] == {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     assert rules[2]["onExitCodes"] == {"containerName": "worker", "operator": "In", "values": [42]}
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["terminationGracePeriodSeconds"] == spec.termination_grace_period
@@ -118,28 +133,38 @@ def test_jobset_failure_policy_network_and_scheduling():
     spec = CASES["tpu-v5p-2x2x4-2-slices"]
     (obj,) = R.render(spec).objects
     assert obj["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
-    assert obj["spec"]["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True,
-                                      "subdomain": "lm"}
+    assert obj["spec"]["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True, "subdomain": "lm"}
     assert obj["spec"]["coordinator"] == {"replicatedJob": "slice", "jobIndex": 0, "podIndex": 0}
     assert obj["spec"]["failurePolicy"] == {
-        "maxRestarts": 5, "restartStrategy": "BlockingRecreate",
-        "rules": [{"name": "configError", "action": "FailJobSet",
-                   "onJobFailureReasons": ["PodFailurePolicy"],
-                   "onJobFailureMessagePatterns": [
-                       "failed with exit code 78 matching FailJob rule at index 0"]},
-                  {"name": "preemption", "action": "RestartJobSetAndIgnoreMaxRestarts",
-                   "onJobFailureReasons": ["PodFailurePolicy"]}]}
+        "maxRestarts": 5,
+        "restartStrategy": "BlockingRecreate",
+        "rules": [
+            {
+                "name": "configError",
+                "action": "FailJobSet",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+                "onJobFailureMessagePatterns": ["failed with exit code 78 matching FailJob rule at index 0"],
+            },
+            {
+                "name": "preemption",
+                "action": "RestartJobSetAndIgnoreMaxRestarts",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+            },
+        ],
+    }
     (rjob,) = obj["spec"]["replicatedJobs"]
     assert rjob["replicas"] == 2
     assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    assert obj["metadata"]["annotations"][
-        "alpha.jobset.sigs.k8s.io/exclusive-topology"] == "cloud.google.com/gke-nodepool"
+    assert (
+        obj["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"] == "cloud.google.com/gke-nodepool"
+    )
     pod = _pod(obj)["spec"]
     assert pod["serviceAccountName"] == "trainer" and pod["priorityClassName"] == "high"
-    assert pod["nodeSelector"] == {"cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
-                                   "cloud.google.com/gke-tpu-topology": "2x2x4"}
-    assert pod["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists",
-                                   "effect": "NoSchedule"}]
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+        "cloud.google.com/gke-tpu-topology": "2x2x4",
+    }
+    assert pod["tolerations"] == [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
     resources = pod["containers"][0]["resources"]
     assert resources["limits"] == resources["requests"] == {"google.com/tpu": "4"}
     assert "subdomain" not in pod  # the JobSet controller sets it
@@ -155,28 +180,34 @@ def test_single_host_tpu_and_gpu_need_no_exclusive_topology():
 
 def test_gpu_selectors_resources_tolerations_and_nfs():
     pod = _pod(_workload(R.render(CASES["gpu-2-hosts-8xh100-nfs"])))["spec"]
-    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
-                                   "cloud.google.com/gke-nodepool": "h100"}
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
+        "cloud.google.com/gke-nodepool": "h100",
+    }
     # GKE's maintenance handler taints a GPU node before host maintenance; Google's GPU
     # recipes tolerate it (AI-Hypercomputer/gpu-recipes src/helm-charts/a3mega/job).
     assert pod["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "cloud.google.com/impending-node-termination", "operator": "Exists"},
-        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
+        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+    ]
     resources = pod["containers"][0]["resources"]
     assert resources["limits"] == {"nvidia.com/gpu": "8"}
     assert resources["requests"] == {"cpu": "200", "memory": "1800Gi", "nvidia.com/gpu": "8"}
-    assert {"name": "data", "nfs": {"server": "10.0.0.2", "path": "/vol1/data",
-                                    "readOnly": True}} in pod["volumes"]
-    assert {"name": "data", "mountPath": "/data", "readOnly": True} in pod["containers"][0][
-        "volumeMounts"]
+    assert {"name": "data", "nfs": {"server": "10.0.0.2", "path": "/vol1/data", "readOnly": True}} in pod["volumes"]
+    assert {"name": "data", "mountPath": "/data", "readOnly": True} in pod["containers"][0]["volumeMounts"]
 
 
 @pytest.mark.parametrize("key", ["cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible"])
 def test_spot_node_selector_tolerates_the_spot_taint_once(key):
     toleration = {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-    spec = S.spec_from_dict({**S.spec_to_dict(CASES["tpu-v6e-single-host"]), "node_selectors": {key: "true"},
-                             "termination_grace_period": 30})
+    spec = S.spec_from_dict(
+        {
+            **S.spec_to_dict(CASES["tpu-v6e-single-host"]),
+            "node_selectors": {key: "true"},
+            "termination_grace_period": 30,
+        }
+    )
     assert toleration in _pod(_workload(R.render(spec)))["spec"]["tolerations"]
     # Given by the user too: rendered once.
     spec = S.spec_from_dict({**S.spec_to_dict(spec), "tolerations": [{**toleration}]})
@@ -189,23 +220,28 @@ def test_spot_node_selector_tolerates_the_spot_taint_once(key):
 def test_gcsfuse_annotation_and_read_only_inline_volume():
     pod = _pod(_workload(R.render(CASES["tpu-v5e-4x4-2-slices-gcsfuse"])))
     assert pod["metadata"]["annotations"] == {
-        "kubectl.kubernetes.io/default-container": "worker", "roxxel.dev/pod-security": "baseline",
+        "kubectl.kubernetes.io/default-container": "worker",
+        "roxxel.dev/pod-security": "baseline",
         "gke-gcsfuse/volumes": "true",
-        "gke-gcsfuse/cpu-limit": "0", "gke-gcsfuse/memory-limit": "0",
-        "gke-gcsfuse/ephemeral-storage-limit": "0"}
-    assert {"name": "data", "csi": {
-        "driver": "gcsfuse.csi.storage.gke.io", "readOnly": True,
-        "volumeAttributes": {"bucketName": "my-data", "mountOptions":
-                             "implicit-dirs,only-dir:shards/v1"}},
-            } in pod["spec"]["volumes"]
+        "gke-gcsfuse/cpu-limit": "0",
+        "gke-gcsfuse/memory-limit": "0",
+        "gke-gcsfuse/ephemeral-storage-limit": "0",
+    }
+    assert {
+        "name": "data",
+        "csi": {
+            "driver": "gcsfuse.csi.storage.gke.io",
+            "readOnly": True,
+            "volumeAttributes": {"bucketName": "my-data", "mountOptions": "implicit-dirs,only-dir:shards/v1"},
+        },
+    } in pod["spec"]["volumes"]
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["ROXXEL_DATA_DIR"] == "/data"
 
 
 def test_pvc_is_read_only():
     pod = _pod(_workload(R.render(CASES["cpu-pvc"])))["spec"]
-    assert {"name": "data", "persistentVolumeClaim": {"claimName": "shared-data",
-                                                      "readOnly": True}} in pod["volumes"]
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "shared-data", "readOnly": True}} in pod["volumes"]
 
 
 def test_indexed_job_and_headless_service():
@@ -239,10 +275,12 @@ def test_jobset_env_gives_every_pod_a_distinct_process_id():
     env_list = _pod(obj)["spec"]["containers"][0]["env"]
     seen = set()
     for slice_index in range(spec.num_slices):
-        labels = {"jobset.sigs.k8s.io/jobset-name": "lm",
-                  "jobset.sigs.k8s.io/replicatedjob-name": "slice",
-                  "jobset.sigs.k8s.io/job-index": str(slice_index),
-                  "jobset.sigs.k8s.io/restart-attempt": "0"}
+        labels = {
+            "jobset.sigs.k8s.io/jobset-name": "lm",
+            "jobset.sigs.k8s.io/replicatedjob-name": "slice",
+            "jobset.sigs.k8s.io/job-index": str(slice_index),
+            "jobset.sigs.k8s.io/restart-attempt": "0",
+        }
         for host in range(spec.hosts_per_slice):
             found = distributed.detect(_downward(env_list, labels, host))
             assert found.source == "jobset"
@@ -282,13 +320,64 @@ def test_templates_refuse_values_without_the_quote_filter():
 # --------------------------------------------------------------------------- injection
 
 HOSTILE = [
-    '"', "'", "\\", "\n", "\r\n", "\t", "{{ name }}", "{% if true %}x{% endif %}", "{#",
-    "&a", "*a", "&a x\n*a", ": ", "a: b", "#", " #c", "- x", "-", "---", "...", "? k", "|", ">",
-    "!!python/object:os.system", "%YAML 1.1", "@", "`", "[", "]", "{", "}", ",", "~", "null",
-    "true", "0x1F", "1e3", "\u2028", "\u0085", "\ufeff", "\x7f", "\x00", "\ud800", "é", "😀",
-    '"}]\nkind: Secret\n', "a\n  injected: true", '\\"', "$(HOME)", "$$",
-    "/x\n- y: z", '/p/"a: b" #c', "/{{ x }}", 'gs://bkt/a"\n&b: *c', "gs://bkt/{% raw %}",
-    "2001:db8::1", "10.0.0.2", "nfs.example.com",
+    '"',
+    "'",
+    "\\",
+    "\n",
+    "\r\n",
+    "\t",
+    "{{ name }}",
+    "{% if true %}x{% endif %}",
+    "{#",
+    "&a",
+    "*a",
+    "&a x\n*a",
+    ": ",
+    "a: b",
+    "#",
+    " #c",
+    "- x",
+    "-",
+    "---",
+    "...",
+    "? k",
+    "|",
+    ">",
+    "!!python/object:os.system",
+    "%YAML 1.1",
+    "@",
+    "`",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    "~",
+    "null",
+    "true",
+    "0x1F",
+    "1e3",
+    "\u2028",
+    "\u0085",
+    "\ufeff",
+    "\x7f",
+    "\x00",
+    "\ud800",
+    "é",
+    "😀",
+    '"}]\nkind: Secret\n',
+    "a\n  injected: true",
+    '\\"',
+    "$(HOME)",
+    "$$",
+    "/x\n- y: z",
+    '/p/"a: b" #c',
+    "/{{ x }}",
+    'gs://bkt/a"\n&b: *c',
+    "gs://bkt/{% raw %}",
+    "2001:db8::1",
+    "10.0.0.2",
+    "nfs.example.com",
 ]
 _TEXT = st.one_of(
     st.sampled_from(HOSTILE),
@@ -304,6 +393,7 @@ def _set(path: str):
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
+
     return setter
 
 
@@ -312,12 +402,14 @@ def _set_in_list(key: str, index: int, template: list):
         items = list(template)
         items[index] = value
         data[key] = items
+
     return setter
 
 
 def _set_nested(key: str, build):
     def setter(data: dict, value: str) -> None:
         data[key] = build(value)
+
     return setter
 
 
@@ -337,7 +429,11 @@ FIELDS = [
     ("env name", _set_nested("env", lambda v: {v: "x"}), "FOO"),
     ("data.gcsfuse.bucket", _set_nested("data", lambda v: {"gcsfuse": {"bucket": v}}), "bkt"),
     ("data.gcsfuse.only_dir", _set_nested("data", lambda v: {"gcsfuse": {"bucket": "bkt", "only_dir": v}}), "d"),
-    ("data.gcsfuse.mount_options", _set_nested("data", lambda v: {"gcsfuse": {"bucket": "bkt", "mount_options": [v]}}), "ro"),
+    (
+        "data.gcsfuse.mount_options",
+        _set_nested("data", lambda v: {"gcsfuse": {"bucket": "bkt", "mount_options": [v]}}),
+        "ro",
+    ),
     ("data.nfs.server", _set_nested("data", lambda v: {"nfs": {"server": v, "path": "/p"}}), "h"),
     ("data.nfs.path", _set_nested("data", lambda v: {"nfs": {"server": "h", "path": v}}), "/p"),
     ("data.pvc.claim", _set_nested("data", lambda v: {"pvc": {"claim": v}}), "c"),
@@ -362,9 +458,15 @@ FIELDS = [
 
 
 def _raw(field_index: int, value: str, workload: str) -> dict:
-    data = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm",
-            "image": "img:1", "command": ["python", "x"], "accelerator": {"cpu": {"hosts": 2}},
-            "workload": workload}
+    data = {
+        "apiVersion": "roxxel.dev/v1alpha1",
+        "kind": "RoxxelJob",
+        "name": "lm",
+        "image": "img:1",
+        "command": ["python", "x"],
+        "accelerator": {"cpu": {"hosts": 2}},
+        "workload": workload,
+    }
     FIELDS[field_index][1](data, value)
     return data
 
@@ -376,8 +478,7 @@ def _shape(node, hostile: str, baseline: str):
     such as "kind" that the value happens to spell) becomes "<key>" in both documents.
     """
     if isinstance(node, dict):
-        return {("<key>" if k in (hostile, baseline) else k): _shape(v, hostile, baseline)
-                for k, v in node.items()}
+        return {("<key>" if k in (hostile, baseline) else k): _shape(v, hostile, baseline) for k, v in node.items()}
     if isinstance(node, list):
         return [_shape(v, hostile, baseline) for v in node]
     return "<str>" if isinstance(node, str) else node
@@ -397,11 +498,11 @@ def _check_injection(field_index: int, value: str, workload: str) -> None:
     parsed = list(yaml.load_all(rendered.yaml, Loader=_LOADER))
     assert parsed == list(rendered.objects)
     assert [_shape(o, value, baseline_value) for o in parsed] == [
-        _shape(o, value, baseline_value) for o in baseline.objects], field
+        _shape(o, value, baseline_value) for o in baseline.objects
+    ], field
     workload_obj = parsed[-1]
     # Every field's value survives exactly (the spec annotation holds all of them) ...
-    assert json.loads(workload_obj["metadata"]["annotations"]["roxxel.dev/spec"]) == (
-        S.spec_to_dict(spec))
+    assert json.loads(workload_obj["metadata"]["annotations"]["roxxel.dev/spec"]) == (S.spec_to_dict(spec))
     # ... and free-text fields land where they belong, literally.
     container = _pod(workload_obj)["spec"]["containers"][0]
     literal = value.replace("$", "$$")

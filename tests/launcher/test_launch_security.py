@@ -43,8 +43,7 @@ def example_specs() -> list[tuple[str, S.JobSpec]]:
     out = []
     for path in EXAMPLES:
         out.append((f"{path.stem}-jobset", S.load_spec(path)))
-        out.append((f"{path.stem}-indexed-job",
-                    S.load_spec(path, ["workload=indexed-job", "num_slices=1"])))
+        out.append((f"{path.stem}-indexed-job", S.load_spec(path, ["workload=indexed-job", "num_slices=1"])))
     return out
 
 
@@ -66,8 +65,7 @@ def assert_restricted(pod: dict) -> None:
     """The Pod Security Standards controls, baseline then restricted, on one pod template."""
     spec = pod["spec"]
     psc = spec.get("securityContext") or {}
-    containers = (spec.get("initContainers") or []) + spec["containers"] + (
-        spec.get("ephemeralContainers") or [])
+    containers = (spec.get("initContainers") or []) + spec["containers"] + (spec.get("ephemeralContainers") or [])
     # Baseline: host namespaces, HostProcess, hostPath, host ports, sysctls.
     assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC"))
     assert not (psc.get("windowsOptions") or {}).get("hostProcess")
@@ -75,8 +73,16 @@ def assert_restricted(pod: dict) -> None:
     for volume in spec.get("volumes") or []:
         # Restricted: only these volume types (which also rules out hostPath).
         (kind,) = set(volume) - {"name"}
-        assert kind in {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
-                        "persistentVolumeClaim", "projected", "secret"}, volume
+        assert kind in {
+            "configMap",
+            "csi",
+            "downwardAPI",
+            "emptyDir",
+            "ephemeral",
+            "persistentVolumeClaim",
+            "projected",
+            "secret",
+        }, volume
     # Restricted, pod level: non-root, a non-zero UID (the image's), RuntimeDefault seccomp.
     assert psc["runAsNonRoot"] is True
     assert psc["runAsUser"] == contract.WORKER_UID and psc["runAsGroup"] == contract.WORKER_GID
@@ -122,10 +128,10 @@ def assert_baseline(pod: dict, *, privileged: bool) -> None:
     (worker,) = spec["containers"]
     assert psc["runAsUser"] == 0 and psc["runAsGroup"] == 0
     assert "runAsNonRoot" not in psc and "fsGroup" not in psc
-    assert worker["securityContext"] == ({"readOnlyRootFilesystem": False, "privileged": True} if privileged
-                                         else {"readOnlyRootFilesystem": False})
-    assert pod["metadata"]["annotations"][V.POD_SECURITY_ANNOTATION] == (
-        "privileged" if privileged else "baseline")
+    assert worker["securityContext"] == (
+        {"readOnlyRootFilesystem": False, "privileged": True} if privileged else {"readOnlyRootFilesystem": False}
+    )
+    assert pod["metadata"]["annotations"][V.POD_SECURITY_ANNOTATION] == ("privileged" if privileged else "baseline")
 
 
 def assert_profile(pod: dict, profile: str) -> None:
@@ -158,9 +164,14 @@ def test_the_image_user_is_the_one_the_pods_run_as():
 
 
 def _spec(**changes) -> S.JobSpec:
-    data = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm",
-            "image": "us-docker.pkg.dev/p/r/worker:1", "command": ["python", "t.py"],
-            "accelerator": {"cpu": {"hosts": 2}}}
+    data = {
+        "apiVersion": "roxxel.dev/v1alpha1",
+        "kind": "RoxxelJob",
+        "name": "lm",
+        "image": "us-docker.pkg.dev/p/r/worker:1",
+        "command": ["python", "t.py"],
+        "accelerator": {"cpu": {"hosts": 2}},
+    }
     data.update(changes)
     return S.spec_from_dict(data)
 
@@ -181,8 +192,9 @@ def test_writable_paths_are_emptydirs_and_a_users_env_wins():
     assert ("JAX_COMPILATION_CACHE_DIR", contract.JAX_CACHE_MOUNT_PATH) in env
     assert ("TMPDIR", "/tmp") in env
     assert ("HOME", contract.HOME_MOUNT_PATH) in env
-    assert ("HOME", "/data/home") in [(e["name"], e.get("value")) for e in _pod(_spec(
-        env={"HOME": "/data/home"}))["spec"]["containers"][0]["env"]]
+    assert ("HOME", "/data/home") in [
+        (e["name"], e.get("value")) for e in _pod(_spec(env={"HOME": "/data/home"}))["spec"]["containers"][0]["env"]
+    ]
 
 
 def test_home_is_writable_and_does_not_hide_the_images_working_directory():
@@ -201,8 +213,7 @@ def test_home_is_writable_and_does_not_hide_the_images_working_directory():
 
 def test_the_api_token_is_mounted_only_when_asked_for():
     assert _pod(_spec())["spec"]["automountServiceAccountToken"] is False
-    on = S.spec_from_dict({**S.spec_to_dict(_spec())},
-                          ["security.automount_service_account_token=true"])
+    on = S.spec_from_dict({**S.spec_to_dict(_spec())}, ["security.automount_service_account_token=true"])
     assert _pod(on)["spec"]["automountServiceAccountToken"] is True
     with pytest.raises(S.SpecError, match="automount_service_account_token: 'yes' is not true or false"):
         S.spec_from_dict(S.spec_to_dict(_spec()), ["security.automount_service_account_token=yes"])
@@ -212,16 +223,24 @@ def test_run_as_user_is_configurable_but_never_root_under_restricted():
     pod = _pod(_spec(security={"run_as_user": 1000, "run_as_group": 1000}))
     assert pod["spec"]["securityContext"]["runAsUser"] == 1000
     for security in ({"run_as_user": 0}, {"run_as_group": 0, "profile": "restricted"}):
-        with pytest.raises(S.SpecError, match=r"^security.run_as_(user|group): is 0 \(root\), which the "
-                           r"restricted profile forbids\. .*security.profile: baseline"):
+        with pytest.raises(
+            S.SpecError,
+            match=r"^security.run_as_(user|group): is 0 \(root\), which the "
+            r"restricted profile forbids\. .*security.profile: baseline",
+        ):
             _spec(security=security)
     with pytest.raises(S.SpecError, match=r"^security.run_as_user: must be between 0 and 2147483647, got -1"):
         _spec(security={"run_as_user": -1, "profile": "baseline"})
     # A TPU spec defaults to baseline, where root is the default and a UID of one's own stays.
     pod = _pod(_spec(accelerator=TPU, security={"run_as_user": 1000, "run_as_group": 1000}))
     assert pod["spec"]["securityContext"] == {
-        "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
-        "fsGroupChangePolicy": "OnRootMismatch", "seccompProfile": {"type": "RuntimeDefault"}}
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "runAsGroup": 1000,
+        "fsGroup": 1000,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert pod["spec"]["containers"][0]["securityContext"] == {"readOnlyRootFilesystem": False}
 
 
@@ -232,13 +251,16 @@ def test_image_pull_policy_follows_tag_or_digest():
         assert container["image"] == image and container["imagePullPolicy"] == "IfNotPresent"
 
 
-@pytest.mark.parametrize("image", [
-    "us-docker.pkg.dev/p/r/worker@sha256:abc",
-    f"us-docker.pkg.dev/p/r/worker@md5:{'a' * 64}",
-    f"us-docker.pkg.dev/p/r/worker@{DIGEST.upper()}",
-    f"us-docker.pkg.dev/p/r/worker@{DIGEST}@{DIGEST}",
-    f"us-docker.pkg.dev/p/r/@{DIGEST}",
-])
+@pytest.mark.parametrize(
+    "image",
+    [
+        "us-docker.pkg.dev/p/r/worker@sha256:abc",
+        f"us-docker.pkg.dev/p/r/worker@md5:{'a' * 64}",
+        f"us-docker.pkg.dev/p/r/worker@{DIGEST.upper()}",
+        f"us-docker.pkg.dev/p/r/worker@{DIGEST}@{DIGEST}",
+        f"us-docker.pkg.dev/p/r/@{DIGEST}",
+    ],
+)
 def test_bad_digests_are_refused(image):
     with pytest.raises(S.SpecError, match=r"^image: .*(digest|not an image reference).*@sha256:<64 hex digits>"):
         _spec(image=image)
@@ -247,28 +269,49 @@ def test_bad_digests_are_refused(image):
 # Each mutation breaks one control; the checker must name it and the level the pod then needs.
 BREAKS = {
     "hostNetwork": (lambda p: p["spec"].update(hostNetwork=True), "Host Namespaces", "privileged"),
-    "privileged": (lambda p: p["spec"]["containers"][0]["securityContext"].update(privileged=True),
-                   "Privileged Containers", "privileged"),
-    "SYS_ADMIN": (lambda p: p["spec"]["containers"][0]["securityContext"]["capabilities"].update(
-        add=["SYS_ADMIN"]), "Capabilities", "privileged"),
-    "hostPath": (lambda p: p["spec"]["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
-                 "HostPath Volumes", "privileged"),
-    "hostPort": (lambda p: p["spec"]["containers"][0]["ports"][0].update(hostPort=8476),
-                 "Host Ports", "privileged"),
-    "unconfined": (lambda p: p["spec"]["securityContext"].update(seccompProfile={"type": "Unconfined"}),
-                   "Seccomp", "privileged"),
-    "nfs": (lambda p: p["spec"]["volumes"].append({"name": "n", "nfs": {"server": "h", "path": "/"}}),
-            "Volume Types", "baseline"),
-    "escalation": (lambda p: p["spec"]["containers"][0]["securityContext"].update(
-        allowPrivilegeEscalation=True), "Privilege Escalation", "baseline"),
-    "root": (lambda p: p["spec"]["securityContext"].update(runAsUser=0), "Running as Non-root user",
-             "baseline"),
-    "maybe-root": (lambda p: p["spec"]["securityContext"].pop("runAsNonRoot"), "Running as Non-root",
-                   "baseline"),
-    "no-drop": (lambda p: p["spec"]["containers"][0]["securityContext"].pop("capabilities"),
-                "Capabilities", "baseline"),
-    "NET_RAW": (lambda p: p["spec"]["containers"][0]["securityContext"]["capabilities"].update(
-        add=["NET_RAW"]), "Capabilities", "privileged"),
+    "privileged": (
+        lambda p: p["spec"]["containers"][0]["securityContext"].update(privileged=True),
+        "Privileged Containers",
+        "privileged",
+    ),
+    "SYS_ADMIN": (
+        lambda p: p["spec"]["containers"][0]["securityContext"]["capabilities"].update(add=["SYS_ADMIN"]),
+        "Capabilities",
+        "privileged",
+    ),
+    "hostPath": (
+        lambda p: p["spec"]["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
+        "HostPath Volumes",
+        "privileged",
+    ),
+    "hostPort": (lambda p: p["spec"]["containers"][0]["ports"][0].update(hostPort=8476), "Host Ports", "privileged"),
+    "unconfined": (
+        lambda p: p["spec"]["securityContext"].update(seccompProfile={"type": "Unconfined"}),
+        "Seccomp",
+        "privileged",
+    ),
+    "nfs": (
+        lambda p: p["spec"]["volumes"].append({"name": "n", "nfs": {"server": "h", "path": "/"}}),
+        "Volume Types",
+        "baseline",
+    ),
+    "escalation": (
+        lambda p: p["spec"]["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True),
+        "Privilege Escalation",
+        "baseline",
+    ),
+    "root": (lambda p: p["spec"]["securityContext"].update(runAsUser=0), "Running as Non-root user", "baseline"),
+    "maybe-root": (lambda p: p["spec"]["securityContext"].pop("runAsNonRoot"), "Running as Non-root", "baseline"),
+    "no-drop": (
+        lambda p: p["spec"]["containers"][0]["securityContext"].pop("capabilities"),
+        "Capabilities",
+        "baseline",
+    ),
+    "NET_RAW": (
+        lambda p: p["spec"]["containers"][0]["securityContext"]["capabilities"].update(add=["NET_RAW"]),
+        "Capabilities",
+        "privileged",
+    ),
 }
 
 
@@ -318,10 +361,16 @@ DEFAULTS = {
     "cpu": ({}, "restricted", False),
     "gpu": ({"accelerator": GPU}, "restricted", False),
     "tpu, one slice": ({"accelerator": TPU}, "baseline", False),
-    "tpu multislice with gcsfuse": ({"accelerator": TPU, "num_slices": 2,
-                                     "data": {"gcsfuse": {"bucket": "my-data"}}}, "baseline", False),
-    "tpu multislice, host network off": ({"accelerator": TPU, "num_slices": 2, "host_network": False},
-                                         "baseline", False),
+    "tpu multislice with gcsfuse": (
+        {"accelerator": TPU, "num_slices": 2, "data": {"gcsfuse": {"bucket": "my-data"}}},
+        "baseline",
+        False,
+    ),
+    "tpu multislice, host network off": (
+        {"accelerator": TPU, "num_slices": 2, "host_network": False},
+        "baseline",
+        False,
+    ),
     "tpu multislice (host network)": ({"accelerator": TPU, "num_slices": 2}, "privileged", True),
     "gpu networking preset": ({"accelerator": RDMA}, "baseline", False),
     "gpu host network": ({"accelerator": GPU, "host_network": True}, "privileged", True),
@@ -354,24 +403,41 @@ def test_an_explicit_profile_that_forbids_host_namespaces_turns_the_multislice_d
 REFUSALS = {
     "tpu host network under baseline": (
         {"accelerator": TPU, "num_slices": 2, "host_network": True, "security": {"profile": "baseline"}},
-        "host_network", "needs security.profile: privileged"),
+        "host_network",
+        "needs security.profile: privileged",
+    ),
     "gpu host network under restricted": (
         {"accelerator": GPU, "host_network": True, "security": {"profile": "restricted"}},
-        "host_network", "needs security.profile: privileged"),
+        "host_network",
+        "needs security.profile: privileged",
+    ),
     "cpu host network": (
         {"host_network": True, "security": {"profile": "privileged"}},
-        "host_network", "is offered for TPU slices and GPU hosts only"),
+        "host_network",
+        "is offered for TPU slices and GPU hosts only",
+    ),
     "identity provider without host network": (
-        {"accelerator": GPU, "data": {"gcsfuse": {"bucket": "my-data",
-                                                   "identity_provider": "https://example.com/idp"}}},
-        "data.gcsfuse.identity_provider", "is read only for host-network pods"),
+        {
+            "accelerator": GPU,
+            "data": {"gcsfuse": {"bucket": "my-data", "identity_provider": "https://example.com/idp"}},
+        },
+        "data.gcsfuse.identity_provider",
+        "is read only for host-network pods",
+    ),
     "identity provider that is not an https URL": (
-        {"accelerator": GPU, "host_network": True,
-         "data": {"gcsfuse": {"bucket": "my-data", "identity_provider": "http://example.com/a,b"}}},
-        "data.gcsfuse.identity_provider", "'http://example.com/a,b' is not an https URL"),
+        {
+            "accelerator": GPU,
+            "host_network": True,
+            "data": {"gcsfuse": {"bucket": "my-data", "identity_provider": "http://example.com/a,b"}},
+        },
+        "data.gcsfuse.identity_provider",
+        "'http://example.com/a,b' is not an https URL",
+    ),
     "host network outside a jobset": (
         {"accelerator": GPU, "host_network": True, "workload": "indexed-job"},
-        "host_network", "needs workload: jobset"),
+        "host_network",
+        "needs workload: jobset",
+    ),
     "unknown profile": ({"security": {"profile": "root"}}, "security.profile", ""),
 }
 
@@ -422,20 +488,34 @@ def test_a_control_beyond_the_chosen_profile_is_still_reported():
     assert "enforce=privileged" in lines[-1]
 
 
-@pytest.mark.parametrize("overrides,line", [
-    ([], "pods written for 'restricted' (the default for CPU); the namespace must enforce 'restricted' "
-         "or a looser level (label pod-security.kubernetes.io/enforce=restricted)"),
-    (["accelerator.cpu=null", "accelerator.tpu.type=v5p", "accelerator.tpu.topology=2x2x4"],
-     "pods written for 'baseline' (the default for TPU); the namespace must enforce 'baseline' or a "
-     "looser level (label pod-security.kubernetes.io/enforce=baseline)"),
-    (["security.profile=baseline", "data.nfs.server=10.0.0.2", "data.nfs.path=/d"],
-     "pods written for 'baseline' (security.profile); the namespace must enforce 'baseline'"),
-    (["data.nfs.server=10.0.0.2", "data.nfs.path=/d"],
-     "pods written for 'restricted' (the default for CPU); the namespace must enforce 'baseline'"),
-    (["security.profile=privileged"],
-     "pods written for 'privileged' (security.profile); the namespace must enforce 'privileged' "
-     "(label pod-security.kubernetes.io/enforce=privileged)"),
-])
+@pytest.mark.parametrize(
+    "overrides,line",
+    [
+        (
+            [],
+            "pods written for 'restricted' (the default for CPU); the namespace must enforce 'restricted' "
+            "or a looser level (label pod-security.kubernetes.io/enforce=restricted)",
+        ),
+        (
+            ["accelerator.cpu=null", "accelerator.tpu.type=v5p", "accelerator.tpu.topology=2x2x4"],
+            "pods written for 'baseline' (the default for TPU); the namespace must enforce 'baseline' or a "
+            "looser level (label pod-security.kubernetes.io/enforce=baseline)",
+        ),
+        (
+            ["security.profile=baseline", "data.nfs.server=10.0.0.2", "data.nfs.path=/d"],
+            "pods written for 'baseline' (security.profile); the namespace must enforce 'baseline'",
+        ),
+        (
+            ["data.nfs.server=10.0.0.2", "data.nfs.path=/d"],
+            "pods written for 'restricted' (the default for CPU); the namespace must enforce 'baseline'",
+        ),
+        (
+            ["security.profile=privileged"],
+            "pods written for 'privileged' (security.profile); the namespace must enforce 'privileged' "
+            "(label pod-security.kubernetes.io/enforce=privileged)",
+        ),
+    ],
+)
 def test_cli_validate_names_the_level_in_one_line(tmp_path, overrides, line):
     from click.testing import CliRunner
 
@@ -481,8 +561,7 @@ def test_network_policy_admits_only_the_jobs_own_pods(workload):
 def test_single_slice_tpu_network_policy_names_the_coordinator_and_tpu_runtime_ports():
     spec = _spec(accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}})
     (rule,) = _policy(spec)["spec"]["ingress"]
-    assert sorted(p["port"] for p in rule["ports"]) == sorted(
-        [contract.DEFAULT_COORDINATOR_PORT, 8482, 8471, 8080])
+    assert sorted(p["port"] for p in rule["ports"]) == sorted([contract.DEFAULT_COORDINATOR_PORT, 8482, 8471, 8080])
     assert all(p["protocol"] == "TCP" for p in rule["ports"])
 
 
@@ -490,8 +569,12 @@ def test_single_slice_tpu_network_policy_names_the_coordinator_and_tpu_runtime_p
 def test_tpu_multislice_network_policy_admits_every_port_of_the_jobs_own_pods(host_network):
     """libtpu's DCN transport names no complete port list: a port list would cut it off on the
     pod network (the GCS FUSE default), so the job's own pods may use any port."""
-    spec = _spec(accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}}, num_slices=2,
-                 host_network=host_network, data={"gcsfuse": {"bucket": "my-data"}})
+    spec = _spec(
+        accelerator={"tpu": {"type": "v5p", "topology": "2x2x4"}},
+        num_slices=2,
+        host_network=host_network,
+        data={"gcsfuse": {"bucket": "my-data"}},
+    )
     (rule,) = _policy(spec)["spec"]["ingress"]
     assert "ports" not in rule
     assert rule["from"] == [{"podSelector": {"matchLabels": {R.JOB_LABEL: "lm"}}}]

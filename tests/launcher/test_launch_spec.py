@@ -33,8 +33,13 @@ def test_minimal_spec_gets_documented_defaults():
 
 
 def test_spec_is_frozen_and_round_trips_through_plain_data():
-    spec = S.spec_from_dict(_base(env={"A": "1"}, data={"nfs": {"server": "10.0.0.2", "path": "/v"}},
-                                  tolerations=[{"key": "k", "operator": "Exists"}]))
+    spec = S.spec_from_dict(
+        _base(
+            env={"A": "1"},
+            data={"nfs": {"server": "10.0.0.2", "path": "/v"}},
+            tolerations=[{"key": "k", "operator": "Exists"}],
+        )
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.name = "other"
     with pytest.raises(TypeError):
@@ -42,117 +47,182 @@ def test_spec_is_frozen_and_round_trips_through_plain_data():
     assert S.spec_from_dict(S.spec_to_dict(spec)) == spec
 
 
-@pytest.mark.parametrize("type_name,topology,hosts,chips_per_host", [
-    ("v4", "2x2x1", 1, 4), ("v4", "2x2x4", 4, 4), ("v4", "4x4x8", 32, 4),
-    ("v5e", "1x1", 1, 1), ("v5e", "2x4", 1, 8), ("v5e", "4x4", 4, 4), ("v5e", "16x16", 64, 4),
-    ("v5p", "2x2x1", 1, 4), ("v5p", "2x2x2", 2, 4), ("v5p", "4x4x4", 16, 4),
-    ("v5p", "16x16x24", 1536, 4),
-    ("v6e", "2x2", 1, 4), ("v6e", "8x16", 32, 4),
-])
+@pytest.mark.parametrize(
+    "type_name,topology,hosts,chips_per_host",
+    [
+        ("v4", "2x2x1", 1, 4),
+        ("v4", "2x2x4", 4, 4),
+        ("v4", "4x4x8", 32, 4),
+        ("v5e", "1x1", 1, 1),
+        ("v5e", "2x4", 1, 8),
+        ("v5e", "4x4", 4, 4),
+        ("v5e", "16x16", 64, 4),
+        ("v5p", "2x2x1", 1, 4),
+        ("v5p", "2x2x2", 2, 4),
+        ("v5p", "4x4x4", 16, 4),
+        ("v5p", "16x16x24", 1536, 4),
+        ("v6e", "2x2", 1, 4),
+        ("v6e", "8x16", 32, 4),
+    ],
+)
 def test_hosts_per_slice_come_from_the_tpu_table(type_name, topology, hosts, chips_per_host):
     shape = tpu.tpu_slice(type_name, topology)
     assert (shape.hosts, shape.chips_per_host) == (hosts, chips_per_host)
     assert shape.hosts * shape.chips_per_host == shape.chips
-    spec = S.spec_from_dict(_base(accelerator={"tpu": {"type": type_name, "topology": topology}},
-                                  name="x"))
+    spec = S.spec_from_dict(_base(accelerator={"tpu": {"type": type_name, "topology": topology}}, name="x"))
     assert spec.hosts_per_slice == hosts and spec.num_processes == 2 * hosts
 
 
 def test_gke_accelerator_names():
     assert {t: tpu.TPU_TYPES[t].gke_accelerator for t in tpu.TPU_TYPES} == {
-        "v4": "tpu-v4-podslice", "v5e": "tpu-v5-lite-podslice",
-        "v5p": "tpu-v5p-slice", "v6e": "tpu-v6e-slice", "tpu7x": "tpu7x"}
+        "v4": "tpu-v4-podslice",
+        "v5e": "tpu-v5-lite-podslice",
+        "v5p": "tpu-v5p-slice",
+        "v6e": "tpu-v6e-slice",
+        "tpu7x": "tpu7x",
+    }
 
 
 def test_gpu_and_cpu_hosts_are_explicit():
-    gpu = S.spec_from_dict(_base(accelerator={"gpu": {"type": "nvidia-h100-80gb", "count": 8,
-                                                      "hosts": 2}}, num_slices=1))
+    gpu = S.spec_from_dict(
+        _base(accelerator={"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2}}, num_slices=1)
+    )
     assert gpu.hosts_per_slice == 2 and gpu.num_processes == 2
     cpu = S.spec_from_dict(_base(accelerator={"cpu": {"hosts": 3}}, num_slices=1))
     assert cpu.hosts_per_slice == 3
 
 
-@pytest.mark.parametrize("changes,overrides,field,fragment", [
-    ({}, ["accelerator.tpu.topology=4x4"], "accelerator.tpu.topology", "not a v5p topology"),
-    ({}, ["accelerator.tpu.type=v9"], "accelerator.tpu.type", "unknown TPU type"),
-    ({"accelerator": {"tpu": {"type": "v5p", "topology": "2x2x1"}, "cpu": {}}}, [],
-     "accelerator", "exactly one of tpu, gpu, cpu"),
-    ({"accelerator": {"gpu": {"type": "nvidia-l4"}}}, [], "accelerator.gpu.count", "is required"),
-    ({"accelerator": {"gpu": {"type": "nvidia-l4", "count": 0}}}, [], "accelerator.gpu.count",
-     "between 1 and 16"),
-    ({"nmae": "x"}, [], "nmae", "Did you mean 'name'"),
-    ({"apiVersion": "roxxel.dev/v2"}, [], "apiVersion", "roxxel.dev/v1alpha1"),
-    ({"kind": "Job"}, [], "kind", "RoxxelJob"),
-    ({"name": "Lm"}, [], "name", "DNS-1035"),
-    ({"name": "1lm"}, [], "name", "DNS-1035"),
-    ({"name": "lm\n"}, [], "name", "DNS-1035"),
-    ({"namespace": "a_b"}, [], "namespace", "DNS-1123"),
-    ({"image": "img with space"}, [], "image", "image reference"),
-    ({"command": []}, [], "command", "must not be empty"),
-    ({"command": ["sleep", 10]}, [], "command[1]", "Quote the value"),
-    ({"command": "python train.py"}, [], "command", "must be a list"),
-    ({"num_slices": 0}, [], "num_slices", "at least 1"),
-    ({"num_slices": True}, [], "num_slices", "must be an integer"),
-    ({"workload": "indexed-job"}, [], "num_slices", "single slice"),
-    ({"workload": "deployment"}, [], "workload", "jobset, indexed-job"),
-    ({"env": {"1X": "a"}}, [], "env.1X", "environment variable name"),
-    ({"env": {"JOB_INDEX": "a"}}, [], "env.JOB_INDEX", "set by roxxel-launch"),
-    ({"env": {"X": 1}}, [], "env.X", "Quote the value"),
-    ({"checkpoint_dir": "ckpt"}, [], "checkpoint_dir", "absolute path"),
-    ({"checkpoint_dir": "s3://b/c"}, [], "checkpoint_dir", "only gs://"),
-    ({"checkpoint_dir": "gs://B/c"}, [], "checkpoint_dir", "bucket name (bucket names are 3-63 characters"),
-    ({"checkpoint_dir": "/data/ckpt", "data": {"pvc": {"claim": "d"}}}, [], "checkpoint_dir",
-     "read-only"),
-    ({"restore_from": "ckpt", "checkpoint_dir": "/c"}, [], "restore_from", "absolute path"),
-    ({"restore_from": "gs://bkt/lm"}, [], "restore_from", "without checkpoint_dir"),
-    ({"restore_from": "gs://bkt/lm/", "checkpoint_dir": "gs://bkt/lm"}, [], "restore_from", "is checkpoint_dir itself"),
-    ({"restore_from": "gs://bkt/lm", "checkpoint_dir": "gs://bkt/lm/ft"}, [], "restore_from", "are nested"),
-    ({"watchdog": {"step_floor_s": 0}}, [], "watchdog.step_floor_s", "positive number of seconds"),
-    ({"watchdog": {"step_flor_s": 5}}, [], "watchdog.step_flor_s", "Did you mean 'step_floor_s'"),
-    ({"watchdog": {"step_multiple": 0}}, [], "watchdog.step_multiple", "positive factor of the median step time"),
-    ({"watchdog": {"enabled": False, "step_floor_s": 5}}, [], "watchdog.enabled", "would be dropped"),
-    ({"data": {"gcsfuse": {"bucket": "bkt", "only_dir": "a,ro=false"}}}, [],
-     "data.gcsfuse.only_dir", "no ','"),
-    ({"data": {"gcsfuse": {"bucket": "bkt", "mount_options": ["a,b"]}}}, [],
-     "data.gcsfuse.mount_options[0]", "no ','"),
-    ({"data": {"nfs": {"server": "h", "path": "rel"}}}, [], "data.nfs.path", "absolute"),
-    ({"data": {}}, [], "data", "exactly one of gcsfuse, nfs, pvc"),
-    ({"run_name": "a b"}, [], "run_name", "label value"),
-    ({"service_account": "SA"}, [], "service_account", "DNS-1123"),
-    ({"queue": "q.x"}, [], "queue", "DNS-1123"),
-    ({"max_restarts": -1}, [], "max_restarts", "between 0"),
-    ({"termination_grace_period": 10**6}, [], "termination_grace_period", "86400"),
-    ({"resources": {"limits": {"google.com/tpu": 4}}}, [], "resources.limits.google.com/tpu",
-     "accelerator block"),
-    ({"resources": {"requests": {"memory": "lots"}}}, [], "resources.requests.memory",
-     "quantity"),
-    # The API server's rules that the OpenAPI schema does not carry (validateResourceRequirements).
-    ({"resources": {"requests": {"cpu": "8"}, "limits": {"cpu": "2"}}}, [], "resources.requests.cpu",
-     "8 is more than the cpu limit (2)"),
-    ({"resources": {"requests": {"memory": "64Gi"}, "limits": {"memory": "4Gi"}}}, [],
-     "resources.requests.memory", "64Gi is more than the memory limit (4Gi)"),
-    ({"resources": {"requests": {"example.com/widget": "1"}, "limits": {"example.com/widget": "2"}}}, [],
-     "resources.requests.example.com/widget", "must equal the example.com/widget limit (2)"),
-    ({"resources": {"requests": {"example.com/widget": "1"}}}, [],
-     "resources.requests.example.com/widget", "cannot be overcommitted: it needs a limit"),
-    ({"resources": {"limits": {"example.com/widget": "500m"}}}, [],
-     "resources.limits.example.com/widget", "must be a whole number"),
-    ({"resources": {"limits": {"gpu": "1"}}}, [], "resources.limits.gpu", "is not a container resource"),
-    ({"resources": {"limits": {"hugepages-2Mi": "3Mi", "memory": "1Gi"}}}, [],
-     "resources.limits.hugepages-2Mi", "whole number of 2Mi pages"),
-    ({"resources": {"limits": {"hugepages-2Mi": "4Mi"}}}, [], "resources.limits",
-     "huge pages need a cpu or memory"),
-    ({"node_selectors": {"cloud.google.com/gke-tpu-topology": "4x4"}}, [],
-     "node_selectors.cloud.google.com/gke-tpu-topology", "accelerator block"),
-    ({"node_selectors": {"pool": "a b"}}, [], "node_selectors.pool", "label value"),
-    ({"tolerations": [{"key": "k", "toleration_seconds": 5}]}, [],
-     "tolerations[0].toleration_seconds", "NoExecute"),
-    ({"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}, [],
-     "tolerations[0].value", "must be empty"),
-    ({"tolerations": [{"operator": "Equal"}]}, [], "tolerations[0].key", "required"),
-    ({"tolerations": [{"key": "k", "effect": "Sometimes"}]}, [], "tolerations[0].effect",
-     "NoSchedule"),
-])
+@pytest.mark.parametrize(
+    "changes,overrides,field,fragment",
+    [
+        ({}, ["accelerator.tpu.topology=4x4"], "accelerator.tpu.topology", "not a v5p topology"),
+        ({}, ["accelerator.tpu.type=v9"], "accelerator.tpu.type", "unknown TPU type"),
+        (
+            {"accelerator": {"tpu": {"type": "v5p", "topology": "2x2x1"}, "cpu": {}}},
+            [],
+            "accelerator",
+            "exactly one of tpu, gpu, cpu",
+        ),
+        ({"accelerator": {"gpu": {"type": "nvidia-l4"}}}, [], "accelerator.gpu.count", "is required"),
+        ({"accelerator": {"gpu": {"type": "nvidia-l4", "count": 0}}}, [], "accelerator.gpu.count", "between 1 and 16"),
+        ({"nmae": "x"}, [], "nmae", "Did you mean 'name'"),
+        ({"apiVersion": "roxxel.dev/v2"}, [], "apiVersion", "roxxel.dev/v1alpha1"),
+        ({"kind": "Job"}, [], "kind", "RoxxelJob"),
+        ({"name": "Lm"}, [], "name", "DNS-1035"),
+        ({"name": "1lm"}, [], "name", "DNS-1035"),
+        ({"name": "lm\n"}, [], "name", "DNS-1035"),
+        ({"namespace": "a_b"}, [], "namespace", "DNS-1123"),
+        ({"image": "img with space"}, [], "image", "image reference"),
+        ({"command": []}, [], "command", "must not be empty"),
+        ({"command": ["sleep", 10]}, [], "command[1]", "Quote the value"),
+        ({"command": "python train.py"}, [], "command", "must be a list"),
+        ({"num_slices": 0}, [], "num_slices", "at least 1"),
+        ({"num_slices": True}, [], "num_slices", "must be an integer"),
+        ({"workload": "indexed-job"}, [], "num_slices", "single slice"),
+        ({"workload": "deployment"}, [], "workload", "jobset, indexed-job"),
+        ({"env": {"1X": "a"}}, [], "env.1X", "environment variable name"),
+        ({"env": {"JOB_INDEX": "a"}}, [], "env.JOB_INDEX", "set by roxxel-launch"),
+        ({"env": {"X": 1}}, [], "env.X", "Quote the value"),
+        ({"checkpoint_dir": "ckpt"}, [], "checkpoint_dir", "absolute path"),
+        ({"checkpoint_dir": "s3://b/c"}, [], "checkpoint_dir", "only gs://"),
+        ({"checkpoint_dir": "gs://B/c"}, [], "checkpoint_dir", "bucket name (bucket names are 3-63 characters"),
+        ({"checkpoint_dir": "/data/ckpt", "data": {"pvc": {"claim": "d"}}}, [], "checkpoint_dir", "read-only"),
+        ({"restore_from": "ckpt", "checkpoint_dir": "/c"}, [], "restore_from", "absolute path"),
+        ({"restore_from": "gs://bkt/lm"}, [], "restore_from", "without checkpoint_dir"),
+        (
+            {"restore_from": "gs://bkt/lm/", "checkpoint_dir": "gs://bkt/lm"},
+            [],
+            "restore_from",
+            "is checkpoint_dir itself",
+        ),
+        ({"restore_from": "gs://bkt/lm", "checkpoint_dir": "gs://bkt/lm/ft"}, [], "restore_from", "are nested"),
+        ({"watchdog": {"step_floor_s": 0}}, [], "watchdog.step_floor_s", "positive number of seconds"),
+        ({"watchdog": {"step_flor_s": 5}}, [], "watchdog.step_flor_s", "Did you mean 'step_floor_s'"),
+        ({"watchdog": {"step_multiple": 0}}, [], "watchdog.step_multiple", "positive factor of the median step time"),
+        ({"watchdog": {"enabled": False, "step_floor_s": 5}}, [], "watchdog.enabled", "would be dropped"),
+        ({"data": {"gcsfuse": {"bucket": "bkt", "only_dir": "a,ro=false"}}}, [], "data.gcsfuse.only_dir", "no ','"),
+        (
+            {"data": {"gcsfuse": {"bucket": "bkt", "mount_options": ["a,b"]}}},
+            [],
+            "data.gcsfuse.mount_options[0]",
+            "no ','",
+        ),
+        ({"data": {"nfs": {"server": "h", "path": "rel"}}}, [], "data.nfs.path", "absolute"),
+        ({"data": {}}, [], "data", "exactly one of gcsfuse, nfs, pvc"),
+        ({"run_name": "a b"}, [], "run_name", "label value"),
+        ({"service_account": "SA"}, [], "service_account", "DNS-1123"),
+        ({"queue": "q.x"}, [], "queue", "DNS-1123"),
+        ({"max_restarts": -1}, [], "max_restarts", "between 0"),
+        ({"termination_grace_period": 10**6}, [], "termination_grace_period", "86400"),
+        ({"resources": {"limits": {"google.com/tpu": 4}}}, [], "resources.limits.google.com/tpu", "accelerator block"),
+        ({"resources": {"requests": {"memory": "lots"}}}, [], "resources.requests.memory", "quantity"),
+        # The API server's rules that the OpenAPI schema does not carry (validateResourceRequirements).
+        (
+            {"resources": {"requests": {"cpu": "8"}, "limits": {"cpu": "2"}}},
+            [],
+            "resources.requests.cpu",
+            "8 is more than the cpu limit (2)",
+        ),
+        (
+            {"resources": {"requests": {"memory": "64Gi"}, "limits": {"memory": "4Gi"}}},
+            [],
+            "resources.requests.memory",
+            "64Gi is more than the memory limit (4Gi)",
+        ),
+        (
+            {"resources": {"requests": {"example.com/widget": "1"}, "limits": {"example.com/widget": "2"}}},
+            [],
+            "resources.requests.example.com/widget",
+            "must equal the example.com/widget limit (2)",
+        ),
+        (
+            {"resources": {"requests": {"example.com/widget": "1"}}},
+            [],
+            "resources.requests.example.com/widget",
+            "cannot be overcommitted: it needs a limit",
+        ),
+        (
+            {"resources": {"limits": {"example.com/widget": "500m"}}},
+            [],
+            "resources.limits.example.com/widget",
+            "must be a whole number",
+        ),
+        ({"resources": {"limits": {"gpu": "1"}}}, [], "resources.limits.gpu", "is not a container resource"),
+        (
+            {"resources": {"limits": {"hugepages-2Mi": "3Mi", "memory": "1Gi"}}},
+            [],
+            "resources.limits.hugepages-2Mi",
+            "whole number of 2Mi pages",
+        ),
+        (
+            {"resources": {"limits": {"hugepages-2Mi": "4Mi"}}},
+            [],
+            "resources.limits",
+            "huge pages need a cpu or memory",
+        ),
+        (
+            {"node_selectors": {"cloud.google.com/gke-tpu-topology": "4x4"}},
+            [],
+            "node_selectors.cloud.google.com/gke-tpu-topology",
+            "accelerator block",
+        ),
+        ({"node_selectors": {"pool": "a b"}}, [], "node_selectors.pool", "label value"),
+        (
+            {"tolerations": [{"key": "k", "toleration_seconds": 5}]},
+            [],
+            "tolerations[0].toleration_seconds",
+            "NoExecute",
+        ),
+        (
+            {"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]},
+            [],
+            "tolerations[0].value",
+            "must be empty",
+        ),
+        ({"tolerations": [{"operator": "Equal"}]}, [], "tolerations[0].key", "required"),
+        ({"tolerations": [{"key": "k", "effect": "Sometimes"}]}, [], "tolerations[0].effect", "NoSchedule"),
+    ],
+)
 def test_errors_name_the_field_and_the_fix(changes, overrides, field, fragment):
     err = _error(_base(**changes), overrides)
     assert err.field == field
@@ -161,12 +231,13 @@ def test_errors_name_the_field_and_the_fix(changes, overrides, field, fragment):
 
 
 def test_requests_and_limits_compare_exactly_across_units():
-    resources = {"requests": {"cpu": "1000m", "memory": "1Gi", "example.com/widget": "2"},
-                 "limits": {"cpu": "1", "memory": "1073741824", "example.com/widget": "2"}}
+    resources = {
+        "requests": {"cpu": "1000m", "memory": "1Gi", "example.com/widget": "2"},
+        "limits": {"cpu": "1", "memory": "1073741824", "example.com/widget": "2"},
+    }
     spec = S.spec_from_dict(_base(resources=resources))
     assert spec.resources.requests["cpu"] == "1000m"
-    err = _error(_base(resources={"requests": {"cpu": "8", "memory": "64Gi"},
-                                  "limits": {"cpu": "2", "memory": "4Gi"}}))
+    err = _error(_base(resources={"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}))
     assert [e.field for e in err.each()] == ["resources.requests.cpu", "resources.requests.memory"]
     assert "give only the limit" in str(err)
 
@@ -185,10 +256,18 @@ def test_longest_pod_name_must_fit_in_63_characters():
 
 
 def test_overrides_follow_the_field_type():
-    spec = S.spec_from_dict(_base(), [
-        "env.VERSION=007", "num_slices=3", "command=[python, train.py, '--lr=3e-4']",
-        r"resources.limits.example\.com/widget=2", "accelerator.tpu.topology=2x2x2",
-        "data.gcsfuse.bucket=my-bkt", "service_account=trainer"])
+    spec = S.spec_from_dict(
+        _base(),
+        [
+            "env.VERSION=007",
+            "num_slices=3",
+            "command=[python, train.py, '--lr=3e-4']",
+            r"resources.limits.example\.com/widget=2",
+            "accelerator.tpu.topology=2x2x2",
+            "data.gcsfuse.bucket=my-bkt",
+            "service_account=trainer",
+        ],
+    )
     assert spec.env["VERSION"] == "007"
     assert spec.num_slices == 3
     assert spec.command == ("python", "train.py", "--lr=3e-4")
@@ -197,23 +276,29 @@ def test_overrides_follow_the_field_type():
     assert spec.data.gcsfuse.bucket == "my-bkt"
 
 
-@pytest.mark.parametrize("override,field,fragment", [
-    ("num_slices", "--set", "key.path=value"),
-    ("num_slices=two", "num_slices", "not an integer"),
-    ("name.first=x", "name", "not a mapping"),
-    ("bogus.field=1", "bogus", "unknown field"),
-])
+@pytest.mark.parametrize(
+    "override,field,fragment",
+    [
+        ("num_slices", "--set", "key.path=value"),
+        ("num_slices=two", "num_slices", "not an integer"),
+        ("name.first=x", "name", "not a mapping"),
+        ("bogus.field=1", "bogus", "unknown field"),
+    ],
+)
 def test_bad_overrides(override, field, fragment):
     err = _error(_base(), [override])
     assert err.field == field and fragment in str(err)
 
 
-@pytest.mark.parametrize("override,field,source", [
-    ("command=[python, x.py, --steps, 60]", "command[3]", "from --set command=[python, x.py, --steps, 60]"),
-    ("max_restarts=-1", "max_restarts", "from --set max_restarts=-1"),
-    ("accelerater.tpu.type=v5p", "accelerater", "from --set accelerater.tpu.type=v5p"),
-    ("resources.requests.cpu=lots", "resources.requests.cpu", "from --set resources.requests.cpu=lots"),
-])
+@pytest.mark.parametrize(
+    "override,field,source",
+    [
+        ("command=[python, x.py, --steps, 60]", "command[3]", "from --set command=[python, x.py, --steps, 60]"),
+        ("max_restarts=-1", "max_restarts", "from --set max_restarts=-1"),
+        ("accelerater.tpu.type=v5p", "accelerater", "from --set accelerater.tpu.type=v5p"),
+        ("resources.requests.cpu=lots", "resources.requests.cpu", "from --set resources.requests.cpu=lots"),
+    ],
+)
 def test_a_bad_value_from_set_names_the_set_not_the_file(tmp_path, override, field, source):
     """Errors in --set values said "(in job.yaml)", sending users to a file that was right."""
     path = tmp_path / "job.yaml"
@@ -239,8 +324,13 @@ def test_every_field_with_a_problem_is_named_in_one_run(tmp_path):
         S.load_spec(path, ["tolerations=[{operator: Equal}]"])
     err = info.value
     fields = [e.field for e in err.each()]
-    assert fields == ["accelerater", "data.gcsfuse.bucket", "max_restarts", "resources.requests.cpu",
-                      "tolerations[0].key"], fields
+    assert fields == [
+        "accelerater",
+        "data.gcsfuse.bucket",
+        "max_restarts",
+        "resources.requests.cpu",
+        "tolerations[0].key",
+    ], fields
     lines = str(err).splitlines()
     assert lines[0] == "5 problems:" and len(lines) == 6
     assert "Did you mean 'accelerator'?" in lines[1] and "(in " in lines[1]
@@ -297,8 +387,7 @@ def _walk_dataclasses(cls, seen=None):
 def test_schema_documents_every_field():
     schema = S.spec_schema()
     assert schema["properties"]["apiVersion"]["enum"] == ["roxxel.dev/v1alpha1"]
-    assert set(schema["required"]) == {"apiVersion", "kind", "name", "image", "command",
-                                       "accelerator"}
+    assert set(schema["required"]) == {"apiVersion", "kind", "name", "image", "command", "accelerator"}
     assert schema["properties"]["workload"]["enum"] == ["jobset", "indexed-job"]
     tpu_schema = schema["properties"]["accelerator"]["properties"]["tpu"]
     assert tpu_schema["required"] == ["type", "topology"]
@@ -324,8 +413,11 @@ def test_kubernetes_recommended_labels_are_the_users_except_the_ones_we_set(tmp_
     ok = {"app.kubernetes.io/name": "lm", "app.kubernetes.io/part-of": "research"}
     path.write_text(yaml.safe_dump(_base(labels=ok)))
     assert dict(S.load_spec(path).labels) == ok
-    for section, key in (("labels", "app.kubernetes.io/managed-by"), ("annotations", "kubectl.kubernetes.io/default-container"),
-                         ("labels", "jobset.sigs.k8s.io/jobset-name")):
+    for section, key in (
+        ("labels", "app.kubernetes.io/managed-by"),
+        ("annotations", "kubectl.kubernetes.io/default-container"),
+        ("labels", "jobset.sigs.k8s.io/jobset-name"),
+    ):
         path.write_text(yaml.safe_dump(_base(**{section: {key: "x"}})))
         with pytest.raises(S.SpecError, match="uses a key or prefix that roxxel-launch or its controllers own"):
             S.load_spec(path)

@@ -74,17 +74,28 @@ def test_crd_schema_checks_types_and_its_own_enums(strict_schema):
         V.jobset_crd_schema({"spec": {"versions": [{"name": "v1alpha2"}]}}, version="v9")
 
 
-@pytest.mark.parametrize("mutate,fragment", [
-    (lambda j: j["spec"]["failurePolicy"]["rules"][0].update(onJobFailureReasons=["Preempted"]),
-     "onJobFailureReasons: 'Preempted' is not one of"),
-    (lambda j: _pod_spec(j).update(restartPolicy="OnFailure"), "restartPolicy: 'OnFailure'"),
-    (lambda j: j["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]["rules"][0]
-     .update(action="Restart"), "action: 'Restart'"),
-    (lambda j: _pod_spec(j)["tolerations"][0].update(operator="Has"), "operator: 'Has'"),
-    (lambda j: _pod_spec(j)["volumes"][0]["emptyDir"].update(medium="Disk"), "medium: 'Disk'"),
-    (lambda j: j["spec"]["replicatedJobs"][0]["template"]["spec"].update(completionMode="NonIndexed"),
-     "completionMode"),
-])
+@pytest.mark.parametrize(
+    "mutate,fragment",
+    [
+        (
+            lambda j: j["spec"]["failurePolicy"]["rules"][0].update(onJobFailureReasons=["Preempted"]),
+            "onJobFailureReasons: 'Preempted' is not one of",
+        ),
+        (lambda j: _pod_spec(j).update(restartPolicy="OnFailure"), "restartPolicy: 'OnFailure'"),
+        (
+            lambda j: j["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]["rules"][0].update(
+                action="Restart"
+            ),
+            "action: 'Restart'",
+        ),
+        (lambda j: _pod_spec(j)["tolerations"][0].update(operator="Has"), "operator: 'Has'"),
+        (lambda j: _pod_spec(j)["volumes"][0]["emptyDir"].update(medium="Disk"), "medium: 'Disk'"),
+        (
+            lambda j: j["spec"]["replicatedJobs"][0]["template"]["spec"].update(completionMode="NonIndexed"),
+            "completionMode",
+        ),
+    ],
+)
 def test_enum_values_the_schemas_do_not_constrain(strict_schema, mutate, fragment):
     jobset = _jobset()
     mutate(jobset)
@@ -100,18 +111,31 @@ def test_longest_pod_name_is_checked_on_the_objects():
     assert "JobSet/" in problem and "plus its 6-character random suffix is 64" in problem
 
 
-@pytest.mark.parametrize("mutate,fragment", [
-    (lambda j: _pod_spec(j)["containers"][0]["resources"]["limits"].update({"google.com/tpu": "8"}),
-     "google.com/tpu=8 but a 2x2x4 tpu-v5p-slice host has 4 chips"),
-    (lambda j: j["spec"]["replicatedJobs"][0]["template"]["spec"].update(parallelism=2, completions=2),
-     "2 pods per slice but topology 2x2x4 has 4 hosts"),
-    (lambda j: j["metadata"]["annotations"].pop("alpha.jobset.sigs.k8s.io/exclusive-topology"),
-     "multi-host TPU slice needs"),
-    (lambda j: _pod_spec(j)["nodeSelector"].pop("cloud.google.com/gke-tpu-topology"),
-     "needs cloud.google.com/gke-tpu-accelerator"),
-    (lambda j: _pod_spec(j)["nodeSelector"].update({"cloud.google.com/gke-tpu-topology": "4x4"}),
-     "'4x4' is not a v5p topology"),
-])
+@pytest.mark.parametrize(
+    "mutate,fragment",
+    [
+        (
+            lambda j: _pod_spec(j)["containers"][0]["resources"]["limits"].update({"google.com/tpu": "8"}),
+            "google.com/tpu=8 but a 2x2x4 tpu-v5p-slice host has 4 chips",
+        ),
+        (
+            lambda j: j["spec"]["replicatedJobs"][0]["template"]["spec"].update(parallelism=2, completions=2),
+            "2 pods per slice but topology 2x2x4 has 4 hosts",
+        ),
+        (
+            lambda j: j["metadata"]["annotations"].pop("alpha.jobset.sigs.k8s.io/exclusive-topology"),
+            "multi-host TPU slice needs",
+        ),
+        (
+            lambda j: _pod_spec(j)["nodeSelector"].pop("cloud.google.com/gke-tpu-topology"),
+            "needs cloud.google.com/gke-tpu-accelerator",
+        ),
+        (
+            lambda j: _pod_spec(j)["nodeSelector"].update({"cloud.google.com/gke-tpu-topology": "4x4"}),
+            "'4x4' is not a v5p topology",
+        ),
+    ],
+)
 def test_accelerator_topology_consistency(mutate, fragment):
     jobset = _jobset()
     mutate(jobset)
@@ -122,27 +146,40 @@ def test_accelerator_topology_consistency(mutate, fragment):
 V5E_2X4_TWO_HOSTS = {"tpu": {"type": "v5e", "topology": "2x4", "chips_per_host": 4}}
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda j: _pod_spec(j)["nodeSelector"].pop("node.kubernetes.io/instance-type"),
-    lambda j: _pod_spec(j)["nodeSelector"].update({"node.kubernetes.io/instance-type": "ct5lp-hightpu-8t"}),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda j: _pod_spec(j)["nodeSelector"].pop("node.kubernetes.io/instance-type"),
+        lambda j: _pod_spec(j)["nodeSelector"].update({"node.kubernetes.io/instance-type": "ct5lp-hightpu-8t"}),
+    ],
+)
 def test_two_host_2x4_pods_cannot_pack_onto_one_8_chip_host(mutate):
     # ct5lp-hightpu-4t and -8t nodes carry the same accelerator and topology labels.
     jobset = _jobset(accelerator=V5E_2X4_TWO_HOSTS, num_slices=1)
     assert V.check_objects([jobset]) == []
     mutate(jobset)
     (problem,) = V.check_objects([jobset])
-    assert "ct5lp-hightpu-4t and ct5lp-hightpu-8t hosts alike: select " \
-           "node.kubernetes.io/instance-type: ct5lp-hightpu-4t" in problem, problem
+    assert (
+        "ct5lp-hightpu-4t and ct5lp-hightpu-8t hosts alike: select "
+        "node.kubernetes.io/instance-type: ct5lp-hightpu-4t" in problem
+    ), problem
 
 
-@pytest.mark.parametrize("resources,fragment", [
-    ({"requests": {"cpu": "8"}, "limits": {"cpu": "2"}}, "resources.requests.cpu: 8 is more than the cpu limit (2)"),
-    ({"requests": {"google.com/tpu": "2"}, "limits": {"google.com/tpu": "4"}},
-     "must equal the google.com/tpu limit (4)"),
-    ({"requests": {"example.com/widget": "1"}}, "cannot be overcommitted"),
-    ({"limits": {"memory": "lots"}}, "'lots' is not a non-negative resource quantity"),
-])
+@pytest.mark.parametrize(
+    "resources,fragment",
+    [
+        (
+            {"requests": {"cpu": "8"}, "limits": {"cpu": "2"}},
+            "resources.requests.cpu: 8 is more than the cpu limit (2)",
+        ),
+        (
+            {"requests": {"google.com/tpu": "2"}, "limits": {"google.com/tpu": "4"}},
+            "must equal the google.com/tpu limit (4)",
+        ),
+        ({"requests": {"example.com/widget": "1"}}, "cannot be overcommitted"),
+        ({"limits": {"memory": "lots"}}, "'lots' is not a non-negative resource quantity"),
+    ],
+)
 def test_api_server_resource_rules_are_checked_on_the_objects(resources, fragment):
     # What a pod_patch (or a hand-edited manifest) could bring: the spec's own checks are past.
     jobset = _jobset()
@@ -166,7 +203,8 @@ def test_gpu_needs_its_selector_and_service_must_be_headless():
 def test_kubernetes_validate_catches_unknown_fields_in_built_in_kinds_and_child_jobs():
     """kubernetes-validate strict, offline (no API server)."""
     service, job = copy.deepcopy(
-        R.render(S.spec_from_dict({**SPEC, "workload": "indexed-job", "num_slices": 1})).objects)
+        R.render(S.spec_from_dict({**SPEC, "workload": "indexed-job", "num_slices": 1})).objects
+    )
     job["spec"]["template"]["spec"]["containers"][0]["rezources"] = {}
     service["spec"]["clusterIp"] = "None"
     problems = V.check_schemas([service, job])
@@ -190,8 +228,7 @@ def test_validate_raises_with_every_problem():
 
 def test_large_multislice_render_and_validate_is_fast(strict_schema):
     """256 slices x 4 hosts (v5e 4x4): the issue's target is < 1 s; generous bound here."""
-    spec = S.spec_from_dict({**SPEC, "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}},
-                             "num_slices": 256})
+    spec = S.spec_from_dict({**SPEC, "accelerator": {"tpu": {"type": "v5e", "topology": "4x4"}}, "num_slices": 256})
     start = time.perf_counter()
     rendered = R.render(spec)
     V.validate(rendered.objects)
@@ -228,8 +265,7 @@ def test_cli_validate(spec_file):
     result = CliRunner().invoke(cli, ["validate", str(spec_file), "--set", "name=" + "a" * 50])
     assert result.exit_code == 1
     assert "invalid job spec: name:" in result.output and "Shorten name" in result.output
-    result = CliRunner().invoke(cli, ["validate", str(spec_file), "--set",
-                                      "accelerator.tpu.topology=4x4"])
+    result = CliRunner().invoke(cli, ["validate", str(spec_file), "--set", "accelerator.tpu.topology=4x4"])
     assert result.exit_code == 1 and "accelerator.tpu.topology" in result.output
 
 
@@ -240,10 +276,12 @@ def test_cli_schema_is_json():
 
 
 def test_cli_help_imports_nothing_heavy():
-    code = ("import sys; from roxxel_launch.cli import main\n"
-            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "heavy = {'yaml', 'jinja2', 'kubernetes', 'jax', 'numpy', 'jsonschema'} & set(sys.modules)\n"
-            "print(sorted(heavy))")
+    code = (
+        "import sys; from roxxel_launch.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = {'yaml', 'jinja2', 'kubernetes', 'jax', 'numpy', 'jsonschema'} & set(sys.modules)\n"
+        "print(sorted(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
@@ -267,8 +305,11 @@ def test_example_specs_fit_their_default_nodes(path, caplog):
     """No example needs more node ephemeral storage than it says its nodes have (default: a
     100 GB boot disk), so none is left Pending or evicted for its file cache."""
     spec = S.load_spec(path)
-    node = S.parse_quantity(spec.node_ephemeral_storage) if spec.node_ephemeral_storage else \
-        S.DEFAULT_NODE_EPHEMERAL_STORAGE
+    node = (
+        S.parse_quantity(spec.node_ephemeral_storage)
+        if spec.node_ephemeral_storage
+        else S.DEFAULT_NODE_EPHEMERAL_STORAGE
+    )
     assert spec.ephemeral_storage_bytes <= node
     with caplog.at_level("WARNING", logger="roxxel_launch.render"):
         R.render(spec)
@@ -276,5 +317,4 @@ def test_example_specs_fit_their_default_nodes(path, caplog):
 
 
 def test_examples_are_found():
-    assert {p.name for p in EXAMPLES} >= {"cpu-smoke.yaml", "gpu-h100-nfs.yaml",
-                                          "tpu-v5p-multislice.yaml", "job.yaml"}
+    assert {p.name for p in EXAMPLES} >= {"cpu-smoke.yaml", "gpu-h100-nfs.yaml", "tpu-v5p-multislice.yaml", "job.yaml"}

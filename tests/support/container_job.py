@@ -23,9 +23,25 @@ def write_spec(tmp_path, name: str, image: str = IMAGE, steps: tuple[str, str] =
     checkpoints = tmp_path / name / "checkpoints"
     params = str(checkpoints / "final-params.npz")
     spec.update(name=name, image=image, checkpoint_dir=str(checkpoints), termination_grace_period=60)
-    spec["command"] = ["python", "examples/lm/train.py", "--steps", *steps, "--batch", "8", "4", "--width", "32",
-                       "--log-every", "1", "--eval-every", "1000", "--checkpoint-every", "1000",
-                       "--save-params", params]
+    spec["command"] = [
+        "python",
+        "examples/lm/train.py",
+        "--steps",
+        *steps,
+        "--batch",
+        "8",
+        "4",
+        "--width",
+        "32",
+        "--log-every",
+        "1",
+        "--eval-every",
+        "1000",
+        "--checkpoint-every",
+        "1000",
+        "--save-params",
+        params,
+    ]
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return str(path), params
@@ -34,8 +50,14 @@ def write_spec(tmp_path, name: str, image: str = IMAGE, steps: tuple[str, str] =
 def launch(tmp_path, *args: str, check: int | None = 0, timeout: float = 600) -> subprocess.CompletedProcess:
     env = dict(podman_env(), ROXXEL_LOCAL_ROOT=str(tmp_path / "local"))
     env = {k: v for k, v in env.items() if not k.startswith(("JOB", "TPU_"))}
-    out = subprocess.run([sys.executable, "-m", "roxxel_launch.cli", *args], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, "-m", "roxxel_launch.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check is not None:
         assert out.returncode == check, f"exit {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out

@@ -34,8 +34,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-RUN_LANGUAGES = {"python": "python", "py": "python", "python3": "python", "bash": "bash", "sh": "bash",
-                 "shell": "bash"}
+RUN_LANGUAGES = {"python": "python", "py": "python", "python3": "python", "bash": "bash", "sh": "bash", "shell": "bash"}
 REQUIRES_KINDS = {
     "cluster": "a Kubernetes cluster (kubectl, or roxxel-launch without --local)",
     "cloud": "a Google Cloud project (gcloud, gs:// buckets, Artifact Registry)",
@@ -129,13 +128,21 @@ def parse(text: str, page: str) -> Page:
             close = lines[j].strip()
             if close.startswith(fence[0] * len(fence)) and set(close) == {fence[0]}:
                 break
-            body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j].lstrip())
+            body.append(lines[j][len(indent) :] if lines[j].startswith(indent) else lines[j].lstrip())
             j += 1
         else:
             raise MarkerError(f"{page}:{i + 1}: code block is never closed")
         title = _TITLE.search(info)
-        blocks.append(Block(page, i + 2, language, "\n".join(body) + "\n", _markers(lines, i, page),
-                            title.group("title") if title else None))
+        blocks.append(
+            Block(
+                page,
+                i + 2,
+                language,
+                "\n".join(body) + "\n",
+                _markers(lines, i, page),
+                title.group("title") if title else None,
+            )
+        )
         i = j + 1
     return Page(page, blocks, slow)
 
@@ -158,8 +165,10 @@ def check_markers(page: Page) -> list[str]:
             continue
         unknown = set(b.markers) - known_run
         if unknown:
-            problems.append(f"{b.where}: unknown marker(s) {sorted(unknown)}; known: {sorted(known_run)} "
-                            "(and 'output' above an output block)")
+            problems.append(
+                f"{b.where}: unknown marker(s) {sorted(unknown)}; known: {sorted(known_run)} "
+                "(and 'output' above an output block)"
+            )
         if "requires" in b.markers:
             kind, _, reason = b.markers["requires"].partition(":")
             if kind.strip() not in REQUIRES_KINDS:

@@ -73,10 +73,15 @@ def storage_layout(request, response, storage, *args, **kwargs):
     if bucket is None:
         response.status = HTTPStatus.NOT_FOUND
         return
-    response.json({"kind": "storage#storageLayout", "bucket": bucket["name"],
-                   "location": bucket.get("location", "US"),
-                   "locationType": bucket.get("locationType", "multi-region"),
-                   "hierarchicalNamespace": {"enabled": False}})
+    response.json(
+        {
+            "kind": "storage#storageLayout",
+            "bucket": bucket["name"],
+            "location": bucket.get("location", "US"),
+            "locationType": bucket.get("locationType", "multi-region"),
+            "hierarchicalNamespace": {"enabled": False},
+        }
+    )
 
 
 _SINGLE_QUOTED_BOUNDARY = re.compile(r"boundary='([^']*)'")
@@ -88,8 +93,7 @@ def read_data_with_any_quotes(request_handler, query):
     content_type = request_handler.headers.get("Content-Type") or ""
     if content_type.startswith("multipart/") and _SINGLE_QUOTED_BOUNDARY.search(content_type):
         del request_handler.headers["Content-Type"]
-        request_handler.headers["Content-Type"] = _SINGLE_QUOTED_BOUNDARY.sub(r'boundary="\1"',
-                                                                              content_type)
+        request_handler.headers["Content-Type"] = _SINGLE_QUOTED_BOUNDARY.sub(r'boundary="\1"', content_type)
     return _original_read_data(request_handler, query)
 
 
@@ -139,8 +143,11 @@ def patch() -> int:
     objects.insert = insert_with_preconditions  # uploads POSTed without /upload call it by name
     layout = rf"^{re.escape(settings.API_ENDPOINT)}/b/(?P<bucket_name>[-.\w]+)/storageLayout$"
     server.HANDLERS = ((layout, {server.GET: storage_layout}), *server.HANDLERS)
-    replacements = {_original_download: download_with_generation, _original_insert: insert_with_preconditions,
-                    _original_delete: delete_with_preconditions}
+    replacements = {
+        _original_download: download_with_generation,
+        _original_insert: insert_with_preconditions,
+        _original_delete: delete_with_preconditions,
+    }
     patched = 0
     for _regex, handlers in server.HANDLERS:
         for method, handler in list(handlers.items()):
@@ -191,8 +198,9 @@ def inject_faults(spec: str) -> None:
     server.Router.handle = handle
 
 
-def start(log_path: str | Path, bucket: str, timeout: float = 30,
-          fault: str | None = None) -> tuple[subprocess.Popen, str]:
+def start(
+    log_path: str | Path, bucket: str, timeout: float = 30, fault: str | None = None
+) -> tuple[subprocess.Popen, str]:
     """Run this wrapper on a free loopback port; return the process and its URL.
 
     Its output goes to ``log_path``: it logs every request, and an unread pipe would stall it.
@@ -209,9 +217,23 @@ def start(log_path: str | Path, bucket: str, timeout: float = 30,
         parse_fault(fault)  # fail here, not in the child
         env[FAULT_ENV] = fault
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([sys.executable, __file__, "start", "-H", "127.0.0.1", "--port", str(port),
-                                 "--default-bucket", bucket, "--in-memory"], stdout=log_file, stderr=subprocess.STDOUT,
-                                env=env)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "start",
+                "-H",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--default-bucket",
+                bucket,
+                "--in-memory",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -240,8 +262,12 @@ def client_env(url: str) -> dict[str, str]:
     NO_GCE_CHECK=true avoids minutes of metadata-server probes; GCE_METADATA_HOST points
     them at a closed port.
     """
-    return {"TENSORSTORE_GCS_HTTP_URL": url, "STORAGE_EMULATOR_HOST": url,
-            "NO_GCE_CHECK": "true", "GCE_METADATA_HOST": "127.0.0.1:1"}
+    return {
+        "TENSORSTORE_GCS_HTTP_URL": url,
+        "STORAGE_EMULATOR_HOST": url,
+        "NO_GCE_CHECK": "true",
+        "GCE_METADATA_HOST": "127.0.0.1:1",
+    }
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ _SCHEMAS = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
 def _served_version(wanted: str = "1.32.0") -> str:
     """``wanted`` (the version of the kubectl here) when kubernetes-validate ships its schemas,
     else the newest version it ships."""
-    shipped = [d.name[1:-len("-local")] for d in _SCHEMAS.glob("v*-local")]
+    shipped = [d.name[1 : -len("-local")] for d in _SCHEMAS.glob("v*-local")]
     if wanted in shipped or not shipped:
         return wanted
     return max(shipped, key=lambda v: tuple(int(x) for x in v.split(".")))
@@ -61,9 +61,12 @@ KUBERNETES_VERSION = _served_version()
 JOBSET_GROUP, JOBSET_VERSION = "jobset.x-k8s.io", "v1alpha2"
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 # resource -> the OpenAPI definition of its kind (built-in kinds)
-BUILTIN_DEFINITIONS = {"jobs": "io.k8s.api.batch.v1.Job", "pods": "io.k8s.api.core.v1.Pod",
-                       "services": "io.k8s.api.core.v1.Service",
-                       "networkpolicies": "io.k8s.api.networking.v1.NetworkPolicy"}
+BUILTIN_DEFINITIONS = {
+    "jobs": "io.k8s.api.batch.v1.Job",
+    "pods": "io.k8s.api.core.v1.Pod",
+    "services": "io.k8s.api.core.v1.Service",
+    "networkpolicies": "io.k8s.api.networking.v1.NetworkPolicy",
+}
 JOBSET_DEFINITION = "io.x-k8s.jobset.v1alpha2.JobSet"
 FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
 
@@ -106,8 +109,7 @@ def jobset_schema() -> dict:
     """The JobSet's ``openAPIV3Schema`` (served version), with its group-version-kind."""
     version = next(v for v in jobset_crd()["spec"]["versions"] if v["name"] == JOBSET_VERSION)
     schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
-    schema["x-kubernetes-group-version-kind"] = [
-        {"group": JOBSET_GROUP, "version": JOBSET_VERSION, "kind": "JobSet"}]
+    schema["x-kubernetes-group-version-kind"] = [{"group": JOBSET_GROUP, "version": JOBSET_VERSION, "kind": "JobSet"}]
     return schema
 
 
@@ -157,8 +159,11 @@ def _json_type(value: Any) -> str:
 
 def _type_ok(expected: str, value: Any) -> bool:
     actual = _json_type(value)
-    return actual == expected or (expected == "number" and actual == "integer") or (
-        expected == "integer" and isinstance(value, float) and value.is_integer())
+    return (
+        actual == expected
+        or (expected == "number" and actual == "integer")
+        or (expected == "integer" and isinstance(value, float) and value.is_integer())
+    )
 
 
 class _Walker:
@@ -188,8 +193,7 @@ class _Walker:
         if isinstance(value, dict):
             value = self._object(schema, value, path, go_struct)
         elif isinstance(value, list) and "items" in schema:
-            value = [self.walk(schema["items"], item, f"{path}[{i}]", go_struct)
-                     for i, item in enumerate(value)]
+            value = [self.walk(schema["items"], item, f"{path}[{i}]", go_struct) for i, item in enumerate(value)]
         if self.cel:
             self._rules(schema, value, path)
         return value
@@ -209,49 +213,71 @@ class _Walker:
             return True
         actual = _json_type(value)
         if self.builtin:
-            go_type = {"string": "string", "integer": "int32" if schema.get("format") == "int32"
-                       else "int64", "number": "float64", "boolean": "bool", "array": "[]",
-                       "object": "map[string]"}.get(allowed[0] or "", allowed[0] or "?")
+            go_type = {
+                "string": "string",
+                "integer": "int32" if schema.get("format") == "int32" else "int64",
+                "number": "float64",
+                "boolean": "bool",
+                "array": "[]",
+                "object": "map[string]",
+            }.get(allowed[0] or "", allowed[0] or "?")
             where = re.sub(r"\[\d+\]", "", path)
             self.found.decode.append(
                 f"json: cannot unmarshal {'number' if actual in ('integer', 'number') else actual} "
-                f"into Go struct field {go_struct}.{where} of type {go_type}")
+                f"into Go struct field {go_struct}.{where} of type {go_type}"
+            )
         else:
-            self.found.invalid("FieldValueTypeInvalid", path,
-                               f"Invalid value: {json.dumps(actual)}: {path} in body must be of "
-                               f"type {' or '.join(t for t in allowed if t)}: {json.dumps(actual)}")
+            self.found.invalid(
+                "FieldValueTypeInvalid",
+                path,
+                f"Invalid value: {json.dumps(actual)}: {path} in body must be of "
+                f"type {' or '.join(t for t in allowed if t)}: {json.dumps(actual)}",
+            )
         return False
 
     def _bounds(self, schema: dict, value: Any, path: str) -> None:
         add = self.found.invalid
         if "enum" in schema and value not in schema["enum"] and path not in ("apiVersion", "kind"):
             supported = ", ".join(json.dumps(v) for v in schema["enum"])
-            add("FieldValueNotSupported", path,
-                f"Unsupported value: {_go_value(value)}: supported values: {supported}")
+            add("FieldValueNotSupported", path, f"Unsupported value: {_go_value(value)}: supported values: {supported}")
         if isinstance(value, list):
             if "maxItems" in schema and len(value) > schema["maxItems"]:
-                add("FieldValueTooMany", path,
-                    f"Too many: {len(value)}: must have at most {schema['maxItems']} items")
+                add("FieldValueTooMany", path, f"Too many: {len(value)}: must have at most {schema['maxItems']} items")
             if "minItems" in schema and len(value) < schema["minItems"]:
-                add("FieldValueInvalid", path, f"Invalid value: {len(value)}: {path} in body "
-                    f"should have at least {schema['minItems']} items")
+                add(
+                    "FieldValueInvalid",
+                    path,
+                    f"Invalid value: {len(value)}: {path} in body should have at least {schema['minItems']} items",
+                )
         if isinstance(value, str):
             if "maxLength" in schema and len(value) > schema["maxLength"]:
-                add("FieldValueTooLong", path,
-                    f"Too long: may not be more than {schema['maxLength']} bytes")
+                add("FieldValueTooLong", path, f"Too long: may not be more than {schema['maxLength']} bytes")
             if "minLength" in schema and len(value) < schema["minLength"]:
-                add("FieldValueInvalid", path, f"Invalid value: {_go_value(value)}: {path} in "
-                    f"body should be at least {schema['minLength']} chars long")
+                add(
+                    "FieldValueInvalid",
+                    path,
+                    f"Invalid value: {_go_value(value)}: {path} in "
+                    f"body should be at least {schema['minLength']} chars long",
+                )
             if "pattern" in schema and not re.search(schema["pattern"], value):
-                add("FieldValueInvalid", path, f"Invalid value: {_go_value(value)}: {path} in "
-                    f"body should match '{schema['pattern']}'")
+                add(
+                    "FieldValueInvalid",
+                    path,
+                    f"Invalid value: {_go_value(value)}: {path} in body should match '{schema['pattern']}'",
+                )
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             if "minimum" in schema and value < schema["minimum"]:
-                add("FieldValueInvalid", path, f"Invalid value: {value}: {path} in body should "
-                    f"be greater than or equal to {schema['minimum']}")
+                add(
+                    "FieldValueInvalid",
+                    path,
+                    f"Invalid value: {value}: {path} in body should be greater than or equal to {schema['minimum']}",
+                )
             if "maximum" in schema and value > schema["maximum"]:
-                add("FieldValueInvalid", path, f"Invalid value: {value}: {path} in body should "
-                    f"be less than or equal to {schema['maximum']}")
+                add(
+                    "FieldValueInvalid",
+                    path,
+                    f"Invalid value: {value}: {path} in body should be less than or equal to {schema['maximum']}",
+                )
 
     def _object(self, schema: dict, value: dict, path: str, go_struct: str) -> dict:
         properties = schema.get("properties")
@@ -278,8 +304,7 @@ class _Walker:
                 out[key] = copy.deepcopy(sub["default"])
         for key in schema.get("required") or []:
             if out.get(key) is None:
-                self.found.invalid("FieldValueRequired", f"{path}.{key}" if path else key,
-                                   "Required value")
+                self.found.invalid("FieldValueRequired", f"{path}.{key}" if path else key, "Required value")
         return out
 
     def _rules(self, schema: dict, value: Any, path: str) -> None:
@@ -291,8 +316,9 @@ class _Walker:
                 message = rule.get("message") or f"failed rule: {rule['rule']}"
                 if problem:
                     message = f"{problem} evaluating rule: {message}"
-                self.found.invalid("FieldValueInvalid", path or "<nil>",
-                                   f"Invalid value: {_go_value(value)}: {message}")
+                self.found.invalid(
+                    "FieldValueInvalid", path or "<nil>", f"Invalid value: {_go_value(value)}: {message}"
+                )
 
 
 def cel_problem(rule: str, value: Any) -> str | None:
@@ -359,8 +385,7 @@ class Admission:
     error: tuple[int, dict] | None = None
 
 
-def admit(resource: str, obj: dict, *, raw: bytes, field_validation: str | None,
-          status_object) -> Admission:
+def admit(resource: str, obj: dict, *, raw: bytes, field_validation: str | None, status_object) -> Admission:
     """Decode, default and validate ``obj`` (a create of ``resource``) as the API server does.
 
     ``status_object(code, reason, message, **details)`` builds the error answers.
@@ -372,9 +397,14 @@ def admit(resource: str, obj: dict, *, raw: bytes, field_validation: str | None,
     version = api_version.rsplit("/", 1)[-1]
     name = (obj.get("metadata") or {}).get("name", "")
     if mode not in FIELD_VALIDATION:
-        return Admission(error=(400, status_object(
-            400, "BadRequest", f'fieldValidation must be one of "Ignore", "Warn", or "Strict", '
-            f'got "{mode}"')))
+        return Admission(
+            error=(
+                400,
+                status_object(
+                    400, "BadRequest", f'fieldValidation must be one of "Ignore", "Warn", or "Strict", got "{mode}"'
+                ),
+            )
+        )
     builtin = resource != "jobsets"
     components = builtin_schemas() if builtin else {**builtin_schemas(), JOBSET_DEFINITION: jobset_schema()}
     walker = _Walker(components, builtin=builtin, cel=not builtin and cel_available())
@@ -388,17 +418,30 @@ def admit(resource: str, obj: dict, *, raw: bytes, field_validation: str | None,
     problems += [f'duplicate field "{p}"' for p in duplicate_fields(raw)] if raw else []
     warnings: list[str] = []
     if problems and mode == "Strict":
-        return Admission(error=(400, status_object(
-            400, "BadRequest", f"{cannot}: strict decoding error: {', '.join(problems)}")))
+        return Admission(
+            error=(400, status_object(400, "BadRequest", f"{cannot}: strict decoding error: {', '.join(problems)}"))
+        )
     if mode == "Warn":
         warnings = problems
     if found.causes:
         qualified = f"{kind}.{group}" if group else kind
         errors = [f"{c['field']}: {c['message']}" for c in found.causes]
         joined = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
-        return Admission(warnings=warnings, error=(422, status_object(
-            422, "Invalid", f'{qualified} "{name}" is invalid: {joined}', name=name, group=group,
-            kind=kind, causes=found.causes)))
+        return Admission(
+            warnings=warnings,
+            error=(
+                422,
+                status_object(
+                    422,
+                    "Invalid",
+                    f'{qualified} "{name}" is invalid: {joined}',
+                    name=name,
+                    group=group,
+                    kind=kind,
+                    causes=found.causes,
+                ),
+            ),
+        )
     return Admission(obj=pruned, warnings=warnings)
 
 

@@ -48,11 +48,14 @@ def exit_status(code: int, command: Sequence[str]) -> dict:
     """The error channel's Status for an ended command (the kubelet's words for a non-zero code)."""
     if code == 0:
         return {"metadata": {}, "status": "Success"}
-    return {"metadata": {}, "status": "Failure",
-            "message": f"command terminated with non-zero exit code: error executing command "
-                       f"[{' '.join(command)}], exit code {code}",
-            "reason": "NonZeroExitCode",
-            "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
+    return {
+        "metadata": {},
+        "status": "Failure",
+        "message": f"command terminated with non-zero exit code: error executing command "
+        f"[{' '.join(command)}], exit code {code}",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+    }
 
 
 class Session:
@@ -110,8 +113,9 @@ class Session:
                     break
 
 
-def accept(connection: socket.socket, path: str, headers: list[tuple[str, str]],
-           supported: Sequence[str]) -> Session | None:
+def accept(
+    connection: socket.socket, path: str, headers: list[tuple[str, str]], supported: Sequence[str]
+) -> Session | None:
     """The server's side of the handshake: a Session, or None after answering 400 when the
     client offers no supported sub-protocol (as wsstream refuses it)."""
     ws = WSConnection(ConnectionType.SERVER)
@@ -120,38 +124,61 @@ def accept(connection: socket.socket, path: str, headers: list[tuple[str, str]],
     offered = [p.strip() for p in request.subprotocols]
     chosen = next((p for p in offered if p in supported), None)
     if chosen is None:
-        body = json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                           "message": f"requested protocol(s) are not supported: {offered}; "
-                                      f"supports {list(supported)}",
-                           "reason": "BadRequest", "code": 400}).encode()
-        connection.sendall(ws.send(RejectConnection(
-            status_code=400, headers=[(b"content-type", b"application/json"),
-                                      (b"content-length", str(len(body)).encode())],
-            has_body=True)) + ws.send(RejectData(data=body)))
+        body = json.dumps(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"requested protocol(s) are not supported: {offered}; supports {list(supported)}",
+                "reason": "BadRequest",
+                "code": 400,
+            }
+        ).encode()
+        connection.sendall(
+            ws.send(
+                RejectConnection(
+                    status_code=400,
+                    headers=[(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                    has_body=True,
+                )
+            )
+            + ws.send(RejectData(data=body))
+        )
         return None
     connection.sendall(ws.send(AcceptConnection(subprotocol=chosen)))
     return Session(connection, ws, chosen)
 
 
-def serve_exec(session: Session, command: Sequence[str],
-               run: Callable[[Sequence[str]], subprocess.Popen]) -> None:
+def serve_exec(session: Session, command: Sequence[str], run: Callable[[Sequence[str]], subprocess.Popen]) -> None:
     """Runs ``command`` through ``run`` (a Popen with stdout and stderr pipes), streams its
     output on channels 1 and 2 as it comes, then its Status on channel 3, then closes."""
     try:
         process = run(command)
     except OSError as err:  # the runtime's answer for a missing executable
-        session.send(ERROR, json.dumps({
-            "metadata": {}, "status": "Failure", "reason": "InternalError",
-            "message": f'OCI runtime exec failed: exec failed: unable to start container process: '
-                       f'exec: "{command[0]}": {err.strerror}: unknown'}).encode())
+        session.send(
+            ERROR,
+            json.dumps(
+                {
+                    "metadata": {},
+                    "status": "Failure",
+                    "reason": "InternalError",
+                    "message": f"OCI runtime exec failed: exec failed: unable to start container process: "
+                    f'exec: "{command[0]}": {err.strerror}: unknown',
+                }
+            ).encode(),
+        )
         session.close()
         return
 
     def pump(stream, channel: int) -> None:
         for chunk in iter(lambda: stream.read1(1 << 16), b""):
             session.send(channel, chunk)
-    pumps = [threading.Thread(target=pump, args=(process.stdout, STDOUT), daemon=True),
-             threading.Thread(target=pump, args=(process.stderr, STDERR), daemon=True)]
+
+    pumps = [
+        threading.Thread(target=pump, args=(process.stdout, STDOUT), daemon=True),
+        threading.Thread(target=pump, args=(process.stderr, STDERR), daemon=True),
+    ]
     for thread in pumps:
         thread.start()
     for thread in pumps:
@@ -161,8 +188,7 @@ def serve_exec(session: Session, command: Sequence[str],
     session.close()
 
 
-def serve_portforward(session: Session, port: int, target: tuple[str, int] | None,
-                      refused: str) -> None:
+def serve_portforward(session: Session, port: int, target: tuple[str, int] | None, refused: str) -> None:
     """Opens both channels with the port number, then copies channel 0 to and from a TCP
     connection to ``target`` (the pod's port); no listener there (``target`` None or the
     connection refused): ``refused`` on channel 1, then close."""
@@ -184,6 +210,7 @@ def serve_portforward(session: Session, port: int, target: tuple[str, int] | Non
             for chunk in iter(lambda: _recv(upstream), b""):
                 session.send(0, chunk)
             session.close()
+
         thread = threading.Thread(target=downstream, daemon=True)
         thread.start()
         while not session.closed:

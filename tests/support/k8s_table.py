@@ -35,16 +35,18 @@ def jsonpath(obj: Any, path: str) -> Any:
             node = node.get(step[1:]) if isinstance(node, dict) else None
         else:
             key, value = _FILTER.fullmatch(step).groups()
-            node = next((x for x in node if isinstance(x, dict) and x.get(key) == value), None) \
-                if isinstance(node, list) else None
+            node = (
+                next((x for x in node if isinstance(x, dict) and x.get(key) == value), None)
+                if isinstance(node, list)
+                else None
+            )
         if node is None:
             return None
     return node
 
 
 def _columns() -> list[dict]:
-    version = next(v for v in k8s_schema.jobset_crd()["spec"]["versions"]
-                   if v["name"] == k8s_schema.JOBSET_VERSION)
+    version = next(v for v in k8s_schema.jobset_crd()["spec"]["versions"] if v["name"] == k8s_schema.JOBSET_VERSION)
     return version.get("additionalPrinterColumns") or []
 
 
@@ -59,21 +61,43 @@ def _cell(column: dict, value: Any) -> Any:
 def table(objects: list[dict], resource_version: str, include_object: str | None) -> dict:
     """A ``meta.k8s.io/v1`` Table of JobSets."""
     columns = _columns()
-    definitions = [{"name": "Name", "type": "string", "format": "name", "priority": 0,
-                    "description": "Name must be unique within a namespace."}]
-    definitions += [{"name": c["name"], "type": c["type"], "format": c.get("format", ""),
-                     "description": c.get("description", ""), "priority": c.get("priority", 0)}
-                    for c in columns]
+    definitions = [
+        {
+            "name": "Name",
+            "type": "string",
+            "format": "name",
+            "priority": 0,
+            "description": "Name must be unique within a namespace.",
+        }
+    ]
+    definitions += [
+        {
+            "name": c["name"],
+            "type": c["type"],
+            "format": c.get("format", ""),
+            "description": c.get("description", ""),
+            "priority": c.get("priority", 0),
+        }
+        for c in columns
+    ]
     rows = []
     for obj in objects:
-        row: dict[str, Any] = {"cells": [obj["metadata"]["name"]] + [
-            _cell(c, jsonpath(obj, c["jsonPath"])) for c in columns]}
+        row: dict[str, Any] = {
+            "cells": [obj["metadata"]["name"]] + [_cell(c, jsonpath(obj, c["jsonPath"])) for c in columns]
+        }
         if include_object == "Object":
             row["object"] = obj
         elif include_object != "None":
-            row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                             "metadata": obj["metadata"]}
+            row["object"] = {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": obj["metadata"],
+            }
         rows.append(row)
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": resource_version},
-            "columnDefinitions": definitions, "rows": rows}
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": definitions,
+        "rows": rows,
+    }

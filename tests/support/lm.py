@@ -38,8 +38,11 @@ def make_dataset(path: str) -> Roxxel:
 
 
 def make_curriculum(ds: Roxxel) -> Curriculum:
-    return Curriculum(ds, [Phase(steps=6, global_batch_size=4, seq_len=32), Phase(steps=6, global_batch_size=2, seq_len=64)],
-                      chunk_tokens=256)
+    return Curriculum(
+        ds,
+        [Phase(steps=6, global_batch_size=4, seq_len=32), Phase(steps=6, global_batch_size=2, seq_len=64)],
+        chunk_tokens=256,
+    )
 
 
 def make_model(seed: int = 0, lr: float = 3e-3):

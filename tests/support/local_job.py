@@ -33,8 +33,15 @@ needs_netns = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"--netns canno
 
 def job_spec(name: str, hosts: int, command: list[str], **extra) -> dict:
     """A CPU job spec of ``hosts`` workers running ``command`` (fields of ``extra`` added)."""
-    data = {"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": name, "image": "local",
-            "command": command, "accelerator": {"cpu": {"hosts": hosts}}, "termination_grace_period": GRACE}
+    data = {
+        "apiVersion": "roxxel.dev/v1alpha1",
+        "kind": "RoxxelJob",
+        "name": name,
+        "image": "local",
+        "command": command,
+        "accelerator": {"cpu": {"hosts": hosts}},
+        "termination_grace_period": GRACE,
+    }
     data.update(extra)
     return data
 
@@ -42,18 +49,37 @@ def job_spec(name: str, hosts: int, command: list[str], **extra) -> dict:
 class Job:
     """One `netns_train.py` job run with the CLI, and what the test needs to poke at it."""
 
-    def __init__(self, tmp_path, data, jax_cache, name: str, hosts: int, *, pause: float = 0.0,
-                 workload: str = "jobset", env: dict[str, str] | None = None, **spec_extra):
+    def __init__(
+        self,
+        tmp_path,
+        data,
+        jax_cache,
+        name: str,
+        hosts: int,
+        *,
+        pause: float = 0.0,
+        workload: str = "jobset",
+        env: dict[str, str] | None = None,
+        **spec_extra,
+    ):
         self.root, self.name = tmp_path / "runs", name
         self.params = tmp_path / f"{name}.npz"
         self.checkpoints = tmp_path / name / "checkpoints"
-        spec = job_spec(name, hosts, [sys.executable, str(TRAIN), str(data), str(self.params), str(STEPS), str(EVERY),
-                                   str(pause)],
-                     checkpoint_dir=str(self.checkpoints), workload=workload,
-                     env={"ROXXEL_HEARTBEAT_TIMEOUT": str(HEARTBEAT), "ROXXEL_INIT_TIMEOUT": "60",
-                          "JAX_COMPILATION_CACHE_DIR": str(jax_cache),
-                          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", **(env or {})},
-                     **{"max_restarts": 2, **spec_extra})
+        spec = job_spec(
+            name,
+            hosts,
+            [sys.executable, str(TRAIN), str(data), str(self.params), str(STEPS), str(EVERY), str(pause)],
+            checkpoint_dir=str(self.checkpoints),
+            workload=workload,
+            env={
+                "ROXXEL_HEARTBEAT_TIMEOUT": str(HEARTBEAT),
+                "ROXXEL_INIT_TIMEOUT": "60",
+                "JAX_COMPILATION_CACHE_DIR": str(jax_cache),
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                **(env or {}),
+            },
+            **{"max_restarts": 2, **spec_extra},
+        )
         self.spec_path = tmp_path / f"{name}.yaml"
         self.spec_path.write_text(yaml.safe_dump(spec))
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JOB", "TPU_"))}
@@ -62,9 +88,14 @@ class Job:
 
     def start(self, *flags: str) -> Job:
         self.started = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "roxxel_launch.cli", "submit", "--local",
-                                      str(self.spec_path), *flags], env=self.env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "roxxel_launch.cli", "submit", "--local", str(self.spec_path), *flags],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         return self
 
     def finish(self) -> tuple[str, str]:

@@ -16,8 +16,17 @@ def spec_dict(**fields) -> dict:
     """A job spec as plain data (what a spec file holds): job ``lm`` running :data:`COMMAND`
     in :data:`IMAGE` on one CPU host; ``fields`` add or replace top-level fields (copied, so
     that a test may edit the result, nested parts included)."""
-    return copy.deepcopy({"apiVersion": "roxxel.dev/v1alpha1", "kind": "RoxxelJob", "name": "lm", "image": IMAGE,
-                          "command": list(COMMAND), "accelerator": "cpu", **fields})
+    return copy.deepcopy(
+        {
+            "apiVersion": "roxxel.dev/v1alpha1",
+            "kind": "RoxxelJob",
+            "name": "lm",
+            "image": IMAGE,
+            "command": list(COMMAND),
+            "accelerator": "cpu",
+            **fields,
+        }
+    )
 
 
 def job_spec(**fields) -> JobSpec:

@@ -6,8 +6,7 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], timeout: float, what: str | Callable[[], str], *,
-             interval: float = 0.05) -> T:
+def wait_for(predicate: Callable[[], T], timeout: float, what: str | Callable[[], str], *, interval: float = 0.05) -> T:
     """Call ``predicate`` every ``interval`` seconds until it returns something truthy; return that.
 
     ``predicate`` may itself assert (e.g. that the awaited process is still alive), so that a

@@ -151,8 +151,7 @@ class JobEvent:
 
     def describe(self) -> str:
         """'Warning FailedScheduling (Pod/lm-0, x3): 0/3 nodes are available: ...'."""
-        shown = ", ".join(self.objects[:2]) + (f" and {len(self.objects) - 2} more"
-                                               if len(self.objects) > 2 else "")
+        shown = ", ".join(self.objects[:2]) + (f" and {len(self.objects) - 2} more" if len(self.objects) > 2 else "")
         times = f", x{self.count}" if self.count > 1 else ""
         return f"{self.type} {self.reason} ({shown}{times}): {' '.join(self.message.split())}"
 
@@ -196,8 +195,7 @@ class WaitProgress:
         on_change: called with the status each time its state changes (the first one too).
     """
 
-    def __init__(self, *, evicted_ends: bool = False,
-                 on_change: Callable[[JobStatus], None] | None = None):
+    def __init__(self, *, evicted_ends: bool = False, on_change: Callable[[JobStatus], None] | None = None):
         self.evicted_ends = evicted_ends
         self.on_change = on_change
         self.admitted = False
@@ -236,9 +234,17 @@ class Backend(abc.ABC):
         """Raises: JobNotFoundError."""
 
     @abc.abstractmethod
-    def logs(self, name: str, *, process: int = 0, follow: bool = False,
-             all_processes: bool = False, since_seconds: int | None = None,
-             previous: bool = False, container: str | None = None) -> Iterator[str]:
+    def logs(
+        self,
+        name: str,
+        *,
+        process: int = 0,
+        follow: bool = False,
+        all_processes: bool = False,
+        since_seconds: int | None = None,
+        previous: bool = False,
+        container: str | None = None,
+    ) -> Iterator[str]:
         """Lines of one worker's output (process 0 by default).
 
         Args:
@@ -263,9 +269,16 @@ class Backend(abc.ABC):
         Raises: BackendError when ``all_namespaces`` is not allowed or not offered.
         """
 
-    def exec(self, name: str, command: Sequence[str], *, process: int = 0,
-             container: str | None = None, out: Callable[[bytes], None],
-             err: Callable[[bytes], None]) -> int:
+    def exec(
+        self,
+        name: str,
+        command: Sequence[str],
+        *,
+        process: int = 0,
+        container: str | None = None,
+        out: Callable[[bytes], None],
+        err: Callable[[bytes], None],
+    ) -> int:
         """Run ``command`` (an argv) in worker ``process``'s container, as ``kubectl exec``.
 
         ``out`` and ``err`` get the command's stdout and stderr bytes as they arrive.
@@ -276,8 +289,15 @@ class Backend(abc.ABC):
         """
         raise BackendError(f"this backend cannot run a command in {name}'s workers")
 
-    def port_forward(self, name: str, local_port: int, remote_port: int, *, process: int = 0,
-                     on_listen: Callable[[str], None] | None = None) -> None:
+    def port_forward(
+        self,
+        name: str,
+        local_port: int,
+        remote_port: int,
+        *,
+        process: int = 0,
+        on_listen: Callable[[str], None] | None = None,
+    ) -> None:
         """Forward 127.0.0.1:``local_port`` to ``remote_port`` of worker ``process``'s pod, as
         ``kubectl port-forward``, until interrupted (KeyboardInterrupt). ``on_listen`` gets
         the address once it listens (``"127.0.0.1:PORT"``).
@@ -326,8 +346,9 @@ class Backend(abc.ABC):
             BackendError: the job has ended, or the backend cannot suspend it (the message
                 says what to do instead).
         """
-        raise BackendError(f"this backend cannot suspend {name}; delete it and submit its spec "
-                           "again to continue from its checkpoints")
+        raise BackendError(
+            f"this backend cannot suspend {name}; delete it and submit its spec again to continue from its checkpoints"
+        )
 
     def details(self, name: str, *, all_events: bool = False) -> JobDetails | None:
         """Status plus conditions and worker pods, where the backend has them (Kubernetes);
@@ -343,10 +364,16 @@ class Backend(abc.ABC):
         self.status(name)  # an unknown job is an error here too
         return None
 
-    def wait(self, name: str, *, timeout: float | None = None, poll_seconds: float = 2.0,
-             evicted_ends: bool = False,
-             on_change: Callable[[JobStatus], None] | None = None,
-             on_events: Callable[[Sequence[JobEvent]], None] | None = None) -> JobStatus:
+    def wait(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        poll_seconds: float = 2.0,
+        evicted_ends: bool = False,
+        on_change: Callable[[JobStatus], None] | None = None,
+        on_events: Callable[[Sequence[JobEvent]], None] | None = None,
+    ) -> JobStatus:
         """Block until the job is terminal; returns its final status.
 
         This polls :meth:`status` (the local supervisor records the state where ``status``
@@ -414,28 +441,38 @@ def resume_with_spec(stored, new) -> list[str]:
     from roxxel_launch.spec import spec_to_dict
 
     name = stored.name
-    for field, why in (("name", "the spec is for another job"),
-                       ("run_name", "the run's checkpoints belong to its run name"),
-                       ("checkpoint_dir", "the run's checkpoints are there"),
-                       ("workload", "a JobSet and an Indexed Job are different objects")):
+    for field, why in (
+        ("name", "the spec is for another job"),
+        ("run_name", "the run's checkpoints belong to its run name"),
+        ("checkpoint_dir", "the run's checkpoints are there"),
+        ("workload", "a JobSet and an Indexed Job are different objects"),
+    ):
         old, now = getattr(stored, field), getattr(new, field)
         if old != now:
             raise BackendError(
                 f"resume {name} --spec: {field} {old!r} -> {now!r} makes it another run ({why}). To continue "
                 f"this run, keep {field} as it is; to start that one, submit the spec (roxxel-launch delete "
-                f"{name} first to reuse the name; its checkpoints are kept)")
+                f"{name} first to reuse the name; its checkpoints are kept)"
+            )
     before, after = spec_to_dict(stored), spec_to_dict(new)
-    return [f"{key}: {before.get(key)!r} -> {after.get(key)!r}"
-            for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
+    return [
+        f"{key}: {before.get(key)!r} -> {after.get(key)!r}"
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    ]
 
 
-RENAME_HINT = ("choose another name (--set name=NAME together with its own --set checkpoint_dir=...: "
-               "a checkpoint directory belongs to one run, and another run's is refused; add --set "
-               "restore_from=<that run's checkpoint_dir> to start from its weights)")
+RENAME_HINT = (
+    "choose another name (--set name=NAME together with its own --set checkpoint_dir=...: "
+    "a checkpoint directory belongs to one run, and another run's is refused; add --set "
+    "restore_from=<that run's checkpoint_dir> to start from its weights)"
+)
 """How a :class:`JobExistsError` offers a new name: a renamed job on the same checkpoint
 directory would be refused at its first step (``CheckpointOwnerError``)."""
-RESUME_HINT = ("resume re-runs the spec stored at submit; after editing the YAML, delete the job and submit "
-               "it again (its checkpoints are kept, and the new spec resumes from them where its changes allow)")
+RESUME_HINT = (
+    "resume re-runs the spec stored at submit; after editing the YAML, delete the job and submit "
+    "it again (its checkpoints are kept, and the new spec resumes from them where its changes allow)"
+)
 """When :class:`JobExistsError` offers both resume and delete: which fits after a YAML edit."""
 
 
@@ -463,7 +500,8 @@ def check_checkpoint_owner(spec) -> None:
             f"checkpoint_dir {path} belongs to run {owner!r}, not to this job's run {spec.run_name!r}: its workers "
             f"would be refused at their first step (a renamed job must not continue or overwrite another run's "
             f"checkpoints). Give it a directory of its own (--set checkpoint_dir=...), and add --set "
-            f"restore_from={path} to start from that run's latest step")
+            f"restore_from={path} to start from that run's latest step"
+        )
 
 
 class WaitTimeout(BackendError, TimeoutError):
@@ -475,8 +513,7 @@ class WaitTimeout(BackendError, TimeoutError):
     """
 
     def __init__(self, status: JobStatus, timeout: float):
-        super().__init__(f"timed out after {timeout:g} s waiting for job {status.name}: still "
-                         f"{status.state.value}")
+        super().__init__(f"timed out after {timeout:g} s waiting for job {status.name}: still {status.state.value}")
         self.status = status
         self.timeout = timeout
 

@@ -48,10 +48,22 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
-for _command in (offline.render_command, offline.validate, offline.schema_command,
-                 job_control.submit, job_control.resume, job_control.suspend, job_control.delete,
-                 observe.status, observe.list_command, observe.logs, observe.wait,
-                 pod_access.exec_command, pod_access.port_forward, image_build.image):
+for _command in (
+    offline.render_command,
+    offline.validate,
+    offline.schema_command,
+    job_control.submit,
+    job_control.resume,
+    job_control.suspend,
+    job_control.delete,
+    observe.status,
+    observe.list_command,
+    observe.logs,
+    observe.wait,
+    pod_access.exec_command,
+    pod_access.port_forward,
+    image_build.image,
+):
     cli.add_command(_command)
 
 

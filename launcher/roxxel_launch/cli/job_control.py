@@ -35,36 +35,70 @@ DEFAULT_MAX_RESUMES = 20
 @click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False))
 @set_option
 @backend_option
-@click.option("--detach", is_flag=True,
-              help="With --local: start the job in the background and return at once "
-                   "(default: run it in the foreground, stream worker 0's output and exit "
-                   "with the job's exit code).")
-@click.option("--devices-per-worker", type=click.IntRange(min=1), default=None,
-              help="With --local: CPU devices each worker's JAX sees "
-                   "(XLA_FLAGS=--xla_force_host_platform_device_count=N).")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
-              help="With --local: local directory the workers get as ROXXEL_DATA_DIR, in place "
-                   "of the spec's data volume when it has one (default: $ROXXEL_LOCAL_DATA_DIR).")
-@click.option("--netns", is_flag=True,
-              help="With --local: run each worker in its own network namespace, with its pod's hostname "
-                   "and the manifest's DNS names (needs root; loopback otherwise).")
-@click.option("--max-workers", type=click.IntRange(min=1), default=None,
-              help="With --local: the most worker processes to start (default "
-                   "$ROXXEL_LOCAL_MAX_WORKERS, else 64).")
-@click.option("--runtime", type=click.Choice(["process", "podman"]), default="process", show_default=True,
-              help="With --local: run each pod's worker as a process of this machine's Python, or as a "
-                   "container of the spec's image with podman (its user, read-only root, emptyDirs, own "
-                   "network; the image must be in podman's local store).")
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="With --local: start the job in the background and return at once "
+    "(default: run it in the foreground, stream worker 0's output and exit "
+    "with the job's exit code).",
+)
+@click.option(
+    "--devices-per-worker",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --local: CPU devices each worker's JAX sees (XLA_FLAGS=--xla_force_host_platform_device_count=N).",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="With --local: local directory the workers get as ROXXEL_DATA_DIR, in place "
+    "of the spec's data volume when it has one (default: $ROXXEL_LOCAL_DATA_DIR).",
+)
+@click.option(
+    "--netns",
+    is_flag=True,
+    help="With --local: run each worker in its own network namespace, with its pod's hostname "
+    "and the manifest's DNS names (needs root; loopback otherwise).",
+)
+@click.option(
+    "--max-workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --local: the most worker processes to start (default $ROXXEL_LOCAL_MAX_WORKERS, else 64).",
+)
+@click.option(
+    "--runtime",
+    type=click.Choice(["process", "podman"]),
+    default="process",
+    show_default=True,
+    help="With --local: run each pod's worker as a process of this machine's Python, or as a "
+    "container of the spec's image with podman (its user, read-only root, emptyDirs, own "
+    "network; the image must be in podman's local store).",
+)
 @click.option("--dry-run", is_flag=True, help="Check everything, start nothing.")
 @skip_fit_option
 @schema_option
 @version_option
 @context_option
 @click.pass_context
-def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backend_name: str, detach: bool,
-           devices_per_worker: int | None, data_dir: str | None, netns: bool, max_workers: int | None,
-           runtime: str, dry_run: bool, skip_fit_check: bool, schema: bool, kubernetes_version: str,
-           context: str | None) -> None:
+def submit(
+    ctx: click.Context,
+    spec_path: str,
+    overrides: tuple[str, ...],
+    backend_name: str,
+    detach: bool,
+    devices_per_worker: int | None,
+    data_dir: str | None,
+    netns: bool,
+    max_workers: int | None,
+    runtime: str,
+    dry_run: bool,
+    skip_fit_check: bool,
+    schema: bool,
+    kubernetes_version: str,
+    context: str | None,
+) -> None:
     """Start a job: on the cluster, or as local processes with --local.
 
     The spec and the manifests it renders are validated before anything starts (for
@@ -72,9 +106,14 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
     """
     local = backend_name == "local"
     if not local:
-        for flag, given in (("--detach", detach), ("--devices-per-worker", devices_per_worker is not None),
-                            ("--data-dir", data_dir is not None), ("--netns", netns),
-                            ("--max-workers", max_workers is not None), ("--runtime", runtime != "process")):
+        for flag, given in (
+            ("--detach", detach),
+            ("--devices-per-worker", devices_per_worker is not None),
+            ("--data-dir", data_dir is not None),
+            ("--netns", netns),
+            ("--max-workers", max_workers is not None),
+            ("--runtime", runtime != "process"),
+        ):
             if given:
                 raise click.UsageError(f"{flag} applies to --local runs only")
     elif skip_fit_check:
@@ -86,20 +125,30 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
         from roxxel_launch.backends.local.backend import LocalOptions
 
         foreground = not detach and not dry_run
-        options = LocalOptions(foreground=foreground, echo=sys.stdout if foreground else None,
-                               data_dir=data_dir, devices_per_worker=devices_per_worker,
-                               network="netns" if netns and not dry_run else "loopback",
-                               max_workers=max_workers, runtime=runtime)
+        options = LocalOptions(
+            foreground=foreground,
+            echo=sys.stdout if foreground else None,
+            data_dir=data_dir,
+            devices_per_worker=devices_per_worker,
+            network="netns" if netns and not dry_run else "loopback",
+            max_workers=max_workers,
+            runtime=runtime,
+        )
         if spec.checkpoint_dir and "://" in spec.checkpoint_dir:
-            click.echo(f"roxxel-launch: note: checkpoint_dir is {spec.checkpoint_dir}: the local workers will write "
-                       "there (with this machine's credentials); for a local run give a local directory, e.g. "
-                       f"--set checkpoint_dir=$PWD/runs/{spec.name}/checkpoints", err=True)
+            click.echo(
+                f"roxxel-launch: note: checkpoint_dir is {spec.checkpoint_dir}: the local workers will write "
+                "there (with this machine's credentials); for a local run give a local directory, e.g. "
+                f"--set checkpoint_dir=$PWD/runs/{spec.name}/checkpoints",
+                err=True,
+            )
         if netns and detach:
             from roxxel_launch.backends.local.netns import unavailable_reason
 
             if (reason := unavailable_reason()) is not None:  # a foreground supervisor says it itself
                 click.echo(f"roxxel-launch: --netns: {reason}; running the workers on loopback instead", err=True)
-    backend = backend_choice.make_backend(backend_name, context=context, local_options=options, fit_check=not skip_fit_check)
+    backend = backend_choice.make_backend(
+        backend_name, context=context, local_options=options, fit_check=not skip_fit_check
+    )
     with backend_errors():
         status = backend.submit(spec, dry_run=dry_run)
     if status.state.terminal:  # a job run in the foreground (local)
@@ -107,16 +156,22 @@ def submit(ctx: click.Context, spec_path: str, overrides: tuple[str, ...], backe
     if local and dry_run:
         click.echo(status.message)
     elif local:
-        click.echo(f"started local job {spec.name}: {count(status.processes, 'worker')}, run directory "
-                   f"{status.run_dir}\nfollow it with `roxxel-launch logs {spec.name} --local -f`, "
-                   f"wait for it with `roxxel-launch wait {spec.name} --local`")
+        click.echo(
+            f"started local job {spec.name}: {count(status.processes, 'worker')}, run directory "
+            f"{status.run_dir}\nfollow it with `roxxel-launch logs {spec.name} --local -f`, "
+            f"wait for it with `roxxel-launch wait {spec.name} --local`"
+        )
     else:
         verb = "would submit" if dry_run else "submitted"
-        click.echo(f"{verb} {spec.workload} {spec.namespace}/{spec.name}: "
-                   f"{count(status.processes, 'process')}, state {status.state.value}")
+        click.echo(
+            f"{verb} {spec.workload} {spec.namespace}/{spec.name}: "
+            f"{count(status.processes, 'process')}, state {status.state.value}"
+        )
         if not dry_run:  # the commands by name use the kubeconfig's namespace unless told
-            click.echo(f"follow it with `roxxel-launch status {spec.name} -n {spec.namespace}` and "
-                       f"`roxxel-launch logs {spec.name} -n {spec.namespace} -f`")
+            click.echo(
+                f"follow it with `roxxel-launch status {spec.name} -n {spec.namespace}` and "
+                f"`roxxel-launch logs {spec.name} -n {spec.namespace} -f`"
+            )
 
 
 @click.command()
@@ -134,8 +189,11 @@ def delete(name: str, backend_name: str, namespace: str | None, context: str | N
     with backend_errors():
         backend.delete(name)
     click.echo(f"deleted {name}")
-    click.echo(f"roxxel-launch: {name}'s stored spec went with it, so `resume` cannot continue it; submit its spec "
-               "again to go on from its checkpoints (`roxxel-launch suspend` stops a job and keeps it)", err=True)
+    click.echo(
+        f"roxxel-launch: {name}'s stored spec went with it, so `resume` cannot continue it; submit its spec "
+        "again to go on from its checkpoints (`roxxel-launch suspend` stops a job and keeps it)",
+        err=True,
+    )
 
 
 @click.command()
@@ -160,29 +218,54 @@ def suspend(name: str, backend_name: str, namespace: str | None, context: str | 
 @click.command()
 @click.argument("name")
 @backend_option
-@click.option("--detach", is_flag=True,
-              help="With --local: resume in the background (default: in the foreground, like submit).")
-@click.option("--until-done", is_flag=True,
-              help="Stay until the job succeeds: watch it and re-submit it each time it ends "
-                   "preempted or is evicted (Suspended again after it had been admitted), at "
-                   "most --max-resumes times. A job Kueue suspended is left to Kueue, which "
-                   "re-admits it. A real failure is not retried.")
-@click.option("--max-resumes", type=click.IntRange(min=1), default=DEFAULT_MAX_RESUMES,
-              show_default=True, help="With --until-done: the most re-submissions before giving up.")
-@click.option("--spec", "spec_path", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Resume under this fixed job spec instead of the stored one (after editing the YAML). "
-                   "It must keep name, run_name, checkpoint_dir and workload; the rest may change "
-                   "(each change is logged). Whether the batches already trained stay as they were is "
-                   "checked by the training program when it restores (a changed curriculum exits 78).")
+@click.option(
+    "--detach", is_flag=True, help="With --local: resume in the background (default: in the foreground, like submit)."
+)
+@click.option(
+    "--until-done",
+    is_flag=True,
+    help="Stay until the job succeeds: watch it and re-submit it each time it ends "
+    "preempted or is evicted (Suspended again after it had been admitted), at "
+    "most --max-resumes times. A job Kueue suspended is left to Kueue, which "
+    "re-admits it. A real failure is not retried.",
+)
+@click.option(
+    "--max-resumes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_RESUMES,
+    show_default=True,
+    help="With --until-done: the most re-submissions before giving up.",
+)
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Resume under this fixed job spec instead of the stored one (after editing the YAML). "
+    "It must keep name, run_name, checkpoint_dir and workload; the rest may change "
+    "(each change is logged). Whether the batches already trained stay as they were is "
+    "checked by the training program when it restores (a changed curriculum exits 78).",
+)
 @set_option
 @poll_option
 @skip_fit_option
 @namespace_option
 @context_option
 @click.pass_context
-def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until_done: bool,
-           max_resumes: int, spec_path: str | None, overrides: tuple[str, ...], poll: float,
-           skip_fit_check: bool, namespace: str | None, context: str | None) -> None:
+def resume(
+    ctx: click.Context,
+    name: str,
+    backend_name: str,
+    detach: bool,
+    until_done: bool,
+    max_resumes: int,
+    spec_path: str | None,
+    overrides: tuple[str, ...],
+    poll: float,
+    skip_fit_check: bool,
+    namespace: str | None,
+    context: str | None,
+) -> None:
     """Start a suspended, preempted, failed or evicted job again; it continues from its last checkpoint.
 
     A job stopped by `roxxel-launch suspend` (on Kubernetes: spec.suspend set, no Kueue
@@ -200,7 +283,9 @@ def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until
     """
     local = backend_name == "local"
     if overrides and spec_path is None:
-        raise click.UsageError("--set applies to the --spec file: give --spec FILE (the stored spec is resumed as it is)")
+        raise click.UsageError(
+            "--set applies to the --spec file: give --spec FILE (the stored spec is resumed as it is)"
+        )
     new_spec = load_spec_arg(spec_path, overrides) if spec_path is not None else None
     if detach and not local:
         raise click.UsageError("--detach applies to --local runs only")
@@ -213,8 +298,14 @@ def resume(ctx: click.Context, name: str, backend_name: str, detach: bool, until
         from roxxel_launch.backends.local.backend import LocalOptions
 
         options = LocalOptions(foreground=not detach, echo=None if detach else sys.stdout)
-    backend = backend_choice.make_backend(backend_name, namespace=namespace, context=context, poll=None if local else poll,
-                       local_options=options, fit_check=not skip_fit_check)
+    backend = backend_choice.make_backend(
+        backend_name,
+        namespace=namespace,
+        context=context,
+        poll=None if local else poll,
+        local_options=options,
+        fit_check=not skip_fit_check,
+    )
     with backend_errors():
         if until_done:
             ctx.exit(_resume_until_done(backend, name, max_resumes=max_resumes, poll=poll, new_spec=new_spec))
@@ -240,23 +331,30 @@ def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: f
         # end Preempted: the user asked it to stop, so it is not resumed again.
         stopped = not first and status.reason is StopReason.STOPPED_BY_USER
         if (state is JobState.FAILED and not first) or stopped:
-            click.echo(f"roxxel-launch: not resuming {name} again: it "
-                       f"{'was stopped on request' if stopped else 'failed'}", err=True)
+            click.echo(
+                f"roxxel-launch: not resuming {name} again: it {'was stopped on request' if stopped else 'failed'}",
+                err=True,
+            )
             return report_outcome(status)
         if state in (JobState.PREEMPTED, JobState.SUSPENDED, JobState.FAILED):
             if resumes >= max_resumes:
-                click.echo(f"roxxel-launch: giving up on {name}: {state.value} again after "
-                           f"{count(resumes, 'resume')} (--max-resumes {max_resumes})", err=True)
+                click.echo(
+                    f"roxxel-launch: giving up on {name}: {state.value} again after "
+                    f"{count(resumes, 'resume')} (--max-resumes {max_resumes})",
+                    err=True,
+                )
                 return report_outcome(status)
             resumes += 1
-            click.echo(f"roxxel-launch: resuming {name} ({state.value}"
-                       + (f": {one_line(status.message, 160)}" if status.message else "")
-                       + f"); resume {resumes} of at most {max_resumes}", err=True)
+            click.echo(
+                f"roxxel-launch: resuming {name} ({state.value}"
+                + (f": {one_line(status.message, 160)}" if status.message else "")
+                + f"); resume {resumes} of at most {max_resumes}",
+                err=True,
+            )
             status = backend.resume(name, new_spec=new_spec)
             new_spec = None
             first = False
             if status.state.terminal:  # resumed in the foreground (local)
                 continue
         first = False
-        status = backend.wait(name, poll_seconds=poll, evicted_ends=True, on_change=announce,
-                              on_events=print_events)
+        status = backend.wait(name, poll_seconds=poll, evicted_ends=True, on_change=announce, on_events=print_events)

@@ -39,8 +39,10 @@ def status_lines(status, details=None) -> list[str]:
     ]
     if details is not None:
         rows.insert(1, ("object", f"{details.kind} {details.namespace}/{status.name}"))
-        rows[3] = ("processes", f"{status.processes} ({count(details.slices, 'slice')} x "
-                                f"{count(details.hosts_per_slice, 'host')})")
+        rows[3] = (
+            "processes",
+            f"{status.processes} ({count(details.slices, 'slice')} x {count(details.hosts_per_slice, 'host')})",
+        )
     if status.run_dir:
         rows.append(("run dir", status.run_dir))
     lines = [f"{key + ':':<11} {value}" for key, value in rows]
@@ -68,8 +70,7 @@ def _slice_rows(details) -> list[tuple]:
             continue
         label = str(start) if s - 1 == start else f"{start}-{s - 1}"
         phases = counts[start]
-        rows.append((label, f"{sum(phases.values())}/{details.hosts_per_slice}",
-                     *(phases[p] for p in _PHASES)))
+        rows.append((label, f"{sum(phases.values())}/{details.hosts_per_slice}", *(phases[p] for p in _PHASES)))
         start = s
     return [("SLICE", "PODS", *(p.upper() for p in _PHASES)), *rows]
 
@@ -78,17 +79,32 @@ def details_lines(details, show_workers: bool) -> list[str]:
     lines = []
     if details.conditions:
         rows: list[tuple] = [("CONDITION", "STATUS", "REASON", "SINCE", "MESSAGE")]
-        rows += [(c.get("type", "?"), c.get("status", "?"), c.get("reason") or "-",
-                  c.get("lastTransitionTime") or "-", one_line(c.get("message") or "-", 100))
-                 for c in details.conditions]
+        rows += [
+            (
+                c.get("type", "?"),
+                c.get("status", "?"),
+                c.get("reason") or "-",
+                c.get("lastTransitionTime") or "-",
+                one_line(c.get("message") or "-", 100),
+            )
+            for c in details.conditions
+        ]
         lines += ["", *table(rows)]
     lines += ["", *table(_slice_rows(details))]
     if show_workers:
         rows = [("PROCESS", "SLICE", "INDEX", "POD", "PHASE", "EXIT", "REASON")]
-        rows += [(w.process, w.slice, w.index, w.pod, w.phase + (" (terminating)" if w.terminating else ""),
-                  "-" if w.exit_code is None else w.exit_code,
-                  one_line(": ".join(p for p in (w.reason, w.message) if p) or "-", 80))
-                 for w in details.workers]
+        rows += [
+            (
+                w.process,
+                w.slice,
+                w.index,
+                w.pod,
+                w.phase + (" (terminating)" if w.terminating else ""),
+                "-" if w.exit_code is None else w.exit_code,
+                one_line(": ".join(p for p in (w.reason, w.message) if p) or "-", 80),
+            )
+            for w in details.workers
+        ]
         lines += ["", *table(rows)]
     return lines
 
@@ -100,12 +116,15 @@ def status_json(status, details=None) -> dict:
     data["state"] = status.state.value
     data["reason"] = None if status.reason is None else status.reason.value
     if details is not None:
-        data.update(kind=details.kind, namespace=details.namespace, slices=details.slices,
-                    hosts_per_slice=details.hosts_per_slice,
-                    conditions=[dict(c) for c in details.conditions],
-                    workers=[dataclasses.asdict(w) for w in details.workers],
-                    events=None if details.events is None
-                    else [dataclasses.asdict(e) for e in details.events])
+        data.update(
+            kind=details.kind,
+            namespace=details.namespace,
+            slices=details.slices,
+            hosts_per_slice=details.hosts_per_slice,
+            conditions=[dict(c) for c in details.conditions],
+            workers=[dataclasses.asdict(w) for w in details.workers],
+            events=None if details.events is None else [dataclasses.asdict(e) for e in details.events],
+        )
     return data
 
 
@@ -115,11 +134,13 @@ def report_end(status) -> int:
     if status.state is JobState.SUCCEEDED:
         click.echo(f"roxxel-launch: job {status.name} succeeded", err=True)
     elif status.state is JobState.PREEMPTED:
-        click.echo(f"roxxel-launch: job {status.name} preempted (exit {PREEMPTED_EXIT_CODE}): "
-                   f"{status.message}", err=True)
+        click.echo(
+            f"roxxel-launch: job {status.name} preempted (exit {PREEMPTED_EXIT_CODE}): {status.message}", err=True
+        )
     else:
-        click.echo(f"roxxel-launch: job {status.name} {status.state.value.lower()} (exit {code}): "
-                   f"{status.message}", err=True)
+        click.echo(
+            f"roxxel-launch: job {status.name} {status.state.value.lower()} (exit {code}): {status.message}", err=True
+        )
     return code
 
 
@@ -130,23 +151,27 @@ def report_outcome(status) -> int:
         return EXIT_SUCCEEDED
     detail = f": {status.message}" if status.message else ""
     if status.state is JobState.PREEMPTED:
-        click.echo(f"roxxel-launch: job {status.name} preempted (exit {EXIT_PREEMPTED}){detail}",
-                   err=True)
+        click.echo(f"roxxel-launch: job {status.name} preempted (exit {EXIT_PREEMPTED}){detail}", err=True)
         return EXIT_PREEMPTED
     if status.state is JobState.SUSPENDED:
-        click.echo(f"roxxel-launch: job {status.name} evicted (Suspended; exit {EXIT_PREEMPTED})"
-                   f"{detail}", err=True)
+        click.echo(f"roxxel-launch: job {status.name} evicted (Suspended; exit {EXIT_PREEMPTED}){detail}", err=True)
         return EXIT_PREEMPTED
     code = "unknown" if status.exit_code is None else status.exit_code
-    click.echo(f"roxxel-launch: job {status.name} {status.state.value.lower()} (worker exit code "
-               f"{code}; exit {EXIT_FAILED}){detail}", err=True)
+    click.echo(
+        f"roxxel-launch: job {status.name} {status.state.value.lower()} (worker exit code "
+        f"{code}; exit {EXIT_FAILED}){detail}",
+        err=True,
+    )
     return EXIT_FAILED
 
 
 def announce(status: JobStatus) -> None:
     """Print a change of a watched job's state on stderr."""
-    click.echo(f"roxxel-launch: {status.name} is {status.state.value}"
-               + (f": {one_line(status.message, 160)}" if status.message else ""), err=True)
+    click.echo(
+        f"roxxel-launch: {status.name} is {status.state.value}"
+        + (f": {one_line(status.message, 160)}" if status.message else ""),
+        err=True,
+    )
 
 
 def events_lines(events) -> list[str]:
@@ -155,10 +180,10 @@ def events_lines(events) -> list[str]:
         return []
     rows: list[tuple] = [("TYPE", "REASON", "COUNT", "LAST SEEN", "OBJECT", "MESSAGE")]
     for e in events:
-        objects = e.objects[0] + (f" (+{len(e.objects) - 1})" if len(e.objects) > 1 else "") \
-            if e.objects else "-"
-        rows.append((e.type, e.reason, e.count, e.last_seen or "-", objects,
-                     one_line(e.message or "-")))  # whole: the cause is often last
+        objects = e.objects[0] + (f" (+{len(e.objects) - 1})" if len(e.objects) > 1 else "") if e.objects else "-"
+        rows.append(
+            (e.type, e.reason, e.count, e.last_seen or "-", objects, one_line(e.message or "-"))
+        )  # whole: the cause is often last
     return ["", *table(rows)]
 
 

@@ -30,15 +30,30 @@ from roxxel_launch.cli.options import (
 @click.argument("name")
 @backend_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-@click.option("-w", "--workers", "show_workers", is_flag=True,
-              help="Also list every worker pod of the current attempt (Kubernetes only).")
-@click.option("--events", "all_events", is_flag=True,
-              help="Every event of the job, its Jobs, Workload and pods, as kubectl describe "
-                   "shows them (Kubernetes only).")
+@click.option(
+    "-w",
+    "--workers",
+    "show_workers",
+    is_flag=True,
+    help="Also list every worker pod of the current attempt (Kubernetes only).",
+)
+@click.option(
+    "--events",
+    "all_events",
+    is_flag=True,
+    help="Every event of the job, its Jobs, Workload and pods, as kubectl describe shows them (Kubernetes only).",
+)
 @namespace_option
 @context_option
-def status(name: str, backend_name: str, as_json: bool, show_workers: bool, all_events: bool,
-           namespace: str | None, context: str | None) -> None:
+def status(
+    name: str,
+    backend_name: str,
+    as_json: bool,
+    show_workers: bool,
+    all_events: bool,
+    namespace: str | None,
+    context: str | None,
+) -> None:
     """Show a job's state, restarts, exit code and message.
 
     On Kubernetes also, as tables: the JobSet's (or Job's) conditions and the pod phases of
@@ -68,15 +83,30 @@ def status(name: str, backend_name: str, as_json: bool, show_workers: bool, all_
 @click.command("list")
 @backend_option
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
-@click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobState], case_sensitive=False),
-              help="Only jobs in this state (repeatable).")
-@click.option("-A", "--all-namespaces", is_flag=True,
-              help="The jobs of every namespace this account may list, with a NAMESPACE column "
-                   "(as kubectl get -A; Kubernetes only).")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice([s.value for s in JobState], case_sensitive=False),
+    help="Only jobs in this state (repeatable).",
+)
+@click.option(
+    "-A",
+    "--all-namespaces",
+    is_flag=True,
+    help="The jobs of every namespace this account may list, with a NAMESPACE column "
+    "(as kubectl get -A; Kubernetes only).",
+)
 @namespace_option
 @context_option
-def list_command(backend_name: str, as_json: bool, states: tuple[str, ...], all_namespaces: bool,
-                 namespace: str | None, context: str | None) -> None:
+def list_command(
+    backend_name: str,
+    as_json: bool,
+    states: tuple[str, ...],
+    all_namespaces: bool,
+    namespace: str | None,
+    context: str | None,
+) -> None:
     """List the jobs roxxel-launch started."""
     local = backend_name == "local"
     if all_namespaces and namespace is not None:
@@ -90,8 +120,17 @@ def list_command(backend_name: str, as_json: bool, states: tuple[str, ...], all_
         click.echo(json.dumps([status_json(j) for j in jobs], indent=2))
         return
     rows: list[tuple] = [("NAME", "STATE", "PROCESSES", "RESTARTS", "EXIT", "CREATED")]
-    rows += [(j.name, j.state.value, str(j.processes), str(j.restarts),
-              "-" if j.exit_code is None else str(j.exit_code), j.created or "-") for j in jobs]
+    rows += [
+        (
+            j.name,
+            j.state.value,
+            str(j.processes),
+            str(j.restarts),
+            "-" if j.exit_code is None else str(j.exit_code),
+            j.created or "-",
+        )
+        for j in jobs
+    ]
     if all_namespaces:  # first, as kubectl get -A prints it
         rows = [("NAMESPACE", *rows[0]), *((j.namespace or "-", *row) for j, row in zip(jobs, rows[1:]))]
     for line in table(rows):
@@ -103,8 +142,11 @@ def list_command(backend_name: str, as_json: bool, states: tuple[str, ...], all_
         if jobs:
             click.echo(f"(local jobs kept in {root})", err=True)
         else:
-            click.echo(f"no local jobs in {root}: local jobs are kept in ./runs/local of the directory "
-                       f"they were submitted from, or in ${ROOT_ENV} when it is set", err=True)
+            click.echo(
+                f"no local jobs in {root}: local jobs are kept in ./runs/local of the directory "
+                f"they were submitted from, or in ${ROOT_ENV} when it is set",
+                err=True,
+            )
 
 
 def _in_states(jobs: list[JobStatus], states: tuple[str, ...]) -> list[JobStatus]:
@@ -116,34 +158,67 @@ def _in_states(jobs: list[JobStatus], states: tuple[str, ...]) -> list[JobStatus
 @click.command()
 @click.argument("name")
 @backend_option
-@click.option("-p", "--process", "--rank", "process", type=click.IntRange(min=0), default=0,
-              show_default=True,
-              help="Which worker: its JAX process id (rank); --rank is the same option. On a "
-                   "JobSet, process = slice * hosts_per_slice + host.")
-@click.option("-f", "--follow", is_flag=True,
-              help="Keep printing new output until the job ends. On Kubernetes it follows the "
-                   "job across gang restarts: it re-attaches to each new attempt's pod and "
-                   "prints a line '── attempt N (restart N-1) ──' between attempts.")
-@click.option("--all", "all_processes", is_flag=True,
-              help="Every worker's output, each line prefixed with '[rank N] ' (Kubernetes).")
-@click.option("--since", metavar="DURATION", default=None,
-              help="Only output newer than this: 30s, 10m, 2h (Kubernetes).")
-@click.option("--previous", is_flag=True,
-              help="The previous terminated container of the pod, as `kubectl logs --previous` "
-                   "(Kubernetes).")
+@click.option(
+    "-p",
+    "--process",
+    "--rank",
+    "process",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Which worker: its JAX process id (rank); --rank is the same option. On a "
+    "JobSet, process = slice * hosts_per_slice + host.",
+)
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Keep printing new output until the job ends. On Kubernetes it follows the "
+    "job across gang restarts: it re-attaches to each new attempt's pod and "
+    "prints a line '── attempt N (restart N-1) ──' between attempts.",
+)
+@click.option(
+    "--all",
+    "all_processes",
+    is_flag=True,
+    help="Every worker's output, each line prefixed with '[rank N] ' (Kubernetes).",
+)
+@click.option(
+    "--since", metavar="DURATION", default=None, help="Only output newer than this: 30s, 10m, 2h (Kubernetes)."
+)
+@click.option(
+    "--previous",
+    is_flag=True,
+    help="The previous terminated container of the pod, as `kubectl logs --previous` (Kubernetes).",
+)
 @container_option
 @namespace_option
 @context_option
-def logs(name: str, backend_name: str, process: int, follow: bool, all_processes: bool,
-         since: str | None, previous: bool, container: str | None, namespace: str | None,
-         context: str | None) -> None:
+def logs(
+    name: str,
+    backend_name: str,
+    process: int,
+    follow: bool,
+    all_processes: bool,
+    since: str | None,
+    previous: bool,
+    container: str | None,
+    namespace: str | None,
+    context: str | None,
+) -> None:
     """Print one worker's output (rank 0 by default; on Kubernetes, of the newest attempt)."""
     since_seconds = _duration_seconds(since) if since is not None else None
     backend = backend_choice.make_backend(backend_name, namespace=namespace, context=context)
     with backend_errors():
-        for line in backend.logs(name, process=process, follow=follow,
-                                 all_processes=all_processes, since_seconds=since_seconds,
-                                 previous=previous, container=container):
+        for line in backend.logs(
+            name,
+            process=process,
+            follow=follow,
+            all_processes=all_processes,
+            since_seconds=since_seconds,
+            previous=previous,
+            container=container,
+        ):
             click.echo(line.rstrip("\n"))
 
 
@@ -153,8 +228,7 @@ def _duration_seconds(text: str) -> int:
 
     match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text.strip())
     if not text.strip() or match is None:
-        raise click.BadParameter(f"{text!r} is not a duration; use e.g. 30s, 10m, 2h or 1h30m",
-                                 param_hint="--since")
+        raise click.BadParameter(f"{text!r} is not a duration; use e.g. 30s, 10m, 2h or 1h30m", param_hint="--since")
     hours, minutes, seconds = (int(g or 0) for g in match.groups())
     return hours * 3600 + minutes * 60 + seconds
 
@@ -162,15 +236,27 @@ def _duration_seconds(text: str) -> int:
 @click.command()
 @click.argument("name")
 @backend_option
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              help="Give up after this many seconds, with exit code 124 (the job keeps running). "
-                   "Default: wait as long as it takes.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Give up after this many seconds, with exit code 124 (the job keeps running). "
+    "Default: wait as long as it takes.",
+)
 @poll_option
 @namespace_option
 @context_option
 @click.pass_context
-def wait(ctx: click.Context, name: str, backend_name: str, timeout: float | None, poll: float,
-         namespace: str | None, context: str | None) -> None:
+def wait(
+    ctx: click.Context,
+    name: str,
+    backend_name: str,
+    timeout: float | None,
+    poll: float,
+    namespace: str | None,
+    context: str | None,
+) -> None:
     """Wait until a job ends; the exit code says how it ended.
 
     \b
@@ -193,7 +279,8 @@ def wait(ctx: click.Context, name: str, backend_name: str, timeout: float | None
             job = backend.wait(name, timeout=timeout, poll_seconds=poll, on_events=print_events)
         except WaitTimeout as err:  # before backend_errors: a timeout has its own exit code
             last = err.status
-            click.echo(f"roxxel-launch: {err}"
-                       + (f" ({one_line(last.message, 200)})" if last.message else ""), err=True)
+            click.echo(
+                f"roxxel-launch: {err}" + (f" ({one_line(last.message, 200)})" if last.message else ""), err=True
+            )
             ctx.exit(EXIT_TIMED_OUT)
     ctx.exit(report_outcome(job))

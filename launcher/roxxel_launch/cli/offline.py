@@ -15,12 +15,17 @@ from roxxel_launch.cli.spec_checks import check_manifests, load_spec_arg, render
 @click.command("render")  # the function's own name would shadow roxxel_launch.render.render
 @click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False))
 @set_option
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
-              help="Write the manifests to this file instead of standard output.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write the manifests to this file instead of standard output.",
+)
 @schema_option
 @version_option
-def render_command(spec_path: str, overrides: tuple[str, ...], output: str | None, schema: bool,
-                   kubernetes_version: str) -> None:
+def render_command(
+    spec_path: str, overrides: tuple[str, ...], output: str | None, schema: bool, kubernetes_version: str
+) -> None:
     """Print the manifests of a job spec, ready for `kubectl apply -f -`."""
     rendered = render_and_check(spec_path, overrides, schema, kubernetes_version)
     if output is None:
@@ -35,8 +40,7 @@ def render_command(spec_path: str, overrides: tuple[str, ...], output: str | Non
 @set_option
 @schema_option
 @version_option
-def validate(spec_path: str, overrides: tuple[str, ...], schema: bool,
-             kubernetes_version: str) -> None:
+def validate(spec_path: str, overrides: tuple[str, ...], schema: bool, kubernetes_version: str) -> None:
     """Check a job spec and the manifests it renders, without contacting a cluster."""
     from roxxel_launch.validate import pod_security_line
 
@@ -52,9 +56,13 @@ def _profile_source(spec) -> str:
     if spec.security.profile is not None:
         return f"{spec.security.profile!r} (security.profile)"
     gpu = spec.accelerator.gpu
-    what = ("host-network pods" if spec.uses_host_network else
-            "GPU networking presets" if gpu is not None and gpu.networking not in (None, "none") else
-            spec.accelerator.kind.upper())
+    what = (
+        "host-network pods"
+        if spec.uses_host_network
+        else "GPU networking presets"
+        if gpu is not None and gpu.networking not in (None, "none")
+        else spec.accelerator.kind.upper()
+    )
     return f"{spec.security_profile!r} (the default for {what})"
 
 

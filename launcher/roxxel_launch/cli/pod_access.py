@@ -26,8 +26,16 @@ from roxxel_launch.cli.options import (
 @namespace_option
 @context_option
 @click.pass_context
-def exec_command(ctx: click.Context, name: str, command: tuple[str, ...], backend_name: str, process: int,
-                 container: str | None, namespace: str | None, context: str | None) -> None:
+def exec_command(
+    ctx: click.Context,
+    name: str,
+    command: tuple[str, ...],
+    backend_name: str,
+    process: int,
+    container: str | None,
+    namespace: str | None,
+    context: str | None,
+) -> None:
     """Run a command in a worker's pod, as `kubectl exec` (no shell, no stdin, no TTY).
 
     Its output is streamed; the exit code is the command's. For example, the GCS FUSE
@@ -41,12 +49,12 @@ def exec_command(ctx: click.Context, name: str, command: tuple[str, ...], backen
         def write(data: bytes) -> None:
             stream.write(data)
             stream.flush()
+
         return write
 
     backend = backend_choice.make_backend(backend_name, namespace=namespace, context=context)
     with backend_errors():
-        code = backend.exec(name, command, process=process, container=container, out=sink(stdout),
-                            err=sink(stderr))
+        code = backend.exec(name, command, process=process, container=container, out=sink(stdout), err=sink(stderr))
     ctx.exit(code)
 
 
@@ -59,8 +67,10 @@ def _ports(text: str) -> tuple[int, int]:
     except ValueError:
         ports = (-1, -1)
     if not (0 <= ports[0] <= 65535 and 1 <= ports[1] <= 65535):
-        raise click.BadParameter(f"{text!r} is not PORT, LOCAL:REMOTE or :REMOTE with ports 1-65535 "
-                                 "(e.g. 6006 or 8080:6006)", param_hint="PORT")
+        raise click.BadParameter(
+            f"{text!r} is not PORT, LOCAL:REMOTE or :REMOTE with ports 1-65535 (e.g. 6006 or 8080:6006)",
+            param_hint="PORT",
+        )
     return ports
 
 
@@ -71,8 +81,9 @@ def _ports(text: str) -> tuple[int, int]:
 @pod_option
 @namespace_option
 @context_option
-def port_forward(name: str, ports: str, backend_name: str, process: int, namespace: str | None,
-                 context: str | None) -> None:
+def port_forward(
+    name: str, ports: str, backend_name: str, process: int, namespace: str | None, context: str | None
+) -> None:
     """Forward a local port to a worker pod's port until Ctrl-C, as `kubectl port-forward`.
 
     PORT listens on 127.0.0.1:PORT and reaches the same port of the pod; LOCAL:REMOTE maps
@@ -83,8 +94,7 @@ def port_forward(name: str, ports: str, backend_name: str, process: int, namespa
     backend = backend_choice.make_backend(backend_name, namespace=namespace, context=context)
 
     def listening(address: str) -> None:
-        click.echo(f"forwarding {address} to port {remote_port} of {name}'s process {process}; "
-                   "Ctrl-C stops", err=True)
+        click.echo(f"forwarding {address} to port {remote_port} of {name}'s process {process}; Ctrl-C stops", err=True)
 
     with backend_errors(), contextlib.suppress(KeyboardInterrupt):
         backend.port_forward(name, local_port, remote_port, process=process, on_listen=listening)

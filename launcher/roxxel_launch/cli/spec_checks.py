@@ -31,6 +31,5 @@ def check_manifests(spec, schema: bool, kubernetes_version: str, *, cluster: boo
     return rendered
 
 
-def render_and_check(spec_path: str, overrides: tuple[str, ...], schema: bool,
-                      kubernetes_version: str):
+def render_and_check(spec_path: str, overrides: tuple[str, ...], schema: bool, kubernetes_version: str):
     return check_manifests(load_spec_arg(spec_path, overrides), schema, kubernetes_version)

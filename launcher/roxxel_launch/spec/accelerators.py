@@ -34,31 +34,38 @@ class TpuAccelerator:
     chips_per_host: int | None = _doc(
         "Only for topologies served both ways (v5e/v6e 2x4): 8 = one host (ct5lp-hightpu-8t, "
         "ct6e-standard-8t, the default), 4 = two hosts (ct5lp-hightpu-4t, ct6e-standard-4t).",
-        default=None)
+        default=None,
+    )
     placement_policy: str | None = _doc(
         "TPU7x multi-host only: the workload policy the node pool was created with "
         "(gcloud ... node-pools create --placement-policy NAME), selected through the node "
         "label cloud.google.com/placement-policy-name. xpk names it "
         "tpu7x-<2 x chips>-<topology>-placement-policy (tpu7x-128-4x4x4-placement-policy). "
         "Unset: any tpu7x node pool of the topology.",
-        default=None)
+        default=None,
+    )
 
     def __post_init__(self):
         if self.type not in tpu.TPU_TYPES:
-            raise SpecError("type", f"unknown TPU type {self.type!r}",
-                            f"Use one of {', '.join(tpu.TPU_TYPES)}.")
+            raise SpecError("type", f"unknown TPU type {self.type!r}", f"Use one of {', '.join(tpu.TPU_TYPES)}.")
         try:
             shape = tpu.tpu_slice(self.type, self.topology, self.chips_per_host)
         except ValueError as err:
-            raise SpecError("chips_per_host" if self.chips_per_host and "chips per host" in str(err)
-                            else "topology", str(err)) from err
+            raise SpecError(
+                "chips_per_host" if self.chips_per_host and "chips per host" in str(err) else "topology", str(err)
+            ) from err
         if self.placement_policy is not None:
-            _check("placement_policy", names.label_value_problem(self.placement_policy)
-                   or (None if self.placement_policy else "must not be empty"))
+            _check(
+                "placement_policy",
+                names.label_value_problem(self.placement_policy)
+                or (None if self.placement_policy else "must not be empty"),
+            )
             if not (shape.type.workload_policy and shape.hosts > 1):
-                raise SpecError("placement_policy", f"a {self.type} {self.topology} slice runs on "
-                                "a node pool without a workload policy",
-                                "Remove placement_policy (only TPU7x multi-host node pools have one).")
+                raise SpecError(
+                    "placement_policy",
+                    f"a {self.type} {self.topology} slice runs on a node pool without a workload policy",
+                    "Remove placement_policy (only TPU7x multi-host node pools have one).",
+                )
 
     @property
     def slice(self) -> tpu.TpuSlice:
@@ -76,14 +83,16 @@ class GpuAccelerator:
         "GKE high-bandwidth GPU networking preset: tcpx (A3 High, a3-highgpu-8g), tcpxo (A3 "
         "Mega, a3-megagpu-8g), rdma (A3 Ultra a3-ultragpu-8g / A4 a4-highgpu-8g); none "
         "or unset: the node's default network only.",
-        default=None)
+        default=None,
+    )
     networks: tuple[str, ...] | None = _doc(
         "The node pool's additional network names, in interface order (default: the GKE "
         "recipe's vpc1..vpc4 for tcpx, vpc1..vpc8 for tcpxo, rdma-0..rdma-7 for rdma).",
-        default=None)
+        default=None,
+    )
     daemon_image: str | None = _doc(
-        "Image of the TCPX/TCPXO receive-datapath daemon sidecar (default: the GKE recipe's).",
-        default=None)
+        "Image of the TCPX/TCPXO receive-datapath daemon sidecar (default: the GKE recipe's).", default=None
+    )
 
     def __post_init__(self):
         _check("type", names.label_value_problem(self.type) or (None if self.type else "must not be empty"))
@@ -96,21 +105,31 @@ class GpuAccelerator:
         mode = self.networking or "none"
         if mode == "none":
             if self.networks is not None or self.daemon_image is not None:
-                raise SpecError("networking", "networks and daemon_image need a networking preset",
-                                "Set networking: tcpx, tcpxo or rdma, or remove them.")
+                raise SpecError(
+                    "networking",
+                    "networks and daemon_image need a networking preset",
+                    "Set networking: tcpx, tcpxo or rdma, or remove them.",
+                )
             return
         preset = gpu_networking.PRESETS[mode]
         if self.type not in preset.gke_accelerators:
-            raise SpecError("networking", f"{mode} runs on {preset.machine_type} nodes "
-                            f"({', '.join(preset.gke_accelerators)}), not on {self.type!r}",
-                            "Pick the preset of your machine type, or networking: none.")
+            raise SpecError(
+                "networking",
+                f"{mode} runs on {preset.machine_type} nodes "
+                f"({', '.join(preset.gke_accelerators)}), not on {self.type!r}",
+                "Pick the preset of your machine type, or networking: none.",
+            )
         if self.count != gpu_networking.GPUS_PER_HOST:
-            raise SpecError("count", f"networking: {mode} needs whole {preset.machine_type} hosts "
-                            f"({gpu_networking.GPUS_PER_HOST} GPUs), got {self.count}")
+            raise SpecError(
+                "count",
+                f"networking: {mode} needs whole {preset.machine_type} hosts "
+                f"({gpu_networking.GPUS_PER_HOST} GPUs), got {self.count}",
+            )
         if self.networks is not None:
             if len(self.networks) != len(preset.networks):
-                raise SpecError("networks", f"{mode} uses {len(preset.networks)} additional "
-                                f"networks, got {len(self.networks)}")
+                raise SpecError(
+                    "networks", f"{mode} uses {len(preset.networks)} additional networks, got {len(self.networks)}"
+                )
             for i, network in enumerate(self.networks):
                 _check(f"networks[{i}]", names.dns1123_label_problem(network))
             if len(set(self.networks)) != len(self.networks):
@@ -140,8 +159,11 @@ class CpuAccelerator:
 
 def _check_hosts(hosts: int) -> None:
     if not 1 <= hosts <= MAX_HOSTS_PER_SLICE:
-        raise SpecError("hosts", f"must be at least 1 and at most {MAX_HOSTS_PER_SLICE} (the most pods an "
-                        f"Indexed Job runs in parallel), got {hosts}")
+        raise SpecError(
+            "hosts",
+            f"must be at least 1 and at most {MAX_HOSTS_PER_SLICE} (the most pods an "
+            f"Indexed Job runs in parallel), got {hosts}",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,8 +177,11 @@ class Accelerator:
     def __post_init__(self):
         given = [n for n in ("tpu", "gpu", "cpu") if getattr(self, n) is not None]
         if len(given) != 1:
-            raise SpecError("", f"give exactly one of tpu, gpu, cpu (got {', '.join(given) or 'none'})",
-                            "For example accelerator: {tpu: {type: v5p, topology: 2x2x2}}.")
+            raise SpecError(
+                "",
+                f"give exactly one of tpu, gpu, cpu (got {', '.join(given) or 'none'})",
+                "For example accelerator: {tpu: {type: v5p, topology: 2x2x2}}.",
+            )
 
     @classmethod
     def _coerce(cls, data: Any) -> Any:
@@ -184,8 +209,7 @@ def accelerator_node_selectors(accelerator: Accelerator) -> dict[str, str]:
     workload policy; GKE's GPU accelerator label."""
     if accelerator.tpu is not None:
         shape = accelerator.tpu.slice
-        selectors = {TPU_ACCELERATOR_SELECTOR: shape.type.gke_accelerator,
-                     TPU_TOPOLOGY_SELECTOR: shape.topology}
+        selectors = {TPU_ACCELERATOR_SELECTOR: shape.type.gke_accelerator, TPU_TOPOLOGY_SELECTOR: shape.topology}
         if shape.layouts > 1:  # the same labels on 4- and 8-chip hosts: name the machine
             selectors[MACHINE_TYPE_SELECTOR] = shape.machine_type
         if accelerator.tpu.placement_policy is not None:
@@ -194,4 +218,3 @@ def accelerator_node_selectors(accelerator: Accelerator) -> dict[str, str]:
     if accelerator.gpu is not None:
         return {GPU_ACCELERATOR_SELECTOR: accelerator.gpu.type}
     return {}
-

@@ -80,4 +80,3 @@ class _Problems:
 def _check(field: str, problem: str | None, fix: str = "") -> None:
     if problem:
         raise SpecError(field, problem, fix)
-

@@ -19,10 +19,19 @@ INT32_MAX = 2**31 - 1
 # request or limit is refused by the API server only at submit time).
 _QUANTITY = re.compile(r"\+?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?")
 # The factor of each suffix (apimachinery's resource.Quantity: binary SI, decimal SI).
-_SUFFIXES = {"": Fraction(1), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
-             "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
-             "P": Fraction(10**15), "E": Fraction(10**18),
-             **{s: Fraction(2**(10 * i)) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)}}
+_SUFFIXES = {
+    "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    **{s: Fraction(2 ** (10 * i)) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)},
+}
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/:@+]*")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _BAD_TEXT = re.compile(r"[\x00\ud800-\udfff]")
@@ -35,8 +44,7 @@ def _doc(text: str, **kwargs) -> Any:
 
 def _check_quantity(field: str, quantity: str) -> None:
     if not _QUANTITY.fullmatch(quantity):
-        raise SpecError(field, f"{quantity!r} is not a non-negative resource quantity",
-                        "Use e.g. '8', '500m', '32Gi'.")
+        raise SpecError(field, f"{quantity!r} is not a non-negative resource quantity", "Use e.g. '8', '500m', '32Gi'.")
 
 
 def parse_quantity(quantity: str) -> Fraction:
@@ -73,8 +81,7 @@ def image_reference_problem(image: str) -> str | None:
         return f"{image!r} is not an image reference"
     name, at, digest = image.partition("@")
     if at and not _DIGEST.fullmatch(digest):
-        return (f"{image!r}: the digest {digest!r} is not sha256: followed by 64 lowercase hex "
-                "digits")
+        return f"{image!r}: the digest {digest!r} is not sha256: followed by 64 lowercase hex digits"
     if "@" in digest or not name or name.endswith((":", "/")):
         return f"{image!r} is not an image reference"
     return None
@@ -83,4 +90,3 @@ def image_reference_problem(image: str) -> str | None:
 def image_is_pinned(image: str) -> bool:
     """Whether the image is pinned by digest (immutable) rather than named by a tag (mutable)."""
     return "@" in image
-

@@ -61,8 +61,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise SpecError(path, f"must be a string, got {_type_name(value)} {value!r}",
-                            "Quote the value in YAML.")
+            raise SpecError(path, f"must be a string, got {_type_name(value)} {value!r}", "Quote the value in YAML.")
         if _BAD_TEXT.search(value):
             raise SpecError(path, "contains a NUL character or a lone surrogate, which is not text")
         return value
@@ -76,8 +75,11 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecError(path, f"must be an integer, got {_type_name(value)} {value!r}")
         if not -INT32_MAX - 1 <= value <= INT32_MAX:
-            raise SpecError(path, f"{value} does not fit in the 32-bit integer Kubernetes stores",
-                            f"Use a value between 0 and {INT32_MAX}.")
+            raise SpecError(
+                path,
+                f"{value} does not fit in the 32-bit integer Kubernetes stores",
+                f"Use a value between 0 and {INT32_MAX}.",
+            )
         return value
     if origin is tuple:
         if not isinstance(value, list):
@@ -88,8 +90,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise SpecError(path, f"must be a mapping, got {_type_name(value)} {value!r}")
         key_type, value_type = typing.get_args(tp)
-        return {_convert(key_type, k, path): _convert(value_type, v, f"{path}.{k}")
-                for k, v in value.items()}
+        return {_convert(key_type, k, path): _convert(value_type, v, f"{path}.{k}") for k, v in value.items()}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, path)
     raise TypeError(f"no converter for {tp!r} at {path}")
@@ -113,8 +114,9 @@ def _plain(value: Any, path: str) -> Any:
         return _convert(int, value, path)
     if value is None or isinstance(value, bool):
         return value
-    raise SpecError(path, f"a {_type_name(value)} cannot be placed in a manifest",
-                    "Write numbers as integers or quoted strings.")
+    raise SpecError(
+        path, f"a {_type_name(value)} cannot be placed in a manifest", "Write numbers as integers or quoted strings."
+    )
 
 
 def _build(cls: type, data: Any, path: str) -> Any:
@@ -213,8 +215,9 @@ def _apply_override(out: dict, override: str) -> None:
     # Keys such as nvidia.com/gpu contain dots: write them as nvidia\.com/gpu.
     parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", path)]
     if not eq or not all(parts):
-        raise SpecError("--set", f"{override!r} is not key.path=value",
-                        "Write e.g. --set accelerator.tpu.topology=4x4.")
+        raise SpecError(
+            "--set", f"{override!r} is not key.path=value", "Write e.g. --set accelerator.tpu.topology=4x4."
+        )
     tp = _type_at(parts)
     value: Any
     if tp is Any:  # free-form (pod_patch, affinity): a YAML value, as in the spec file
@@ -238,8 +241,11 @@ def _apply_override(out: dict, override: str) -> None:
         if child is None:
             child = node[part] = {}
         if not isinstance(child, dict):
-            raise SpecError(".".join(parts[: i + 1]), f"is a {_type_name(child)}, not a mapping",
-                            f"Set the whole field instead: --set {'.'.join(parts[: i + 1])}=...")
+            raise SpecError(
+                ".".join(parts[: i + 1]),
+                f"is a {_type_name(child)}, not a mapping",
+                f"Set the whole field instead: --set {'.'.join(parts[: i + 1])}=...",
+            )
         node = child
     node[parts[-1]] = value
 
@@ -255,8 +261,11 @@ def _override_yaml(text: str, path: str) -> Any:
 def spec_from_dict(data: Any, overrides: Sequence[str] = ()) -> JobSpec:
     """Validates a raw mapping (e.g. parsed YAML) plus overrides into a JobSpec."""
     if not isinstance(data, dict):
-        raise SpecError("", f"a job spec must be a mapping, got {_type_name(data)}",
-                        f"Start the file with apiVersion: {API_VERSION} and kind: {KIND}.")
+        raise SpecError(
+            "",
+            f"a job spec must be a mapping, got {_type_name(data)}",
+            f"Start the file with apiVersion: {API_VERSION} and kind: {KIND}.",
+        )
     out, problems = _overridden(data, overrides)
     with problems.check():
         spec = _build(JobSpec, out, "")
@@ -282,13 +291,15 @@ class _SpecLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise _SpecYAMLError(None, None, "aliases (*name) are not allowed in a job spec; "
-                                       "write the value out", event.start_mark)
+            raise _SpecYAMLError(
+                None, None, "aliases (*name) are not allowed in a job spec; write the value out", event.start_mark
+            )
         self._depth += 1
         try:
             if self._depth > MAX_SPEC_DEPTH:
-                raise _SpecYAMLError(None, None, f"nested more than {MAX_SPEC_DEPTH} levels deep",
-                                           self.peek_event().start_mark)
+                raise _SpecYAMLError(
+                    None, None, f"nested more than {MAX_SPEC_DEPTH} levels deep", self.peek_event().start_mark
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -339,16 +350,22 @@ def read_spec_text(path: str | Path) -> str:
     except OSError as err:
         raise SpecError("", f"{path}: cannot read the job spec: {err.strerror or err}") from None
     if len(raw) > MAX_SPEC_BYTES:
-        raise SpecError("", f"{path}: the job spec is larger than {MAX_SPEC_BYTES // 1024} KiB",
-                        "The whole spec is stored in one annotation (Kubernetes allows 256 KiB of "
-                        "annotations); move large values into a ConfigMap and use env_from.")
+        raise SpecError(
+            "",
+            f"{path}: the job spec is larger than {MAX_SPEC_BYTES // 1024} KiB",
+            "The whole spec is stored in one annotation (Kubernetes allows 256 KiB of "
+            "annotations); move large values into a ConfigMap and use env_from.",
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
         column = err.start - (raw.rfind(b"\n", 0, err.start) + 1) + 1
-        raise SpecError("", f"{path}: line {line}, column {column}: byte 0x{raw[err.start]:02x} is "
-                        "not UTF-8", "Save the file as UTF-8.") from None
+        raise SpecError(
+            "",
+            f"{path}: line {line}, column {column}: byte 0x{raw[err.start]:02x} is not UTF-8",
+            "Save the file as UTF-8.",
+        ) from None
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
@@ -361,9 +378,11 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     try:
         return spec_from_dict(data, overrides)
     except SpecError as err:
+
         def located(e: SpecError) -> SpecError:
             source = _source_of(e.field, overrides, path)
             return SpecError(e.field, f"{e.problem} ({source})" if source else e.problem, e.fix)
+
         raise err.mapped(located) from err
 
 
@@ -383,11 +402,13 @@ def _source_of(field: str, overrides: Sequence[str], path: str | Path) -> str:
 def spec_to_dict(spec: Any) -> Any:
     """The spec as plain data with YAML keys, omitting unset optional fields."""
     if dataclasses.is_dataclass(spec):
-        return {_key(f): spec_to_dict(getattr(spec, f.name))
-                for f in dataclasses.fields(spec) if getattr(spec, f.name) is not None}
+        return {
+            _key(f): spec_to_dict(getattr(spec, f.name))
+            for f in dataclasses.fields(spec)
+            if getattr(spec, f.name) is not None
+        }
     if isinstance(spec, tuple):
         return [spec_to_dict(v) for v in spec]
     if isinstance(spec, Mapping):
         return {k: spec_to_dict(v) for k, v in spec.items()}
     return spec
-

@@ -23,11 +23,12 @@ from roxxel_launch.spec.fields import _doc, _freeze
 class ObjectMetadata:
     """Labels and annotations of the JobSet / Job object (not its pods)."""
 
-    labels: Mapping[str, str] = _doc("Labels of the JobSet / Job object only (not its pods).",
-                                     default_factory=dict)
+    labels: Mapping[str, str] = _doc("Labels of the JobSet / Job object only (not its pods).", default_factory=dict)
     annotations: Mapping[str, str] = _doc(
         "Annotations of the JobSet / Job object only (not its pods), e.g. Kueue's "
-        "provreq.kueue.x-k8s.io/* ProvisioningRequest parameters (need queue).", default_factory=dict)
+        "provreq.kueue.x-k8s.io/* ProvisioningRequest parameters (need queue).",
+        default_factory=dict,
+    )
 
     def __post_init__(self):
         for section in ("labels", "annotations"):

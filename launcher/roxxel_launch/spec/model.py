@@ -57,49 +57,61 @@ class JobSpec:
     name: str = _doc("Name of the JobSet (or Job and Service): a DNS-1035 label.")
     image: str = _doc("Worker image; its entrypoint is roxxel-worker.")
     command: tuple[str, ...] = _doc(
-        "The training command, run as `roxxel-worker -- COMMAND...`; passed literally "
-        "(no $(VAR) expansion).")
+        "The training command, run as `roxxel-worker -- COMMAND...`; passed literally (no $(VAR) expansion)."
+    )
     accelerator: Accelerator = _doc("Exactly one of tpu, gpu, cpu.")
     namespace: str = _doc("Kubernetes namespace.", default="default")
     num_slices: int = _doc("Slices (replicas of the per-slice job); TPU multislice when > 1.", default=1)
-    env: Mapping[str, str] = _doc("Extra environment variables (values are strings).",
-                                  default_factory=dict)
-    data: DataMount | None = _doc(f"Read-only data volume, mounted at {contract.DATA_MOUNT_PATH}.",
-                                  default=None)
+    env: Mapping[str, str] = _doc("Extra environment variables (values are strings).", default_factory=dict)
+    data: DataMount | None = _doc(f"Read-only data volume, mounted at {contract.DATA_MOUNT_PATH}.", default=None)
     checkpoint_dir: str | None = _doc(
-        "gs://BUCKET/PATH (Orbax writes directly) or an absolute path on a writable mount.",
-        default=None)
-    watchdog: Watchdog = _doc("The progress watchdog: a worker that stops making progress ends the job "
-                              "(exit 43, a counted gang restart) after these bounds.", default_factory=Watchdog)
+        "gs://BUCKET/PATH (Orbax writes directly) or an absolute path on a writable mount.", default=None
+    )
+    watchdog: Watchdog = _doc(
+        "The progress watchdog: a worker that stops making progress ends the job "
+        "(exit 43, a counted gang restart) after these bounds.",
+        default_factory=Watchdog,
+    )
     restore_from: str | None = _doc(
         "Another run's checkpoint directory (gs://BUCKET/PATH or an absolute path) to branch "
-        "from: read, never written, while checkpoint_dir holds no step.", default=None)
-    run_name: str | None = _doc("Run identity kept across resumes (label value); defaults to name.",
-                                default=None)
+        "from: read, never written, while checkpoint_dir holds no step.",
+        default=None,
+    )
+    run_name: str | None = _doc("Run identity kept across resumes (label value); defaults to name.", default=None)
     service_account: str | None = _doc("Kubernetes service account (Workload Identity).", default=None)
     queue: str | None = _doc("Kueue LocalQueue (kueue.x-k8s.io/queue-name label).", default=None)
     workload_priority_class: str | None = _doc(
         "Kueue WorkloadPriorityClass (kueue.x-k8s.io/priority-class label on the JobSet / Job): orders and "
-        "preempts the job in its queue, leaving the pods' priority_class alone; needs queue.", default=None)
-    topology: Topology | None = _doc("Kueue topology-aware scheduling, whole PodSet and/or slices of it "
-                                     "(annotations on the pod template); needs queue.", default=None)
+        "preempts the job in its queue, leaving the pods' priority_class alone; needs queue.",
+        default=None,
+    )
+    topology: Topology | None = _doc(
+        "Kueue topology-aware scheduling, whole PodSet and/or slices of it "
+        "(annotations on the pod template); needs queue.",
+        default=None,
+    )
     queue_provisioning: QueueProvisioning | None = _doc(
         "GKE flex-start with queued provisioning through Kueue's ProvisioningRequest admission check: "
         "the pods tolerate and select queued-provisioning nodes (cloud.google.com/gke-queued), "
         "max_run_duration_seconds becomes the JobSet / Job's provreq.kueue.x-k8s.io/maxRunDurationSeconds "
-        "annotation; needs queue.", default=None)
+        "annotation; needs queue.",
+        default=None,
+    )
     priority_class: str | None = _doc("PriorityClass name.", default=None)
-    max_restarts: int = _doc("Gang restarts for failures other than preemption (JobSet only).",
-                             default=3)
+    max_restarts: int = _doc("Gang restarts for failures other than preemption (JobSet only).", default=3)
     max_preemptions: int = _doc(
         "Free gang restarts (preemption, eviction, exit 42) on top of max_restarts (JobSet "
         "only): a pod of a later restart exits 78 before starting, failing the JobSet.",
-        default=100)
+        default=100,
+    )
     termination_grace_period: int = _doc(
-        "Seconds between SIGTERM and SIGKILL: enough to save a checkpoint.", default=300)
+        "Seconds between SIGTERM and SIGKILL: enough to save a checkpoint.", default=300
+    )
     workload: Literal["jobset", "indexed-job"] = _doc(
         "Object kind: jobset (gang restarts, multislice) or indexed-job (Job + headless Service, "
-        "no JobSet controller needed, no gang restart).", default="jobset")
+        "no JobSet controller needed, no gang restart).",
+        default="jobset",
+    )
     resources: Resources = _doc("Extra container requests/limits.", default_factory=Resources)
     node_selectors: Mapping[str, str] = _doc("Extra node selectors.", default_factory=dict)
     node_ephemeral_storage: str | None = _doc(
@@ -108,50 +120,65 @@ class JobSpec:
         "1400Gi on nodes with local SSDs (--ephemeral-storage-local-ssd). The disk file cache "
         "and the ephemeral-storage request must fit in it, or the spec is refused. Unknown "
         "(default): a warning when they need more than a default 100 GB boot disk offers "
-        f"({DEFAULT_NODE_EPHEMERAL_STORAGE} bytes, about 43 GiB).", default=None)
+        f"({DEFAULT_NODE_EPHEMERAL_STORAGE} bytes, about 43 GiB).",
+        default=None,
+    )
     tolerations: tuple[Toleration, ...] = _doc("Extra tolerations.", default=())
-    security: Security = _doc("Pod Security profile (restricted, baseline, privileged), user, API "
-                              "token, NetworkPolicy.", default_factory=Security)
+    security: Security = _doc(
+        "Pod Security profile (restricted, baseline, privileged), user, API token, NetworkPolicy.",
+        default_factory=Security,
+    )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = _doc(
         "Container imagePullPolicy; default Always for a tag (tags are mutable), IfNotPresent "
-        "for an image pinned by @sha256 digest.", default=None)
-    image_pull_secrets: tuple[str, ...] = _doc("Secrets for pulling the image from a private "
-                                               "registry (imagePullSecrets).", default=())
-    env_from: tuple[EnvFromSource, ...] = _doc("Whole Secrets / ConfigMaps as environment "
-                                               "variables (envFrom).", default=())
-    env_refs: Mapping[str, KeyRef] = _doc("Variables read from one key of a Secret or ConfigMap "
-                                          "(valueFrom).", default_factory=dict)
-    volumes: tuple[ExtraVolume, ...] = _doc("Extra volumes and their mounts in the worker.",
-                                            default=())
-    labels: Mapping[str, str] = _doc("Extra labels on the workload object and its pods.",
-                                     default_factory=dict)
+        "for an image pinned by @sha256 digest.",
+        default=None,
+    )
+    image_pull_secrets: tuple[str, ...] = _doc(
+        "Secrets for pulling the image from a private registry (imagePullSecrets).", default=()
+    )
+    env_from: tuple[EnvFromSource, ...] = _doc(
+        "Whole Secrets / ConfigMaps as environment variables (envFrom).", default=()
+    )
+    env_refs: Mapping[str, KeyRef] = _doc(
+        "Variables read from one key of a Secret or ConfigMap (valueFrom).", default_factory=dict
+    )
+    volumes: tuple[ExtraVolume, ...] = _doc("Extra volumes and their mounts in the worker.", default=())
+    labels: Mapping[str, str] = _doc("Extra labels on the workload object and its pods.", default_factory=dict)
     annotations: Mapping[str, str] = _doc("Extra annotations on the pods.", default_factory=dict)
-    metadata: ObjectMetadata | None = _doc("Labels and annotations of the JobSet / Job object itself, not its "
-                                           "pods.", default=None)
+    metadata: ObjectMetadata | None = _doc(
+        "Labels and annotations of the JobSet / Job object itself, not its pods.", default=None
+    )
     affinity: Mapping[str, Any] | None = _doc(
-        "Pod affinity, as Kubernetes' Affinity object (checked against the official schema).",
-        default=None)
+        "Pod affinity, as Kubernetes' Affinity object (checked against the official schema).", default=None
+    )
     host_network: bool | None = _doc(
         "Run the pods on the node's network (hostNetwork + dnsPolicy ClusterFirstWithHostNet): "
         "TPU slices and GPU hosts, under security.profile privileged (unset: it then defaults "
         "to privileged). With data.gcsfuse the volume gets the driver's hostNetworkPodKSA "
         "opt-in (GKE 1.33.3-gke.1226000+, Standard clusters). Default: true for TPU multislice "
         "(DCN traffic) without data.gcsfuse, unless security.profile is restricted or baseline, as GKE's reference TPU JobSets "
-        "do; false otherwise.", default=None)
+        "do; false otherwise.",
+        default=None,
+    )
     ttl_seconds_after_finished: int | None = _doc(
         "Delete the finished JobSet / Job (and its pods' logs) this many seconds after it "
-        "ends; `resume` cannot read a deleted job's spec.", default=None)
+        "ends; `resume` cannot read a deleted job's spec.",
+        default=None,
+    )
     pod_patch: Mapping[str, Any] | None = _doc(
         "Last resort: a strategic-merge patch of the rendered pod template (metadata + spec); "
-        "the result is validated like everything else.", default=None)
+        "the result is validated like everything else.",
+        default=None,
+    )
 
     def __post_init__(self):
         # Independent checks: every failing one is reported (checks of one field stop at its first).
         problems = _Problems()
         with problems.check():
             if self.api_version != API_VERSION:
-                raise SpecError("apiVersion", f"{self.api_version!r} is not supported",
-                                f"Use apiVersion: {API_VERSION}.")
+                raise SpecError(
+                    "apiVersion", f"{self.api_version!r} is not supported", f"Use apiVersion: {API_VERSION}."
+                )
         with problems.check():
             if self.kind != KIND:
                 raise SpecError("kind", f"{self.kind!r} is not a job spec kind", f"Use kind: {KIND}.")
@@ -160,9 +187,12 @@ class JobSpec:
         with problems.check():
             _check("namespace", names.dns1123_label_problem(self.namespace))
         with problems.check():
-            _check("image", image_reference_problem(self.image),
-                   "Use e.g. us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG, or pin a digest: "
-                   "us-docker.pkg.dev/PROJECT/REPO/IMAGE@sha256:<64 hex digits>.")
+            _check(
+                "image",
+                image_reference_problem(self.image),
+                "Use e.g. us-docker.pkg.dev/PROJECT/REPO/IMAGE:TAG, or pin a digest: "
+                "us-docker.pkg.dev/PROJECT/REPO/IMAGE@sha256:<64 hex digits>.",
+            )
         with problems.check():
             if not self.command:
                 raise SpecError("command", "must not be empty", "Give e.g. [python, examples/lm/train.py].")
@@ -193,10 +223,11 @@ class JobSpec:
         with problems.check():
             if self.priority_class is not None:
                 _check("priority_class", names.dns1123_subdomain_problem(self.priority_class))
-        for field, value, most, unit in (("max_restarts", self.max_restarts, 10_000, ""),
-                                         ("max_preemptions", self.max_preemptions, 100_000, ""),
-                                         ("termination_grace_period", self.termination_grace_period, 86_400,
-                                          " seconds")):
+        for field, value, most, unit in (
+            ("max_restarts", self.max_restarts, 10_000, ""),
+            ("max_preemptions", self.max_preemptions, 100_000, ""),
+            ("termination_grace_period", self.termination_grace_period, 86_400, " seconds"),
+        ):
             with problems.check():
                 if not 0 <= value <= most:
                     raise SpecError(field, f"must be between 0 and {most}{unit}, got {value}")
@@ -214,19 +245,25 @@ class JobSpec:
             self._check_security()
         problems.raise_any()
         # Needs a valid name and slice count: after the others.
-        _check("name", names.pod_name_problem(longest_pod_name(self)),
-               f"Shorten name to at most {max_name_length(self)} characters.")
+        _check(
+            "name",
+            names.pod_name_problem(longest_pod_name(self)),
+            f"Shorten name to at most {max_name_length(self)} characters.",
+        )
 
     def _check_num_slices(self) -> None:
         if not 1 <= self.num_slices <= MAX_SLICES:
-            raise SpecError("num_slices",
-                            f"must be at least 1 and at most {MAX_SLICES}, got {self.num_slices}")
+            raise SpecError("num_slices", f"must be at least 1 and at most {MAX_SLICES}, got {self.num_slices}")
         if self.num_processes > INT32_MAX:
-            raise SpecError("num_slices", f"{self.num_slices} slices of {self.hosts_per_slice} hosts "
-                            f"are {self.num_processes} processes, more than fit in an int32")
+            raise SpecError(
+                "num_slices",
+                f"{self.num_slices} slices of {self.hosts_per_slice} hosts "
+                f"are {self.num_processes} processes, more than fit in an int32",
+            )
         if self.workload == "indexed-job" and self.num_slices != 1:
-            raise SpecError("num_slices", "an indexed-job runs a single slice",
-                            "Use workload: jobset for several slices.")
+            raise SpecError(
+                "num_slices", "an indexed-job runs a single slice", "Use workload: jobset for several slices."
+            )
 
     def _check_escape_hatches(self) -> None:
         for i, secret in enumerate(self.image_pull_secrets):
@@ -255,11 +292,15 @@ class JobSpec:
             for key in getattr(self.metadata, section) if self.metadata is not None else ():
                 refuse(f"metadata.{section}", key, self, at=f"metadata.{section}.{key}")
                 if section == "labels" and key in self.labels:
-                    raise SpecError(f"metadata.labels.{key}", "is also in labels, which sets it on the JobSet / Job "
-                                    "too", "Keep it in one of them.")
+                    raise SpecError(
+                        f"metadata.labels.{key}",
+                        "is also in labels, which sets it on the JobSet / Job too",
+                        "Keep it in one of them.",
+                    )
         if self.ttl_seconds_after_finished is not None and self.ttl_seconds_after_finished < 0:
-            raise SpecError("ttl_seconds_after_finished",
-                            f"must be 0 or more seconds, got {self.ttl_seconds_after_finished}")
+            raise SpecError(
+                "ttl_seconds_after_finished", f"must be 0 or more seconds, got {self.ttl_seconds_after_finished}"
+            )
         refuse("host_network", self.host_network, self)
         if self.data is not None and self.data.gcsfuse is not None:
             refuse("data.gcsfuse.identity_provider", self.data.gcsfuse.identity_provider, self)
@@ -289,13 +330,16 @@ class JobSpec:
             return
         cache = self.disk_cache_bytes
         field = "data.gcsfuse.file_cache_mb" if cache else f"resources.requests.{EPHEMERAL_STORAGE}"
-        raise SpecError(field, f"each pod needs {need / 2**30:.1f} GiB of node ephemeral storage "
-                        f"({cache / 2**30:.1f} GiB of it the gcsfuse file cache volume) but a node offers "
-                        f"{float(node) / 2**30:.1f} GiB (node_ephemeral_storage {self.node_ephemeral_storage}): "
-                        "the pods would never be scheduled",
-                        "Lower file_cache_mb or the ephemeral-storage request, use file_cache_medium: memory, "
-                        "or run on nodes with more (local SSD: --ephemeral-storage-local-ssd) and set "
-                        "node_ephemeral_storage to their allocatable.")
+        raise SpecError(
+            field,
+            f"each pod needs {need / 2**30:.1f} GiB of node ephemeral storage "
+            f"({cache / 2**30:.1f} GiB of it the gcsfuse file cache volume) but a node offers "
+            f"{float(node) / 2**30:.1f} GiB (node_ephemeral_storage {self.node_ephemeral_storage}): "
+            "the pods would never be scheduled",
+            "Lower file_cache_mb or the ephemeral-storage request, use file_cache_medium: memory, "
+            "or run on nodes with more (local SSD: --ephemeral-storage-local-ssd) and set "
+            "node_ephemeral_storage to their allocatable.",
+        )
 
     @property
     def uses_host_network(self) -> bool:
@@ -323,15 +367,21 @@ class JobSpec:
         mode = (self.accelerator.gpu.networking if self.accelerator.gpu is not None else None) or "none"
         added = gpu_networking.WORKER_CAPABILITIES.get(mode, ())
         if added:
-            raise SpecError("security.profile", f"restricted forbids adding {', '.join(added)}, which "
-                            f"accelerator.gpu.networking: {mode} gives the worker (GKE's GPUDirect "
-                            "manifests; Pod Security Standards, Capabilities)",
-                            "Set security.profile: baseline (the preset's default) or privileged.")
+            raise SpecError(
+                "security.profile",
+                f"restricted forbids adding {', '.join(added)}, which "
+                f"accelerator.gpu.networking: {mode} gives the worker (GKE's GPUDirect "
+                "manifests; Pod Security Standards, Capabilities)",
+                "Set security.profile: baseline (the preset's default) or privileged.",
+            )
         for name in ("run_as_user", "run_as_group"):
             if getattr(self.security, name) == 0:
-                raise SpecError(f"security.{name}", "is 0 (root), which the restricted profile forbids",
-                                f"Use a non-root ID (the image's: {contract.WORKER_UID}), or set "
-                                "security.profile: baseline to run as root.")
+                raise SpecError(
+                    f"security.{name}",
+                    "is 0 (root), which the restricted profile forbids",
+                    f"Use a non-root ID (the image's: {contract.WORKER_UID}), or set "
+                    "security.profile: baseline to run as root.",
+                )
 
     def _check_checkpoint_dir(self) -> None:
         path = self.checkpoint_dir
@@ -339,8 +389,11 @@ class JobSpec:
             return
         data = contract.DATA_MOUNT_PATH
         if self.data is not None and (path == data or path.startswith(data + "/")):
-            raise SpecError("checkpoint_dir", f"{path!r} is on the read-only data mount {data}",
-                            "Write checkpoints to gs://... or another, writable path.")
+            raise SpecError(
+                "checkpoint_dir",
+                f"{path!r} is on the read-only data mount {data}",
+                "Write checkpoints to gs://... or another, writable path.",
+            )
 
     def _check_restore_from(self) -> None:
         path = self.restore_from
@@ -348,15 +401,25 @@ class JobSpec:
             return
         _check_storage_path("restore_from", path)
         if self.checkpoint_dir is None:
-            raise SpecError("restore_from", "is given without checkpoint_dir: the branch would have nowhere of its "
-                            "own to save", "Give checkpoint_dir too (a new directory for this run).")
+            raise SpecError(
+                "restore_from",
+                "is given without checkpoint_dir: the branch would have nowhere of its own to save",
+                "Give checkpoint_dir too (a new directory for this run).",
+            )
         overlap = branch_overlap(self.checkpoint_dir, path)
         if overlap == "same":
-            raise SpecError("restore_from", f"{path!r} is checkpoint_dir itself",
-                            "Leave restore_from out to resume this run, or give the other run's directory.")
+            raise SpecError(
+                "restore_from",
+                f"{path!r} is checkpoint_dir itself",
+                "Leave restore_from out to resume this run, or give the other run's directory.",
+            )
         if overlap == "nested":
-            raise SpecError("restore_from", f"{path!r} and checkpoint_dir {self.checkpoint_dir!r} are nested: the "
-                            "branch would write inside the other run's directory", "Give them separate directories.")
+            raise SpecError(
+                "restore_from",
+                f"{path!r} and checkpoint_dir {self.checkpoint_dir!r} are nested: the "
+                "branch would write inside the other run's directory",
+                "Give them separate directories.",
+            )
 
     @property
     def hosts_per_slice(self) -> int:
@@ -406,13 +469,14 @@ def max_name_length(spec: JobSpec) -> int:
 def _check_storage_path(field: str, path: str) -> bool:
     """Refuse what is neither ``gs://BUCKET/...`` nor an absolute path; True for gs://."""
     if path.startswith("gs://"):
-        bucket = path[len("gs://"):].split("/", 1)[0]
+        bucket = path[len("gs://") :].split("/", 1)[0]
         if not _BUCKET.fullmatch(bucket):
             raise SpecError(field, f"{bucket!r} in {path!r} is not a GCS bucket name ({_BUCKET_RULE})")
         return True
     if "://" in path:
         raise SpecError(field, f"{path!r}: only gs:// URLs are supported", "Use gs://BUCKET/PATH or an absolute path.")
     if not path.startswith("/"):
-        raise SpecError(field, f"{path!r} is neither gs://... nor an absolute path",
-                        "Use gs://BUCKET/PATH or an absolute path.")
+        raise SpecError(
+            field, f"{path!r} is neither gs://... nor an absolute path", "Use gs://BUCKET/PATH or an absolute path."
+        )
     return False

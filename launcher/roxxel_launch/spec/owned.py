@@ -30,11 +30,20 @@ OBJECT_ANNOTATIONS_SET_BY = {MAX_RUN_DURATION_ANNOTATION: "queue_provisioning.ma
 
 # Volume names the renderer uses itself: shared memory, data, the GCS FUSE file cache and
 # the writable emptyDirs of the read-only root filesystem (contract.WRITABLE_DIRS).
-RESERVED_VOLUME_NAMES = frozenset({"dshm", "data", "gke-gcsfuse-cache", *contract.WRITABLE_DIRS,
-                                   *gpu_networking.VOLUME_NAMES})
+RESERVED_VOLUME_NAMES = frozenset(
+    {"dshm", "data", "gke-gcsfuse-cache", *contract.WRITABLE_DIRS, *gpu_networking.VOLUME_NAMES}
+)
 # Label/annotation prefixes users may not set: ours and the controllers'.
-RESERVED_PREFIXES = frozenset({"roxxel.dev", "jobset.sigs.k8s.io", "alpha.jobset.sigs.k8s.io",
-                               "batch.kubernetes.io", "kueue.x-k8s.io", "gke-gcsfuse"})
+RESERVED_PREFIXES = frozenset(
+    {
+        "roxxel.dev",
+        "jobset.sigs.k8s.io",
+        "alpha.jobset.sigs.k8s.io",
+        "batch.kubernetes.io",
+        "kueue.x-k8s.io",
+        "gke-gcsfuse",
+    }
+)
 # Keys under shared prefixes that the renderer sets itself (render.MANAGED_BY_LABEL,
 # render.DEFAULT_CONTAINER_ANNOTATION); the rest of Kubernetes' recommended labels
 # (app.kubernetes.io/name, part-of, component, ...) are the user's.
@@ -67,8 +76,11 @@ def _owned_key(key: str, _spec: Any) -> bool:
 
 def _launcher_mount_paths(spec: Any) -> list[str]:
     """Where roxxel-launch mounts volumes of its own in the worker container."""
-    return [contract.SHM_MOUNT_PATH] + ([contract.DATA_MOUNT_PATH] if spec.data else []) \
+    return (
+        [contract.SHM_MOUNT_PATH]
+        + ([contract.DATA_MOUNT_PATH] if spec.data else [])
         + [path for path, _ in contract.WRITABLE_DIRS.values()]
+    )
 
 
 def _is(owned: str) -> Callable[[Any, Any], bool]:
@@ -76,8 +88,9 @@ def _is(owned: str) -> Callable[[Any, Any], bool]:
 
 
 def _set_by(field: str, keys: dict[str, str]) -> tuple[Rule, ...]:
-    return tuple(Rule(field, _is(key), f"is set from {source}", f"Set {source} instead.")
-                 for key, source in keys.items())
+    return tuple(
+        Rule(field, _is(key), f"is set from {source}", f"Set {source} instead.") for key, source in keys.items()
+    )
 
 
 # The job object's own labels and annotations (``metadata``): a key a spec field sets names
@@ -85,53 +98,110 @@ def _set_by(field: str, keys: dict[str, str]) -> tuple[Rule, ...]:
 _OBJECT_RULES: tuple[Rule, ...] = (
     *_set_by("metadata.labels", OBJECT_LABELS_SET_BY),
     *_set_by("metadata.annotations", OBJECT_ANNOTATIONS_SET_BY),
-    Rule("metadata.annotations", lambda key, spec: key.startswith(PROVREQ_PREFIX) and spec.queue is None,
-         "is read by Kueue only from a job it manages (one with queue): it would do nothing",
-         "Set queue to your LocalQueue too, or remove it."),
-    *(Rule(field, _owned_key, "uses a key or prefix that roxxel-launch or its controllers own",
-           "Pick a key under your own prefix.") for field in ("metadata.labels", "metadata.annotations")),
+    Rule(
+        "metadata.annotations",
+        lambda key, spec: key.startswith(PROVREQ_PREFIX) and spec.queue is None,
+        "is read by Kueue only from a job it manages (one with queue): it would do nothing",
+        "Set queue to your LocalQueue too, or remove it.",
+    ),
+    *(
+        Rule(
+            field,
+            _owned_key,
+            "uses a key or prefix that roxxel-launch or its controllers own",
+            "Pick a key under your own prefix.",
+        )
+        for field in ("metadata.labels", "metadata.annotations")
+    ),
 )
 
 
 RULES: tuple[Rule, ...] = (
     *_OBJECT_RULES,
-    Rule("env", lambda name, spec: name in contract.RESERVED_ENV_NAMES,
-         "is set by roxxel-launch", "Remove it from env."),
-    Rule("env_refs", lambda name, spec: name in contract.RESERVED_ENV_NAMES or name in spec.env,
-         "is already set (by roxxel-launch or in env)"),
-    Rule("node_selectors", lambda key, spec: key in accelerator_node_selectors(spec.accelerator),
-         "is set from the accelerator block", "Remove it from node_selectors."),
-    Rule("node_selectors", lambda key, spec: key == QUEUED_NODE_KEY and spec.queue_provisioning is not None,
-         "is set from queue_provisioning", "Remove it from node_selectors."),
-    Rule("resources", lambda name, resources: name in (TPU_RESOURCE, GPU_RESOURCE),
-         "is set from the accelerator block", "Remove it; set accelerator.tpu or accelerator.gpu.count instead."),
-    Rule("labels", _owned_key,
-         "uses a key or prefix that roxxel-launch or its controllers own", "Pick a key under your own prefix."),
-    Rule("annotations", _owned_key,
-         "uses a key or prefix that roxxel-launch or its controllers own", "Pick a key under your own prefix."),
-    Rule("volumes[].name", lambda name, volume: name in RESERVED_VOLUME_NAMES,
-         "{value!r} is used by roxxel-launch", "Pick another name."),
-    Rule("volumes[].mount_path", lambda path, spec: path.rstrip("/") in _launcher_mount_paths(spec),
-         "{value!r} is where roxxel-launch mounts a volume of its own", "Pick another path."),
-    Rule("data.gcsfuse.mount_options",
-         lambda option, mount: option.split(":", 1)[0] in RESERVED_GCSFUSE_OPTIONS,
-         "{value!r} is set by roxxel-launch", "Use file_cache_mb, its cache fields (file_cache_for_range_read, "
-         "parallel_downloads, ...) or only_dir instead."),
-    Rule("host_network", lambda on, spec: bool(on) and spec.accelerator.kind == "cpu",
-         "is offered for TPU slices and GPU hosts only", "Remove it."),
+    Rule(
+        "env", lambda name, spec: name in contract.RESERVED_ENV_NAMES, "is set by roxxel-launch", "Remove it from env."
+    ),
+    Rule(
+        "env_refs",
+        lambda name, spec: name in contract.RESERVED_ENV_NAMES or name in spec.env,
+        "is already set (by roxxel-launch or in env)",
+    ),
+    Rule(
+        "node_selectors",
+        lambda key, spec: key in accelerator_node_selectors(spec.accelerator),
+        "is set from the accelerator block",
+        "Remove it from node_selectors.",
+    ),
+    Rule(
+        "node_selectors",
+        lambda key, spec: key == QUEUED_NODE_KEY and spec.queue_provisioning is not None,
+        "is set from queue_provisioning",
+        "Remove it from node_selectors.",
+    ),
+    Rule(
+        "resources",
+        lambda name, resources: name in (TPU_RESOURCE, GPU_RESOURCE),
+        "is set from the accelerator block",
+        "Remove it; set accelerator.tpu or accelerator.gpu.count instead.",
+    ),
+    Rule(
+        "labels",
+        _owned_key,
+        "uses a key or prefix that roxxel-launch or its controllers own",
+        "Pick a key under your own prefix.",
+    ),
+    Rule(
+        "annotations",
+        _owned_key,
+        "uses a key or prefix that roxxel-launch or its controllers own",
+        "Pick a key under your own prefix.",
+    ),
+    Rule(
+        "volumes[].name",
+        lambda name, volume: name in RESERVED_VOLUME_NAMES,
+        "{value!r} is used by roxxel-launch",
+        "Pick another name.",
+    ),
+    Rule(
+        "volumes[].mount_path",
+        lambda path, spec: path.rstrip("/") in _launcher_mount_paths(spec),
+        "{value!r} is where roxxel-launch mounts a volume of its own",
+        "Pick another path.",
+    ),
+    Rule(
+        "data.gcsfuse.mount_options",
+        lambda option, mount: option.split(":", 1)[0] in RESERVED_GCSFUSE_OPTIONS,
+        "{value!r} is set by roxxel-launch",
+        "Use file_cache_mb, its cache fields (file_cache_for_range_read, parallel_downloads, ...) or only_dir instead.",
+    ),
+    Rule(
+        "host_network",
+        lambda on, spec: bool(on) and spec.accelerator.kind == "cpu",
+        "is offered for TPU slices and GPU hosts only",
+        "Remove it.",
+    ),
     # The references run host-network pods privileged: the JobSet TPU multislice example,
     # xpk, and Google's A3 Mega / A3 Ultra / A4 GPU recipes (docs/kubernetes.md, "Pod security").
-    Rule("host_network", lambda on, spec: bool(on) and spec.security_profile != "privileged",
-         "needs security.profile: privileged (host-network pods break Pod Security baseline, Host "
-         "Namespaces, and the TPU and GPU references run them privileged)",
-         "Set security.profile: privileged, or remove host_network."),
+    Rule(
+        "host_network",
+        lambda on, spec: bool(on) and spec.security_profile != "privileged",
+        "needs security.profile: privileged (host-network pods break Pod Security baseline, Host "
+        "Namespaces, and the TPU and GPU references run them privileged)",
+        "Set security.profile: privileged, or remove host_network.",
+    ),
     # GCS FUSE CSI driver docs/authentication.md: identityProvider is read only with the
     # host-network opt-in (hostNetworkPodKSA), which roxxel-launch renders for host-network pods.
-    Rule("data.gcsfuse.identity_provider", lambda url, spec: url is not None and not spec.uses_host_network,
-         "is read only for host-network pods (the GCS FUSE CSI driver's hostNetworkPodKSA opt-in)",
-         "Remove it, or set host_network: true."),
-    Rule("host_network", lambda on, spec: bool(on) and spec.workload != "jobset",
-         "needs workload: jobset (an indexed-job's headless Service DNS names do not cover host-network pods)"),
+    Rule(
+        "data.gcsfuse.identity_provider",
+        lambda url, spec: url is not None and not spec.uses_host_network,
+        "is read only for host-network pods (the GCS FUSE CSI driver's hostNetworkPodKSA opt-in)",
+        "Remove it, or set host_network: true.",
+    ),
+    Rule(
+        "host_network",
+        lambda on, spec: bool(on) and spec.workload != "jobset",
+        "needs workload: jobset (an indexed-job's headless Service DNS names do not cover host-network pods)",
+    ),
 )
 
 

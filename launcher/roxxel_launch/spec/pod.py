@@ -24,9 +24,11 @@ HUGEPAGES_PREFIX = "hugepages-"
 _NATIVE_DOMAIN = "kubernetes.io/"
 
 
-RESOURCES_FIX = ("Set each request at most its limit (extended resources such as example.com/widget: "
-                 "whole numbers, request equal to limit), or give only the limit: the request then "
-                 "defaults to it.")
+RESOURCES_FIX = (
+    "Set each request at most its limit (extended resources such as example.com/widget: "
+    "whole numbers, request equal to limit), or give only the limit: the request then "
+    "defaults to it."
+)
 
 
 def _is_extended(name: str) -> bool:
@@ -44,16 +46,16 @@ def resource_name_problem(name: str) -> str | None:
     if "/" not in name:
         if name in STANDARD_CONTAINER_RESOURCES or name.startswith(HUGEPAGES_PREFIX):
             return None
-        return (f"{name!r} is not a container resource: cpu, memory, ephemeral-storage, "
-                "hugepages-<page size>, or an extended resource with a domain (example.com/widget)")
-    if name.startswith("requests.") or (_is_extended(name)
-                                        and names.qualified_name_problem(f"requests.{name}")):
+        return (
+            f"{name!r} is not a container resource: cpu, memory, ephemeral-storage, "
+            "hugepages-<page size>, or an extended resource with a domain (example.com/widget)"
+        )
+    if name.startswith("requests.") or (_is_extended(name) and names.qualified_name_problem(f"requests.{name}")):
         return f"{name!r} does not follow the extended resource name standard (DOMAIN/NAME)"
     return None
 
 
-def resource_requirements_problems(requests: Mapping[str, str],
-                                   limits: Mapping[str, str]) -> list[tuple[str, str]]:
+def resource_requirements_problems(requests: Mapping[str, str], limits: Mapping[str, str]) -> list[tuple[str, str]]:
     """What the API server refuses in one container's ``requests`` and ``limits`` that its
     OpenAPI schema lets through, as ``(where, problem)`` pairs (``where``: ``requests.cpu``).
 
@@ -74,35 +76,49 @@ def resource_requirements_problems(requests: Mapping[str, str],
                 problems.append((where, f"{err} (e.g. '8', '500m', '32Gi')"))
                 continue
             if _is_extended(name) and value.denominator != 1:
-                problems.append((where, f"{quantity!r}: {name} is an extended resource and must "
-                                        "be a whole number"))
+                problems.append((where, f"{quantity!r}: {name} is an extended resource and must be a whole number"))
             if name.startswith(HUGEPAGES_PREFIX):
                 try:
-                    page = parse_quantity(name[len(HUGEPAGES_PREFIX):])
+                    page = parse_quantity(name[len(HUGEPAGES_PREFIX) :])
                 except ValueError:
                     problems.append((where, f"{name!r} does not name a page size (hugepages-2Mi)"))
                     continue
                 if value <= 0 or value % page:
-                    problems.append((where, f"{quantity!r} is not a positive whole number of "
-                                            f"{name[len(HUGEPAGES_PREFIX):]} pages"))
+                    problems.append(
+                        (where, f"{quantity!r} is not a positive whole number of {name[len(HUGEPAGES_PREFIX) :]} pages")
+                    )
     for name, quantity in requests.items():
         request, limit = values.get(("requests", name)), values.get(("limits", name))
         if request is None:
             continue
         if name not in limits:
             if not _overcommit_allowed(name):
-                problems.append((f"requests.{name}", f"{name} cannot be overcommitted: it needs "
-                                 f"a limit equal to its request ({quantity})"))
+                problems.append(
+                    (
+                        f"requests.{name}",
+                        f"{name} cannot be overcommitted: it needs a limit equal to its request ({quantity})",
+                    )
+                )
         elif limit is None:
             continue
         elif not _overcommit_allowed(name) and request != limit:
-            problems.append((f"requests.{name}", f"{quantity} must equal the {name} limit "
-                             f"({limits[name]}): {name} cannot be overcommitted"))
+            problems.append(
+                (
+                    f"requests.{name}",
+                    f"{quantity} must equal the {name} limit ({limits[name]}): {name} cannot be overcommitted",
+                )
+            )
         elif request > limit:
-            problems.append((f"requests.{name}", f"{quantity} is more than the {name} limit "
-                             f"({limits[name]}); the API server refuses a request above its limit"))
+            problems.append(
+                (
+                    f"requests.{name}",
+                    f"{quantity} is more than the {name} limit "
+                    f"({limits[name]}); the API server refuses a request above its limit",
+                )
+            )
     if any(n.startswith(HUGEPAGES_PREFIX) for n in (*requests, *limits)) and not any(
-            n in ("cpu", "memory") for n in (*requests, *limits)):
+        n in ("cpu", "memory") for n in (*requests, *limits)
+    ):
         problems.append(("limits", "huge pages need a cpu or memory request or limit too"))
     return problems
 
@@ -115,7 +131,8 @@ class Toleration:
     operator: Literal["Equal", "Exists"] = _doc("Equal or Exists.", default="Equal")
     value: str | None = _doc("Taint value (operator Equal).", default=None)
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = _doc(
-        "Taint effect; empty matches all effects.", default=None)
+        "Taint effect; empty matches all effects.", default=None
+    )
     toleration_seconds: int | None = _doc("How long a NoExecute taint is tolerated.", default=None)
 
     def __post_init__(self):
@@ -131,8 +148,13 @@ class Toleration:
             raise SpecError("toleration_seconds", "is only allowed with effect NoExecute")
 
     def to_k8s(self) -> dict:
-        out = {"key": self.key, "operator": self.operator, "value": self.value,
-               "effect": self.effect, "tolerationSeconds": self.toleration_seconds}
+        out = {
+            "key": self.key,
+            "operator": self.operator,
+            "value": self.value,
+            "effect": self.effect,
+            "tolerationSeconds": self.toleration_seconds,
+        }
         return {k: v for k, v in out.items() if v is not None}
 
 
@@ -144,25 +166,28 @@ class Resources:
     ``requests: {cpu: "8"}`` with ``limits: {cpu: "2"}`` is refused here, not at submit time.
     """
 
-    requests: Mapping[str, str] = _doc("Resource requests, e.g. {cpu: '8', memory: 32Gi}.",
-                                       default_factory=dict)
+    requests: Mapping[str, str] = _doc("Resource requests, e.g. {cpu: '8', memory: 32Gi}.", default_factory=dict)
     limits: Mapping[str, str] = _doc("Resource limits.", default_factory=dict)
 
     @classmethod
     def _coerce(cls, data: Any) -> Any:
         # YAML reads `cpu: 8` as an int; a quantity is a string in the API.
         if isinstance(data, dict):
-            return {k: ({n: str(q) if isinstance(q, (int, float)) and not isinstance(q, bool) else q
-                         for n, q in v.items()} if isinstance(v, dict) else v)
-                    for k, v in data.items()}
+            return {
+                k: (
+                    {n: str(q) if isinstance(q, (int, float)) and not isinstance(q, bool) else q for n, q in v.items()}
+                    if isinstance(v, dict)
+                    else v
+                )
+                for k, v in data.items()
+            }
         return data
 
     def __post_init__(self):
         for section in ("requests", "limits"):
             mapping = getattr(self, section)
             for name, quantity in mapping.items():
-                _check(f"{section}.{name}", names.qualified_name_problem(name)
-                       or resource_name_problem(name))
+                _check(f"{section}.{name}", names.qualified_name_problem(name) or resource_name_problem(name))
                 refuse("resources", name, self, at=f"{section}.{name}")
                 _check_quantity(f"{section}.{name}", quantity)
             object.__setattr__(self, section, _freeze(mapping))
@@ -214,22 +239,31 @@ class Security:
         "privileged for host-network pods (TPU multislice, GPU with host_network: true). "
         "The namespace must enforce this level or a looser one "
         "(pod-security.kubernetes.io/enforce; `roxxel-launch validate` names it).",
-        default=None)
+        default=None,
+    )
     run_as_user: int | None = _doc(
         "UID the worker runs as. Default: the worker image's user "
         f"({contract.WORKER_UID}, Dockerfile) under restricted, root (0) under baseline and "
-        "privileged.", default=None)
+        "privileged.",
+        default=None,
+    )
     run_as_group: int | None = _doc(
         "GID the worker runs as, and the pod's fsGroup when not 0. Default: "
-        f"{contract.WORKER_GID} under restricted, 0 under baseline and privileged.", default=None)
+        f"{contract.WORKER_GID} under restricted, 0 under baseline and privileged.",
+        default=None,
+    )
     automount_service_account_token: bool = _doc(
         "Mount a Kubernetes API token into the pods. Off: the worker never calls the API, and "
         "Workload Identity gets cloud credentials from the GKE metadata server without it. "
         "Turn it on for a program that uses the Kubernetes API (e.g. JAX's K8sCluster "
-        "auto-detection).", default=False)
+        "auto-detection).",
+        default=False,
+    )
     network_policy: bool = _doc(
         "Create a NetworkPolicy with the job that admits traffic to its pods only from its own "
-        "pods (needs a CNI that enforces NetworkPolicy, e.g. GKE Dataplane V2).", default=True)
+        "pods (needs a CNI that enforces NetworkPolicy, e.g. GKE Dataplane V2).",
+        default=True,
+    )
 
     def __post_init__(self):
         for name in ("run_as_user", "run_as_group"):
@@ -241,10 +275,8 @@ class Security:
         """(UID, GID) the worker runs as under ``profile``: the given ones, else the image's
         user under restricted and root otherwise."""
         restricted = profile == "restricted"
-        user = self.run_as_user if self.run_as_user is not None else (
-            contract.WORKER_UID if restricted else ROOT)
-        group = self.run_as_group if self.run_as_group is not None else (
-            contract.WORKER_GID if restricted else ROOT)
+        user = self.run_as_user if self.run_as_user is not None else (contract.WORKER_UID if restricted else ROOT)
+        group = self.run_as_group if self.run_as_group is not None else (contract.WORKER_GID if restricted else ROOT)
         return user, group
 
 
@@ -284,8 +316,12 @@ class KeyRef:
 
     def __post_init__(self):
         _one_of(self, ("secret", "config_map"))
-        _check("key", None if _CONFIG_KEY.fullmatch(self.key) else
-               f"{self.key!r} is not a Secret/ConfigMap key (letters, digits, '-', '_', '.')")
+        _check(
+            "key",
+            None
+            if _CONFIG_KEY.fullmatch(self.key)
+            else f"{self.key!r} is not a Secret/ConfigMap key (letters, digits, '-', '_', '.')",
+        )
         for field in ("secret", "config_map"):
             if getattr(self, field) is not None:
                 _check(field, names.dns1123_subdomain_problem(getattr(self, field)))
@@ -293,5 +329,3 @@ class KeyRef:
     def to_k8s(self) -> dict:
         ref = {"name": self.secret or self.config_map, "key": self.key, "optional": self.optional}
         return {"secretKeyRef" if self.secret else "configMapKeyRef": ref}
-
-

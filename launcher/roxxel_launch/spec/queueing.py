@@ -56,8 +56,10 @@ QUEUED_NODE_KEY = "cloud.google.com/gke-queued"
 # GKE flex-start VMs run for at most seven days.
 MAX_RUN_DURATION_SECONDS = 7 * 24 * 3600
 
-_LEVEL_FIX = ("Give the node label key of a level of the cluster's Kueue Topology, e.g. "
-              "cloud.google.com/gce-topology-block or kubernetes.io/hostname.")
+_LEVEL_FIX = (
+    "Give the node label key of a level of the cluster's Kueue Topology, e.g. "
+    "cloud.google.com/gce-topology-block or kubernetes.io/hostname."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,17 +72,23 @@ class Topology:
     required: str | None = _doc(
         "Node label key of the level (e.g. cloud.google.com/gce-topology-block): Kueue admits the "
         f"job only when all its pods fit in one domain of it ({REQUIRED_TOPOLOGY_ANNOTATION}).",
-        default=None)
+        default=None,
+    )
     preferred: str | None = _doc(
         "Node label key of the level: one domain of it if the pods fit, else the next level up, "
-        f"else spread ({PREFERRED_TOPOLOGY_ANNOTATION}).", default=None)
+        f"else spread ({PREFERRED_TOPOLOGY_ANNOTATION}).",
+        default=None,
+    )
     slice_required: str | None = _doc(
         "Node label key of the level each slice of slice_size pods must fit in one domain of, e.g. "
         f"cloud.google.com/gce-topology-subblock ({SLICE_REQUIRED_TOPOLOGY_ANNOTATION}); needs slice_size.",
-        default=None)
+        default=None,
+    )
     slice_size: int | None = _doc(
         f"Pods per slice ({SLICE_SIZE_ANNOTATION}): at least 1, dividing the job's pod count "
-        "(num_slices x hosts); needs slice_required.", default=None)
+        "(num_slices x hosts); needs slice_required.",
+        default=None,
+    )
 
     def __post_init__(self):
         given = [f for f in ("required", "preferred", "slice_required") if getattr(self, f) is not None]
@@ -92,8 +100,10 @@ class Topology:
             _check(field, names.qualified_name_problem(getattr(self, field)), _LEVEL_FIX)
         if (self.slice_required is None) != (self.slice_size is None):
             missing = "slice_size" if self.slice_size is None else "slice_required"
-            raise SpecError(missing, "is required with "
-                            f"{'slice_required' if missing == 'slice_size' else 'slice_size'} (Kueue needs both)")
+            raise SpecError(
+                missing,
+                f"is required with {'slice_required' if missing == 'slice_size' else 'slice_size'} (Kueue needs both)",
+            )
         if self.slice_size is not None and self.slice_size < 1:
             raise SpecError("slice_size", f"must be at least 1, got {self.slice_size}")
 
@@ -127,13 +137,17 @@ class QueueProvisioning:
     max_run_duration_seconds: int | None = _doc(
         "Longest the nodes are kept for the job, in seconds, at most 604800 (seven days, GKE's "
         f"flex-start limit); the {MAX_RUN_DURATION_ANNOTATION} annotation on the JobSet / Job. "
-        "Unset: GKE's default (seven days).", default=None)
+        "Unset: GKE's default (seven days).",
+        default=None,
+    )
 
     def __post_init__(self):
         seconds = self.max_run_duration_seconds
         if seconds is not None and not 1 <= seconds <= MAX_RUN_DURATION_SECONDS:
-            raise SpecError("max_run_duration_seconds", f"must be between 1 and {MAX_RUN_DURATION_SECONDS} "
-                            f"seconds (seven days), got {seconds}")
+            raise SpecError(
+                "max_run_duration_seconds",
+                f"must be between 1 and {MAX_RUN_DURATION_SECONDS} seconds (seven days), got {seconds}",
+            )
 
     def job_annotations(self) -> dict[str, str]:
         """The job object's annotations Kueue passes to the ProvisioningRequest."""
@@ -165,12 +179,21 @@ def check_queueing(spec: Any) -> None:
     """
     name = spec.workload_priority_class
     if name is not None:
-        _check("workload_priority_class", names.dns1123_subdomain_problem(name) or names.label_value_problem(name),
-               "Give the name of a WorkloadPriorityClass (kubectl get workloadpriorityclasses).")
+        _check(
+            "workload_priority_class",
+            names.dns1123_subdomain_problem(name) or names.label_value_problem(name),
+            "Give the name of a WorkloadPriorityClass (kubectl get workloadpriorityclasses).",
+        )
     if spec.topology is not None:
-        _check("topology.slice_size", spec.topology.slice_size_problem(spec.num_processes),
-               "Give a divisor of the pod count, e.g. the hosts of one slice.")
+        _check(
+            "topology.slice_size",
+            spec.topology.slice_size_problem(spec.num_processes),
+            "Give a divisor of the pod count, e.g. the hosts of one slice.",
+        )
     for field in ("workload_priority_class", "topology", "queue_provisioning"):
         if getattr(spec, field) is not None and spec.queue is None:
-            raise SpecError(field, "is set without queue, and Kueue reads it only from a job it manages: it "
-                            "would do nothing", f"Set queue to your LocalQueue too, or remove {field}.")
+            raise SpecError(
+                field,
+                "is set without queue, and Kueue reads it only from a job it manages: it would do nothing",
+                f"Set queue to your LocalQueue too, or remove {field}.",
+            )

@@ -44,8 +44,12 @@ def _schema_of(tp: Any) -> dict:
             elif f.default_factory is dataclasses.MISSING:
                 required.append(_key(f))
             properties[_key(f)] = prop
-        schema = {"type": "object", "description": (tp.__doc__ or "").strip(),
-                  "properties": properties, "additionalProperties": False}
+        schema = {
+            "type": "object",
+            "description": (tp.__doc__ or "").strip(),
+            "properties": properties,
+            "additionalProperties": False,
+        }
         if required:
             schema["required"] = required
         if tp in (Accelerator, DataMount, EnvFromSource, KeyRef, ExtraVolume):
@@ -60,6 +64,5 @@ def spec_schema() -> dict:
     schema["title"] = f"{KIND} ({API_VERSION})"
     schema["properties"]["apiVersion"]["enum"] = [API_VERSION]
     schema["properties"]["kind"]["enum"] = [KIND]
-    schema["properties"]["accelerator"]["oneOf"] = [
-        {"type": "object"}, {"type": "string", "enum": ["cpu"]}]
+    schema["properties"]["accelerator"]["oneOf"] = [{"type": "object"}, {"type": "string", "enum": ["cpu"]}]
     return schema

@@ -14,8 +14,10 @@ from roxxel_launch.spec.owned import refuse
 DEFAULT_GCSFUSE_MOUNT_OPTIONS = ("implicit-dirs",)
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9_.\-]{1,220}[a-z0-9]")
 # What _BUCKET checks, in the words of Cloud Storage's naming rules, for error messages.
-_BUCKET_RULE = ("bucket names are 3-63 characters (up to 222 with dots) of lowercase letters, digits, '-', '_' "
-                "and '.', starting and ending with a letter or digit")
+_BUCKET_RULE = (
+    "bucket names are 3-63 characters (up to 222 with dots) of lowercase letters, digits, '-', '_' "
+    "and '.', starting and ending with a letter or digit"
+)
 # gcsfuse options as the CSI driver takes them: key, key:value or section:key:value.
 _GCSFUSE_OPTION = re.compile(r"[a-z][a-z0-9-]*(:[A-Za-z0-9_.\-]+){0,2}")
 _GCSFUSE_DIR = re.compile(r"[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*/?")
@@ -40,70 +42,97 @@ class GcsFuseMount:
     mount_options: tuple[str, ...] = _doc(
         "gcsfuse mount options in the driver's key or key:value form (e.g. "
         "metadata-cache:ttl-secs:-1), joined with commas; the file cache is set by file_cache_mb.",
-        default=DEFAULT_GCSFUSE_MOUNT_OPTIONS)
+        default=DEFAULT_GCSFUSE_MOUNT_OPTIONS,
+    )
     file_cache_mb: int | None = _doc(
         "Turn the gcsfuse file cache on, bounded to this many MiB (file-cache:max-size-mb), "
-        "on a dedicated gke-gcsfuse-cache volume.", default=None)
+        "on a dedicated gke-gcsfuse-cache volume.",
+        default=None,
+    )
     file_cache_medium: Literal["memory", "disk"] = _doc(
         "Where the gke-gcsfuse-cache volume lives: memory (tmpfs, counts against the pod's "
         "memory) or disk (the node's ephemeral storage: local SSD on node pools created with "
-        "--ephemeral-storage-local-ssd).", default="disk")
+        "--ephemeral-storage-local-ssd).",
+        default="disk",
+    )
     file_cache_for_range_read: bool = _doc(
         "Needs file_cache_mb. Cache a whole object on a first random or partial read too "
         "(file-cache:cache-file-for-range-read:true); off, only reads from offset 0 fill the "
-        "cache.", default=False)
+        "cache.",
+        default=False,
+    )
     parallel_downloads: bool = _doc(
         "Needs file_cache_mb. Fill the file cache with parallel ranged downloads "
         "(file-cache:enable-parallel-downloads:true): faster first reads of large files.",
-        default=False)
+        default=False,
+    )
     parallel_downloads_per_file: int | None = _doc(
-        "Needs parallel_downloads. Downloads at once per file, at least 1 "
-        "(file-cache:parallel-downloads-per-file).", default=None)
+        "Needs parallel_downloads. Downloads at once per file, at least 1 (file-cache:parallel-downloads-per-file).",
+        default=None,
+    )
     max_parallel_downloads: int | None = _doc(
         "Needs parallel_downloads. Downloads at once across all files, at least 1, or -1 for no "
-        "limit (file-cache:max-parallel-downloads).", default=None)
+        "limit (file-cache:max-parallel-downloads).",
+        default=None,
+    )
     download_chunk_size_mb: int | None = _doc(
-        "Needs parallel_downloads. MiB each parallel download fetches, at least 1 "
-        "(file-cache:download-chunk-size-mb).", default=None)
+        "Needs parallel_downloads. MiB each parallel download fetches, at least 1 (file-cache:download-chunk-size-mb).",
+        default=None,
+    )
     metadata_prefetch_on_mount: bool = _doc(
         "List the mounted directory once at mount, filling gcsfuse's metadata cache "
         "(the driver's gcsfuseMetadataPrefetchOnMount volume attribute; GKE 1.32.1-gke.1357001+).",
-        default=False)
-    sidecar_cpu_limit: str = _doc("gke-gcsfuse/cpu-limit annotation; \"0\" = no limit.", default="0")
-    sidecar_memory_limit: str = _doc("gke-gcsfuse/memory-limit annotation; \"0\" = no limit.",
-                                     default="0")
+        default=False,
+    )
+    sidecar_cpu_limit: str = _doc('gke-gcsfuse/cpu-limit annotation; "0" = no limit.', default="0")
+    sidecar_memory_limit: str = _doc('gke-gcsfuse/memory-limit annotation; "0" = no limit.', default="0")
     sidecar_ephemeral_storage_limit: str = _doc(
-        "gke-gcsfuse/ephemeral-storage-limit annotation; \"0\" = no limit.", default="0")
+        'gke-gcsfuse/ephemeral-storage-limit annotation; "0" = no limit.', default="0"
+    )
 
     identity_provider: str | None = _doc(
         "Host-network pods only: the identityProvider volume attribute, the cluster's Workload "
         "Identity provider URL (https://container.googleapis.com/v1/projects/PROJECT/locations/"
         "LOCATION/clusters/CLUSTER). Needed only with a self-deployed (open-source) driver; "
-        "GKE's managed driver finds it itself.", default=None)
+        "GKE's managed driver finds it itself.",
+        default=None,
+    )
 
     def __post_init__(self):
         if self.identity_provider is not None and not _IDENTITY_PROVIDER.fullmatch(self.identity_provider):
-            raise SpecError("identity_provider", f"{self.identity_provider!r} is not an https URL of "
-                            "letters, digits and . _ ~ - /",
-                            "Give the cluster's provider, e.g. https://container.googleapis.com/v1/"
-                            "projects/P/locations/L/clusters/C.")
+            raise SpecError(
+                "identity_provider",
+                f"{self.identity_provider!r} is not an https URL of letters, digits and . _ ~ - /",
+                "Give the cluster's provider, e.g. https://container.googleapis.com/v1/"
+                "projects/P/locations/L/clusters/C.",
+            )
         if not _BUCKET.fullmatch(self.bucket):
-            raise SpecError("bucket", f"{self.bucket!r} is not a GCS bucket name ({_BUCKET_RULE})",
-                            "Give the bare bucket name, e.g. my-data (no gs://, no path).")
+            raise SpecError(
+                "bucket",
+                f"{self.bucket!r} is not a GCS bucket name ({_BUCKET_RULE})",
+                "Give the bare bucket name, e.g. my-data (no gs://, no path).",
+            )
         if self.only_dir is not None and not _GCSFUSE_DIR.fullmatch(self.only_dir):
-            raise SpecError("only_dir", f"{self.only_dir!r} must be a relative directory of letters, "
-                            "digits and . _ - / (no ',', ':', '=' or spaces)",
-                            "The driver splits mount options at ',' and at ':'.")
+            raise SpecError(
+                "only_dir",
+                f"{self.only_dir!r} must be a relative directory of letters, "
+                "digits and . _ - / (no ',', ':', '=' or spaces)",
+                "The driver splits mount options at ',' and at ':'.",
+            )
         for i, option in enumerate(self.mount_options):
             if not _GCSFUSE_OPTION.fullmatch(option):
-                raise SpecError(f"mount_options[{i}]", f"{option!r} is not a gcsfuse mount option in "
-                                "the key or key:value form (no ',', '=' or spaces)",
-                                "Give one option per list item, e.g. implicit-dirs or "
-                                "metadata-cache:ttl-secs:-1.")
+                raise SpecError(
+                    f"mount_options[{i}]",
+                    f"{option!r} is not a gcsfuse mount option in the key or key:value form (no ',', '=' or spaces)",
+                    "Give one option per list item, e.g. implicit-dirs or metadata-cache:ttl-secs:-1.",
+                )
             refuse("data.gcsfuse.mount_options", option, self, at=f"mount_options[{i}]")
         if self.file_cache_mb is not None and not 1 <= self.file_cache_mb <= INT32_MAX:
-            raise SpecError("file_cache_mb", f"must be at least 1 MiB, got {self.file_cache_mb}",
-                            "Leave it out to turn the file cache off.")
+            raise SpecError(
+                "file_cache_mb",
+                f"must be at least 1 MiB, got {self.file_cache_mb}",
+                "Leave it out to turn the file cache off.",
+            )
         self._check_cache_options()
         for field in ("sidecar_cpu_limit", "sidecar_memory_limit", "sidecar_ephemeral_storage_limit"):
             _check_quantity(field, getattr(self, field))
@@ -115,8 +144,7 @@ class GcsFuseMount:
             value = getattr(self, field)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or not (low <= value <= INT32_MAX) \
-                    or value == 0:
+            if isinstance(value, bool) or not isinstance(value, int) or not (low <= value <= INT32_MAX) or value == 0:
                 allowed = "at least 1, or -1 for no limit" if low == -1 else "at least 1"
                 raise SpecError(field, f"must be a whole number, {allowed}, got {value!r}")
             if not self.parallel_downloads:
@@ -136,9 +164,11 @@ class GcsFuseMount:
             options.append("file-cache:cache-file-for-range-read:true")
         if self.parallel_downloads:
             options.append("file-cache:enable-parallel-downloads:true")
-        for field, key in (("parallel_downloads_per_file", "parallel-downloads-per-file"),
-                           ("max_parallel_downloads", "max-parallel-downloads"),
-                           ("download_chunk_size_mb", "download-chunk-size-mb")):
+        for field, key in (
+            ("parallel_downloads_per_file", "parallel-downloads-per-file"),
+            ("max_parallel_downloads", "max-parallel-downloads"),
+            ("download_chunk_size_mb", "download-chunk-size-mb"),
+        ):
             if getattr(self, field) is not None:
                 options.append(f"file-cache:{key}:{getattr(self, field)}")
         return options
@@ -196,8 +226,9 @@ class NfsMount:
         if not _HOST.fullmatch(self.server):
             raise SpecError("server", f"{self.server!r} is not a host name or IP address")
         if not self.path.startswith("/") or _CONTROL.search(self.path):
-            raise SpecError("path", f"{self.path!r} must be an absolute path without control "
-                            "characters, e.g. /vol1/data")
+            raise SpecError(
+                "path", f"{self.path!r} must be an absolute path without control characters, e.g. /vol1/data"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,8 +259,7 @@ class DataMount:
 class EmptyDirSource:
     """A scratch directory: the node's ephemeral storage (a local SSD) or memory."""
 
-    medium: Literal["disk", "memory"] = _doc("disk (node ephemeral storage) or memory (tmpfs).",
-                                             default="disk")
+    medium: Literal["disk", "memory"] = _doc("disk (node ephemeral storage) or memory (tmpfs).", default="disk")
     size_limit: str | None = _doc("sizeLimit quantity, e.g. 100Gi.", default=None)
 
     def __post_init__(self):
@@ -259,10 +289,10 @@ class ExtraVolume:
     def __post_init__(self):
         _check("name", names.dns1123_label_problem(self.name))
         refuse("volumes[].name", self.name, self, at="name")
-        if not self.mount_path.startswith("/") or _CONTROL.search(self.mount_path) \
-                or ":" in self.mount_path:
-            raise SpecError("mount_path", f"{self.mount_path!r} must be an absolute path without "
-                            "':' or control characters")
+        if not self.mount_path.startswith("/") or _CONTROL.search(self.mount_path) or ":" in self.mount_path:
+            raise SpecError(
+                "mount_path", f"{self.mount_path!r} must be an absolute path without ':' or control characters"
+            )
         kind = _one_of(self, ("secret", "config_map", "pvc", "nfs", "empty_dir"))
         if kind in ("secret", "config_map", "pvc"):
             _check(kind, names.dns1123_subdomain_problem(getattr(self, kind)))
@@ -277,13 +307,12 @@ class ExtraVolume:
         elif self.pvc is not None:
             source = {"persistentVolumeClaim": {"claimName": self.pvc, "readOnly": self.read_only}}
         elif self.nfs is not None:
-            source = {"nfs": {"server": self.nfs.server, "path": self.nfs.path,
-                              "readOnly": self.read_only}}
+            source = {"nfs": {"server": self.nfs.server, "path": self.nfs.path, "readOnly": self.read_only}}
         elif self.empty_dir is not None:
             source = {"emptyDir": self.empty_dir.to_k8s()}
         else:  # __post_init__ requires exactly one source; a volume changed since is refused here
             raise SpecError("name", f"volume {self.name!r} has no source")
-        return ({"name": self.name, **source},
-                {"name": self.name, "mountPath": self.mount_path, "readOnly": self.read_only})
-
-
+        return (
+            {"name": self.name, **source},
+            {"name": self.name, "mountPath": self.mount_path, "readOnly": self.read_only},
+        )

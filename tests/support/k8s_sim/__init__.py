@@ -74,5 +74,12 @@ from support.k8s_sim.api import FOLLOW_LIMIT_S, RESTART_ATTEMPT, status_object
 from support.k8s_sim.jobsets import count_preemptions
 from support.k8s_sim.server import TOKEN, FakeKubernetes, use_cluster
 
-__all__ = ["FOLLOW_LIMIT_S", "RESTART_ATTEMPT", "TOKEN", "FakeKubernetes", "count_preemptions", "status_object",
-           "use_cluster"]
+__all__ = [
+    "FOLLOW_LIMIT_S",
+    "RESTART_ATTEMPT",
+    "TOKEN",
+    "FakeKubernetes",
+    "count_preemptions",
+    "status_object",
+    "use_cluster",
+]

@@ -12,15 +12,17 @@ from __future__ import annotations
 import re
 
 
-
-
-
 FOLLOW_LIMIT_S = 20.0  # a followed log stream (or a watch) never stays open longer than this
 
-KINDS = {"jobsets": ("JobSet", "jobset.x-k8s.io", "jobset.x-k8s.io/v1alpha2"),
-          "jobs": ("Job", "batch", "batch/v1"), "services": ("Service", "", "v1"),
-          "networkpolicies": ("NetworkPolicy", "networking.k8s.io", "networking.k8s.io/v1"),
-          "pods": ("Pod", "", "v1"), "events": ("Event", "", "v1"), "nodes": ("Node", "", "v1")}
+KINDS = {
+    "jobsets": ("JobSet", "jobset.x-k8s.io", "jobset.x-k8s.io/v1alpha2"),
+    "jobs": ("Job", "batch", "batch/v1"),
+    "services": ("Service", "", "v1"),
+    "networkpolicies": ("NetworkPolicy", "networking.k8s.io", "networking.k8s.io/v1"),
+    "pods": ("Pod", "", "v1"),
+    "events": ("Event", "", "v1"),
+    "nodes": ("Node", "", "v1"),
+}
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 OUTCOMES = ("succeed", "fail", "preempt", "evict", "run")
 
@@ -33,5 +35,13 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 def status_object(code: int, reason: str, message: str, **details) -> dict:
     """An API server error answer (``kind: Status``)."""
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "details": details, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": details,
+        "code": code,
+    }

@@ -9,14 +9,19 @@ import copy
 import time
 
 
-
-
-
 class Events:
     """Recording Events (a mixin of ``FakeKubernetes``)."""
 
-    def event(self, involved: dict, reason: str, message: str, *, type_: str = "Warning",
-              component: str = "kubelet", series: bool = False) -> dict:
+    def event(
+        self,
+        involved: dict,
+        reason: str,
+        message: str,
+        *,
+        type_: str = "Warning",
+        component: str = "kubelet",
+        series: bool = False,
+    ) -> dict:
         """Record a core/v1 Event about ``involved`` (a stored object: pod, JobSet, Job,
         Workload) as a controller's event recorder does
         (https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/event-v1/):
@@ -33,8 +38,12 @@ class Events:
         ns = meta.get("namespace") or self.namespace
         with self._lock:
             for (r, n, _), old in self.objects.items():
-                if r == "events" and n == ns and old["involvedObject"]["uid"] == meta.get("uid") \
-                        and (old["type"], old["reason"], old["message"]) == (type_, reason, message):
+                if (
+                    r == "events"
+                    and n == ns
+                    and old["involvedObject"]["uid"] == meta.get("uid")
+                    and (old["type"], old["reason"], old["message"]) == (type_, reason, message)
+                ):
                     if "series" in old or series:
                         entry = old.setdefault("series", {"count": 1})
                         entry.update(count=entry["count"] + 1, lastObservedTime=micro)
@@ -43,17 +52,31 @@ class Events:
                     self._lock.notify_all()
                     return copy.deepcopy(old)
             name = f"{meta['name']}.{next(self._ids):016x}"
-            event = {"apiVersion": "v1", "kind": "Event",
-                     "metadata": {"name": name, "namespace": ns, "uid": f"uid-{next(self._ids)}",
-                                  "creationTimestamp": now, "resourceVersion": str(next(self._ids))},
-                     "involvedObject": {"kind": involved.get("kind"), "name": meta["name"],
-                                        "namespace": ns, "uid": meta.get("uid"),
-                                        "apiVersion": involved.get("apiVersion")},
-                     "type": type_, "reason": reason, "message": message,
-                     "source": {"component": component}, "reportingComponent": component}
+            event = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": name,
+                    "namespace": ns,
+                    "uid": f"uid-{next(self._ids)}",
+                    "creationTimestamp": now,
+                    "resourceVersion": str(next(self._ids)),
+                },
+                "involvedObject": {
+                    "kind": involved.get("kind"),
+                    "name": meta["name"],
+                    "namespace": ns,
+                    "uid": meta.get("uid"),
+                    "apiVersion": involved.get("apiVersion"),
+                },
+                "type": type_,
+                "reason": reason,
+                "message": message,
+                "source": {"component": component},
+                "reportingComponent": component,
+            }
             if series:
-                event.update(eventTime=micro, action=reason, count=None, firstTimestamp=None,
-                             lastTimestamp=None)
+                event.update(eventTime=micro, action=reason, count=None, firstTimestamp=None, lastTimestamp=None)
             else:
                 event.update(count=1, firstTimestamp=now, lastTimestamp=now)
             self.objects[("events", ns, name)] = event

@@ -37,8 +37,9 @@ class ApiHandler(http.server.BaseHTTPRequestHandler):
             return
         if isinstance(payload, tuple) and payload[0] == "stream":
             _, ns, pod, follow, previous, key = payload
-            self._stream(code, "text/plain",
-                         lambda write: self.server_fake.stream_log(ns, pod, follow, write, previous, key))
+            self._stream(
+                code, "text/plain", lambda write: self.server_fake.stream_log(ns, pod, follow, write, previous, key)
+            )
             return
         if isinstance(payload, tuple) and payload[0] == "upgrade":
             self._upgrade(request, payload)
@@ -57,13 +58,11 @@ class ApiHandler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         self.wfile.flush()
         if payload[1] == "exec":
-            session = k8s_streams.accept(self.connection, self.path, request.headers,
-                                         k8s_streams.EXEC_PROTOCOLS)
+            session = k8s_streams.accept(self.connection, self.path, request.headers, k8s_streams.EXEC_PROTOCOLS)
             if session is not None:
                 k8s_streams.serve_exec(session, payload[2], payload[3])
         else:
-            session = k8s_streams.accept(self.connection, self.path, request.headers,
-                                         k8s_streams.PORTFORWARD_PROTOCOLS)
+            session = k8s_streams.accept(self.connection, self.path, request.headers, k8s_streams.PORTFORWARD_PROTOCOLS)
             if session is not None:
                 k8s_streams.serve_portforward(session, payload[2], payload[3], payload[4])
 
@@ -110,15 +109,13 @@ class ApiHandler(http.server.BaseHTTPRequestHandler):
             _, body, headers = payload
             data = json.dumps(body).encode()
             self.send_response(code)
-            for key, value in {"Content-Type": "application/json",
-                               "Content-Length": str(len(data)), **headers}.items():
+            for key, value in {"Content-Type": "application/json", "Content-Length": str(len(data)), **headers}.items():
                 self.send_header(key, value)
             self.end_headers()
             self.wfile.write(data)
             return True
         if payload[0] == "watch":  # ("watch", request): kubectl's and the launcher's
-            self._stream(code, "application/json",
-                         lambda write: self.server_fake.stream_watch(payload[1], write))
+            self._stream(code, "application/json", lambda write: self.server_fake.stream_watch(payload[1], write))
             return True
         return False
 

@@ -58,8 +58,9 @@ class JobSets:
         """``GET`` of a CustomResourceDefinition: the JobSet CRD while JobSet is installed."""
         real = self._real
         if not real.crd or name != "jobsets.jobset.x-k8s.io":
-            return 404, status_object(404, "NotFound", f'customresourcedefinitions.'
-                                      f'apiextensions.k8s.io "{name}" not found', name=name)
+            return 404, status_object(
+                404, "NotFound", f'customresourcedefinitions.apiextensions.k8s.io "{name}" not found', name=name
+            )
         return 200, jobset_crd(real.crd_without)
 
     def _strict_jobset(self, request: Request) -> tuple[int, dict] | None:
@@ -72,14 +73,21 @@ class JobSets:
         if not unknown:
             return None
         if request.query.get("fieldValidation") == "Strict":
-            return 400, status_object(400, "BadRequest", "; ".join(
-                f".spec.failurePolicy.{f}: field not declared in schema" for f in unknown))
+            return 400, status_object(
+                400, "BadRequest", "; ".join(f".spec.failurePolicy.{f}: field not declared in schema" for f in unknown)
+            )
         for field in unknown:
             del policy[field]
         return None
 
-    def _gang_restart(self, key: tuple[str, str, str], *, counted: bool = False,
-                      decision: policy.Decision | None = None, failed_job: str = "") -> None:
+    def _gang_restart(
+        self,
+        key: tuple[str, str, str],
+        *,
+        counted: bool = False,
+        decision: policy.Decision | None = None,
+        failed_job: str = "",
+    ) -> None:
         """A JobSet gang restart, as the JobSet controller does it (kubernetes-sigs/jobset
         @08dfbdfd682714a9ab929633eca8dc95315187e7, pkg/controllers/failure_policy.go
         ``failurePolicyRecreateAll`` and jobset_controller.go ``getChildJobs`` /
@@ -121,12 +129,15 @@ class JobSets:
             rjob = obj["spec"]["replicatedJobs"][0]["name"]
             failed_job = f"{name}-{rjob}-0"
         message = f"applying {action} failure policy action (first failed job: {failed_job})"
-        self._set_restarting(obj, "True", f"FailurePolicy_{rule}" if rule else "DefaultFailurePolicy",
-                             message)
-        self._real.job_failures = {j: n for j, n in self._real.job_failures.items()
-                                   if j[0] != key}  # the child Jobs are new: no failures yet
-        for pod_key in [k for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
-                        and o["metadata"]["labels"].get(JOBSET_NAME) == name]:
+        self._set_restarting(obj, "True", f"FailurePolicy_{rule}" if rule else "DefaultFailurePolicy", message)
+        self._real.job_failures = {
+            j: n for j, n in self._real.job_failures.items() if j[0] != key
+        }  # the child Jobs are new: no failures yet
+        for pod_key in [
+            k
+            for k, o in self.objects.items()
+            if k[0] == "pods" and k[1] == ns and o["metadata"]["labels"].get(JOBSET_NAME) == name
+        ]:
             del self.objects[pod_key]
             self._log_ended.add(pod_key[2])
         self._start_pods(resource, obj)
@@ -138,10 +149,15 @@ class JobSets:
     def _set_restarting(obj: dict, state: str, reason: str, message: str) -> None:
         """The JobSet condition ``RestartingJobSet`` (jobset_types.go ``JobSetRestarting``)."""
         status = obj.setdefault("status", {})
-        status["conditions"] = [c for c in status.get("conditions") or []
-                                if c.get("type") != "RestartingJobSet"] + [{
-            "type": "RestartingJobSet", "status": state, "reason": reason, "message": message,
-            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+        status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "RestartingJobSet"] + [
+            {
+                "type": "RestartingJobSet",
+                "status": state,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        ]
 
     def _restarting_done(self, key: tuple[str, str, str]) -> None:
         """The controller's next reconcile after a gang restart: once every pod of the new
@@ -152,8 +168,7 @@ class JobSets:
         if key[0] != "jobsets" or obj is None:
             return
         conditions = (obj.get("status") or {}).get("conditions") or []
-        if not any(c.get("type") == "RestartingJobSet" and c.get("status") == "True"
-                   for c in conditions):
+        if not any(c.get("type") == "RestartingJobSet" and c.get("status") == "True" for c in conditions):
             return
         if all(p["status"]["phase"] == "Running" for p in self._ordered_pods(key)):
             self._set_restarting(obj, "False", "JobsReady", "all jobs are ready")
@@ -196,4 +211,5 @@ def count_preemptions(monkeypatch) -> None:
                 if obj.get("kind") == "JobSet" and rule.get("name") == "preemption":
                     rule["action"] = "RestartJobSet"
         return rendered
+
     monkeypatch.setattr(kubernetes_backend, "render", counting)

@@ -50,12 +50,19 @@ class Pods:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         with self._lock:
             container = self.objects[("pods", self.namespace, pod)]["status"]["containerStatuses"][0]
-            container["lastState"] = {"terminated": {
-                "exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                "finishedAt": now, "containerID": container.get("containerID")}}
-            container.update(restartCount=container["restartCount"] + 1,
-                             containerID=f"containerd://{next(self._ids):064x}",
-                             state={"running": {"startedAt": now}})
+            container["lastState"] = {
+                "terminated": {
+                    "exitCode": code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "finishedAt": now,
+                    "containerID": container.get("containerID"),
+                }
+            }
+            container.update(
+                restartCount=container["restartCount"] + 1,
+                containerID=f"containerd://{next(self._ids):064x}",
+                state={"running": {"startedAt": now}},
+            )
             self._previous_logs[pod] = self._logs.pop(pod, [])
             self._touch(self.objects[("pods", self.namespace, pod)])
             self._lock.notify_all()
@@ -68,14 +75,22 @@ class Pods:
         with self._lock:
             obj = self.objects[("pods", self.namespace, pod)]
             obj["spec"].setdefault("initContainers", []).append(
-                {"name": name, "image": f"gke.gcr.io/{name}:v1", "restartPolicy": "Always"})
+                {"name": name, "image": f"gke.gcr.io/{name}:v1", "restartPolicy": "Always"}
+            )
             obj["status"].setdefault("initContainerStatuses", []).append(
-                {"name": name, "ready": True, "restartCount": 0, "started": True,
-                 "state": {"running": {"startedAt": obj["metadata"]["creationTimestamp"]}}})
+                {
+                    "name": name,
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "state": {"running": {"startedAt": obj["metadata"]["creationTimestamp"]}},
+                }
+            )
             self._touch(obj)
 
-    def hold(self, pod: str, phase: str = "Pending", *, waiting: str | None = None,
-             unschedulable: str | None = None) -> dict:
+    def hold(
+        self, pod: str, phase: str = "Pending", *, waiting: str | None = None, unschedulable: str | None = None
+    ) -> dict:
         """Keep ``pod`` from running, as a stuck pod looks: ``phase`` Pending with its
         container ``waiting`` (ContainerCreating, ErrImagePull, ...) or, with
         ``unschedulable`` (the scheduler's message), condition PodScheduled False, reason
@@ -87,12 +102,15 @@ class Pods:
             status = obj["status"]
             status["phase"] = phase
             for container in status.get("containerStatuses") or []:
-                container.update(ready=False, state={"waiting": {"reason": waiting}} if waiting
-                                 else {"waiting": {"reason": "ContainerCreating"}})
+                container.update(
+                    ready=False,
+                    state={"waiting": {"reason": waiting}} if waiting else {"waiting": {"reason": "ContainerCreating"}},
+                )
             if unschedulable is not None:
                 status.pop("containerStatuses", None)
-                status["conditions"] = [{"type": "PodScheduled", "status": "False",
-                                         "reason": "Unschedulable", "message": unschedulable}]
+                status["conditions"] = [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}
+                ]
             self._lock.notify_all()
             return copy.deepcopy(obj)
 
@@ -126,21 +144,21 @@ class Pods:
         if invalid is not None:
             return invalid
         default = (((pod.get("spec") or {}).get("containers") or [{}])[0]).get("name")
-        key = request.name if container in (None, default) or default is None \
-            else f"{request.name}/{container}"
+        key = request.name if container in (None, default) or default is None else f"{request.name}/{container}"
         previous = request.query.get("previous") == "true"
         if previous:
             statuses = pod["status"].get("containerStatuses") or [{}]
             container = request.query.get("container") or statuses[0].get("name")
             status = next((c for c in statuses if c.get("name") == container), {})
             if not ((status.get("lastState") or {}).get("terminated") or {}).get("containerID"):
-                return 400, status_object(400, "BadRequest", f'previous terminated container '
-                                          f'"{container}" in pod "{request.name}" not found')
-        return 200, ("stream", request.namespace, request.name,
-                     request.query.get("follow") == "true", previous, key)
+                return 400, status_object(
+                    400, "BadRequest", f'previous terminated container "{container}" in pod "{request.name}" not found'
+                )
+        return 200, ("stream", request.namespace, request.name, request.query.get("follow") == "true", previous, key)
 
-    def stream_log(self, ns: str, pod: str, follow: bool, write, previous: bool = False,
-                   key: str | None = None) -> None:
+    def stream_log(
+        self, ns: str, pod: str, follow: bool, write, previous: bool = False, key: str | None = None
+    ) -> None:
         """Writes a pod's log lines with ``write(bytes)``; with ``follow`` until it ends. The
         ``previous`` container's log has ended: it is written whole, followed or not. ``key``:
         the log of another container than the first (``POD/CONTAINER``, see :meth:`log`)."""
@@ -153,17 +171,21 @@ class Pods:
                 lines = logs.get(key, [])[sent:]
                 sent += len(lines)
                 obj = self.objects.get(("pods", ns, pod))
-                over = (not follow or previous or self._closing or obj is None
-                        or pod in self._log_ended
-                        or obj["status"]["phase"] in ("Succeeded", "Failed"))
+                over = (
+                    not follow
+                    or previous
+                    or self._closing
+                    or obj is None
+                    or pod in self._log_ended
+                    or obj["status"]["phase"] in ("Succeeded", "Failed")
+                )
                 if not lines and not over:
                     self._lock.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
                     if time.monotonic() >= deadline:
                         return
                     continue
             if lines:
-                write(b"".join(line if isinstance(line, bytes) else (line + "\n").encode()
-                               for line in lines))
+                write(b"".join(line if isinstance(line, bytes) else (line + "\n").encode() for line in lines))
             if over:
                 with self._lock:
                     if not logs.get(key, [])[sent:]:
@@ -178,17 +200,24 @@ class Pods:
             return self._not_found("pods", request.name)
         upgrade = dict((k.lower(), v) for k, v in request.headers).get("upgrade", "").lower()
         if upgrade != "websocket":
-            return 400, status_object(400, "BadRequest", f"Upgrade request required (this simulated API "
-                                      f"server speaks WebSocket only, not {upgrade or 'plain HTTP'})")
+            return 400, status_object(
+                400,
+                "BadRequest",
+                f"Upgrade request required (this simulated API "
+                f"server speaks WebSocket only, not {upgrade or 'plain HTTP'})",
+            )
         phase = pod["status"].get("phase")
         if phase in ("Succeeded", "Failed"):  # the API server's message for a finished pod
-            return 400, status_object(400, "BadRequest", "cannot exec into a container in a completed "
-                                      f"pod; current phase is {phase}")
+            return 400, status_object(
+                400, "BadRequest", f"cannot exec into a container in a completed pod; current phase is {phase}"
+            )
         if request.resource == "portforward":
             port = int(request.query.get("ports", "0") or 0)
             uid = pod["metadata"].get("uid", "")
-            refused = (f"error forwarding port {port} to pod {request.name}, uid {uid}: failed to connect "
-                       f"to localhost:{port} inside the pod: connect: connection refused")
+            refused = (
+                f"error forwarding port {port} to pod {request.name}, uid {uid}: failed to connect "
+                f"to localhost:{port} inside the pod: connect: connection refused"
+            )
             return 101, ("upgrade", "portforward", port, self._real.ports.get((request.name, port)), refused)
         container = request.query.get("container") or pod["spec"]["containers"][0]["name"]
         invalid = invalid_container(pod, container)
@@ -196,8 +225,11 @@ class Pods:
             return invalid
         command = request.query_lists.get("command") or []
         self._real.execs.append((request.name, container, command))
-        run = self._real.exec_runner or (lambda argv: subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        run = self._real.exec_runner or (
+            lambda argv: subprocess.Popen(
+                list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        )
         return 101, ("upgrade", "exec", command, run)
 
 
@@ -205,13 +237,13 @@ def end_pod(pod: dict, code: int, finished: str, message: str = "") -> None:
     """The kubelet's record of a container that exited with ``code`` (``message``: its
     termination message)."""
     pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
-    terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                  "finishedAt": finished}
+    terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": finished}
     if message:
         terminated["message"] = message
     if not pod["status"].get("containerStatuses"):  # a pod that was never scheduled (hold)
-        pod["status"]["containerStatuses"] = [{"name": c["name"], "restartCount": 0}
-                                              for c in pod["spec"].get("containers") or []]
+        pod["status"]["containerStatuses"] = [
+            {"name": c["name"], "restartCount": 0} for c in pod["spec"].get("containers") or []
+        ]
     pod["status"]["containerStatuses"][0].update(ready=False, state={"terminated": terminated})
 
 
@@ -221,9 +253,11 @@ def invalid_container(pod: dict, container: str | None) -> tuple[int, dict] | No
     validateContainer); None when it is one, or none was named, or the pod was stored
     without containers (a test's sketch of one: every pod the API server holds has some)."""
     spec = pod.get("spec") or {}
-    names = [c.get("name") for key in ("initContainers", "containers", "ephemeralContainers")
-             for c in spec.get(key) or []]
+    names = [
+        c.get("name") for key in ("initContainers", "containers", "ephemeralContainers") for c in spec.get(key) or []
+    ]
     if container is None or not names or container in names:
         return None
-    return 400, status_object(400, "BadRequest",
-                              f"container {container} is not valid for pod {pod['metadata']['name']}")
+    return 400, status_object(
+        400, "BadRequest", f"container {container} is not valid for pod {pod['metadata']['name']}"
+    )

@@ -43,11 +43,9 @@ class Rbac:
             resource, group = request.resource, KINDS[request.resource][1]
         else:
             return None
-        verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(
-            request.method)
+        verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(request.method)
         if verb is None:
-            verb = ("watch" if request.watch else "list") \
-                if name is None else "get"
+            verb = ("watch" if request.watch else "list") if name is None else "get"
         # A WebSocket exec/portforward is a GET, authorized as `get`; API servers from 1.35 on
         # also require `create`, as for the POST that SPDY sends (feature gate
         # AuthorizePodWebsocketUpgradeCreatePermission). Both are checked.
@@ -62,22 +60,34 @@ class Rbac:
                 return refused
         return None
 
-    def _refused(self, request: Request, group: str, resource: str, verb: str, name: str | None,
-                 extra: tuple | None) -> tuple[int, dict] | None:
-        cluster = (extra is not None and extra[2] is None  # a cluster-scoped resource
-                   or extra is None and request.namespace is None)  # a list across namespaces
+    def _refused(
+        self, request: Request, group: str, resource: str, verb: str, name: str | None, extra: tuple | None
+    ) -> tuple[int, dict] | None:
+        cluster = (
+            extra is not None
+            and extra[2] is None  # a cluster-scoped resource
+            or extra is None
+            and request.namespace is None
+        )  # a list across namespaces
         rules = self._real.cluster_role if cluster else self._real.role
         for rule in rules:
-            if (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", [])) and \
-                    (resource in rule.get("resources", []) or "*" in rule.get("resources", [])) and \
-                    (verb in rule.get("verbs", []) or "*" in rule.get("verbs", [])) and \
-                    (not rule.get("resourceNames") or name in rule["resourceNames"]):
+            if (
+                (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", []))
+                and (resource in rule.get("resources", []) or "*" in rule.get("resources", []))
+                and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
+                and (not rule.get("resourceNames") or name in rule["resourceNames"])
+            ):
                 return None
         # The RBAC authorizer's message (kube-apiserver, forbidden.go).
         where = "at the cluster scope" if cluster else f'in the namespace "{request.namespace}"'
         named = f' "{name}"' if name else ""
         qualified = f"{resource}.{group}" if group else resource
         return 403, status_object(
-            403, "Forbidden", f'{qualified}{named} is forbidden: User "tester" cannot {verb} '
+            403,
+            "Forbidden",
+            f'{qualified}{named} is forbidden: User "tester" cannot {verb} '
             f'resource "{resource}" in API group "{group}" {where}',
-            name=name or "", group=group, kind=resource)
+            name=name or "",
+            group=group,
+            kind=resource,
+        )

@@ -11,16 +11,12 @@ import re
 import urllib.parse
 
 
-
-
-
 _ROUTES = [
     # No namespace: a list across all namespaces (authorized by the ClusterRole's rules).
     ("jobsets", re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/(?:namespaces/([^/]+)/)?jobsets(?:/([^/]+))?$")),
     ("jobs", re.compile(r"^/apis/batch/v1/(?:namespaces/([^/]+)/)?jobs(?:/([^/]+))?$")),
     ("services", re.compile(r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$")),
-    ("networkpolicies", re.compile(
-        r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")),
+    ("networkpolicies", re.compile(r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")),
     ("log", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$")),
     ("exec", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec$")),
     ("portforward", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/portforward$")),
@@ -69,14 +65,30 @@ class Request:
 
 
 _EXTRA_ROUTES = [
-    ("customresourcedefinitions", "apiextensions.k8s.io", re.compile(
-        r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/([^/]+)$"), False),
-    ("localqueues", "kueue.x-k8s.io", re.compile(
-        r"^/apis/kueue\.x-k8s\.io/v1beta[12]/namespaces/([^/]+)/localqueues(?:/([^/]+))?$"), True),
-    ("workloads", "kueue.x-k8s.io", re.compile(
-        r"^/apis/kueue\.x-k8s\.io/v1beta[12]/namespaces/([^/]+)/workloads(?:/([^/]+))?$"), True),
-    ("workloadpriorityclasses", "kueue.x-k8s.io", re.compile(
-        r"^/apis/kueue\.x-k8s\.io/v1beta[12]/workloadpriorityclasses/([^/]+)$"), False),
+    (
+        "customresourcedefinitions",
+        "apiextensions.k8s.io",
+        re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/([^/]+)$"),
+        False,
+    ),
+    (
+        "localqueues",
+        "kueue.x-k8s.io",
+        re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta[12]/namespaces/([^/]+)/localqueues(?:/([^/]+))?$"),
+        True,
+    ),
+    (
+        "workloads",
+        "kueue.x-k8s.io",
+        re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta[12]/namespaces/([^/]+)/workloads(?:/([^/]+))?$"),
+        True,
+    ),
+    (
+        "workloadpriorityclasses",
+        "kueue.x-k8s.io",
+        re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta[12]/workloadpriorityclasses/([^/]+)$"),
+        False,
+    ),
 ]
 
 

@@ -84,9 +84,11 @@ class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Ev
         self._server.daemon_threads = True
         if self.tls:  # the handshake happens in the handler's thread, not in accept()
             self._server.socket = k8s_tls.server_context().wrap_socket(
-                self._server.socket, server_side=True, do_handshake_on_connect=False)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-k8s",
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fake-k8s", kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -105,59 +107,92 @@ class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Ev
 
     def write_kubeconfig(self, path: Path, *, token: str = TOKEN) -> Path:
         """A kubeconfig whose current context points at this server, in ``self.namespace``."""
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url, **self._ca_data()}}],
-            "users": [{"name": "tester", "user": {"token": token}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester",
-                                                      "namespace": self.namespace}}],
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url, **self._ca_data()}}],
+                    "users": [{"name": "tester", "user": {"token": token}}],
+                    "contexts": [
+                        {"name": "fake", "context": {"cluster": "fake", "user": "tester", "namespace": self.namespace}}
+                    ],
+                }
+            )
+        )
         return path
 
     def _ca_data(self) -> dict:
         if not self.tls:
             return {}
-        return {"certificate-authority-data": base64.b64encode(
-            k8s_tls.certificate()[0].read_bytes()).decode()}
+        return {"certificate-authority-data": base64.b64encode(k8s_tls.certificate()[0].read_bytes()).decode()}
 
-    def fail(self, method: str, resource: str, code: int, message: str = "injected failure", *,
-             reason: str = "InternalError", dry_run: bool | None = None, times: int = 1,
-             watch: bool | None = None, raw: bytes | None = None, **details) -> None:
+    def fail(
+        self,
+        method: str,
+        resource: str,
+        code: int,
+        message: str = "injected failure",
+        *,
+        reason: str = "InternalError",
+        dry_run: bool | None = None,
+        times: int = 1,
+        watch: bool | None = None,
+        raw: bytes | None = None,
+        **details,
+    ) -> None:
         """Answer the next ``times`` matching requests (``watch``: only watches, or only
         other requests) with this error Status, or with ``raw`` text (as a proxy or the
         API server's mux answers an unknown path: ``404 page not found``)."""
-        answer = (code, ("raw", raw)) if raw is not None else \
-            (code, status_object(code, reason, message, **details))
+        answer = (code, ("raw", raw)) if raw is not None else (code, status_object(code, reason, message, **details))
         with self._lock:
-            self._faults.append(dict(method=method, resource=resource, dry_run=dry_run, times=times,
-                                     watch=watch, answer=answer))
+            self._faults.append(
+                dict(method=method, resource=resource, dry_run=dry_run, times=times, watch=watch, answer=answer)
+            )
 
-    def storm(self, method: str, resource: str, times: int, *, retry_after: int = 1,
-              code: int = 429) -> None:
+    def storm(self, method: str, resource: str, times: int, *, retry_after: int = 1, code: int = 429) -> None:
         """The next ``times`` matching requests get 429 TooManyRequests with ``Retry-After``
         (https://kubernetes.io/docs/concepts/cluster-administration/flow-control/: a request
         rejected by API Priority and Fairness gets 429 and a Retry-After header), or any
         other ``code`` (500, 503) with the same header."""
         reason = {429: "TooManyRequests", 503: "ServiceUnavailable"}.get(code, "InternalError")
         with self._lock:
-            self._real.faults.append(dict(
-                method=method, resource=resource, times=times, answer=(code, (
-                    "headers", status_object(code, reason, "the server has received too many "
-                                             "requests and has asked us to try again later"
-                                             if code == 429 else "injected failure",
-                                             retryAfterSeconds=retry_after),
-                    {"Retry-After": str(retry_after)}))))
+            self._real.faults.append(
+                dict(
+                    method=method,
+                    resource=resource,
+                    times=times,
+                    answer=(
+                        code,
+                        (
+                            "headers",
+                            status_object(
+                                code,
+                                reason,
+                                "the server has received too many requests and has asked us to try again later"
+                                if code == 429
+                                else "injected failure",
+                                retryAfterSeconds=retry_after,
+                            ),
+                            {"Retry-After": str(retry_after)},
+                        ),
+                    ),
+                )
+            )
 
     def drop(self, method: str, resource: str, times: int = 1) -> None:
         """The next ``times`` matching requests lose their connection with no answer."""
         with self._lock:
-            self._real.faults.append(dict(method=method, resource=resource, times=times,
-                                          answer=(0, ("drop",))))
+            self._real.faults.append(dict(method=method, resource=resource, times=times, answer=(0, ("drop",))))
 
     def calls(self, method: str | None = None, resource: str | None = None) -> list[Request]:
         with self._lock:
-            return [r for r in self.requests if (method is None or r.method == method)
-                    and (resource is None or r.resource == resource)]
+            return [
+                r
+                for r in self.requests
+                if (method is None or r.method == method) and (resource is None or r.resource == resource)
+            ]
 
     @property
     def _real(self) -> SimState:
@@ -206,10 +241,13 @@ class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Ev
     def _injected(self, request: Request) -> tuple[int, Any] | None:
         """The answer of the first :meth:`fail` fault that matches ``request``, if any."""
         for fault in self._faults:
-            if (fault["times"] > 0 and fault["method"] == request.method
-                    and fault["resource"] == request.resource
-                    and fault["dry_run"] in (None, request.dry_run)
-                    and fault["watch"] in (None, request.watch)):
+            if (
+                fault["times"] > 0
+                and fault["method"] == request.method
+                and fault["resource"] == request.resource
+                and fault["dry_run"] in (None, request.dry_run)
+                and fault["watch"] in (None, request.watch)
+            ):
                 fault["times"] -= 1
                 return fault["answer"]
         return None
@@ -226,14 +264,16 @@ class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Ev
         if forbidden is not None:
             return forbidden
         for fault in real.faults:
-            if (fault["times"] > 0 and fault["method"] == request.method
-                    and fault["resource"] in (request.resource, extra and extra[0])):
+            if (
+                fault["times"] > 0
+                and fault["method"] == request.method
+                and fault["resource"] in (request.resource, extra and extra[0])
+            ):
                 fault["times"] -= 1
                 return fault["answer"]
         if extra is not None:
             return self._extra_answer(request, *extra)
-        if request.resource in KINDS and request.method == "GET" and request.name is None \
-                and request.watch:
+        if request.resource in KINDS and request.method == "GET" and request.name is None and request.watch:
             problem = field_selector_problem(request.query.get("fieldSelector"), request.resource)
             if problem:
                 return 400, status_object(400, "BadRequest", problem)
@@ -244,8 +284,9 @@ class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Ev
             return self._strict_jobset(request)
         return None
 
-    def _extra_answer(self, request: Request, resource: str, group: str,
-                      namespace: str | None, name: str | None) -> tuple[int, Any]:
+    def _extra_answer(
+        self, request: Request, resource: str, group: str, namespace: str | None, name: str | None
+    ) -> tuple[int, Any]:
         """A path outside the core routes: the JobSet CRD, or one of Kueue's."""
         if resource == "customresourcedefinitions":
             return self._crd_answer(name)
@@ -267,16 +308,16 @@ class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Ev
                 # A managed cluster's build, e.g. GKE's "v1.33.5-gke.1080000" (its API server's /version).
                 answer = 200, {**k8s_discovery.version(), "gitVersion": self._real.git_version}
             if answer is not None and path == "/apis" and self._real.local_queues is not None:
-                answer[1]["groups"].append(k8s_discovery.api_group(
-                    "kueue.x-k8s.io", self._real.kueue_versions))
+                answer[1]["groups"].append(k8s_discovery.api_group("kueue.x-k8s.io", self._real.kueue_versions))
             return answer
         if request.resource == "jobsets" and k8s_table.wants_table(request.accept):
             code, answer = self._list(request) if request.name is None else self._read(request)
             if code != 200:
                 return code, answer
             items = answer["items"] if request.name is None else [answer]
-            return 200, k8s_table.table(items, answer["metadata"].get("resourceVersion", ""),
-                                        request.query.get("includeObject"))
+            return 200, k8s_table.table(
+                items, answer["metadata"].get("resourceVersion", ""), request.query.get("includeObject")
+            )
         return None
 
 

@@ -50,8 +50,9 @@ class Store:
     def _not_found(self, resource: str, name: str) -> tuple[int, dict]:
         kind, group, _ = KINDS[resource]
         qualified = f"{resource}.{group}" if group else resource
-        return 404, status_object(404, "NotFound", f'{qualified} "{name}" not found',
-                                  name=name, group=group, kind=resource)
+        return 404, status_object(
+            404, "NotFound", f'{qualified} "{name}" not found', name=name, group=group, kind=resource
+        )
 
     def _create(self, request: Request) -> tuple[int, dict]:
         resource, ns = request.resource, request.namespace
@@ -60,14 +61,15 @@ class Store:
         meta = obj.get("metadata") or {}
         name = meta.get("name", "")
         if obj.get("kind") != kind or obj.get("apiVersion") != api_version:
-            return 400, status_object(400, "BadRequest", f"expected {api_version} {kind}, got "
-                                      f"{obj.get('apiVersion')} {obj.get('kind')}")
+            return 400, status_object(
+                400, "BadRequest", f"expected {api_version} {kind}, got {obj.get('apiVersion')} {obj.get('kind')}"
+            )
         if self.namespaces is not None and ns not in self.namespaces:
-            return 404, status_object(404, "NotFound", f'namespaces "{ns}" not found',
-                                      name=ns, kind="namespaces")
+            return 404, status_object(404, "NotFound", f'namespaces "{ns}" not found', name=ns, kind="namespaces")
         if meta.get("namespace", ns) != ns:
-            return 400, status_object(400, "BadRequest", "the namespace of the object does not "
-                                      "match the namespace of the request")
+            return 400, status_object(
+                400, "BadRequest", "the namespace of the object does not match the namespace of the request"
+            )
         admitted = self._admit(request, obj)
         if isinstance(admitted, tuple):
             return admitted
@@ -76,18 +78,36 @@ class Store:
         if len(name) > 63 or not DNS1123_LABEL.fullmatch(name):
             # As the API server's NewInvalid: "Kind.group" (no group for core kinds) and the Kind
             # in the details; the field error reads 'Invalid value: "<value>": <detail>'.
-            body = (f'Invalid value: {json.dumps(name)}: must be a DNS-1123 label of at most 63 '
-                    "characters (lower case alphanumeric characters or '-', starting and ending "
-                    "with an alphanumeric character)")
+            body = (
+                f"Invalid value: {json.dumps(name)}: must be a DNS-1123 label of at most 63 "
+                "characters (lower case alphanumeric characters or '-', starting and ending "
+                "with an alphanumeric character)"
+            )
             message = f'{kind}{"." + group if group else ""} "{name}" is invalid: metadata.name: {body}'
-            return 422, status_object(422, "Invalid", message, name=name, group=group, kind=kind, causes=[
-                {"reason": "FieldValueInvalid", "field": "metadata.name", "message": body}])
+            return 422, status_object(
+                422,
+                "Invalid",
+                message,
+                name=name,
+                group=group,
+                kind=kind,
+                causes=[{"reason": "FieldValueInvalid", "field": "metadata.name", "message": body}],
+            )
         if (resource, ns, name) in self.objects:
-            return 409, status_object(409, "AlreadyExists",
-                                      f'{resource}{"." + group if group else ""} "{name}" already exists',
-                                      name=name, group=group, kind=resource)
-        meta.update(namespace=ns, uid=f"uid-{next(self._ids)}", resourceVersion=str(next(self._ids)),
-                    creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            return 409, status_object(
+                409,
+                "AlreadyExists",
+                f'{resource}{"." + group if group else ""} "{name}" already exists',
+                name=name,
+                group=group,
+                kind=resource,
+            )
+        meta.update(
+            namespace=ns,
+            uid=f"uid-{next(self._ids)}",
+            resourceVersion=str(next(self._ids)),
+            creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
         obj["metadata"] = meta
         if request.dry_run:
             return 201, obj
@@ -103,9 +123,13 @@ class Store:
         """``obj`` (a create's body, or a patch's result) through admission (``k8s_schema``:
         decoded, defaulted and validated, honouring ``fieldValidation``): the object to store,
         or the error answer. Its warnings go to ``request.warnings`` (Warning headers)."""
-        admission = k8s_schema.admit(request.resource, obj, raw=request.raw_body,
-                                     field_validation=request.query.get("fieldValidation"),
-                                     status_object=status_object)
+        admission = k8s_schema.admit(
+            request.resource,
+            obj,
+            raw=request.raw_body,
+            field_validation=request.query.get("fieldValidation"),
+            status_object=status_object,
+        )
         request.warnings.extend(admission.warnings)
         if admission.error is not None:
             return admission.error
@@ -117,12 +141,20 @@ class Store:
         if problem:
             return 400, status_object(400, "BadRequest", problem)
         selector = request.query.get("labelSelector")
-        items = [copy.deepcopy(o) for (r, n, _), o in sorted(self.objects.items())
-                 if r == request.resource and request.namespace in (None, n)
-                 and selector_matches(selector, o["metadata"].get("labels") or {})
-                 and field_selector_matches(request.query.get("fieldSelector"), o, request.resource)]
-        return 200, {"kind": f"{kind}List", "apiVersion": api_version,
-                     "metadata": {"resourceVersion": str(next(self._ids))}, "items": items}
+        items = [
+            copy.deepcopy(o)
+            for (r, n, _), o in sorted(self.objects.items())
+            if r == request.resource
+            and request.namespace in (None, n)
+            and selector_matches(selector, o["metadata"].get("labels") or {})
+            and field_selector_matches(request.query.get("fieldSelector"), o, request.resource)
+        ]
+        return 200, {
+            "kind": f"{kind}List",
+            "apiVersion": api_version,
+            "metadata": {"resourceVersion": str(next(self._ids))},
+            "items": items,
+        }
 
     def _read(self, request: Request) -> tuple[int, dict]:
         key = (request.resource, request.namespace, request.name)
@@ -164,8 +196,11 @@ class Store:
         resource, ns, name = key
         if resource in ("jobsets", "jobs"):
             owner_label = JOBSET_NAME if resource == "jobsets" else "job-name"
-            for pod_key in [k for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
-                            and o["metadata"]["labels"].get(owner_label) == name]:
+            for pod_key in [
+                k
+                for k, o in self.objects.items()
+                if k[0] == "pods" and k[1] == ns and o["metadata"]["labels"].get(owner_label) == name
+            ]:
                 del self.objects[pod_key]
         self._lock.notify_all()
 
@@ -181,11 +216,12 @@ class Store:
         if token:
             if self._real.expire_continue > 0:
                 self._real.expire_continue -= 1
-                return 410, status_object(410, "Expired", "The provided continue parameter is "
-                                          "too old to display a consistent list result.")
+                return 410, status_object(
+                    410, "Expired", "The provided continue parameter is too old to display a consistent list result."
+                )
             offset = int(token.removeprefix("offset-"))
         items = body["items"]
-        body["items"] = items[offset:offset + limit]
+        body["items"] = items[offset : offset + limit]
         self._real.pages += 1
         if offset + limit < len(items):
             body["metadata"]["continue"] = f"offset-{offset + limit}"
@@ -198,8 +234,11 @@ class Store:
         the result is validated like a create. Strategic merge and JSON patches are not
         simulated: 415, naming the type."""
         if request.content_type != "application/merge-patch+json":
-            return 415, status_object(415, "UnsupportedMediaType", f"the fake API server applies "
-                                      f"only application/merge-patch+json, not {request.content_type}")
+            return 415, status_object(
+                415,
+                "UnsupportedMediaType",
+                f"the fake API server applies only application/merge-patch+json, not {request.content_type}",
+            )
         key = (request.resource, request.namespace, request.name)
         if key not in self.objects:
             return self._not_found(request.resource, request.name)
@@ -214,8 +253,9 @@ class Store:
             return 200, result
         self._touch(result)
         self.objects[key] = result
-        if request.resource in ("jobsets", "jobs") and \
-                bool(current["spec"].get("suspend")) != bool(result["spec"].get("suspend")):
+        if request.resource in ("jobsets", "jobs") and bool(current["spec"].get("suspend")) != bool(
+            result["spec"].get("suspend")
+        ):
             self._suspension(key, bool(result["spec"].get("suspend")))
         self._lock.notify_all()
         return 200, copy.deepcopy(result)
@@ -242,16 +282,15 @@ class Store:
         real = self._real
         for key, obj in self.objects.items():
             meta = obj["metadata"]
-            body = json.dumps({k: v for k, v in obj.items() if k != "metadata"}, sort_keys=True) \
-                + json.dumps({k: v for k, v in meta.items() if k != "resourceVersion"},
-                             sort_keys=True)
+            body = json.dumps({k: v for k, v in obj.items() if k != "metadata"}, sort_keys=True) + json.dumps(
+                {k: v for k, v in meta.items() if k != "resourceVersion"}, sort_keys=True
+            )
             if real.seen.get(key) != body:
                 real.seen[key] = body
                 meta["resourceVersion"] = str(next(self._ids))
         for key in [k for k in real.seen if k not in self.objects]:
             del real.seen[key]
-        return max([int(o["metadata"].get("resourceVersion") or 0) for o in
-                    self.objects.values()] + [real.floor])
+        return max([int(o["metadata"].get("resourceVersion") or 0) for o in self.objects.values()] + [real.floor])
 
     def _collect_garbage(self) -> None:
         """The garbage collector: an object whose owners (ownerReferences uids) are all gone
@@ -280,17 +319,22 @@ def selector_matches(selector: str | None, labels: dict) -> bool:
 
 # Field selectors the API server supports on every kind
 # (https://kubernetes.io/docs/concepts/overview/working-with-objects/field-selectors/).
-_SELECTABLE_FIELDS = {"metadata.name": ("metadata", "name"),
-                      "metadata.namespace": ("metadata", "namespace")}
+_SELECTABLE_FIELDS = {"metadata.name": ("metadata", "name"), "metadata.namespace": ("metadata", "namespace")}
 
 
 # The fields a core/v1 Event may be selected by, besides metadata's (the API server's event
 # strategy, pkg/registry/core/event/strategy.go ToSelectableFields; `kubectl get events
 # --field-selector involvedObject.name=POD` uses them).
-_EVENT_FIELDS = {**{f"involvedObject.{f}": ("involvedObject", f) for f in (
-    "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
-    "reason": ("reason",), "reportingComponent": ("reportingComponent",),
-    "source": ("source", "component"), "type": ("type",)}
+_EVENT_FIELDS = {
+    **{
+        f"involvedObject.{f}": ("involvedObject", f)
+        for f in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+    },
+    "reason": ("reason",),
+    "reportingComponent": ("reportingComponent",),
+    "source": ("source", "component"),
+    "type": ("type",),
+}
 
 
 def _selectable(resource: str | None) -> dict[str, tuple[str, ...]]:
@@ -314,7 +358,7 @@ def field_selector_problem(selector: str | None, resource: str | None = None) ->
         return str(err)
     for key, _, _ in terms:
         if key not in _selectable(resource):
-            return f'field label not supported: {key}'
+            return f"field label not supported: {key}"
     return None
 
 
@@ -347,9 +391,13 @@ def _deleted_answer(resource: str, deleted: dict) -> dict:
     if resource in _RETURNS_DELETED_OBJECT:
         return deleted
     meta = deleted["metadata"]
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-            "details": {"name": meta["name"], "group": KINDS[resource][1], "kind": resource,
-                        "uid": meta.get("uid")}}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": meta["name"], "group": KINDS[resource][1], "kind": resource, "uid": meta.get("uid")},
+    }
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

@@ -72,23 +72,34 @@ class Watches:
         deadline = time.monotonic() + min(seconds, FOLLOW_LIMIT_S)
 
         def matches(key, obj) -> bool:
-            return (key[0] == request.resource and key[1] == request.namespace
-                    and selector_matches(selector, obj["metadata"].get("labels") or {})
-                    and field_selector_matches(fields, obj, request.resource))
+            return (
+                key[0] == request.resource
+                and key[1] == request.namespace
+                and selector_matches(selector, obj["metadata"].get("labels") or {})
+                and field_selector_matches(fields, obj, request.resource)
+            )
+
         with self._lock:
             real = self._real
             real.watches += 1
             if real.expire > 0:
                 real.expire -= 1
-                write(json.dumps({"type": "ERROR", "object": status_object(
-                    410, "Expired", f"too old resource version: {since} "
-                    f"({self._bump_versions()})")}).encode() + b"\n")
+                write(
+                    json.dumps(
+                        {
+                            "type": "ERROR",
+                            "object": status_object(
+                                410, "Expired", f"too old resource version: {since} ({self._bump_versions()})"
+                            ),
+                        }
+                    ).encode()
+                    + b"\n"
+                )
                 return True
             break_after = real.breaks.pop(0) if real.breaks else None
             self._bump_versions()
             # What the client already has: nothing without a resourceVersion (all is ADDED).
-            known = {k: copy.deepcopy(o) for k, o in self.objects.items() if matches(k, o)} \
-                if since else {}
+            known = {k: copy.deepcopy(o) for k, o in self.objects.items() if matches(k, o)} if since else {}
         sent_events = 0
         last_bookmark = time.monotonic()
         while True:
@@ -101,8 +112,7 @@ class Watches:
                     if not matches(key, obj):
                         continue
                     if key not in known or int(obj["metadata"]["resourceVersion"]) > since:
-                        events.append({"type": "MODIFIED" if key in known else "ADDED",
-                                       "object": copy.deepcopy(obj)})
+                        events.append({"type": "MODIFIED" if key in known else "ADDED", "object": copy.deepcopy(obj)})
                         known[key] = copy.deepcopy(obj)
                 for key in sorted(k for k in known if k not in self.objects):
                     gone = known.pop(key)
@@ -113,9 +123,16 @@ class Watches:
                 if bookmarks and not events and time.monotonic() - last_bookmark > 0.2:
                     last_bookmark = time.monotonic()
                     since = max(since, newest)
-                    events.append({"type": "BOOKMARK", "object": {
-                        "kind": kind, "apiVersion": api_version,
-                        "metadata": {"resourceVersion": str(newest)}}})
+                    events.append(
+                        {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": kind,
+                                "apiVersion": api_version,
+                                "metadata": {"resourceVersion": str(newest)},
+                            },
+                        }
+                    )
                     real.bookmarks += 1
             for event in events:
                 if break_after is not None and sent_events >= break_after:

@@ -76,15 +76,21 @@ class Workloads:
         resource, ns, name = key
         obj = self.objects[key]
         owner_label = JOBSET_NAME if resource == "jobsets" else "job-name"
-        pods = sorted((o for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
-                       and o["metadata"]["labels"].get(owner_label) == name),
-                      key=lambda p: (int(p["metadata"]["labels"].get(JOB_INDEX, "0")),
-                                     int(p["metadata"]["labels"][COMPLETION_INDEX])))
+        pods = sorted(
+            (
+                o
+                for k, o in self.objects.items()
+                if k[0] == "pods" and k[1] == ns and o["metadata"]["labels"].get(owner_label) == name
+            ),
+            key=lambda p: (
+                int(p["metadata"]["labels"].get(JOB_INDEX, "0")),
+                int(p["metadata"]["labels"][COMPLETION_INDEX]),
+            ),
+        )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
         def condition(type_: str, reason: str, message: str) -> dict:
-            return {"type": type_, "status": "True", "reason": reason, "message": message,
-                    "lastTransitionTime": now}
+            return {"type": type_, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
 
         if outcome == "run":
             return
@@ -95,19 +101,36 @@ class Workloads:
             for pod in pods:
                 end_pod(pod, 0, now)
             if resource == "jobsets":  # the restarts so far stay (setJobSetCompletedCondition)
-                kept = {k: v for k, v in (obj.get("status") or {}).items()
-                        if k in ("restarts", "restartsCountTowardsMax")}
-                obj["status"] = {"restarts": 0, **kept, "terminalState": "Completed", "conditions": [
-                    condition("Completed", "AllJobsCompleted", "jobset completed successfully")]}
+                kept = {
+                    k: v for k, v in (obj.get("status") or {}).items() if k in ("restarts", "restartsCountTowardsMax")
+                }
+                obj["status"] = {
+                    "restarts": 0,
+                    **kept,
+                    "terminalState": "Completed",
+                    "conditions": [condition("Completed", "AllJobsCompleted", "jobset completed successfully")],
+                }
             else:
-                obj["status"] = {"succeeded": len(pods), "conditions": [
-                    condition("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"),
-                    condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods")]}
+                obj["status"] = {
+                    "succeeded": len(pods),
+                    "conditions": [
+                        condition(
+                            "SuccessCriteriaMet", "CompletionsReached", "Reached expected number of succeeded pods"
+                        ),
+                        condition("Complete", "CompletionsReached", "Reached expected number of succeeded pods"),
+                    ],
+                }
         elif outcome == "evict":
             obj["spec"]["suspend"] = True
-            obj["status"] = {"conditions": [condition(
-                "Suspended", "SuspendedTrue" if resource == "jobsets" else "JobSuspended",
-                "evicted by Kueue: preempted to admit a higher-priority workload")]}
+            obj["status"] = {
+                "conditions": [
+                    condition(
+                        "Suspended",
+                        "SuspendedTrue" if resource == "jobsets" else "JobSuspended",
+                        "evicted by Kueue: preempted to admit a higher-priority workload",
+                    )
+                ]
+            }
             for pod in pods:
                 del self.objects[("pods", ns, pod["metadata"]["name"])]
         for pod in pods:
@@ -115,8 +138,7 @@ class Workloads:
         self._touch(obj, *pods)
         self._lock.notify_all()
 
-    def exit_worker(self, name: str, code: int, *, process: int = 0,
-                    disrupted: bool = False) -> policy.Decision:
+    def exit_worker(self, name: str, code: int, *, process: int = 0, disrupted: bool = False) -> policy.Decision:
         """Worker ``process`` of job ``name`` (a JobSet, else a Job) ends now with exit
         ``code``; the simulated Job and JobSet controllers then do what the stored object's
         own policies say, decided by the engine the local backend uses
@@ -138,8 +160,10 @@ class Workloads:
         ``disrupted`` gives the pod the ``DisruptionTarget`` condition first (a preemption).
         Returns the decision (all of them are in ``_real.decisions``)."""
         with self._lock:
-            key = next((k for k in (("jobsets", self.namespace, name), ("jobs", self.namespace, name))
-                        if k in self.objects), None)
+            key = next(
+                (k for k in (("jobsets", self.namespace, name), ("jobs", self.namespace, name)) if k in self.objects),
+                None,
+            )
             if key is None:
                 raise KeyError(f"no JobSet or Job {name} in {self.namespace}")
             decision = self._pod_exit(key, code, process, disrupted)
@@ -148,8 +172,9 @@ class Workloads:
             self._lock.notify_all()
             return decision
 
-    def _pod_exit(self, key: tuple[str, str, str], code: int, process: int,
-                  disrupted: bool, message: str = "") -> policy.Decision:
+    def _pod_exit(
+        self, key: tuple[str, str, str], code: int, process: int, disrupted: bool, message: str = ""
+    ) -> policy.Decision:
         resource, ns, name = key
         obj = self.objects[key]
         pods = self._ordered_pods(key)
@@ -161,13 +186,21 @@ class Workloads:
         status = obj.setdefault("status", {})
         failures = (key, exit.job)
         decision = policy.policy_of([obj]).decide(
-            exit, failed_before=self._real.job_failures.get(failures, 0),
-            counted_restarts=int(status.get("restartsCountTowardsMax") or 0))
+            exit,
+            failed_before=self._real.job_failures.get(failures, 0),
+            counted_restarts=int(status.get("restartsCountTowardsMax") or 0),
+        )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if disrupted:
-            pod["status"]["conditions"].append({
-                "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
-                "message": "Preempted in order to admit critical pod", "lastTransitionTime": now})
+            pod["status"]["conditions"].append(
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": "Preempted in order to admit critical pod",
+                    "lastTransitionTime": now,
+                }
+            )
         end_pod(pod, code, now, message)
         self._log_ended.add(pod["metadata"]["name"])
         if decision.action is policy.Action.RECREATE_POD:
@@ -176,9 +209,15 @@ class Workloads:
             if resource == "jobs":
                 status["failed"] = int(status.get("failed") or 0) + 1
             base = pod["metadata"]["name"].rsplit("-", 1)[0]
-            template = obj["spec"]["template"] if resource == "jobs" else next(
-                r["template"]["spec"]["template"] for r in obj["spec"]["replicatedJobs"]
-                if r["name"] == exit.replicated_job)
+            template = (
+                obj["spec"]["template"]
+                if resource == "jobs"
+                else next(
+                    r["template"]["spec"]["template"]
+                    for r in obj["spec"]["replicatedJobs"]
+                    if r["name"] == exit.replicated_job
+                )
+            )
             self._put_pod(f"{base}-{next(self._ids):05d}", ns, dict(labels), now, template=template)
         elif decision.action is policy.Action.RESTART:
             self._gang_restart(key, counted=decision.counted, decision=decision, failed_job=exit.job)
@@ -215,8 +254,7 @@ class Workloads:
             if outcome == "preempt":
                 decision = self._pod_exit(key, 42, 0, True, "checkpoint saved after SIGTERM")
             else:
-                decision = self._pod_exit(key, 1, min(1, len(pods) - 1), False,
-                                          "ValueError: the loss is NaN")
+                decision = self._pod_exit(key, 1, min(1, len(pods) - 1), False, "ValueError: the loss is NaN")
             self._real.decisions.append(decision)
             if decision.action is policy.Action.RESTART and not decision.counted:
                 self._arm(key)
@@ -227,8 +265,9 @@ class Workloads:
                 return
         raise RuntimeError(f"{key[2]}: its policies never fail it; plan another outcome")
 
-    def _fail_workload(self, key: tuple[str, str, str], pods: list[dict], failed: dict,
-                       decision: policy.Decision, now: str) -> None:
+    def _fail_workload(
+        self, key: tuple[str, str, str], pods: list[dict], failed: dict, decision: policy.Decision, now: str
+    ) -> None:
         """The workload failed: the controllers stop the other pods (SIGTERM: exit 143) and
         set the failure conditions (see :meth:`exit_worker`). A failed JobSet's controller
         deletes its active child Jobs, foreground (kubernetes-sigs/jobset@08dfbdf
@@ -253,14 +292,19 @@ class Workloads:
         status = obj.setdefault("status", {})
 
         def condition(type_: str, reason: str, message: str) -> dict:
-            return {"type": type_, "status": "True", "reason": reason, "message": message,
-                    "lastTransitionTime": now}
+            return {"type": type_, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
+
         if key[0] == "jobs":
-            message = decision.message if decision.reason == policy.POD_FAILURE_POLICY else \
-                "Job has reached the specified backoff limit"  # the Job controller's words
+            message = (
+                decision.message
+                if decision.reason == policy.POD_FAILURE_POLICY
+                else "Job has reached the specified backoff limit"
+            )  # the Job controller's words
             status["failed"] = int(status.get("failed") or 0) + 1
-            status["conditions"] = [condition("FailureTarget", decision.reason, message),
-                                    condition("Failed", decision.reason, message)]
+            status["conditions"] = [
+                condition("FailureTarget", decision.reason, message),
+                condition("Failed", decision.reason, message),
+            ]
             return
         if decision.reason == policy.REACHED_MAX_RESTARTS:
             reason, message = decision.reason, "jobset failed due to reaching max number of restarts"
@@ -282,19 +326,30 @@ class Workloads:
         pods keep its restart attempt."""
         resource, ns, name = key
         obj = self.objects[key]
-        reasons = {("jobsets", True): ("SuspendedTrue", "jobset is suspended"),
-                   ("jobsets", False): ("ResumeJobs", "jobset is resumed"),
-                   ("jobs", True): ("JobSuspended", "Job suspended"),
-                   ("jobs", False): ("JobResumed", "Job resumed")}
+        reasons = {
+            ("jobsets", True): ("SuspendedTrue", "jobset is suspended"),
+            ("jobsets", False): ("ResumeJobs", "jobset is resumed"),
+            ("jobs", True): ("JobSuspended", "Job suspended"),
+            ("jobs", False): ("JobResumed", "Job resumed"),
+        }
         reason, message = reasons[(resource, suspended)]
         status = obj.setdefault("status", {})
         status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "Suspended"] + [
-            {"type": "Suspended", "status": str(suspended), "reason": reason, "message": message,
-             "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+            {
+                "type": "Suspended",
+                "status": str(suspended),
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        ]
         self._scripts.pop(key, None)  # a planned outcome applies to running pods
         owner_label = JOBSET_NAME if resource == "jobsets" else "job-name"
-        for pod_key in [k for k, o in self.objects.items() if k[0] == "pods" and k[1] == ns
-                        and o["metadata"]["labels"].get(owner_label) == name]:
+        for pod_key in [
+            k
+            for k, o in self.objects.items()
+            if k[0] == "pods" and k[1] == ns and o["metadata"]["labels"].get(owner_label) == name
+        ]:
             del self.objects[pod_key]
             self._log_ended.add(pod_key[2])
         if suspended:

@@ -47,10 +47,15 @@ def parse() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ref")
     p.add_argument("--ready", help="write <ready>.<pid> once training runs")
-    p.add_argument("--max-steps", type=int, default=5000, help="preempt: the step the loop ends at without a preemption")
-    p.add_argument("--sigterm-at", choices=["initialized", "restored"],
-                   help="preempt: process --sigterm-pid sends itself SIGTERM right after jax.distributed.initialize "
-                        "(before the restore) or right after the restore (before the first check)")
+    p.add_argument(
+        "--max-steps", type=int, default=5000, help="preempt: the step the loop ends at without a preemption"
+    )
+    p.add_argument(
+        "--sigterm-at",
+        choices=["initialized", "restored"],
+        help="preempt: process --sigterm-pid sends itself SIGTERM right after jax.distributed.initialize "
+        "(before the restore) or right after the restore (before the first check)",
+    )
     p.add_argument("--sigterm-pid", type=int, default=0)
     return p.parse_args()
 
@@ -80,6 +85,7 @@ def main() -> int:
             initialization_timeout=60,
             heartbeat_timeout_seconds=20,
         )
+
     def sigterm_self(window: str) -> None:
         if args.sigterm_at == window and args.pid == args.sigterm_pid:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -110,7 +116,9 @@ def main() -> int:
         ref = common.flat_host(ms)
         if jax.process_index() == 0 and args.ref:
             np.savez(args.ref, **ref)
-        result(pid=jax.process_index(), steps=ckpt.all_steps(), sharding=kernel_sharding(ms), devices=jax.device_count())
+        result(
+            pid=jax.process_index(), steps=ckpt.all_steps(), sharding=kernel_sharding(ms), devices=jax.device_count()
+        )
         return 0
 
     if args.mode == "restore":

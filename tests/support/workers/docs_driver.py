@@ -93,8 +93,14 @@ def main(blocks_path: str, results_path: str) -> int:
         else:
             sys.__stdout__.flush()
             try:
-                proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block["code"]], stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, errors="replace", timeout=BASH_TIMEOUT)
+                proc = subprocess.run(
+                    ["bash", "-e", "-o", "pipefail", "-c", block["code"]],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                    timeout=BASH_TIMEOUT,
+                )
                 output, code = proc.stdout, proc.returncode
             except subprocess.TimeoutExpired as err:
                 raw = err.stdout or ""
@@ -104,8 +110,15 @@ def main(blocks_path: str, results_path: str) -> int:
             want = int(block["exit"]) if block.get("exit") is not None else 0
             if ok and code != want:
                 ok, error = False, f"exit status {code}, expected {want}"
-        results.append({"where": block["where"], "ok": ok, "output": output, "error": error,
-                        "seconds": round(time.perf_counter() - t0, 2)})
+        results.append(
+            {
+                "where": block["where"],
+                "ok": ok,
+                "output": output,
+                "error": error,
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+        )
         with open(results_path, "w", encoding="utf-8") as f:
             json.dump(results, f)
         if not ok:

@@ -76,8 +76,11 @@ class PacedLogger(Logger):
 
 def notice(window: str) -> None:
     """SIGTERM to this process in ``window`` of a run started from scratch, if the test asked."""
-    if (PacedLogger.paced and os.environ.get("SIGTERM_WINDOW") == window
-            and os.environ.get("SIGTERM_PID") == str(info.process_id)):
+    if (
+        PacedLogger.paced
+        and os.environ.get("SIGTERM_WINDOW") == window
+        and os.environ.get("SIGTERM_PID") == str(info.process_id)
+    ):
         print(f"SIGTERM in window {window}", flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -94,21 +97,38 @@ def evaluate(model):
 
 host = socket.gethostname()
 coordinator = (info.coordinator_address or "").rpartition(":")[0]
-print(f"host: process {info.process_id} hostname={host} address={_resolve(host)} "
-      f"coordinator={coordinator}={_resolve(coordinator) if coordinator else '-'}", flush=True)
+print(
+    f"host: process {info.process_id} hostname={host} address={_resolve(host)} "
+    f"coordinator={coordinator}={_resolve(coordinator) if coordinator else '-'}",
+    flush=True,
+)
 
 model, opt = make_model(seed=0)
 curriculum = Curriculum(make_dataset(data), [Phase(steps=steps, global_batch_size=4, seq_len=32)], chunk_tokens=256)
 checkpointer = Checkpointer(os.environ["ROXXEL_CHECKPOINT_DIR"], model, opt, fingerprint=curriculum.describe())
 PacedLogger.paced = checkpointer.latest_step() is None
-logger = PacedLogger(os.path.join(os.environ["ROXXEL_CHECKPOINT_DIR"], "..", f"logs-{info.process_id}"),
-                     total_steps=curriculum.total_steps)
+logger = PacedLogger(
+    os.path.join(os.environ["ROXXEL_CHECKPOINT_DIR"], "..", f"logs-{info.process_id}"),
+    total_steps=curriculum.total_steps,
+)
 evals = {"eval_fn": evaluate, "eval_every": 3} if os.environ.get("SIGTERM_WINDOW") == "eval" else {}
-Trainer(model, opt, curriculum, loss_fn, checkpointer=checkpointer, logger=logger, log_every=1,
-        save_interval_steps=every, callbacks=[SaveNotice()], **evals).run()
+Trainer(
+    model,
+    opt,
+    curriculum,
+    loss_fn,
+    checkpointer=checkpointer,
+    logger=logger,
+    log_every=1,
+    save_interval_steps=every,
+    callbacks=[SaveNotice()],
+    **evals,
+).run()
 
-flat = {"/".join(map(str, k)): np.asarray(multihost_utils.process_allgather(v, tiled=True))
-        for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+flat = {
+    "/".join(map(str, k)): np.asarray(multihost_utils.process_allgather(v, tiled=True))
+    for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+}
 if info.process_id == 0:
     np.savez(params_out, **flat)
 print(f"host: process {info.process_id} eth0_tx_bytes={_tx_bytes()}", flush=True)

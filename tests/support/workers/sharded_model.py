@@ -40,5 +40,13 @@ cur = Curriculum(make_dataset(sys.argv[1]), [Phase(steps=20, global_batch_size=8
 out = Trainer(model, opt, cur, loss_fn, mesh=mesh, log_every=5, save_interval_steps=1000).run()
 specs = {"/".join(map(str, k)): str(v.sharding.spec) for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 moment = nnx.state(opt)["opt_state"][0].mu["hidden"]["kernel"]
-print(json.dumps({"specs": specs, "devices": jax.device_count(), "loss": out["loss"],
-                  "adam_mu_spec": str(getattr(moment, "value", moment).sharding.spec)}))
+print(
+    json.dumps(
+        {
+            "specs": specs,
+            "devices": jax.device_count(),
+            "loss": out["loss"],
+            "adam_mu_spec": str(getattr(moment, "value", moment).sharding.spec),
+        }
+    )
+)

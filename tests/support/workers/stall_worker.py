@@ -15,8 +15,9 @@ import jax
 
 coordinator, pid, nproc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 data, run_dir, stall_pid, stall_step = sys.argv[4], sys.argv[5], int(sys.argv[6]), int(sys.argv[7])
-jax.distributed.initialize(coordinator, num_processes=nproc, process_id=pid, initialization_timeout=60,
-                           heartbeat_timeout_seconds=100)  # JAX's default: the watchdog must act first
+jax.distributed.initialize(
+    coordinator, num_processes=nproc, process_id=pid, initialization_timeout=60, heartbeat_timeout_seconds=100
+)  # JAX's default: the watchdog must act first
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/
 from support.lm import loss_fn, make_curriculum, make_dataset, make_model  # noqa: E402
@@ -28,8 +29,11 @@ from roxxel.train.watchdog import WatchdogBounds  # noqa: E402
 class BlockMainThread(Callback):
     def on_step(self, step, metrics):
         if jax.process_index() == 0 and "host_time_s_max" in metrics:
-            print(f"HOST {step} {metrics['host_time_s_median']:.3f} {metrics['host_time_s_max']:.3f} "
-                  f"{int(metrics['slowest_process'])}", flush=True)
+            print(
+                f"HOST {step} {metrics['host_time_s_median']:.3f} {metrics['host_time_s_max']:.3f} "
+                f"{int(metrics['slowest_process'])}",
+                flush=True,
+            )
         if step == stall_step and jax.process_index() == stall_pid:
             print(f"BLOCKING at step {step}", flush=True)
             time.sleep(3600)  # the main thread blocked in Python; the process and JAX's heartbeat stay alive
@@ -59,6 +63,15 @@ if stall_step == 0 and pid == stall_pid:  # a slow host: 0.15 s more to get each
 
     cur.stream = lambda *args, **kwargs: SlowStream(streams(*args, **kwargs))
 ckpt = Checkpointer(f"{run_dir}/checkpoints", model, opt, fingerprint=cur.describe())
-Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, log_every=1, save_interval_steps=1000, callbacks=[BlockMainThread()],
-        watchdog=WatchdogBounds(step_floor_s=4, step_multiple=10, first_step_s=240, poll_s=0.25)).run()
+Trainer(
+    model,
+    opt,
+    cur,
+    loss_fn,
+    checkpointer=ckpt,
+    log_every=1,
+    save_interval_steps=1000,
+    callbacks=[BlockMainThread()],
+    watchdog=WatchdogBounds(step_floor_s=4, step_multiple=10, first_step_s=240, poll_s=0.25),
+).run()
 print("FINISHED", flush=True)

@@ -14,14 +14,21 @@ from jax.experimental import multihost_utils
 
 coordinator, pid, nproc, root, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 if nproc > 1:
-    jax.distributed.initialize(coordinator, num_processes=nproc, process_id=pid,
-                               initialization_timeout=60, heartbeat_timeout_seconds=30)
+    jax.distributed.initialize(
+        coordinator, num_processes=nproc, process_id=pid, initialization_timeout=60, heartbeat_timeout_seconds=30
+    )
 
 from roxxel import Curriculum, Phase, Roxxel  # noqa: E402
 
 a, b = Roxxel(f"{root}/a"), Roxxel(f"{root}/b")
-c = Curriculum({"primary": a, "b": b}, [Phase(steps=3, global_batch_size=8, seq_len=32, weights={"primary": 1, "b": 1}),
-                   Phase(steps=4, global_batch_size=16, seq_len=16, weights={"primary": 3, "b": 1})], chunk_tokens=64)
+c = Curriculum(
+    {"primary": a, "b": b},
+    [
+        Phase(steps=3, global_batch_size=8, seq_len=32, weights={"primary": 1, "b": 1}),
+        Phase(steps=4, global_batch_size=16, seq_len=16, weights={"primary": 3, "b": 1}),
+    ],
+    chunk_tokens=64,
+)
 batches = []
 with c.stream(seed=11) as stream:
     for batch in stream:
@@ -39,11 +46,16 @@ for (local_shape, dtype, global_shape, first_row), plan in stream._placer._plans
     got = stream._placer(rows, global_shape, first_row)
     want = jax.make_array_from_process_local_data(stream.sharding, rows, global_shape)
     assert got.sharding == want.sharding and got.shape == want.shape, (got.sharding, want.sharding)
-    assert [(s.device, s.index) for s in got.addressable_shards] == [(s.device, s.index) for s in want.addressable_shards]
-    assert all(np.array_equal(np.asarray(x.data), np.asarray(y.data))
-               for x, y in zip(got.addressable_shards, want.addressable_shards))
+    assert [(s.device, s.index) for s in got.addressable_shards] == [
+        (s.device, s.index) for s in want.addressable_shards
+    ]
+    assert all(
+        np.array_equal(np.asarray(x.data), np.asarray(y.data))
+        for x, y in zip(got.addressable_shards, want.addressable_shards)
+    )
 with open(f"{out}/bytes-{pid}.json", "w") as f:
-    json.dump({"a": a.bytes_read, "b": b.bytes_read, "local_devices": jax.local_device_count(),
-               "direct_placement": direct}, f)
+    json.dump(
+        {"a": a.bytes_read, "b": b.bytes_read, "local_devices": jax.local_device_count(), "direct_placement": direct}, f
+    )
 if nproc > 1:
     jax.distributed.shutdown()

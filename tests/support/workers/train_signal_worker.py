@@ -36,6 +36,14 @@ def raising_loss(model, batch):
     raise RuntimeError("loss_fn exploded")
 
 
-cur = Curriculum(make_dataset(data), [Phase(steps=100000, global_batch_size=2, seq_len=16)], chunk_tokens=256, repeat=True)
-Trainer(*make_model(), cur, long_loss if mode == "long" else raising_loss, save_path=run_dir,
-        log_every=1000, save_interval_steps=100000).run()
+cur = Curriculum(
+    make_dataset(data), [Phase(steps=100000, global_batch_size=2, seq_len=16)], chunk_tokens=256, repeat=True
+)
+Trainer(
+    *make_model(),
+    cur,
+    long_loss if mode == "long" else raising_loss,
+    save_path=run_dir,
+    log_every=1000,
+    save_interval_steps=100000,
+).run()

@@ -43,20 +43,34 @@ FIELD_MANAGER = "roxxel-launch"
 FOREGROUND = "Foreground"
 JOBSET_INSTALL_HINT = (
     "install JobSet (v0.8.0 or newer): kubectl apply --server-side -f "
-    "https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml")
+    "https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml"
+)
 INCLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_KUBECONFIG = "~/.kube/config"
 LIST_PAGE_SIZE = 500  # objects per page of a list (kubectl asks for 500 too)
 
 # What RBAC calls each kind, for "kubectl auth can-i VERB RESOURCE" hints.
-_RBAC_RESOURCE = {"JobSet": f"{JOBSET_PLURAL}.{JOBSET_GROUP}", "Job": "jobs.batch",
-                  "Service": "services", "Pod": "pods", "Pod log": "pods/log",
-                  "Pod exec": "pods/exec", "Pod portforward": "pods/portforward",
-                  "NetworkPolicy": "networkpolicies.networking.k8s.io", "Event": "events",
-                  "Node": "nodes"}
-_RBAC_VERB = {"create": "create", "read": "get", "list": "list", "delete": "delete",
-              "watch": "watch", "patch": "patch",
-              "read logs of": "get"}
+_RBAC_RESOURCE = {
+    "JobSet": f"{JOBSET_PLURAL}.{JOBSET_GROUP}",
+    "Job": "jobs.batch",
+    "Service": "services",
+    "Pod": "pods",
+    "Pod log": "pods/log",
+    "Pod exec": "pods/exec",
+    "Pod portforward": "pods/portforward",
+    "NetworkPolicy": "networkpolicies.networking.k8s.io",
+    "Event": "events",
+    "Node": "nodes",
+}
+_RBAC_VERB = {
+    "create": "create",
+    "read": "get",
+    "list": "list",
+    "delete": "delete",
+    "watch": "watch",
+    "patch": "patch",
+    "read logs of": "get",
+}
 
 
 # ----------------------------------------------------------------------------- errors
@@ -81,13 +95,11 @@ def _server_message(err: ApiException) -> str:
     message = status.get("message") or ""
     causes = (status.get("details") or {}).get("causes") or []
     if causes and not message:
-        message = "; ".join(f"{c.get('field', '')}: {c.get('message', '')}".strip(": ")
-                            for c in causes)
+        message = "; ".join(f"{c.get('field', '')}: {c.get('message', '')}".strip(": ") for c in causes)
     if not message:
         text = err.body.decode("utf-8", "replace") if isinstance(err.body, bytes) else err.body
         message = (text or err.reason or "").strip()
     return message if len(message) <= 1000 else message[:1000] + "..."
-
 
 
 def _resource_type_missing(err: BaseException | None) -> bool:
@@ -103,8 +115,11 @@ def _resource_type_missing(err: BaseException | None) -> bool:
 def _made_from(existing: Mapping, sent: Mapping) -> bool:
     """Whether ``existing`` carries every label and annotation of ``sent`` (our own create)."""
     have, want = existing.get("metadata") or {}, sent.get("metadata") or {}
-    return all(((have.get(key) or {}).get(k) == v) for key in ("labels", "annotations")
-               for k, v in (want.get(key) or {}).items())
+    return all(
+        ((have.get(key) or {}).get(k) == v)
+        for key in ("labels", "annotations")
+        for k, v in (want.get(key) or {}).items()
+    )
 
 
 # ----------------------------------------------------------------------------- the client
@@ -124,8 +139,14 @@ class KubernetesApi:
     Constructing reads nothing and sends nothing; the first API call loads the credentials.
     """
 
-    def __init__(self, namespace: str | None = None, context: str | None = None, *,
-                 config_file: str | None = None, retry: RetryPolicy | None = None):
+    def __init__(
+        self,
+        namespace: str | None = None,
+        context: str | None = None,
+        *,
+        config_file: str | None = None,
+        retry: RetryPolicy | None = None,
+    ):
         self._namespace = namespace
         self.retry = retry or kubernetes_retry.DEFAULT_POLICY
         self.last_attempts = 0
@@ -155,18 +176,19 @@ class KubernetesApi:
                 return configuration, namespace, "the pod's service account"
         path = self._config_file or os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
         try:
-            k8s_config.load_kube_config(config_file=path, context=self._context,
-                                        client_configuration=configuration, persist_config=False)
+            k8s_config.load_kube_config(
+                config_file=path, context=self._context, client_configuration=configuration, persist_config=False
+            )
             contexts, current = k8s_config.list_kube_config_contexts(config_file=path)
         except (k8s_config.ConfigException, OSError, ValueError, yaml.YAMLError) as err:
             context = f" (context {self._context!r})" if self._context else ""
-            also = (f"; in-cluster credentials failed too: {as_clause(in_cluster_error)}"
-                    if in_cluster_error else "")
+            also = f"; in-cluster credentials failed too: {as_clause(in_cluster_error)}" if in_cluster_error else ""
             raise BackendError(
                 f"cannot load Kubernetes credentials from {path}{context}: {as_clause(err)}{also}. "
                 "Point KUBECONFIG at a kubeconfig (e.g. run `gcloud container clusters "
                 "get-credentials CLUSTER`), or pick an existing context with --context "
-                "(kubectl config get-contexts); for a job run on this machine, add --local.") from err
+                "(kubectl config get-contexts); for a job run on this machine, add --local."
+            ) from err
         if self._context is not None:
             current = next((c for c in contexts if c.get("name") == self._context), current)
         namespace = ((current or {}).get("context") or {}).get("namespace")
@@ -182,8 +204,9 @@ class KubernetesApi:
             # One retry loop (ours, with backoff and a deadline), not urllib3's immediate ones.
             configuration.retries = False
             self._api_client = k8s_client.ApiClient(configuration)
-            logger.info("Kubernetes API %s (credentials from %s), namespace %s",
-                        self._host, source, self._resolved_namespace)
+            logger.info(
+                "Kubernetes API %s (credentials from %s), namespace %s", self._host, source, self._resolved_namespace
+            )
         return self._api_client
 
     @property
@@ -207,11 +230,9 @@ class KubernetesApi:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-
     # ------------------------------------------------------------------ raw API calls
 
-    def error(self, err: ApiException, action: str, kind: str, name: str | None,
-               namespace: str) -> BackendError:
+    def error(self, err: ApiException, action: str, kind: str, name: str | None, namespace: str) -> BackendError:
         what = f"{kind} {namespace}/{name}" if name else f"{kind}s in namespace {namespace}"
         server = _server_message(err)
         status = err.status
@@ -219,19 +240,22 @@ class KubernetesApi:
             return BackendError(
                 f"cannot {action} {what}: the JobSet API ({JOBSET_GROUP}/{JOBSET_VERSION}) is "
                 f"not installed in this cluster ({server}). {JOBSET_INSTALL_HINT} — or use "
-                "workload: indexed-job, which needs no JobSet controller.")
+                "workload: indexed-job, which needs no JobSet controller."
+            )
         if status == 404 and (_status_body(err).get("details") or {}).get("kind") == "namespaces":
             return BackendError(
                 f"cannot {action} {what}: namespace {namespace!r} does not exist ({server}). "
-                f"Create it (kubectl create namespace {namespace}) or pick another (--namespace).")
+                f"Create it (kubectl create namespace {namespace}) or pick another (--namespace)."
+            )
         if status == 404:
             return JobNotFoundError(
-                f"{what} not found ({server}). Check the name (roxxel-launch list) and the "
-                "namespace (--namespace).")
+                f"{what} not found ({server}). Check the name (roxxel-launch list) and the namespace (--namespace)."
+            )
         if status == 409:
             return JobExistsError(
                 f"{what} already exists ({server}). Delete it (roxxel-launch delete {name}), "
-                f"resume it (roxxel-launch resume {name}), or {RENAME_HINT}. {RESUME_HINT}.")
+                f"resume it (roxxel-launch resume {name}), or {RENAME_HINT}. {RESUME_HINT}."
+            )
         if status == 403:
             verb = _RBAC_VERB.get(action.removesuffix(" (dry run)"), action)
             resource = _RBAC_RESOURCE.get(kind, kind.lower() + "s")
@@ -239,26 +263,41 @@ class KubernetesApi:
                 f"forbidden to {action} {what}: {server}. Your account needs RBAC permission "
                 f"to {verb} {resource} in namespace {namespace} (check: kubectl auth can-i "
                 f"{verb} {resource} -n {namespace}); ask a cluster admin for a Role, or use a "
-                "namespace you may use (--namespace).")
+                "namespace you may use (--namespace)."
+            )
         if status == 401:
             return BackendError(
                 f"the API server at {self._host} rejected the credentials while trying to "
                 f"{action} {what} ({server}). Refresh them (e.g. `gcloud container clusters "
-                "get-credentials CLUSTER`) or pick another context (--context).")
+                "get-credentials CLUSTER`) or pick another context (--context)."
+            )
         if status in (400, 422):
             return BackendError(
                 f"the API server rejected {what} ({action}): {server}. Fix the field it names "
-                "in the job spec (roxxel-launch validate checks a spec offline).")
+                "in the job spec (roxxel-launch validate checks a spec offline)."
+            )
         if not status:
-            return BackendError(f"cannot {action} {what}: {as_clause(err.reason or server)}. Check the "
-                                f"connection to the API server at {self._host}.")
+            return BackendError(
+                f"cannot {action} {what}: {as_clause(err.reason or server)}. Check the "
+                f"connection to the API server at {self._host}."
+            )
         return BackendError(
             f"the API server failed to {action} {what}: HTTP {status} {err.reason or ''}: "
             f"{server}. Retry; if it persists, check the cluster's health "
-            "(kubectl get --raw /readyz).")
+            "(kubectl get --raw /readyz)."
+        )
 
-    def call(self, action: str, kind: str, name: str | None, namespace: str,
-             fn: Callable, *args, idempotent: bool = True, **kwargs):
+    def call(
+        self,
+        action: str,
+        kind: str,
+        name: str | None,
+        namespace: str,
+        fn: Callable,
+        *args,
+        idempotent: bool = True,
+        **kwargs,
+    ):
         """Calls an API method for its raw response (``_preload_content=False``).
 
         Every call has a timeout (the policy's, unless ``_request_timeout`` is given) and is
@@ -266,18 +305,20 @@ class KubernetesApi:
         be retried; 429 always is). ``self.last_attempts`` says how many attempts it took.
         """
         kwargs.setdefault("_request_timeout", self.retry.request_timeout)
-        return self._retrying(action, kind, name, namespace, idempotent,
-                              lambda: fn(*args, _preload_content=False, **kwargs))
+        return self._retrying(
+            action, kind, name, namespace, idempotent, lambda: fn(*args, _preload_content=False, **kwargs)
+        )
 
-    def _retrying(self, action: str, kind: str, name: str | None, namespace: str,
-                  idempotent: bool, attempt: Callable[[], T]) -> T:
-        what = f"{action} {kind} {namespace}/{name}" if name else \
-            f"{action} {kind}s in namespace {namespace}"
+    def _retrying(
+        self, action: str, kind: str, name: str | None, namespace: str, idempotent: bool, attempt: Callable[[], T]
+    ) -> T:
+        what = f"{action} {kind} {namespace}/{name}" if name else f"{action} {kind}s in namespace {namespace}"
         self.last_attempts = 0
 
         def counted() -> T:
             self.last_attempts += 1
             return attempt()
+
         try:
             return retrying(counted, self.retry, what, idempotent=idempotent)
         except ApiException as err:
@@ -289,14 +330,23 @@ class KubernetesApi:
             raise BackendError(
                 f"cannot reach the Kubernetes API server at {self._host} to {what}: "
                 f"{describe(err)}{f' ({notes})' if notes else ''}. Check the network and the "
-                "kubeconfig context (kubectl cluster-info).") from err
+                "kubeconfig context (kubectl cluster-info)."
+            ) from err
         except ValueError as err:
             # The client checks arguments and (kubernetes >= 35, pydantic) bodies itself.
-            raise BackendError(f"the kubernetes client refused to {action} {kind} "
-                               f"{name or ''}: {err}") from err
+            raise BackendError(f"the kubernetes client refused to {action} {kind} {name or ''}: {err}") from err
 
-    def json(self, action: str, kind: str, name: str | None, namespace: str,
-             fn: Callable, *args, idempotent: bool = True, **kwargs) -> dict:
+    def json(
+        self,
+        action: str,
+        kind: str,
+        name: str | None,
+        namespace: str,
+        fn: Callable,
+        *args,
+        idempotent: bool = True,
+        **kwargs,
+    ) -> dict:
         """The JSON answer of an API method (the request and the read of the answer are
         retried together: a connection that breaks mid-answer is retried too)."""
         kwargs.setdefault("_request_timeout", self.retry.request_timeout)
@@ -307,14 +357,16 @@ class KubernetesApi:
                 return response.data
             finally:
                 response.release_conn()
+
         data = self._retrying(action, kind, name, namespace, idempotent, attempt)
         if not data:
             return {}
         try:
             return json.loads(data)
         except ValueError as err:
-            raise BackendError(f"the API server answered {action} {kind} {name or ''} with "
-                               f"something that is not JSON: {data[:200]!r}") from err
+            raise BackendError(
+                f"the API server answered {action} {kind} {name or ''} with something that is not JSON: {data[:200]!r}"
+            ) from err
 
     def custom(self) -> k8s_client.CustomObjectsApi:
         return k8s_client.CustomObjectsApi(self.api_client)
@@ -356,8 +408,14 @@ class KubernetesApi:
         logger.debug("%s %s %s/%s", action, kind, namespace, name)
         body = dict(obj)
         if kind == "JobSet":
-            call: tuple = (self.custom().create_namespaced_custom_object, JOBSET_GROUP,
-                           JOBSET_VERSION, namespace, JOBSET_PLURAL, body)
+            call: tuple = (
+                self.custom().create_namespaced_custom_object,
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                namespace,
+                JOBSET_PLURAL,
+                body,
+            )
         elif kind == "Job":
             call = (self.batch().create_namespaced_job, namespace, body)
         elif kind == "Service":
@@ -385,13 +443,26 @@ class KubernetesApi:
         if kind != "Service":
             raise ValueError(f"roxxel-launch sets owners of Services only, not {kind}")
         meta = owner.get("metadata") or {}
-        reference = {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"),
-                     "name": meta.get("name"), "uid": meta.get("uid"),
-                     "blockOwnerDeletion": False, "controller": False}
+        reference = {
+            "apiVersion": owner.get("apiVersion"),
+            "kind": owner.get("kind"),
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "blockOwnerDeletion": False,
+            "controller": False,
+        }
         body = {"metadata": {"ownerReferences": [reference]}}
-        return self.json("patch", kind, name, self.namespace,
-                         self.core().patch_namespaced_service, name, self.namespace, body,
-                         field_manager=FIELD_MANAGER)
+        return self.json(
+            "patch",
+            kind,
+            name,
+            self.namespace,
+            self.core().patch_namespaced_service,
+            name,
+            self.namespace,
+            body,
+            field_manager=FIELD_MANAGER,
+        )
 
     def patch(self, kind: str, name: str, body: Mapping) -> dict:
         """A JSON merge patch (RFC 7386) of a JobSet or Job, as ``kubectl patch --type merge``
@@ -402,14 +473,34 @@ class KubernetesApi:
         merge = "application/merge-patch+json"
         namespace = self.namespace
         if kind == "JobSet":
-            return self.json("patch", kind, name, namespace,
-                             self.custom().patch_namespaced_custom_object, JOBSET_GROUP,
-                             JOBSET_VERSION, namespace, JOBSET_PLURAL, name, body,
-                             field_manager=FIELD_MANAGER, _content_type=merge)
+            return self.json(
+                "patch",
+                kind,
+                name,
+                namespace,
+                self.custom().patch_namespaced_custom_object,
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                namespace,
+                JOBSET_PLURAL,
+                name,
+                body,
+                field_manager=FIELD_MANAGER,
+                _content_type=merge,
+            )
         if kind == "Job":
-            return self.json("patch", kind, name, namespace, self.batch().patch_namespaced_job,
-                             name, namespace, body, field_manager=FIELD_MANAGER,
-                             _content_type=merge)
+            return self.json(
+                "patch",
+                kind,
+                name,
+                namespace,
+                self.batch().patch_namespaced_job,
+                name,
+                namespace,
+                body,
+                field_manager=FIELD_MANAGER,
+                _content_type=merge,
+            )
         raise ValueError(f"roxxel-launch patches JobSets and Jobs only, not {kind}")
 
     def get(self, kind: str, name: str) -> dict | None:
@@ -417,25 +508,31 @@ class KubernetesApi:
         namespace = self.namespace
         try:
             if kind == "JobSet":
-                return self.json("read", kind, name, namespace,
-                                  self.custom().get_namespaced_custom_object,
-                                  JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name)
+                return self.json(
+                    "read",
+                    kind,
+                    name,
+                    namespace,
+                    self.custom().get_namespaced_custom_object,
+                    JOBSET_GROUP,
+                    JOBSET_VERSION,
+                    namespace,
+                    JOBSET_PLURAL,
+                    name,
+                )
             if kind == "Job":
-                return self.json("read", kind, name, namespace, self.batch().read_namespaced_job,
-                                  name, namespace)
+                return self.json("read", kind, name, namespace, self.batch().read_namespaced_job, name, namespace)
             if kind == "Service":
-                return self.json("read", kind, name, namespace,
-                                  self.core().read_namespaced_service, name, namespace)
+                return self.json("read", kind, name, namespace, self.core().read_namespaced_service, name, namespace)
             if kind == "NetworkPolicy":
-                return self.json("read", kind, name, namespace,
-                                  self.networking().read_namespaced_network_policy, name,
-                                  namespace)
+                return self.json(
+                    "read", kind, name, namespace, self.networking().read_namespaced_network_policy, name, namespace
+                )
         except JobNotFoundError:
             return None
         except BackendError as err:
             cause = err.__cause__
-            if (kind == "JobSet" and isinstance(cause, ApiException)
-                    and _resource_type_missing(cause)):
+            if kind == "JobSet" and isinstance(cause, ApiException) and _resource_type_missing(cause):
                 logger.debug("no JobSet API in this cluster; no JobSet %s", name)
                 return None
             raise
@@ -452,8 +549,9 @@ class KubernetesApi:
         items, _ = self.list_with_version(kind, selector, fields=fields)
         return items
 
-    def list_with_version(self, kind: str, selector: str | None, *,
-                          fields: str | None = None) -> tuple[builtins.list[dict], str | None]:
+    def list_with_version(
+        self, kind: str, selector: str | None, *, fields: str | None = None
+    ) -> tuple[builtins.list[dict], str | None]:
         """(items, the list's resourceVersion: where a watch of the same objects starts)."""
         fn, args = self._list_call(kind)
         namespace = "(cluster)" if kind == "Node" else self.namespace
@@ -477,8 +575,9 @@ class KubernetesApi:
                 if getattr(err.__cause__, "status", None) != 410:
                     raise
                 logger.info("the list of %ss expired between two pages; listing again", kind)
-        raise BackendError(f"the list of {kind}s in namespace {namespace} kept expiring between "
-                           f"pages (410 Gone); retry.")
+        raise BackendError(
+            f"the list of {kind}s in namespace {namespace} kept expiring between pages (410 Gone); retry."
+        )
 
     def list_nodes(self) -> builtins.list[dict]:
         """Every Node of the cluster (cluster-scoped: needs ``list nodes`` from a ClusterRole),
@@ -494,8 +593,17 @@ class KubernetesApi:
         if field_selector:
             options["field_selector"] = field_selector
         if kind == "JobSet":
-            data = self.json("list", kind, None, "(all)", self.custom().list_cluster_custom_object,
-                             JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, **options)
+            data = self.json(
+                "list",
+                kind,
+                None,
+                "(all)",
+                self.custom().list_cluster_custom_object,
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                JOBSET_PLURAL,
+                **options,
+            )
         elif kind == "Job":
             data = self.json("list", kind, None, "(all)", self.batch().list_job_for_all_namespaces, **options)
         elif kind == "Pod":
@@ -513,8 +621,10 @@ class KubernetesApi:
             return self.core().list_node, ()
         namespace = self.namespace
         if kind == "JobSet":
-            return (self.custom().list_namespaced_custom_object,
-                    (JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL))
+            return (
+                self.custom().list_namespaced_custom_object,
+                (JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL),
+            )
         if kind == "Job":
             return self.batch().list_namespaced_job, (namespace,)
         if kind == "Pod":
@@ -529,21 +639,52 @@ class KubernetesApi:
         logger.info("deleting %s %s/%s (foreground)", kind, namespace, name)
         try:
             if kind == "JobSet":
-                self.json("delete", kind, name, namespace,
-                           self.custom().delete_namespaced_custom_object, JOBSET_GROUP,
-                           JOBSET_VERSION, namespace, JOBSET_PLURAL, name,
-                           propagation_policy=FOREGROUND)
+                self.json(
+                    "delete",
+                    kind,
+                    name,
+                    namespace,
+                    self.custom().delete_namespaced_custom_object,
+                    JOBSET_GROUP,
+                    JOBSET_VERSION,
+                    namespace,
+                    JOBSET_PLURAL,
+                    name,
+                    propagation_policy=FOREGROUND,
+                )
             elif kind == "Job":
-                self.json("delete", kind, name, namespace, self.batch().delete_namespaced_job,
-                           name, namespace, propagation_policy=FOREGROUND)
+                self.json(
+                    "delete",
+                    kind,
+                    name,
+                    namespace,
+                    self.batch().delete_namespaced_job,
+                    name,
+                    namespace,
+                    propagation_policy=FOREGROUND,
+                )
             elif kind == "Service":
-                self.json("delete", kind, name, namespace,
-                           self.core().delete_namespaced_service, name, namespace,
-                           propagation_policy=FOREGROUND)
+                self.json(
+                    "delete",
+                    kind,
+                    name,
+                    namespace,
+                    self.core().delete_namespaced_service,
+                    name,
+                    namespace,
+                    propagation_policy=FOREGROUND,
+                )
             elif kind == "NetworkPolicy":
-                self.json("delete", kind, name, namespace,
-                           self.networking().delete_namespaced_network_policy, name, namespace,
-                           propagation_policy=FOREGROUND)
+                self.json(
+                    "delete",
+                    kind,
+                    name,
+                    namespace,
+                    self.networking().delete_namespaced_network_policy,
+                    name,
+                    namespace,
+                    propagation_policy=FOREGROUND,
+                )
             else:
                 raise ValueError(f"unknown kind {kind}")
         except JobNotFoundError:

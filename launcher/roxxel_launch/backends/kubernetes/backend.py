@@ -102,9 +102,20 @@ from roxxel_launch.render import (
 from roxxel_launch.spec import JobSpec, SpecError, spec_from_dict
 from roxxel_launch.validate import DEFAULT_KUBERNETES_VERSION, ManifestError, validate
 
-__all__ = ["COMPLETION_INDEX_KEY", "JOBSET_GROUP", "JOBSET_NAME_LABEL", "JOBSET_PLURAL",
-           "JOBSET_VERSION", "JOB_INDEX_LABEL", "JOB_NAME_LABEL", "RESTART_ATTEMPT_KEY",
-           "KubernetesBackend", "job_status", "jobset_status", "worker_from_pod"]
+__all__ = [
+    "COMPLETION_INDEX_KEY",
+    "JOBSET_GROUP",
+    "JOBSET_NAME_LABEL",
+    "JOBSET_PLURAL",
+    "JOBSET_VERSION",
+    "JOB_INDEX_LABEL",
+    "JOB_NAME_LABEL",
+    "RESTART_ATTEMPT_KEY",
+    "KubernetesBackend",
+    "job_status",
+    "jobset_status",
+    "worker_from_pod",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -141,12 +152,19 @@ class KubernetesBackend(Backend):
     Constructing reads nothing and sends nothing; the first API call loads the credentials.
     """
 
-    def __init__(self, namespace: str | None = None, context: str | None = None, *,
-                 config_file: str | None = None,
-                 kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
-                 poll_seconds: float = 2.0, delete_timeout: float | None = None,
-                 retry: RetryPolicy | None = None, stuck_after: float | None = None,
-                 fit_check: bool = True):
+    def __init__(
+        self,
+        namespace: str | None = None,
+        context: str | None = None,
+        *,
+        config_file: str | None = None,
+        kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
+        poll_seconds: float = 2.0,
+        delete_timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        stuck_after: float | None = None,
+        fit_check: bool = True,
+    ):
         self._namespace = namespace
         self.fit_check = fit_check
         self.api = KubernetesApi(namespace, context, config_file=config_file, retry=retry)
@@ -170,7 +188,6 @@ class KubernetesBackend(Backend):
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-
     def _find(self, name: str) -> tuple[str, dict] | None:
         """("JobSet" | "Job", object) of a roxxel-launch job, or None when there is none.
 
@@ -191,7 +208,8 @@ class KubernetesBackend(Backend):
             raise JobNotFoundError(
                 f"no job {name!r} (JobSet or Job) in namespace {self.namespace}"
                 + ("" if self._namespace is not None else " or any other namespace this account may list")
-                + ". Check the name (roxxel-launch list -A) and the namespace (--namespace).")
+                + ". Check the name (roxxel-launch list -A) and the namespace (--namespace)."
+            )
         return found
 
     def _pods(self, kind: str, name: str) -> list[dict]:
@@ -202,8 +220,12 @@ class KubernetesBackend(Backend):
     def _prepare(self, spec: JobSpec) -> tuple[JobSpec, list[dict]]:
         """Renders and validates offline; returns the spec as placed and the objects in order."""
         if self._namespace is not None and spec.namespace != self._namespace:
-            logger.info("%s: namespace %s (from --namespace) instead of the spec's %s",
-                        spec.name, self._namespace, spec.namespace)
+            logger.info(
+                "%s: namespace %s (from --namespace) instead of the spec's %s",
+                spec.name,
+                self._namespace,
+                spec.namespace,
+            )
             spec = dataclasses.replace(spec, namespace=self._namespace)
         rendered = render(spec)
         try:
@@ -238,8 +260,7 @@ class KubernetesBackend(Backend):
         hosts, _, _ = shape(kind, obj)
         restarts = _int(((obj.get("status") or {}).get("restarts")), 0)
         workers = [worker_from_pod(p, hosts) for p in pods]
-        return sorted((w for w in workers if w.restart_attempt == restarts),
-                      key=lambda w: w.process)
+        return sorted((w for w in workers if w.restart_attempt == restarts), key=lambda w: w.process)
 
     def details(self, name: str, *, all_events: bool = False) -> JobDetails:
         """Status, conditions and the current attempt's worker pods, from one read of each,
@@ -252,35 +273,49 @@ class KubernetesBackend(Backend):
         hosts, slices, _ = shape(kind, obj)
         conditions = tuple(
             {key: c.get(key) for key in _CONDITION_FIELDS if c.get(key) is not None}
-            for c in (obj.get("status") or {}).get("conditions") or [])
+            for c in (obj.get("status") or {}).get("conditions") or []
+        )
         status = status_of(kind, obj, pods)
         queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
         workloads = self._workloads(obj) if queue else None
         if queue:
             note = queue_state(queue, bool((obj.get("spec") or {}).get("suspend")), workloads)
-            status = dataclasses.replace(status, message="; ".join(
-                p for p in (status.message, note) if p))
-        return JobDetails(status=status, kind=kind,
-                          namespace=(obj.get("metadata") or {}).get("namespace") or self.namespace,
-                          slices=slices, hosts_per_slice=hosts, conditions=conditions,
-                          workers=tuple(self._current_workers(kind, obj, pods)),
-                          events=self._job_events(kind, obj, pods, status, workloads or (),
-                                                  all_events=all_events))
+            status = dataclasses.replace(status, message="; ".join(p for p in (status.message, note) if p))
+        return JobDetails(
+            status=status,
+            kind=kind,
+            namespace=(obj.get("metadata") or {}).get("namespace") or self.namespace,
+            slices=slices,
+            hosts_per_slice=hosts,
+            conditions=conditions,
+            workers=tuple(self._current_workers(kind, obj, pods)),
+            events=self._job_events(kind, obj, pods, status, workloads or (), all_events=all_events),
+        )
 
-    def _job_events(self, kind: str, obj: Mapping, pods: Sequence[Mapping], status: JobStatus,
-                    workloads: Iterable[Mapping], *, all_events: bool) -> tuple[JobEvent, ...] | None:
+    def _job_events(
+        self,
+        kind: str,
+        obj: Mapping,
+        pods: Sequence[Mapping],
+        status: JobStatus,
+        workloads: Iterable[Mapping],
+        *,
+        all_events: bool,
+    ) -> tuple[JobEvent, ...] | None:
         """With ``all_events``: every event of the job, its child Jobs, its Kueue Workloads
         and its pods (:data:`.events.MAX_PODS` at most). Else, only while the job is Pending,
         Restarting or Suspended: the Warning events of those objects, with only the pods
         not started yet. None when events may not be read."""
-        if not all_events and status.state not in (JobState.PENDING, JobState.RESTARTING,
-                                                   JobState.SUSPENDED):
+        if not all_events and status.state not in (JobState.PENDING, JobState.RESTARTING, JobState.SUSPENDED):
             return ()
         if self._events.forbidden:
             return None
         name = (obj.get("metadata") or {}).get("name", "?")
-        children = [(j.get("metadata") or {}).get("name", "?") for j in
-                    self.api.list("Job", f"{JOBSET_NAME_LABEL}={name}")] if kind == "JobSet" else []
+        children = (
+            [(j.get("metadata") or {}).get("name", "?") for j in self.api.list("Job", f"{JOBSET_NAME_LABEL}={name}")]
+            if kind == "JobSet"
+            else []
+        )
         chosen = list(pods) if all_events else not_started(pods)
         found = self._events.read(job_objects(kind, obj, children, chosen, workloads))
         return None if found is None else tuple(merge(found, warnings_only=not all_events))
@@ -290,10 +325,18 @@ class KubernetesBackend(Backend):
         cannot be read (no Kueue API, no RBAC permission)."""
         uid = (obj.get("metadata") or {}).get("uid")
         try:
-            data = self.api.json("list", "Workload", None, self.namespace,
-                                 self.api.custom().list_namespaced_custom_object, KUEUE_GROUP,
-                                 kueue_version(self.api), self.namespace, "workloads",
-                                 label_selector=f"kueue.x-k8s.io/job-uid={uid}")
+            data = self.api.json(
+                "list",
+                "Workload",
+                None,
+                self.namespace,
+                self.api.custom().list_namespaced_custom_object,
+                KUEUE_GROUP,
+                kueue_version(self.api),
+                self.namespace,
+                "workloads",
+                label_selector=f"kueue.x-k8s.io/job-uid={uid}",
+            )
         except BackendError as err:
             logger.info("cannot read Kueue Workloads (%s)", err)
             return None
@@ -317,8 +360,9 @@ class KubernetesBackend(Backend):
         for companion in companions:
             self.api.delete(companion, name)
         if wait:
-            wait_gone(self.api, kind, name, obj, companions, timeout=self.delete_timeout,
-                  poll_seconds=self.poll_seconds)
+            wait_gone(
+                self.api, kind, name, obj, companions, timeout=self.delete_timeout, poll_seconds=self.poll_seconds
+            )
 
     def suspend(self, name: str) -> JobStatus:
         """Sets the job's ``spec.suspend`` by a merge patch; the object, its stored spec and its
@@ -342,15 +386,18 @@ class KubernetesBackend(Backend):
         kind, obj = self._require(name)
         current = status_of(kind, obj, self._pods(kind, name))
         if current.state.terminal:
-            raise BackendError(f"{name} has ended ({current.state.value}); there is nothing to suspend "
-                               f"(resume continues a preempted or failed job: roxxel-launch resume {name})")
+            raise BackendError(
+                f"{name} has ended ({current.state.value}); there is nothing to suspend "
+                f"(resume continues a preempted or failed job: roxxel-launch resume {name})"
+            )
         if kueue_holds(obj):
             uid = (obj.get("metadata") or {}).get("uid")
             raise BackendError(
                 f"{kind} {self.namespace}/{name} is queued by Kueue, which owns its spec.suspend and "
                 f"would un-suspend it; stop it through its Workload instead: kubectl patch workload -n "
                 f"{self.namespace} $(kubectl get workloads -n {self.namespace} -l kueue.x-k8s.io/job-uid={uid} "
-                "-o name) --type merge -p '{\"spec\":{\"active\":false}}'")
+                '-o name) --type merge -p \'{"spec":{"active":false}}\''
+            )
         if (obj.get("spec") or {}).get("suspend"):
             logger.info("%s %s/%s is suspended already", kind, self.namespace, name)
             return current
@@ -358,18 +405,23 @@ class KubernetesBackend(Backend):
         logger.info("suspended %s %s/%s", kind, self.namespace, name)
         return status_of(kind, patched, self._pods(kind, name))
 
-    def wait(self, name: str, *, timeout: float | None = None, poll_seconds: float = 2.0,
-             evicted_ends: bool = False,
-             on_change: Callable[[JobStatus], None] | None = None,
-             on_events: Callable[[Sequence[JobEvent]], None] | None = None) -> JobStatus:
+    def wait(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        poll_seconds: float = 2.0,
+        evicted_ends: bool = False,
+        on_change: Callable[[JobStatus], None] | None = None,
+        on_events: Callable[[Sequence[JobEvent]], None] | None = None,
+    ) -> JobStatus:
         """:meth:`Backend.wait` by a watch of the job's object (polling only where watches are
         refused; see :mod:`.watch`). A job suspended by Kueue (it has a queue) is
         Kueue's to re-admit: ``evicted_ends`` does not end the wait for it. With
         ``on_events``, pods Pending for ``stuck_after`` seconds are looked at every
         :data:`.events.RECHECK_SECONDS` and their new Warning events reported
         (:class:`.events.StuckPods`)."""
-        after = kubernetes_events.STUCK_AFTER_SECONDS if self.stuck_after is None \
-            else self.stuck_after
+        after = kubernetes_events.STUCK_AFTER_SECONDS if self.stuck_after is None else self.stuck_after
         stuck = None if on_events is None else StuckPods(self._events, after, on_events)
 
         def status(kind: str, obj: Mapping) -> JobStatus:  # the object as read, its pods now
@@ -379,11 +431,17 @@ class KubernetesBackend(Backend):
                 stuck.check(kind, obj, pods)
             return current
 
-        return wait_for_job(self.api, name, find=lambda: self._require(name), status=status,
-                            timeout=timeout, poll_seconds=poll_seconds, evicted_ends=evicted_ends,
-                            on_change=on_change,
-                            recheck_seconds=None if stuck is None
-                            else kubernetes_events.RECHECK_SECONDS)
+        return wait_for_job(
+            self.api,
+            name,
+            find=lambda: self._require(name),
+            status=status,
+            timeout=timeout,
+            poll_seconds=poll_seconds,
+            evicted_ends=evicted_ends,
+            on_change=on_change,
+            recheck_seconds=None if stuck is None else kubernetes_events.RECHECK_SECONDS,
+        )
 
     def resume(self, name: str, *, spec: JobSpec | None = None, new_spec: JobSpec | None = None) -> JobStatus:
         """Re-creates a stopped job so that training continues from its last checkpoint.
@@ -414,7 +472,8 @@ class KubernetesBackend(Backend):
                 raise JobNotFoundError(
                     f"no job {name!r} in namespace {self.namespace} to resume: it was deleted, "
                     "so its stored spec is gone. Submit its spec file again (same name and "
-                    "run_name, so training restores the last checkpoint from checkpoint_dir).")
+                    "run_name, so training restores the last checkpoint from checkpoint_dir)."
+                )
             if spec.name != name:
                 raise BackendError(f"the spec is for {spec.name!r}, not {name!r}")
             logger.info("%s is gone; submitting the given spec again", name)
@@ -423,18 +482,23 @@ class KubernetesBackend(Backend):
         meta = obj.get("metadata") or {}
         current = status_of(kind, obj, self._pods(kind, name))
         deleting = bool(meta.get("deletionTimestamp"))
-        if not deleting and current.state in (JobState.PENDING, JobState.RUNNING,
-                                              JobState.RESTARTING):
+        if not deleting and current.state in (JobState.PENDING, JobState.RUNNING, JobState.RESTARTING):
             raise BackendError(
                 f"{name} is {current.state.value} ({current.message}); resume only restarts a "
                 f"stopped job. Wait for it to finish (roxxel-launch wait {name}), suspend it "
-                f"(roxxel-launch suspend {name}) or delete it first (roxxel-launch delete {name}).")
+                f"(roxxel-launch suspend {name}) or delete it first (roxxel-launch delete {name})."
+            )
         if not deleting and current.state is JobState.SUSPENDED and kueue_holds(obj):
             logger.info("%s is suspended by Kueue; leaving it to Kueue to re-admit", name)
-            return dataclasses.replace(current, message=(
-                f"{current.message}; left to Kueue, which re-admits it (not re-created)"))
-        if not deleting and current.state is JobState.SUSPENDED and new_spec is None and \
-                (obj.get("spec") or {}).get("suspend"):
+            return dataclasses.replace(
+                current, message=(f"{current.message}; left to Kueue, which re-admits it (not re-created)")
+            )
+        if (
+            not deleting
+            and current.state is JobState.SUSPENDED
+            and new_spec is None
+            and (obj.get("spec") or {}).get("suspend")
+        ):
             # Suspended by `roxxel-launch suspend` or kubectl: clearing the flag restarts its
             # pods in the same object (the controllers' resume, see suspend()).
             patched = self.api.patch(kind, name, {"spec": {"suspend": False}})
@@ -443,11 +507,14 @@ class KubernetesBackend(Backend):
         if not deleting and current.state is JobState.SUCCEEDED:
             raise BackendError(
                 f"{name} succeeded; there is nothing to resume. To run it again, delete it "
-                f"(roxxel-launch delete {name}) and submit its spec.")
+                f"(roxxel-launch delete {name}) and submit its spec."
+            )
         stored = self._stored_spec(kind, obj)
         if stored.name != name:
-            raise BackendError(f"{kind} {name}: its {SPEC_ANNOTATION} annotation describes "
-                               f"{stored.name!r}; resubmit the spec file instead.")
+            raise BackendError(
+                f"{kind} {name}: its {SPEC_ANNOTATION} annotation describes "
+                f"{stored.name!r}; resubmit the spec file instead."
+            )
         if new_spec is not None:  # a fixed YAML: checked against the stored one, then submitted as it
             for change in resume_with_spec(stored, new_spec):
                 logger.warning("resuming %s under the new spec: %s", name, change)
@@ -456,15 +523,19 @@ class KubernetesBackend(Backend):
         # refusal after the delete would leave no job and no stored spec.
         placed, objects = self._prepare(stored)
         preflight(self.api, placed, objects, fit_check=self.fit_check)
-        logger.info("resuming %s (%s, run %s): replacing %s", name, current.state.value,
-                    stored.run_name, ", ".join(o["kind"] for o in objects))
+        logger.info(
+            "resuming %s (%s, run %s): replacing %s",
+            name,
+            current.state.value,
+            stored.run_name,
+            ", ".join(o["kind"] for o in objects),
+        )
         companions = companion_kinds(self.api, kind, name)
         if not deleting:
             self.api.delete(kind, name)
         for companion in companions:
             self.api.delete(companion, name)
-        wait_gone(self.api, kind, name, obj, companions, timeout=self.delete_timeout,
-                  poll_seconds=self.poll_seconds)
+        wait_gone(self.api, kind, name, obj, companions, timeout=self.delete_timeout, poll_seconds=self.poll_seconds)
         return create_all(self.api, placed, objects, dry_run=False)
 
     def _stored_spec(self, kind: str, obj: Mapping) -> JobSpec:
@@ -472,26 +543,46 @@ class KubernetesBackend(Backend):
         name = meta.get("name", "?")
         text = (meta.get("annotations") or {}).get(SPEC_ANNOTATION)
         if not text:
-            raise BackendError(f"{kind} {name} has no {SPEC_ANNOTATION} annotation to resume "
-                               "from; resubmit its spec file instead.")
+            raise BackendError(
+                f"{kind} {name} has no {SPEC_ANNOTATION} annotation to resume from; resubmit its spec file instead."
+            )
         try:
             return spec_from_dict(json.loads(text))
         except (ValueError, SpecError) as err:
-            raise BackendError(f"{kind} {name}: its {SPEC_ANNOTATION} annotation is not a valid "
-                               f"job spec ({err}); resubmit its spec file instead.") from err
+            raise BackendError(
+                f"{kind} {name}: its {SPEC_ANNOTATION} annotation is not a valid "
+                f"job spec ({err}); resubmit its spec file instead."
+            ) from err
 
     # ------------------------------------------------------------------ logs
 
-    def logs(self, name: str, *, process: int = 0, follow: bool = False,
-             all_processes: bool = False, since_seconds: int | None = None,
-             previous: bool = False, container: str | None = None) -> Iterator[str]:
+    def logs(
+        self,
+        name: str,
+        *,
+        process: int = 0,
+        follow: bool = False,
+        all_processes: bool = False,
+        since_seconds: int | None = None,
+        previous: bool = False,
+        container: str | None = None,
+    ) -> Iterator[str]:
         """Lines of one process's output (or every process's, prefixed with its rank), from
         its pod of the newest restart attempt; with ``follow``, across gang restarts until
         the job ends; ``container``: another container of the pod. See :func:`.logs.read_logs`."""
         kind, obj = self._require(name)
-        return read_logs(self.api, kind, obj, process=process, follow=follow,
-                         all_processes=all_processes, since_seconds=since_seconds,
-                         previous=previous, poll_seconds=self.poll_seconds, container=container)
+        return read_logs(
+            self.api,
+            kind,
+            obj,
+            process=process,
+            follow=follow,
+            all_processes=all_processes,
+            since_seconds=since_seconds,
+            previous=previous,
+            poll_seconds=self.poll_seconds,
+            container=container,
+        )
 
     # ------------------------------------------------------------------ exec, port-forward
 
@@ -505,9 +596,16 @@ class KubernetesBackend(Backend):
         require_running(pod, who)
         return pod["metadata"]["name"]
 
-    def exec(self, name: str, command: Sequence[str], *, process: int = 0,
-             container: str | None = None, out: Callable[[bytes], None],
-             err: Callable[[bytes], None]) -> int:
+    def exec(
+        self,
+        name: str,
+        command: Sequence[str],
+        *,
+        process: int = 0,
+        container: str | None = None,
+        out: Callable[[bytes], None],
+        err: Callable[[bytes], None],
+    ) -> int:
         """Runs ``command`` in process ``process``'s pod (its current attempt's), in
         ``container`` (None: the worker's), as ``kubectl exec``; the command's exit code.
         See :func:`.pod_streams.exec_in_pod`."""
@@ -516,8 +614,15 @@ class KubernetesBackend(Backend):
         logger.info("exec in pod %s/%s, container %s: %s", self.namespace, pod, container, list(command))
         return exec_in_pod(self.api, pod, container, command, out=out, err=err)
 
-    def port_forward(self, name: str, local_port: int, remote_port: int, *, process: int = 0,
-                     on_listen: Callable[[str], None] | None = None) -> None:
+    def port_forward(
+        self,
+        name: str,
+        local_port: int,
+        remote_port: int,
+        *,
+        process: int = 0,
+        on_listen: Callable[[str], None] | None = None,
+    ) -> None:
         """Forwards 127.0.0.1:``local_port`` to ``remote_port`` of process ``process``'s pod
         until interrupted. See :func:`.pod_streams.forward_port`."""
         pod = self._running_pod(name, process)

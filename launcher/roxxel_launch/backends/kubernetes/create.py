@@ -40,10 +40,12 @@ def create_all(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, dr
     idents = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
     logger.info("server-side dry run accepted %s in namespace %s", idents, spec.namespace)
     if dry_run:
-        return JobStatus(name=spec.name, state=JobState.PENDING,
-                         processes=spec.num_processes,
-                         message=f"dry run: the API server accepted {idents}; nothing was "
-                                 "created")
+        return JobStatus(
+            name=spec.name,
+            state=JobState.PENDING,
+            processes=spec.num_processes,
+            message=f"dry run: the API server accepted {idents}; nothing was created",
+        )
     created: list[dict] = []
     answers: list[dict] = []
     try:
@@ -60,10 +62,16 @@ def create_all(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, dr
         raise
     logger.info("created %s in namespace %s", idents, spec.namespace)
     own_companions(api, created, answers)
-    created_at = next((a.get("metadata", {}).get("creationTimestamp") for a in answers
-                       if a.get("kind") in ("JobSet", "Job")), None)
-    return JobStatus(name=spec.name, state=JobState.PENDING, processes=spec.num_processes,
-                     message=f"created {idents}", created=created_at)
+    created_at = next(
+        (a.get("metadata", {}).get("creationTimestamp") for a in answers if a.get("kind") in ("JobSet", "Job")), None
+    )
+    return JobStatus(
+        name=spec.name,
+        state=JobState.PENDING,
+        processes=spec.num_processes,
+        message=f"created {idents}",
+        created=created_at,
+    )
 
 
 def own_companions(api: KubernetesApi, created: Sequence[Mapping], answers: Sequence[Mapping]) -> None:
@@ -80,9 +88,11 @@ def own_companions(api: KubernetesApi, created: Sequence[Mapping], answers: Sequ
         try:
             api.set_owner("Service", obj["metadata"]["name"], job)
         except BackendError as err:
-            logger.warning("could not make Job %s the owner of its Service (%s); "
-                           "`roxxel-launch delete` still removes both",
-                           obj["metadata"]["name"], err)
+            logger.warning(
+                "could not make Job %s the owner of its Service (%s); `roxxel-launch delete` still removes both",
+                obj["metadata"]["name"],
+                err,
+            )
 
 
 def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[Mapping], *, fit_check: bool) -> None:
@@ -122,11 +132,13 @@ def dry_run_create(api: KubernetesApi, spec: JobSpec, obj: Mapping) -> None:
             raise JobExistsError(
                 f"{workload} {api.namespace}/{spec.name} already exists. Delete it "
                 f"(roxxel-launch delete {spec.name}), resume it (roxxel-launch resume "
-                f"{spec.name}), or {RENAME_HINT}. {RESUME_HINT}.") from None
+                f"{spec.name}), or {RENAME_HINT}. {RESUME_HINT}."
+            ) from None
         if obj["kind"] not in companion_kinds(api, workload, spec.name):
             raise  # not ours (or not ours to remove): the 409 stands
-    logger.warning("%s %s/%s is left over from a deleted job of that name; replacing it",
-                   obj["kind"], api.namespace, spec.name)
+    logger.warning(
+        "%s %s/%s is left over from a deleted job of that name; replacing it", obj["kind"], api.namespace, spec.name
+    )
     api.delete(obj["kind"], spec.name)
     api.create(obj, dry_run=True)
 
@@ -144,8 +156,9 @@ def rollback(api: KubernetesApi, created: list[dict]) -> str:
             undone.append(f"{kind}/{name}")
         except BackendError as err:
             logger.error("rollback: could not delete %s %s/%s: %s", kind, namespace, name, err)
-            left.append(f"{kind}/{name} ({err}; delete it by hand: kubectl delete "
-                        f"{kind.lower()} {name} -n {namespace})")
+            left.append(
+                f"{kind}/{name} ({err}; delete it by hand: kubectl delete {kind.lower()} {name} -n {namespace})"
+            )
     text = f"Rolled back: deleted {', '.join(undone)}." if undone else ""
     if left:
         text += f" Could NOT roll back: {'; '.join(left)}."

@@ -43,8 +43,12 @@ def last_seen(event: Mapping) -> str | None:
     """When the Event last happened: ``series.lastObservedTime``, ``lastTimestamp``,
     ``eventTime`` or ``firstTimestamp``, the first set (see the module doc)."""
     series = event.get("series") or {}
-    return (series.get("lastObservedTime") or event.get("lastTimestamp")
-            or event.get("eventTime") or event.get("firstTimestamp"))
+    return (
+        series.get("lastObservedTime")
+        or event.get("lastTimestamp")
+        or event.get("eventTime")
+        or event.get("firstTimestamp")
+    )
 
 
 def times(event: Mapping) -> int:
@@ -74,8 +78,10 @@ def merge(events: Iterable[Mapping], *, warnings_only: bool = False) -> list[Job
         label = f"{involved.get('kind', '?')}/{involved.get('name', '?')}"
         if label not in entry["objects"]:
             entry["objects"].append(label)
-    found = [JobEvent(type=t, reason=r, message=m, count=e["count"], last_seen=e["last"],
-                      objects=tuple(e["objects"])) for (t, r, m), e in merged.items()]
+    found = [
+        JobEvent(type=t, reason=r, message=m, count=e["count"], last_seen=e["last"], objects=tuple(e["objects"]))
+        for (t, r, m), e in merged.items()
+    ]
     found.sort(key=lambda e: e.last_seen or "", reverse=True)  # stable: Warnings first next
     return sorted(found, key=lambda e: e.type != "Warning")
 
@@ -90,9 +96,15 @@ def _rfc3339_seconds(text: str | None) -> float | None:
 def not_started(pods: Iterable[Mapping]) -> list[Mapping]:
     """The pods in phase Pending (not scheduled, ContainerCreating, pulling an image), not
     being deleted, by name."""
-    return sorted((p for p in pods if (p.get("status") or {}).get("phase", "Pending") == "Pending"
-                   and not (p.get("metadata") or {}).get("deletionTimestamp")),
-                  key=lambda p: (p.get("metadata") or {}).get("name", ""))
+    return sorted(
+        (
+            p
+            for p in pods
+            if (p.get("status") or {}).get("phase", "Pending") == "Pending"
+            and not (p.get("metadata") or {}).get("deletionTimestamp")
+        ),
+        key=lambda p: (p.get("metadata") or {}).get("name", ""),
+    )
 
 
 class EventReader:
@@ -116,8 +128,7 @@ class EventReader:
         found: list[dict] = []
         for kind, name in objects:
             try:
-                found += self.api.list("Event", None, fields=f"involvedObject.kind={kind},"
-                                                           f"involvedObject.name={name}")
+                found += self.api.list("Event", None, fields=f"involvedObject.kind={kind},involvedObject.name={name}")
             except BackendError as err:
                 if getattr(err.__cause__, "status", None) != 403:
                     raise
@@ -127,8 +138,9 @@ class EventReader:
         return found
 
 
-def job_objects(kind: str, obj: Mapping, child_jobs: Iterable[str], pods: Sequence[Mapping],
-                workloads: Iterable[Mapping] = ()) -> list[tuple[str, str]]:
+def job_objects(
+    kind: str, obj: Mapping, child_jobs: Iterable[str], pods: Sequence[Mapping], workloads: Iterable[Mapping] = ()
+) -> list[tuple[str, str]]:
     """``(kind, name)`` of the objects whose Events describe the job: itself, its child Jobs,
     its Kueue Workloads and at most :data:`MAX_PODS` of ``pods``."""
     name = (obj.get("metadata") or {}).get("name", "?")
@@ -151,8 +163,7 @@ class StuckPods:
         report: called with the events not shown yet.
     """
 
-    def __init__(self, reader: EventReader, after: float,
-                 report: Callable[[Sequence[JobEvent]], None]):
+    def __init__(self, reader: EventReader, after: float, report: Callable[[Sequence[JobEvent]], None]):
         self.reader = reader
         self.after = after
         self.report = report
@@ -175,8 +186,7 @@ class StuckPods:
         events = self.reader.read(job_objects(kind, obj, (), stuck))
         if not events:
             return
-        new = [e for e in merge(events, warnings_only=True)
-               if (e.type, e.reason, e.message) not in self.shown]
+        new = [e for e in merge(events, warnings_only=True) if (e.type, e.reason, e.message) not in self.shown]
         if new:
             self.shown.update((e.type, e.reason, e.message) for e in new)
             self.report(new)

@@ -57,8 +57,11 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 SKIP_HINT = "--skip-fit-check"
 _TRANSIENT_TAINTS = "node.kubernetes.io/"
 _BYTES = ("memory", "ephemeral-storage")
-_SPEC_FIELD = {"cpu": "resources.requests.cpu", "memory": "resources.requests.memory",
-               "ephemeral-storage": "resources.requests.ephemeral-storage"}
+_SPEC_FIELD = {
+    "cpu": "resources.requests.cpu",
+    "memory": "resources.requests.memory",
+    "ephemeral-storage": "resources.requests.ephemeral-storage",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +80,7 @@ class Worker:
 
 
 def _requests(container: Mapping) -> dict[str, Decimal]:
-    asked = ((container.get("resources") or {}).get("requests") or {})
+    asked = (container.get("resources") or {}).get("requests") or {}
     return {name: Decimal(parse_quantity(value)) for name, value in asked.items()}
 
 
@@ -136,9 +139,13 @@ def workers(objects: Iterable[Mapping]) -> Iterator[Worker]:
 
 def _worker(name: str, replicas: int, job: Mapping) -> Worker:
     pod = (job.get("template") or {}).get("spec") or {}
-    return Worker(job=name, pods=replicas * int(job.get("parallelism", 1)),
-                  selector=dict(pod.get("nodeSelector") or {}),
-                  tolerations=list(pod.get("tolerations") or []), requests=pod_requests(pod))
+    return Worker(
+        job=name,
+        pods=replicas * int(job.get("parallelism", 1)),
+        selector=dict(pod.get("nodeSelector") or {}),
+        tolerations=list(pod.get("tolerations") or []),
+        requests=pod_requests(pod),
+    )
 
 
 def tolerated(taint: Mapping, tolerations: Iterable[Mapping]) -> bool:
@@ -150,8 +157,9 @@ def tolerated(taint: Mapping, tolerations: Iterable[Mapping]) -> bool:
         if toleration.get("operator", "Equal") == "Exists":
             if not toleration.get("key") or toleration["key"] == taint.get("key"):
                 return True
-        elif toleration.get("key") == taint.get("key") and \
-                (toleration.get("value") or "") == (taint.get("value") or ""):
+        elif toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (
+            taint.get("value") or ""
+        ):
             return True
     return False
 
@@ -161,10 +169,13 @@ def _labels(node: Mapping) -> Mapping[str, str]:
 
 
 def _untolerated(node: Mapping, worker: Worker) -> list[Mapping]:
-    return [t for t in (node.get("spec") or {}).get("taints") or []
-            if t.get("effect") in ("NoSchedule", "NoExecute")
-            and not str(t.get("key", "")).startswith(_TRANSIENT_TAINTS)
-            and not tolerated(t, worker.tolerations)]
+    return [
+        t
+        for t in (node.get("spec") or {}).get("taints") or []
+        if t.get("effect") in ("NoSchedule", "NoExecute")
+        and not str(t.get("key", "")).startswith(_TRANSIENT_TAINTS)
+        and not tolerated(t, worker.tolerations)
+    ]
 
 
 def _shortfall(node: Mapping, worker: Worker) -> dict[str, tuple[Decimal, Decimal]]:
@@ -184,15 +195,21 @@ def _reporting(node: Mapping, worker: Worker) -> bool:
     node that has just joined shows none yet (https://kubernetes.io/docs/concepts/extend-kubernetes/
     compute-storage-net/device-plugins/)."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
-    return all(name in allocatable and Decimal(parse_quantity(allocatable[name])) > 0
-               for name in worker.requests if "/" in name)
+    return all(
+        name in allocatable and Decimal(parse_quantity(allocatable[name])) > 0
+        for name in worker.requests
+        if "/" in name
+    )
 
 
 def _holds(node: Mapping, worker: Worker) -> int:
     """How many of the worker's pods one empty node holds (by allocatable)."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
-    counts = [int(Decimal(parse_quantity(allocatable[name])) // wanted)
-              for name, wanted in worker.requests.items() if name in allocatable]
+    counts = [
+        int(Decimal(parse_quantity(allocatable[name])) // wanted)
+        for name, wanted in worker.requests.items()
+        if name in allocatable
+    ]
     return min(counts, default=worker.pods)
 
 
@@ -217,8 +234,11 @@ def _pool(node: Mapping) -> str:
 def _auto_creates_pools(nodes: Sequence[Mapping]) -> bool:
     """Whether the cluster shows that it makes node pools itself: Autopilot (node names
     ``gk3-...``) or GKE node auto-provisioning (pools ``nap-...``)."""
-    return any(str((n.get("metadata") or {}).get("name", "")).startswith("gk3-")
-               or str(_labels(n).get(NODE_POOL_LABEL, "")).startswith("nap-") for n in nodes)
+    return any(
+        str((n.get("metadata") or {}).get("name", "")).startswith("gk3-")
+        or str(_labels(n).get(NODE_POOL_LABEL, "")).startswith("nap-")
+        for n in nodes
+    )
 
 
 def _describe(worker: Worker) -> str:
@@ -227,8 +247,9 @@ def _describe(worker: Worker) -> str:
 
 
 def _fix(short: Mapping[str, tuple[Decimal, Decimal]]) -> str:
-    lower = [f"{_SPEC_FIELD.get(name, name)} to {amount(name, have)} or less"
-             for name, (_, have) in sorted(short.items())]
+    lower = [
+        f"{_SPEC_FIELD.get(name, name)} to {amount(name, have)} or less" for name, (_, have) in sorted(short.items())
+    ]
     return f"lower {', '.join(lower)}, or use a node pool of a larger machine type"
 
 
@@ -244,9 +265,12 @@ def check_fit(api: KubernetesApi, objects: Sequence[Mapping]) -> None:
     except BackendError as err:
         if getattr(err.__cause__, "status", None) != 403:
             raise
-        logger.warning("cannot list nodes (forbidden), so the fit check is skipped: grant `list nodes` "
-                       "(ClusterRole roxxel-launch-list-nodes in k8s/rbac/roxxel-launch-role.yaml) or "
-                       "pass %s", SKIP_HINT)
+        logger.warning(
+            "cannot list nodes (forbidden), so the fit check is skipped: grant `list nodes` "
+            "(ClusterRole roxxel-launch-list-nodes in k8s/rbac/roxxel-launch-role.yaml) or "
+            "pass %s",
+            SKIP_HINT,
+        )
         return
     for worker in workers(objects):
         _check_worker(worker, nodes)
@@ -254,20 +278,29 @@ def check_fit(api: KubernetesApi, objects: Sequence[Mapping]) -> None:
 
 def _check_worker(worker: Worker, nodes: Sequence[Mapping]) -> None:
     selector = ",".join(f"{k}={v}" for k, v in sorted(worker.selector.items())) or "(none)"
-    matching = [n for n in nodes if all(_labels(n).get(k) == v for k, v in worker.selector.items())
-                and not _untolerated(n, worker)]
+    matching = [
+        n
+        for n in nodes
+        if all(_labels(n).get(k) == v for k, v in worker.selector.items()) and not _untolerated(n, worker)
+    ]
     if not matching:
         logger.warning(
             "no node of the cluster matches %s (node selector %s, its tolerations): its pods stay "
             "Pending unless a node pool scaled to zero, or auto-created, brings such nodes (check: "
-            "gcloud container node-pools list)", _describe(worker), selector)
+            "gcloud container node-pools list)",
+            _describe(worker),
+            selector,
+        )
         return
     reporting = [n for n in matching if _reporting(n, worker)]
     if not reporting:
         logger.warning(
             "%s: no node matching it reports its accelerators yet (%s in %s; a device plugin still "
-            "starting?), so whether one can hold it is not known", _describe(worker),
-            count(len(matching), "node"), ", ".join(sorted({_pool(n) for n in matching})))
+            "starting?), so whether one can hold it is not known",
+            _describe(worker),
+            count(len(matching), "node"),
+            ", ".join(sorted({_pool(n) for n in matching})),
+        )
         return
     shortfalls = {id(n): _shortfall(n, worker) for n in reporting}
     fitting = [n for n in reporting if not shortfalls[id(n)]]
@@ -276,22 +309,34 @@ def _check_worker(worker: Worker, nodes: Sequence[Mapping]) -> None:
         short = shortfalls[id(closest)]
         machine = _labels(closest).get(INSTANCE_TYPE_LABEL)
         pools = sorted({_pool(n) for n in reporting})
-        why = "; ".join(f"{name} {amount(name, want)} > allocatable {amount(name, have)}"
-                        for name, (want, have) in sorted(short.items()))
+        why = "; ".join(
+            f"{name} {amount(name, want)} > allocatable {amount(name, have)}"
+            for name, (want, have) in sorted(short.items())
+        )
         where = f"{', '.join(pools)}{f', {machine}' if machine else ''}"
         if _auto_creates_pools(nodes):
-            logger.warning("%s fits no node that matches it (%s): %s; the cluster creates node pools "
-                           "itself, so one may be made for it", _describe(worker), where, why)
+            logger.warning(
+                "%s fits no node that matches it (%s): %s; the cluster creates node pools "
+                "itself, so one may be made for it",
+                _describe(worker),
+                where,
+                why,
+            )
             return
         fix = _fix(short)
         raise BackendError(
             f"{_describe(worker)} fits no node that matches it ({where}): {why}. Nothing was created. "
             f"{fix[0].upper()}{fix[1:]}; if a node pool this cluster does not show yet (scaled to "
-            f"zero) can hold it, pass {SKIP_HINT}.")
+            f"zero) can hold it, pass {SKIP_HINT}."
+        )
     room = sum(_holds(n, worker) for n in fitting)
     if room < worker.pods:
         logger.warning(
             "%s: the %s that can hold one (%s) hold %d of its %s; the rest stay Pending until the "
-            "cluster autoscaler adds nodes (if the node pool may grow)", _describe(worker),
-            count(len(fitting), "node"), ", ".join(sorted({_pool(n) for n in fitting})), room,
-            count(worker.pods, "pod"))
+            "cluster autoscaler adds nodes (if the node pool may grow)",
+            _describe(worker),
+            count(len(fitting), "node"),
+            ", ".join(sorted({_pool(n) for n in fitting})),
+            room,
+            count(worker.pods, "pod"),
+        )

@@ -30,8 +30,7 @@ def job_statuses(api: KubernetesApi, *, all_namespaces: bool = False) -> list[Jo
     selector = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     try:
         found = list_jobs(api, selector, all_namespaces)
-        pods = (api.list_all_namespaces("Pod", RUN_NAME_LABEL) if all_namespaces
-                else api.list("Pod", RUN_NAME_LABEL))
+        pods = api.list_all_namespaces("Pod", RUN_NAME_LABEL) if all_namespaces else api.list("Pod", RUN_NAME_LABEL)
     except BackendError as err:
         cause = err.__cause__
         if not (all_namespaces and isinstance(cause, ApiException) and cause.status == 403):
@@ -40,7 +39,8 @@ def job_statuses(api: KubernetesApi, *, all_namespaces: bool = False) -> list[Jo
             f"this account may not list jobs across namespaces ({_server_message(cause)}); "
             "list one namespace with -n NAMESPACE, or ask a cluster admin for a ClusterRole with "
             "list on jobsets.jobset.x-k8s.io, jobs.batch and pods (check: kubectl auth can-i list "
-            "jobsets.jobset.x-k8s.io --all-namespaces)") from cause
+            "jobsets.jobset.x-k8s.io --all-namespaces)"
+        ) from cause
     by_owner: dict[tuple[str, str, str], list[dict]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -61,6 +61,7 @@ def job_statuses(api: KubernetesApi, *, all_namespaces: bool = False) -> list[Jo
 
 def list_jobs(api: KubernetesApi, selector: str, all_namespaces: bool) -> list[tuple[str, dict]]:
     """("JobSet" | "Job", object) of every roxxel-launch job; a JobSet's child Jobs left out."""
+
     def listed(kind: str) -> list[dict]:
         if all_namespaces:
             return api.list_all_namespaces(kind, selector)
@@ -77,7 +78,8 @@ def list_jobs(api: KubernetesApi, selector: str, all_namespaces: bool) -> list[t
     for job in listed("Job"):
         meta = job.get("metadata") or {}
         if JOBSET_NAME_LABEL in (meta.get("labels") or {}) or any(
-                o.get("kind") == "JobSet" for o in meta.get("ownerReferences") or []):
+            o.get("kind") == "JobSet" for o in meta.get("ownerReferences") or []
+        ):
             continue  # a JobSet's child Job carries the JobSet's labels
         found.append(("Job", job))
     return found

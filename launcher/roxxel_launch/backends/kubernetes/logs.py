@@ -49,9 +49,19 @@ def attempt_marker(attempt: int) -> str:
     return f"── attempt {attempt + 1} (restart {attempt}) ──"
 
 
-def read_logs(api: KubernetesApi, kind: str, obj: Mapping, *, process: int, follow: bool,
-              all_processes: bool, since_seconds: int | None, previous: bool,
-              poll_seconds: float, container: str | None = None) -> Iterator[str]:
+def read_logs(
+    api: KubernetesApi,
+    kind: str,
+    obj: Mapping,
+    *,
+    process: int,
+    follow: bool,
+    all_processes: bool,
+    since_seconds: int | None,
+    previous: bool,
+    poll_seconds: float,
+    container: str | None = None,
+) -> Iterator[str]:
     """Lines (without newline) of one worker's log, or of every worker's (``all_processes``:
     each line prefixed ``[rank N] ``).
 
@@ -76,11 +86,11 @@ def read_logs(api: KubernetesApi, kind: str, obj: Mapping, *, process: int, foll
     name = obj["metadata"]["name"]
     hosts, _, processes = shape(kind, obj)
     if not 0 <= process < processes:
-        raise BackendError(f"{name} has processes 0..{processes - 1}; there is no process "
-                           f"{process}.")
+        raise BackendError(f"{name} has processes 0..{processes - 1}; there is no process {process}.")
     ranks = list(range(processes)) if all_processes else [process]
-    readers = [_RankReader(api, kind, obj, rank, hosts, since_seconds, previous, poll_seconds,
-                           container) for rank in ranks]
+    readers = [
+        _RankReader(api, kind, obj, rank, hosts, since_seconds, previous, poll_seconds, container) for rank in ranks
+    ]
     for reader in readers:
         reader.attach(wait=follow)  # errors now, not while iterating
         reader.first = reader._open(follow)
@@ -111,8 +121,8 @@ def _merged(readers: list[_RankReader], follow: bool) -> Iterator[str]:
             lines.put(err)
         finally:
             lines.put(done)
-    threads = [threading.Thread(target=pump, args=(r,), daemon=True, name=f"logs-{r.rank}")
-               for r in readers]
+
+    threads = [threading.Thread(target=pump, args=(r,), daemon=True, name=f"logs-{r.rank}") for r in readers]
     for thread in threads:
         thread.start()
     running = len(threads)
@@ -132,9 +142,18 @@ def _merged(readers: list[_RankReader], follow: bool) -> Iterator[str]:
 class _RankReader:
     """The log of one rank, attempt after attempt."""
 
-    def __init__(self, api: KubernetesApi, kind: str, obj: Mapping, rank: int,
-                 hosts: int, since_seconds: int | None, previous: bool, poll_seconds: float,
-                 container: str | None = None):
+    def __init__(
+        self,
+        api: KubernetesApi,
+        kind: str,
+        obj: Mapping,
+        rank: int,
+        hosts: int,
+        since_seconds: int | None,
+        previous: bool,
+        poll_seconds: float,
+        container: str | None = None,
+    ):
         self.api, self.kind, self.obj, self.rank, self.hosts = api, kind, obj, rank, hosts
         self.poll_seconds = poll_seconds
         self.name = obj["metadata"]["name"]
@@ -148,14 +167,12 @@ class _RankReader:
         self.first: Any = None  # the response opened by read_logs, read first
 
     def attach(self, *, wait: bool) -> None:
-        pod = _pod_of(self.api, self.kind, self.obj, self.rank, self.hosts, wait=wait,
-                      poll_seconds=self.poll_seconds)
+        pod = _pod_of(self.api, self.kind, self.obj, self.rank, self.hosts, wait=wait, poll_seconds=self.poll_seconds)
         if self.chosen is not None:
             check_container(pod, self.chosen, f"process {self.rank} of {self.name}")
         self.pod = pod["metadata"]["name"]
         self.attempt = _int(_pod_key(pod, RESTART_ATTEMPT_KEY), 0)
-        logger.info("logs of %s process %d: pod %s (attempt %d)", self.name, self.rank,
-                    self.pod, self.attempt + 1)
+        logger.info("logs of %s process %d: pod %s (attempt %d)", self.name, self.rank, self.pod, self.attempt + 1)
 
     def _open(self, follow: bool) -> Any:
         api = self.api
@@ -167,8 +184,16 @@ class _RankReader:
         if follow:
             options["_request_timeout"] = (api.retry.connect_timeout, FOLLOW_READ_TIMEOUT)
         try:
-            return api.call("read logs of", "Pod log", self.pod, api.namespace,
-                            api.core().read_namespaced_pod_log, self.pod, api.namespace, **options)
+            return api.call(
+                "read logs of",
+                "Pod log",
+                self.pod,
+                api.namespace,
+                api.core().read_namespaced_pod_log,
+                self.pod,
+                api.namespace,
+                **options,
+            )
         except BackendError as err:
             cause = err.__cause__
             if not (self.previous and isinstance(cause, ApiException) and cause.status == 400):
@@ -179,7 +204,8 @@ class _RankReader:
                 f"{_server_message(cause)}. Its workers run with restartPolicy: Never (the "
                 "Job's podFailurePolicy requires it), so a failed worker comes back as a pod of "
                 f"the next attempt instead: `roxxel-launch logs {self.name}` shows the newest "
-                "attempt, `--follow` marks each one as it starts.") from err
+                "attempt, `--follow` marks each one as it starts."
+            ) from err
 
     def lines(self, follow: bool) -> Iterator[str]:
         if not follow:
@@ -204,8 +230,12 @@ class _RankReader:
                     raise
                 breaks += 1
                 delay = self.api.retry.delay(breaks)
-                logger.warning("the log stream of pod %s broke (%s); reconnecting in %.1f s",
-                               self.pod, type(err.__cause__).__name__, delay)
+                logger.warning(
+                    "the log stream of pod %s broke (%s); reconnecting in %.1f s",
+                    self.pod,
+                    type(err.__cause__).__name__,
+                    delay,
+                )
                 self.api.retry.sleep(delay)
                 continue
             if self._ended():
@@ -230,8 +260,9 @@ class _RankReader:
         """Whether the job has ended (then the log is complete); raises when it is gone."""
         current = self.api.get(self.kind, self.name)
         if current is None:
-            raise JobNotFoundError(f"{self.kind} {self.api.namespace}/{self.name} was "
-                                   "deleted while following its logs.")
+            raise JobNotFoundError(
+                f"{self.kind} {self.api.namespace}/{self.name} was deleted while following its logs."
+            )
         self.obj = current
         return status_of(self.kind, current, []).state.terminal
 
@@ -240,8 +271,11 @@ def container_names(pod: Mapping) -> list[str]:
     """The names of a pod's containers: init containers (native sidecars among them, such
     as ``gke-gcsfuse-sidecar``), then the app containers, then ephemeral ones."""
     spec = pod.get("spec") or {}
-    return [c.get("name", "?") for key in ("initContainers", "containers", "ephemeralContainers")
-            for c in spec.get(key) or []]
+    return [
+        c.get("name", "?")
+        for key in ("initContainers", "containers", "ephemeralContainers")
+        for c in spec.get(key) or []
+    ]
 
 
 def check_container(pod: Mapping, container: str, who: str) -> None:
@@ -249,8 +283,10 @@ def check_container(pod: Mapping, container: str, who: str) -> None:
     (the API server would answer 400 "container X is not valid for pod Y")."""
     names = container_names(pod)
     if container not in names:
-        raise BackendError(f"pod {pod['metadata']['name']} ({who}) has no container {container!r}; its "
-                           f"containers: {', '.join(names) or 'none'} (choose one with -c/--container)")
+        raise BackendError(
+            f"pod {pod['metadata']['name']} ({who}) has no container {container!r}; its "
+            f"containers: {', '.join(names) or 'none'} (choose one with -c/--container)"
+        )
 
 
 def pod_of(api: KubernetesApi, kind: str, obj: Mapping, process: int) -> dict:
@@ -264,8 +300,9 @@ def pod_of(api: KubernetesApi, kind: str, obj: Mapping, process: int) -> dict:
     return _pod_of(api, kind, obj, process, hosts, wait=False, poll_seconds=0.0)
 
 
-def _pod_of(api: KubernetesApi, kind: str, obj: Mapping, process: int, hosts: int, *,
-            wait: bool, poll_seconds: float) -> dict:
+def _pod_of(
+    api: KubernetesApi, kind: str, obj: Mapping, process: int, hosts: int, *, wait: bool, poll_seconds: float
+) -> dict:
     """``process``'s newest pod; with ``wait``, once it has started (or the job has ended)."""
     name = obj["metadata"]["name"]
     if kind == "JobSet":
@@ -276,17 +313,18 @@ def _pod_of(api: KubernetesApi, kind: str, obj: Mapping, process: int, hosts: in
         selector = f"{JOB_NAME_LABEL}={name}"
     announced = None
     while True:
-        pods = [p for p in api.list("Pod", selector)
-                if _int(_pod_key(p, COMPLETION_INDEX_KEY), -1) == index]
+        pods = [p for p in api.list("Pod", selector) if _int(_pod_key(p, COMPLETION_INDEX_KEY), -1) == index]
         if pods:
-            newest = max(pods, key=lambda p: (_int(_pod_key(p, RESTART_ATTEMPT_KEY), 0),
-                                              (p.get("metadata") or {}).get(
-                                                  "creationTimestamp") or ""))
+            newest = max(
+                pods,
+                key=lambda p: (
+                    _int(_pod_key(p, RESTART_ATTEMPT_KEY), 0),
+                    (p.get("metadata") or {}).get("creationTimestamp") or "",
+                ),
+            )
             worker = worker_from_pod(newest, hosts)
-            states = [c.get("state") or {} for c in
-                      (newest.get("status") or {}).get("containerStatuses") or []]
-            started = worker.phase != "Pending" or any(
-                "running" in s or "terminated" in s for s in states)
+            states = [c.get("state") or {} for c in (newest.get("status") or {}).get("containerStatuses") or []]
+            started = worker.phase != "Pending" or any("running" in s or "terminated" in s for s in states)
             if started or not wait:
                 return newest
             reason = worker.describe()
@@ -295,18 +333,17 @@ def _pod_of(api: KubernetesApi, kind: str, obj: Mapping, process: int, hosts: in
             if not wait:
                 raise BackendError(
                     f"process {process} of {name} has no pod yet (see roxxel-launch status "
-                    f"{name}); follow the logs (-f) to wait for it.")
+                    f"{name}); follow the logs (-f) to wait for it."
+                )
             reason = f"process {process} has no pod yet"
         current = api.get(kind, name)
         if current is None:
-            raise JobNotFoundError(f"{kind} {api.namespace}/{name} was deleted while "
-                                   "waiting for its pod.")
+            raise JobNotFoundError(f"{kind} {api.namespace}/{name} was deleted while waiting for its pod.")
         state = status_of(kind, current, []).state
         if state.terminal:
             if newest is not None:  # it will not start any more: show what there is
                 return newest
-            raise BackendError(f"{name} is {state.value} and process {process} has no pod "
-                               "left to read logs from.")
+            raise BackendError(f"{name} is {state.value} and process {process} has no pod left to read logs from.")
         if reason != announced:
             logger.info("waiting for %s to start: %s", name, reason)
             announced = reason
@@ -328,8 +365,9 @@ def _lines(response, pod: str) -> Iterator[str]:
             yield buffer.removesuffix("\r")
         finished = True
     except urllib3.exceptions.HTTPError as err:
-        raise BackendError(f"the log stream of pod {pod} broke: {as_clause(err)}. Run logs again "
-                           "(with -f to keep following).") from err
+        raise BackendError(
+            f"the log stream of pod {pod} broke: {as_clause(err)}. Run logs again (with -f to keep following)."
+        ) from err
     finally:
         if finished:
             response.release_conn()

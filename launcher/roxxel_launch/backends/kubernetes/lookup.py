@@ -32,12 +32,16 @@ def locate(api: KubernetesApi, name: str) -> str | None:
                 raise
             logger.info("cannot list %ss across namespaces (%s)", kind, err)
             continue
-        namespaces |= {(o.get("metadata") or {}).get("namespace") or "" for o in items
-                       if JOBSET_NAME_LABEL not in ((o.get("metadata") or {}).get("labels") or {})}
+        namespaces |= {
+            (o.get("metadata") or {}).get("namespace") or ""
+            for o in items
+            if JOBSET_NAME_LABEL not in ((o.get("metadata") or {}).get("labels") or {})
+        }
     namespaces.discard(api.namespace)
     if len(namespaces) > 1:
-        raise BackendError(f"jobs named {name!r} exist in namespaces {', '.join(sorted(namespaces))}: "
-                           "choose one with -n/--namespace")
+        raise BackendError(
+            f"jobs named {name!r} exist in namespaces {', '.join(sorted(namespaces))}: choose one with -n/--namespace"
+        )
     return next(iter(namespaces), None)
 
 
@@ -49,15 +53,16 @@ def find_here(api: KubernetesApi, name: str) -> tuple[str, dict] | None:
         meta = obj.get("metadata") or {}
         labels = meta.get("labels") or {}
         parent = labels.get(JOBSET_NAME_LABEL) or next(
-            (o.get("name") for o in meta.get("ownerReferences") or []
-             if o.get("kind") == "JobSet"), None)
+            (o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == "JobSet"), None
+        )
         if kind == "Job" and parent:
             raise JobNotFoundError(
-                f"Job {api.namespace}/{name} is a child of JobSet {parent}: use the "
-                f"JobSet's name ({parent}).")
+                f"Job {api.namespace}/{name} is a child of JobSet {parent}: use the JobSet's name ({parent})."
+            )
         if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
             raise BackendError(
                 f"{kind} {api.namespace}/{name} was not created by roxxel-launch (no "
-                f"{MANAGED_BY_LABEL}={MANAGED_BY} label); manage it with kubectl.")
+                f"{MANAGED_BY_LABEL}={MANAGED_BY} label); manage it with kubectl."
+            )
         return kind, obj
     return None

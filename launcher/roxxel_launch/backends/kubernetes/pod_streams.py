@@ -54,13 +54,17 @@ def _refused(err: ApiException, what: str, pod: str, namespace: str, resource: s
         message = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
     message = message.strip() or (err.reason or "").strip()
     if code == 403:
-        return BackendError(f"forbidden to {what} pod {namespace}/{pod}: {as_clause(message)}. Your account needs "
-                            f"RBAC permission to get and create {resource} in namespace {namespace} "
-                            f"(check: kubectl auth can-i create {resource} -n {namespace}); "
-                            "k8s/rbac/roxxel-launch-role.yaml grants it")
+        return BackendError(
+            f"forbidden to {what} pod {namespace}/{pod}: {as_clause(message)}. Your account needs "
+            f"RBAC permission to get and create {resource} in namespace {namespace} "
+            f"(check: kubectl auth can-i create {resource} -n {namespace}); "
+            "k8s/rbac/roxxel-launch-role.yaml grants it"
+        )
     if code is None:
-        return BackendError(f"cannot {what} pod {namespace}/{pod}: {as_clause(message)}. Check the connection to the "
-                            "API server (kubectl cluster-info)")
+        return BackendError(
+            f"cannot {what} pod {namespace}/{pod}: {as_clause(message)}. Check the connection to the "
+            "API server (kubectl cluster-info)"
+        )
     return BackendError(f"the API server refused to {what} pod {namespace}/{pod} (HTTP {code}): {message}")
 
 
@@ -68,12 +72,21 @@ def require_running(pod: Mapping, who: str) -> None:
     """Raises BackendError unless the pod runs: exec and port-forward reach a running pod only."""
     phase = (pod.get("status") or {}).get("phase") or "Unknown"
     if phase != "Running":
-        raise BackendError(f"pod {pod['metadata']['name']} ({who}) is {phase}; exec and port-forward need a "
-                           "running pod (see roxxel-launch status -w)")
+        raise BackendError(
+            f"pod {pod['metadata']['name']} ({who}) is {phase}; exec and port-forward need a "
+            "running pod (see roxxel-launch status -w)"
+        )
 
 
-def exec_in_pod(api: KubernetesApi, pod: str, container: str, command: Sequence[str], *,
-                out: Callable[[bytes], None], err: Callable[[bytes], None]) -> int:
+def exec_in_pod(
+    api: KubernetesApi,
+    pod: str,
+    container: str,
+    command: Sequence[str],
+    *,
+    out: Callable[[bytes], None],
+    err: Callable[[bytes], None],
+) -> int:
     """Runs ``command`` (an argv, no shell) in ``container`` of ``pod``; its stdout and stderr
     go to ``out`` and ``err`` as they arrive. Returns its exit code (the error channel's Status).
 
@@ -83,9 +96,19 @@ def exec_in_pod(api: KubernetesApi, pod: str, container: str, command: Sequence[
 
     namespace = api.namespace
     try:
-        client = stream(api.core().connect_get_namespaced_pod_exec, pod, namespace,
-                        command=list(command), container=container, stdin=False, stdout=True,
-                        stderr=True, tty=False, binary=True, _preload_content=False)
+        client = stream(
+            api.core().connect_get_namespaced_pod_exec,
+            pod,
+            namespace,
+            command=list(command),
+            container=container,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            binary=True,
+            _preload_content=False,
+        )
     except ApiException as error:
         raise _refused(error, "exec in", pod, namespace, _RBAC_RESOURCE["Pod exec"]) from error
     try:
@@ -107,8 +130,9 @@ def exec_in_pod(api: KubernetesApi, pod: str, container: str, command: Sequence[
 def _exit_code(status: Any, pod: str) -> int:
     """The exit code in the error channel's Status (v4.channel.k8s.io)."""
     if not status:
-        raise BackendError(f"the exec stream of pod {pod} ended without the command's exit status "
-                           "(the connection broke); run it again")
+        raise BackendError(
+            f"the exec stream of pod {pod} ended without the command's exit status (the connection broke); run it again"
+        )
     try:
         data = json.loads(status)
     except ValueError:
@@ -122,8 +146,9 @@ def _exit_code(status: Any, pod: str) -> int:
     raise BackendError(f"exec in pod {pod} failed: {data.get('message') or data}")
 
 
-def forward_port(api: KubernetesApi, pod: str, local_port: int, remote_port: int, *,
-                 on_listen: Callable[[str], None] | None = None) -> None:
+def forward_port(
+    api: KubernetesApi, pod: str, local_port: int, remote_port: int, *, on_listen: Callable[[str], None] | None = None
+) -> None:
     """Listens on 127.0.0.1:``local_port`` (0: a free port) and forwards each connection to
     ``remote_port`` of ``pod`` over its own port-forward WebSocket, until KeyboardInterrupt.
 
@@ -132,16 +157,22 @@ def forward_port(api: KubernetesApi, pod: str, local_port: int, remote_port: int
     try:
         server = socket.create_server(("127.0.0.1", local_port))
     except OSError as error:
-        raise BackendError(f"cannot listen on 127.0.0.1:{local_port}: {error.strerror or error}; choose "
-                           f"another local port (e.g. {remote_port + 1}:{remote_port})") from error
+        raise BackendError(
+            f"cannot listen on 127.0.0.1:{local_port}: {error.strerror or error}; choose "
+            f"another local port (e.g. {remote_port + 1}:{remote_port})"
+        ) from error
     with server:
         address = "127.0.0.1:%d" % server.getsockname()[1]
         if on_listen is not None:
             on_listen(address)
         while True:
             connection, _ = server.accept()
-            threading.Thread(target=_forward_one, args=(api, pod, connection, remote_port),
-                             name=f"port-forward-{remote_port}", daemon=True).start()
+            threading.Thread(
+                target=_forward_one,
+                args=(api, pod, connection, remote_port),
+                name=f"port-forward-{remote_port}",
+                daemon=True,
+            ).start()
 
 
 def _forward_one(api: KubernetesApi, pod: str, connection: socket.socket, remote_port: int) -> None:
@@ -152,11 +183,13 @@ def _forward_one(api: KubernetesApi, pod: str, connection: socket.socket, remote
     namespace = api.namespace
     with connection:
         try:
-            forwarded = portforward(api.core().connect_get_namespaced_pod_portforward, pod, namespace,
-                                    ports=str(remote_port))
+            forwarded = portforward(
+                api.core().connect_get_namespaced_pod_portforward, pod, namespace, ports=str(remote_port)
+            )
         except ApiException as error:
-            logger.warning("%s", _refused(error, "forward a port of", pod, namespace,
-                                          _RBAC_RESOURCE["Pod portforward"]))
+            logger.warning(
+                "%s", _refused(error, "forward a port of", pod, namespace, _RBAC_RESOURCE["Pod portforward"])
+            )
             return
         remote = forwarded.socket(remote_port)
         try:

@@ -77,7 +77,8 @@ def kueue_version(api: KubernetesApi) -> str:
         raise BackendError(
             f"the installed Kueue serves {', '.join(sorted(map(str, served)))}, none of "
             f"{', '.join(KUEUE_VERSIONS)} that roxxel-launch reads. Install a Kueue release "
-            "that serves one of them, or remove queue and workload_priority_class from the spec.")
+            "that serves one of them, or remove queue and workload_priority_class from the spec."
+        )
     return known[0]
 
 
@@ -115,22 +116,31 @@ def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> None:
     Raises: BackendError naming the fields and the upgrade; JobSet not installed.
     """
     try:
-        crd = api.json("read", "CustomResourceDefinition", JOBSET_CRD_NAME, "(cluster)",
-                       api.apiextensions().read_custom_resource_definition, JOBSET_CRD_NAME)
+        crd = api.json(
+            "read",
+            "CustomResourceDefinition",
+            JOBSET_CRD_NAME,
+            "(cluster)",
+            api.apiextensions().read_custom_resource_definition,
+            JOBSET_CRD_NAME,
+        )
     except JobNotFoundError as err:
         if _resource_type_missing(err.__cause__):  # no apiextensions API answered: skip
-            logger.info("cannot read CRD %s here; relying on strict field validation",
-                        JOBSET_CRD_NAME)
+            logger.info("cannot read CRD %s here; relying on strict field validation", JOBSET_CRD_NAME)
             return
         raise BackendError(
             f"the JobSet API is not installed in this cluster (no CRD {JOBSET_CRD_NAME}). "
             f"{JOBSET_INSTALL_HINT} — or use workload: indexed-job, which needs no JobSet "
-            "controller.") from err
+            "controller."
+        ) from err
     except BackendError as err:
         if getattr(err.__cause__, "status", None) not in (403, 404):
             raise
-        logger.info("cannot read CRD %s (%s); relying on the API server's strict field "
-                    "validation", JOBSET_CRD_NAME, getattr(err.__cause__, "status", err))
+        logger.info(
+            "cannot read CRD %s (%s); relying on the API server's strict field validation",
+            JOBSET_CRD_NAME,
+            getattr(err.__cause__, "status", err),
+        )
         return
     versions = (crd.get("spec") or {}).get("versions") or []
     served = next((v for v in versions if v.get("name") == JOBSET_VERSION), None)
@@ -138,7 +148,8 @@ def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> None:
         names = ", ".join(v.get("name", "?") for v in versions if v.get("served", True))
         raise BackendError(
             f"the installed JobSet serves {names or 'no version'}, not {JOBSET_VERSION}, "
-            f"which roxxel-launch creates. Upgrade JobSet: {JOBSET_INSTALL_HINT}.")
+            f"which roxxel-launch creates. Upgrade JobSet: {JOBSET_INSTALL_HINT}."
+        )
     schema = (served.get("schema") or {}).get("openAPIV3Schema") or {}
     missing = sorted(set(unknown_fields({"spec": jobset.get("spec") or {}}, schema)))
     if missing:
@@ -146,39 +157,49 @@ def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> None:
             f"the JobSet installed in this cluster does not know {', '.join(missing)} (its CRD "
             f"{JOBSET_CRD_NAME} {JOBSET_VERSION} has no such field), which this job uses: it "
             "would drop it silently (without failure-policy rules, preemptions count against "
-            f"max_restarts). Nothing was created. Upgrade JobSet: {JOBSET_INSTALL_HINT}.")
+            f"max_restarts). Nothing was created. Upgrade JobSet: {JOBSET_INSTALL_HINT}."
+        )
 
 
-def check_local_queue(api: KubernetesApi, queue: str, namespace: str,
-                      version: str = KUEUE_VERSION) -> None:
+def check_local_queue(api: KubernetesApi, queue: str, namespace: str, version: str = KUEUE_VERSION) -> None:
     """Refuses a job whose Kueue LocalQueue does not exist in its namespace, read in Kueue's
     API ``version`` (:func:`kueue_version`).
 
     Raises: BackendError (no such LocalQueue, or no Kueue API at all).
     """
     try:
-        api.json("read", "LocalQueue", queue, namespace,
-                 api.custom().get_namespaced_custom_object, KUEUE_GROUP, version,
-                 namespace, "localqueues", queue)
+        api.json(
+            "read",
+            "LocalQueue",
+            queue,
+            namespace,
+            api.custom().get_namespaced_custom_object,
+            KUEUE_GROUP,
+            version,
+            namespace,
+            "localqueues",
+            queue,
+        )
     except JobNotFoundError as err:
         if _resource_type_missing(err.__cause__):  # the API itself is missing, not the queue
             raise BackendError(
                 f"the spec sets queue: {queue}, but Kueue is not installed in this cluster (no "
                 f"{KUEUE_GROUP}/{version} API). Install Kueue, or remove `queue` from the "
-                "spec.") from err
+                "spec."
+            ) from err
         raise BackendError(
             f"the spec sets queue: {queue}, but there is no LocalQueue {queue!r} in namespace "
             f"{namespace}: Kueue would leave the job suspended for ever. List the queues "
             f"(kubectl get localqueues -n {namespace}) and fix `queue`, or ask a cluster admin "
-            "to create it.") from err
+            "to create it."
+        ) from err
     except BackendError as err:
         if getattr(err.__cause__, "status", None) != 403:
             raise
         logger.info("cannot read LocalQueue %s/%s (forbidden); not checking it", namespace, queue)
 
 
-def check_workload_priority_class(api: KubernetesApi, name: str,
-                                  version: str = KUEUE_VERSION) -> None:
+def check_workload_priority_class(api: KubernetesApi, name: str, version: str = KUEUE_VERSION) -> None:
     """Refuses a job whose Kueue WorkloadPriorityClass (cluster-scoped) does not exist, read
     in Kueue's API ``version`` (:func:`kueue_version`).
 
@@ -186,20 +207,30 @@ def check_workload_priority_class(api: KubernetesApi, name: str,
     Kueue API at all).
     """
     try:
-        api.json("read", "WorkloadPriorityClass", name, "(cluster)",
-                 api.custom().get_cluster_custom_object, KUEUE_GROUP, version,
-                 "workloadpriorityclasses", name)
+        api.json(
+            "read",
+            "WorkloadPriorityClass",
+            name,
+            "(cluster)",
+            api.custom().get_cluster_custom_object,
+            KUEUE_GROUP,
+            version,
+            "workloadpriorityclasses",
+            name,
+        )
     except JobNotFoundError as err:
         if _resource_type_missing(err.__cause__):
             raise BackendError(
                 f"the spec sets workload_priority_class: {name}, but Kueue is not installed in this "
                 f"cluster (no {KUEUE_GROUP}/{version} API). Install Kueue, or remove "
-                "workload_priority_class and queue from the spec.") from err
+                "workload_priority_class and queue from the spec."
+            ) from err
         raise BackendError(
             f"the spec sets workload_priority_class: {name}, but there is no WorkloadPriorityClass "
             f"{name!r}: Kueue would create no Workload for the job and leave it suspended. List the "
             "classes (kubectl get workloadpriorityclasses) and fix workload_priority_class, or ask a "
-            "cluster admin to create it.") from err
+            "cluster admin to create it."
+        ) from err
     except BackendError as err:
         if getattr(err.__cause__, "status", None) != 403:
             raise
@@ -232,12 +263,18 @@ def check_multislice_network(api: KubernetesApi, spec: JobSpec) -> None:
     version is the API server's ``/version`` (``VersionApi.get_code``); unreadable, nothing is
     said. Raises: nothing."""
     gcsfuse = spec.data is not None and spec.data.gcsfuse is not None
-    if spec.accelerator.kind != "tpu" or spec.num_slices < 2 or not gcsfuse or spec.host_network is not None \
-            or spec.security.profile not in (None, "privileged"):
+    if (
+        spec.accelerator.kind != "tpu"
+        or spec.num_slices < 2
+        or not gcsfuse
+        or spec.host_network is not None
+        or spec.security.profile not in (None, "privileged")
+    ):
         return  # not multislice with GCS FUSE, or the network chosen in the spec
     try:
-        git_version = api.json("read", "Version", None, "(cluster)",
-                               k8s_client.VersionApi(api.api_client).get_code).get("gitVersion", "")
+        git_version = api.json(
+            "read", "Version", None, "(cluster)", k8s_client.VersionApi(api.api_client).get_code
+        ).get("gitVersion", "")
     except BackendError as err:
         logger.info("cannot read the cluster's version (%s); the multislice network check is skipped", err)
         return
@@ -247,4 +284,8 @@ def check_multislice_network(api: KubernetesApi, spec: JobSpec) -> None:
             "%s: its %d slices' DCN traffic runs on the pod network (data.gcsfuse keeps multislice pods off the "
             "host network by default), but this cluster (%s) lets GCS FUSE serve host-network pods on Standard "
             "clusters; set host_network: true in the spec to use the host network, as GKE's TPU multislice "
-            "JobSets do (not on Autopilot)", spec.name, spec.num_slices, git_version)
+            "JobSets do (not on Autopilot)",
+            spec.name,
+            spec.num_slices,
+            git_version,
+        )

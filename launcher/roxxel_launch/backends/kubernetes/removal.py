@@ -30,22 +30,28 @@ def companion_kinds(api: KubernetesApi, kind: str, name: str) -> list[str]:
                 raise
             # A job submitted with security.network_policy: false by an account that
             # may not read NetworkPolicies: nothing of ours to delete there.
-            logger.warning("cannot read NetworkPolicy %s/%s (%s); leaving it", api.namespace,
-                           name, err)
+            logger.warning("cannot read NetworkPolicy %s/%s (%s); leaving it", api.namespace, name, err)
             continue
         if obj is None:
             continue
         labels = (obj.get("metadata") or {}).get("labels") or {}
         if labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
-            logger.warning("%s %s/%s was not created by roxxel-launch; leaving it",
-                           companion, api.namespace, name)
+            logger.warning("%s %s/%s was not created by roxxel-launch; leaving it", companion, api.namespace, name)
             continue
         found.append(companion)
     return found
 
 
-def wait_gone(api: KubernetesApi, kind: str, name: str, obj: Mapping, companions: Sequence[str], *,
-              timeout: float | None, poll_seconds: float) -> None:
+def wait_gone(
+    api: KubernetesApi,
+    kind: str,
+    name: str,
+    obj: Mapping,
+    companions: Sequence[str],
+    *,
+    timeout: float | None,
+    poll_seconds: float,
+) -> None:
     if timeout is None:
         timeout = grace_period(kind, obj) + 300
     deadline = time.monotonic() + timeout
@@ -59,9 +65,9 @@ def wait_gone(api: KubernetesApi, kind: str, name: str, obj: Mapping, companions
                 f"{', '.join(pending)} {api.namespace}/{name} still exists {timeout:.0f} s "
                 f"after deletion (pods finishing a checkpoint, or a stuck finalizer). Wait "
                 f"and retry, and check: kubectl get pods -n {api.namespace} "
-                f"-l {pod_selector(kind, name)}")
-        logger.info("waiting for %s %s/%s to be deleted", ", ".join(pending),
-                    api.namespace, name)
+                f"-l {pod_selector(kind, name)}"
+            )
+        logger.info("waiting for %s %s/%s to be deleted", ", ".join(pending), api.namespace, name)
         time.sleep(poll_seconds)
 
 

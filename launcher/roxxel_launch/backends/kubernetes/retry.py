@@ -110,8 +110,7 @@ def describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"[:200]
 
 
-def retrying(call: Callable[[], T], policy: RetryPolicy, what: str, *,
-             idempotent: bool = True) -> T:
+def retrying(call: Callable[[], T], policy: RetryPolicy, what: str, *, idempotent: bool = True) -> T:
     """``call()``, repeated while it fails with a transient error and the deadline allows.
 
     Args:
@@ -132,12 +131,13 @@ def retrying(call: Callable[[], T], policy: RetryPolicy, what: str, *,
             attempt += 1
             if not transient(err, idempotent=idempotent):
                 raise
-            wait = policy.delay(attempt, retry_after(err) if isinstance(err, ApiException)
-                                else None)
+            wait = policy.delay(attempt, retry_after(err) if isinstance(err, ApiException) else None)
             elapsed = policy.clock() - started
             if elapsed + wait > policy.deadline:
-                err.add_note(f"gave up after {count(attempt, 'attempt')} in {elapsed:.0f} s "
-                             f"(retry deadline {policy.deadline:g} s)")
+                err.add_note(
+                    f"gave up after {count(attempt, 'attempt')} in {elapsed:.0f} s "
+                    f"(retry deadline {policy.deadline:g} s)"
+                )
                 raise
             logger.warning("%s: %s; retry %d in %.1f s", what, describe(err), attempt, wait)
             policy.sleep(wait)

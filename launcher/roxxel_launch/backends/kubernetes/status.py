@@ -53,8 +53,9 @@ def worker_from_pod(pod: Mapping, hosts_per_slice: int) -> Worker:
     exit_code = finished_at = None
     reason, message = status.get("reason") or "", status.get("message") or ""
     containers = status.get("containerStatuses") or []
-    container = next((c for c in containers if c.get("name") == contract.CONTAINER_NAME),
-                     containers[0] if containers else None)
+    container = next(
+        (c for c in containers if c.get("name") == contract.CONTAINER_NAME), containers[0] if containers else None
+    )
     if container is not None:
         state = container.get("state") or {}
         if "terminated" in state:
@@ -72,8 +73,7 @@ def worker_from_pod(pod: Mapping, hosts_per_slice: int) -> Worker:
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
             reason = condition.get("reason") or "DisruptionTarget"
             message = condition.get("message") or message
-        elif (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
-              and not reason):
+        elif condition.get("type") == "PodScheduled" and condition.get("status") == "False" and not reason:
             reason = condition.get("reason") or "Unschedulable"
             message = condition.get("message") or message
     return Worker(
@@ -113,9 +113,15 @@ def _first_failure(workers: Iterable[Worker]) -> Worker | None:
 
 # Why a pod stopped when the cluster, not the program, stopped it (the reasons of its
 # DisruptionTarget condition): preemption, eviction, node drain or loss.
-_DISRUPTION_REASONS = ("DisruptionTarget", "PreemptionByScheduler", "PreemptionByKubeScheduler",
-                       "TerminationByKubelet", "EvictionByEvictionAPI", "DeletionByTaintManager",
-                       "DeletionByPodGC")
+_DISRUPTION_REASONS = (
+    "DisruptionTarget",
+    "PreemptionByScheduler",
+    "PreemptionByKubeScheduler",
+    "TerminationByKubelet",
+    "EvictionByEvictionAPI",
+    "DeletionByTaintManager",
+    "DeletionByPodGC",
+)
 
 
 def _failed(worker: Worker) -> bool:
@@ -156,8 +162,9 @@ def _progress(workers: list[Worker], processes: int, slices: int) -> str:
                     phases[w.phase] = phases.get(w.phase, 0) + 1
             counts = ", ".join(f"{n} {phase}" for phase, n in sorted(phases.items()))
             parts.append(f"slice {s}: {counts or 'no pods'}")
-    waiting = next((w for w in sorted(workers, key=lambda w: w.process)
-                    if w.phase not in _RUNNING_PHASES and w.reason), None)
+    waiting = next(
+        (w for w in sorted(workers, key=lambda w: w.process) if w.phase not in _RUNNING_PHASES and w.reason), None
+    )
     if waiting is not None:
         parts.append(f"waiting: {waiting.describe()}")
     return "; ".join(parts)
@@ -169,13 +176,11 @@ def _jobset_shape(jobset: Mapping) -> tuple[int, int, int]:
     processes = 0
     for rjob in rjobs:
         job_spec = (rjob.get("template") or {}).get("spec") or {}
-        processes += (rjob.get("replicas") or 1) * (job_spec.get("parallelism")
-                                                    or job_spec.get("completions") or 1)
+        processes += (rjob.get("replicas") or 1) * (job_spec.get("parallelism") or job_spec.get("completions") or 1)
     if not rjobs:
         return 1, 0, 0
     first = (rjobs[0].get("template") or {}).get("spec") or {}
-    return (first.get("completions") or first.get("parallelism") or 1,
-            rjobs[0].get("replicas") or 1, processes)
+    return (first.get("completions") or first.get("parallelism") or 1, rjobs[0].get("replicas") or 1, processes)
 
 
 def _job_shape(job: Mapping) -> tuple[int, int, int]:
@@ -230,8 +235,7 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
     workers = [worker_from_pod(p, hosts) for p in pods]
     current = [w for w in workers if w.restart_attempt == restarts and not w.terminating]
     stale = [w for w in workers if w.restart_attempt < restarts]
-    common = dict(name=name, processes=processes, restarts=restarts,
-                  created=meta.get("creationTimestamp"))
+    common = dict(name=name, processes=processes, restarts=restarts, created=meta.get("creationTimestamp"))
     notes = []
     if restarts:
         policy = spec.get("failurePolicy") or {}
@@ -244,8 +248,10 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
             # The rest were free: child Jobs failed by their podFailurePolicy (a DisruptionTarget
             # pod condition — preemption, API, taint or node-pressure eviction — or exit 42).
             free = max(restarts - _int(counted, 0), 0)
-            notes.append(f"{restarts} restarts, {counted} counted toward max_restarts={limit}, "
-                         f"{free} free (preemption or eviction)")
+            notes.append(
+                f"{restarts} restarts, {counted} counted toward max_restarts={limit}, "
+                f"{free} free (preemption or eviction)"
+            )
     if meta.get("deletionTimestamp"):
         notes.append("being deleted")
     terminal = status.get("terminalState")
@@ -254,8 +260,12 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
         return "; ".join(p for p in (text, *notes) if p)
 
     if terminal == "Completed" or "Completed" in conditions:
-        return JobStatus(state=JobState.SUCCEEDED, exit_code=0,
-                         message=message(_condition_text(conditions.get("Completed"))), **common)
+        return JobStatus(
+            state=JobState.SUCCEEDED,
+            exit_code=0,
+            message=message(_condition_text(conditions.get("Completed"))),
+            **common,
+        )
     if terminal == "Failed" or "Failed" in conditions:
         text = _condition_text(conditions.get("Failed")) or "failed"
         # The JobSet's failure policy restarts the gang on a preemption without counting it,
@@ -266,22 +276,31 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
         failed_now = [w for w in current if _failed(w)] or [w for w in workers if _failed(w)]
         if failed_now and all(_preempted(w) for w in failed_now):
             preempted = min(failed_now, key=lambda w: (w.finished_at or "~", w.process))
-            text = (f"preempted ({text}; {preempted.describe()}); `roxxel-launch resume {name}` "
-                    "continues from the last checkpoint")
-            return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTED_EXIT_CODE,
-                             message=message(text), reason=StopReason.PREEMPTED, **common)
+            text = (
+                f"preempted ({text}; {preempted.describe()}); `roxxel-launch resume {name}` "
+                "continues from the last checkpoint"
+            )
+            return JobStatus(
+                state=JobState.PREEMPTED,
+                exit_code=contract.PREEMPTED_EXIT_CODE,
+                message=message(text),
+                reason=StopReason.PREEMPTED,
+                **common,
+            )
         first = _first_failure(current) or _first_failure(workers)
         if first is not None:
             text += f"; first failure: {first.describe()}"
         reason = _failure_reason(first)
-        if reason is StopReason.FAILED and \
-                (conditions.get("Failed") or {}).get("reason") == _JOBSET_MAX_RESTARTS_REASON:
+        if (
+            reason is StopReason.FAILED
+            and (conditions.get("Failed") or {}).get("reason") == _JOBSET_MAX_RESTARTS_REASON
+        ):
             reason = StopReason.RESTARTS_EXHAUSTED
-        return JobStatus(state=JobState.FAILED, exit_code=_failed_exit_code(first),
-                         message=message(text), reason=reason, **common)
+        return JobStatus(
+            state=JobState.FAILED, exit_code=_failed_exit_code(first), message=message(text), reason=reason, **common
+        )
     if spec.get("suspend") or "Suspended" in conditions:
-        return JobStatus(state=JobState.SUSPENDED,
-                         message=message(_suspended_message(jobset, conditions)), **common)
+        return JobStatus(state=JobState.SUSPENDED, message=message(_suspended_message(jobset, conditions)), **common)
     progress = _progress(current, processes, slices)
     running = sum(w.phase in _RUNNING_PHASES for w in current)
     if running >= processes and not stale:
@@ -306,8 +325,7 @@ def _is_preemption(condition: Mapping, workers: list[Worker]) -> bool:
     if condition.get("reason") != "PodFailurePolicy":
         return False
     text = condition.get("message") or ""
-    if "DisruptionTarget" in text or re.search(
-            rf"exit code {contract.PREEMPTED_EXIT_CODE}\b", text):
+    if "DisruptionTarget" in text or re.search(rf"exit code {contract.PREEMPTED_EXIT_CODE}\b", text):
         return True
     return any(_preempted(w) for w in workers)
 
@@ -328,8 +346,7 @@ def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
     hosts, slices, processes = _job_shape(job)
     conditions = _true_conditions(status)
     workers = [worker_from_pod(p, hosts) for p in pods]
-    common = dict(name=name, processes=processes, restarts=0,
-                  created=meta.get("creationTimestamp"))
+    common = dict(name=name, processes=processes, restarts=0, created=meta.get("creationTimestamp"))
     deleting = "; being deleted" if meta.get("deletionTimestamp") else ""
     if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
         text = _condition_text(conditions.get("Complete") or conditions.get("SuccessCriteriaMet"))
@@ -337,24 +354,34 @@ def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
     failed = conditions.get("Failed") or conditions.get("FailureTarget")
     if failed is not None:
         if _is_preemption(failed, workers):
-            text = (f"preempted ({_condition_text(failed)}); `roxxel-launch resume {name}` "
-                    "continues from the last checkpoint")
-            return JobStatus(state=JobState.PREEMPTED, exit_code=contract.PREEMPTED_EXIT_CODE,
-                             message=text + deleting, reason=StopReason.PREEMPTED, **common)
+            text = (
+                f"preempted ({_condition_text(failed)}); `roxxel-launch resume {name}` "
+                "continues from the last checkpoint"
+            )
+            return JobStatus(
+                state=JobState.PREEMPTED,
+                exit_code=contract.PREEMPTED_EXIT_CODE,
+                message=text + deleting,
+                reason=StopReason.PREEMPTED,
+                **common,
+            )
         first = _first_failure(workers)
         text = _condition_text(failed) or "failed"
         if first is not None:
             text += f"; first failure: {first.describe()}"
-        return JobStatus(state=JobState.FAILED, exit_code=_failed_exit_code(first),
-                         message=text + deleting, reason=_failure_reason(first), **common)
+        return JobStatus(
+            state=JobState.FAILED,
+            exit_code=_failed_exit_code(first),
+            message=text + deleting,
+            reason=_failure_reason(first),
+            **common,
+        )
     if spec.get("suspend") or "Suspended" in conditions:
-        return JobStatus(state=JobState.SUSPENDED,
-                         message=_suspended_message(job, conditions) + deleting, **common)
+        return JobStatus(state=JobState.SUSPENDED, message=_suspended_message(job, conditions) + deleting, **common)
     live = [w for w in workers if not w.terminating]
     running = sum(w.phase in _RUNNING_PHASES for w in live)
     state = JobState.RUNNING if running >= processes else JobState.PENDING
     return JobStatus(state=state, message=_progress(live, processes, slices) + deleting, **common)
-
 
 
 def status_of(kind: str, obj: Mapping, pods: Iterable[Mapping]) -> JobStatus:
@@ -382,8 +409,7 @@ def queue_state(queue: str, suspended: bool, workloads: Iterable[Mapping] | None
     if admitted.get("status") == "True":
         return head + "admitted"
     waiting = conditions.get("QuotaReserved") or admitted
-    return head + f"waiting ({_condition_text(waiting) or 'not admitted yet'})" + \
-        _admission_checks(workload)
+    return head + f"waiting ({_condition_text(waiting) or 'not admitted yet'})" + _admission_checks(workload)
 
 
 def _admission_checks(workload: Mapping) -> str:
@@ -391,6 +417,9 @@ def _admission_checks(workload: Mapping) -> str:
     Workload not Ready (``status.admissionChecks``: name, state Pending | Ready | Retry |
     Rejected, message; https://kueue.sigs.k8s.io/docs/concepts/admission_check/)."""
     checks = (workload.get("status") or {}).get("admissionChecks") or []
-    return "".join(f"; admission check {c.get('name', '?')}: {c.get('state', '?')}"
-                   + (f" ({c['message']})" if c.get("message") else "")
-                   for c in checks if c.get("state") != "Ready")
+    return "".join(
+        f"; admission check {c.get('name', '?')}: {c.get('state', '?')}"
+        + (f" ({c['message']})" if c.get("message") else "")
+        for c in checks
+        if c.get("state") != "Ready"
+    )

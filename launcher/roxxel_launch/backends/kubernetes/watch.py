@@ -60,8 +60,7 @@ def resource_version(obj: Mapping) -> str | None:
     return (obj.get("metadata") or {}).get("resourceVersion")
 
 
-def watch_object(api: KubernetesApi, kind: str, name: str, version: str | None,
-                 seconds: int) -> Iterator[dict]:
+def watch_object(api: KubernetesApi, kind: str, name: str, version: str | None, seconds: int) -> Iterator[dict]:
     """The events (``{"type", "object"}``) of one object after ``version``, until the server
     ends the watch (after ``seconds``).
 
@@ -70,9 +69,13 @@ def watch_object(api: KubernetesApi, kind: str, name: str, version: str | None,
     """
     fn, args = api._list_call(kind)
     namespace = api.namespace
-    options: dict[str, Any] = dict(watch=True, field_selector=f"metadata.name={name}",
-                   allow_watch_bookmarks=True, timeout_seconds=max(1, int(seconds)),
-                   _request_timeout=(api.retry.connect_timeout, seconds + api.retry.read_timeout))
+    options: dict[str, Any] = dict(
+        watch=True,
+        field_selector=f"metadata.name={name}",
+        allow_watch_bookmarks=True,
+        timeout_seconds=max(1, int(seconds)),
+        _request_timeout=(api.retry.connect_timeout, seconds + api.retry.read_timeout),
+    )
     if version:
         options["resource_version"] = version
     response = api.call("watch", kind, name, namespace, fn, *args, **options)
@@ -89,18 +92,26 @@ def watch_object(api: KubernetesApi, kind: str, name: str, version: str | None,
                     status = event.get("object") or {}
                     if status.get("code") == 410:
                         raise WatchExpired(status.get("message") or "410 Gone")
-                    raise BackendError(f"the watch of {kind} {namespace}/{name} failed: "
-                                       f"{status.get('message') or status}")
+                    raise BackendError(
+                        f"the watch of {kind} {namespace}/{name} failed: {status.get('message') or status}"
+                    )
                 yield event
     finally:
         response.close()
 
 
-def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str, Mapping]],
-                 status: Callable[[str, Mapping], JobStatus], timeout: float | None,
-                 poll_seconds: float, evicted_ends: bool,
-                 on_change: Callable[[JobStatus], None] | None,
-                 recheck_seconds: float | None = None) -> JobStatus:
+def wait_for_job(
+    api: KubernetesApi,
+    name: str,
+    *,
+    find: Callable[[], tuple[str, Mapping]],
+    status: Callable[[str, Mapping], JobStatus],
+    timeout: float | None,
+    poll_seconds: float,
+    evicted_ends: bool,
+    on_change: Callable[[JobStatus], None] | None,
+    recheck_seconds: float | None = None,
+) -> JobStatus:
     """:meth:`Backend.wait` on Kubernetes, by watching the job's object (see the module doc).
 
     Args:
@@ -136,8 +147,7 @@ def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str,
         remaining = left()
         if remaining is not None and remaining <= 0:
             raise WaitTimeout(status(*find()), timeout or 0.0)
-        seconds = WATCH_SECONDS if remaining is None else max(1, min(WATCH_SECONDS,
-                                                                      int(remaining) + 1))
+        seconds = WATCH_SECONDS if remaining is None else max(1, min(WATCH_SECONDS, int(remaining) + 1))
         recheck = recheck_seconds is not None and starting
         if recheck:
             seconds = max(1, min(seconds, int(recheck_seconds or 0)))
@@ -153,8 +163,7 @@ def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str,
                 if event.get("type") == "BOOKMARK":
                     continue
                 if event.get("type") == "DELETED":
-                    raise JobNotFoundError(f"{kind} {api.namespace}/{name} was deleted "
-                                           "while waiting for it to end.")
+                    raise JobNotFoundError(f"{kind} {api.namespace}/{name} was deleted while waiting for it to end.")
                 obj = event["object"]
                 ended = settle(obj)
                 if ended is not None:
@@ -173,8 +182,7 @@ def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str,
         except urllib3.exceptions.HTTPError as err:
             breaks += 1
             delay = api.retry.delay(breaks)
-            logger.warning("the watch of %s broke (%s); reconnecting in %.1f s", name,
-                           type(err).__name__, delay)
+            logger.warning("the watch of %s broke (%s); reconnecting in %.1f s", name, type(err).__name__, delay)
             api.retry.sleep(delay)
         except JobNotFoundError:
             raise
@@ -182,7 +190,6 @@ def wait_for_job(api: KubernetesApi, name: str, *, find: Callable[[], tuple[str,
             code = getattr(err.__cause__, "status", None)
             if code not in _NO_WATCH:
                 raise
-            logger.warning("cannot watch %s (%s); polling every %g s instead", name, err,
-                           poll_seconds)
+            logger.warning("cannot watch %s (%s); polling every %g s instead", name, err, poll_seconds)
             watching = False
     return ended

@@ -153,9 +153,15 @@ NETWORKS = ("loopback", "netns")
 namespace (:mod:`roxxel_launch.backends.local.netns`)."""
 
 
-def worker_processes(spec, run_dir: Path, *, data_dir: str | None = None, devices_per_worker: int | None = None,
-                     python: str | None = None,
-                     base_env: Mapping[str, str] | None = None) -> list[tuple[list[str], dict[str, str]]]:
+def worker_processes(
+    spec,
+    run_dir: Path,
+    *,
+    data_dir: str | None = None,
+    devices_per_worker: int | None = None,
+    python: str | None = None,
+    base_env: Mapping[str, str] | None = None,
+) -> list[tuple[list[str], dict[str, str]]]:
     """``(argv, env)`` of every pod of ``spec``'s rendered manifest as a local process, in
     process order, on loopback and before any restart (see :mod:`roxxel_launch.backends.local.pods`;
     the coordinator's DNS name is not yet mapped to a port here). Checks that each pod's
@@ -169,19 +175,21 @@ def worker_processes(spec, run_dir: Path, *, data_dir: str | None = None, device
         pods = rendered_pods.manifest_pods(rendered_objects(spec))
     except ValueError as err:
         raise BackendError(f"job {spec.name!r}: {err}") from None
-    settings = LocalSettings(python=python or sys.executable, run_dir=run_dir, data_dir=data_dir,
-                             devices_per_worker=devices_per_worker)
+    settings = LocalSettings(
+        python=python or sys.executable, run_dir=run_dir, data_dir=data_dir, devices_per_worker=devices_per_worker
+    )
     attempt = 0 if spec.workload == "jobset" else None
     procs = [worker_process(pod, settings, restart_attempt=attempt, base_env=base_env) for pod in pods]
     for i, (pod, (_, env)) in enumerate(zip(pods, procs)):
         try:
             detected = distributed.detect(env)
         except ValueError as err:
-            raise BackendError(f"pod {pod.name}: the rendered environment does not identify a process: "
-                               f"{err}") from None
+            raise BackendError(f"pod {pod.name}: the rendered environment does not identify a process: {err}") from None
         if (detected.process_id, detected.num_processes) != (i, len(pods)):
-            raise BackendError(f"pod {pod.name}: the rendered environment makes it process "
-                               f"{detected.process_id} of {detected.num_processes}, not {i} of {len(pods)}")
+            raise BackendError(
+                f"pod {pod.name}: the rendered environment makes it process "
+                f"{detected.process_id} of {detected.num_processes}, not {i} of {len(pods)}"
+            )
     return procs
 
 
@@ -215,7 +223,8 @@ def check_worker_count(spec, max_workers: int | None = None) -> None:
         raise BackendError(
             f"{spec.name}: {spec.num_processes} worker processes is more than the local cap of {cap}; "
             f"shrink the job for a local run (e.g. --set accelerator=cpu) or raise the cap with "
-            f"--max-workers N (or ${MAX_WORKERS_ENV})")
+            f"--max-workers N (or ${MAX_WORKERS_ENV})"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,11 +289,15 @@ class LocalBackend(Backend):
         if (reason := containers.unavailable_reason(opts.runtime)) is not None:
             raise BackendError(f"--runtime {opts.runtime}: {reason}")
         if opts.network == "netns":
-            raise BackendError(f"--netns and --runtime {opts.runtime} do not go together: each container "
-                               "has a network of its own already")
+            raise BackendError(
+                f"--netns and --runtime {opts.runtime} do not go together: each container "
+                "has a network of its own already"
+            )
         if spec.checkpoint_dir and not spec.checkpoint_dir.startswith(("/", "gs://")):
-            raise BackendError(f"checkpoint_dir {spec.checkpoint_dir!r}: a container run binds a local "
-                               "checkpoint directory at its own path, which must be absolute")
+            raise BackendError(
+                f"checkpoint_dir {spec.checkpoint_dir!r}: a container run binds a local "
+                "checkpoint directory at its own path, which must be absolute"
+            )
         containers.check_image(opts.runtime, spec.image)
 
     # -- paths -----------------------------------------------------------------------------
@@ -304,7 +317,8 @@ class LocalBackend(Backend):
         if not (run_dir / STATUS_FILE).is_file():
             raise JobNotFoundError(
                 f"no local job {name!r} in {self.root} (see `roxxel-launch list --local`; "
-                f"runs are kept under ${ROOT_ENV} or ./{DEFAULT_ROOT})")
+                f"runs are kept under ${ROOT_ENV} or ./{DEFAULT_ROOT})"
+            )
         return run_dir
 
     # -- Backend API -----------------------------------------------------------------------
@@ -343,8 +357,12 @@ class LocalBackend(Backend):
         check_worker_count(spec, max_workers)
         check_checkpoint_owner(spec)
         if spec.env_from:  # the kubelet would read them; nothing here can
-            logger.warning("%s: env_from (%s) is not read by a local run: set those variables in the "
-                           "environment of `roxxel-launch submit --local`", spec.name, count(len(spec.env_from), "source"))
+            logger.warning(
+                "%s: env_from (%s) is not read by a local run: set those variables in the "
+                "environment of `roxxel-launch submit --local`",
+                spec.name,
+                count(len(spec.env_from), "source"),
+            )
         resolved_data = resolve_data_dir(spec, data_dir, cwd=cwd)
         run_dir = self.run_dir(spec.name)
         if run_dir.exists():
@@ -353,9 +371,13 @@ class LocalBackend(Backend):
         argv, _ = worker_processes(spec, run_dir, data_dir=resolved_data)[0]
         if dry_run:
             return JobStatus(
-                name=spec.name, state=JobState.PENDING, processes=spec.num_processes, run_dir=str(run_dir),
+                name=spec.name,
+                state=JobState.PENDING,
+                processes=spec.num_processes,
+                run_dir=str(run_dir),
                 message=f"dry run: would start {count(spec.num_processes, 'local worker')}: "
-                        f"{shlex.join(argv)} in {cwd}")
+                f"{shlex.join(argv)} in {cwd}",
+            )
         from roxxel_launch.spec import spec_to_dict
 
         self.root.mkdir(parents=True, exist_ok=True)
@@ -365,14 +387,38 @@ class LocalBackend(Backend):
             raise self._exists_error(spec.name, run_dir) from None
         created = now()
         write_json(run_dir / SPEC_FILE, spec_to_dict(spec))
-        write_json(run_dir / LAUNCH_FILE, {
-            "cwd": cwd, "data_dir": resolved_data, "devices_per_worker": devices_per_worker,
-            "python": sys.executable, "network": network, "runtime": opts.runtime, "created": created})
-        write_json(run_dir / STATUS_FILE, {
-            "name": spec.name, "state": JobState.PENDING.value, "processes": spec.num_processes,
-            "max_restarts": spec.max_restarts, "restarts": 0, "resumes": 0, "exit_code": None,
-            "message": "", "created": created, "updated": created, "supervisor_pid": None,
-            "pids": [], "worker_exit_codes": [], "failed_process": None, "attempts": []})
+        write_json(
+            run_dir / LAUNCH_FILE,
+            {
+                "cwd": cwd,
+                "data_dir": resolved_data,
+                "devices_per_worker": devices_per_worker,
+                "python": sys.executable,
+                "network": network,
+                "runtime": opts.runtime,
+                "created": created,
+            },
+        )
+        write_json(
+            run_dir / STATUS_FILE,
+            {
+                "name": spec.name,
+                "state": JobState.PENDING.value,
+                "processes": spec.num_processes,
+                "max_restarts": spec.max_restarts,
+                "restarts": 0,
+                "resumes": 0,
+                "exit_code": None,
+                "message": "",
+                "created": created,
+                "updated": created,
+                "supervisor_pid": None,
+                "pids": [],
+                "worker_exit_codes": [],
+                "failed_process": None,
+                "attempts": [],
+            },
+        )
         logger.info("local job %s: run directory %s", spec.name, run_dir)
         return self._start(run_dir, resume=False)
 
@@ -388,21 +434,35 @@ class LocalBackend(Backend):
         run_dir = self._existing(name)
         data = read_json(run_dir / STATUS_FILE)
         status = status_from_dict(data, run_dir)
-        if not status.state.terminal and data.get("supervisor_pid") is not None \
-                and not lock_is_held(run_dir / LOCK_FILE):
+        if (
+            not status.state.terminal
+            and data.get("supervisor_pid") is not None
+            and not lock_is_held(run_dir / LOCK_FILE)
+        ):
             # Re-read: the supervisor may have finished between the two reads.
             data = read_json(run_dir / STATUS_FILE)
             status = status_from_dict(data, run_dir)
             if not status.state.terminal:
                 status = dataclasses.replace(
-                    status, state=JobState.FAILED, reason=StopReason.FAILED,
+                    status,
+                    state=JobState.FAILED,
+                    reason=StopReason.FAILED,
                     message=f"the supervisor (pid {data['supervisor_pid']}) ended without recording a final "
-                            f"state (was {status.state.value}); see {run_dir / SUPERVISOR_LOG}")
+                    f"state (was {status.state.value}); see {run_dir / SUPERVISOR_LOG}",
+                )
         return status
 
-    def logs(self, name: str, *, process: int = 0, follow: bool = False,
-             all_processes: bool = False, since_seconds: int | None = None,
-             previous: bool = False, container: str | None = None) -> Iterator[str]:
+    def logs(
+        self,
+        name: str,
+        *,
+        process: int = 0,
+        follow: bool = False,
+        all_processes: bool = False,
+        since_seconds: int | None = None,
+        previous: bool = False,
+        container: str | None = None,
+    ) -> Iterator[str]:
         """Lines (without newline) of worker ``process``'s log, every attempt, with headers.
 
         Args:
@@ -417,12 +477,16 @@ class LocalBackend(Backend):
                 ``previous`` or ``container``, which read pods on Kubernetes.
         """
         if container is not None:
-            raise BackendError("--container reads a container of a Kubernetes pod; a local run has only the "
-                               "worker, whose log this is (drop --container)")
+            raise BackendError(
+                "--container reads a container of a Kubernetes pod; a local run has only the "
+                "worker, whose log this is (drop --container)"
+            )
         if all_processes or since_seconds is not None or previous:
-            raise BackendError("--all, --since and --previous read pods on Kubernetes; a local "
-                               f"run's logs are the files worker-N.log in its run directory "
-                               f"(roxxel-launch status {name} --local names it)")
+            raise BackendError(
+                "--all, --since and --previous read pods on Kubernetes; a local "
+                f"run's logs are the files worker-N.log in its run directory "
+                f"(roxxel-launch status {name} --local names it)"
+            )
         run_dir = self._existing(name)
         processes = read_json(run_dir / STATUS_FILE)["processes"]
         if not 0 <= process < processes:
@@ -451,36 +515,40 @@ class LocalBackend(Backend):
             if not data:
                 time.sleep(0.2)
 
-    def exec(self, name: str, command, *, process: int = 0, container: str | None = None,
-             out, err) -> int:
+    def exec(self, name: str, command, *, process: int = 0, container: str | None = None, out, err) -> int:
         """Refused: a local worker is a process (or a podman container) of this machine.
 
         Raises: JobNotFoundError; BackendError saying what to run instead."""
         from roxxel_launch.backends.local.containers import RUN_LABEL, run_id
 
         run_dir = self._existing(name)
-        raise BackendError(f"exec runs a command in a Kubernetes pod; {name}'s local workers run on this "
-                           f"machine: run the command here, in its run directory {run_dir} (with --runtime "
-                           f"podman: podman ps --filter label={RUN_LABEL}={run_id(run_dir)}, then podman exec "
-                           "CONTAINER ...)")
+        raise BackendError(
+            f"exec runs a command in a Kubernetes pod; {name}'s local workers run on this "
+            f"machine: run the command here, in its run directory {run_dir} (with --runtime "
+            f"podman: podman ps --filter label={RUN_LABEL}={run_id(run_dir)}, then podman exec "
+            "CONTAINER ...)"
+        )
 
-    def port_forward(self, name: str, local_port: int, remote_port: int, *, process: int = 0,
-                     on_listen=None) -> None:
+    def port_forward(self, name: str, local_port: int, remote_port: int, *, process: int = 0, on_listen=None) -> None:
         """Refused: a local worker's ports are this machine's already.
 
         Raises: JobNotFoundError; BackendError saying which address to open instead."""
         self._existing(name)
-        raise BackendError(f"port-forward reaches a port of a Kubernetes pod; {name}'s local workers listen "
-                           f"on this machine already: open 127.0.0.1:{remote_port} (with --netns, the "
-                           "worker's own address; see roxxel-launch status --local)")
+        raise BackendError(
+            f"port-forward reaches a port of a Kubernetes pod; {name}'s local workers listen "
+            f"on this machine already: open 127.0.0.1:{remote_port} (with --netns, the "
+            "worker's own address; see roxxel-launch status --local)"
+        )
 
     def list(self, *, all_namespaces: bool = False) -> list[JobStatus]:
         """Every local job under the root, sorted by name.
 
         Raises: BackendError for ``all_namespaces`` (namespaces are Kubernetes')."""
         if all_namespaces:
-            raise BackendError(f"--all-namespaces lists Kubernetes namespaces; local jobs have none: they are "
-                               f"kept in {self.root} (drop -A)")
+            raise BackendError(
+                f"--all-namespaces lists Kubernetes namespaces; local jobs have none: they are "
+                f"kept in {self.root} (drop -A)"
+            )
         if not self.root.is_dir():
             return []
         out = []
@@ -508,8 +576,12 @@ class LocalBackend(Backend):
             while lock_is_held(lock) and time.monotonic() < deadline:
                 time.sleep(POLL_SECONDS)
             if lock_is_held(lock):
-                logger.warning("the supervisor of %s (pid %d) did not stop within %gs; killing it and its workers",
-                               name, supervisor, timeout)
+                logger.warning(
+                    "the supervisor of %s (pid %d) did not stop within %gs; killing it and its workers",
+                    name,
+                    supervisor,
+                    timeout,
+                )
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(supervisor, signal.SIGKILL)
 
@@ -554,8 +626,10 @@ class LocalBackend(Backend):
         run_dir = self._existing(name)
         status = self.status(name)
         if not _running(status.state, run_dir):
-            raise BackendError(f"local job {name!r} is {status.state.value.lower()}, not running; there is "
-                               f"nothing to suspend (resume it: roxxel-launch resume {name} --local)")
+            raise BackendError(
+                f"local job {name!r} is {status.state.value.lower()}, not running; there is "
+                f"nothing to suspend (resume it: roxxel-launch resume {name} --local)"
+            )
         self._stop(name, run_dir)
         return self.status(name)
 
@@ -586,11 +660,14 @@ class LocalBackend(Backend):
             raise BackendError(f"job {name}: the local backend's status names no run directory")
         run_dir = Path(status.run_dir)
         if _running(status.state, run_dir):
-            raise BackendError(f"local job {name!r} is {status.state.value.lower()}: wait for it "
-                               f"(`roxxel-launch wait {name} --local`) or stop it first")
+            raise BackendError(
+                f"local job {name!r} is {status.state.value.lower()}: wait for it "
+                f"(`roxxel-launch wait {name} --local`) or stop it first"
+            )
         if status.state is JobState.SUCCEEDED:
-            raise BackendError(f"local job {name!r} succeeded; there is nothing to resume "
-                               f"(delete it to run it again from scratch)")
+            raise BackendError(
+                f"local job {name!r} succeeded; there is nothing to resume (delete it to run it again from scratch)"
+            )
         if new_spec is not None:
             from roxxel_launch.spec import spec_from_dict, spec_to_dict
 
@@ -603,8 +680,7 @@ class LocalBackend(Backend):
     def _start(self, run_dir: Path, *, resume: bool) -> JobStatus:
         if self.options.foreground:
             stderr_level = logging.getLogger().getEffectiveLevel()
-            return Supervisor(run_dir, echo=self.options.echo, resume=resume,
-                               stderr_level=stderr_level).run()
+            return Supervisor(run_dir, echo=self.options.echo, resume=resume, stderr_level=stderr_level).run()
         return self._spawn_detached(run_dir, resume=resume)
 
     def _spawn_detached(self, run_dir: Path, *, resume: bool) -> JobStatus:
@@ -618,8 +694,14 @@ class LocalBackend(Backend):
         if resume:
             cmd.append("--resume")
         with open(run_dir / SUPERVISOR_LOG, "ab") as log:
-            proc = subprocess.Popen(cmd, cwd=launch["cwd"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=log, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=launch["cwd"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+            )
         logger.info("started the supervisor of %s: pid %d", run_dir.name, proc.pid)
         deadline = time.monotonic() + HANDSHAKE_SECONDS
         while time.monotonic() < deadline:
@@ -628,11 +710,15 @@ class LocalBackend(Backend):
                 return status_from_dict(data, run_dir)
             if proc.poll() is not None:
                 tail = "\n".join(log_tail(run_dir / SUPERVISOR_LOG, TAIL_LINES, since_header=False))
-                raise BackendError(f"the supervisor of {run_dir.name} exited with {proc.returncode} before it "
-                                   f"started the job; last lines of {run_dir / SUPERVISOR_LOG}:\n{tail}")
+                raise BackendError(
+                    f"the supervisor of {run_dir.name} exited with {proc.returncode} before it "
+                    f"started the job; last lines of {run_dir / SUPERVISOR_LOG}:\n{tail}"
+                )
             time.sleep(0.05)
-        raise BackendError(f"the supervisor of {run_dir.name} (pid {proc.pid}) did not take over within "
-                           f"{HANDSHAKE_SECONDS:g}s; see {run_dir / SUPERVISOR_LOG}")
+        raise BackendError(
+            f"the supervisor of {run_dir.name} (pid {proc.pid}) did not take over within "
+            f"{HANDSHAKE_SECONDS:g}s; see {run_dir / SUPERVISOR_LOG}"
+        )
 
     def _exists_error(self, name: str, run_dir: Path) -> JobExistsError:
         """What to do about an existing job of that name, by its state: only a job that
@@ -646,17 +732,24 @@ class LocalBackend(Backend):
             return JobExistsError(
                 f"a local job named {name!r} is {state.value.lower()} ({run_dir}): follow it with "
                 f"`roxxel-launch logs {name} --local -f`, wait for it with `roxxel-launch wait {name} "
-                f"--local`, or stop and remove it with {delete}")
+                f"--local`, or stop and remove it with {delete}"
+            )
         if state is JobState.SUCCEEDED:
             checkpoints = read_json(run_dir / SPEC_FILE).get("checkpoint_dir")
-            kept = (f" and remove its checkpoints ({checkpoints}), which that keeps: a new run would "
-                    "restore the last one and train no step" if checkpoints else "")
+            kept = (
+                f" and remove its checkpoints ({checkpoints}), which that keeps: a new run would "
+                "restore the last one and train no step"
+                if checkpoints
+                else ""
+            )
             return JobExistsError(
                 f"a local job named {name!r} already succeeded ({run_dir}): to run it again, delete it "
-                f"with {delete}{kept}; or {RENAME_HINT}")
+                f"with {delete}{kept}; or {RENAME_HINT}"
+            )
         return JobExistsError(
             f"a local job named {name!r} already exists and is {state.value.lower()} ({run_dir}): resume "
-            f"it with `roxxel-launch resume {name} --local`, or delete it with {delete}. {RESUME_HINT}")
+            f"it with `roxxel-launch resume {name} --local`, or delete it with {delete}. {RESUME_HINT}"
+        )
 
 
 def _running(state: JobState, run_dir: Path) -> bool:

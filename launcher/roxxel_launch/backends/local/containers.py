@@ -72,8 +72,10 @@ def unavailable_reason(engine: str = "podman") -> str | None:
     if engine not in ENGINES:
         return f"the container runtime must be one of {', '.join(ENGINES)}, got {engine!r}"
     if shutil.which(engine) is None:
-        return (f"{engine} is not installed (on Debian/Ubuntu: apt-get install podman iptables); "
-                "or run the workers as processes (the default runtime)")
+        return (
+            f"{engine} is not installed (on Debian/Ubuntu: apt-get install podman iptables); "
+            "or run the workers as processes (the default runtime)"
+        )
     return None
 
 
@@ -85,8 +87,10 @@ def run_id(run_dir: Path) -> str:
 def check_image(engine: str, image: str) -> None:
     """Raises BackendError when ``image`` is not in ``engine``'s local store (a local run never pulls)."""
     if _podman(engine, "image", "exists", image, check=False).returncode != 0:
-        raise BackendError(f"image {image!r} is not in {engine}'s local store, and a local run never pulls: "
-                           "build it (roxxel-launch image build --tag IMAGE) and submit with --set image=IMAGE")
+        raise BackendError(
+            f"image {image!r} is not in {engine}'s local store, and a local run never pulls: "
+            "build it (roxxel-launch image build --tag IMAGE) and submit with --set image=IMAGE"
+        )
 
 
 # ------------------------------------------------------------------------------------
@@ -121,15 +125,18 @@ def _security_options(pod_sc: Mapping[str, Any], sc: Mapping[str, Any]) -> list[
 
 def _bind(source: str, target: str, *, read_only: bool, chown: bool = False) -> list[str]:
     if "," in source or "," in target:
-        raise BackendError(f"cannot bind {source!r} at {target!r} into a container: a path with ',' "
-                           "cannot be given to podman --mount; use a path without one")
+        raise BackendError(
+            f"cannot bind {source!r} at {target!r} into a container: a path with ',' "
+            "cannot be given to podman --mount; use a path without one"
+        )
     options = ["type=bind", f"source={source}", f"destination={target}"]
     options += ["ro=true"] if read_only else (["U=true"] if chown else [])
     return ["--mount", ",".join(options)]
 
 
-def _volume_options(pod: rendered_pods.LocalPod, container: Mapping[str, Any],
-                    settings: LocalSettings) -> tuple[list[str], list[str]]:
+def _volume_options(
+    pod: rendered_pods.LocalPod, container: Mapping[str, Any], settings: LocalSettings
+) -> tuple[list[str], list[str]]:
     """The volume options, and what cannot be mounted here (one line each)."""
     volumes = {v["name"]: v for v in pod.spec.get("volumes") or ()}
     args: list[str] = []
@@ -192,8 +199,14 @@ def container_options(pod: rendered_pods.LocalPod, settings: LocalSettings, env:
     return args
 
 
-def container_env(pod: rendered_pods.LocalPod, settings: LocalSettings, *, restart_attempt: int | None,
-                  pod_ip: str, base_env: Mapping[str, str]) -> dict[str, str]:
+def container_env(
+    pod: rendered_pods.LocalPod,
+    settings: LocalSettings,
+    *,
+    restart_attempt: int | None,
+    pod_ip: str,
+    base_env: Mapping[str, str],
+) -> dict[str, str]:
     """The worker container's environment: the manifest's ``env`` as the kubelet resolves it
     (``secretKeyRef``/``configMapKeyRef`` values taken from ``base_env``), then
     ``ROXXEL_DATA_DIR=/data`` with ``--data-dir``, ``JAX_PLATFORMS=cpu`` unless set, and the
@@ -254,13 +267,15 @@ class _Container(RunningWorker):
 
 def _podman(engine: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     try:
-        result = subprocess.run([engine, *args], capture_output=True, text=True, timeout=_CALL_TIMEOUT,
-                                stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            [engine, *args], capture_output=True, text=True, timeout=_CALL_TIMEOUT, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         raise BackendError(f"`{engine} {' '.join(args[:2])}` did not answer within {_CALL_TIMEOUT:g}s") from None
     if check and result.returncode != 0:
-        raise BackendError(f"`{engine} {' '.join(args[:3])} ...` failed ({result.returncode}): "
-                           f"{result.stderr.strip()[-500:]}")
+        raise BackendError(
+            f"`{engine} {' '.join(args[:3])} ...` failed ({result.returncode}): {result.stderr.strip()[-500:]}"
+        )
     return result
 
 
@@ -298,20 +313,24 @@ class ContainerRuntime(WorkerRuntime):
         self.attempts += 1
         self.network = f"rxl-{self.run_id}-{self.attempts}"
         _podman(self.engine, "network", "rm", "--force", self.network, check=False)
-        _podman(self.engine, "network", "create", "--internal", "--disable-dns", "--label", self._label(),
-                self.network)
+        _podman(self.engine, "network", "create", "--internal", "--disable-dns", "--label", self._label(), self.network)
         info = json.loads(_podman(self.engine, "network", "inspect", self.network).stdout)[0]
         subnet = ipaddress.ip_network(info["subnets"][0]["subnet"])
-        hosts = list(subnet.hosts())[10:10 + n]  # clear of the gateway at the start of the range
+        hosts = list(subnet.hosts())[10 : 10 + n]  # clear of the gateway at the start of the range
         if len(hosts) < n:
             raise BackendError(f"network {self.network} ({subnet}) has no room for {n} pods")
         return [str(h) for h in hosts]
 
-    def commands(self, pods: Sequence[rendered_pods.LocalPod], settings: LocalSettings, *,
-                 restart_attempt: int | None, network: Any = None) -> tuple[str, list[WorkerCommand]]:
+    def commands(
+        self,
+        pods: Sequence[rendered_pods.LocalPod],
+        settings: LocalSettings,
+        *,
+        restart_attempt: int | None,
+        network: Any = None,
+    ) -> tuple[str, list[WorkerCommand]]:
         if network is not None:
-            raise BackendError("--netns and --runtime podman do not go together: containers have "
-                               "their own network")
+            raise BackendError("--netns and --runtime podman do not go together: containers have their own network")
         addresses = self._network_up(len(pods))
         hosts = [f"{name}:{ip}" for pod, ip in zip(pods, addresses) for name in (pod.name, *pod.dns_names)]
         commands, self.options, self.images, self.command_lengths = [], [], [], []
@@ -329,20 +348,45 @@ class ContainerRuntime(WorkerRuntime):
         try:
             detected = distributed.detect(commands[0][1])
         except ValueError as err:
-            raise BackendError(f"pod {pods[0].name}: the rendered environment does not identify a "
-                               f"process: {err}") from None
+            raise BackendError(
+                f"pod {pods[0].name}: the rendered environment does not identify a process: {err}"
+            ) from None
         return detected.coordinator_address or "none", commands
 
-    def start(self, index: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, log: IO[bytes],
-              wrap: Callable[[list[str]], list[str]] | None = None) -> RunningWorker:
+    def start(
+        self,
+        index: int,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        log: IO[bytes],
+        wrap: Callable[[list[str]], list[str]] | None = None,
+    ) -> RunningWorker:
         name = f"rxl-{self.run_id}-{self.attempts}-{index}"
         command = self.command_lengths[index]
         _podman(self.engine, "rm", "--force", "--ignore", name, check=False)
-        _podman(self.engine, "create", "--pull=never", "--name", name, "--label", self._label(),
-                *self.options[index], "--entrypoint", json.dumps(list(argv[:command])), self.images[index],
-                *argv[command:])
-        proc = subprocess.Popen([self.engine, "start", "--attach", name], stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, process_group=0)
+        _podman(
+            self.engine,
+            "create",
+            "--pull=never",
+            "--name",
+            name,
+            "--label",
+            self._label(),
+            *self.options[index],
+            "--entrypoint",
+            json.dumps(list(argv[:command])),
+            self.images[index],
+            *argv[command:],
+        )
+        proc = subprocess.Popen(
+            [self.engine, "start", "--attach", name],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+        )
         return _Container(self.engine, name, proc)
 
     def attempt_over(self) -> None:
@@ -351,14 +395,16 @@ class ContainerRuntime(WorkerRuntime):
             self.network = None
 
     def _remove(self, *, network_too: bool) -> list[str]:
-        ids = _podman(self.engine, "ps", "--all", "--quiet", "--filter", f"label={self._label()}",
-                      check=False).stdout.split()
+        ids = _podman(
+            self.engine, "ps", "--all", "--quiet", "--filter", f"label={self._label()}", check=False
+        ).stdout.split()
         if ids:
             _podman(self.engine, "rm", "--force", "--time", "0", *ids, check=False)
         nets = []
         if network_too:
-            nets = _podman(self.engine, "network", "ls", "--quiet", "--filter", f"label={self._label()}",
-                           check=False).stdout.split()
+            nets = _podman(
+                self.engine, "network", "ls", "--quiet", "--filter", f"label={self._label()}", check=False
+            ).stdout.split()
             if nets:
                 _podman(self.engine, "network", "rm", "--force", *nets, check=False)
         return ids + nets
@@ -368,4 +414,3 @@ class ContainerRuntime(WorkerRuntime):
 
     def remove_leftover(self, pid: int) -> bool:
         return False  # the containers go by their label (remove_run); their pids are podman's
-

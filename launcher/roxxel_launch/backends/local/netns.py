@@ -160,9 +160,12 @@ def pod_hosts(spec) -> list[PodHost]:
     hosts = []
     for pod in pods:
         try:  # the identity only: a Secret's value does not matter here
-            env = rendered_pods.container_env(pod, pod.container(contract.CONTAINER_NAME),
-                                         restart_attempt=0 if pod.replicated_job else None,
-                                         secret=lambda _name, _source: "")
+            env = rendered_pods.container_env(
+                pod,
+                pod.container(contract.CONTAINER_NAME),
+                restart_attempt=0 if pod.replicated_job else None,
+                secret=lambda _name, _source: "",
+            )
         except rendered_pods.UnresolvedReference as err:
             raise BackendError(str(err)) from None
         hosts.append(_host(env, pod.name, pod.dns_names, pod.namespace))
@@ -176,7 +179,8 @@ def pod_hosts(spec) -> list[PodHost]:
             raise BackendError(
                 f"job {spec.name!r}: pod {host.hostname} would connect to the coordinator "
                 f"{host.coordinator_address}, which is no pod's DNS name ({', '.join(sorted(names)) or 'none'}): "
-                "fix the template or the environment contract so that both name process 0's pod")
+                "fix the template or the environment contract so that both name process 0's pod"
+            )
     return sorted(hosts, key=lambda h: h.process_id)
 
 
@@ -210,8 +214,7 @@ def unavailable_reason() -> str | None:
 
 
 def _run(argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=IP_TIMEOUT,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(list(argv), capture_output=True, text=True, timeout=IP_TIMEOUT, stdin=subprocess.DEVNULL)
     if check and result.returncode != 0:
         raise BackendError(f"`{' '.join(argv)}` failed ({result.returncode}): {result.stderr.strip()}")
     return result
@@ -267,8 +270,11 @@ def cleanup_stale() -> list[str]:
     for run_id in sorted(set(namespaces) | set(links) | set(etc)):
         if lock_is_held(_lock_path(run_id)):
             continue
-        logger.warning("removing network namespaces and links of a stopped run (id %s): %s", run_id,
-                       ", ".join(namespaces.get(run_id, []) + links.get(run_id, [])) or "hosts files")
+        logger.warning(
+            "removing network namespaces and links of a stopped run (id %s): %s",
+            run_id,
+            ", ".join(namespaces.get(run_id, []) + links.get(run_id, [])) or "hosts files",
+        )
         _remove(namespaces.get(run_id, []), links.get(run_id, []), etc.get(run_id, []))
         with contextlib.suppress(FileNotFoundError):
             _lock_path(run_id).unlink()
@@ -298,8 +304,10 @@ class PodNetwork:
     def __init__(self, spec, python: str | None = None):
         self.hosts = pod_hosts(spec)
         if len(self.hosts) > SUBNET.num_addresses - 2:
-            raise BackendError(f"job {spec.name!r} has {len(self.hosts)} pods; --netns gives at most "
-                               f"{SUBNET.num_addresses - 2} pods addresses in {SUBNET}")
+            raise BackendError(
+                f"job {spec.name!r} has {len(self.hosts)} pods; --netns gives at most "
+                f"{SUBNET.num_addresses - 2} pods addresses in {SUBNET}"
+            )
         self.python = python or sys.executable
         self.run_id = secrets.token_hex(3)
         self._lock_fd: int | None = None
@@ -325,9 +333,17 @@ class PodNetwork:
 
     def describe(self) -> list[dict]:
         """The hosts as recorded in an attempt of ``status.json``."""
-        return [{"process": h.process_id, "hostname": h.hostname, "address": self.address(i),
-                 "dns_name": h.dns_names[0] if h.dns_names else h.hostname, "netns": self.netns(i),
-                 "link": self.link(i)} for i, h in enumerate(self.hosts)]
+        return [
+            {
+                "process": h.process_id,
+                "hostname": h.hostname,
+                "address": self.address(i),
+                "dns_name": h.dns_names[0] if h.dns_names else h.hostname,
+                "netns": self.netns(i),
+                "link": self.link(i),
+            }
+            for i, h in enumerate(self.hosts)
+        ]
 
     # -- lifetime -----------------------------------------------------------------------
     def __enter__(self) -> PodNetwork:
@@ -355,8 +371,20 @@ class PodNetwork:
         _ip("link", "add", self.bridge, "type", "bridge")
         # Bridged frames skip the host's iptables (br_netfilter): a host firewall must not
         # decide whether pods of one run reach each other.
-        _ip("link", "set", self.bridge, "type", "bridge", "nf_call_iptables", "0", "nf_call_ip6tables", "0",
-            "nf_call_arptables", "0", check=False)
+        _ip(
+            "link",
+            "set",
+            self.bridge,
+            "type",
+            "bridge",
+            "nf_call_iptables",
+            "0",
+            "nf_call_ip6tables",
+            "0",
+            "nf_call_arptables",
+            "0",
+            check=False,
+        )
         _ip("link", "set", self.bridge, "up")
         for i, host in enumerate(self.hosts):
             ns = self.netns(i)
@@ -367,22 +395,32 @@ class PodNetwork:
             _ip("-n", ns, "link", "set", "lo", "up")
             _ip("-n", ns, "addr", "add", f"{self.address(i)}/{SUBNET.prefixlen}", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
-        logger.info("network namespaces up: %s", "; ".join(
-            f"process {h['process']} {h['hostname']} {h['address']} ({h['netns']}, link {h['link']})"
-            for h in self.describe()))
+        logger.info(
+            "network namespaces up: %s",
+            "; ".join(
+                f"process {h['process']} {h['hostname']} {h['address']} ({h['netns']}, link {h['link']})"
+                for h in self.describe()
+            ),
+        )
 
     def down(self) -> None:
         """Remove this run's namespaces, links and hosts files; nothing is an error."""
         n = len(self.hosts)
-        _remove([self.netns(i) for i in range(n)], [self.link(i) for i in range(n)] + [self.bridge],
-                [NETNS_ETC / self.netns(i) for i in range(n)])
+        _remove(
+            [self.netns(i) for i in range(n)],
+            [self.link(i) for i in range(n)] + [self.bridge],
+            [NETNS_ETC / self.netns(i) for i in range(n)],
+        )
 
     def _write_etc(self, i: int) -> None:
         """``hosts`` (every pod's DNS names, the pod's own hostname) and ``resolv.conf``,
         written atomically, for ``ip netns exec`` to mount over ``/etc``."""
         own = self.hosts[i]
-        lines = ["# written by roxxel-launch --netns: the pods of this job, as cluster DNS names them",
-                 "127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        lines = [
+            "# written by roxxel-launch --netns: the pods of this job, as cluster DNS names them",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+        ]
         for j, host in enumerate(self.hosts):
             names = list(host.dns_names) + ([host.hostname] if j == i else [])
             if names:
@@ -390,9 +428,11 @@ class PodNetwork:
         folder = NETNS_ETC / self.netns(i)
         folder.mkdir(parents=True, exist_ok=True)
         search = f"{own.namespace}.svc.{CLUSTER_DOMAIN} svc.{CLUSTER_DOMAIN} {CLUSTER_DOMAIN}"
-        files = {"hosts": "\n".join(lines) + "\n",
-                 "resolv.conf": "# roxxel-launch --netns: pod names come from /etc/hosts; no DNS server\n"
-                                f"nameserver 127.0.0.1\nsearch {search}\n"}
+        files = {
+            "hosts": "\n".join(lines) + "\n",
+            "resolv.conf": "# roxxel-launch --netns: pod names come from /etc/hosts; no DNS server\n"
+            f"nameserver 127.0.0.1\nsearch {search}\n",
+        }
         for name, text in files.items():
             tmp = folder / f".{name}.tmp"
             tmp.write_text(text)
@@ -402,5 +442,4 @@ class PodNetwork:
     def wrap(self, i: int, argv: Sequence[str]) -> list[str]:
         """``argv`` run inside process ``i``'s namespace with its pod's hostname (both
         ``ip netns exec`` and the shim exec in place: the pid stays the worker's)."""
-        return ["ip", "netns", "exec", self.netns(i), self.python, "-S", "-c", _UTS_SHIM,
-                self.hosts[i].hostname, *argv]
+        return ["ip", "netns", "exec", self.netns(i), self.python, "-S", "-c", _UTS_SHIM, self.hosts[i].hostname, *argv]

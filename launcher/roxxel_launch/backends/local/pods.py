@@ -99,7 +99,7 @@ def _map_path(value: str, paths: Mapping[str, str]) -> str:
         if value == mount:
             return local
         if mount == contract.DATA_MOUNT_PATH and value.startswith(mount + "/"):
-            return local + value[len(mount):]
+            return local + value[len(mount) :]
     return value
 
 
@@ -114,9 +114,11 @@ def host_aliases(pods: Sequence[rendered_pods.LocalPod], coordinator_address: st
     names = [n for pod in pods for n in (pod.name, *pod.dns_names)]
     host = coordinator_address.rpartition(":")[0]
     if host not in names:
-        raise BackendError(f"the pods would connect to the coordinator {coordinator_address}, which is no "
-                           f"pod's DNS name ({', '.join(names)}): fix the template or the environment "
-                           "contract so that both name process 0's pod")
+        raise BackendError(
+            f"the pods would connect to the coordinator {coordinator_address}, which is no "
+            f"pod's DNS name ({', '.join(names)}): fix the template or the environment "
+            "contract so that both name process 0's pod"
+        )
     return ",".join([f"{n}=127.0.0.1" for n in names] + [f"{coordinator_address}=127.0.0.1:{port}"])
 
 
@@ -127,6 +129,7 @@ def secret_from_environment(base: Mapping[str, str]):
     Raises (when called):
         BackendError: the variable is not in ``base`` and its reference is not optional.
     """
+
     def secret(name: str, source: Mapping[str, Any]) -> str | None:
         if name in base:
             return base[name]
@@ -134,14 +137,18 @@ def secret_from_environment(base: Mapping[str, str]):
         if ref.get("optional"):
             return None
         kind = "Secret" if "secretKeyRef" in source else "ConfigMap"
-        raise BackendError(f"env {name} comes from the {kind} {ref.get('name')!r} (key {ref.get('key')!r}), "
-                           f"which a local run cannot read: set {name} in the environment of "
-                           "`roxxel-launch submit --local`")
+        raise BackendError(
+            f"env {name} comes from the {kind} {ref.get('name')!r} (key {ref.get('key')!r}), "
+            f"which a local run cannot read: set {name} in the environment of "
+            "`roxxel-launch submit --local`"
+        )
+
     return secret
 
 
-def kubelet_env(pod: rendered_pods.LocalPod, *, restart_attempt: int | None, pod_ip: str,
-                base_env: Mapping[str, str]) -> dict[str, str]:
+def kubelet_env(
+    pod: rendered_pods.LocalPod, *, restart_attempt: int | None, pod_ip: str, base_env: Mapping[str, str]
+) -> dict[str, str]:
     """The worker container's ``env`` as the kubelet resolves it
     (:func:`roxxel_launch.backends.local.rendered_pods.container_env`), a Secret's or ConfigMap's
     value taken from ``base_env`` (:func:`secret_from_environment`).
@@ -150,15 +157,26 @@ def kubelet_env(pod: rendered_pods.LocalPod, *, restart_attempt: int | None, pod
         BackendError: an env entry with no local value.
     """
     try:
-        return rendered_pods.container_env(pod, pod.container(contract.CONTAINER_NAME), restart_attempt=restart_attempt,
-                                      pod_ip=pod_ip, secret=secret_from_environment(base_env))
+        return rendered_pods.container_env(
+            pod,
+            pod.container(contract.CONTAINER_NAME),
+            restart_attempt=restart_attempt,
+            pod_ip=pod_ip,
+            secret=secret_from_environment(base_env),
+        )
     except rendered_pods.UnresolvedReference as err:
         raise BackendError(str(err)) from None
 
 
-def worker_process(pod: rendered_pods.LocalPod, settings: LocalSettings, *, restart_attempt: int | None,
-                   pod_ip: str = "127.0.0.1", aliases: str | None = None,
-                   base_env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+def worker_process(
+    pod: rendered_pods.LocalPod,
+    settings: LocalSettings,
+    *,
+    restart_attempt: int | None,
+    pod_ip: str = "127.0.0.1",
+    aliases: str | None = None,
+    base_env: Mapping[str, str] | None = None,
+) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of ``pod``'s worker container as a local process.
 
     The environment is, in this order: ``base_env`` (default ``os.environ``) without the
@@ -195,8 +213,10 @@ def worker_process(pod: rendered_pods.LocalPod, settings: LocalSettings, *, rest
     argv = rendered_pods.container_argv(container, own)
     found = shutil.which(argv[0], path=env["PATH"])
     if found is None:
-        raise BackendError(f"pod {pod.name}: the container's command {argv[0]!r} is not on PATH "
-                           f"({env['PATH']}); install the package that provides it in {bin_dir}")
+        raise BackendError(
+            f"pod {pod.name}: the container's command {argv[0]!r} is not on PATH "
+            f"({env['PATH']}); install the package that provides it in {bin_dir}"
+        )
     return [os.path.abspath(found), *argv[1:]], env
 
 
@@ -256,4 +276,3 @@ def resolve_data_dir(
     if not os.path.isdir(path):
         raise BackendError(f"data directory {path!r} (from {origin}) does not exist or is not a directory")
     return path
-

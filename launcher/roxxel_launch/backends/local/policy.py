@@ -145,23 +145,42 @@ class JobPolicy:
                 continue
             action, where = rule.get("action"), f"podFailurePolicy[{index}]"
             if action == "FailJob":
-                what = (f"Container {exit.container} for pod {exit.pod} failed with exit code "
-                        f"{exit.exit_code} matching FailJob rule at index {index}") if by_code else (
-                        f"Pod {exit.pod} has condition DisruptionTarget matching FailJob rule at index {index}")
+                what = (
+                    (
+                        f"Container {exit.container} for pod {exit.pod} failed with exit code "
+                        f"{exit.exit_code} matching FailJob rule at index {index}"
+                    )
+                    if by_code
+                    else (f"Pod {exit.pod} has condition DisruptionTarget matching FailJob rule at index {index}")
+                )
                 return Decision(Action.FAIL, False, POD_FAILURE_POLICY, what, where, action)
             if action == "Ignore":
-                return Decision(Action.RECREATE_POD, False, "",
-                                f"pod {exit.pod}: failure ignored by {where}", where, action)
+                return Decision(
+                    Action.RECREATE_POD, False, "", f"pod {exit.pod}: failure ignored by {where}", where, action
+                )
             return self._count(exit, failed_before, where, action)  # Count, FailIndex
         return self._count(exit, failed_before, None, None)
 
     def _count(self, exit: PodExit, failed_before: int, where: str | None, action: str | None) -> Decision:
         if failed_before + 1 > self.backoff_limit:
-            return Decision(Action.FAIL, True, BACKOFF_LIMIT_EXCEEDED,
-                            f"Job has reached the specified backoff limit ({self.backoff_limit}): pod "
-                            f"{exit.pod} exited with {exit.exit_code}", where, action)
-        return Decision(Action.RECREATE_POD, True, "", f"pod {exit.pod} exited with {exit.exit_code}; "
-                        f"failure {failed_before + 1} of backoffLimit {self.backoff_limit}", where, action)
+            return Decision(
+                Action.FAIL,
+                True,
+                BACKOFF_LIMIT_EXCEEDED,
+                f"Job has reached the specified backoff limit ({self.backoff_limit}): pod "
+                f"{exit.pod} exited with {exit.exit_code}",
+                where,
+                action,
+            )
+        return Decision(
+            Action.RECREATE_POD,
+            True,
+            "",
+            f"pod {exit.pod} exited with {exit.exit_code}; "
+            f"failure {failed_before + 1} of backoffLimit {self.backoff_limit}",
+            where,
+            action,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,18 +227,36 @@ class WorkloadPolicy:
     def _jobset_decides(self, exit: PodExit, job: Decision, counted: int) -> Decision:
         policy = self.jobset or {}
         if not policy:
-            return Decision(Action.FAIL, False, FAILED_JOBS, f"job {exit.job} failed: {job.message} "
-                            "(the JobSet has no failurePolicy)", None, job.job_action)
+            return Decision(
+                Action.FAIL,
+                False,
+                FAILED_JOBS,
+                f"job {exit.job} failed: {job.message} (the JobSet has no failurePolicy)",
+                None,
+                job.job_action,
+            )
         for rule in policy.get("rules") or ():
             if not _jobset_rule_matches(rule, job, exit):
                 continue
             action, name = rule.get("action"), rule.get("name")
             if action == "FailJobSet":
-                return Decision(Action.FAIL, False, job.reason, f"{job.message}; JobSet rule {name}: "
-                                "FailJobSet", name, job.job_action)
+                return Decision(
+                    Action.FAIL,
+                    False,
+                    job.reason,
+                    f"{job.message}; JobSet rule {name}: FailJobSet",
+                    name,
+                    job.job_action,
+                )
             if action == "RestartJobSetAndIgnoreMaxRestarts":
-                return Decision(Action.RESTART, False, job.reason, f"{job.message}; JobSet rule {name}: "
-                                "restart, not counted against maxRestarts", name, job.job_action)
+                return Decision(
+                    Action.RESTART,
+                    False,
+                    job.reason,
+                    f"{job.message}; JobSet rule {name}: restart, not counted against maxRestarts",
+                    name,
+                    job.job_action,
+                )
             if action == "RestartJobSet":
                 return self._counted_restart(job, counted, name)
             raise ValueError(f"JobSet failurePolicy rule {name!r}: unknown action {action!r}")
@@ -228,20 +265,33 @@ class WorkloadPolicy:
     def _counted_restart(self, job: Decision, counted: int, name: str | None) -> Decision:
         by = f"JobSet rule {name}" if name else "no JobSet rule matched"
         if counted >= self.max_restarts:
-            return Decision(Action.FAIL, True, REACHED_MAX_RESTARTS, f"{job.message}; {by}: maxRestarts "
-                            f"({self.max_restarts}) reached; counted restarts: {counted}", name,
-                            job.job_action)
-        return Decision(Action.RESTART, True, job.reason, f"{job.message}; {by}: restart "
-                        f"{counted + 1} of at most {self.max_restarts}", name, job.job_action)
+            return Decision(
+                Action.FAIL,
+                True,
+                REACHED_MAX_RESTARTS,
+                f"{job.message}; {by}: maxRestarts ({self.max_restarts}) reached; counted restarts: {counted}",
+                name,
+                job.job_action,
+            )
+        return Decision(
+            Action.RESTART,
+            True,
+            job.reason,
+            f"{job.message}; {by}: restart {counted + 1} of at most {self.max_restarts}",
+            name,
+            job.job_action,
+        )
 
 
 def _jobset_rule_matches(rule: Mapping[str, Any], job: Decision, exit: PodExit) -> bool:
     reasons = rule.get("onJobFailureReasons") or ()
     patterns = rule.get("onJobFailureMessagePatterns") or ()
     targets = rule.get("targetReplicatedJobs") or ()
-    return ((not reasons or job.reason in reasons)
-            and (not patterns or any(re.search(p, job.message) for p in patterns))
-            and (not targets or exit.replicated_job in targets))
+    return (
+        (not reasons or job.reason in reasons)
+        and (not patterns or any(re.search(p, job.message) for p in patterns))
+        and (not targets or exit.replicated_job in targets)
+    )
 
 
 def policy_of(objects: Sequence[Mapping[str, Any]]) -> WorkloadPolicy:

@@ -94,6 +94,3 @@ class LogEcho:
         if lines:
             self.out.write("".join(f"{self.prefix}{line.decode('utf-8', errors='replace')}\n" for line in lines))
             self.out.flush()
-
-
-

@@ -90,8 +90,7 @@ class LocalPod:
         short form a pod's DNS search path completes)."""
         if self.subdomain is None:
             return ()
-        return (f"{self.name}.{self.subdomain}.{self.namespace}.svc.{CLUSTER_DOMAIN}",
-                f"{self.name}.{self.subdomain}")
+        return (f"{self.name}.{self.subdomain}.{self.namespace}.svc.{CLUSTER_DOMAIN}", f"{self.name}.{self.subdomain}")
 
     @property
     def grace_seconds(self) -> int:
@@ -142,11 +141,17 @@ def _jobset_pods(jobset: Mapping[str, Any]) -> list[LocalPod]:
     for rjob in spec["replicatedJobs"]:
         replicas = int(rjob.get("replicas", 1))
         for j in range(replicas):
-            keys = {"jobset-name": name, "replicatedjob-name": rjob["name"], "job-index": str(j),
-                    "replicatedjob-replicas": str(replicas)}
+            keys = {
+                "jobset-name": name,
+                "replicatedjob-name": rjob["name"],
+                "job-index": str(j),
+                "replicatedjob-replicas": str(replicas),
+            }
             extra = {_JOBSET + k: v for k, v in keys.items()}
-            job = {**rjob["template"], "metadata": {**(rjob["template"].get("metadata") or {}),
-                                                    "namespace": meta.get("namespace", "default")}}
+            job = {
+                **rjob["template"],
+                "metadata": {**(rjob["template"].get("metadata") or {}), "namespace": meta.get("namespace", "default")},
+            }
             pods += _job_pods(job, f"{name}-{rjob['name']}-{j}", rjob["name"], j, extra, subdomain)
     return pods
 
@@ -159,14 +164,23 @@ def _headless(job: Mapping[str, Any], services: Sequence[Mapping[str, Any]]) -> 
     labels = (template.get("metadata") or {}).get("labels") or {}
     for service in services:
         spec = service.get("spec") or {}
-        if service["metadata"]["name"] == subdomain and spec.get("clusterIP") == "None" \
-                and all(labels.get(k) == v for k, v in (spec.get("selector") or {}).items()):
+        if (
+            service["metadata"]["name"] == subdomain
+            and spec.get("clusterIP") == "None"
+            and all(labels.get(k) == v for k, v in (spec.get("selector") or {}).items())
+        ):
             return subdomain
     return None
 
 
-def _job_pods(job: Mapping[str, Any], job_name: str, rjob: str | None, job_index: int,
-              extra: Mapping[str, str], subdomain: str | None) -> list[LocalPod]:
+def _job_pods(
+    job: Mapping[str, Any],
+    job_name: str,
+    rjob: str | None,
+    job_index: int,
+    extra: Mapping[str, str],
+    subdomain: str | None,
+) -> list[LocalPod]:
     spec = job["spec"]
     if spec.get("completionMode") != "Indexed":
         raise ValueError(f"job {job_name}: completionMode is {spec.get('completionMode')!r}, not Indexed")
@@ -181,8 +195,20 @@ def _job_pods(job: Mapping[str, Any], job_name: str, rjob: str | None, job_index
         index = {COMPLETION_INDEX_KEY: str(i)}
         labels = {**(meta.get("labels") or {}), **extra, **index, "batch.kubernetes.io/job-name": job_name}
         annotations = {**(meta.get("annotations") or {}), **extra, **index}
-        pods.append(LocalPod(f"{job_name}-{i}", namespace, job_name, rjob, job_index, i, labels,
-                             annotations, subdomain, template["spec"]))
+        pods.append(
+            LocalPod(
+                f"{job_name}-{i}",
+                namespace,
+                job_name,
+                rjob,
+                job_index,
+                i,
+                labels,
+                annotations,
+                subdomain,
+                template["spec"],
+            )
+        )
     return pods
 
 
@@ -213,7 +239,7 @@ def expand(text: str, lookup: Callable[[str], str | None]) -> str:
                 out.append("$(")
                 i += 2
             else:
-                name = text[i + 2:end]
+                name = text[i + 2 : end]
                 value = lookup(name)
                 out.append(f"$({name})" if value is None else value)
                 i = end + 1
@@ -223,24 +249,33 @@ def expand(text: str, lookup: Callable[[str], str | None]) -> str:
     return "".join(out)
 
 
-def _field(pod: LocalPod, path: str, labels: Mapping[str, str], annotations: Mapping[str, str],
-           pod_ip: str) -> str:
+def _field(pod: LocalPod, path: str, labels: Mapping[str, str], annotations: Mapping[str, str], pod_ip: str) -> str:
     """A downward-API ``fieldRef`` value; a missing label or annotation reads as ""."""
     match = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
     if match:
         return (labels if match.group(1) == "labels" else annotations).get(match.group(2), "")
-    simple = {"metadata.name": pod.name, "metadata.namespace": pod.namespace,
-              "spec.serviceAccountName": str(pod.spec.get("serviceAccountName", "default")),
-              "status.podIP": pod_ip, "status.podIPs": pod_ip, "status.hostIP": pod_ip,
-              "spec.nodeName": "localhost"}
+    simple = {
+        "metadata.name": pod.name,
+        "metadata.namespace": pod.namespace,
+        "spec.serviceAccountName": str(pod.spec.get("serviceAccountName", "default")),
+        "status.podIP": pod_ip,
+        "status.podIPs": pod_ip,
+        "status.hostIP": pod_ip,
+        "spec.nodeName": "localhost",
+    }
     if path not in simple:
         raise UnresolvedReference(f"pod {pod.name}: the downward-API field {path!r} has no local value")
     return simple[path]
 
 
-def container_env(pod: LocalPod, container: Mapping[str, Any], *, restart_attempt: int | None = None,
-                  pod_ip: str = "127.0.0.1",
-                  secret: Callable[[str, Mapping[str, Any]], str | None] | None = None) -> dict[str, str]:
+def container_env(
+    pod: LocalPod,
+    container: Mapping[str, Any],
+    *,
+    restart_attempt: int | None = None,
+    pod_ip: str = "127.0.0.1",
+    secret: Callable[[str, Mapping[str, Any]], str | None] | None = None,
+) -> dict[str, str]:
     """The container's environment, in the kubelet's order (see the module docstring).
 
     Args:
@@ -261,8 +296,12 @@ def container_env(pod: LocalPod, container: Mapping[str, Any], *, restart_attemp
         labels[RESTART_ATTEMPT_KEY] = annotations[RESTART_ATTEMPT_KEY] = str(restart_attempt)
     entries = list(container.get("env") or ())
     if COMPLETION_INDEX_KEY in annotations and not any(e.get("name") == JOB_COMPLETION_INDEX for e in entries):
-        entries.append({"name": JOB_COMPLETION_INDEX, "valueFrom": {"fieldRef": {
-            "fieldPath": f"metadata.annotations['{COMPLETION_INDEX_KEY}']"}}})
+        entries.append(
+            {
+                "name": JOB_COMPLETION_INDEX,
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_KEY}']"}},
+            }
+        )
     env: dict[str, str] = {}
     for entry in entries:
         name, source = entry["name"], entry.get("valueFrom")
@@ -275,8 +314,9 @@ def container_env(pod: LocalPod, container: Mapping[str, Any], *, restart_attemp
             if value is not None:
                 env[name] = value
         else:
-            raise UnresolvedReference(f"pod {pod.name}: env {name} comes from {sorted(source)}, "
-                                      "which has no value on this machine")
+            raise UnresolvedReference(
+                f"pod {pod.name}: env {name} comes from {sorted(source)}, which has no value on this machine"
+            )
     return env
 
 
@@ -288,6 +328,7 @@ def container_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list
     """
     command = list(container.get("command") or ())
     if not command:
-        raise ValueError(f"container {container.get('name')!r} has no command: a local run has no "
-                         "image entrypoint to fall back on")
+        raise ValueError(
+            f"container {container.get('name')!r} has no command: a local run has no image entrypoint to fall back on"
+        )
     return [expand(str(item), env.get) for item in (*command, *(container.get("args") or ()))]

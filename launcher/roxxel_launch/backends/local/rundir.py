@@ -82,7 +82,7 @@ def log_tail(path: Path, lines: int, *, since_header: bool = True) -> list[str]:
     if since_header:
         for i in range(len(out) - 1, -1, -1):
             if out[i].startswith(ATTEMPT_HEADER):
-                out = out[i + 1:]
+                out = out[i + 1 :]
                 break
     return out[-lines:]
 
@@ -118,4 +118,3 @@ def status_from_dict(data: Mapping[str, Any], run_dir: Path) -> JobStatus:
         run_dir=str(run_dir),
         created=data.get("created"),
     )
-

@@ -75,8 +75,14 @@ class WorkerRuntime(abc.ABC):
     """The runtime's name in :data:`RUNTIMES`."""
 
     @abc.abstractmethod
-    def commands(self, pods: Sequence[rendered_pods.LocalPod], settings: LocalSettings, *,
-                 restart_attempt: int | None, network: Any = None) -> tuple[str, list[WorkerCommand]]:
+    def commands(
+        self,
+        pods: Sequence[rendered_pods.LocalPod],
+        settings: LocalSettings,
+        *,
+        restart_attempt: int | None,
+        network: Any = None,
+    ) -> tuple[str, list[WorkerCommand]]:
         """The coordinator address the workers of one attempt will use, and each pod's
         command and environment, in process order.
 
@@ -93,8 +99,16 @@ class WorkerRuntime(abc.ABC):
         """
 
     @abc.abstractmethod
-    def start(self, index: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, log: IO[bytes],
-              wrap: Callable[[list[str]], list[str]] | None = None) -> RunningWorker:
+    def start(
+        self,
+        index: int,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        log: IO[bytes],
+        wrap: Callable[[list[str]], list[str]] | None = None,
+    ) -> RunningWorker:
         """Starts pod ``index``'s worker running ``argv`` (as :meth:`commands` gave it) with
         exactly ``env``, in ``cwd``, its output (stdout and stderr) appended to ``log``, its
         stdin empty.
@@ -154,21 +168,29 @@ class ProcessRuntime(WorkerRuntime):
     def __init__(self, python: str):
         self.python = python
 
-    def commands(self, pods: Sequence[rendered_pods.LocalPod], settings: LocalSettings, *,
-                 restart_attempt: int | None, network: Any = None) -> tuple[str, list[WorkerCommand]]:
+    def commands(
+        self,
+        pods: Sequence[rendered_pods.LocalPod],
+        settings: LocalSettings,
+        *,
+        restart_attempt: int | None,
+        network: Any = None,
+    ) -> tuple[str, list[WorkerCommand]]:
         """On loopback the pods' DNS names point at 127.0.0.1 and the coordinator's port is a
         free one (see :func:`~roxxel_launch.backends.local.pods.host_aliases`); with a
         ``network`` each pod has its own address and its names resolve there."""
         if network is not None:
             return network.coordinator_address, [
                 worker_process(pod, settings, restart_attempt=restart_attempt, pod_ip=network.address(i))
-                for i, pod in enumerate(pods)]
+                for i, pod in enumerate(pods)
+            ]
         _, first = worker_process(pods[0], settings, restart_attempt=restart_attempt)
         try:
             detected = distributed.detect(first)
         except ValueError as err:
-            raise BackendError(f"pod {pods[0].name}: the rendered environment does not identify a "
-                               f"process: {err}") from None
+            raise BackendError(
+                f"pod {pods[0].name}: the rendered environment does not identify a process: {err}"
+            ) from None
         aliases, address = None, detected.coordinator_address
         if address is not None:
             port = free_port()
@@ -178,13 +200,30 @@ class ProcessRuntime(WorkerRuntime):
         commands = [worker_process(pod, settings, restart_attempt=restart_attempt, aliases=aliases) for pod in pods]
         return address or "none", commands
 
-    def start(self, index: int, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, log: IO[bytes],
-              wrap: Callable[[list[str]], list[str]] | None = None) -> RunningWorker:
+    def start(
+        self,
+        index: int,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        log: IO[bytes],
+        wrap: Callable[[list[str]], list[str]] | None = None,
+    ) -> RunningWorker:
         command = with_parent_death_signal(self.python, list(argv))
         if wrap is not None:
             command = wrap(command)
-        return _WorkerProcess(subprocess.Popen(command, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                                               stdout=log, stderr=subprocess.STDOUT, process_group=0))
+        return _WorkerProcess(
+            subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+            )
+        )
 
     def remove_leftover(self, pid: int) -> bool:
         if is_local_worker(pid) and group_alive(pid):
@@ -197,4 +236,3 @@ def default_runtime(python: str | None = None) -> WorkerRuntime:
     """The runtime of local runs: :class:`ProcessRuntime`, its shim run by ``python``
     (default: this interpreter)."""
     return ProcessRuntime(python or sys.executable)
-

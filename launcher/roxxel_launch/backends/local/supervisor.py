@@ -138,8 +138,15 @@ class _Outcome:
 class Supervisor:
     """Runs one job's attempts in the calling process (see the module docstring)."""
 
-    def __init__(self, run_dir: Path, *, echo: IO[str] | None, resume: bool, stderr_level: int | None,
-                 runtime: WorkerRuntime | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        echo: IO[str] | None,
+        resume: bool,
+        stderr_level: int | None,
+        runtime: WorkerRuntime | None = None,
+    ):
         """``runtime``: what starts and signals each pod's worker; default
         :func:`~roxxel_launch.backends.local.runtime.default_runtime` (processes)."""
         self.run_dir = run_dir
@@ -167,8 +174,12 @@ class Supervisor:
                 except BaseException as err:
                     logger.exception("supervisor error; stopping every worker")
                     self._stop_workers(grace=0.0)
-                    self._finish(JobState.FAILED, 1, f"the local supervisor failed: {err!r} "
-                                 f"(see {self.run_dir / SUPERVISOR_LOG})", StopReason.FAILED)
+                    self._finish(
+                        JobState.FAILED,
+                        1,
+                        f"the local supervisor failed: {err!r} (see {self.run_dir / SUPERVISOR_LOG})",
+                        StopReason.FAILED,
+                    )
                     raise
         finally:
             os.close(lock_fd)
@@ -243,9 +254,12 @@ class Supervisor:
         self.pods = rendered_pods.manifest_pods(objects)
         self.policy = policy.policy_of(objects)
         self.is_jobset = any(obj.get("kind") == "JobSet" for obj in objects)
-        self.settings = LocalSettings(python=self.launch.get("python") or sys.executable, run_dir=self.run_dir,
-                                      data_dir=self.launch.get("data_dir"),
-                                      devices_per_worker=self.launch.get("devices_per_worker"))
+        self.settings = LocalSettings(
+            python=self.launch.get("python") or sys.executable,
+            run_dir=self.run_dir,
+            data_dir=self.launch.get("data_dir"),
+            devices_per_worker=self.launch.get("devices_per_worker"),
+        )
         self.grace = float(min(self.pods[0].grace_seconds, GRACE_CAP_SECONDS))
         if self.runtime is None:
             self.runtime = runtime_for(self.launch.get("runtime"), self.run_dir, self.settings.python)
@@ -273,14 +287,15 @@ class Supervisor:
         self.status["updated"] = now()
         write_json(self.run_dir / STATUS_FILE, self.status)
 
-    def _finish(self, state: JobState, code: int, message: str,
-                reason: StopReason | None = None) -> JobStatus:
-        self.status.update(state=state.value, exit_code=code, message=message,
-                           reason=None if reason is None else reason.value)
+    def _finish(self, state: JobState, code: int, message: str, reason: StopReason | None = None) -> JobStatus:
+        self.status.update(
+            state=state.value, exit_code=code, message=message, reason=None if reason is None else reason.value
+        )
         self._save()
         # INFO: the caller reports the outcome (the CLI prints it; status() returns it).
-        logger.info("job %s %s (exit code %d)%s", self.spec.name, state.value.lower(), code,
-                    f": {message}" if message else "")
+        logger.info(
+            "job %s %s (exit code %d)%s", self.spec.name, state.value.lower(), code, f": {message}" if message else ""
+        )
         return status_from_dict(self.status, self.run_dir)
 
     # -- attempts ------------------------------------------------------------------------
@@ -297,15 +312,26 @@ class Supervisor:
                 raise RuntimeError(f"worker {i} failed and no policy decision was taken")
             what = f"{self._worker_name(i)} exited with {code} ({exit_codes.describe(code)})"
             if self.signals:
-                return self._finish(JobState.FAILED, code, f"{what}; not restarted: stop requested by "
-                                    f"{signal.Signals(self.signals[0]).name}", StopReason.STOPPED_BY_USER)
+                return self._finish(
+                    JobState.FAILED,
+                    code,
+                    f"{what}; not restarted: stop requested by {signal.Signals(self.signals[0]).name}",
+                    StopReason.STOPPED_BY_USER,
+                )
             if decision.action is policy.Action.RESTART:
                 restarts = self.status["restarts"] + 1
                 counted = self.status.get("restarts_counted", 0) + int(decision.counted)
-                which = (f"gang restart {counted} of at most {self.policy.max_restarts}" if decision.counted else
-                         f"gang restart {restarts}, not counted against max_restarts")
-                self.status.update(restarts=restarts, restarts_counted=counted, state=JobState.RESTARTING.value,
-                                   message=f"{what}; {which} ({decision.message})")
+                which = (
+                    f"gang restart {counted} of at most {self.policy.max_restarts}"
+                    if decision.counted
+                    else f"gang restart {restarts}, not counted against max_restarts"
+                )
+                self.status.update(
+                    restarts=restarts,
+                    restarts_counted=counted,
+                    state=JobState.RESTARTING.value,
+                    message=f"{what}; {which} ({decision.message})",
+                )
                 self._save()
                 logger.warning("%s; %s (%s)", what, which, decision.message)
                 continue
@@ -316,15 +342,28 @@ class Supervisor:
         configuration error (78), max_restarts used up, or another failure."""
         if code == exit_codes.PREEMPTED_EXIT_CODE:
             return self._finish(
-                JobState.PREEMPTED, code, f"{what}: {decision.message}; "  # `what` says "preempted" already
-                f"resume with `roxxel-launch resume {self.spec.name} --local`", StopReason.PREEMPTED)
+                JobState.PREEMPTED,
+                code,
+                f"{what}: {decision.message}; "  # `what` says "preempted" already
+                f"resume with `roxxel-launch resume {self.spec.name} --local`",
+                StopReason.PREEMPTED,
+            )
         if code == exit_codes.CONFIG_ERROR_EXIT_CODE:
-            return self._finish_failed(i, code, f"{what}; not restarted: a configuration error fails the "
-                                       f"same way on every attempt ({decision.message})", StopReason.CONFIG_ERROR)
+            return self._finish_failed(
+                i,
+                code,
+                f"{what}; not restarted: a configuration error fails the "
+                f"same way on every attempt ({decision.message})",
+                StopReason.CONFIG_ERROR,
+            )
         if decision.reason == policy.REACHED_MAX_RESTARTS:
-            return self._finish_failed(i, code, f"{what}; max_restarts ({self.policy.max_restarts}) used up "
-                                       f"after {count(self.status['restarts'], 'gang restart')}",
-                                       StopReason.RESTARTS_EXHAUSTED)
+            return self._finish_failed(
+                i,
+                code,
+                f"{what}; max_restarts ({self.policy.max_restarts}) used up "
+                f"after {count(self.status['restarts'], 'gang restart')}",
+                StopReason.RESTARTS_EXHAUSTED,
+            )
         return self._finish_failed(i, code, f"{what}; {decision.message}", StopReason.FAILED)
 
     def _finish_failed(self, worker: int, code: int, what: str, reason: StopReason) -> JobStatus:
@@ -341,12 +380,19 @@ class Supervisor:
         if all(c in (exit_codes.SUCCESS, exit_codes.PREEMPTED_EXIT_CODE) for c in codes):
             if exit_codes.PREEMPTED_EXIT_CODE in codes:
                 return self._finish(
-                    JobState.PREEMPTED, exit_codes.PREEMPTED_EXIT_CODE,
+                    JobState.PREEMPTED,
+                    exit_codes.PREEMPTED_EXIT_CODE,
                     f"stopped by {name}; the workers saved a checkpoint ({code_text}); resume with "
-                    f"`roxxel-launch resume {self.spec.name} --local`", StopReason.STOPPED_BY_USER)
+                    f"`roxxel-launch resume {self.spec.name} --local`",
+                    StopReason.STOPPED_BY_USER,
+                )
             return self._finish(JobState.SUCCEEDED, exit_codes.SUCCESS, f"all workers had finished when {name} came")
-        return self._finish(JobState.FAILED, exit_codes.SIGNAL_EXIT_BASE + signo,
-                            f"stopped by {name} ({code_text})", StopReason.STOPPED_BY_USER)
+        return self._finish(
+            JobState.FAILED,
+            exit_codes.SIGNAL_EXIT_BASE + signo,
+            f"stopped by {name} ({code_text})",
+            StopReason.STOPPED_BY_USER,
+        )
 
     def _processes(self) -> tuple[str, list[tuple[list[str], dict[str, str]]]]:
         """The coordinator address the workers will use and each pod's (argv, env), from the
@@ -376,20 +422,32 @@ class Supervisor:
         if self.network is not None:
             self.network.up()  # fresh pods' network for every attempt, as a gang restart recreates pods
         address, procs = self._processes()
-        record = {"attempt": number, "started": now(), "coordinator_address": address,
-                  "restart": self.status["restarts"], "resume": self.status.get("resumes", 0),
-                  "pods": [pod.name for pod in self.pods], "pids": [], "exit_codes": [], "outcome": None,
-                  "ended": None}
+        record = {
+            "attempt": number,
+            "started": now(),
+            "coordinator_address": address,
+            "restart": self.status["restarts"],
+            "resume": self.status.get("resumes", 0),
+            "pods": [pod.name for pod in self.pods],
+            "pids": [],
+            "exit_codes": [],
+            "outcome": None,
+            "ended": None,
+        }
         if self.network is not None:
             record["hosts"] = self.network.describe()
         self.status["attempts"].append(record)
         self.workers, self.exits_seen = [], 0
         self.job_failures = {}  # a gang restart creates new Jobs
         echo = LogEcho(self.run_dir / "worker-0.log", "[worker 0] ", self.echo) if self.echo else None
-        logger.info("attempt %d: starting %s, coordinator %s: %s", number, count(n, "pod"), address, shlex.join(procs[0][0]))
-        headers = [f"{ATTEMPT_HEADER} attempt {number} (restart {record['restart']}, resume {record['resume']}) "
-                   f"of job {spec.name}, pod {pod.name}, process {i} of {n}, coordinator {address}"
-                   for i, pod in enumerate(self.pods)]
+        logger.info(
+            "attempt %d: starting %s, coordinator %s: %s", number, count(n, "pod"), address, shlex.join(procs[0][0])
+        )
+        headers = [
+            f"{ATTEMPT_HEADER} attempt {number} (restart {record['restart']}, resume {record['resume']}) "
+            f"of job {spec.name}, pod {pod.name}, process {i} of {n}, coordinator {address}"
+            for i, pod in enumerate(self.pods)
+        ]
         for i, (argv, env) in enumerate(procs):
             if self.signals:
                 break
@@ -406,9 +464,13 @@ class Supervisor:
             self._reap()
             if self.signals or len(self.workers) < n:
                 if self.signals:
-                    logger.warning("%s received: stopping %s (SIGTERM, then SIGKILL after %gs; "
-                                   "a second Ctrl-C kills them at once)",
-                                   signal.Signals(self.signals[0]).name, count(n, "worker"), self.grace)
+                    logger.warning(
+                        "%s received: stopping %s (SIGTERM, then SIGKILL after %gs; "
+                        "a second Ctrl-C kills them at once)",
+                        signal.Signals(self.signals[0]).name,
+                        count(n, "worker"),
+                        self.grace,
+                    )
                 self._stop_workers(self.grace, echo=echo)
                 outcome = _Outcome("stopped", self._codes(n))
                 break
@@ -416,16 +478,19 @@ class Supervisor:
             if failed is not None:
                 decision = self._decide(failed)
                 if decision.action is policy.Action.RECREATE_POD:
-                    logger.warning("%s; the Job re-creates the pod (%s)", self._worker_name(failed.index),
-                                   decision.message)
+                    logger.warning(
+                        "%s; the Job re-creates the pod (%s)", self._worker_name(failed.index), decision.message
+                    )
                     self.workers[failed.index] = self._start_worker(
-                        failed.index, *procs[failed.index], f"{headers[failed.index]}, pod re-created")
+                        failed.index, *procs[failed.index], f"{headers[failed.index]}, pod re-created"
+                    )
                     continue
                 what = f"{self._worker_name(failed.index)} exited with {failed.exit_code}"
                 if decision.action is policy.Action.RESTART and not self.signals:
                     # BlockingRecreate: the restart is under way while the old workers go.
-                    self.status.update(state=JobState.RESTARTING.value,
-                                       message=f"{what}; stopping every worker for a gang restart")
+                    self.status.update(
+                        state=JobState.RESTARTING.value, message=f"{what}; stopping every worker for a gang restart"
+                    )
                     self._save()
                 logger.warning("%s (%s): stopping the other workers", what, decision.message)
                 self._stop_workers(self.grace, echo=echo)
@@ -447,27 +512,41 @@ class Supervisor:
             kind = "preempted" if outcome.failing_worker()[1] == exit_codes.PREEMPTED_EXIT_CODE else "failure"
         record.update(exit_codes=outcome.codes, outcome=kind, ended=now())
         if outcome.decision is not None:
-            record["decision"] = {"action": outcome.decision.action.value, "counted": outcome.decision.counted,
-                                  "reason": outcome.decision.reason, "rule": outcome.decision.rule,
-                                  "message": outcome.decision.message}
+            record["decision"] = {
+                "action": outcome.decision.action.value,
+                "counted": outcome.decision.counted,
+                "reason": outcome.decision.reason,
+                "rule": outcome.decision.rule,
+                "message": outcome.decision.message,
+            }
         self.status["worker_exit_codes"] = outcome.codes
         self._save()
         return outcome
 
     def _first_failure(self) -> _Worker | None:
         """The worker that ended first with a code other than 0, if any."""
-        ended = sorted((w for w in self.workers if w.exit_order is not None and w.exit_code is not None),
-                       key=lambda w: w.exit_order or 0)
+        ended = sorted(
+            (w for w in self.workers if w.exit_order is not None and w.exit_code is not None),
+            key=lambda w: w.exit_order or 0,
+        )
         return next((w for w in ended if w.exit_code != exit_codes.SUCCESS), None)
 
     def _decide(self, worker: _Worker) -> policy.Decision:
         """The manifest's policies on a failed worker (see :mod:`roxxel_launch.backends.local.policy`)."""
         pod = self.pods[worker.index]
         code = worker.exit_code if worker.exit_code is not None else 1
-        exit = policy.PodExit(pod=f"{pod.namespace}/{pod.name}", job=pod.job, exit_code=code,
-                              container=contract.CONTAINER_NAME, replicated_job=pod.replicated_job)
-        decision = self.policy.decide(exit, failed_before=self.job_failures.get(pod.job, 0),
-                                      counted_restarts=self.status.get("restarts_counted", 0))
+        exit = policy.PodExit(
+            pod=f"{pod.namespace}/{pod.name}",
+            job=pod.job,
+            exit_code=code,
+            container=contract.CONTAINER_NAME,
+            replicated_job=pod.replicated_job,
+        )
+        decision = self.policy.decide(
+            exit,
+            failed_before=self.job_failures.get(pod.job, 0),
+            counted_restarts=self.status.get("restarts_counted", 0),
+        )
         if decision.action is policy.Action.RECREATE_POD and decision.counted:
             self.job_failures[pod.job] = self.job_failures.get(pod.job, 0) + 1
         return decision
@@ -487,12 +566,16 @@ class Supervisor:
                 self.exits_seen += 1
                 w.exit_order = self.exits_seen
                 changed = True
-                logger.info("worker %d (pid %d) exited with %d (%s)", w.index, w.run.pid, w.exit_code,
-                            exit_codes.describe(w.exit_code))
+                logger.info(
+                    "worker %d (pid %d) exited with %d (%s)",
+                    w.index,
+                    w.run.pid,
+                    w.exit_code,
+                    exit_codes.describe(w.exit_code),
+                )
                 # Like a container that ends: nothing it started may outlive it.
                 if w.run.kill() and not w.group_killed:
-                    logger.warning("worker %d left processes in its process group %d; killed them",
-                                   w.index, w.run.pid)
+                    logger.warning("worker %d left processes in its process group %d; killed them", w.index, w.run.pid)
         if changed:
             self.status["worker_exit_codes"] = self._codes(len(self.workers))
             self._save()
@@ -511,8 +594,11 @@ class Supervisor:
             if time.monotonic() >= deadline or forced:
                 left = [w for w in self.workers if w.exit_code is None]
                 reason = "a second stop signal" if forced else f"the grace period ({grace:g}s)"
-                logger.warning("after %s, SIGKILL to the process groups of workers %s", reason,
-                               ", ".join(str(w.index) for w in left))
+                logger.warning(
+                    "after %s, SIGKILL to the process groups of workers %s",
+                    reason,
+                    ", ".join(str(w.index) for w in left),
+                )
                 for w in left:
                     w.run.kill()
                     w.group_killed = True
