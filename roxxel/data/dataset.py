@@ -1,10 +1,10 @@
 """``Dataset``: shards read as one virtual token array (the core of :class:`roxxel.Roxxel`).
 
 A dataset is a sequence of shards (a manifest, a directory, a glob, one shard, or a
-list of those). Its tokens are the shards' tokens concatenated in order; its documents
-are the shards' documents in order. Nothing grows with the dataset's size on the host:
-shards are memory maps opened lazily (a manifest gives their sizes without opening
-them); copies (``read_into``, and the streamer's batched ``read_runs``/``gather_rows``/
+list of those; :mod:`roxxel.data.dataset_paths` resolves them). Its tokens are the
+shards' tokens concatenated in order; its documents are the shards' documents in order.
+Nothing grows with the dataset's size on the host: shards are memory maps opened lazily
+(a manifest gives their sizes without opening them); copies (``read_into``, and the streamer's batched ``read_runs``/``gather_rows``/
 ``gather_into``, planned and gathered in :mod:`roxxel.data.reader`) map nothing, and pages
 touched through zero-copy views are handed back to the OS after every ``release_bytes``
 bytes, so the process RSS stays flat while streaming terabytes.
@@ -14,55 +14,36 @@ from __future__ import annotations
 
 import bisect
 import collections
-import glob
 import hashlib
 import json
 import logging
 import os
-import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from roxxel.data import reader
+from roxxel.data.dataset_paths import Entry, check_unlisted, resolve
 from roxxel.data.reader import RowRuns
 from roxxel.format.errors import (
     CorruptShardError,
     DtypeMismatchError,
     EmptyDatasetError,
-    IncompleteDatasetError,
     ShardNotFoundError,
 )
 from roxxel.format.layout import is_float, shard_dtype
-from roxxel.format.manifest import ID_FIELDS, MANIFEST_NAME, Manifest, first_difference
+from roxxel.format.manifest import ID_FIELDS, Manifest, first_difference
 from roxxel.format.shard import open_shard
 from roxxel.wording import count
 
 log = logging.getLogger("roxxel.data")
 
 PathSpec = str | os.PathLike | Sequence[str | os.PathLike]
-_GLOB_CHARS = "*?["
 DEFAULT_RELEASE_BYTES = 32 << 20
 DEFAULT_MAX_OPEN_SHARDS = 256
 _FAULT_AROUND = 2 << 20  # a fault can map a whole large folio of the page cache (up to 2 MiB)
 
 __all__ = ["Dataset", "PathSpec", "RowRuns"]  # RowRuns: defined in roxxel.data.reader, kept importable here
-
-
-class _Entry:
-    """A shard of the dataset: its path and, when a manifest listed it, its expected counts."""
-
-    __slots__ = ("path", "num_tokens", "num_documents", "sha256", "nbytes", "identity")
-
-    def __init__(self, path, num_tokens=None, num_documents=None, sha256=None, nbytes=None):
-        self.path, self.num_tokens, self.num_documents, self.sha256, self.nbytes = (
-            path,
-            num_tokens,
-            num_documents,
-            sha256,
-            nbytes,
-        )
-        self.identity = None  # the file's identity when first opened: an LRU reopen must find the same file
 
 
 class Dataset:
@@ -135,9 +116,9 @@ class Dataset:
             return self
         specs = self.filepath if isinstance(self.filepath, list) else [self.filepath]
         manifests: list[tuple[str, Manifest]] = []
-        entries: list[_Entry] = []
+        entries: list[Entry] = []
         for spec in specs:
-            _resolve(spec, manifests, entries)
+            resolve(spec, manifests, entries)
         if not entries and manifests:
             raise EmptyDatasetError(f"dataset {self.filepath!r} holds no tokens (its manifest lists no shards)")
         if not entries:
@@ -585,7 +566,7 @@ class Dataset:
         """
         self._ensure_open()
         if self._manifest_path is not None:
-            self._check_unlisted(self._manifest_path)
+            check_unlisted(self._manifest_path, self._entries)
         for i, e in enumerate(self._entries):
             shard = self._shard(i)
             if e.nbytes is not None and shard.nbytes != e.nbytes:
@@ -593,33 +574,6 @@ class Dataset:
             shard.verify(expected_sha256=e.sha256 if self._manifest is not None else None)
             if progress is not None:
                 progress(e.path, shard.nbytes)
-
-    def _check_unlisted(self, manifest: str) -> None:
-        """Refuse shards next to ``manifest`` that it does not list: every ``.rox`` file of a dataset
-        directory, the ``STEM_*.rox`` files of a ``STEM.dataset.json`` (its directory may hold others)."""
-        directory, name = os.path.split(manifest)
-        if name == MANIFEST_NAME:
-            ours = re.compile(r".*\.rox")
-        elif name.endswith(_STEM_MANIFEST):
-            ours = re.compile(re.escape(name[: -len(_STEM_MANIFEST)]) + r"_\d+\.rox")  # not STEM_other_0000.rox
-        else:  # a manifest under a name of its own: which files would be its shards is unknown
-            return
-        listed = {os.path.normpath(e.path) for e in self._entries}
-        pending = _refuse_incomplete(directory or ".")  # an unfinished append's shards: not in the dataset yet
-        unlisted = sorted(
-            p
-            for p in glob.glob(os.path.join(glob.escape(directory), "*.rox"))
-            if ours.fullmatch(os.path.basename(p))
-            and os.path.normpath(p) not in listed
-            and os.path.basename(p) not in pending
-        )
-        if unlisted:
-            raise CorruptShardError(
-                f"{unlisted[0]}: a shard next to {manifest} that it does not list"
-                f"{f' (and {len(unlisted) - 1} more)' if len(unlisted) > 1 else ''}: the manifest lost an entry "
-                "(restore it, or re-pack) or the file does not belong here (move it away)",
-                unlisted[0],
-            )
 
     def __repr__(self) -> str:
         if not self._is_open:
@@ -631,7 +585,7 @@ class Dataset:
 
 
 # ----------------------------------------------------------------------------------
-# path resolution
+# dtypes
 # ----------------------------------------------------------------------------------
 def _largest_id(stored: np.dtype, vocab_size: int | None) -> int:
     """The largest id data stored as ``stored`` can hold: below the vocabulary and the dtype's range."""
@@ -651,86 +605,3 @@ def _holds(out: np.dtype, stored: np.dtype, vocab_size: int | None) -> bool:
         with np.errstate(over="ignore", invalid="ignore"):  # too large: inf, which compares unequal
             return bool((ids.astype(out).astype(np.float64) == ids).all())
     return False
-
-
-_STEM_MANIFEST = (
-    ".dataset.json"  # the manifest of the dataset written as STEM.rox: STEM.dataset.json, shards STEM_*.rox
-)
-
-
-def _resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[_Entry]) -> None:
-    if any(c in spec for c in _GLOB_CHARS) and not os.path.exists(spec):
-        matches = sorted(glob.glob(spec))
-        pending = {d: _refuse_incomplete(d) for d in {os.path.dirname(m) or "." for m in matches if os.path.isfile(m)}}
-        matches = [m for m in matches if os.path.basename(m) not in pending.get(os.path.dirname(m) or ".", ())]
-        if not matches:
-            raise ShardNotFoundError(f"no files match {spec!r}")
-        for m in matches:
-            _resolve(m, manifests, entries)
-        return
-    if os.path.isdir(spec):
-        manifest = os.path.join(spec, MANIFEST_NAME)
-        if os.path.lexists(manifest):  # a dangling link or unreadable manifest is an error, never skipped
-            return _add_manifest(manifest, manifests, entries)
-        shards = _committed(sorted(glob.glob(os.path.join(spec, "*.rox"))), _refuse_incomplete(spec))
-        if not shards:
-            raise ShardNotFoundError(f"{spec}: no {MANIFEST_NAME} and no .rox shards in this directory")
-        entries.extend(_Entry(p) for p in shards)
-        return
-    if spec.endswith(".json"):
-        return _add_manifest(spec, manifests, entries)
-    if os.path.exists(spec):
-        if not _committed([spec], _refuse_incomplete(os.path.dirname(spec) or ".")):
-            raise IncompleteDatasetError(
-                f"{spec}: this shard belongs to an append that did not finish; it is not part "
-                "of the dataset - the next pack or append into its directory removes it",
-                spec,
-            )
-        entries.append(_Entry(spec))
-        return
-    stem = spec[:-4] if spec.endswith(".rox") else spec
-    if os.path.lexists(stem + _STEM_MANIFEST):
-        return _add_manifest(stem + _STEM_MANIFEST, manifests, entries)
-    shards = _committed(
-        sorted(glob.glob(glob.escape(stem) + "_*.rox")), _refuse_incomplete(os.path.dirname(spec) or ".")
-    )
-    if not shards:
-        raise ShardNotFoundError(
-            f"dataset not found: {spec} (no such file, directory, manifest or {stem}_*.rox shards)"
-        )
-    entries.extend(_Entry(p) for p in shards)
-
-
-def _add_manifest(path: str, manifests: list[tuple[str, Manifest]], entries: list[_Entry]) -> None:
-    m = Manifest.load(path)
-    base = os.path.dirname(path)
-    manifests.append((path, m))
-    entries.extend(
-        _Entry(os.path.join(base, s.path), s.num_tokens, s.num_documents, s.sha256, s.bytes) for s in m.shards
-    )
-
-
-def _refuse_incomplete(directory: str) -> set[str]:
-    """Refuse shards next to the marker of a pack that never wrote its manifest.
-
-    Returns the names of shards an unfinished append was committing (not yet in the dataset:
-    opening by glob or file skips them, so the dataset reads as it was before the append).
-    """
-    from roxxel.format.directory import pending_shards
-
-    pending: set[str] = set()
-    for marker in glob.glob(os.path.join(glob.escape(directory), ".*.incomplete")):
-        manifest = os.path.join(directory, os.path.basename(marker)[1 : -len(".incomplete")])
-        if not os.path.exists(manifest):
-            raise IncompleteDatasetError(
-                f"{directory}: a pack into this directory did not finish (found {os.path.basename(marker)}); "
-                "its shards are not a complete dataset - re-run the pack",
-                directory,
-            )
-        listed = {s.path for s in Manifest.load(manifest).shards}
-        pending.update(n for n in pending_shards(marker) if n not in listed)
-    return pending
-
-
-def _committed(paths: list[str], pending: set[str]) -> list[str]:
-    return [p for p in paths if os.path.basename(p) not in pending]
