@@ -210,7 +210,7 @@ def test_a_run_over_parts_of_blocks_checks_them_whole_in_one_read(tmp_path, dama
 def test_runs_over_many_blocks_and_the_short_last_block_read_the_same_tokens(tmp_path):
     """Runs whose edges cut blocks at random places, including the shard's last (shorter) block,
     give the tokens a plain read gives, and leave every block they touch checked."""
-    d = make(tmp_path / "m", 170_000)  # 5 full blocks and a short last one
+    make(tmp_path / "m", 170_000)  # 5 full blocks and a short last one
     plain = Roxxel(str(tmp_path / "m"), check_blocks=False)
     rng = np.random.default_rng(3)
     for length in (1, 999, 40_000):
