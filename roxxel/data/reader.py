@@ -138,7 +138,7 @@ def read_runs(dataset: Dataset, out: np.ndarray, runs: RowRuns, group: int = 0) 
             head, tail = blocks.edges(where[k], where[k] + hi - lo)
             if (head or tail) and len(spare) < 2 * blocks.block_bytes:
                 spare = memoryview(bytearray(2 * blocks.block_bytes))
-        parts = _run_parts(view[lo:hi], spare, head, tail)
+        parts = _run_parts(view[lo:hi], spare, head, tail) if head or tail else [view[lo:hi]]
         try:
             n = os.preadv(fd, parts, base + where[k] - head)
         except OSError:
@@ -160,8 +160,6 @@ def read_runs(dataset: Dataset, out: np.ndarray, runs: RowRuns, group: int = 0) 
 def _run_parts(run: memoryview, spare: memoryview, head: int, tail: int) -> list[memoryview]:
     """The buffers one ``preadv`` fills: ``head`` bytes before the run and ``tail`` after it into ``spare``
     (two halves), the run into its place in the batch."""
-    if not head and not tail:
-        return [run]
     half = len(spare) // 2
     return [p for p in (spare[:head], run, spare[half : half + tail]) if len(p)]
 

@@ -7,11 +7,14 @@ by this version, CRC-32 (``zlib``, ~1 GB/s) for the first 1.1 shards; the metada
 reader checks a block before any of its tokens leave the shard, once per process: a map
 of checked blocks (one byte per block, 1/65536 of the data at the default block size)
 makes every later read of that block free. A block read in full is checked on the bytes
-just copied; one read in part is read whole once more (from the page cache) to check it.
+just copied; the streamer reads the rest of a block it reads in part in the same ``preadv``
+(:meth:`BlockChecks.edges`, :meth:`BlockChecks.check_read`), other reads read such a block
+whole once more (from the page cache) to check it.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import zlib
 
@@ -146,12 +149,15 @@ class BlockChecks:
             BlockChecksumError: a block's bytes do not match its stored checksum.
         """
         size = self.block_bytes
-        ends = np.cumsum([len(p) for p in parts]).tolist()
+        ends = list(itertools.accumulate(len(p) for p in parts))
         stop = start + ends[-1]
         b_first = -(-start // size)
         b_stop = self.num_blocks if stop >= self.data_bytes else stop // size  # (the last block may be shorter)
-        todo = np.flatnonzero(~self.checked[b_first:b_stop])
-        for b in (todo + b_first).tolist():
+        if b_first >= b_stop or self.checked[b_first:b_stop].all():
+            return
+        for b in range(b_first, b_stop):
+            if self.checked[b]:
+                continue
             lo, hi = b * size - start, min((b + 1) * size, self.data_bytes) - start  # the block within the parts
             crc, part_lo = 0, 0
             for part, part_hi in zip(parts, ends):
