@@ -107,9 +107,10 @@ def read_runs(dataset: Dataset, out: np.ndarray, runs: RowRuns, group: int = 0) 
     """Read the runs of ``group`` (see :func:`row_runs`) into ``out`` (C-contiguous, the stored dtype).
 
     One ``pread`` per run, straight into its place; a block not yet checked in this process
-    is checked on the bytes just read before the call returns (blocks only partly read
-    are read whole once more); then every shard read is checked unchanged since it was
-    opened. Nothing is mapped. Returns ``out``.
+    is checked on the bytes just read before the call returns: when the run covers such a
+    block only in part, the same ``preadv`` reads the block's rest into a spare buffer (the
+    block is read once, not again after the run). Then every shard read is checked
+    unchanged since it was opened. Nothing is mapped. Returns ``out``.
 
     Raises:
         BlockChecksumError: a block the runs touch is damaged.
@@ -123,6 +124,7 @@ def read_runs(dataset: Dataset, out: np.ndarray, runs: RowRuns, group: int = 0) 
     first, end = runs.bounds[group], runs.bounds[group + 1]
     shard: Any = None
     s_last, fd, base, blocks = -1, -1, 0, None
+    spare = memoryview(b"")  # the rest of edge blocks read with a run (see _run_parts)
     read: dict[Any, None] = {}  # the shards read, in order, each once
     for k in range(first, end):
         s, lo, hi = shards[k], los[k], his[k]
@@ -131,20 +133,35 @@ def read_runs(dataset: Dataset, out: np.ndarray, runs: RowRuns, group: int = 0) 
             fd, base = shard._descriptor(), shard._data_offset
             blocks = shard._blocks if shard.check_blocks else None
             read[shard] = None
+        head = tail = 0
+        if blocks is not None and blocks.unchecked:
+            head, tail = blocks.edges(where[k], where[k] + hi - lo)
+            if (head or tail) and len(spare) < 2 * blocks.block_bytes:
+                spare = memoryview(bytearray(2 * blocks.block_bytes))
+        parts = _run_parts(view[lo:hi], spare, head, tail) if head or tail else [view[lo:hi]]
         try:
-            n = os.preadv(fd, [view[lo:hi]], base + where[k])
+            n = os.preadv(fd, parts, base + where[k] - head)
         except OSError:
             n = -1  # read again below, which names the error (or reopens a stale handle)
-        if n != hi - lo:
+        if n != head + hi - lo + tail:
             shard.copy_into(out.reshape(-1)[lo // size : hi // size], where[k] // size)  # retried, or raises
             fd = shard._descriptor()
-        if blocks is not None and blocks.unchecked:
             shard.check_range(where[k] // size, (where[k] + hi - lo) // size, view[lo:hi])
+        elif blocks is not None and blocks.unchecked:
+            start = where[k] - head
+            shard._io(lambda fd, start=start, parts=parts: blocks.check_read(fd, start, parts))
     for shard in read:
         shard.check_unchanged()
     if end > first:
         dataset.bytes_read += his[end - 1] - los[first]  # a group's runs fill its rows back to back
     return out
+
+
+def _run_parts(run: memoryview, spare: memoryview, head: int, tail: int) -> list[memoryview]:
+    """The buffers one ``preadv`` fills: ``head`` bytes before the run and ``tail`` after it into ``spare``
+    (two halves), the run into its place in the batch."""
+    half = len(spare) // 2
+    return [p for p in (spare[:head], run, spare[half : half + tail]) if len(p)]
 
 
 def gather_rows(dataset: Dataset, out: np.ndarray, starts: np.ndarray) -> np.ndarray:

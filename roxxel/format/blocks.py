@@ -7,11 +7,14 @@ by this version, CRC-32 (``zlib``, ~1 GB/s) for the first 1.1 shards; the metada
 reader checks a block before any of its tokens leave the shard, once per process: a map
 of checked blocks (one byte per block, 1/65536 of the data at the default block size)
 makes every later read of that block free. A block read in full is checked on the bytes
-just copied; one read in part is read whole once more (from the page cache) to check it.
+just copied; the streamer reads the rest of a block it reads in part in the same ``preadv``
+(:meth:`BlockChecks.edges`, :meth:`BlockChecks.check_read`), other reads read such a block
+whole once more (from the page cache) to check it.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import zlib
 
@@ -104,9 +107,14 @@ class BlockChecks:
         hi = min(lo + self.block_bytes, self.data_bytes)
         if data is None:
             data = _pread(fd, hi - lo, self.data_offset + lo, self.path)
-        actual = self._checksum(data)
+        self._settle(fd, b, self._checksum(data))
+
+    def _settle(self, fd: int, b: int, actual: int) -> None:
+        """Block ``b``'s bytes have checksum ``actual``: mark it checked, or raise naming the shard and the block."""
         stored = int(self.crcs(fd)[b])
         if actual != stored:
+            lo = b * self.block_bytes
+            hi = min(lo + self.block_bytes, self.data_bytes)
             name = self.algorithm.upper().replace("CRC", "CRC-")
             raise BlockChecksumError(
                 f"{self.path}: token block {b} (data bytes {lo}-{hi}) fails its {name} check (stored "
@@ -117,6 +125,46 @@ class BlockChecks:
         if not self.checked[b]:
             self.checked[b] = True
             self.unchecked -= 1
+
+    def edges(self, start: int, stop: int) -> tuple[int, int]:
+        """Bytes before ``start`` and after ``stop`` that complete the unchecked blocks data bytes
+        ``[start, stop)`` cover only in part: read with the range (one ``preadv``), they let
+        :meth:`check_read` check those blocks without reading them again. ``(0, 0)`` when none.
+        """
+        size = self.block_bytes
+        first, last = start // size, (stop - 1) // size
+        head = start - first * size if start % size and not self.checked[first] else 0
+        end = min((last + 1) * size, self.data_bytes)
+        tail = end - stop if stop < end and not self.checked[last] else 0
+        return head, tail
+
+    def check_read(self, fd: int, start: int, parts: list[memoryview]) -> None:
+        """Check the unchecked blocks wholly inside the bytes just read: data bytes from ``start``
+        on, in ``parts`` back to back (e.g. the :meth:`edges` and the range between them).
+
+        A block split over two parts is checked by extending its checksum over both (CRC
+        arithmetic: nothing is copied). Blocks only partly inside are left unchecked.
+
+        Raises:
+            BlockChecksumError: a block's bytes do not match its stored checksum.
+        """
+        size = self.block_bytes
+        ends = list(itertools.accumulate(len(p) for p in parts))
+        stop = start + ends[-1]
+        b_first = -(-start // size)
+        b_stop = self.num_blocks if stop >= self.data_bytes else stop // size  # (the last block may be shorter)
+        if b_first >= b_stop or self.checked[b_first:b_stop].all():
+            return
+        for b in range(b_first, b_stop):
+            if self.checked[b]:
+                continue
+            lo, hi = b * size - start, min((b + 1) * size, self.data_bytes) - start  # the block within the parts
+            crc, part_lo = 0, 0
+            for part, part_hi in zip(parts, ends):
+                if part_lo < hi and lo < part_hi:
+                    crc = self._checksum(part[max(lo, part_lo) - part_lo : min(hi, part_hi) - part_lo], crc)
+                part_lo = part_hi
+            self._settle(fd, b, crc)
 
     def check_pieces(self, fd: int, starts: np.ndarray, stops: np.ndarray) -> None:
         """:meth:`check` for many byte ranges ``[starts[k], stops[k])`` at once (int64 arrays, non-empty ranges).

@@ -167,3 +167,57 @@ def test_streams_read_on_several_threads_at_once_get_their_own_batches(ds):
         t.join(60)
     for seed, batches in want.items():
         assert len(got[seed]) == len(batches) and all(np.array_equal(a, b) for a, b in zip(got[seed], batches))
+
+
+def flip_token(path, token):
+    s = open_shard(path)
+    with open(path, "r+b") as f:
+        f.seek(s._data_offset + 2 * token)
+        f.write(b"\xff\xff")
+
+
+@pytest.mark.parametrize(
+    "damaged", [65_600, 70_000, 97_000, 130_000], ids=["head-edge", "in-run", "tail-edge", "a-later-block"]
+)
+def test_a_run_over_parts_of_blocks_checks_them_whole_in_one_read(tmp_path, damaged, monkeypatch):
+    """A run covering unchecked blocks only in part reads their rest with it (one preadv, no
+    second read of the block) and checks them whole: a damaged token anywhere in those blocks
+    is refused, also outside the run; a block the run does not reach stays unchecked."""
+    import roxxel.format.blocks as blocks
+
+    d = make(tmp_path / "e", 200_000)
+    flip_token(d.shard_paths[0], damaged)  # blocks of 32,768 uint16 tokens: block 2 is 65,536..98,303
+    ds = Roxxel(str(tmp_path / "e"))
+    starts = 66_000 + 300 * np.arange(8)  # one run, tokens 66,000..68,400: inside block 2 only
+    runs = ds.row_runs(starts, 300)
+    calls, rereads = [], []
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda *a: calls.append(a[2]) or real(*a))
+    real_block_read = blocks._pread
+    monkeypatch.setattr(blocks, "_pread", lambda fd, n, *a: rereads.append(n) or real_block_read(fd, n, *a))
+    out = np.empty((8, 300), ds.dtype)
+    if damaged < 98_304:
+        with pytest.raises(BlockChecksumError, match=f"{ds.shard_paths[0]}: token block 2 "):
+            ds.read_runs(out, runs)
+        return
+    ds.read_runs(out, runs)
+    assert len(calls) == 1 and rereads == [4 * 7]  # one preadv; the only other read is the checksum table's
+    assert np.array_equal(out.reshape(-1), Roxxel(str(tmp_path / "e"), check_blocks=False).read(66_000, 68_400))
+    checked = ds._shard(0)._blocks.checked
+    assert checked[2] and not checked[3] and not checked[1]
+
+
+def test_runs_over_many_blocks_and_the_short_last_block_read_the_same_tokens(tmp_path):
+    """Runs whose edges cut blocks at random places, including the shard's last (shorter) block,
+    give the tokens a plain read gives, and leave every block they touch checked."""
+    make(tmp_path / "m", 170_000)  # 5 full blocks and a short last one
+    plain = Roxxel(str(tmp_path / "m"), check_blocks=False)
+    rng = np.random.default_rng(3)
+    for length in (1, 999, 40_000):
+        ds = Roxxel(str(tmp_path / "m"))
+        for a in rng.integers(0, 170_000 - length, 12).tolist() + [170_000 - length]:
+            out = np.empty((1, length), ds.dtype)
+            ds.read_runs(out, ds.row_runs(np.array([a]), length))
+            assert np.array_equal(out[0], plain.read(a, a + length)), (length, a)
+            blk = ds._shard(0)._blocks
+            assert blk.checked[a * 2 // blk.block_bytes : -(-(a + length) * 2 // blk.block_bytes)].all()
