@@ -141,7 +141,7 @@ def _warn_ephemeral_storage(spec: JobSpec) -> None:
 
 
 def _warn_gcsfuse_identity(spec: JobSpec) -> None:
-    if spec.data is not None and spec.data.gcsfuse is not None and spec.service_account is None:
+    if spec.mounts_gcsfuse and spec.service_account is None:
         logger.warning(
             "%s: no service_account; reading a bucket through GCS FUSE usually "
             "needs one bound to a cloud identity (Workload Identity)",
