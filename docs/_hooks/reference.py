@@ -196,7 +196,7 @@ def _env_rows(objects) -> dict[str, str]:
 
 
 def _environment_section() -> list[str]:
-    from roxxel_launch.backends.local.backend import worker_processes
+    from roxxel_launch.backends.local.pods import worker_processes
     from roxxel_launch.render import render
     from roxxel_launch.spec import spec_from_dict
 

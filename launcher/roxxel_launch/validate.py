@@ -486,7 +486,7 @@ def _pod_templates(obj: Mapping) -> list[tuple[str, Mapping]]:
 
 
 # The annotation naming the Pod Security level a rendered pod template is written for
-# (render.py sets it from security.profile; POD_SECURITY_LEVELS: most to least restrictive).
+# (render/ sets it from security.profile; POD_SECURITY_LEVELS: most to least restrictive).
 POD_SECURITY_ANNOTATION = "roxxel.dev/pod-security"
 
 

@@ -28,23 +28,19 @@ from roxxel_launch.cli import EXIT_SUCCEEDED, cli
 
 from support.fake_clock import FakeClock, fast_retry
 from support.k8s_fake_server import TOKEN, FakeKubernetes, count_preemptions, use_cluster
+from support.specs import spec_dict
 
 pytestmark = pytest.mark.timeout(60)
 
 NS = "team-a"
-SPEC = {
-    "apiVersion": "roxxel.dev/v1alpha1",
-    "kind": "RoxxelJob",
-    "name": "lm",
-    "namespace": NS,
-    "image": "us-docker.pkg.dev/proj/repo/worker:1",
-    "command": ["python", "-m", "examples.lm"],
-    "accelerator": {"cpu": {"hosts": 2}},
-    "num_slices": 2,
-    "checkpoint_dir": "gs://ckpt/lm",
-    "run_name": "lm-run-1",
-    "service_account": "trainer",
-}
+SPEC = spec_dict(
+    namespace=NS,
+    accelerator={"cpu": {"hosts": 2}},
+    num_slices=2,
+    checkpoint_dir="gs://ckpt/lm",
+    run_name="lm-run-1",
+    service_account="trainer",
+)
 
 
 @pytest.fixture

@@ -22,26 +22,22 @@ from roxxel_launch.cli import EXIT_PREEMPTED, EXIT_SUCCEEDED, cli
 
 from support.k8s_fake_server import FakeKubernetes, count_preemptions, use_cluster
 from support.paths import REPO
+from support.specs import spec_dict
 
 pytestmark = pytest.mark.timeout(120)
 
 NS = "team-a"
 ROLE = REPO / "k8s" / "rbac" / "roxxel-launch-role.yaml"
-SPEC = {
-    "apiVersion": "roxxel.dev/v1alpha1",
-    "kind": "RoxxelJob",
-    "name": "lm",
-    "namespace": NS,
-    "image": "us-docker.pkg.dev/proj/repo/worker:1",
-    "command": ["python", "-m", "examples.lm"],
-    "accelerator": {"cpu": {"hosts": 2}},
-    "num_slices": 2,
-    "queue": "team-a-queue",
-    "workload_priority_class": "high",
-    "checkpoint_dir": "gs://ckpt/lm",
-    "run_name": "lm-run-1",
-    "service_account": "trainer",
-}
+SPEC = spec_dict(
+    namespace=NS,
+    accelerator={"cpu": {"hosts": 2}},
+    num_slices=2,
+    queue="team-a-queue",
+    workload_priority_class="high",
+    checkpoint_dir="gs://ckpt/lm",
+    run_name="lm-run-1",
+    service_account="trainer",
+)
 
 
 def rules() -> tuple[list[dict], list[dict]]:

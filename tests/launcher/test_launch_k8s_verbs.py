@@ -19,22 +19,18 @@ from click.testing import CliRunner
 from roxxel_launch.cli import cli
 
 from support.k8s_fake_server import FakeKubernetes, use_cluster
+from support.specs import spec_dict
 
 pytestmark = pytest.mark.timeout(120)
 
 NS = "team-a"
-SPEC = {
-    "apiVersion": "roxxel.dev/v1alpha1",
-    "kind": "RoxxelJob",
-    "name": "lm",
-    "namespace": NS,
-    "image": "us-docker.pkg.dev/proj/repo/worker:1",
-    "command": ["python", "-m", "examples.lm"],
-    "accelerator": {"cpu": {"hosts": 2}},
-    "num_slices": 1,
-    "checkpoint_dir": "gs://ckpt/lm",
-    "run_name": "lm-run-1",
-}
+SPEC = spec_dict(
+    namespace=NS,
+    accelerator={"cpu": {"hosts": 2}},
+    num_slices=1,
+    checkpoint_dir="gs://ckpt/lm",
+    run_name="lm-run-1",
+)
 
 
 def run(*args, code: int = 0):

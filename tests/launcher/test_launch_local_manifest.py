@@ -17,6 +17,7 @@ import pytest
 
 from roxxel import distributed
 from roxxel_launch import render
+from roxxel_launch.render import yaml_quoting
 from roxxel_launch.backends.local import backend as L
 from roxxel_launch.backends.local import pods, policy, rendered_pods
 from roxxel_launch.backends.base import BackendError, JobState
@@ -129,20 +130,20 @@ def test_data_dir_reaches_the_workers_also_without_a_data_volume(tmp_path):
 
 def test_a_template_that_drops_an_env_var_fails_the_local_run(tmp_path, monkeypatch):
     """The local run reads the rendered pods: a template that loses JOB_INDEX cannot start."""
-    original = render._load_template
+    original = yaml_quoting.load_template
 
     def broken(name):
         text = original(name)
         return text.replace("{% for var in env %}", "{% for var in env if var.name != 'JOB_INDEX' %}")
 
-    monkeypatch.setattr(render, "_load_template", broken)
-    render._environment.cache_clear()
+    monkeypatch.setattr(yaml_quoting, "load_template", broken)
+    yaml_quoting.environment.cache_clear()
     try:
         backend = L.LocalBackend(tmp_path / "runs", L.LocalOptions(foreground=True, cwd=str(tmp_path)))
         with pytest.raises(BackendError, match="JOB_INDEX"):
             backend.submit(_spec("broken", command=[sys.executable, "-c", "pass"]))
     finally:
-        render._environment.cache_clear()
+        yaml_quoting.environment.cache_clear()
     assert not (tmp_path / "runs" / "broken").exists()  # nothing started
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from roxxel import distributed
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
+from roxxel_launch.render import yaml_quoting
 from roxxel_launch import validate as V
 from support.k8s_schema import assert_official
 
@@ -311,7 +312,7 @@ def test_commands_and_env_values_are_passed_literally():
 
 
 def test_templates_refuse_values_without_the_quote_filter():
-    env = R._environment()
+    env = yaml_quoting.environment()
     with pytest.raises(jinja2.TemplateError, match="without the q filter"):
         env.from_string("name: {{ name }}").render(name="x")
     assert env.from_string("name: {{ name | q }}").render(name="a: b") == 'name: "a: b"'

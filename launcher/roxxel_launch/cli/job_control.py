@@ -122,7 +122,7 @@ def submit(
     check_manifests(spec, schema, kubernetes_version, cluster=not local)
     options = None
     if local:
-        from roxxel_launch.backends.local.backend import LocalOptions
+        from roxxel_launch.backends.local.run_options import LocalOptions
 
         foreground = not detach and not dry_run
         options = LocalOptions(
@@ -295,7 +295,7 @@ def resume(
         raise click.UsageError("--until-done stays to watch the job; it cannot be combined with --detach")
     options = None
     if local:
-        from roxxel_launch.backends.local.backend import LocalOptions
+        from roxxel_launch.backends.local.run_options import LocalOptions
 
         options = LocalOptions(foreground=not detach, echo=None if detach else sys.stdout)
     backend = backend_choice.make_backend(

@@ -350,10 +350,20 @@ class JobSpec:
         (restricted, baseline)."""
         if self.host_network is not None:
             return self.host_network
-        if self.security.profile not in (None, "privileged"):
-            return False
-        gcsfuse = self.data is not None and self.data.gcsfuse is not None
-        return self.accelerator.kind == "tpu" and self.num_slices > 1 and not gcsfuse
+        return self.multislice_host_network_fits and not self.mounts_gcsfuse
+
+    @property
+    def multislice_host_network_fits(self) -> bool:
+        """TPU multislice, under a profile that allows host namespaces (none given, or
+        privileged): the pods the reference TPU JobSets (GKE's, JobSet's, xpk's) put on the
+        host network for their DCN traffic. :attr:`uses_host_network` defaults to it, less
+        GCS FUSE pods; the cluster preflight names ``host_network: true`` for those."""
+        return self.accelerator.kind == "tpu" and self.num_slices > 1 and self.security.profile in (None, "privileged")
+
+    @property
+    def mounts_gcsfuse(self) -> bool:
+        """The pods mount ``data.gcsfuse`` (the GCS FUSE CSI driver's sidecar)."""
+        return self.data is not None and self.data.gcsfuse is not None
 
     @property
     def security_profile(self) -> str:

@@ -24,7 +24,7 @@ from roxxel_launch.spec.queueing import (
     QUEUED_NODE_KEY,
 )
 
-# The job object's keys that a spec field sets (render.py writes them): {key: field}.
+# The job object's keys that a spec field sets (render/ writes them): {key: field}.
 OBJECT_LABELS_SET_BY = {QUEUE_LABEL: "queue", PRIORITY_CLASS_LABEL: "workload_priority_class"}
 OBJECT_ANNOTATIONS_SET_BY = {MAX_RUN_DURATION_ANNOTATION: "queue_provisioning.max_run_duration_seconds"}
 

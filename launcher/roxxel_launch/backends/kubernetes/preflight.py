@@ -262,15 +262,8 @@ def check_multislice_network(api: KubernetesApi, spec: JobSpec) -> None:
     serve so) run the same versions: the line names ``host_network: true`` as the fix. The
     version is the API server's ``/version`` (``VersionApi.get_code``); unreadable, nothing is
     said. Raises: nothing."""
-    gcsfuse = spec.data is not None and spec.data.gcsfuse is not None
-    if (
-        spec.accelerator.kind != "tpu"
-        or spec.num_slices < 2
-        or not gcsfuse
-        or spec.host_network is not None
-        or spec.security.profile not in (None, "privileged")
-    ):
-        return  # not multislice with GCS FUSE, or the network chosen in the spec
+    if spec.host_network is not None or not (spec.multislice_host_network_fits and spec.mounts_gcsfuse):
+        return  # the network chosen in the spec, or not multislice with GCS FUSE
     try:
         git_version = api.json(
             "read", "Version", None, "(cluster)", k8s_client.VersionApi(api.api_client).get_code

@@ -28,8 +28,9 @@ the attempts: restarts, signals, grace periods), :mod:`roxxel_launch.backends.lo
 (what starts, signals and stops one pod's worker: a process, :mod:`roxxel_launch.backends.local.processes`,
 or with ``runtime="podman"`` (CLI ``--runtime podman``) a container of the manifest's image,
 :mod:`roxxel_launch.backends.local.containers`),
-:mod:`roxxel_launch.backends.local.netns` (``--netns``); this module is the
-:class:`~roxxel_launch.backends.base.Backend` on top of them.
+:mod:`roxxel_launch.backends.local.netns` (``--netns``),
+:mod:`roxxel_launch.backends.local.run_options` (:class:`LocalOptions` and their checks); this
+module is the :class:`~roxxel_launch.backends.base.Backend` on top of them.
 
 Network
 =======
@@ -73,11 +74,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
-from roxxel import distributed
 from roxxel.wording import count
 from roxxel_launch import names
 from roxxel_launch.backends.base import (
@@ -94,13 +93,15 @@ from roxxel_launch.backends.base import (
     lock_is_held,
     resume_with_spec,
 )
-from roxxel_launch.backends.local import rendered_pods
-from roxxel_launch.backends.local.pods import (
-    DATA_DIR_ENV,
-    LocalSettings,
-    rendered_objects,
-    resolve_data_dir,
-    worker_process,
+from roxxel_launch.backends.local.pods import DATA_DIR_ENV, resolve_data_dir, worker_processes
+from roxxel_launch.backends.local.run_options import (
+    DEFAULT_MAX_WORKERS,
+    MAX_WORKERS_ENV,
+    NETWORKS,
+    LocalOptions,
+    check_options,
+    check_worker_count,
+    max_workers_setting,
 )
 from roxxel_launch.backends.local.rundir import (
     ATTEMPT_HEADER,
@@ -112,24 +113,32 @@ from roxxel_launch.backends.local.rundir import (
     STATUS_FILE,
     SUPERVISOR_LOG,
     TAIL_LINES,
+    job_running,
     log_tail,
     now,
     read_json,
+    read_log,
     status_from_dict,
     write_json,
 )
-from roxxel_launch.backends.local.runtimes import RUNTIMES, runtime_for
+from roxxel_launch.backends.local.runtimes import runtime_for
 from roxxel_launch.backends.local.supervisor import Supervisor
 
+# What the module held before its free functions moved out: users and tests import them here.
 __all__ = [
     "ATTEMPT_HEADER",
     "DATA_DIR_ENV",
+    "DEFAULT_MAX_WORKERS",
     "DEFAULT_ROOT",
     "GRACE_CAP_SECONDS",
+    "MAX_WORKERS_ENV",
+    "NETWORKS",
     "LocalBackend",
     "LocalOptions",
     "POLL_SECONDS",
     "ROOT_ENV",
+    "check_worker_count",
+    "max_workers_setting",
     "resolve_data_dir",
     "worker_processes",
 ]
@@ -141,128 +150,8 @@ ROOT_ENV = "ROXXEL_LOCAL_ROOT"
 DEFAULT_ROOT = os.path.join("runs", "local")
 """Root of the local runs when neither ``root`` nor ``$ROXXEL_LOCAL_ROOT`` is given (relative
 to the current directory)."""
-DEFAULT_MAX_WORKERS = 64
-"""The most workers a local run starts unless told otherwise (``--max-workers``,
-``$ROXXEL_LOCAL_MAX_WORKERS``): every worker is a Python process with JAX loaded."""
-MAX_WORKERS_ENV = "ROXXEL_LOCAL_MAX_WORKERS"
-"""Environment variable: the local worker cap (see :data:`DEFAULT_MAX_WORKERS`)."""
 HANDSHAKE_SECONDS = 60.0
 """Seconds ``submit``/``resume`` wait for a detached supervisor to take over the run."""
-NETWORKS = ("loopback", "netns")
-"""Values of :attr:`LocalOptions.network`: every worker on loopback, or each in its own network
-namespace (:mod:`roxxel_launch.backends.local.netns`)."""
-
-
-def worker_processes(
-    spec,
-    run_dir: Path,
-    *,
-    data_dir: str | None = None,
-    devices_per_worker: int | None = None,
-    python: str | None = None,
-    base_env: Mapping[str, str] | None = None,
-) -> list[tuple[list[str], dict[str, str]]]:
-    """``(argv, env)`` of every pod of ``spec``'s rendered manifest as a local process, in
-    process order, on loopback and before any restart (see :mod:`roxxel_launch.backends.local.pods`;
-    the coordinator's DNS name is not yet mapped to a port here). Checks that each pod's
-    environment identifies it as :func:`roxxel.distributed.detect` would in a pod.
-
-    Raises:
-        BackendError: the manifest holds no pods, an env entry or command has no local
-            value, or a pod's environment does not make it process ``i`` of ``n``.
-    """
-    try:
-        pods = rendered_pods.manifest_pods(rendered_objects(spec))
-    except ValueError as err:
-        raise BackendError(f"job {spec.name!r}: {err}") from None
-    settings = LocalSettings(
-        python=python or sys.executable, run_dir=run_dir, data_dir=data_dir, devices_per_worker=devices_per_worker
-    )
-    attempt = 0 if spec.workload == "jobset" else None
-    procs = [worker_process(pod, settings, restart_attempt=attempt, base_env=base_env) for pod in pods]
-    for i, (pod, (_, env)) in enumerate(zip(pods, procs)):
-        try:
-            detected = distributed.detect(env)
-        except ValueError as err:
-            raise BackendError(f"pod {pod.name}: the rendered environment does not identify a process: {err}") from None
-        if (detected.process_id, detected.num_processes) != (i, len(pods)):
-            raise BackendError(
-                f"pod {pod.name}: the rendered environment makes it process "
-                f"{detected.process_id} of {detected.num_processes}, not {i} of {len(pods)}"
-            )
-    return procs
-
-
-def max_workers_setting(max_workers: int | None = None) -> int:
-    """The local worker cap: ``max_workers``, else ``$ROXXEL_LOCAL_MAX_WORKERS``, else the default.
-
-    Raises:
-        BackendError: the cap (or the variable) is not a positive integer.
-    """
-    if max_workers is None:
-        text = os.environ.get(MAX_WORKERS_ENV)
-        if text is None:
-            return DEFAULT_MAX_WORKERS
-        try:
-            max_workers = int(text)
-        except ValueError:
-            raise BackendError(f"${MAX_WORKERS_ENV}={text!r} is not an integer") from None
-    if max_workers < 1:
-        raise BackendError(f"the local worker cap must be at least 1, got {max_workers}")
-    return max_workers
-
-
-def check_worker_count(spec, max_workers: int | None = None) -> None:
-    """Refuses a spec with more processes than a local run may start (each is a Python + JAX).
-
-    Raises:
-        BackendError: naming the count, the cap and how to raise it.
-    """
-    cap = max_workers_setting(max_workers)
-    if spec.num_processes > cap:
-        raise BackendError(
-            f"{spec.name}: {spec.num_processes} worker processes is more than the local cap of {cap}; "
-            f"shrink the job for a local run (e.g. --set accelerator=cpu) or raise the cap with "
-            f"--max-workers N (or ${MAX_WORKERS_ENV})"
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class LocalOptions:
-    """How the local backend runs its jobs: what a cluster would decide for the pods.
-
-    Attributes:
-        foreground: ``submit`` and ``resume`` run the supervisor in this process (main
-            thread only) and return when the job is terminal; otherwise they start a
-            detached supervisor and return once it runs.
-        echo: with ``foreground``, a text stream that gets worker 0's output, each line
-            prefixed ``[worker 0] ``; None: logs only.
-        data_dir: local directory given to the workers as ``ROXXEL_DATA_DIR`` (see
-            :func:`resolve_data_dir`).
-        devices_per_worker: CPU devices per worker (``XLA_FLAGS``), >= 1; None: JAX's default.
-        cwd: the workers' working directory; default the current directory at ``submit``.
-        network: one of :data:`NETWORKS`: ``loopback``, or ``netns`` for a network
-            namespace per worker (needs root; loopback with a warning otherwise).
-        max_workers: the most worker processes this machine may start for one job;
-            None: ``$ROXXEL_LOCAL_MAX_WORKERS``, else :data:`DEFAULT_MAX_WORKERS`.
-        stop_timeout: seconds ``delete`` waits for a running supervisor to stop its workers
-            before it SIGKILLs them; None: the job's grace period (capped at
-            :data:`GRACE_CAP_SECONDS`) + 30.
-        runtime: one of :data:`~roxxel_launch.backends.local.runtime.RUNTIMES`: ``process``
-            (each worker a process of this machine's Python), or ``podman`` (each a
-            container of the manifest's image:
-            :mod:`roxxel_launch.backends.local.containers`).
-    """
-
-    foreground: bool = False
-    echo: IO[str] | None = None
-    data_dir: str | None = None
-    devices_per_worker: int | None = None
-    cwd: str | None = None
-    network: str = "loopback"
-    max_workers: int | None = None
-    stop_timeout: float | None = None
-    runtime: str = "process"
 
 
 class LocalBackend(Backend):
@@ -278,27 +167,6 @@ class LocalBackend(Backend):
         root = root if root is not None else os.environ.get(ROOT_ENV) or DEFAULT_ROOT
         self.root = Path(root).expanduser().absolute()
         self.options = options if options is not None else LocalOptions()
-
-    @staticmethod
-    def _check_container_runtime(spec, opts: LocalOptions) -> None:
-        """A container run: the runtime known and installed, no --netns, the image built."""
-        from roxxel_launch.backends.local import containers
-
-        if opts.runtime not in RUNTIMES:
-            raise BackendError(f"the local runtime must be one of {', '.join(RUNTIMES)}, got {opts.runtime!r}")
-        if (reason := containers.unavailable_reason(opts.runtime)) is not None:
-            raise BackendError(f"--runtime {opts.runtime}: {reason}")
-        if opts.network == "netns":
-            raise BackendError(
-                f"--netns and --runtime {opts.runtime} do not go together: each container "
-                "has a network of its own already"
-            )
-        if spec.checkpoint_dir and not spec.checkpoint_dir.startswith(("/", "gs://")):
-            raise BackendError(
-                f"checkpoint_dir {spec.checkpoint_dir!r}: a container run binds a local "
-                "checkpoint directory at its own path, which must be absolute"
-            )
-        containers.check_image(opts.runtime, spec.image)
 
     # -- paths -----------------------------------------------------------------------------
     def run_dir(self, name: str) -> Path:
@@ -341,20 +209,8 @@ class LocalBackend(Backend):
             OSError: the run directory cannot be written.
         """
         opts = self.options
-        data_dir, devices_per_worker, network = opts.data_dir, opts.devices_per_worker, opts.network
-        max_workers = opts.max_workers
         cwd = os.path.abspath(opts.cwd or os.getcwd())
-        if devices_per_worker is not None and devices_per_worker < 1:
-            raise BackendError(f"devices per worker must be at least 1, got {devices_per_worker}")
-        if network not in NETWORKS:
-            raise BackendError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
-        if network == "netns":
-            from roxxel_launch.backends.local import netns
-
-            netns.pod_hosts(spec)  # the pods' names and coordinator, checked before anything starts
-        if opts.runtime != "process":
-            self._check_container_runtime(spec, opts)
-        check_worker_count(spec, max_workers)
+        check_options(spec, opts)
         check_checkpoint_owner(spec)
         if spec.env_from:  # the kubelet would read them; nothing here can
             logger.warning(
@@ -363,7 +219,7 @@ class LocalBackend(Backend):
                 spec.name,
                 count(len(spec.env_from), "source"),
             )
-        resolved_data = resolve_data_dir(spec, data_dir, cwd=cwd)
+        resolved_data = resolve_data_dir(spec, opts.data_dir, cwd=cwd)
         run_dir = self.run_dir(spec.name)
         if run_dir.exists():
             raise self._exists_error(spec.name, run_dir)
@@ -392,9 +248,9 @@ class LocalBackend(Backend):
             {
                 "cwd": cwd,
                 "data_dir": resolved_data,
-                "devices_per_worker": devices_per_worker,
+                "devices_per_worker": opts.devices_per_worker,
                 "python": sys.executable,
-                "network": network,
+                "network": opts.network,
                 "runtime": opts.runtime,
                 "created": created,
             },
@@ -491,29 +347,7 @@ class LocalBackend(Backend):
         processes = read_json(run_dir / STATUS_FILE)["processes"]
         if not 0 <= process < processes:
             raise BackendError(f"job {name!r} has processes 0 to {processes - 1}; there is no process {process}")
-        return self._read_log(run_dir, run_dir / f"worker-{process}.log", follow)
-
-    @staticmethod
-    def _read_log(run_dir: Path, path: Path, follow: bool) -> Iterator[str]:
-        offset, partial = 0, b""
-        while True:
-            alive = follow and lock_is_held(run_dir / LOCK_FILE)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    data = f.read()
-            except FileNotFoundError:
-                data = b""
-            offset += len(data)
-            *lines, partial = (partial + data).split(b"\n")
-            for line in lines:
-                yield line.decode("utf-8", errors="replace")
-            if not alive and not data:
-                if partial:
-                    yield partial.decode("utf-8", errors="replace")
-                return
-            if not data:
-                time.sleep(0.2)
+        return read_log(run_dir, run_dir / f"worker-{process}.log", follow)
 
     def exec(self, name: str, command, *, process: int = 0, container: str | None = None, out, err) -> int:
         """Refused: a local worker is a process (or a podman container) of this machine.
@@ -625,7 +459,7 @@ class LocalBackend(Backend):
         """
         run_dir = self._existing(name)
         status = self.status(name)
-        if not _running(status.state, run_dir):
+        if not job_running(status.state, run_dir):
             raise BackendError(
                 f"local job {name!r} is {status.state.value.lower()}, not running; there is "
                 f"nothing to suspend (resume it: roxxel-launch resume {name} --local)"
@@ -659,7 +493,7 @@ class LocalBackend(Backend):
         if status.run_dir is None:
             raise BackendError(f"job {name}: the local backend's status names no run directory")
         run_dir = Path(status.run_dir)
-        if _running(status.state, run_dir):
+        if job_running(status.state, run_dir):
             raise BackendError(
                 f"local job {name!r} is {status.state.value.lower()}: wait for it "
                 f"(`roxxel-launch wait {name} --local`) or stop it first"
@@ -728,7 +562,7 @@ class LocalBackend(Backend):
             state = self.status(name).state
         except BackendError:  # a half-made run directory: only deleting it helps
             state = JobState.FAILED
-        if _running(state, run_dir):
+        if job_running(state, run_dir):
             return JobExistsError(
                 f"a local job named {name!r} is {state.value.lower()} ({run_dir}): follow it with "
                 f"`roxxel-launch logs {name} --local -f`, wait for it with `roxxel-launch wait {name} "
@@ -750,9 +584,3 @@ class LocalBackend(Backend):
             f"a local job named {name!r} already exists and is {state.value.lower()} ({run_dir}): resume "
             f"it with `roxxel-launch resume {name} --local`, or delete it with {delete}. {RESUME_HINT}"
         )
-
-
-def _running(state: JobState, run_dir: Path) -> bool:
-    """Whether a local job is still running: its record is not final yet, or its supervisor
-    still holds the run's lock (it is finishing: writing the final record, stopping workers)."""
-    return not state.terminal or lock_is_held(run_dir / LOCK_FILE)

@@ -13,11 +13,13 @@ import dataclasses
 import os
 import shutil
 import socket
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from roxxel import contract as shared
+from roxxel import distributed
 from roxxel.contract import (
     ENV_MEGASCALE_NUM_SLICES,
     ENV_MEGASCALE_SLICE_ID,
@@ -245,7 +247,8 @@ def make_volume_dirs(pod: rendered_pods.LocalPod, settings: LocalSettings) -> No
 def resolve_data_dir(
     spec, data_dir: str | None, *, environ: Mapping[str, str] | None = None, cwd: str | None = None
 ) -> str | None:
-    """The local ``ROXXEL_DATA_DIR`` of a run (see "Data directory" in the module docstring).
+    """The local ``ROXXEL_DATA_DIR`` of a run (see "Data directory" in the docstring of
+    :mod:`roxxel_launch.backends.local.backend`).
 
     Args:
         spec: a ``roxxel_launch.spec.JobSpec``.
@@ -276,3 +279,43 @@ def resolve_data_dir(
     if not os.path.isdir(path):
         raise BackendError(f"data directory {path!r} (from {origin}) does not exist or is not a directory")
     return path
+
+
+def worker_processes(
+    spec,
+    run_dir: Path,
+    *,
+    data_dir: str | None = None,
+    devices_per_worker: int | None = None,
+    python: str | None = None,
+    base_env: Mapping[str, str] | None = None,
+) -> list[tuple[list[str], dict[str, str]]]:
+    """``(argv, env)`` of every pod of ``spec``'s rendered manifest as a local process, in
+    process order, on loopback and before any restart (the coordinator's DNS name is not yet
+    mapped to a port here). Checks that each pod's environment identifies it as
+    :func:`roxxel.distributed.detect` would in a pod.
+
+    Raises:
+        BackendError: the manifest holds no pods, an env entry or command has no local
+            value, or a pod's environment does not make it process ``i`` of ``n``.
+    """
+    try:
+        pods = rendered_pods.manifest_pods(rendered_objects(spec))
+    except ValueError as err:
+        raise BackendError(f"job {spec.name!r}: {err}") from None
+    settings = LocalSettings(
+        python=python or sys.executable, run_dir=run_dir, data_dir=data_dir, devices_per_worker=devices_per_worker
+    )
+    attempt = 0 if spec.workload == "jobset" else None
+    procs = [worker_process(pod, settings, restart_attempt=attempt, base_env=base_env) for pod in pods]
+    for i, (pod, (_, env)) in enumerate(zip(pods, procs)):
+        try:
+            detected = distributed.detect(env)
+        except ValueError as err:
+            raise BackendError(f"pod {pod.name}: the rendered environment does not identify a process: {err}") from None
+        if (detected.process_id, detected.num_processes) != (i, len(pods)):
+            raise BackendError(
+                f"pod {pod.name}: the rendered environment makes it process "
+                f"{detected.process_id} of {detected.num_processes}, not {i} of {len(pods)}"
+            )
+    return procs

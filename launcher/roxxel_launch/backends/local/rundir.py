@@ -29,11 +29,11 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from roxxel_launch.backends.base import BackendError, JobState, JobStatus, StopReason
+from roxxel_launch.backends.base import BackendError, JobState, JobStatus, StopReason, lock_is_held
 
 SPEC_FILE = "spec.json"
 LAUNCH_FILE = "launch.json"
@@ -118,3 +118,34 @@ def status_from_dict(data: Mapping[str, Any], run_dir: Path) -> JobStatus:
         run_dir=str(run_dir),
         created=data.get("created"),
     )
+
+
+def job_running(state: JobState, run_dir: Path) -> bool:
+    """Whether a local job is still running: its record is not final yet, or its supervisor
+    still holds the run's lock (it is finishing: writing the final record, stopping workers)."""
+    return not state.terminal or lock_is_held(run_dir / LOCK_FILE)
+
+
+def read_log(run_dir: Path, path: Path, follow: bool) -> Iterator[str]:
+    """Lines (without newline, undecodable bytes replaced) of the log at ``path``; with
+    ``follow``, keeps reading while the run's supervisor holds its lock, and stops once it has
+    let go and the log is read to its end. A log not written yet reads as empty."""
+    offset, partial = 0, b""
+    while True:
+        alive = follow and lock_is_held(run_dir / LOCK_FILE)
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        offset += len(data)
+        *lines, partial = (partial + data).split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", errors="replace")
+        if not alive and not data:
+            if partial:
+                yield partial.decode("utf-8", errors="replace")
+            return
+        if not data:
+            time.sleep(0.2)

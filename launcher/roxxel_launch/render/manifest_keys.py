@@ -1,0 +1,31 @@
+"""The label and annotation keys, volume names and node paths the rendered manifests use."""
+
+from __future__ import annotations
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "roxxel-launch"
+RUN_NAME_LABEL = "roxxel.dev/run-name"
+JOB_LABEL = "roxxel.dev/job"
+SPEC_ANNOTATION = "roxxel.dev/spec"
+EXCLUSIVE_TOPOLOGY_ANNOTATION = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+GCSFUSE_ANNOTATION = "gke-gcsfuse/volumes"
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+GCSFUSE_LIMIT_ANNOTATIONS = {
+    "cpu": "gke-gcsfuse/cpu-limit",
+    "memory": "gke-gcsfuse/memory-limit",
+    "ephemeral_storage": "gke-gcsfuse/ephemeral-storage-limit",
+}
+# The volume name the GCS FUSE driver's sidecar uses for its file cache when present.
+GCSFUSE_CACHE_VOLUME = "gke-gcsfuse-cache"
+DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+DATA_VOLUME = "data"
+SHM_VOLUME = "dshm"
+# GKE's GPU nodes mount the NVIDIA driver's libraries here; images not built on a CUDA base
+# image need it on the loader path (GKE "Run GPUs in GKE Standard node pools").
+GKE_NVIDIA_LIB_DIR = "/usr/local/nvidia/lib64"
+SPOT_SELECTORS = ("cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible")
+# GKE's GPU maintenance handler taints a node that is about to be terminated for host
+# maintenance; Google's GPU recipes tolerate it (AI-Hypercomputer/gpu-recipes,
+# src/helm-charts/a3mega/job/templates/workload-job.yaml).
+IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
