@@ -336,8 +336,8 @@ def test_cpu_install_steps_run_in_a_fresh_venv(tmp_path):
         [
             str(python),
             "-c",
-            "import importlib.metadata as m, jax, roxxel, roxxel_launch, roxxel_launch.render as r\n"
-            "assert r._load_template('jobset.yaml.j2')\n"
+            "import importlib.metadata as m, jax, roxxel, roxxel_launch, roxxel_launch.render.yaml_quoting as r\n"
+            "assert r.load_template('jobset.yaml.j2')\n"
             "print(jax.__version__, m.version('jaxlib'), roxxel.__file__)",
         ],
         capture_output=True,
