@@ -34,25 +34,21 @@ from roxxel_launch.cli import EXIT_FAILED, EXIT_PREEMPTED, EXIT_TIMED_OUT, cli
 
 from support.k8s_fake_server import TOKEN, FakeKubernetes, count_preemptions, use_cluster
 from support.paths import JOBSET_CRD as CRD
+from support.specs import TPU_V5P, spec_dict
 
 pytestmark = pytest.mark.timeout(60)
 
 NS = "team-a"
 POLL = "0.1"
 
-SPEC = {
-    "apiVersion": "roxxel.dev/v1alpha1",
-    "kind": "RoxxelJob",
-    "name": "lm",
-    "namespace": NS,
-    "image": "us-docker.pkg.dev/proj/repo/worker:1",
-    "command": ["python", "-m", "examples.lm"],
-    "accelerator": {"tpu": {"type": "v5p", "topology": "2x2x4"}},
-    "num_slices": 2,
-    "checkpoint_dir": "gs://ckpt/lm",
-    "run_name": "lm-run-1",
-    "service_account": "trainer",
-}
+SPEC = spec_dict(
+    namespace=NS,
+    accelerator=TPU_V5P,
+    num_slices=2,
+    checkpoint_dir="gs://ckpt/lm",
+    run_name="lm-run-1",
+    service_account="trainer",
+)
 INDEXED = {**SPEC, "accelerator": {"cpu": {"hosts": 4}}, "num_slices": 1, "workload": "indexed-job"}
 
 

@@ -18,21 +18,12 @@ from roxxel_launch.cli import EXIT_SUCCEEDED, cli
 
 from support.k8s_fake_server import FakeKubernetes, use_cluster
 from support.paths import REPO
+from support.specs import spec_dict
 
 pytestmark = pytest.mark.timeout(120)
 
 NS = "team-a"
-SPEC = {
-    "apiVersion": "roxxel.dev/v1alpha1",
-    "kind": "RoxxelJob",
-    "name": "lm",
-    "namespace": NS,
-    "image": "us-docker.pkg.dev/proj/repo/worker:1",
-    "command": ["python", "-m", "examples.lm"],
-    "accelerator": {"cpu": {"hosts": 2}},
-    "checkpoint_dir": "gs://ckpt/lm",
-    "run_name": "lm-1",
-}
+SPEC = spec_dict(namespace=NS, accelerator={"cpu": {"hosts": 2}}, checkpoint_dir="gs://ckpt/lm", run_name="lm-1")
 # The scheduler's message for a pod no node pool fits (kube-scheduler's FailedScheduling).
 UNSCHEDULABLE = (
     "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "

@@ -19,6 +19,7 @@ from roxxel_launch.backends.base import JobState, StopReason
 
 from support.fake_clock import FakeClock, fast_retry
 from support.k8s_fake_server import RESTART_ATTEMPT, FakeKubernetes, use_cluster
+from support.specs import spec_dict
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,17 +28,7 @@ PREEMPTED, CONFIG_ERROR = contract.PREEMPTED_EXIT_CODE, contract.CONFIG_ERROR_EX
 
 
 def make_spec(**changes) -> S.JobSpec:
-    data = {
-        "apiVersion": "roxxel.dev/v1alpha1",
-        "kind": "RoxxelJob",
-        "name": "lm",
-        "namespace": NS,
-        "image": "us-docker.pkg.dev/proj/repo/worker:1",
-        "command": ["python", "-m", "examples.lm"],
-        "accelerator": {"cpu": {"hosts": 2}},
-        "num_slices": 2,
-        "checkpoint_dir": "gs://ckpt/lm",
-    }
+    data = spec_dict(namespace=NS, accelerator={"cpu": {"hosts": 2}}, num_slices=2, checkpoint_dir="gs://ckpt/lm")
     data.update(changes)
     return S.spec_from_dict(data)
 

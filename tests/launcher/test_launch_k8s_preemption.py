@@ -39,6 +39,7 @@ from roxxel_launch.cli import EXIT_SUCCEEDED, cli
 
 from support.fake_clock import FakeClock, fast_retry
 from support.k8s_fake_server import RESTART_ATTEMPT, FakeKubernetes, count_preemptions, use_cluster
+from support.specs import spec_dict
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,19 +59,14 @@ print(f"saved step {step}")
 
 
 def make_spec(**changes) -> S.JobSpec:
-    data = {
-        "apiVersion": "roxxel.dev/v1alpha1",
-        "kind": "RoxxelJob",
-        "name": "lm",
-        "namespace": NS,
-        "image": "us-docker.pkg.dev/proj/repo/worker:1",
-        "command": ["python", "-m", "examples.lm"],
-        "accelerator": {"cpu": {"hosts": 2}},
-        "num_slices": 2,
-        "checkpoint_dir": "gs://ckpt/lm",
-        "max_restarts": 1,
-        "max_preemptions": 3,
-    }
+    data = spec_dict(
+        namespace=NS,
+        accelerator={"cpu": {"hosts": 2}},
+        num_slices=2,
+        checkpoint_dir="gs://ckpt/lm",
+        max_restarts=1,
+        max_preemptions=3,
+    )
     data.update(changes)
     return S.spec_from_dict(data)
 

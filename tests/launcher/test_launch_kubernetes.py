@@ -39,6 +39,7 @@ from roxxel_launch.backends.base import (
 from support.fake_clock import fast_retry
 from support.k8s_fake_server import TOKEN, FakeKubernetes
 from support.paths import JOBSET_CRD as CRD
+from support.specs import spec_dict
 
 NS = "team-a"
 
@@ -111,18 +112,8 @@ def stored(server: FakeKubernetes, resource: str, name: str) -> dict:
 
 
 def make_spec(**changes) -> S.JobSpec:
-    data = {
-        "apiVersion": "roxxel.dev/v1alpha1",
-        "kind": "RoxxelJob",
-        "name": "lm",
-        "namespace": NS,
-        "image": "us-docker.pkg.dev/proj/repo/worker:1",
-        "command": ["python", "-m", "examples.lm"],
-        "accelerator": "cpu",
-        "checkpoint_dir": "gs://ckpt/lm",
-        # The NetworkPolicy's own create/delete tests are in test_launch_security.py.
-        "security": {"network_policy": False},
-    }
+    # The NetworkPolicy's own create/delete tests are in test_launch_security.py.
+    data = spec_dict(namespace=NS, checkpoint_dir="gs://ckpt/lm", security={"network_policy": False})
     data.update(changes)
     return S.spec_from_dict(data)
 
