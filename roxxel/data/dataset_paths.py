@@ -124,8 +124,16 @@ def _committed(paths: list[str], pending: set[str]) -> list[str]:
 
 
 def check_unlisted(manifest: str, entries: list[Entry]) -> None:
-    """Refuse shards next to ``manifest`` that it does not list (``entries``: the dataset's shards): every ``.rox`` file of a dataset
-    directory, the ``STEM_*.rox`` files of a ``STEM.dataset.json`` (its directory may hold others)."""
+    """Refuse shards next to ``manifest`` that it does not list (``entries``: the dataset's shards).
+
+    Next to a ``dataset.json`` every ``.rox`` file counts; next to a ``STEM.dataset.json`` the
+    ``STEM_*.rox`` files (its directory may hold others); a manifest of another name is not
+    checked. Shards an unfinished append is committing are not counted.
+
+    Raises:
+        CorruptShardError: a shard the manifest does not list (names it and the fix).
+        IncompleteDatasetError: a pack into the directory did not finish.
+    """
     directory, name = os.path.split(manifest)
     if name == MANIFEST_NAME:
         ours = re.compile(r".*\.rox")
