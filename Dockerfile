@@ -47,11 +47,15 @@ COPY pyproject.toml ./
 RUN --mount=type=cache,target=/root/.cache,sharing=locked --mount=type=secret,id=pip-cert \
     ROXXEL_WHEEL_CACHE=/root/.cache/roxxel-wheels ROXXEL_EXTRAS="$EXTRAS" \
     sh docker/install.sh "$ACCELERATOR" --dependencies pyproject.toml
-COPY README.md LICENSE ./
+# The native map reader (roxxel/format/_mapread.c) is compiled here; ROXXEL_REQUIRE_MAPREAD makes
+# a failed compile fail the build (elsewhere the streamer falls back to pread, slower).
+COPY docker/build-tools.sh docker/
+RUN sh docker/build-tools.sh
+COPY README.md LICENSE setup.py ./
 COPY roxxel/ roxxel/
 COPY launcher/ launcher/
 RUN --mount=type=cache,target=/root/.cache,sharing=locked --mount=type=secret,id=pip-cert \
-    sh docker/install.sh "$ACCELERATOR" --prefix /opt/roxxel .
+    ROXXEL_REQUIRE_MAPREAD=1 sh docker/install.sh "$ACCELERATOR" --prefix /opt/roxxel .
 
 FROM ${BASE_IMAGE}
 

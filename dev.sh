@@ -17,14 +17,16 @@ setup() {
     echo "dev.sh: creating the virtual environment $VENV ($("$PYTHON" --version 2>&1))"
     "$PYTHON" -m venv "$VENV"
   fi
-  # Reinstall only when the dependency list changed; a dev install covers main.
-  local stamp="$VENV/.roxxel-installed-$extra"
-  if cmp -s pyproject.toml "$stamp" || { [ "$extra" = main ] && cmp -s pyproject.toml "$VENV/.roxxel-installed-dev"; }; then
+  # Reinstall only when what the install is made of changed (the dependency list, or the native
+  # map reader that the editable install compiles in place); a dev install covers main.
+  local stamp="$VENV/.roxxel-installed-$extra" inputs="$VENV/.roxxel-install-inputs"
+  cat pyproject.toml setup.py roxxel/format/_mapread.c > "$inputs"
+  if cmp -s "$inputs" "$stamp" || { [ "$extra" = main ] && cmp -s "$inputs" "$VENV/.roxxel-installed-dev"; }; then
     return
   fi
   local quiet=(--quiet)
   if [ -f "$stamp" ]; then
-    echo "dev.sh: pyproject.toml changed since $VENV was set up: updating it ($extra extra)"
+    echo "dev.sh: pyproject.toml, setup.py or roxxel/format/_mapread.c changed since $VENV was set up: updating it ($extra extra)"
   else
     quiet=()  # the first install of an extra takes a while: show pip's progress
     case $extra in
@@ -38,7 +40,7 @@ setup() {
   fi
   "$VENV/bin/python" -m pip install --quiet --upgrade 'pip>=23'  # an older pip lacks what pyproject.toml uses
   "$VENV/bin/python" -m pip install ${quiet[@]+"${quiet[@]}"} -e ".[$extra]"
-  cp pyproject.toml "$stamp"
+  cp "$inputs" "$stamp"
 }
 
 main_job() {

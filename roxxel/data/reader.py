@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from roxxel.data.map_rows import MapRows
 from roxxel.data.source import SOURCES
 from roxxel.exit_codes import ConfigValueError
+from roxxel.format import mapread
 
 if TYPE_CHECKING:  # annotations only: roxxel.data.dataset imports this module; the curriculum builds streams
     from roxxel.data.curriculum import Curriculum, ResolvedPhase
@@ -303,9 +305,11 @@ class _Plan:
     staged: list[RowRuns | None] = dataclasses.field(default_factory=list)
     slots: list[np.ndarray | None] = dataclasses.field(default_factory=list)
     buffers: list[np.ndarray | None] = dataclasses.field(default_factory=list)
+    maps: list[MapRows | None] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.buffers = [None] * len(self.staged)
+        self.maps = [None] * len(self.staged)
 
 
 class BatchReader:
@@ -331,6 +335,7 @@ class BatchReader:
         # The largest id each dataset's stored dtype can hold (None: not an integer dtype, original-format data).
         self._max_ids = [np.iinfo(dt).max if np.issubdtype(dt, np.integer) else None for dt in self.dtypes]
         self._plan: _Plan | None = None  # the steps being read
+        self._next: _Plan | None = None  # the plan after it, made ahead (rows read from the maps)
 
     def rows(self, step: int, lo: int, hi: int, dtype=np.int32, *, with_breaks: bool = False):
         """Rows ``[lo, hi)`` of the global batch of ``step``, shape ``(hi - lo, seq_len)``, in ``dtype``.
@@ -340,7 +345,7 @@ class BatchReader:
         ``t - 1`` in its dataset (the row joins two shuffled chunks there).
         """
         phase = self.curriculum.phase_at(step)
-        planned = self._planned(step, lo, hi, phase)
+        planned = self._planned(step, lo, hi, phase, dtype)
         if planned is None:
             return self._rows_by_pieces(step, lo, hi, phase, dtype, with_breaks)
         plan, k = planned
@@ -351,6 +356,15 @@ class BatchReader:
         for d in [int(which[0])] if single else np.unique(which).tolist():
             idx = None if single else np.flatnonzero(which == d)
             sel = slice(None) if idx is None else idx
+            mapped = self._mapped(plan, d, dtype)
+            if mapped is not None:
+                target = out if idx is None else np.empty((len(idx), phase.seq_len), dtype)
+                top = mapped.read(target, k, idx)
+                if top is not None:
+                    self._check_top(top, d)
+                    if idx is not None:
+                        out[idx] = target
+                    continue
             if plan.staged[d] is None:  # a row of this dataset crosses a shard boundary somewhere in the plan
                 rows = gather_rows(
                     self.sources[d].dataset,
@@ -366,7 +380,32 @@ class BatchReader:
                 np.copyto(out, rows, casting="unsafe")  # one cast of the whole batch
             else:
                 out[sel] = rows
+        if any(m is not None for m in plan.maps):
+            self._ready_next(plan, k, lo, hi, phase, dtype)
         return (out, np.zeros(out.shape, bool)) if with_breaks else out
+
+    def _mapped(self, plan: _Plan, d: int, dtype) -> MapRows | None:
+        """Dataset ``d``'s rows of ``plan`` in its shards' maps, or None where the map path does not apply."""
+        mapped = plan.maps[d]
+        if mapped is None and plan.buffers[d] is None and mapread.can_gather(self.dtypes[d], np.dtype(dtype)):
+            assert plan.starts is not None and plan.which is not None and plan.single is not None
+            n = len(plan.which) // (plan.end - plan.first)
+            mine = plan.which == d
+            dataset = self.sources[d].dataset
+            mapped = plan.maps[d] = MapRows(
+                dataset,
+                plan.starts,
+                plan.seq_len,
+                n,
+                lambda row, start: gather_into(dataset, row, np.array([start]), np.array([len(row)])),
+                None if mine.all() else mine,
+            )
+        return None if mapped is None or mapped.broken else mapped
+
+    def _check_top(self, top: int, d: int) -> None:
+        limit = self.vocab_size
+        if limit is not None and top >= limit:
+            self._check_vocab(np.array([top]), d)
 
     def _staged(self, plan: _Plan, d: int) -> np.ndarray:
         """Dataset ``d``'s rows of every step of ``plan``, read on first use (vocabulary checked)."""
@@ -381,23 +420,49 @@ class BatchReader:
             self._check_vocab(buf, d)  # on the stored ids, before any (narrowing) cast
         return buf
 
-    def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase) -> tuple[_Plan, int] | None:
+    def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype) -> tuple[_Plan, int] | None:
         """The plan holding ``step`` and the step's index in it, or None when some row joins pieces.
 
         Rows are located and cut for up to ``_AHEAD`` steps at once (one vectorised pass instead
         of one per step); a stream reads steps in order, so the next ones come from this plan.
+        When rows are read from the maps, the next plan is made halfway through this one
+        (:meth:`_ready_next`), so that its blocks are checked before its first step.
         """
         key = (phase.index, lo, hi)
         plan = self._plan
         if plan is None or plan.key != key or not plan.first <= step < plan.end:
-            # Plan 1 step after a jump (a resume's first batch pays for itself), then more and more up to
-            # _AHEAD, and no more rows than _STAGED_BYTES hold.
-            fits = max(1, _STAGED_BYTES // max(1, (hi - lo) * phase.seq_len * max(dt.itemsize for dt in self.dtypes)))
-            grown = 4 * (plan.end - plan.first) if plan is not None and plan.key == key and step == plan.end else 1
-            plan = self._plan = self._plan_ahead(step, lo, hi, phase, key, min(_AHEAD, fits, grown))
+            ahead = self._next
+            self._next = None
+            if ahead is not None and ahead.key == key and ahead.first == step:
+                plan = self._plan = ahead
+            else:
+                plan = self._plan = self._plan_ahead(
+                    step, lo, hi, phase, key, self._plan_size(plan, step, lo, hi, phase, key, dtype)
+                )
         if plan.which is None:
             return None
         return plan, step - plan.first
+
+    def _plan_size(self, plan: _Plan | None, step: int, lo: int, hi: int, phase: ResolvedPhase, key, dtype) -> int:
+        """Steps to plan from ``step``: 1 after a jump (a resume's first batch pays for itself), then 4x
+        the last plan up to ``_AHEAD``; rows staged for pread hold at most ``_STAGED_BYTES``."""
+        grown = 4 * (plan.end - plan.first) if plan is not None and plan.key == key and step == plan.end else 1
+        if all(mapread.can_gather(dt, np.dtype(dtype)) for dt in self.dtypes):
+            return min(_AHEAD, grown)
+        fits = max(1, _STAGED_BYTES // max(1, (hi - lo) * phase.seq_len * max(dt.itemsize for dt in self.dtypes)))
+        return min(_AHEAD, fits, grown)
+
+    def _ready_next(self, plan: _Plan, k: int, lo: int, hi: int, phase: ResolvedPhase, dtype) -> None:
+        """Halfway through ``plan`` read from the maps, make the next plan and start checking its blocks."""
+        if k != (plan.end - plan.first) // 2 or self._next is not None or plan.end >= phase.end_step:
+            return
+        nxt = self._plan_ahead(
+            plan.end, lo, hi, phase, plan.key, self._plan_size(plan, plan.end, lo, hi, phase, plan.key, dtype)
+        )
+        if nxt.which is not None:
+            for d in np.unique(nxt.which).tolist():
+                self._mapped(nxt, d, dtype)
+        self._next = nxt
 
     def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int) -> _Plan:
         n = hi - lo

@@ -12,7 +12,7 @@ import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
 from roxxel.exit_codes import ConfigurationError
-from roxxel.format import ShardChangedError, ShardReadError, TruncatedShardError, atomic, open_shard
+from roxxel.format import ShardChangedError, ShardReadError, TruncatedShardError, atomic, mapread, open_shard
 
 
 def make(path, n_tokens=100_000):
@@ -22,8 +22,18 @@ def make(path, n_tokens=100_000):
 
 
 def failing(monkeypatch, code, times=10**9, calls=("preadv", "pread")):
-    """Make os.preadv/os.pread raise OSError(code) ``times`` times, then work again."""
+    """Make os.preadv/os.pread raise OSError(code) ``times`` times, then work again.
+
+    Reads through the shards' maps fault meanwhile, as the kernel answers a mapped read that
+    the storage fails (SIGBUS, which the native reader catches and reports): the streamer then
+    reads with pread, which meets the error.
+    """
     left = [times]
+    real_gather, real_crc32c = mapread.gather, mapread.crc32c
+    monkeypatch.setattr(mapread, "gather", lambda out, *a: (0, None) if left[0] > 0 else real_gather(out, *a))
+    monkeypatch.setattr(
+        mapread, "crc32c", lambda src, *a: (np.zeros(len(src), np.uint32), 0) if left[0] > 0 else real_crc32c(src, *a)
+    )
     for name in calls:
         real = getattr(os, name)
 

@@ -298,3 +298,27 @@ def test_the_images_code_is_not_writable_by_the_worker_even_on_a_writable_root(w
     home = podman("image", "inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", IMAGE).stdout
     image_home = dict(line.split("=", 1) for line in home.split())["HOME"]
     assert image_home in writable and "/tmp" in writable, writable
+
+
+def test_the_images_streamer_reads_from_the_maps_with_its_native_reader(worker_image, containers):
+    """The build stage compiles roxxel/format/_mapread.c (docker/build-tools.sh); the worker stage has
+    the module but no compiler. A pack and a stream in the container read rows through it."""
+    script = textwrap.dedent("""
+        import shutil, tempfile, numpy as np
+        from roxxel import Curriculum, Phase, Roxxel
+        from roxxel.format import mapread
+        assert mapread.WHY_NOT is None and mapread.crc32c_ready(), mapread.WHY_NOT
+        calls = []
+        real = mapread.gather
+        mapread.gather = lambda *a: calls.append(1) or real(*a)
+        d = tempfile.mkdtemp()
+        Roxxel(d + "/ds").write([np.arange(i, i + 3000) % 50_000 for i in range(0, 300_000, 3000)], vocab_size=50_000)
+        stream = Curriculum(Roxxel(d + "/ds"), [Phase(steps=20, global_batch_size=4, seq_len=256)]).stream(
+            seed=0, to_device=False, prefetch_size=0
+        )
+        batches = list(stream)
+        print(len(batches), len(calls) > 0, shutil.which("gcc") is None)
+    """)
+    result = run(None, containers, ["python", "-c", script], entrypoint=[])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["20", "True", "True"], result.stdout

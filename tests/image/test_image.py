@@ -306,7 +306,7 @@ def test_dockerignore_keeps_the_context_to_what_is_copied():
                 assert _context_files(source, ignore), f"COPY {source}: nothing in the build context"
 
 
-@pytest.mark.parametrize("script", ["install.sh", "make-base.sh"])
+@pytest.mark.parametrize("script", ["install.sh", "make-base.sh", "build-tools.sh"])
 def test_docker_scripts_pass_shellcheck(script):
     shellcheck = shutil.which("shellcheck", path=SEARCH_PATH)
     if shellcheck is None:

@@ -1,0 +1,261 @@
+"""Rows of planned steps read straight from the shards' memory maps (the streamer's fast path).
+
+:class:`MapRows` holds, for one dataset's rows of a plan (up to 64 steps), each row's address
+in its shard's map; :meth:`MapRows.read` gathers a step's rows into the batch with the cast on
+the way (:mod:`roxxel.format.mapread`).
+
+**Every token is checked before it is copied.** The blocks the plan's rows touch that this
+process has not checked yet are checked by the CRC-32C of the block's bytes in the map (no
+copy, no second read), on a thread of their own (:class:`_BlockJob`: native code, the GIL
+released), in the order the steps need them: step ``k``'s rows are copied only once every
+block they touch has matched its stored checksum. While the reader copies one step, the
+thread checks the next steps' blocks (on a second core), so a first pass runs near the speed
+of later ones.
+
+**A fault never passes silently.** A read that faults (SIGBUS: the file was cut short under
+the map, or its storage failed) returns None; the caller reads those rows again with
+``pread`` (:func:`roxxel.data.reader.read_runs`), which raises the error that names the
+shard. After the copy, each shard read is checked unchanged since it was opened, as on the
+``pread`` path. Reads with ``pread`` are also what the streamer does wherever this path does
+not apply (no native reader, a dtype pair it does not cast, rows that cross a shard boundary).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from roxxel.format import mapread
+from roxxel.format.mapped import CHECK_SECONDS
+
+if TYPE_CHECKING:
+    from roxxel.data.dataset import Dataset
+
+_INLINE_BLOCKS = 4  # a job of at most this many blocks runs in the calling thread (a thread costs ~0.1 ms to start)
+
+
+class MapRows:
+    """One dataset's rows of a plan as addresses in its shards' maps.
+
+    Args:
+        dataset: the dataset (open).
+        starts: each planned row's first token in the dataset (int64, step by step, ``n`` rows a
+            step); no row of this dataset may cross a shard boundary (the caller cut them with
+            :func:`roxxel.data.reader.row_runs`).
+        length: tokens per row.
+        n: rows per step.
+        read_row: ``read_row(out, start)`` copies tokens ``[start, start + len(out))`` into ``out``
+            (1-D, the stored dtype) with ``pread``, blocks checked: for rows that cross into the
+            next shard (:func:`roxxel.data.reader.gather_into`).
+        mine: which planned rows are this dataset's (bool), None: all of them.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        starts: np.ndarray,
+        length: int,
+        n: int,
+        read_row: Callable[[np.ndarray, int], object],
+        mine: np.ndarray | None = None,
+    ):
+        self.dataset, self.length, self.n, self._read_row = dataset, length, n, read_row
+        self.broken = False  # a read faulted: the caller reads with pread from then on
+        rows = np.arange(len(starts)) if mine is None else np.flatnonzero(mine)
+        starts = starts[rows]
+        offsets = dataset._token_offsets
+        one = len(offsets) == 2
+        shard_of = np.zeros(len(starts), np.int64) if one else np.searchsorted(offsets, starts, side="right") - 1
+        local = (starts - offsets[shard_of]) * dataset.dtype.itemsize  # data bytes
+        crossing = starts + length > offsets[shard_of + 1]  # rows that go on in the next shard: read with pread
+        self.crossing = {int(r): int(a) for r, a in zip(rows[crossing], starts[crossing])}
+        self.addresses = np.zeros(len(mine) if mine is not None else len(starts), np.int64)  # 0: another dataset's row
+        self.shards: list[Any] = []
+        self._views: list[np.ndarray] = []  # each map stays mapped while its addresses are in use
+        checking: list[tuple[Any, int]] = []  # shards with unchecked blocks, and the map address of their token 0
+        check_ix = np.full(int(shard_of.max(initial=0)) + 1, -1, np.int64)
+        for s in [0] if one else np.unique(shard_of).tolist():
+            shard = dataset._shard(s)
+            view = np.frombuffer(shard._map(), np.uint8)
+            base = mapread.address(view) + shard._data_offset
+            sel = np.flatnonzero((shard_of == s) & ~crossing)
+            self.addresses[rows[sel]] = base + local[sel]
+            self.shards.append(shard)
+            self._views.append(view)
+            blocks = shard._blocks
+            if blocks is not None and shard.check_blocks and blocks.unchecked:
+                if blocks.algorithm == "crc32c" and mapread.crc32c_ready():
+                    check_ix[s] = len(checking)
+                    checking.append((shard, base))
+                else:  # (the first 1.1 shards' zlib CRC-32: checked now, with pread)
+                    shard.check_pieces(local[sel] // shard.dtype.itemsize, np.full(len(sel), length, np.int64))
+        if self.crossing:  # gathered from a valid place, then overwritten by the pread of the row
+            self.addresses[list(self.crossing)] = self.addresses[rows[~crossing][0]] if (~crossing).any() else 0
+        self._job = None
+        ix = np.where(crossing, -1, check_ix[shard_of])
+        keep = ix >= 0
+        if keep.any():
+            row_bytes = length * dataset.dtype.itemsize
+            self._job = _BlockJob(checking, ix[keep], local[keep], rows[keep] // n, row_bytes, self._views)
+        self._next_check = 0.0
+
+    def read(self, out: np.ndarray, step: int, which: np.ndarray | None = None) -> int | None:
+        """Gather plan step ``step``'s rows (``which``: those of its rows that are this dataset's, None:
+        all) into ``out`` (2-D, ``length`` columns, a dtype :func:`mapread.can_gather` takes).
+
+        Returns the largest stored id copied, or None when a read faulted (``out`` is then
+        partly written: read the rows again with ``pread``, which names the problem).
+
+        Raises:
+            BlockChecksumError: a block the rows touch is damaged.
+            ShardChangedError: a shard's file changed since it was opened.
+        """
+        if self._job is not None and not self._job.wait(step):
+            self.broken = True
+            return None
+        first = step * self.n
+        step_rows = self.addresses[first : first + self.n]
+        sources = step_rows if which is None else step_rows[which]
+        top: int | None = 0
+        if len(sources) and sources.all():
+            faulted, top = mapread.gather(out, sources, self.dataset.dtype)
+            if faulted is not None:
+                self.broken = True
+                return None
+        if self.crossing:
+            top = self._read_crossing(out, first + (np.arange(self.n) if which is None else which), top)
+        now = time.monotonic()
+        if now >= self._next_check:  # each shard's own check runs at most every CHECK_SECONDS
+            self._next_check = now + CHECK_SECONDS
+            for shard in self.shards:
+                shard.check_unchanged()
+        self.dataset.bytes_read += out.shape[0] * out.shape[1] * self.dataset.dtype.itemsize
+        return top
+
+    def _read_crossing(self, out: np.ndarray, planned: np.ndarray, top: int | None) -> int | None:
+        """Read the rows of ``out`` (planned rows ``planned``) that cross into the next shard with
+        ``pread`` (blocks checked on that path); returns the largest stored id of all of ``out``."""
+        for r, p in enumerate(planned.tolist()):
+            start = self.crossing.get(p)
+            if start is not None:
+                row = np.empty(self.length, self.dataset.dtype)
+                self._read_row(row, start)
+                out[r] = row
+                top = max(int(row.max()), 0 if top is None else top)
+        return top
+
+
+class _BlockJob:
+    """The CRC-32C of the unchecked blocks a plan's rows touch, computed in the order of the step
+    that first needs each, on the checking thread (:func:`_submit`); :meth:`wait` compares them
+    with the stored checksums as steps come to need them.
+
+    Args:
+        shards: the shards with unchecked blocks; ``bases[i]``: the map address of shard ``i``'s token 0.
+        shard_ix, local, steps: per row: its shard (index into ``shards``), data byte offset, and plan step.
+        row_bytes: bytes per row.
+        views: the maps' views (kept alive until the job is done).
+    """
+
+    def __init__(self, checking: list[tuple[Any, int]], shard_ix, local, steps, row_bytes: int, views: list):
+        self.shards = [shard for shard, _ in checking]
+        size = np.array([shard._blocks.block_bytes for shard in self.shards], np.int64)[shard_ix]
+        first, last = local // size, (local + row_bytes - 1) // size
+        crosses = np.flatnonzero(last != first)  # rows over a block boundary also need the next block
+        # One sort finds each block and the first step that needs it: block key high, step low.
+        key = np.concatenate([(shard_ix << 36) | first, (shard_ix[crosses] << 36) | last[crosses]])
+        packed = np.sort((key << 8) | np.concatenate([steps, steps[crosses]]))  # (a plan has <= 256 steps)
+        packed = packed[np.r_[0, np.flatnonzero(np.diff(packed >> 8)) + 1]] if len(packed) else packed
+        packed = packed[np.argsort(packed & 255, kind="stable")]  # in the order the steps need them
+        keys, when_first = packed >> 8, packed & 255
+        ix, blocks = keys >> 36, keys & ((1 << 36) - 1)
+        todo = np.ones(len(keys), bool)
+        expected = np.empty(len(keys), np.uint32)
+        sources, lengths = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
+        for i, (shard, base) in enumerate(checking):
+            sel = np.flatnonzero(ix == i)
+            checks = shard._blocks
+            b = blocks[sel]
+            todo[sel] = ~checks.checked[b]
+            expected[sel] = shard._io(checks.crcs)[b]
+            lo = b * checks.block_bytes
+            sources[sel] = base + lo
+            lengths[sel] = np.minimum(lo + checks.block_bytes, checks.data_bytes) - lo
+        self.ix, self.blocks, self.expected = ix[todo], blocks[todo], expected[todo]
+        when_first = when_first[todo]
+        self.need = np.searchsorted(when_first, np.arange(int(when_first.max(initial=0)) + 1), side="right").tolist()
+        self.crcs = np.empty(len(self.blocks), np.uint32)
+        self.done = np.zeros(1, np.int64)  # set by the native loop: crcs[:done] are computed
+        self.finished = False
+        self.fault: int | None = None
+        self.verified = 0
+        work = (sources[todo], lengths[todo], views)
+        if len(self.blocks) <= _INLINE_BLOCKS:
+            self.run(*work)
+        else:
+            _submit(self, work)
+
+    def run(self, sources: np.ndarray, lengths: np.ndarray, views: list) -> None:
+        try:
+            _, self.fault = mapread.crc32c(sources, lengths, self.crcs, self.done)
+        finally:
+            self.finished = True
+
+    def wait(self, step: int) -> bool:
+        """Block until every block step ``step`` (or an earlier one) needs is checked; False when a read faulted.
+
+        Raises:
+            BlockChecksumError: such a block does not match its stored checksum (names the shard and the block).
+        """
+        need = self.need[min(step, len(self.need) - 1)]
+        if need <= self.verified:
+            return True
+        while (done := int(self.done[0])) < need:
+            if self.finished and int(self.done[0]) < need:
+                return False  # a read faulted
+            time.sleep(0)  # (lets the checking thread run where both share a core)
+        lo, need = self.verified, done  # every block checksummed so far: fewer, larger comparisons
+        self.verified = need
+        bad = np.flatnonzero(self.crcs[lo:need] != self.expected[lo:need])
+        if len(bad):
+            j = lo + int(bad[0])
+            shard = self.shards[int(self.ix[j])]
+            shard._io(lambda fd: shard._blocks._settle(fd, int(self.blocks[j]), int(self.crcs[j])))  # raises
+        for i in np.unique(self.ix[lo:need]).tolist():
+            checks = self.shards[i]._blocks
+            b = self.blocks[lo:need][self.ix[lo:need] == i]
+            new = b[~checks.checked[b]]
+            checks.checked[new] = True
+            checks.unchecked -= len(new)
+        return True
+
+
+_queue: queue.SimpleQueue | None = None
+
+
+def _submit(job: _BlockJob, work: tuple) -> None:
+    """Run ``job`` on the checking thread (one per process, started on first use; jobs run in order)."""
+    global _queue
+    if _queue is None:
+        _queue = queue.SimpleQueue()
+        threading.Thread(target=_checker, args=(_queue,), name="roxxel-block-checks", daemon=True).start()
+    _queue.put((job, work))
+
+
+def _checker(jobs: queue.SimpleQueue) -> None:
+    while True:
+        job, work = jobs.get()
+        job.run(*work)
+
+
+def _forget_checker() -> None:  # a forked child has no checking thread: start its own on first use
+    global _queue
+    _queue = None
+
+
+os.register_at_fork(after_in_child=_forget_checker)

@@ -1,0 +1,196 @@
+"""Rows read straight from the shards' memory maps (roxxel.data.map_rows, roxxel/format/_mapread.c).
+
+The streamer's fast path must deliver exactly what the pread path delivers, check every block
+before its tokens leave (on the checking thread or inline), and turn a file cut short under
+the map into the pread path's one-line error instead of a SIGBUS. Real shards, real maps,
+real truncation (in child processes, so that a missed SIGBUS fails the test instead of
+killing the test worker).
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from roxxel import Curriculum, Phase, Roxxel
+from roxxel.data import map_rows
+from roxxel.format import BlockChecksumError, mapread, open_shard
+
+native = pytest.mark.skipif(mapread.WHY_NOT is not None, reason=str(mapread.WHY_NOT))
+
+
+def make(path, n_tokens, dtype="uint16", shard_tokens=None, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 60_000, n_tokens)
+    docs = [ids[i : i + 1500] for i in range(0, n_tokens, 1500)]
+    itemsize = np.dtype(dtype).itemsize
+    Roxxel(str(path)).write(
+        docs,
+        vocab_size=65536,
+        dtype=dtype,
+        max_shard_bytes=None if shard_tokens is None else itemsize * shard_tokens,
+    )
+    return Roxxel(str(path))
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Counts the rows read from the maps (so a test fails if the fast path silently stopped applying)."""
+    count = [0]
+    real = mapread.gather
+
+    def gather(out, sources, stored):
+        count[0] += out.shape[0]
+        return real(out, sources, stored)
+
+    monkeypatch.setattr(mapread, "gather", gather)
+    return count
+
+
+def batches(curriculum, steps, dtype=np.int32, lo=None, hi=None):
+    s = curriculum.stream(seed=3, to_device=False, prefetch_size=0, dtype=dtype)
+    if lo is None:
+        return [next(s).copy() for _ in range(steps)]
+    return [s.reader.rows(step, lo, hi, dtype) for step in range(steps)]
+
+
+def test_the_native_reader_is_built_where_ci_runs():
+    """.ci/run sets ROXXEL_REQUIRE_MAPREAD=1: a build that lost the extension fails here, not silently slower."""
+    if os.environ.get("ROXXEL_REQUIRE_MAPREAD") != "1":
+        pytest.skip("ROXXEL_REQUIRE_MAPREAD is not set (only CI requires the native reader)")
+    assert mapread.WHY_NOT is None
+    assert mapread.crc32c_ready()
+
+
+@native
+@pytest.mark.parametrize(
+    "stored,out", [("uint16", np.int32), ("uint16", np.int64), ("uint16", np.uint16), ("uint32", np.int32)]
+)
+def test_batches_from_the_maps_equal_those_read_with_pread(tmp_path, monkeypatch, spy, stored, out):
+    a = make(tmp_path / "a", 400_000, stored, shard_tokens=90_000, seed=1)
+    b = make(tmp_path / "b", 150_000, stored, shard_tokens=40_000, seed=2)
+
+    def curriculum():
+        return Curriculum(
+            {"a": Roxxel(a.filepath), "b": Roxxel(b.filepath)},
+            [
+                Phase(steps=30, global_batch_size=8, seq_len=512, weights={"a": 0.7, "b": 0.3}),
+                Phase(steps=40, global_batch_size=4, seq_len=1024, weights={"a": 0.2, "b": 0.8}),
+            ],
+        )
+
+    mapped = batches(curriculum(), 70, out)
+    part = batches(curriculum(), 70, out, 1, 3)  # a process's rows of each global batch
+    assert spy[0] > 0.8 * sum(len(x) for x in mapped + part)  # rows that join pieces (a dataset's end) use pread
+    monkeypatch.setattr(mapread, "can_gather", lambda *a: False)
+    assert all(np.array_equal(x, y) and x.dtype == y.dtype for x, y in zip(mapped, batches(curriculum(), 70, out)))
+    assert all(np.array_equal(x, y) for x, y in zip(part, batches(curriculum(), 70, out, 1, 3)))
+
+
+@native
+@pytest.mark.parametrize("inline", [0, 10**9], ids=["checking-thread", "inline"])
+def test_a_damaged_block_stops_the_stream_before_its_rows_leave(tmp_path, monkeypatch, spy, inline):
+    monkeypatch.setattr(map_rows, "_INLINE_BLOCKS", inline)
+    d = make(tmp_path / "d", 600_000)
+    c = Curriculum(Roxxel(d.filepath), [Phase(global_batch_size=8, seq_len=512)])
+    clean = batches(c, 140)
+    path = d.shard_paths[0]
+    s = open_shard(path)
+    token = 300_123
+    with open(path, "r+b") as f:
+        f.seek(s._data_offset + 2 * token)
+        f.write(b"\xff\xfe")
+    block = 2 * token // s._blocks.block_bytes
+    stream = Curriculum(Roxxel(d.filepath), [Phase(global_batch_size=8, seq_len=512)]).stream(
+        seed=3, to_device=False, prefetch_size=0
+    )
+    delivered = []
+    with pytest.raises(BlockChecksumError, match=rf"token block {block} "):
+        for _ in range(140):
+            delivered.append(next(stream).copy())
+    assert spy[0] > 0
+    assert len(delivered) < 140 and all(np.array_equal(x, y) for x, y in zip(delivered, clean))
+    assert (np.concatenate(delivered) != 0xFEFF).all()  # the damaged token never left
+
+
+@native
+def test_two_passes_check_every_block_the_pread_path_checks(tmp_path, monkeypatch, spy):
+    d = make(tmp_path / "p", 300_000)
+
+    def checked_after_two_passes():
+        ds = Roxxel(d.filepath)
+        c = Curriculum(ds, [Phase(global_batch_size=8, seq_len=512)], repeat=True)
+        stream = c.stream(0, 10**9, seed=3, to_device=False, prefetch_size=0)
+        for _ in range(2 * 300_000 // (8 * 512)):
+            next(stream)
+        return ds._shard(0)._blocks.checked.copy()
+
+    mapped = checked_after_two_passes()
+    assert spy[0] > 0
+    monkeypatch.setattr(mapread, "can_gather", lambda *a: False)
+    read = checked_after_two_passes()
+    assert read.sum() >= len(read) - 1 and (mapped | ~read).all()
+
+
+CUT = """
+import os, sys, numpy as np
+from roxxel import Curriculum, Phase, Roxxel
+from roxxel.format import mapread
+assert mapread.WHY_NOT is None
+ds = Roxxel(sys.argv[1], check_blocks=sys.argv[2] == "on")
+s = Curriculum(ds, [Phase(global_batch_size=8, seq_len=512)], repeat=True).stream(0, 10**9, seed=3, to_device=False, prefetch_size=0)
+next(s)
+os.truncate(ds.shard_paths[0], 8192)
+for _ in range(10_000):
+    next(s)
+print("no error")
+"""
+
+
+@native
+@pytest.mark.parametrize("checks", ["on", "off"], ids=["checking-a-block", "gathering-a-row"])
+def test_a_shard_cut_under_the_map_ends_in_an_error_naming_it_not_a_sigbus(tmp_path, checks):
+    d = make(tmp_path / "c", 400_000)
+    run = subprocess.run([sys.executable, "-c", CUT, d.filepath, checks], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, (run.returncode, run.stderr[-2000:])
+    last = run.stderr.strip().splitlines()[-1]
+    assert "TruncatedShardError" in last or "ShardChangedError" in last, last
+    assert d.shard_paths[0] in last
+
+
+FOREIGN = """
+import faulthandler, mmap, os, sys, numpy as np
+from roxxel.format import mapread
+faulthandler.enable()
+path = sys.argv[1]
+with open(path, "wb") as f:
+    f.write(b"\\1" * 65536)
+m = mmap.mmap(os.open(path, os.O_RDONLY), 65536, prot=mmap.PROT_READ)
+view = np.frombuffer(m, np.uint8)
+out = np.empty((1, 16), np.int32)
+assert mapread.gather(out, np.array([mapread.address(view)]), np.dtype("<u2"))[0] is None  # installs the guard
+os.truncate(path, 0)
+assert mapread.gather(out, np.array([mapread.address(view) + 4096]), np.dtype("<u2"))[0] == 0  # caught
+print("caught", flush=True)
+print(int(view[8192]))  # no guard here: the handler before ours (faulthandler) must see it
+"""
+
+
+@native
+def test_a_sigbus_outside_the_native_reads_still_reaches_the_handler_before_it(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-c", FOREIGN, str(tmp_path / "f")], capture_output=True, text=True, timeout=60
+    )
+    assert run.stdout.splitlines() == ["caught"]
+    assert run.returncode == -7 and "Fatal Python error: Bus error" in run.stderr, (run.returncode, run.stderr)
+
+
+@native
+def test_ids_beyond_the_vocabulary_are_caught_on_the_map_path(tmp_path, spy):
+    Roxxel(str(tmp_path / "w")).write([np.full(50_000, 40_000, np.uint16)], dtype="uint16")
+    c = Curriculum(Roxxel(str(tmp_path / "w")), [Phase(global_batch_size=2, seq_len=256)], vocab_size=30_000)
+    with pytest.raises(ValueError, match="holds token id 40000, beyond the model.s vocab_size 30000"):
+        next(c.stream(seed=0, to_device=False, prefetch_size=0))
+    assert spy[0] > 0
