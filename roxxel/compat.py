@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from roxxel.data.curriculum import ORIGINAL_PRIMARY, PRIMARY, Curriculum, Phase
-from roxxel.data.dataset import DEFAULT_MAX_OPEN_SHARDS, DEFAULT_RELEASE_BYTES, Dataset, PathSpec
+from roxxel.data.dataset import DEFAULT_MAPPED_BYTES, DEFAULT_MAX_OPEN_SHARDS, DEFAULT_RELEASE_BYTES, Dataset, PathSpec
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS
 from roxxel.data.stream import Stream
 from roxxel.data.write import write_dataset
@@ -33,7 +33,7 @@ class Roxxel(Dataset):
     Args:
         filepath: as for :class:`~roxxel.data.dataset.Dataset`; default ``./stream_reservoir.rox``
             (the original's default).
-        release_bytes, max_open_shards, check_blocks: as for :class:`~roxxel.data.dataset.Dataset`.
+        release_bytes, max_open_shards, check_blocks, mapped_bytes: as for :class:`~roxxel.data.dataset.Dataset`.
     """
 
     def __init__(
@@ -43,9 +43,14 @@ class Roxxel(Dataset):
         release_bytes: int = DEFAULT_RELEASE_BYTES,
         max_open_shards: int = DEFAULT_MAX_OPEN_SHARDS,
         check_blocks: bool = True,
+        mapped_bytes: int = DEFAULT_MAPPED_BYTES,
     ):
         super().__init__(
-            filepath, release_bytes=release_bytes, max_open_shards=max_open_shards, check_blocks=check_blocks
+            filepath,
+            release_bytes=release_bytes,
+            max_open_shards=max_open_shards,
+            check_blocks=check_blocks,
+            mapped_bytes=mapped_bytes,
         )
 
     def estimate_steps(self, seq_len: int, batch_size: int, chunk_tokens: int | None = None) -> int:

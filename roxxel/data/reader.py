@@ -1,14 +1,16 @@
 """The read path: rows of the global batch of any step, planned and gathered from the datasets.
 
 A :class:`Dataset` is the container (shards, their sizes and metadata, one range at a time);
-this module owns the batched reads the streamer makes. :func:`row_runs` plans them: rows
-whose tokens follow each other in one shard form a run (a :class:`RowRuns` entry), which
-:func:`read_runs` reads with one ``pread``, no per-row Python work and nothing mapped.
-:func:`gather_rows` and :func:`gather_into` are the same read for rows or ranges of any
-length, and :class:`BatchReader` reads a step's rows of a curriculum: it locates the rows of
-up to ``_AHEAD`` steps at once, cuts them into runs and reads each dataset's runs on first use.
-(Gathering out of the memory map instead costs a page fault per newly touched page: 3-4x
-slower on a 1 GB dataset here.)
+this module owns the batched reads the streamer makes. :class:`BatchReader` reads a step's
+rows of a curriculum: it locates the rows of up to ``_AHEAD`` steps at once (a plan) and
+reads each step's rows straight from the shards' memory maps with the native gather
+(:class:`~roxxel.data.map_rows.MapRows`: blocks checked ahead on the checking thread, a
+SIGBUS answered by reading again with ``pread``). Where that path does not apply (no native
+reader, a dtype pair it does not cast, ``mapped_bytes=0``), :func:`row_runs` cuts the rows
+into runs (rows whose tokens follow each other in one shard, a :class:`RowRuns` entry), which
+:func:`read_runs` reads with one ``pread`` each, no per-row Python work and nothing mapped.
+:func:`gather_rows` and :func:`gather_into` are the same ``pread`` reads for rows or ranges
+of any length.
 
 The functions take the :class:`Dataset` and read through its shard cache and token offsets;
 ``Dataset``'s methods of the same names call them.
@@ -17,6 +19,7 @@ The functions take the :class:`Dataset` and read through its shard cache and tok
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -31,6 +34,8 @@ from roxxel.format import mapread
 if TYPE_CHECKING:  # annotations only: roxxel.data.dataset imports this module; the curriculum builds streams
     from roxxel.data.curriculum import Curriculum, ResolvedPhase
     from roxxel.data.dataset import Dataset
+
+log = logging.getLogger(__name__)
 
 _AHEAD = 64  # steps whose rows are located, cut and read in one pass
 _STAGED_BYTES = 4 << 20  # at most this many bytes of rows read ahead of their steps (host memory)
@@ -385,21 +390,37 @@ class BatchReader:
         return (out, np.zeros(out.shape, bool)) if with_breaks else out
 
     def _mapped(self, plan: _Plan, d: int, dtype) -> MapRows | None:
-        """Dataset ``d``'s rows of ``plan`` in its shards' maps, or None where the map path does not apply."""
+        """Dataset ``d``'s rows of ``plan`` in its shards' maps, or None where the map path does not apply:
+        no native reader, a dtype pair it does not cast, ``mapped_bytes=0``, or shards that cannot be mapped."""
         mapped = plan.maps[d]
-        if mapped is None and plan.buffers[d] is None and mapread.can_gather(self.dtypes[d], np.dtype(dtype)):
-            assert plan.starts is not None and plan.which is not None and plan.single is not None
+        dataset = self.sources[d].dataset
+        if (
+            mapped is None
+            and plan.buffers[d] is None
+            and dataset.mapped_bytes > 0
+            and mapread.can_gather(self.dtypes[d], np.dtype(dtype))
+        ):
+            assert plan.starts is not None and plan.which is not None
             n = len(plan.which) // (plan.end - plan.first)
             mine = plan.which == d
-            dataset = self.sources[d].dataset
-            mapped = plan.maps[d] = MapRows(
-                dataset,
-                plan.starts,
-                plan.seq_len,
-                n,
-                lambda row, start: gather_into(dataset, row, np.array([start]), np.array([len(row)])),
-                None if mine.all() else mine,
-            )
+            dataset.account_mapped()  # (once a plan: the rows of the plans before it are read)
+            try:
+                mapped = plan.maps[d] = MapRows(
+                    dataset,
+                    plan.starts,
+                    plan.seq_len,
+                    n,
+                    lambda row, start: gather_into(dataset, row, np.array([start]), np.array([len(row)])),
+                    None if mine.all() else mine,
+                )
+            except (OSError, ValueError) as e:  # e.g. a FUSE mount with direct I/O refuses shared maps (ENODEV)
+                log.warning(
+                    "dataset %s: its shards cannot be memory-mapped (%s): reading it with pread (slower)",
+                    self.curriculum.names[d],
+                    e,
+                )
+                dataset.mapped_bytes = 0
+                return None
         return None if mapped is None or mapped.broken else mapped
 
     def _check_top(self, top: int, d: int) -> None:
@@ -447,7 +468,10 @@ class BatchReader:
         """Steps to plan from ``step``: 1 after a jump (a resume's first batch pays for itself), then 4x
         the last plan up to ``_AHEAD``; rows staged for pread hold at most ``_STAGED_BYTES``."""
         grown = 4 * (plan.end - plan.first) if plan is not None and plan.key == key and step == plan.end else 1
-        if all(mapread.can_gather(dt, np.dtype(dtype)) for dt in self.dtypes):
+        if all(
+            src.dataset.mapped_bytes > 0 and mapread.can_gather(dt, np.dtype(dtype))
+            for src, dt in zip(self.sources, self.dtypes)
+        ):  # rows read from the maps: nothing is staged
             return min(_AHEAD, grown)
         fits = max(1, _STAGED_BYTES // max(1, (hi - lo) * phase.seq_len * max(dt.itemsize for dt in self.dtypes)))
         return min(_AHEAD, fits, grown)

@@ -71,6 +71,16 @@ def crc32c_ready() -> bool:
     return _crc_ready
 
 
+def file_pages_bytes() -> int:
+    """Bytes of file pages this process has mapped and resident (``RssFile``+``RssShmem``: the third
+    field of ``/proc/self/statm``, in pages)."""
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[2]) * _PAGE
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
 def address(view: np.ndarray) -> int:
     """The address of ``view``'s first byte (a numpy view over a map keeps the map alive)."""
     return int(view.__array_interface__["data"][0])

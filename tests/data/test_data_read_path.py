@@ -124,7 +124,8 @@ def test_a_narrow_batch_dtype_does_not_hide_ids_beyond_the_vocabulary(tmp_path):
 
 
 def test_a_shard_truncated_while_streaming_is_an_error_not_a_crash(tmp_path):
-    """The gather reads with pread (nothing mapped): a file cut short under a reader raises, it cannot SIGBUS."""
+    """A file cut short under a reader raises, it cannot SIGBUS: the stream reads from the maps, whose
+    fault (caught by the native reader) sends the step to pread, which names the shard."""
     from roxxel.format import TruncatedShardError
 
     d = make(tmp_path / "t", 100_000)
