@@ -461,7 +461,7 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
     reader, phase = stream.reader, stream.curriculum.resolved[0]
     steps = iter(range(10**6, 10**9, 64))
     plan = reader._plan_ahead(10**6, 0, BATCH, phase, None, 8)  # 8 steps: a lane's rows of one chunk
-    starts, runs = plan.starts[:BATCH], plan.staged[0]
+    starts, runs = plan.starts[:BATCH], reader._runs(plan, 0)
     staged = np.empty((8 * BATCH, SEQ), ds.dtype)
     ds.read_runs(staged, runs, 0)
     scratch = staged[:BATCH].copy()

@@ -101,7 +101,8 @@ class MapRows:
         keep = ix >= 0
         if keep.any():
             row_bytes = length * dataset.dtype.itemsize
-            self._job = _BlockJob(checking, ix[keep], local[keep], rows[keep] // n, row_bytes, self._views)
+            one_step = len(self.addresses) <= n  # (a plan of one step)
+            self._job = _BlockJob(checking, ix[keep], local[keep], rows[keep] // n, row_bytes, self._views, one_step)
         self._next_check = 0.0
 
     def read(self, out: np.ndarray, step: int, which: np.ndarray | None = None) -> int | None:
@@ -160,9 +161,13 @@ class _BlockJob:
         shard_ix, local, steps: per row: its shard (index into ``shards``), data byte offset, and plan step.
         row_bytes: bytes per row.
         views: the maps' views (kept alive until the job is done).
+        inline: compute in the calling thread (a one-step plan, as after a jump: its step needs
+            every block now, and a hand-off to the thread would only add a wait).
     """
 
-    def __init__(self, checking: list[tuple[Any, int]], shard_ix, local, steps, row_bytes: int, views: list):
+    def __init__(
+        self, checking: list[tuple[Any, int]], shard_ix, local, steps, row_bytes: int, views: list, inline: bool
+    ):
         self.shards = [shard for shard, _ in checking]
         size = np.array([shard._blocks.block_bytes for shard in self.shards], np.int64)[shard_ix]
         first, last = local // size, (local + row_bytes - 1) // size
@@ -194,13 +199,19 @@ class _BlockJob:
         self.finished = False
         self.fault: int | None = None
         self.verified = 0
-        work = (sources[todo], lengths[todo], views)
-        if len(self.blocks) <= _INLINE_BLOCKS:
-            self.run(*work)
+        self._work: tuple | None = (sources[todo], lengths[todo], views)
+        self._pid = os.getpid()
+        if inline or len(self.blocks) <= _INLINE_BLOCKS:
+            self.run()
         else:
-            _submit(self, work)
+            _submit(self)
 
-    def run(self, sources: np.ndarray, lengths: np.ndarray, views: list) -> None:
+    def run(self) -> None:
+        """Compute the checksums (on the checking thread, or in the caller for a small job)."""
+        work, self._work = self._work, None
+        if work is None:  # run already
+            return
+        sources, lengths, _views = work  # (the views keep the maps mapped until the loop is done)
         try:
             _, self.fault = mapread.crc32c(sources, lengths, self.crcs, self.done)
         finally:
@@ -215,10 +226,15 @@ class _BlockJob:
         need = self.need[min(step, len(self.need) - 1)]
         if need <= self.verified:
             return True
+        if os.getpid() != self._pid:  # a forked child: the checking thread is the parent's
+            self._pid = os.getpid()
+            self.run()
+        spins = 0
         while (done := int(self.done[0])) < need:
             if self.finished and int(self.done[0]) < need:
                 return False  # a read faulted
-            time.sleep(0)  # (lets the checking thread run where both share a core)
+            spins += 1  # yield at first (the checker is usually a block away), then sleep: never spin a core
+            time.sleep(0 if spins < 100 else 0.0005)
         lo, need = self.verified, done  # every block checksummed so far: fewer, larger comparisons
         self.verified = need
         bad = np.flatnonzero(self.crcs[lo:need] != self.expected[lo:need])
@@ -238,19 +254,18 @@ class _BlockJob:
 _queue: queue.SimpleQueue | None = None
 
 
-def _submit(job: _BlockJob, work: tuple) -> None:
+def _submit(job: _BlockJob) -> None:
     """Run ``job`` on the checking thread (one per process, started on first use; jobs run in order)."""
     global _queue
     if _queue is None:
         _queue = queue.SimpleQueue()
         threading.Thread(target=_checker, args=(_queue,), name="roxxel-block-checks", daemon=True).start()
-    _queue.put((job, work))
+    _queue.put(job)
 
 
 def _checker(jobs: queue.SimpleQueue) -> None:
     while True:
-        job, work = jobs.get()
-        job.run(*work)
+        jobs.get().run()
 
 
 def _forget_checker() -> None:  # a forked child has no checking thread: start its own on first use

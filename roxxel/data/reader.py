@@ -295,8 +295,10 @@ class _Plan:
 
     ``which``/``starts``: each planned row's dataset and first token (None: some row joins
     pieces; read those steps piece by piece); ``single``: per step, whether one dataset holds
-    every row; ``staged[d]``: dataset ``d``'s rows of the plan in dataset order, cut into runs
-    (None: a row crosses a shard boundary); ``slots[d]``: each planned row's place among them;
+    every row; ``maps[d]``: dataset ``d``'s rows as addresses in its shards' maps (the map
+    path, made on first use); for the pread path, made on first use too (``cut[d]``):
+    ``staged[d]``: dataset ``d``'s rows of the plan in dataset order, cut into runs (None: a
+    row crosses a shard boundary); ``slots[d]``: each planned row's place among them;
     ``buffers[d]``: those rows once read.
     """
 
@@ -311,10 +313,13 @@ class _Plan:
     slots: list[np.ndarray | None] = dataclasses.field(default_factory=list)
     buffers: list[np.ndarray | None] = dataclasses.field(default_factory=list)
     maps: list[MapRows | None] = dataclasses.field(default_factory=list)
+    cut: list[bool] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.buffers = [None] * len(self.staged)
         self.maps = [None] * len(self.staged)
+        self.slots = [None] * len(self.staged)
+        self.cut = [False] * len(self.staged)
 
 
 class BatchReader:
@@ -370,7 +375,7 @@ class BatchReader:
                     if idx is not None:
                         out[idx] = target
                     continue
-            if plan.staged[d] is None:  # a row of this dataset crosses a shard boundary somewhere in the plan
+            if self._runs(plan, d) is None:  # a row of this dataset crosses a shard boundary somewhere in the plan
                 rows = gather_rows(
                     self.sources[d].dataset,
                     np.empty((n if idx is None else len(idx), phase.seq_len), self.dtypes[d]),
@@ -428,11 +433,29 @@ class BatchReader:
         if limit is not None and top >= limit:
             self._check_vocab(np.array([top]), d)
 
+    def _runs(self, plan: _Plan, d: int) -> RowRuns | None:
+        """Dataset ``d``'s rows of ``plan`` in dataset order, cut into runs for the pread path (on first
+        use: the map path needs none), or None when a row crosses a shard boundary."""
+        if not plan.cut[d]:
+            assert plan.which is not None and plan.starts is not None
+            sel = np.flatnonzero(plan.which == d)
+            start = plan.starts[sel]
+            # The rows of a lane over the next steps follow each other (roxxel.data.spread), so runs stay
+            # long when a batch's rows come from independent places.
+            order = np.argsort(start, kind="stable")
+            plan.staged[d] = row_runs(self.sources[d].dataset, start[order], plan.seq_len)
+            if plan.staged[d] is not None:
+                slot = np.full(len(plan.which), -1, np.int64)
+                slot[sel[order]] = np.arange(len(sel))
+                plan.slots[d] = slot
+            plan.cut[d] = True
+        return plan.staged[d]
+
     def _staged(self, plan: _Plan, d: int) -> np.ndarray:
         """Dataset ``d``'s rows of every step of ``plan``, read on first use (vocabulary checked)."""
         buf = plan.buffers[d]
         if buf is None:
-            runs = plan.staged[d]
+            runs = self._runs(plan, d)
             assert runs is not None
             rows = int(runs.his[-1] // (plan.seq_len * self.dtypes[d].itemsize)) if runs.his else 0
             buf = plan.buffers[d] = read_runs(
@@ -478,8 +501,9 @@ class BatchReader:
 
     def _ready_next(self, plan: _Plan, k: int, lo: int, hi: int, phase: ResolvedPhase, dtype) -> None:
         """Halfway through ``plan`` read from the maps, make the next plan and start checking its blocks."""
-        if k != (plan.end - plan.first) // 2 or self._next is not None or plan.end >= phase.end_step:
-            return
+        size = plan.end - plan.first
+        if size < 2 or k != size // 2 or self._next is not None or plan.end >= phase.end_step:
+            return  # (a one-step plan, as after a jump, returns its batch first: a resume waits for nothing more)
         nxt = self._plan_ahead(
             plan.end, lo, hi, phase, plan.key, self._plan_size(plan, plan.end, lo, hi, phase, plan.key, dtype)
         )
@@ -504,26 +528,15 @@ class BatchReader:
                     raise
                 continue  # the steps ahead run past the data: plan only this one (its own error, if any)
             starts = np.empty_like(position)
-            staged: list[RowRuns | None] = [None] * len(self.sources)
-            slots: list[np.ndarray | None] = [None] * len(self.sources)
             for d in np.unique(which).tolist():
                 sel = np.flatnonzero(which == d)
                 _, start, count = self.sources[d].pieces(position[sel], phase.seq_len)
                 if len(start) != len(sel) or (count != phase.seq_len).any():  # some row is cut into pieces
                     return _Plan(key, step, step + 1, phase.seq_len)
                 starts[sel] = start
-                # The plan's rows of this dataset in dataset order, cut into runs (one pread each): the
-                # rows of a lane over the next steps follow each other (roxxel.data.spread), so runs
-                # stay long when a batch's rows come from independent places.
-                order = np.argsort(start, kind="stable")
-                staged[d] = row_runs(self.sources[d].dataset, start[order], phase.seq_len)
-                if staged[d] is not None:
-                    slot = np.full(len(which), -1, np.int64)
-                    slot[sel[order]] = np.arange(len(sel))
-                    slots[d] = slot
             by_step = which.reshape(steps, n)
             single = (by_step == by_step[:, :1]).all(axis=1) if n else np.ones(steps, bool)
-            return _Plan(key, step, step + steps, phase.seq_len, which, starts, single, staged, slots)
+            return _Plan(key, step, step + steps, phase.seq_len, which, starts, single, [None] * len(self.sources))
         raise AssertionError("unreachable")
 
     def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype, with_breaks: bool):

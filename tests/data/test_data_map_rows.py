@@ -194,3 +194,24 @@ def test_ids_beyond_the_vocabulary_are_caught_on_the_map_path(tmp_path, spy):
     with pytest.raises(ValueError, match="holds token id 40000, beyond the model.s vocab_size 30000"):
         next(c.stream(seed=0, to_device=False, prefetch_size=0))
     assert spy[0] > 0
+
+
+@native
+def test_a_forked_child_checks_the_blocks_its_parent_queued_itself(tmp_path, monkeypatch, spy):
+    """After a fork the checking thread is the parent's: a job queued before the fork would never
+    run in the child. The child's reader runs it itself (here: jobs queued to no thread, and
+    stamped with another process's id, as the parent's are in the child)."""
+    queued = []
+
+    def never_run(job):
+        job._pid = -1
+        queued.append(job)
+
+    monkeypatch.setattr(map_rows, "_INLINE_BLOCKS", 0)
+    monkeypatch.setattr(map_rows, "_submit", never_run)
+    d = make(tmp_path / "k", 300_000)
+    c = Curriculum(Roxxel(d.filepath), [Phase(global_batch_size=8, seq_len=512)])
+    got = batches(c, 60)
+    assert queued and any(job.finished for job in queued)
+    monkeypatch.setattr(mapread, "can_gather", lambda *a: False)
+    assert all(np.array_equal(x, y) for x, y in zip(got, batches(c, 60)))
