@@ -96,6 +96,9 @@ class MapRows:
                     shard.check_pieces(local[sel] // shard.dtype.itemsize, np.full(len(sel), length, np.int64))
         if self.crossing:  # gathered from a valid place, then overwritten by the pread of the row
             self.addresses[list(self.crossing)] = self.addresses[rows[~crossing][0]] if (~crossing).any() else 0
+        self._all_mapped = bool(self.addresses[rows].all())  # (else: only rows that cross, read with pread)
+        self._stored = dataset.dtype
+        self._row_bytes = length * self._stored.itemsize
         self._job = None
         ix = np.where(crossing, -1, check_ix[shard_of])
         keep = ix >= 0
@@ -123,8 +126,8 @@ class MapRows:
         step_rows = self.addresses[first : first + self.n]
         sources = step_rows if which is None else step_rows[which]
         top: int | None = 0
-        if len(sources) and sources.all():
-            faulted, top = mapread.gather(out, sources, self.dataset.dtype)
+        if len(sources) and (self._all_mapped or sources.all()):
+            faulted, top = mapread.gather(out, sources, self._stored)
             if faulted is not None:
                 self.broken = True
                 return None
@@ -135,7 +138,7 @@ class MapRows:
             self._next_check = now + CHECK_SECONDS
             for shard in self.shards:
                 shard.check_unchanged()
-        self.dataset.bytes_read += out.shape[0] * out.shape[1] * self.dataset.dtype.itemsize
+        self.dataset.bytes_read += out.shape[0] * self._row_bytes
         return top
 
     def _read_crossing(self, out: np.ndarray, planned: np.ndarray, top: int | None) -> int | None:
@@ -174,7 +177,8 @@ class _BlockJob:
         crosses = np.flatnonzero(last != first)  # rows over a block boundary also need the next block
         # One sort finds each block and the first step that needs it: block key high, step low.
         key = np.concatenate([(shard_ix << 36) | first, (shard_ix[crosses] << 36) | last[crosses]])
-        packed = np.sort((key << 8) | np.concatenate([steps, steps[crosses]]))  # (a plan has <= 256 steps)
+        assert int(steps.max(initial=0)) < 256  # (reader._MAP_AHEAD)
+        packed = np.sort((key << 8) | np.concatenate([steps, steps[crosses]]))
         packed = packed[np.r_[0, np.flatnonzero(np.diff(packed >> 8)) + 1]] if len(packed) else packed
         packed = packed[np.argsort(packed & 255, kind="stable")]  # in the order the steps need them
         keys, when_first = packed >> 8, packed & 255

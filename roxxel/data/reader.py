@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # annotations only: roxxel.data.dataset imports this module; 
 log = logging.getLogger(__name__)
 
 _AHEAD = 64  # steps whose rows are located, cut and read in one pass
+_MAP_AHEAD = 256  # the same where rows are read from the maps (nothing staged; <= 256: see map_rows._BlockJob)
 _STAGED_BYTES = 4 << 20  # at most this many bytes of rows read ahead of their steps (host memory)
 _SCRATCH = threading.local()  # per thread: read buffers of the stored dtype by (dtype, row length), cast at once
 
@@ -489,13 +490,14 @@ class BatchReader:
 
     def _plan_size(self, plan: _Plan | None, step: int, lo: int, hi: int, phase: ResolvedPhase, key, dtype) -> int:
         """Steps to plan from ``step``: 1 after a jump (a resume's first batch pays for itself), then 4x
-        the last plan up to ``_AHEAD``; rows staged for pread hold at most ``_STAGED_BYTES``."""
+        the last plan up to ``_AHEAD`` (``_MAP_AHEAD`` when every dataset's rows are read from the
+        maps); rows staged for pread hold at most ``_STAGED_BYTES``."""
         grown = 4 * (plan.end - plan.first) if plan is not None and plan.key == key and step == plan.end else 1
         if all(
             src.dataset.mapped_bytes > 0 and mapread.can_gather(dt, np.dtype(dtype))
             for src, dt in zip(self.sources, self.dtypes)
         ):  # rows read from the maps: nothing is staged
-            return min(_AHEAD, grown)
+            return min(_MAP_AHEAD, grown)
         fits = max(1, _STAGED_BYTES // max(1, (hi - lo) * phase.seq_len * max(dt.itemsize for dt in self.dtypes)))
         return min(_AHEAD, fits, grown)
 

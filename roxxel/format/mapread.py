@@ -87,17 +87,21 @@ def address(view: np.ndarray) -> int:
 
 
 def gather(out: np.ndarray, sources: np.ndarray, stored: np.dtype) -> tuple[int | None, int | None]:
-    """Copy ``out.shape[1]`` tokens of dtype ``stored`` from each address ``sources[r]`` (int64) into
-    ``out[r]`` (2-D, C-contiguous), cast to ``out.dtype`` (:func:`can_gather` must hold).
+    """Copy ``out.shape[1]`` tokens of dtype ``stored`` from each address ``sources[r]`` (int64,
+    C-contiguous) into ``out[r]`` (2-D, C-contiguous), cast to ``out.dtype`` (:func:`can_gather`
+    must hold).
 
     Returns ``(None, the largest stored id copied)``, or ``(r, None)`` when row ``r``'s read
     raised SIGBUS (the file behind it was cut short, or its storage failed).
     """
     assert _mapread is not None
-    src, dst = _SOURCES[np.dtype(stored)], _TARGETS[out.dtype]
-    return _mapread.gather(
-        out.reshape(-1).view(np.uint8).data, np.ascontiguousarray(sources, np.int64), src, dst, out.shape[1]
-    )
+    codes = _CODES.get((stored, out.dtype))
+    if codes is None:
+        codes = _CODES[(stored, out.dtype)] = (_SOURCES[np.dtype(stored)], _TARGETS[np.dtype(out.dtype)])
+    return _mapread.gather(out, sources, codes[0], codes[1], out.shape[1])
+
+
+_CODES: dict[tuple[np.dtype, np.dtype], tuple[str, str]] = {}  # (stored, batch) dtypes -> gather's type codes
 
 
 def crc32c(
