@@ -479,7 +479,8 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
     per = {
         "whole batch (next(stream))": lambda: next(stream),
         "whole batch, identity check off": lambda: next(unidentified),
-        "identity check of the shards a batch read": lambda: [s.check_unchanged() for s in read],
+        "identity check of the shards a batch read": mapped.check_unchanged,
+        "pread path: identity check of the shards a plan read": lambda: [s.check_unchanged() for s in read],
         "locate + cut into runs (per step of a 64-step plan)": lambda: (
             reader._plan_ahead(next(steps), 0, BATCH, phase, None, 64) and None
         ),
@@ -503,7 +504,7 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
         k: (lambda f, k=k: lambda w: over_window(lambda: (f(), scale.get(k, 1))[1], w))(f) for k, f in per.items()
     }
     rates = interleaved(methods, args.rounds, args.seconds)
-    return {k: [1e6 / r for r in v] for k, v in rates.items()}, len(set(runs.shards))
+    return {k: [1e6 / r for r in v] for k, v in rates.items()}, len(mapped.shards)
 
 
 def prefetch_with_step(ds: Roxxel, args) -> dict[str, list[float]]:

@@ -133,13 +133,23 @@ class MapRows:
                 return None
         if self.crossing:
             top = self._read_crossing(out, first + (np.arange(self.n) if which is None else which), top)
+        self.check_unchanged()
+        self.dataset.bytes_read += out.shape[0] * self._row_bytes
+        return top
+
+    def check_unchanged(self) -> None:
+        """Refuse rows of a shard whose file changed since it was opened (after each copy, before the
+        rows leave): each shard's :meth:`~roxxel.format.mapped.MappedFile.check_unchanged`, asked at
+        most every ``CHECK_SECONDS`` (each shard's own check is timed the same way).
+
+        Raises:
+            ShardChangedError: rewritten in place, replaced, or removed.
+        """
         now = time.monotonic()
-        if now >= self._next_check:  # each shard's own check runs at most every CHECK_SECONDS
+        if now >= self._next_check:
             self._next_check = now + CHECK_SECONDS
             for shard in self.shards:
                 shard.check_unchanged()
-        self.dataset.bytes_read += out.shape[0] * self._row_bytes
-        return top
 
     def _read_crossing(self, out: np.ndarray, planned: np.ndarray, top: int | None) -> int | None:
         """Read the rows of ``out`` (planned rows ``planned``) that cross into the next shard with
