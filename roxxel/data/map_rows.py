@@ -22,6 +22,7 @@ not apply (no native reader, a dtype pair it does not cast, rows that cross a sh
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -35,6 +36,8 @@ from roxxel.format.mapped import CHECK_SECONDS
 
 if TYPE_CHECKING:
     from roxxel.data.dataset import Dataset
+
+log = logging.getLogger(__name__)
 
 _INLINE_BLOCKS = 4  # a job of at most this many blocks runs in the calling thread (a thread costs ~0.1 ms to start)
 
@@ -76,27 +79,26 @@ class MapRows:
         self.crossing = {int(r): int(a) for r, a in zip(rows[crossing], starts[crossing])}
         self.addresses = np.zeros(len(mine) if mine is not None else len(starts), np.int64)  # 0: another dataset's row
         self.shards: list[Any] = []
-        self._views: list[np.ndarray] = []  # each map stays mapped while its addresses are in use
-        checking: list[tuple[Any, int]] = []  # shards with unchecked blocks, and the map address of their token 0
+        self._maps: list[Any] = []  # each map stays mapped while its addresses are in use (no descriptor held)
+        # Shards with unchecked blocks: the shard, the map address of its token 0, its stored checksums.
+        checking: list[tuple[Any, int, np.ndarray]] = []
         check_ix = np.full(int(shard_of.max(initial=0)) + 1, -1, np.int64)
         for s in [0] if one else np.unique(shard_of).tolist():
             shard = dataset._shard(s)
-            view = np.frombuffer(shard._map(), np.uint8)
-            base = mapread.address(view) + shard._data_offset
+            mapping = shard.native_map()  # (CannotMap: the caller reads this dataset with pread)
+            base = mapread.mapping_address(mapping) + shard._data_offset
             sel = np.flatnonzero((shard_of == s) & ~crossing)
             self.addresses[rows[sel]] = base + local[sel]
             self.shards.append(shard)
-            self._views.append(view)
+            self._maps.append(mapping)
             blocks = shard._blocks
             if blocks is not None and shard.check_blocks and blocks.unchecked:
                 if blocks.algorithm == "crc32c" and mapread.crc32c_ready():
                     check_ix[s] = len(checking)
-                    checking.append((shard, base))
+                    checking.append((shard, base, shard._io(blocks.crcs)))  # (read while the shard is open)
                 else:  # (the first 1.1 shards' zlib CRC-32: checked now, with pread)
                     shard.check_pieces(local[sel] // shard.dtype.itemsize, np.full(len(sel), length, np.int64))
-        if self.crossing:  # gathered from a valid place, then overwritten by the pread of the row
-            self.addresses[list(self.crossing)] = self.addresses[rows[~crossing][0]] if (~crossing).any() else 0
-        self._all_mapped = bool(self.addresses[rows].all())  # (else: only rows that cross, read with pread)
+        self._crossing_steps = set((rows[crossing] // n).tolist())  # steps with rows left at address 0
         self._stored = dataset.dtype
         self._row_bytes = length * self._stored.itemsize
         self._job = None
@@ -105,7 +107,7 @@ class MapRows:
         if keep.any():
             row_bytes = length * dataset.dtype.itemsize
             one_step = len(self.addresses) <= n  # (a plan of one step)
-            self._job = _BlockJob(checking, ix[keep], local[keep], rows[keep] // n, row_bytes, self._views, one_step)
+            self._job = _BlockJob(checking, ix[keep], local[keep], rows[keep] // n, row_bytes, self._maps, one_step)
         self._next_check = 0.0
 
     def read(self, out: np.ndarray, step: int, which: np.ndarray | None = None) -> int | None:
@@ -125,14 +127,12 @@ class MapRows:
         first = step * self.n
         step_rows = self.addresses[first : first + self.n]
         sources = step_rows if which is None else step_rows[which]
-        top: int | None = 0
-        if len(sources) and (self._all_mapped or sources.all()):
-            faulted, top = mapread.gather(out, sources, self._stored)
-            if faulted is not None:
-                self.broken = True
-                return None
-        if self.crossing:
-            top = self._read_crossing(out, first + (np.arange(self.n) if which is None else which), top)
+        if step in self._crossing_steps:  # rows that go on in the next shard: pread, the others gathered
+            return self._read_crossing(out, sources, first + (np.arange(self.n) if which is None else which))
+        faulted, top = mapread.gather(out, sources, self._stored) if len(sources) else (None, 0)
+        if faulted is not None:
+            self.broken = True
+            return None
         self.check_unchanged()
         self.dataset.bytes_read += out.shape[0] * self._row_bytes
         return top
@@ -151,16 +151,26 @@ class MapRows:
             for shard in self.shards:
                 shard.check_unchanged()
 
-    def _read_crossing(self, out: np.ndarray, planned: np.ndarray, top: int | None) -> int | None:
-        """Read the rows of ``out`` (planned rows ``planned``) that cross into the next shard with
-        ``pread`` (blocks checked on that path); returns the largest stored id of all of ``out``."""
-        for r, p in enumerate(planned.tolist()):
-            start = self.crossing.get(p)
-            if start is not None:
-                row = np.empty(self.length, self.dataset.dtype)
-                self._read_row(row, start)
-                out[r] = row
-                top = max(int(row.max()), 0 if top is None else top)
+    def _read_crossing(self, out: np.ndarray, sources: np.ndarray, planned: np.ndarray) -> int | None:
+        """:meth:`read` for a step with rows that cross into the next shard (address 0): those are read
+        with ``pread`` (blocks checked on that path), the others gathered from the maps. Returns the
+        largest stored id of ``out``, or None when a map read faulted."""
+        mapped = np.flatnonzero(sources != 0)
+        top = 0
+        if len(mapped):
+            part = np.empty((len(mapped), self.length), out.dtype)
+            faulted, top = mapread.gather(part, sources[mapped], self._stored)
+            if faulted is not None:
+                self.broken = True
+                return None
+            out[mapped] = part
+        for r in np.flatnonzero(sources == 0).tolist():
+            row = np.empty(self.length, self._stored)
+            self._read_row(row, self.crossing[int(planned[r])])
+            out[r] = row
+            top = max(int(row.max()), top)
+        self.check_unchanged()
+        self.dataset.bytes_read += out.shape[0] * self._row_bytes
         return top
 
 
@@ -170,25 +180,34 @@ class _BlockJob:
     with the stored checksums as steps come to need them.
 
     Args:
-        shards: the shards with unchecked blocks; ``bases[i]``: the map address of shard ``i``'s token 0.
+        checking: per shard with unchecked blocks: the shard, the map address of its token 0, its stored checksums.
         shard_ix, local, steps: per row: its shard (index into ``shards``), data byte offset, and plan step.
         row_bytes: bytes per row.
-        views: the maps' views (kept alive until the job is done).
+        views: the maps (kept alive while the job lives).
         inline: compute in the calling thread (a one-step plan, as after a jump: its step needs
             every block now, and a hand-off to the thread would only add a wait).
     """
 
     def __init__(
-        self, checking: list[tuple[Any, int]], shard_ix, local, steps, row_bytes: int, views: list, inline: bool
+        self,
+        checking: list[tuple[Any, int, np.ndarray]],
+        shard_ix,
+        local,
+        steps,
+        row_bytes: int,
+        views: list,
+        inline: bool,
     ):
-        self.shards = [shard for shard, _ in checking]
+        self.shards = [shard for shard, _, _ in checking]
         size = np.array([shard._blocks.block_bytes for shard in self.shards], np.int64)[shard_ix]
-        first, last = local // size, (local + row_bytes - 1) // size
-        crosses = np.flatnonzero(last != first)  # rows over a block boundary also need the next block
+        first = local // size
+        count = (local + row_bytes - 1) // size - first + 1  # blocks each row covers (1 or 2 unless rows are long)
+        if int(count.max(initial=1)) > 1:  # every block of every row: first, first + 1, ..., last
+            shard_ix, steps = np.repeat(shard_ix, count), np.repeat(steps, count)
+            first = np.repeat(first, count) + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
         # One sort finds each block and the first step that needs it: block key high, step low.
-        key = np.concatenate([(shard_ix << 36) | first, (shard_ix[crosses] << 36) | last[crosses]])
         assert int(steps.max(initial=0)) < 256  # (reader._MAP_AHEAD)
-        packed = np.sort((key << 8) | np.concatenate([steps, steps[crosses]]))
+        packed = np.sort((((shard_ix << 36) | first) << 8) | steps)
         packed = packed[np.r_[0, np.flatnonzero(np.diff(packed >> 8)) + 1]] if len(packed) else packed
         packed = packed[np.argsort(packed & 255, kind="stable")]  # in the order the steps need them
         keys, when_first = packed >> 8, packed & 255
@@ -196,12 +215,12 @@ class _BlockJob:
         todo = np.ones(len(keys), bool)
         expected = np.empty(len(keys), np.uint32)
         sources, lengths = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
-        for i, (shard, base) in enumerate(checking):
+        for i, (shard, base, stored) in enumerate(checking):
             sel = np.flatnonzero(ix == i)
             checks = shard._blocks
             b = blocks[sel]
             todo[sel] = ~checks.checked[b]
-            expected[sel] = shard._io(checks.crcs)[b]
+            expected[sel] = stored[b]
             lo = b * checks.block_bytes
             sources[sel] = base + lo
             lengths[sel] = np.minimum(lo + checks.block_bytes, checks.data_bytes) - lo
@@ -213,7 +232,7 @@ class _BlockJob:
         self.finished = False
         self.fault: int | None = None
         self.verified = 0
-        self._work: tuple | None = (sources[todo], lengths[todo], views)
+        self._work = (sources[todo], lengths[todo], views)  # (the maps stay mapped while the job lives)
         self._pid = os.getpid()
         if inline or len(self.blocks) <= _INLINE_BLOCKS:
             self.run()
@@ -221,11 +240,9 @@ class _BlockJob:
             _submit(self)
 
     def run(self) -> None:
-        """Compute the checksums (on the checking thread, or in the caller for a small job)."""
-        work, self._work = self._work, None
-        if work is None:  # run already
-            return
-        sources, lengths, _views = work  # (the views keep the maps mapped until the loop is done)
+        """Compute the checksums (on the checking thread, or in the caller for a small job, or again
+        in a forked child, whose copy of the job the parent's thread may have left half done)."""
+        sources, lengths, _ = self._work
         try:
             _, self.fault = mapread.crc32c(sources, lengths, self.crcs, self.done)
         finally:
@@ -240,19 +257,18 @@ class _BlockJob:
         need = self.need[min(step, len(self.need) - 1)]
         if need <= self.verified:
             return True
-        if os.getpid() != self._pid:  # a forked child: the checking thread is the parent's
+        if os.getpid() != self._pid and not self.finished:  # a forked child: the checking thread is the parent's
             self._pid = os.getpid()
             self.run()
         spins = 0
-        while (done := int(self.done[0])) < need:
-            if self.finished and int(self.done[0]) < need:
+        while (done := mapread.progress(self.done)) < need:
+            if self.finished and mapread.progress(self.done) < need:
                 return False  # a read faulted
             spins += 1  # yield at first (the checker is usually a block away), then sleep: never spin a core
             time.sleep(0 if spins < 100 else 0.0005)
         lo, need = self.verified, done  # every block checksummed so far: fewer, larger comparisons
-        self.verified = need
         bad = np.flatnonzero(self.crcs[lo:need] != self.expected[lo:need])
-        if len(bad):
+        if len(bad):  # (verified stays put: asking for these steps again raises again)
             j = lo + int(bad[0])
             shard = self.shards[int(self.ix[j])]
             shard._io(lambda fd: shard._blocks._settle(fd, int(self.blocks[j]), int(self.crcs[j])))  # raises
@@ -262,6 +278,7 @@ class _BlockJob:
             new = b[~checks.checked[b]]
             checks.checked[new] = True
             checks.unchecked -= len(new)
+        self.verified = need
         return True
 
 
@@ -279,7 +296,11 @@ def _submit(job: _BlockJob) -> None:
 
 def _checker(jobs: queue.SimpleQueue) -> None:
     while True:
-        jobs.get().run()
+        job = jobs.get()
+        try:
+            job.run()
+        except Exception:  # (the job counts as faulted: its reader reads with pread, which names any error)
+            log.exception("roxxel: checking a plan's blocks failed; those rows are read with pread")
 
 
 def _forget_checker() -> None:  # a forked child has no checking thread: start its own on first use

@@ -376,7 +376,9 @@ class BatchReader:
                     if idx is not None:
                         out[idx] = target
                     continue
-            if self._runs(plan, d) is None:  # a row of this dataset crosses a shard boundary somewhere in the plan
+            if plan.maps[d] is not None or self._too_big(plan, d) or self._runs(plan, d) is None:
+                # Step by step with pread: after a map read faulted, in a plan sized for the maps (up to 256
+                # steps, beyond what staging holds), or when a row crosses a shard boundary in the plan.
                 rows = gather_rows(
                     self.sources[d].dataset,
                     np.empty((n if idx is None else len(idx), phase.seq_len), self.dtypes[d]),
@@ -419,7 +421,7 @@ class BatchReader:
                     lambda row, start: gather_into(dataset, row, np.array([start]), np.array([len(row)])),
                     None if mine.all() else mine,
                 )
-            except (OSError, ValueError) as e:  # e.g. a FUSE mount with direct I/O refuses shared maps (ENODEV)
+            except mapread.CannotMap as e:  # e.g. a FUSE mount with direct I/O refuses shared maps (ENODEV)
                 log.warning(
                     "dataset %s: its shards cannot be memory-mapped (%s): reading it with pread (slower)",
                     self.curriculum.names[d],
@@ -433,6 +435,11 @@ class BatchReader:
         limit = self.vocab_size
         if limit is not None and top >= limit:
             self._check_vocab(np.array([top]), d)
+
+    def _too_big(self, plan: _Plan, d: int) -> bool:
+        """Whether dataset ``d``'s rows of ``plan`` exceed what the pread path stages at once (``_STAGED_BYTES``)."""
+        assert plan.which is not None
+        return plan.end - plan.first > 1 and len(plan.which) * plan.seq_len * self.dtypes[d].itemsize > _STAGED_BYTES
 
     def _runs(self, plan: _Plan, d: int) -> RowRuns | None:
         """Dataset ``d``'s rows of ``plan`` in dataset order, cut into runs for the pread path (on first

@@ -19,6 +19,7 @@
 #include <Python.h>
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -28,12 +29,20 @@ typedef uint32_t (*crc32c_extend_fn)(uint32_t crc, const uint8_t *data, size_t c
 
 static crc32c_extend_fn crc32c_extend;
 static struct sigaction previous; /* the SIGBUS action before ours */
+static volatile sig_atomic_t chained; /* an unguarded SIGBUS was handed to `previous` */
 static __thread sigjmp_buf *guard __attribute__((tls_model("initial-exec")));
 
 static void on_sigbus(int sig, siginfo_t *info, void *context) {
   if (guard != NULL) {
     siglongjmp(*guard, 1);
   }
+  if (chained) {
+    /* Back again after handing the signal on: the handler before ours returned, or handed it
+     * back to us (faulthandler enabled after us re-raises to its own previous: ours). End it. */
+    signal(SIGBUS, SIG_DFL);
+    return;
+  }
+  chained = 1;
   if ((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction != NULL) {
     previous.sa_sigaction(sig, info, context);
   } else if (!(previous.sa_flags & SA_SIGINFO) && previous.sa_handler != SIG_DFL &&
@@ -135,7 +144,8 @@ static PyObject *gather(PyObject *self, PyObject *args) {
   Py_ssize_t n = sources.len / (Py_ssize_t)sizeof(int64_t);
   if (fn == NULL) {
     PyErr_Format(PyExc_ValueError, "no gather from type code %c to %c", src_code, dst_code);
-  } else if (count < 1 || sources.len % (Py_ssize_t)sizeof(int64_t) || out.len != n * count * dst_size) {
+  } else if (count < 1 || count > PY_SSIZE_T_MAX / dst_size || sources.len % (Py_ssize_t)sizeof(int64_t) ||
+             (n > 0 && count * dst_size > PY_SSIZE_T_MAX / n) || out.len != n * count * dst_size) {
     PyErr_SetString(PyExc_ValueError, "out must hold len(sources) rows of count tokens");
   } else if (ensure_handler() == 0) {
     volatile Py_ssize_t row = 0;
@@ -207,6 +217,82 @@ static PyObject *crc32c(PyObject *self, PyObject *args) {
   return result;
 }
 
+/* A read-only shared mapping of a whole file that holds no file descriptor (Python's mmap keeps
+ * a duplicate open for each map: thousands of shards would be thousands of descriptors). */
+typedef struct {
+  void *address;
+  size_t length;
+} Mapping;
+
+static void unmap(PyObject *capsule) {
+  Mapping *m = PyCapsule_GetPointer(capsule, "roxxel.mapping");
+  if (m != NULL) {
+    munmap(m->address, m->length);
+    PyMem_Free(m);
+  }
+}
+
+static PyObject *map_file(PyObject *self, PyObject *args) {
+  int fd;
+  Py_ssize_t length;
+  if (!PyArg_ParseTuple(args, "in", &fd, &length)) {
+    return NULL;
+  }
+  if (length < 1) {
+    PyErr_SetString(PyExc_ValueError, "cannot map an empty file");
+    return NULL;
+  }
+  void *address = mmap(NULL, (size_t)length, PROT_READ, MAP_SHARED, fd, 0);
+  if (address == MAP_FAILED) {
+    return PyErr_SetFromErrno(PyExc_OSError);
+  }
+  Mapping *m = PyMem_Malloc(sizeof *m);
+  if (m == NULL) {
+    munmap(address, (size_t)length);
+    return PyErr_NoMemory();
+  }
+  m->address = address;
+  m->length = (size_t)length;
+  PyObject *capsule = PyCapsule_New(m, "roxxel.mapping", unmap);
+  if (capsule == NULL) {
+    munmap(address, (size_t)length);
+    PyMem_Free(m);
+  }
+  return capsule;
+}
+
+static PyObject *mapping_address(PyObject *self, PyObject *capsule) {
+  Mapping *m = PyCapsule_GetPointer(capsule, "roxxel.mapping");
+  return m == NULL ? NULL : PyLong_FromVoidPtr(m->address);
+}
+
+static PyObject *release(PyObject *self, PyObject *capsule) {
+  Mapping *m = PyCapsule_GetPointer(capsule, "roxxel.mapping");
+  if (m == NULL) {
+    return NULL;
+  }
+  if (madvise(m->address, m->length, MADV_DONTNEED) != 0) {
+    return PyErr_SetFromErrno(PyExc_OSError);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *progress(PyObject *self, PyObject *arg) {
+  Py_buffer done;
+  if (PyObject_GetBuffer(arg, &done, PyBUF_SIMPLE) != 0) {
+    return NULL;
+  }
+  if (done.len != sizeof(int64_t)) {
+    PyBuffer_Release(&done);
+    PyErr_SetString(PyExc_ValueError, "done must be one int64");
+    return NULL;
+  }
+  /* acquire: the checksums stored before this count (release, in crc32c) are seen as written */
+  int64_t k = __atomic_load_n((int64_t *)done.buf, __ATOMIC_ACQUIRE);
+  PyBuffer_Release(&done);
+  return PyLong_FromLongLong((long long)k);
+}
+
 static PyObject *set_crc32c(PyObject *self, PyObject *args) {
   const char *path;
   if (!PyArg_ParseTuple(args, "s", &path)) {
@@ -238,6 +324,12 @@ static PyMethodDef METHODS[] = {
      "out[k] (uint32) = the CRC-32C of lengths[k] bytes at address sources[k] (int64 buffers);\n"
      "when a read raised SIGBUS, the index of that range (out from there on is not set).\n"
      "done (one writable int64), if given, is set to k + 1 once out[k] is (for another thread)."},
+    {"map_file", map_file, METH_VARARGS,
+     "map_file(fd, length) -> mapping: a read-only shared map of the file's first length bytes that\n"
+     "holds no descriptor (fd may be closed after); unmapped when the mapping is freed."},
+    {"mapping_address", mapping_address, METH_O, "mapping_address(mapping) -> the address of its first byte"},
+    {"release", release, METH_O, "release(mapping): madvise(MADV_DONTNEED) over the whole mapping"},
+    {"progress", progress, METH_O, "progress(done) -> done[0], read with acquire ordering (see crc32c)"},
     {"set_crc32c", set_crc32c, METH_VARARGS,
      "set_crc32c(path): take crc32c_extend from the crc32c shared library at path."},
     {NULL, NULL, 0, NULL},

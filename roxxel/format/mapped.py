@@ -191,6 +191,7 @@ class MappedFile:
     dtype: np.dtype
     _data_offset: int
     _mmap: mmap.mmap | None = None
+    _native: object | None = None  # the streamer's map (roxxel.format.mapread.map_file): holds no descriptor
     _fd: int | None = None
     _blocks: BlockChecks | None = None  # set when the shard stores block checksums (format 1.1)
     check_blocks: bool = True  # check each block on its first read (off only for benchmarks)
@@ -269,6 +270,12 @@ class MappedFile:
         if now < self._next_check:
             return
         self._next_check = now + CHECK_SECONDS
+        if self._fd is None:  # closed (LRU) while the streamer still reads its map: the path tells, nothing reopened
+            self._next_path_check = now + PATH_CHECK_SECONDS
+            at_path = self._path_identity()
+            if at_path != self._identity:
+                self._refuse(at_path)
+            return
         st = self._io(os.fstat)
         was = self._identity
         if st.st_mtime_ns != was[3] or st.st_ctime_ns != was[4] or st.st_size != was[2]:
@@ -370,6 +377,22 @@ class MappedFile:
             pos += nbytes
         self.check_unchanged()
 
+    def native_map(self) -> object:
+        """The whole file mapped for the streamer's native reads (:func:`roxxel.format.mapread.map_file`):
+        unlike :meth:`_map` it keeps no descriptor open, so plans may hold the maps of more shards
+        than ``max_open_shards`` keeps open. Valid while referenced, closed or not.
+
+        Raises:
+            CannotMap: the file system refused the map.
+        """
+        if self._native is None:
+            from roxxel.format import mapread
+
+            fd = self._descriptor()
+            assert self._identity is not None  # (recorded by _descriptor)
+            self._native = mapread.map_file(fd, self._identity[2])
+        return self._native
+
     def _map(self) -> mmap.mmap:
         if self._mmap is None:
             self._mmap = mmap.mmap(self._descriptor(), 0, access=mmap.ACCESS_READ)  # the map holds its own dup
@@ -417,6 +440,10 @@ class MappedFile:
         """
         if self._mmap is not None:
             self._mmap.madvise(mmap.MADV_DONTNEED)
+        if self._native is not None:
+            from roxxel.format import mapread
+
+            mapread.release(self._native)
 
     def close(self) -> None:
         """Close the file and forget the mapping; it is unmapped once no view of it is alive."""
@@ -426,6 +453,7 @@ class MappedFile:
         for name in self._VIEWS:
             setattr(self, name, None)
         self._mmap = None
+        self._native = None
 
     def __del__(self, _close=os.close):
         # A dropped shard must not keep its descriptor open (the mmap closes itself).

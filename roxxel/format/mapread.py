@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,43 @@ def crc32c_ready() -> bool:
                 _crc_ready = True
                 break
     return _crc_ready
+
+
+class CannotMap(Exception):
+    """A shard's file cannot be memory-mapped (e.g. a FUSE mount with direct I/O: ENODEV)."""
+
+
+def map_file(fd: int, length: int) -> Any:
+    """A read-only shared map of the first ``length`` bytes of the file open as ``fd`` that holds no
+    descriptor of its own (unlike :class:`mmap.mmap`); unmapped once the returned object is freed.
+
+    Raises:
+        CannotMap: the file system refused the map.
+    """
+    assert _mapread is not None
+    try:
+        return _mapread.map_file(fd, length)
+    except (OSError, ValueError) as e:
+        raise CannotMap(str(e)) from e
+
+
+def mapping_address(mapping: Any) -> int:
+    """The address of the first byte of a :func:`map_file` map."""
+    assert _mapread is not None
+    return _mapread.mapping_address(mapping)
+
+
+def release(mapping: Any) -> None:
+    """Drop a :func:`map_file` map's pages from this process (``MADV_DONTNEED``; they stay in the page cache)."""
+    assert _mapread is not None
+    _mapread.release(mapping)
+
+
+def progress(done: np.ndarray) -> int:
+    """``done[0]`` as the native :func:`crc32c` loop set it on another thread, read with acquire
+    ordering, so that the checksums it counts are seen as written (weakly ordered CPUs too)."""
+    assert _mapread is not None
+    return _mapread.progress(done)
 
 
 def file_pages_bytes() -> int:

@@ -16,6 +16,7 @@ import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
 from roxxel.data import map_rows
+from roxxel.data import reader as reader_module
 from roxxel.format import BlockChecksumError, mapread, open_shard
 
 native = pytest.mark.skipif(mapread.WHY_NOT is not None, reason=str(mapread.WHY_NOT))
@@ -203,8 +204,9 @@ def test_a_forked_child_checks_the_blocks_its_parent_queued_itself(tmp_path, mon
     stamped with another process's id, as the parent's are in the child)."""
     queued = []
 
-    def never_run(job):
+    def never_run(job):  # as a child sees a job its parent's thread had begun: stamped by another process
         job._pid = -1
+        job._work[0][:1].copy()  # (its sources stay as they were)
         queued.append(job)
 
     monkeypatch.setattr(map_rows, "_INLINE_BLOCKS", 0)
@@ -215,3 +217,102 @@ def test_a_forked_child_checks_the_blocks_its_parent_queued_itself(tmp_path, mon
     assert queued and any(job.finished for job in queued)
     monkeypatch.setattr(mapread, "can_gather", lambda *a: False)
     assert all(np.array_equal(x, y) for x, y in zip(got, batches(c, 60)))
+
+
+@native
+def test_rows_longer_than_a_block_have_every_block_they_cover_checked(tmp_path, spy):
+    """A 98,304-token uint16 row covers four 64 KiB blocks: a damaged token in a middle one is refused
+    (the map path once checked only the first and the last block of each row)."""
+    d = make(tmp_path / "l", 1_000_000)
+    path = d.shard_paths[0]
+    s = open_shard(path)
+    c = Curriculum(Roxxel(d.filepath), [Phase(steps=4, global_batch_size=2, seq_len=98_304)], chunk_tokens=98_304)
+    stream = c.stream(seed=1, to_device=False, prefetch_size=0)
+    starts = stream.reader._plan_ahead(0, 0, 2, c.resolved[0], None, 1).starts
+    block = s._blocks.block_bytes
+    middle = (2 * int(starts[0]) // block + 2) * block // 2  # the first token of the row's third block
+    with open(path, "r+b") as f:
+        f.seek(s._data_offset + 2 * middle)
+        f.write(b"\xff\xfe")
+    with pytest.raises(BlockChecksumError, match=rf"token block {2 * middle // block} "):
+        next(c.stream(seed=1, to_device=False, prefetch_size=0))
+    assert spy[0] == 0  # refused before any row was copied
+
+
+@native
+def test_asking_again_after_a_damaged_block_raises_again(tmp_path, spy):
+    d = make(tmp_path / "r", 600_000)
+    path = d.shard_paths[0]
+    s = open_shard(path)
+    with open(path, "r+b") as f:
+        f.seek(s._data_offset + 2 * 300_123)
+        f.write(b"\xff\xfe")
+    stream = Curriculum(Roxxel(d.filepath), [Phase(global_batch_size=8, seq_len=512)]).stream(
+        seed=3, to_device=False, prefetch_size=0
+    )
+    for step in range(len(stream)):
+        try:
+            stream.local_rows(step)
+        except BlockChecksumError:
+            break
+    else:
+        pytest.fail("the damaged block was never reached")
+    for later in (step, step + 1, step + 5):  # the same step and the ones after it, asked for again
+        with pytest.raises(BlockChecksumError):
+            stream.local_rows(later)
+
+
+FAULTHANDLER_LATE = """
+import faulthandler, mmap, os, sys, numpy as np
+from roxxel.format import mapread
+path = sys.argv[1]
+with open(path, "wb") as f:
+    f.write(b"\\1" * 65536)
+m = mmap.mmap(os.open(path, os.O_RDONLY), 65536, prot=mmap.PROT_READ)
+view = np.frombuffer(m, np.uint8)
+out = np.empty((1, 16), np.int32)
+assert mapread.gather(out, np.array([mapread.address(view)]), np.dtype("<u2"))[0] is None  # our handler first
+faulthandler.enable()  # then faulthandler, whose "previous" is ours
+assert mapread.gather(out, np.array([mapread.address(view)]), np.dtype("<u2"))[0] is None  # ours on top again
+os.truncate(path, 0)
+print(int(view[8192]))  # unguarded: must end the process, not bounce between the two handlers
+"""
+
+
+@native
+def test_a_sigbus_ends_the_process_when_faulthandler_came_after_the_native_reader(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-c", FAULTHANDLER_LATE, str(tmp_path / "f")], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == -7, (run.returncode, run.stderr[-1000:])
+    assert 1 <= run.stderr.count("Fatal Python error: Bus error") <= 2, run.stderr[-1000:]
+
+
+@native
+def test_the_maps_of_many_shards_hold_no_descriptors_beyond_max_open_shards(tmp_path, spy):
+    d = make(tmp_path / "m", 400_000, shard_tokens=2_000)  # ~200 shards
+    ds = Roxxel(d.filepath, max_open_shards=8)
+    stream = Curriculum(ds, [Phase(global_batch_size=8, seq_len=256)]).stream(seed=3, to_device=False, prefetch_size=0)
+    before = len(os.listdir("/proc/self/fd"))
+    most = before
+    for _ in range(120):
+        next(stream)
+        most = max(most, len(os.listdir("/proc/self/fd")))
+    assert len(ds.shard_paths) > 150 and spy[0] > 0
+    assert most - before <= 8 + 2, (before, most)
+
+
+@native
+def test_after_a_map_read_faults_the_plan_is_read_step_by_step(tmp_path, monkeypatch):
+    """A plan of the map path holds up to 256 steps: after a fault its rows are read step by step
+    with pread, never staged all at once."""
+    d = make(tmp_path / "f", 2_000_000)
+    monkeypatch.setattr(mapread, "gather", lambda *a: (0, None))
+    staged = []
+    real = reader_module.BatchReader._staged
+    monkeypatch.setattr(reader_module.BatchReader, "_staged", lambda *a: staged.append(1) or real(*a))
+    c = Curriculum(Roxxel(d.filepath), [Phase(global_batch_size=8, seq_len=512)])
+    got = batches(c, 300)
+    assert not staged  # every step read by itself
+    monkeypatch.setattr(mapread, "can_gather", lambda *a: False)
+    assert all(np.array_equal(x, y) for x, y in zip(got, batches(c, 300)))
