@@ -159,11 +159,11 @@ class MapRows:
         top = 0
         if len(mapped):
             part = np.empty((len(mapped), self.length), out.dtype)
-            faulted, top = mapread.gather(part, sources[mapped], self._stored)
-            if faulted is not None:
+            faulted, most = mapread.gather(part, sources[mapped], self._stored)
+            if faulted is not None or most is None:
                 self.broken = True
                 return None
-            out[mapped] = part
+            out[mapped], top = part, most
         for r in np.flatnonzero(sources == 0).tolist():
             row = np.empty(self.length, self._stored)
             self._read_row(row, self.crossing[int(planned[r])])
