@@ -29,20 +29,18 @@ typedef uint32_t (*crc32c_extend_fn)(uint32_t crc, const uint8_t *data, size_t c
 
 static crc32c_extend_fn crc32c_extend;
 static struct sigaction previous; /* the SIGBUS action before ours */
-static volatile sig_atomic_t chained; /* an unguarded SIGBUS was handed to `previous` */
 static __thread sigjmp_buf *guard __attribute__((tls_model("initial-exec")));
+static __thread int handing_on __attribute__((tls_model("initial-exec"))); /* inside `previous` */
 
 static void on_sigbus(int sig, siginfo_t *info, void *context) {
   if (guard != NULL) {
     siglongjmp(*guard, 1);
   }
-  if (chained) {
-    /* Back again after handing the signal on: the handler before ours returned, or handed it
-     * back to us (faulthandler enabled after us re-raises to its own previous: ours). End it. */
+  if (handing_on) { /* the handler before ours called ours back: end it with the default action */
     signal(SIGBUS, SIG_DFL);
     return;
   }
-  chained = 1;
+  handing_on = 1;
   if ((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction != NULL) {
     previous.sa_sigaction(sig, info, context);
   } else if (!(previous.sa_flags & SA_SIGINFO) && previous.sa_handler != SIG_DFL &&
@@ -50,6 +48,14 @@ static void on_sigbus(int sig, siginfo_t *info, void *context) {
     previous.sa_handler(sig);
   } else {
     signal(SIGBUS, SIG_DFL); /* returning re-runs the faulting access: the default action ends the process */
+  }
+  handing_on = 0;
+  /* A handler that re-raised the signal (faulthandler enabled after us raises it to its own
+   * previous handler: ours) wants the default action; the raised SIGBUS waits, blocked, until
+   * we return. One that recovered (and raised nothing) keeps its turn for the next fault. */
+  sigset_t pending;
+  if (sigpending(&pending) == 0 && sigismember(&pending, SIGBUS)) {
+    signal(SIGBUS, SIG_DFL);
   }
 }
 

@@ -256,7 +256,9 @@ class MappedFile:
         ctime (timestamps coarser than the time since the shard's last change before it was
         opened), and on NFS and FUSE mounts a change made on another machine, seen when the
         client's cached attributes expire (NFS ``acregmax``, 60 s by default; GCS FUSE's stat
-        cache TTL). Set ``CHECK_SECONDS = 0`` to compare on every read.
+        cache TTL). A shard the LRU closed while the streamer still reads its map is looked up by
+        its path instead, at most every :data:`PATH_CHECK_SECONDS`. Set ``CHECK_SECONDS = 0`` to
+        compare on every read.
 
         Raises:
             ShardChangedError: rewritten in place, replaced, or removed (names the shard and what changed).
@@ -271,10 +273,11 @@ class MappedFile:
             return
         self._next_check = now + CHECK_SECONDS
         if self._fd is None:  # closed (LRU) while the streamer still reads its map: the path tells, nothing reopened
-            self._next_path_check = now + PATH_CHECK_SECONDS
-            at_path = self._path_identity()
-            if at_path != self._identity:
-                self._refuse(at_path)
+            if now >= self._next_path_check:  # (at the path's pace: many closed shards, one stat each a second)
+                self._next_path_check = now + PATH_CHECK_SECONDS
+                at_path = self._path_identity()
+                if at_path != self._identity:
+                    self._refuse(at_path)
             return
         st = self._io(os.fstat)
         was = self._identity

@@ -8,6 +8,7 @@ killing the test worker).
 """
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -316,3 +317,59 @@ def test_after_a_map_read_faults_the_plan_is_read_step_by_step(tmp_path, monkeyp
     assert not staged  # every step read by itself
     monkeypatch.setattr(mapread, "can_gather", lambda *a: False)
     assert all(np.array_equal(x, y) for x, y in zip(got, batches(c, 300)))
+
+
+RECOVERING_HANDLER = r"""
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static int recovered;
+static void zero_page(int sig, siginfo_t *info, void *context) {  /* a zero page over the fault: the read retries */
+  long page = sysconf(_SC_PAGESIZE);
+  mmap((void *)((uintptr_t)info->si_addr & ~(uintptr_t)(page - 1)), page, PROT_READ,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  recovered++;
+}
+int install(void) {
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_sigaction = zero_page;
+  action.sa_flags = SA_SIGINFO;
+  return sigaction(SIGBUS, &action, NULL);
+}
+int count(void) { return recovered; }
+"""
+
+RECOVERING = """
+import ctypes, mmap, os, sys, numpy as np
+lib = ctypes.CDLL(sys.argv[1])
+lib.install()  # the program's own handler, which recovers from SIGBUS, first
+from roxxel.format import mapread
+out, rows = np.empty((1, 16), np.int32), np.arange(16, dtype=np.uint16)
+mapread.gather(out, np.array([mapread.address(rows)]), np.dtype("<u2"))  # ours on top, the program's behind it
+for i in range(3):
+    fd = os.open(sys.argv[2] + str(i), os.O_RDWR | os.O_CREAT)
+    os.write(fd, b"\\1" * 8192)
+    m = mmap.mmap(fd, 8192, access=mmap.ACCESS_READ)
+    os.ftruncate(fd, 0)
+    print(int(np.frombuffer(m, np.uint8)[4096 + 5]), lib.count(), flush=True)  # unguarded: the program's to handle
+"""
+
+
+@native
+def test_every_sigbus_outside_the_native_reads_reaches_a_handler_that_recovers(tmp_path):
+    """A program's own SIGBUS handler that recovers (maps a page and returns) gets every fault, not
+    only the first (the native reader once ended the second with the default action)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the recovering handler")
+    (tmp_path / "recover.c").write_text(RECOVERING_HANDLER)
+    lib = tmp_path / "librecover.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "recover.c")], check=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-c", RECOVERING, str(lib), str(tmp_path / "cut")], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, (run.returncode, run.stderr[-1000:])
+    assert run.stdout.split() == ["0", "1", "0", "2", "0", "3"], run.stdout
