@@ -94,8 +94,26 @@ def start_pool(tok: ByteTokenizer | HFTokenizer, jobs: int) -> ProcessPoolExecut
         initializer=_set_worker_tokenizer,
         initargs=(tok, os.getpid() if method == "fork" else None),
     )
-    pool.submit(int).result()  # with fork, the first task starts every worker
+    try:
+        pool.submit(int).result()  # with fork, the first task starts every worker
+    except BaseException:  # e.g. a SIGTERM's exception while the workers start: none may outlive us
+        end_workers(pool)
+        raise
     return pool
+
+
+def end_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop ``pool``'s worker processes now (SIGTERM) and shut it down without waiting.
+
+    ``shutdown`` alone is not enough when the pool was interrupted while it started: until its
+    manager thread runs, nothing tells the workers to stop, they wait for work forever, and
+    the interpreter's exit then waits for them (multiprocessing joins its children at exit): a
+    hang. Python 3.14 has ``ProcessPoolExecutor.terminate_workers``; 3.11 keeps the workers in
+    ``_processes``.
+    """
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _set_worker_tokenizer(tok: ByteTokenizer | HFTokenizer, parent: int | None) -> None:

@@ -185,3 +185,42 @@ def test_a_sigterm_whose_exception_python_swallowed_still_stops_the_pack(tmp_pat
         signal.signal(signal.SIGTERM, previous)
     assert result.exit_code == 143, result.output
     assert "terminated (SIGTERM)" in result.output and "as it was before" in result.output
+
+
+INTERRUPTED_START = """
+import concurrent.futures.process as cfp
+from roxxel.pack.tokenizing import start_pool
+from roxxel.tokenizers import ByteTokenizer
+
+spawn, spawned = cfp.ProcessPoolExecutor._spawn_process, []
+
+def spawn_then_signal(pool):  # the second worker is forked, then the SIGTERM's exception lands
+    spawn(pool)
+    spawned.append(1)
+    if len(spawned) == 2:
+        raise KeyboardInterrupt
+
+cfp.ProcessPoolExecutor._spawn_process = spawn_then_signal
+try:
+    start_pool(ByteTokenizer(), 2)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_a_pool_interrupted_while_its_workers_start_leaves_none_and_lets_the_process_exit(tmp_path):
+    """Seen as a leftover of a loaded run of the SIGTERM test above: the signal landed while the
+    pool forked its workers, before its manager thread ran; nothing told the workers to stop,
+    and the packing process hung at exit joining them (multiprocessing joins its children).
+    The pool's workers are now ended when its start is interrupted."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_START], stdout=subprocess.PIPE, text=True)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        for p in [*kids, psutil.Process(proc.pid)]:
+            p.kill()
+        raise AssertionError("the process hung at exit, waiting for the pool's workers") from None
+    assert out.split() == ["interrupted"] and proc.returncode == 0
