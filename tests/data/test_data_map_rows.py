@@ -19,6 +19,7 @@ from roxxel import Curriculum, Phase, Roxxel
 from roxxel.data import map_rows
 from roxxel.data import reader as reader_module
 from roxxel.format import BlockChecksumError, mapread, open_shard
+from support.shards import overwrite_token
 
 native = pytest.mark.skipif(mapread.WHY_NOT is not None, reason=str(mapread.WHY_NOT))
 
@@ -98,12 +99,9 @@ def test_a_damaged_block_stops_the_stream_before_its_rows_leave(tmp_path, monkey
     d = make(tmp_path / "d", 600_000)
     c = Curriculum(Roxxel(d.filepath), [Phase(global_batch_size=8, seq_len=512)])
     clean = batches(c, 140)
-    path = d.shard_paths[0]
-    s = open_shard(path)
+    s = open_shard(d.shard_paths[0])
     token = 300_123
-    with open(path, "r+b") as f:
-        f.seek(s._data_offset + 2 * token)
-        f.write(b"\xff\xfe")
+    overwrite_token(d.shard_paths[0], token, b"\xff\xfe")
     block = 2 * token // s._blocks.block_bytes
     stream = Curriculum(Roxxel(d.filepath), [Phase(global_batch_size=8, seq_len=512)]).stream(
         seed=3, to_device=False, prefetch_size=0
@@ -162,22 +160,28 @@ def test_a_shard_cut_under_the_map_ends_in_an_error_naming_it_not_a_sigbus(tmp_p
     assert d.shard_paths[0] in last
 
 
-FOREIGN = """
+MAPPED_FILE = """
 import faulthandler, mmap, os, sys, numpy as np
 from roxxel.format import mapread
-faulthandler.enable()
 path = sys.argv[1]
 with open(path, "wb") as f:
     f.write(b"\\1" * 65536)
 m = mmap.mmap(os.open(path, os.O_RDONLY), 65536, prot=mmap.PROT_READ)
 view = np.frombuffer(m, np.uint8)
 out = np.empty((1, 16), np.int32)
+"""  # a 64 KiB file mapped (a child's script starts with it; the file is argv[1])
+
+FOREIGN = (
+    MAPPED_FILE
+    + """
+faulthandler.enable()
 assert mapread.gather(out, np.array([mapread.address(view)]), np.dtype("<u2"))[0] is None  # installs the guard
 os.truncate(path, 0)
 assert mapread.gather(out, np.array([mapread.address(view) + 4096]), np.dtype("<u2"))[0] == 0  # caught
 print("caught", flush=True)
 print(int(view[8192]))  # no guard here: the handler before ours (faulthandler) must see it
 """
+)
 
 
 @native
@@ -232,9 +236,7 @@ def test_rows_longer_than_a_block_have_every_block_they_cover_checked(tmp_path, 
     starts = stream.reader._plan_ahead(0, 0, 2, c.resolved[0], None, 1).starts
     block = s._blocks.block_bytes
     middle = (2 * int(starts[0]) // block + 2) * block // 2  # the first token of the row's third block
-    with open(path, "r+b") as f:
-        f.seek(s._data_offset + 2 * middle)
-        f.write(b"\xff\xfe")
+    overwrite_token(path, middle, b"\xff\xfe")
     with pytest.raises(BlockChecksumError, match=rf"token block {2 * middle // block} "):
         next(c.stream(seed=1, to_device=False, prefetch_size=0))
     assert spy[0] == 0  # refused before any row was copied
@@ -243,11 +245,7 @@ def test_rows_longer_than_a_block_have_every_block_they_cover_checked(tmp_path, 
 @native
 def test_asking_again_after_a_damaged_block_raises_again(tmp_path, spy):
     d = make(tmp_path / "r", 600_000)
-    path = d.shard_paths[0]
-    s = open_shard(path)
-    with open(path, "r+b") as f:
-        f.seek(s._data_offset + 2 * 300_123)
-        f.write(b"\xff\xfe")
+    overwrite_token(d.shard_paths[0], 300_123, b"\xff\xfe")
     stream = Curriculum(Roxxel(d.filepath), [Phase(global_batch_size=8, seq_len=512)]).stream(
         seed=3, to_device=False, prefetch_size=0
     )
@@ -263,21 +261,16 @@ def test_asking_again_after_a_damaged_block_raises_again(tmp_path, spy):
             stream.local_rows(later)
 
 
-FAULTHANDLER_LATE = """
-import faulthandler, mmap, os, sys, numpy as np
-from roxxel.format import mapread
-path = sys.argv[1]
-with open(path, "wb") as f:
-    f.write(b"\\1" * 65536)
-m = mmap.mmap(os.open(path, os.O_RDONLY), 65536, prot=mmap.PROT_READ)
-view = np.frombuffer(m, np.uint8)
-out = np.empty((1, 16), np.int32)
+FAULTHANDLER_LATE = (
+    MAPPED_FILE
+    + """
 assert mapread.gather(out, np.array([mapread.address(view)]), np.dtype("<u2"))[0] is None  # our handler first
 faulthandler.enable()  # then faulthandler, whose "previous" is ours
 assert mapread.gather(out, np.array([mapread.address(view)]), np.dtype("<u2"))[0] is None  # ours on top again
 os.truncate(path, 0)
 print(int(view[8192]))  # unguarded: must end the process, not bounce between the two handlers
 """
+)
 
 
 @native

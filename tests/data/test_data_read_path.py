@@ -7,6 +7,7 @@ import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
 from roxxel.format import BlockChecksumError, open_shard
+from support.shards import overwrite_token
 
 
 def make(path, n_tokens, shard_tokens=None):
@@ -88,11 +89,7 @@ def test_rows_that_follow_each_other_in_one_shard_are_one_read(ds, monkeypatch):
 
 def test_a_damaged_block_is_caught_in_a_planned_step(tmp_path):
     d = make(tmp_path / "b", 200_000)
-    path = d.shard_paths[0]
-    s = open_shard(path)
-    with open(path, "r+b") as f:
-        f.seek(s._data_offset + 2 * 150_000)
-        f.write(b"\xff\xff")
+    overwrite_token(d.shard_paths[0], 150_000)
     c = Curriculum(Roxxel(str(tmp_path / "b")), [Phase(global_batch_size=8, seq_len=256)], chunk_tokens=2048)
     with pytest.raises(BlockChecksumError, match="token block 4 "):
         list(c.stream(seed=0, to_device=False, prefetch_size=0))
@@ -170,13 +167,6 @@ def test_streams_read_on_several_threads_at_once_get_their_own_batches(ds):
         assert len(got[seed]) == len(batches) and all(np.array_equal(a, b) for a, b in zip(got[seed], batches))
 
 
-def flip_token(path, token):
-    s = open_shard(path)
-    with open(path, "r+b") as f:
-        f.seek(s._data_offset + 2 * token)
-        f.write(b"\xff\xff")
-
-
 @pytest.mark.parametrize(
     "damaged", [65_600, 70_000, 97_000, 130_000], ids=["head-edge", "in-run", "tail-edge", "a-later-block"]
 )
@@ -187,7 +177,7 @@ def test_a_run_over_parts_of_blocks_checks_them_whole_in_one_read(tmp_path, dama
     import roxxel.format.blocks as blocks
 
     d = make(tmp_path / "e", 200_000)
-    flip_token(d.shard_paths[0], damaged)  # blocks of 32,768 uint16 tokens: block 2 is 65,536..98,303
+    overwrite_token(d.shard_paths[0], damaged)  # blocks of 32,768 uint16 tokens: block 2 is 65,536..98,303
     ds = Roxxel(str(tmp_path / "e"))
     starts = 66_000 + 300 * np.arange(8)  # one run, tokens 66,000..68,400: inside block 2 only
     runs = ds.row_runs(starts, 300)

@@ -8,6 +8,7 @@ import pytest
 from roxxel import Curriculum, Phase, Roxxel
 from roxxel.format import BlockChecksumError, CorruptShardError, DatasetWriter, open_shard
 from roxxel.format import blocks
+from support.shards import flip_byte
 
 
 def write(path, doc=70_000):
@@ -16,16 +17,6 @@ def write(path, doc=70_000):
         for _ in range(3):
             w.add_document(rng.integers(0, 256, doc))
     return str(path)
-
-
-def flip(path, token_index):
-    s = open_shard(path)
-    off = s._data_offset + token_index * s.dtype.itemsize + 1
-    with open(path, "r+b") as f:
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0xFF]))
 
 
 def stream_all(d):
@@ -53,7 +44,7 @@ def test_both_algorithms_read_the_same_tokens_and_catch_a_flipped_byte(tmp_path,
     shard = Roxxel(d).shard_paths[0]
     assert open_shard(shard).metadata["block_checksums"]["algorithm"] == algorithm
     clean = stream_all(d)
-    flip(shard, 100_000)  # block 3 of 32,768-token blocks
+    flip_byte(shard, 100_000)  # block 3 of 32,768-token blocks
     name = {"crc32": "CRC-32", "crc32c": "CRC-32C"}[algorithm]
     with pytest.raises(BlockChecksumError, match=rf"token block 3 .*fails its {name} check"):
         stream_all(d)
@@ -74,7 +65,7 @@ def test_a_batch_gather_checks_a_damaged_block_even_when_its_neighbours_are_chec
     shard = Roxxel(d).shard_paths[0]
     ds = Roxxel(d).open()
     ds.read(0, ds.num_tokens)  # every block checked in this process
-    flip(shard, 150_000)
+    flip_byte(shard, 150_000)
     ds2 = Roxxel(d).open()
     starts = np.array([10, 40_000, 149_990, 200_000])
     ds2.gather_into(np.empty(8, np.int32), starts[:1], np.array([8]))  # block 0 only: fine

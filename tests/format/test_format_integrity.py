@@ -21,6 +21,7 @@ from roxxel.format import (
 )
 
 from support import paths
+from support.shards import flip_byte
 
 FIXTURES = str(paths.FIXTURES)
 
@@ -35,20 +36,10 @@ def write(path, n_docs=20, doc=5000, shard_size=1 << 40, vocab=257, eos=256):
     return str(path)
 
 
-def flip(path, token_index):
-    s = open_shard(path)
-    off = s._data_offset + token_index * s.dtype.itemsize + 1
-    with open(path, "r+b") as f:
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0xFF]))  # a uint16 id < 257 becomes >= 65,280: the issue's case
-
-
 def test_flipped_byte_is_refused_before_it_reaches_a_batch(tmp_path):
     d = write(tmp_path)
     shard = Roxxel(d).shard_paths[0]
-    flip(shard, 70_000)  # inside block 2 (64 KiB blocks of uint16 = 32768 tokens)
+    flip_byte(shard, 70_000)  # inside block 2 (64 KiB blocks of uint16 = 32768 tokens)
     ds = Roxxel(d)
     c = Curriculum(ds, [Phase(global_batch_size=4, seq_len=512)], chunk_tokens=2048)
     with pytest.raises(BlockChecksumError, match=rf"{shard}: token block 2 .*roxxel verify.*re-pack"):
@@ -71,7 +62,7 @@ def test_a_partly_read_block_is_checked_whole_on_its_first_read(tmp_path, damage
     """A read covering part of a block checks the whole block on its first read: a damaged byte
     anywhere in the block is refused, also outside the part read."""
     d = write(tmp_path)
-    flip(Roxxel(d).shard_paths[0], damaged)  # block 2 holds tokens 65,536..98,303
+    flip_byte(Roxxel(d).shard_paths[0], damaged)  # block 2 holds tokens 65,536..98,303
     with pytest.raises(BlockChecksumError, match="token block 2"):
         Roxxel(d).read_into(np.empty(read[1] - read[0], np.uint16), read[0])
     ds = Roxxel(d)
