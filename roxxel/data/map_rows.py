@@ -273,11 +273,7 @@ class _BlockJob:
             shard = self.shards[int(self.ix[j])]
             shard._io(lambda fd: shard._blocks._settle(fd, int(self.blocks[j]), int(self.crcs[j])))  # raises
         for i in np.unique(self.ix[lo:need]).tolist():
-            checks = self.shards[i]._blocks
-            b = self.blocks[lo:need][self.ix[lo:need] == i]
-            new = b[~checks.checked[b]]
-            checks.checked[new] = True
-            checks.unchecked -= len(new)
+            self.shards[i]._blocks.mark(self.blocks[lo:need][self.ix[lo:need] == i])
         self.verified = need
         return True
 

@@ -122,9 +122,16 @@ class BlockChecks:
                 "dataset, then re-copy the shard from its source or re-pack it",
                 self.path,
             )
-        if not self.checked[b]:
+        if not self.checked[b]:  # (one block: the scalar form of mark, on the pread path's first reads)
             self.checked[b] = True
             self.unchecked -= 1
+
+    def mark(self, blocks: np.ndarray) -> None:
+        """Record ``blocks`` (distinct int indices, checked elsewhere: the streamer's checking thread) as
+        checked in this process; those already marked are not counted again in ``unchecked``."""
+        new = blocks[~self.checked[blocks]]
+        self.checked[new] = True
+        self.unchecked -= len(new)
 
     def edges(self, start: int, stop: int) -> tuple[int, int]:
         """Bytes before ``start`` and after ``stop`` that complete the unchecked blocks data bytes
