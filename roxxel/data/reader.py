@@ -296,7 +296,7 @@ class _Plan:
 
     ``which``/``starts``: each planned row's dataset and first token (None: some row joins
     pieces; read those steps piece by piece); ``single``: per step, whether one dataset holds
-    every row; ``maps[d]``: dataset ``d``'s rows as addresses in its shards' maps (the map
+    every row; ``only``: the dataset that holds every row of the plan (None: several do); ``maps[d]``: dataset ``d``'s rows as addresses in its shards' maps (the map
     path, made on first use); for the pread path, made on first use too (``cut[d]``):
     ``staged[d]``: dataset ``d``'s rows of the plan in dataset order, cut into runs (None: a
     row crosses a shard boundary); ``slots[d]``: each planned row's place among them;
@@ -310,6 +310,7 @@ class _Plan:
     which: np.ndarray | None = None
     starts: np.ndarray | None = None
     single: np.ndarray | None = None
+    only: int | None = None
     staged: list[RowRuns | None] = dataclasses.field(default_factory=list)
     slots: list[np.ndarray | None] = dataclasses.field(default_factory=list)
     buffers: list[np.ndarray | None] = dataclasses.field(default_factory=list)
@@ -360,47 +361,61 @@ class BatchReader:
         if planned is None:
             return self._rows_by_pieces(step, lo, hi, phase, dtype, with_breaks)
         plan, k = planned
-        assert plan.which is not None and plan.starts is not None and plan.single is not None  # (planned)
         n = hi - lo
-        which, starts, single = plan.which[k * n : (k + 1) * n], plan.starts[k * n : (k + 1) * n], bool(plan.single[k])
         out = empty_aligned((n, phase.seq_len), dtype)
-        for d in [int(which[0])] if single else np.unique(which).tolist():
-            idx = None if single else np.flatnonzero(which == d)
-            sel = slice(None) if idx is None else idx
-            mapped = self._mapped(plan, d, dtype)
-            if mapped is not None:
-                target = out if idx is None else np.empty((len(idx), phase.seq_len), dtype)
-                top = mapped.read(target, k, idx)
-                if top is not None:
-                    self._check_top(top, d)
-                    if idx is not None:
-                        out[idx] = target
-                    continue
-            if plan.maps[d] is not None or self._too_big(plan, d) or self._runs(plan, d) is None:
-                # Step by step with pread: after a map read faulted, in a plan sized for the maps (up to 256
-                # steps, beyond what staging holds), or when a row crosses a shard boundary in the plan.
-                rows = gather_rows(
-                    self.sources[d].dataset,
-                    np.empty((n if idx is None else len(idx), phase.seq_len), self.dtypes[d]),
-                    starts[sel],
-                )
-                self._check_vocab(rows, d)  # on the stored ids, before any (narrowing) cast
+        if plan.only is not None:  # one dataset holds every row of the plan (the usual case)
+            self._read_dataset(plan, k, plan.only, None, out, dtype)
+        else:
+            assert plan.which is not None and plan.single is not None  # (planned)
+            which = plan.which[k * n : (k + 1) * n]
+            if plan.single[k]:
+                self._read_dataset(plan, k, int(which[0]), None, out, dtype)
             else:
-                slots = plan.slots[d]
-                assert slots is not None  # set with staged[d]
-                rows = self._staged(plan, d)[slots[k * n : (k + 1) * n][sel]]
-            if single:
-                np.copyto(out, rows, casting="unsafe")  # one cast of the whole batch
-            else:
-                out[sel] = rows
-        if any(m is not None for m in plan.maps):
+                for d in np.unique(which).tolist():
+                    self._read_dataset(plan, k, d, np.flatnonzero(which == d), out, dtype)
+        if k == (plan.end - plan.first) // 2 and any(m is not None for m in plan.maps):
             self._ready_next(plan, k, lo, hi, phase, dtype)
         return (out, np.zeros(out.shape, bool)) if with_breaks else out
+
+    def _read_dataset(self, plan: _Plan, k: int, d: int, idx: np.ndarray | None, out: np.ndarray, dtype) -> None:
+        """Plan step ``k``'s rows of dataset ``d`` into ``out`` (``idx``: their rows of ``out``; None: all
+        of them): from the maps where they apply, else with pread (staged, or step by step)."""
+        mapped = self._mapped(plan, d, dtype)
+        if mapped is not None:
+            target = out if idx is None else np.empty((len(idx), out.shape[1]), dtype)
+            top = mapped.read(target, k, idx)
+            if top is not None:
+                self._check_top(top, d)
+                if idx is not None:
+                    out[idx] = target
+                return
+        n = len(out)
+        sel = slice(None) if idx is None else idx
+        if plan.maps[d] is not None or self._too_big(plan, d) or self._runs(plan, d) is None:
+            # Step by step with pread: after a map read faulted, in a plan sized for the maps (up to 256
+            # steps, beyond what staging holds), or when a row crosses a shard boundary in the plan.
+            assert plan.starts is not None  # (planned)
+            rows = gather_rows(
+                self.sources[d].dataset,
+                np.empty((n if idx is None else len(idx), out.shape[1]), self.dtypes[d]),
+                plan.starts[k * n : (k + 1) * n][sel],
+            )
+            self._check_vocab(rows, d)  # on the stored ids, before any (narrowing) cast
+        else:
+            slots = plan.slots[d]
+            assert slots is not None  # set with staged[d]
+            rows = self._staged(plan, d)[slots[k * n : (k + 1) * n][sel]]
+        if idx is None:
+            np.copyto(out, rows, casting="unsafe")  # one cast of the whole batch
+        else:
+            out[sel] = rows
 
     def _mapped(self, plan: _Plan, d: int, dtype) -> MapRows | None:
         """Dataset ``d``'s rows of ``plan`` in its shards' maps, or None where the map path does not apply:
         no native reader, a dtype pair it does not cast, ``mapped_bytes=0``, or shards that cannot be mapped."""
         mapped = plan.maps[d]
+        if mapped is not None:  # (every step after the plan's first)
+            return None if mapped.broken else mapped
         dataset = self.sources[d].dataset
         if (
             mapped is None
@@ -537,15 +552,20 @@ class BatchReader:
                     raise
                 continue  # the steps ahead run past the data: plan only this one (its own error, if any)
             starts = np.empty_like(position)
-            for d in np.unique(which).tolist():
-                sel = np.flatnonzero(which == d)
-                _, start, count = self.sources[d].pieces(position[sel], phase.seq_len)
-                if len(start) != len(sel) or (count != phase.seq_len).any():  # some row is cut into pieces
+            one = len(self.sources) == 1
+            for d in [0] if one else np.unique(which).tolist():
+                sel = slice(None) if one else np.flatnonzero(which == d)
+                mine = position[sel]
+                _, start, count = self.sources[d].pieces(mine, phase.seq_len)
+                if len(start) != len(mine) or (count != phase.seq_len).any():  # some row is cut into pieces
                     return _Plan(key, step, step + 1, phase.seq_len)
                 starts[sel] = start
             by_step = which.reshape(steps, n)
             single = (by_step == by_step[:, :1]).all(axis=1) if n else np.ones(steps, bool)
-            return _Plan(key, step, step + steps, phase.seq_len, which, starts, single, [None] * len(self.sources))
+            only = int(which[0]) if n and single.all() and (by_step[:, 0] == which[0]).all() else None
+            return _Plan(
+                key, step, step + steps, phase.seq_len, which, starts, single, only, [None] * len(self.sources)
+            )
         raise AssertionError("unreachable")
 
     def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype, with_breaks: bool):
@@ -589,7 +609,7 @@ def empty_aligned(shape: tuple[int, int], dtype, align: int = 64) -> np.ndarray:
     dtype = np.dtype(dtype)
     nbytes = shape[0] * shape[1] * dtype.itemsize
     raw = np.empty(nbytes + align, np.uint8)
-    skip = -raw.__array_interface__["data"][0] % align  # (cheaper than .ctypes.data)
+    skip = -mapread.address(raw) % align
     return raw[skip : skip + nbytes].view(dtype).reshape(shape)
 
 

@@ -182,7 +182,6 @@ class Stream:
         return self.reader.rows(step, lo, hi, self.dtype, with_breaks=with_breaks)
 
     def _place(self, step: int, rows):
-        phase = self.curriculum.phase_at(step)
         eos_id = self.eos_id  # never None with outputs='documents' (checked in __init__)
         arrays: Any = (
             rows if self.outputs == "tokens" or eos_id is None else document_features(rows[0], eos_id, rows[1])
@@ -191,6 +190,7 @@ class Stream:
             return arrays
         import jax
 
+        phase = self.curriculum.phase_at(step)
         shape = (phase.global_batch_size, phase.seq_len)
 
         place: Callable[[np.ndarray], Any] = self._placer  # this process holds the whole batch

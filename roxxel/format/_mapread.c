@@ -299,6 +299,18 @@ static PyObject *progress(PyObject *self, PyObject *arg) {
   return PyLong_FromLongLong((long long)k);
 }
 
+/* The address of an object's buffer (a numpy array's first element): a tenth of the cost of
+ * reading numpy's __array_interface__ dict, for the aligned batch each step allocates. */
+static PyObject *address(PyObject *self, PyObject *obj) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) != 0) {
+    return NULL;
+  }
+  PyObject *result = PyLong_FromVoidPtr(view.buf);
+  PyBuffer_Release(&view);
+  return result;
+}
+
 static PyObject *set_crc32c(PyObject *self, PyObject *args) {
   const char *path;
   if (!PyArg_ParseTuple(args, "s", &path)) {
@@ -335,6 +347,7 @@ static PyMethodDef METHODS[] = {
      "holds no descriptor (fd may be closed after); unmapped when the mapping is freed."},
     {"mapping_address", mapping_address, METH_O, "mapping_address(mapping) -> the address of its first byte"},
     {"release", release, METH_O, "release(mapping): madvise(MADV_DONTNEED) over the whole mapping"},
+    {"address", address, METH_O, "address(array) -> the address of its buffer's first byte"},
     {"progress", progress, METH_O, "progress(done) -> done[0], read with acquire ordering (see crc32c)"},
     {"set_crc32c", set_crc32c, METH_VARARGS,
      "set_crc32c(path): take crc32c_extend from the crc32c shared library at path."},

@@ -120,7 +120,9 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def address(view: np.ndarray) -> int:
-    """The address of ``view``'s first byte (a numpy view over a map keeps the map alive)."""
+    """The address of ``view``'s first byte (natively where built: the numpy way builds a dict)."""
+    if _mapread is not None:
+        return _mapread.address(view)
     return int(view.__array_interface__["data"][0])
 
 
