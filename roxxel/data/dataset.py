@@ -45,6 +45,7 @@ DEFAULT_RELEASE_BYTES = 32 << 20
 # later epoch) costs no page fault. Past this many bytes of mapped file pages they are handed back.
 DEFAULT_MAPPED_BYTES = 4 << 30
 DEFAULT_MAX_OPEN_SHARDS = 256
+KNOWN_SHARDS = 16384  # shards remembered with their descriptor closed (each keeps a map: vm.max_map_count is 65530)
 _FAULT_AROUND = 2 << 20  # a fault can map a whole large folio of the page cache (up to 2 MiB)
 
 __all__ = ["Dataset", "PathSpec", "RowRuns"]  # RowRuns: defined in roxxel.data.reader, kept importable here
@@ -68,7 +69,10 @@ class Dataset:
             pages (``RssFile`` in ``/proc/self/status``: page cache, not anonymous memory) grew
             by this many bytes, they are handed back (they stay in the page cache). Default 4 GiB.
             0: read with ``pread`` only, nothing mapped.
-        max_open_shards: shards kept mapped at once (file descriptors), least recently used closed.
+        max_open_shards: shards kept open at once (file descriptors), least recently used closed.
+            A closed shard is not forgotten: what was read of it (header, blocks checked, the
+            streamer's map, which holds no descriptor) stays for up to ``KNOWN_SHARDS`` shards, so
+            a plan that spans more shards than this opens none of them again.
         check_blocks: check each block of tokens against its stored checksum (CRC-32C, or CRC-32 in
             the first 1.1 shards) the first time this process reads it (format 1.1 shards; older
             shards have no block checksums). Leave
@@ -138,7 +142,8 @@ class Dataset:
         self._manifest = manifests[0][1] if len(manifests) == 1 and len(specs) == 1 else None
         self._manifest_path = manifests[0][0] if self._manifest is not None else None
         self._entries = entries
-        self._shards: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._shards: collections.OrderedDict[int, Any] = collections.OrderedDict()  # holding a descriptor
+        self._known: collections.OrderedDict[int, Any] = collections.OrderedDict()  # opened once, file closed or not
         props = self._shared_properties(manifests)
         self._props = props
         self._token_offsets = np.cumsum([0] + [e.num_tokens for e in entries], dtype=np.int64)
@@ -196,11 +201,42 @@ class Dataset:
         return {"dtype": np.dtype(next(iter(first_by_dtype))).newbyteorder("<"), **meta}
 
     def _shard(self, i: int):
-        """The opened shard ``i`` (LRU-cached); checks it against what its manifest said."""
+        """The opened shard ``i``; checks it against what its manifest said on its first open.
+
+        Two least-recently-used sets: ``max_open_shards`` shards hold a descriptor (the others'
+        is closed, and opened again by their next read, compared with the first open), and
+        ``KNOWN_SHARDS`` are known (parsed, blocks checked, mapped); a shard beyond those is
+        closed whole and read afresh when next asked for.
+        """
         shard = self._shards.get(i)
         if shard is not None:
             self._shards.move_to_end(i)
             return shard
+        shard = self._known.get(i)
+        if shard is None:
+            shard = self._known[i] = self._open_shard(i)
+            if len(self._known) > max(KNOWN_SHARDS, self.max_open_shards):
+                j, gone = self._known.popitem(last=False)
+                self._shards.pop(j, None)
+                gone.close()
+        else:
+            self._known.move_to_end(i)
+        self._shards[i] = shard
+        if len(self._shards) > self.max_open_shards:
+            self._shards.popitem(last=False)[1].close_file()
+        return shard
+
+    def _mapped_shard(self, i: int):
+        """Shard ``i`` for reads out of its map (:mod:`roxxel.data.map_rows`): a known shard that is
+        mapped is returned as it is, its descriptor open or not (map reads need none)."""
+        shard = self._known.get(i)
+        if shard is not None and shard._native is not None:
+            self._known.move_to_end(i)
+            return shard
+        return self._shard(i)
+
+    def _open_shard(self, i: int):
+        """Shard ``i`` opened and checked against what its manifest said."""
         e = self._entries[i]
         shard = open_shard(e.path)
         shard.expect_identity(e.identity)  # closed by the LRU and opened again: still the same file
@@ -238,18 +274,16 @@ class Dataset:
                     "re-pack the dataset",
                     e.path,
                 )
-        self._shards[i] = shard
-        if len(self._shards) > self.max_open_shards:
-            self._shards.popitem(last=False)[1].close()
         return shard
 
     def close(self) -> None:
         """Forget every mapping (views already handed out stay valid until dropped)."""
         if not self._is_open:
             return
-        for shard in self._shards.values():
+        for shard in self._known.values():
             shard.close()
         self._shards.clear()
+        self._known.clear()
         self._is_open = False
 
     def __del__(self) -> None:
@@ -363,7 +397,7 @@ class Dataset:
             "eos_id": self.eos_id,
             "bytes": self.nbytes,
             "tokenizer": self.tokenizer,
-            "legacy": any(getattr(s, "legacy", False) for s in self._shards.values()),
+            "legacy": any(getattr(s, "legacy", False) for s in self._known.values()),
         }
 
     # ------------------------------------------------------------------------------
@@ -558,7 +592,7 @@ class Dataset:
 
     def release(self) -> None:
         """Drop every mapped page from this process's RSS now (they stay in the page cache)."""
-        for shard in self._shards.values():
+        for shard in self._known.values():
             shard.release()
         self._touched = 0
         self._mapped_base = mapread.file_pages_bytes()

@@ -83,21 +83,23 @@ class MapRows:
         # Shards with unchecked blocks: the shard, the map address of its token 0, its stored checksums.
         checking: list[tuple[Any, int, np.ndarray]] = []
         check_ix = np.full(int(shard_of.max(initial=0)) + 1, -1, np.int64)
-        for s in [0] if one else np.unique(shard_of).tolist():
-            shard = dataset._shard(s)
+        base_of = np.zeros(len(check_ix), np.int64)  # per shard: the map address of its token 0
+        for s in [0] if one else np.flatnonzero(np.bincount(shard_of)).tolist():  # (a plan may span 1000s)
+            shard = dataset._mapped_shard(s)
             mapping = shard.native_map()  # (CannotMap: the caller reads this dataset with pread)
-            base = mapread.mapping_address(mapping) + shard._data_offset
-            sel = np.flatnonzero((shard_of == s) & ~crossing)
-            self.addresses[rows[sel]] = base + local[sel]
+            base_of[s] = base = mapread.mapping_address(mapping) + shard._data_offset
             self.shards.append(shard)
             self._maps.append(mapping)
             blocks = shard._blocks
             if blocks is not None and shard.check_blocks and blocks.unchecked:
                 if blocks.algorithm == "crc32c" and mapread.crc32c_ready():
                     check_ix[s] = len(checking)
-                    checking.append((shard, base, shard._io(blocks.crcs)))  # (read while the shard is open)
+                    checking.append((shard, base, shard.block_crcs()))
                 else:  # (the first 1.1 shards' zlib CRC-32: checked now, with pread)
+                    sel = np.flatnonzero((shard_of == s) & ~crossing)
                     shard.check_pieces(local[sel] // shard.dtype.itemsize, np.full(len(sel), length, np.int64))
+        direct = np.flatnonzero(~crossing)
+        self.addresses[rows[direct]] = base_of[shard_of[direct]] + local[direct]
         self._crossing_steps = set((rows[crossing] // n).tolist())  # steps with rows left at address 0
         self._stored = dataset.dtype
         self._row_bytes = length * self._stored.itemsize

@@ -380,6 +380,16 @@ class MappedFile:
             pos += nbytes
         self.check_unchanged()
 
+    def block_crcs(self) -> np.ndarray:
+        """The stored block checksums (uint32, one per block; read once, kept while the shard is known).
+
+        Raises:
+            ShardReadError: the storage failed the read.
+        """
+        assert self._blocks is not None  # (has_block_checksums)
+        blocks = self._blocks
+        return blocks._crcs if blocks._crcs is not None else self._io(blocks.crcs)
+
     def native_map(self) -> object:
         """The whole file mapped for the streamer's native reads (:func:`roxxel.format.mapread.map_file`):
         unlike :meth:`_map` it keeps no descriptor open, so plans may hold the maps of more shards
@@ -447,6 +457,17 @@ class MappedFile:
             from roxxel.format import mapread
 
             mapread.release(self._native)
+
+    def close_file(self) -> None:
+        """Close the descriptor (and the Python map, which holds one) but keep what was learned of the
+        shard: its header, the blocks checked, the streamer's map (it holds none). The next read
+        opens the file again, compared with the first open (a changed file is refused)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        for name in self._VIEWS:
+            setattr(self, name, None)
+        self._mmap = None
 
     def close(self) -> None:
         """Close the file and forget the mapping; it is unmapped once no view of it is alive."""

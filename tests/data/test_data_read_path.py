@@ -212,3 +212,59 @@ def test_runs_over_many_blocks_and_the_short_last_block_read_the_same_tokens(tmp
             assert np.array_equal(out[0], plain.read(a, a + length)), (length, a)
             blk = ds._shard(0)._blocks
             assert blk.checked[a * 2 // blk.block_bytes : -(-(a + length) * 2 // blk.block_bytes)].all()
+
+
+def _shard_fds(ds) -> int:
+    """Descriptors of this process open on ``ds``'s shards."""
+    paths = {os.path.realpath(p) for p in ds.shard_paths}
+    return sum(os.path.realpath(os.path.join("/proc/self/fd", fd)) in paths for fd in os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("mapped", [True, False], ids=["maps", "pread"])
+def test_streaming_over_more_shards_than_stay_open_parses_each_once_and_checks_each_block_once(ds, monkeypatch, mapped):
+    """Every plan spans all 6 shards and 2 stay open: a closed shard keeps its header, its checked
+    blocks and its map. Before, the LRU dropped it whole: each plan parsed ~all shards again and
+    checked their blocks anew (8x slower over 477 shards in bench/stream.py)."""
+    from roxxel.data import dataset as dataset_module
+    from roxxel.format import blocks as blocks_module
+    from roxxel.format import mapread
+
+    parsed, checksums = [], []
+    real_open, real_settle, real_crc = dataset_module.open_shard, blocks_module.BlockChecks._settle, mapread.crc32c
+    monkeypatch.setattr(dataset_module, "open_shard", lambda p: parsed.append(p) or real_open(p))
+    monkeypatch.setattr(
+        blocks_module.BlockChecks, "_settle", lambda self, fd, b, a: checksums.append(b) or real_settle(self, fd, b, a)
+    )
+    monkeypatch.setattr(mapread, "crc32c", lambda *a: checksums.append(a) or real_crc(*a))
+    before = _shard_fds(ds)  # (the module's dataset holds descriptors of the same files)
+    few = Roxxel(ds.filepath, max_open_shards=2, mapped_bytes=(4 << 30) if mapped else 0)
+    phases = [Phase(global_batch_size=8, seq_len=256)]
+    s = Curriculum(few, phases, repeat=True).stream(0, 10**6, seed=3, to_device=False, prefetch_size=0)
+    epoch = few.num_tokens // (8 * 256)
+    batches = [next(s) for _ in range(epoch + 2)]
+    assert checksums and all(sh._blocks.unchecked == 0 for sh in few._known.values())
+    checksums.clear()
+    batches += [next(s) for _ in range(epoch)]  # the second epoch: every block already checked
+    assert checksums == []
+    assert sorted(parsed) == sorted(few.shard_paths)  # each shard parsed once
+    assert _shard_fds(few) - before <= 2
+    reference = Curriculum(Roxxel(ds.filepath), phases, repeat=True).stream(
+        0, 10**6, seed=3, to_device=False, prefetch_size=0
+    )
+    for batch in batches:
+        assert np.array_equal(batch, next(reference))
+
+
+def test_shards_beyond_those_known_are_closed_whole_and_read_again(ds, monkeypatch):
+    """Past ``KNOWN_SHARDS`` (each known shard keeps a map: vm.max_map_count bounds them) the least
+    recently used shard is forgotten whole; asked for again, it is parsed again and reads right."""
+    from roxxel.data import dataset as dataset_module
+
+    monkeypatch.setattr(dataset_module, "KNOWN_SHARDS", 3)
+    starts = [10, 60_000, 120_000, 170_000, 260_000, 20, 61_000]
+    want = [ds.read(a, a + 300) for a in starts]
+    before = _shard_fds(ds)  # (the module's dataset holds descriptors of the same files)
+    few = Roxxel(ds.filepath, max_open_shards=2).open()
+    for a, rows in zip(starts, want):
+        assert np.array_equal(few.read(a, a + 300), rows)
+        assert len(few._known) <= 3 and _shard_fds(few) - before <= 2 * 2  # (a read's view map holds a second)
