@@ -123,7 +123,12 @@ class MapRows:
             BlockChecksumError: a block the rows touch is damaged.
             ShardChangedError: a shard's file changed since it was opened.
         """
-        if self._job is not None and not self._job.wait(step):
+        job = self._job  # (the test of wait's first lines, inline: most steps have nothing to wait for)
+        if (
+            job is not None
+            and (job.need[step] if step < len(job.need) else len(job.blocks)) > job.verified
+            and not job.wait(step)
+        ):
             self.broken = True
             return None
         first = step * self.n
@@ -219,7 +224,10 @@ class _BlockJob:
         # One sort finds each block and the first step that needs it: block key high, step low.
         assert int(steps.max(initial=0)) < 256  # (reader._MAP_AHEAD)
         packed = np.sort((keys << 8) | steps)
-        packed = packed[np.r_[0, np.flatnonzero(np.diff(packed >> 8)) + 1]] if len(packed) else packed
+        keys = packed >> 8
+        first_of_key = np.ones(len(keys), bool)  # (the first of each key's run: its earliest step)
+        np.not_equal(keys[1:], keys[:-1], out=first_of_key[1:])
+        packed = packed[first_of_key]
         keys, when_first = packed >> 8, packed & 255
         ix, blocks = keys >> 36, keys & ((1 << 36) - 1)
         todo = np.ones(len(keys), bool)
@@ -267,7 +275,7 @@ class _BlockJob:
         Raises:
             BlockChecksumError: such a block does not match its stored checksum (names the shard and the block).
         """
-        need = self.need[min(step, len(self.need) - 1)]
+        need = self.need[step] if step < len(self.need) else len(self.blocks)
         if need <= self.verified:
             return True
         if os.getpid() != self._pid and not self.finished:  # a forked child: the checking thread is the parent's
@@ -285,9 +293,10 @@ class _BlockJob:
             j = lo + int(bad[0])
             shard = self.shards[int(self.ix[j])]
             shard._io(lambda fd: shard._blocks._settle(fd, int(self.blocks[j]), int(self.crcs[j])))  # raises
-        for i in np.unique(self.ix[lo:need]).tolist():
-            self.shards[i]._blocks.mark(self.blocks[lo:need][self.ix[lo:need] == i])
         self.verified = need
+        if need == len(self.blocks):  # all verified: recorded in the shards at once (not per step: it costs)
+            for i in np.unique(self.ix).tolist():
+                self.shards[i]._blocks.mark(self.blocks[self.ix == i])
         return True
 
 
@@ -297,12 +306,17 @@ def _lane_keys(first: np.ndarray, last: np.ndarray, rows: np.ndarray, n: int) ->
     same place of the step before already covers: a batch place reads on through one region for
     several steps (a lane, or consecutive rows), so this drops most repeats before the sort
     (an 8x smaller sort; sorting is the job's main cost). Each block's earliest step stays."""
-    before_first = np.full(int(rows.max(initial=0)) + n + 1, -1, np.int64)
-    before_last = before_first.copy()
-    before_first[rows + n], before_last[rows + n] = first, last  # indexed by the row a step later
-    bf, bl = before_first[rows], before_last[rows]
-    new_first = (first != bf) & (first != bl)
-    new_last = (last != first) & (last != bf) & (last != bl)
+    if len(rows) and int(rows[-1]) == len(rows) - 1:  # every row of the plan: the place's row a step before is n back
+        new_first, new_last = np.ones(len(rows), bool), last != first
+        new_first[n:] = (first[n:] != first[:-n]) & (first[n:] != last[:-n])
+        new_last[n:] &= (last[n:] != first[:-n]) & (last[n:] != last[:-n])
+    else:  # some rows are not this job's (another dataset's, another shard's, or crossing into the next)
+        before_first = np.full(int(rows.max(initial=0)) + n + 1, -1, np.int64)
+        before_last = before_first.copy()
+        before_first[rows + n], before_last[rows + n] = first, last  # indexed by the row a step later
+        bf, bl = before_first[rows], before_last[rows]
+        new_first = (first != bf) & (first != bl)
+        new_last = (last != first) & (last != bf) & (last != bl)
     steps = rows // n
     return np.concatenate([first[new_first], last[new_last]]), np.concatenate([steps[new_first], steps[new_last]])
 

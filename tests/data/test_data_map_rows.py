@@ -368,13 +368,14 @@ def test_every_sigbus_outside_the_native_reads_reaches_a_handler_that_recovers(t
     assert run.stdout.split() == ["0", "1", "0", "2", "0", "3"], run.stdout
 
 
+@pytest.mark.parametrize("every_row", [True, False], ids=["all-rows", "some-rows"])
 @pytest.mark.parametrize("n", [1, 3, 8])
-def test_dropping_what_a_place_covered_a_step_before_keeps_each_blocks_earliest_step(n):
+def test_dropping_what_a_place_covered_a_step_before_keeps_each_blocks_earliest_step(n, every_row):
     """A block job drops the keys the row at the same batch place covered a step before (the sort
     after is 8x smaller); every block and the earliest step that needs it stay what a plain pass
     over every row's blocks finds."""
     rng = np.random.default_rng(n)
-    rows = np.sort(rng.choice(40 * n, size=30 * n, replace=False))
+    rows = np.arange(40 * n) if every_row else np.sort(rng.choice(40 * n, size=30 * n, replace=False))
     first = rng.integers(0, 12, len(rows))  # few blocks: places cover the same ones often
     last = first + rng.integers(0, 2, len(rows))
     keys, steps = map_rows._lane_keys(first, last, rows, n)
