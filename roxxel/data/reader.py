@@ -534,7 +534,7 @@ class BatchReader:
             plan.end, lo, hi, phase, plan.key, self._plan_size(plan, plan.end, lo, hi, phase, plan.key, dtype)
         )
         if nxt.which is not None:
-            for d in np.unique(nxt.which).tolist():
+            for d in [nxt.only] if nxt.only is not None else np.unique(nxt.which).tolist():
                 self._mapped(nxt, d, dtype)
         self._next = nxt
 
