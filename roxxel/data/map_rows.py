@@ -92,6 +92,7 @@ class MapRows:
             self._maps.append(mapping)
             blocks = shard._blocks
             if blocks is not None and shard.check_blocks and blocks.unchecked:
+                shard = dataset._shard(s)  # (reads with its descriptor may follow: back under the descriptor LRU)
                 if blocks.algorithm == "crc32c" and mapread.crc32c_ready():
                     check_ix[s] = len(checking)
                     checking.append((shard, base, shard.block_crcs()))

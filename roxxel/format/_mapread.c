@@ -303,7 +303,7 @@ static PyObject *progress(PyObject *self, PyObject *arg) {
  * reading numpy's __array_interface__ dict, for the aligned batch each step allocates. */
 static PyObject *address(PyObject *self, PyObject *obj) {
   Py_buffer view;
-  if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) != 0) {
+  if (PyObject_GetBuffer(obj, &view, PyBUF_STRIDES) != 0) { /* (no format asked: bfloat16 has no buffer format) */
     return NULL;
   }
   PyObject *result = PyLong_FromVoidPtr(view.buf);

@@ -121,9 +121,12 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 def address(view: np.ndarray) -> int:
     """The address of ``view``'s first byte (natively where built: the numpy way builds a dict)."""
-    if _mapread is not None:
-        return _mapread.address(view)
+    if _address is not None:
+        return _address(view)
     return int(view.__array_interface__["data"][0])
+
+
+_address = getattr(_mapread, "address", None)  # (None: no native reader, or one built before it had address)
 
 
 def gather(out: np.ndarray, sources: np.ndarray, stored: np.dtype) -> tuple[int | None, int | None]:

@@ -268,3 +268,30 @@ def test_shards_beyond_those_known_are_closed_whole_and_read_again(ds, monkeypat
     for a, rows in zip(starts, want):
         assert np.array_equal(few.read(a, a + 300), rows)
         assert len(few._known) <= 3 and _shard_fds(few) - before <= 2 * 2  # (a read's view map holds a second)
+
+
+@pytest.mark.parametrize("checks", ["zlib-crc32", "no-native-crc32c"])
+def test_map_reads_of_shards_with_blocks_to_check_with_pread_stay_within_max_open_shards(tmp_path, monkeypatch, checks):
+    """A known shard's blocks checked with pread (the first 1.1 shards' zlib CRC-32, or no native
+    CRC-32C) reopen its descriptor: that shard is put back under the LRU first. (A helper's review
+    found 13 of 20 shards' descriptors open with max_open_shards=2.)"""
+    from roxxel.format import blocks as blocks_module
+    from roxxel.format import mapread
+
+    if checks == "zlib-crc32":
+        monkeypatch.setattr(blocks_module, "DEFAULT_ALGORITHM", "crc32")
+    ids = (np.arange(2_000_000, dtype=np.int64) * 7919) % 60000  # 20 shards of 3 blocks: plans leave some unchecked
+    Roxxel(str(tmp_path / "a")).write(
+        [ids[i : i + 1000] for i in range(0, len(ids), 1000)], vocab_size=65536, dtype="uint16", max_shard_bytes=200_000
+    )
+    if checks == "no-native-crc32c":
+        monkeypatch.setattr(mapread, "_crc_ready", False)
+    few = Roxxel(str(tmp_path / "a"), max_open_shards=2)
+    s = Curriculum(few, [Phase(global_batch_size=8, seq_len=256)], repeat=True).stream(
+        0, 10**6, seed=3, to_device=False, prefetch_size=0
+    )
+    most = 0
+    for _ in range(60):
+        next(s)
+        most = max(most, _shard_fds(few))
+    assert few.num_shards > 10 and most <= 2
