@@ -1,6 +1,6 @@
 """Rows of planned steps read straight from the shards' memory maps (the streamer's fast path).
 
-:class:`MapRows` holds, for one dataset's rows of a plan (up to 64 steps), each row's address
+:class:`MapRows` holds, for one dataset's rows of a plan (up to 256 steps), each row's address
 in its shard's map; :meth:`MapRows.read` gathers a step's rows into the batch with the cast on
 the way (:mod:`roxxel.format.mapread`).
 
@@ -108,9 +108,8 @@ class MapRows:
         ix = np.where(crossing, -1, check_ix[shard_of])
         keep = ix >= 0
         if keep.any():
-            row_bytes = length * dataset.dtype.itemsize
             one_step = len(self.addresses) <= n  # (a plan of one step)
-            self._job = _BlockJob(checking, ix[keep], local[keep], rows[keep], n, row_bytes, self._maps, one_step)
+            self._job = _BlockJob(checking, ix[keep], local[keep], rows[keep], n, self._row_bytes, self._maps, one_step)
         self._next_check = 0.0
 
     def read(self, out: np.ndarray, step: int, which: np.ndarray | None = None) -> int | None:

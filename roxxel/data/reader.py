@@ -296,8 +296,9 @@ class _Plan:
 
     ``which``/``starts``: each planned row's dataset and first token (None: some row joins
     pieces; read those steps piece by piece); ``single``: per step, whether one dataset holds
-    every row; ``only``: the dataset that holds every row of the plan (None: several do); ``maps[d]``: dataset ``d``'s rows as addresses in its shards' maps (the map
-    path, made on first use); for the pread path, made on first use too (``cut[d]``):
+    every row; ``only``: the dataset that holds every row of the plan (None: several do);
+    ``maps[d]``: dataset ``d``'s rows as addresses in its shards' maps (the map path, made on
+    first use); for the pread path, made on first use too (``cut[d]``):
     ``staged[d]``: dataset ``d``'s rows of the plan in dataset order, cut into runs (None: a
     row crosses a shard boundary); ``slots[d]``: each planned row's place among them;
     ``buffers[d]``: those rows once read.
@@ -374,7 +375,7 @@ class BatchReader:
                 for d in np.unique(which).tolist():
                     self._read_dataset(plan, k, d, np.flatnonzero(which == d), out, dtype)
         if k == 0 and any(m is not None for m in plan.maps):
-            self._ready_next(plan, k, lo, hi, phase, dtype)
+            self._ready_next(plan, lo, hi, phase, dtype)
         return (out, np.zeros(out.shape, bool)) if with_breaks else out
 
     def _read_dataset(self, plan: _Plan, k: int, d: int, idx: np.ndarray | None, out: np.ndarray, dtype) -> None:
@@ -417,12 +418,7 @@ class BatchReader:
         if mapped is not None:  # (every step after the plan's first)
             return None if mapped.broken else mapped
         dataset = self.sources[d].dataset
-        if (
-            mapped is None
-            and plan.buffers[d] is None
-            and dataset.mapped_bytes > 0
-            and mapread.can_gather(self.dtypes[d], np.dtype(dtype))
-        ):
+        if plan.buffers[d] is None and dataset.mapped_bytes > 0 and mapread.can_gather(self.dtypes[d], np.dtype(dtype)):
             assert plan.starts is not None and plan.which is not None
             n = len(plan.which) // (plan.end - plan.first)
             mine = plan.which == d
@@ -444,7 +440,7 @@ class BatchReader:
                 )
                 dataset.mapped_bytes = 0
                 return None
-        return None if mapped is None or mapped.broken else mapped
+        return mapped
 
     def _check_top(self, top: int, d: int) -> None:
         limit = self.vocab_size
@@ -523,12 +519,12 @@ class BatchReader:
         fits = max(1, _STAGED_BYTES // max(1, (hi - lo) * phase.seq_len * max(dt.itemsize for dt in self.dtypes)))
         return min(_AHEAD, fits, grown)
 
-    def _ready_next(self, plan: _Plan, k: int, lo: int, hi: int, phase: ResolvedPhase, dtype) -> None:
+    def _ready_next(self, plan: _Plan, lo: int, hi: int, phase: ResolvedPhase, dtype) -> None:
         """At the first step of ``plan`` read from the maps, make the next plan and start checking its blocks:
         the checking thread gets a whole plan's time to check them ahead of their first step (at half
         a plan, the first pass waited for it 1.5x longer in bench/stream.py)."""
         size = plan.end - plan.first
-        if size < 2 or k != 0 or self._next is not None or plan.end >= phase.end_step:
+        if size < 2 or self._next is not None or plan.end >= phase.end_step:
             return  # (a one-step plan, as after a jump, returns its batch first: a resume waits for nothing more)
         nxt = self._plan_ahead(
             plan.end, lo, hi, phase, plan.key, self._plan_size(plan, plan.end, lo, hi, phase, plan.key, dtype)

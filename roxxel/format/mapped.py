@@ -471,12 +471,7 @@ class MappedFile:
 
     def close(self) -> None:
         """Close the file and forget the mapping; it is unmapped once no view of it is alive."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        for name in self._VIEWS:
-            setattr(self, name, None)
-        self._mmap = None
+        self.close_file()
         self._native = None
 
     def __del__(self, _close=os.close):
