@@ -77,9 +77,21 @@ class DecoderLM(nnx.Module):
 
 
 def lm_loss(model: DecoderLM, batch: dict) -> tuple[jax.Array, dict]:
-    """Next-token cross-entropy over valid targets (``loss_mask``), and perplexity."""
+    """Next-token cross-entropy over valid targets (``loss_mask``), its weight, and perplexity.
+
+    Args:
+        batch: the streamer's ``outputs="documents"`` dict of int32 ``(batch, seq)`` arrays.
+
+    Returns:
+        ``(loss, {"weight": n, "perplexity": exp(loss)})``: ``loss`` the float32 mean over the
+        ``n`` valid targets (0 when there are none), ``n`` a float32 scalar. The Trainer's step
+        takes ``"weight"`` as the loss's weight, not as a metric: with ``grad_accum_steps``,
+        micro-batches count by their number of targets, so the update and the logged loss are
+        the whole batch's (``roxxel.train.step.make_train_step``).
+    """
     logits = model(batch["tokens"], batch["segment_ids"], batch["positions"])
     losses = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], batch["tokens"][:, 1:])
     mask = batch["loss_mask"][:, :-1].astype(jnp.float32)
-    loss = (losses * mask).sum() / jnp.maximum(mask.sum(), 1.0)
-    return loss, {"perplexity": jnp.exp(loss)}
+    count = mask.sum()
+    loss = (losses * mask).sum() / jnp.maximum(count, 1.0)
+    return loss, {"weight": count, "perplexity": jnp.exp(loss)}

@@ -35,7 +35,7 @@ from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempte
 from roxxel.train.logger import Logger
 from roxxel.train.state import ModelState
 from roxxel.train.state_placement import batch_sharding, default_mesh, place_on_mesh
-from roxxel.train.step import make_train_step
+from roxxel.train.step import make_train_step, param_shardings
 from roxxel.train.step_window import StepWindow
 from roxxel.train.stragglers import StragglerReport
 from roxxel.train.vocabulary import check_embeddings
@@ -256,7 +256,9 @@ class Trainer:
         self.watchdog_bounds = _watchdog_bounds(watchdog)
         self.checkpointer, self.logger = self._run_directory(checkpointer, logger, max_to_keep, allow_changed_run)
         place_on_mesh(self.mesh, self.state.model, self.state.optimizer)
-        self._train_step = make_train_step(loss_fn, self.grad_accum_steps)
+        # Summed micro-batch gradients are pinned to the parameters' shardings as placed here.
+        shardings = param_shardings(self.state.model, self.state.optimizer) if self.grad_accum_steps > 1 else None
+        self._train_step = make_train_step(loss_fn, self.grad_accum_steps, param_shardings=shardings)
         self._evaluated_at: int | None = None
         self._hooks: dict[str, list[Callable]] = {}
         self.handle_sigint = handle_sigint
