@@ -83,6 +83,11 @@ ENV_WATCHDOG = "ROXXEL_WATCHDOG"
 The job spec's ``watchdog`` section renders it."""
 WATCHDOG_FIELDS = ("step_floor_s", "step_multiple", "first_step_s", "eval_s", "save_s", "poll_s")
 """The fields of ``roxxel.train.watchdog.WatchdogBounds``, named here for the launcher."""
+ENV_PARALLELISM = "ROXXEL_PARALLELISM"
+"""The device mesh's layout, from the job spec's ``parallelism``: ``AXIS=SIZE`` entries
+separated by commas (``fsdp=4,tensor=2``; axes ``data``, ``fsdp``, ``tensor``, ``sequence``;
+one size may be ``-1``, which fills), read by :func:`roxxel.sharding.default_mesh`; unset:
+a 1-D ``data`` mesh over every device."""
 ENV_RESTORE_FROM = "ROXXEL_RESTORE_FROM"
 """The job spec's ``restore_from``: another run's checkpoint directory to branch from while
 this run's own holds no step (read only); unset when the spec has none."""

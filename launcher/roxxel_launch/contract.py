@@ -103,9 +103,10 @@ def run_env(
     termination_grace_s: int,
     restore_from: str | None = None,
     watchdog: str | None = None,
+    parallelism: str | None = None,
 ) -> tuple[EnvVar, ...]:
-    """What the training command reads to find its run, checkpoints and data, and what
-    ``roxxel-worker`` reads to bound its wait after SIGTERM (the pod's grace period)."""
+    """What the training command reads to find its run, checkpoints and data (and the
+    watchdog's bounds, the mesh's layout), and what ``roxxel-worker`` reads to bound its wait after SIGTERM (the pod's grace period)."""
     env = [
         EnvVar(shared.ENV_RUN_NAME, value=run_name),
         EnvVar(shared.ENV_TERMINATION_GRACE, value=str(termination_grace_s)),
@@ -118,6 +119,8 @@ def run_env(
         env.append(EnvVar(shared.ENV_RESTORE_FROM, value=restore_from))
     if watchdog is not None:
         env.append(EnvVar(shared.ENV_WATCHDOG, value=watchdog))
+    if parallelism is not None:
+        env.append(EnvVar(shared.ENV_PARALLELISM, value=parallelism))
     return tuple(env)
 
 
@@ -147,6 +150,7 @@ RESERVED_ENV_NAMES = frozenset(
         shared.ENV_TERMINATION_GRACE,
         shared.ENV_RESTORE_FROM,
         shared.ENV_WATCHDOG,
+        shared.ENV_PARALLELISM,
     }
 )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from roxxel_launch import contract, gpu_networking
 from roxxel_launch.render.manifest_keys import GKE_NVIDIA_LIB_DIR
 from roxxel_launch.spec import JobSpec
+from roxxel_launch.spec.training import parallelism_env_value
 
 
 def literal(text: str) -> str:
@@ -77,6 +78,7 @@ def _contract_env(spec: JobSpec, *, has_data: bool) -> list[dict]:
         termination_grace_s=spec.termination_grace_period,
         restore_from=spec.restore_from,
         watchdog=spec.watchdog.env_value(),
+        parallelism=parallelism_env_value(spec),
     )
     env = [var.to_k8s() for var in (*distributed, *run)]
     for var in env:

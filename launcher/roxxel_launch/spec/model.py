@@ -35,7 +35,7 @@ from roxxel_launch.spec.owned import refuse
 from roxxel_launch.spec.pod import EnvFromSource, KeyRef, Resources, Security, Toleration
 from roxxel_launch.spec.queueing import QueueProvisioning, Topology, check_queueing
 from roxxel_launch.spec.storage import _BUCKET, _BUCKET_RULE, DataMount, ExtraVolume
-from roxxel_launch.spec.training import Watchdog
+from roxxel_launch.spec.training import Watchdog, check_parallelism
 
 API_VERSION = "roxxel.dev/v1alpha1"
 KIND = "RoxxelJob"
@@ -71,6 +71,14 @@ class JobSpec:
         "The progress watchdog: a worker that stops making progress ends the job "
         "(exit 43, a counted gang restart) after these bounds.",
         default_factory=Watchdog,
+    )
+    parallelism: Mapping[str, int] | None = _doc(
+        "The device mesh: sizes of its axes data, fsdp, tensor, sequence (outer to inner), e.g. "
+        "{fsdp: 4, tensor: 2}; missing axes are 1, one axis may be -1 to take what the others leave, "
+        "and data fills when none is -1, so one spec serves any number of hosts and slices. data spans "
+        "the slices (DCN), the other axes stay inside one (ICI). Rendered as ROXXEL_PARALLELISM "
+        "(fsdp=4,tensor=2) for roxxel.sharding.default_mesh(); unset or empty: one data axis over every device.",
+        default=None,
     )
     restore_from: str | None = _doc(
         "Another run's checkpoint directory (gs://BUCKET/PATH or an absolute path) to branch "
@@ -203,6 +211,11 @@ class JobSpec:
                 _check(f"env.{key}", names.env_var_name_problem(key))
                 refuse("env", key, self, at=f"env.{key}")
         object.__setattr__(self, "env", _freeze(self.env))
+        if self.parallelism is not None:
+            with problems.check():
+                if not problems.failed("num_slices"):
+                    check_parallelism(self)
+            object.__setattr__(self, "parallelism", _freeze(self.parallelism))
         with problems.check():
             self._check_checkpoint_dir()
         with problems.check():

@@ -7,6 +7,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from roxxel.sharding import FILL, MESH_AXES
 from roxxel_launch.spec.accelerators import Accelerator
 from roxxel_launch.spec.fields import INT32_MAX
 from roxxel_launch.spec.loading import _key, _strip_optional, spec_to_dict
@@ -64,5 +65,8 @@ def spec_schema() -> dict:
     schema["title"] = f"{KIND} ({API_VERSION})"
     schema["properties"]["apiVersion"]["enum"] = [API_VERSION]
     schema["properties"]["kind"]["enum"] = [KIND]
+    parallelism = schema["properties"]["parallelism"]
+    parallelism["propertyNames"] = {"enum": list(MESH_AXES)}
+    parallelism["additionalProperties"] = {"type": "integer", "minimum": FILL, "not": {"const": 0}}
     schema["properties"]["accelerator"]["oneOf"] = [{"type": "object"}, {"type": "string", "enum": ["cpu"]}]
     return schema
