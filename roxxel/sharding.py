@@ -194,8 +194,9 @@ def make_mesh(
     process's devices are then contiguous along ``data`` x ``fsdp``, as the streamer needs;
     where the topology's order would interleave processes, the devices of each slice are
     put in process order instead (a warning says so). The axes are ``AxisType.Auto``, as
-    ``jax.sharding.Mesh``'s default (``jax.make_mesh`` now makes ``Explicit`` ones, which
-    jit's sharding propagation refuses for sharded contracting dimensions).
+    ``jax.sharding.Mesh``'s default: ``jax.make_mesh`` now defaults to ``Explicit`` axes,
+    on which a matmul over a sharded contracting dimension raises ``ShardingTypeError``
+    (jax 0.9 changelog; seen with jax 0.10.2 in our training step).
 
     Args:
         parallelism: axis sizes, e.g. ``{"fsdp": 4, "tensor": 2}``; one may be ``-1``;
