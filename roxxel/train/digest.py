@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["array_checksums", "leaf_paths"]
+__all__ = ["PendingChecksums", "array_checksums", "dispatch_checksums", "leaf_paths"]
 
 _GOLDEN = np.uint32(0x9E3779B1)
 _MIX = np.uint32(0x85EBCA6B)
@@ -41,13 +41,34 @@ def _words(x: jax.Array) -> jax.Array:
     return x.reshape(-1)
 
 
-@jax.jit
-def _checksum(x: jax.Array) -> jax.Array:
+def _sums(x: jax.Array) -> jax.Array:
+    """Both sums of ``x``'s words: a ``(2,)`` uint32 array."""
     w = _words(x)
     i = jnp.arange(w.shape[0], dtype=jnp.uint32)
     first = jnp.sum(w * (2 * i + 1), dtype=jnp.uint32)
     second = jnp.sum((w ^ (i * _GOLDEN)) * _MIX, dtype=jnp.uint32)
     return jnp.stack([first, second])
+
+
+_checksum = jax.jit(_sums)
+"""The checksum of one array: a ``(2,)`` uint32 array on its devices."""
+
+
+@jax.jit
+def _checksums(*xs: jax.Array) -> list[jax.Array]:
+    """The checksums of arrays of one shape, dtype and sharding, in one program (one dispatch)."""
+    return [_sums(x) for x in xs]
+
+
+_GROUP = 64
+"""Arrays summed by one program at most: one dispatch per group, not per array (while a save
+dispatches them, the first sums already take the host's cores); the program, compiled once
+per group signature, stays small."""
+
+
+def _signature(leaf: Any) -> tuple[Any, ...]:
+    sharding = leaf.sharding if isinstance(leaf, jax.Array) else None
+    return (np.shape(leaf), str(leaf.dtype), sharding)
 
 
 def leaf_paths(tree: Any) -> list[tuple[str, Any]]:
@@ -58,14 +79,60 @@ def leaf_paths(tree: Any) -> list[tuple[str, Any]]:
     return out
 
 
+class PendingChecksums:
+    """The checksums of a tree's arrays, dispatched to the devices and not read yet.
+
+    Made by :func:`dispatch_checksums`; :meth:`read` waits for the device results (on any
+    thread: reading a dispatched result is no collective). Holds one ``(2,)`` uint32 device
+    array per array leaf.
+    """
+
+    def __init__(self, sums: dict[str, jax.Array]) -> None:
+        self._sums = sums
+        self._read: dict[str, str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._sums)
+
+    def read(self) -> dict[str, str]:
+        """``{path: "<16 hex digits>"}`` in leaf order; waits for the devices the first time."""
+        if self._read is None:
+            values = jax.device_get(list(self._sums.values()))
+            self._read = {
+                path: "".join(f"{int(v):08x}" for v in np.asarray(value)) for path, value in zip(self._sums, values)
+            }
+            self._sums = {}
+        return self._read
+
+
+def dispatch_checksums(tree: Any) -> PendingChecksums:
+    """Start computing the checksum of every array leaf of ``tree`` (a nested dict) and return
+    at once, without waiting for the devices: the save dispatches them and its background
+    commit reads them (:meth:`PendingChecksums.read`).
+
+    Every process of a ``jax.distributed`` job calls it with the same tree, in the same order
+    as its other collectives (the sums are collective over global arrays). Python scalars are
+    skipped; numpy arrays are summed on the default device.
+    """
+    groups: dict[tuple[Any, ...], list[tuple[str, Any]]] = {}
+    order = []
+    for path, leaf in leaf_paths(tree):
+        if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+            groups.setdefault(_signature(leaf), []).append((path, leaf))
+            order.append(path)
+    sums: dict[str, jax.Array] = {}
+    for group in groups.values():
+        for start in range(0, len(group), _GROUP):
+            chunk = group[start : start + _GROUP]
+            sums.update(zip([path for path, _ in chunk], _checksums(*[leaf for _, leaf in chunk])))
+    return PendingChecksums({path: sums[path] for path in order})
+
+
 def array_checksums(tree: Any) -> dict[str, str]:
-    """``{path: "<16 hex digits>"}`` for every array leaf of ``tree`` (a nested dict).
+    """``{path: "<16 hex digits>"}`` for every array leaf of ``tree`` (a nested dict), waiting
+    for the devices (:func:`dispatch_checksums`, then :meth:`PendingChecksums.read`).
 
     Every process of a ``jax.distributed`` job calls it with the same tree (the sums are
     collective over global arrays) and gets the same result. Python scalars are skipped.
     """
-    sums = {}
-    for path, leaf in leaf_paths(tree):
-        if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
-            sums[path] = _checksum(leaf)
-    return {path: "".join(f"{int(v):08x}" for v in np.asarray(jax.device_get(s))) for path, s in sums.items()}
+    return dispatch_checksums(tree).read()

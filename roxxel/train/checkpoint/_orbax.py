@@ -58,13 +58,37 @@ def current_operation_id() -> str | None:
     return synchronization.OperationIdGenerator.get_current_operation_id()
 
 
+def writer_threads(operation_id: str | None = None) -> list[threading.Thread]:
+    """Orbax's live background threads of a save (its commit futures' ``_SignalingThread``s:
+    the threads that create the step's directories and write its files), of
+    ``operation_id`` or of any save. Private Orbax API (pinned); ``[]`` without it."""
+    try:
+        from orbax.checkpoint._src.futures import future
+    except ImportError:  # pragma: no cover - layout of a future Orbax
+        return []
+    kind = getattr(future, "_SignalingThread", None)
+    if kind is None:  # pragma: no cover - layout of a future Orbax
+        return []
+    return [
+        t
+        for t in threading.enumerate()
+        if isinstance(t, kind)
+        and t.is_alive()
+        and (operation_id is None or getattr(t, "_operation_id", None) == operation_id)
+    ]
+
+
 def release_waiters(operation_id: str | None) -> None:
-    """After a failed save, send the signals its other background threads still wait for.
+    """After a failed save, cancel its background threads, then send the signals they wait for.
 
     When the thread that creates the step directory fails, Orbax never sends "directory
     created"; about 30 non-daemon threads then wait for it for Orbax's coordination timeout
-    (300 s), and the interpreter cannot exit until they give up. Sending the signals lets
-    them run on at once; they find no directory, fail, and end. Private Orbax API (pinned).
+    (300 s), and the interpreter cannot exit until they give up. Each is cancelled first
+    (Orbax's ``_SignalingThread.cancel``: one still waiting returns without running its
+    write; one already writing has its task cancelled), then the signals wake them, so they
+    end at once and none writes after the failure. Before, the signals alone let them run
+    their writes: one that found the step's directory re-created (a new checkpointer, a
+    retry) wrote ``<step>.orbax-checkpoint-tmp/...`` into it. Private Orbax API (pinned).
     """
     if operation_id is None:
         return
@@ -72,6 +96,11 @@ def release_waiters(operation_id: str | None) -> None:
         from orbax.checkpoint._src.futures import future, synchronization
     except ImportError:  # pragma: no cover - layout of a future Orbax
         return
+    for thread in writer_threads(operation_id):
+        try:
+            thread.cancel()  # type: ignore[attr-defined]
+        except Exception:  # its loop may have just closed: it is ending anyway
+            log.debug("could not cancel Orbax's thread %s", thread.name, exc_info=True)
     signals = [s for s in synchronization.HandlerAwaitableSignal if s.name != "AWAITABLE_SIGNALS_CONTRACT"]
     try:
         future.set_signals(signals, operation_id=operation_id)

@@ -27,7 +27,7 @@ from roxxel.exit_codes import PREEMPTED_EXIT_CODE, ConfigValueError
 from roxxel.train.checkpoint import _orbax, lifecycle, ownership, restoring
 from roxxel.train.checkpoint.directory import check_gcs_backend, resolve_branch_source, resolve_directory
 from roxxel.train.checkpoint.errors import CheckpointSaveError, Preempted, RunMismatchError, one_line
-from roxxel.train.checkpoint.fingerprint import compare_runs, describe_changes, indented, normalize_json
+from roxxel.train.checkpoint.fingerprint import SEED_KEY, compare_runs, describe_changes, indented, normalize_json
 from roxxel.train.checkpoint.manager import open_branch_source, open_manager, ranked_metrics
 from roxxel.train.checkpoint.pending import PendingSave
 from roxxel.train.checkpoint.preemption import PreemptionSync, record_preemption
@@ -35,6 +35,7 @@ from roxxel.train.checkpoint.record import (
     RUN_FORMAT,
     RUN_ITEM,
     STATE_ITEM,
+    RunRecordSave,
     check_tokens,
     json_metrics,
     run_record,
@@ -216,6 +217,42 @@ class Checkpointer:
             raise
         self._owner_recorded = False
 
+    def record_seed(self, seed: int) -> None:
+        """Put the run's data seed into :attr:`fingerprint` as ``"seed"`` (the Trainer calls it
+        with its ``seed``, also for a checkpointer it was given), so that a resume under
+        another seed, which changes every batch, is refused like a changed curriculum (unless
+        ``allow_changed_run``). A step saved before seeds were recorded resumes (logged).
+        Call it before :meth:`restore`; a fingerprint that is not a mapping is left as it is
+        (logged).
+
+        Raises:
+            ConfigValueError: the fingerprint already holds another ``"seed"`` (names both),
+                or :meth:`restore` has already compared the fingerprint.
+            TypeError: ``seed`` is not an int.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        seed = int(seed)
+        if self.fingerprint is None:
+            self.fingerprint = {}
+        if not isinstance(self.fingerprint, Mapping):
+            log.warning("fingerprint is not a mapping: not recording seed %d in the checkpoints", seed)
+            return
+        if SEED_KEY in self.fingerprint:
+            if self.fingerprint[SEED_KEY] != seed:
+                raise ConfigValueError(
+                    f"the checkpointer's fingerprint has seed {self.fingerprint[SEED_KEY]!r} but the run's seed is "
+                    f"{seed}: give the Trainer seed={self.fingerprint[SEED_KEY]!r}, or build the Checkpointer with "
+                    f"the run's seed (or without a 'seed' in its fingerprint)"
+                )
+            return
+        if self.restored_run is not None:
+            raise ConfigValueError(
+                f"seed {seed} given after the checkpointer restored a step: the resume could not check it; "
+                "give the Trainer the Checkpointer before calling restore()"
+            )
+        self.fingerprint = {**self.fingerprint, SEED_KEY: seed}
+
     # -- introspection ---------------------------------------------------------------
 
     @property
@@ -255,7 +292,8 @@ class Checkpointer:
         """Start an asynchronous save of the current state as ``step``; every process calls it.
 
         Blocks only for the device-to-host copy (and for the previous save, if it is
-        still being written); the files are written in the background.
+        still being written): the checksums of the arrays are dispatched to the devices
+        and read, the files written and the step committed in the background.
 
         Args:
             step: completed optimizer steps (``>= 0``) the state corresponds to.
@@ -320,13 +358,22 @@ class Checkpointer:
         run = run_record(step, tokens_consumed, metrics, self.fingerprint, self.settings)
         deadline = time.monotonic() + self._timeout  # bounds the whole save, from this call on
         pure = nnx.to_pure_dict(self._state.nnx_state())
-        seal(run, pure)
-        saved = self._manager.save(
-            step,
-            args=ocp.args.Composite(**{STATE_ITEM: ocp.args.StandardSave(pure), RUN_ITEM: ocp.args.JsonSave(run)}),
-            metrics=orbax_metrics,
-            force=True,  # the decision was made above
-        )
+        checksums = seal(run)
+        try:
+            saved = self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    **{STATE_ITEM: ocp.args.StandardSave(pure), RUN_ITEM: RunRecordSave(run, checksums)}
+                ),
+                metrics=orbax_metrics,
+                force=True,  # the decision was made above
+            )
+        except BaseException as err:
+            checksums.fail(err)
+            raise
+        # Once Orbax holds the arrays (its device-to-host copy): the sums then run on the devices
+        # while training goes on, and the run record's background commit waits for them.
+        checksums.dispatch(pure)
         if saved:
             if not self._owner_recorded and jax.process_index() == 0:
                 ownership.record_owner(self.directory, self.run_name)
@@ -606,7 +653,11 @@ class Checkpointer:
     def close(self) -> None:
         """Wait for the save in progress, then release Orbax's resources; idempotent.
 
-        Returns within ``timeout`` plus a small margin, also after a failed save.
+        Returns within ``timeout`` plus a small margin, also after a failed save. After a
+        failed save (raised here or earlier) it returns once Orbax's threads of that save
+        have ended (they are cancelled at the failure), so none writes into the directory
+        afterwards, and it removes the failed step's half-written directories (local disks);
+        threads still alive at the deadline are logged as a warning.
 
         Raises:
             CheckpointSaveError: the last save failed, or releasing the storage failed
@@ -624,9 +675,9 @@ class Checkpointer:
         deadline = time.monotonic() + self._timeout
         if not self._pending.abandoned:  # abandoned: closing the manager would wait on its threads
             error = self._release_storage(deadline, error)
-        if error is not None:
+        if error is not None or self._pending.failed:  # also when the failure was raised earlier
             lifecycle.mark_failed()
-            if not self._pending.abandoned:
+            if not self._pending.abandoned:  # no Orbax writer left (bounded wait): nothing writes after close
                 self._pending.remove_failed_steps(deadline)
         self._preemption.close()
         if jax.process_index() == 0:

@@ -11,6 +11,8 @@ from typing import Any
 from roxxel.data.curriculum import RECORD_DEFAULTS, classify_changes
 
 MAX_CHANGES_SHOWN = 25
+SEED_KEY = "seed"
+"""The fingerprint's key for the run's data seed (:meth:`Checkpointer.record_seed`)."""
 
 
 def is_curriculum(fingerprint: Any) -> bool:
@@ -82,12 +84,21 @@ def normalize_json(value: Any, what: str) -> Any:
 def compare_runs(saved: Any, current: Any, step: int) -> tuple[list[str], list[str], str]:
     """How a resume's fingerprint differs from the one ``step`` was saved with.
 
+    A ``seed`` the current fingerprint has and the saved one lacks (a step saved before
+    the seed of a user-built Checkpointer was recorded) is allowed, listed as not recorded;
+    a changed seed is refused (it changes every batch).
+
     Returns:
         ``(allowed, refused, hint)``: the changes that leave the batches before ``step`` as
         they were (curriculum fingerprints only: :func:`~roxxel.data.curriculum.classify_changes`),
         the others, one line each, and the end of the sentence that tells how to resume.
     """
     hint = ""
+    unrecorded: list[str] = []
+    if isinstance(saved, Mapping) and isinstance(current, Mapping) and SEED_KEY in current and SEED_KEY not in saved:
+        # saved before the seed of a given Checkpointer was recorded: nothing to compare it with
+        unrecorded = [f"{SEED_KEY}: not recorded in the checkpoint, now {_short(current[SEED_KEY])}"]
+        current = {k: v for k, v in current.items() if k != SEED_KEY}
     if is_curriculum(saved) and is_curriculum(current):
         allowed, refused = classify_changes(saved, current, step, describe_changes)
         hint = (
@@ -102,12 +113,14 @@ def compare_runs(saved: Any, current: Any, step: int) -> tuple[list[str], list[s
             f"; the run took {saved_rows} rows (runs saved before batch_rows existed did): pass "
             f"Curriculum(..., batch_rows={saved_rows!r}) to resume it"
         )
+    elif any(line.startswith(f"{SEED_KEY}:") for line in refused) and isinstance(saved, Mapping):
+        hint += f"; the seed orders every batch: resume with seed={_short(saved.get(SEED_KEY))}"
     elif any(line.startswith("data_order_version:") for line in refused):
         hint += (
             "; this version of roxxel puts the data in another order than the one that saved it: resume "
             "with that version, or start a new run in another checkpoint directory"
         )
-    return list(allowed), list(refused), hint
+    return unrecorded + list(allowed), list(refused), hint
 
 
 def describe_changes(saved: Any, current: Any) -> list[str]:

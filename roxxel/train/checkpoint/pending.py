@@ -37,6 +37,7 @@ class PendingSave:
         self._operation: str | None = None  # Orbax's operation id of that save
         self._deadline: float | None = None  # time.monotonic() that save must end by
         self.abandoned = False  # that save outlived its deadline: its threads may still run
+        self.failed = False  # a save failed (raised once): close() still waits for its writers
         self.saved_steps: set[int] = set()  # steps this checkpointer saved
 
     def started(self, step: int, deadline: float) -> None:
@@ -63,6 +64,7 @@ class PendingSave:
             self._manager.wait_until_finished()  # raises a failed save's error, once per thread
         except lifecycle.DeadlinePassed:
             self.abandoned = True
+            self.failed = True
             lifecycle.mark_failed()
             _orbax.release_waiters(self._operation)
             raise CheckpointSaveError(
@@ -74,6 +76,7 @@ class PendingSave:
         except Exception as err:
             self.step = None
             self._deadline = None
+            self.failed = True
             lifecycle.mark_failed()
             _orbax.release_waiters(self._operation)
             lifecycle.keep_short(err)

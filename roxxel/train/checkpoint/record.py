@@ -1,19 +1,25 @@
 """What one step holds besides the arrays: the names of its two Orbax items and the ``run``
-record (layout in :mod:`roxxel.train.checkpoint`), built from the caller's metrics."""
+record (layout in :mod:`roxxel.train.checkpoint`), built from the caller's metrics, and the
+Orbax handler that writes the record in the save's background commit, once the checksums
+dispatched with the save have been read from the devices."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import numbers
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
 
 from roxxel._version import __version__
 from roxxel.train.checkpoint.fingerprint import normalize_json
-from roxxel.train.digest import array_checksums
+from roxxel.train.digest import PendingChecksums, dispatch_checksums
 
 STATE_ITEM = "state"
 """Name of the composite item holding model and optimizer variables."""
@@ -81,7 +87,87 @@ def run_record(
     }
 
 
-def seal(run: dict[str, Any], pure: Any) -> None:
-    """Add the arrays' checksums (:mod:`roxxel.train.digest`) and the UTC time of the save (ISO 8601)."""
-    run["checksums"] = array_checksums(pure)
+class RunChecksums:
+    """The checksums of one save's arrays: dispatched by the training thread right after
+    Orbax's manager has taken the arrays (:meth:`dispatch`), read by the run record's
+    background commit (:meth:`read`). Every process dispatches them (a collective)."""
+
+    def __init__(self) -> None:
+        self._given = threading.Event()
+        self._pending: PendingChecksums | None = None
+        self._error: BaseException | None = None
+
+    def dispatch(self, pure: Any) -> None:
+        """Start computing the checksums of every array of ``pure`` (a nested dict); returns
+        without waiting for the devices. Re-raises (after recording it for :meth:`read`)
+        any error of the dispatch."""
+        try:
+            self._pending = dispatch_checksums(pure)
+        except BaseException as err:
+            self.fail(err)
+            raise
+        self._given.set()
+
+    def fail(self, err: BaseException) -> None:
+        """No checksums will come (the save failed to start): :meth:`read` raises."""
+        self._error = err
+        self._given.set()
+
+    def read(self) -> dict[str, str]:
+        """``{path: "<16 hex digits>"}``; waits for :meth:`dispatch` (or :meth:`fail`), then
+        for the devices. Raises RuntimeError when no checksums will come."""
+        self._given.wait()
+        if self._pending is None:
+            raise RuntimeError(f"the checksums of the save were not computed: {self._error!r}") from self._error
+        return self._pending.read()
+
+
+def seal(run: dict[str, Any]) -> RunChecksums:
+    """Add the UTC time of the save (ISO 8601) to ``run``; return the holder of its arrays'
+    checksums (:mod:`roxxel.train.digest`) to pass with it to :class:`RunRecordSave`, and to
+    :meth:`RunChecksums.dispatch` once Orbax's save has taken the arrays."""
     run["saved_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return RunChecksums()
+
+
+class RunRecordHandler(ocp.handlers.JsonCheckpointHandler):
+    """Orbax's JSON handler for the ``run`` item, whose save does not block on the checksums.
+
+    :meth:`async_save` returns at once; its commit (an Orbax background thread, after the
+    step's directory exists) reads the dispatched checksums (:class:`RunChecksums`),
+    adds them to the record as ``checksums`` and writes the JSON file as Orbax's handler
+    does, so the record is committed with the step, atomically. A failure to read them
+    fails the save like any failed write. On disk the item is the file Orbax's JSON handler
+    writes (the step's metadata names this handler): ``ocp.args.JsonRestore`` reads it too.
+    """
+
+    async def async_save(
+        self, directory: epath.Path, item: Any = None, args: Any = None
+    ) -> list[ocp.future.Future] | None:
+        if not isinstance(args, RunRecordSave):
+            return await super().async_save(directory, item, args)
+        record, checksums = dict(args.item), args.checksums
+
+        async def commit() -> None:
+            if checksums is not None:
+                record["checksums"] = checksums.read()  # waits for the devices, off the training thread
+            await self._save_fn(record, directory)
+
+        return [ocp.future.CommitFutureAwaitingContractedSignals(commit(), name="roxxel_run_record")]
+
+
+@ocp.args.register_with_handler(RunRecordHandler, for_save=True)
+@dataclasses.dataclass
+class RunRecordSave(ocp.args.CheckpointArgs):
+    """Save the ``run`` record ``item``, plus ``checksums`` (read in the background commit)."""
+
+    item: Mapping[str, Any]
+    checksums: RunChecksums | PendingChecksums | None = None
+
+
+@ocp.args.register_with_handler(RunRecordHandler, for_restore=True)
+@dataclasses.dataclass
+class RunRecordRestore(ocp.args.CheckpointArgs):
+    """Read the ``run`` record back (as ``ocp.args.JsonRestore``; also records of older steps)."""
+
+    item: bytes | None = None

@@ -21,7 +21,7 @@ from roxxel.train.checkpoint.errors import (
     RunMismatchError,
     one_line,
 )
-from roxxel.train.checkpoint.record import RUN_ITEM, STATE_ITEM
+from roxxel.train.checkpoint.record import RUN_ITEM, STATE_ITEM, RunRecordRestore
 from roxxel.train.digest import array_checksums
 from roxxel.train.partial import RestorePlan, layout_of_metadata, layout_of_state, plan_restore, subset
 from roxxel.wording import as_clause, count
@@ -77,7 +77,7 @@ def restore_errors(directory: epath.Path, step: int, earlier: list[int], what: s
 def read_run(source: ocp.CheckpointManager, directory: epath.Path, step: int, earlier: list[int]) -> dict[str, Any]:
     """The ``run`` record of ``step`` (an empty dict when it holds none)."""
     with restore_errors(directory, step, earlier, "its run record"):
-        run = source.restore(step, args=ocp.args.Composite(**{RUN_ITEM: ocp.args.JsonRestore()}))[RUN_ITEM]
+        run = source.restore(step, args=ocp.args.Composite(**{RUN_ITEM: RunRecordRestore()}))[RUN_ITEM]
         return dict(run or {})
 
 
