@@ -289,7 +289,9 @@ class Trainer:
             )
         if logger is None and save_path is not None:
             logger = Logger(save_path, total_steps=cur.total_steps)
-        if checkpointer is not None:  # stored with each step: a resume logs the ones that changed
+        if checkpointer is not None:
+            checkpointer.record_seed(self.seed)  # also a given one's: a resume under another seed is refused
+            # stored with each step: a resume logs the ones that changed
             checkpointer.settings.update(
                 save_interval_steps=self.save_interval_steps,
                 log_every=self.log_every,
