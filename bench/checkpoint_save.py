@@ -10,6 +10,9 @@ ready before every timer starts and the previous save is finished outside the ti
   * orbax async save    - the baseline: ``ocp.CheckpointManager(...).save(step,
                           args=StandardSave(state))`` of the state's pure dict, with Orbax's
                           default asynchronous checkpointing;
+  * orbax async save + JSON item - for reference: Orbax's save of the two items a
+                          Checkpointer step holds (``Composite`` of the ``StandardSave`` and a
+                          ``JsonSave`` of a small record), the floor for a step with a record;
   * Checkpointer.save() - the same state through ``roxxel.train.Checkpointer`` (the state,
                           the ``run`` record, the checksums of every array dispatched).
                           Target: <= 1.5x the baseline.
@@ -87,6 +90,9 @@ def run(work: str, rounds: int) -> None:
     orbax = ocp.CheckpointManager(
         os.path.join(work, "orbax"), options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True)
     )
+    composite = ocp.CheckpointManager(
+        os.path.join(work, "orbax-composite"), options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True)
+    )
     ckpt = Checkpointer(os.path.join(work, "roxxel"), model, optimizer, max_to_keep=2, keep_best=False)
     step = {"n": 0}
 
@@ -99,6 +105,18 @@ def run(work: str, rounds: int) -> None:
         orbax.wait_until_finished()
         return blocked
 
+    def composite_save() -> float:
+        step["n"] += 1
+        jax.block_until_ready(state)
+        t0 = time.perf_counter()
+        composite.save(
+            step["n"],
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state), run=ocp.args.JsonSave({"step": step["n"]})),
+        )
+        blocked = time.perf_counter() - t0
+        composite.wait_until_finished()
+        return blocked
+
     def roxxel_save() -> float:
         step["n"] += 1
         jax.block_until_ready(state)
@@ -108,7 +126,11 @@ def run(work: str, rounds: int) -> None:
         ckpt.wait_until_finished()
         return blocked
 
-    methods = {"orbax async save": orbax_save, "Checkpointer.save()": roxxel_save}
+    methods = {
+        "orbax async save": orbax_save,
+        "orbax async save + JSON item": composite_save,
+        "Checkpointer.save()": roxxel_save,
+    }
     for fn in methods.values():  # warm-up: compilation, threads
         fn()
     samples: dict[str, list[float]] = {name: [] for name in methods}
@@ -119,6 +141,7 @@ def run(work: str, rounds: int) -> None:
             samples[name].append(methods[name]())
     ckpt.close()
     orbax.close()
+    composite.close()
 
     print(
         f"jax {jax.__version__} ({jax.default_backend()}, {jax.device_count()} device), "
@@ -128,7 +151,7 @@ def run(work: str, rounds: int) -> None:
         f"time save() blocks the caller, {nbytes / 1e6:.0f} MB state, local disk",
         samples,
         "ms",
-        ["orbax async save"],
+        ["orbax async save", "orbax async save + JSON item"],
         scale=1e3,
         higher_is_better=False,
     )
