@@ -12,6 +12,7 @@ from roxxel.train.checkpoint import (
 )
 from roxxel.train.logger import Logger
 from roxxel.train.state import ModelState
+from roxxel.train.state_placement import sharded_state
 from roxxel.train.trainer import Callback, NaNLossError, Trainer
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "Preempted",
     "RunMismatchError",
     "Trainer",
+    "sharded_state",
 ]

@@ -28,6 +28,8 @@ from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.deprecation import renamed
 from roxxel.exit_codes import ConfigTypeError, ConfigValueError
 from roxxel.sharding import BatchShardingError
+from roxxel.train.agreement import check_processes_agree
+from roxxel.train.axis_rules import AxisRules
 from roxxel.train.callbacks.base import Callback, Window, bound_hooks
 from roxxel.train.callbacks.builtin import trainer_callbacks
 from roxxel.train.callbacks.throughput import PEAK_FLOPS_PER_DEVICE
@@ -130,10 +132,13 @@ class Trainer:
             100. Preemptions and the end of the run save at any step.
         checkpoint_every: deprecated name of ``save_interval_steps`` (the original's; warns).
         seed: data shuffle seed.
-        mesh: device mesh (default: every device on one ``"data"`` axis). Parameters are
-            replicated on it, or placed by their ``nnx.with_partitioning`` annotations; Flax
-            creates annotated variables on the current mesh, so build such a model under
-            ``with jax.set_mesh(mesh):`` and pass the same ``mesh`` here.
+        mesh: device mesh (default: every device on one ``"data"`` axis). State already on
+            it (built by :func:`~roxxel.train.sharded_state`, the way to create a model larger
+            than one host) is used as it is; other variables are moved onto it: replicated, or
+            by their ``nnx.with_partitioning`` annotations (``docs/sharded-training.md``).
+        axis_rules: logical axis names of the annotations to mesh axes, e.g.
+            ``[("embed", "fsdp"), ("mlp", "tensor")]`` (:mod:`roxxel.train.axis_rules`), for
+            the variables the Trainer places.
         data_sharding: sharding of each batch (default: rows over the mesh's first axis).
         max_to_keep: checkpoints kept besides the best.
         async_queue_depth: steps dispatched ahead of the host before it waits for a result.
@@ -221,6 +226,7 @@ class Trainer:
         handle_sigint: bool = True,
         checkpoint_every: int | None = None,
         watchdog: WatchdogBounds | None = DEFAULT_BOUNDS,
+        axis_rules: AxisRules | None = None,
     ):
         curriculum, loss_fn = _check_core(curriculum, loss_fn)
         save_interval_steps = _save_interval(save_interval_steps, checkpoint_every, checkpointer)
@@ -255,7 +261,8 @@ class Trainer:
         )
         self.watchdog_bounds = _watchdog_bounds(watchdog)
         self.checkpointer, self.logger = self._run_directory(checkpointer, logger, max_to_keep, allow_changed_run)
-        place_on_mesh(self.mesh, self.state.model, self.state.optimizer)
+        check_processes_agree(self._agreement_fields())  # before any collective that needs equal trees
+        place_on_mesh(self.mesh, self.state.model, self.state.optimizer, axis_rules=axis_rules)
         # Summed micro-batch gradients are pinned to the parameters' shardings as placed here.
         shardings = param_shardings(self.state.model, self.state.optimizer) if self.grad_accum_steps > 1 else None
         self._train_step = make_train_step(loss_fn, self.grad_accum_steps, param_shardings=shardings)
@@ -299,6 +306,30 @@ class Trainer:
                 prefetch_size=self.prefetch_size,
             )
         return checkpointer, logger
+
+    def _agreement_fields(self) -> dict[str, Any]:
+        """What every process of the job must hold equal (:mod:`roxxel.train.agreement`): a fixed list."""
+        plan = self.curriculum.describe()
+        datasets = plan.pop("datasets", {})
+        mesh = self.mesh
+        variables = nnx.to_flat_state(nnx.state(self.state.modules()))
+        return {
+            "seed": self.seed,
+            "data plan (curriculum)": plan,
+            "datasets (fingerprints)": datasets,
+            "mesh": [list(mesh.axis_names), list(mesh.devices.shape), [d.id for d in mesh.devices.flat]],
+            "batch sharding": str(self.data_sharding.spec),
+            "model and optimizer (shapes, dtypes)": [
+                [
+                    "/".join(map(str, path)),
+                    type(var).__name__,
+                    list(getattr(var, "shape", ())),
+                    str(getattr(var, "dtype", "")),
+                ]
+                for path, var in variables
+            ],
+            "grad_accum_steps, outputs": [self.grad_accum_steps, self.outputs],
+        }
 
     def _check_batch_sizes(self) -> None:
         spec0 = self.data_sharding.spec[0] if len(self.data_sharding.spec) else None
