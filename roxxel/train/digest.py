@@ -50,10 +50,6 @@ def _sums(x: jax.Array) -> jax.Array:
     return jnp.stack([first, second])
 
 
-_checksum = jax.jit(_sums)
-"""The checksum of one array: a ``(2,)`` uint32 array on its devices."""
-
-
 @jax.jit
 def _checksums(*xs: jax.Array) -> list[jax.Array]:
     """The checksums of arrays of one shape, dtype and sharding, in one program (one dispatch)."""

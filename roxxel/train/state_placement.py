@@ -61,14 +61,9 @@ def state_shardings(state: nnx.State, mesh: Mesh, axis_rules: AxisRules | None =
             :func:`roxxel.train.axis_rules.mesh_spec`).
     """
     rules = check_rules(axis_rules)
-    flat = []
-    for path, var in nnx.to_flat_state(state):
-        value = _value(var)
-        spec = PartitionSpec()
-        if not _is_key(value):
-            spec = mesh_spec(_annotation(var), tuple(value.shape), mesh, rules, _path(path))
-        flat.append((path, NamedSharding(mesh, spec)))
-    return nnx.from_flat_state(flat)
+    return nnx.from_flat_state(
+        [(item[0], NamedSharding(mesh, _spec(item, _value(item[1]), mesh, rules))) for item in nnx.to_flat_state(state)]
+    )
 
 
 def sharded_state(fn: Callable[[], T], mesh: Mesh, *, axis_rules: AxisRules | None = None) -> T:
@@ -132,10 +127,11 @@ def _put_local(x: Any, sharding: NamedSharding) -> jax.Array:
 
 def _local_digests(values: list[Any]) -> np.ndarray:
     """``(len(values), 2)`` uint32: the sharding-independent checksum of each whole local value."""
-    from roxxel.train.digest import _checksum as checksum  # the checkpoints' per-array checksum
+    from roxxel.train.digest import dispatch_checksums  # the checkpoints' per-array checksum
 
-    sums = [checksum(jax.random.key_data(v) if _is_key(v) else v) for v in values]  # dispatched, then read once
-    return np.stack([np.asarray(s) for s in sums]) if sums else np.zeros((0, 2), np.uint32)
+    sums = dispatch_checksums({str(i): v for i, v in enumerate(values)}).read()  # {index: 16 hex digits}
+    hexes = [sums[str(i)] for i in range(len(values))]  # by index: the tree's leaf order sorts "10" before "2"
+    return np.array([[int(h[:8], 16), int(h[8:], 16)] for h in hexes], np.uint32).reshape(-1, 2)
 
 
 def _agree_with_process_0(paths: list[str], values: list[Any]) -> list[Any]:
@@ -196,11 +192,12 @@ def place_on_mesh(mesh: Mesh, *modules: nnx.Pytree, axis_rules: AxisRules | None
         todo = [i for i, x in enumerate(values) if not _on_mesh(x, mesh)]
         targets = {i: NamedSharding(mesh, _spec(flat[i], values[i], mesh, rules)) for i in todo}
         local = [i for i in todo if not (isinstance(values[i], jax.Array) and not values[i].is_fully_addressable)]
+        whole = set(local)
         if local and jax.process_count() > 1:
             agreed = _agree_with_process_0([_path(flat[i][0]) for i in local], [values[i] for i in local])
             values = _replaced(values, dict(zip(local, agreed)))
         for i in todo:  # spanning processes: resharded by a collective; whole here: this process's slices
-            values[i] = _put_local(values[i], targets[i]) if i in local else jax.device_put(values[i], targets[i])
+            values[i] = _put_local(values[i], targets[i]) if i in whole else jax.device_put(values[i], targets[i])
         if todo:
             nnx.update(module, nnx.from_flat_state([(path, var.replace(v)) for (path, var), v in zip(flat, values)]))
         moved += len(todo)

@@ -146,3 +146,15 @@ def test_eagerly_built_replicas_that_differ_start_from_process_0s_values(tmp_pat
     assert "arrays differ across processes at the start" in errs[0]
     _, errs = run(1, 4, tmp_path, run=str(tmp_path / "b"), out=str(tmp_path / "b.npz"), **common)
     assert same_npz(tmp_path / "a.npz", tmp_path / "b.npz") == []
+
+
+def test_local_digests_follow_the_order_of_the_values():
+    """Twelve arrays: a digest in another order than the values would name the wrong arrays
+    as differing across processes (a tree's leaf order sorts "10" before "2")."""
+    from roxxel.train.state_placement import _local_digests
+
+    values = [np.full((3,), i, np.float32) for i in range(12)]
+    digests = _local_digests(values)
+    assert digests.shape == (12, 2) and digests.dtype == np.uint32
+    for i in (2, 10, 11):
+        assert (digests[i] == _local_digests([values[i]])[0]).all(), i
