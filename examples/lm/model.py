@@ -4,6 +4,12 @@ Documents are packed back to back in each row; the streamer's ``segment_ids`` sa
 document each token belongs to and ``positions`` where it sits in it. A token attends
 to earlier tokens of its own document only, and its position embedding restarts at
 each document, so a packed row trains exactly like separate documents.
+
+Every matrix names its dimensions with logical axes (``embed``, ``mlp``, ``heads``), which
+:data:`AXIS_RULES` maps to the job's mesh axes: the same model trains replicated (the default
+mesh has only ``data``) or sharded across hosts (a job spec's ``parallelism: {fsdp: 2,
+tensor: 2}``), unchanged. The vocabulary dimension stays whole: 257 byte-level ids do not
+divide over any axis.
 """
 
 from __future__ import annotations
@@ -12,6 +18,24 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+
+AXIS_RULES = [("embed", "fsdp"), ("mlp", "tensor"), ("heads", "tensor")]
+"""Logical axis -> mesh axis (:mod:`roxxel.train.axis_rules`): the model's width over ``fsdp``,
+the attention heads and the MLP's hidden units over ``tensor`` (Megatron's split). An axis the
+mesh does not have leaves its dimension replicated."""
+
+_EMBED_INIT = nnx.initializers.variance_scaling(1.0, "fan_in", "normal", out_axis=0)  # nnx.Embed's default
+_KERNEL_INIT = nnx.initializers.lecun_normal()  # nnx.Linear's default
+
+
+def _linear(rows: int, cols: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Linear:
+    """A bias-free ``nnx.Linear`` whose kernel ``(rows, cols)`` is annotated with ``axes``."""
+    return nnx.Linear(rows, cols, use_bias=False, kernel_init=nnx.with_partitioning(_KERNEL_INIT, axes), rngs=rngs)
+
+
+def _embed(count: int, width: int, rngs: nnx.Rngs) -> nnx.Embed:
+    """An ``nnx.Embed`` whose table ``(count, width)`` is split over ``embed`` only."""
+    return nnx.Embed(count, width, embedding_init=nnx.with_partitioning(_EMBED_INIT, (None, "embed")), rngs=rngs)
 
 
 class Block(nnx.Module):
@@ -27,11 +51,11 @@ class Block(nnx.Module):
     def __init__(self, width: int, heads: int, rngs: nnx.Rngs):
         self.heads = heads
         self.norm1 = nnx.LayerNorm(width, rngs=rngs)
-        self.qkv = nnx.Linear(width, 3 * width, use_bias=False, rngs=rngs)
-        self.out = nnx.Linear(width, width, use_bias=False, rngs=rngs)
+        self.qkv = _linear(width, 3 * width, ("embed", "heads"), rngs)
+        self.out = _linear(width, width, ("heads", "embed"), rngs)
         self.norm2 = nnx.LayerNorm(width, rngs=rngs)
-        self.up = nnx.Linear(width, 4 * width, use_bias=False, rngs=rngs)
-        self.down = nnx.Linear(4 * width, width, use_bias=False, rngs=rngs)
+        self.up = _linear(width, 4 * width, ("embed", "mlp"), rngs)
+        self.down = _linear(4 * width, width, ("mlp", "embed"), rngs)
 
     def __call__(self, x, mask):
         batch, seq, width = x.shape
@@ -55,11 +79,11 @@ class DecoderLM(nnx.Module):
         self, vocab: int = 257, width: int = 128, depth: int = 2, heads: int = 4, max_len: int = 512, *, rngs: nnx.Rngs
     ):
         self.max_len = max_len
-        self.embed = nnx.Embed(vocab, width, rngs=rngs)
-        self.pos = nnx.Embed(max_len, width, rngs=rngs)
+        self.embed = _embed(vocab, width, rngs)
+        self.pos = _embed(max_len, width, rngs)
         self.blocks = nnx.List([Block(width, heads, rngs) for _ in range(depth)])
         self.norm = nnx.LayerNorm(width, rngs=rngs)
-        self.head = nnx.Linear(width, vocab, use_bias=False, rngs=rngs)
+        self.head = _linear(width, vocab, ("embed", None), rngs)
 
     def __call__(self, tokens, segment_ids=None, positions=None):
         seq = tokens.shape[1]

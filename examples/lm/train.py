@@ -21,6 +21,11 @@ under half). Batches of 32 rows: each step of a 2-process CPU pod pays a fixed c
 all-reduce over TCP per parameter array, Python dispatch), so fewer, larger steps train the
 same tokens sooner.
 
+The layout comes from the job spec: ``parallelism: {fsdp: 2, tensor: 2}`` reaches every pod as
+``ROXXEL_PARALLELISM``, ``roxxel.sharding.default_mesh()`` builds that mesh, and the model and its
+Adam moments are born sharded on it (``roxxel.train.sharded_state`` with the model's
+``AXIS_RULES``). Without it every device is on one ``data`` axis and the state is replicated.
+
 Paths come from the launcher's environment when present: ROXXEL_DATA_DIR (the data),
 ROXXEL_CHECKPOINT_DIR (checkpoints: a local path or gs://), ROXXEL_RUN_NAME.
 """
@@ -39,13 +44,14 @@ import optax
 from flax import nnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from model import DecoderLM, lm_loss  # noqa: E402
+from model import AXIS_RULES, DecoderLM, lm_loss  # noqa: E402
 from report import loss_chart, side_by_side, text_lines  # noqa: E402
 
 import roxxel.distributed  # noqa: E402
 from roxxel import Curriculum, Phase, Roxxel, exit_codes  # noqa: E402
 from roxxel.run import run_info  # noqa: E402
-from roxxel.train import Checkpointer, Logger, Trainer  # noqa: E402
+from roxxel.sharding import default_mesh  # noqa: E402
+from roxxel.train import Checkpointer, Logger, Trainer, sharded_state  # noqa: E402
 from roxxel.tokenizers import ByteTokenizer, HFTokenizer, packing_tokenizer  # noqa: E402
 from roxxel.train.logger import read_metrics  # noqa: E402
 
@@ -167,6 +173,32 @@ def make_eval(curriculum_eval: Curriculum, sharding):
     return eval_fn
 
 
+def layout_line(mesh, state) -> str:
+    """One line: the mesh's axes (those over 1 device) and the share of ``state`` one device holds."""
+    arrays = [x for x in jax.tree.leaves(state) if isinstance(x, jax.Array)]
+    whole = sum(a.nbytes for a in arrays)
+    on_device = sum(a.addressable_shards[0].data.nbytes for a in arrays)
+    axes = " x ".join(f"{name}={size}" for name, size in mesh.shape.items() if size > 1) or "one device"
+    return f"mesh {axes}: a device holds {on_device / 2**20:.2f} MiB of the state's {whole / 2**20:.2f} MiB"
+
+
+def host_copy(model: DecoderLM) -> DecoderLM:
+    """``model`` with every array whole on this process's first device, for process-local use
+    (sampling, saving). A collective: every process calls it. Sharded arrays are all-gathered
+    (``process_allgather``); replicated ones are read from a local replica."""
+    from jax.experimental import multihost_utils
+
+    def whole(x):
+        if not isinstance(x, jax.Array):
+            return x
+        if x.is_fully_replicated:
+            return x.addressable_data(0)
+        return jax.device_put(multihost_utils.process_allgather(x, tiled=True), jax.local_devices()[0])
+
+    graphdef, state = nnx.split(model)
+    return nnx.merge(graphdef, jax.tree.map(whole, state))
+
+
 def sample_text(
     model: DecoderLM,
     tok: Tokenizer,
@@ -177,8 +209,8 @@ def sample_text(
     temperature: float = 0.7,
     top_k: int = 3,
 ) -> str:
-    """Sample up to ``n`` tokens after ``prompt`` at ``temperature`` from this process's copy of the
-    model, each drawn from the ``top_k`` likeliest tokens (top-k sampling; 0: from all): a small
+    """Sample up to ``n`` tokens after ``prompt`` at ``temperature`` from ``model`` (a process-local
+    copy: :func:`host_copy`), each drawn from the ``top_k`` likeliest tokens (top-k sampling; 0: from all): a small
     model's unlikely tail is mostly misspellings. Returns the prompt and the sample, as text; stops
     early at an EOS.
 
@@ -186,9 +218,6 @@ def sample_text(
     them are untrained), left-padded with a segment of its own, so one compiled forward pass
     serves every step.
     """
-    graphdef, state = nnx.split(model)
-    local = jax.tree.map(lambda x: x.addressable_data(0) if isinstance(x, jax.Array) else x, state)
-    local_model = nnx.merge(graphdef, local)
     idx = np.arange(context)
 
     @jax.jit
@@ -197,7 +226,7 @@ def sample_text(
         real = idx >= context - length
         segments = jnp.where(real, 1, 0)[None]
         positions = jnp.maximum(idx - (context - length), 0)[None]
-        logits = local_model(window, segments, positions)[0, -1]
+        logits = model(window, segments, positions)[0, -1]
         key, sub = jax.random.split(key)
         if top_k:
             logits, ids = jax.lax.top_k(logits, top_k)
@@ -243,14 +272,21 @@ def main(argv=None) -> dict:
     warmup = max(1, min(20, (s1 + s2) // 5))
     schedule = optax.warmup_cosine_decay_schedule(0.0, args.lr, warmup, max(s1 + s2, warmup + 1), args.lr / 10)
 
-    @nnx.jit  # one compiled program creates every parameter and Adam moment (eagerly: one per shape)
     def create():
         model = DecoderLM(
             vocab=code.vocab_size, width=args.width, depth=args.depth, max_len=max(l1, l2), rngs=nnx.Rngs(args.seed)
         )
         return model, nnx.Optimizer(model, optax.adamw(schedule, weight_decay=0.01), wrt=nnx.Param)
 
-    model, optimizer = create()
+    # The job spec's layout (ROXXEL_PARALLELISM); one compiled program creates every parameter and
+    # Adam moment in its sharding, so no host holds more than its devices' shards.
+    mesh = default_mesh()
+    try:
+        model, optimizer = sharded_state(create, mesh, axis_rules=AXIS_RULES)
+    except ValueError as err:  # a width that does not divide over the layout's axes
+        exit_codes.exit_config_error(f"{type(err).__name__}: {err}")
+    if info.process_id == 0:
+        print(layout_line(mesh, (model, optimizer)))
     ckpt_dir = args.checkpoint_dir or os.path.join(os.path.abspath(args.run_dir), "checkpoints")
     checkpointer = Checkpointer(
         ckpt_dir,
@@ -269,6 +305,8 @@ def main(argv=None) -> dict:
         checkpointer=checkpointer,
         logger=logger,
         outputs="documents",
+        mesh=mesh,
+        axis_rules=AXIS_RULES,
         log_every=args.log_every,
         save_interval_steps=args.checkpoint_every,
         eval_every=args.eval_every,
@@ -277,21 +315,16 @@ def main(argv=None) -> dict:
     trainer.eval_fn = make_eval(eval_curriculum, trainer.data_sharding)
     final = trainer.run()
 
-    if args.save_params:
-        from jax.experimental import multihost_utils
-
-        flat = {
-            "/".join(map(str, k)): np.asarray(multihost_utils.process_allgather(v, tiled=True))
-            for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
-        }
-        if info.process_id == 0:
-            np.savez(args.save_params, **flat)
+    local_model = host_copy(model)  # every process takes part: sharded weights are gathered
+    if args.save_params and info.process_id == 0:
+        flat = {"/".join(map(str, k)): np.asarray(v) for k, v in nnx.to_flat_state(nnx.state(local_model, nnx.Param))}
+        np.savez(args.save_params, **flat)
     if info.process_id == 0:
         baseline = unigram_cross_entropy(code, held_out)
         print("\n" + loss_summary(final["eval_loss"], baseline, bytes_per_token(tok, held_out) if tok else None))
         if tok is not None:
             sample = sample_text(
-                model, tok, SAMPLE_PROMPT, context=max(l1, l2), temperature=args.temperature, top_k=args.top_k
+                local_model, tok, SAMPLE_PROMPT, context=max(l1, l2), temperature=args.temperature, top_k=args.top_k
             )
         else:
             sample = f"(not drawn: {no_tok})"

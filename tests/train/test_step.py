@@ -14,6 +14,8 @@ import pytest
 from flax import nnx
 
 from roxxel.exit_codes import ConfigTypeError
+from roxxel.sharding import default_mesh
+from roxxel.train import sharded_state
 from roxxel.train.step import make_train_step, split_loss, unpack_loss
 
 from support.paths import WORKERS
@@ -234,7 +236,12 @@ def test_the_example_lm_loss_accumulates_to_the_whole_batch():
     }
     runs = []
     for accum in (1, 4):
-        model = example.DecoderLM(VOCAB, width=16, depth=1, heads=2, max_len=16, rngs=nnx.Rngs(0))
+        # Built as the example builds it: born on the mesh through its axis rules.
+        model = sharded_state(
+            lambda: example.DecoderLM(VOCAB, width=16, depth=1, heads=2, max_len=16, rngs=nnx.Rngs(0)),
+            default_mesh(),
+            axis_rules=example.AXIS_RULES,
+        )
         opt = nnx.Optimizer(model, optax.sgd(1.0), wrt=nnx.Param)
         loss, aux = make_train_step(example.lm_loss, accum)(model, opt, batch)
         runs.append((float(loss), params_of(model)))
