@@ -65,9 +65,10 @@ def disagreements(fields: Mapping[str, Any], everyone: np.ndarray) -> list[str]:
         if len(groups) == 1:
             continue
         others = "; ".join(_processes(g) for g in groups[1:])
+        agree = f" ({_processes(groups[0])} agree)" if len(groups[0]) > 1 else ""
         lines.append(
-            f"{name}: {others} differ{'s' if sum(map(len, groups[1:])) == 1 else ''} from process 0 "
-            f"({_processes(groups[0])} agree); here (process {jax.process_index()}) it is {_brief(value)}"
+            f"{name}: {others} differ{'s' if sum(map(len, groups[1:])) == 1 else ''} from process 0{agree}; "
+            f"here (process {jax.process_index()}) it is {_brief(value)}"
         )
     return lines
 

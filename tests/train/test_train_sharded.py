@@ -100,16 +100,20 @@ def same_npz(a, b):
 
 
 @pytest.mark.slow
-def test_fsdp_x_tensor_across_two_processes_trains_is_preempted_and_resumes_bitwise(tmp_path):
+@pytest.mark.parametrize(
+    "mesh, hidden_spec",
+    [({"fsdp": 4}, "P('fsdp',)"), ({"fsdp": 2, "tensor": 2}, "P('fsdp', 'tensor')")],
+    ids=["fsdp", "fsdp-x-tensor"],
+)
+def test_sharded_across_two_processes_trains_is_preempted_and_resumes_bitwise(tmp_path, mesh, hidden_spec):
     """Issue #48: the Trainer died in its constructor gathering arrays that span processes.
     Each process now holds half of every FSDP-sharded matrix (and its Adam moments), a
     SIGTERM on process 1 saves the agreed step, and the resumed run ends bitwise equal to an
-    uninterrupted one (another init seed for the resume: only the checkpoint can make it so)."""
+    uninterrupted one (another init seed for the resume: only the checkpoint can make it so).
+    The checkpoint restores bitwise on 4 processes x 1 device and on 1 process x 4 devices."""
     make_dataset(str(tmp_path / "data"))
-    mesh = {"fsdp": 2, "tensor": 2}
     ref, _ = run(2, 2, tmp_path, run=str(tmp_path / "ref"), mesh=mesh, stop=-1, out=str(tmp_path / "ref.npz"))
-    assert ref[0]["specs"]["hidden/kernel"] == "P('fsdp', 'tensor')"
-    assert ref[0]["specs"]["embed/embedding"] == "P('tensor', 'fsdp')"
+    assert ref[0]["specs"]["hidden/kernel"] == hidden_spec
     assert ref[0]["local_bytes"]["embed/embedding"] * 2 == 260 * 32 * 4  # half of the table on each host
     job = dict(run=str(tmp_path / "job"), mesh=mesh, save_interval_steps=100)
     run(2, 2, tmp_path, expect=42, stop=-1, sigterm_at=3, sigterm_pid=1, **job)
@@ -118,9 +122,15 @@ def test_fsdp_x_tensor_across_two_processes_trains_is_preempted_and_resumes_bitw
     resumed, _ = run(2, 2, tmp_path, stop=-1, out=str(tmp_path / "resumed.npz"), **{**job, "seed": 5})
     assert resumed[0]["step"] == 10
     assert same_npz(tmp_path / "ref.npz", tmp_path / "resumed.npz") == []
-    # The same checkpoint, on 4 processes x 1 device: each now holds a quarter.
-    quarter, _ = run(4, 1, tmp_path, stop=saved, out=str(tmp_path / "four.npz"), **{**job, "seed": 5})
+    # The last checkpoint (step 10), on 4 processes x 1 device (each now holds a quarter), and
+    # on one process of 4 devices: the resumed run's values, bitwise.
+    elsewhere = {**job, "mesh": {"fsdp": 4}, "seed": 5, "stop": 10}
+    quarter, _ = run(4, 1, tmp_path, out=str(tmp_path / "four.npz"), **elsewhere)
     assert quarter[0]["local_bytes"]["embed/embedding"] * 4 == 260 * 32 * 4
+    one, _ = run(1, 4, tmp_path, out=str(tmp_path / "one.npz"), **elsewhere)
+    assert quarter[0]["step"] == one[0]["step"] == 10
+    assert same_npz(tmp_path / "resumed.npz", tmp_path / "four.npz") == []
+    assert same_npz(tmp_path / "resumed.npz", tmp_path / "one.npz") == []
 
 
 @pytest.mark.slow
@@ -132,6 +142,33 @@ def test_processes_with_another_seed_end_in_78_naming_the_seed(tmp_path):
     for pid, err in enumerate(errs):
         assert "disagree" in err and "seed: process 1 differs from process 0" in err, err[-3000:]
         assert f"here (process {pid}) it is {42 + pid}" in err
+    assert not os.path.exists(tmp_path / "r" / "checkpoints" / "1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("field", ["dataset", "model"])
+def test_processes_with_another_dataset_copy_or_model_shape_end_in_78_naming_it(tmp_path, field):
+    """A process reading a stale copy of the dataset (one source file edited, then packed) or
+    building another model width would train on another data plan or crash mid-run; both stop
+    before the first step with exit 78 naming what differs."""
+    make_dataset(str(tmp_path / "data"))
+    if field == "dataset":
+        import shutil
+        import sysconfig
+
+        from roxxel.pack import pack
+
+        src = shutil.copytree(os.path.join(sysconfig.get_paths()["stdlib"], "json"), tmp_path / "json")
+        with open(src / "decoder.py", "a") as f:
+            f.write("# edited after the copy was made\n")
+        pack([str(src)], str(tmp_path / "stale"), include=["*.py"])
+        args, named = {"data": [str(tmp_path / "data"), str(tmp_path / "stale")]}, "datasets (fingerprints)"
+    else:
+        args, named = {"width": [32, 64]}, "model and optimizer (shapes, dtypes): "
+    _, errs = run(2, 2, tmp_path, expect=78, run=str(tmp_path / "r"), mesh={"fsdp": 4}, stop=-1, **args)
+    for err in errs:
+        assert "disagree" in err and "process 1 differs from process 0; here" in err, err[-3000:]
+        assert named in err, err[-3000:]
     assert not os.path.exists(tmp_path / "r" / "checkpoints" / "1")
 
 

@@ -6,8 +6,9 @@ The JSON: ``coordinator``, ``pid``, ``nproc``, ``data`` (dataset dir), ``run`` (
 ``mesh`` (axis sizes in order, e.g. ``{"fsdp": 2, "tensor": 2}``), ``init`` (``"sharded"``:
 :func:`roxxel.train.sharded_state`; ``"eager"``: built on every host, placed by the Trainer),
 ``seed`` (model init seed; ``"eager"`` adds ``100 * pid`` so replicas start apart),
-``data_seed`` (the Trainer's seed, or a list: each process's), ``stop`` (stop_at_step or -1), ``out`` (.npz of the final
-gathered parameters written by process 0, or ``null``), ``width`` (model width),
+``data_seed`` (the Trainer's seed), ``stop`` (stop_at_step or -1), ``out`` (.npz of the final
+gathered parameters written by process 0, or ``null``), ``width`` (model width).
+``data``, ``data_seed`` and ``width`` may be lists: each process's value (processes that disagree),
 ``sigterm_at`` / ``sigterm_pid`` (that process gets SIGTERM after that step).
 Prints ``RESULT <json>``: each parameter's spec and the bytes of it this process holds, and
 the last metrics. Exits 42 at a preemption, 78 at a configuration error (``roxxel-worker``'s
@@ -87,17 +88,22 @@ class SigtermAt(Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def mine(value):
+    """``value``, or this process's entry of it when it is a list."""
+    return value[args["pid"]] if isinstance(value, list) else value
+
+
 def main() -> int:
     pid = args["pid"]
     mesh = Mesh(np.array(jax.devices()).reshape(tuple(args["mesh"].values())), tuple(args["mesh"]))
-    width = args.get("width", 32)
+    width = mine(args.get("width", 32))
     if args["init"] == "sharded":
         model, opt = sharded_state(lambda: make(args["seed"], width), mesh, axis_rules=AXIS_RULES)
     else:
         with nnx.use_eager_sharding(False):
             model, opt = make(args["seed"] + 100 * pid, width)
     cur = Curriculum(
-        make_dataset(args["data"]),
+        make_dataset(mine(args["data"])),
         [Phase(steps=6, global_batch_size=8, seq_len=32), Phase(steps=4, global_batch_size=4, seq_len=64)],
         chunk_tokens=256,
     )
@@ -110,7 +116,7 @@ def main() -> int:
         checkpointer=ckpt,
         mesh=mesh,
         axis_rules=AXIS_RULES,
-        seed=args["data_seed"][pid] if isinstance(args.get("data_seed"), list) else args.get("data_seed", 42),
+        seed=mine(args.get("data_seed", 42)),
         log_every=1,
         save_interval_steps=args.get("save_interval_steps", 4),
         watchdog=None,
