@@ -101,21 +101,25 @@ def same_npz(a, b):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "mesh, hidden_spec",
-    [({"fsdp": 4}, "P('fsdp',)"), ({"fsdp": 2, "tensor": 2}, "P('fsdp', 'tensor')")],
-    ids=["fsdp", "fsdp-x-tensor"],
+    "mesh, hidden_spec, step",
+    [
+        ({"fsdp": 4}, "P('fsdp',)", {}),
+        ({"fsdp": 2, "tensor": 2}, "P('fsdp', 'tensor')", {"dropout": 0.1, "grad_accum": 2}),
+    ],
+    ids=["fsdp", "fsdp-x-tensor-dropout-accumulation"],
 )
-def test_sharded_across_two_processes_trains_is_preempted_and_resumes_bitwise(tmp_path, mesh, hidden_spec):
+def test_sharded_across_two_processes_trains_is_preempted_and_resumes_bitwise(tmp_path, mesh, hidden_spec, step):
     """Issue #48: the Trainer died in its constructor gathering arrays that span processes.
     Each process now holds half of every FSDP-sharded matrix (and its Adam moments), a
     SIGTERM on process 1 saves the agreed step, and the resumed run ends bitwise equal to an
     uninterrupted one (another init seed for the resume: only the checkpoint can make it so).
-    The checkpoint restores bitwise on 4 processes x 1 device and on 1 process x 4 devices."""
+    On FSDP x tensor the model has dropout (its RNG state resumes too) and the step
+    accumulates 2 micro-batches. The checkpoint restores bitwise on 4 processes x 1 device and on 1 process x 4 devices."""
     make_dataset(str(tmp_path / "data"))
-    ref, _ = run(2, 2, tmp_path, run=str(tmp_path / "ref"), mesh=mesh, stop=-1, out=str(tmp_path / "ref.npz"))
+    ref, _ = run(2, 2, tmp_path, run=str(tmp_path / "ref"), mesh=mesh, stop=-1, out=str(tmp_path / "ref.npz"), **step)
     assert ref[0]["specs"]["hidden/kernel"] == hidden_spec
     assert ref[0]["local_bytes"]["embed/embedding"] * 2 == 260 * 32 * 4  # half of the table on each host
-    job = dict(run=str(tmp_path / "job"), mesh=mesh, save_interval_steps=100)
+    job = dict(run=str(tmp_path / "job"), mesh=mesh, save_interval_steps=100, **step)
     run(2, 2, tmp_path, expect=42, stop=-1, sigterm_at=3, sigterm_pid=1, **job)
     (saved,) = [int(n) for n in os.listdir(tmp_path / "job" / "checkpoints") if n.isdigit()]
     assert 3 <= saved < 10, saved  # the step the processes agreed on after the notice
@@ -124,7 +128,7 @@ def test_sharded_across_two_processes_trains_is_preempted_and_resumes_bitwise(tm
     assert same_npz(tmp_path / "ref.npz", tmp_path / "resumed.npz") == []
     # The last checkpoint (step 10), on 4 processes x 1 device (each now holds a quarter), and
     # on one process of 4 devices: the resumed run's values, bitwise.
-    elsewhere = {**job, "mesh": {"fsdp": 4}, "seed": 5, "stop": 10}
+    elsewhere = {**job, "mesh": {"fsdp": 4}, "seed": 5, "stop": 10, "grad_accum": 1}
     quarter, _ = run(4, 1, tmp_path, out=str(tmp_path / "four.npz"), **elsewhere)
     assert quarter[0]["local_bytes"]["embed/embedding"] * 4 == 260 * 32 * 4
     one, _ = run(1, 4, tmp_path, out=str(tmp_path / "one.npz"), **elsewhere)

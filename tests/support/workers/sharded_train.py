@@ -8,7 +8,8 @@ The JSON: ``coordinator``, ``pid``, ``nproc``, ``data`` (dataset dir), ``run`` (
 ``seed`` (model init seed; ``"eager"`` adds ``100 * pid`` so replicas start apart),
 ``data_seed`` (the Trainer's seed), ``stop`` (stop_at_step or -1), ``out`` (.npz of the final
 gathered parameters written by process 0, or ``null``), ``width`` (model width).
-``data``, ``data_seed`` and ``width`` may be lists: each process's value (processes that disagree),
+``dropout`` (rate of a dropout layer, 0: none) and ``grad_accum`` (the Trainer's
+``grad_accum_steps``). ``data``, ``data_seed`` and ``width`` may be lists: each process's value (processes that disagree),
 ``sigterm_at`` / ``sigterm_pid`` (that process gets SIGTERM after that step).
 Prints ``RESULT <json>``: each parameter's spec and the bytes of it this process holds, and
 the last metrics. Exits 42 at a preemption, 78 at a configuration error (``roxxel-worker``'s
@@ -53,7 +54,7 @@ AXIS_RULES = [("vocab", "tensor"), ("embed", "fsdp"), ("mlp", "tensor")]
 class ShardedLM(nnx.Module):
     """Embedding -> MLP -> logits, every matrix sharded: FSDP over ``embed``, tensor over ``mlp``/``vocab``."""
 
-    def __init__(self, rngs: nnx.Rngs, width: int):
+    def __init__(self, rngs: nnx.Rngs, width: int, dropout: float = 0.0):
         normal, lecun = nnx.initializers.normal(0.02), nnx.initializers.lecun_normal()
         self.embed = nnx.Embed(
             VOCAB, width, embedding_init=nnx.with_partitioning(normal, ("vocab", "embed")), rngs=rngs
@@ -62,9 +63,11 @@ class ShardedLM(nnx.Module):
             width, 4 * width, kernel_init=nnx.with_partitioning(lecun, ("embed", "mlp")), rngs=rngs
         )
         self.out = nnx.Linear(4 * width, VOCAB, kernel_init=nnx.with_partitioning(lecun, ("mlp", "vocab")), rngs=rngs)
+        self.dropout = nnx.Dropout(dropout, rngs=rngs) if dropout else None  # its RNG state is checkpointed
 
     def __call__(self, tokens):
-        return self.out(nnx.relu(self.hidden(self.embed(tokens))))
+        hidden = nnx.relu(self.hidden(self.embed(tokens)))
+        return self.out(self.dropout(hidden) if self.dropout else hidden)
 
 
 def loss_fn(model, batch):
@@ -73,7 +76,7 @@ def loss_fn(model, batch):
 
 
 def make(seed: int, width: int):
-    model = ShardedLM(nnx.Rngs(seed), width)
+    model = ShardedLM(nnx.Rngs(seed), width, args.get("dropout", 0.0))
     return model, nnx.Optimizer(model, optax.adam(3e-3), wrt=nnx.Param)
 
 
@@ -117,6 +120,7 @@ def main() -> int:
         mesh=mesh,
         axis_rules=AXIS_RULES,
         seed=mine(args.get("data_seed", 42)),
+        grad_accum_steps=args.get("grad_accum", 1),
         log_every=1,
         save_interval_steps=args.get("save_interval_steps", 4),
         watchdog=None,
