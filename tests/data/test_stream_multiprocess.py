@@ -2,15 +2,15 @@
 
 import json
 import os
-import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from roxxel import Roxxel
 
-from support.net import free_port
+from support import processes
 from support.paths import WORKERS
 
 WORKER = str(WORKERS / "stream_worker.py")
@@ -30,21 +30,12 @@ def data_root(tmp_path_factory):
 
 def run_cluster(n: int, root, out) -> None:
     os.makedirs(out, exist_ok=True)
-    coordinator = f"127.0.0.1:{free_port()}"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, WORKER, coordinator, str(i), str(n), str(root), str(out)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(n)
-    ]
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
-    for i, p in enumerate(procs):
-        assert p.returncode == 0, f"process {i} failed:\n{outputs[i][-3000:]}"
+    processes.run(
+        lambda i, coordinator: [sys.executable, WORKER, coordinator, str(i), str(n), str(root), str(out)],
+        n,
+        Path(out) / "logs",
+        processes.cpu_env(2),
+    )
 
 
 @pytest.mark.slow

@@ -25,6 +25,24 @@ class TinyLM(nnx.Module):
         return self.out(nnx.relu(self.hidden(self.embed(tokens))))
 
 
+class NoisyLM(nnx.Module):
+    """:class:`TinyLM` with BatchNorm and dropout after its hidden layer, sowing its hidden
+    activations (``nnx.Intermediate``): the state every Flax model's step must carry."""
+
+    def __init__(self, rngs: nnx.Rngs, width: int = 32, vocab: int = VOCAB, rate: float = 0.2):
+        self.embed = nnx.Embed(vocab, width, rngs=rngs)
+        self.hidden = nnx.Linear(width, width, rngs=rngs)
+        self.norm = nnx.BatchNorm(width, rngs=rngs)
+        self.drop = nnx.Dropout(rate, rngs=rngs)
+        self.out = nnx.Linear(width, vocab, rngs=rngs)
+
+    def __call__(self, tokens):
+        h = nnx.relu(self.hidden(self.embed(tokens)))
+        self.sow(nnx.Intermediate, "activations", h)  # the old way (flax 0.12 deprecates it): users' models do
+        b, s, w = h.shape
+        return self.out(self.drop(self.norm(h.reshape(b * s, w)).reshape(b, s, w)))
+
+
 def loss_fn(model, batch):
     logits = model(batch[:, :-1])
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()

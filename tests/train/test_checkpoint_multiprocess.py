@@ -5,10 +5,8 @@ Each run spawns tests/support/workers/ckpt_worker.py once per process; each proc
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,8 +15,9 @@ import pytest
 
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE
 
-from support.net import free_port
+from support import processes
 from support.paths import WORKERS
+from support.processes import Process
 from support.wait import wait_for
 
 pytestmark = pytest.mark.slow
@@ -28,54 +27,16 @@ TIMEOUT = 150  # seconds for one run of all its processes; JAX's own timeouts ar
 BUCKET = "roxxel-test"  # the gcs_emulator fixture's (tests/conftest.py)
 
 
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JAX_", "TPU_", "JOB"))}
-    env.update(
-        JAX_PLATFORMS="cpu",
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
-        PYTHONUNBUFFERED="1",
-        TF_CPP_MIN_LOG_LEVEL="3",
-    )
-    env.update(extra or {})
-    return env
-
-
-def _start(mode: str, nproc: int, *args: str, logs: Path, env: dict[str, str] | None = None) -> list[subprocess.Popen]:
-    """Start one worker per process. Output goes to files under ``logs``: with pipes, a
-    chatty process blocks on a full pipe while we read another, and the run deadlocks."""
-    port = free_port()
-    logs.mkdir(parents=True, exist_ok=True)
-    procs = []
-    for pid in range(nproc):
+def _start(mode: str, nproc: int, *args: str, logs: Path, env: dict[str, str] | None = None) -> list[Process]:
+    def argv(pid: int, coordinator: str) -> list[str]:
         cmd = [sys.executable, str(WORKER), mode, *args, "--nproc", str(nproc), "--pid", str(pid)]
-        if nproc > 1:
-            cmd += ["--coordinator", f"127.0.0.1:{port}"]
-        with open(logs / f"{mode}-{nproc}-{pid}.out", "w") as out, open(logs / f"{mode}-{nproc}-{pid}.err", "w") as err:
-            proc = subprocess.Popen(cmd, env=_env(env), stdout=out, stderr=err, text=True)
-        proc.logs = (logs / f"{mode}-{nproc}-{pid}.out", logs / f"{mode}-{nproc}-{pid}.err")  # type: ignore[attr-defined]
-        procs.append(proc)
-    return procs
+        return cmd + (["--coordinator", coordinator] if nproc > 1 else [])
+
+    return processes.start(argv, nproc, logs, processes.cpu_env(2, env), name=mode)
 
 
-def _finish(procs: list[subprocess.Popen], expect: int = 0) -> list[dict]:
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        for proc in procs:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    results = []
-    for pid, proc in enumerate(procs):
-        out, err = (path.read_text() for path in proc.logs)  # type: ignore[attr-defined]
-        code = proc.returncode
-        assert code == expect, f"process {pid} exited with {code}, expected {expect}:\n{out[-2000:]}\n{err[-4000:]}"
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        assert lines, f"process {pid} printed no result:\n{out[-2000:]}\n{err[-4000:]}"
-        results.append(json.loads(lines[-1][len("RESULT ") :]))
-    return results
+def _finish(procs: list[Process], expect: int = 0) -> list[dict]:
+    return [p.result() for p in processes.finish(procs, expect, TIMEOUT)]
 
 
 def _run(
@@ -113,12 +74,12 @@ def test_sigterm_to_one_of_two_processes_saves_the_same_step_and_exits_42(tmp_pa
     try:
 
         def both_ready():
-            assert all(p.poll() is None for p in procs), "a worker died before training"
+            assert all(p.popen.poll() is None for p in procs), "a worker died before training"
             return all(os.path.exists(f"{ready}.{i}") for i in range(2))
 
         wait_for(both_ready, TIMEOUT, "the workers to become ready")
         time.sleep(0.5)  # let a few steps pass
-        procs[1].send_signal(signal.SIGTERM)
+        procs[1].popen.send_signal(signal.SIGTERM)
     finally:
         results = _finish(procs, expect=PREEMPTED_EXIT_CODE)
     steps = {r["preempted_at"] for r in results}

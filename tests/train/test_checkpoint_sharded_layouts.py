@@ -11,16 +11,13 @@ recorded at save verify. Real ``jax.distributed`` over loopback
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from support.net import free_port
+from support import processes
 from support.paths import WORKERS
 
 pytestmark = pytest.mark.slow
@@ -30,42 +27,13 @@ TIMEOUT = 150  # seconds for one run of all its processes
 
 
 def _run(mode: str, nproc: int, devices: int, mesh: str, tmp_path: Path) -> list[dict]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROXXEL_", "JAX_", "TPU_", "JOB"))}
-    env.update(
-        JAX_PLATFORMS="cpu",
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-        PYTHONUNBUFFERED="1",
-        TF_CPP_MIN_LOG_LEVEL="3",
-    )
-    port = free_port()
-    logs = tmp_path / "logs"
-    logs.mkdir(exist_ok=True)
-    procs = []
-    for pid in range(nproc):
+    def argv(pid: int, coordinator: str) -> list[str]:
         cmd = [sys.executable, str(WORKER), mode, "--dir", str(tmp_path / "ckpt"), "--ref", str(tmp_path / "ref.npz")]
         cmd += ["--mesh", mesh, "--nproc", str(nproc), "--pid", str(pid)]
-        if nproc > 1:
-            cmd += ["--coordinator", f"127.0.0.1:{port}"]
-        out_path, err_path = logs / f"{mode}-{nproc}-{pid}.out", logs / f"{mode}-{nproc}-{pid}.err"
-        with open(out_path, "w") as out, open(err_path, "w") as err:  # files: a full pipe would block a worker
-            procs.append((subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True), out_path, err_path))
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        for proc, _, _ in procs:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    finally:
-        for proc, _, _ in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    results = []
-    for pid, (proc, out_path, err_path) in enumerate(procs):
-        out, err = out_path.read_text(), err_path.read_text()
-        assert proc.returncode == 0, f"process {pid} exited with {proc.returncode}:\n{out[-2000:]}\n{err[-4000:]}"
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        assert lines, f"process {pid} printed no result:\n{out[-2000:]}\n{err[-4000:]}"
-        results.append(json.loads(lines[-1][len("RESULT ") :]))
-    return results
+        return cmd + (["--coordinator", coordinator] if nproc > 1 else [])
+
+    procs = processes.run(argv, nproc, tmp_path / "logs", processes.cpu_env(devices), name=mode, timeout=TIMEOUT)
+    return [p.result() for p in procs]
 
 
 def test_sharded_adam_state_restores_bitwise_on_other_process_and_device_layouts(tmp_path):

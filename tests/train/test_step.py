@@ -18,6 +18,7 @@ from roxxel.sharding import default_mesh
 from roxxel.train import sharded_state
 from roxxel.train.step import make_train_step, split_loss, unpack_loss
 
+from support import lm
 from support.paths import WORKERS
 
 VOCAB = 31
@@ -25,22 +26,9 @@ VOCAB = 31
 pytestmark = pytest.mark.filterwarnings("ignore:Using 'Module.sow:DeprecationWarning")
 
 
-class NoisyLM(nnx.Module):
-    """Embed -> Linear -> BatchNorm -> Dropout -> logits, sowing its hidden activations."""
-
-    def __init__(self, rngs: nnx.Rngs, width: int = 16):
-        self.embed = nnx.Embed(VOCAB, width, rngs=rngs)
-        self.hidden = nnx.Linear(width, width, rngs=rngs)
-        self.norm = nnx.BatchNorm(width, rngs=rngs)
-        self.drop = nnx.Dropout(0.3, rngs=rngs)
-        self.out = nnx.Linear(width, VOCAB, rngs=rngs)
-
-    def __call__(self, tokens):
-        h = nnx.relu(self.hidden(self.embed(tokens)))
-        self.sow(nnx.Intermediate, "activations", h)
-        b, s, w = h.shape
-        h = self.norm(h.reshape(b * s, w)).reshape(b, s, w)
-        return self.out(self.drop(h))
+def noisy_lm(rngs: nnx.Rngs) -> lm.NoisyLM:
+    """support.lm's NoisyLM over this file's vocabulary, narrower, with more dropout."""
+    return lm.NoisyLM(rngs, width=16, vocab=VOCAB, rate=0.3)
 
 
 def masked_loss(model, batch, weighted=True):
@@ -68,7 +56,7 @@ def params_of(model):
 
 def one_step(loss, batch, accum, lr=1.0, train=False):
     """The parameters after one SGD step (lr 1: the update is the gradient) and the step's loss, aux."""
-    model = NoisyLM(nnx.Rngs(0))
+    model = noisy_lm(nnx.Rngs(0))
     if not train:
         model.eval()  # dropout and batch statistics differ per micro-batch in train mode
     opt = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.Param)
@@ -85,7 +73,7 @@ def test_dropout_batchnorm_and_sown_values_train_with_and_without_accumulation()
     step merged the model uncopied inside jax.value_and_grad (flax #5050)."""
     batch = ragged_batch()
     for accum in (1, 2, 4):
-        model = NoisyLM(nnx.Rngs(0))
+        model = noisy_lm(nnx.Rngs(0))
         stats = np.asarray(model.norm.mean[...])
         opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
         step = nnx.cached_partial(make_train_step(masked_loss, accum), model, opt)  # as the Trainer binds it
@@ -99,7 +87,7 @@ def test_dropout_batchnorm_and_sown_values_train_with_and_without_accumulation()
 
 def test_each_micro_batch_draws_its_own_dropout_mask():
     """Two identical micro-batches: the same mask would give the same loss twice; the carry gives another."""
-    model = NoisyLM(nnx.Rngs(0))
+    model = noisy_lm(nnx.Rngs(0))
     model.norm.use_running_average = True  # dropout alone differs between the micro-batches
     opt = nnx.Optimizer(model, optax.sgd(0.0), wrt=nnx.Param)
     seen = []
@@ -117,7 +105,7 @@ def test_each_micro_batch_draws_its_own_dropout_mask():
 
 
 def test_values_sown_before_the_step_are_left_alone():
-    model = NoisyLM(nnx.Rngs(0))
+    model = noisy_lm(nnx.Rngs(0))
     model(ragged_batch()["tokens"])  # e.g. an evaluation outside the step sowed once
     before = jax.tree.map(np.asarray, nnx.state(model, nnx.Intermediate))
     opt = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
@@ -133,7 +121,7 @@ def test_masked_loss_accumulation_equals_the_whole_batch():
     """Update and loss of grad_accum_steps=4 equal one step on the whole batch to float tolerance;
     the unweighted form of the same loss (each micro-batch's mean counted equally) does not."""
     batch = ragged_batch()
-    start = params_of(NoisyLM(nnx.Rngs(0)))
+    start = params_of(noisy_lm(nnx.Rngs(0)))
     whole, whole_loss, whole_aux = one_step(masked_loss, batch, 1)
     for accum in (2, 4, 8):
         got, loss, aux = one_step(masked_loss, batch, accum)
@@ -150,7 +138,7 @@ def test_masked_loss_accumulation_equals_the_whole_batch():
 
 def test_a_micro_batch_without_valid_targets_counts_for_nothing():
     batch = ragged_batch(rows=4, valid=[5, 0, 9, 16])  # micro-batch 1 (row 1) has no target: its loss is 0/0
-    start = params_of(NoisyLM(nnx.Rngs(0)))
+    start = params_of(noisy_lm(nnx.Rngs(0)))
     whole, whole_loss, _ = one_step(masked_loss, batch, 1)
     got, loss, _ = one_step(masked_loss, batch, 4)
     assert np.isfinite(loss) and loss == pytest.approx(whole_loss, rel=1e-6)
@@ -160,7 +148,7 @@ def test_a_micro_batch_without_valid_targets_counts_for_nothing():
 @pytest.mark.parametrize("accum", [1, 2])
 def test_a_step_with_no_valid_target_has_loss_zero_and_zero_gradients(accum):
     batch = ragged_batch(rows=2, valid=[0, 0])
-    start = params_of(NoisyLM(nnx.Rngs(0)))
+    start = params_of(noisy_lm(nnx.Rngs(0)))
     got, loss, aux = one_step(masked_loss, batch, accum)
     assert loss == 0.0 and aux == {"first_logit": 0.0}
     assert max_update_diff(got, start, start) == 0.0  # SGD of a zero gradient: unchanged, not NaN
@@ -183,7 +171,7 @@ def test_what_a_loss_fn_may_return():
 
 
 def test_a_non_scalar_weight_is_refused_when_the_step_is_traced():
-    model = NoisyLM(nnx.Rngs(0))
+    model = noisy_lm(nnx.Rngs(0))
     opt = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
     per_row = lambda m, b: {**masked_loss(m, b), "weight": b["loss_mask"].sum(axis=1)}  # noqa: E731
     with pytest.raises(ConfigTypeError, match="sum it to one number"):
@@ -191,7 +179,7 @@ def test_a_non_scalar_weight_is_refused_when_the_step_is_traced():
 
 
 def test_a_loss_fn_that_adds_state_to_the_model_is_named():
-    model = NoisyLM(nnx.Rngs(0))
+    model = noisy_lm(nnx.Rngs(0))
     opt = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
 
     def adds(m, b):

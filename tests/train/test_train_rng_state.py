@@ -11,27 +11,10 @@ from roxxel import Curriculum, Phase
 from roxxel.train import Trainer
 from roxxel.train.logger import read_metrics
 
-from support.lm import VOCAB, loss_fn, make_dataset
+from support.lm import NoisyLM, loss_fn, make_dataset
 
 # The models sow the old way (flax 0.12 deprecates Module.sow outside nnx.capture): users' models still do.
 pytestmark = pytest.mark.filterwarnings("ignore:Using 'Module.sow:DeprecationWarning")
-
-
-class NoisyLM(nnx.Module):
-    """support.lm's TinyLM with BatchNorm and dropout after its hidden layer."""
-
-    def __init__(self, rngs: nnx.Rngs, width: int = 32):
-        self.embed = nnx.Embed(VOCAB, width, rngs=rngs)
-        self.hidden = nnx.Linear(width, width, rngs=rngs)
-        self.norm = nnx.BatchNorm(width, rngs=rngs)
-        self.drop = nnx.Dropout(0.2, rngs=rngs)
-        self.out = nnx.Linear(width, VOCAB, rngs=rngs)
-
-    def __call__(self, tokens):
-        h = nnx.relu(self.hidden(self.embed(tokens)))
-        self.sow(nnx.Intermediate, "activations", h)
-        b, s, w = h.shape
-        return self.out(self.drop(self.norm(h.reshape(b * s, w)).reshape(b, s, w)))
 
 
 def make_model(seed: int = 0):

@@ -7,7 +7,6 @@ preempted by a SIGTERM and resumed bitwise; processes started with another seed 
 
 import json
 import os
-import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -19,8 +18,8 @@ from roxxel.exit_codes import ConfigValueError
 from roxxel.train.agreement import digest, disagreements
 from roxxel.train.axis_rules import check_rules, mesh_spec
 from support.lm import make_dataset
-from support.net import free_port
-from support.paths import TESTS, WORKERS
+from support import processes
+from support.paths import WORKERS
 
 WORKER = str(WORKERS / "sharded_train.py")
 RULES = check_rules([("vocab", "tensor"), ("embed", "fsdp"), ("mlp", "tensor"), ("mlp", "fsdp")])
@@ -68,29 +67,16 @@ def test_a_field_that_differs_names_it_the_processes_and_the_local_value():
 
 
 def run(n, devices, tmp_path, expect=0, **args):
-    coordinator = f"127.0.0.1:{free_port()}"
-    env = dict(
-        os.environ,
-        JAX_PLATFORMS="cpu",
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-        PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    """``n`` processes of the worker on ``devices`` CPU devices each: their RESULT lines and stderr."""
+    base = {"nproc": n, "data": str(tmp_path / "data"), "init": "sharded", "seed": 0, **args}
+    procs = processes.run(
+        lambda i, coordinator: [sys.executable, WORKER, json.dumps({**base, "coordinator": coordinator, "pid": i})],
+        n,
+        tmp_path / "logs",
+        processes.cpu_env(devices),
+        expect=expect,
     )
-    base = {"coordinator": coordinator, "nproc": n, "data": str(tmp_path / "data"), "init": "sharded", "seed": 0}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, WORKER, json.dumps({**base, **args, "pid": i})],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(n)
-    ]
-    outs = [p.communicate(timeout=240) for p in procs]
-    for i, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == expect, f"process {i} exited {p.returncode}:\n{out[-2000:]}\n{err[-4000:]}"
-    results = [json.loads(line[7:]) for out, _ in outs for line in out.splitlines() if line.startswith("RESULT ")]
-    return results, [err for _, err in outs]
+    return [r for p in procs for r in p.results()], [p.err for p in procs]
 
 
 def same_npz(a, b):

@@ -2,54 +2,29 @@
 also with another checkpoint cadence."""
 
 import os
-import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from support import processes
 from support.lm import make_dataset
-from support.net import free_port
-from support.paths import TESTS, WORKERS
+from support.paths import WORKERS
 
 WORKER = str(WORKERS / "train_worker.py")
 
 
 def run(n, devices, data, run_dir, log_dir, stop, params_out="-", init_seed=0, save_interval_steps=100):
-    coordinator = f"127.0.0.1:{free_port()}"
-    env = dict(
-        os.environ,
-        JAX_PLATFORMS="cpu",
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-        PYTHONPATH=str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    """``n`` processes of the worker on ``devices`` CPU devices each: each one's (stdout, stderr)."""
+    args = [data, run_dir, log_dir, str(stop), params_out, str(init_seed), str(save_interval_steps)]
+    procs = processes.run(
+        lambda i, coordinator: [sys.executable, WORKER, coordinator, str(i), str(n), *args],
+        n,
+        Path(run_dir + "-processes"),
+        processes.cpu_env(devices),
     )
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                WORKER,
-                coordinator,
-                str(i),
-                str(n),
-                data,
-                run_dir,
-                log_dir,
-                str(stop),
-                params_out,
-                str(init_seed),
-                str(save_interval_steps),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(n)
-    ]
-    outs = [p.communicate(timeout=300) for p in procs]
-    for i, (p, (out, err)) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"process {i}:\n{out[-2000:]}\n{err[-4000:]}"
-    return outs
+    return [(p.out, p.err) for p in procs]
 
 
 @pytest.mark.slow
