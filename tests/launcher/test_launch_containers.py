@@ -85,6 +85,23 @@ def test_each_security_profile_runs_as_the_pod_says(tmp_path, profile):
     assert (opts.get("--cap-drop") == ["ALL"]) == (profile == "restricted")
 
 
+def test_the_containers_resources_become_the_engines_limits(tmp_path, monkeypatch):
+    """A memory limit without swap, a cpu limit (at most this machine's cores) and a cpu
+    request as shares, as the kubelet sets them (before, the pod's resources were ignored and
+    an out-of-memory that the cluster would kill passed locally)."""
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    pod = _pod(resources={"limits": {"memory": "512Mi", "cpu": "1500m"}, "requests": {"cpu": "500m"}})[0]
+    settings = LocalSettings(python=sys.executable, run_dir=tmp_path)
+    env = containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.11", base_env={})
+    opts = _options(pod, settings, env)
+    assert opts["--memory"] == opts["--memory-swap"] == [str(512 * 2**20)]
+    assert opts["--cpus"] == ["1.5"] and opts["--cpu-shares"] == ["512"]
+    many = containers.resource_options({"resources": {"limits": {"cpu": "64"}}})
+    assert many == ["--cpus", "4"]  # an engine refuses more cpus than the machine has
+    assert containers.resource_options({}) == []  # no limit: none, as on a node
+    assert containers.memory_limit(pod.container(contract.CONTAINER_NAME)) == "512Mi"
+
+
 def test_a_secret_the_local_run_cannot_read_is_named(tmp_path):
     pod = _pod(env_refs={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}})[0]
     settings = LocalSettings(python=sys.executable, run_dir=tmp_path)

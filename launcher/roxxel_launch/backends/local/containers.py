@@ -23,6 +23,10 @@ process of this machine's Python, this runtime runs it as the kubelet would run 
   and every pod's DNS names in its ``/etc/hosts`` (the coordinator is reached by the name
   the manifest gives it, as in a cluster); names that are no pod's fail at once (the
   resolver is the container's own loopback);
+- the container's ``resources``, as the kubelet gives them to the container runtime: a
+  memory limit as ``--memory`` with no swap beside it, a cpu limit as ``--cpus`` (at most
+  this machine's cores), a cpu request as ``--cpu-shares``; a container killed for going
+  over its memory limit ends ``OOMKilled`` with exit 137, as a pod's does;
 - SIGTERM goes to the container's PID 1 (``podman kill --signal TERM``, what the kubelet's
   stop does), SIGKILL after the pod's grace period; the exit code is the container's.
 
@@ -44,6 +48,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import IO, Any
 
@@ -167,6 +172,46 @@ def _podman_size(quantity: str) -> str:
     return str(int(parse_quantity(str(quantity))))
 
 
+def resource_options(container: Mapping[str, Any]) -> list[str]:
+    """The container's ``resources`` as the kubelet applies them (see the module docstring).
+
+    A memory limit is the container's memory with no swap beside it (the kubelet runs pods
+    without swap); a cpu limit is a CFS quota (``--cpus``), at most this machine's cores (an
+    engine refuses more); a cpu request is the container's weight, 1024 shares per core (the
+    kubelet's ``cpu.shares``). Without a limit the container has none, as on a node.
+    """
+    import os
+
+    from roxxel_launch.spec.fields import parse_quantity
+
+    resources = container.get("resources") or {}
+    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+    args: list[str] = []
+    if "memory" in limits:
+        memory = _podman_size(limits["memory"])
+        args += ["--memory", memory, "--memory-swap", memory]
+    if "cpu" in limits:
+        cores = parse_quantity(str(limits["cpu"]))
+        host = os.cpu_count() or 1
+        if cores > host:
+            logger.info(
+                "the cpu limit %s is more than this machine's %d cores: the container gets %d",
+                limits["cpu"],
+                host,
+                host,
+            )
+            cores = Fraction(host)
+        args += ["--cpus", f"{float(cores):g}"]
+    if "cpu" in requests:
+        args += ["--cpu-shares", str(max(2, int(parse_quantity(str(requests["cpu"])) * 1024)))]
+    return args
+
+
+def memory_limit(container: Mapping[str, Any]) -> str | None:
+    """The container's memory limit as the manifest writes it (``8Gi``), or None."""
+    return ((container.get("resources") or {}).get("limits") or {}).get("memory")
+
+
 def _local_paths(env: Mapping[str, str]) -> list[str]:
     """Bind options for the run's local checkpoint directory (read-write, given to the pod's
     user) and a local ``restore_from`` (read-only): object-store URLs need no mount."""
@@ -183,7 +228,8 @@ def _local_paths(env: Mapping[str, str]) -> list[str]:
 
 def container_options(pod: rendered_pods.LocalPod, settings: LocalSettings, env: Mapping[str, str]) -> list[str]:
     """`podman create` options for ``pod``'s worker container (see the module docstring):
-    user and groups, read-only root, capabilities, privilege escalation, volumes, ``env``.
+    user and groups, read-only root, capabilities, privilege escalation, resources, volumes,
+    ``env``.
 
     Raises:
         BackendError: a path that cannot be mounted.
@@ -193,7 +239,7 @@ def container_options(pod: rendered_pods.LocalPod, settings: LocalSettings, env:
     volumes, skipped = _volume_options(pod, container, settings)
     for what in skipped:
         logger.warning("pod %s: %s is not mounted in a local container", pod.name, what)
-    args += volumes + _local_paths(env)
+    args += resource_options(container) + volumes + _local_paths(env)
     for name, value in env.items():
         args += ["--env", f"{name}={value}"]
     return args
@@ -230,8 +276,12 @@ def container_env(
 class _Container(RunningWorker):
     """One pod's container, attached: ``pid`` is the ``podman start --attach`` process."""
 
-    def __init__(self, engine: str, name: str, proc: subprocess.Popen):
+    def __init__(
+        self, engine: str, name: str, proc: subprocess.Popen, *, workdir: Path | None = None, memory: str | None = None
+    ):
         self.engine, self.name, self.proc, self.pid = engine, name, proc, proc.pid
+        self.workdir, self.memory = workdir, memory
+        self.killed = False  # SIGKILL sent by the launcher (a grace period over, a second stop)
 
     def poll(self) -> int | None:
         return self.proc.poll()
@@ -252,9 +302,25 @@ class _Container(RunningWorker):
     def terminate(self) -> None:
         self._signal("TERM")
 
+    def termination(self) -> tuple[str, str] | None:
+        """``("OOMKilled", ...)`` when the kernel killed the container for going over its
+        memory limit: podman's ``State.OOMKilled``, or the ``oom`` file conmon writes in its
+        working directory (where podman does not read it back: cgroup v1 with runc)."""
+        if self.proc.poll() is None:
+            return None
+        oom = _podman(self.engine, "inspect", "--format", "{{.State.OOMKilled}}", self.name, check=False)
+        said = oom.returncode == 0 and oom.stdout.strip() == "true"
+        if not said and self.workdir is not None:
+            said = not self.killed and (self.workdir / "oom").exists()
+        if not said:
+            return None
+        limit = f" ({self.memory})" if self.memory else ""
+        return "OOMKilled", f"the container went over its memory limit{limit} and the kernel killed it"
+
     def kill(self) -> bool:
         alive = self.proc.poll() is None
         if alive:
+            self.killed = True
             self._signal("KILL")
             try:
                 self.proc.wait(timeout=_CALL_TIMEOUT)
@@ -262,6 +328,8 @@ class _Container(RunningWorker):
                 self.proc.kill()
                 self.proc.wait()
         _podman(self.engine, "rm", "--force", "--ignore", self.name, check=False)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         return alive
 
 
@@ -294,6 +362,7 @@ class ContainerRuntime(WorkerRuntime):
     def __init__(self, run_dir: Path, engine: str = "podman", base_env: Mapping[str, str] | None = None):
         import os
 
+        self.run_dir = Path(run_dir)
         found = shutil.which(engine)
         if found is None:
             raise BackendError(unavailable_reason(engine) or f"{engine} not found")
@@ -301,6 +370,7 @@ class ContainerRuntime(WorkerRuntime):
         self.base_env = os.environ if base_env is None else base_env
         self.network: str | None = None
         self.options: list[list[str]] = []
+        self.memory: list[str | None] = []
         self.images: list[str] = []
         self.command_lengths: list[int] = []
         self.attempts = 0
@@ -333,7 +403,7 @@ class ContainerRuntime(WorkerRuntime):
             raise BackendError("--netns and --runtime podman do not go together: containers have their own network")
         addresses = self._network_up(len(pods))
         hosts = [f"{name}:{ip}" for pod, ip in zip(pods, addresses) for name in (pod.name, *pod.dns_names)]
-        commands, self.options, self.images, self.command_lengths = [], [], [], []
+        commands, self.options, self.images, self.command_lengths, self.memory = [], [], [], [], []
         for pod, ip in zip(pods, addresses):
             env = container_env(pod, settings, restart_attempt=restart_attempt, pod_ip=ip, base_env=self.base_env)
             container = pod.container(contract.CONTAINER_NAME)
@@ -343,6 +413,7 @@ class ContainerRuntime(WorkerRuntime):
                 options += ["--add-host", host]
             self.options.append(options + container_options(pod, settings, env))
             self.images.append(container["image"])
+            self.memory.append(memory_limit(container))
             self.command_lengths.append(len(container.get("command") or ()))
             commands.append((argv, env))
         try:
@@ -380,14 +451,20 @@ class ContainerRuntime(WorkerRuntime):
             self.images[index],
             *argv[command:],
         )
+        # conmon (started by `podman start`) may write its `oom` file into its working
+        # directory: one of the run's own per container, never the user's.
+        workdir = self.run_dir / "containers" / name
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
         proc = subprocess.Popen(
             [self.engine, "start", "--attach", name],
+            cwd=workdir,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             process_group=0,
         )
-        return _Container(self.engine, name, proc)
+        return _Container(self.engine, name, proc, workdir=workdir, memory=self.memory[index])
 
     def attempt_over(self) -> None:
         if self.network is not None:

@@ -67,6 +67,12 @@ class RunningWorker(abc.ABC):
         """Ends whatever the worker still runs at once (SIGKILL, as at the end of a grace
         period or when its container ends); False when nothing was left."""
 
+    def termination(self) -> tuple[str, str] | None:
+        """Once the worker has ended (and before :meth:`kill`): why, where the runtime knows
+        more than the exit code, as a container status says it: ``(reason, message)``, e.g.
+        ``("OOMKilled", "...")``; None where the exit code says it all."""
+        return None
+
 
 class WorkerRuntime(abc.ABC):
     """Starts pods' workers, and removes what a killed supervisor left running."""

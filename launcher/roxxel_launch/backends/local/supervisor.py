@@ -118,6 +118,7 @@ class _Worker:
     exit_code: int | None = None
     exit_order: int | None = None
     group_killed: bool = False  # SIGKILL went to its whole group: members may still be unreaped
+    termination: tuple[str, str] | None = None  # (reason, message) where the runtime knows why it ended
 
 
 @dataclasses.dataclass
@@ -310,7 +311,7 @@ class Supervisor:
             decision = outcome.decision
             if decision is None:
                 raise RuntimeError(f"worker {i} failed and no policy decision was taken")
-            what = f"{self._worker_name(i)} exited with {code} ({exit_codes.describe(code)})"
+            what = f"{self._worker_name(i)} exited with {code} ({self._why(i, code)})"
             if self.signals:
                 return self._finish(
                     JobState.FAILED,
@@ -336,6 +337,12 @@ class Supervisor:
                 logger.warning("%s; %s (%s)", what, which, decision.message)
                 continue
             return self._finish_decided(i, code, what, decision)
+
+    def _why(self, i: int, code: int) -> str:
+        """What worker ``i``'s exit means: the runtime's reason where it has one (a container
+        ``OOMKilled``), else what the code says."""
+        ended = next((w.termination for w in self.workers if w.index == i), None)
+        return exit_codes.describe(code) if ended is None else f"{ended[0]}: {ended[1]}"
 
     def _finish_decided(self, i: int, code: int, what: str, decision: policy.Decision) -> JobStatus:
         """The workload failed by the manifest's policies: Preempted (42, resume it), a
@@ -563,15 +570,18 @@ class Supervisor:
         for w in self.workers:
             if w.exit_code is None and (returncode := w.run.poll()) is not None:
                 w.exit_code = exit_codes.from_returncode(returncode)
+                w.termination = w.run.termination()
                 self.exits_seen += 1
                 w.exit_order = self.exits_seen
                 changed = True
+                if w.termination is not None:
+                    self.status["attempts"][-1].setdefault("reasons", {})[str(w.index)] = w.termination[0]
                 logger.info(
                     "worker %d (pid %d) exited with %d (%s)",
                     w.index,
                     w.run.pid,
                     w.exit_code,
-                    exit_codes.describe(w.exit_code),
+                    self._why(w.index, w.exit_code),
                 )
                 # Like a container that ends: nothing it started may outlive it.
                 if w.run.kill() and not w.group_killed:
