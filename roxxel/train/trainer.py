@@ -335,6 +335,7 @@ class Trainer:
         spec0 = self.data_sharding.spec[0] if len(self.data_sharding.spec) else None
         axes = () if spec0 is None else (spec0 if isinstance(spec0, tuple) else (spec0,))
         shards = math.prod(self.data_sharding.mesh.shape[a] for a in axes)
+        over = " x ".join(axes) + (" axis" if len(axes) == 1 else " axes")
         for p in self.curriculum.resolved:
             if p.global_batch_size % self.grad_accum_steps:
                 raise BatchShardingError(
@@ -344,7 +345,7 @@ class Trainer:
             if (p.global_batch_size // self.grad_accum_steps) % shards:
                 raise BatchShardingError(
                     f"phase {p.index}: each micro-batch of {p.global_batch_size // self.grad_accum_steps} rows must split "
-                    f"evenly over the {shards} data shards (devices on the data axis); use a global_batch_size that is a "
+                    f"evenly over the {shards} data shards (the mesh's {over}); use a global_batch_size that is a "
                     f"multiple of {shards * self.grad_accum_steps}"
                 )
 
