@@ -12,6 +12,11 @@ first, as it needs no daemon; ``--engine`` or ``$ROXXEL_CONTAINER_ENGINE`` picks
   ``COPY . /home/roxxel/``, built with DIR as the build context. The code lands in the
   worker image's working directory, owned by root (readable, not writable, by the worker).
 
+Without ``--base`` the build pulls the Dockerfile's base image. Where that image is not in
+the engine's store and its registry cannot be reached (no proxy set), the build is not started:
+one line says to make a local base with ``docker/make-base.sh`` and pass ``--base``; a build
+that fails with the base still missing says the same after the engine's output.
+
 Every command is printed before it runs. After a build, the image's size and its largest
 layers are reported (``image inspect`` and ``history``), each layer named by the
 instruction that made it; ``--push`` then pushes the tag.
@@ -24,6 +29,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
@@ -38,6 +44,14 @@ WORKER_WORKDIR = "/home/roxxel"
 DEFAULT_REPOSITORY = "roxxel/worker"
 LARGEST_LAYERS = 5
 GENERATED = "<generated Dockerfile>"  # in a --context build's argv until the file is written
+
+
+LOCAL_BASE = "localhost/roxxel-base:bookworm"
+NO_REGISTRY_FIX = (
+    f"make a local base from Debian's packages and build on it: docker/make-base.sh {LOCAL_BASE} && "
+    f"roxxel-launch image build --base {LOCAL_BASE} (see docs/local.md)"
+)
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
 class ImageError(Exception):
@@ -67,6 +81,33 @@ def find_engine(name: str | None = None, *, which: Callable[[str], str | None] |
     raise ImageError(
         "neither podman nor docker is installed: install one (Debian/Ubuntu: apt-get install podman) to build images"
     )
+
+
+def dockerfile_base(source: Path) -> str | None:
+    """The Dockerfile's default ``BASE_IMAGE`` (what a build without ``--base`` pulls), or None."""
+    try:
+        text = (source / "Dockerfile").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    found = re.search(r"^ARG BASE_IMAGE=(\S+)", text, re.MULTILINE)
+    return found.group(1) if found else None
+
+
+def registry_host(image: str) -> str:
+    """The registry an image reference is pulled from (Docker Hub for ``python:3.11``)."""
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first.split(":")[0]
+    return "registry-1.docker.io"
+
+
+def registry_reachable(host: str, timeout: float = 3.0) -> bool:
+    """Whether ``host`` answers on HTTPS's port from here (its name resolves and it connects)."""
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def find_source(start: Path | None = None) -> Path:
@@ -129,6 +170,7 @@ class Build:
     dockerfile_text: str | None = None  # set for --context builds (a generated Dockerfile)
     base: str | None = None
     check_base: str | None = None  # a base that must exist here (with the hint when it does not)
+    pulls: str | None = None  # the Dockerfile's base the build pulls unless the store has it
 
 
 def worker_build(
@@ -167,7 +209,7 @@ def worker_build(
             f"the base image {base} is not here: make it with docker/make-base.sh {base} "
             "(a Debian bookworm base from Debian's packages)"
         )
-    return Build(engine, tag, argv, base=base, check_base=check)
+    return Build(engine, tag, argv, base=base, check_base=check, pulls=None if base else dockerfile_base(source))
 
 
 def user_build(
@@ -303,6 +345,12 @@ def run_build(build: Build, *, push: bool, dry_run: bool, echo: Callable[[str], 
     """Runs ``build`` (printing every command first), reports the image's size, pushes when asked."""
     if build.check_base and not dry_run and not image_exists(build.engine, build.base or ""):
         raise ImageError(build.check_base)
+    if build.pulls and not dry_run and not any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        host = registry_host(build.pulls)
+        if not registry_reachable(host) and not image_exists(build.engine, build.pulls):
+            raise ImageError(
+                f"the base image {build.pulls} cannot be pulled ({host} is not reachable): {NO_REGISTRY_FIX}"
+            )
     with tempfile.TemporaryDirectory(prefix="roxxel-image-") as tmp:
         argv = list(build.argv)
         if build.dockerfile_text is not None:
@@ -317,7 +365,11 @@ def run_build(build: Build, *, push: bool, dry_run: bool, echo: Callable[[str], 
             return
         code = subprocess.run(argv, env=build_env(build.engine)).returncode
     if code != 0:
-        raise ImageError(f"{build.engine} build failed with exit code {code} (its output is above)")
+        missing = build.pulls and not image_exists(build.engine, build.pulls)
+        raise ImageError(
+            f"{build.engine} build failed with exit code {code} (its output is above)"
+            + (f"; the base image {build.pulls} was not pulled: {NO_REGISTRY_FIX}" if missing else "")
+        )
     echo(image_size(build.engine, build.tag))
     if push:
         command = push_command(build.engine, build.tag)

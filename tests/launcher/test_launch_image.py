@@ -171,6 +171,7 @@ def engine(tmp_path, monkeypatch):
     log = tmp_path / "engine.log"
     monkeypatch.setenv("FAKE_ENGINE_LOG", str(log))
     monkeypatch.setenv("FAKE_HISTORY", HISTORY)
+    monkeypatch.setattr(I, "registry_reachable", lambda host: True)
 
     def calls() -> list[list[str]]:
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -196,7 +197,7 @@ def test_run_build_failures_are_one_line_each(engine, monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_BUILD_EXIT", "3")
     with pytest.raises(I.ImageError, match=r"^.*podman build failed with exit code 3 \(its output is above\)$"):
         I.run_build(build, push=True, dry_run=False, echo=lambda line: None)
-    assert [c[0] for c in calls()] == ["build"]  # nothing pushed after a failed build
+    assert [c[0] for c in calls()] == ["build", "image"]  # nothing pushed after a failed build (the base looked for)
     monkeypatch.setenv("FAKE_BUILD_EXIT", "0")
     monkeypatch.setenv("FAKE_PUSH_EXIT", "1")
     with pytest.raises(I.ImageError, match="push roxxel/worker:cpu failed with exit code 1 .* logged in"):
@@ -210,6 +211,40 @@ def test_run_build_failures_are_one_line_each(engine, monkeypatch, tmp_path):
     ):
         I.run_build(local, push=False, dry_run=False, echo=lambda line: None)
     assert [c[:2] for c in calls()[before:]] == [["image", "inspect"]]
+
+
+def test_without_a_registry_the_build_says_how_to_make_a_local_base(engine, monkeypatch):
+    """Before, the engine's DNS error was all a machine without Docker Hub got."""
+    path, calls, _ = engine
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    asked: list[str] = []
+    monkeypatch.setattr(I, "registry_reachable", lambda host: asked.append(host) is not None)  # False
+    monkeypatch.setenv("FAKE_IMAGE_EXISTS", "0")
+    build = I.worker_build(path, accelerator="cpu", source=REPO, version="0", revision="a")
+    assert build.pulls == I.dockerfile_base(REPO) and build.pulls.startswith("python:3.11-slim-bookworm@")
+    with pytest.raises(I.ImageError) as err:
+        I.run_build(build, push=False, dry_run=False, echo=lambda line: None)
+    message = str(err.value)
+    assert "\n" not in message and "registry-1.docker.io is not reachable" in message, message
+    assert "docker/make-base.sh localhost/roxxel-base:bookworm" in message and "--base localhost/roxxel-base" in message
+    assert asked == ["registry-1.docker.io"] and "build" not in [c[0] for c in calls()]  # nothing started
+    # The base already in the store: the build runs without the registry.
+    monkeypatch.setenv("FAKE_IMAGE_EXISTS", "1")
+    I.run_build(build, push=False, dry_run=False, echo=lambda line: None)
+    assert "build" in [c[0] for c in calls()]
+    # Behind a proxy the engine is left to try; if it fails with the base still missing, the way out follows.
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    monkeypatch.setenv("FAKE_IMAGE_EXISTS", "0")
+    monkeypatch.setenv("FAKE_BUILD_EXIT", "125")
+    with pytest.raises(
+        I.ImageError,
+        match=r"exit code 125 \(its output is above\); the base image python:3.11.* was not pulled: make a local base",
+    ):
+        I.run_build(build, push=False, dry_run=False, echo=lambda line: None)
+    # --base: nothing to pull, nothing asked.
+    local = I.worker_build(path, accelerator="cpu", source=REPO, base="localhost/b:1", version="0", revision="a")
+    assert local.pulls is None
 
 
 def test_a_context_build_writes_its_dockerfile_and_builds_dir(engine, tmp_path):
