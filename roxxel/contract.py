@@ -97,6 +97,12 @@ PREEMPTION_FILE = "roxxel_preemption.json"
 ``roxxel-launch validate`` compares ``save_s`` with the spec's grace period."""
 OWNER_FILE = "roxxel_run.json"
 """The record, in a checkpoint directory, of the run it belongs to (``{"run": NAME, ...}``)."""
+ENV_OUTPUT_DIR = "ROXXEL_OUTPUT_DIR"
+"""Where the training command writes what a person reads after the job (logs, metrics,
+TensorBoard, plots): a directory every pod may write that outlives the pods, at the same path
+as on the machine that reads it. Set by ``roxxel-launch submit --local --runtime podman`` (a
+host directory of the run bound into every container); unset otherwise, where the program
+keeps its own default (a process run's working directory)."""
 ENV_DATA_DIR = "ROXXEL_DATA_DIR"
 """Where the job's datasets are mounted (read-only) in the pod; unset when the spec has no data."""
 ENV_RESTART_ATTEMPT = "ROXXEL_RESTART_ATTEMPT"

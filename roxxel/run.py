@@ -11,7 +11,14 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from roxxel.contract import ENV_CHECKPOINT_DIR, ENV_DATA_DIR, ENV_RESTART_ATTEMPT, ENV_RESTORE_FROM, ENV_RUN_NAME
+from roxxel.contract import (
+    ENV_CHECKPOINT_DIR,
+    ENV_DATA_DIR,
+    ENV_OUTPUT_DIR,
+    ENV_RESTART_ATTEMPT,
+    ENV_RESTORE_FROM,
+    ENV_RUN_NAME,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +34,9 @@ class RunInfo:
         restart_attempt: the gang restart this process belongs to (JobSet pods), or None.
         restore_from: another run's checkpoint directory to branch from while this run's
             own holds no step (``ROXXEL_RESTORE_FROM``, the spec's ``restore_from``), or None.
+        output_dir: where the launcher asks for logs, metrics and plots (``ROXXEL_OUTPUT_DIR``:
+            a host directory bound into a local container run), or None (the program's own
+            default).
     """
 
     run_name: str | None
@@ -34,6 +44,7 @@ class RunInfo:
     data_dir: str | None
     restart_attempt: int | None
     restore_from: str | None = None
+    output_dir: str | None = None
 
 
 def run_info(
@@ -65,6 +76,7 @@ def run_info(
         data_dir=env.get(ENV_DATA_DIR) or data_dir,
         restart_attempt=restart_attempt,
         restore_from=env.get(ENV_RESTORE_FROM) or None,
+        output_dir=env.get(ENV_OUTPUT_DIR) or None,
     )
 
 

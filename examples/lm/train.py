@@ -64,9 +64,12 @@ SAMPLE_PROMPT = "    def "
 CHUNK_TOKENS = 256
 
 
-def default_run_dir(run_name: str) -> str:
-    """``runs/RUN_NAME`` in the working directory, or under ``$HOME`` where the working
-    directory cannot be written (the worker image's read-only root)."""
+def default_run_dir(run_name: str, output_dir: str | None = None) -> str:
+    """Where the launcher asks for outputs (``ROXXEL_OUTPUT_DIR``: a host directory in a local
+    container run), else ``runs/RUN_NAME`` in the working directory, or under ``$HOME`` where
+    the working directory cannot be written (the worker image's read-only root)."""
+    if output_dir:
+        return output_dir
     if os.access(".", os.W_OK) or not os.environ.get("HOME"):
         return os.path.join("runs", run_name)
     return os.path.join(os.environ["HOME"], "runs", run_name)
@@ -83,9 +86,10 @@ def parse_args(argv=None):
     )
     p.add_argument(
         "--run-dir",
-        default=default_run_dir(run.run_name),
-        help="logs, metrics, plot (default runs/RUN_NAME, or $HOME/runs/RUN_NAME where the working "
-        "directory is read-only, as in the worker image, whose pods mount an emptyDir at $HOME)",
+        default=default_run_dir(run.run_name, run.output_dir),
+        help="logs, metrics, plot (default $ROXXEL_OUTPUT_DIR where the launcher sets it, else "
+        "runs/RUN_NAME, or $HOME/runs/RUN_NAME where the working directory is read-only, as in "
+        "the worker image, whose pods mount an emptyDir at $HOME)",
     )
     p.add_argument("--checkpoint-dir", default=run.checkpoint_dir, help="default RUN_DIR/checkpoints")
     p.add_argument(
@@ -367,7 +371,9 @@ def optional_outputs(run_dir: str) -> list[str]:
 
     try:
         plot = f"loss plot: {plot_run(run_dir)}"
-    except (ImportError, OSError, ValueError) as err:
+    except ImportError as err:  # the worker image has no matplotlib: the metrics are on the host
+        plot = f"loss plot: not drawn ({err}); where matplotlib is: roxxel plot {run_dir}"
+    except (OSError, ValueError) as err:
         plot = f"loss plot: not drawn ({err})"
     logdir = os.path.join(run_dir, "tensorboard")
     if importlib.util.find_spec("tensorboard") is not None:

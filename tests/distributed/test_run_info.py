@@ -21,6 +21,12 @@ def test_without_the_launcher_the_defaults_apply_and_empty_counts_as_unset():
     )
 
 
+def test_the_output_directory_a_container_run_binds_is_read():
+    info = run_info({"ROXXEL_OUTPUT_DIR": "/host/runs/local/lm/outputs"}, run_name="lm")
+    assert info.output_dir == "/host/runs/local/lm/outputs"
+    assert run_info({"ROXXEL_OUTPUT_DIR": ""}).output_dir is None
+
+
 def test_a_bad_restart_attempt_is_named():
     with pytest.raises(ValueError, match="ROXXEL_RESTART_ATTEMPT='x' is not an integer"):
         run_info({"ROXXEL_RESTART_ATTEMPT": "x"})

@@ -40,7 +40,17 @@ def test_without_matplotlib_or_tensorboard_the_end_is_a_note(train, run_dir, mon
     )
     plot, board = train.optional_outputs(run_dir)
     assert plot.startswith("loss plot: not drawn (") and "matplotlib" in plot and "\n" not in plot
+    assert plot.endswith(f"roxxel plot {run_dir}")  # the image has no matplotlib: draw it on the host
     assert board.startswith("TensorBoard logs: ") and "pip install tensorboard" in board
+
+
+def test_a_container_runs_outputs_go_where_the_launcher_binds_them(train, monkeypatch, tmp_path):
+    """Before, a container run wrote them to the pod's tmpfs $HOME, gone with the job."""
+    monkeypatch.setenv("ROXXEL_OUTPUT_DIR", str(tmp_path / "outputs"))
+    assert train.parse_args([]).run_dir == str(tmp_path / "outputs")
+    monkeypatch.delenv("ROXXEL_OUTPUT_DIR")
+    monkeypatch.chdir(tmp_path)
+    assert train.parse_args([]).run_dir == "runs/lm"
 
 
 def test_with_matplotlib_the_end_names_the_plot(train, run_dir):

@@ -78,6 +78,14 @@ def test_sigterm_to_a_container_ends_in_an_agreed_save_and_a_resume_bitwise_equa
     resumed = log(tmp_path, "ctr").split("===== roxxel-launch: attempt 2")[1]
     assert f"restored step {saved[0]}" in resumed and f"training steps {saved[0]}..{TOTAL}" in resumed, resumed[:3000]
     assert "(not drawn:" not in log(tmp_path, "ctr")  # the image has the tokenizer's package: a sample
+    # What a process run leaves, on this machine: metrics and TensorBoard events in the run's
+    # outputs directory, and the last lines name it (before: the pod's tmpfs $HOME, gone).
+    outputs = tmp_path / "local" / "ctr" / "outputs"
+    assert (outputs / "roxxel_metrics.csv").is_file() and any((outputs / "tensorboard").iterdir())
+    last = log(tmp_path, "ctr").splitlines()[-5:]
+    board = next(line for line in last if line.startswith("TensorBoard"))
+    assert f"--logdir {outputs / 'tensorboard'}" in board, last
+    assert any(line.startswith("loss plot: ") and str(outputs) in line for line in last), last
     want, got = np.load(reference_params), np.load(params)
     assert sorted(want.files) == sorted(got.files)
     for key in want.files:

@@ -102,6 +102,19 @@ def test_the_containers_resources_become_the_engines_limits(tmp_path, monkeypatc
     assert containers.memory_limit(pod.container(contract.CONTAINER_NAME)) == "512Mi"
 
 
+def test_the_runs_outputs_directory_is_bound_at_its_host_path(tmp_path):
+    """Logs, metrics, TensorBoard and the plot go to a host directory of the run, bound at the
+    same path (before, to the pod's tmpfs $HOME: gone with the job, and the paths printed at
+    the end were the container's)."""
+    pod = _pod()[0]
+    settings = LocalSettings(python=sys.executable, run_dir=tmp_path / "run")
+    env = containers.container_env(pod, settings, restart_attempt=0, pod_ip="10.89.0.11", base_env={})
+    outputs = tmp_path / "run" / "outputs"
+    assert env[shared.ENV_OUTPUT_DIR] == str(outputs)
+    opts = _options(pod, settings, env)
+    assert f"type=bind,source={outputs},destination={outputs},U=true" in opts["--mount"] and outputs.is_dir()
+
+
 def test_a_secret_the_local_run_cannot_read_is_named(tmp_path):
     pod = _pod(env_refs={"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}})[0]
     settings = LocalSettings(python=sys.executable, run_dir=tmp_path)

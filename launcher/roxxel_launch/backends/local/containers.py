@@ -18,6 +18,10 @@ process of this machine's Python, this runtime runs it as the kubelet would run 
   manifest mounts it so), a local ``checkpoint_dir`` bound at its own path, read-write and
   given to the pod's user (podman's ``U`` option: what ``fsGroup`` ownership management does
   for a pod's volume), a local ``restore_from`` bound read-only;
+- the run's outputs directory (``RUN_DIR/outputs`` of the local run) bound at its own path,
+  read-write and given to the pod's user, named in ``ROXXEL_OUTPUT_DIR``: the logs, metrics,
+  TensorBoard events and plots a program writes there outlive the containers, and the paths
+  it prints are this machine's (the pod's ``$HOME`` is a tmpfs, gone with the container);
 - every attempt gets a network of its own (a podman bridge network, ``--internal``: nothing
   outside this machine is reachable), each pod its own address there, its pod's hostname,
   and every pod's DNS names in its ``/etc/hosts`` (the coordinator is reached by the name
@@ -66,6 +70,8 @@ logger = logging.getLogger("roxxel_launch.backends.local")
 
 ENGINES = ("podman",)
 """Container engines a local run can use (``--runtime``)."""
+OUTPUTS_DIR = "outputs"
+"""The run directory's folder bound into every container as ``ROXXEL_OUTPUT_DIR``."""
 RUN_LABEL = "dev.roxxel.run"
 """Label on every container and network of a local run; its value is the run id."""
 _CALL_TIMEOUT = 60.0  # seconds for one podman call (create, kill, rm, network)
@@ -213,9 +219,14 @@ def memory_limit(container: Mapping[str, Any]) -> str | None:
 
 
 def _local_paths(env: Mapping[str, str]) -> list[str]:
-    """Bind options for the run's local checkpoint directory (read-write, given to the pod's
-    user) and a local ``restore_from`` (read-only): object-store URLs need no mount."""
+    """Bind options for the run's outputs and its local checkpoint directory (read-write,
+    given to the pod's user) and a local ``restore_from`` (read-only): object-store URLs need
+    no mount."""
     args: list[str] = []
+    outputs = env.get(shared.ENV_OUTPUT_DIR, "")
+    if outputs.startswith("/"):
+        Path(outputs).mkdir(parents=True, exist_ok=True)
+        args += _bind(outputs, outputs, read_only=False, chown=True)
     checkpoint = env.get(shared.ENV_CHECKPOINT_DIR, "")
     if checkpoint.startswith("/"):
         Path(checkpoint).mkdir(parents=True, exist_ok=True)
@@ -255,9 +266,11 @@ def container_env(
 ) -> dict[str, str]:
     """The worker container's environment: the manifest's ``env`` as the kubelet resolves it
     (``secretKeyRef``/``configMapKeyRef`` values taken from ``base_env``), then
-    ``ROXXEL_DATA_DIR=/data`` with ``--data-dir``, ``JAX_PLATFORMS=cpu`` unless set, and the
+    ``ROXXEL_DATA_DIR=/data`` with ``--data-dir``, ``ROXXEL_OUTPUT_DIR`` (the run's
+    ``outputs`` directory) unless set, ``JAX_PLATFORMS=cpu`` unless set, and the
     ``--devices-per-worker`` flag in ``XLA_FLAGS``."""
     env = kubelet_env(pod, restart_attempt=restart_attempt, pod_ip=pod_ip, base_env=base_env)
+    env.setdefault(shared.ENV_OUTPUT_DIR, str(Path(settings.run_dir).absolute() / OUTPUTS_DIR))
     if settings.data_dir is not None:
         env.setdefault(shared.ENV_DATA_DIR, contract.DATA_MOUNT_PATH)
     env.setdefault("JAX_PLATFORMS", "cpu")
