@@ -6,6 +6,8 @@ manifest's, read as the kubelet reads them (Pod securityContext, emptyDir, volum
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -159,3 +161,75 @@ def test_submit_refuses_a_container_run_it_cannot_start(tmp_path):
     out = _submit(tmp_path, "--local", "--runtime", "podman", "--data-dir", str(tmp_path))
     assert out.returncode != 0 and "--runtime podman: podman is not installed" in out.stderr, out.stderr
     assert not (tmp_path / "runs" / "lm").exists()
+
+
+# ----------------------------------------------------------------------------- --runtime docker
+
+FAKE_ENGINE = r"""#!{python}
+import json, os, sys
+with open(os.environ["FAKE_ENGINE_LOG"], "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\n")
+if sys.argv[1:3] == ["network", "inspect"]:
+    print(json.dumps([{{"subnets": [{{"subnet": "10.89.3.0/24"}}]}}]))
+sys.exit(0)
+"""
+
+
+def _fake_engine(tmp_path, monkeypatch, name: str):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    engine = bin_dir / name
+    engine.write_text(FAKE_ENGINE.format(python=sys.executable))
+    engine.chmod(0o755)
+    log = tmp_path / f"{name}.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_ENGINE_LOG", str(log))
+    return lambda: [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("engine", ["podman", "docker"])
+def test_docker_gets_the_same_pods_in_its_own_words(tmp_path, monkeypatch, engine):
+    """The same containers under both engines (user, read-only root, capabilities, resources,
+    tmpfs emptyDirs, binds, own network with chosen addresses and hostnames); where docker
+    lacks podman's words it gets its own: one executable as the entrypoint, no U option (the
+    bind made writable instead), no --read-only-tmpfs, a network on a chosen subnet."""
+    calls = _fake_engine(tmp_path, monkeypatch, engine)
+    pods = _pod(resources={"limits": {"memory": "1Gi"}})
+    runtime = containers.ContainerRuntime(tmp_path / "run", engine=engine, base_env={})
+    assert runtime.name == engine
+    settings = LocalSettings(python=sys.executable, run_dir=tmp_path / "run", data_dir=str(tmp_path))
+    address, commands = runtime.commands(pods, settings, restart_attempt=0)
+    assert address == "lm-slice-0-0.lm:8476"
+    create = runtime.create_args(1, "rxl-x-1-1", commands[1][0])
+    opts: dict[str, list[str]] = {}
+    options = runtime.options[1]
+    for i, flag in enumerate(options):
+        if flag.startswith("--") and i + 1 < len(options) and not options[i + 1].startswith("--"):
+            opts.setdefault(flag, []).append(options[i + 1])
+    image_at = create.index(pods[1].container(contract.CONTAINER_NAME)["image"])
+    if engine == "docker":
+        network = next(c for c in calls() if c[:2] == ["network", "create"])
+        subnet = network[network.index("--subnet") + 1]
+        assert subnet.startswith("10.213.") and "--disable-dns" not in network
+        assert create[image_at - 2 : image_at] == ["--entrypoint", "roxxel-worker"]
+        assert create[image_at + 1 :] == ["--", "python", "examples/lm/train.py"]
+        assert "--read-only-tmpfs=false" not in create and "--read-only" in create
+        assert not any("U=true" in m for m in opts["--mount"])
+        assert oct((tmp_path / "run" / "outputs").stat().st_mode & 0o7777) == "0o1777"
+    else:
+        assert create[image_at - 2 : image_at] == ["--entrypoint", '["roxxel-worker", "--"]']
+        assert create[image_at + 1 :] == ["python", "examples/lm/train.py"]
+        assert "--read-only-tmpfs=false" in create
+    assert opts["--hostname"] == [pods[1].name] and opts["--memory"] == [str(2**30)]
+    assert opts["--user"] == ["10001:10001"] and opts["--cap-drop"] == ["ALL"]
+    assert f"{pods[1].name}:{opts['--ip'][0]}" in opts["--add-host"] and len(opts["--add-host"]) >= len(pods)
+    runtime.start(1, commands[1][0], env=commands[1][1], cwd=str(tmp_path), log=open(os.devnull, "wb")).wait()
+    runtime.remove_run()
+    rm = [c for c in calls() if c[0] == "rm"]
+    assert rm and all(("--ignore" in c) == (engine == "podman") for c in rm), rm
+
+
+def test_submit_offers_docker_and_says_when_its_daemon_does_not_answer(tmp_path):
+    out = _submit(tmp_path, "--local", "--runtime", "docker", "--data-dir", str(tmp_path))
+    assert out.returncode != 0 and "--runtime docker: docker is not installed" in out.stderr, out.stderr
+    assert "apt-get install docker.io" in out.stderr

@@ -69,12 +69,12 @@ DEFAULT_MAX_RESUMES = 20
 )
 @click.option(
     "--runtime",
-    type=click.Choice(["process", "podman"]),
+    type=click.Choice(["process", "podman", "docker"]),
     default="process",
     show_default=True,
     help="With --local: run each pod's worker as a process of this machine's Python, or as a "
-    "container of the spec's image with podman (its user, read-only root, emptyDirs, own "
-    "network; the image must be in podman's local store).",
+    "container of the spec's image with podman or docker (its user, read-only root, resources, "
+    "emptyDirs, own network; the image must be in the engine's local store).",
 )
 @click.option("--dry-run", is_flag=True, help="Check everything, start nothing.")
 @skip_fit_option

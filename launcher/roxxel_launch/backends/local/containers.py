@@ -1,5 +1,9 @@
 """The container runtime of the local backend: every pod of the rendered manifest as a
-container of the manifest's image (``roxxel-launch submit --local --runtime podman``).
+container of the manifest's image (``roxxel-launch submit --local --runtime podman``, or
+``--runtime docker``: the same containers, the same options where docker has them; where it
+has not: the entrypoint is one executable with the rest after the image, a bind the pod writes
+is made writable by every user instead of podman's ``U`` chown, each attempt's network gets
+a subnet of :data:`DOCKER_SUBNETS`, and ``rm`` has no ``--ignore``).
 
 Where :class:`~roxxel_launch.backends.local.runtime.ProcessRuntime` runs a pod's command as a
 process of this machine's Python, this runtime runs it as the kubelet would run the pod's
@@ -68,8 +72,12 @@ __all__ = ["ContainerRuntime", "ENGINES", "container_options", "unavailable_reas
 
 logger = logging.getLogger("roxxel_launch.backends.local")
 
-ENGINES = ("podman",)
+ENGINES = ("podman", "docker")
 """Container engines a local run can use (``--runtime``)."""
+DOCKER_SUBNETS = "10.213.{}.0/24"
+"""The attempt networks' subnets under docker (which gives a container a chosen ``--ip`` only
+on a network whose subnet was chosen): one of 256, picked from the run's id, the next taken
+when one is in use."""
 OUTPUTS_DIR = "outputs"
 """The run directory's folder bound into every container as ``ROXXEL_OUTPUT_DIR``."""
 RUN_LABEL = "dev.roxxel.run"
@@ -83,11 +91,26 @@ def unavailable_reason(engine: str = "podman") -> str | None:
     if engine not in ENGINES:
         return f"the container runtime must be one of {', '.join(ENGINES)}, got {engine!r}"
     if shutil.which(engine) is None:
+        install = "apt-get install podman iptables" if engine == "podman" else "apt-get install docker.io"
         return (
-            f"{engine} is not installed (on Debian/Ubuntu: apt-get install podman iptables); "
+            f"{engine} is not installed (on Debian/Ubuntu: {install}); "
             "or run the workers as processes (the default runtime)"
         )
+    if _is_docker(engine):
+        try:
+            info = subprocess.run(
+                [engine, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=20
+            )
+        except subprocess.TimeoutExpired:
+            return "the docker daemon did not answer `docker info` within 20s"
+        if info.returncode != 0:
+            said = " ".join(info.stderr.split())[-300:]
+            return f"the docker daemon does not answer ({said}); start it, or use --runtime podman"
     return None
+
+
+def _is_docker(engine: str) -> bool:
+    return Path(engine).name == "docker"
 
 
 def run_id(run_dir: Path) -> str:
@@ -97,7 +120,8 @@ def run_id(run_dir: Path) -> str:
 
 def check_image(engine: str, image: str) -> None:
     """Raises BackendError when ``image`` is not in ``engine``'s local store (a local run never pulls)."""
-    if _podman(engine, "image", "exists", image, check=False).returncode != 0:
+    probe = ("image", "inspect", image) if _is_docker(engine) else ("image", "exists", image)
+    if _podman(engine, *probe, check=False).returncode != 0:
         raise BackendError(
             f"image {image!r} is not in {engine}'s local store, and a local run never pulls: "
             "build it (roxxel-launch image build --tag IMAGE) and submit with --set image=IMAGE"
@@ -109,7 +133,7 @@ def check_image(engine: str, image: str) -> None:
 # ------------------------------------------------------------------------------------
 
 
-def _security_options(pod_sc: Mapping[str, Any], sc: Mapping[str, Any]) -> list[str]:
+def _security_options(pod_sc: Mapping[str, Any], sc: Mapping[str, Any], *, docker: bool = False) -> list[str]:
     user = sc.get("runAsUser", pod_sc.get("runAsUser"))
     group = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
     args = []
@@ -122,7 +146,8 @@ def _security_options(pod_sc: Mapping[str, Any], sc: Mapping[str, Any]) -> list[
     if sc.get("readOnlyRootFilesystem"):
         # Without --read-only-tmpfs=false podman would add writable /tmp, /run and /var/tmp,
         # which a pod's read-only root does not have.
-        args += ["--read-only", "--read-only-tmpfs=false"]
+        # (docker adds none.)
+        args += ["--read-only"] if docker else ["--read-only", "--read-only-tmpfs=false"]
     for cap in (sc.get("capabilities") or {}).get("drop") or ():
         args += ["--cap-drop", cap]
     for cap in (sc.get("capabilities") or {}).get("add") or ():
@@ -134,19 +159,23 @@ def _security_options(pod_sc: Mapping[str, Any], sc: Mapping[str, Any]) -> list[
     return args
 
 
-def _bind(source: str, target: str, *, read_only: bool, chown: bool = False) -> list[str]:
+def _bind(source: str, target: str, *, read_only: bool, chown: bool = False, docker: bool = False) -> list[str]:
+    """A bind mount; ``chown``: the pod's user may write it (podman's ``U`` option; docker has
+    none: the directory is made writable by every user, as an emptyDir is)."""
     if "," in source or "," in target:
         raise BackendError(
             f"cannot bind {source!r} at {target!r} into a container: a path with ',' "
             "cannot be given to podman --mount; use a path without one"
         )
     options = ["type=bind", f"source={source}", f"destination={target}"]
-    options += ["ro=true"] if read_only else (["U=true"] if chown else [])
+    if chown and not read_only and docker:
+        Path(source).chmod(0o1777)
+    options += ["ro=true"] if read_only else (["U=true"] if chown and not docker else [])
     return ["--mount", ",".join(options)]
 
 
 def _volume_options(
-    pod: rendered_pods.LocalPod, container: Mapping[str, Any], settings: LocalSettings
+    pod: rendered_pods.LocalPod, container: Mapping[str, Any], settings: LocalSettings, *, docker: bool = False
 ) -> tuple[list[str], list[str]]:
     """The volume options, and what cannot be mounted here (one line each)."""
     volumes = {v["name"]: v for v in pod.spec.get("volumes") or ()}
@@ -161,10 +190,10 @@ def _volume_options(
                 continue
             # An emptyDir is world-writable whatever the image has at its path; podman gives
             # a tmpfs over an image directory that directory's mode and owner unless told.
-            options = ["type=tmpfs", f"destination={path}", "tmpfs-mode=1777", "U=true"]
+            options = ["type=tmpfs", f"destination={path}", "tmpfs-mode=1777"] + ([] if docker else ["U=true"])
             args += ["--mount", ",".join(options + ([f"tmpfs-size={_podman_size(size)}"] if size else []))]
         elif path == contract.DATA_MOUNT_PATH and settings.data_dir is not None:
-            args += _bind(settings.data_dir, path, read_only=mount.get("readOnly", True))
+            args += _bind(settings.data_dir, path, read_only=mount.get("readOnly", True), docker=docker)
         else:
             kind = next((k for k in volume if k != "name"), "unknown")
             skipped.append(f"volume {mount['name']!r} ({kind}) at {path}")
@@ -218,7 +247,7 @@ def memory_limit(container: Mapping[str, Any]) -> str | None:
     return ((container.get("resources") or {}).get("limits") or {}).get("memory")
 
 
-def _local_paths(env: Mapping[str, str]) -> list[str]:
+def _local_paths(env: Mapping[str, str], *, docker: bool = False) -> list[str]:
     """Bind options for the run's outputs and its local checkpoint directory (read-write,
     given to the pod's user) and a local ``restore_from`` (read-only): object-store URLs need
     no mount."""
@@ -226,18 +255,20 @@ def _local_paths(env: Mapping[str, str]) -> list[str]:
     outputs = env.get(shared.ENV_OUTPUT_DIR, "")
     if outputs.startswith("/"):
         Path(outputs).mkdir(parents=True, exist_ok=True)
-        args += _bind(outputs, outputs, read_only=False, chown=True)
+        args += _bind(outputs, outputs, read_only=False, chown=True, docker=docker)
     checkpoint = env.get(shared.ENV_CHECKPOINT_DIR, "")
     if checkpoint.startswith("/"):
         Path(checkpoint).mkdir(parents=True, exist_ok=True)
-        args += _bind(checkpoint, checkpoint, read_only=False, chown=True)
+        args += _bind(checkpoint, checkpoint, read_only=False, chown=True, docker=docker)
     source = env.get(shared.ENV_RESTORE_FROM, "")
     if source.startswith("/") and Path(source).is_dir():
-        args += _bind(source, source, read_only=True)
+        args += _bind(source, source, read_only=True, docker=docker)
     return args
 
 
-def container_options(pod: rendered_pods.LocalPod, settings: LocalSettings, env: Mapping[str, str]) -> list[str]:
+def container_options(
+    pod: rendered_pods.LocalPod, settings: LocalSettings, env: Mapping[str, str], *, engine: str = "podman"
+) -> list[str]:
     """`podman create` options for ``pod``'s worker container (see the module docstring):
     user and groups, read-only root, capabilities, privilege escalation, resources, volumes,
     ``env``.
@@ -245,12 +276,15 @@ def container_options(pod: rendered_pods.LocalPod, settings: LocalSettings, env:
     Raises:
         BackendError: a path that cannot be mounted.
     """
+    docker = _is_docker(engine)
     container = pod.container(contract.CONTAINER_NAME)
-    args = _security_options(pod.spec.get("securityContext") or {}, container.get("securityContext") or {})
-    volumes, skipped = _volume_options(pod, container, settings)
+    args = _security_options(
+        pod.spec.get("securityContext") or {}, container.get("securityContext") or {}, docker=docker
+    )
+    volumes, skipped = _volume_options(pod, container, settings, docker=docker)
     for what in skipped:
         logger.warning("pod %s: %s is not mounted in a local container", pod.name, what)
-    args += resource_options(container) + volumes + _local_paths(env)
+    args += resource_options(container) + volumes + _local_paths(env, docker=docker)
     for name, value in env.items():
         args += ["--env", f"{name}={value}"]
     return args
@@ -340,7 +374,9 @@ class _Container(RunningWorker):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        _podman(self.engine, "rm", "--force", "--ignore", self.name, check=False)
+        _podman(
+            self.engine, "rm", "--force", *([] if _is_docker(self.engine) else ["--ignore"]), self.name, check=False
+        )
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
         return alive
@@ -370,7 +406,7 @@ class ContainerRuntime(WorkerRuntime):
             supervisor's environment, which is that of ``submit``).
     """
 
-    name = "podman"
+    name = "podman"  # or "docker": the engine's
 
     def __init__(self, run_dir: Path, engine: str = "podman", base_env: Mapping[str, str] | None = None):
         import os
@@ -380,6 +416,8 @@ class ContainerRuntime(WorkerRuntime):
         if found is None:
             raise BackendError(unavailable_reason(engine) or f"{engine} not found")
         self.engine, self.run_id = found, run_id(run_dir)
+        self.name = Path(engine).name  # the runtime's name (--runtime) is the engine's
+        self.docker = _is_docker(engine)
         self.base_env = os.environ if base_env is None else base_env
         self.network: str | None = None
         self.options: list[list[str]] = []
@@ -395,14 +433,34 @@ class ContainerRuntime(WorkerRuntime):
         """A fresh internal network for this attempt; the pods' addresses in it."""
         self.attempts += 1
         self.network = f"rxl-{self.run_id}-{self.attempts}"
-        _podman(self.engine, "network", "rm", "--force", self.network, check=False)
-        _podman(self.engine, "network", "create", "--internal", "--disable-dns", "--label", self._label(), self.network)
-        info = json.loads(_podman(self.engine, "network", "inspect", self.network).stdout)[0]
-        subnet = ipaddress.ip_network(info["subnets"][0]["subnet"])
+        if self.docker:
+            _podman(self.engine, "network", "rm", self.network, check=False)
+            subnet = self._docker_network()
+        else:
+            _podman(self.engine, "network", "rm", "--force", self.network, check=False)
+            create = ["network", "create", "--internal", "--disable-dns", "--label", self._label(), self.network]
+            _podman(self.engine, *create)
+            info = json.loads(_podman(self.engine, "network", "inspect", self.network).stdout)[0]
+            subnet = ipaddress.ip_network(info["subnets"][0]["subnet"])
         hosts = list(subnet.hosts())[10 : 10 + n]  # clear of the gateway at the start of the range
         if len(hosts) < n:
             raise BackendError(f"network {self.network} ({subnet}) has no room for {n} pods")
         return [str(h) for h in hosts]
+
+    def _docker_network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        """Creates this attempt's docker network on a subnet of :data:`DOCKER_SUBNETS` (the
+        run's own first, the next where one is in use); the subnet."""
+        first, network, errors = int(self.run_id, 16) % 256, self.network or "", ""
+        for i in range(256):
+            subnet = DOCKER_SUBNETS.format((first + i) % 256)
+            create = ["network", "create", "--internal", "--subnet", subnet, "--label", self._label(), network]
+            result = _podman(self.engine, *create, check=False)
+            if result.returncode == 0:
+                return ipaddress.ip_network(subnet)
+            errors = result.stderr.strip()
+            if "overlap" not in errors.lower():
+                break
+        raise BackendError(f"`{self.name} network create {network}` failed: {errors[-500:]}")
 
     def commands(
         self,
@@ -413,7 +471,9 @@ class ContainerRuntime(WorkerRuntime):
         network: Any = None,
     ) -> tuple[str, list[WorkerCommand]]:
         if network is not None:
-            raise BackendError("--netns and --runtime podman do not go together: containers have their own network")
+            raise BackendError(
+                f"--netns and --runtime {self.name} do not go together: containers have their own network"
+            )
         addresses = self._network_up(len(pods))
         hosts = [f"{name}:{ip}" for pod, ip in zip(pods, addresses) for name in (pod.name, *pod.dns_names)]
         commands, self.options, self.images, self.command_lengths, self.memory = [], [], [], [], []
@@ -424,7 +484,7 @@ class ContainerRuntime(WorkerRuntime):
             options = ["--network", self.network or "", "--ip", ip, "--hostname", pod.name, "--dns", "127.0.0.1"]
             for host in hosts:
                 options += ["--add-host", host]
-            self.options.append(options + container_options(pod, settings, env))
+            self.options.append(options + container_options(pod, settings, env, engine=self.engine))
             self.images.append(container["image"])
             self.memory.append(memory_limit(container))
             self.command_lengths.append(len(container.get("command") or ()))
@@ -448,22 +508,8 @@ class ContainerRuntime(WorkerRuntime):
         wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> RunningWorker:
         name = f"rxl-{self.run_id}-{self.attempts}-{index}"
-        command = self.command_lengths[index]
-        _podman(self.engine, "rm", "--force", "--ignore", name, check=False)
-        _podman(
-            self.engine,
-            "create",
-            "--pull=never",
-            "--name",
-            name,
-            "--label",
-            self._label(),
-            *self.options[index],
-            "--entrypoint",
-            json.dumps(list(argv[:command])),
-            self.images[index],
-            *argv[command:],
-        )
+        _podman(self.engine, *self._rm(name), check=False)
+        _podman(self.engine, *self.create_args(index, name, argv))
         # conmon (started by `podman start`) may write its `oom` file into its working
         # directory: one of the run's own per container, never the user's.
         workdir = self.run_dir / "containers" / name
@@ -479,6 +525,23 @@ class ContainerRuntime(WorkerRuntime):
         )
         return _Container(self.engine, name, proc, workdir=workdir, memory=self.memory[index])
 
+    def _rm(self, *names: str) -> list[str]:
+        # docker's rm has neither --ignore nor --time (a missing container is an error, ignored here).
+        return ["rm", "--force", *names] if self.docker else ["rm", "--force", "--ignore", *names]
+
+    def create_args(self, index: int, name: str, argv: Sequence[str]) -> list[str]:
+        """The engine's ``create`` arguments for pod ``index``'s container called ``name``
+        running ``argv`` (its first :attr:`command_lengths` items are the pod's ``command``:
+        the entrypoint, a JSON list for podman; docker takes one executable, the rest after
+        the image)."""
+        command = self.command_lengths[index]
+        if self.docker:
+            entrypoint, rest = argv[0], list(argv[1:])
+        else:
+            entrypoint, rest = json.dumps(list(argv[:command])), list(argv[command:])
+        head = ["create", "--pull=never", "--name", name, "--label", self._label(), *self.options[index]]
+        return [*head, "--entrypoint", entrypoint, self.images[index], *rest]
+
     def attempt_over(self) -> None:
         if self.network is not None:
             self._remove(network_too=True)
@@ -489,14 +552,15 @@ class ContainerRuntime(WorkerRuntime):
             self.engine, "ps", "--all", "--quiet", "--filter", f"label={self._label()}", check=False
         ).stdout.split()
         if ids:
-            _podman(self.engine, "rm", "--force", "--time", "0", *ids, check=False)
+            stop_now = [] if self.docker else ["--time", "0"]
+            _podman(self.engine, "rm", "--force", *stop_now, *ids, check=False)
         nets = []
         if network_too:
             nets = _podman(
                 self.engine, "network", "ls", "--quiet", "--filter", f"label={self._label()}", check=False
             ).stdout.split()
             if nets:
-                _podman(self.engine, "network", "rm", "--force", *nets, check=False)
+                _podman(self.engine, "network", "rm", *([] if self.docker else ["--force"]), *nets, check=False)
         return ids + nets
 
     def remove_run(self) -> list[str]:

@@ -1,7 +1,8 @@
 """The local runtimes by name (``--runtime``): what runs each pod's worker.
 
 ``process`` (the default): :class:`~roxxel_launch.backends.local.runtime.ProcessRuntime`;
-``podman``: :class:`~roxxel_launch.backends.local.containers.ContainerRuntime`.
+``podman`` and ``docker``: :class:`~roxxel_launch.backends.local.containers.ContainerRuntime`
+with that engine.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from roxxel_launch.backends.local.runtime import WorkerRuntime, default_runtime
 
 __all__ = ["RUNTIMES", "runtime_for"]
 
-RUNTIMES = ("process", "podman")
+RUNTIMES = ("process", "podman", "docker")
 """Names of the runtimes a local run can use; the first is the default."""
 
 
@@ -26,7 +27,7 @@ def runtime_for(name: str | None, run_dir: Path, python: str | None = None) -> W
     """
     if name in (None, "process"):
         return default_runtime(python)
-    if name == "podman":
+    if name in ("podman", "docker"):
         from roxxel_launch.backends.local.containers import ContainerRuntime
 
         return ContainerRuntime(run_dir, engine=name)
