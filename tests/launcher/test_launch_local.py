@@ -688,3 +688,23 @@ def test_suspend_stops_a_local_job_and_keeps_it_for_resume(tmp_path, root):
     pids = set(_status(root, name)["pids"]) | _program_pids(tmp_path)
     assert _cli(root, "delete", name, "--local").returncode == 0
     _assert_all_gone(pids)
+
+
+def test_exec_of_a_process_job_names_no_container_engine(tmp_path, root):
+    """Before, every local job's refusal said `podman ps ...`, a process job's too."""
+    import json as _json
+
+    from roxxel_launch.backends.local.rundir import LAUNCH_FILE, STATUS_FILE
+
+    for name, runtime in (("procs", "process"), ("ctrs", "docker")):
+        run_dir = root / name
+        run_dir.mkdir(parents=True)
+        (run_dir / STATUS_FILE).write_text(_json.dumps({"name": name, "state": "Succeeded", "attempts": []}))
+        (run_dir / LAUNCH_FILE).write_text(_json.dumps({"runtime": runtime}))
+    backend = L.LocalBackend(root)
+    with pytest.raises(BackendError) as err:
+        backend.exec("procs", ["true"], out=None, err=None)
+    assert "podman" not in str(err.value) and "docker" not in str(err.value)
+    assert f"in its run directory {root / 'procs'}" in str(err.value)
+    with pytest.raises(BackendError, match=r"docker ps --filter label=dev.roxxel.run=\w+ lists its containers"):
+        backend.exec("ctrs", ["true"], out=None, err=None)

@@ -350,17 +350,24 @@ class LocalBackend(Backend):
         return read_log(run_dir, run_dir / f"worker-{process}.log", follow)
 
     def exec(self, name: str, command, *, process: int = 0, container: str | None = None, out, err) -> int:
-        """Refused: a local worker is a process (or a podman container) of this machine.
+        """Refused: a local worker is a process (or a podman or docker container) of this machine.
 
         Raises: JobNotFoundError; BackendError saying what to run instead."""
-        from roxxel_launch.backends.local.containers import RUN_LABEL, run_id
+        from roxxel_launch.backends.local.containers import ENGINES, RUN_LABEL, run_id
 
         run_dir = self._existing(name)
+        try:
+            engine = read_json(run_dir / LAUNCH_FILE).get("runtime")
+        except (OSError, ValueError):
+            engine = None
+        where = f"run the command here, in its run directory {run_dir}"
+        if engine in ENGINES:  # only a container run's message names the engine
+            where = (
+                f"{engine} ps --filter label={RUN_LABEL}={run_id(run_dir)} lists its containers, "
+                f"then {engine} exec CONTAINER ..."
+            )
         raise BackendError(
-            f"exec runs a command in a Kubernetes pod; {name}'s local workers run on this "
-            f"machine: run the command here, in its run directory {run_dir} (with --runtime "
-            f"podman: podman ps --filter label={RUN_LABEL}={run_id(run_dir)}, then podman exec "
-            "CONTAINER ...)"
+            f"exec runs a command in a Kubernetes pod; {name}'s local workers run on this machine: {where}"
         )
 
     def port_forward(self, name: str, local_port: int, remote_port: int, *, process: int = 0, on_listen=None) -> None:
