@@ -14,7 +14,7 @@ from roxxel.format.atomic import commit, temp_name
 from roxxel.format.dataset_writer import DEFAULT_SHARD_SIZE, DatasetWriter
 from roxxel.format.errors import DatasetExistsError
 from roxxel.format.manifest import MANIFEST_NAME, Manifest
-from roxxel.tokenizers import ByteTokenizer, load_tokenizer
+from roxxel.tokenizers import ByteTokenizer, EosInTextError, load_tokenizer
 
 
 def write_dataset(
@@ -72,10 +72,13 @@ def write_dataset(
     if tok is not None:
         eos_id, vocab_size, ident = tok.eos_id, tok.vocab_size, tok.identity
 
-        def encode(d):
+        def encode(d, k=0):
             if isinstance(d, bytes) and not isinstance(tok, ByteTokenizer):
                 d = d.decode("utf-8")
-            return tok.encode(d) if isinstance(d, (str, bytes)) else d
+            try:
+                return tok.encode(d) if isinstance(d, (str, bytes)) else d
+            except EosInTextError as e:
+                raise EosInTextError(f"document {k}: {e}", k) from None
     else:
         ident = None
         if isinstance(separator, (bytes, bytearray)):
@@ -86,7 +89,7 @@ def write_dataset(
         elif separator is not None:
             eos_id = int(separator)
 
-        def encode(d):
+        def encode(d, k=0):
             return d.encode("utf-8") if isinstance(d, str) else d
 
     first, documents = _peek(documents)
@@ -103,7 +106,7 @@ def write_dataset(
             f"float arrays ({np.dtype(dtype).name}) have no end-of-document token: drop separator= / "
             "tokenizer= / eos_id= (the shard's document index keeps the arrays apart)"
         )
-    docs = (_with_tail(encode(d), tail) for d in documents)
+    docs = (_with_tail(encode(d, k), tail) for k, d in enumerate(documents))
     opts = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, tokenizer=ident)
 
     if path.endswith(".rox") and max_shard_bytes is None:

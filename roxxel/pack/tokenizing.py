@@ -17,9 +17,10 @@ from typing import Callable, Iterator
 import numpy as np
 
 from roxxel.format.dataset_writer import join_documents
+from roxxel.format.errors import for_cli
 from roxxel.format.layout import token_dtype_for_vocab
 from roxxel.pack.inputs import is_binary, iter_documents
-from roxxel.tokenizers import ByteTokenizer, HFTokenizer
+from roxxel.tokenizers import ByteTokenizer, EosInTextError, HFTokenizer
 
 log = logging.getLogger("roxxel.pack")  # one logger for the whole command: its name is what users filter on
 
@@ -40,10 +41,11 @@ def tokenized_batches(
     than the byte one gets UTF-8 text and refuses a file that is not (ValueError naming it).
     """
     batch: list = []
+    where: list[tuple[str, int]] = []  # each document's file and number in it, for an error
     nbytes = 0
     is_bytes = isinstance(tok, ByteTokenizer)
     for path in inputs:
-        for doc in iter_documents(path, fmt, text_field):
+        for number, doc in enumerate(iter_documents(path, fmt, text_field), 1):
             if isinstance(doc, bytes) and not include_binary and is_binary(doc):
                 log.warning("skipping %s: binary content (pass --include-binary to pack it)", path)
                 if on_skip is not None:
@@ -58,11 +60,23 @@ def tokenized_batches(
                     ) from None
             nbytes += len(doc)
             batch.append(doc)
+            where.append((path, number))
             if len(batch) == _BATCH:
-                yield tok.encode_batch(batch), nbytes
-                batch, nbytes = [], 0
+                yield _encoded(tok, batch, where), nbytes
+                batch, where, nbytes = [], [], 0
     if batch:
-        yield tok.encode_batch(batch), nbytes
+        yield _encoded(tok, batch, where), nbytes
+
+
+def _encoded(tok: ByteTokenizer | HFTokenizer, batch: list, where: list[tuple[str, int]]) -> list[np.ndarray]:
+    """``tok.encode_batch(batch)``; a document whose text encodes to the EOS id is refused naming its
+    file and its number there (``where``)."""
+    try:
+        return tok.encode_batch(batch)
+    except EosInTextError as e:
+        path, number = where[e.index]
+        named = f"{path}, document {number}: {e}"
+        raise for_cli(EosInTextError(named, e.index), f"{path}, document {number}: {e.cli_message}") from None  # type: ignore[attr-defined]
 
 
 def split_tasks(files: list[str]) -> list[list[str]]:
