@@ -173,8 +173,9 @@ def pack(
     """Pack INPUTS (files, directories, globs, or - for stdin) into a dataset at --output.
 
     Each text file is one document; each JSONL line / Parquet row is one document. Every
-    document ends with the EOS token. .gz and .zst inputs are decompressed (x.jsonl.gz is
-    JSONL); files with binary content are skipped and counted unless --include-binary.
+    document ends with the EOS token. .gz, .bz2, .xz and .zst inputs are decompressed, whole
+    or refused when cut short (x.jsonl.gz is JSONL); a null or non-text field is refused with
+    its line or row; files with binary content are skipped and counted unless --include-binary.
     Inputs are read in the order given, directories in sorted order, so document k is the
     k-th input document.
     """

@@ -53,7 +53,7 @@ def pack(
         lock_timeout: seconds to wait while another pack/append holds ``output`` (0: fail at once).
         include_binary: pack whole files with binary content (a NUL byte in the first 8 KiB) as
             documents too; by default they are skipped and ``on_skip(path)`` is called for each.
-            ``.gz``/``.zst`` inputs are decompressed first, so they are not binary.
+            Compressed inputs (``.gz``, ``.bz2``, ``.xz``, ``.zst``) are decompressed first, so they are not binary.
         on_progress: called with (documents, tokens, input bytes) added since the last call.
         jobs: processes that read and tokenize input files (0: one per CPU; 1, the default:
             none, one reader thread). Files go to them in tasks of up to 64 files or 4 MiB, and

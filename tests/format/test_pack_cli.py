@@ -116,7 +116,7 @@ def test_pack_errors_are_clear(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert proc.returncode == 1 and f"{bad}:2: expected an object with a string field 'text'" in proc.stderr
+    assert proc.returncode == 1 and f"{bad}:2: the line has no field 'text' (it has 'body')" in proc.stderr
     assert not (tmp_path / "o2" / "dataset.json").exists()
 
 
