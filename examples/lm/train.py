@@ -121,6 +121,12 @@ def parse_args(argv=None):
         "shuffled stream (what runs saved before the option took)",
     )
     p.add_argument("--log-every", type=int, default=20)
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print every metric on the progress lines (step and compile times, per-device rates, the "
+        "straggler report); the metrics CSV and TensorBoard always hold them",
+    )
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--checkpoint-every", type=int, default=200)
     p.add_argument("--temperature", type=float, default=0.7, help="of the sample printed at the end")
@@ -300,7 +306,7 @@ def main(argv=None) -> dict:
         run_name=args.run_name,
         restore_from=args.restore_from,
     )
-    logger = Logger(args.run_dir, total_steps=curriculum.total_steps)
+    logger = Logger(args.run_dir, total_steps=curriculum.total_steps, verbose=args.verbose)
     trainer = Trainer(
         model,
         optimizer,

@@ -1,5 +1,5 @@
 """Where the :class:`~roxxel.train.Logger`'s writer thread puts what it is given: stdout (a
-progress bar or one line per logged step, with an ETA), the timestamped system log, the
+progress bar or one short line per logged step, with an ETA), the timestamped system log, the
 metrics CSV (:mod:`roxxel.train.metrics_file`) and TensorBoard event files."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from roxxel.train.metrics_file import METRICS_CSV, MetricsCsv
 
-__all__ = ["LOSS_KEY", "SYSTEM_LOG", "TENSORBOARD_DIR", "TOKENS_PER_SEC_KEY", "Sink"]
+__all__ = ["DIAGNOSTIC_KEYS", "LINE_WIDTH", "LOSS_KEY", "SYSTEM_LOG", "TENSORBOARD_DIR", "TOKENS_PER_SEC_KEY", "Sink"]
 
 SYSTEM_LOG = "roxxel_system.log"
 TENSORBOARD_DIR = "tensorboard"
@@ -26,6 +26,26 @@ TENSORBOARD_DIR = "tensorboard"
 LOSS_KEY = "loss"
 TOKENS_PER_SEC_KEY = "tokens_per_sec"
 
+#: The Trainer's diagnostics (its Throughput callback, LearningRate, the straggler report, perplexity
+#: as exp(loss)): in the metrics CSV and TensorBoard, on a stdout line only with ``verbose=True``.
+DIAGNOSTIC_KEYS = frozenset(
+    {
+        "tokens_per_sec_per_device",
+        "step_time_s",
+        "compile_time_s",
+        "model_tflops_per_device",
+        "mfu",
+        "learning_rate",
+        "host_time_s_median",
+        "host_time_s_max",
+        "slowest_process",
+    }
+)
+
+#: The most columns a stdout metrics line takes (without ``verbose``): metrics that would pass it are
+#: left out, the loss and tokens/s first in line.
+LINE_WIDTH = 100
+
 _EVENT_FILES = itertools.count()  # TensorBoard event files this process opened (see Sink)
 
 
@@ -33,9 +53,17 @@ class Sink:
     """Everything the writer thread touches; used from that thread only."""
 
     def __init__(
-        self, log_dir: str, stdout: IO[str], *, tensorboard: bool, progress: bool, total_steps: int | None
+        self,
+        log_dir: str,
+        stdout: IO[str],
+        *,
+        tensorboard: bool,
+        progress: bool,
+        total_steps: int | None,
+        verbose: bool = False,
     ) -> None:
         self._stdout = stdout
+        self._verbose = verbose
         self._progress = progress
         self._total = total_steps
         self._bar: tqdm | None = None
@@ -122,14 +150,26 @@ class Sink:
 
     def _metrics_line(self, step: int, mono: float, values: dict[str, float]) -> str:
         head = f"step {step}" if self._total is None else f"step {step}/{self._total}"
-        parts = [head] + [f"{key}={_short(value)}" for key, value in values.items()]
+        tail = []
         if self._rate_origin is None or step < self._rate_origin[0]:
             self._rate_origin = (step, mono)
         origin_step, origin_time = self._rate_origin
         if self._total is not None and step > origin_step and mono > origin_time:
             rate = (step - origin_step) / (mono - origin_time)
-            parts.append(f"eta={datetime.timedelta(seconds=round(max(self._total - step, 0) / rate))}")
-        return "  ".join(parts)
+            tail.append(f"eta={datetime.timedelta(seconds=round(max(self._total - step, 0) / rate))}")
+        if self._verbose:
+            return "  ".join([head] + [f"{key}={_short(value)}" for key, value in values.items()] + tail)
+        # The loss and tokens/s first, then what is not a diagnostic, as long as the line stays short.
+        shown = sorted((key for key in values if not _diagnostic(key)), key=_first)
+        parts = [head]
+        width = len(head) + sum(len(t) + 2 for t in tail)
+        for key in shown:
+            part = f"{_LABELS.get(key, key)}={_short(values[key])}"
+            if width + 2 + len(part) > LINE_WIDTH:
+                continue
+            parts.append(part)
+            width += 2 + len(part)
+        return "  ".join(parts + tail)
 
     def _print(self, text: str, stream: IO[str]) -> None:
         if self._bar is not None:
@@ -157,6 +197,18 @@ class Sink:
             self._csv.close()
             if self._tb is not None:
                 self._tb.close()
+
+
+_FIRST_KEYS = (LOSS_KEY, TOKENS_PER_SEC_KEY)
+_LABELS = {TOKENS_PER_SEC_KEY: "tok/s"}  # as the progress bar says it
+
+
+def _first(key: str) -> int:
+    return _FIRST_KEYS.index(key) if key in _FIRST_KEYS else len(_FIRST_KEYS)
+
+
+def _diagnostic(key: str) -> bool:
+    return key in DIAGNOSTIC_KEYS or key == "perplexity" or key.endswith("_perplexity")
 
 
 def _timestamp(wall: float) -> str:

@@ -54,10 +54,11 @@ import traceback
 from collections.abc import Mapping
 from typing import IO, Any, Literal
 
-from roxxel.train.log_outputs import LOSS_KEY, SYSTEM_LOG, TENSORBOARD_DIR, TOKENS_PER_SEC_KEY, Sink
+from roxxel.train.log_outputs import DIAGNOSTIC_KEYS, LOSS_KEY, SYSTEM_LOG, TENSORBOARD_DIR, TOKENS_PER_SEC_KEY, Sink
 from roxxel.train.metrics_file import FIXED_COLUMNS, METRICS_CSV, read_metrics
 
 __all__ = [
+    "DIAGNOSTIC_KEYS",
     "LOSS_KEY",
     "METRICS_CSV",
     "SYSTEM_LOG",
@@ -96,6 +97,11 @@ class Logger:
         progress: ``True`` shows a tqdm progress bar (step/total, steps/s, loss,
             tokens/s, ETA) on ``stdout``; ``False`` prints one line per metrics call
             instead; ``None`` (default) chooses the bar when ``stdout`` is a terminal.
+        verbose: print every metric on those lines. By default a line holds the loss,
+            tokens/s (``tok/s``), the ETA and the row's other metrics that fit in 100
+            columns, leaving out the Trainer's diagnostics (``DIAGNOSTIC_KEYS``: per-device
+            rates, step and compile times, the straggler report, perplexities), which the
+            metrics CSV and TensorBoard always hold.
         total_steps: the run's last step, for the bar and the ETA; see :meth:`init_pbar`.
         stdout: text stream for messages, metric lines and the bar; default ``sys.stdout``.
 
@@ -116,6 +122,7 @@ class Logger:
         progress: bool | None = None,
         total_steps: int | None = None,
         stdout: IO[str] | None = None,
+        verbose: bool = False,
     ) -> None:
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a path, but got {type(log_dir).__name__}")
@@ -137,7 +144,12 @@ class Logger:
             isatty = getattr(self._stdout, "isatty", None)
             progress = bool(isatty()) if isatty is not None else False
         self._sink = Sink(
-            self.log_dir, self._stdout, tensorboard=tensorboard, progress=bool(progress), total_steps=self.total_steps
+            self.log_dir,
+            self._stdout,
+            tensorboard=tensorboard,
+            progress=bool(progress),
+            total_steps=self.total_steps,
+            verbose=bool(verbose),
         )
         self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         # A daemon thread: the interpreter joins non-daemon threads *before* running

@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from roxxel.train.log_outputs import LINE_WIDTH
 from roxxel.train.logger import METRICS_CSV, SYSTEM_LOG, TENSORBOARD_DIR, Logger, read_metrics
 
 from support import paths
@@ -183,9 +184,51 @@ def test_stdout_lines_when_not_a_terminal(tmp_path):
         lg.log_metrics_summary(10, {"loss": 2.34567, "tokens_per_sec": 123456.0})
         lg.log_metrics_summary(20, {"loss": 2.0})
     lines = out.getvalue().splitlines()
-    assert lines[:3] == ["hello", "WARNING: careful", "step 10/100  loss=2.346  tokens_per_sec=123.5k"]
+    assert lines[:3] == ["hello", "WARNING: careful", "step 10/100  loss=2.346  tok/s=123.5k"]
     assert lines[3].startswith("step 20/100  loss=2  eta=")
     assert "\r" not in out.getvalue()  # no progress bar
+
+
+# A row of a 2-process Trainer run, as the main job logged it (~230 columns when printed whole).
+TRAINER_ROW = {
+    "loss": 5.563,
+    "tokens_per_sec": 11700.0,
+    "tokens_per_sec_per_device": 2931.0,
+    "step_time_s": 0.1747,
+    "learning_rate": 0.01,
+    "accuracy": 0.25,
+    "perplexity": 260.7,
+    "host_time_s_median": 0.129,
+    "host_time_s_max": 0.155,
+    "slowest_process": 0.0,
+    "compile_time_s": 4.716,
+}
+
+
+def test_stdout_line_is_short_and_verbose_prints_everything(tmp_path):
+    out = io.StringIO()
+    with _logger(tmp_path / "short", stdout=out, total_steps=100000) as lg:
+        lg.log_metrics_summary(40, TRAINER_ROW)
+        lg.log_metrics_summary(60, {"tokens_per_sec": 1.0, "loss": 2.0})  # the loss first, whatever the order
+        lg.log_metrics_summary(80, {"eval_loss": 4.376, "eval_perplexity": 79.51})
+        lg.log_metrics_summary(99999, {f"metric_{i}": float(i) for i in range(20)})
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "step 40/100000  loss=5.563  tok/s=11.7k  accuracy=0.25"
+    assert lines[1].startswith("step 60/100000  loss=2  tok/s=1  eta=")
+    assert lines[2].startswith("step 80/100000  eval_loss=4.376  eta=")
+    assert lines[3].startswith("step 99999/100000  metric_0=0  metric_1=1") and lines[3].endswith("eta=0:00:00")
+    assert all(len(line) <= LINE_WIDTH for line in lines), [len(line) for line in lines]
+    assert len(lines[3]) > LINE_WIDTH - 12  # filled, then cut at a whole metric
+    assert set(read_metrics(tmp_path / "short")) == set(TRAINER_ROW) | {"eval_loss", "eval_perplexity"} | {
+        f"metric_{i}" for i in range(20)
+    }  # the file keeps every metric
+
+    out = io.StringIO()
+    with _logger(tmp_path / "verbose", stdout=out, total_steps=100, verbose=True) as lg:
+        lg.log_metrics_summary(40, TRAINER_ROW)
+    line = out.getvalue().strip()
+    assert line.startswith("step 40/100  loss=5.563  tokens_per_sec=11.7k  tokens_per_sec_per_device=2931")
+    assert line.endswith("slowest_process=0  compile_time_s=4.716")
 
 
 def test_progress_bar_when_forced(tmp_path):

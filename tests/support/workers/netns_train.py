@@ -110,6 +110,7 @@ PacedLogger.paced = checkpointer.latest_step() is None
 logger = PacedLogger(
     os.path.join(os.environ["ROXXEL_CHECKPOINT_DIR"], "..", f"logs-{info.process_id}"),
     total_steps=curriculum.total_steps,
+    verbose=True,  # test_launch_netns reads step_time_s from the lines
 )
 evals = {"eval_fn": evaluate, "eval_every": 3} if os.environ.get("SIGTERM_WINDOW") == "eval" else {}
 Trainer(
