@@ -173,7 +173,55 @@ def test_an_older_jobset_crd_is_refused_before_anything_is_created(fake, clock, 
             b.submit(S.spec_from_dict(SPEC))
     message = str(info.value)
     assert f"spec.failurePolicy.{field}" in message and "Upgrade JobSet" in message
-    assert "v0.8.0" in message and fake.calls("POST") == []
+    assert fake.calls("POST") == []
+    # The hint names a release whose CRD has every rendered field (before: v0.8.0, which lacks
+    # onJobFailureMessagePatterns, so following it led to the next refusal).
+    assert "install JobSet v0.10.0 or newer" in message and "download/v0.12.0/manifests.yaml" in message
+
+
+def sent_jobset(fake) -> dict:
+    """The JobSet body of the (dry-run) creates the launcher sent."""
+    return [c.body for c in fake.calls("POST", "jobsets")][-1]
+
+
+@pytest.mark.parametrize("release", ["v0.8.0", "v0.9.1"])
+def test_a_jobset_older_than_v0_10_gets_the_reduced_failure_policy(fake, clock, release, caplog):
+    """JobSet v0.8.0 and v0.9.1 serve no ``onJobFailureMessagePatterns`` (their own CRDs,
+    tests/fixtures/k8s): the JobSet is created without the configError rule and with the
+    Job's exit-78 rule Count, and one warning says what that costs. Before, every submit to
+    these clusters was refused."""
+    fake.serve_jobset_crd(release=release)
+    with caplog.at_level(logging.WARNING), K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict(SPEC))
+    jobset = fake.get("jobsets", "lm")
+    assert jobset is not None
+    rules = jobset["spec"]["failurePolicy"]["rules"]
+    assert [r["name"] for r in rules] == ["preemption"]
+    pod_rules = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]["rules"]
+    assert [r["action"] for r in pod_rules] == ["Count", "FailJob", "FailJob"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("older than v0.10.0" in w and "counts as a restart" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize("release", ["v0.10.0", None])
+def test_jobset_v0_10_and_newer_get_the_full_failure_policy(fake, clock, release):
+    fake.serve_jobset_crd(release=release)
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict(SPEC))
+    rules = fake.get("jobsets", "lm")["spec"]["failurePolicy"]["rules"]
+    assert [r["name"] for r in rules] == ["configError", "preemption"]
+    assert rules[0]["onJobFailureMessagePatterns"]
+
+
+def test_an_older_jobset_unread_gets_the_reduced_policy_after_strict_validation_refuses(fake, clock, caplog):
+    """Without permission to read CRDs, the server's strict refusal of
+    ``onJobFailureMessagePatterns`` alone leads to the same reduced JobSet."""
+    fake.serve_jobset_crd(release="v0.9.1")
+    fake.set_role([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])  # no ClusterRole
+    with caplog.at_level(logging.WARNING), K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict(SPEC))
+    assert [r["name"] for r in fake.get("jobsets", "lm")["spec"]["failurePolicy"]["rules"]] == ["preemption"]
+    assert any("older than v0.10.0" in r.getMessage() for r in caplog.records)
 
 
 def test_strict_field_validation_catches_what_the_crd_check_cannot_read(fake, clock):

@@ -95,6 +95,22 @@ def test_a_configuration_error_fails_the_jobset_at_once(fake, backend):
     assert "FailJobSetFailurePolicyAction" in status.message
 
 
+@pytest.mark.parametrize("release", ["v0.8.0", "v0.9.1"])
+def test_a_configuration_error_counts_as_a_restart_under_an_older_jobset(fake, backend, release):
+    """JobSet < v0.10.0 cannot match failure messages: the JobSet sent there fails a child Job
+    on exit 78 by its backoffLimit (the exit-78 rule is Count), which no rule matches, so the
+    JobSet restarts it and counts it; with ``max_restarts: 1`` the second one ends it. Not a
+    free restart for ever, as the preemption rule would make it."""
+    fake.serve_jobset_crd(release=release)
+    backend.submit(make_spec(max_restarts=1))
+    first = fake.exit_worker("lm", CONFIG_ERROR, process=1)
+    assert (first.action, first.counted, first.rule) == (policy.Action.RESTART, True, None)
+    second = fake.exit_worker("lm", CONFIG_ERROR, process=0)
+    assert (second.action, second.reason) == (policy.Action.FAIL, policy.REACHED_MAX_RESTARTS)
+    status = backend.status("lm")
+    assert (status.state, status.exit_code) == (JobState.FAILED, CONFIG_ERROR)
+
+
 def test_an_indexed_job_fails_by_its_pod_failure_policy(fake, backend):
     backend.submit(make_spec(name="lm", num_slices=1, workload="indexed-job"))
     decision = fake.exit_worker("lm", PREEMPTED, process=1, disrupted=True)

@@ -454,7 +454,7 @@ def test_an_interrupted_submit_rolls_back_too(server, backend, monkeypatch):
             dict(code=404, raw=b"404 page not found\n"),
             BackendError,
             r"JobSet API \(jobset.x-k8s.io/v1alpha2\) is not installed.*install JobSet.*kubectl apply --server-side -f "
-            r"https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml.*indexed-job",
+            r"https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml.*indexed-job",
         ),
         (
             dict(code=404, reason="NotFound", message="the server could not find the requested resource"),

@@ -35,11 +35,14 @@ class JobSets:
     def jobset_api(self, installed: bool) -> None:
         self._real.crd = installed
 
-    def serve_jobset_crd(self, *, without: tuple[str, ...] = ()) -> None:
+    def serve_jobset_crd(self, *, without: tuple[str, ...] = (), release: str | None = None) -> None:
         """Serve the JobSet CRD (tests/fixtures), with the named properties of
-        ``spec.failurePolicy`` removed (``restartStrategy``, ``rules``): an older JobSet."""
+        ``spec.failurePolicy`` removed (``restartStrategy``, ``rules``): an older JobSet; or
+        the CRD of JobSet ``release`` (``v0.8.0``, ``v0.9.1``, ``v0.10.0``: a release's own
+        CRD, trimmed; support.paths.OLD_JOBSET_CRDS)."""
         with self._lock:
             self._real.crd_without = tuple(without)
+            self._real.crd_release = release
             self._real.crd = True
 
     def restart(self, name: str) -> None:
@@ -61,23 +64,33 @@ class JobSets:
             return 404, status_object(
                 404, "NotFound", f'customresourcedefinitions.apiextensions.k8s.io "{name}" not found', name=name
             )
-        return 200, jobset_crd(real.crd_without)
+        return 200, jobset_crd(real.crd_without, real.crd_release)
 
     def _strict_jobset(self, request: Request) -> tuple[int, dict] | None:
-        """An older JobSet CRD (:meth:`serve_jobset_crd` ``without``): under
-        ``fieldValidation=Strict`` a field its schema lacks is an error, else it is dropped
-        silently (https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation)."""
-        missing = self._real.crd_without
-        policy = ((request.body or {}).get("spec") or {}).get("failurePolicy") or {}
-        unknown = [f for f in missing if f in policy]
+        """An older JobSet CRD (:meth:`serve_jobset_crd`): under ``fieldValidation=Strict`` a
+        field of ``spec.failurePolicy`` (its rules included) that its schema lacks is an error,
+        else it is pruned silently
+        (https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation;
+        https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#field-pruning)."""
+        real = self._real
+        if not real.crd_without and real.crd_release is None:
+            return None
+        policy = ((request.body or {}).get("spec") or {}).get("failurePolicy")
+        if not isinstance(policy, dict):
+            return None
+        version = next(
+            v for v in jobset_crd(real.crd_without, real.crd_release)["spec"]["versions"] if v["name"] == "v1alpha2"
+        )
+        schema = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].get("failurePolicy") or {}
+        unknown = list(_undeclared(policy, schema, ".spec.failurePolicy"))
         if not unknown:
             return None
         if request.query.get("fieldValidation") == "Strict":
             return 400, status_object(
-                400, "BadRequest", "; ".join(f".spec.failurePolicy.{f}: field not declared in schema" for f in unknown)
+                400, "BadRequest", "; ".join(f"{path}: field not declared in schema" for path, _, _ in unknown)
             )
-        for field in unknown:
-            del policy[field]
+        for _, parent, key in unknown:
+            del parent[key]
         return None
 
     def _gang_restart(
@@ -182,8 +195,32 @@ def _parsed_jobset_crd() -> dict:
     return yaml.safe_load(JOBSET_CRD.read_text())
 
 
-def jobset_crd(without: tuple[str, ...]) -> dict:
-    crd = copy.deepcopy(_parsed_jobset_crd())
+@functools.lru_cache(maxsize=4)
+def _parsed_release_crd(release: str) -> dict:
+    from support.paths import OLD_JOBSET_CRDS
+
+    return yaml.safe_load(OLD_JOBSET_CRDS[release].read_text())
+
+
+def _undeclared(obj: dict, schema: dict, path: str):
+    """(path, parent, key) of each key of ``obj`` (and of its lists' objects) that ``schema``'s
+    ``properties`` do not declare, as a structural schema prunes them."""
+    properties = schema.get("properties") or {}
+    for key, value in obj.items():
+        if key not in properties:
+            yield f"{path}.{key}", obj, key
+            continue
+        sub = properties[key]
+        if isinstance(value, dict):
+            yield from _undeclared(value, sub, f"{path}.{key}")
+        elif isinstance(value, list) and isinstance(sub.get("items"), dict):
+            for i, item in enumerate(value):
+                if isinstance(item, dict):
+                    yield from _undeclared(item, sub["items"], f"{path}.{key}[{i}]")
+
+
+def jobset_crd(without: tuple[str, ...], release: str | None = None) -> dict:
+    crd = copy.deepcopy(_parsed_jobset_crd() if release is None else _parsed_release_crd(release))
     for version in crd["spec"]["versions"]:
         spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
         policy = spec["properties"].get("failurePolicy") or {}

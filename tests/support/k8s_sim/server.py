@@ -340,6 +340,7 @@ class SimState:
         self.used: set[tuple[str, str, str]] = set()
         self.crd = True  # JobSet is installed: its CRD is served
         self.crd_without: tuple[str, ...] = ()
+        self.crd_release: str | None = None  # an older JobSet's CRD (serve_jobset_crd), None: the newest
         self.local_queues: set[str] | None = None
         self.priority_classes: set[str] = set()
         self.kueue_versions: tuple[str, ...] = ("v1beta1",)

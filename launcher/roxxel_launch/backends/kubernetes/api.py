@@ -41,9 +41,13 @@ JOBSET_VERSION = "v1alpha2"
 JOBSET_PLURAL = "jobsets"
 FIELD_MANAGER = "roxxel-launch"
 FOREGROUND = "Foreground"
+# JobSet v0.8 and v0.9 run jobs with a reduced failure policy (preflight.without_message_patterns);
+# v0.10.0 is the first whose CRD has every field rendered (onJobFailureMessagePatterns).
+# The release named is one whose CRD the tests use (tests/fixtures/k8s).
+JOBSET_MIN_FULL_VERSION = "v0.10.0"
 JOBSET_INSTALL_HINT = (
-    "install JobSet (v0.8.0 or newer): kubectl apply --server-side -f "
-    "https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml"
+    f"install JobSet {JOBSET_MIN_FULL_VERSION} or newer: kubectl apply --server-side -f "
+    "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"
 )
 INCLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 DEFAULT_KUBECONFIG = "~/.kube/config"

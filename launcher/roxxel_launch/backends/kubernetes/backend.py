@@ -244,7 +244,7 @@ class KubernetesBackend(Backend):
                 call created before the failure has been deleted again.
         """
         spec, objects = self._prepare(spec)
-        preflight(self.api, spec, objects, fit_check=self.fit_check)
+        objects = preflight(self.api, spec, objects, fit_check=self.fit_check)
         return create_all(self.api, spec, objects, dry_run=dry_run)
 
     def status(self, name: str) -> JobStatus:
@@ -522,7 +522,7 @@ class KubernetesBackend(Backend):
         # Check offline and against the cluster (CRD, Kueue, fit) before deleting anything: a
         # refusal after the delete would leave no job and no stored spec.
         placed, objects = self._prepare(stored)
-        preflight(self.api, placed, objects, fit_check=self.fit_check)
+        objects = preflight(self.api, placed, objects, fit_check=self.fit_check)
         logger.info(
             "resuming %s (%s, run %s): replacing %s",
             name,

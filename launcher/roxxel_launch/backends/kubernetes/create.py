@@ -23,6 +23,9 @@ from roxxel_launch.backends.kubernetes.preflight import (
     check_multislice_network,
     check_workload_priority_class,
     kueue_version,
+    only_message_patterns_refused,
+    warn_reduced_failure_policy,
+    without_message_patterns,
 )
 from roxxel_launch.backends.kubernetes.removal import companion_kinds
 from roxxel_launch.spec import JobSpec
@@ -35,8 +38,7 @@ def create_all(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, dr
     passed; on a failure, what was created is deleted again (:func:`rollback`).
 
     Raises: JobExistsError, BackendError (with what the rollback did added)."""
-    for obj in objects:
-        dry_run_create(api, spec, obj)
+    objects = [dry_run_create(api, spec, obj) for obj in objects]
     idents = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects)
     logger.info("server-side dry run accepted %s in namespace %s", idents, spec.namespace)
     if dry_run:
@@ -95,14 +97,14 @@ def own_companions(api: KubernetesApi, created: Sequence[Mapping], answers: Sequ
             )
 
 
-def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[Mapping], *, fit_check: bool) -> None:
-    """The installed JobSet CRD serves every field the JobSet uses, and the spec's Kueue
-    LocalQueue and WorkloadPriorityClass exist (see :mod:`.preflight`), and the nodes can hold
-    a worker (:mod:`.fit`); a multislice job on the pod network hears whether it could use the
-    host's. Raises: BackendError."""
-    for obj in objects:
-        if obj["kind"] == "JobSet":
-            check_jobset_crd(api, obj)
+def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, fit_check: bool) -> list[dict]:
+    """The installed JobSet CRD serves every field the JobSet uses (or the JobSet is sent in
+    the form an older JobSet accepts), and the spec's Kueue LocalQueue and
+    WorkloadPriorityClass exist (see :mod:`.preflight`), and the nodes can hold a worker
+    (:mod:`.fit`); a multislice job on the pod network hears whether it could use the host's.
+
+    Returns: the objects to create, in order. Raises: BackendError."""
+    objects = [dict(check_jobset_crd(api, obj)) if obj["kind"] == "JobSet" else obj for obj in objects]
     check_multislice_network(api, spec)
     if fit_check:
         check_fit(api, objects)
@@ -114,16 +116,27 @@ def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[Mapping], *, 
             check_local_queue(api, spec.queue, api.namespace, version)
         if spec.workload_priority_class:
             check_workload_priority_class(api, spec.workload_priority_class, version)
+    return objects
 
 
-def dry_run_create(api: KubernetesApi, spec: JobSpec, obj: Mapping) -> None:
-    """A server-side dry run of one create. A companion (Service, NetworkPolicy) that
-    exists already is either the job's, and the error names the job, or one of ours
-    left behind by a job deleted with kubectl (no JobSet/Job of that name any more),
-    which is deleted so that the job can be made again."""
+def dry_run_create(api: KubernetesApi, spec: JobSpec, obj: dict) -> dict:
+    """A server-side dry run of one create; returns the object to create. A companion
+    (Service, NetworkPolicy) that exists already is either the job's, and the error names
+    the job, or one of ours left behind by a job deleted with kubectl (no JobSet/Job of that
+    name any more), which is deleted so that the job can be made again. A JobSet that strict
+    field validation refuses for ``onJobFailureMessagePatterns`` alone (a JobSet older than
+    v0.10.0 whose CRD could not be read before) is tried again without message patterns
+    (:func:`.preflight.without_message_patterns`), with the same warning as the CRD check's."""
     try:
         api.create(obj, dry_run=True)
-        return
+        return obj
+    except BackendError as err:
+        if obj["kind"] != "JobSet" or not only_message_patterns_refused(str(err)):
+            raise
+        warn_reduced_failure_policy(obj)
+        reduced = without_message_patterns(obj)
+        api.create(reduced, dry_run=True)
+        return reduced
     except JobExistsError:
         if obj["kind"] not in ("Service", "NetworkPolicy"):
             raise
@@ -141,6 +154,7 @@ def dry_run_create(api: KubernetesApi, spec: JobSpec, obj: Mapping) -> None:
     )
     api.delete(obj["kind"], spec.name)
     api.create(obj, dry_run=True)
+    return obj
 
 
 def rollback(api: KubernetesApi, created: list[dict]) -> str:

@@ -9,6 +9,16 @@ fix. Reading a CRD needs a cluster-scoped permission (``get customresourcedefini
 that a namespaced Role cannot grant: without it the check is skipped (logged) and strict
 field validation remains the guard.
 
+JobSet before v0.10.0 has no ``failurePolicy.rules[].onJobFailureMessagePatterns`` (the v0.8.0
+and v0.9.1 CRDs lack it; kubernetes-sigs/jobset v0.10.0 added it,
+config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml). The rendered ``configError`` rule
+uses it to tell a worker's configuration error (exit 78) from a preemption, both of which fail
+the child Job with reason ``PodFailurePolicy``. When the served CRD lacks only that field, the
+JobSet is sent in the form the older controller accepts (:func:`without_message_patterns`):
+no ``configError`` rule, and the Job's exit-78 rule ``Count`` instead of ``FailJob``, so exit 78
+fails the child Job with ``BackoffLimitExceeded`` and counts as a restart against
+``max_restarts`` (instead of ending the JobSet at once). A warning says so.
+
 A spec with a Kueue ``queue`` needs that LocalQueue in the job's namespace: Kueue leaves a
 job whose queue does not exist suspended for ever, with no error anywhere. The same for its
 ``workload_priority_class``: Kueue creates no Workload for a job whose WorkloadPriorityClass
@@ -25,6 +35,7 @@ https://kubernetes.io/docs/concepts/overview/kubernetes-api/#discovery-api).
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 from collections.abc import Iterator, Mapping
@@ -32,10 +43,12 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 
+from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError, JobNotFoundError
 from roxxel_launch.backends.kubernetes.api import (
     JOBSET_GROUP,
     JOBSET_INSTALL_HINT,
+    JOBSET_MIN_FULL_VERSION,
     JOBSET_PLURAL,
     JOBSET_VERSION,
     KubernetesApi,
@@ -110,8 +123,16 @@ def unknown_fields(obj: Any, schema: Mapping, path: str = "") -> Iterator[str]:
             yield from unknown_fields(item, schema["items"], f"{path}[]")
 
 
-def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> None:
-    """Refuses a JobSet that uses a field the installed JobSet CRD does not serve.
+# The field JobSet v0.10.0 added to failure-policy rules; the configError rule needs it.
+MESSAGE_PATTERNS_FIELD = "spec.failurePolicy.rules[].onJobFailureMessagePatterns"
+CONFIG_ERROR_RULE = "configError"  # jobset.yaml.j2's rule name
+
+
+def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> Mapping:
+    """Checks the JobSet against the installed JobSet CRD and returns it as it will be sent:
+    unchanged, or without message patterns for a JobSet older than v0.10.0
+    (:func:`without_message_patterns`, with a warning). Skipped (logged, ``jobset`` returned)
+    when the CRD cannot be read.
 
     Raises: BackendError naming the fields and the upgrade; JobSet not installed.
     """
@@ -127,7 +148,7 @@ def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> None:
     except JobNotFoundError as err:
         if _resource_type_missing(err.__cause__):  # no apiextensions API answered: skip
             logger.info("cannot read CRD %s here; relying on strict field validation", JOBSET_CRD_NAME)
-            return
+            return jobset
         raise BackendError(
             f"the JobSet API is not installed in this cluster (no CRD {JOBSET_CRD_NAME}). "
             f"{JOBSET_INSTALL_HINT} — or use workload: indexed-job, which needs no JobSet "
@@ -141,7 +162,7 @@ def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> None:
             JOBSET_CRD_NAME,
             getattr(err.__cause__, "status", err),
         )
-        return
+        return jobset
     versions = (crd.get("spec") or {}).get("versions") or []
     served = next((v for v in versions if v.get("name") == JOBSET_VERSION), None)
     if served is None or not served.get("served", True):
@@ -152,6 +173,9 @@ def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> None:
         )
     schema = (served.get("schema") or {}).get("openAPIV3Schema") or {}
     missing = sorted(set(unknown_fields({"spec": jobset.get("spec") or {}}, schema)))
+    if missing == [MESSAGE_PATTERNS_FIELD]:
+        warn_reduced_failure_policy(jobset)
+        return without_message_patterns(jobset)
     if missing:
         raise BackendError(
             f"the JobSet installed in this cluster does not know {', '.join(missing)} (its CRD "
@@ -159,6 +183,62 @@ def check_jobset_crd(api: KubernetesApi, jobset: Mapping) -> None:
             "would drop it silently (without failure-policy rules, preemptions count against "
             f"max_restarts). Nothing was created. Upgrade JobSet: {JOBSET_INSTALL_HINT}."
         )
+    return jobset
+
+
+def warn_reduced_failure_policy(jobset: Mapping) -> None:
+    """The one warning for a JobSet sent without message patterns (an older JobSet)."""
+    logger.warning(
+        "%s: the JobSet installed in this cluster is older than %s (its CRD has no "
+        "onJobFailureMessagePatterns), so a configuration error (exit %d) counts as a restart against "
+        "max_restarts instead of failing the job at once; to fail it at once, %s",
+        (jobset.get("metadata") or {}).get("name", "?"),
+        JOBSET_MIN_FULL_VERSION,
+        contract.CONFIG_ERROR_EXIT_CODE,
+        JOBSET_INSTALL_HINT,
+    )
+
+
+_UNKNOWN_FIELD = re.compile(r"(?:unknown field \W*|\.?)(spec\.[\w.\[\]]+?)\W*(?::|\s|$)")
+
+
+def only_message_patterns_refused(error: str) -> bool:
+    """Whether a create's error is strict field validation refusing the failure-policy
+    rules' ``onJobFailureMessagePatterns`` and nothing else (the API server names each field:
+    ``unknown field "spec.failurePolicy.rules[0].onJobFailureMessagePatterns"``;
+    https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation)."""
+    if "onJobFailureMessagePatterns" not in error:
+        return False
+    fields = set(_UNKNOWN_FIELD.findall(error))
+    return bool(fields) and all(
+        f.endswith(".onJobFailureMessagePatterns") and "failurePolicy.rules" in f for f in fields
+    )
+
+
+def without_message_patterns(jobset: Mapping) -> dict:
+    """The JobSet for a controller older than v0.10.0, which cannot match a child Job's failure
+    message: a copy without the ``configError`` rule, whose child Jobs' podFailurePolicy
+    ``Count`` exit code 78 instead of failing the Job with reason ``PodFailurePolicy`` (which
+    the ``preemption`` rule would restart for free, for ever). With ``backoffLimit: 0`` the
+    Job then fails with ``BackoffLimitExceeded``, which no rule matches: the JobSet restarts
+    and counts it against ``maxRestarts`` (https://jobset.sigs.k8s.io/docs/concepts/#failure-policy;
+    https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-failure-policy).
+    Other rules keep their places, so the Job controller's "rule at index N" messages do too.
+    """
+    out = copy.deepcopy(dict(jobset))
+    policy = out.get("spec", {}).get("failurePolicy") or {}
+    policy["rules"] = [r for r in policy.get("rules") or [] if r.get("name") != CONFIG_ERROR_RULE]
+    for rjob in out.get("spec", {}).get("replicatedJobs") or []:
+        job_spec = (rjob.get("template") or {}).get("spec") or {}
+        for rule in (job_spec.get("podFailurePolicy") or {}).get("rules") or []:
+            codes = rule.get("onExitCodes") or {}
+            if (
+                rule.get("action") == "FailJob"
+                and codes.get("operator") == "In"
+                and contract.CONFIG_ERROR_EXIT_CODE in (codes.get("values") or ())
+            ):
+                rule["action"] = "Count"
+    return out
 
 
 def check_local_queue(api: KubernetesApi, queue: str, namespace: str, version: str = KUEUE_VERSION) -> None:
