@@ -48,7 +48,11 @@ def write_dataset(
         dtype: token dtype; signed requests map to the unsigned type of the same width. Default:
             from the tokenizer's vocabulary, ``uint8`` for text/bytes, else the first array's
             dtype: a ``float16``/``bfloat16``/``float32`` array makes a float dataset (detected,
-            as the original did; no separator, tokenizer or EOS then), ``float64`` is refused.
+            as the original did; no separator, tokenizer or EOS then), a ``float64`` one a
+            ``float32`` dataset. Every float array is then cast to that dtype only where each of
+            its values is kept: one that would round or overflow to inf is refused, naming the
+            document. With ``dtype=`` given, values it rounds are rounded (said once in a
+            warning); values beyond its range are still refused.
         tokenizer: ``"bytes"``, a ``tokenizer.json`` path or a ``tokenizers.Tokenizer``; strings are
             encoded with it and its EOS id ends every document.
         eos_id, vocab_size: set them explicitly (e.g. for pre-tokenized arrays).
@@ -95,6 +99,7 @@ def write_dataset(
     first, documents = _peek(documents)
     if first is None:
         raise ValueError(f"no documents to write to {path}")
+    round_floats = dtype is not None  # asked for: a float that dtype rounds is rounded (said once)
     if dtype is None and vocab_size is None:
         dtype = _default_dtype(encode(first), eos_id)
     if (
@@ -107,7 +112,7 @@ def write_dataset(
             "tokenizer= / eos_id= (the shard's document index keeps the arrays apart)"
         )
     docs = (_with_tail(encode(d, k), tail) for k, d in enumerate(documents))
-    opts = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, tokenizer=ident)
+    opts = dict(dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, tokenizer=ident, round_floats=round_floats)
 
     if path.endswith(".rox") and max_shard_bytes is None:
         _write_single_shard(path, docs, opts, append)
@@ -156,7 +161,10 @@ def _peek(it: Iterator) -> tuple[Any, Iterator]:
 def _default_dtype(first, eos_id: int | None) -> np.dtype:
     if isinstance(first, (bytes, bytearray, memoryview)):
         return np.dtype(np.uint8) if eos_id is None or eos_id < 256 else np.dtype(np.uint16)
-    return layout.normalize_dtype(np.asarray(first).dtype)  # float16/bfloat16/float32 kept; float64 refused
+    dtype = np.asarray(first).dtype
+    if layout.is_float(dtype) and dtype.name not in layout.FLOAT_DTYPES:
+        return np.dtype(np.float32)  # float64: stored as float32 where every value is kept (else refused)
+    return layout.normalize_dtype(dtype)  # float16/bfloat16/float32 kept
 
 
 def _with_tail(doc, tail: np.ndarray):

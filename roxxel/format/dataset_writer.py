@@ -57,12 +57,16 @@ class DatasetWriter:
             :class:`_BackgroundChecksums`), in parallel with writing. The arrays handed to
             ``add_*`` are then read after the call returns: the caller must not change them
             (``roxxel pack`` hands over arrays it never touches again).
+        round_floats: for float data, the caller chose ``dtype``: a value it cannot hold exactly
+            (float64's 0.1 in float32, float32's 1.0001 in bfloat16) is rounded, said once in a
+            warning. False (``Roxxel.write`` without ``dtype=``, whose first array chose it):
+            refused. A finite value beyond the dtype's range (it would become inf) is always refused.
 
     Raises:
         DatasetLockedError: another writer holds the dataset's lock past ``lock_timeout``.
         DatasetExistsError: the target holds a dataset or shards and ``append`` is False.
         DtypeMismatchError: appending with a different dtype, vocabulary, EOS id or tokenizer;
-            a token outside ``[0, vocab_size)``.
+            a token outside ``[0, vocab_size)``; a float value the dtype cannot keep (see ``round_floats``).
 
     Use as a context manager: the dataset is committed when the block exits normally and
     discarded (temporary files removed) when it raises.
@@ -81,6 +85,7 @@ class DatasetWriter:
         append: bool = False,
         lock_timeout: float = 0.0,
         background_checksums: bool = False,
+        round_floats: bool = True,
     ):
         if shard_size < 1:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size}")
@@ -109,6 +114,8 @@ class DatasetWriter:
         self.vocab_size, self.eos_id, self.tokenizer = vocab_size, eos_id, tokenizer
         self._limit = vocab_size if vocab_size is not None else self.shard_dtype.id_limit
         self._eos = None if eos_id is None else np.array([eos_id], self.dtype)
+        self.round_floats = round_floats
+        self._said_rounding = False
         self.marker_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".incomplete")
         self._made_directory = not os.path.isdir(self.directory)  # an abort removes it again, if left empty
         self._lock_path = os.path.join(self.directory, "." + os.path.basename(manifest_path) + ".lock")
@@ -257,10 +264,10 @@ class DatasetWriter:
         arr = np.asarray(tokens)
         if arr.ndim != 1:
             arr = _one_document(arr, doc)
-        if not self.shard_dtype.ids:  # numbers of any kind, cast; ids are range-checked below
+        if not self.shard_dtype.ids:  # numbers of any kind, cast only where every value is kept
             if arr.size and not (layout.is_float(arr.dtype) or arr.dtype.kind in "iu"):
                 raise DtypeMismatchError(f"document {doc}: {self.dtype.name} data must be numbers, got {arr.dtype}")
-            return arr.astype(self.dtype, copy=False)
+            return self._floats(arr, doc)
         if self._fits(arr.dtype):
             return arr.astype(self.dtype, copy=False)  # every value of this type fits: no range check
         if arr.dtype.kind not in "iu":
@@ -277,6 +284,40 @@ class DatasetWriter:
                 f"(vocab_size={self.vocab_size}, dtype={self.dtype.name})"
             )
         return arr.astype(self.dtype)
+
+    def _floats(self, arr: np.ndarray, doc: int) -> np.ndarray:
+        """``arr`` (floats or integers) as this float dataset's dtype, refused where the cast would
+        change a value's meaning: a finite value beyond the dtype's range (it would become inf),
+        always; a value that rounds (a float's precision, an integer past the mantissa), unless
+        the caller chose the dtype (``round_floats``: then it is said once)."""
+        if arr.dtype == self.dtype or not arr.size:
+            return arr.astype(self.dtype, copy=False)
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):  # checked below
+            out = arr.astype(self.dtype)
+        overflow, changed = _cast_changes(arr, out, rounding=not (self.round_floats and self._said_rounding))
+        if overflow is not None:
+            raise DtypeMismatchError(_overflow_message(arr, out, overflow, doc, self.dtype))
+        if changed is not None:
+            k = int(np.argmax(changed))
+            value, stored = arr[k].item(), out[k].item()
+            if not self.round_floats:
+                raise DtypeMismatchError(
+                    f"document {doc}: {arr.dtype.name} value {value!r} (at index {k}) would be stored as {stored!r} "
+                    f"in {self.dtype.name}, the dtype the first array chose; pass dtype='{self.dtype.name}' "
+                    f"to round on purpose{_keep_hint(value)}"
+                )
+            if not self._said_rounding:
+                self._said_rounding = True
+                log.warning(
+                    "document %d: %s values rounded to %s, as dtype='%s' asks (%r became %r); said once",
+                    doc,
+                    arr.dtype.name,
+                    self.dtype.name,
+                    self.dtype.name,
+                    value,
+                    stored,
+                )
+        return out
 
     def add_document(self, tokens: np.ndarray | Iterable[np.ndarray]) -> None:
         """Append one document: an integer array (or a sequence of ints), or an iterator of such chunks.
@@ -502,6 +543,62 @@ class DatasetWriter:
             self.close()
         elif not self._closed:
             self.abort()
+
+
+def _cast_changes(arr: np.ndarray, out: np.ndarray, rounding: bool) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Where ``out`` (``arr`` cast to a float dtype) does not hold ``arr``'s value: (a finite value
+    became inf, a value changed: looked for only if ``rounding``), each None where there is none.
+
+    Vectorised and exact for every source dtype: integers are compared as integers, floats in a
+    type that holds both. The common case (no value lost) costs a pass or two over the arrays.
+    """
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        inf = np.isinf(out)
+        if arr.dtype.kind in "iu":  # no integer is inf: every inf is an overflow
+            overflow = inf if inf.any() else None
+            if not rounding or overflow is not None:
+                return overflow, None
+            wide = out.astype(np.float64)  # exact: every stored float fits a float64, and is integer-valued here
+            bits = 8 * arr.dtype.itemsize - (arr.dtype.kind == "i")
+            fits = (wide >= (-(2.0**bits) if arr.dtype.kind == "i" else 0.0)) & (wide < 2.0**bits)
+            changed = ~fits | (np.where(fits, wide, 0).astype(arr.dtype) != arr)
+            return None, (changed if changed.any() else None)
+        overflow = (inf & np.isfinite(arr)) if inf.any() else None
+        if overflow is not None and overflow.any():
+            return overflow, None
+        if not rounding:
+            return None, None
+        common = np.longdouble if arr.dtype == np.longdouble else np.float64
+        changed = out.astype(common) != arr.astype(common, copy=False)
+        if changed.any():
+            changed &= ~np.isnan(arr)  # NaN stays NaN (and never compares equal)
+        return None, (changed if changed.any() else None)
+
+
+def _overflow_message(arr: np.ndarray, out: np.ndarray, overflow: np.ndarray, doc: int, dtype: np.dtype) -> str:
+    k = int(np.argmax(overflow))
+    value = arr[k].item()
+    with np.errstate(over="ignore", invalid="ignore"):
+        stored = {name: np.asarray(value).astype(layout.normalize_dtype(name)) for name in layout.FLOAT_DTYPES}
+        exact = [name for name, v in stored.items() if v.astype(np.longdouble) == np.longdouble(value)]
+        finite = [name for name, v in stored.items() if np.isfinite(v.astype(np.float64))]
+    wider = exact or finite
+    fix = (
+        f"pass dtype={' or '.join(repr(w) for w in wider)}"
+        if wider
+        else "scale or clip them (float32, the widest stored float, holds up to 3.4e38)"
+    )
+    return (
+        f"document {doc}: {arr.dtype.name} value {value!r} (at index {k}) is beyond {dtype.name}'s range and would be "
+        f"stored as {out[k].item()!r}; {fix}"
+    )
+
+
+def _keep_hint(value) -> str:
+    """How to keep ``value`` exactly, if a stored float dtype can."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        kept = np.float32(value) == np.longdouble(value)
+    return ", or dtype='float32' to keep it" if kept else " (no stored float holds it exactly: float32 is the widest)"
 
 
 def _one_document(arr: np.ndarray, doc: int) -> np.ndarray:

@@ -79,10 +79,15 @@ def test_token_outside_vocabulary_is_refused(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".rox")]
 
 
-def test_float64_documents_are_refused(tmp_path):
-    # float16/bfloat16/float32 arrays are stored (tests/format/test_format_floats.py); float64 would need a downcast
+def test_float64_documents_are_refused_where_float32_would_change_them(tmp_path):
+    # float16/bfloat16/float32 arrays are stored (tests/format/test_format_floats.py); float64 ones
+    # as float32 where that keeps every value (tests/format/test_format_float_casts.py)
     with pytest.raises(ValueError, match="float arrays are stored as float16, bfloat16, float32, got 'float64'"):
-        Roxxel(str(tmp_path / "x.rox")).write([np.zeros(3, np.float64)])
+        Roxxel(str(tmp_path / "x.rox")).write([np.zeros(3, np.float64)], dtype="float64")
+    with pytest.raises(ValueError, match="float64 value 1e-300 .* would be stored as 0.0 in float32"):
+        Roxxel(str(tmp_path / "x.rox")).write([np.full(3, 1e-300)])
+    Roxxel(str(tmp_path / "x.rox")).write([np.zeros(3, np.float64)])
+    assert Roxxel(str(tmp_path / "x.rox")).dtype == np.float32
 
 
 def test_token_data_is_page_aligned_and_zero_copy(tmp_path):
