@@ -340,7 +340,7 @@ def main(argv=None) -> dict:
             sample = f"(not drawn: {no_tok})"
         how = f"temperature {args.temperature}" + (f", top {args.top_k}" if args.top_k else "")
         print(final_report(args.run_dir, sample, how, baseline))
-        for line in optional_outputs(args.run_dir):
+        for line in optional_outputs(args.run_dir, baseline):
             print(line)
     roxxel.distributed.shutdown()  # leave the cluster together
     return final
@@ -366,8 +366,9 @@ def final_report(run_dir: str, sample: str, how: str, baseline: float) -> str:
     )
 
 
-def optional_outputs(run_dir: str) -> list[str]:
-    """Where the loss plot and the TensorBoard logs are, one line each.
+def optional_outputs(run_dir: str, baseline: float | None = None) -> list[str]:
+    """Where the loss plot (with ``baseline``, the unigram loss, on its loss panel) and the
+    TensorBoard logs are, one line each.
 
     Both are extras (``pip install 'roxxel[main]'``): without matplotlib or TensorBoard the
     line says so and how to get it. Training is done by then, so nothing here may fail the
@@ -376,9 +377,10 @@ def optional_outputs(run_dir: str) -> list[str]:
     from roxxel.train.plot import plot_run
 
     try:
-        plot = f"loss plot: {plot_run(run_dir)}"
+        plot = f"loss plot: {plot_run(run_dir, baseline=baseline)}"
     except ImportError as err:  # the worker image has no matplotlib: the metrics are on the host
-        plot = f"loss plot: not drawn ({err}); where matplotlib is: roxxel plot {run_dir}"
+        again = f"roxxel plot {run_dir}" + ("" if baseline is None else f" --baseline {baseline:.4f}")
+        plot = f"loss plot: not drawn ({err}); where matplotlib is: {again}"
     except (OSError, ValueError) as err:
         plot = f"loss plot: not drawn ({err})"
     logdir = os.path.join(run_dir, "tensorboard")

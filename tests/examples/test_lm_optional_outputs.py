@@ -38,9 +38,9 @@ def test_without_matplotlib_or_tensorboard_the_end_is_a_note(train, run_dir, mon
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else find_spec(name, *a)
     )
-    plot, board = train.optional_outputs(run_dir)
+    plot, board = train.optional_outputs(run_dir, 2.4)
     assert plot.startswith("loss plot: not drawn (") and "matplotlib" in plot and "\n" not in plot
-    assert plot.endswith(f"roxxel plot {run_dir}")  # the image has no matplotlib: draw it on the host
+    assert plot.endswith(f"roxxel plot {run_dir} --baseline 2.4000")  # the image has no matplotlib: on the host
     assert board.startswith("TensorBoard logs: ") and "pip install tensorboard" in board
 
 

@@ -2,12 +2,13 @@
 
 import io
 import math
+import struct
 
 import pytest
 from click.testing import CliRunner
 
 from roxxel.train.logger import METRICS_CSV, Logger
-from roxxel.train.plot import DEFAULT_PNG, plot_command, plot_run
+from roxxel.train.plot import DEFAULT_PNG, panels, plot_command, plot_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -28,6 +29,54 @@ def _assert_png(path):
     data = path.read_bytes()
     assert data[:8] == PNG_MAGIC
     assert len(data) > 1024
+
+
+def _png_height(path):
+    return struct.unpack(">I", path.read_bytes()[20:24])[0]  # the IHDR chunk: width, then height
+
+
+# The columns of a 2-process Trainer run with an eval_fn and a learning-rate schedule, as the main job logs.
+TRAINER_COLUMNS = [
+    "loss",
+    "tokens_per_sec",
+    "tokens_per_sec_per_device",
+    "step_time_s",
+    "learning_rate",
+    "perplexity",
+    "host_time_s_median",
+    "host_time_s_max",
+    "slowest_process",
+    "compile_time_s",
+    "eval_loss",
+    "eval_perplexity",
+]
+
+
+def test_default_panels_are_loss_with_eval_loss_throughput_and_learning_rate():
+    """Issue 51: the PNG was one panel per column (11 for the main job: slowest_process as a
+    zig-zag, eval_loss nine panels below loss)."""
+    assert panels(TRAINER_COLUMNS) == [["loss", "eval_loss"], ["tokens_per_sec"], ["learning_rate"]]
+    assert panels(["loss", "tokens_per_sec"]) == [["loss"], ["tokens_per_sec"]]
+    assert panels(["accuracy", "recall"]) == [["accuracy"], ["recall"]]  # none of them: every metric
+    # On request, one panel per name in its order, eval_X on X's panel when X is drawn too.
+    assert panels(TRAINER_COLUMNS, ["eval_loss", "step_time_s", "loss", "eval_perplexity"]) == [
+        ["loss", "eval_loss"],
+        ["step_time_s"],
+        ["eval_perplexity"],
+    ]
+
+
+def test_default_png_has_three_panels_whatever_the_run_logged(tmp_path):
+    run = tmp_path / "run"
+    with Logger(run, process_index=0, tensorboard=False, stdout=io.StringIO()) as lg:
+        for step in range(0, 101, 10):
+            lg.log_metrics_summary(step, {name: 1.0 + step / 100 for name in TRAINER_COLUMNS if name[:5] != "eval_"})
+            if step % 50 == 0:
+                lg.log_metrics_summary(step, {"eval_loss": 2.0, "eval_perplexity": 7.4})
+    plot_run(run, baseline=2.4)
+    plot_run(run, tmp_path / "all.png", metrics=TRAINER_COLUMNS)
+    assert _png_height(run / DEFAULT_PNG) == 820  # 1 + 2.4 inches a panel, 100 dpi: 3 panels
+    assert _png_height(tmp_path / "all.png") == 100 + 240 * 10  # eval_X share X's panels: 10
 
 
 def test_plot_run_writes_a_png_beside_the_csv(run_dir):
@@ -62,6 +111,9 @@ def test_cli_plot(run_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.strip() == str(out)
     _assert_png(out)
+    result = CliRunner().invoke(plot_command, [str(run_dir), "-o", str(out), "--metrics", "all", "--baseline", "2"])
+    assert result.exit_code == 0, result.output
+    assert _png_height(out) == 100 + 240 * 2  # loss with eval_loss, tokens_per_sec
 
 
 def test_cli_plot_missing_csv(tmp_path):
