@@ -318,6 +318,19 @@ def test_delete_uses_foreground_propagation(fake, tmp_path):
     assert "no job 'lm'" in run("delete", "lm", code=1).output
 
 
+def test_a_succeeded_job_is_not_offered_to_resume(fake, tmp_path):
+    """Issue 51: `suspend` of a finished job said to resume it, then `resume` said there was
+    nothing to resume; `delete` of a succeeded job warned that `resume` could not continue it."""
+    submit(tmp_path, INDEXED)
+    with fake._lock:
+        fake._apply(("jobs", NS, "lm"), "succeed")
+    suspended = run("suspend", "lm", code=1).output
+    assert "has ended (Succeeded); there is nothing to suspend or resume" in suspended, suspended
+    assert "roxxel-launch resume" not in suspended
+    assert "already succeeded; nothing to resume" in run("resume", "lm", "--until-done").output
+    assert run("delete", "lm").output.splitlines() == ["deleted lm"]
+
+
 # ----------------------------------------------------------------------------- wait
 
 

@@ -383,7 +383,13 @@ def test_a_preempted_indexed_job_stops_and_resume_completes_it(tmp_path, root):
     assert log.count(L.ATTEMPT_HEADER) == 2 and "attempt 2 (restart 0, resume 1)" in log
     result = _cli(root, "resume", name, "--local")
     assert result.returncode == 1 and "nothing to resume" in result.stderr
+    # Issue 51: suspend said "resume it" here, and delete warned that resume could not continue it.
+    result = _cli(root, "suspend", name, "--local")
+    assert result.returncode == 1 and "succeeded; there is nothing to suspend or resume" in result.stderr
+    assert "resume it" not in result.stderr
     _assert_all_gone(_all_worker_pids(root, name))
+    result = _cli(root, "delete", name, "--local")
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"deleted {name}\n", ""), result
 
 
 def test_max_restarts_used_up_fails_with_the_workers_code_and_log(tmp_path, root):

@@ -7,7 +7,7 @@ import sys
 import click
 
 from roxxel.wording import count
-from roxxel_launch.backends.base import Backend, JobState, StopReason
+from roxxel_launch.backends.base import Backend, BackendError, JobNotFoundError, JobState, StopReason
 from roxxel_launch.cli import backend_choice
 from roxxel_launch.cli.backend_choice import backend_errors, backend_option
 from roxxel_launch.cli.job_output import (
@@ -187,8 +187,16 @@ def delete(name: str, backend_name: str, namespace: str | None, context: str | N
     """
     backend = backend_choice.make_backend(backend_name, namespace=namespace, context=context)
     with backend_errors():
+        try:
+            succeeded = backend.status(name).state is JobState.SUCCEEDED
+        except JobNotFoundError:
+            raise
+        except BackendError:  # a status that cannot be read does not stop the delete
+            succeeded = False
         backend.delete(name)
     click.echo(f"deleted {name}")
+    if succeeded:  # nothing to resume was lost
+        return
     click.echo(
         f"roxxel-launch: {name}'s stored spec went with it, so `resume` cannot continue it; submit its spec "
         "again to go on from its checkpoints (`roxxel-launch suspend` stops a job and keeps it)",

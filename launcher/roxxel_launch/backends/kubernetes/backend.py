@@ -385,6 +385,11 @@ class KubernetesBackend(Backend):
         """
         kind, obj = self._require(name)
         current = status_of(kind, obj, self._pods(kind, name))
+        if current.state is JobState.SUCCEEDED:  # resume would refuse it: not "resume continues"
+            raise BackendError(
+                f"{name} has ended ({current.state.value}); there is nothing to suspend or resume "
+                f"(delete it and submit its spec to run it again)"
+            )
         if current.state.terminal:
             raise BackendError(
                 f"{name} has ended ({current.state.value}); there is nothing to suspend "

@@ -466,6 +466,11 @@ class LocalBackend(Backend):
         """
         run_dir = self._existing(name)
         status = self.status(name)
+        if status.state is JobState.SUCCEEDED:  # resume would refuse it: not "resume it"
+            raise BackendError(
+                f"local job {name!r} succeeded; there is nothing to suspend or resume "
+                "(delete it to run it again from scratch)"
+            )
         if not job_running(status.state, run_dir):
             raise BackendError(
                 f"local job {name!r} is {status.state.value.lower()}, not running; there is "
