@@ -51,7 +51,7 @@ main_job() {
   case $(job_state) in
     Pending|Running|Restarting)
       echo "dev.sh: the main job (lm) is already running: follow it with .venv/bin/roxxel-launch logs lm --local -f," \
-           "or stop it with .venv/bin/roxxel-launch delete lm --local" >&2
+           "or stop it at a checkpoint with .venv/bin/roxxel-launch suspend lm --local (./dev.sh main then resumes it)" >&2
       exit 1 ;;
     Preempted)  # stopped at a checkpoint (Ctrl-C, a preemption): go on from there
       echo "dev.sh: the previous main job stopped at a checkpoint; resuming it (to train afresh: rm -rf runs/lm runs/local/lm)"
