@@ -49,7 +49,8 @@ fi
 command -v "$engine" >/dev/null 2>&1 || fail "ROXXEL_CONTAINER_ENGINE=$engine is not installed"
 
 if "$engine" image inspect "$image" >/dev/null 2>&1; then
-  echo "make-base.sh: $image exists already; nothing to do (remove it with '$engine rmi $image' to make it again)"
+  echo "make-base.sh: $image exists already; nothing to do (remove it with '$engine rmi $image' to make it again);" \
+    "build the worker image on it: roxxel-launch image build --base $image"
   exit 0
 fi
 
@@ -78,4 +79,4 @@ echo "make-base.sh: importing it as $image ($engine import)"
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'CMD ["python3"]' \
   "$tarball" "$image" >/dev/null
-echo "make-base.sh: made $image; build the worker image on it with --build-arg BASE_IMAGE=$image"
+echo "make-base.sh: made $image; build the worker image on it: roxxel-launch image build --base $image"

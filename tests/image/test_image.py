@@ -317,6 +317,25 @@ def test_docker_scripts_pass_shellcheck(script):
     assert result.returncode == 0, result.stdout
 
 
+def test_make_base_names_the_build_command_the_docs_use(tmp_path):
+    """Issue 51: it printed `--build-arg BASE_IMAGE=...`, which no page uses (they say `--base`)."""
+    engine = tmp_path / "engine"
+    engine.write_text(
+        '#!/bin/sh\ncase "$1" in image) [ -e "$0.made" ] ;; import) touch "$0.made" ;; *) exit 1 ;; esac\n'
+    )
+    engine.chmod(0o755)
+    (tmp_path / "base-bookworm.tar").write_text("a cached root filesystem")
+    env = {"PATH": os.environ["PATH"], "ROXXEL_CONTAINER_ENGINE": str(engine), "ROXXEL_CACHE_DIR": str(tmp_path)}
+    for _ in ("made", "exists already"):
+        result = subprocess.run(
+            ["sh", str(REPO / "docker" / "make-base.sh"), "localhost/b:1"], capture_output=True, text=True, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        assert "roxxel-launch image build --base localhost/b:1" in result.stdout, result.stdout
+        assert "build-arg" not in result.stdout
+    assert "exists already" in result.stdout
+
+
 # ----------------------------------------------------------------------------- (b) install steps
 
 
