@@ -255,6 +255,30 @@ def test_a_missing_local_queue_is_refused(fake, clock):
     assert fake.calls("POST") == []
 
 
+@pytest.mark.parametrize("kueue", [True, False])
+def test_a_missing_pod_priority_class_is_refused_before_anything_is_created(fake, clock, kueue):
+    """Kueue takes a workload's priority from the pods' PriorityClass when there is no
+    WorkloadPriorityClass, and creates no Workload (nor an event) when it is missing; without
+    Kueue the pods are refused by the Priority admission plugin. Before, the job was created
+    and stayed suspended (status: "waiting for Kueue to admit it") or had FailedCreate only."""
+    changes: dict = {"priority_class": "training"}
+    if kueue:
+        fake.kueue("team-a-queue")
+        changes["queue"] = "team-a-queue"
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        with pytest.raises(BackendError) as info:
+            b.submit(S.spec_from_dict({**SPEC, **changes}))
+    message = str(info.value)
+    assert "\n" not in message and "no PriorityClass 'training'" in message
+    assert "kubectl create priorityclass training" in message
+    assert ("Kueue would create no Workload" in message) is kueue
+    assert fake.calls("POST") == []
+    fake.add_priority_class("training")
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict({**SPEC, **changes}))
+    assert fake.get("jobsets", "lm") is not None
+
+
 def test_the_indexed_jobs_service_is_owned_by_its_job(fake, clock):
     """`kubectl delete job` (the garbage collector) removes the headless Service too."""
     with K.KubernetesBackend(retry=fast_retry(clock)) as b:

@@ -4,7 +4,7 @@ No Kubernetes API server runs here: ``tests/support/k8s_fake_server.py`` (real H
 the official client) checks every request against the Role's rules as the RBAC authorizer
 does (API group, resource or subresource, verb, resource names). Every command of
 ``roxxel-launch`` runs through the CLI under exactly that Role (and the optional ClusterRole
-for the JobSet CRD, Kueue's WorkloadPriorityClasses and the Nodes), and every rule of it must have been used.
+for the JobSet CRD, Kueue's WorkloadPriorityClasses, PriorityClasses and the Nodes), and every rule of it must have been used.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ SPEC = spec_dict(
     num_slices=2,
     queue="team-a-queue",
     workload_priority_class="high",
+    priority_class="training",
     checkpoint_dir="gs://ckpt/lm",
     run_name="lm-run-1",
     service_account="trainer",
@@ -82,6 +83,7 @@ def fake(tmp_path, monkeypatch):
     with FakeKubernetes(namespace=NS) as fake:
         use_cluster(fake, tmp_path, monkeypatch)
         fake.kueue("team-a-queue", priority_classes=("high",))
+        fake.add_priority_class("training")
         yield fake
 
 

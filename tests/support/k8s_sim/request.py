@@ -89,6 +89,12 @@ _EXTRA_ROUTES = [
         re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta[12]/workloadpriorityclasses/([^/]+)$"),
         False,
     ),
+    (
+        "priorityclasses",
+        "scheduling.k8s.io",
+        re.compile(r"^/apis/scheduling\.k8s\.io/v1/priorityclasses/([^/]+)$"),
+        False,
+    ),
 ]
 
 

@@ -22,6 +22,7 @@ import yaml
 from roxxel_launch.backends.local import policy
 
 from support import k8s_discovery, k8s_table, k8s_tls
+from support.k8s_sim.admission import SYSTEM_PRIORITY_CLASSES, Admission
 from support.k8s_sim.api import KINDS, status_object
 from support.k8s_sim.events import Events
 from support.k8s_sim.handler import ApiHandler
@@ -40,7 +41,7 @@ from support.k8s_sim.workloads import Workloads
 TOKEN = "fake-token-for-tests"
 
 
-class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Events, Nodes, Kueue):
+class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Events, Nodes, Kueue, Admission):
     """The test double (see the package docstring). Use as a context manager.
 
     Attributes:
@@ -282,6 +283,8 @@ class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Ev
             return self._patch_owner(request)
         if request.resource == "jobsets" and request.method == "POST":
             return self._strict_jobset(request)
+        if request.resource == "pods" and request.method == "POST":
+            return self._admit_pod(request)
         return None
 
     def _extra_answer(
@@ -290,6 +293,8 @@ class FakeKubernetes(Store, Watches, Rbac, JobPods, Workloads, JobSets, Pods, Ev
         """A path outside the core routes: the JobSet CRD, or one of Kueue's."""
         if resource == "customresourcedefinitions":
             return self._crd_answer(name)
+        if resource == "priorityclasses":
+            return self._priority_class_answer(name)
         return self._kueue_answer(request, resource, group, namespace, name)
 
     def _discovery_or_patch(self, request: Request) -> tuple[int, Any] | None:
@@ -341,6 +346,10 @@ class SimState:
         self.crd = True  # JobSet is installed: its CRD is served
         self.crd_without: tuple[str, ...] = ()
         self.crd_release: str | None = None  # an older JobSet's CRD (serve_jobset_crd), None: the newest
+        self.pod_priority_classes: dict[str, int] = dict.fromkeys(SYSTEM_PRIORITY_CLASSES, 2000000000)
+        self.service_accounts: set[str] | None = None  # None: any name exists (set_service_accounts)
+        self.pod_security: str | None = None  # the namespace's enforced Pod Security level
+        self.autopilot = False
         self.local_queues: set[str] | None = None
         self.priority_classes: set[str] = set()
         self.kueue_versions: tuple[str, ...] = ("v1beta1",)

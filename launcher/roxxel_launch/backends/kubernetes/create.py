@@ -21,6 +21,7 @@ from roxxel_launch.backends.kubernetes.preflight import (
     check_jobset_crd,
     check_local_queue,
     check_multislice_network,
+    check_priority_class,
     check_workload_priority_class,
     kueue_version,
     only_message_patterns_refused,
@@ -106,6 +107,7 @@ def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, fit
     Returns: the objects to create, in order. Raises: BackendError."""
     objects = [dict(check_jobset_crd(api, obj)) if obj["kind"] == "JobSet" else obj for obj in objects]
     check_multislice_network(api, spec)
+    check_priority_class(api, spec)
     if fit_check:
         check_fit(api, objects)
     else:

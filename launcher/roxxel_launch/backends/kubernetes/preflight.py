@@ -317,6 +317,49 @@ def check_workload_priority_class(api: KubernetesApi, name: str, version: str = 
         logger.info("cannot read WorkloadPriorityClass %s (forbidden); not checking it", name)
 
 
+def check_priority_class(api: KubernetesApi, spec: JobSpec) -> None:
+    """Refuses a job whose pods' ``priority_class`` (a cluster-scoped PriorityClass) does not
+    exist. The API server's Priority admission plugin refuses such pods, so the Job
+    controller's creates fail with FailedCreate events only
+    (https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/#pod-priority);
+    under Kueue without a ``workload_priority_class`` it is worse: Kueue takes the workload's
+    priority from that class, creates no Workload when it is missing and says nothing, so the
+    job stays suspended (kueue pkg/controller/jobframework/reconciler.go,
+    pkg/util/priority/priority.go; https://kueue.sigs.k8s.io/docs/concepts/workload_priority_class/).
+    Reading it needs a cluster-scoped ``get priorityclasses``: without it the check is skipped
+    (logged). Raises: BackendError (no such class)."""
+    name = spec.priority_class
+    if not name:
+        return
+    try:
+        api.json(
+            "read",
+            "PriorityClass",
+            name,
+            "(cluster)",
+            k8s_client.SchedulingV1Api(api.api_client).read_priority_class,
+            name,
+        )
+    except JobNotFoundError as err:
+        if _resource_type_missing(err.__cause__):
+            logger.info("cannot read PriorityClasses here; the priority_class check is skipped")
+            return
+        what = (
+            "Kueue would create no Workload and leave the job suspended with no event"
+            if spec.queue and not spec.workload_priority_class
+            else "the API server would refuse every pod (FailedCreate events only)"
+        )
+        raise BackendError(
+            f"the spec sets priority_class: {name}, but there is no PriorityClass {name!r} in this cluster: "
+            f"{what}. Nothing was created. Create it (kubectl create priorityclass {name} --value=1000), "
+            "or fix or remove priority_class in the spec (kubectl get priorityclasses lists them)."
+        ) from err
+    except BackendError as err:
+        if getattr(err.__cause__, "status", None) != 403:
+            raise
+        logger.info("cannot read PriorityClass %s (forbidden); not checking it", name)
+
+
 # GKE's first version whose GCS FUSE CSI driver serves host-network pods (Standard clusters only):
 # GoogleCloudPlatform/gcs-fuse-csi-driver docs/releases.md @5fcdc04, "Host networking support".
 GCSFUSE_HOST_NETWORK_GKE = (1, 33, 3, 1226000)
