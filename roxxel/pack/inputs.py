@@ -201,7 +201,14 @@ def iter_documents(path: str, fmt: str = "auto", text_field: str = "text") -> It
             import pyarrow.parquet as pq
         except ImportError as e:
             raise ImportError("Parquet input needs pyarrow: pip install 'roxxel[parquet]'") from e
-        yield from _parquet_texts(path, pq.ParquetFile(path), text_field)
+        import pyarrow as pa
+
+        try:
+            yield from _parquet_texts(path, pq.ParquetFile(path), text_field)
+        except pa.ArrowException as e:  # pyarrow's messages name no file: a cut or damaged one, or not Parquet
+            raise ValueError(
+                f"{path}: cannot be read as Parquet ({e}); re-copy it, or leave it out with --exclude"
+            ) from None
     else:
         raise ValueError(f"unknown input format {fmt!r}; choose one of {', '.join(FORMATS)}")
 

@@ -171,3 +171,13 @@ def test_parquet_string_kinds_are_text(tmp_path):
     for field in "abc":
         manifest = pack([str(path)], str(tmp_path / field), text_field=field)
         assert manifest.num_documents == 2 and docs_of(tmp_path / field) == ["x", "y"]
+
+
+def test_a_cut_parquet_file_is_named(tmp_path):
+    """pyarrow's "Parquet magic bytes not found in footer ..." named no file."""
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"text": ["a row"] * 100}), path)
+    path.write_bytes(path.read_bytes()[:-40])
+    r = run(path, "-o", tmp_path / "out")
+    assert_refused(r, tmp_path / "out", f"{path}: cannot be read as Parquet (")
+    assert "re-copy it, or leave it out with --exclude" in r.output
