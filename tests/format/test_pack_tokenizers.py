@@ -176,3 +176,13 @@ def test_an_eos_token_not_marked_special_in_a_document_is_refused_naming_it(tmp_
     clean.write_text(json.dumps({"text": "the cat sat"}) + "\n")
     assert run("pack", clean, "--tokenizer", tmp_path / "tokenizer.json", "-o", tmp_path / "ok").exit_code == 0
     assert (Roxxel(str(tmp_path / "ok"))[0] == tok.token_to_id(EOT)).sum() == 1
+
+
+def test_the_byte_level_tokenizer_packs_special_token_text_as_text(tmp_path, jsonl):
+    """The other tokenizer `roxxel pack` offers: its EOS (256) is no byte, so no text can make it."""
+    out = tmp_path / "ds"
+    assert run("pack", jsonl, "-o", out).exit_code == 0
+    ds = Roxxel(str(out))
+    assert len(ds) == len(DOCS)
+    for k, text in enumerate(DOCS):
+        assert (ds[k][:-1] != 256).all() and run("cat", out, k).output == text
