@@ -317,8 +317,12 @@ def _env_num_slices(environ: Mapping[str, str]) -> int | None:
 
 def default_mesh(environ: Mapping[str, str] | None = None) -> Mesh:
     """The job's mesh: :func:`make_mesh` of ``ROXXEL_PARALLELISM`` over ``ROXXEL_NUM_SLICES``
-    slices when the launcher set the layout (the job spec's ``parallelism``), else a 1-D
-    mesh named ``"data"`` over every device of every process (``jax.devices()`` order).
+    slices when the launcher set the layout (the job spec's ``parallelism``), else every
+    device of every process on ``data`` (``fsdp``, ``tensor`` and ``sequence`` of size 1).
+
+    The mesh always has the four axes of :data:`MESH_AXES`, so a model annotated with mesh
+    axis names (``("fsdp", None)``) runs unchanged where the layout leaves them at 1: on a
+    laptop as on the pod.
 
     Args:
         environ: where to read the variables (default ``os.environ``).
@@ -327,21 +331,16 @@ def default_mesh(environ: Mapping[str, str] | None = None) -> Mesh:
         ConfigValueError: a malformed variable, or a layout the devices cannot hold (the
             message names the variable); a worker exits 78 on it.
     """
-    import jax
-    import numpy as np
-    from jax.sharding import Mesh
-
     env = os.environ if environ is None else environ
     text = env.get(ENV_PARALLELISM, "").strip()
-    if not text:
-        return Mesh(np.array(jax.devices()), (DATA_AXIS,))
-    parallelism = parse_parallelism(text)
+    parallelism = parse_parallelism(text) if text else None
     num_slices = _env_num_slices(env)
     try:
         return make_mesh(parallelism, num_slices=num_slices)
     except ConfigValueError as err:
-        slices = f", {ENV_NUM_SLICES}={num_slices}" if num_slices is not None else ""
-        raise ConfigValueError(f"{ENV_PARALLELISM}={text!r}{slices}: {err}") from None
+        named = [f"{ENV_PARALLELISM}={text!r}"] if text else []
+        named += [f"{ENV_NUM_SLICES}={num_slices}"] if num_slices is not None else []
+        raise ConfigValueError(f"{', '.join(named) or 'the default mesh'}: {err}") from None
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

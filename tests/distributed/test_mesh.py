@@ -210,9 +210,18 @@ def test_batch_sharding_of_other_meshes():
 
 
 def test_default_mesh_follows_the_environment():
-    assert default_mesh({}).axis_names == ("data",)  # as before: no layout, one data axis
-    assert default_mesh({contract.ENV_NUM_SLICES: "1"}).axis_names == ("data",)
-    assert default_mesh({contract.ENV_PARALLELISM: " "}).axis_names == ("data",)
+    # No layout: every device on data, and the other axes there at size 1, so that a model
+    # annotated with mesh axes ("fsdp") runs unsharded rather than failing (found running the
+    # large-models example replicated).
+    for env in ({}, {contract.ENV_NUM_SLICES: "1"}, {contract.ENV_PARALLELISM: " "}):
+        mesh = default_mesh(env)
+        assert mesh.axis_names == MESH_AXES and dict(mesh.shape) == {
+            "data": jax.device_count(),
+            "fsdp": 1,
+            "tensor": 1,
+            "sequence": 1,
+        }
+        assert batch_sharding(mesh).spec == PartitionSpec(("data", "fsdp"))
     mesh = default_mesh({contract.ENV_PARALLELISM: "fsdp=-1", contract.ENV_NUM_SLICES: "1"})
     assert mesh.axis_names == MESH_AXES and mesh.shape["fsdp"] == jax.device_count()
     with pytest.raises(ConfigValueError, match=r"ROXXEL_PARALLELISM='fsdp=3', ROXXEL_NUM_SLICES=1: fsdp=3"):
@@ -270,7 +279,8 @@ def _run_pair(root, out, **env_vars: str) -> list[dict]:
 @pytest.mark.slow
 def test_two_processes_get_the_jobs_mesh_and_read_only_their_rows(data_root, tmp_path):
     base = _run_pair(data_root, tmp_path / "base")
-    assert base[0]["axes"] == ["data"] and base[0]["shape"] == [4] and base[0]["spec"] == ["data"]
+    assert base[0]["axes"] == list(MESH_AXES) and base[0]["shape"] == [4, 1, 1, 1]
+    assert base[0]["spec"] == [["data", "fsdp"]]
     want = np.load(tmp_path / "base" / "batches.npy")
     total = base[0]["bytes_read"] + base[1]["bytes_read"]
     assert base[0]["bytes_read"] == base[1]["bytes_read"]  # each read its half
