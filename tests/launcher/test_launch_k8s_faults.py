@@ -279,6 +279,62 @@ def test_a_missing_pod_priority_class_is_refused_before_anything_is_created(fake
     assert fake.get("jobsets", "lm") is not None
 
 
+TPU = {"tpu": {"type": "v5p", "topology": "2x2x4"}}
+
+
+@pytest.mark.parametrize(
+    "setup, changes, said, fix",
+    [
+        (
+            lambda f: f.set_service_accounts("other"),
+            {},
+            'serviceaccount "trainer" not found',
+            "kubectl create serviceaccount trainer -n team-a",
+        ),
+        (
+            lambda f: f.enforce_pod_security("restricted"),
+            {"accelerator": TPU, "security": {"profile": "privileged"}},
+            'violates PodSecurity "restricted:latest"',
+            "pod-security.kubernetes.io/enforce",
+        ),
+        (
+            lambda f: f.autopilot(),
+            {"accelerator": TPU, "host_network": True},
+            "GKE Warden rejected",
+            "Autopilot runs no privileged or host-network pods",
+        ),
+        (
+            lambda f: f.autopilot(),
+            {"security": {"profile": "privileged"}},
+            "not allowed to be privileged in Autopilot",
+            "GKE Standard cluster",
+        ),
+    ],
+    ids=["service-account", "restricted-tpu", "autopilot-host-network", "autopilot-privileged"],
+)
+def test_pod_admission_refuses_before_anything_is_created(fake, clock, setup, changes, said, fix):
+    """A server-side dry run of one worker pod meets the admission the Job controller's creates
+    would meet; before, the job was created and its pods failed with FailedCreate events only."""
+    setup(fake)
+    with K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        with pytest.raises(BackendError) as info:
+            b.submit(S.spec_from_dict({**SPEC, **changes}))
+    message = str(info.value)
+    assert "\n" not in message and said in message and fix in message and "Nothing was created" in message
+    assert [c for c in fake.calls("POST") if not c.dry_run] == [] and fake.get("jobsets", "lm") is None
+    assert [c.resource for c in fake.calls("POST")] == ["pods"]  # the pod before any other dry run
+
+
+def test_pod_admission_unchecked_without_permission_says_so(fake, clock, caplog):
+    role = [{"apiGroups": ["*"], "resources": ["jobsets", "services", "networkpolicies", "jobs"], "verbs": ["*"]}]
+    fake.set_role(role, [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])
+    with caplog.at_level(logging.WARNING), K.KubernetesBackend(retry=fast_retry(clock)) as b:
+        b.submit(S.spec_from_dict(SPEC))
+    assert fake.get("jobsets", "lm") is not None
+    (line,) = [r.getMessage() for r in caplog.records if "pod admission was not checked" in r.getMessage()]
+    assert "FailedCreate" in line
+
+
 def test_the_indexed_jobs_service_is_owned_by_its_job(fake, clock):
     """`kubectl delete job` (the garbage collector) removes the headless Service too."""
     with K.KubernetesBackend(retry=fast_retry(clock)) as b:

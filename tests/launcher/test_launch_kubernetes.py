@@ -134,8 +134,18 @@ SPECS = {
 }
 
 
+def object_posts(server: FakeKubernetes) -> list:
+    """The creates (dry runs included) of the job's objects: every POST but the dry run of one
+    worker pod that checks admission first."""
+    return [r for r in server.calls("POST") if r.resource != "pods"]
+
+
 def assert_valid(obj: dict, crd_schema: dict) -> None:
-    """The offline checks of launcher/roxxel_launch/validate.py (no API server here)."""
+    """The offline checks of launcher/roxxel_launch/validate.py (no API server here); for the
+    admission check's worker pod, Kubernetes' own Pod schema."""
+    if obj["kind"] == "Pod":
+        assert V.check_schemas([obj]) == []
+        return
     assert V.check_objects([obj]) == []
     assert V.check_schemas([obj]) == []  # kubernetes-validate strict (JobSet: its child Jobs)
     if obj["kind"] == "JobSet":
@@ -327,7 +337,13 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
     spec = SPECS[case]
     expected = sorted(R.render(spec).objects, key=lambda o: o["kind"] != "Service")
     status = backend.submit(spec)
-    posts = server.calls("POST")
+    pod, *posts = server.calls("POST")
+    # First the admission check: a dry run of one worker pod made from the pod template.
+    template = expected[-1]["spec"]
+    template = (template["replicatedJobs"][0]["template"]["spec"] if "replicatedJobs" in template else template)[
+        "template"
+    ]
+    assert (pod.body["kind"], pod.dry_run, pod.body["spec"]) == ("Pod", True, template["spec"])
     kinds = [o["kind"] for o in expected]
     assert [(r.body["kind"], r.dry_run) for r in posts] == [(k, True) for k in kinds] + [(k, False) for k in kinds]
     for request, obj in zip(posts, expected + expected):
@@ -342,7 +358,7 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
     # ... and, for an indexed job, the patch that makes its Job the owner of its Service.
     patches = [r for r in server.requests if r.method == "PATCH"]
     assert [r.resource for r in patches] == (["services"] if spec.workload == "indexed-job" else [])
-    assert len(server.requests) == len(posts) + len(reads) + len(patches)
+    assert len(server.requests) == 1 + len(posts) + len(reads) + len(patches)
     assert {r.path.rsplit("/", 2)[-2] for r in reads if r.resource != "nodes"} <= {
         "customresourcedefinitions",
         "apis",
@@ -358,6 +374,7 @@ def test_submit_dry_run_creates_nothing(server, backend):
     status = backend.submit(SPECS["indexed-job"], dry_run=True)
     assert [(r.method, r.resource, r.dry_run) for r in server.requests] == [
         ("GET", "nodes", False),
+        ("POST", "pods", True),
         ("POST", "services", True),
         ("POST", "jobs", True),
     ]
@@ -380,7 +397,7 @@ def test_submit_validates_offline_before_sending_anything(server, backend, monke
 
 def test_submit_places_the_job_in_the_backends_namespace(server, crd_schema):
     K.KubernetesBackend(namespace="team-b").submit(SPECS["cpu-jobset"])
-    (dry, real) = server.calls("POST")
+    (dry, real) = object_posts(server)
     assert real.namespace == "team-b" and real.body["metadata"]["namespace"] == "team-b"
     assert_valid(real.body, crd_schema)
 
@@ -389,7 +406,7 @@ def test_existing_name_is_found_by_the_dry_run(server, backend):
     submitted(server, SPECS["cpu-jobset"])
     with pytest.raises(JobExistsError, match=r"JobSet team-a/lm already exists.*delete.*resume"):
         backend.submit(SPECS["cpu-jobset"])
-    assert [r.dry_run for r in server.calls("POST")] == [True]
+    assert [r.dry_run for r in object_posts(server)] == [True]
 
 
 def test_partial_failure_rolls_back_what_was_created(server, backend):
@@ -1157,7 +1174,7 @@ def test_resume_a_deleted_job_needs_its_spec(server, backend):
     with pytest.raises(JobNotFoundError, match="Submit its spec file again"):
         backend.resume("lm")
     backend.resume("lm", spec=SPECS["cpu-jobset"])
-    assert [r.dry_run for r in server.calls("POST")] == [True, False]
+    assert [r.dry_run for r in object_posts(server)] == [True, False]
 
 
 def test_resume_with_an_unreadable_annotation_deletes_nothing(server, backend):
@@ -1194,7 +1211,7 @@ def test_resume_un_suspends_a_suspended_job_without_a_queue_in_place(server, bac
     stored(server, "jobsets", "lm")["spec"]["suspend"] = True
     spec = dataclasses.replace(SPECS["tpu-v5p-2-slices"], queue=None)
     backend.resume("lm", new_spec=dataclasses.replace(spec, image=spec.image + "-fixed"))
-    assert len(server.calls("DELETE")) == 1 and len(server.calls("POST")) == 2
+    assert len(server.calls("DELETE")) == 1 and len(object_posts(server)) == 2
 
 
 # ----------------------------------------------------------------------------- suspend
@@ -1222,7 +1239,7 @@ def test_suspend_stops_the_pods_and_keeps_the_job_for_resume(case, resource, ser
     assert backend.suspend("lm").state is JobState.SUSPENDED  # again: nothing more sent
     assert len(server.calls("PATCH", resource)) == 1
     status = backend.resume("lm")
-    assert server.calls("DELETE") == [] and len(server.calls("POST")) == 2 * len(R.render(spec).objects)
+    assert server.calls("DELETE") == [] and len(object_posts(server)) == 2 * len(R.render(spec).objects)
     assert len(server.pods("lm")) == spec.num_processes
     assert backend.status("lm").state is JobState.RUNNING
     assert stored(server, resource, "lm")["metadata"]["uid"] == obj["metadata"]["uid"]

@@ -426,6 +426,8 @@ class KubernetesApi:
             call = (self.core().create_namespaced_service, namespace, body)
         elif kind == "NetworkPolicy":
             call = (self.networking().create_namespaced_network_policy, namespace, body)
+        elif kind == "Pod":  # only as a dry run: the admission check of a worker pod (preflight)
+            call = (self.core().create_namespaced_pod, namespace, body)
         else:
             raise BackendError(f"roxxel-launch does not create {kind} objects")
         try:

@@ -21,6 +21,7 @@ from roxxel_launch.backends.kubernetes.preflight import (
     check_jobset_crd,
     check_local_queue,
     check_multislice_network,
+    check_pod_admission,
     check_priority_class,
     check_workload_priority_class,
     kueue_version,
@@ -118,6 +119,7 @@ def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, fit
             check_local_queue(api, spec.queue, api.namespace, version)
         if spec.workload_priority_class:
             check_workload_priority_class(api, spec.workload_priority_class, version)
+    check_pod_admission(api, spec, objects)
     return objects
 
 
@@ -132,13 +134,6 @@ def dry_run_create(api: KubernetesApi, spec: JobSpec, obj: dict) -> dict:
     try:
         api.create(obj, dry_run=True)
         return obj
-    except BackendError as err:
-        if obj["kind"] != "JobSet" or not only_message_patterns_refused(str(err)):
-            raise
-        warn_reduced_failure_policy(obj)
-        reduced = without_message_patterns(obj)
-        api.create(reduced, dry_run=True)
-        return reduced
     except JobExistsError:
         if obj["kind"] not in ("Service", "NetworkPolicy"):
             raise
@@ -151,6 +146,13 @@ def dry_run_create(api: KubernetesApi, spec: JobSpec, obj: dict) -> dict:
             ) from None
         if obj["kind"] not in companion_kinds(api, workload, spec.name):
             raise  # not ours (or not ours to remove): the 409 stands
+    except BackendError as err:
+        if obj["kind"] != "JobSet" or not only_message_patterns_refused(str(err)):
+            raise
+        warn_reduced_failure_policy(obj)
+        reduced = without_message_patterns(obj)
+        api.create(reduced, dry_run=True)
+        return reduced
     logger.warning(
         "%s %s/%s is left over from a deleted job of that name; replacing it", obj["kind"], api.namespace, spec.name
     )

@@ -38,10 +38,11 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
 
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError, JobNotFoundError
@@ -53,6 +54,7 @@ from roxxel_launch.backends.kubernetes.api import (
     JOBSET_VERSION,
     KubernetesApi,
     _resource_type_missing,
+    _server_message,
 )
 from roxxel_launch.spec import JobSpec
 
@@ -358,6 +360,100 @@ def check_priority_class(api: KubernetesApi, spec: JobSpec) -> None:
         if getattr(err.__cause__, "status", None) != 403:
             raise
         logger.info("cannot read PriorityClass %s (forbidden); not checking it", name)
+
+
+def worker_pod(spec: JobSpec, objects: Sequence[Mapping], namespace: str) -> dict | None:
+    """One worker pod as the Job controller would create it from the rendered pod template
+    (of the JobSet's replicated job, or of the Indexed Job); None without one."""
+    for obj in objects:
+        job_spec: Mapping = {}
+        if obj.get("kind") == "JobSet":
+            rjobs = (obj.get("spec") or {}).get("replicatedJobs") or [{}]
+            job_spec = (rjobs[0].get("template") or {}).get("spec") or {}
+        elif obj.get("kind") == "Job":
+            job_spec = obj.get("spec") or {}
+        template = job_spec.get("template")
+        if not template:
+            continue
+        meta = template.get("metadata") or {}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{spec.name}-admission-check"[:63].rstrip("-"),
+                "namespace": namespace,
+                "labels": dict(meta.get("labels") or {}),
+                "annotations": dict(meta.get("annotations") or {}),
+            },
+            "spec": copy.deepcopy(dict(template.get("spec") or {})),
+        }
+    return None
+
+
+def _admission_fix(server: str, spec: JobSpec, namespace: str) -> str:
+    """The fix for an admission refusal of a worker pod, from the server's words."""
+    text = server.lower()
+    if "priorityclass" in text:
+        return (
+            f"Create the PriorityClass (kubectl create priorityclass {spec.priority_class} --value=1000) "
+            "or fix or remove priority_class in the spec."
+        )
+    if "service account" in text or "serviceaccount" in text:
+        account = spec.service_account or "default"
+        return f"Create it (kubectl create serviceaccount {account} -n {namespace}) or fix service_account in the spec."
+    if "podsecurity" in text:
+        return (
+            f"Namespace {namespace} enforces a Pod Security level these pods break (kubectl get namespace "
+            f"{namespace} --show-labels: pod-security.kubernetes.io/enforce); use a namespace that allows "
+            "them, or ask a cluster admin to relax its level."
+        )
+    if "quota" in text:
+        return f"Lower the job's requests, or ask for more quota (kubectl describe resourcequota -n {namespace})."
+    if "autopilot" in text or "gke warden" in text:
+        return (
+            "GKE Autopilot runs no privileged or host-network pods: set host_network: false in the spec, "
+            "or use a GKE Standard cluster."
+        )
+    return "Fix what it names in the spec (roxxel-launch render shows the pod template)."
+
+
+def check_pod_admission(api: KubernetesApi, spec: JobSpec, objects: Sequence[Mapping]) -> None:
+    """A server-side dry run (``dryRun=All``) of one worker pod made from the rendered pod
+    template, so that what admission refuses when the Job controller creates the pods is
+    refused now, before anything is created: a Pod Security level the namespace enforces, a
+    missing ServiceAccount or PriorityClass, a ResourceQuota or LimitRange, GKE Autopilot's
+    rules (https://kubernetes.io/docs/reference/using-api/api-concepts/#dry-run: a dry-run
+    request runs admission, mutating and validating, and persists nothing). Otherwise these
+    show only as FailedCreate events on the child Jobs, and under Kueue the workload holds
+    quota with no pods. Needs ``create pods`` in the namespace; without it one warning line
+    says the check was not made.
+
+    Raises: BackendError, one line naming the refusal and the fix.
+    """
+    pod = worker_pod(spec, objects, api.namespace)
+    if pod is None:
+        return
+    try:
+        api.create(pod, dry_run=True)
+    except BackendError as err:
+        cause = err.__cause__
+        status = getattr(cause, "status", None)
+        server = _server_message(cause) if isinstance(cause, ApiException) else str(err)
+        if status == 403 and "cannot create resource" in server:  # RBAC, not admission
+            logger.warning(
+                "%s: pod admission was not checked before submit (this account may not create pods in %s, "
+                "not even as a dry run); a refusal of the pods would show only as FailedCreate events",
+                spec.name,
+                api.namespace,
+            )
+            return
+        if status not in (400, 403, 422):
+            raise
+        raise BackendError(
+            f"{spec.name}: the API server refuses the job's worker pods ({server}). Nothing was created. "
+            f"{_admission_fix(server, spec, api.namespace)}"
+        ) from err
+    logger.info("%s: a worker pod passes admission (server-side dry run)", spec.name)
 
 
 # GKE's first version whose GCS FUSE CSI driver serves host-network pods (Standard clusters only):
