@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["PendingChecksums", "array_checksums", "dispatch_checksums", "leaf_paths"]
+__all__ = ["ChecksumPlan", "PendingChecksums", "array_checksums", "dispatch_checksums", "leaf_paths"]
 
 _GOLDEN = np.uint32(0x9E3779B1)
 _MIX = np.uint32(0x85EBCA6B)
@@ -52,19 +52,16 @@ def _sums(x: jax.Array) -> jax.Array:
 
 @jax.jit
 def _checksums(*xs: jax.Array) -> list[jax.Array]:
-    """The checksums of arrays of one shape, dtype and sharding, in one program (one dispatch)."""
+    """The checksums of several arrays in one program (one dispatch)."""
     return [_sums(x) for x in xs]
 
 
 _GROUP = 64
-"""Arrays summed by one program at most: one dispatch per group, not per array (while a save
-dispatches them, the first sums already take the host's cores); the program, compiled once
-per group signature, stays small."""
-
-
-def _signature(leaf: Any) -> tuple[Any, ...]:
-    sharding = leaf.sharding if isinstance(leaf, jax.Array) else None
-    return (np.shape(leaf), str(leaf.dtype), sharding)
+"""Arrays summed by one program at most. A save dispatches its sums while Orbax's background
+threads start, and each dispatch releases the GIL, which the training thread may then wait
+for: as few programs as that bound allows (a state of 64 arrays or fewer: one), compiled once
+per state layout (the same every save). Arrays of several shardings are summed by one
+program per sharding."""
 
 
 def leaf_paths(tree: Any) -> list[tuple[str, Any]]:
@@ -78,13 +75,14 @@ def leaf_paths(tree: Any) -> list[tuple[str, Any]]:
 class PendingChecksums:
     """The checksums of a tree's arrays, dispatched to the devices and not read yet.
 
-    Made by :func:`dispatch_checksums`; :meth:`read` waits for the device results (on any
+    Made by :func:`dispatch_checksums` (:meth:`ChecksumPlan.dispatch`); :meth:`read` waits for the device results (on any
     thread: reading a dispatched result is no collective). Holds one ``(2,)`` uint32 device
     array per array leaf.
     """
 
-    def __init__(self, sums: dict[str, jax.Array]) -> None:
+    def __init__(self, sums: dict[str, jax.Array], order: list[str] | None = None) -> None:
         self._sums = sums
+        self._order = list(sums) if order is None else order  # leaf order (sums may be in dispatch order)
         self._read: dict[str, str] | None = None
 
     def __len__(self) -> int:
@@ -93,12 +91,45 @@ class PendingChecksums:
     def read(self) -> dict[str, str]:
         """``{path: "<16 hex digits>"}`` in leaf order; waits for the devices the first time."""
         if self._read is None:
-            values = jax.device_get(list(self._sums.values()))
-            self._read = {
-                path: "".join(f"{int(v):08x}" for v in np.asarray(value)) for path, value in zip(self._sums, values)
-            }
+            values = dict(zip(self._sums, jax.device_get(list(self._sums.values()))))
+            self._read = {path: "".join(f"{int(v):08x}" for v in np.asarray(values[path])) for path in self._order}
             self._sums = {}
         return self._read
+
+
+class ChecksumPlan:
+    """Everything :func:`dispatch_checksums` does before it calls the devices: which leaves of
+    ``tree`` (a nested dict) are arrays, their paths, and the programs (one per sharding,
+    of at most ``_GROUP`` arrays) that will sum them. :meth:`dispatch` then only
+    launches those programs: a save prepares its plan before Orbax's save starts its
+    background threads, and dispatches right after Orbax has taken the arrays, so the
+    training thread does as little Python as possible while those threads want the GIL.
+    """
+
+    def __init__(self, tree: Any) -> None:
+        groups: dict[Any, list[tuple[str, Any]]] = {}  # by sharding: one program, one set of devices
+        self._order: list[str] = []
+        for path, leaf in leaf_paths(tree):
+            if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+                groups.setdefault(leaf.sharding if isinstance(leaf, jax.Array) else None, []).append((path, leaf))
+                self._order.append(path)
+        self._calls: list[tuple[list[str], list[Any]]] = [
+            ([path for path, _ in chunk], [leaf for _, leaf in chunk])
+            for group in groups.values()
+            for chunk in (group[start : start + _GROUP] for start in range(0, len(group), _GROUP))
+        ]
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def dispatch(self) -> PendingChecksums:
+        """Launch the sums on the devices and return at once (a collective over global arrays:
+        every process dispatches the same plan, in the same order as its other collectives)."""
+        sums: dict[str, jax.Array] = {}
+        for paths, leaves in self._calls:
+            sums.update(zip(paths, _checksums(*leaves)))
+        self._calls = []  # the plan holds the arrays until dispatched, not after
+        return PendingChecksums(sums, self._order)
 
 
 def dispatch_checksums(tree: Any) -> PendingChecksums:
@@ -110,18 +141,7 @@ def dispatch_checksums(tree: Any) -> PendingChecksums:
     as its other collectives (the sums are collective over global arrays). Python scalars are
     skipped; numpy arrays are summed on the default device.
     """
-    groups: dict[tuple[Any, ...], list[tuple[str, Any]]] = {}
-    order = []
-    for path, leaf in leaf_paths(tree):
-        if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
-            groups.setdefault(_signature(leaf), []).append((path, leaf))
-            order.append(path)
-    sums: dict[str, jax.Array] = {}
-    for group in groups.values():
-        for start in range(0, len(group), _GROUP):
-            chunk = group[start : start + _GROUP]
-            sums.update(zip([path for path, _ in chunk], _checksums(*[leaf for _, leaf in chunk])))
-    return PendingChecksums({path: sums[path] for path in order})
+    return ChecksumPlan(tree).dispatch()
 
 
 def array_checksums(tree: Any) -> dict[str, str]:

@@ -359,6 +359,7 @@ class Checkpointer:
         deadline = time.monotonic() + self._timeout  # bounds the whole save, from this call on
         pure = nnx.to_pure_dict(self._state.nnx_state())
         checksums = seal(run)
+        checksums.prepare(pure)  # the Python work of the checksums, before Orbax's threads want the GIL
         try:
             saved = self._manager.save(
                 step,
@@ -373,7 +374,7 @@ class Checkpointer:
             raise
         # Once Orbax holds the arrays (its device-to-host copy): the sums then run on the devices
         # while training goes on, and the run record's background commit waits for them.
-        checksums.dispatch(pure)
+        checksums.dispatch()
         if saved:
             if not self._owner_recorded and jax.process_index() == 0:
                 ownership.record_owner(self.directory, self.run_name)

@@ -19,7 +19,7 @@ from etils import epath
 
 from roxxel._version import __version__
 from roxxel.train.checkpoint.fingerprint import normalize_json
-from roxxel.train.digest import PendingChecksums, dispatch_checksums
+from roxxel.train.digest import ChecksumPlan, PendingChecksums
 
 STATE_ITEM = "state"
 """Name of the composite item holding model and optimizer variables."""
@@ -88,21 +88,30 @@ def run_record(
 
 
 class RunChecksums:
-    """The checksums of one save's arrays: dispatched by the training thread right after
-    Orbax's manager has taken the arrays (:meth:`dispatch`), read by the run record's
-    background commit (:meth:`read`). Every process dispatches them (a collective)."""
+    """The checksums of one save's arrays: planned by the training thread before Orbax's save
+    (:meth:`prepare`: which arrays, which programs), dispatched right after Orbax's manager
+    has taken the arrays (:meth:`dispatch`: only the launches, while Orbax's background
+    threads start), read by the run record's background commit (:meth:`read`). Every
+    process dispatches them (a collective)."""
 
     def __init__(self) -> None:
         self._given = threading.Event()
+        self._plan: ChecksumPlan | None = None
         self._pending: PendingChecksums | None = None
         self._error: BaseException | None = None
 
-    def dispatch(self, pure: Any) -> None:
-        """Start computing the checksums of every array of ``pure`` (a nested dict); returns
-        without waiting for the devices. Re-raises (after recording it for :meth:`read`)
-        any error of the dispatch."""
+    def prepare(self, pure: Any) -> None:
+        """Plan the checksums of every array of ``pure`` (a nested dict); nothing runs yet."""
+        self._plan = ChecksumPlan(pure)
+
+    def dispatch(self) -> None:
+        """Start computing the prepared checksums; returns without waiting for the devices.
+        Re-raises (after recording it for :meth:`read`) any error of the dispatch."""
         try:
-            self._pending = dispatch_checksums(pure)
+            if self._plan is None:
+                raise RuntimeError("RunChecksums.dispatch() before prepare()")
+            self._pending = self._plan.dispatch()
+            self._plan = None
         except BaseException as err:
             self.fail(err)
             raise
@@ -124,8 +133,9 @@ class RunChecksums:
 
 def seal(run: dict[str, Any]) -> RunChecksums:
     """Add the UTC time of the save (ISO 8601) to ``run``; return the holder of its arrays'
-    checksums (:mod:`roxxel.train.digest`) to pass with it to :class:`RunRecordSave`, and to
-    :meth:`RunChecksums.dispatch` once Orbax's save has taken the arrays."""
+    checksums (:mod:`roxxel.train.digest`) to pass with it to :class:`RunRecordSave`, to
+    :meth:`RunChecksums.prepare` before Orbax's save and to :meth:`RunChecksums.dispatch`
+    once Orbax's save has taken the arrays."""
     run["saved_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     return RunChecksums()
 
