@@ -520,6 +520,34 @@ def test_gcsfuse_on_the_host_network_renders_the_drivers_opt_in():
     assert set(data["csi"]["volumeAttributes"]) == {"bucketName", "mountOptions"}
 
 
+@pytest.mark.parametrize(
+    "changes,warned",
+    [
+        ({"num_slices": 2}, True),  # the multislice default: host network
+        ({"num_slices": 2, "host_network": True, "data": {"gcsfuse": {"bucket": "bkt"}}}, True),
+        ({"num_slices": 2, "host_network": False}, False),
+        ({"num_slices": 2, "data": {"gcsfuse": {"bucket": "bkt"}}}, False),  # pod network by default
+        ({"num_slices": 1}, False),
+        ({"num_slices": 2, "checkpoint_dir": None}, False),
+    ],
+)
+def test_host_network_pods_writing_gs_checkpoints_are_told_whose_identity_writes(caplog, changes, warned):
+    """Workload Identity serves pod-network pods only (GKE's Workload Identity limitations): a
+    host-network pod writes gs:// as the node pool's service account, whose default scopes
+    (devstorage.read_only) refuse the first save."""
+    tpu = {"tpu": {"type": "v5e", "topology": "4x4"}}
+    fields = {"accelerator": tpu, "checkpoint_dir": "gs://ckpt/run", "service_account": "trainer", **changes}
+    with caplog.at_level(logging.WARNING, logger="roxxel_launch.render"):
+        R.render(_spec(**{k: v for k, v in fields.items() if v is not None}))
+    lines = [r.getMessage() for r in caplog.records if "host network" in r.getMessage()]
+    if not warned:
+        assert not lines
+        return
+    (line,) = lines
+    assert "gs://ckpt/run" in line and "node pool's service account" in line
+    assert "--scopes=storage-full" in line and "host_network: false" in line
+
+
 def test_gpu_pods_get_the_node_driver_libraries_on_the_loader_path(caplog):
     gpu = {"gpu": {"type": "nvidia-h100-80gb", "count": 8}}
     (jobset,) = _valid(_spec(accelerator=gpu))

@@ -78,6 +78,7 @@ def warn(spec: JobSpec) -> None:
     _warn_preemption_save(spec)
     _warn_ephemeral_storage(spec)
     _warn_gcsfuse_identity(spec)
+    _warn_host_network_identity(spec)
     _warn_library_path(spec)
 
 
@@ -147,6 +148,35 @@ def _warn_gcsfuse_identity(spec: JobSpec) -> None:
             "needs one bound to a cloud identity (Workload Identity)",
             spec.name,
         )
+
+
+def _warn_host_network_identity(spec: JobSpec) -> None:
+    """Host-network pods reach Cloud Storage as the node's service account, not the pod's.
+
+    The GKE metadata server, which hands a pod its Kubernetes service account's Workload
+    Identity, serves pods on the pod network; a host-network pod's requests to the metadata
+    address reach the node's Compute Engine metadata server ("Workload Identity Federation for
+    GKE", Limitations: https://cloud.google.com/kubernetes-engine/docs/concepts/workload-identity
+    #limitations). Orbax (TensorStore) and the writer lease then write ``gs://`` with the node
+    pool's service account and its access scopes, whose default (``devstorage.read_only``,
+    https://cloud.google.com/kubernetes-engine/docs/how-to/access-scopes) refuses every write
+    with 403 at the first save, possibly hours in. xpk creates TPU node pools with
+    ``--scopes=storage-full,gke-default,...`` (AI-Hypercomputer/xpk src/xpk/core/nodepool.py,
+    commit 446cfe1); ``--scopes`` replaces the default list, hence ``gke-default``. The GCS
+    FUSE data volume is not concerned: the driver gets the pod's own token there
+    (``hostNetworkPodKSA``)."""
+    path = spec.checkpoint_dir
+    if not spec.uses_host_network or path is None or not path.startswith("gs://"):
+        return
+    logger.warning(
+        "%s: the pods run on the host network, where Workload Identity does not apply, so they write "
+        "checkpoint_dir %s as the node pool's service account (a default node pool's scopes, "
+        "devstorage.read_only, fail the first save with 403): create the node pool with "
+        "--scopes=storage-full,gke-default (as xpk does) and grant its service account roles/storage.objectUser on the "
+        "bucket, or set host_network: false",
+        spec.name,
+        path,
+    )
 
 
 def _warn_library_path(spec: JobSpec) -> None:
