@@ -410,6 +410,28 @@ def test_max_restarts_used_up_fails_with_the_workers_code_and_log(tmp_path, root
     _assert_all_gone(_all_worker_pids(root, name))
 
 
+def test_a_configuration_error_is_reported_once_in_local_words(tmp_path, root):
+    """A job whose program exits 78: the program's own line, then one report from
+    roxxel-launch that says what 78 means and what to do. Before: a [roxxel-launch] WARNING,
+    then the final line repeating it twice, both quoting Kubernetes' failure-policy message
+    (\"Container worker for pod default/... matching FailJob rule at index 0\")."""
+    program = "import sys; print('bad config: vocab_size is missing', file=sys.stderr); raise SystemExit(78)"
+    spec = _write_spec(tmp_path, _spec("cfgerr", 2, [sys.executable, "-c", program], max_restarts=3))
+    result = _cli(root, "submit", "--local", spec, cwd=tmp_path)
+    out = result.stdout + result.stderr
+    assert result.returncode == 78, out
+    assert "FailJob" not in out and "FailJobSet" not in out and "pod default/" not in out
+    ours = [line for line in out.splitlines() if line.startswith(("roxxel-launch", "[roxxel-launch]"))]
+    assert len(ours) == 1, out
+    assert "configuration error" in ours[0] and "fix the job and submit again" in ours[0]
+    assert ours[0].count("configuration error") == 1 and ours[0].count("not restarted") == 1, ours[0]
+    assert "bad config: vocab_size is missing" in result.stderr  # the failing worker's own words
+    status = _status(root, "cfgerr")
+    assert (status["state"], status["reason"], status["restarts"]) == ("Failed", "config_error", 0)
+    # The policy's verdict, in Kubernetes' words, stays in the attempt's record.
+    assert status["attempts"][-1]["decision"]["rule"] == "configError"
+
+
 # ----------------------------------------------------------------------------- status, list, logs
 
 

@@ -356,11 +356,13 @@ class Supervisor:
                 StopReason.PREEMPTED,
             )
         if code == exit_codes.CONFIG_ERROR_EXIT_CODE:
+            # Said once, in this machine's words: the failure policy's message (Kubernetes'
+            # "Container worker for pod ... matching FailJob rule") stays in the attempt's record.
             return self._finish_failed(
                 i,
                 code,
-                f"{what}; not restarted: a configuration error fails the "
-                f"same way on every attempt ({decision.message})",
+                f"{self._worker_name(i)} exited with {code}, a configuration error: not restarted, "
+                "as it fails the same way on every attempt; fix the job and submit again",
                 StopReason.CONFIG_ERROR,
             )
         if decision.reason == policy.REACHED_MAX_RESTARTS:
@@ -499,7 +501,10 @@ class Supervisor:
                         state=JobState.RESTARTING.value, message=f"{what}; stopping every worker for a gang restart"
                     )
                     self._save()
-                logger.warning("%s (%s): stopping the other workers", what, decision.message)
+                if decision.action is policy.Action.RESTART:
+                    logger.warning("%s (%s): stopping the other workers", what, decision.message)
+                else:  # the job's final report follows at once: said there, once
+                    logger.info("%s (%s): stopping the other workers", what, decision.message)
                 self._stop_workers(self.grace, echo=echo)
                 # The verdict is the first failed worker's; the others were stopped by us.
                 outcome = _Outcome("decided", self._codes(n), failed.index, decision)
