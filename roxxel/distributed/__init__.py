@@ -142,7 +142,8 @@ from roxxel.contract import (
     JOBSET_DOWNWARD_API,
 )
 from roxxel.distributed.detection import detect
-from roxxel.distributed.identity import SOURCES, Detected, ProcessInfo
+from roxxel.distributed.identity import Detected, ProcessInfo
+from roxxel.distributed.platforms import SOURCES
 from roxxel.distributed.runtime import initialize, shutdown
 
 __all__ = [

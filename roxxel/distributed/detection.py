@@ -1,5 +1,6 @@
-"""Which source of the contract applies (explicit arguments first, then the environment's sources in
-order), and the coordinator address through ``ROXXEL_HOST_ALIASES``. Pure: no JAX, no I/O.
+"""Which source of the contract applies (explicit arguments first, then the first row of the platform
+table, :data:`roxxel.distributed.platforms.PLATFORMS`, that applies to the environment), and the
+coordinator address through ``ROXXEL_HOST_ALIASES``. Pure: no JAX, no I/O.
 """
 
 from __future__ import annotations
@@ -7,24 +8,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from roxxel.contract import (
-    ENV_COORDINATOR_ADDRESS,
-    ENV_HOST_ALIASES,
-    ENV_NUM_PROCESSES,
-    ENV_PROCESS_ID,
-    ENV_TPU_PROCESS_ADDRESSES,
-    ENV_TPU_WORKER_HOSTNAMES,
-)
-from roxxel.distributed.env import _check_address, _check_consistent, _check_explicit_int, _get, _has_any
+from roxxel.contract import ENV_HOST_ALIASES
+from roxxel.distributed.env import _check_address, _check_consistent, _check_explicit_int, _get
 from roxxel.distributed.identity import Detected
-from roxxel.distributed.platforms import (
-    _INDEXED_JOB_MARKERS,
-    _JOBSET_MARKERS,
-    _from_gke_tpu,
-    _from_indexed_job,
-    _from_jobset,
-    _from_roxxel,
-)
+from roxxel.distributed.platforms import COORDINATOR_FROM_JAX, read_platform
 
 
 def detect(
@@ -50,7 +37,7 @@ def detect(
         TypeError: an explicit argument has the wrong type.
         ValueError: the values are missing, malformed or inconsistent (non-integer,
             negative, ``process_id >= num_processes``, a coordinator without a port,
-            no coordinator for more than one process, a partial JobSet or Indexed Job
+            no coordinator for more than one process, a partial JobSet, Indexed Job or Slurm
             environment); the message names the variable and the fix.
     """
     explicit = {
@@ -91,7 +78,7 @@ def detect(
         merged_count,
         merged_id,
         name,
-        coordinator_from_jax=base is not None and base.source == "gke-tpu",
+        coordinator_from_jax=base is not None and base.source in COORDINATOR_FROM_JAX,
     )
     return Detected(merged_coord, merged_count, merged_id, "explicit")
 
@@ -101,9 +88,9 @@ def _detect_env(env: Mapping[str, str]) -> Detected:
 
 
 def _detect_env_with_origins(env: Mapping[str, str]) -> tuple[Detected, dict[str, str]]:
-    """Pick the first environment source that applies; return values and their origins
+    """Read the first platform that applies; return values and their origins
     (the coordinator address looked up in ``ROXXEL_HOST_ALIASES`` when set)."""
-    detected, origins = _detect_source(env)
+    detected, origins = read_platform(env)
     aliases = _get(env, ENV_HOST_ALIASES)
     if aliases is None or detected.coordinator_address is None:
         return detected, origins
@@ -127,18 +114,3 @@ def _aliased(address: str, aliases: str) -> str:
     if host in table:
         return f"{table[host]}:{port}"
     return address
-
-
-def _detect_source(env: Mapping[str, str]) -> tuple[Detected, dict[str, str]]:
-    if _has_any(env, (ENV_PROCESS_ID, ENV_COORDINATOR_ADDRESS)):
-        return _from_roxxel(env)
-    if _has_any(env, _JOBSET_MARKERS):
-        return _from_jobset(env)
-    if _has_any(env, _INDEXED_JOB_MARKERS):
-        return _from_indexed_job(env)
-    if _get(env, ENV_NUM_PROCESSES) is not None:
-        return _from_roxxel(env)
-    if _has_any(env, (ENV_TPU_PROCESS_ADDRESSES, ENV_TPU_WORKER_HOSTNAMES)):
-        return _from_gke_tpu(env)
-    single = Detected(None, 1, 0, "single")
-    return single, {"num_processes": "default (single process)", "process_id": "default"}

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-SOURCES = ("explicit", "roxxel", "jobset", "indexed-job", "gke-tpu", "single")
-"""Possible values of :attr:`Detected.source`."""
-
 
 @dataclasses.dataclass(frozen=True)
 class Detected:
@@ -19,7 +16,7 @@ class Detected:
             ``None`` for a single process or when JAX finds it (``gke-tpu``).
         num_processes: total number of processes (>= 1).
         process_id: this process, ``0 <= process_id < num_processes``.
-        source: where the values came from, one of :data:`SOURCES`.
+        source: where the values came from, one of :data:`roxxel.distributed.SOURCES`.
     """
 
     coordinator_address: str | None
@@ -36,7 +33,7 @@ class ProcessInfo:
         process_id: ``jax.process_index()``.
         num_processes: ``jax.process_count()``.
         coordinator_address: ``host:port`` of the coordinator, ``None`` for a single process.
-        source: one of :data:`SOURCES`, or ``"external"`` when other code had already
+        source: one of :data:`roxxel.distributed.SOURCES`, or ``"external"`` when other code had already
             initialised ``jax.distributed``.
         local_device_count: ``jax.local_device_count()``.
         global_device_count: ``jax.device_count()``.

@@ -23,6 +23,7 @@ from roxxel.distributed.detection import detect
 from roxxel.distributed.env import _CONTRACT, _check_explicit_int, _get, _parse_int
 from roxxel.distributed.identity import ProcessInfo
 from roxxel.distributed.leaving import _end_at_once_on_uncaught_errors, _jax_shutdown
+from roxxel.distributed.platforms import COORDINATOR_FROM_JAX
 
 logger = logging.getLogger("roxxel.distributed")
 
@@ -135,7 +136,7 @@ def initialize(
             }
             if local_device_ids is not None:
                 kwargs["local_device_ids"] = local_device_ids
-            if detected.source != "gke-tpu":
+            if detected.source not in COORDINATOR_FROM_JAX:
                 kwargs["coordinator_address"] = detected.coordinator_address
                 kwargs["num_processes"] = detected.num_processes
                 kwargs["process_id"] = detected.process_id
