@@ -116,6 +116,46 @@ def test_a_memory_request_above_the_nodes_allocatable_is_refused_naming_it(fake)
     assert fake.calls("POST") == []
 
 
+def test_the_gcsfuse_sidecar_s_default_requests_are_counted(fake):
+    """The GCS FUSE CSI driver's webhook adds its sidecar at pod creation, after the check, with
+    250m cpu, 256Mi memory and 5Gi ephemeral storage when the pod's limit annotations are "0"
+    and no request is given (gcs-fuse-csi-driver pkg/webhook/config.go, populateResource). A
+    39,500 MiB file cache (a 43,450 MiB volume) fits a default boot disk's allocatable alone,
+    not with the sidecar's 5Gi: the pods would stay Pending."""
+    for i in range(4):
+        _v5e_node(fake, i)
+    data = {"gcsfuse": {"bucket": "my-data", "file_cache_mb": 39500}}
+    with pytest.raises(BackendError) as info:
+        _submit(_spec(V5E_4X4, data=data, service_account="trainer"))
+    message = str(info.value)
+    assert "; the GCS FUSE sidecar's cpu 250m, ephemeral-storage 5Gi, memory 256Mi included)" in message, message
+    assert "ephemeral-storage 47.4Gi > allocatable 43.8Gi" in message
+    # what the worker itself may ask for, beside the sidecar's 5Gi
+    assert "Lower resources.requests.ephemeral-storage to 38.8Gi or less" in message
+    assert "\n" not in message and fake.calls("POST") == []
+
+
+def test_a_sidecar_limit_is_its_request_in_the_fit_check(fake):
+    """A limit annotation without a request: the webhook sets the request to the limit."""
+    for i in range(4):
+        _v5e_node(fake, i)
+    data = {"gcsfuse": {"bucket": "my-data", "file_cache_mb": 39500, "sidecar_ephemeral_storage_limit": "1Gi"}}
+    _submit(_spec(V5E_4X4, data=data, service_account="trainer"))
+    assert fake.get("jobsets", "lm") is not None
+
+
+def test_sidecar_requests_come_from_the_pod_template_s_annotations():
+    template = {"metadata": {"annotations": {"gke-gcsfuse/volumes": "true", "gke-gcsfuse/cpu-limit": "2"}}}
+    assert F.gcsfuse_sidecar(template) == {
+        "cpu": Decimal(2),
+        "memory": Decimal(256 * 2**20),
+        "ephemeral-storage": Decimal(5 * 2**30),
+    }
+    assert F.gcsfuse_sidecar({"metadata": {"annotations": {}}}) == {}
+    named = {**template, "spec": {"initContainers": [{"name": "gke-gcsfuse-sidecar"}]}}
+    assert F.gcsfuse_sidecar(named) == {}  # the pod brings its own: its resources count
+
+
 def test_a_resume_the_check_refuses_leaves_the_stopped_job_in_place(fake):
     """resume deletes the old JobSet only after the checks pass: a refusal after the delete
     would leave no job and no stored spec."""
@@ -305,6 +345,7 @@ def test_tolerations_match_taints_by_key_value_and_effect(toleration, tolerates)
     [
         ("memory", Decimal(183856208 * 1024), "175.3Gi"),
         ("memory", Decimal(200 * 2**30), "200Gi"),
+        ("memory", Decimal(256 * 2**20), "256Mi"),
         ("cpu", Decimal("111.88"), "111880m"),
         ("cpu", Decimal(8), "8"),
         ("google.com/tpu", Decimal(4), "4"),

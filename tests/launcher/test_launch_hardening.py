@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from fractions import Fraction
 
 import pytest
 import yaml
@@ -26,6 +27,7 @@ from roxxel_launch import spec as S
 from roxxel_launch import validate as V
 from roxxel_launch.backends.local import backend as L
 from roxxel_launch.backends.base import BackendError
+from roxxel_launch.spec.storage import gcsfuse_sidecar_requests
 
 from support.paths import JOBSET_CRD as CRD
 
@@ -319,7 +321,7 @@ def test_a_disk_file_cache_is_requested_as_ephemeral_storage(resources, requeste
 def test_a_memory_file_cache_takes_no_ephemeral_storage():
     spec = _spec(
         data={"gcsfuse": {"bucket": "bkt", "file_cache_mb": 10000, "file_cache_medium": "memory"}},
-        node_ephemeral_storage="1Gi",
+        node_ephemeral_storage="6Gi",  # the sidecar's 5Gi, not the 11,000 MiB cache
     )
     assert "ephemeral-storage" not in _worker_resources(spec)["requests"]
 
@@ -328,7 +330,9 @@ def test_a_file_cache_larger_than_the_node_is_refused_or_warned_about(caplog):
     big = {"gcsfuse": {"bucket": "bkt", "file_cache_mb": 100000}}
     err = _error(data=big, node_ephemeral_storage="100Gi")
     assert err.field == "data.gcsfuse.file_cache_mb"
-    assert "107.4 GiB of node ephemeral storage" in str(err) and "node_ephemeral_storage" in err.fix
+    # 110,000 MiB of cache volume and the GCS FUSE sidecar's default 5 GiB request
+    assert "112.4 GiB of node ephemeral storage" in str(err) and "node_ephemeral_storage" in err.fix
+    assert "5.0 GiB the GCS FUSE sidecar's request" in str(err)
     err = _error(resources={"requests": {"ephemeral-storage": "50Gi"}}, node_ephemeral_storage="40Gi")
     assert err.field == "resources.requests.ephemeral-storage"
     assert _error(node_ephemeral_storage="lots").field == "node_ephemeral_storage"
@@ -341,6 +345,44 @@ def test_a_file_cache_larger_than_the_node_is_refused_or_warned_about(caplog):
     with caplog.at_level(logging.WARNING, logger="roxxel_launch.render"):
         R.render(_spec(data={"gcsfuse": {"bucket": "bkt", "file_cache_mb": 30000}}))
     assert "ephemeral storage" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "gcsfuse,fits",
+    [
+        ({}, False),  # limit "0": the driver requests its default 5Gi for the sidecar
+        ({"sidecar_ephemeral_storage_limit": "1Gi"}, True),  # a limit and no request: the request is the limit
+    ],
+)
+def test_the_gcsfuse_sidecar_s_ephemeral_storage_request_is_in_the_budget(caplog, gcsfuse, fits):
+    """gcs-fuse-csi-driver pkg/webhook/config.go (populateResource): with the limit "0" and no
+    request the sidecar requests 5Gi of ephemeral storage. A 39,500 MiB cache (a 43,450 MiB
+    volume, 42.4 GiB) fits a default boot disk's 43.8 GiB alone, not with the sidecar's 5 GiB."""
+    data = {"gcsfuse": {"bucket": "bkt", "file_cache_mb": 39500, **gcsfuse}}
+    node = str(S.DEFAULT_NODE_EPHEMERAL_STORAGE)
+    with caplog.at_level(logging.WARNING, logger="roxxel_launch.render"):
+        R.render(_spec(data=data))
+    if fits:
+        _spec(data=data, node_ephemeral_storage=node)
+        assert "ephemeral storage" not in caplog.text
+        return
+    err = _error(data=data, node_ephemeral_storage=node)
+    assert err.field == "data.gcsfuse.file_cache_mb"
+    assert "47.4 GiB of node ephemeral storage" in str(err) and "sidecar" in str(err)
+    assert "about 43.8 GiB" in caplog.text and "sidecar" in caplog.text
+
+
+def test_gcsfuse_sidecar_requests_follow_the_driver_s_rule():
+    """populateResource in gcs-fuse-csi-driver pkg/webhook/config.go: no annotations, or a "0"
+    limit and no request: the defaults; a limit alone: the limit; a request: itself (0: none)."""
+    defaults = {"cpu": Fraction(1, 4), "memory": Fraction(256 * 2**20), "ephemeral-storage": Fraction(5 * 2**30)}
+    assert gcsfuse_sidecar_requests({}) == defaults
+    zero = {f"gke-gcsfuse/{r}-limit": "0" for r in ("cpu", "memory", "ephemeral-storage")}
+    assert gcsfuse_sidecar_requests(zero) == defaults
+    assert gcsfuse_sidecar_requests({"gke-gcsfuse/memory-limit": "4Gi"})["memory"] == 4 * 2**30
+    explicit = {"gke-gcsfuse/cpu-limit": "0", "gke-gcsfuse/cpu-request": "2", "gke-gcsfuse/memory-request": "0"}
+    got = gcsfuse_sidecar_requests(explicit)
+    assert got["cpu"] == 2 and "memory" not in got
 
 
 def test_gcsfuse_file_cache_is_off_by_default():

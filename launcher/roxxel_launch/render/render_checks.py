@@ -131,8 +131,8 @@ def _warn_ephemeral_storage(spec: JobSpec) -> None:
     need = spec.ephemeral_storage_bytes
     if spec.node_ephemeral_storage is None and need > DEFAULT_NODE_EPHEMERAL_STORAGE:
         logger.warning(
-            "%s: each pod needs %.1f GiB of node ephemeral storage (gcsfuse file cache "
-            "and ephemeral-storage request) but a node with GKE's default 100 GB boot disk "
+            "%s: each pod needs %.1f GiB of node ephemeral storage (gcsfuse file cache, "
+            "GCS FUSE sidecar and ephemeral-storage requests) but a node with GKE's default 100 GB boot disk "
             "offers about %.1f GiB: the pods stay Pending there. Set node_ephemeral_storage "
             "to your nodes' allocatable (larger boot disk or local SSD), or lower file_cache_mb",
             spec.name,

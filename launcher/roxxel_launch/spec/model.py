@@ -326,12 +326,20 @@ class JobSpec:
         return 0 if fuse is None else fuse.cache_disk_bytes
 
     @property
+    def sidecar_ephemeral_bytes(self) -> int:
+        """Bytes of node ephemeral storage the GCS FUSE sidecar requests in each pod (5 GiB
+        with the default "0" limit: :attr:`GcsFuseMount.sidecar_requests`); 0 without it."""
+        fuse = self.data.gcsfuse if self.data is not None else None
+        return 0 if fuse is None else int(fuse.sidecar_requests.get(EPHEMERAL_STORAGE, 0))
+
+    @property
     def ephemeral_storage_bytes(self) -> int:
         """Bytes of node ephemeral storage one pod requests: the worker's ephemeral-storage
-        request (its limit when only that is given: the request defaults to it) plus the disk
-        file cache, which the renderer adds to the request."""
+        request (its limit when only that is given: the request defaults to it), the disk
+        file cache, which the renderer adds to the request, and the GCS FUSE sidecar's
+        request, which the driver's webhook adds to the pod."""
         own = self.resources.requests.get(EPHEMERAL_STORAGE, self.resources.limits.get(EPHEMERAL_STORAGE))
-        return (0 if own is None else int(parse_quantity(own))) + self.disk_cache_bytes
+        return (0 if own is None else int(parse_quantity(own))) + self.disk_cache_bytes + self.sidecar_ephemeral_bytes
 
     def _check_ephemeral_storage(self) -> None:
         if self.node_ephemeral_storage is None:
@@ -342,16 +350,26 @@ class JobSpec:
         if need <= node:
             return
         cache = self.disk_cache_bytes
+        sidecar = self.sidecar_ephemeral_bytes
         field = "data.gcsfuse.file_cache_mb" if cache else f"resources.requests.{EPHEMERAL_STORAGE}"
+        if not cache and need == sidecar:
+            field = "data.gcsfuse.sidecar_ephemeral_storage_limit"
         raise SpecError(
             field,
             f"each pod needs {need / 2**30:.1f} GiB of node ephemeral storage "
-            f"({cache / 2**30:.1f} GiB of it the gcsfuse file cache volume) but a node offers "
-            f"{float(node) / 2**30:.1f} GiB (node_ephemeral_storage {self.node_ephemeral_storage}): "
-            "the pods would never be scheduled",
+            f"({cache / 2**30:.1f} GiB of it the gcsfuse file cache volume"
+            + (f", {sidecar / 2**30:.1f} GiB the GCS FUSE sidecar's request" if sidecar else "")
+            + f") but a node offers {float(node) / 2**30:.1f} GiB (node_ephemeral_storage "
+            f"{self.node_ephemeral_storage}): the pods would never be scheduled",
             "Lower file_cache_mb or the ephemeral-storage request, use file_cache_medium: memory, "
             "or run on nodes with more (local SSD: --ephemeral-storage-local-ssd) and set "
-            "node_ephemeral_storage to their allocatable.",
+            "node_ephemeral_storage to their allocatable"
+            + (
+                f"; or set data.gcsfuse.sidecar_ephemeral_storage_limit, which the GCS FUSE sidecar then requests "
+                f"(now {sidecar / 2**30:.1f} GiB)."
+                if sidecar
+                else "."
+            ),
         )
 
     @property

@@ -4,14 +4,47 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any, Literal
 
 from roxxel_launch import names
 from roxxel_launch.spec.errors import SpecError, _check
-from roxxel_launch.spec.fields import _CONTROL, INT32_MAX, _check_quantity, _doc, _one_of
+from roxxel_launch.spec.fields import _CONTROL, INT32_MAX, _check_quantity, _doc, _one_of, parse_quantity
 from roxxel_launch.spec.owned import refuse
 
 DEFAULT_GCSFUSE_MOUNT_OPTIONS = ("implicit-dirs",)
+GCSFUSE_SIDECAR = "gke-gcsfuse-sidecar"
+"""The container the GCS FUSE CSI driver's webhook injects (pkg/webhook/sidecar_spec.go)."""
+GCSFUSE_SIDECAR_DEFAULT_REQUESTS = {"cpu": "250m", "memory": "256Mi", "ephemeral-storage": "5Gi"}
+"""The sidecar's requests when the pod's annotations give none and its limit is unset or "0":
+the driver's defaults (GoogleCloudPlatform/gcs-fuse-csi-driver pkg/webhook/config.go, the
+webhook's configuration; "Configure the Cloud Storage FUSE CSI driver sidecar container for
+GKE", https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-sidecar)."""
+
+
+def gcsfuse_sidecar_requests(annotations: Mapping[str, str]) -> dict[str, Fraction]:
+    """The requests the GCS FUSE CSI driver's webhook gives its sidecar, from the pod's
+    ``gke-gcsfuse/{cpu,memory,ephemeral-storage}-{request,limit}`` annotations, by its rule
+    (GoogleCloudPlatform/gcs-fuse-csi-driver ``pkg/webhook/config.go``, ``populateResource``,
+    commit 01870a9): no request and a limit unset or ``"0"`` (no limit): the default request
+    (:data:`GCSFUSE_SIDECAR_DEFAULT_REQUESTS`); no request and a limit: the limit; a request:
+    itself. A zero request is left out, as the webhook leaves it out.
+
+    Returns: resource -> amount (cores, bytes). Raises: ValueError for an annotation that is
+    not a quantity (the webhook refuses the pod then)."""
+    out: dict[str, Fraction] = {}
+    for resource, default in GCSFUSE_SIDECAR_DEFAULT_REQUESTS.items():
+        request = annotations.get(f"gke-gcsfuse/{resource}-request")
+        limit = annotations.get(f"gke-gcsfuse/{resource}-limit")
+        if request is None:
+            request = default if limit is None or parse_quantity(limit) == 0 else limit
+        amount = parse_quantity(request)
+        if amount:
+            out[resource] = amount
+    return out
+
+
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9_.\-]{1,220}[a-z0-9]")
 # What _BUCKET checks, in the words of Cloud Storage's naming rules, for error messages.
 _BUCKET_RULE = (
@@ -180,6 +213,19 @@ class GcsFuseMount:
         if self.file_cache_mb is None:
             return None
         return self.file_cache_mb + max(self.file_cache_mb // 10, 64)
+
+    @property
+    def sidecar_requests(self) -> dict[str, Fraction]:
+        """What the driver's sidecar requests in each pod, from the limits the renderer writes
+        as annotations (:func:`gcsfuse_sidecar_requests`): with the default "0" limits,
+        250m cpu, 256Mi memory and 5Gi ephemeral storage."""
+        return gcsfuse_sidecar_requests(
+            {
+                "gke-gcsfuse/cpu-limit": self.sidecar_cpu_limit,
+                "gke-gcsfuse/memory-limit": self.sidecar_memory_limit,
+                "gke-gcsfuse/ephemeral-storage-limit": self.sidecar_ephemeral_storage_limit,
+            }
+        )
 
     @property
     def cache_disk_bytes(self) -> int:

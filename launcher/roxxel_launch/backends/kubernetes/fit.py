@@ -32,6 +32,12 @@ nvidia.com/gpu, ...), counted as the scheduler does (:func:`pod_requests`). Then
 * the nodes that can hold a worker hold fewer workers than the job has: a warning (the cluster
   autoscaler may add nodes).
 
+A pod template annotated ``gke-gcsfuse/volumes: "true"`` gets the GCS FUSE CSI driver's
+sidecar from its mutating webhook at pod creation, after this check: its requests (the
+driver's defaults, 250m cpu, 256Mi memory and 5Gi ephemeral storage, under the "0" limits the
+renderer writes; else what the pod's ``gke-gcsfuse/*`` annotations make of them:
+:func:`roxxel_launch.spec.storage.gcsfuse_sidecar_requests`) are counted as a sidecar's.
+
 What it does not see: other pods already on the nodes (it compares with allocatable, not with
 what is free), required node affinity (it can only narrow the nodes further, so a refusal
 stays right), pod overhead of a RuntimeClass, and Kueue quota.
@@ -49,6 +55,7 @@ from kubernetes.utils import parse_quantity
 from roxxel.wording import count
 from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends.kubernetes.api import KubernetesApi
+from roxxel_launch.spec.storage import GCSFUSE_SIDECAR, gcsfuse_sidecar_requests
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +63,7 @@ NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 SKIP_HINT = "--skip-fit-check"
 _TRANSIENT_TAINTS = "node.kubernetes.io/"
+_GCSFUSE_INJECTION = "gke-gcsfuse/volumes"
 _BYTES = ("memory", "ephemeral-storage")
 _SPEC_FIELD = {
     "cpu": "resources.requests.cpu",
@@ -70,13 +78,15 @@ class Worker:
 
     ``job``: the replicated job's name (JobSet) or the Job's; ``pods``: replicas x parallelism;
     ``requests``: the pod's effective request per resource name (cores for cpu, bytes for
-    memory and storage, a count for extended resources)."""
+    memory and storage, a count for extended resources), the GCS FUSE sidecar's included;
+    ``sidecar``: that sidecar's part (empty without it)."""
 
     job: str
     pods: int
     selector: Mapping[str, str]
     tolerations: Sequence[Mapping]
     requests: Mapping[str, Decimal]
+    sidecar: Mapping[str, Decimal] = dataclasses.field(default_factory=dict)
 
 
 def _requests(container: Mapping) -> dict[str, Decimal]:
@@ -137,14 +147,38 @@ def workers(objects: Iterable[Mapping]) -> Iterator[Worker]:
             yield _worker(obj["metadata"]["name"], 1, obj.get("spec") or {})
 
 
+def gcsfuse_sidecar(pod_template: Mapping) -> dict[str, Decimal]:
+    """The requests of the GCS FUSE sidecar the driver's webhook will add to pods of this
+    template (see the module docstring); empty when the template asks for no injection or
+    names the sidecar itself (then its own resources count)."""
+    annotations = (pod_template.get("metadata") or {}).get("annotations") or {}
+    pod = pod_template.get("spec") or {}
+    named = [c.get("name") for c in [*(pod.get("containers") or []), *(pod.get("initContainers") or [])]]
+    if str(annotations.get(_GCSFUSE_INJECTION, "")).lower() != "true" or GCSFUSE_SIDECAR in named:
+        return {}
+    return {
+        name: Decimal(value.numerator) / Decimal(value.denominator)
+        for name, value in gcsfuse_sidecar_requests(annotations).items()
+    }
+
+
 def _worker(name: str, replicas: int, job: Mapping) -> Worker:
-    pod = (job.get("template") or {}).get("spec") or {}
+    template = job.get("template") or {}
+    pod = template.get("spec") or {}
+    sidecar = gcsfuse_sidecar(template)
+    if sidecar:
+        # The webhook puts its sidecar first among the init containers, as a native sidecar
+        # (restartPolicy: Always) on Kubernetes 1.29+, else among the containers: either way
+        # its requests add to the pod's (pkg/webhook/mutatingwebhook.go).
+        injected = {"restartPolicy": "Always", "resources": {"requests": {k: str(v) for k, v in sidecar.items()}}}
+        pod = {**pod, "initContainers": [injected, *(pod.get("initContainers") or [])]}
     return Worker(
         job=name,
         pods=replicas * int(job.get("parallelism", 1)),
         selector=dict(pod.get("nodeSelector") or {}),
         tolerations=list(pod.get("tolerations") or []),
         requests=pod_requests(pod),
+        sidecar=sidecar,
     )
 
 
@@ -214,9 +248,11 @@ def _holds(node: Mapping, worker: Worker) -> int:
 
 
 def amount(name: str, value: Decimal) -> str:
-    """A resource amount as people read it: ``180Gi`` (memory, storage), ``7910m`` (cpu),
-    ``4`` (a count)."""
+    """A resource amount as people read it: ``180Gi``, ``256Mi`` below 1Gi (memory, storage),
+    ``7910m`` (cpu), ``4`` (a count)."""
     if name in _BYTES:
+        if 0 < value < 2**30:  # 256Mi, not 0.2Gi
+            return f"{value / Decimal(2**20):.1f}".removesuffix(".0") + "Mi"
         gib = value / Decimal(2**30)
         return f"{gib:.1f}".removesuffix(".0") + "Gi"
     if name == "cpu" and value != value.to_integral_value():
@@ -243,12 +279,17 @@ def _auto_creates_pools(nodes: Sequence[Mapping]) -> bool:
 
 def _describe(worker: Worker) -> str:
     asked = ", ".join(f"{name} {amount(name, value)}" for name, value in sorted(worker.requests.items()))
+    if worker.sidecar:
+        sidecar = ", ".join(f"{name} {amount(name, value)}" for name, value in sorted(worker.sidecar.items()))
+        asked += f"; the GCS FUSE sidecar's {sidecar} included"
     return f"a worker of {worker.job} ({asked or 'no requests'})"
 
 
-def _fix(short: Mapping[str, tuple[Decimal, Decimal]]) -> str:
+def _fix(short: Mapping[str, tuple[Decimal, Decimal]], sidecar: Mapping[str, Decimal]) -> str:
+    """What to lower: the worker's own request to what the node leaves it beside the sidecar."""
     lower = [
-        f"{_SPEC_FIELD.get(name, name)} to {amount(name, have)} or less" for name, (_, have) in sorted(short.items())
+        f"{_SPEC_FIELD.get(name, name)} to {amount(name, max(have - sidecar.get(name, Decimal(0)), Decimal(0)))} or less"
+        for name, (_, have) in sorted(short.items())
     ]
     return f"lower {', '.join(lower)}, or use a node pool of a larger machine type"
 
@@ -323,7 +364,7 @@ def _check_worker(worker: Worker, nodes: Sequence[Mapping]) -> None:
                 why,
             )
             return
-        fix = _fix(short)
+        fix = _fix(short, worker.sidecar)
         raise BackendError(
             f"{_describe(worker)} fits no node that matches it ({where}): {why}. Nothing was created. "
             f"{fix[0].upper()}{fix[1:]}; if a node pool this cluster does not show yet (scaled to "
