@@ -310,7 +310,7 @@ class BlendPlan:
         assert self.lanes is not None
         depth = lane_depth(self.lane_tokens, seq_len)
         return {
-            i: SegmentLanes(lanes[i], seq_len, self.lanes[phase], depth, None if self.repeat else self.sizes[i])
+            i: SegmentLanes(lanes[i], seq_len, self.lanes[phase], depth, self.sizes[i], self.repeat)
             for i, w in enumerate(weights)
             if w > 0
         }

@@ -32,16 +32,25 @@ PRIMARY = "primary"
 ORIGINAL_PRIMARY = "self"
 """The original's weight key for the primary dataset (deprecated; still accepted)."""
 ORDERS = tuple(SOURCES)  # ("chunks", "documents")
-DATA_ORDER_VERSION = 2
+DATA_ORDER_VERSION = 3
 """The version of the algorithms that put tokens in order (the Feistel shuffle, the chunk and
 document orders, the blend, the spread of independent rows): bump it with any change that gives
 another batch at some step. Recorded in :meth:`Curriculum.describe`, so a checkpoint saved under
 another version is refused on resume instead of continuing on a different data order. Version 2
-lays independent rows out by the data instead of by where a phase ends; consecutive rows did
-not change, so a curriculum with ``batch_rows="consecutive"`` records version 1
-(:data:`ORDER_VERSIONS`)."""
-ORDER_VERSIONS: dict[str, int] = {"consecutive": 1, "independent": DATA_ORDER_VERSION}
-"""The data order version each ``batch_rows`` records: the last version that changed its batches."""
+lays independent rows out by the data instead of by where a phase ends; version 3, under
+``repeat``, deals the rows of an epoch as if no epoch followed (its last block by its own
+length), so the first epoch's batches do not depend on what follows it. A curriculum records the
+last version that changed its own batches (:func:`order_version`): consecutive rows 1,
+independent rows 2, independent rows under ``repeat`` 3."""
+ORDER_VERSIONS: dict[str, int] = {"consecutive": 1, "independent": 2}
+"""The data order version each ``batch_rows`` records without ``repeat`` (:func:`order_version`)."""
+
+
+def order_version(batch_rows: str, repeat: bool) -> int:
+    """The data order version a curriculum records: the last version that changed its batches."""
+    return DATA_ORDER_VERSION if batch_rows == "independent" and repeat else ORDER_VERSIONS[batch_rows]
+
+
 RECORD_DEFAULTS: dict[str, Any] = {"order": "chunks", "data_order_version": 1, "batch_rows": "consecutive"}
 """What a :meth:`Curriculum.describe` key means when absent: ``order`` and ``batch_rows`` are
 left out at the values every earlier version used (older fingerprints stay valid), and
@@ -552,7 +561,7 @@ class Curriculum:
         options = {k: v for k, v in (("order", self.order), ("batch_rows", self.batch_rows)) if v != RECORD_DEFAULTS[k]}
         return {
             **options,
-            "data_order_version": ORDER_VERSIONS[self.batch_rows],
+            "data_order_version": order_version(self.batch_rows, self.repeat),
             "datasets": {self._recorded_name(n): ds.fingerprint() for n, ds in self.datasets.items()},
             "chunk_tokens": self.chunk_tokens,
             "repeat": self.repeat,

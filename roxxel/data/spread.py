@@ -17,7 +17,10 @@ chunk in order (the page cache and the block checks see the same bytes as before
 
 Blocks are laid out by what the *dataset* holds, never by where a phase ends, so lengthening
 the phase a run resumes in keeps every batch before the resumed step (:class:`Lanes`): only
-a dataset's last block, shorter than the others, is dealt by its own length. Successive blocks
+a dataset's last block, shorter than the others, is dealt by its own length. Under ``repeat``
+the rows that end in the current epoch are dealt the same way (the epoch's last block by its
+own length), and only the rows after them as endless blocks, so an epoch's batches do not
+depend on whether another epoch or phase follows it. Successive blocks
 deal their lanes in alternating order, so the rows dealt across a block boundary are a lane
 apart too. When a segment ends inside a block, the unread rest of each lane is carried to the
 dataset's next segment (re-cut to its ``seq_len``; a piece shorter than a row waits for a phase
@@ -173,17 +176,27 @@ class SegmentLanes:
     segment has as many places as rows even where its global batch grew; the blocks after it
     follow by :func:`spread_rows`.
 
+    Under ``repeat`` the stream goes on past ``size`` with the next epochs: the rows that end in
+    the epoch the segment starts in are dealt as if the dataset ended there, the rows after
+    them (a *tail*) as endless blocks, numbered on from there.
+
     Args:
         state: the dataset's lanes before the segment.
         seq_len: tokens per row.
         lanes, depth: the block's shape (:func:`spread_rows`).
-        size: tokens of the dataset's stream (None: endless, under ``repeat``).
+        size: tokens of the dataset's stream (one epoch).
+        repeat: whether new epochs follow (``Curriculum(repeat=True)``).
     """
 
-    def __init__(self, state: Lanes, seq_len: int, lanes: int, depth: int, size: int | None):
+    def __init__(self, state: Lanes, seq_len: int, lanes: int, depth: int, size: int, repeat: bool = False):
         self.state, self.seq_len, self.lanes, self.depth = state, seq_len, lanes, depth
         self.block = lanes * depth
-        fresh = None if size is None else max(0, (size - state.frontier) // seq_len)
+        fresh: int | None
+        if repeat:  # the rows that end in the current epoch; none left (a row across its end): endless
+            fresh = ((state.frontier // size + 1) * size - state.frontier) // seq_len or None
+        else:
+            fresh = max(0, (size - state.frontier) // seq_len)
+        self.tail = repeat and fresh is not None  # endless blocks after the epoch's rows
         grouped = bool((state.lengths >= seq_len).any())  # pieces with a row at this seq_len: read with the first block
         m = 0 if not grouped else self.block if fresh is None else min(self.block, fresh)
         first = self._block_pieces(m, state.frontier, state.blocks) if m else (np.zeros(0, np.int64),) * 2
@@ -191,7 +204,7 @@ class SegmentLanes:
         self.frontier = state.frontier + m * seq_len  # where spread_rows' blocks start
         self.first_block = state.blocks + (1 if m else 0)
         self.fresh = None if fresh is None else fresh - m
-        self.available = None if self.fresh is None else self.levels.total + self.fresh
+        self.available = None if self.fresh is None or self.tail else self.levels.total + self.fresh
         """Rows this dataset can still give at ``seq_len`` (None: endless)."""
 
     def _block_pieces(self, m: int, frontier: int, number: int) -> tuple[np.ndarray, np.ndarray]:
@@ -210,9 +223,21 @@ class SegmentLanes:
         if grouped.any():
             out[grouped] = self.levels.place(done[grouped])
         if not grouped.all():
-            rows = spread_rows(done[~grouped] - self.levels.total, self.lanes, self.depth, self.fresh, self.first_block)
-            out[~grouped] = self.frontier + rows * self.seq_len
+            out[~grouped] = self.frontier + self._rows(done[~grouped] - self.levels.total) * self.seq_len
         return out
+
+    def _rows(self, q: np.ndarray) -> np.ndarray:
+        """Stream rows (from ``frontier``) of the blocks' rows ``q``: dealt over ``fresh`` rows, then
+        (under ``repeat``) the tail's endless blocks after them."""
+        if not self.tail:
+            return spread_rows(q, self.lanes, self.depth, self.fresh, self.first_block)
+        assert self.fresh is not None
+        rows = np.empty(q.shape, np.int64)
+        head = q < self.fresh
+        rows[head] = spread_rows(q[head], self.lanes, self.depth, self.fresh, self.first_block)
+        tail_block = self.first_block + -(-self.fresh // self.block)
+        rows[~head] = self.fresh + spread_rows(q[~head] - self.fresh, self.lanes, self.depth, None, tail_block)
+        return rows
 
     def after(self, taken: int, shortest: int) -> Lanes:
         """The dataset's lanes once the segment has read its first ``taken`` rows.
@@ -224,12 +249,17 @@ class SegmentLanes:
         from_levels = min(taken, self.levels.total)
         rest_starts, rest_lengths = self.levels.rests(from_levels)
         starts, lengths = [rest_starts], [rest_lengths]
-        frontier, blocks = self.frontier, self.first_block
-        full, part = divmod(taken - from_levels, self.block)
+        frontier, blocks, fresh = self.frontier, self.first_block, self.fresh
+        taken -= from_levels
+        if self.tail and fresh is not None and taken >= fresh:  # past the epoch's rows: into the tail
+            frontier += fresh * L
+            blocks += -(-fresh // self.block)
+            taken, fresh = taken - fresh, None
+        full, part = divmod(taken, self.block)
         frontier += full * self.block * L
         blocks += full
         if part:  # the rest of each lane of the block the segment ended in is carried
-            m = self.block if self.fresh is None else min(self.block, self.fresh - full * self.block)
+            m = self.block if fresh is None else min(self.block, fresh - full * self.block)
             lane_starts, lane_lengths = self._block_pieces(m, frontier, blocks)
             w = len(lane_starts)
             read = (part - np.arange(w) + w - 1) // w * L  # what part took from each lane, in dealing order

@@ -170,6 +170,28 @@ def test_a_run_saved_with_consecutive_rows_refuses_to_resume_with_independent_on
     ) == ([], [])
 
 
+@pytest.mark.parametrize("rows", ["independent", "consecutive"])
+def test_the_first_epoch_is_the_same_whatever_follows_it(addressed, rows):
+    """Issue #52: with independent rows, repeat=True (or a second phase) changed the last batch
+    of epoch 0, whose last block of lanes was dealt as part of an endless stream. The epoch's
+    rows are now dealt as if the dataset ended there, so one epoch, the same epoch followed by
+    more epochs, and the same epoch followed by another phase give the same batches."""
+    seq, batch = 96, 8
+    steps = addressed.num_tokens // seq // batch  # one epoch: 261 steps, its last block short
+    one = Phase(steps=steps, global_batch_size=batch, seq_len=seq)
+    alone = batches(addressed, [one], batch_rows=rows)
+    more = batches(
+        addressed, [Phase(steps=steps + 30, global_batch_size=batch, seq_len=seq)], batch_rows=rows, repeat=True
+    )
+    phase = batches(addressed, [one, Phase(steps=20, global_batch_size=4, seq_len=64)], batch_rows=rows, repeat=True)
+    assert len(alone) == steps
+    assert [i for i in range(steps) if not np.array_equal(alone[i], more[i])] == []
+    assert [i for i in range(steps) if not np.array_equal(alone[i], phase[i])] == []
+    # The epoch reads every row once; the second epoch starts where the first ended.
+    firsts = np.sort(np.concatenate([b[:, 0] for b in alone]))
+    assert len(np.unique(firsts)) == len(firsts) and firsts.max() < addressed.num_tokens
+
+
 def test_a_run_with_independent_rows_of_order_version_1_is_refused(addressed):
     """Version 1 dealt a phase's last block of lanes by the phase's length: its batches differ from
     version 2's, so its checkpoints are refused by the version line (consecutive rows stay version 1)."""

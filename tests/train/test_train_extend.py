@@ -124,6 +124,18 @@ def test_a_changed_data_order_is_refused_also_against_a_checkpoint_that_recorded
 
 
 def test_describe_records_the_data_order_version(ds):
+    """The last version that changed the curriculum's own batches: independent rows 2, under
+    repeat 3 (an epoch dealt as if none followed it), consecutive rows 1."""
     from roxxel.data.curriculum import DATA_ORDER_VERSION
 
-    assert _cur(ds, (2, 4, 32)).describe()["data_order_version"] == DATA_ORDER_VERSION
+    phases = [Phase(steps=2, global_batch_size=4, seq_len=32)]
+    assert _cur(ds, (2, 4, 32)).describe()["data_order_version"] == 2
+    assert (
+        Curriculum(ds, phases, chunk_tokens=256, repeat=True).describe()["data_order_version"]
+        == DATA_ORDER_VERSION
+        == 3
+    )
+    assert (
+        Curriculum(ds, phases, chunk_tokens=256, repeat=True, batch_rows="consecutive").describe()["data_order_version"]
+        == 1
+    )
