@@ -5,7 +5,7 @@ devices each (``--xla_force_host_platform_device_count=2``), 4 devices in all. T
 an MLP of ``nnx.Linear(1024, 4096)`` / ``nnx.Linear(4096, 1024)`` blocks annotated with
 logical axes (``embed``, ``mlp``), with ``optax.adam`` (parameters + two moments: ~96 MiB of
 state a block). Its layout is the mesh's: ``fsdp=4`` shards every matrix over the 4 devices
-(rule ``embed -> fsdp``); ``data=4`` has no ``fsdp`` axis, so the same model is replicated.
+(rule ``embed -> fsdp``); ``data=4`` leaves ``fsdp`` at size 1, so the same model is replicated.
 Every row is a job of its own (2 fresh processes), one after another.
 
 Tables:
