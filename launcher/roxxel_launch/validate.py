@@ -162,6 +162,12 @@ def _check_accelerator(
 
 
 def _check_pod_template(f: _Findings, where: str, template: Mapping, hosts: int, exclusive: bool | None) -> None:
+    # Kueue's topology-aware scheduling places these pods: no exclusive placement is needed.
+    kueue_placed = any(
+        k.startswith("kueue.x-k8s.io/podset-") for k in ((template.get("metadata") or {}).get("annotations") or {})
+    )
+    if kueue_placed and exclusive is False:
+        exclusive = None
     _check_labels(f, f"{where}.metadata", template.get("metadata") or {})
     spec = template.get("spec") or {}
     f.enum(f"{where}.spec.restartPolicy", spec.get("restartPolicy"), RESTART_POLICIES)

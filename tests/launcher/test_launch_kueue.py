@@ -167,6 +167,14 @@ def test_jobset_carries_the_priority_label_and_its_pod_template_the_topology(crd
     assert "kueue.x-k8s.io/podset-preferred-topology" not in pod["metadata"]["annotations"]
     assert not any(k.startswith("kueue.x-k8s.io/podset") for k in jobset["metadata"]["annotations"])
     assert "priorityClassName" not in pod["spec"]  # the pods' own priority is priority_class's
+    # Kueue places the pods: JobSet's exclusive placement, which pins a slice's followers to its
+    # leader's node pool, is left out (without topology it is there)
+    assert "alpha.jobset.sigs.k8s.io/exclusive-topology" not in jobset["metadata"]["annotations"]
+    (plain,) = R.render(_spec(accelerator=TPU_V5P, num_slices=2, **KUEUE)).objects
+    assert (
+        plain["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"]
+        == "cloud.google.com/gke-nodepool"
+    )
 
 
 def test_indexed_job_carries_them_on_the_job_and_its_pod_template(crd_schema):

@@ -100,7 +100,16 @@ def _object_annotations(spec: JobSpec, metadata: ObjectMetadata) -> dict[str, st
         **provisioning,
         SPEC_ANNOTATION: json.dumps(spec_to_dict(spec), sort_keys=True, separators=(",", ":")),
     }
-    if spec.workload == "jobset" and spec.accelerator.kind == "tpu" and spec.hosts_per_slice > 1:
+    # Exclusive placement (a slice's followers pinned to its leader's node pool, other jobs kept
+    # out) is JobSet's own placement; where Kueue places the pods by topology (spec.topology),
+    # Kueue's assignment decides the nodes, and the two may disagree: left out, as #50 found
+    # xpk doing when Kueue places pods.
+    if (
+        spec.workload == "jobset"
+        and spec.accelerator.kind == "tpu"
+        and spec.hosts_per_slice > 1
+        and spec.topology is None
+    ):
         annotations[EXCLUSIVE_TOPOLOGY_ANNOTATION] = NODEPOOL_LABEL
     check_spec(
         "",
