@@ -15,7 +15,9 @@ spelling them. An empty value counts as unset: the downward API yields an
 empty string for a label that is missing.
 
 Values are resolved in this order; the first source that applies is used
-and the later ones are not consulted.
+and the later ones are not consulted. Sources 1-6 are the rows of the platform
+table, :data:`roxxel.distributed.platforms.PLATFORMS`, which says why the order
+is what it is (``ROXXEL_NUM_PROCESSES`` alone is read after sources 2 and 3).
 
 0. **Explicit arguments** of :func:`initialize` / :func:`detect`
    (``coordinator_address``, ``num_processes``, ``process_id``). Each one
@@ -86,6 +88,17 @@ and the later ones are not consulted.
    ``process_id = MEGASCALE_SLICE_ID * len(hosts) + TPU_WORKER_ID``; the
    coordinator is JAX's choice (``None`` here).
 
+5. **slurm** -- a task started by ``srun``. Applies when ``SLURM_PROCID`` and
+   ``SLURM_STEP_NODELIST`` are both set (a batch script's own shell, which has no step,
+   stays a single process). Read as JAX's ``SlurmCluster`` reads it
+   (``jax/_src/clusters/slurm_cluster.py``):
+
+   - ``SLURM_PROCID``: the process id; ``SLURM_NTASKS``: the process count.
+   - ``SLURM_STEP_NODELIST``: the coordinator is its first host (``node[001-016]``
+     gives ``node001``).
+   - Port: ``ROXXEL_COORDINATOR_PORT``, else ``JAX_COORDINATOR_PORT``, else JAX's
+     ``61440 + SLURM_JOB_ID % 4096``.
+
 Local runs (``roxxel-launch submit --local``) execute the rendered manifest, so sources 2
 and 3 derive the cluster's DNS name of the coordinator. Without network namespaces no
 resolver on this machine knows that name: the launcher then sets ``ROXXEL_HOST_ALIASES``
@@ -94,7 +107,7 @@ process on one loopback cannot share), and the derived coordinator address is lo
 there, ``NAME:PORT`` first, then ``NAME``. Only the coordinator's DNS name (and, for a
 shared loopback, its port) changes; every other value is the manifest's.
 
-5. **single** -- none of the above: one process; ``jax.distributed`` is not
+6. **single** -- none of the above: one process; ``jax.distributed`` is not
    initialised. (A lone ``JOB_COMPLETION_INDEX`` lands here too, with a warning
    from :func:`initialize`.)
 

@@ -8,11 +8,11 @@ from roxxel.distributed.platforms import COORDINATOR_FROM_JAX, PLATFORMS, SINGLE
 
 
 def test_rows_are_in_precedence_order():
-    assert [p.source for p in PLATFORMS] == ["roxxel", "jobset", "indexed-job", "roxxel", "gke-tpu", "single"]
+    assert [p.source for p in PLATFORMS] == ["roxxel", "jobset", "indexed-job", "roxxel", "gke-tpu", "slurm", "single"]
 
 
 def test_sources_follow_the_table():
-    assert rd.SOURCES == ("explicit", "roxxel", "jobset", "indexed-job", "gke-tpu", "single")
+    assert rd.SOURCES == ("explicit", "roxxel", "jobset", "indexed-job", "gke-tpu", "slurm", "single")
 
 
 def test_every_row_says_where_its_convention_comes_from():

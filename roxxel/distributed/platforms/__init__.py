@@ -13,7 +13,11 @@ Why this order:
    as their count or cross-check.
 5. ``gke-tpu``: GKE injects these into every TPU pod, also those of a JobSet or an Indexed Job,
    whose own variables say more (the slice and host by the template's layout).
-6. ``single``: nothing applies: one process, ``jax.distributed`` is not initialised.
+6. ``slurm``: Slurm's variables are inherited by everything started inside a job step (a
+   container, ``roxxel-launch submit --local`` run from an ``srun`` shell), so they are the weakest
+   evidence and give way to every variable set for the process on purpose. (JAX's own registry
+   asks Slurm before the TPU clusters; the two do not meet on one host.)
+7. ``single``: nothing applies: one process, ``jax.distributed`` is not initialised.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from roxxel.distributed.identity import Detected
-from roxxel.distributed.platforms import gke_tpu, indexed_job, jobset, roxxel_vars
+from roxxel.distributed.platforms import gke_tpu, indexed_job, jobset, roxxel_vars, slurm
 from roxxel.distributed.platforms.row import Platform, Reading
 
 SINGLE = Platform(
@@ -40,6 +44,7 @@ PLATFORMS: tuple[Platform, ...] = (
     indexed_job.PLATFORM,
     roxxel_vars.COUNT_ONLY,
     gke_tpu.PLATFORM,
+    slurm.PLATFORM,
     SINGLE,
 )
 """Every worker platform, in order of precedence (see the module docstring); the last always applies."""
