@@ -78,6 +78,21 @@ RELEASED_PAIRS = {
     "tcpxo": ("nccl-plugin-gpudirecttcpx-dev:v1.0.15", "tcpgpudmarxd-dev:v1.0.21"),
 }
 GPUS_PER_HOST = 8  # every machine type above has 8 GPUs
+
+# Grace-Blackwell machines, accepted by the GKE label syntax but not runnable as rendered: their
+# nodes are arm64 (GKE taints Arm nodes kubernetes.io/arch=arm64:NoSchedule, and the images
+# built here are amd64), and their NVLink domain across hosts (MNNVL through IMEX) needs a DRA
+# ComputeDomain claim from NVIDIA's DRA driver (NVIDIA AI Cluster Runtime, "GKE A4X Max (GB300)
+# Networking Prerequisites"), none of which the launcher renders.
+UNSUPPORTED_GPU_TYPES = {
+    "nvidia-gb200": "A4X (a4x-highgpu-4g)",
+    "nvidia-gb300": "A4X Max (a4x-maxgpu-4g-metal)",
+}
+UNSUPPORTED_GPU_REASON = (
+    "runs arm64 nodes and needs a ComputeDomain (NVIDIA DRA driver) for its NVLink domain, "
+    "which roxxel-launch does not render (no arm64 toleration, image or ComputeDomain claim)"
+)
+UNSUPPORTED_GPU_FIX = "Use A4 (type: nvidia-b200, a4-highgpu-8g) or A3 Ultra (nvidia-h200-141gb) with networking: rdma."
 TCPX_SOCKET_DIR = "/run/tcpx"
 APERTURE_DEVICES = "/dev/aperture_devices"
 DAEMON_CONTAINER = "gpudirect-daemon"

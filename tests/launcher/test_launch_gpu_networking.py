@@ -276,3 +276,18 @@ def test_a_missing_script_is_a_configuration_error_in_one_line(tmp_path):
     )
     assert code == 78 and out == ""
     assert err.count("\n") == 1 and "nccl.sh is missing: install the NCCL plugin installer DaemonSet" in err
+
+
+@pytest.mark.parametrize("gpu_type, machine", [("nvidia-gb200", "A4X"), ("nvidia-gb300", "A4X Max")])
+@pytest.mark.parametrize("networking", [None, "rdma"])
+def test_grace_blackwell_is_refused_in_one_line_naming_why_and_what_to_use(gpu_type, machine, networking):
+    """A4X/A4X Max nodes are arm64 and their NVLink domain needs a ComputeDomain claim (NVIDIA's
+    DRA driver), neither of which is rendered: refused, not rendered into pods that never run."""
+    gpu = {"type": gpu_type, "count": 4} | ({"networking": networking} if networking else {})
+    with pytest.raises(S.SpecError) as info:
+        _spec(accelerator={"gpu": gpu})
+    message = str(info.value)
+    assert info.value.field == "accelerator.gpu.type"
+    assert "\n" not in message
+    assert machine in message and "arm64" in message and "ComputeDomain" in message
+    assert "nvidia-b200" in message

@@ -96,6 +96,13 @@ class GpuAccelerator:
 
     def __post_init__(self):
         _check("type", names.label_value_problem(self.type) or (None if self.type else "must not be empty"))
+        machine = gpu_networking.UNSUPPORTED_GPU_TYPES.get(self.type)
+        if machine is not None:
+            raise SpecError(
+                "type",
+                f"{self.type} is {machine}, which {gpu_networking.UNSUPPORTED_GPU_REASON}",
+                gpu_networking.UNSUPPORTED_GPU_FIX,
+            )
         if not 1 <= self.count <= 16:
             raise SpecError("count", f"must be between 1 and 16 GPUs per host, got {self.count}")
         _check_hosts(self.hosts)
