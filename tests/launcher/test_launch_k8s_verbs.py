@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from roxxel_launch.cli import cli
 
+from support import k8s_streams
 from support.k8s_fake_server import FakeKubernetes, use_cluster
 from support.specs import spec_dict
 
@@ -282,3 +283,34 @@ def test_port_forward_cli_says_where_it_listens_and_refuses_bad_ports(fake, tmp_
     assert pod_streams.forward_port is not interrupted
     monkeypatch.setenv("ROXXEL_LOCAL_ROOT", str(tmp_path / "runs"))
     assert "no local job 'lm'" in run("port-forward", "lm", "6006", "--local", code=1).output
+
+
+def test_a_broken_exec_stream_is_one_line(fake, tmp_path):
+    """The connection ends mid-command (no Status on the error channel, no close frame: the
+    API server, kubelet or a proxy went away): the output so far, then one line saying the
+    command's end is unknown, not websocket-client's traceback."""
+    submit(fake, tmp_path)
+
+    def lost(argv):
+        raise k8s_streams.ConnectionLost(b"partial\n")
+
+    fake.on_exec(lost)
+    result = run("exec", "lm", "--", "true", code=1)
+    assert result.stdout.startswith("partial\n")
+    assert isinstance(result.exception, SystemExit), result.exception  # not a traceback
+    (line,) = [text for text in result.output.splitlines() if text != "partial"]
+    assert line.startswith("Error: ") and "exec stream of pod" in line and "run it again" in line
+
+
+def test_exec_into_a_closed_pipe_ends_quietly(fake, tmp_path, monkeypatch):
+    """``exec ... | head``: the reader closed our stdout; exit 141 (128 + SIGPIPE) as a program
+    killed by SIGPIPE, no traceback and nothing said about the pod's stream."""
+    submit(fake, tmp_path)
+
+    def closed_pipe(*args, out, err):
+        out(b"first\n")
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("roxxel_launch.backends.kubernetes.backend.exec_in_pod", closed_pipe)
+    result = run("exec", "lm", "--", "true", code=141)
+    assert result.output == "first\n"

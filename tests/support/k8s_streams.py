@@ -150,11 +150,30 @@ def accept(
     return Session(connection, ws, chosen)
 
 
+class ConnectionLost(Exception):
+    """Raised by an exec runner: the connection ends after ``output`` on stdout, with no Status
+    and no close frame, as a client sees it when the API server, the kubelet or a proxy between
+    them goes away mid-command (RFC 6455 section 7.1.5: closed abnormally, code 1006)."""
+
+    def __init__(self, output: bytes = b""):
+        super().__init__("connection lost")
+        self.output = output
+
+
 def serve_exec(session: Session, command: Sequence[str], run: Callable[[Sequence[str]], subprocess.Popen]) -> None:
     """Runs ``command`` through ``run`` (a Popen with stdout and stderr pipes), streams its
-    output on channels 1 and 2 as it comes, then its Status on channel 3, then closes."""
+    output on channels 1 and 2 as it comes, then its Status on channel 3, then closes. A
+    runner raising :class:`ConnectionLost` ends the connection there, without Status or close."""
     try:
         process = run(command)
+    except ConnectionLost as lost:
+        if lost.output:
+            session.send(STDOUT, lost.output)
+        with session._lock:
+            session.closed = True
+            with contextlib.suppress(OSError):
+                session.connection.shutdown(socket.SHUT_RDWR)
+        return
     except OSError as err:  # the runtime's answer for a missing executable
         session.send(
             ERROR,

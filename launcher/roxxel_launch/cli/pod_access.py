@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
 import click
@@ -53,8 +54,16 @@ def exec_command(
         return write
 
     backend = backend_choice.make_backend(backend_name, namespace=namespace, context=context)
-    with backend_errors():
-        code = backend.exec(name, command, process=process, container=container, out=sink(stdout), err=sink(stderr))
+    try:
+        with backend_errors():
+            code = backend.exec(name, command, process=process, container=container, out=sink(stdout), err=sink(stderr))
+    except BrokenPipeError:
+        # Whoever read the output stopped (exec ... | head): end quietly, as a program killed by
+        # SIGPIPE would (128 + 13), with nothing more written to the closed pipe
+        # (https://docs.python.org/3/library/signal.html#note-on-sigpipe).
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        ctx.exit(141)
     ctx.exit(code)
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from websocket import WebSocketException
 
 from roxxel.wording import as_clause
 from roxxel_launch.backends.base import BackendError
@@ -112,19 +113,36 @@ def exec_in_pod(
     except ApiException as error:
         raise _refused(error, "exec in", pod, namespace, _RBAC_RESOURCE["Pod exec"]) from error
     try:
-        while client.is_open():
-            client.update(timeout=1)
-            if client.peek_stdout():
-                out(client.read_stdout())
-            if client.peek_stderr():
-                err(client.read_stderr())
-        for data, sink in ((client.read_stdout(timeout=0), out), (client.read_stderr(timeout=0), err)):
-            if data:
-                sink(data)
-        status = client.read_channel(3)
+        try:
+            while client.is_open():
+                client.update(timeout=1)
+                _drain(client, out, err)
+            _drain(client, out, err)
+            status = client.read_channel(3)
+        except BrokenPipeError:  # our own output was closed (| head): the caller's to handle
+            raise
+        except (WebSocketException, OSError) as error:
+            # The connection ended without a close frame (websocket-client's
+            # WebSocketConnectionClosedException, a reset, a TLS error): the command's end is
+            # unknown. What had arrived is shown, then one line.
+            with contextlib.suppress(WebSocketException, OSError):
+                _drain(client, out, err)
+            raise BackendError(
+                f"the exec stream of pod {pod} broke before the command ended "
+                f"({as_clause(str(error) or type(error).__name__)}); whether it finished is unknown: "
+                "check the pod (roxxel-launch logs) and run it again"
+            ) from error
     finally:
-        client.close()
+        with contextlib.suppress(WebSocketException, OSError):
+            client.close()
     return _exit_code(status, pod)
+
+
+def _drain(client: Any, out: Callable[[bytes], None], err: Callable[[bytes], None]) -> None:
+    """Hands what stdout and stderr hold to ``out`` and ``err``."""
+    for data, sink in ((client.read_stdout(timeout=0), out), (client.read_stderr(timeout=0), err)):
+        if data:
+            sink(data)
 
 
 def _exit_code(status: Any, pod: str) -> int:
