@@ -736,3 +736,30 @@ def test_exec_of_a_process_job_names_no_container_engine(tmp_path, root):
     assert f"in its run directory {root / 'procs'}" in str(err.value)
     with pytest.raises(BackendError, match=r"docker ps --filter label=dev.roxxel.run=\w+ lists its containers"):
         backend.exec("ctrs", ["true"], out=None, err=None)
+
+
+def test_the_echo_of_worker_0_leaves_out_gloos_connection_lines(tmp_path):
+    """Gloo prints "[Gloo] Rank R is connected to N peer ranks..." to stdout (C++, no switch)
+    once per communicator: six lines in the main job, between the progress lines. The echo
+    leaves out those that say every peer is connected; one that says fewer is kept, and the
+    log file keeps them all."""
+    import io
+
+    from roxxel_launch.backends.local.processes import LogEcho
+
+    log = tmp_path / "worker-0.log"
+    log.write_text("")
+    out = io.StringIO()
+    echo = LogEcho(log, "[worker 0] ", out)
+    connected = "[Gloo] Rank 0 is connected to 3 peer ranks. Expected number of connected peer ranks is : 3"
+    partial = "[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected peer ranks is : 3"
+    log.write_text(f"training steps 0..500\n{connected}\n{partial}\nstep 20/500  loss=6.4\n[Gloo] Rank 0 is")
+    echo.pump()
+    assert (
+        out.getvalue() == f"[worker 0] training steps 0..500\n[worker 0] {partial}\n[worker 0] step 20/500  loss=6.4\n"
+    )
+    with log.open("a") as f:
+        f.write(" connected to 1 peer ranks. Expected number of connected peer ranks is : 1\ndone\n")
+    echo.pump(final=True)
+    assert out.getvalue().endswith("[worker 0] step 20/500  loss=6.4\n[worker 0] done\n")
+    assert log.read_text().count("[Gloo]") == 3

@@ -7,6 +7,7 @@ so a whole pod, with whatever its command started, is signalled as one.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -70,8 +71,19 @@ def with_parent_death_signal(python: str, cmd: list[str]) -> list[str]:
     return [python, "-S", "-c", _PDEATHSIG_SHIM, str(os.getpid()), *cmd]
 
 
+# Gloo (JAX's CPU collectives) writes this to stdout from C++, with no switch to turn it off,
+# once per communicator it sets up: start-up chatter when every peer answered (N == N).
+_GLOO_ALL_CONNECTED = re.compile(
+    rb"\[Gloo\] Rank \d+ is connected to (\d+) peer ranks\. Expected number of connected peer ranks is : \1"
+)
+
+
 class LogEcho:
-    """Copies new complete lines of a growing log file to a stream, with a prefix."""
+    """Copies new complete lines of a growing log file to a stream, with a prefix.
+
+    Gloo's line saying that a rank reached all its peers is left out (the log keeps it);
+    one saying that some are missing is echoed.
+    """
 
     def __init__(self, path: Path, prefix: str, out: IO[str]):
         self.path, self.prefix, self.out = path, prefix, out
@@ -91,6 +103,7 @@ class LogEcho:
         if final and self.partial:
             lines.append(self.partial)
             self.partial = b""
+        lines = [line for line in lines if not _GLOO_ALL_CONNECTED.fullmatch(line.rstrip(b"\r"))]
         if lines:
             self.out.write("".join(f"{self.prefix}{line.decode('utf-8', errors='replace')}\n" for line in lines))
             self.out.flush()
