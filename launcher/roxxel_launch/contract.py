@@ -180,7 +180,10 @@ WRITABLE_DIRS = {
     "home": (HOME_MOUNT_PATH, {"HOME": HOME_MOUNT_PATH}),
 }
 
-# Ports TPU pods use between the hosts of a job, besides roxxel's coordinator port. On GKE
+# Ports TPU pods are known to use between the hosts of a job, besides roxxel's coordinator
+# port, declared as named container ports (as xpk and GKE's TPU examples declare them); the
+# job's NetworkPolicy admits every port between its own pods, not these only, since no
+# reference publishes a complete list of what libtpu opens (docs/kubernetes.md). On GKE
 # TPU, jax.distributed.initialize() detects the cluster itself (GkeTpuCluster) and puts its
 # coordinator on port 8482 (jax/_src/clusters/cloud_tpu_cluster.py). xpk, Google's GKE
 # launcher, opens 8471 and 8080 on TPU workers ("slice builder and megascale container

@@ -185,7 +185,6 @@ def _pod_values(spec: JobSpec, networking: gpu_networking.PodAdditions) -> dict[
         "priority_class": spec.priority_class,
         "node_selector": pod_values.node_selector(spec),
         "tolerations": pod_values.tolerations(spec),
-        "network_policy_ports": pod_values.network_policy_ports(spec),
     }
 
 

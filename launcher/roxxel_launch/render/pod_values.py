@@ -176,22 +176,6 @@ def tolerations(spec: JobSpec) -> list[dict]:
 # ----------------------------------------------------------------------------- ports
 
 
-def network_policy_ports(spec: JobSpec) -> list[dict]:
-    """Ports the job's pods accept from each other; [] means every port.
-
-    Single-slice TPU: the JAX coordinator and the TPU runtime's ports
-    (contract.TPU_RUNTIME_PORTS). TPU multislice: every port, because libtpu's inter-slice
-    (DCN, "megascale") transport is closed source and no published list names every port
-    it opens; xpk and the JobSet TPU example run it on the host network, where no
-    NetworkPolicy applies. GPU and CPU: every port, because NCCL (GPU) and Gloo (JAX's CPU
-    collectives) listen on ephemeral ports. Either way only the job's own pods may connect.
-    """
-    if spec.accelerator.kind != "tpu" or spec.num_slices > 1:
-        return []
-    ports = [contract.DEFAULT_COORDINATOR_PORT, *contract.TPU_RUNTIME_PORTS.values()]
-    return [{"protocol": "TCP", "port": port} for port in ports]
-
-
 def tpu_runtime_ports(spec: JobSpec) -> list[dict]:
     """The TPU runtime's named container ports (none off TPU)."""
     if spec.accelerator.kind != "tpu":
