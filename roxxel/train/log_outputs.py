@@ -17,7 +17,17 @@ if TYPE_CHECKING:
 
 from roxxel.train.metrics_file import METRICS_CSV, MetricsCsv
 
-__all__ = ["DIAGNOSTIC_KEYS", "LINE_WIDTH", "LOSS_KEY", "SYSTEM_LOG", "TENSORBOARD_DIR", "TOKENS_PER_SEC_KEY", "Sink"]
+__all__ = [
+    "DIAGNOSTIC_KEYS",
+    "LINE_WIDTH",
+    "LOSS_KEY",
+    "SYSTEM_KEYS",
+    "SYSTEM_LOG",
+    "TENSORBOARD_DIR",
+    "TOKENS_PER_SEC_KEY",
+    "Sink",
+    "tensorboard_tag",
+]
 
 SYSTEM_LOG = "roxxel_system.log"
 TENSORBOARD_DIR = "tensorboard"
@@ -61,6 +71,7 @@ class Sink:
         progress: bool,
         total_steps: int | None,
         verbose: bool = False,
+        run_name: str = "run",
     ) -> None:
         self._stdout = stdout
         self._verbose = verbose
@@ -77,8 +88,10 @@ class Sink:
             # tensorboardX names its file by the second and the host only, and truncates a file of that
             # name: a second Logger on the same directory within a second (a quick restart, a test)
             # erased the first one's events. The process id and a count make every name new.
+            # One directory per run: TensorBoard names a run by its directory under --logdir
+            # (event files right in tensorboard/ made a run named '.').
             self._tb = SummaryWriter(
-                os.path.join(log_dir, TENSORBOARD_DIR),
+                os.path.join(log_dir, TENSORBOARD_DIR, run_name),
                 flush_secs=30,
                 filename_suffix=f".{os.getpid()}.{next(_EVENT_FILES)}",
             )
@@ -121,7 +134,7 @@ class Sink:
         values = {key: float(value) for key, value in raw.items()}
         if self._csv.write(step, wall, values) and self._tb is not None:
             for key, value in values.items():
-                self._tb.add_scalar(key, value, global_step=step, walltime=wall)
+                self._tb.add_scalar(tensorboard_tag(key), value, global_step=step, walltime=wall)
         if self._progress:
             bar = self._bar if self._bar is not None else self._open_bar(step)
             postfix = {}
@@ -201,6 +214,21 @@ class Sink:
 
 _FIRST_KEYS = (LOSS_KEY, TOKENS_PER_SEC_KEY)
 _LABELS = {TOKENS_PER_SEC_KEY: "tok/s"}  # as the progress bar says it
+
+
+#: Logged keys TensorBoard shows under ``system/``: how fast and how evenly the job runs.
+SYSTEM_KEYS = (DIAGNOSTIC_KEYS - {"learning_rate"}) | {TOKENS_PER_SEC_KEY}
+
+
+def tensorboard_tag(key: str) -> str:
+    """The TensorBoard tag of metric ``key``: ``eval_X`` as ``eval/X``, throughput and timings
+    (``SYSTEM_KEYS``) under ``system/``, the rest (loss, learning rate, the model's own)
+    under ``train/``; a key with a ``/`` is kept as the caller grouped it."""
+    if "/" in key:
+        return key
+    if key.startswith("eval_") and len(key) > len("eval_"):
+        return f"eval/{key[len('eval_') :]}"
+    return f"system/{key}" if key in SYSTEM_KEYS else f"train/{key}"
 
 
 def _first(key: str) -> int:

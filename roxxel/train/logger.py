@@ -24,8 +24,13 @@ Files written in ``log_dir`` (the original Roxxel's names):
     value written for a repeated step. :meth:`Logger.start_from` (the Trainer calls it
     after its restore) first drops the rows of the steps the run will log again, and
     moves an earlier run's file aside when the run starts at step 0.
-``tensorboard/``
-    TensorBoard event files (``tensorboardX.SummaryWriter``), one scalar per metric.
+``tensorboard/<run name>/``
+    TensorBoard event files (``tensorboardX.SummaryWriter``), one scalar per metric, in one
+    run named ``run_name=``, else by the job (``ROXXEL_RUN_NAME``), else by ``log_dir``, so
+    ``tensorboard --logdir LOG_DIR/tensorboard`` lists it by that name; its tags are grouped
+    as ``train/`` (the loss, the learning rate, the model's own metrics), ``eval/`` (``eval_X``
+    as ``eval/X``) and ``system/`` (throughput, step and compile times, the straggler report); a
+    key that holds a ``/`` is its own tag. The CSV keeps the keys as logged.
 
 Durability: after the queue empties, the writer hands its buffers to the OS, so data
 survives a crash of the Python process soon after it is logged; :meth:`Logger.flush`
@@ -54,6 +59,7 @@ import traceback
 from collections.abc import Mapping
 from typing import IO, Any, Literal
 
+from roxxel.contract import ENV_RUN_NAME
 from roxxel.train.log_outputs import DIAGNOSTIC_KEYS, LOSS_KEY, SYSTEM_LOG, TENSORBOARD_DIR, TOKENS_PER_SEC_KEY, Sink
 from roxxel.train.metrics_file import FIXED_COLUMNS, METRICS_CSV, read_metrics
 
@@ -94,6 +100,8 @@ class Logger:
             ``jax.distributed.initialize``: create the Logger after
             ``roxxel.distributed.initialize()``.)
         tensorboard: also write TensorBoard event files.
+        run_name: the TensorBoard run's name (a directory under ``tensorboard/``); default
+            the job's name from ``ROXXEL_RUN_NAME``, else the name of ``log_dir``.
         progress: ``True`` shows a tqdm progress bar (step/total, steps/s, loss,
             tokens/s, ETA) on ``stdout``; ``False`` prints one line per metrics call
             instead; ``None`` (default) chooses the bar when ``stdout`` is a terminal.
@@ -123,6 +131,7 @@ class Logger:
         total_steps: int | None = None,
         stdout: IO[str] | None = None,
         verbose: bool = False,
+        run_name: str | None = None,
     ) -> None:
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a path, but got {type(log_dir).__name__}")
@@ -150,6 +159,7 @@ class Logger:
             progress=bool(progress),
             total_steps=self.total_steps,
             verbose=bool(verbose),
+            run_name=_run_name(self.log_dir, run_name),
         )
         self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         # A daemon thread: the interpreter joins non-daemon threads *before* running
@@ -381,6 +391,13 @@ class Logger:
 
 
 # -- validation and formatting ----------------------------------------------------------
+
+
+def _run_name(log_dir: str, given: str | None) -> str:
+    """The TensorBoard run's name: ``given``, else the job's (the same across restarts), else
+    ``log_dir``'s own name; never a path (a ``/`` would make directories)."""
+    name = given or os.environ.get(ENV_RUN_NAME) or os.path.basename(os.path.abspath(log_dir)) or "run"
+    return name.replace(os.sep, "_")
 
 
 def _default_process_index() -> int:

@@ -147,16 +147,16 @@ def test_crash_without_close_still_flushes_at_exit(tmp_path, ending):
     metrics = read_metrics(tmp_path)
     assert [s for s, _ in metrics["loss"]] == list(range(1, 201))
     assert "INFO last words" in (tmp_path / SYSTEM_LOG).read_text()
-    assert _tb_scalars(tmp_path)["loss"][-1] == (200, pytest.approx(1 / 200))
+    assert _tb_scalars(tmp_path)["train/loss"][-1] == (200, pytest.approx(1 / 200))
 
 
 def _tb_scalars(run):
-    """Parse the TFRecord event files: {tag: [(step, value), ...]}."""
+    """Parse the TFRecord event files of every TensorBoard run: {tag: [(step, value), ...]}."""
     from tensorboardX.proto import event_pb2
 
     out = {}
-    for name in sorted(os.listdir(run / TENSORBOARD_DIR)):
-        data = (run / TENSORBOARD_DIR / name).read_bytes()
+    for path in sorted((run / TENSORBOARD_DIR).rglob("events.out.tfevents.*")):
+        data = path.read_bytes()
         pos = 0
         while pos < len(data):
             (length,) = struct.unpack("<Q", data[pos : pos + 8])
@@ -167,13 +167,48 @@ def _tb_scalars(run):
     return out
 
 
-def test_tensorboard_event_file(tmp_path):
-    with _logger(tmp_path, tensorboard=True) as lg:
-        lg.log_metrics_summary(1, {"loss": 2.0, "eval_loss": 3.0})
-        lg.log_metrics_summary(2, {"loss": 1.5})
-    files = os.listdir(tmp_path / TENSORBOARD_DIR)
+def test_tensorboard_event_file(tmp_path, monkeypatch):
+    """One run named by the log directory (not '.'), tags grouped as train/, eval/, system/;
+    the CSV keeps the keys as logged."""
+    monkeypatch.delenv("ROXXEL_RUN_NAME", raising=False)
+    run = tmp_path / "demo"
+    with _logger(run, tensorboard=True) as lg:
+        lg.log_metrics_summary(1, {"loss": 2.0, "eval_loss": 3.0, "learning_rate": 0.1, "tokens_per_sec": 9.0})
+        lg.log_metrics_summary(2, {"loss": 1.5, "step_time_s": 0.5, "mine/grad_norm": 4.0})
+    assert os.listdir(run / TENSORBOARD_DIR) == ["demo"]
+    files = os.listdir(run / TENSORBOARD_DIR / "demo")
     assert len(files) == 1 and files[0].startswith("events.out.tfevents.")
-    assert _tb_scalars(tmp_path) == {"loss": [(1, 2.0), (2, 1.5)], "eval_loss": [(1, 3.0)]}
+    assert _tb_scalars(run) == {
+        "train/loss": [(1, 2.0), (2, 1.5)],
+        "eval/loss": [(1, 3.0)],
+        "train/learning_rate": [(1, pytest.approx(0.1))],
+        "system/tokens_per_sec": [(1, 9.0)],
+        "system/step_time_s": [(2, 0.5)],
+        "mine/grad_norm": [(2, 4.0)],
+    }
+    assert _csv_rows(run)[0][2:] == [
+        "loss",
+        "eval_loss",
+        "learning_rate",
+        "tokens_per_sec",
+        "step_time_s",
+        "mine/grad_norm",
+    ]
+
+
+def test_tensorboard_lists_the_run_by_the_jobs_name(tmp_path, monkeypatch):
+    """TensorBoard's own run list (EventMultiplexer): the job's name from ROXXEL_RUN_NAME, or
+    run_name=; before, the event files lay in tensorboard/ itself and the run was named '.'."""
+    multiplexer = pytest.importorskip("tensorboard.backend.event_processing.plugin_event_multiplexer")
+    monkeypatch.setenv("ROXXEL_RUN_NAME", "lm")
+    with _logger(tmp_path / "outputs", tensorboard=True) as lg:
+        lg.log_metrics_summary(1, {"loss": 2.0})
+    with _logger(tmp_path / "outputs", tensorboard=True, run_name="lm-lr-3e-4") as lg:
+        lg.log_metrics_summary(1, {"loss": 2.5})
+    mux = multiplexer.EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "outputs" / TENSORBOARD_DIR))
+    mux.Reload()
+    assert sorted(mux.Runs()) == ["lm", "lm-lr-3e-4"]
+    assert [e.step for e in mux.Tensors("lm", "train/loss")] == [1]
 
 
 def test_stdout_lines_when_not_a_terminal(tmp_path):
@@ -350,10 +385,12 @@ def test_tensorboard_hides_what_a_restart_logs_again(tmp_path, start):
         lg.start_from(start)
         for step in range(start + 1, start + 3):
             lg.log_metrics_summary(step, {"loss": 100.0 + step})
-    assert len(os.listdir(tmp_path / TENSORBOARD_DIR)) == 2  # one file per Logger, even within one second
-    acc = accumulator.EventAccumulator(str(tmp_path / TENSORBOARD_DIR))
+    run = tmp_path / TENSORBOARD_DIR / tmp_path.name  # one run: the restart writes into it
+    assert os.listdir(tmp_path / TENSORBOARD_DIR) == [tmp_path.name]
+    assert len(os.listdir(run)) == 2  # one file per Logger, even within one second
+    acc = accumulator.EventAccumulator(str(run))
     acc.Reload()
-    shown = [(e.step, e.value) for e in acc.Scalars("loss")]
+    shown = [(e.step, e.value) for e in acc.Scalars("train/loss")]
     kept = [(s, float(s)) for s in range(1, start + 1)]
     assert shown == kept + [(s, 100.0 + s) for s in range(start + 1, start + 3)]
 
