@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from roxxel.data.blend import BlendPlan
 from roxxel.data.dataset import Dataset
+from roxxel.data.identity import RECORD_DEFAULTS, SEED_KEY, RunIdentity
 from roxxel.data.source import DEFAULT_CHUNK_TOKENS, SOURCES
 from roxxel.data.spread import BATCH_ROWS
 from roxxel.data.stream import Stream
@@ -51,10 +52,6 @@ def order_version(batch_rows: str, repeat: bool) -> int:
     return DATA_ORDER_VERSION if batch_rows == "independent" and repeat else ORDER_VERSIONS[batch_rows]
 
 
-RECORD_DEFAULTS: dict[str, Any] = {"order": "chunks", "data_order_version": 1, "batch_rows": "consecutive"}
-"""What a :meth:`Curriculum.describe` key means when absent: ``order`` and ``batch_rows`` are
-left out at the values every earlier version used (older fingerprints stay valid), and
-checkpoints saved before ``data_order_version`` existed were made by version 1."""
 _MAX_POSITION = 2**62
 log = logging.getLogger(__name__)
 _PHASE_KEYS = {"steps", "epochs", "global_batch_size", "batch_size", "seq_len", "weights"}
@@ -555,26 +552,35 @@ class Curriculum:
         return dict(zip(self.names, self.plan.positions_at(self.rows_before(step)).tolist()))
 
     # -- identity -----------------------------------------------------------------------
-    def describe(self) -> dict[str, Any]:
-        """JSON-able description: datasets (fingerprints), resolved phases, chunking, repeat."""
+    def describe(self) -> RunIdentity:
+        """JSON-able description: datasets (fingerprints), resolved phases, chunking, repeat,
+        the data order version; a :class:`~roxxel.data.identity.RunIdentity` (a dict), whose
+        judge a checkpointer given it as ``fingerprint`` asks about a resume."""
         # Options at the values of earlier versions are left out: older fingerprints stay valid.
         options = {k: v for k, v in (("order", self.order), ("batch_rows", self.batch_rows)) if v != RECORD_DEFAULTS[k]}
-        return {
-            **options,
-            "data_order_version": order_version(self.batch_rows, self.repeat),
-            "datasets": {self._recorded_name(n): ds.fingerprint() for n, ds in self.datasets.items()},
-            "chunk_tokens": self.chunk_tokens,
-            "repeat": self.repeat,
-            "phases": [
-                {
-                    "steps": p.steps,
-                    "batch_size": p.global_batch_size,
-                    "seq_len": p.seq_len,
-                    "weights": dict(zip(map(self._recorded_name, self.names), p.weights)),
-                }
-                for p in self.resolved
-            ],
-        }
+        return RunIdentity(
+            {
+                **options,
+                "data_order_version": order_version(self.batch_rows, self.repeat),
+                "datasets": {self._recorded_name(n): ds.fingerprint() for n, ds in self.datasets.items()},
+                "chunk_tokens": self.chunk_tokens,
+                "repeat": self.repeat,
+                "phases": [
+                    {
+                        "steps": p.steps,
+                        "batch_size": p.global_batch_size,
+                        "seq_len": p.seq_len,
+                        "weights": dict(zip(map(self._recorded_name, self.names), p.weights)),
+                    }
+                    for p in self.resolved
+                ],
+            }
+        )
+
+    def identity(self, seed: int | None = None) -> RunIdentity:
+        """The run's data identity, what a checkpoint records and judges a resume by:
+        :meth:`describe`, with the data ``seed`` as ``"seed"`` when given (the Trainer's)."""
+        return self.describe() if seed is None else RunIdentity({**self.describe(), SEED_KEY: seed})
 
     def fingerprint(self) -> str:
         """SHA-256 (hex) of :meth:`describe`: equal fingerprints mean the same data at every step."""
@@ -593,76 +599,3 @@ class Curriculum:
     def __repr__(self) -> str:
         phases = ", ".join(f"{p.steps}x({p.global_batch_size}x{p.seq_len})" for p in self.resolved)
         return f"Curriculum(datasets={list(self.names)}, phases=[{phases}])"
-
-
-def classify_changes(
-    saved: Mapping[str, Any], current: Mapping[str, Any], step: int, diff: Any
-) -> tuple[list[str], list[str]]:
-    """Split the differences between two :meth:`Curriculum.describe` values into those a run
-    resumed at ``step`` may take and those it must refuse.
-
-    Batches ``0..step-1`` were taken under ``saved``; the resumed run must give exactly the
-    batches an uninterrupted run of ``current`` would. So every phase that started before
-    ``step`` must keep its batch size, sequence length and weights; one that ended before
-    ``step`` must also keep its length; the phase holding ``step`` may be lengthened or
-    shortened down to ``step`` (extending the run); phases starting at or after ``step``
-    may be changed, added or removed. Datasets, ``chunk_tokens``, ``repeat``, the ``order``,
-    ``batch_rows`` and the :data:`DATA_ORDER_VERSION` shape every batch and may not change (a key an older
-    checkpoint lacks counts as its :data:`RECORD_DEFAULTS` value).
-
-    Args:
-        saved: the description stored with the checkpoint.
-        current: this run's description.
-        step: the restored step.
-        diff: ``diff(a, b) -> list[str]``, one readable line per difference (the
-            checkpointer's :func:`~roxxel.train.checkpoint.describe_changes`).
-
-    Returns:
-        ``(allowed, refused)``: lines like ``"phases[0].steps: 60 -> 80"``.
-    """
-    allowed: list[str] = []
-    refused: list[str] = []
-    for key in sorted(set(saved) | set(current)):
-        if key == "phases":
-            continue
-        if key not in saved and key not in RECORD_DEFAULTS:  # recorded only by newer versions: nothing to compare
-            allowed.append(f"{key}: not recorded in the checkpoint, now {json.dumps(current[key], default=str)}")
-        else:  # a key left out at its default means the default (an old run resumed with order="documents" is refused)
-            refused += diff(
-                {key: saved.get(key, RECORD_DEFAULTS.get(key))}, {key: current.get(key, RECORD_DEFAULTS.get(key))}
-            )
-    old, new = list(saved.get("phases") or []), list(current.get("phases") or [])
-    start: float = 0  # step where phase i starts (inf after an open-ended phase)
-    for i, phase in enumerate(old):
-        steps = phase.get("steps")
-        end = math.inf if steps is None else start + steps
-        if start >= step:
-            break  # this phase and the later ones are all future
-        lines = diff({"phases": [phase]}, {"phases": [new[i]]}) if i < len(new) else [f"phases[{i}]: removed"]
-        lines = [line.replace("phases[0]", f"phases[{i}]", 1) for line in lines]
-        if i >= len(new):
-            refused += lines
-        else:
-            new_steps = new[i].get("steps")
-            new_end = math.inf if new_steps is None else start + new_steps
-            length = [line for line in lines if line.startswith(f"phases[{i}].steps:")]
-            refused += [line for line in lines if line not in length]
-            if not (end >= step and new_end >= step):
-                refused += length
-            else:
-                allowed += [f"{line} (the phase holding step {step} changes length)" for line in length]
-        start = end
-    else:
-        i = len(old)
-    future_from = i if old else 0
-    later = diff({"phases": old[future_from:]}, {"phases": new[future_from:]})
-    allowed += [_reindex(line, future_from) + f" (starts at or after step {step})" for line in later]
-    return allowed, refused
-
-
-def _reindex(line: str, offset: int) -> str:
-    """``phases[k]...`` -> ``phases[k + offset]...`` for a diff made on a slice of the phases."""
-    if not line.startswith("phases[") or offset == 0:
-        return line
-    k, rest = line[len("phases[") :].split("]", 1)
-    return f"phases[{int(k) + offset}]{rest}"

@@ -25,6 +25,7 @@ from flax import nnx
 
 from roxxel.contract import ENV_CONFIG_ERROR_FILE, ENV_RESTORE_FROM, ENV_RUN_NAME
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
+from roxxel.data.identity import with_seed
 from roxxel.deprecation import renamed
 from roxxel.exit_codes import ConfigTypeError, ConfigValueError
 from roxxel.sharding import BatchShardingError
@@ -288,7 +289,7 @@ class Trainer:
                 os.path.join(save_path, "checkpoints"),
                 state=self.state,
                 max_to_keep=max_to_keep,
-                fingerprint={**cur.describe(), "seed": self.seed},
+                fingerprint=cur.identity(self.seed),
                 allow_changed_run=allow_changed_run,
                 save_interval_steps=self.save_interval_steps,
                 run_name=os.environ.get(ENV_RUN_NAME) or None,
@@ -297,7 +298,9 @@ class Trainer:
         if logger is None and save_path is not None:
             logger = Logger(save_path, total_steps=cur.total_steps)
         if checkpointer is not None:
-            checkpointer.record_seed(self.seed)  # also a given one's: a resume under another seed is refused
+            # the run's identity, also a given one's: a resume under another seed is refused, and a
+            # curriculum description is judged by what the data allows whatever built the checkpointer
+            checkpointer.use_fingerprint(with_seed(checkpointer.fingerprint, self.seed))
             # stored with each step: a resume logs the ones that changed
             checkpointer.settings.update(
                 save_interval_steps=self.save_interval_steps,

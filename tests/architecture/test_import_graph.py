@@ -6,65 +6,8 @@ functions included (a lazy import that hides a cycle is still a cycle); imports 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-from support.paths import REPO
-
-ROOTS = {"roxxel": REPO / "roxxel", "roxxel_launch": REPO / "launcher" / "roxxel_launch"}
-
-
-def _modules() -> dict[str, Path]:
-    found = {}
-    for package, root in ROOTS.items():
-        for path in root.rglob("*.py"):
-            parts = [package, *path.relative_to(root).with_suffix("").parts]
-            if parts[-1] == "__init__":
-                parts.pop()
-            found[".".join(parts)] = path
-    return found
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _imports(tree: ast.AST, module: str, known: set[str]) -> set[str]:
-    """The library modules ``module`` imports (a package import counts as its ``__init__``)."""
-    out: set[str] = set()
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)
-            continue
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative import
-                base = ".".join(module.split(".")[: -node.level] + ([base] if base else []))
-            names = [base] + [f"{base}.{a.name}" for a in node.names]
-        else:
-            names = []
-        for name in names:
-            while name and name not in known:
-                name = name.rpartition(".")[0]
-            if name and name != module:
-                out.add(name)
-        stack.extend(ast.iter_child_nodes(node))
-    return out
-
-
-def _graph() -> dict[str, set[str]]:
-    modules = _modules()
-    known = set(modules)
-    graph = {m: _imports(ast.parse(p.read_text()), m, known) for m, p in modules.items()}
-    for m in graph:  # importing a.b.c runs a/__init__ and a/b/__init__ first
-        graph[m] -= {p for p in known if m.startswith(p + ".")}
-    return graph
+from support.import_graph import graph, imports
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -90,11 +33,11 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_library_has_no_import_cycle():
-    cycle = _cycle(_graph())
+    cycle = _cycle(graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
 def test_the_cycle_finder_finds_a_lazy_cycle():
     tree = ast.parse("def f():\n    import a.b\n")
-    graph = {"a": set(), "a.b": {"a.c"}, "a.c": _imports(tree, "a.c", {"a", "a.b", "a.c"})}
-    assert _cycle(graph) == ["a.b", "a.c", "a.b"]
+    found = {"a": set(), "a.b": {"a.c"}, "a.c": imports(tree, "a.c", {"a", "a.b", "a.c"})}
+    assert _cycle(found) == ["a.b", "a.c", "a.b"]

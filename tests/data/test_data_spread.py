@@ -9,9 +9,8 @@ import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
 from roxxel.data.blend import BlendPlan
-from roxxel.data.curriculum import classify_changes
+from roxxel.data.identity import classify_changes
 from roxxel.data.spread import lane_depth, spread_rows
-from roxxel.train.checkpoint import describe_changes
 
 CHUNK = 1024
 
@@ -101,10 +100,7 @@ def test_a_longer_phase_keeps_the_batches_before_it(addressed, tmp_path):
     for rows in ("consecutive", "independent"):
         short, long = (list(curriculum(n, rows).stream(seed=9, to_device=False, prefetch_size=0)) for n in (5, 13))
         assert len(short) == 12 and all(np.array_equal(a, b) for a, b in zip(short, long))
-        assert (
-            classify_changes(curriculum(5, rows).describe(), curriculum(13, rows).describe(), 12, describe_changes)[1]
-            == []
-        )
+        assert classify_changes(curriculum(5, rows).describe(), curriculum(13, rows).describe(), 12)[1] == []
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -163,10 +159,10 @@ def test_a_run_saved_with_consecutive_rows_refuses_to_resume_with_independent_on
     assert "batch_rows" not in old  # fingerprints of runs saved before the option stay valid
     assert new["batch_rows"] == "independent"
 
-    allowed, refused = classify_changes(old, new, 5, describe_changes)
+    allowed, refused = classify_changes(old, new, 5)
     assert refused == ['batch_rows: "consecutive" -> "independent"', "data_order_version: 1 -> 2"]
     assert classify_changes(
-        old, Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe(), 5, describe_changes
+        old, Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe(), 5
     ) == ([], [])
 
 
@@ -198,7 +194,7 @@ def test_a_run_with_independent_rows_of_order_version_1_is_refused(addressed):
     phases = [Phase(steps=10, global_batch_size=8, seq_len=64)]
     new = Curriculum(addressed, phases, chunk_tokens=CHUNK).describe()
     old = {**new, "data_order_version": 1}
-    assert classify_changes(old, new, 5, describe_changes)[1] == ["data_order_version: 1 -> 2"]
+    assert classify_changes(old, new, 5)[1] == ["data_order_version: 1 -> 2"]
     assert (
         Curriculum(addressed, phases, chunk_tokens=CHUNK, batch_rows="consecutive").describe()["data_order_version"]
         == 1

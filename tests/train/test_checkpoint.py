@@ -18,6 +18,7 @@ import pytest
 from flax import nnx
 
 import support.ckpt as common
+from roxxel.data.identity import RunIdentity
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE
 from roxxel.train.checkpoint import (
     CheckpointSaveError,
@@ -227,7 +228,8 @@ def test_a_run_saved_before_batch_rows_existed_is_told_how_to_resume(tmp_path):
     ms = _trained(dropout=None)
     with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint=common.FINGERPRINT) as ckpt:
         ckpt.save(3, {"loss": 1.0}, tokens_consumed=96)
-    now = {**copy.deepcopy(common.FINGERPRINT), "batch_rows": "independent"}
+    # a curriculum's description carries the data's judge (Curriculum.describe() returns a RunIdentity)
+    now = RunIdentity({**copy.deepcopy(common.FINGERPRINT), "batch_rows": "independent"})
     with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint=now) as ckpt:
         with pytest.raises(
             RunMismatchError,
@@ -244,7 +246,9 @@ def test_a_run_saved_under_another_data_order_version_is_told_what_to_do(tmp_pat
     saved = {**copy.deepcopy(common.FINGERPRINT), "batch_rows": "independent", "data_order_version": 1}
     with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint=saved) as ckpt:
         ckpt.save(3, {"loss": 1.0}, tokens_consumed=96)
-    with Checkpointer(tmp_path, ms.model, ms.optimizer, fingerprint={**saved, "data_order_version": 2}) as ckpt:
+    with Checkpointer(
+        tmp_path, ms.model, ms.optimizer, fingerprint=RunIdentity({**saved, "data_order_version": 2})
+    ) as ckpt:
         with pytest.raises(
             RunMismatchError,
             match=r"data_order_version: 1 -> 2(.|\n)*this version of roxxel puts the "

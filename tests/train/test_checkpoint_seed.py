@@ -1,4 +1,5 @@
-"""The Trainer's seed is in every checkpoint's fingerprint, also a user-built Checkpointer's.
+"""The Trainer's seed is in every checkpoint's fingerprint, also a user-built Checkpointer's
+(``roxxel.data.identity.with_seed``, handed to ``Checkpointer.use_fingerprint``).
 
 Before the fix only the Checkpointer the Trainer built itself recorded ``"seed"``; one built
 by the user (``Checkpointer(dir, model, opt, fingerprint=cur.describe())``, as
@@ -15,6 +16,7 @@ import pytest
 
 import support.ckpt as common
 from roxxel import Curriculum, Phase
+from roxxel.data.identity import with_seed
 from roxxel.exit_codes import ConfigValueError
 from roxxel.train import RunMismatchError, Trainer
 from roxxel.train.checkpoint import Checkpointer
@@ -56,7 +58,7 @@ def test_a_step_saved_without_a_seed_still_resumes(tmp_path, caplog):
     with Checkpointer(tmp_path / "ck", state=ms, fingerprint=common.FINGERPRINT) as ckpt:  # as before the fix
         ckpt.save(3)
     with Checkpointer(tmp_path / "ck", state=common.build(seed=1), fingerprint=common.FINGERPRINT) as ckpt:
-        ckpt.record_seed(7)
+        ckpt.use_fingerprint(with_seed(ckpt.fingerprint, 7))
         with caplog.at_level(logging.WARNING, logger="roxxel.checkpoint"):
             assert ckpt.restore() == 3
         assert ckpt.run_changes == ["seed: not recorded in the checkpoint, now 7"]
@@ -68,18 +70,56 @@ def test_a_step_saved_without_a_seed_still_resumes(tmp_path, caplog):
 
 def test_a_fingerprint_with_another_seed_is_a_configuration_error(tmp_path):
     with Checkpointer(tmp_path / "ck", state=common.build(), fingerprint={"seed": 3}) as ckpt:
-        ckpt.record_seed(3)  # the same: nothing to do
+        ckpt.use_fingerprint(with_seed(ckpt.fingerprint, 3))  # the same: nothing to do
         with pytest.raises(ConfigValueError, match=r"seed 3 but the run's seed is 4"):
-            ckpt.record_seed(4)
+            with_seed(ckpt.fingerprint, 4)
         with pytest.raises(TypeError):
-            ckpt.record_seed("4")
+            with_seed(ckpt.fingerprint, "4")
 
 
 def test_a_checkpointer_without_fingerprint_records_the_seed_and_refuses_another(tmp_path):
     with Checkpointer(tmp_path / "ck", state=common.build()) as ckpt:
-        ckpt.record_seed(1)
+        ckpt.use_fingerprint(with_seed(ckpt.fingerprint, 1))
         ckpt.save(1)
     with Checkpointer(tmp_path / "ck", state=common.build(seed=1)) as ckpt:
-        ckpt.record_seed(2)
+        ckpt.use_fingerprint(with_seed(ckpt.fingerprint, 2))
         with pytest.raises(RunMismatchError, match=r"seed: 1 -> 2"):
             ckpt.restore()
+
+
+def test_a_fingerprint_cannot_change_after_the_restore_compared_it(tmp_path):
+    with Checkpointer(tmp_path / "ck", state=common.build(), fingerprint={"seed": 1}) as ckpt:
+        ckpt.save(1)
+    with Checkpointer(tmp_path / "ck", state=common.build(seed=1), fingerprint={"seed": 1}) as ckpt:
+        assert ckpt.restore() == 1
+        ckpt.use_fingerprint(with_seed(ckpt.fingerprint, 1))  # the same: nothing to do
+        with pytest.raises(ConfigValueError, match=r"changed after the checkpointer restored a step \(x: added 2\)"):
+            ckpt.use_fingerprint({"seed": 1, "x": 2})
+
+
+def test_a_user_built_checkpointer_judges_a_curriculum_by_what_the_data_allows(ds, tmp_path):
+    """Outside the Trainer: ``fingerprint=curriculum.describe()`` (or ``identity(seed)``) carries
+    the data's judge, so lengthening the phase that holds the step resumes; a plain copy of
+    the description is compared by plain equality."""
+    with Checkpointer(tmp_path / "ck", state=common.build(), fingerprint=_cur(ds, 4).describe()) as ckpt:
+        ckpt.save(2)
+    for fingerprint in (_cur(ds, 6).describe(), _cur(ds, 6).identity(seed=0)):
+        with Checkpointer(tmp_path / "ck", state=common.build(seed=1), fingerprint=fingerprint) as ckpt:
+            assert ckpt.restore() == 2
+            assert "phases[0].steps: 4 -> 6 (the phase holding step 2 changes length)" in ckpt.run_changes
+    with Checkpointer(tmp_path / "ck", state=common.build(seed=1), fingerprint=dict(_cur(ds, 6).identity(0))) as ckpt:
+        with pytest.raises(RunMismatchError, match=r"phases\[0\]\.steps: 4 -> 6"):
+            ckpt.restore()
+
+
+def test_a_fingerprint_may_carry_its_own_judge(tmp_path):
+    class Lenient(dict):
+        def judge(self, saved, current, step):
+            return ["anything goes"], [], ""
+
+    with Checkpointer(tmp_path / "ck", state=common.build(), fingerprint={"v": 1}) as ckpt:
+        ckpt.save(1)
+    with Checkpointer(tmp_path / "ck", state=common.build(seed=1), fingerprint=Lenient(v=2)) as ckpt:
+        assert ckpt.restore() == 1
+        assert ckpt.run_changes == ["anything goes"]
+        assert ckpt.fingerprint == {"v": 2} and type(ckpt.fingerprint) is dict  # stored as plain JSON

@@ -9,9 +9,8 @@ import pytest
 from flax import nnx
 
 from roxxel import Curriculum, Phase
-from roxxel.data.curriculum import classify_changes
+from roxxel.data.identity import classify_changes
 from roxxel.train import RunMismatchError, Trainer
-from roxxel.train.checkpoint import describe_changes
 from roxxel.train.logger import read_metrics
 
 from support.lm import loss_fn, make_dataset, make_model
@@ -91,15 +90,15 @@ def test_classify_changes_by_past_and_future():
         return {**saved, **top, "phases": [dict(steps=s, batch_size=b) for s, b in phases]}
 
     # step 7 lies in phase 1: phase 1 may grow, phase 2 may change, phase 0 may not
-    allowed, refused = classify_changes(saved, with_phases((5, 4), (9, 8), (2, 16), (3, 8)), 7, describe_changes)
+    allowed, refused = classify_changes(saved, with_phases((5, 4), (9, 8), (2, 16), (3, 8)), 7)
     assert refused == [] and len(allowed) == 4, allowed
     assert allowed[0].startswith("phases[1].steps: 5 -> 9")
     assert any(a.startswith("phases[3]: added") for a in allowed)
-    _, refused = classify_changes(saved, with_phases((6, 4), (4, 8)), 7, describe_changes)
+    _, refused = classify_changes(saved, with_phases((6, 4), (4, 8)), 7)
     assert refused == ["phases[0].steps: 5 -> 6"]
-    _, refused = classify_changes(saved, with_phases((5, 4), (1, 8)), 7, describe_changes)  # ends before step 7
+    _, refused = classify_changes(saved, with_phases((5, 4), (1, 8)), 7)  # ends before step 7
     assert refused == ["phases[1].steps: 5 -> 1"]
-    _, refused = classify_changes(saved, with_phases((5, 4), (5, 8), (5, 8), chunk_tokens=512), 7, describe_changes)
+    _, refused = classify_changes(saved, with_phases((5, 4), (5, 8), (5, 8), chunk_tokens=512), 7)
     assert refused == ["chunk_tokens: 256 -> 512"]
 
 
@@ -111,16 +110,10 @@ def test_a_changed_data_order_is_refused_also_against_a_checkpoint_that_recorded
 
     old = {"datasets": {"self": "a"}, "chunk_tokens": 256, "repeat": False, "phases": [{"steps": 5, "batch_size": 4}]}
     current = {**old, "data_order_version": ORDER_VERSIONS["consecutive"]}
-    assert classify_changes(old, current, 3, describe_changes) == ([], [])
-    assert classify_changes(old, {**current, "order": "documents"}, 3, describe_changes)[1] == [
-        'order: "chunks" -> "documents"'
-    ]
-    assert classify_changes(old, {**current, "data_order_version": 2}, 3, describe_changes)[1] == [
-        "data_order_version: 1 -> 2"
-    ]
-    assert classify_changes({**current, "order": "documents"}, current, 3, describe_changes)[1] == [
-        'order: "documents" -> "chunks"'
-    ]
+    assert classify_changes(old, current, 3) == ([], [])
+    assert classify_changes(old, {**current, "order": "documents"}, 3)[1] == ['order: "chunks" -> "documents"']
+    assert classify_changes(old, {**current, "data_order_version": 2}, 3)[1] == ["data_order_version: 1 -> 2"]
+    assert classify_changes({**current, "order": "documents"}, current, 3)[1] == ['order: "documents" -> "chunks"']
 
 
 def test_describe_records_the_data_order_version(ds):

@@ -27,7 +27,7 @@ from roxxel.exit_codes import PREEMPTED_EXIT_CODE, ConfigValueError
 from roxxel.train.checkpoint import _orbax, lifecycle, ownership, restoring
 from roxxel.train.checkpoint.directory import check_gcs_backend, resolve_branch_source, resolve_directory
 from roxxel.train.checkpoint.errors import CheckpointSaveError, Preempted, RunMismatchError, one_line
-from roxxel.train.checkpoint.fingerprint import SEED_KEY, compare_runs, describe_changes, indented, normalize_json
+from roxxel.train.checkpoint.fingerprint import describe_changes, indented, judge_of, normalize_json
 from roxxel.train.checkpoint.manager import open_branch_source, open_manager, ranked_metrics
 from roxxel.train.checkpoint.pending import PendingSave
 from roxxel.train.checkpoint.preemption import PreemptionSync, record_preemption
@@ -99,8 +99,11 @@ class Checkpointer:
             with ``model`` and ``optimizer`` attributes (a restore sets its ``step``
             when it is an int attribute).
         fingerprint: JSON-serialisable description of the run (the trainer passes
-            ``Curriculum.describe()``), stored with each step and compared on restore;
-            ``None`` stores nothing and checks nothing.
+            ``Curriculum.identity(seed)``), stored with each step and compared on restore
+            by its ``judge`` method when it has one (``Curriculum.describe()`` and
+            ``identity()`` do: lengthening the phase that holds the restored step is
+            allowed), else by plain equality (:mod:`.fingerprint`); ``None`` stores nothing
+            and checks nothing (the Trainer still records its seed: :meth:`use_fingerprint`).
         keep_best: also keep the best step by ``best_metric``.
         best_metric: the key of ``metrics_dict`` that ranks steps.
         best_mode: ``"min"`` (lower is better, e.g. a loss) or ``"max"``.
@@ -152,6 +155,7 @@ class Checkpointer:
         check_gcs_backend(self.directory)
         self.restore_from = resolve_branch_source(self.directory, restore_from)
         self.fingerprint = None if fingerprint is None else normalize_json(fingerprint, "fingerprint")
+        self._judge = judge_of(fingerprint)
         self.allow_changed_run = bool(allow_changed_run)
         self.best_metric = best_metric
         self.best_mode = best_mode
@@ -217,41 +221,26 @@ class Checkpointer:
             raise
         self._owner_recorded = False
 
-    def record_seed(self, seed: int) -> None:
-        """Put the run's data seed into :attr:`fingerprint` as ``"seed"`` (the Trainer calls it
-        with its ``seed``, also for a checkpointer it was given), so that a resume under
-        another seed, which changes every batch, is refused like a changed curriculum (unless
-        ``allow_changed_run``). A step saved before seeds were recorded resumes (logged).
-        Call it before :meth:`restore`; a fingerprint that is not a mapping is left as it is
-        (logged).
+    def use_fingerprint(self, fingerprint: Any) -> None:
+        """Store and compare ``fingerprint`` from now on, judged by its ``judge`` method when
+        it has one (see ``fingerprint`` in the class docstring). The Trainer calls it with its
+        run identity (the data seed added to the fingerprint given here: a resume under
+        another seed is refused), also for a checkpointer it was given. Call it before
+        :meth:`restore`.
 
         Raises:
-            ConfigValueError: the fingerprint already holds another ``"seed"`` (names both),
-                or :meth:`restore` has already compared the fingerprint.
-            TypeError: ``seed`` is not an int.
+            ConfigValueError: :meth:`restore` has already compared another fingerprint.
+            TypeError: ``fingerprint`` is not JSON-serialisable.
         """
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-        seed = int(seed)
-        if self.fingerprint is None:
-            self.fingerprint = {}
-        if not isinstance(self.fingerprint, Mapping):
-            log.warning("fingerprint is not a mapping: not recording seed %d in the checkpoints", seed)
-            return
-        if SEED_KEY in self.fingerprint:
-            if self.fingerprint[SEED_KEY] != seed:
-                raise ConfigValueError(
-                    f"the checkpointer's fingerprint has seed {self.fingerprint[SEED_KEY]!r} but the run's seed is "
-                    f"{seed}: give the Trainer seed={self.fingerprint[SEED_KEY]!r}, or build the Checkpointer with "
-                    f"the run's seed (or without a 'seed' in its fingerprint)"
-                )
-            return
-        if self.restored_run is not None:
+        normalized = None if fingerprint is None else normalize_json(fingerprint, "fingerprint")
+        if self.restored_run is not None and normalized != self.fingerprint:
             raise ConfigValueError(
-                f"seed {seed} given after the checkpointer restored a step: the resume could not check it; "
+                f"the run's fingerprint changed after the checkpointer restored a step "
+                f"({'; '.join(describe_changes(self.fingerprint, normalized))}): the resume could not check it; "
                 "give the Trainer the Checkpointer before calling restore()"
             )
-        self.fingerprint = {**self.fingerprint, SEED_KEY: seed}
+        self.fingerprint = normalized
+        self._judge = judge_of(fingerprint)
 
     # -- introspection ---------------------------------------------------------------
 
@@ -551,7 +540,7 @@ class Checkpointer:
                 "checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, directory
             )
             return
-        allowed, changes, hint = compare_runs(saved, self.fingerprint, step)
+        allowed, changes, hint = self._judge(saved, self.fingerprint, step)
         self.run_changes = allowed
         if allowed:
             log.warning(

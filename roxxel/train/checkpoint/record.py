@@ -18,7 +18,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from roxxel._version import __version__
-from roxxel.train.checkpoint.fingerprint import normalize_json
+from roxxel.json_changes import normalize_json
 from roxxel.train.digest import ChecksumPlan, PendingChecksums
 
 STATE_ITEM = "state"
