@@ -80,6 +80,9 @@ def fake(tmp_path, monkeypatch, crd_schema):
         server.kueue("team-a-queue")  # Kueue installed, with the queue the specs use
         yield server
         for request in server.calls("POST"):  # everything sent passed the offline checks
+            if request.resource == "pods":  # the admission dry run's worker pod, made from the rendered template
+                assert request.dry_run, "a pod was created for real"
+                continue
             assert_valid(request.body, crd_schema)
 
 
@@ -113,23 +116,25 @@ def test_submit_dry_runs_then_creates_and_refuses_an_existing_name(fake, tmp_pat
     result = submit(tmp_path)
     assert "submitted jobset team-a/lm: 8 processes, state Pending" in result.output
     posts = fake.calls("POST")
-    # The job's NetworkPolicy goes first, so that no pod ever runs unprotected.
+    # One worker pod is dry-run first (admission), then the job's NetworkPolicy goes first, so
+    # that no pod ever runs unprotected.
     assert [(r.resource, r.dry_run) for r in posts] == [
+        ("pods", True),
         ("networkpolicies", True),
         ("jobsets", True),
         ("networkpolicies", False),
         ("jobsets", False),
     ]
     policy, expected = R.render(S.spec_from_dict(SPEC)).objects
-    assert posts[1].body == posts[3].body == expected and posts[0].body == posts[2].body == policy
-    assert posts[3].query["fieldManager"] == "roxxel-launch"
+    assert posts[2].body == posts[4].body == expected and posts[1].body == posts[3].body == policy
+    assert posts[4].query["fieldManager"] == "roxxel-launch"
     assert len(fake.pods("lm")) == 8  # the fake JobSet controller started 2 slices x 4 hosts
 
     again = run("submit", spec_file(tmp_path), code=1)
     # The dry run of the first object (the NetworkPolicy) finds it; the error names the job.
     assert "JobSet team-a/lm already exists" in again.output
     assert "roxxel-launch delete lm" in again.output and "roxxel-launch resume lm" in again.output
-    assert [r.dry_run for r in fake.calls("POST")] == [True, True, False, False, True]
+    assert [(r.resource, r.dry_run) for r in fake.calls("POST")][5:] == [("pods", True), ("networkpolicies", True)]
 
     dry = run("submit", spec_file(tmp_path, name="other"), "--dry-run")
     assert "would submit jobset team-a/other" in dry.output
