@@ -711,7 +711,12 @@ def test_suspend_stops_a_local_job_and_keeps_it_for_resume(tmp_path, root):
     assert again.returncode == 1 and "nothing to suspend" in again.stderr
     for pid_file in (tmp_path / "ckpt").glob("pid-*"):
         pid_file.unlink()
-    assert _cli(root, "resume", name, "--local", "--detach").returncode == 0
+    resumed = _cli(root, "resume", name, "--local", "--detach")
+    assert resumed.returncode == 0, resumed.stderr
+    # As much as submit --detach says (before: 'resumed pausejob: state Running', nothing more).
+    assert f"resumed local job {name}: 2 workers, run directory {root / name}" in resumed.stdout
+    assert f"`roxxel-launch logs {name} --local -f`" in resumed.stdout
+    assert f"`roxxel-launch wait {name} --local`" in resumed.stdout
     _wait_for(lambda: len(_program_pids(tmp_path)) == 2, 30, "the resumed workers")
     pids = set(_status(root, name)["pids"]) | _program_pids(tmp_path)
     assert _cli(root, "delete", name, "--local").returncode == 0

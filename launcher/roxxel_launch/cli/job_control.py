@@ -7,7 +7,7 @@ import sys
 import click
 
 from roxxel.wording import count
-from roxxel_launch.backends.base import Backend, BackendError, JobNotFoundError, JobState, StopReason
+from roxxel_launch.backends.base import Backend, BackendError, JobNotFoundError, JobState, JobStatus, StopReason
 from roxxel_launch.cli import backend_choice
 from roxxel_launch.cli.backend_choice import backend_errors, backend_option
 from roxxel_launch.cli.job_output import (
@@ -156,11 +156,7 @@ def submit(
     if local and dry_run:
         click.echo(status.message)
     elif local:
-        click.echo(
-            f"started local job {spec.name}: {count(status.processes, 'worker')}, run directory "
-            f"{status.run_dir}\nfollow it with `roxxel-launch logs {spec.name} --local -f`, "
-            f"wait for it with `roxxel-launch wait {spec.name} --local`"
-        )
+        click.echo(_local_job_started("started", spec.name, status))
     else:
         verb = "would submit" if dry_run else "submitted"
         click.echo(
@@ -320,7 +316,16 @@ def resume(
         job = backend.resume(name, new_spec=new_spec)
     if job.state.terminal:  # resumed in the foreground (local)
         ctx.exit(report_end(job))
-    click.echo(f"resumed {name}: state {job.state.value}")
+    click.echo(_local_job_started("resumed", name, job) if local else f"resumed {name}: state {job.state.value}")
+
+
+def _local_job_started(verb: str, name: str, status: JobStatus) -> str:
+    """What a detached local submit or resume says: its workers, run directory, and how to follow it."""
+    return (
+        f"{verb} local job {name}: {count(status.processes, 'worker')}, run directory "
+        f"{status.run_dir}\nfollow it with `roxxel-launch logs {name} --local -f`, "
+        f"wait for it with `roxxel-launch wait {name} --local`"
+    )
 
 
 def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: float, new_spec=None) -> int:
