@@ -26,6 +26,7 @@ import time
 from roxxel import Roxxel
 from roxxel.pack import iter_input_files, pack
 from roxxel.tokenizers import check_identity, load_tokenizer
+from roxxel.wording import count
 
 TEXT_PATTERNS = ["*.txt", "*.rst", "*.toml", "*.json", "*.xml", "*.cfg", "*.decTest", "*.css", "*.html", "*.md"]
 EXCLUDE = ["*/site-packages/*", "*/__pycache__/*"]
@@ -111,6 +112,8 @@ def main(output: str) -> None:
                 )
             print(f"{path}: already packed")
             continue
+        # Tokenizing the code takes ~20 s of both cores: say so before it starts, not after.
+        print(f"{path}: packing {count(len(paths), 'file')} (BPE on every core) ...", flush=True)
         t0 = time.monotonic()
         m = pack(paths, path, tokenizer=tokenizer, jobs=0)  # jobs=0: tokenize on every core
         print(f"{path}: {m.num_documents:,} documents, {m.num_tokens:,} tokens ({time.monotonic() - t0:.0f} s)")
