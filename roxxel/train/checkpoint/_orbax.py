@@ -7,6 +7,7 @@ ranges (``pyproject.toml`` pins the same ranges).
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import logging
 import re
@@ -143,3 +144,45 @@ def await_tmp_cleanup(manager: ocp.CheckpointManager) -> None:
     wait = getattr(manager, "_maybe_await_cleanup_tmp_directory", None)
     if wait is not None:
         wait()
+
+
+def finish_reads_of_failed_restores() -> None:
+    """Make Orbax wait for a failed restore's other reads before it closes their event loop.
+
+    Orbax runs each restore on a new event loop (``asyncio_utils._run_sync_via_new_loop``)
+    and closes it as soon as the restore returns or raises. When one TensorStore read fails
+    (a damaged or missing file), the others of that restore are still running: each then
+    finishes into the closed loop (``call_soon_threadsafe``: "Event loop is closed", printed
+    through Python's unraisable-exception hook, one per read) and leaves asyncio's "Future
+    exception was never retrieved" behind, after Roxxel's own one-line error. Here the loop
+    first runs what is left of the failed restore to its end (their errors retrieved, not
+    raised: the first one is), then closes. A successful restore is unchanged. Installed
+    once; private Orbax API (pinned); nothing changes without it.
+    """
+    try:
+        from orbax.checkpoint._src import asyncio_utils  # private: pinned Orbax version
+    except ImportError:  # pragma: no cover - layout of a future Orbax
+        return
+    original = getattr(asyncio_utils, "_run_sync_via_new_loop", None)
+    if not callable(original):  # pragma: no cover - layout of a future Orbax
+        return
+    if getattr(original, "_roxxel_finishes_reads", False):
+        return
+
+    def run_sync_via_new_loop(coro):  # Orbax's, plus the finishing of what is left on failure
+        loop = asyncio.new_event_loop()
+        try:
+            asyncio.set_event_loop(loop)
+            try:
+                return loop.run_until_complete(coro)
+            except BaseException:
+                left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+                if left:
+                    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                raise
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+    run_sync_via_new_loop._roxxel_finishes_reads = True  # type: ignore[attr-defined]
+    asyncio_utils._run_sync_via_new_loop = run_sync_via_new_loop

@@ -14,6 +14,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+from roxxel.train.checkpoint import _orbax
 from roxxel.train.checkpoint.errors import (
     CheckpointCorruptError,
     CheckpointRestoreError,
@@ -59,7 +60,10 @@ def fix_hint(directory: epath.Path, earlier: list[int]) -> str:
 @contextlib.contextmanager
 def restore_errors(directory: epath.Path, step: int, earlier: list[int], what: str) -> Iterator[None]:
     """Turn any failure to read a step (bad JSON, missing metadata, a damaged chunk, a shape
-    that does not fit) into one :class:`CheckpointRestoreError` naming the step and the fix."""
+    that does not fit) into one :class:`CheckpointRestoreError` naming the step and the fix.
+    Orbax is first told to let a failed read's sibling reads finish before it closes their
+    event loop (:func:`_orbax.finish_reads_of_failed_restores`)."""
+    _orbax.finish_reads_of_failed_restores()
     try:
         yield
     except (CheckpointRestoreError, RunMismatchError):
