@@ -372,6 +372,14 @@ def test_page_examples(path: Path, tmp_path: Path):
             f"{expected.where}: the output of the example at {example.where} does not match.\n"
             f"--- expected (... = anything) ---\n{expected.code}--- actual ---\n{actual[-3000:]}"
         )
+        # A reader sees Roxxel's warnings among the output (stderr): the block shows them too.
+        unshown = [
+            w for w in by_where[example.where].get("warnings", []) if w.splitlines()[0][:60] not in expected.code
+        ]
+        assert not unshown, (
+            f"{expected.where}: the example at {example.where} prints warnings its output block does not show:\n"
+            + "\n".join(unshown)
+        )
 
 
 # ----------------------------------------------------------------------------- generated reference pages

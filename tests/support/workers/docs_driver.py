@@ -12,6 +12,7 @@ After each block, RESULTS_JSON is rewritten with one entry per block run so far:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -52,6 +53,22 @@ class _Tee:
         return text
 
 
+class _LastResort(logging.Handler):
+    """Python's last-resort handler (a script that configures no logging prints a warning's
+    message alone on stderr), which also keeps the warnings of Roxxel's loggers: a page's
+    output block must show them (tests/docs/test_docs.py)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.roxxel: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = self.format(record)
+        sys.stderr.write(text + "\n")
+        if record.name.split(".")[0] in ("roxxel", "roxxel_launch"):
+            self.roxxel.append(text)
+
+
 def _exception_matches(err: BaseException, name: str) -> bool:
     return any(cls.__name__ == name for cls in type(err).__mro__)
 
@@ -62,6 +79,8 @@ def main(blocks_path: str, results_path: str) -> int:
     sys.path[0] = os.getcwd()  # like `python` started in the working directory
     out = _Tee(sys.__stdout__)
     sys.stdout = sys.stderr = out
+    warned = _LastResort()
+    logging.lastResort = warned
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     results = []
     for block in blocks:
@@ -117,8 +136,10 @@ def main(blocks_path: str, results_path: str) -> int:
                 "output": output,
                 "error": error,
                 "seconds": round(time.perf_counter() - t0, 2),
+                "warnings": warned.roxxel,  # what this block's Python code logged
             }
         )
+        warned.roxxel = []
         with open(results_path, "w", encoding="utf-8") as f:
             json.dump(results, f)
         if not ok:
