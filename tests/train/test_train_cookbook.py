@@ -57,10 +57,11 @@ def test_the_original_quick_start_runs_as_written(tmp_path, monkeypatch):
         {"steps": 6, "batch_size": 16, "seq_len": 128},
         {"steps": 3, "batch_size": 4, "seq_len": 512},
     ]
-    curriculum = Curriculum(
-        primary_streamer=Roxxel("./wiki_tokens_*.rox"),
-        phases=phases,
-    )
+    with pytest.warns(DeprecationWarning, match="primary_streamer is deprecated, use datasets"):  # as written
+        curriculum = Curriculum(
+            primary_streamer=Roxxel("./wiki_tokens_*.rox"),
+            phases=phases,
+        )
 
     # 3. Define the loss function (as written)
     def loss_fn(model, batch):
@@ -69,15 +70,16 @@ def test_the_original_quick_start_runs_as_written(tmp_path, monkeypatch):
         return jax.numpy.mean((logits - targets) ** 2)
 
     # 4. Initialize the Trainer (as written, with intervals inside the 9 steps)
-    trainer = Trainer(
-        model=model,
-        optimizer=optimizer,
-        curriculum=curriculum,
-        loss_fn=loss_fn,
-        save_path="./run_delta",
-        checkpoint_every=3,
-        log_every=2,
-    )
+    with pytest.warns(DeprecationWarning, match="checkpoint_every is deprecated, use save_interval_steps"):
+        trainer = Trainer(
+            model=model,
+            optimizer=optimizer,
+            curriculum=curriculum,
+            loss_fn=loss_fn,
+            save_path="./run_delta",
+            checkpoint_every=3,
+            log_every=2,
+        )
 
     # 5. Run curriculum training
     metrics = trainer.run()
@@ -97,14 +99,15 @@ def test_the_original_quick_start_runs_as_written(tmp_path, monkeypatch):
     # Running the same script again resumes at the end: nothing left to train, same weights.
     kernel = np.asarray(model.linear.kernel[...]).copy()
     model2 = NextValue(rngs=nnx.Rngs(0))
-    trainer2 = Trainer(
-        model=model2,
-        optimizer=nnx.Optimizer(model2, optax.sgd(0.01), wrt=nnx.Param),
-        curriculum=curriculum,
-        loss_fn=loss_fn,
-        save_path="./run_delta",
-        checkpoint_every=3,
-        log_every=2,
-    )
+    with pytest.warns(DeprecationWarning, match="checkpoint_every is deprecated"):
+        trainer2 = Trainer(
+            model=model2,
+            optimizer=nnx.Optimizer(model2, optax.sgd(0.01), wrt=nnx.Param),
+            curriculum=curriculum,
+            loss_fn=loss_fn,
+            save_path="./run_delta",
+            checkpoint_every=3,
+            log_every=2,
+        )
     trainer2.run()
     np.testing.assert_array_equal(np.asarray(model2.linear.kernel[...]), kernel)
