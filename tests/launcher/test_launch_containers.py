@@ -233,3 +233,106 @@ def test_submit_offers_docker_and_says_when_its_daemon_does_not_answer(tmp_path)
     out = _submit(tmp_path, "--local", "--runtime", "docker", "--data-dir", str(tmp_path))
     assert out.returncode != 0 and "--runtime docker: docker is not installed" in out.stderr, out.stderr
     assert "apt-get install docker.io" in out.stderr
+
+
+# ----------------------------------------------------------------------------- engine failures
+
+FAILING_ENGINE = r"""#!{python}
+import json, os, sys
+with open(os.environ["FAKE_ENGINE_LOG"], "a") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\n")
+code, started, said = json.loads(os.environ["FAKE_ENGINE_START"])
+if sys.argv[1:3] == ["network", "inspect"]:
+    print(json.dumps([{{"subnets": [{{"subnet": "10.89.3.0/24"}}]}}]))
+if sys.argv[1] == "inspect":
+    print("false " + (started or "0001-01-01 00:00:00 +0000 UTC"))
+if sys.argv[1] == "start":
+    print(said, file=sys.stderr, flush=True)
+    sys.exit(code)
+sys.exit(0)
+"""
+
+RLIMIT = (
+    "Error: unable to start container 56f7: runc: runc create failed: unable to start container process: "
+    "error during container init: error setting rlimits for ready process: error setting rlimit type 7: "
+    "operation not permitted: OCI permission denied"
+)
+
+
+def _failing_submit(tmp_path, start: tuple[int, str | None, str]) -> tuple[subprocess.CompletedProcess, dict, list]:
+    """``submit --local --runtime podman`` (max_restarts 2) with a podman whose ``start --attach``
+    prints ``said`` and exits ``code``, the container having started at ``started`` (None: never)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "podman").write_text(FAILING_ENGINE.format(python=sys.executable))
+    (bin_dir / "podman").chmod(0o755)
+    spec = tmp_path / "job.yaml"
+    data = yaml.safe_load((REPO / "examples/lm/job.yaml").read_text())
+    data.update(checkpoint_dir=str(tmp_path / "ckpt"), max_restarts=2)
+    spec.write_text(yaml.safe_dump(data))
+    out = subprocess.run(
+        [sys.executable, "-m", "roxxel_launch.cli", "submit", str(spec), "--local", "--runtime", "podman"]
+        + ["--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "ROXXEL_LOCAL_ROOT": str(tmp_path / "runs"),
+            "HOME": str(tmp_path),
+            "FAKE_ENGINE_LOG": str(tmp_path / "podman.log"),
+            "FAKE_ENGINE_START": json.dumps(start),
+        },
+    )
+    record = json.loads((tmp_path / "runs" / "lm" / "status.json").read_text())
+    calls = [json.loads(line) for line in (tmp_path / "podman.log").read_text().splitlines()]
+    return out, record, calls
+
+
+def test_an_engine_failure_fails_the_job_once_with_the_engines_message_and_the_fix(tmp_path):
+    """podman's exit 125 before the container started (runc refusing the default ulimits) is
+    the engine's failure, not the program's: one attempt, no gang restart, a configuration
+    error, the engine's words and the fix in one line (before: 3 gang restarts to the same error)."""
+    out, record, calls = _failing_submit(tmp_path, (125, None, RLIMIT))
+    assert out.returncode != 0 and record["state"] == "Failed", (out.stdout, out.stderr)
+    assert record["reason"] == "config_error" and record["restarts"] == 0, record
+    assert len(record["attempts"]) == 1 and record["attempts"][0]["reasons"]["0"] == "EngineError", record
+    message = record["message"]
+    assert "\n" not in message and "podman could not start the container (exit 125" in message, message
+    assert "error setting rlimit type 7" in message and "CONTAINERS_CONF" in message, message
+    assert "not restarted" in message and "error setting rlimit type 7" in out.stderr + out.stdout
+    assert sum(c[0] == "start" for c in calls) == len(record["attempts"][0]["pods"])  # each pod tried once
+
+
+def test_a_program_that_itself_exits_127_is_restarted_as_any_failure(tmp_path):
+    """The rule's other half: the container started (State.StartedAt set), so its 127 is the
+    program's exit and the failure policy decides (gang restarts up to max_restarts)."""
+    started = "2026-12-06 00:15:54.517902278 +0000 UTC"
+    out, record, _ = _failing_submit(tmp_path, (127, started, "sh: 1: no-such-tool: not found"))
+    assert record["state"] == "Failed" and record["reason"] == "restarts_exhausted", record
+    assert record["restarts"] == 2 and "EngineError" not in json.dumps(record), record
+
+
+def test_a_command_not_found_by_the_engine_names_the_image(tmp_path):
+    said = 'Error: runc create failed: exec: "no-such-cmd": executable file not found in $PATH: OCI runtime'
+    failed = containers.engine_failure("/usr/bin/podman", 127, False, f"header\n{said}\n")
+    assert failed is not None and failed[0] == "EngineError" and said in failed[1], failed
+    assert "the image lacks the command named" in failed[1]
+    assert containers.engine_failure("podman", 127, True, said) is None  # started: the program's 127
+    assert containers.engine_failure("podman", 1, False, said) is None  # not an engine code
+    assert containers.engine_failure("docker", 125, None, "")[1].startswith("docker could not start")
+
+
+def test_podman_gets_the_projects_settings_only_where_its_defaults_fail(monkeypatch):
+    """CONTAINERS_CONF=docker/containers.conf for root without systemd or CAP_SYS_RESOURCE
+    (where podman's default ulimits fail at runc), never over the user's own, never rootless."""
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(containers, "_has_capability", lambda bit: False)
+    monkeypatch.setattr(containers.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert containers.podman_settings({}) == REPO / "docker" / "containers.conf"
+    assert containers.engine_env("podman")["CONTAINERS_CONF"].endswith("docker/containers.conf")
+    assert containers.engine_env("docker") is None
+    assert containers.podman_settings({"CONTAINERS_CONF": "/etc/mine.conf"}) is None
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert containers.podman_settings({}) is None

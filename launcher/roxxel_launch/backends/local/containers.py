@@ -36,14 +36,24 @@ process of this machine's Python, this runtime runs it as the kubelet would run 
   this machine's cores), a cpu request as ``--cpu-shares``; a container killed for going
   over its memory limit ends ``OOMKilled`` with exit 137, as a pod's does;
 - SIGTERM goes to the container's PID 1 (``podman kill --signal TERM``, what the kubelet's
-  stop does), SIGKILL after the pod's grace period; the exit code is the container's.
+  stop does), SIGKILL after the pod's grace period; the exit code is the container's;
+- an engine failure is told apart from the program's exit (:data:`ENGINE_EXIT_CODES`): the
+  rule is an exit of 125, 126 or 127 *and* a container that never started (its
+  ``State.StartedAt`` is unset: the OCI runtime failed before the entrypoint ran, or the
+  container is gone). It ends ``EngineError`` with the engine's own message and the fix, and
+  the job fails without a restart, as a configuration error (it would fail the same way on
+  every attempt). A program that ran and itself exited 126 or 127 is the program's exit, as
+  any other code.
 
 Containers and networks carry the label ``dev.roxxel.run=<run id>``: an attempt's are
 removed when it ends, and :meth:`ContainerRuntime.remove_run` removes whatever a killed
 supervisor left (``delete`` and every start of the run call it).
 
-podman's own settings come from its configuration as usual (``$CONTAINERS_CONF``; a
-sandbox or CI machine may need ``docker/containers.conf``).
+podman's own settings come from its configuration as usual (``$CONTAINERS_CONF``). Where
+the user has set none and this machine is one that ``docker/containers.conf`` is written for
+(root without systemd or without ``CAP_SYS_RESOURCE``: podman's default ulimits fail at runc
+with "error setting rlimit type 7"), the runtime runs podman with ``CONTAINERS_CONF`` set to that file
+(:func:`podman_settings`) and says so in one line.
 """
 
 from __future__ import annotations
@@ -66,9 +76,16 @@ from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends.local import rendered_pods
 from roxxel_launch.backends.local.pods import LocalSettings, kubelet_env
-from roxxel_launch.backends.local.runtime import RunningWorker, WorkerCommand, WorkerRuntime
+from roxxel_launch.backends.local.runtime import ENGINE_FAILURE, RunningWorker, WorkerCommand, WorkerRuntime
 
-__all__ = ["ContainerRuntime", "ENGINES", "container_options", "unavailable_reason"]
+__all__ = [
+    "ContainerRuntime",
+    "ENGINES",
+    "ENGINE_FAILURE",
+    "container_options",
+    "podman_settings",
+    "unavailable_reason",
+]
 
 logger = logging.getLogger("roxxel_launch.backends.local")
 
@@ -82,6 +99,19 @@ OUTPUTS_DIR = "outputs"
 """The run directory's folder bound into every container as ``ROXXEL_OUTPUT_DIR``."""
 RUN_LABEL = "dev.roxxel.run"
 """Label on every container and network of a local run; its value is the run id."""
+ENGINE_EXIT_CODES = {
+    125: "the container engine itself failed",
+    126: "the container's command cannot be invoked",
+    127: "the container's command was not found",
+}
+"""The exit codes ``podman run`` / ``docker run`` (and ``start --attach``) give for their own
+failures, from their man pages' EXIT STATUS sections (podman-run(1), docker-run(1)); any other
+code is the container's. They are the engine's only when the container never started: a
+program may exit 126 or 127 itself (:func:`engine_failure`)."""
+CONTAINERS_CONF = Path(__file__).resolve().parents[4] / "docker" / "containers.conf"
+"""The project's podman settings for machines without systemd or ``CAP_SYS_RESOURCE``
+(present in a checkout of the repository)."""
+_CAP_SYS_RESOURCE = 24
 _CALL_TIMEOUT = 60.0  # seconds for one podman call (create, kill, rm, network)
 _KILL_RETRY_SECONDS = 10.0  # how long a stop waits for a container that is still starting
 
@@ -111,6 +141,82 @@ def unavailable_reason(engine: str = "podman") -> str | None:
 
 def _is_docker(engine: str) -> bool:
     return Path(engine).name == "docker"
+
+
+def _has_capability(bit: int) -> bool:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> bit & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return True  # unknown: assume a normal machine
+
+
+def podman_settings(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The ``CONTAINERS_CONF`` the launcher gives podman where the user has set none: the
+    project's ``docker/containers.conf`` on a machine it is written for (no systemd, so no
+    cgroup manager or journald to ask; no ``CAP_SYS_RESOURCE``, so podman's default
+    ``nofile``/``nproc`` ulimits fail at runc: "error setting rlimit type 7: operation not
+    permitted") and podman runs as root, when the file and ``runc`` (which it names) are here;
+    else None (podman's own configuration, as on a workstation or rootless)."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    if environ.get("CONTAINERS_CONF") or not CONTAINERS_CONF.is_file() or shutil.which("runc") is None:
+        return None
+    if os.geteuid() != 0:  # rootless podman keeps this process's limits: no rlimit to refuse
+        return None
+    if Path("/run/systemd/system").is_dir() and _has_capability(_CAP_SYS_RESOURCE):
+        return None
+    return CONTAINERS_CONF
+
+
+def engine_env(engine: str) -> dict[str, str] | None:
+    """The environment ``engine`` runs with: this one, plus ``CONTAINERS_CONF`` for podman
+    where :func:`podman_settings` gives one; None (inherit) where nothing is added."""
+    import os
+
+    conf = None if _is_docker(engine) else podman_settings()
+    return None if conf is None else {**os.environ, "CONTAINERS_CONF": str(conf)}
+
+
+def engine_failure(engine: str, code: int, started: bool | None, said: str) -> tuple[str, str] | None:
+    """``(ENGINE_FAILURE, message)`` when ``engine``'s exit ``code`` is its own failure, else None.
+
+    The rule: ``code`` is one of :data:`ENGINE_EXIT_CODES` (125 the engine failed, 126 the
+    command cannot be invoked, 127 it was not found) and the container never started
+    (``started`` False: ``State.StartedAt`` unset; None: the container cannot be inspected,
+    e.g. never created). A container that started ran the program, whose own 126 or 127 is
+    its exit like any other. ``said``: what the engine printed (its ``Error:`` line is quoted).
+    The message is one line: what failed, the engine's words, the fix.
+    """
+    if code not in ENGINE_EXIT_CODES or started:
+        return None
+    name = Path(engine).name
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    quoted = next((line for line in reversed(lines) if line.lower().startswith("error")), lines[-1] if lines else "")
+    quoted = quoted[-400:] or "(it printed nothing)"
+    lower = quoted.lower()
+    if "rlimit" in lower:
+        fix = (
+            "podman's default ulimits need CAP_SYS_RESOURCE: set CONTAINERS_CONF to a containers.conf "
+            "with lower default_ulimits (this repository's docker/containers.conf)"
+        )
+    elif "not found" in lower or "no such file" in lower or code == 127:
+        fix = (
+            "the image lacks the command named (the pods' entrypoint is roxxel-worker): run an image "
+            "built by `roxxel-launch image build`, or check the job's command"
+        )
+    elif "permission denied" in lower or code == 126:
+        fix = "the image's command cannot be run (permissions, or not an executable): check the image"
+    else:
+        fix = f"check that `{name} run --rm IMAGE true` works on this machine (see docs/local.md)"
+    what = ENGINE_EXIT_CODES.get(code, "")
+    return (
+        ENGINE_FAILURE,
+        f"{name} could not start the container (exit {code}: {what}, before the program ran): {quoted}; fix: {fix}",
+    )
 
 
 def run_id(run_dir: Path) -> str:
@@ -324,10 +430,18 @@ class _Container(RunningWorker):
     """One pod's container, attached: ``pid`` is the ``podman start --attach`` process."""
 
     def __init__(
-        self, engine: str, name: str, proc: subprocess.Popen, *, workdir: Path | None = None, memory: str | None = None
+        self,
+        engine: str,
+        name: str,
+        proc: subprocess.Popen,
+        *,
+        workdir: Path | None = None,
+        memory: str | None = None,
+        log: tuple[Path, int] | None = None,
     ):
         self.engine, self.name, self.proc, self.pid = engine, name, proc, proc.pid
         self.workdir, self.memory = workdir, memory
+        self.log = log  # the worker's log and where this container's output starts in it
         self.killed = False  # SIGKILL sent by the launcher (a grace period over, a second stop)
 
     def poll(self) -> int | None:
@@ -353,16 +467,37 @@ class _Container(RunningWorker):
         """``("OOMKilled", ...)`` when the kernel killed the container for going over its
         memory limit: podman's ``State.OOMKilled``, or the ``oom`` file conmon writes in its
         working directory (where podman does not read it back: cgroup v1 with runc)."""
-        if self.proc.poll() is None:
+        code = self.proc.poll()
+        if code is None:
             return None
-        oom = _podman(self.engine, "inspect", "--format", "{{.State.OOMKilled}}", self.name, check=False)
-        said = oom.returncode == 0 and oom.stdout.strip() == "true"
+        state = _podman(
+            self.engine, "inspect", "--format", "{{.State.OOMKilled}} {{.State.StartedAt}}", self.name, check=False
+        )
+        oom_field, _, started_at = state.stdout.strip().partition(" ")
+        if not self.killed and code in ENGINE_EXIT_CODES:
+            started = None if state.returncode != 0 or not started_at else not started_at.startswith("0001-01-01")
+            failed = engine_failure(self.engine, code, started, self._output())
+            if failed is not None:
+                return failed
+        said = state.returncode == 0 and oom_field == "true"
         if not said and self.workdir is not None:
             said = not self.killed and (self.workdir / "oom").exists()
         if not said:
             return None
         limit = f" ({self.memory})" if self.memory else ""
         return "OOMKilled", f"the container went over its memory limit{limit} and the kernel killed it"
+
+    def _output(self) -> str:
+        """What this container's ``start --attach`` printed (the engine's error, where it failed)."""
+        if self.log is None:
+            return ""
+        path, offset = self.log
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read(64 * 1024).decode(errors="replace")
+        except OSError:
+            return ""
 
     def kill(self) -> bool:
         alive = self.proc.poll() is None
@@ -382,10 +517,27 @@ class _Container(RunningWorker):
         return alive
 
 
+def _log_position(log: IO[bytes]) -> tuple[Path, int] | None:
+    """The log file's path and its current end, where a container's output will start."""
+    name = getattr(log, "name", None)
+    if not isinstance(name, str):
+        return None
+    try:
+        log.flush()
+        return Path(name), Path(name).stat().st_size
+    except OSError:
+        return None
+
+
 def _podman(engine: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     try:
         result = subprocess.run(
-            [engine, *args], capture_output=True, text=True, timeout=_CALL_TIMEOUT, stdin=subprocess.DEVNULL
+            [engine, *args],
+            capture_output=True,
+            text=True,
+            timeout=_CALL_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            env=engine_env(engine),
         )
     except subprocess.TimeoutExpired:
         raise BackendError(f"`{engine} {' '.join(args[:2])}` did not answer within {_CALL_TIMEOUT:g}s") from None
@@ -418,6 +570,13 @@ class ContainerRuntime(WorkerRuntime):
         self.engine, self.run_id = found, run_id(run_dir)
         self.name = Path(engine).name  # the runtime's name (--runtime) is the engine's
         self.docker = _is_docker(engine)
+        conf = None if self.docker else podman_settings()
+        if conf is not None:
+            logger.info(
+                "podman runs with CONTAINERS_CONF=%s (root without systemd or CAP_SYS_RESOURCE here, where "
+                "podman's defaults fail at runc); set CONTAINERS_CONF to choose other settings",
+                conf,
+            )
         self.base_env = os.environ if base_env is None else base_env
         self.network: str | None = None
         self.options: list[list[str]] = []
@@ -515,15 +674,17 @@ class ContainerRuntime(WorkerRuntime):
         workdir = self.run_dir / "containers" / name
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
+        position = _log_position(log)
         proc = subprocess.Popen(
             [self.engine, "start", "--attach", name],
             cwd=workdir,
+            env=engine_env(self.engine),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             process_group=0,
         )
-        return _Container(self.engine, name, proc, workdir=workdir, memory=self.memory[index])
+        return _Container(self.engine, name, proc, workdir=workdir, memory=self.memory[index], log=position)
 
     def _rm(self, *names: str) -> list[str]:
         # docker's rm has neither --ignore nor --time (a missing container is an error, ignored here).

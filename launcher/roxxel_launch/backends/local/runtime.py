@@ -34,9 +34,14 @@ from roxxel_launch.backends.local.processes import (
     with_parent_death_signal,
 )
 
-__all__ = ["ProcessRuntime", "RunningWorker", "WorkerCommand", "WorkerRuntime", "default_runtime"]
+__all__ = ["ENGINE_FAILURE", "ProcessRuntime", "RunningWorker", "WorkerCommand", "WorkerRuntime", "default_runtime"]
 
 logger = logging.getLogger("roxxel_launch.backends.local")
+
+ENGINE_FAILURE = "EngineError"
+"""The :meth:`RunningWorker.termination` reason of a worker whose container the engine could
+not start (exit 125-127 before the program ran): the job fails, not restarted, as a
+configuration error."""
 
 WorkerCommand = tuple[list[str], dict[str, str]]
 """One pod's worker for an attempt: its command line and its whole environment."""
@@ -70,7 +75,8 @@ class RunningWorker(abc.ABC):
     def termination(self) -> tuple[str, str] | None:
         """Once the worker has ended (and before :meth:`kill`): why, where the runtime knows
         more than the exit code, as a container status says it: ``(reason, message)``, e.g.
-        ``("OOMKilled", "...")``; None where the exit code says it all."""
+        ``("OOMKilled", "...")``, or :data:`ENGINE_FAILURE` (the engine could not start
+        it); None where the exit code says it all."""
         return None
 
 

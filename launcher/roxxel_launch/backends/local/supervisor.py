@@ -44,6 +44,10 @@ is judged by the manifest's policies (:mod:`roxxel_launch.backends.local.policy`
   ``Failed`` with reason ``config_error``; ``maxRestarts`` used up ``Failed`` with reason
   ``restarts_exhausted``; anything else ``Failed``. The message names the worker and quotes
   the last lines of its log;
+- a container the engine could not start (the runtime's ``EngineError``: exit 125-127
+  before the program ran, see :mod:`roxxel_launch.backends.local.containers`) fails the
+  job at once whatever the policies say, ``Failed`` with reason ``config_error``, the
+  engine's message and the fix in one line: it would fail the same way on every attempt;
 - Ctrl-C / SIGTERM / SIGHUP to the supervisor: ``Preempted`` (42) when the workers
   exited 42 (or 0), ``Succeeded`` if they had all finished, else ``Failed`` with
   ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM). A job is never restarted after a
@@ -96,7 +100,7 @@ from roxxel_launch.backends.local.rundir import (
     status_from_dict,
     write_json,
 )
-from roxxel_launch.backends.local.runtime import RunningWorker, WorkerRuntime
+from roxxel_launch.backends.local.runtime import ENGINE_FAILURE, RunningWorker, WorkerRuntime
 from roxxel_launch.backends.local.runtimes import runtime_for
 
 __all__ = ["Supervisor"]
@@ -347,6 +351,17 @@ class Supervisor:
     def _finish_decided(self, i: int, code: int, what: str, decision: policy.Decision) -> JobStatus:
         """The workload failed by the manifest's policies: Preempted (42, resume it), a
         configuration error (78), max_restarts used up, or another failure."""
+        ended = next((w.termination for w in self.workers if w.index == i), None)
+        if ended is not None and ended[0] == ENGINE_FAILURE:
+            # One line: the engine's words and the fix (the worker's log holds only those).
+            self.status["failed_process"] = i
+            return self._finish(
+                JobState.FAILED,
+                code,
+                f"{self._worker_name(i)}: {ended[1]}; not restarted: a configuration error, "
+                "every attempt would fail the same way",
+                StopReason.CONFIG_ERROR,
+            )
         if code == exit_codes.PREEMPTED_EXIT_CODE:
             return self._finish(
                 JobState.PREEMPTED,
@@ -554,6 +569,11 @@ class Supervisor:
             container=contract.CONTAINER_NAME,
             replicated_job=pod.replicated_job,
         )
+        if worker.termination is not None and worker.termination[0] == ENGINE_FAILURE:
+            # The engine could not start the container: every attempt would fail the same way.
+            return policy.Decision(
+                policy.Action.FAIL, False, ENGINE_FAILURE, f"{ENGINE_FAILURE}: not restarted, as a configuration error"
+            )
         decision = self.policy.decide(
             exit,
             failed_before=self.job_failures.get(pod.job, 0),
