@@ -36,11 +36,16 @@ __getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 def _watch_configuration_errors() -> None:
-    """Under ``roxxel-worker``, an uncaught configuration error is reported to it (see roxxel.exit_codes)."""
+    """Under ``roxxel-worker``, an uncaught configuration error is reported to it (see roxxel.exit_codes),
+    and with ``ROXXEL_LOG_FORMAT=json`` roxxel's log lines are JSON (see roxxel.log_format)."""
     import os
 
-    from roxxel.contract import ENV_CONFIG_ERROR_FILE
+    from roxxel.contract import ENV_CONFIG_ERROR_FILE, ENV_LOG_FORMAT
 
+    if os.environ.get(ENV_LOG_FORMAT):  # JSON log lines first: the hook below wraps their excepthook
+        from roxxel.log_format import install
+
+        install()
     path = os.environ.get(ENV_CONFIG_ERROR_FILE)
     if path:
         from roxxel.exit_codes import report_configuration_errors

@@ -97,6 +97,13 @@ PREEMPTION_FILE = "roxxel_preemption.json"
 ``roxxel-launch validate`` compares ``save_s`` with the spec's grace period."""
 OWNER_FILE = "roxxel_run.json"
 """The record, in a checkpoint directory, of the run it belongs to (``{"run": NAME, ...}``)."""
+ENV_LOG_FORMAT = "ROXXEL_LOG_FORMAT"
+"""How roxxel-worker, the Trainer's Logger and roxxel's :mod:`logging` write their lines:
+``json`` (one JSON object a line, with ``severity``, ``message``, ``time`` and
+``process_index``, for Cloud Logging; see :mod:`roxxel.log_format`) or ``text``; unset: text.
+The job spec's ``log_format`` renders it (json on Kubernetes, text for ``--local``)."""
+LOG_FORMATS = ("json", "text")
+"""The values of :data:`ENV_LOG_FORMAT`."""
 ENV_OUTPUT_DIR = "ROXXEL_OUTPUT_DIR"
 """Where the training command writes what a person reads after the job (logs, metrics,
 TensorBoard, plots): a directory every pod may write that outlives the pods, at the same path

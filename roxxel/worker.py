@@ -27,6 +27,10 @@ starting it; ``-c`` / ``-m`` are not checked):
 the same image fails the same way on every attempt, so the job fails at once instead of
 spending its gang restarts on a typo.
 
+With ``ROXXEL_LOG_FORMAT=json`` (the job spec's ``log_format``, json on Kubernetes) its
+lines are JSON objects with ``severity``, ``message``, ``time`` and ``process_index``, which
+Cloud Logging reads (see :mod:`roxxel.log_format`); otherwise ``TIME LOGGER LEVEL: MESSAGE``.
+
 On Linux the worker waits with ``sigwaitinfo``, which tells who sent a signal: a
 signal that the terminal generated (Ctrl-C, hang-up; ``si_code == SI_KERNEL``) has
 already reached the child when it shares the worker's process group, so it is not
@@ -48,7 +52,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from roxxel import exit_codes
+from roxxel import exit_codes, log_format
 from roxxel.contract import (  # re-exported
     ENV_CONFIG_ERROR_FILE,
     ENV_MAX_RESTART_ATTEMPT,
@@ -118,7 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not cmd:
         sys.stdout.write(_HELP)
         return exit_codes.SUCCESS
-    if not logging.getLogger().handlers:
+    if log_format.install():  # ROXXEL_LOG_FORMAT=json: one JSON object a line, for Cloud Logging
+        logger.setLevel(logging.INFO)
+    elif not logging.getLogger().handlers:
         logging.basicConfig(
             stream=sys.stderr,
             level=logging.INFO,
@@ -126,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     problem = restart_budget_problem(os.environ)
     if problem:
-        sys.stderr.write(f"roxxel-worker: {problem}\n")
+        log_format.write_line(sys.stderr, logging.ERROR, f"roxxel-worker: {problem}")
         return exit_codes.CONFIG_ERROR_EXIT_CODE
     env = prepare_env(os.environ)
     _log_identity(env)

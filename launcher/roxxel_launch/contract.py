@@ -104,9 +104,10 @@ def run_env(
     restore_from: str | None = None,
     watchdog: str | None = None,
     parallelism: str | None = None,
+    log_format: str | None = None,
 ) -> tuple[EnvVar, ...]:
     """What the training command reads to find its run, checkpoints and data (and the
-    watchdog's bounds, the mesh's layout), and what ``roxxel-worker`` reads to bound its wait after SIGTERM (the pod's grace period)."""
+    watchdog's bounds, the mesh's layout, the log lines' format), and what ``roxxel-worker`` reads to bound its wait after SIGTERM (the pod's grace period)."""
     env = [
         EnvVar(shared.ENV_RUN_NAME, value=run_name),
         EnvVar(shared.ENV_TERMINATION_GRACE, value=str(termination_grace_s)),
@@ -121,6 +122,8 @@ def run_env(
         env.append(EnvVar(shared.ENV_WATCHDOG, value=watchdog))
     if parallelism is not None:
         env.append(EnvVar(shared.ENV_PARALLELISM, value=parallelism))
+    if log_format is not None:
+        env.append(EnvVar(shared.ENV_LOG_FORMAT, value=log_format))
     return tuple(env)
 
 
@@ -151,6 +154,7 @@ RESERVED_ENV_NAMES = frozenset(
         shared.ENV_RESTORE_FROM,
         shared.ENV_WATCHDOG,
         shared.ENV_PARALLELISM,
+        shared.ENV_LOG_FORMAT,
     }
 )
 

@@ -33,9 +33,13 @@ def _end_at_once_on_uncaught_errors(process_id: int) -> None:
 
     def hook(kind, value, tb):
         previous(kind, value, tb)
-        sys.stderr.write(
+        from roxxel.log_format import write_line
+
+        write_line(
+            sys.stderr,
+            logging.ERROR,
             f"roxxel: process {process_id} ends now (exit 1) after an uncaught {kind.__name__}, "
-            "without waiting for the other processes at JAX's shutdown barrier\n"
+            "without waiting for the other processes at JAX's shutdown barrier",
         )
         try:
             _skip_jax_shutdown_at_exit()

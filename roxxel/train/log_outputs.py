@@ -1,6 +1,11 @@
 """Where the :class:`~roxxel.train.Logger`'s writer thread puts what it is given: stdout (a
 progress bar or one short line per logged step, with an ETA), the timestamped system log, the
-metrics CSV (:mod:`roxxel.train.metrics_file`) and TensorBoard event files."""
+metrics CSV (:mod:`roxxel.train.metrics_file`) and TensorBoard event files.
+
+With ``ROXXEL_LOG_FORMAT=json`` (the Logger's ``json_lines``) each stdout and stderr line is one
+JSON object with ``severity`` (a step's line INFO, a message its level, a traceback ERROR with
+the whole traceback in ``message``), ``message``, ``time`` and ``process_index``, as Cloud
+Logging reads them (:mod:`roxxel.log_format`), and there is no progress bar."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tqdm import tqdm
 
+from roxxel.log_format import json_line
 from roxxel.train.metrics_file import METRICS_CSV, MetricsCsv
 
 __all__ = [
@@ -72,8 +78,13 @@ class Sink:
         total_steps: int | None,
         verbose: bool = False,
         run_name: str = "run",
+        json_lines: bool = False,
+        process_index: int = 0,
     ) -> None:
         self._stdout = stdout
+        # ROXXEL_LOG_FORMAT=json: each stdout / stderr line one JSON object (roxxel.log_format), no bar.
+        self._json = json_lines
+        self._process_index = process_index
         self._verbose = verbose
         self._progress = progress
         self._total = total_steps
@@ -101,12 +112,12 @@ class Sink:
     def message(self, wall: float, level: str, msg: str, echo: bool = True) -> None:
         self._system.write(f"{_timestamp(wall)} {level} {msg}\n")
         if echo:
-            self._print(msg if level == "INFO" else f"{level}: {msg}", self._stdout)
+            self._print(msg if level == "INFO" or self._json else f"{level}: {msg}", self._stdout, level, wall)
 
     def exception(self, wall: float, text: str, echo: bool = True) -> None:
         self._system.write(f"{_timestamp(wall)} ERROR uncaught exception\n{text}\n")
         if echo:
-            self._print(text, sys.stderr)
+            self._print(text, sys.stderr, "ERROR", wall)
 
     def pbar(self, total_steps: int, initial_step: int) -> None:
         self._total = total_steps
@@ -149,7 +160,7 @@ class Sink:
                 bar.n = step
                 bar.refresh()
         else:
-            self._print(self._metrics_line(step, mono, values), self._stdout)
+            self._print(self._metrics_line(step, mono, values), self._stdout, "INFO", wall)
 
     # helpers
 
@@ -184,7 +195,9 @@ class Sink:
             width += 2 + len(part)
         return "  ".join(parts + tail)
 
-    def _print(self, text: str, stream: IO[str]) -> None:
+    def _print(self, text: str, stream: IO[str], level: str = "INFO", wall: float | None = None) -> None:
+        if self._json:
+            text = json_line(level, text, process_index=self._process_index, wall=wall)
         if self._bar is not None:
             self._bar.write(text, file=stream)  # keeps the bar below the text
         else:

@@ -59,6 +59,7 @@ import traceback
 from collections.abc import Mapping
 from typing import IO, Any, Literal
 
+from roxxel import log_format
 from roxxel.contract import ENV_RUN_NAME
 from roxxel.train.log_outputs import DIAGNOSTIC_KEYS, LOSS_KEY, SYSTEM_LOG, TENSORBOARD_DIR, TOKENS_PER_SEC_KEY, Sink
 from roxxel.train.metrics_file import FIXED_COLUMNS, METRICS_CSV, read_metrics
@@ -105,6 +106,9 @@ class Logger:
         progress: ``True`` shows a tqdm progress bar (step/total, steps/s, loss,
             tokens/s, ETA) on ``stdout``; ``False`` prints one line per metrics call
             instead; ``None`` (default) chooses the bar when ``stdout`` is a terminal.
+            With ``ROXXEL_LOG_FORMAT=json`` (Kubernetes' default) there is no bar, and each
+            line is a JSON object with ``severity``, ``message``, ``time`` and
+            ``process_index`` (see :mod:`roxxel.log_format`).
         verbose: print every metric on those lines. By default a line holds the loss,
             tokens/s (``tok/s``), the ETA and the row's other metrics that fit in 100
             columns, leaving out the Trainer's diagnostics (``DIAGNOSTIC_KEYS``: per-device
@@ -149,6 +153,9 @@ class Logger:
 
         os.makedirs(self.log_dir, exist_ok=True)
         self._stdout = sys.stdout if stdout is None else stdout
+        json_lines = log_format.is_json()
+        if json_lines:  # a bar's redraws are no log lines
+            progress = False
         if progress is None:
             isatty = getattr(self._stdout, "isatty", None)
             progress = bool(isatty()) if isatty is not None else False
@@ -160,6 +167,8 @@ class Logger:
             total_steps=self.total_steps,
             verbose=bool(verbose),
             run_name=_run_name(self.log_dir, run_name),
+            json_lines=json_lines,
+            process_index=self.process_index,
         )
         self._queue: queue.SimpleQueue[tuple] = queue.SimpleQueue()
         # A daemon thread: the interpreter joins non-daemon threads *before* running

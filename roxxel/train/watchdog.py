@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from roxxel.contract import ENV_WATCHDOG, STALLED_EXIT_CODE
 from roxxel.exit_codes import ConfigValueError
+from roxxel.log_format import write_line
 
 log = logging.getLogger("roxxel.train")
 
@@ -117,7 +118,7 @@ def bounds_from_env(environ: Mapping[str, str] | None = None) -> WatchdogBounds 
 def _stall(message: str) -> None:
     """The default reaction: the line, every thread's stack, then exit 43 at once (a blocked
     main thread would never run ``sys.exit``)."""
-    sys.stderr.write(f"roxxel: {message}; the stacks of this process's threads follow\n")
+    write_line(sys.stderr, logging.ERROR, f"roxxel: {message}; the stacks of this process's threads follow")
     sys.stderr.flush()
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     sys.stderr.flush()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
+from roxxel.log_format import as_text
 from roxxel_launch.backends.base import JobState, JobStatus, WaitTimeout
 from roxxel_launch.cli import backend_choice
 from roxxel_launch.cli.backend_choice import backend_errors, backend_option
@@ -206,7 +209,8 @@ def logs(
     namespace: str | None,
     context: str | None,
 ) -> None:
-    """Print one worker's output (rank 0 by default; on Kubernetes, of the newest attempt)."""
+    """Print one worker's output (rank 0 by default; on Kubernetes, of the newest attempt).
+    JSON log lines (log_format: json) are shown as text: TIME SEVERITY [process N] MESSAGE."""
     since_seconds = _duration_seconds(since) if since is not None else None
     backend = backend_choice.make_backend(backend_name, namespace=namespace, context=context)
     with backend_errors():
@@ -219,7 +223,18 @@ def logs(
             previous=previous,
             container=container,
         ):
-            click.echo(line.rstrip("\n"))
+            click.echo(_as_text(line.rstrip("\n")))
+
+
+def _as_text(line: str) -> str:
+    """A worker's line as text: a JSON log line (after --all's '[rank N] ') as roxxel.log_format.as_text
+    words it; any other line unchanged."""
+    match = _RANK_PREFIX.match(line)
+    prefix = match.group(0) if match else ""
+    return prefix + as_text(line[len(prefix) :])
+
+
+_RANK_PREFIX = re.compile(r"\[rank \d+\] ")
 
 
 def _duration_seconds(text: str) -> int:

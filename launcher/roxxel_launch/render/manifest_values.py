@@ -65,7 +65,7 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
     return {
         **_object_values(spec),
         **_controller_values(spec),
-        **_container_values(spec, networking),
+        **_container_values(spec, networking, cluster=cluster),
         **_pod_values(spec, networking),
     }
 
@@ -140,13 +140,13 @@ def _controller_values(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def _container_values(spec: JobSpec, networking: gpu_networking.PodAdditions) -> dict[str, Any]:
+def _container_values(spec: JobSpec, networking: gpu_networking.PodAdditions, *, cluster: bool) -> dict[str, Any]:
     """The worker container: image, command, env, resources, mounts, ports, security."""
     data = pod_values.data_volume(spec)
     _, fuse_volumes = pod_values.gcsfuse_extras(spec)
     writable = pod_values.writable_dirs(spec)
     check_spec("env", render_checks.networking_env_problem(spec, networking), "Remove it.")
-    env = pod_env.worker_env(spec, networking, has_data=data is not None, writable_env=writable["env"])
+    env = pod_env.worker_env(spec, networking, has_data=data is not None, writable_env=writable["env"], cluster=cluster)
     limits, requests = pod_values.container_resources(spec)
     volumes, mounts = pod_values.volumes_and_mounts(spec, data, fuse_volumes, networking)
     return {

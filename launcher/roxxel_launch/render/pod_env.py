@@ -38,12 +38,17 @@ def worker_command(spec: JobSpec, networking: gpu_networking.PodAdditions) -> li
 
 
 def worker_env(
-    spec: JobSpec, networking: gpu_networking.PodAdditions, *, has_data: bool, writable_env: list[dict]
+    spec: JobSpec,
+    networking: gpu_networking.PodAdditions,
+    *,
+    has_data: bool,
+    writable_env: list[dict],
+    cluster: bool = True,
 ) -> list[dict]:
     """The worker's env entries, in order: the contract's (distributed, then run), the spec's
     env and env_refs, ``writable_env``, the networking preset's, its NCCL tuning (unless the
     spec sets the variable), then LD_LIBRARY_PATH on GPU (unless the spec sets it)."""
-    env = _contract_env(spec, has_data=has_data)
+    env = _contract_env(spec, has_data=has_data, cluster=cluster)
     env += [{"name": key, "value": literal(value)} for key, value in spec.env.items()]
     env += [{"name": key, "valueFrom": ref.to_k8s()} for key, ref in spec.env_refs.items()]
     env += writable_env
@@ -57,9 +62,10 @@ def worker_env(
     return env + _library_path_env(spec, networking)
 
 
-def _contract_env(spec: JobSpec, *, has_data: bool) -> list[dict]:
+def _contract_env(spec: JobSpec, *, has_data: bool, cluster: bool) -> list[dict]:
     """What the training program reads (:mod:`roxxel_launch.contract`): who it is in the
-    distributed job (from the JobSet's or the Indexed Job's labels), and the run's settings."""
+    distributed job (from the JobSet's or the Indexed Job's labels), and the run's settings
+    (the log format: the spec's, else json on a cluster, for Cloud Logging, and text for ``--local``)."""
     if spec.workload == "jobset":
         distributed = contract.jobset_env(
             subdomain=spec.name,
@@ -79,6 +85,7 @@ def _contract_env(spec: JobSpec, *, has_data: bool) -> list[dict]:
         restore_from=spec.restore_from,
         watchdog=spec.watchdog.env_value(),
         parallelism=parallelism_env_value(spec),
+        log_format=spec.log_format or ("json" if cluster else "text"),
     )
     env = [var.to_k8s() for var in (*distributed, *run)]
     for var in env:

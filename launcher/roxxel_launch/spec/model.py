@@ -115,6 +115,14 @@ class JobSpec:
     termination_grace_period: int = _doc(
         "Seconds between SIGTERM and SIGKILL: enough to save a checkpoint.", default=300
     )
+    log_format: Literal["json", "text"] | None = _doc(
+        "How the worker, the Trainer's Logger and roxxel's logging write their lines (rendered as "
+        "ROXXEL_LOG_FORMAT): json, one JSON object a line with severity, message, time and "
+        "process_index, which Cloud Logging reads as the entry's severity (log-based alerts on "
+        "severity>=ERROR), or text. Default: json on Kubernetes, text for --local; `logs` shows "
+        "JSON lines as text.",
+        default=None,
+    )
     workload: Literal["jobset", "indexed-job"] = _doc(
         "Object kind: jobset (gang restarts, multislice) or indexed-job (Job + headless Service, "
         "no JobSet controller needed, no gang restart).",
