@@ -225,13 +225,19 @@ def test_console_script_is_installed(tmp_path):
     assert proc.returncode == 3
 
 
+# Makes stdin (the pty) the controlling terminal of the new session, then becomes the worker. A
+# preexec_fn would do it in the forked child, but a preexec_fn makes subprocess run Python's
+# fork hooks, and JAX's (loaded by other tests in this process) warns that fork() may deadlock.
+_CONTROLLING_TERMINAL = (
+    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 def test_terminal_sigint_is_not_delivered_twice(tmp_path):
     """Ctrl-C reaches the whole foreground process group; the worker must not resend it."""
     if not hasattr(signal, "sigwaitinfo"):
         pytest.skip("sigwaitinfo-based forwarding is Linux only")
-    import fcntl
     import pty
-    import termios
 
     cmd = _child(
         tmp_path,
@@ -255,14 +261,12 @@ def test_terminal_sigint_is_not_delivered_twice(tmp_path):
     master, slave = pty.openpty()
     try:
         proc = subprocess.Popen(
-            WORKER + cmd,
+            [sys.executable, "-c", _CONTROLLING_TERMINAL, *WORKER, *cmd],
             stdin=slave,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
-            # Make the pty the controlling terminal of the new session (stdin is fd 0).
-            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
         )
         _wait_for(tmp_path / "ready", proc)
         os.write(master, b"\x03")  # the terminal turns ^C into SIGINT for its foreground group
