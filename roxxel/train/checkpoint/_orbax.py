@@ -8,11 +8,13 @@ ranges (``pyproject.toml`` pins the same ranges).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import logging
 import re
 import threading
 import time
+from collections.abc import Iterator
 
 import orbax.checkpoint as ocp
 
@@ -146,30 +148,48 @@ def await_tmp_cleanup(manager: ocp.CheckpointManager) -> None:
         wait()
 
 
-def finish_reads_of_failed_restores() -> None:
-    """Make Orbax wait for a failed restore's other reads before it closes their event loop.
+#: The longest a failed restore waits for its other reads before Orbax closes their loop (a
+#: read stuck on a dead mount must not hold up the error; what is still running then may print
+#: Orbax's noise as before).
+FINISH_READS_S = 10.0
+
+_restoring = threading.local()  # .on: this thread is inside reads_finish_before_failing()
+
+
+@contextlib.contextmanager
+def reads_finish_before_failing() -> Iterator[None]:
+    """Inside it, a restore whose TensorStore read fails lets its other reads finish (up to
+    :data:`FINISH_READS_S`) before Orbax closes their event loop.
 
     Orbax runs each restore on a new event loop (``asyncio_utils._run_sync_via_new_loop``)
-    and closes it as soon as the restore returns or raises. When one TensorStore read fails
-    (a damaged or missing file), the others of that restore are still running: each then
-    finishes into the closed loop (``call_soon_threadsafe``: "Event loop is closed", printed
-    through Python's unraisable-exception hook, one per read) and leaves asyncio's "Future
-    exception was never retrieved" behind, after Roxxel's own one-line error. Here the loop
-    first runs what is left of the failed restore to its end (their errors retrieved, not
-    raised: the first one is), then closes. A successful restore is unchanged. Installed
-    once; private Orbax API (pinned); nothing changes without it.
+    and closes it as soon as the restore returns or raises. When one read fails (a damaged or
+    missing file), the others of that restore are still running: each then finishes into the
+    closed loop (``call_soon_threadsafe``: "Event loop is closed", printed through Python's
+    unraisable-exception hook, one per read) and leaves asyncio's "Future exception was never
+    retrieved" behind, after Roxxel's own one-line error. Here the loop first runs what is left
+    to its end, their errors retrieved (the first one is raised, as before), then closes.
+    Only this thread's restores: Orbax's background saves and a successful restore are
+    unchanged. Private Orbax API (pinned); without it, nothing changes.
     """
+    _install_finishing_loop()
+    previous = getattr(_restoring, "on", False)
+    _restoring.on = True
+    try:
+        yield
+    finally:
+        _restoring.on = previous
+
+
+def _install_finishing_loop() -> None:
     try:
         from orbax.checkpoint._src import asyncio_utils  # private: pinned Orbax version
     except ImportError:  # pragma: no cover - layout of a future Orbax
         return
     original = getattr(asyncio_utils, "_run_sync_via_new_loop", None)
-    if not callable(original):  # pragma: no cover - layout of a future Orbax
-        return
-    if getattr(original, "_roxxel_finishes_reads", False):
+    if not callable(original) or getattr(original, "_roxxel_finishes_reads", False):
         return
 
-    def run_sync_via_new_loop(coro):  # Orbax's, plus the finishing of what is left on failure
+    def run_sync_via_new_loop(coro):  # Orbax's, plus the finishing of what a failed restore left
         loop = asyncio.new_event_loop()
         try:
             asyncio.set_event_loop(loop)
@@ -177,8 +197,11 @@ def finish_reads_of_failed_restores() -> None:
                 return loop.run_until_complete(coro)
             except BaseException:
                 left = [task for task in asyncio.all_tasks(loop) if not task.done()]
-                if left:
-                    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                if left and getattr(_restoring, "on", False):
+                    done, _ = loop.run_until_complete(asyncio.wait(left, timeout=FINISH_READS_S))
+                    for task in done:
+                        if not task.cancelled():
+                            task.exception()  # retrieved: the restore's first error is the one raised
                 raise
         finally:
             asyncio.set_event_loop(None)

@@ -61,11 +61,11 @@ def fix_hint(directory: epath.Path, earlier: list[int]) -> str:
 def restore_errors(directory: epath.Path, step: int, earlier: list[int], what: str) -> Iterator[None]:
     """Turn any failure to read a step (bad JSON, missing metadata, a damaged chunk, a shape
     that does not fit) into one :class:`CheckpointRestoreError` naming the step and the fix.
-    Orbax is first told to let a failed read's sibling reads finish before it closes their
-    event loop (:func:`_orbax.finish_reads_of_failed_restores`)."""
-    _orbax.finish_reads_of_failed_restores()
+    A failed read's sibling reads finish before Orbax closes their event loop
+    (:func:`_orbax.reads_finish_before_failing`)."""
     try:
-        yield
+        with _orbax.reads_finish_before_failing():
+            yield
     except (CheckpointRestoreError, RunMismatchError):
         raise
     except Exception as err:
