@@ -407,6 +407,10 @@ def test_max_restarts_used_up_fails_with_the_workers_code_and_log(tmp_path, root
     assert "== roxxel-launch" not in message  # of the last attempt only
     assert [a["outcome"] for a in status["attempts"]] == ["failure", "failure"]
     assert "fatal: the loss is NaN" in result.stderr  # the error is surfaced, not a log path
+    # The failure policy's words once per restart, in the restart's line (they were in the
+    # 'stopping the other workers' line before it too).
+    assert result.stderr.count("backoff limit") == 1, result.stderr
+    assert "worker 1 exited with 3: stopping the other workers for a gang restart" in result.stderr
     _assert_all_gone(_all_worker_pids(root, name))
 
 

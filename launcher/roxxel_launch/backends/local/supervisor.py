@@ -516,10 +516,10 @@ class Supervisor:
                         state=JobState.RESTARTING.value, message=f"{what}; stopping every worker for a gang restart"
                     )
                     self._save()
-                if decision.action is policy.Action.RESTART:
-                    logger.warning("%s (%s): stopping the other workers", what, decision.message)
-                else:  # the job's final report follows at once: said there, once
-                    logger.info("%s (%s): stopping the other workers", what, decision.message)
+                logger.info("%s (%s): stopping the other workers", what, decision.message)
+                if decision.action is policy.Action.RESTART:  # the policy's words follow in the restart's line
+                    logger.warning("%s: stopping the other workers for a gang restart", what)
+                # else the job's final report follows at once: said there, once
                 self._stop_workers(self.grace, echo=echo)
                 # The verdict is the first failed worker's; the others were stopped by us.
                 outcome = _Outcome("decided", self._codes(n), failed.index, decision)
