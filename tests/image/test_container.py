@@ -25,16 +25,20 @@ removed after its test, failed or not, and again at the end of the module.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
+from roxxel import contract as shared_contract
 from roxxel import exit_codes
 from roxxel_launch import contract
 from roxxel_launch.backends.local import containers as containers_runtime
@@ -66,10 +70,15 @@ def _remove_session_containers() -> None:
         podman("rm", "--force", "--time", "0", *ids, check=False)
 
 
+RUN_DIR = Path(tempfile.gettempdir()) / f"roxxel-container-test-{SESSION}"
+"""The local run directory of this module's pods: its ``outputs`` is bound into each as ROXXEL_OUTPUT_DIR."""
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _session_containers_removed():
     yield
     _remove_session_containers()
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
 @pytest.fixture
@@ -95,6 +104,12 @@ def _rendered_pod() -> dict:
     return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
 
 
+def _without_log_format(containers: list[dict]) -> list[dict]:
+    return [
+        {**c, "env": [e for e in c.get("env", ()) if e["name"] != shared_contract.ENV_LOG_FORMAT]} for c in containers
+    ]
+
+
 def pod_run_args(pod: dict) -> list[str]:
     """`podman create` options for the pod's container, as the container runtime of the local
     backend makes them (roxxel_launch.backends.local.containers): user, groups, read-only root,
@@ -102,8 +117,9 @@ def pod_run_args(pod: dict) -> list[str]:
     The pod is the rendered manifest's first (``pod`` is its template, which this matches)."""
     spec = spec_from_dict({**yaml.safe_load((REPO / "k8s/examples/cpu-smoke.yaml").read_text()), "image": IMAGE})
     (first, *_) = rendered_pods.manifest_pods(rendered_objects(spec))
-    assert first.spec["containers"] == pod["spec"]["containers"]
-    settings = LocalSettings(python=sys.executable, run_dir=REPO)
+    # The same containers but for the log format: json on a cluster (for Cloud Logging), text for --local.
+    assert _without_log_format(first.spec["containers"]) == _without_log_format(pod["spec"]["containers"])
+    settings = LocalSettings(python=sys.executable, run_dir=RUN_DIR)
     env = containers_runtime.container_env(first, settings, restart_attempt=0, pod_ip="127.0.0.1", base_env={})
     return containers_runtime.container_options(first, settings, env)
 
@@ -285,8 +301,11 @@ def test_nothing_on_the_root_is_writable_but_the_mounts(worker_image, pod, conta
     result = run(pod, containers, ["python", "-c", WRITABLE_DIRS])
     assert result.returncode == 0, result.stderr
     mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
-    # /dev/mqueue: the runtime's POSIX message-queue mount, in every pod too.
-    assert _tops(result.stdout.split()) == mounts | {"/dev/mqueue"}, result.stdout
+    # /dev/mqueue: the runtime's POSIX message-queue mount, in every pod too; the run's outputs
+    # directory (ROXXEL_OUTPUT_DIR) is bound below /tmp.
+    writable = result.stdout.split()
+    assert _tops(writable) == mounts | {"/dev/mqueue"}, result.stdout
+    assert str(RUN_DIR / "outputs") in writable, result.stdout
 
 
 def test_the_images_code_is_not_writable_by_the_worker_even_on_a_writable_root(worker_image, containers):

@@ -327,6 +327,7 @@ def test_a_command_not_found_by_the_engine_names_the_image(tmp_path):
 def test_podman_gets_the_projects_settings_only_where_its_defaults_fail(monkeypatch):
     """CONTAINERS_CONF=docker/containers.conf for root without systemd or CAP_SYS_RESOURCE
     (where podman's default ulimits fail at runc), never over the user's own, never rootless."""
+    monkeypatch.delenv("CONTAINERS_CONF", raising=False)  # .ci/run exports it for the container tier
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(containers, "_has_capability", lambda bit: False)
     monkeypatch.setattr(containers.shutil, "which", lambda name: f"/usr/bin/{name}")
