@@ -31,11 +31,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from roxxel_launch import names, tpu
+from roxxel_launch.pod_security import pod_security_level, pod_templates, unexpected_findings
 from roxxel_launch.spec import (
     GPU_ACCELERATOR_SELECTOR,
     GPU_RESOURCE,
     MACHINE_TYPE_SELECTOR,
-    POD_SECURITY_LEVELS,
     TPU_ACCELERATOR_SELECTOR,
     TPU_RESOURCE,
     TPU_TOPOLOGY_SELECTOR,
@@ -328,221 +328,7 @@ def _check_object(obj: Mapping) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- Pod Security
-# The Pod Security Standards' controls, as listed on
-# https://kubernetes.io/docs/concepts/security/pod-security-standards/ ("baseline", then what
-# "restricted" adds). Each check returns (profile the pod breaks, control, problem).
-
-BASELINE_CAPABILITIES = {
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-}
-SAFE_SYSCTLS = {
-    "kernel.shm_rmid_forced",
-    "net.ipv4.ip_local_port_range",
-    "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range",
-    "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time",
-    "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
-}
-SELINUX_TYPES = {None, "", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
-RESTRICTED_VOLUME_TYPES = {
-    "configMap",
-    "csi",
-    "downwardAPI",
-    "emptyDir",
-    "ephemeral",
-    "persistentVolumeClaim",
-    "projected",
-    "secret",
-}
-RESTRICTED_ADDABLE_CAPABILITIES = {"NET_BIND_SERVICE"}
-
-
-def _containers(spec: Mapping) -> list[tuple[str, Mapping]]:
-    return [
-        (f"{field}[{i}]", c)
-        for field in ("initContainers", "containers", "ephemeralContainers")
-        for i, c in enumerate(spec.get(field) or [])
-    ]
-
-
-def pod_security_findings(pod: Mapping) -> list[tuple[str, str, str]]:
-    """What keeps a pod template (metadata + spec) from the Pod Security "restricted" profile.
-
-    Returns (profile broken: ``baseline`` or ``restricted``, control name as on the Pod
-    Security Standards page, problem) for every failed control; [] when the pod is restricted.
-    A pod breaking "baseline" needs a namespace that enforces "privileged"; one breaking only
-    "restricted" needs "baseline".
-    """
-    spec = pod.get("spec") or {}
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    out: list[tuple[str, str, str]] = []
-    pod_sc = spec.get("securityContext") or {}
-    containers = _containers(spec)
-
-    def add(profile: str, control: str, problem: str) -> None:
-        out.append((profile, control, problem))
-
-    def effective(sc: Mapping, key: str) -> Any:
-        return sc.get(key, pod_sc.get(key))
-
-    # Baseline.
-    if (pod_sc.get("windowsOptions") or {}).get("hostProcess"):
-        add("baseline", "HostProcess", "securityContext.windowsOptions.hostProcess is true")
-    for key in ("hostNetwork", "hostPID", "hostIPC"):
-        if spec.get(key):
-            add("baseline", "Host Namespaces", f"{key} is true")
-    for i, volume in enumerate(spec.get("volumes") or []):
-        if "hostPath" in volume:
-            add("baseline", "HostPath Volumes", f"volumes[{i}] ({volume.get('name')}) is a hostPath")
-        kinds = set(volume) - {"name"}
-        if kinds - RESTRICTED_VOLUME_TYPES:
-            add(
-                "restricted",
-                "Volume Types",
-                f"volumes[{i}] ({volume.get('name')}) is of type "
-                f"{', '.join(sorted(kinds - RESTRICTED_VOLUME_TYPES))}; allowed: "
-                f"{', '.join(sorted(RESTRICTED_VOLUME_TYPES))}",
-            )
-    for sysctl in pod_sc.get("sysctls") or []:
-        if sysctl.get("name") not in SAFE_SYSCTLS:
-            add("baseline", "Sysctls", f"sysctl {sysctl.get('name')} is not in the safe set")
-    for key, value in annotations.items():
-        if key.startswith("container.apparmor.security.beta.kubernetes.io/") and not (
-            value == "runtime/default" or value.startswith("localhost/")
-        ):
-            add("baseline", "AppArmor", f"annotation {key}={value}")
-    for where, sc in [("securityContext", pod_sc)] + [
-        (f"{at}.securityContext", c.get("securityContext") or {}) for at, c in containers
-    ]:
-        if (sc.get("appArmorProfile") or {}).get("type") not in (None, "RuntimeDefault", "Localhost"):
-            add("baseline", "AppArmor", f"{where}.appArmorProfile.type is {sc['appArmorProfile']['type']}")
-        selinux = sc.get("seLinuxOptions") or {}
-        if selinux.get("type") not in SELINUX_TYPES or selinux.get("user") or selinux.get("role"):
-            add("baseline", "SELinux", f"{where}.seLinuxOptions sets {selinux}")
-        if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
-            add("baseline", "Seccomp", f"{where}.seccompProfile.type is Unconfined")
-    for at, container in containers:
-        sc = container.get("securityContext") or {}
-        if (sc.get("windowsOptions") or {}).get("hostProcess"):
-            add("baseline", "HostProcess", f"{at}: windowsOptions.hostProcess is true")
-        if sc.get("privileged"):
-            add("baseline", "Privileged Containers", f"{at}: privileged is true")
-        added = set((sc.get("capabilities") or {}).get("add") or [])
-        if added - BASELINE_CAPABILITIES:
-            add("baseline", "Capabilities", f"{at}: adds {', '.join(sorted(added - BASELINE_CAPABILITIES))}")
-        for port in container.get("ports") or []:
-            if port.get("hostPort"):
-                add("baseline", "Host Ports", f"{at}: hostPort {port['hostPort']}")
-        if sc.get("procMount", "Default") != "Default":
-            add("baseline", "/proc Mount Type", f"{at}: procMount is {sc['procMount']}")
-        # Restricted.
-        if sc.get("allowPrivilegeEscalation") is not False:
-            add("restricted", "Privilege Escalation", f"{at}: allowPrivilegeEscalation is not false")
-        if effective(sc, "runAsNonRoot") is not True:
-            add("restricted", "Running as Non-root", f"{at}: runAsNonRoot is not true (in the container or the pod)")
-        if effective(sc, "runAsUser") == 0:
-            add("restricted", "Running as Non-root user", f"{at}: runAsUser is 0")
-        if (effective(sc, "seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost"):
-            add(
-                "restricted",
-                "Seccomp",
-                f"{at}: seccompProfile.type is not RuntimeDefault or Localhost (in the container or the pod)",
-            )
-        capabilities = sc.get("capabilities") or {}
-        if "ALL" not in (capabilities.get("drop") or []):
-            add("restricted", "Capabilities", f"{at}: capabilities.drop does not include ALL")
-        if added - RESTRICTED_ADDABLE_CAPABILITIES:
-            add(
-                "restricted", "Capabilities", f"{at}: adds {', '.join(sorted(added - RESTRICTED_ADDABLE_CAPABILITIES))}"
-            )
-    if pod_sc.get("runAsUser") == 0:
-        add("restricted", "Running as Non-root user", "securityContext.runAsUser is 0")
-    return out
-
-
-def _pod_templates(obj: Mapping) -> list[tuple[str, Mapping]]:
-    spec = obj.get("spec") or {}
-    if obj.get("kind") == "Job":
-        return [("spec.template", spec.get("template") or {})]
-    if obj.get("kind") == "JobSet":
-        return [
-            (
-                f"spec.replicatedJobs[{i}].template.spec.template",
-                ((rjob.get("template") or {}).get("spec") or {}).get("template") or {},
-            )
-            for i, rjob in enumerate(spec.get("replicatedJobs") or [])
-        ]
-    return []
-
-
-# The annotation naming the Pod Security level a rendered pod template is written for
-# (render/ sets it from security.profile; POD_SECURITY_LEVELS: most to least restrictive).
-POD_SECURITY_ANNOTATION = "roxxel.dev/pod-security"
-
-
-def _needed(broken: str) -> str:
-    # A pod breaking "baseline" needs "privileged"; one breaking "restricted" needs "baseline".
-    return "privileged" if broken == "baseline" else "baseline"
-
-
-def _looser(a: str, b: str) -> str:
-    return max(a, b, key=POD_SECURITY_LEVELS.index)
-
-
-def required_pod_security_level(findings: Iterable[tuple[str, str, str]]) -> str:
-    """The least Pod Security level a namespace must enforce to admit pods with these findings."""
-    level = "restricted"
-    for broken, _, _ in findings:
-        level = _looser(level, _needed(broken))
-    return level
-
-
-def declared_pod_security_level(template: Mapping) -> str:
-    """The level a pod template is written for (its ``roxxel.dev/pod-security`` annotation;
-    "restricted" when it has none)."""
-    value = ((template.get("metadata") or {}).get("annotations") or {}).get(POD_SECURITY_ANNOTATION)
-    return value if value in POD_SECURITY_LEVELS else "restricted"
-
-
-def _unexpected_findings(template: Mapping) -> list[tuple[str, str, str]]:
-    """The controls a pod template breaks beyond the level it is written for."""
-    declared = declared_pod_security_level(template)
-    return [
-        f
-        for f in pod_security_findings(template)
-        if POD_SECURITY_LEVELS.index(_needed(f[0])) > POD_SECURITY_LEVELS.index(declared)
-    ]
-
-
-def pod_security_level(objects: Iterable[Mapping]) -> str:
-    """The least Pod Security level the namespace must enforce to admit every rendered pod:
-    each template's declared level, or what its findings need where that is looser."""
-    level = "restricted"
-    for obj in objects:
-        for _, template in _pod_templates(obj):
-            level = _looser(
-                level,
-                _looser(
-                    declared_pod_security_level(template), required_pod_security_level(pod_security_findings(template))
-                ),
-            )
-    return level
+# The controls and levels are roxxel_launch.pod_security's; here, the lines validate prints.
 
 
 def pod_security_line(objects: Iterable[Mapping], profile: str = "") -> str:
@@ -562,8 +348,8 @@ def check_pod_security(objects: Iterable[Mapping]) -> list[str]:
     (its ``roxxel.dev/pod-security`` annotation, else "restricted"), one line each."""
     problems = []
     for obj in objects:
-        for where, template in _pod_templates(obj):
-            for profile, control, problem in _unexpected_findings(template):
+        for where, template in pod_templates(obj):
+            for profile, control, problem in unexpected_findings(template):
                 problems.append(f"{_ident(obj)}: {where}: breaks Pod Security {profile!r} ({control}): {problem}")
     return problems
 

@@ -13,6 +13,7 @@ import pytest
 
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
+from roxxel_launch import pod_security as PS
 from roxxel_launch import validate as V
 
 BASE = {
@@ -56,7 +57,7 @@ def test_tpu_multislice_host_network_defaults_to_the_privileged_profile(caplog):
     assert [o["kind"] for o in objects] == ["NetworkPolicy", "JobSet"]
     assert V.warn_pod_security(objects) == []
     assert V.pod_security_level(objects) == "privileged"
-    assert any(c == "Host Namespaces" for _, c, _ in V.pod_security_findings(pod))
+    assert any(c == "Host Namespaces" for _, c, _ in PS.pod_security_findings(pod))
 
     objects = _rendered(_spec(accelerator=TPU, num_slices=2, host_network=False))
     assert "hostNetwork" not in _pod(objects)["spec"]
@@ -64,7 +65,7 @@ def test_tpu_multislice_host_network_defaults_to_the_privileged_profile(caplog):
     # Chosen restricted: no host network, the restricted rendering.
     objects = _rendered(_spec(accelerator=TPU, num_slices=2, security={"profile": "restricted"}))
     assert "hostNetwork" not in _pod(objects)["spec"]
-    assert V.pod_security_findings(_pod(objects)) == []
+    assert PS.pod_security_findings(_pod(objects)) == []
 
 
 @pytest.mark.parametrize(

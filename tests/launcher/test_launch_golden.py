@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
+from roxxel_launch import pod_security as PS
 from roxxel_launch import validate as V
 from roxxel_launch.cli import cli
 from support.paths import GOLDEN
@@ -288,7 +289,7 @@ def test_golden_manifests_validate_and_have_the_expected_shape(case, crd_schema)
         env = {v["name"]: v.get("value") for v in container["env"]}
         assert "/usr/local/nvidia/lib64" in env["LD_LIBRARY_PATH"].split(":")
         # Host paths and added capabilities: the namespace must allow "privileged".
-        assert {p for p, _, _ in V.pod_security_findings(job["template"])} == {"baseline", "restricted"}
+        assert {p for p, _, _ in PS.pod_security_findings(job["template"])} == {"baseline", "restricted"}
     else:
         assert "initContainers" not in pod
     if "gpu" in shape:

@@ -17,6 +17,7 @@ import yaml
 
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
+from roxxel_launch import pod_security as PS
 from roxxel_launch import validate as V
 
 BASE = {
@@ -98,7 +99,7 @@ def test_presets_render_strictly_valid_pods_that_need_a_privileged_namespace(mod
     assert interfaces[0] == {"interfaceName": "eth0", "network": "default"}
     assert len(interfaces) == (5 if mode == "tcpx" else 9)
     # Pod Security: the host paths (and the daemon's root + NET_ADMIN) break "baseline".
-    controls = {(p, c) for p, c, _ in V.pod_security_findings(pod)}
+    controls = {(p, c) for p, c, _ in PS.pod_security_findings(pod)}
     assert ("baseline", "HostPath Volumes") in controls
     if mode != "rdma":
         assert ("baseline", "Capabilities") in controls
@@ -205,7 +206,7 @@ def test_the_spec_env_wins_over_a_presets_tuning_but_not_its_plugin_variables():
 
 def test_ipc_lock_is_named_by_pod_security_and_refused_under_restricted():
     pod = _pod(_spec(**_gpu(type="nvidia-h100-80gb", networking="tcpx")))
-    assert any(c == "Capabilities" and "containers[0]: adds IPC_LOCK" in p for _, c, p in V.pod_security_findings(pod))
+    assert any(c == "Capabilities" and "containers[0]: adds IPC_LOCK" in p for _, c, p in PS.pod_security_findings(pod))
     with pytest.raises(S.SpecError) as info:
         _spec(**_gpu(type="nvidia-h100-80gb", networking="tcpx"), security={"profile": "restricted"})
     assert info.value.field == "security.profile" and "restricted forbids adding IPC_LOCK" in str(info.value)

@@ -21,6 +21,7 @@ import yaml
 from roxxel_launch import contract
 from roxxel_launch import render as R
 from roxxel_launch import spec as S
+from roxxel_launch import pod_security as PS
 from roxxel_launch import validate as V
 from roxxel_launch.backends.base import JobExistsError
 import test_launch_kubernetes as fake_api
@@ -124,14 +125,14 @@ def assert_baseline(pod: dict, *, privileged: bool) -> None:
         assert (sc.get("seccompProfile") or {}).get("type") != "Unconfined"
         if not privileged:
             assert not sc.get("privileged")
-            assert set((sc.get("capabilities") or {}).get("add") or []) <= V.BASELINE_CAPABILITIES
+            assert set((sc.get("capabilities") or {}).get("add") or []) <= PS.BASELINE_CAPABILITIES
     (worker,) = spec["containers"]
     assert psc["runAsUser"] == 0 and psc["runAsGroup"] == 0
     assert "runAsNonRoot" not in psc and "fsGroup" not in psc
     assert worker["securityContext"] == (
         {"readOnlyRootFilesystem": False, "privileged": True} if privileged else {"readOnlyRootFilesystem": False}
     )
-    assert pod["metadata"]["annotations"][V.POD_SECURITY_ANNOTATION] == ("privileged" if privileged else "baseline")
+    assert pod["metadata"]["annotations"][PS.POD_SECURITY_ANNOTATION] == ("privileged" if privileged else "baseline")
 
 
 def assert_profile(pod: dict, profile: str) -> None:
@@ -147,7 +148,7 @@ def test_every_example_pod_meets_its_profile_in_both_workloads(case, spec):
     V.validate(objects)  # names, enums, official schemas (incl. the NetworkPolicy)
     for pod in pod_templates(objects):
         assert_profile(pod, spec.security_profile)
-        assert V.required_pod_security_level(V.pod_security_findings(pod)) == spec.security_profile
+        assert PS.required_pod_security_level(PS.pod_security_findings(pod)) == spec.security_profile
     assert V.check_pod_security(objects) == []
     assert V.warn_pod_security(objects) == []
     assert V.pod_security_level(objects) == spec.security_profile
@@ -320,9 +321,9 @@ def test_the_checker_names_each_broken_control(name):
     mutate, control, level = BREAKS[name]
     pod = _pod(_spec())
     mutate(pod)
-    findings = V.pod_security_findings(pod)
+    findings = PS.pod_security_findings(pod)
     assert control in {c for _, c, _ in findings}, findings
-    assert V.required_pod_security_level(findings) == level
+    assert PS.required_pod_security_level(findings) == level
     with pytest.raises((AssertionError, KeyError)):
         assert_restricted(pod)
 

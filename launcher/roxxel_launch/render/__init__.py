@@ -29,6 +29,7 @@ import logging
 import yaml
 
 from roxxel_launch import patch
+from roxxel_launch.pod_security import POD_SECURITY_ANNOTATION
 from roxxel_launch.render.manifest_keys import (
     DATA_VOLUME,
     DEFAULT_CONTAINER_ANNOTATION,
@@ -53,7 +54,6 @@ from roxxel_launch.render.pod_security import image_pull_policy
 from roxxel_launch.render.render_checks import MAX_ANNOTATIONS_BYTES, PREEMPTION_SAVE_MARGIN, SPOT_GRACE_SECONDS
 from roxxel_launch.render.yaml_quoting import TEMPLATE_PACKAGE, environment, quote
 from roxxel_launch.spec import PRIORITY_CLASS_LABEL, QUEUE_LABEL, JobSpec, SpecError
-from roxxel_launch.validate import POD_SECURITY_ANNOTATION
 
 __all__ = [
     "CONFIG_ERROR_MESSAGE_PATTERN",

@@ -6,6 +6,10 @@ import json
 from typing import Any
 
 from roxxel_launch import contract, gpu_networking
+
+# The level a pod template is written for (security.profile): validation reads it to tell a
+# chosen level from a control that something else breaks.
+from roxxel_launch.pod_security import POD_SECURITY_ANNOTATION
 from roxxel_launch.render import pod_env, pod_values, render_checks
 from roxxel_launch.render.manifest_keys import (
     DEFAULT_CONTAINER_ANNOTATION,
@@ -27,10 +31,6 @@ from roxxel_launch.spec import (
     ObjectMetadata,
     spec_to_dict,
 )
-
-# The level a pod template is written for (security.profile): validation reads it to tell a
-# chosen level from a control that something else breaks.
-from roxxel_launch.validate import POD_SECURITY_ANNOTATION
 
 # A Job's failure message when podFailurePolicy rule 0 (exit code CONFIG_ERROR_EXIT_CODE)
 # fails it, as the Job controller writes it: "Container worker for pod NS/POD failed with
