@@ -146,14 +146,50 @@ def test_a_sidecar_limit_is_its_request_in_the_fit_check(fake):
 
 def test_sidecar_requests_come_from_the_pod_template_s_annotations():
     template = {"metadata": {"annotations": {"gke-gcsfuse/volumes": "true", "gke-gcsfuse/cpu-limit": "2"}}}
-    assert F.gcsfuse_sidecar(template) == {
-        "cpu": Decimal(2),
-        "memory": Decimal(256 * 2**20),
-        "ephemeral-storage": Decimal(5 * 2**30),
-    }
-    assert F.gcsfuse_sidecar({"metadata": {"annotations": {}}}) == {}
+    main = {"cpu": Decimal(2), "memory": Decimal(256 * 2**20), "ephemeral-storage": Decimal(5 * 2**30)}
+    assert F.gcsfuse_sidecars(template) == {"gke-gcsfuse-sidecar": main}
+    assert F.gcsfuse_sidecars({"metadata": {"annotations": {}}}) == {}
     named = {**template, "spec": {"initContainers": [{"name": "gke-gcsfuse-sidecar"}]}}
-    assert F.gcsfuse_sidecar(named) == {}  # the pod brings its own: its resources count
+    assert F.gcsfuse_sidecars(named) == {}  # the pod brings its own: its resources count
+
+
+def _prefetching(value: str, **annotations: str) -> dict:
+    volume = {"name": "data", "csi": {"driver": "gcsfuse.csi.storage.gke.io"}}
+    volume["csi"]["volumeAttributes"] = {"bucketName": "b", "gcsfuseMetadataPrefetchOnMount": value}
+    return {
+        "metadata": {"annotations": {"gke-gcsfuse/volumes": "true", **annotations}},
+        "spec": {"volumes": [volume]},
+    }
+
+
+def test_the_metadata_prefetch_sidecar_is_counted_where_a_volume_asks_for_it():
+    """The webhook injects gke-gcsfuse-metadata-prefetch after its sidecar when a volume sets
+    gcsfuseMetadataPrefetchOnMount (read with Go's strconv.ParseBool), with 10m cpu, 10Mi memory
+    and 10Mi ephemeral storage by default and the gke-gcsfuse/metadata-prefetch-* annotations
+    by the same rule as the sidecar's (gcs-fuse-csi-driver cmd/webhook/main.go,
+    pkg/webhook/config.go and injection.go at 5fcdc04)."""
+    prefetch = {"cpu": Decimal("0.01"), "memory": Decimal(10 * 2**20), "ephemeral-storage": Decimal(10 * 2**20)}
+    for value in ("true", "True", "1", "t"):
+        got = F.gcsfuse_sidecars(_prefetching(value))
+        assert (
+            list(got) == ["gke-gcsfuse-sidecar", "gke-gcsfuse-metadata-prefetch"]
+            and got["gke-gcsfuse-metadata-prefetch"] == prefetch
+        ), value
+    assert list(F.gcsfuse_sidecars(_prefetching("false"))) == ["gke-gcsfuse-sidecar"]
+    limited = F.gcsfuse_sidecars(_prefetching("true", **{"gke-gcsfuse/metadata-prefetch-memory-limit": "1Gi"}))
+    assert limited["gke-gcsfuse-metadata-prefetch"]["memory"] == 2**30  # a limit alone is the request
+    assert limited["gke-gcsfuse-sidecar"]["memory"] == 256 * 2**20  # the main sidecar's own annotations
+
+
+def test_a_job_with_metadata_prefetch_counts_both_sidecars_in_the_fit_check(fake):
+    """With metadata_prefetch_on_mount the refusal names both sidecars and their summed requests."""
+    for i in range(4):
+        _v5e_node(fake, i)
+    data = {"gcsfuse": {"bucket": "my-data", "file_cache_mb": 39500, "metadata_prefetch_on_mount": True}}
+    with pytest.raises(BackendError) as info:
+        _submit(_spec(V5E_4X4, data=data, service_account="trainer"))
+    message = str(info.value)
+    assert "the GCS FUSE sidecars' (gke-gcsfuse-sidecar, gke-gcsfuse-metadata-prefetch) cpu 260m" in message, message
 
 
 def test_a_resume_the_check_refuses_leaves_the_stopped_job_in_place(fake):

@@ -16,27 +16,42 @@ from roxxel_launch.spec.owned import refuse
 DEFAULT_GCSFUSE_MOUNT_OPTIONS = ("implicit-dirs",)
 GCSFUSE_SIDECAR = "gke-gcsfuse-sidecar"
 """The container the GCS FUSE CSI driver's webhook injects (pkg/webhook/sidecar_spec.go)."""
+GCSFUSE_METADATA_PREFETCH_SIDECAR = "gke-gcsfuse-metadata-prefetch"
+"""The second container the webhook injects, after :data:`GCSFUSE_SIDECAR`, when a volume of
+the pod sets ``gcsfuseMetadataPrefetchOnMount`` (pkg/webhook/sidecar_spec.go, injection.go)."""
 GCSFUSE_SIDECAR_DEFAULT_REQUESTS = {"cpu": "250m", "memory": "256Mi", "ephemeral-storage": "5Gi"}
 """The sidecar's requests when the pod's annotations give none and its limit is unset or "0":
 the driver's defaults (GoogleCloudPlatform/gcs-fuse-csi-driver pkg/webhook/config.go, the
 webhook's configuration; "Configure the Cloud Storage FUSE CSI driver sidecar container for
 GKE", https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-sidecar)."""
+GCSFUSE_METADATA_PREFETCH_DEFAULT_REQUESTS = {"cpu": "10m", "memory": "10Mi", "ephemeral-storage": "10Mi"}
+"""The metadata-prefetch sidecar's default requests (the webhook's ``metadata-sidecar-*-request``
+flags, cmd/webhook/main.go at 5fcdc04), by the same rule as the main sidecar's."""
+GCSFUSE_SIDECARS = {
+    GCSFUSE_SIDECAR: ("gke-gcsfuse/", GCSFUSE_SIDECAR_DEFAULT_REQUESTS),
+    GCSFUSE_METADATA_PREFETCH_SIDECAR: ("gke-gcsfuse/metadata-prefetch-", GCSFUSE_METADATA_PREFETCH_DEFAULT_REQUESTS),
+}
+"""Each injected container -> (the prefix of its resource annotations, its default requests);
+the webhook reads ``PREFIX{cpu,memory,ephemeral-storage}-{request,limit}`` (pkg/webhook/config.go,
+prepareConfig; the prefixes in pkg/webhook/injection.go)."""
 
 
-def gcsfuse_sidecar_requests(annotations: Mapping[str, str]) -> dict[str, Fraction]:
-    """The requests the GCS FUSE CSI driver's webhook gives its sidecar, from the pod's
-    ``gke-gcsfuse/{cpu,memory,ephemeral-storage}-{request,limit}`` annotations, by its rule
+def gcsfuse_sidecar_requests(annotations: Mapping[str, str], sidecar: str = GCSFUSE_SIDECAR) -> dict[str, Fraction]:
+    """The requests the GCS FUSE CSI driver's webhook gives its ``sidecar`` (a key of
+    :data:`GCSFUSE_SIDECARS`), from the pod's resource annotations (for the main sidecar
+    ``gke-gcsfuse/{cpu,memory,ephemeral-storage}-{request,limit}``), by its rule
     (GoogleCloudPlatform/gcs-fuse-csi-driver ``pkg/webhook/config.go``, ``populateResource``,
-    commit 01870a9): no request and a limit unset or ``"0"`` (no limit): the default request
-    (:data:`GCSFUSE_SIDECAR_DEFAULT_REQUESTS`); no request and a limit: the limit; a request:
-    itself. A zero request is left out, as the webhook leaves it out.
+    commit 01870a9): no request and a limit unset or ``"0"`` (no limit): the default request;
+    no request and a limit: the limit; a request: itself. A zero request is left out, as the
+    webhook leaves it out.
 
     Returns: resource -> amount (cores, bytes). Raises: ValueError for an annotation that is
     not a quantity (the webhook refuses the pod then)."""
+    prefix, defaults = GCSFUSE_SIDECARS[sidecar]
     out: dict[str, Fraction] = {}
-    for resource, default in GCSFUSE_SIDECAR_DEFAULT_REQUESTS.items():
-        request = annotations.get(f"gke-gcsfuse/{resource}-request")
-        limit = annotations.get(f"gke-gcsfuse/{resource}-limit")
+    for resource, default in defaults.items():
+        request = annotations.get(f"{prefix}{resource}-request")
+        limit = annotations.get(f"{prefix}{resource}-limit")
         if request is None:
             request = default if limit is None or parse_quantity(limit) == 0 else limit
         amount = parse_quantity(request)
@@ -216,16 +231,21 @@ class GcsFuseMount:
 
     @property
     def sidecar_requests(self) -> dict[str, Fraction]:
-        """What the driver's sidecar requests in each pod, from the limits the renderer writes
-        as annotations (:func:`gcsfuse_sidecar_requests`): with the default "0" limits,
-        250m cpu, 256Mi memory and 5Gi ephemeral storage."""
-        return gcsfuse_sidecar_requests(
+        """What the driver's sidecars request in each pod, summed, from the limits the renderer
+        writes as annotations (:func:`gcsfuse_sidecar_requests`): with the default "0" limits,
+        250m cpu, 256Mi memory and 5Gi ephemeral storage, plus the metadata-prefetch sidecar's
+        10m, 10Mi and 10Mi with ``metadata_prefetch_on_mount``."""
+        total = gcsfuse_sidecar_requests(
             {
                 "gke-gcsfuse/cpu-limit": self.sidecar_cpu_limit,
                 "gke-gcsfuse/memory-limit": self.sidecar_memory_limit,
                 "gke-gcsfuse/ephemeral-storage-limit": self.sidecar_ephemeral_storage_limit,
             }
         )
+        if self.metadata_prefetch_on_mount:
+            for resource, amount in gcsfuse_sidecar_requests({}, GCSFUSE_METADATA_PREFETCH_SIDECAR).items():
+                total[resource] = total.get(resource, Fraction(0)) + amount
+        return total
 
     @property
     def cache_disk_bytes(self) -> int:

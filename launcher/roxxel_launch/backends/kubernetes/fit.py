@@ -36,7 +36,9 @@ A pod template annotated ``gke-gcsfuse/volumes: "true"`` gets the GCS FUSE CSI d
 sidecar from its mutating webhook at pod creation, after this check: its requests (the
 driver's defaults, 250m cpu, 256Mi memory and 5Gi ephemeral storage, under the "0" limits the
 renderer writes; else what the pod's ``gke-gcsfuse/*`` annotations make of them:
-:func:`roxxel_launch.spec.storage.gcsfuse_sidecar_requests`) are counted as a sidecar's.
+:func:`roxxel_launch.spec.storage.gcsfuse_sidecar_requests`) are counted as a sidecar's, and
+so are those of its metadata-prefetch sidecar (10m cpu, 10Mi memory, 10Mi ephemeral storage
+by default), added when a volume sets ``gcsfuseMetadataPrefetchOnMount``.
 
 What it does not see: other pods already on the nodes (it compares with allocatable, not with
 what is free), required node affinity (it can only narrow the nodes further, so a refusal
@@ -55,7 +57,7 @@ from kubernetes.utils import parse_quantity
 from roxxel.wording import count
 from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends.kubernetes.api import KubernetesApi
-from roxxel_launch.spec.storage import GCSFUSE_SIDECAR, gcsfuse_sidecar_requests
+from roxxel_launch.spec.storage import GCSFUSE_METADATA_PREFETCH_SIDECAR, GCSFUSE_SIDECAR, gcsfuse_sidecar_requests
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,8 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 SKIP_HINT = "--skip-fit-check"
 _TRANSIENT_TAINTS = "node.kubernetes.io/"
 _GCSFUSE_INJECTION = "gke-gcsfuse/volumes"
+_METADATA_PREFETCH = "gcsfuseMetadataPrefetchOnMount"
+_GO_TRUE = {"1", "t", "T", "TRUE", "true", "True"}  # what Go's strconv.ParseBool reads as true
 _BYTES = ("memory", "ephemeral-storage")
 _SPEC_FIELD = {
     "cpu": "resources.requests.cpu",
@@ -78,8 +82,8 @@ class Worker:
 
     ``job``: the replicated job's name (JobSet) or the Job's; ``pods``: replicas x parallelism;
     ``requests``: the pod's effective request per resource name (cores for cpu, bytes for
-    memory and storage, a count for extended resources), the GCS FUSE sidecar's included;
-    ``sidecar``: that sidecar's part (empty without it)."""
+    memory and storage, a count for extended resources), the GCS FUSE sidecars' included;
+    ``sidecar``: their part (empty without them); ``sidecars``: their container names."""
 
     job: str
     pods: int
@@ -87,6 +91,7 @@ class Worker:
     tolerations: Sequence[Mapping]
     requests: Mapping[str, Decimal]
     sidecar: Mapping[str, Decimal] = dataclasses.field(default_factory=dict)
+    sidecars: tuple[str, ...] = ()
 
 
 def _requests(container: Mapping) -> dict[str, Decimal]:
@@ -147,38 +152,61 @@ def workers(objects: Iterable[Mapping]) -> Iterator[Worker]:
             yield _worker(obj["metadata"]["name"], 1, obj.get("spec") or {})
 
 
-def gcsfuse_sidecar(pod_template: Mapping) -> dict[str, Decimal]:
-    """The requests of the GCS FUSE sidecar the driver's webhook will add to pods of this
-    template (see the module docstring); empty when the template asks for no injection or
-    names the sidecar itself (then its own resources count)."""
+def gcsfuse_sidecars(pod_template: Mapping) -> dict[str, dict[str, Decimal]]:
+    """The containers the GCS FUSE CSI driver's webhook will add to pods of this template, with
+    their requests (see the module docstring): its sidecar, and its metadata-prefetch sidecar
+    when a volume sets ``gcsfuseMetadataPrefetchOnMount`` (pkg/webhook/mutatingwebhook.go,
+    injection.go); none when the template asks for no injection, and not one the template
+    names itself (then its own resources count)."""
     annotations = (pod_template.get("metadata") or {}).get("annotations") or {}
     pod = pod_template.get("spec") or {}
-    named = [c.get("name") for c in [*(pod.get("containers") or []), *(pod.get("initContainers") or [])]]
-    if str(annotations.get(_GCSFUSE_INJECTION, "")).lower() != "true" or GCSFUSE_SIDECAR in named:
+    named = {c.get("name") for c in [*(pod.get("containers") or []), *(pod.get("initContainers") or [])]}
+    if str(annotations.get(_GCSFUSE_INJECTION, "")).lower() != "true":
         return {}
+    wanted = [GCSFUSE_SIDECAR] + ([GCSFUSE_METADATA_PREFETCH_SIDECAR] if _prefetches_metadata(pod) else [])
     return {
-        name: Decimal(value.numerator) / Decimal(value.denominator)
-        for name, value in gcsfuse_sidecar_requests(annotations).items()
+        sidecar: {
+            name: Decimal(value.numerator) / Decimal(value.denominator)
+            for name, value in gcsfuse_sidecar_requests(annotations, sidecar).items()
+        }
+        for sidecar in wanted
+        if sidecar not in named
     }
+
+
+def _prefetches_metadata(pod: Mapping) -> bool:
+    """A CSI volume of the pod asks for metadata prefetch (the attribute is read with Go's
+    strconv.ParseBool: pkg/webhook/sidecar_spec.go, parseMetadataPrefetchStringAndAppendVolume)."""
+    return any(
+        str(((v.get("csi") or {}).get("volumeAttributes") or {}).get(_METADATA_PREFETCH, "")) in _GO_TRUE
+        for v in pod.get("volumes") or []
+    )
 
 
 def _worker(name: str, replicas: int, job: Mapping) -> Worker:
     template = job.get("template") or {}
     pod = template.get("spec") or {}
-    sidecar = gcsfuse_sidecar(template)
-    if sidecar:
-        # The webhook puts its sidecar first among the init containers, as a native sidecar
+    sidecars = gcsfuse_sidecars(template)
+    if sidecars:
+        # The webhook puts its sidecars first among the init containers, as native sidecars
         # (restartPolicy: Always) on Kubernetes 1.29+, else among the containers: either way
-        # its requests add to the pod's (pkg/webhook/mutatingwebhook.go).
-        injected = {"restartPolicy": "Always", "resources": {"requests": {k: str(v) for k, v in sidecar.items()}}}
-        pod = {**pod, "initContainers": [injected, *(pod.get("initContainers") or [])]}
+        # their requests add to the pod's (pkg/webhook/mutatingwebhook.go).
+        injected = [
+            {"name": n, "restartPolicy": "Always", "resources": {"requests": {k: str(v) for k, v in r.items()}}}
+            for n, r in sidecars.items()
+        ]
+        pod = {**pod, "initContainers": [*injected, *(pod.get("initContainers") or [])]}
+    total: dict[str, Decimal] = {}
+    for asked in sidecars.values():
+        _add(total, asked)
     return Worker(
         job=name,
         pods=replicas * int(job.get("parallelism", 1)),
         selector=dict(pod.get("nodeSelector") or {}),
         tolerations=list(pod.get("tolerations") or []),
         requests=pod_requests(pod),
-        sidecar=sidecar,
+        sidecar=total,
+        sidecars=tuple(sidecars),
     )
 
 
@@ -281,7 +309,12 @@ def _describe(worker: Worker) -> str:
     asked = ", ".join(f"{name} {amount(name, value)}" for name, value in sorted(worker.requests.items()))
     if worker.sidecar:
         sidecar = ", ".join(f"{name} {amount(name, value)}" for name, value in sorted(worker.sidecar.items()))
-        asked += f"; the GCS FUSE sidecar's {sidecar} included"
+        whose = (
+            "the GCS FUSE sidecar's"
+            if len(worker.sidecars) < 2
+            else f"the GCS FUSE sidecars' ({', '.join(worker.sidecars)})"
+        )
+        asked += f"; {whose} {sidecar} included"
     return f"a worker of {worker.job} ({asked or 'no requests'})"
 
 
