@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _table import print_table  # noqa: E402
 
 from roxxel import Curriculum, Phase, Roxxel  # noqa: E402
+from roxxel.data import reader  # noqa: E402
 from roxxel.format import DatasetWriter  # noqa: E402
 
 TOKENS = 32_000_000  # 64 MB of uint16, held in the page cache
@@ -47,7 +48,7 @@ def read_epochs(path: str, check: bool) -> tuple[float, float]:
     for _ in range(2):
         t0 = time.perf_counter()
         for i in range(0, n - 15, 16):
-            ds.gather_into(out, starts[i : i + 16], np.full(16, CHUNK, np.int64))
+            reader.gather_into(ds, out, starts[i : i + 16], np.full(16, CHUNK, np.int64))
         times.append(time.perf_counter() - t0)
     ds.close()
     return times[0], times[1]

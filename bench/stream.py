@@ -142,7 +142,7 @@ def pread_per_row(ds: Roxxel):
     fds = [os.open(s.path, os.O_RDONLY) for s in shards]
     sizes = np.array([s.num_tokens - SEQ for s in shards], np.int64)
     ends = np.cumsum(sizes)
-    bases = np.array([s._data_offset for s in shards], np.int64)
+    bases = np.array([s.data_offset for s in shards], np.int64)
     rng = np.random.default_rng(1)
     buf = np.empty((BATCH, SEQ), shards[0].dtype)
     rows = [memoryview(buf[i]).cast("B") for i in range(BATCH)]
@@ -163,7 +163,7 @@ def nanogpt(shard):
     rng = np.random.default_rng(2)
 
     def step():
-        data = np.memmap(shard.path, dtype=np.uint16, mode="r", offset=shard._data_offset, shape=(shard.num_tokens,))
+        data = np.memmap(shard.path, dtype=np.uint16, mode="r", offset=shard.data_offset, shape=(shard.num_tokens,))
         ix = rng.integers(0, len(data) - SEQ - 1, BATCH)
         x = np.stack([data[i : i + SEQ].astype(np.int64) for i in ix])
         y = np.stack([data[i + 1 : i + 1 + SEQ].astype(np.int64) for i in ix])
@@ -246,7 +246,7 @@ def original_data(py: str, ds: Roxxel) -> str:
     """The same tokens in the original's format (its ``write``, 4 KiB blocks), written once."""
     path = os.path.join(CACHE, f"stream-original-{ds.num_tokens}.rox")
     if not os.path.exists(path + ".ok"):
-        src = [(p, open_shard(p)._data_offset, open_shard(p).num_tokens) for p in ds.shard_paths]
+        src = [(p, open_shard(p).data_offset, open_shard(p).num_tokens) for p in ds.shard_paths]
         run_original(
             py,
             f"""
@@ -384,7 +384,7 @@ def grain_method(where: str, shard, typical: bool):
         code = _GRAIN_CHILD.format(
             grain=where,
             path=shard.path,
-            offset=shard._data_offset,
+            offset=shard.data_offset,
             n=shard.num_tokens,
             seq=SEQ,
             batch=BATCH,
@@ -472,6 +472,7 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
     import jax
 
     from roxxel.data.placement import Placer
+    from roxxel.data.reader import read_runs
     from roxxel.data.stream import empty_aligned
 
     stream = endless(ds, to_device=False, prefetch_size=0)
@@ -486,16 +487,16 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
     plan = reader._plan_ahead(10**6, 0, BATCH, phase, None, 8)  # 8 steps: a lane's rows of one chunk
     starts, runs = plan.starts[:BATCH], reader._runs(plan, 0)
     staged = np.empty((8 * BATCH, SEQ), ds.dtype)
-    ds.read_runs(staged, runs, 0)
+    read_runs(ds, staged, runs, 0)
     scratch = staged[:BATCH].copy()
     slots = plan.slots[0][:BATCH]
     shard = open_shard(ds.shard_paths[0])  # (kept alive: it owns the descriptor)
-    fd, base = shard._descriptor(), shard._data_offset
+    fd, base = shard.descriptor(), shard.data_offset
     rows = [memoryview(scratch[i]).cast("B") for i in range(BATCH)]
     offsets = [base + 2 * (int(a) % (shard.num_tokens - SEQ)) for a in starts]
     sharding = endless(ds, prefetch_size=0).sharding
     placer = Placer(sharding)
-    read = [ds._shard(i) for i in dict.fromkeys(runs.shards)]  # what read_runs checks after its preads
+    read = [ds.shard_table.shard(i) for i in dict.fromkeys(runs.shards)]  # what read_runs checks after its preads
     batch = empty_aligned((BATCH, SEQ), np.int32)
     mapped = reader._mapped(plan, 0, np.int32)  # the default path: a step's rows out of the maps
     placer(batch)
@@ -508,7 +509,7 @@ def breakdown(ds: Roxxel, args) -> dict[str, list[float]]:
             reader._plan_ahead(next(steps), 0, BATCH, phase, None, 64) and None
         ),
         "gather a step's rows from the maps, cast to int32 (native)": lambda: mapped.read(batch, 0),
-        f"pread path: read 8 steps' runs ({len(runs.shards)} preads), per step": lambda: ds.read_runs(staged, runs, 0),
+        f"pread path: read 8 steps' runs ({len(runs.shards)} preads), per step": lambda: read_runs(ds, staged, runs, 0),
         "pread path: take a step's rows from them": lambda: staged[slots],
         "for reference: 32 preads, one per row": lambda: [os.preadv(fd, [r], o) for r, o in zip(rows, offsets)],
         "pread path: new aligned int32 batch + one cast": lambda: np.copyto(

@@ -4,16 +4,20 @@ A dataset is a sequence of shards (a manifest, a directory, a glob, one shard, o
 list of those; :mod:`roxxel.data.dataset_paths` resolves them). Its tokens are the
 shards' tokens concatenated in order; its documents are the shards' documents in order.
 Nothing grows with the dataset's size on the host: shards are memory maps opened lazily
-(a manifest gives their sizes without opening them); copies (``read_into``, and the streamer's batched ``read_runs``/``gather_rows``/
-``gather_into``, planned and gathered in :mod:`roxxel.data.reader`) map nothing, and pages
-touched through zero-copy views are handed back to the OS after every ``release_bytes``
-bytes, so the process RSS stays flat while streaming terabytes.
+(a manifest gives their sizes without opening them); copies (``read_into``, and the streamer's
+batched reads, :func:`~roxxel.data.reader.read_runs`, ``gather_rows`` and ``gather_into`` in
+:mod:`roxxel.data.reader`) map nothing, and pages touched through zero-copy views are handed
+back to the OS after every ``release_bytes`` bytes, so the process RSS stays flat while
+streaming terabytes.
+
+This module is the container: opening, sizes, metadata, documents, ranges, integrity. The
+read path works on its :attr:`Dataset.shard_table` (:mod:`roxxel.data.shard_table`) and is
+not reached from here.
 """
 
 from __future__ import annotations
 
 import bisect
-import collections
 import hashlib
 import json
 import logging
@@ -22,10 +26,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from roxxel.data import reader
 from roxxel.data.dataset_paths import Entry, check_unlisted, resolve
-from roxxel.data.reader import RowRuns
-from roxxel.format import mapread
+from roxxel.data.shard_table import KNOWN_SHARDS, RowRuns, ShardTable
 from roxxel.format.errors import (
     CorruptShardError,
     DtypeMismatchError,
@@ -34,7 +36,6 @@ from roxxel.format.errors import (
 )
 from roxxel.format.layout import is_float, shard_dtype
 from roxxel.format.manifest import ID_FIELDS, Manifest, first_difference
-from roxxel.format.shard import open_shard
 from roxxel.wording import count
 
 log = logging.getLogger("roxxel.data")
@@ -45,10 +46,10 @@ DEFAULT_RELEASE_BYTES = 32 << 20
 # later epoch) costs no page fault. Past this many bytes of mapped file pages they are handed back.
 DEFAULT_MAPPED_BYTES = 4 << 30
 DEFAULT_MAX_OPEN_SHARDS = 256
-KNOWN_SHARDS = 16384  # shards remembered with their descriptor closed (each keeps a map: vm.max_map_count is 65530)
 _FAULT_AROUND = 2 << 20  # a fault can map a whole large folio of the page cache (up to 2 MiB)
 
-__all__ = ["Dataset", "PathSpec", "RowRuns"]  # RowRuns: defined in roxxel.data.reader, kept importable here
+# RowRuns (roxxel.data.shard_table) and KNOWN_SHARDS: importable from here, as before the shard table.
+__all__ = ["KNOWN_SHARDS", "Dataset", "PathSpec", "RowRuns"]
 
 
 class Dataset:
@@ -142,16 +143,17 @@ class Dataset:
         self._manifest = manifests[0][1] if len(manifests) == 1 and len(specs) == 1 else None
         self._manifest_path = manifests[0][0] if self._manifest is not None else None
         self._entries = entries
-        self._shards: collections.OrderedDict[int, Any] = collections.OrderedDict()  # holding a descriptor
-        self._known: collections.OrderedDict[int, Any] = collections.OrderedDict()  # opened once, file closed or not
-        props = self._shared_properties(manifests)
-        self._props = props
-        self._token_offsets = np.cumsum([0] + [e.num_tokens for e in entries], dtype=np.int64)
-        self._shard_sizes = np.diff(self._token_offsets)
+        self._table = ShardTable(
+            entries,
+            max_open_shards=self.max_open_shards,
+            check_blocks=self.check_blocks,
+            check_identity=self.check_identity,
+        )
+        props = self._props = self._shared_properties(manifests)
+        self._table.describe(props)
+        self._token_offsets = self._table.offsets
         self._doc_offsets = np.cumsum([0] + [e.num_documents for e in entries], dtype=np.int64)
         self._touched = 0
-        self._mapped_base: int | None = None  # file pages mapped when this dataset last released its maps
-        self.bytes_read = 0  # token bytes copied out by read_into/gather_into (per-process I/O accounting)
         self._is_open = True
         if self.num_tokens == 0:
             self.close()
@@ -174,7 +176,7 @@ class Dataset:
             seen.append((path, {k: getattr(m, k) for k in ID_FIELDS}))
         for i, e in enumerate(self._entries):
             if e.num_tokens is None:
-                shard = self._shard(i)
+                shard = self._table.shard(i)
                 e.num_tokens, e.num_documents, e.sha256, e.nbytes = (
                     shard.num_tokens,
                     shard.num_documents,
@@ -200,90 +202,11 @@ class Dataset:
                 )
         return {"dtype": np.dtype(next(iter(first_by_dtype))).newbyteorder("<"), **meta}
 
-    def _shard(self, i: int):
-        """The opened shard ``i``; checks it against what its manifest said on its first open.
-
-        Two least-recently-used sets: ``max_open_shards`` shards hold a descriptor (the others'
-        is closed, and opened again by their next read, compared with the first open), and
-        ``KNOWN_SHARDS`` are known (parsed, blocks checked, mapped); a shard beyond those is
-        closed whole and read afresh when next asked for.
-        """
-        shard = self._shards.get(i)
-        if shard is not None:
-            self._shards.move_to_end(i)
-            return shard
-        shard = self._known.get(i)
-        if shard is None:
-            shard = self._known[i] = self._open_shard(i)
-            if len(self._known) > max(KNOWN_SHARDS, self.max_open_shards):
-                j, gone = self._known.popitem(last=False)
-                self._shards.pop(j, None)
-                gone.close()
-        else:
-            self._known.move_to_end(i)
-        self._shards[i] = shard
-        if len(self._shards) > self.max_open_shards:
-            self._shards.popitem(last=False)[1].close_file()
-        return shard
-
-    def _mapped_shard(self, i: int):
-        """Shard ``i`` for reads out of its map (:mod:`roxxel.data.map_rows`): a known shard that is
-        mapped is returned as it is, its descriptor open or not (map reads need none)."""
-        shard = self._known.get(i)
-        if shard is not None and shard._native is not None:
-            self._known.move_to_end(i)
-            return shard
-        return self._shard(i)
-
-    def _open_shard(self, i: int):
-        """Shard ``i`` opened and checked against what its manifest said."""
-        e = self._entries[i]
-        shard = open_shard(e.path)
-        shard.expect_identity(e.identity)  # closed by the LRU and opened again: still the same file
-        e.identity = shard._identity
-        if e.num_tokens is not None and (shard.num_tokens, shard.num_documents) != (e.num_tokens, e.num_documents):
-            raise CorruptShardError(
-                f"{e.path}: holds {shard.num_tokens} tokens / {shard.num_documents} documents but the manifest says "
-                f"{e.num_tokens} / {e.num_documents}; the shard was replaced - re-pack the dataset",
-                e.path,
-            )
-        if e.sha256 is not None and shard.sha256 is not None and shard.sha256 != e.sha256:
-            raise CorruptShardError(
-                f"{e.path}: is not the shard its manifest lists (its footer SHA-256 is {shard.sha256}, the manifest "
-                f"says {e.sha256}); shards were swapped, renamed or replaced - restore them or re-pack the dataset",
-                e.path,
-            )
-        if e.nbytes is not None and shard.nbytes != e.nbytes:
-            raise CorruptShardError(
-                f"{e.path}: {shard.nbytes} bytes but the manifest says {e.nbytes}; "
-                "the shard was replaced - restore it or re-pack the dataset",
-                e.path,
-            )
-        shard.check_blocks = self.check_blocks
-        shard.check_identity = self.check_identity
-        if self._is_open and shard.dtype != self.dtype:
-            raise DtypeMismatchError(
-                f"{e.path}: token dtype {shard.dtype.name}, the dataset's is {self.dtype.name}", e.path
-            )
-        if self._is_open and e.num_tokens is not None:  # described by a manifest: what it says of the tokens must hold
-            field = first_difference(shard.metadata, self._props)
-            if field is not None:
-                raise CorruptShardError(
-                    f"{e.path}: the shard records {field} {shard.metadata.get(field)!r}, its manifest says "
-                    f"{self._props[field]!r}; the manifest was edited or belongs to other shards - restore it or "
-                    "re-pack the dataset",
-                    e.path,
-                )
-        return shard
-
     def close(self) -> None:
         """Forget every mapping (views already handed out stay valid until dropped)."""
         if not self._is_open:
             return
-        for shard in self._known.values():
-            shard.close()
-        self._shards.clear()
-        self._known.clear()
+        self._table.close()
         self._is_open = False
 
     def __del__(self) -> None:
@@ -301,6 +224,19 @@ class Dataset:
     def _ensure_open(self) -> None:
         if not self._is_open:
             self.open()
+
+    @property
+    def shard_table(self) -> ShardTable:
+        """The open dataset's shards as a table (offsets, each shard on demand): what the read path
+        (:mod:`roxxel.data.reader`) works on. Opens the dataset."""
+        self._ensure_open()
+        return self._table
+
+    @property
+    def bytes_read(self) -> int:
+        """Token bytes copied out of the shards by ``read_into`` and the read path's batched reads in this
+        process (views of the maps are not counted); 0 before the dataset opens."""
+        return self._table.bytes_read if self._is_open else 0
 
     # ------------------------------------------------------------------------------
     # sizes and metadata
@@ -397,7 +333,7 @@ class Dataset:
             "eos_id": self.eos_id,
             "bytes": self.nbytes,
             "tokenizer": self.tokenizer,
-            "legacy": any(getattr(s, "legacy", False) for s in self._known.values()),
+            "legacy": any(getattr(s, "legacy", False) for s in self._table.known()),
         }
 
     # ------------------------------------------------------------------------------
@@ -422,7 +358,7 @@ class Dataset:
                 "numbered from 0 (a negative index counts from the end)"
             )
         s = bisect.bisect_right(self._doc_offsets, idx) - 1
-        shard = self._shard(s)
+        shard = self._table.shard(s)
         start, stop = shard.document_bounds(idx - int(self._doc_offsets[s]))
         shard.check_range(start, stop)
         shard.check_unchanged()
@@ -435,7 +371,8 @@ class Dataset:
         """
         self._ensure_open()
         parts = [
-            self._shard(i).document_starts.astype(np.int64) + self._token_offsets[i] for i in range(self.num_shards)
+            self._table.shard(i).document_starts.astype(np.int64) + self._token_offsets[i]
+            for i in range(self.num_shards)
         ]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
@@ -443,7 +380,7 @@ class Dataset:
         """``(start, stop)`` global token offsets of document ``idx``."""
         self._ensure_open()
         s = bisect.bisect_right(self._doc_offsets, idx) - 1
-        start, stop = self._shard(s).document_bounds(idx - int(self._doc_offsets[s]))
+        start, stop = self._table.shard(s).document_bounds(idx - int(self._doc_offsets[s]))
         base = int(self._token_offsets[s])
         return base + start, base + stop
 
@@ -462,7 +399,7 @@ class Dataset:
         s = int(np.searchsorted(self._token_offsets, start, side="right")) - 1
         base = int(self._token_offsets[s])
         if stop <= int(self._token_offsets[s + 1]):
-            shard = self._shard(s)
+            shard = self._table.shard(s)
             shard.check_range(start - base, stop - base)
             shard.check_unchanged()
             return self._account(shard.tokens[start - base : stop - base])
@@ -512,68 +449,18 @@ class Dataset:
                 self._copy(s, pos - base, out[pos - start : pos - start + take])
                 pos += take
             s += 1
-        self.bytes_read += len(out) * self.dtype.itemsize
+        self._table.bytes_read += len(out) * self.dtype.itemsize
         return out
 
     def _copy(self, s: int, local_start: int, out: np.ndarray) -> None:
         """Copy from shard ``s`` with ``pread`` (no pages mapped); through a buffer if ``out``'s dtype differs."""
-        shard = self._shard(s)
+        shard = self._table.shard(s)
         if out.dtype == shard.dtype and out.flags.c_contiguous:
             shard.pread_into(out, local_start)
         else:
             buf = np.empty(len(out), shard.dtype)
             shard.pread_into(buf, local_start)
             out[:] = buf
-
-    # The batched reads the streamer makes: planned and gathered in roxxel.data.reader.
-    def gather_into(self, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Copy the ranges ``[starts[k], starts[k] + counts[k])`` one after another into ``out`` (1-D; cast to
-        its dtype); ``len(out)`` must equal ``counts.sum()``. Returns ``out``. See :func:`roxxel.data.reader.gather_into`.
-
-        Raises:
-            IndexError: a range is outside the dataset.
-            BlockChecksumError: a block the ranges touch is damaged.
-        """
-        return reader.gather_into(self, out, starts, counts)
-
-    def gather_rows(self, out: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        """Copy ``out.shape[1]`` tokens from each of ``starts`` into the rows of ``out`` (2-D, C-contiguous),
-        one ``pread`` per run of rows. Returns ``out``. See :func:`roxxel.data.reader.gather_rows`.
-
-        Raises:
-            IndexError: a row is outside the dataset.
-            BlockChecksumError: a block the rows touch is damaged.
-            TruncatedShardError: a shard ended early (it was cut after opening).
-        """
-        return reader.gather_rows(self, out, starts)
-
-    def row_runs(
-        self, starts: np.ndarray, length: int, groups: np.ndarray | None = None, num_groups: int = 1
-    ) -> RowRuns | None:
-        """Rows of ``length`` tokens starting at ``starts`` (int64, in row order) cut into runs, or None when a
-        row crosses into the next shard. See :func:`roxxel.data.reader.row_runs`.
-
-        Raises:
-            IndexError: a row is outside the dataset.
-        """
-        return reader.row_runs(self, starts, length, groups, num_groups)
-
-    def read_runs(self, out: np.ndarray, runs: RowRuns, group: int = 0) -> np.ndarray:
-        """Read the runs of ``group`` (see :meth:`row_runs`) into ``out`` (C-contiguous, the stored dtype).
-        Returns ``out``. See :func:`roxxel.data.reader.read_runs`.
-
-        Raises:
-            BlockChecksumError: a block the runs touch is damaged.
-            TruncatedShardError: a shard ended early (it was cut after opening).
-            ShardChangedError: a shard's file changed since it was opened.
-            ShardReadError: the storage failed a read.
-        """
-        return reader.read_runs(self, out, runs, group)
-
-    def scratch(self, rows: int, length: int) -> np.ndarray:
-        """A ``(rows, length)`` buffer of the stored dtype, this thread's own, reused by every call
-        (valid until this thread's next call). See :func:`roxxel.data.reader.scratch`."""
-        return reader.scratch(self.dtype, rows, length)
 
     def _check_range(self, start: int, stop: int) -> None:
         if not 0 <= start <= stop <= self.num_tokens:
@@ -592,19 +479,9 @@ class Dataset:
 
     def release(self) -> None:
         """Drop every mapped page from this process's RSS now (they stay in the page cache)."""
-        for shard in self._known.values():
-            shard.release()
+        if self._is_open:
+            self._table.release()
         self._touched = 0
-        self._mapped_base = mapread.file_pages_bytes()
-
-    def account_mapped(self) -> None:
-        """Before more rows are read from the maps (:mod:`roxxel.data.map_rows`): once this process's
-        mapped file pages grew by ``mapped_bytes`` since this dataset last released them, release them."""
-        now = mapread.file_pages_bytes()
-        if self._mapped_base is None:
-            self._mapped_base = now
-        elif now - self._mapped_base >= self.mapped_bytes:
-            self.release()
 
     # ------------------------------------------------------------------------------
     # integrity
@@ -625,7 +502,7 @@ class Dataset:
         if self._manifest_path is not None:
             check_unlisted(self._manifest_path, self._entries)
         for i, e in enumerate(self._entries):
-            shard = self._shard(i)
+            shard = self._table.shard(i)
             if e.nbytes is not None and shard.nbytes != e.nbytes:
                 raise CorruptShardError(f"{e.path}: {shard.nbytes} bytes but the manifest says {e.nbytes}", e.path)
             shard.verify(expected_sha256=e.sha256 if self._manifest is not None else None)

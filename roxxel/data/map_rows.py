@@ -27,15 +27,13 @@ import os
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from roxxel.data.shard_table import ShardTable
 from roxxel.format import mapread
 from roxxel.format.mapped import CHECK_SECONDS
-
-if TYPE_CHECKING:
-    from roxxel.data.dataset import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +44,7 @@ class MapRows:
     """One dataset's rows of a plan as addresses in its shards' maps.
 
     Args:
-        dataset: the dataset (open).
+        table: the dataset's shards (:attr:`roxxel.data.dataset.Dataset.shard_table`).
         starts: each planned row's first token in the dataset (int64, step by step, ``n`` rows a
             step); no row of this dataset may cross a shard boundary (the caller cut them with
             :func:`roxxel.data.reader.row_runs`).
@@ -60,21 +58,21 @@ class MapRows:
 
     def __init__(
         self,
-        dataset: Dataset,
+        table: ShardTable,
         starts: np.ndarray,
         length: int,
         n: int,
         read_row: Callable[[np.ndarray, int], object],
         mine: np.ndarray | None = None,
     ):
-        self.dataset, self.length, self.n, self._read_row = dataset, length, n, read_row
+        self.table, self.length, self.n, self._read_row = table, length, n, read_row
         self.broken = False  # a read faulted: the caller reads with pread from then on
         rows = np.arange(len(starts)) if mine is None else np.flatnonzero(mine)
         starts = starts[rows]
-        offsets = dataset._token_offsets
+        offsets = table.offsets
         one = len(offsets) == 2
         shard_of = np.zeros(len(starts), np.int64) if one else np.searchsorted(offsets, starts, side="right") - 1
-        local = (starts - offsets[shard_of]) * dataset.dtype.itemsize  # data bytes
+        local = (starts - offsets[shard_of]) * table.dtype.itemsize  # data bytes
         crossing = starts + length > offsets[shard_of + 1]  # rows that go on in the next shard: read with pread
         self.crossing = {int(r): int(a) for r, a in zip(rows[crossing], starts[crossing])}
         self.addresses = np.zeros(len(mine) if mine is not None else len(starts), np.int64)  # 0: another dataset's row
@@ -85,14 +83,14 @@ class MapRows:
         check_ix = np.full(int(shard_of.max(initial=0)) + 1, -1, np.int64)
         base_of = np.zeros(len(check_ix), np.int64)  # per shard: the map address of its token 0
         for s in [0] if one else np.flatnonzero(np.bincount(shard_of)).tolist():  # (a plan may span 1000s)
-            shard = dataset._mapped_shard(s)
+            shard = table.mapped(s)
             mapping = shard.native_map()  # (CannotMap: the caller reads this dataset with pread)
-            base_of[s] = base = mapread.mapping_address(mapping) + shard._data_offset
+            base_of[s] = base = mapread.mapping_address(mapping) + shard.data_offset
             self.shards.append(shard)
             self._maps.append(mapping)
-            blocks = shard._blocks
+            blocks = shard.block_checks
             if blocks is not None and shard.check_blocks and blocks.unchecked:
-                shard = dataset._shard(s)  # (reads with its descriptor may follow: back under the descriptor LRU)
+                shard = table.shard(s)  # (reads with its descriptor may follow: back under the descriptor LRU)
                 if blocks.algorithm == "crc32c" and mapread.crc32c_ready():
                     check_ix[s] = len(checking)
                     checking.append((shard, base, shard.block_crcs()))
@@ -102,7 +100,7 @@ class MapRows:
         direct = np.flatnonzero(~crossing)
         self.addresses[rows[direct]] = base_of[shard_of[direct]] + local[direct]
         self._crossing_steps = set((rows[crossing] // n).tolist())  # steps with rows left at address 0
-        self._stored = dataset.dtype
+        self._stored = table.dtype
         self._row_bytes = length * self._stored.itemsize
         self._job = None
         ix = np.where(crossing, -1, check_ix[shard_of])
@@ -141,7 +139,7 @@ class MapRows:
             self.broken = True
             return None
         self.check_unchanged()
-        self.dataset.bytes_read += out.shape[0] * self._row_bytes
+        self.table.bytes_read += out.shape[0] * self._row_bytes
         return top
 
     def check_unchanged(self) -> None:
@@ -177,7 +175,7 @@ class MapRows:
             out[r] = row
             top = max(int(row.max()), top)
         self.check_unchanged()
-        self.dataset.bytes_read += out.shape[0] * self._row_bytes
+        self.table.bytes_read += out.shape[0] * self._row_bytes
         return top
 
 
@@ -209,7 +207,8 @@ class _BlockJob:
         inline: bool,
     ):
         self.shards = [shard for shard, _, _ in checking]
-        sizes = [shard._blocks.block_bytes for shard in self.shards]
+        self.checks = [shard.block_checks for shard in self.shards]  # (each has unchecked blocks: not None)
+        sizes = [checks.block_bytes for checks in self.checks]
         size = (
             sizes[0] if len(set(sizes)) == 1 else np.array(sizes, np.int64)[shard_ix]
         )  # (one size: a scalar divides faster)
@@ -234,9 +233,9 @@ class _BlockJob:
         expected = np.empty(len(keys), np.uint32)
         sources, lengths = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
         bounds = np.searchsorted(ix, np.arange(len(checking) + 1)).tolist()  # (sorted by key: each shard's together)
-        for i, (shard, base, stored) in enumerate(checking):
+        for i, (_, base, stored) in enumerate(checking):
             sel = slice(bounds[i], bounds[i + 1])
-            checks = shard._blocks
+            checks = self.checks[i]
             b = blocks[sel]
             todo[sel] = ~checks.checked[b]
             expected[sel] = stored[b]
@@ -291,12 +290,12 @@ class _BlockJob:
         bad = np.flatnonzero(self.crcs[lo:need] != self.expected[lo:need])
         if len(bad):  # (verified stays put: asking for these steps again raises again)
             j = lo + int(bad[0])
-            shard = self.shards[int(self.ix[j])]
-            shard._io(lambda fd: shard._blocks._settle(fd, int(self.blocks[j]), int(self.crcs[j])))  # raises
+            shard, checks = self.shards[int(self.ix[j])], self.checks[int(self.ix[j])]
+            shard.with_descriptor(lambda fd: checks.settle(fd, int(self.blocks[j]), int(self.crcs[j])))  # raises
         self.verified = need
         if need == len(self.blocks):  # all verified: recorded in the shards at once (not per step: it costs)
             for i in np.unique(self.ix).tolist():
-                self.shards[i]._blocks.mark(self.blocks[self.ix == i])
+                self.checks[i].mark(self.blocks[self.ix == i])
         return True
 
 

@@ -12,8 +12,14 @@ into runs (rows whose tokens follow each other in one shard, a :class:`RowRuns` 
 :func:`gather_rows` and :func:`gather_into` are the same ``pread`` reads for rows or ranges
 of any length.
 
-The functions take the :class:`Dataset` and read through its shard cache and token offsets;
-``Dataset``'s methods of the same names call them.
+The functions take a :class:`Dataset` and read through its
+:attr:`~roxxel.data.dataset.Dataset.shard_table` (token offsets, shards opened on demand) and
+each shard's public read handle (:class:`~roxxel.format.mapped.MappedFile`: data offset,
+descriptor, block checks); of the dataset itself they ask only what a user may ask (its
+dtype, a range through ``read_into``, whether an output dtype holds its ids). The
+:class:`BatchReader` reads a curriculum through what :class:`PlannedCurriculum` names, so
+this module imports neither the dataset's nor the curriculum's module (the curriculum
+builds streams, which build readers).
 """
 
 from __future__ import annotations
@@ -22,17 +28,18 @@ import dataclasses
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import numpy as np
 
 from roxxel.data.map_rows import MapRows
+from roxxel.data.shard_table import RowRuns as RowRuns  # its home before the shard table: kept importable here
 from roxxel.data.source import SOURCES
 from roxxel.exit_codes import ConfigValueError
 from roxxel.format import mapread
 
-if TYPE_CHECKING:  # annotations only: roxxel.data.dataset imports this module; the curriculum builds streams
-    from roxxel.data.curriculum import Curriculum, ResolvedPhase
+if TYPE_CHECKING:  # annotations only
+    from roxxel.data.blend import BlendPlan
     from roxxel.data.dataset import Dataset
 
 log = logging.getLogger(__name__)
@@ -41,21 +48,6 @@ _AHEAD = 64  # steps whose rows are located, cut and read in one pass
 _MAP_AHEAD = 256  # the same where rows are read from the maps (nothing staged; <= 256: see map_rows._BlockJob)
 _STAGED_BYTES = 4 << 20  # at most this many bytes of rows read ahead of their steps (host memory)
 _SCRATCH = threading.local()  # per thread: read buffers of the stored dtype by (dtype, row length), cast at once
-
-
-class RowRuns(NamedTuple):
-    """Rows cut into runs by :func:`row_runs`; one entry per run in each list.
-
-    ``shards``: shard index; ``offsets``: byte offset of the run's first token in the shard's
-    token data; ``los``/``his``: byte range of the run in its group's rows; ``bounds``: runs
-    ``bounds[g]:bounds[g + 1]`` belong to group ``g``.
-    """
-
-    shards: list[int]
-    offsets: list[int]
-    los: list[int]
-    his: list[int]
-    bounds: list[int]
 
 
 def row_runs(
@@ -75,22 +67,22 @@ def row_runs(
     Raises:
         IndexError: a row is outside the dataset.
     """
-    dataset._ensure_open()
+    table = dataset.shard_table
     starts = np.asarray(starts, np.int64)
     n = len(starts)
-    if n and (int(starts.min()) < 0 or int(starts.max()) + length > dataset.num_tokens):
-        raise IndexError(f"a token range is outside the dataset's [0, {dataset.num_tokens})")
+    if n and (int(starts.min()) < 0 or int(starts.max()) + length > table.num_tokens):
+        raise IndexError(f"a token range is outside the dataset's [0, {table.num_tokens})")
     new = np.ones(n, bool)
     np.not_equal(starts[1:], starts[:-1] + length, out=new[1:])
     if groups is not None:
         new[1:] |= groups[1:] != groups[:-1]
-    offsets = dataset._token_offsets
+    offsets = table.offsets
     if len(offsets) == 2:
         shard_of, local = np.zeros(n, np.int64), starts
     else:
         shard_of = np.searchsorted(offsets, starts, side="right") - 1
         local = starts - offsets[shard_of]
-        if (local + length > dataset._shard_sizes[shard_of]).any():
+        if (local + length > table.sizes[shard_of]).any():
             return None
         new[1:] |= shard_of[1:] != shard_of[:-1]
     first = np.flatnonzero(new)
@@ -101,10 +93,10 @@ def row_runs(
     else:
         place = first - np.searchsorted(groups, groups[first], side="left")  # rank of the run's first row
         bounds = np.searchsorted(groups[first], np.arange(num_groups + 1), side="left").tolist()
-    row_bytes = length * dataset.dtype.itemsize
+    row_bytes = length * table.dtype.itemsize
     return RowRuns(
         shard_of[first].tolist(),
-        (local[first] * dataset.dtype.itemsize).tolist(),
+        (local[first] * table.dtype.itemsize).tolist(),
         (place * row_bytes).tolist(),
         ((place + end - first) * row_bytes).tolist(),
         bounds,
@@ -126,8 +118,9 @@ def read_runs(dataset: Dataset, out: np.ndarray, runs: RowRuns, group: int = 0) 
         ShardChangedError: a shard's file changed since it was opened.
         ShardReadError: the storage failed a read.
     """
+    table = dataset.shard_table
     view = out.reshape(-1).view(np.uint8).data  # bytes: bfloat16 has no buffer format
-    size = dataset.dtype.itemsize
+    size = table.dtype.itemsize
     shards, where, los, his = runs.shards, runs.offsets, runs.los, runs.his
     first, end = runs.bounds[group], runs.bounds[group + 1]
     shard: Any = None
@@ -137,9 +130,9 @@ def read_runs(dataset: Dataset, out: np.ndarray, runs: RowRuns, group: int = 0) 
     for k in range(first, end):
         s, lo, hi = shards[k], los[k], his[k]
         if s != s_last:  # the shard is fetched per run (an LRU may close the others), once per run of runs
-            shard, s_last = dataset._shard(s), s
-            fd, base = shard._descriptor(), shard._data_offset
-            blocks = shard._blocks if shard.check_blocks else None
+            shard, s_last = table.shard(s), s
+            fd, base = shard.descriptor(), shard.data_offset
+            blocks = shard.block_checks if shard.check_blocks else None
             read[shard] = None
         head = tail = 0
         if blocks is not None and blocks.unchecked:
@@ -153,15 +146,15 @@ def read_runs(dataset: Dataset, out: np.ndarray, runs: RowRuns, group: int = 0) 
             n = -1  # read again below, which names the error (or reopens a stale handle)
         if n != head + hi - lo + tail:
             shard.copy_into(out.reshape(-1)[lo // size : hi // size], where[k] // size)  # retried, or raises
-            fd = shard._descriptor()
+            fd = shard.descriptor()
             shard.check_range(where[k] // size, (where[k] + hi - lo) // size, view[lo:hi])
         elif blocks is not None and blocks.unchecked:
             start = where[k] - head
-            shard._io(lambda fd, start=start, parts=parts: blocks.check_read(fd, start, parts))
+            shard.with_descriptor(lambda fd, start=start, parts=parts: blocks.check_read(fd, start, parts))
     for shard in read:
         shard.check_unchanged()
     if end > first:
-        dataset.bytes_read += his[end - 1] - los[first]  # a group's runs fill its rows back to back
+        table.bytes_read += his[end - 1] - los[first]  # a group's runs fill its rows back to back
     return out
 
 
@@ -216,7 +209,7 @@ def gather_into(dataset: Dataset, out: np.ndarray, starts: np.ndarray, counts: n
         IndexError: a range is outside the dataset.
         BlockChecksumError: a block the ranges touch is damaged.
     """
-    dataset._ensure_open()
+    table = dataset.shard_table
     dataset.check_out_dtype(out.dtype)
     starts = np.asarray(starts, np.int64)
     counts = np.asarray(counts, np.int64)
@@ -225,15 +218,15 @@ def gather_into(dataset: Dataset, out: np.ndarray, starts: np.ndarray, counts: n
     if not starts.size:
         return out
     ends = starts + counts
-    if starts.min() < 0 or int(ends.max()) > dataset.num_tokens:
-        raise IndexError(f"a token range is outside the dataset's [0, {dataset.num_tokens})")
-    offsets = dataset._token_offsets
+    if starts.min() < 0 or int(ends.max()) > table.num_tokens:
+        raise IndexError(f"a token range is outside the dataset's [0, {table.num_tokens})")
+    offsets = table.offsets
     n = int(counts[0])
     rows = n > 0 and (counts == n).all()  # ranges of one length: out holds them as rows
     dst = None if rows else np.cumsum(counts) - counts
     if len(offsets) == 2:  # one shard: every range is inside it
-        _gather_shard(dataset, 0, out, dst, starts, counts)
-        dataset.bytes_read += len(out) * dataset.dtype.itemsize
+        _gather_shard(table.shard(0), out, dst, starts, counts)
+        table.bytes_read += len(out) * table.dtype.itemsize
         return out
     shard_of = np.searchsorted(offsets, starts, side="right") - 1
     inside = ends <= offsets[shard_of + 1]
@@ -241,22 +234,19 @@ def gather_into(dataset: Dataset, out: np.ndarray, starts: np.ndarray, counts: n
         dst = np.cumsum(counts) - counts
     for s in np.unique(shard_of[inside]).tolist():
         sel = np.flatnonzero((shard_of == s) & inside)
-        _gather_shard(dataset, s, out, sel * n if dst is None else dst[sel], starts[sel] - offsets[s], counts[sel])
+        _gather_shard(table.shard(s), out, sel * n if dst is None else dst[sel], starts[sel] - offsets[s], counts[sel])
     for k in np.flatnonzero(~inside).tolist():  # a range that crosses into the next shard
         assert dst is not None  # set above whenever a range is not inside one shard
         dataset.read_into(out[dst[k] : dst[k] + counts[k]], int(starts[k]))
-    dataset.bytes_read += int(counts[inside].sum()) * dataset.dtype.itemsize  # read_into counts the rest
+    table.bytes_read += int(counts[inside].sum()) * table.dtype.itemsize  # read_into counts the rest
     return out
 
 
-def _gather_shard(
-    dataset: Dataset, s: int, out: np.ndarray, dst: np.ndarray | None, local: np.ndarray, counts: np.ndarray
-) -> None:
-    """Copy ranges ``[local[k], local[k] + counts[k])`` of shard ``s`` to ``out[dst[k]:]``, blocks checked first.
+def _gather_shard(shard, out: np.ndarray, dst: np.ndarray | None, local: np.ndarray, counts: np.ndarray) -> None:
+    """Copy ranges ``[local[k], local[k] + counts[k])`` of ``shard`` to ``out[dst[k]:]``, blocks checked first.
 
     ``dst`` None: the ranges are all ``counts[0]`` long and fill ``out`` in order, as rows.
     """
-    shard = dataset._shard(s)
     if dst is None and out.dtype == shard.dtype and out.flags.c_contiguous:
         shard.read_pieces(out, local, counts)  # straight into the batch
         return
@@ -325,6 +315,44 @@ class _Plan:
         self.cut = [False] * len(self.staged)
 
 
+class PlannedPhase(Protocol):
+    """What :class:`BatchReader` reads of a phase (a :class:`~roxxel.data.curriculum.ResolvedPhase`)."""
+
+    @property
+    def index(self) -> int: ...  # the phase's place in the curriculum
+    @property
+    def global_batch_size(self) -> int: ...  # rows per step, every process's together
+    @property
+    def seq_len(self) -> int: ...  # tokens per row
+    @property
+    def end_step(self) -> float: ...  # the first step after the phase (math.inf: endless)
+
+
+class PlannedCurriculum(Protocol):
+    """What :class:`BatchReader` reads of a curriculum (a :class:`~roxxel.data.curriculum.Curriculum`):
+    its datasets and how their rows are ordered, its phases, and where each global row comes from.
+
+    Named here, rather than imported, because the curriculum builds the streams that build
+    readers: the reader sees its parent only through this protocol.
+    """
+
+    @property
+    def datasets(self) -> Mapping[str, Dataset]: ...  # by name, in the order of the plan's dataset indices
+    @property
+    def names(self) -> tuple[str, ...]: ...  # the datasets' names, in that order
+    @property
+    def order(self) -> str: ...  # a key of roxxel.data.source.SOURCES
+    @property
+    def chunk_tokens(self) -> int: ...  # tokens per shuffled chunk (order "chunks")
+    @property
+    def vocab_size(self) -> int | None: ...
+    @property
+    def plan(self) -> BlendPlan: ...  # global rows -> (dataset, its row) (locate)
+
+    def phase_at(self, step: int) -> PlannedPhase: ...
+    def rows_before(self, step: int) -> int: ...  # global rows of every step before ``step``
+
+
 class BatchReader:
     """Reads rows of the global batch of any step from the curriculum's datasets.
 
@@ -336,7 +364,7 @@ class BatchReader:
             on the wrong embedding). Default: the curriculum's ``vocab_size``.
     """
 
-    def __init__(self, curriculum: Curriculum, seed: int, vocab_size: int | None = None):
+    def __init__(self, curriculum: PlannedCurriculum, seed: int, vocab_size: int | None = None):
         self.curriculum = curriculum
         self.seed = seed
         self.vocab_size = vocab_size if vocab_size is not None else curriculum.vocab_size
@@ -422,10 +450,11 @@ class BatchReader:
             assert plan.starts is not None and plan.which is not None
             n = len(plan.which) // (plan.end - plan.first)
             mine = plan.which == d
-            dataset.account_mapped()  # (once a plan: the rows of the plans before it are read)
+            table = dataset.shard_table
+            table.account_mapped(dataset.mapped_bytes)  # (once a plan: the rows of the plans before it are read)
             try:
                 mapped = plan.maps[d] = MapRows(
-                    dataset,
+                    table,
                     plan.starts,
                     plan.seq_len,
                     n,
@@ -483,7 +512,7 @@ class BatchReader:
             self._check_vocab(buf, d)  # on the stored ids, before any (narrowing) cast
         return buf
 
-    def _planned(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype) -> tuple[_Plan, int] | None:
+    def _planned(self, step: int, lo: int, hi: int, phase: PlannedPhase, dtype) -> tuple[_Plan, int] | None:
         """The plan holding ``step`` and the step's index in it, or None when some row joins pieces.
 
         Rows are located and cut for up to ``_AHEAD`` steps at once (one vectorised pass instead
@@ -506,7 +535,7 @@ class BatchReader:
             return None
         return plan, step - plan.first
 
-    def _plan_size(self, plan: _Plan | None, step: int, lo: int, hi: int, phase: ResolvedPhase, key, dtype) -> int:
+    def _plan_size(self, plan: _Plan | None, step: int, lo: int, hi: int, phase: PlannedPhase, key, dtype) -> int:
         """Steps to plan from ``step``: 1 after a jump (a resume's first batch pays for itself), then 4x
         the last plan up to ``_AHEAD`` (``_MAP_AHEAD`` when every dataset's rows are read from the
         maps); rows staged for pread hold at most ``_STAGED_BYTES``."""
@@ -519,7 +548,7 @@ class BatchReader:
         fits = max(1, _STAGED_BYTES // max(1, (hi - lo) * phase.seq_len * max(dt.itemsize for dt in self.dtypes)))
         return min(_AHEAD, fits, grown)
 
-    def _ready_next(self, plan: _Plan, lo: int, hi: int, phase: ResolvedPhase, dtype) -> None:
+    def _ready_next(self, plan: _Plan, lo: int, hi: int, phase: PlannedPhase, dtype) -> None:
         """At the first step of ``plan`` read from the maps, make the next plan and start checking its blocks:
         the checking thread gets a whole plan's time to check them ahead of their first step (at half
         a plan, the first pass waited for it 1.5x longer in bench/stream.py)."""
@@ -534,7 +563,7 @@ class BatchReader:
                 self._mapped(nxt, d, dtype)
         self._next = nxt
 
-    def _plan_ahead(self, step: int, lo: int, hi: int, phase: ResolvedPhase, key, ahead: int) -> _Plan:
+    def _plan_ahead(self, step: int, lo: int, hi: int, phase: PlannedPhase, key, ahead: int) -> _Plan:
         n = hi - lo
         for steps in dict.fromkeys((int(min(ahead, phase.end_step - step)), 1)):
             rows = (
@@ -566,7 +595,7 @@ class BatchReader:
             )
         raise AssertionError("unreachable")
 
-    def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: ResolvedPhase, dtype, with_breaks: bool):
+    def _rows_by_pieces(self, step: int, lo: int, hi: int, phase: PlannedPhase, dtype, with_breaks: bool):
         """:meth:`rows` for steps whose rows join several pieces (chunk or document boundaries inside a row)."""
         first = self.curriculum.rows_before(step)
         which, position, _ = self.curriculum.plan.locate(np.arange(first + lo, first + hi, dtype=np.int64))

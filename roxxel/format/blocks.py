@@ -69,6 +69,11 @@ class BlockChecks:
         self.unchecked = self.num_blocks  # blocks not yet checked: at 0 every read of the shard is free
         self._crcs: np.ndarray | None = None
 
+    @property
+    def loaded_crcs(self) -> np.ndarray | None:
+        """The stored checksums (uint32, one per block) if :meth:`crcs` has read them, else None."""
+        return self._crcs
+
     def crcs(self, fd: int) -> np.ndarray:
         """The stored checksum of every block, uint32, read on first use."""
         if self._crcs is None:
@@ -107,10 +112,20 @@ class BlockChecks:
         hi = min(lo + self.block_bytes, self.data_bytes)
         if data is None:
             data = _pread(fd, hi - lo, self.data_offset + lo, self.path)
-        self._settle(fd, b, self._checksum(data))
+        self.settle(fd, b, self._checksum(data))
 
-    def _settle(self, fd: int, b: int, actual: int) -> None:
-        """Block ``b``'s bytes have checksum ``actual``: mark it checked, or raise naming the shard and the block."""
+    def settle(self, fd: int, b: int, actual: int) -> None:
+        """Block ``b``'s bytes have checksum ``actual`` (computed by the caller, e.g. the streamer's checking
+        thread): mark it checked, or raise naming the shard and the block.
+
+        Args:
+            fd: an open descriptor of the shard (the stored checksums are read through it on first use).
+            b: the block's index.
+            actual: the checksum of the block's bytes, by :attr:`algorithm`.
+
+        Raises:
+            BlockChecksumError: ``actual`` differs from the stored checksum.
+        """
         stored = int(self.crcs(fd)[b])
         if actual != stored:
             lo = b * self.block_bytes
@@ -171,7 +186,7 @@ class BlockChecks:
                 if part_lo < hi and lo < part_hi:
                     crc = self._checksum(part[max(lo, part_lo) - part_lo : min(hi, part_hi) - part_lo], crc)
                 part_lo = part_hi
-            self._settle(fd, b, crc)
+            self.settle(fd, b, crc)
 
     def check_pieces(self, fd: int, starts: np.ndarray, stops: np.ndarray) -> None:
         """:meth:`check` for many byte ranges ``[starts[k], stops[k])`` at once (int64 arrays, non-empty ranges).

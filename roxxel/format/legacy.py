@@ -43,7 +43,7 @@ class LegacyShard(MappedFile):
 
     legacy = True
     _VIEWS = ("_tokens", "_ends")
-    _data_offset = 0
+    data_offset = 0
     sha256 = None
     version = (0, 2)
 

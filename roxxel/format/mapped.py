@@ -182,14 +182,31 @@ def storage_errors(path: str) -> Iterator[None]:
 class MappedFile:
     """Base of :class:`~roxxel.format.shard.Shard` and :class:`~roxxel.format.legacy.LegacyShard`.
 
-    Subclasses set ``path``, ``dtype`` and ``_data_offset`` (byte offset of token 0), and
-    list their cached views in ``_VIEWS`` so :meth:`close` can drop them.
+    Subclasses set ``path``, ``dtype`` and ``data_offset``, and list their cached views in
+    ``_VIEWS`` so :meth:`close` can drop them.
+
+    The read handle: what a reader outside this package (the streamer's batched reads,
+    :mod:`roxxel.data.reader` and :mod:`roxxel.data.map_rows`) may use to read token bytes
+    itself rather than through :meth:`read_pieces` or :meth:`pread_into`, the way a
+    Grain transformation reads its parent only through the parent's protocol:
+
+    - ``data_offset`` (int, bytes): where token 0 starts in the file; token ``t`` of a
+      dtype of ``itemsize`` bytes is at byte ``data_offset + t * itemsize``.
+    - :meth:`descriptor`: the open file descriptor (reopened, and compared with the first
+      open, after the dataset's LRU closed it).
+    - :meth:`with_descriptor`: ``op(descriptor)`` with the storage's errors named and a stale
+      handle reopened once: the way to run a check or read that must say which shard failed.
+    - :attr:`block_checks`: the block checksums and which blocks this process has checked
+      (None for a shard that stores none); a reader that copies bytes itself checks the
+      blocks it copied through it before the tokens leave.
+    - :meth:`native_map` / :attr:`is_mapped`: the whole file mapped for native gathers.
+    - :meth:`check_unchanged`: after every read, before its tokens leave.
     """
 
     _VIEWS: tuple[str, ...] = ()
     path: str
     dtype: np.dtype
-    _data_offset: int
+    data_offset: int
     _mmap: mmap.mmap | None = None
     _native: object | None = None  # the streamer's map (roxxel.format.mapread.map_file): holds no descriptor
     _fd: int | None = None
@@ -206,7 +223,26 @@ class MappedFile:
         """True when reads are checked against stored per-block checksums (format 1.1 shards)."""
         return self._blocks is not None
 
-    def _descriptor(self) -> int:
+    @property
+    def block_checks(self) -> BlockChecks | None:
+        """The shard's stored block checksums and which blocks this process has checked (format 1.1 shards;
+        None for a shard that stores none). Shared by every read of the shard in this process: a block
+        marked checked here is not checked again by :meth:`check_range`."""
+        return self._blocks
+
+    @property
+    def is_mapped(self) -> bool:
+        """Whether :meth:`native_map` has mapped the file (and :meth:`close` has not forgotten the map)."""
+        return self._native is not None
+
+    @property
+    def file_identity(self) -> Identity | None:
+        """The file's identity when this shard first opened it (:func:`identity`: device, inode, size,
+        modification and change times), None before; a dataset that reopens the path compares the new
+        shard with it (:meth:`expect_identity`)."""
+        return self._identity
+
+    def descriptor(self) -> int:
         """The open descriptor; a closed shard is opened again and must still be the file first opened."""
         if self._fd is None:
             try:
@@ -279,7 +315,7 @@ class MappedFile:
                 if at_path != self._identity:
                     self._refuse(at_path)
             return
-        st = self._io(os.fstat)
+        st = self.with_descriptor(os.fstat)
         was = self._identity
         if st.st_mtime_ns != was[3] or st.st_ctime_ns != was[4] or st.st_size != was[2]:
             # An unlink moves the ctime too (a replace-by-rename unlinks the old file): the path tells which.
@@ -306,10 +342,10 @@ class MappedFile:
         except FileNotFoundError:
             return None
 
-    def _io(self, op: Callable[[int], _T]) -> _T:
+    def with_descriptor(self, op: Callable[[int], _T]) -> _T:
         """``op(descriptor)``; an ``OSError`` of the storage becomes a :class:`ShardReadError`, except a stale
         handle (ESTALE), answered by reopening the shard once (it must be the same file) and calling ``op`` again."""
-        fd = self._descriptor()
+        fd = self.descriptor()
         try:
             return op(fd)
         except OSError as e:
@@ -318,7 +354,7 @@ class MappedFile:
             if e.errno != errno.ESTALE:
                 raise read_error(self.path, e) from e
         self.close()  # the map and views of the stale descriptor go too
-        fd = self._descriptor()  # compared with the first open: a file replaced on the server is named
+        fd = self.descriptor()  # compared with the first open: a file replaced on the server is named
         try:
             return op(fd)
         except OSError as e:
@@ -337,7 +373,7 @@ class MappedFile:
         """
         if self._blocks is not None and self.check_blocks:
             size, blocks = self.dtype.itemsize, self._blocks
-            self._io(lambda fd: blocks.check(fd, start * size, stop * size, copied))
+            self.with_descriptor(lambda fd: blocks.check(fd, start * size, stop * size, copied))
 
     def check_pieces(self, starts: np.ndarray, counts: np.ndarray) -> None:
         """:meth:`check_range` for many token ranges ``[starts[k], starts[k] + counts[k])`` at once (int64 arrays).
@@ -347,7 +383,7 @@ class MappedFile:
         """
         if self._blocks is not None and self.check_blocks and self._blocks.unchecked:
             size, blocks = self.dtype.itemsize, self._blocks
-            self._io(lambda fd: blocks.check_pieces(fd, starts * size, (starts + counts) * size))
+            self.with_descriptor(lambda fd: blocks.check_pieces(fd, starts * size, (starts + counts) * size))
 
     def read_pieces(self, out: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> None:
         """Copy token ranges ``[starts[k], starts[k] + counts[k])`` back to back into ``out`` (1-D, C-contiguous, this dtype).
@@ -363,10 +399,10 @@ class MappedFile:
             ShardReadError: the storage failed a read.
         """
         self.check_pieces(starts, counts)
-        fd = self._descriptor()
+        fd = self.descriptor()
         size = self.dtype.itemsize
         view = out.view(np.uint8).data  # as bytes: bfloat16 has no buffer format
-        base = self._data_offset
+        base = self.data_offset
         pos = 0
         for a, c in zip(starts.tolist(), counts.tolist()):
             nbytes = c * size
@@ -376,7 +412,7 @@ class MappedFile:
                 n = -1  # read again below, which names the error (or reopens a stale handle)
             if n != nbytes:  # short read: retry or raise
                 self.copy_into(out[pos // size : pos // size + c], a)
-                fd = self._descriptor()
+                fd = self.descriptor()
             pos += nbytes
         self.check_unchanged()
 
@@ -388,7 +424,8 @@ class MappedFile:
         """
         assert self._blocks is not None  # (has_block_checksums)
         blocks = self._blocks
-        return blocks._crcs if blocks._crcs is not None else self._io(blocks.crcs)
+        loaded = blocks.loaded_crcs  # (already read: a closed shard is not reopened for them)
+        return loaded if loaded is not None else self.with_descriptor(blocks.crcs)
 
     def native_map(self) -> object:
         """The whole file mapped for the streamer's native reads (:func:`roxxel.format.mapread.map_file`):
@@ -401,14 +438,14 @@ class MappedFile:
         if self._native is None:
             from roxxel.format import mapread
 
-            fd = self._descriptor()
+            fd = self.descriptor()
             assert self._identity is not None  # (recorded by _descriptor)
             self._native = mapread.map_file(fd, self._identity[2])
         return self._native
 
     def _map(self) -> mmap.mmap:
         if self._mmap is None:
-            self._mmap = mmap.mmap(self._descriptor(), 0, access=mmap.ACCESS_READ)  # the map holds its own dup
+            self._mmap = mmap.mmap(self.descriptor(), 0, access=mmap.ACCESS_READ)  # the map holds its own dup
         return self._mmap
 
     def pread_into(self, out: np.ndarray, start: int) -> None:
@@ -432,7 +469,7 @@ class MappedFile:
         first = start * self.dtype.itemsize
 
         def read(fd: int) -> None:
-            buf, offset = whole, self._data_offset + first
+            buf, offset = whole, self.data_offset + first
             while len(buf):
                 n = os.preadv(fd, [buf], offset)
                 if n <= 0:
@@ -443,7 +480,7 @@ class MappedFile:
             if self._blocks is not None and self.check_blocks:
                 self._blocks.check(fd, first, first + len(whole), whole)
 
-        self._io(read)
+        self.with_descriptor(read)
 
     def release(self) -> None:
         """Drop this process's mapped pages (they stay in the page cache; views stay valid).

@@ -141,7 +141,7 @@ class Shard(MappedFile):
         self.num_tokens = num_tokens
         self.num_documents = num_documents
         self.sha256 = sha.hex()
-        self._data_offset = data_offset
+        self.data_offset = data_offset
         self._index_offset = index_offset
         self._tokens: np.ndarray | None = None
         self._index: np.ndarray | None = None
@@ -186,7 +186,7 @@ class Shard(MappedFile):
     def tokens(self) -> np.ndarray:
         """All tokens, shape ``(num_tokens,)``, a read-only zero-copy view of the file."""
         if self._tokens is None:
-            self._tokens = np.frombuffer(self._map(), self.dtype, self.num_tokens, self._data_offset)
+            self._tokens = np.frombuffer(self._map(), self.dtype, self.num_tokens, self.data_offset)
         return self._tokens
 
     @property
@@ -228,8 +228,8 @@ class Shard(MappedFile):
         h = hashlib.sha256()
         end = self.nbytes - layout.FOOTER.size
         with storage_errors(self.path), open(self.path, "rb") as f:
-            _hash_range(f, self._data_offset, end, h)
-            _hash_range(f, 0, self._data_offset, h)
+            _hash_range(f, self.data_offset, end, h)
+            _hash_range(f, 0, self.data_offset, h)
         return h.hexdigest()
 
     def verify(self, expected_sha256: str | None = None) -> None:
@@ -256,7 +256,7 @@ class Shard(MappedFile):
             return ""
         blocks = self._blocks
         try:
-            self._io(blocks.check_all)
+            self.with_descriptor(blocks.check_all)
         except BlockChecksumError as e:
             return f", first damaged token block: {str(e).split('token block ')[1].split(' fails')[0]}"
         try:

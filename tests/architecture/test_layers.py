@@ -13,11 +13,19 @@ change, be tested and be read without the higher.
 
 A module counts by what it reaches, not only what it names: ``format -> x -> data`` breaks the
 first rule as ``format -> data`` would.
+
+And one rule over who names whom (annotation-only imports included: a circle there still ties
+the modules' changes together): ``roxxel.data``'s modules form no circle, but for the
+curriculum and its streams (the curriculum builds streams; a stream reads its curriculum). The
+read path reaches a dataset only through its shard table and a curriculum only through a
+protocol (``roxxel/data/reader.py``).
 """
 
 from __future__ import annotations
 
-from support.import_graph import ROOTS, graph
+import ast
+
+from support.import_graph import ROOTS, graph, imports
 
 RULES = [
     ("roxxel.format", "roxxel.data"),
@@ -27,6 +35,8 @@ RULES = [
 ]
 """``(layer, what it may not import)``: module-name prefixes (a package and its modules)."""
 BACKENDS = "roxxel_launch.backends"
+DATA_CIRCLE_ALLOWED = {"roxxel.data.curriculum", "roxxel.data.stream"}
+"""The one circle ``roxxel.data`` may hold (see this module's docstring)."""
 
 
 def _within(module: str, prefix: str) -> bool:
@@ -108,3 +118,74 @@ def test_the_checker_catches_a_broken_layer():
     assert violations(g)[1:2] == [
         "roxxel.train.checkpoint -> roxxel.train.checkpoint.fingerprint -> roxxel.data.identity"
     ]
+
+
+def circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The graph's circles: its strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(m: str) -> None:
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            part = {stack.pop()}
+            while m not in part:
+                part.add(stack.pop())
+            if len(part) > 1:
+                found.append(part)
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return found
+
+
+def data_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles through ``roxxel.data`` beyond the allowed curriculum/stream pair."""
+    return [
+        sorted(c) for c in circles(graph) if any(_within(m, "roxxel.data") for m in c) and not c <= DATA_CIRCLE_ALLOWED
+    ]
+
+
+def test_data_holds_no_circle_but_curriculum_and_stream():
+    found = data_circles(graph(type_checking=True))
+    assert not found, "circles in roxxel.data (annotation-only imports included):\n" + "\n".join(map(str, found))
+
+
+def test_the_circle_finder_sees_annotation_only_imports():
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from roxxel.data.dataset import Dataset\n"
+    )
+    known = {"roxxel.data.dataset", "roxxel.data.reader"}
+    assert imports(tree, "roxxel.data.reader", known) == set()
+    assert imports(tree, "roxxel.data.reader", known, type_checking=True) == {"roxxel.data.dataset"}
+    g = {  # the circle this rule was written against (#52), less one module
+        "roxxel.data.curriculum": {"roxxel.data.dataset", "roxxel.data.stream"},
+        "roxxel.data.stream": {"roxxel.data.reader", "roxxel.data.curriculum"},
+        "roxxel.data.reader": {"roxxel.data.map_rows", "roxxel.data.curriculum", "roxxel.data.dataset"},
+        "roxxel.data.map_rows": {"roxxel.data.dataset"},
+        "roxxel.data.dataset": {"roxxel.data.reader"},
+        "roxxel.format.shard": {"roxxel.format.mapped"},
+        "roxxel.format.mapped": {"roxxel.format.shard"},  # a circle outside data: not this rule's
+    }
+    assert data_circles(g) == [
+        [
+            "roxxel.data.curriculum",
+            "roxxel.data.dataset",
+            "roxxel.data.map_rows",
+            "roxxel.data.reader",
+            "roxxel.data.stream",
+        ]
+    ]
+    g["roxxel.data.dataset"] = set()
+    g["roxxel.data.reader"] = {"roxxel.data.map_rows", "roxxel.data.dataset"}
+    assert data_circles(g) == []  # curriculum <-> stream alone is allowed

@@ -125,7 +125,7 @@ def test_two_passes_check_every_block_the_pread_path_checks(tmp_path, monkeypatc
         stream = c.stream(0, 10**9, seed=3, to_device=False, prefetch_size=0)
         for _ in range(2 * 300_000 // (8 * 512)):
             next(stream)
-        return ds._shard(0)._blocks.checked.copy()
+        return ds.shard_table.shard(0).block_checks.checked.copy()
 
     mapped = checked_after_two_passes()
     assert spy[0] > 0

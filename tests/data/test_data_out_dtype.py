@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
+from roxxel.data import reader
 from roxxel.format import DtypeMismatchError
 
 
@@ -28,8 +29,8 @@ def test_every_read_refuses_a_dtype_that_cannot_hold_the_ids(byte_level, dtype):
     assert (ds.vocab_size, ds.eos_id) == (257, 256)
     reads = {
         "read_into": lambda: ds.read_into(np.empty(8, dtype), 0),
-        "gather_into": lambda: ds.gather_into(np.empty(8, dtype), np.array([0, 10]), np.array([4, 4])),
-        "gather_rows": lambda: ds.gather_rows(np.empty((2, 4), dtype), np.array([0, 10])),
+        "gather_into": lambda: reader.gather_into(ds, np.empty(8, dtype), np.array([0, 10]), np.array([4, 4])),
+        "gather_rows": lambda: reader.gather_rows(ds, np.empty((2, 4), dtype), np.array([0, 10])),
     }
     for name, read in reads.items():
         with pytest.raises(DtypeMismatchError, match=f"dtype {np.dtype(dtype).name} cannot hold token ids up to 256"):

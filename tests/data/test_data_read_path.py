@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
+from roxxel.data import reader as reader_module
 from roxxel.format import BlockChecksumError, open_shard
 from support.shards import overwrite_token
 
@@ -59,11 +60,11 @@ def test_a_process_sub_range_is_the_slice_of_the_global_batch(ds):
 def test_rows_across_a_shard_boundary_are_gathered_whole(ds):
     out = np.empty((3, 100), np.int32)
     starts = np.array([49_950, 10, 99_990])  # the first and last cross into the next shard
-    ds.gather_rows(out, starts)
+    reader_module.gather_rows(ds, out, starts)
     for row, a in zip(out, starts):
         assert np.array_equal(row, ds.read(int(a), int(a) + 100))
     with pytest.raises(IndexError, match="outside the dataset"):
-        ds.gather_rows(out, np.array([0, 299_950, 5]))
+        reader_module.gather_rows(ds, out, np.array([0, 299_950, 5]))
 
 
 def test_rows_that_follow_each_other_in_one_shard_are_one_read(ds, monkeypatch):
@@ -71,7 +72,7 @@ def test_rows_that_follow_each_other_in_one_shard_are_one_read(ds, monkeypatch):
     edge = open_shard(ds.shard_paths[0]).num_tokens
     starts = np.array([0, 100, 200, 1000, 1100, edge - 100, edge])  # the row at edge - 100 ends the first shard
     groups = np.array([0, 0, 1, 1, 1, 2, 2])
-    runs = ds.row_runs(starts, 100, groups, 3)
+    runs = reader_module.row_runs(ds, starts, 100, groups, 3)
     assert runs.bounds == [0, 1, 3, 5]
     assert runs.shards == [0, 0, 0, 0, 1] and runs.offsets == [0, 400, 2000, 2 * (edge - 100), 0]
     assert (runs.los, runs.his) == ([0, 0, 200, 0, 200], [400, 200, 600, 200, 400])
@@ -80,11 +81,13 @@ def test_rows_that_follow_each_other_in_one_shard_are_one_read(ds, monkeypatch):
     monkeypatch.setattr(os, "preadv", lambda *a: calls.append(a[2]) or real(*a))
     for g in range(3):
         mine = starts[groups == g]
-        out = ds.read_runs(np.empty((len(mine), 100), ds.dtype), runs, g)
+        out = reader_module.read_runs(ds, np.empty((len(mine), 100), ds.dtype), runs, g)
         for row, a in zip(out, mine):
             assert np.array_equal(row, ds.read(int(a), int(a) + 100))
     assert len(calls) == 5  # one pread per run, not per row
-    assert ds.row_runs(np.array([edge - 50]), 100) is None  # crosses into the next shard: gather_into reads it
+    assert (
+        reader_module.row_runs(ds, np.array([edge - 50]), 100) is None
+    )  # crosses into the next shard: gather_into reads it
 
 
 def test_a_damaged_block_is_caught_in_a_planned_step(tmp_path):
@@ -103,7 +106,7 @@ def test_a_shard_cut_under_a_first_read_with_checks_on_is_an_error(tmp_path):
     d.read(0, 10)  # the shard is open (its header read) before it is cut
     os.truncate(d.shard_paths[0], 4096 + 2 * 1000)
     with pytest.raises(TruncatedShardError, match="truncated after opening"):
-        d.gather_rows(np.empty((2, 256), np.int32), np.array([150_000, 10]))
+        reader_module.gather_rows(d, np.empty((2, 256), np.int32), np.array([150_000, 10]))
 
 
 def test_a_narrow_batch_dtype_does_not_hide_ids_beyond_the_vocabulary(tmp_path):
@@ -141,7 +144,7 @@ def test_a_batch_over_more_shards_than_stay_open_reads_every_row_from_its_own_sh
     one_open = Roxxel(ds.filepath, max_open_shards=1)
     starts = np.array([10, 60_000, 120_000, 170_000, 260_000])  # five shards
     out = np.empty((5, 300), np.int32)
-    one_open.gather_rows(out, starts)
+    reader_module.gather_rows(one_open, out, starts)
     for row, a in zip(out, starts):
         assert np.array_equal(row, ds.read(int(a), int(a) + 300))
 
@@ -180,7 +183,7 @@ def test_a_run_over_parts_of_blocks_checks_them_whole_in_one_read(tmp_path, dama
     overwrite_token(d.shard_paths[0], damaged)  # blocks of 32,768 uint16 tokens: block 2 is 65,536..98,303
     ds = Roxxel(str(tmp_path / "e"))
     starts = 66_000 + 300 * np.arange(8)  # one run, tokens 66,000..68,400: inside block 2 only
-    runs = ds.row_runs(starts, 300)
+    runs = reader_module.row_runs(ds, starts, 300)
     calls, rereads = [], []
     real = os.preadv
     monkeypatch.setattr(os, "preadv", lambda *a: calls.append(a[2]) or real(*a))
@@ -189,12 +192,12 @@ def test_a_run_over_parts_of_blocks_checks_them_whole_in_one_read(tmp_path, dama
     out = np.empty((8, 300), ds.dtype)
     if damaged < 98_304:
         with pytest.raises(BlockChecksumError, match=f"{ds.shard_paths[0]}: token block 2 "):
-            ds.read_runs(out, runs)
+            reader_module.read_runs(ds, out, runs)
         return
-    ds.read_runs(out, runs)
+    reader_module.read_runs(ds, out, runs)
     assert len(calls) == 1 and rereads == [4 * 7]  # one preadv; the only other read is the checksum table's
     assert np.array_equal(out.reshape(-1), Roxxel(str(tmp_path / "e"), check_blocks=False).read(66_000, 68_400))
-    checked = ds._shard(0)._blocks.checked
+    checked = ds.shard_table.shard(0).block_checks.checked
     assert checked[2] and not checked[3] and not checked[1]
 
 
@@ -208,9 +211,9 @@ def test_runs_over_many_blocks_and_the_short_last_block_read_the_same_tokens(tmp
         ds = Roxxel(str(tmp_path / "m"))
         for a in rng.integers(0, 170_000 - length, 12).tolist() + [170_000 - length]:
             out = np.empty((1, length), ds.dtype)
-            ds.read_runs(out, ds.row_runs(np.array([a]), length))
+            reader_module.read_runs(ds, out, reader_module.row_runs(ds, np.array([a]), length))
             assert np.array_equal(out[0], plain.read(a, a + length)), (length, a)
-            blk = ds._shard(0)._blocks
+            blk = ds.shard_table.shard(0).block_checks
             assert blk.checked[a * 2 // blk.block_bytes : -(-(a + length) * 2 // blk.block_bytes)].all()
 
 
@@ -225,15 +228,15 @@ def test_streaming_over_more_shards_than_stay_open_parses_each_once_and_checks_e
     """Every plan spans all 6 shards and 2 stay open: a closed shard keeps its header, its checked
     blocks and its map. Before, the LRU dropped it whole: each plan parsed ~all shards again and
     checked their blocks anew (8x slower over 477 shards in bench/stream.py)."""
-    from roxxel.data import dataset as dataset_module
+    from roxxel.data import shard_table as table_module
     from roxxel.format import blocks as blocks_module
     from roxxel.format import mapread
 
     parsed, checksums = [], []
-    real_open, real_settle, real_crc = dataset_module.open_shard, blocks_module.BlockChecks._settle, mapread.crc32c
-    monkeypatch.setattr(dataset_module, "open_shard", lambda p: parsed.append(p) or real_open(p))
+    real_open, real_settle, real_crc = table_module.open_shard, blocks_module.BlockChecks.settle, mapread.crc32c
+    monkeypatch.setattr(table_module, "open_shard", lambda p: parsed.append(p) or real_open(p))
     monkeypatch.setattr(
-        blocks_module.BlockChecks, "_settle", lambda self, fd, b, a: checksums.append(b) or real_settle(self, fd, b, a)
+        blocks_module.BlockChecks, "settle", lambda self, fd, b, a: checksums.append(b) or real_settle(self, fd, b, a)
     )
     monkeypatch.setattr(mapread, "crc32c", lambda *a: checksums.append(a) or real_crc(*a))
     before = _shard_fds(ds)  # (the module's dataset holds descriptors of the same files)
@@ -242,7 +245,7 @@ def test_streaming_over_more_shards_than_stay_open_parses_each_once_and_checks_e
     s = Curriculum(few, phases, repeat=True).stream(0, 10**6, seed=3, to_device=False, prefetch_size=0)
     epoch = few.num_tokens // (8 * 256)
     batches = [next(s) for _ in range(epoch + 2)]
-    assert checksums and all(sh._blocks.unchecked == 0 for sh in few._known.values())
+    assert checksums and all(sh.block_checks.unchecked == 0 for sh in few.shard_table.known())
     checksums.clear()
     batches += [next(s) for _ in range(epoch)]  # the second epoch: every block already checked
     assert checksums == []
@@ -258,16 +261,18 @@ def test_streaming_over_more_shards_than_stay_open_parses_each_once_and_checks_e
 def test_shards_beyond_those_known_are_closed_whole_and_read_again(ds, monkeypatch):
     """Past ``KNOWN_SHARDS`` (each known shard keeps a map: vm.max_map_count bounds them) the least
     recently used shard is forgotten whole; asked for again, it is parsed again and reads right."""
-    from roxxel.data import dataset as dataset_module
+    from roxxel.data import shard_table as table_module
 
-    monkeypatch.setattr(dataset_module, "KNOWN_SHARDS", 3)
+    monkeypatch.setattr(table_module, "KNOWN_SHARDS", 3)
     starts = [10, 60_000, 120_000, 170_000, 260_000, 20, 61_000]
     want = [ds.read(a, a + 300) for a in starts]
     before = _shard_fds(ds)  # (the module's dataset holds descriptors of the same files)
     few = Roxxel(ds.filepath, max_open_shards=2).open()
     for a, rows in zip(starts, want):
         assert np.array_equal(few.read(a, a + 300), rows)
-        assert len(few._known) <= 3 and _shard_fds(few) - before <= 2 * 2  # (a read's view map holds a second)
+        assert (
+            len(list(few.shard_table.known())) <= 3 and _shard_fds(few) - before <= 2 * 2
+        )  # (a read's view map holds a second)
 
 
 @pytest.mark.parametrize("checks", ["zlib-crc32", "no-native-crc32c"])

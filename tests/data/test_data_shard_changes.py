@@ -35,7 +35,7 @@ def rewrite_in_place(shard_path):
     data = np.array(s.tokens)
     s.close()
     with open(shard_path, "r+b") as f:
-        f.seek(s._data_offset)
+        f.seek(s.data_offset)
         f.write(((data.astype(np.int64) + 1) % VOCAB).astype(np.uint16).tobytes())
 
 

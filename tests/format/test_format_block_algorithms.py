@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
+from roxxel.data import reader
 from roxxel.format import BlockChecksumError, CorruptShardError, DatasetWriter, open_shard
 from roxxel.format import blocks
 from support.shards import flip_byte
@@ -32,7 +33,7 @@ def test_new_shards_name_crc32c_and_its_table_matches_the_data(tmp_path):
     assert s.metadata["block_checksums"]["algorithm"] == "crc32c" and s._blocks.algorithm == "crc32c"
     raw = s.tokens.tobytes()
     want = [google_crc32c.value(raw[i : i + s._blocks.block_bytes]) for i in range(0, len(raw), s._blocks.block_bytes)]
-    assert s._blocks.crcs(s._descriptor()).tolist() == want
+    assert s._blocks.crcs(s.descriptor()).tolist() == want
     s.verify()
 
 
@@ -68,6 +69,6 @@ def test_a_batch_gather_checks_a_damaged_block_even_when_its_neighbours_are_chec
     flip_byte(shard, 150_000)
     ds2 = Roxxel(d).open()
     starts = np.array([10, 40_000, 149_990, 200_000])
-    ds2.gather_into(np.empty(8, np.int32), starts[:1], np.array([8]))  # block 0 only: fine
+    reader.gather_into(ds2, np.empty(8, np.int32), starts[:1], np.array([8]))  # block 0 only: fine
     with pytest.raises(BlockChecksumError, match="token block 4 "):
-        ds2.gather_into(np.empty(4 * 64, np.int32), starts, np.full(4, 64))
+        reader.gather_into(ds2, np.empty(4 * 64, np.int32), starts, np.full(4, 64))

@@ -38,7 +38,7 @@ def _regions(path):
     return {
         "header": 30,
         "metadata": layout.HEADER.size + 5,
-        "token data": s._data_offset + 100,
+        "token data": s.data_offset + 100,
         "document index": s._index_offset + 4,
         "footer": index_end + 20,
     }
@@ -63,7 +63,7 @@ def test_trailing_bytes_are_refused(shard_path):
 def test_checksum_mismatch_found_by_verify(shard_path):
     s = open_shard(shard_path)
     with open(shard_path, "r+b") as f:
-        f.seek(s._data_offset + 1234)
+        f.seek(s.data_offset + 1234)
         b = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 0xFF]))

@@ -60,7 +60,7 @@ def test_block_checksums_cover_float_data(tmp_path):
     path = str(tmp_path / "x.rox")
     Roxxel(path).write([np.arange(40_000, dtype=np.float32)])  # 160 KB: three 64 KiB blocks
     shard = open_shard(path)
-    off = shard._data_offset + 20_000 * 4 + 3  # the exponent byte of value 20,000 (block 1)
+    off = shard.data_offset + 20_000 * 4 + 3  # the exponent byte of value 20,000 (block 1)
     with open(path, "r+b") as f:
         f.seek(off)
         b = f.read(1)
@@ -176,9 +176,9 @@ def test_float_batches_on_the_batched_read_path_are_the_stored_bytes_and_block_c
     last = Roxxel(str(tmp_path / "f")).shard_paths[-1]
     shard = open_shard(last)
     with open(last, "r+b") as f:
-        f.seek(shard._data_offset + 5)
+        f.seek(shard.data_offset + 5)
         b = f.read(1)
-        f.seek(shard._data_offset + 5)
+        f.seek(shard.data_offset + 5)
         f.write(bytes([b[0] ^ 0x40]))
     with pytest.raises(BlockChecksumError, match="token block 0 "):
         batches("f")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
+from roxxel.data import reader
 from roxxel.format import (
     BlockChecksumError,
     ChecksumMismatchError,
@@ -67,7 +68,7 @@ def test_a_partly_read_block_is_checked_whole_on_its_first_read(tmp_path, damage
         Roxxel(d).read_into(np.empty(read[1] - read[0], np.uint16), read[0])
     ds = Roxxel(d)
     ds.read_into(np.empty(100, np.uint16), 0)  # an undamaged block reads
-    assert ds._shard(0)._blocks.checked[0] and not ds._shard(0)._blocks.checked[2]
+    assert ds.shard_table.shard(0).block_checks.checked[0] and not ds.shard_table.shard(0).block_checks.checked[2]
 
 
 def test_each_block_is_checked_once_per_process(tmp_path, monkeypatch):
@@ -86,7 +87,7 @@ def test_each_block_is_checked_once_per_process(tmp_path, monkeypatch):
     assert len(calls) == 2  # block 1 only
     blk = open_shard(ds.shard_paths[0])._blocks
     assert blk.block_bytes == layout.DEFAULT_BLOCK_BYTES
-    s = ds._shard(0)
+    s = ds.shard_table.shard(0)
     assert s.has_block_checksums and s._blocks.checked[:2].all() and not s._blocks.checked[2:].any()
 
 
@@ -95,7 +96,7 @@ def test_unchecked_reader_reads_the_same_tokens(tmp_path):
     a, b = Roxxel(d), Roxxel(d, check_blocks=False)
     assert np.array_equal(a.read(0, a.num_tokens), b.read(0, b.num_tokens))
     b.read_into(np.empty(1000, b.dtype), 0)
-    assert not b._shard(0)._blocks.checked.any()
+    assert not b.shard_table.shard(0).block_checks.checked.any()
 
 
 def flip_index(path, doc, xor):
@@ -213,7 +214,7 @@ def test_dropped_datasets_release_their_file_descriptors(tmp_path):
     before = open_fds()
     for _ in range(20):
         ds = Roxxel(d)
-        ds.gather_into(np.empty(30, ds.dtype), np.arange(30) * 201, np.ones(30, np.int64))
+        reader.gather_into(ds, np.empty(30, ds.dtype), np.arange(30) * 201, np.ones(30, np.int64))
         del ds
     gc.collect()
     assert open_fds() - before < 5

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
+from roxxel.data import reader
 from roxxel.exit_codes import ConfigurationError
 from roxxel.format import ShardChangedError, ShardReadError, TruncatedShardError, atomic, mapread, open_shard
 
@@ -61,7 +62,7 @@ def test_eio_names_the_shard_and_the_mount_and_is_not_a_configuration_error(tmp_
         elif how == "read_into":
             ds.read_into(np.empty(100, np.int32), 50)
         else:
-            ds.gather_into(np.empty(200, np.uint16), np.array([5, 90_000]), np.array([100, 100]))
+            reader.gather_into(ds, np.empty(200, np.uint16), np.array([5, 90_000]), np.array([100, 100]))
     err = e.value
     assert isinstance(err, OSError) and err.errno == errno.EIO and not isinstance(err, ConfigurationError)
     assert err.path == shard and err.mount == mount
@@ -71,7 +72,7 @@ def test_eio_names_the_shard_and_the_mount_and_is_not_a_configuration_error(tmp_
 def test_estale_reopens_the_shard_once_and_reads_on(tmp_path, monkeypatch):
     ds = make(tmp_path / "d")
     want = ds.read_into(np.empty(300, np.int32), 1000).copy()
-    s = ds._shard(0)
+    s = ds.shard_table.shard(0)
     old_fd = s._fd
     failing(monkeypatch, errno.ESTALE, times=1)
     assert np.array_equal(ds.read_into(np.empty(300, np.int32), 1000), want)

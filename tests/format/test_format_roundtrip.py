@@ -93,7 +93,7 @@ def test_float64_documents_are_refused_where_float32_would_change_them(tmp_path)
 def test_token_data_is_page_aligned_and_zero_copy(tmp_path):
     Roxxel(str(tmp_path / "ds")).write([np.arange(1000)], vocab_size=1001, eos_id=1000)
     shard = open_shard(str(tmp_path / "ds" / "shard-00000.rox"))
-    assert shard._data_offset % DATA_ALIGNMENT == 0
+    assert shard.data_offset % DATA_ALIGNMENT == 0
     view = shard.tokens[10:20]
     assert not view.flags.owndata and not view.flags.writeable
     ds = Roxxel(str(tmp_path / "ds"))
@@ -124,14 +124,14 @@ def test_document_streamed_in_chunks(tmp_path):
 
 def test_opening_reads_no_token_data(tmp_path, monkeypatch):
     Roxxel(str(tmp_path / "ds")).write([np.arange(50)] * 30, vocab_size=51, eos_id=50, max_shard_bytes=4500)
-    import roxxel.data.dataset as dataset_mod
+    import roxxel.data.shard_table as table_mod
 
     opened = []
-    real = dataset_mod.open_shard
-    monkeypatch.setattr(dataset_mod, "open_shard", lambda p: opened.append(p) or real(p))
+    real = table_mod.open_shard
+    monkeypatch.setattr(table_mod, "open_shard", lambda p: opened.append(p) or real(p))
     ds = Roxxel(str(tmp_path / "ds")).open()
     assert ds.num_tokens == 30 * 51 and opened == []  # the manifest alone describes the dataset
     ds.read(0, 10)
     assert len(opened) == 1
     raw = Roxxel(str(tmp_path / "ds" / "*.rox")).open()  # no manifest: headers only, no maps
-    assert all(s._mmap is None for s in raw._shards.values())
+    assert all(s._mmap is None for s in raw.shard_table.known())

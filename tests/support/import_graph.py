@@ -1,6 +1,7 @@
 """The library's import graph, read from the source with ``ast``: imports inside functions
 included (a lazy import still runs), imports under ``if TYPE_CHECKING:`` left out
-(annotations only, never executed). Used by tests/architecture (cycles, layers).
+(annotations only, never executed) unless asked for (``type_checking=True``: who names whom,
+the graph a reader or a type checker follows). Used by tests/architecture (cycles, layers).
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ def is_type_checking(node: ast.If) -> bool:
     )
 
 
-def imports(tree: ast.AST, module: str, known: set[str]) -> set[str]:
-    """The library modules ``module`` imports (a package import counts as its ``__init__``)."""
+def imports(tree: ast.AST, module: str, known: set[str], type_checking: bool = False) -> set[str]:
+    """The library modules ``module`` imports (a package import counts as its ``__init__``); with
+    ``type_checking``, those it imports for annotations only too."""
     out: set[str] = set()
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and is_type_checking(node):
+        if isinstance(node, ast.If) and is_type_checking(node) and not type_checking:
             stack.extend(node.orelse)
             continue
         if isinstance(node, ast.Import):
@@ -58,10 +60,10 @@ def imports(tree: ast.AST, module: str, known: set[str]) -> set[str]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
+def graph(type_checking: bool = False) -> dict[str, set[str]]:
     found = modules()
     known = set(found)
-    out = {m: imports(ast.parse(p.read_text()), m, known) for m, p in found.items()}
+    out = {m: imports(ast.parse(p.read_text()), m, known, type_checking) for m, p in found.items()}
     for m in out:  # importing a.b.c runs a/__init__ and a/b/__init__ first
         out[m] -= {p for p in known if m.startswith(p + ".")}
     return out

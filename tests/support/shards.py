@@ -7,14 +7,14 @@ def overwrite_token(path, token: int, data: bytes = b"\xff\xff") -> None:
     """Write ``data`` over the bytes of token ``token`` (and on, if longer) of the shard at ``path``, in place."""
     shard = open_shard(str(path))
     with open(path, "r+b") as f:
-        f.seek(shard._data_offset + token * shard.dtype.itemsize)
+        f.seek(shard.data_offset + token * shard.dtype.itemsize)
         f.write(data)
 
 
 def flip_byte(path, token: int) -> None:
     """Invert the high byte of token ``token`` of the shard at ``path`` (a uint16 id < 256 becomes >= 65,280)."""
     shard = open_shard(str(path))
-    offset = shard._data_offset + token * shard.dtype.itemsize + 1
+    offset = shard.data_offset + token * shard.dtype.itemsize + 1
     with open(path, "r+b") as f:
         f.seek(offset)
         byte = f.read(1)
