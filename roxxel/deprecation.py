@@ -35,7 +35,9 @@ def warn_renamed(owner: str, old: str, new: str) -> None:
 
 def _caller_level() -> int:
     """``stacklevel`` for a :func:`warnings.warn` in :func:`warn_renamed`: the first frame outside roxxel."""
-    frame: FrameType | None = sys._getframe(2)  # the caller of warn_renamed; level 1 is warn_renamed itself
+    # The caller of warn_renamed (level 1 is warn_renamed itself). Private access: warnings.warn's
+    # skip_file_prefixes needs Python 3.12; sys._getframe is CPython's documented frame access until then.
+    frame: FrameType | None = sys._getframe(2)  # noqa: SLF001  (see above)
     level = 2
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
         frame, level = frame.f_back, level + 1

@@ -43,7 +43,7 @@ def _end_at_once_on_uncaught_errors(process_id: int) -> None:
         )
         try:
             _skip_jax_shutdown_at_exit()
-            atexit._run_exitfuncs()
+            atexit._run_exitfuncs()  # noqa: SLF001  os._exit below skips atexit; no public call runs its handlers
             logging.shutdown()
         finally:
             for stream in (sys.stdout, sys.stderr):

@@ -207,5 +207,7 @@ def _install_finishing_loop() -> None:
             asyncio.set_event_loop(None)
             loop.close()
 
-    run_sync_via_new_loop._roxxel_finishes_reads = True  # type: ignore[attr-defined]
-    asyncio_utils._run_sync_via_new_loop = run_sync_via_new_loop
+    # Private access: our mark on our own replacement (installed once); Orbax's private loop runner is
+    # this module's reason to be (pinned in pyproject.toml, tests/architecture/test_pinned_versions.py).
+    run_sync_via_new_loop._roxxel_finishes_reads = True  # type: ignore[attr-defined]  # noqa: SLF001
+    asyncio_utils._run_sync_via_new_loop = run_sync_via_new_loop  # noqa: SLF001  (see above)

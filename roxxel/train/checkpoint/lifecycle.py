@@ -144,7 +144,9 @@ def _close_at_exit() -> None:
     else:
         sys.stderr.write(f"roxxel: {type(failed).__name__}: {failed}\n")
     sys.stderr.flush()
-    atexit._run_exitfuncs()  # flush loggers (they registered with atexit), then fail the process
+    # Flush loggers (they registered with atexit), then fail the process. Private access: os._exit skips
+    # atexit, whose handlers no public call runs.
+    atexit._run_exitfuncs()  # noqa: SLF001  (see above)
     logging.shutdown()
     os._exit(1)
 

@@ -559,7 +559,7 @@ class KubernetesApi:
         self, kind: str, selector: str | None, *, fields: str | None = None
     ) -> tuple[builtins.list[dict], str | None]:
         """(items, the list's resourceVersion: where a watch of the same objects starts)."""
-        fn, args = self._list_call(kind)
+        fn, args = self.list_call(kind)
         namespace = "(cluster)" if kind == "Node" else self.namespace
         for _ in range(3):
             items: builtins.list[dict] = []
@@ -622,7 +622,14 @@ class KubernetesApi:
         """Work in ``namespace`` from now on (where a job was found)."""
         self._namespace = namespace
 
-    def _list_call(self, kind: str) -> tuple[Callable, tuple]:
+    def list_call(self, kind: str) -> tuple[Callable, tuple]:
+        """The client function that lists objects of ``kind`` and its leading arguments (group, version,
+        namespace, plural for a JobSet; the namespace for the others; none for a Node): what a list and
+        a watch of that kind both call (``kubernetes.watch.Watch.stream(fn, *args, ...)``).
+
+        Raises:
+            ValueError: a kind this client does not list.
+        """
         if kind == "Node":
             return self.core().list_node, ()
         namespace = self.namespace

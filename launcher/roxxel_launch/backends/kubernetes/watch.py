@@ -67,7 +67,7 @@ def watch_object(api: KubernetesApi, kind: str, name: str, version: str | None, 
     Raises: WatchExpired (410); BackendError (opening failed after retries, or an ERROR
     event); urllib3.exceptions.HTTPError (the stream broke).
     """
-    fn, args = api._list_call(kind)
+    fn, args = api.list_call(kind)
     namespace = api.namespace
     options: dict[str, Any] = dict(
         watch=True,
