@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from roxxel.contract import ENV_CONFIG_ERROR_FILE, ENV_RESTORE_FROM, ENV_RUN_NAME
+from roxxel.contract import ENV_RESTORE_FROM, ENV_RUN_NAME
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.data.identity import with_seed
 from roxxel.deprecation import renamed
@@ -31,26 +31,25 @@ from roxxel.exit_codes import ConfigTypeError, ConfigValueError
 from roxxel.sharding import BatchShardingError
 from roxxel.train.agreement import check_processes_agree
 from roxxel.train.axis_rules import AxisRules
-from roxxel.train.callbacks.base import Callback, Window, bound_hooks
+from roxxel.train.callbacks.base import HOOKS, Callback, Window, bound_hooks
 from roxxel.train.callbacks.builtin import trainer_callbacks
 from roxxel.train.callbacks.throughput import PEAK_FLOPS_PER_DEVICE
 from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempted
 from roxxel.train.logger import Logger
+from roxxel.train.sections import COMPILE, DATA_WAIT, EVAL, PREEMPTION_SAVE, RESTORE, SAVE, STEP, LoopSections
 from roxxel.train.state import ModelState
 from roxxel.train.state_placement import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.step import make_train_step, param_shardings
 from roxxel.train.step_window import StepWindow
 from roxxel.train.stragglers import StragglerReport
 from roxxel.train.vocabulary import check_embeddings
-from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds, bounds_from_env
+from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds, chosen_bounds, in_a_job
 from roxxel.wording import count
 
 __all__ = ["Callback", "DEFAULT_SAVE_INTERVAL_STEPS", "NaNLossError", "PEAK_FLOPS_PER_DEVICE", "Trainer"]
 
 log = logging.getLogger("roxxel.train")
-
-# The callback hooks, looked up once per run (roxxel.train.callbacks.base.Callback).
-HOOKS = ("on_batch_begin", "on_batch_end", "window_metrics", "on_step", "on_eval", "on_checkpoint", "on_run_end")
+_END = object()  # a stream's end
 
 
 class NaNLossError(ValueError):
@@ -59,12 +58,6 @@ class NaNLossError(ValueError):
 
 DEFAULT_SAVE_INTERVAL_STEPS = 100
 """Steps between checkpoints when neither the Trainer nor its checkpointer is given one."""
-
-
-def _in_a_job() -> bool:
-    """Whether this process is part of a job the watchdog guards: a ``jax.distributed`` gang,
-    or a command ``roxxel-worker`` runs (it sets ``ROXXEL_CONFIG_ERROR_FILE`` for its child)."""
-    return jax.process_count() > 1 or bool(os.environ.get(ENV_CONFIG_ERROR_FILE))
 
 
 def _save_interval(
@@ -106,13 +99,6 @@ def _mesh_and_sharding(mesh: Any, data_sharding: Any) -> tuple[Any, Any]:
     if mesh is None:
         mesh = data_sharding.mesh if data_sharding is not None else default_mesh()
     return mesh, data_sharding if data_sharding is not None else batch_sharding(mesh)
-
-
-def _watchdog_bounds(watchdog: WatchdogBounds | None) -> WatchdogBounds | None:
-    """The watchdog's bounds: as given, or, left at the default, what ``ROXXEL_WATCHDOG`` says."""
-    if watchdog is not None and not isinstance(watchdog, WatchdogBounds):
-        raise ConfigTypeError(f"watchdog must be a WatchdogBounds or None, got {type(watchdog).__name__}")
-    return bounds_from_env() if watchdog is DEFAULT_BOUNDS else watchdog
 
 
 class Trainer:
@@ -260,7 +246,7 @@ class Trainer:
             save_path=save_path,
             log=self._log,
         )
-        self.watchdog_bounds = _watchdog_bounds(watchdog)
+        self.watchdog_bounds = chosen_bounds(watchdog)
         self.checkpointer, self.logger = self._run_directory(checkpointer, logger, max_to_keep, allow_changed_run)
         check_processes_agree(self._agreement_fields())  # before any collective that needs equal trees
         place_on_mesh(self.mesh, self.state.model, self.state.optimizer, axis_rules=axis_rules)
@@ -271,6 +257,7 @@ class Trainer:
         self._hooks: dict[str, list[Callable]] = {}
         self.handle_sigint = handle_sigint
         self._watchdog: ProgressWatchdog | None = None
+        self._sections = LoopSections()
         self._stragglers = StragglerReport()
         self._interrupts = 0
 
@@ -410,8 +397,15 @@ class Trainer:
             The last logged metrics (and the last evaluation's).
         """
         self._hooks = {name: bound_hooks(self.callbacks, name) for name in HOOKS}
-        if self.watchdog_bounds is not None and _in_a_job():
-            self._watchdog = ProgressWatchdog(self.watchdog_bounds, process_index=jax.process_index()).start()
+        watchdog = None
+        if self.watchdog_bounds is not None and in_a_job():
+            watchdog = self._watchdog = ProgressWatchdog(
+                self.watchdog_bounds, process_index=jax.process_index()
+            ).start()
+        self._sections = LoopSections(  # the watchdog first: a step's end is progress before any callback runs
+            [watchdog.on_section, *self._hooks["on_section"]] if watchdog else self._hooks["on_section"],
+            [watchdog.section_began] if watchdog else [],
+        )
         try:
             with self._sigint_saves(), self._orbax_details_to_system_log():
                 return self._run(stop_at_step)
@@ -431,12 +425,6 @@ class Trainer:
                 if self._watchdog is not None:
                     self._watchdog.stop()
                     self._watchdog = None
-
-    def _watched(self, what: str, bound: str) -> contextlib.AbstractContextManager[None]:
-        """Bound ``what`` by the watchdog's ``bound`` (a WatchdogBounds field), when it runs."""
-        if self._watchdog is None:
-            return contextlib.nullcontext()
-        return self._watchdog.during(what, getattr(self._watchdog.bounds, bound))
 
     @contextlib.contextmanager
     def _orbax_details_to_system_log(self) -> Iterator[None]:
@@ -520,7 +508,10 @@ class Trainer:
         """
         cur, ckpt = self.curriculum, self.checkpointer
         check_embeddings(self.state.model, cur.vocab_size, f"dataset {cur.names[0]!r}")
+        started = self._sections.begin(RESTORE, self.state.step)
         start = ckpt.restore(partial=self.partial_restore) if ckpt is not None else 0
+        self._sections.end(RESTORE, start, started)
+        self._notify("on_restore", start, ckpt.restored_run if ckpt is not None else None)
         self.state.step = start
         total = cur.total_steps if stop_at_step is None else min(stop_at_step, cur.total_steps)
         self._log(
@@ -563,6 +554,7 @@ class Trainer:
         for phase in cur.resolved:
             if phase.end_step <= step or step >= total:
                 continue
+            opening = self._sections.begin(DATA_WAIT, step + 1)  # the stream's set-up: the first batch's wait
             with cur.stream(
                 step,
                 min(phase.end_step, total),
@@ -571,7 +563,7 @@ class Trainer:
                 outputs=self.outputs,
                 prefetch_size=self.prefetch_size,
             ) as stream:
-                step, last = self._run_phase(phase, stream, step, last, train_step)
+                step, last = self._run_phase(phase, stream, step, last, train_step, opening)
         return step, last
 
     def _restored_metrics(self, last: dict[str, float]) -> dict[str, float]:
@@ -586,66 +578,73 @@ class Trainer:
         """Save the last step (unless saved already), evaluate it (unless done), and close."""
         ckpt = self.checkpointer
         if ckpt is not None and (step not in ckpt.all_steps()):
-            self._checkpoint(step, last or None, f"saving the final step {step}", force=True)
+            self._checkpoint(step, last or None, force=True)
         if self.eval_fn is not None and self._evaluated_at != step:
             self._evaluate_into(last, step)
         self._log(f"finished at step {step}")
-        with self._watched(f"waiting for the save of step {step} to complete", "save_s"):
+        with self._sections.timed(SAVE, step):  # waiting for the last save to complete
             self._close(wait=True)
         return last
 
-    def _checkpoint(self, step: int, metrics: dict[str, float] | None, what: str, force: bool = False) -> None:
+    def _checkpoint(self, step: int, metrics: dict[str, float] | None, force: bool = False) -> None:
         """Save ``step`` under the watchdog's save bound and tell the callbacks when a save started."""
         ckpt = self.checkpointer
         if ckpt is None:
             return
-        with self._watched(what, "save_s"):
+        with self._sections.timed(SAVE, step):
             saved = ckpt.save(step, metrics, tokens_consumed=self.curriculum.tokens_before(step), force=force)
         if saved:
             self._notify("on_checkpoint", step, str(ckpt.directory))
 
     def _evaluate_into(self, last: dict[str, float], step: int) -> None:
         """Run ``eval_fn`` under the watchdog's eval bound; its results join ``last``."""
-        with self._watched(f"evaluating at step {step}", "eval_s"):
+        with self._sections.timed(EVAL, step):
             last.update(self._evaluate(step))
 
-    def _run_phase(self, phase: ResolvedPhase, stream, step: int, last: dict, train_step: Callable) -> tuple[int, dict]:
-        """Train ``phase`` on ``stream`` from ``step``: per step, the preemption check, the
-        step itself, then the window's metrics, the checkpoint and the evaluation when due."""
+    def _run_phase(
+        self, phase: ResolvedPhase, stream, step: int, last: dict, train_step: Callable, waiting: tuple[float, float]
+    ) -> tuple[int, dict]:
+        """Train ``phase`` on ``stream`` from ``step`` (``waiting``: when the stream's set-up began):
+        per step, the batch, the preemption check, the step itself, then the window's metrics, the
+        checkpoint and the evaluation when due."""
         cur = self.curriculum
         resumed = f" (resuming at step {step})" if step > phase.start_step else ""
         self._log(
             f"phase {phase.index}: steps {phase.start_step}..{phase.end_step}{resumed}, batch "
             f"{phase.global_batch_size} x {phase.seq_len} tokens, weights {dict(zip(cur.names, phase.weights))}"
         )
-        window = StepWindow(phase.tokens_per_step)
-        watchdog = self._watchdog
-        if watchdog is not None:
-            watchdog.first_step(phase.index)
-        for batch in stream:
-            self._save_if_preempted(step, last)
-            compiled = window.timed_start is None  # compilation (or a cache hit) happens in this step
+        window, sections, batches = StepWindow(phase.tokens_per_step), self._sections, iter(stream)
+        while (batch := next(batches, _END)) is not _END:
+            sections.end(DATA_WAIT, step + 1, waiting)
+            last = self._save_if_preempted(step, last, window)
             step = self._train_one(train_step, batch, step, window, phase.index)
             last = self._after_step(step, phase.end_step == step or stream.stop_step == step, window, last)
-            if watchdog is not None:
-                watchdog.step_done(step, timed=not compiled)
+            waiting = sections.begin(DATA_WAIT, step + 1)
         return step, last
 
-    def _save_if_preempted(self, step: int, last: dict[str, float]) -> None:
-        """At the step every process agreed to stop at, save it and exit (:class:`Preempted`)."""
+    def _save_if_preempted(self, step: int, last: dict[str, float], window: StepWindow) -> dict[str, float]:
+        """At the step every process agreed to stop at, save it with the metrics of the steps
+        since the last window (the run record then describes the state it holds) and exit
+        (:class:`Preempted`); returns ``last``."""
         ckpt = self.checkpointer
         if ckpt is not None and ckpt.reached_preemption(step):
-            with self._watched(f"saving the preemption checkpoint of step {step}", "save_s"):
+            if window.losses:
+                last = self._close_window(step, window, logged=False)
+            with self._sections.timed(PREEMPTION_SAVE, step):
                 ckpt.save_and_exit_if_preempted(step, last or None, tokens_consumed=self.curriculum.tokens_before(step))
+        return last
 
     def _train_one(self, train_step: Callable, batch: Any, step: int, window: StepWindow, phase_index: int) -> int:
         """Run one compiled step on ``batch`` and add its loss to ``window``; returns the new step."""
         self._notify("on_batch_begin", step)
+        compiling = window.timed_start is None  # compilation (or a cache hit) happens in this step
+        section = COMPILE if compiling else STEP
+        started = self._sections.begin(section, step + 1)
         t0 = time.perf_counter()
         loss, aux = train_step(batch)
         step += 1
         self.state.step = step
-        if window.timed_start is None:
+        if compiling:
             compile_s = window.start_timing(loss, t0)
             self._log(
                 f"step {step}: first step of phase {phase_index} took {compile_s:.2f} s including "
@@ -655,6 +654,7 @@ class Trainer:
         else:
             window.timed_steps += 1
         window.add(loss, aux, self.async_queue_depth)
+        self._sections.end(section, step, started)
         self._notify("on_batch_end", step, loss)
         return step
 
@@ -665,7 +665,7 @@ class Trainer:
         if log_now or end_now or ckpt_now:
             last = self._close_window(step, window, logged=log_now or end_now)
         if ckpt_now:
-            self._checkpoint(step, last, f"saving step {step}")
+            self._checkpoint(step, last)
         if self.eval_fn is not None and step % self.eval_every == 0:
             self._evaluate_into(last, step)
         return last

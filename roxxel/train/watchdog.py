@@ -16,11 +16,21 @@ Bounds (seconds, :class:`WatchdogBounds`):
 
 - a step: ``max(step_floor_s, step_multiple * median)`` of the step times seen so far
   (the first step of each phase, which compiles, is not in the median);
-- the first step of a phase (restore, stream set-up, compilation): ``first_step_s``;
+- a restore, then the stream's set-up and the first step; the first step of each later
+  phase (it compiles): ``first_step_s``;
 - an evaluation: ``eval_s``; a checkpoint save or the wait for one: ``save_s``.
 
 The defaults are minutes, and the step bound scales with the measured median, so a
 healthy run on a loaded machine (steps 10x slower than at the start) stays under it.
+
+The Trainer's watchdog listens to its loop events (:mod:`roxxel.train.sections`): a section
+beginning sets the bound of the work in progress, a step ending is progress. A program with
+its own loop gets the same watchdog with one call per step (:func:`watch_loop`)::
+
+    with watch_loop() as watchdog:  # ROXXEL_WATCHDOG's bounds, in a job only
+        for step in range(start, total):
+            state, loss = train_step(state, next(batches))
+            watchdog.progress(step + 1)
 """
 
 from __future__ import annotations
@@ -38,9 +48,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
-from roxxel.contract import ENV_WATCHDOG, STALLED_EXIT_CODE
-from roxxel.exit_codes import ConfigValueError
+from roxxel.contract import ENV_CONFIG_ERROR_FILE, ENV_WATCHDOG, STALLED_EXIT_CODE
+from roxxel.exit_codes import ConfigTypeError, ConfigValueError
 from roxxel.log_format import write_line
+from roxxel.train.sections import COMPILE, EVAL, PREEMPTION_SAVE, RESTORE, SAVE, STEP, Section
 
 log = logging.getLogger("roxxel.train")
 
@@ -113,6 +124,39 @@ def bounds_from_env(environ: Mapping[str, str] | None = None) -> WatchdogBounds 
         return dataclasses.replace(DEFAULT_BOUNDS, **given)
     except ValueError as err:
         raise ConfigValueError(f"{ENV_WATCHDOG}: {err}") from None
+
+
+_BOUNDED = {
+    RESTORE: ("restoring the latest checkpoint", "first_step_s"),
+    COMPILE: ("running step {step}, the first of its phase (compiling)", "first_step_s"),
+    SAVE: ("saving step {step} (or waiting for a save to complete)", "save_s"),
+    PREEMPTION_SAVE: ("saving the preemption checkpoint of step {step}", "save_s"),
+    EVAL: ("evaluating at step {step}", "eval_s"),
+}
+"""The sections with a bound of their own: what the message says they were doing, and which
+:class:`WatchdogBounds` field bounds them."""
+
+
+def in_a_job() -> bool:
+    """Whether this process is part of a job the watchdog guards: a ``jax.distributed`` gang,
+    or a command ``roxxel-worker`` runs (it sets ``ROXXEL_CONFIG_ERROR_FILE`` for its child).
+    Outside a job (a notebook paused in a debugger) nothing is ended."""
+    import jax  # here: the module itself loads no JAX
+
+    return jax.process_count() > 1 or bool(os.environ.get(ENV_CONFIG_ERROR_FILE))
+
+
+def chosen_bounds(watchdog: WatchdogBounds | None) -> WatchdogBounds | None:
+    """The bounds to use: ``watchdog`` as given, or, left at :data:`DEFAULT_BOUNDS`, what
+    ``ROXXEL_WATCHDOG`` says (:func:`bounds_from_env`); None: no watchdog.
+
+    Raises:
+        ConfigTypeError: not a :class:`WatchdogBounds` or None.
+        ConfigValueError: a bad ``ROXXEL_WATCHDOG``.
+    """
+    if watchdog is not None and not isinstance(watchdog, WatchdogBounds):
+        raise ConfigTypeError(f"watchdog must be a WatchdogBounds or None, got {type(watchdog).__name__}")
+    return bounds_from_env() if watchdog is DEFAULT_BOUNDS else watchdog
 
 
 def _stall(message: str) -> None:
@@ -204,6 +248,29 @@ class ProgressWatchdog:
         finally:
             self._set("running a step", self.step_bound())
 
+    # -- a listener of the loop's sections (roxxel.train.sections) ---------------------------
+
+    def section_began(self, name: str, step: int) -> None:
+        """A section begins: a restore, a compile, a save or an evaluation gets its own bound;
+        a batch wait and a step are parts of a step (bounded from the last step's end)."""
+        bounded = _BOUNDED.get(name)
+        if bounded is not None:
+            what, bound = bounded
+            self._set(what.format(step=step), getattr(self.bounds, bound))
+
+    def on_section(self, event: Section) -> None:
+        """A section ended: a step (a compile: kept out of the median) is progress; after a
+        restore come the stream's set-up and the first step (``first_step_s``); after a save
+        or an evaluation the step bound starts afresh."""
+        if event.name == STEP:
+            self.step_done(event.step)
+        elif event.name == COMPILE:
+            self.step_done(event.step, timed=False)
+        elif event.name == RESTORE:
+            self._set("setting up the data stream and compiling the first step", self.bounds.first_step_s)
+        elif event.name in _BOUNDED:
+            self._set("running a step", self.step_bound())
+
     def check(self) -> str | None:
         """The stall message if the current activity is past its bound (once), else None."""
         now = self._clock()
@@ -228,3 +295,68 @@ class ProgressWatchdog:
             if message is not None:
                 self._on_stall(message)
                 return
+
+
+class LoopWatch:
+    """What :func:`watch_loop` yields: the progress calls of a loop the Trainer does not run.
+    Without a watchdog (off, or not in a job) every call costs nothing and does nothing.
+
+    Attributes:
+        watchdog: the running :class:`ProgressWatchdog`, or None.
+    """
+
+    def __init__(self, watchdog: ProgressWatchdog | None) -> None:
+        self.watchdog = watchdog
+        self._compiled = False
+
+    def progress(self, step: int) -> None:
+        """Step ``step`` finished (call it once per step, after the step's result is known or
+        its work dispatched); the first call ends the compiling first step (``first_step_s``),
+        the later ones are bounded by the step bound."""
+        if self.watchdog is not None:
+            self.watchdog.step_done(step, timed=self._compiled)
+            self._compiled = True
+
+    def during(self, what: str, bound: str = "save_s") -> contextlib.AbstractContextManager[None]:
+        """Bound ``what`` (e.g. ``"saving step 100"``) by the :class:`WatchdogBounds` field
+        ``bound`` (``"save_s"``, ``"eval_s"``, ``"first_step_s"``) instead of the step bound.
+
+        Raises:
+            ValueError: ``bound`` is no field of :class:`WatchdogBounds`.
+        """
+        if bound not in {field.name for field in dataclasses.fields(WatchdogBounds)} - {"poll_s", "step_multiple"}:
+            raise ValueError(f"bound must be save_s, eval_s, first_step_s or step_floor_s, got {bound!r}")
+        if self.watchdog is None:
+            return contextlib.nullcontext()
+        return self.watchdog.during(what, getattr(self.watchdog.bounds, bound))
+
+
+@contextlib.contextmanager
+def watch_loop(bounds: WatchdogBounds | None = DEFAULT_BOUNDS) -> Iterator[LoopWatch]:
+    """The Trainer's progress watchdog for a program with its own training loop.
+
+    Inside the ``with`` block a daemon thread ends the process with 43 and every thread's
+    stack when the work before the first :meth:`LoopWatch.progress` call takes longer than
+    ``first_step_s`` or a later step longer than the step bound (see the module docstring);
+    ``roxxel-worker`` passes the exit code on and the job's failure policy restarts the gang.
+    It runs in a job only (:func:`in_a_job`), like the Trainer's.
+
+    Args:
+        bounds: the bounds; left at :data:`DEFAULT_BOUNDS`, ``ROXXEL_WATCHDOG`` (the job spec's
+            ``watchdog`` section) may change them or turn the watchdog off; None: off.
+
+    Raises:
+        ConfigTypeError, ConfigValueError: bad bounds, or a bad ``ROXXEL_WATCHDOG`` (exit 78
+            under ``roxxel-worker``).
+    """
+    chosen = chosen_bounds(bounds)
+    watchdog = None
+    if chosen is not None and in_a_job():
+        import jax
+
+        watchdog = ProgressWatchdog(chosen, process_index=jax.process_index()).start()
+    try:
+        yield LoopWatch(watchdog)
+    finally:
+        if watchdog is not None:
+            watchdog.stop()

@@ -187,17 +187,17 @@ def test_a_worker_blocked_in_python_ends_every_process_with_stacks_and_43(tmp_pa
         else:
             assert "Connection closed by peer" in err or "another task died" in err, err[-4000:]
     blocked_err = outs[stall_pid][1]
-    # step 5 ran; its callbacks are part of it, so the last finished step is 4; the stack shows where
-    assert "after step 4" in blocked_err and "in on_step" in blocked_err, blocked_err[-3000:]
+    # step 5 ran (its section ended: progress) and its window's callback blocked; the stack shows where
+    assert "while running a step, after step 5" in blocked_err and "in on_step" in blocked_err, blocked_err[-3000:]
     assert time.monotonic() - started < 380
 
 
 def test_the_watchdog_runs_in_jobs_only(monkeypatch):
     """A notebook paused in a debugger is not ended: one process outside roxxel-worker has no
     watchdog; under roxxel-worker (which sets ROXXEL_CONFIG_ERROR_FILE for its child) it has."""
-    from roxxel.train import trainer as T
+    from roxxel.train.watchdog import in_a_job
 
     monkeypatch.delenv("ROXXEL_CONFIG_ERROR_FILE", raising=False)
-    assert not T._in_a_job()
+    assert not in_a_job()
     monkeypatch.setenv("ROXXEL_CONFIG_ERROR_FILE", "/tmp/report")
-    assert T._in_a_job()
+    assert in_a_job()

@@ -3,7 +3,8 @@
 The Trainer's core is the step loop; everything else that watches it (throughput, the
 learning rate, a profiler trace, a user's experiment tracker) is a :class:`Callback`, as
 Keras's callbacks, Levanter's hooks and CLU's periodic actions are. A callback overrides
-only the hooks it needs; the others cost nothing (:func:`bound_hooks` skips them).
+only the hooks it needs; the others cost nothing (:func:`bound_hooks` skips them). The
+hooks are the methods of :class:`Callback`; :data:`HOOKS` lists them from the class itself.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["Callback", "Window", "bound_hooks"]
+from roxxel.train.sections import Section
+
+__all__ = ["HOOKS", "Callback", "Window", "bound_hooks"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +43,16 @@ class Callback:
     Steps count completed updates: the first step takes the state from step 0 to step 1.
     """
 
+    def on_restore(self, step: int, run: Mapping[str, Any] | None) -> None:
+        """After the restore, before the first step: training starts at ``step``, and ``run``
+        is the restored step's run record (``Checkpointer.restored_run``: its ``metrics``,
+        ``saved_at``, ...), or None when no checkpoint was restored."""
+
+    def on_section(self, event: Section) -> None:
+        """After each timed section of the loop (:mod:`roxxel.train.sections`): a restore, a
+        compile, a batch wait, a step, a save, a preemption save or an evaluation, with its
+        name, step, start (Unix time) and duration (seconds). Runs at every step."""
+
     def on_batch_begin(self, step: int) -> None:
         """Before the step that takes the state from ``step`` to ``step + 1`` is dispatched."""
 
@@ -66,6 +79,10 @@ class Callback:
     def on_run_end(self) -> None:
         """When ``Trainer.run()`` ends, by finishing, a preemption or an error: release what
         the other hooks hold (a profiler trace, a file)."""
+
+
+HOOKS = tuple(name for name in vars(Callback) if name.startswith(("on_", "window_")))
+"""The hook names, in the class's order: what the Trainer looks up once per run."""
 
 
 def bound_hooks(callbacks: Sequence[Any], name: str) -> list[Callable[..., Any]]:
