@@ -28,6 +28,7 @@ __all__ = [
     "LINE_WIDTH",
     "LOSS_KEY",
     "SYSTEM_KEYS",
+    "SYSTEM_PREFIXES",
     "SYSTEM_LOG",
     "TENSORBOARD_DIR",
     "TOKENS_PER_SEC_KEY",
@@ -231,6 +232,8 @@ _LABELS = {TOKENS_PER_SEC_KEY: "tok/s"}  # as the progress bar says it
 
 #: Logged keys TensorBoard shows under ``system/``: how fast and how evenly the job runs.
 SYSTEM_KEYS = (DIAGNOSTIC_KEYS - {"learning_rate"}) | {TOKENS_PER_SEC_KEY}
+#: Key prefixes of the same kind: the goodput report's (``roxxel.train.callbacks.goodput``).
+SYSTEM_PREFIXES = ("goodput", "badput_")
 
 
 def tensorboard_tag(key: str) -> str:
@@ -241,7 +244,7 @@ def tensorboard_tag(key: str) -> str:
         return key
     if key.startswith("eval_") and len(key) > len("eval_"):
         return f"eval/{key[len('eval_') :]}"
-    return f"system/{key}" if key in SYSTEM_KEYS else f"train/{key}"
+    return f"system/{key}" if key in SYSTEM_KEYS or key.startswith(SYSTEM_PREFIXES) else f"train/{key}"
 
 
 def _first(key: str) -> int:
@@ -249,7 +252,9 @@ def _first(key: str) -> int:
 
 
 def _diagnostic(key: str) -> bool:
-    return key in DIAGNOSTIC_KEYS or key == "perplexity" or key.endswith("_perplexity")
+    return (
+        key in DIAGNOSTIC_KEYS or key.startswith(SYSTEM_PREFIXES) or key == "perplexity" or key.endswith("_perplexity")
+    )
 
 
 def _timestamp(wall: float) -> str:

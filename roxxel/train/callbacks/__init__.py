@@ -2,15 +2,17 @@
 
 The Trainer's core is the step loop, gradient accumulation, the NaN guard, evaluation,
 checkpointing and the watchdog; what watches the loop is a callback: :class:`Throughput`
-(tokens per second, model FLOPs, MFU), :class:`LearningRate` (the schedule's rate) and
-:class:`Profile` (a ``jax.profiler`` trace of some steps). The Trainer's ``flops_per_token=``,
-``learning_rate=`` and ``profile_steps=`` arguments build them; or pass them, and your own,
-in ``callbacks=``.
+(tokens per second, model FLOPs, MFU), :class:`LearningRate` (the schedule's rate),
+:class:`Profile` (a ``jax.profiler`` trace of some steps) and :class:`Goodput` (productive
+time against each kind of badput, across attempts). The Trainer's ``flops_per_token=``,
+``learning_rate=`` and ``profile_steps=`` arguments build the first three; or pass them, and
+your own, in ``callbacks=``.
 """
 
 from roxxel.train.callbacks.base import Callback, Window
+from roxxel.train.callbacks.goodput import Goodput
 from roxxel.train.callbacks.learning_rate import LearningRate
 from roxxel.train.callbacks.profiling import Profile
 from roxxel.train.callbacks.throughput import PEAK_FLOPS_PER_DEVICE, Throughput
 
-__all__ = ["PEAK_FLOPS_PER_DEVICE", "Callback", "LearningRate", "Profile", "Throughput", "Window"]
+__all__ = ["PEAK_FLOPS_PER_DEVICE", "Callback", "Goodput", "LearningRate", "Profile", "Throughput", "Window"]
