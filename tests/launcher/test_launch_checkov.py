@@ -55,7 +55,10 @@ def scan_documents(objects) -> list[dict]:
 def write_rendered_examples(directory: pathlib.Path) -> list[pathlib.Path]:
     paths = []
     for spec_path in EXAMPLES:
-        for workload, overrides in (("jobset", []), ("indexed-job", ["workload=indexed-job", "num_slices=1"])):
+        # An indexed job runs one slice, off the host network (refused there: its Service's
+        # DNS names do not cover host-network pods).
+        indexed = ["workload=indexed-job", "num_slices=1", "host_network=false"]
+        for workload, overrides in (("jobset", []), ("indexed-job", indexed)):
             objects = R.render(S.load_spec(spec_path, overrides)).objects
             path = directory / f"{spec_path.stem}-{workload}.yaml"
             path.write_text(yaml.safe_dump_all(scan_documents(objects), sort_keys=False))

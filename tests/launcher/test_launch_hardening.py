@@ -30,6 +30,7 @@ from roxxel_launch.backends.base import BackendError
 from roxxel_launch.spec.storage import gcsfuse_sidecar_requests
 
 from support.paths import JOBSET_CRD as CRD
+from support.paths import REPO
 
 BASE = {
     "apiVersion": "roxxel.dev/v1alpha1",
@@ -588,6 +589,10 @@ def test_host_network_pods_writing_gs_checkpoints_are_told_whose_identity_writes
     (line,) = lines
     assert "gs://ckpt/run" in line and "node pool's service account" in line
     assert "--scopes=storage-full" in line and "host_network: false" in line
+    # The set-up the warning asks for is documented where it points (and names the warning).
+    assert 'docs/run-on-gke.md, "Host-network pods write as the node"' in line
+    section = (REPO / "docs" / "run-on-gke.md").read_text().split("#### Host-network pods write as the node")[1]
+    assert "--scopes=storage-full,gke-default" in section.split("####")[0] and "reminder" in section
 
 
 def test_gpu_pods_get_the_node_driver_libraries_on_the_loader_path(caplog):

@@ -173,7 +173,7 @@ def _warn_host_network_identity(spec: JobSpec) -> None:
         "checkpoint_dir %s as the node pool's service account (a default node pool's scopes, "
         "devstorage.read_only, fail the first save with 403): create the node pool with "
         "--scopes=storage-full,gke-default (as xpk does) and grant its service account roles/storage.objectUser on the "
-        "bucket, or set host_network: false",
+        'bucket (docs/run-on-gke.md, "Host-network pods write as the node"), or set host_network: false',
         spec.name,
         path,
     )
