@@ -11,10 +11,12 @@ pod, ``dryRun=All``), before any controller sees it:
   (https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#serviceaccount).
   Only modelled once a test names the namespace's service accounts (``service_accounts``);
 * Pod Security admission, with the namespace label ``pod-security.kubernetes.io/enforce:
-  restricted``, refuses a pod that breaks the restricted profile: 403 ``violates PodSecurity
-  "restricted:latest": ...`` (https://kubernetes.io/docs/concepts/security/pod-security-admission/;
-  the checks here are those of https://kubernetes.io/docs/concepts/security/pod-security-standards/
-  a worker pod can break: host namespaces, privileged, capabilities beyond NET_BIND_SERVICE,
+  baseline`` or ``restricted``, refuses a pod that breaks that profile: 403 ``violates
+  PodSecurity "LEVEL:latest": ...`` (https://kubernetes.io/docs/concepts/security/pod-security-admission/;
+  ``privileged`` refuses nothing). The checks here are those of
+  https://kubernetes.io/docs/concepts/security/pod-security-standards/ a worker pod can break:
+  baseline's host namespaces, privileged containers, capabilities beyond its default list,
+  hostPath volumes and host ports; restricted's besides (capabilities beyond NET_BIND_SERVICE,
   allowPrivilegeEscalation, runAsNonRoot, seccomp, volume types);
 * GKE Autopilot's policy webhook refuses privileged containers and host namespaces
   (https://cloud.google.com/kubernetes-engine/docs/concepts/autopilot-security#built-in-security,
@@ -31,6 +33,22 @@ from support.k8s_sim.api import status_object
 from support.k8s_sim.request import Request
 
 SYSTEM_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
+# The capabilities baseline lets a container add (Pod Security Standards, baseline, "Capabilities").
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
 RESTRICTED_VOLUMES = {
     "configMap",
     "csi",
@@ -57,7 +75,8 @@ class Admission:
             self._real.service_accounts = {"default", *names}
 
     def enforce_pod_security(self, level: str) -> None:
-        """The namespace's ``pod-security.kubernetes.io/enforce`` label (``restricted`` is modelled)."""
+        """The namespace's ``pod-security.kubernetes.io/enforce`` label: ``baseline`` and
+        ``restricted`` refuse what they forbid, ``privileged`` nothing."""
         with self._lock:
             self._real.pod_security = level
 
@@ -110,10 +129,11 @@ class Admission:
                     "GKE Warden rejected the request because it violates one or more constraints. "
                     f'Violations details: {{"[denied by autogke-disallow-privilege]":{violations}}}',
                 )
-        if real.pod_security == "restricted":
-            broken = restricted_violations(spec)
-            if broken:
-                return forbidden(f'violates PodSecurity "restricted:latest": {"; ".join(broken)}')
+        level = real.pod_security
+        checks = {"baseline": baseline_violations, "restricted": restricted_violations}
+        broken = checks[level](spec) if level in checks else []
+        if broken:
+            return forbidden(f'violates PodSecurity "{level}:latest": {"; ".join(broken)}')
         priority = spec.get("priorityClassName")
         if priority and priority not in real.pod_priority_classes:
             return forbidden(f"no PriorityClass with name {priority} was found")
@@ -121,6 +141,25 @@ class Admission:
         if real.service_accounts is not None and account not in real.service_accounts:
             return forbidden(f'error looking up service account {ns}/{account}: serviceaccount "{account}" not found')
         return None
+
+
+def baseline_violations(spec: dict) -> list[str]:
+    """What of the baseline Pod Security Standard ``spec`` breaks (a worker pod's part of it)."""
+    out = [f"host namespaces ({k}=true)" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        ctx = c.get("securityContext") or {}
+        who = f'container "{c.get("name")}"'
+        if ctx.get("privileged"):
+            out.append(f"privileged ({who} must not set securityContext.privileged=true)")
+        added = set((ctx.get("capabilities") or {}).get("add") or []) - BASELINE_CAPABILITIES
+        if added:
+            out.append(f"non-default capabilities ({who} must not include {sorted(added)} in capabilities.add)")
+        if any(p.get("hostPort") for p in c.get("ports") or []):
+            out.append(f"hostPort ({who} uses hostPort)")
+    host_paths = [v.get("name") for v in spec.get("volumes") or [] if "hostPath" in v]
+    if host_paths:
+        out.append(f"hostPath volumes (volumes {', '.join(map(repr, host_paths))})")
+    return out
 
 
 def restricted_violations(spec: dict) -> list[str]:
