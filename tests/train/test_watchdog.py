@@ -1,10 +1,12 @@
-"""The progress watchdog (roxxel.train.watchdog): its bounds on a fake clock, and a real
-2-process jax.distributed run (CPU, loopback) whose worker blocks its main thread; the straggler
-report (roxxel.train.stragglers) on a real run whose worker is slow."""
+"""The progress watchdog (roxxel.train.watchdog): its bounds on a fake clock, and real
+2-process jax.distributed runs (CPU, loopback) whose worker blocks its main thread, in the
+Trainer and in a program's own loop under roxxel-worker; the straggler report
+(roxxel.train.stragglers) on a real run whose worker is slow."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +16,7 @@ import pytest
 from roxxel.contract import STALLED_EXIT_CODE
 from roxxel.exit_codes import describe
 from roxxel.train.watchdog import ProgressWatchdog, WatchdogBounds
+from support import processes
 from support.lm import make_dataset
 from support.net import free_port
 from support.paths import TESTS, WORKERS
@@ -201,3 +204,80 @@ def test_the_watchdog_runs_in_jobs_only(monkeypatch):
     assert not in_a_job()
     monkeypatch.setenv("ROXXEL_CONFIG_ERROR_FILE", "/tmp/report")
     assert in_a_job()
+
+
+def _own_loop(tmp_path, name: str, bounds: str, stall_step: int, steps: int) -> list[processes.Process]:
+    """A 2-process job with its own loop (tests/support/workers/own_loop_worker.py), each
+    process under roxxel-worker, with ROXXEL_WATCHDOG as the job spec renders it."""
+    worker = str(WORKERS / "own_loop_worker.py")
+    return processes.start(
+        lambda i, coordinator: (
+            [sys.executable, "-m", "roxxel.worker", "--", sys.executable, worker, coordinator]
+            + [str(i), "2", "1", str(stall_step), str(steps)]
+        ),
+        2,
+        tmp_path / "logs",
+        processes.cpu_env(1, {"ROXXEL_WATCHDOG": bounds}),
+        name=name,
+    )
+
+
+@pytest.mark.slow
+def test_a_job_with_its_own_loop_and_a_worker_stuck_alive_ends_within_the_watchdogs_floor(tmp_path):
+    """Issue #52: two workers of a program with its own loop, one blocked alive in it, held the
+    job forever (no Trainer, no watchdog). With watch_loop() and one progress(step) call per step,
+    the stuck worker writes its stacks and exits 43 through roxxel-worker about step_floor_s
+    after its last step (the first step's longer bound ended at the first progress call); its
+    peer, waiting in the next all-reduce, ends too."""
+    floor = 3
+    bounds = f'{{"step_floor_s": {floor}, "step_multiple": 10, "first_step_s": 120, "poll_s": 0.25}}'
+    procs = _own_loop(tmp_path, "stuck", bounds, stall_step=5, steps=10_000)
+    deadline = time.monotonic() + 150
+    while "BLOCKING 5" not in procs[1].out and procs[1].popen.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    blocked = time.monotonic()
+    assert "BLOCKING 5" in procs[1].out, f"{procs[1].out[-2000:]}\n{procs[1].err[-4000:]}"
+    procs[1].popen.wait(timeout=60)
+    ended_s = time.monotonic() - blocked
+    processes.finish(procs, expect=None, timeout=30)  # the peer: its own bound, or its all-reduce fails
+    stuck, peer = procs[1], procs[0]
+    assert stuck.returncode == STALLED_EXIT_CODE, f"{stuck.returncode}\n{stuck.err[-4000:]}"
+    assert re.search(
+        rf"watchdog: process 1 made no progress for \d+ s \(bound {floor} s\) while running a step, after step 5",
+        stuck.err,
+    ), stuck.err[-3000:]
+    assert "Thread 0x" in stuck.err and "own_loop_worker.py" in stuck.err, stuck.err[-3000:]
+    assert floor <= ended_s < floor + 20, ended_s  # the floor, the poll, the stacks, a loaded machine
+    assert "FINISHED" not in peer.out, peer.out[-2000:]
+    if peer.returncode == STALLED_EXIT_CODE:
+        assert "watchdog: process 0 made no progress" in peer.err, peer.err[-3000:]
+    else:  # not killed by the test's timeout: ended by its failed collective (roxxel.distributed's hook)
+        assert peer.returncode == 1 and "Connection closed by peer" in peer.err, (
+            f"{peer.returncode}\n{peer.err[-3000:]}"
+        )
+
+
+@pytest.mark.slow
+def test_a_healthy_own_loop_under_the_watchdog_finishes(tmp_path):
+    """Its progress calls keep the watchdog quiet: both workers finish, exit 0 through roxxel-worker."""
+    bounds = '{"step_floor_s": 10, "first_step_s": 120, "poll_s": 0.25}'
+    procs = processes.finish(_own_loop(tmp_path, "healthy", bounds, stall_step=0, steps=40), expect=0)
+    for proc in procs:
+        assert "FINISHED 81" in proc.out and "watchdog" not in proc.err, proc.err[-3000:]
+
+
+def test_an_own_loop_outside_a_job_has_no_watchdog_and_bad_bounds_are_refused(monkeypatch):
+    from roxxel.exit_codes import ConfigValueError
+    from roxxel.train.watchdog import watch_loop
+
+    monkeypatch.delenv("ROXXEL_CONFIG_ERROR_FILE", raising=False)
+    with watch_loop() as watchdog:
+        watchdog.progress(1)  # costs nothing
+        with watchdog.during("saving step 1"):
+            pass
+    assert watchdog.watchdog is None
+    with pytest.raises(ValueError, match="bound must be"), watchdog.during("x", "poll_s"):
+        pass
+    monkeypatch.setenv("ROXXEL_WATCHDOG", '{"step_flor_s": 1}')
+    with pytest.raises(ConfigValueError, match="ROXXEL_WATCHDOG"), watch_loop():
+        pass
