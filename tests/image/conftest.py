@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from support.image import BASE, BIN_DIR, IMAGE, PODMAN, podman_env
+from roxxel_launch.backends.local import containers
+from support.image import BASE, BIN_DIR, IMAGE, PODMAN, RUNTIMES, docker_has, podman_env
 from support.paths import REPO
 from support.shared import made_once
 
@@ -38,3 +39,18 @@ def worker_image(tmp_path_factory) -> str:
         )
     assert build.returncode == 0, f"roxxel-launch image build failed:\n{build.stdout[-5000:]}\n{build.stderr[-5000:]}"
     return build.stdout
+
+
+@pytest.fixture(scope="session", params=RUNTIMES)
+def runtime(request, worker_image, tmp_path_factory) -> str:
+    """Each container runtime of ``submit --local --runtime`` in turn, with the worker image
+    (and the base, which lacks the pods' entrypoint) in its store: podman, where the image is
+    built; docker where its daemon answers (.ci/run installs docker.io and starts dockerd),
+    otherwise skipped with the reason."""
+    if request.param == "docker":
+        reason = containers.unavailable_reason("docker")
+        if reason is not None:
+            pytest.skip(f"--runtime docker: {reason}")
+        with made_once(tmp_path_factory, "docker-images"):
+            docker_has(IMAGE, BASE)
+    return request.param

@@ -215,11 +215,17 @@ def test_docker_gets_the_same_pods_in_its_own_words(tmp_path, monkeypatch, engin
         assert create[image_at + 1 :] == ["--", "python", "examples/lm/train.py"]
         assert "--read-only-tmpfs=false" not in create and "--read-only" in create
         assert not any("U=true" in m for m in opts["--mount"])
+        # emptyDirs: --tmpfs with exec (docker's --mount tmpfs is noexec) and the pod's user as
+        # owner (runc gives a tmpfs over the image's 0700 $HOME that mode): found by the tier's referee.
+        home = next(t for t in opts["--tmpfs"] if t.startswith("/var/lib/roxxel-home:"))
+        assert {"exec", "mode=1777", "uid=10001", "gid=10001"} <= set(home.split(":")[1].split(",")), home
+        assert "--unsetenv" not in create
         assert oct((tmp_path / "run" / "outputs").stat().st_mode & 0o7777) == "0o1777"
     else:
         assert create[image_at - 2 : image_at] == ["--entrypoint", '["roxxel-worker", "--"]']
         assert create[image_at + 1 :] == ["python", "examples/lm/train.py"]
         assert "--read-only-tmpfs=false" in create
+        assert opts["--unsetenv"] == ["TERM", "container"]  # podman's own variables, which no pod has
     assert opts["--hostname"] == [pods[1].name] and opts["--memory"] == [str(2**30)]
     assert opts["--user"] == ["10001:10001"] and opts["--cap-drop"] == ["ALL"]
     assert f"{pods[1].name}:{opts['--ip'][0]}" in opts["--add-host"] and len(opts["--add-host"]) >= len(pods)
@@ -312,6 +318,36 @@ def test_a_program_that_itself_exits_127_is_restarted_as_any_failure(tmp_path):
     out, record, _ = _failing_submit(tmp_path, (127, started, "sh: 1: no-such-tool: not found"))
     assert record["state"] == "Failed" and record["reason"] == "restarts_exhausted", record
     assert record["restarts"] == 2 and "EngineError" not in json.dumps(record), record
+
+
+DOCKER_STATE = r"""#!{python}
+import os, sys
+if sys.argv[1] == "inspect":
+    started = os.environ["FAKE_STARTED_AT"]
+    print(f"{{started}} 127" if "ExitCode" in sys.argv[3] else f"false {{started}}")
+"""
+
+
+@pytest.mark.parametrize(
+    ("started_at", "code", "reason"),
+    [("0001-01-01T00:00:00Z", 127, "EngineError"), ("2026-12-06T02:24:37.1Z", 1, None)],
+)
+def test_docker_start_exiting_1_is_read_from_the_containers_state(tmp_path, monkeypatch, started_at, code, reason):
+    """docker's `start --attach` exits 1 where the container could not start (docker-run(1)'s
+    125-127 are `docker run`'s) and records 127 for a command not found in the container's
+    State.ExitCode: that is the exit, an engine failure (found by the container tier: the job
+    was restarted as a program's exit 1). A container that started keeps start's code."""
+    engine = tmp_path / "docker"
+    engine.write_text(DOCKER_STATE.format(python=sys.executable))
+    engine.chmod(0o755)
+    monkeypatch.setenv("FAKE_STARTED_AT", started_at)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(1)"])
+    container = containers._Container(str(engine), "rxl-x-1-0", proc)
+    assert container.wait() == code and container.poll() == code
+    ended = container.termination()
+    assert (ended and ended[0]) == reason, ended
+    if reason:
+        assert "docker could not start the container (exit 127" in ended[1], ended
 
 
 def test_a_command_not_found_by_the_engine_names_the_image(tmp_path):

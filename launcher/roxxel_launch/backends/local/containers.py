@@ -2,8 +2,11 @@
 container of the manifest's image (``roxxel-launch submit --local --runtime podman``, or
 ``--runtime docker``: the same containers, the same options where docker has them; where it
 has not: the entrypoint is one executable with the rest after the image, a bind the pod writes
-is made writable by every user instead of podman's ``U`` chown, each attempt's network gets
-a subnet of :data:`DOCKER_SUBNETS`, and ``rm`` has no ``--ignore``).
+is made writable by every user instead of podman's ``U`` chown, an emptyDir is a ``--tmpfs``
+with ``exec`` (docker's ``--mount type=tmpfs`` is noexec, a kubelet's emptyDir is not), each
+attempt's network gets a subnet of :data:`DOCKER_SUBNETS`, ``rm`` has no ``--ignore``, and
+the code of a container that could not start is read from its state (docker's ``start``
+exits 1 there). Both are refereed by the same container tier, tests/image).
 
 Where :class:`~roxxel_launch.backends.local.runtime.ProcessRuntime` runs a pod's command as a
 process of this machine's Python, this runtime runs it as the kubelet would run the pod's
@@ -294,9 +297,19 @@ def _volume_options(
             if path == contract.SHM_MOUNT_PATH:
                 args += ["--shm-size", _podman_size(size) if size else "64m"]
                 continue
-            # An emptyDir is world-writable whatever the image has at its path; podman gives
-            # a tmpfs over an image directory that directory's mode and owner unless told.
-            options = ["type=tmpfs", f"destination={path}", "tmpfs-mode=1777"] + ([] if docker else ["U=true"])
+            # An emptyDir is writable by the pod's user whatever the image has at its path:
+            # runc gives a tmpfs over an image directory that directory's mode (0700 for the
+            # image's $HOME), so the tmpfs is also given to the pod's user (podman's U option,
+            # docker's uid/gid). docker's --mount tmpfs is noexec, which a kubelet's emptyDir
+            # is not: its --tmpfs takes exec.
+            if docker:
+                user = _pod_user(pod, container)
+                options = ["rw", "exec", "nosuid", "nodev", "mode=1777"]
+                options += [f"uid={user[0]}", f"gid={user[1]}"] if user else []
+                options += [f"size={_podman_size(size)}"] if size else []
+                args += ["--tmpfs", f"{path}:{','.join(options)}"]
+                continue
+            options = ["type=tmpfs", f"destination={path}", "tmpfs-mode=1777", "U=true"]
             args += ["--mount", ",".join(options + ([f"tmpfs-size={_podman_size(size)}"] if size else []))]
         elif path == contract.DATA_MOUNT_PATH and settings.data_dir is not None:
             args += _bind(settings.data_dir, path, read_only=mount.get("readOnly", True), docker=docker)
@@ -304,6 +317,16 @@ def _volume_options(
             kind = next((k for k in volume if k != "name"), "unknown")
             skipped.append(f"volume {mount['name']!r} ({kind}) at {path}")
     return args, skipped
+
+
+def _pod_user(pod: rendered_pods.LocalPod, container: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The container's ``runAsUser`` and group (``runAsGroup``, else the user's id), or None (root)."""
+    pod_sc, sc = pod.spec.get("securityContext") or {}, container.get("securityContext") or {}
+    user = sc.get("runAsUser", pod_sc.get("runAsUser"))
+    if not user:
+        return None
+    group = sc.get("runAsGroup", pod_sc.get("runAsGroup"))
+    return int(user), int(group if group is not None else user)
 
 
 def _podman_size(quantity: str) -> str:
@@ -391,6 +414,8 @@ def container_options(
     for what in skipped:
         logger.warning("pod %s: %s is not mounted in a local container", pod.name, what)
     args += resource_options(container) + volumes + _local_paths(env, docker=docker)
+    if not docker:  # podman's own TERM=xterm and container=podman, which a pod (and docker) has not
+        args += [a for name in ("TERM", "container") if name not in env for a in ("--unsetenv", name)]
     for name, value in env.items():
         args += ["--env", f"{name}={value}"]
     return args
@@ -443,12 +468,32 @@ class _Container(RunningWorker):
         self.workdir, self.memory = workdir, memory
         self.log = log  # the worker's log and where this container's output starts in it
         self.killed = False  # SIGKILL sent by the launcher (a grace period over, a second stop)
+        self._docker_code: int | None = None  # docker: the container's code, once read (_exit_code)
 
     def poll(self) -> int | None:
-        return self.proc.poll()
+        code = self.proc.poll()
+        return None if code is None else self._exit_code(code)
 
     def wait(self) -> int:
-        return self.proc.wait()
+        return self._exit_code(self.proc.wait())
+
+    def _exit_code(self, code: int) -> int:
+        """The container's exit code from ``start --attach``'s ``code``. podman's is it; docker's
+        ``start`` exits 1 where the container could not start (docker-run(1)'s 125-127 are
+        ``docker run``'s), and records the engine's code in the container's ``State.ExitCode``:
+        126 or 127 there (the command cannot be invoked, not found), 125 for any other failure
+        of a container that never started (docker records 128)."""
+        if not _is_docker(self.engine) or code == 0 or self.killed:
+            return code
+        if self._docker_code is None:
+            state = _podman(
+                self.engine, "inspect", "--format", "{{.State.StartedAt}} {{.State.ExitCode}}", self.name, check=False
+            )
+            started_at, _, recorded = state.stdout.strip().partition(" ")
+            self._docker_code = code
+            if state.returncode == 0 and started_at.startswith("0001-01-01") and recorded.isdigit():
+                self._docker_code = int(recorded) if int(recorded) in (126, 127) else 125
+        return self._docker_code
 
     def _signal(self, signo: str) -> None:
         # A container still being started cannot be signalled yet: retry until it can be or
@@ -467,7 +512,7 @@ class _Container(RunningWorker):
         """``("OOMKilled", ...)`` when the kernel killed the container for going over its
         memory limit: podman's ``State.OOMKilled``, or the ``oom`` file conmon writes in its
         working directory (where podman does not read it back: cgroup v1 with runc)."""
-        code = self.proc.poll()
+        code = self.poll()
         if code is None:
             return None
         state = _podman(
