@@ -53,6 +53,11 @@ def test_each_second_of_an_attempt_is_productive_or_one_kind_of_badput():
     assert got["goodput_attempts"] == 1 and got["badput_redone_steps"] == 0
     assert {f"badput_{kind}_s" for kind in BADPUT} <= set(got)
     assert {tensorboard_tag(key) for key in got} == {f"system/{key}" for key in got}
+    # another run() in this process: a new attempt, from the totals it restores (none here)
+    report.on_section(Section(RESTORE, 0, clock.now, 1.0))
+    report.on_restore(0, None)
+    again = report.totals()
+    assert (again["goodput_productive_s"], again["badput_restore_s"], again["goodput_attempts"]) == (0.0, 1.0, 1)
 
 
 def test_a_resume_continues_the_totals_and_charges_the_lost_steps_and_the_restart(tmp_path):

@@ -26,7 +26,7 @@ Seconds, totals over the run's attempts:
 
 ``goodput_total_s`` is their sum, from the first attempt's ``Trainer.run()`` (its program's
 start before that is not measured), ``goodput`` the productive share of it (0..1), and
-``goodput_attempts`` the attempts so far.
+``goodput_attempts`` the attempts so far (each ``run()`` is one: it restores).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any
 
 from roxxel.train.callbacks.base import Callback, Window
 from roxxel.train.metrics_file import METRICS_CSV, read_metrics
-from roxxel.train.sections import SECTIONS, STEP, Section
+from roxxel.train.sections import RESTORE, SECTIONS, STEP, Section
 
 __all__ = ["BADPUT", "Goodput"]
 
@@ -73,7 +73,10 @@ class Goodput(Callback):
         self._started: float | None = None  # this attempt's first section (its restore)
 
     def on_section(self, event: Section) -> None:
-        if self._started is None:
+        if event.name == RESTORE:  # a run() begins: a new attempt, whose totals on_restore carries over
+            self._seconds = dict.fromkeys(self._seconds, 0.0)
+            self._steps, self._started = 0, event.start
+        elif self._started is None:
             self._started = event.start
         self._seconds[event.name] += event.duration
         if event.name == STEP:
