@@ -461,7 +461,8 @@ def test_resume_refuses_a_running_job(fake, tmp_path):
 
 def test_resume_until_done_through_preemptions_and_an_eviction(fake, tmp_path, monkeypatch):
     """A Kueue eviction is left to Kueue: the fake's Kueue re-admits the same JobSet (not
-    re-created, so it keeps its place in the queue), then the next outcome applies to it."""
+    re-created, so it keeps its place in the queue), then the next outcome applies to it.
+    The eviction counts against --max-resumes between the two re-submissions."""
     count_preemptions(monkeypatch)  # a JobSet ends preempted only so: see count_preemptions
     fake.plan("lm", "preempt", "evict", "preempt", "succeed")
     submit(tmp_path, queue="team-a-queue")
@@ -471,9 +472,46 @@ def test_resume_until_done_through_preemptions_and_an_eviction(fake, tmp_path, m
     assert "lm is Running" in err  # watched first: it was running when the command started
     assert "resuming lm (Preempted" in err and "resuming lm (Suspended" not in err
     assert "lm is Suspended" in err and fake._real.readmissions == 1
-    assert "resume 2 of at most 20" in err and "resume 3" not in err
+    assert "resume 1 of at most 20" in err
+    assert (
+        "Kueue evicted lm (queue team-a-queue) and re-admits it as a new attempt; counted as resume 2 of at most 20"
+        in err
+    )
+    assert "resume 3 of at most 20" in err and "resume 4" not in err
     assert "job lm succeeded" in err
     assert [r.resource for r in fake.calls("DELETE")] == ["jobsets", "networkpolicies"] * 2
+
+
+def test_resume_until_done_gives_up_when_kueue_evictions_use_up_max_resumes(fake, tmp_path):
+    """Kueue evicts the job a third time with --max-resumes 2: the wait ends with one line
+    that says so and what still happens (Kueue re-admits it), exit 42; nothing is re-created."""
+    fake.plan("lm", "evict", "evict", "evict", "succeed")  # (succeeds if the third were missed)
+    submit(tmp_path, queue="team-a-queue")
+    result = run("resume", "lm", "--until-done", "--max-resumes", "2", "--poll", POLL, code=EXIT_PREEMPTED)
+    err = result.stderr
+    assert "counted as resume 1 of at most 2" in err and "counted as resume 2 of at most 2" in err
+    (line,) = [x for x in err.splitlines() if "giving up" in x]
+    assert line == (
+        "roxxel-launch: giving up on lm: evicted by Kueue again after 2 resumes (--max-resumes 2); Kueue "
+        "still re-admits it from queue team-a-queue: follow it with `roxxel-launch wait lm`, or stop it with "
+        "`roxxel-launch delete lm`"
+    )
+    assert "job lm evicted (Suspended; exit 42)" in err
+    (evictions,) = fake._real.evictions.values()  # of the one JobSet, never re-created
+    assert len(evictions) == 3 and fake.submissions("lm") == 1 and fake.calls("DELETE") == []
+
+
+def test_resume_until_done_counts_preemptions_and_evictions_in_one_budget(fake, tmp_path, monkeypatch):
+    """A re-submission after a preemption and a Kueue eviction are one resume each: with
+    --max-resumes 2 the second preemption, after one of each, is the one too many."""
+    count_preemptions(monkeypatch)  # a JobSet ends preempted only so: see count_preemptions
+    fake.plan("lm", "preempt", "evict", "preempt")
+    submit(tmp_path, queue="team-a-queue")
+    result = run("resume", "lm", "--until-done", "--max-resumes", "2", "--poll", POLL, code=EXIT_PREEMPTED)
+    err = result.stderr
+    assert "resume 1 of at most 2" in err and "counted as resume 2 of at most 2" in err
+    assert "giving up on lm: Preempted again after 2 resumes (--max-resumes 2)" in err
+    assert fake.submissions("lm") == 2
 
 
 def test_resume_until_done_of_an_indexed_job(fake, tmp_path):

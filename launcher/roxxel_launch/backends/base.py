@@ -68,6 +68,8 @@ class JobStatus:
         run_dir: where the local backend keeps the run (None on Kubernetes).
         created: ISO-8601 creation time.
         namespace: the Kubernetes namespace the job lives in (None for a local run).
+        queue: the Kueue LocalQueue that admits the job (None: no queue), which suspends it
+            while it waits and after an eviction, and re-admits it by itself.
     """
 
     name: str
@@ -80,6 +82,7 @@ class JobStatus:
     run_dir: str | None = None
     created: str | None = None
     namespace: str | None = None
+    queue: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -230,15 +230,17 @@ def suspend(name: str, backend_name: str, namespace: str | None, context: str | 
     is_flag=True,
     help="Stay until the job succeeds: watch it and re-submit it each time it ends "
     "preempted or is evicted (Suspended again after it had been admitted), at "
-    "most --max-resumes times. A job Kueue suspended is left to Kueue, which "
-    "re-admits it. A real failure is not retried.",
+    "most --max-resumes times. A job Kueue evicts is left to Kueue, which "
+    "re-admits it as a new attempt; each such eviction counts as a resume. A real "
+    "failure is not retried.",
 )
 @click.option(
     "--max-resumes",
     type=click.IntRange(min=1),
     default=DEFAULT_MAX_RESUMES,
     show_default=True,
-    help="With --until-done: the most re-submissions before giving up.",
+    help="With --until-done: the most resumes before giving up: re-submissions after a "
+    "preemption and Kueue evictions count alike.",
 )
 @click.option(
     "--spec",
@@ -279,8 +281,9 @@ def resume(
     workload must stay; another one is a new run: delete the job and submit it).
 
     With --until-done, a job that still runs is watched first, and one that has succeeded
-    is left alone. Exit codes with --until-done, as for `wait`: 0 succeeded; 42 still
-    preempted or evicted after --max-resumes re-submissions; 125 failed (a failure of the
+    is left alone. A Kueue eviction is Kueue's to undo (it re-admits the job as a new
+    attempt) and counts as a resume. Exit codes with --until-done, as for `wait`: 0
+    succeeded; 42 still preempted or evicted after --max-resumes resumes; 125 failed (a failure of the
     program is not retried after the first resume: fix it first); 1 roxxel-launch could not
     go on (e.g. the job was deleted meanwhile). Without it: 0 once re-submitted (Kubernetes,
     --detach), or the job's own exit code (--local in the foreground).
@@ -328,12 +331,46 @@ def _local_job_started(verb: str, name: str, status: JobStatus) -> str:
     )
 
 
+class _OutOfResumes(Exception):
+    """A Kueue eviction came after the last of --max-resumes (it ends the wait)."""
+
+    def __init__(self, status: JobStatus):
+        super().__init__(status.name)
+        self.status = status
+
+
 def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: float, new_spec=None) -> int:
     """Resume, watch, and resume again after each preemption or eviction; the `wait` code.
-    ``new_spec`` replaces the stored spec at the first resume (the later ones find it stored)."""
+    ``new_spec`` replaces the stored spec at the first resume (the later ones find it stored).
+
+    A job that Kueue evicts (Suspended again after it ran, with a queue) is not re-created:
+    Kueue re-admits it, which starts a new attempt. That eviction counts against
+    ``max_resumes`` as a re-submission does, so a job preempted again and again ends within
+    the same budget whether the cluster or Kueue preempts it."""
     status = backend.status(name)
     resumes = 0
     first = True
+    admitted = False  # seen not Suspended since the wait began or Kueue last evicted it
+
+    def watch(seen: JobStatus) -> None:
+        """``announce``, and count a Kueue eviction as a resume (see above)."""
+        nonlocal resumes, admitted
+        announce(seen)
+        if seen.state is not JobState.SUSPENDED:
+            admitted = True
+            return
+        if not (admitted and seen.queue):
+            return
+        admitted = False
+        if resumes >= max_resumes:
+            raise _OutOfResumes(seen)
+        resumes += 1
+        click.echo(
+            f"roxxel-launch: Kueue evicted {name} (queue {seen.queue}) and re-admits it as a new attempt; "
+            f"counted as resume {resumes} of at most {max_resumes}",
+            err=True,
+        )
+
     while True:
         state = status.state
         if state is JobState.SUCCEEDED:
@@ -370,4 +407,17 @@ def _resume_until_done(backend: Backend, name: str, *, max_resumes: int, poll: f
             if status.state.terminal:  # resumed in the foreground (local)
                 continue
         first = False
-        status = backend.wait(name, poll_seconds=poll, evicted_ends=True, on_change=announce, on_events=print_events)
+        # A queued job that is not suspended has been admitted: an eviction seen first thing
+        # in the wait counts too.
+        admitted = status.state is not JobState.SUSPENDED
+        try:
+            status = backend.wait(name, poll_seconds=poll, evicted_ends=True, on_change=watch, on_events=print_events)
+        except _OutOfResumes as out:
+            click.echo(
+                f"roxxel-launch: giving up on {name}: evicted by Kueue again after "
+                f"{count(resumes, 'resume')} (--max-resumes {max_resumes}); Kueue still re-admits it from "
+                f"queue {out.status.queue}: follow it with `roxxel-launch wait {name}`, or stop it with "
+                f"`roxxel-launch delete {name}`",
+                err=True,
+            )
+            return report_outcome(out.status)

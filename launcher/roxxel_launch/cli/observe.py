@@ -177,8 +177,9 @@ def _in_states(jobs: list[JobStatus], states: tuple[str, ...]) -> list[JobStatus
     "--follow",
     is_flag=True,
     help="Keep printing new output until the job ends. On Kubernetes it follows the "
-    "job across gang restarts: it re-attaches to each new attempt's pod and "
-    "prints a line '── attempt N (restart N-1) ──' between attempts.",
+    "job across gang restarts and Kueue readmissions: it re-attaches to each new attempt's "
+    "pod and prints a line between attempts, '── attempt N (restart N-1) ──' or "
+    "'── attempt N: re-admitted by Kueue after eviction K (reason) ──'.",
 )
 @click.option(
     "--all",

@@ -28,7 +28,7 @@ from support.k8s_sim.events import Events
 from support.k8s_sim.handler import ApiHandler
 from support.k8s_sim.jobs import JobPods
 from support.k8s_sim.jobsets import JobSets
-from support.k8s_sim.kueue import Kueue
+from support.k8s_sim.kueue import EVICTED_PREEMPTED, Kueue
 from support.k8s_sim.nodes import Nodes
 from support.k8s_sim.pods import Pods
 from support.k8s_sim.rbac import Rbac
@@ -362,6 +362,9 @@ class SimState:
         self.requeues: dict[tuple[str, str, str], int] = {}
         self.readmit_after = 3  # watch ticks before Kueue admits an evicted workload again
         self.readmissions = 0
+        # Kueue's evictions of each job's Workload, by the job's uid, in order: (reason, message)
+        self.evictions: dict[str, list[tuple[str, str]]] = {}
+        self.eviction = EVICTED_PREEMPTED  # what the next ``evict`` outcome's eviction says
         # failures counted against backoffLimit, per (workload key, child Job name)
         self.job_failures: dict[tuple[tuple[str, str, str], str], int] = {}
         self.decisions: list[policy.Decision] = []  # what the controllers decided, in order

@@ -121,15 +121,21 @@ class Workloads:
                     ],
                 }
         elif outcome == "evict":
+            # Kueue evicts the workload (reason and message: ``_real.eviction``, Preempted
+            # unless set) and suspends the job, whose restarts so far stay; see
+            # support.k8s_sim.kueue.
+            self._real.evictions.setdefault(obj["metadata"]["uid"], []).append(self._real.eviction)
             obj["spec"]["suspend"] = True
+            kept = {k: v for k, v in (obj.get("status") or {}).items() if k in ("restarts", "restartsCountTowardsMax")}
             obj["status"] = {
+                **kept,
                 "conditions": [
                     condition(
                         "Suspended",
                         "SuspendedTrue" if resource == "jobsets" else "JobSuspended",
                         "evicted by Kueue: preempted to admit a higher-priority workload",
                     )
-                ]
+                ],
             }
             for pod in pods:
                 del self.objects[("pods", ns, pod["metadata"]["name"])]

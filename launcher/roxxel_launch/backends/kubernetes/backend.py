@@ -71,8 +71,7 @@ from roxxel_launch.backends.kubernetes.logs import check_container, pod_of, read
 from roxxel_launch.backends.kubernetes.lookup import find_here, locate
 from roxxel_launch.backends.kubernetes.pod_streams import exec_in_pod, forward_port, require_running
 from roxxel_launch.backends.kubernetes.preflight import (
-    KUEUE_GROUP,
-    kueue_version,
+    read_workloads,
 )
 from roxxel_launch.backends.kubernetes.removal import companion_kinds, wait_gone
 from roxxel_launch.backends.kubernetes.retry import RetryPolicy
@@ -279,7 +278,7 @@ class KubernetesBackend(Backend):
         queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
         workloads = self._workloads(obj) if queue else None
         if queue:
-            note = queue_state(queue, bool((obj.get("spec") or {}).get("suspend")), workloads)
+            note = queue_state(queue, bool((obj.get("spec") or {}).get("suspend")), workloads, status.restarts)
             status = dataclasses.replace(status, message="; ".join(p for p in (status.message, note) if p))
         return JobDetails(
             status=status,
@@ -321,26 +320,8 @@ class KubernetesBackend(Backend):
         return None if found is None else tuple(merge(found, warnings_only=not all_events))
 
     def _workloads(self, obj: Mapping) -> builtins.list[dict] | None:
-        """Kueue's Workloads of the job (label ``kueue.x-k8s.io/job-uid``); None when they
-        cannot be read (no Kueue API, no RBAC permission)."""
-        uid = (obj.get("metadata") or {}).get("uid")
-        try:
-            data = self.api.json(
-                "list",
-                "Workload",
-                None,
-                self.namespace,
-                self.api.custom().list_namespaced_custom_object,
-                KUEUE_GROUP,
-                kueue_version(self.api),
-                self.namespace,
-                "workloads",
-                label_selector=f"kueue.x-k8s.io/job-uid={uid}",
-            )
-        except BackendError as err:
-            logger.info("cannot read Kueue Workloads (%s)", err)
-            return None
-        return list(data.get("items") or [])
+        """Kueue's Workloads of the job; None when they cannot be read (see :func:`.preflight.read_workloads`)."""
+        return read_workloads(self.api, obj)
 
     def list(self, *, all_namespaces: bool = False) -> builtins.list[JobStatus]:
         """The roxxel-launch jobs of this namespace, or with ``all_namespaces`` of every namespace;

@@ -4,7 +4,11 @@ A worker's output lives in its pod, and a JobSet gang restart replaces every pod
 names, the ``jobset.sigs.k8s.io/restart-attempt`` label one higher). Following therefore
 means: stream the newest attempt's pod of the rank; when that stream ends, read the job
 again, and while it has not ended, attach to the next attempt's pod (waiting for it to
-start), with a marker line ``── attempt N (restart N-1) ──`` between attempts. A stream
+start), with a marker line ``── attempt N (restart N-1) ──`` between attempts. A Kueue
+eviction deletes the pods and its readmission creates new ones in the same restart attempt
+(Kueue suspends and un-suspends the job; see :func:`.status.kueue_evictions`): each
+readmission is a new attempt too, announced as ``── attempt N: re-admitted by Kueue after
+eviction K (Preempted: ...) ──``, and attempts count both. A stream
 that breaks or times out (a quiet worker, a reset) is reopened on the same pod, skipping the
 lines already shown (a container's log only grows), so that nothing repeats.
 """
@@ -23,9 +27,11 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from roxxel.wording import as_clause
+from roxxel.wording import count as count_of
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError, JobNotFoundError
 from roxxel_launch.backends.kubernetes.api import KubernetesApi, _server_message
+from roxxel_launch.backends.kubernetes.preflight import read_workloads
 from roxxel_launch.backends.kubernetes.status import (
     COMPLETION_INDEX_KEY,
     JOB_INDEX_LABEL,
@@ -34,6 +40,8 @@ from roxxel_launch.backends.kubernetes.status import (
     RESTART_ATTEMPT_KEY,
     _int,
     _pod_key,
+    kueue_evictions,
+    kueue_holds,
     shape,
     status_of,
     worker_from_pod,
@@ -44,9 +52,27 @@ logger = logging.getLogger(__name__)
 FOLLOW_READ_TIMEOUT = 300.0  # seconds of silence after which a followed stream is reopened
 
 
-def attempt_marker(attempt: int) -> str:
-    """The line between two attempts' output (attempt counts from 1; restart from 0)."""
-    return f"── attempt {attempt + 1} (restart {attempt}) ──"
+def attempt_marker(attempt: int, evictions: int = 0) -> str:
+    """The line before an attempt's output after gang restart ``attempt`` (attempts count from
+    1, restarts from 0); each of the job's ``evictions`` by Kueue started an attempt too."""
+    after = f", {count_of(evictions, 'Kueue eviction')}" if evictions else ""
+    return f"── attempt {attempt + evictions + 1} (restart {attempt}{after}) ──"
+
+
+def readmission_marker(attempt: int, evictions: int, last: str) -> str:
+    """The line before the output of the attempt that Kueue's readmission after its
+    ``evictions``-th eviction started, in gang restart ``attempt`` (``last``: that eviction's
+    'Reason: message', cut to one line)."""
+    return (
+        f"── attempt {attempt + evictions + 1}: re-admitted by Kueue after eviction {evictions}"
+        + (f" ({_one_line(last)})" if last else "")
+        + " ──"
+    )
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def read_logs(
@@ -163,13 +189,21 @@ class _RankReader:
         self.started = time.monotonic()
         self.pod: str | None = None
         self.attempt = 0
+        self.evictions = 0  # Kueue's evictions of the job when self.pod was attached (followed)
+        self.last_eviction = ""  # the last of them: 'Reason: message'
         self._shown = 0  # lines of self.pod already yielded (skipped when it is reopened)
         self.first: Any = None  # the response opened by read_logs, read first
 
     def attach(self, *, wait: bool) -> None:
+        """Find the rank's newest pod; with ``wait`` (following) once it has started, and with
+        Kueue's evictions of the job as they were before it was looked for: an eviction
+        counted after would belong to a later pod."""
+        evicted = self._kueue_evictions() if wait else (0, "")
         pod = _pod_of(self.api, self.kind, self.obj, self.rank, self.hosts, wait=wait, poll_seconds=self.poll_seconds)
         if self.chosen is not None:
             check_container(pod, self.chosen, f"process {self.rank} of {self.name}")
+        if pod["metadata"]["name"] != self.pod:
+            self.evictions, self.last_eviction = evicted
         self.pod = pod["metadata"]["name"]
         self.attempt = _int(_pod_key(pod, RESTART_ATTEMPT_KEY), 0)
         logger.info("logs of %s process %d: pod %s (attempt %d)", self.name, self.rank, self.pod, self.attempt + 1)
@@ -212,8 +246,8 @@ class _RankReader:
             yield from _lines(self._take(False), self.pod or "?")
             return
         shown_attempt = self.attempt
-        if self.attempt > 0:
-            yield attempt_marker(self.attempt)
+        if self.attempt + self.evictions > 0:
+            yield attempt_marker(self.attempt, self.evictions)
         breaks = 0
         while True:
             count = 0
@@ -240,17 +274,27 @@ class _RankReader:
                 continue
             if self._ended():
                 return
-            pod = self.pod
+            pod, evictions = self.pod, self.evictions
             self.attach(wait=True)
             if self.pod != pod:
                 self._shown = 0
             if self.attempt != shown_attempt:
                 shown_attempt = self.attempt
-                yield attempt_marker(self.attempt)
+                yield attempt_marker(self.attempt, self.evictions)
+            elif self.pod != pod and self.evictions > evictions:
+                # A new pod of the same restart attempt: Kueue re-admitted the job.
+                yield readmission_marker(self.attempt, self.evictions, self.last_eviction)
             elif self.pod == pod:
                 # The same pod: a stream the server ended (the pod finished, and the next
                 # attempt has no pod yet; or a long stream closed): look again shortly.
                 time.sleep(self.poll_seconds)
+
+    def _kueue_evictions(self) -> tuple[int, str]:
+        """Kueue's evictions of the job so far (:func:`.status.kueue_evictions`); (0, "") for a
+        job without a queue, or when its Workload cannot be read."""
+        if not kueue_holds(self.obj):
+            return 0, ""
+        return kueue_evictions(read_workloads(self.api, self.obj))
 
     def _take(self, follow: bool) -> Any:
         response, self.first = self.first, None

@@ -97,6 +97,29 @@ def kueue_version(api: KubernetesApi) -> str:
     return known[0]
 
 
+def read_workloads(api: KubernetesApi, obj: Mapping) -> list[dict] | None:
+    """Kueue's Workloads of the job ``obj`` (label ``kueue.x-k8s.io/job-uid``); None when they
+    cannot be read (no Kueue API, no RBAC permission)."""
+    uid = (obj.get("metadata") or {}).get("uid")
+    try:
+        data = api.json(
+            "list",
+            "Workload",
+            None,
+            api.namespace,
+            api.custom().list_namespaced_custom_object,
+            KUEUE_GROUP,
+            kueue_version(api),
+            api.namespace,
+            "workloads",
+            label_selector=f"kueue.x-k8s.io/job-uid={uid}",
+        )
+    except BackendError as err:
+        logger.info("cannot read Kueue Workloads (%s)", err)
+        return None
+    return list(data.get("items") or [])
+
+
 def unknown_fields(obj: Any, schema: Mapping, path: str = "") -> Iterator[str]:
     """Paths of ``obj``'s fields that the OpenAPI v3 ``schema`` does not declare.
 

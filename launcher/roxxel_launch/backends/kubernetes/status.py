@@ -235,7 +235,13 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
     workers = [worker_from_pod(p, hosts) for p in pods]
     current = [w for w in workers if w.restart_attempt == restarts and not w.terminating]
     stale = [w for w in workers if w.restart_attempt < restarts]
-    common = dict(name=name, processes=processes, restarts=restarts, created=meta.get("creationTimestamp"))
+    common = dict(
+        name=name,
+        processes=processes,
+        restarts=restarts,
+        created=meta.get("creationTimestamp"),
+        queue=(meta.get("labels") or {}).get(QUEUE_LABEL),
+    )
     notes = []
     if restarts:
         policy = spec.get("failurePolicy") or {}
@@ -346,7 +352,13 @@ def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
     hosts, slices, processes = _job_shape(job)
     conditions = _true_conditions(status)
     workers = [worker_from_pod(p, hosts) for p in pods]
-    common = dict(name=name, processes=processes, restarts=0, created=meta.get("creationTimestamp"))
+    common = dict(
+        name=name,
+        processes=processes,
+        restarts=0,
+        created=meta.get("creationTimestamp"),
+        queue=(meta.get("labels") or {}).get(QUEUE_LABEL),
+    )
     deleting = "; being deleted" if meta.get("deletionTimestamp") else ""
     if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
         text = _condition_text(conditions.get("Complete") or conditions.get("SuccessCriteriaMet"))
@@ -389,12 +401,51 @@ def status_of(kind: str, obj: Mapping, pods: Iterable[Mapping]) -> JobStatus:
     return jobset_status(obj, pods) if kind == "JobSet" else job_status(obj, pods)
 
 
-def queue_state(queue: str, suspended: bool, workloads: Iterable[Mapping] | None) -> str:
+def kueue_evictions(workloads: Iterable[Mapping] | None) -> tuple[int, str]:
+    """(how many times Kueue evicted the job, the last eviction's 'Reason: message').
+
+    Each eviction ends an attempt, and the readmission that follows starts a new one (new pods
+    in the same JobSet restart attempt). Read from the job's Workload, as Kueue writes it
+    (kubernetes-sigs/kueue@ff69552e79ad21652c36caa97038382e55625cf7):
+    ``status.schedulingStats.evictions`` counts the evictions by ``{reason, underlyingCause,
+    count}`` (``pkg/workload/evict/evict.go``; Kueue 0.12 and newer). The ``Evicted``
+    condition is True with the reason (``Preempted``, ``Deactivated``, ``PodsReadyTimeout``,
+    ...) until the workload is admitted again, then False with reason ``QuotaReserved`` and
+    the message ``Previously: <message>`` (``SetQuotaReservation``, ``pkg/workload/
+    workload.go``). An older Kueue keeps no count: its ``Evicted`` condition counts one (at
+    least one eviction happened). (0, "") when it was never evicted or its Workload cannot be
+    read (``workloads`` None).
+    """
+    workload = next(iter(workloads or ()), None)
+    if workload is None:
+        return 0, ""
+    status = workload.get("status") or {}
+    evicted = next((c for c in status.get("conditions") or [] if c.get("type") == "Evicted"), None)
+    stats = (status.get("schedulingStats") or {}).get("evictions") or []
+    count = sum(_int(e.get("count"), 0) for e in stats) or (1 if evicted else 0)
+    if not count:
+        return 0, ""
+    if evicted is None:
+        return count, (stats[-1].get("reason") or "") if stats else ""
+    if evicted.get("status") == "True":
+        return count, _condition_text(evicted)
+    message = (evicted.get("message") or "").removeprefix("Previously: ")
+    # A readmitted workload's condition keeps the last eviction's message, not its reason:
+    # the reason comes from the counts when they hold one reason only.
+    reasons = {e.get("reason") for e in stats if e.get("reason")}
+    reason = reasons.pop() if len(reasons) == 1 else ""
+    return count, ": ".join(p for p in (reason, message) if p)
+
+
+def queue_state(queue: str, suspended: bool, workloads: Iterable[Mapping] | None, restarts: int = 0) -> str:
     """'queue Q: admitted' / 'queue Q: waiting (reason: message)' / 'queue Q: evicted (...)'.
 
     From Kueue's Workload of the job (conditions QuotaReserved, Admitted, Evicted,
     https://kueue.sigs.k8s.io/docs/concepts/workload/); ``workloads`` None when they could
-    not be read, and then from the job's ``suspend`` alone.
+    not be read, and then from the job's ``suspend`` alone. Each readmission after an
+    eviction is a new attempt, as each gang restart is (``restarts``: the JobSet's
+    ``status.restarts``, which a suspension leaves alone): 'queue Q: admitted; attempt 2,
+    re-admitted after eviction 1 (Preempted: ...)'. See :func:`kueue_evictions`.
     """
     head = f"queue {queue}: "
     workload = next(iter(workloads or ()), None)
@@ -404,9 +455,18 @@ def queue_state(queue: str, suspended: bool, workloads: Iterable[Mapping] | None
     conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
     evicted = conditions.get("Evicted") or {}
     admitted = conditions.get("Admitted") or {}
+    evictions, last = kueue_evictions([workload])
     if evicted.get("status") == "True" and admitted.get("status") != "True":
-        return head + f"evicted ({_condition_text(evicted)}); Kueue requeues it"
+        return head + (
+            f"evicted ({_condition_text(evicted)}); Kueue requeues it: eviction {evictions} ended "
+            f"attempt {restarts + evictions}, attempt {restarts + evictions + 1} starts when it is re-admitted"
+        )
     if admitted.get("status") == "True":
+        if evictions:
+            return head + (
+                f"admitted; attempt {restarts + evictions + 1}, re-admitted after eviction {evictions}"
+                + (f" ({last})" if last else "")
+            )
         return head + "admitted"
     waiting = conditions.get("QuotaReserved") or admitted
     return head + f"waiting ({_condition_text(waiting) or 'not admitted yet'})" + _admission_checks(workload)
