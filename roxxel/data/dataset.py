@@ -238,6 +238,10 @@ class Dataset:
         process (views of the maps are not counted); 0 before the dataset opens."""
         return self._table.bytes_read if self._is_open else 0
 
+    @bytes_read.setter
+    def bytes_read(self, value: int) -> None:  # (a counter a caller may reset, as when it was an attribute)
+        self.shard_table.bytes_read = value
+
     # ------------------------------------------------------------------------------
     # sizes and metadata
     # ------------------------------------------------------------------------------
