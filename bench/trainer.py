@@ -7,7 +7,9 @@ bounded dispatch, logging and the NaN guard. Target: ratio >= 0.97.
 
 The progress watchdog runs in jobs only (several processes, or under ``roxxel-worker``), so
 its one call per step is measured directly against the step time of the same run: target
-cost < 1%. In one process the straggler report gathers nothing; across processes it adds one
+cost < 1%. So are the loop's sections (``roxxel.train.sections``: a batch wait and a step
+per step), told to the watchdog and to a :class:`~roxxel.train.callbacks.Goodput` report:
+target cost < 1%. In one process the straggler report gathers nothing; across processes it adds one
 all-gather of one number per logging window.
 """
 
@@ -105,6 +107,10 @@ def main() -> None:
     share = per_step * max(tr)
     print(f"watchdog per step: {per_step * 1e6:.2f} us = {share * 100:.4f}% of a {1e3 / max(tr):.1f} ms step")
     record("watchdog cost per step", f"{share * 100:.4f}%", "< 1% of the step time", share < 0.01)
+    per_step = sections_cost_s()
+    share = per_step * max(tr)
+    print(f"sections per step (watchdog + goodput): {per_step * 1e6:.2f} us = {share * 100:.4f}% of the step")
+    record("sections cost per step", f"{share * 100:.4f}%", "< 1% of the step time", share < 0.01)
 
 
 def watchdog_cost_s(calls: int = 20000) -> float:
@@ -117,6 +123,22 @@ def watchdog_cost_s(calls: int = 20000) -> float:
     for step in range(calls):
         wd.step_done(step)
     return (time.perf_counter() - t0) / calls
+
+
+def sections_cost_s(steps: int = 20000) -> float:
+    """Seconds the Trainer's two sections of one step (a batch wait, then the step) take,
+    with the watchdog (its thread not started) and a Goodput report listening."""
+    from roxxel.train.callbacks import Goodput
+    from roxxel.train.sections import DATA_WAIT, STEP, LoopSections
+    from roxxel.train.watchdog import ProgressWatchdog, WatchdogBounds
+
+    wd, report = ProgressWatchdog(WatchdogBounds()), Goodput()
+    sections = LoopSections([wd.on_section, report.on_section], [wd.section_began])
+    t0 = time.perf_counter()
+    for step in range(1, steps + 1):
+        sections.end(DATA_WAIT, step, sections.begin(DATA_WAIT, step))
+        sections.end(STEP, step, sections.begin(STEP, step))
+    return (time.perf_counter() - t0) / steps
 
 
 if __name__ == "__main__":
