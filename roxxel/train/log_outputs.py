@@ -237,9 +237,9 @@ SYSTEM_PREFIXES = ("goodput", "badput_")
 
 
 def tensorboard_tag(key: str) -> str:
-    """The TensorBoard tag of metric ``key``: ``eval_X`` as ``eval/X``, throughput and timings
-    (``SYSTEM_KEYS``) under ``system/``, the rest (loss, learning rate, the model's own)
-    under ``train/``; a key with a ``/`` is kept as the caller grouped it."""
+    """The TensorBoard tag of metric ``key``: ``eval_X`` as ``eval/X``, throughput, timings and
+    goodput (``SYSTEM_KEYS``, ``SYSTEM_PREFIXES``) under ``system/``, the rest (loss, learning
+    rate, the model's own) under ``train/``; a key with a ``/`` is kept as the caller grouped it."""
     if "/" in key:
         return key
     if key.startswith("eval_") and len(key) > len("eval_"):
