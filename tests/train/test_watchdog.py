@@ -84,6 +84,31 @@ def test_evaluations_and_saves_have_their_own_bounds():
         assert "while saving step 7, after step 6" in wd.check()
 
 
+def test_as_a_listener_of_the_loops_sections_each_gets_its_bound():
+    """The Trainer's sections drive it: a restore and the first step (compiling) have
+    first_step_s, a save save_s; a compile stays out of the median, a step is progress."""
+    from roxxel.train.sections import COMPILE, DATA_WAIT, RESTORE, SAVE, STEP, Section
+
+    wd, clock, _ = _watchdog(step_floor_s=5, step_multiple=2, first_step_s=100, save_s=30)
+
+    def section(name, step, seconds):
+        wd.section_began(name, step)
+        clock.now += seconds
+        message = wd.check()
+        wd.on_section(Section(name, step, clock.now - seconds, seconds))
+        return message
+
+    assert section(RESTORE, 0, 60) is None  # under first_step_s, not the 5 s step bound
+    clock.now += 30  # the stream's set-up: still first_step_s after a restore
+    assert section(DATA_WAIT, 1, 1) is None and section(COMPILE, 1, 50) is None
+    assert section(DATA_WAIT, 2, 0.5) is None and section(STEP, 2, 0.5) is None
+    assert wd.step_bound() == 5.0  # the floor over 2 x the one 1 s step: the 50 s compile is not in the median
+    for step in range(3, 12):
+        assert section(DATA_WAIT, step, 0.5) is None and section(STEP, step, 0.5) is None
+    assert section(SAVE, 11, 29) is None
+    assert "while saving step 12" in section(SAVE, 12, 31)
+
+
 def test_roxxel_watchdog_sets_the_bounds_or_turns_the_watchdog_off():
     """The job spec's watchdog section reaches the Trainer as ROXXEL_WATCHDOG (JSON or off)."""
     import dataclasses
