@@ -163,7 +163,7 @@ def test_logs_follow_marks_the_attempt_kueue_re_admitted(fake, backend, monkeypa
     backend.submit(make_spec())
     first = rank0(fake)
     fake.log(first, "fresh start at step 0", "saved step 2")
-    opened = logs._RankReader._open
+    opened = logs._RankReader.open_stream
     evicted: list[str] = []
 
     def open_then_evict(reader, follow):
@@ -175,7 +175,7 @@ def test_logs_follow_marks_the_attempt_kueue_re_admitted(fake, backend, monkeypa
             fake.log(evicted[0], "restored step 2", "saved step 4")
         return response
 
-    monkeypatch.setattr(logs._RankReader, "_open", open_then_evict)
+    monkeypatch.setattr(logs._RankReader, "open_stream", open_then_evict)
 
     def cluster():
         deadline = time.monotonic() + 30

@@ -119,7 +119,7 @@ def read_logs(
     ]
     for reader in readers:
         reader.attach(wait=follow)  # errors now, not while iterating
-        reader.first = reader._open(follow)
+        reader.first = reader.open_stream(follow)
     if not all_processes:
         return readers[0].lines(follow)
     return _merged(readers, follow)
@@ -208,7 +208,7 @@ class _RankReader:
         self.attempt = _int(_pod_key(pod, RESTART_ATTEMPT_KEY), 0)
         logger.info("logs of %s process %d: pod %s (attempt %d)", self.name, self.rank, self.pod, self.attempt + 1)
 
-    def _open(self, follow: bool) -> Any:
+    def open_stream(self, follow: bool) -> Any:
         api = self.api
         options: dict[str, Any] = dict(container=self.container, follow=follow)
         if self.since_seconds is not None:  # the same instant on every reconnect
@@ -298,7 +298,7 @@ class _RankReader:
 
     def _take(self, follow: bool) -> Any:
         response, self.first = self.first, None
-        return response if response is not None else self._open(follow)
+        return response if response is not None else self.open_stream(follow)
 
     def _ended(self) -> bool:
         """Whether the job has ended (then the log is complete); raises when it is gone."""
