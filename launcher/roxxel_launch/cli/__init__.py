@@ -44,8 +44,37 @@ __all__ = ["EXIT_FAILED", "EXIT_PREEMPTED", "EXIT_SUCCEEDED", "EXIT_TIMED_OUT", 
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def cli(verbose: int) -> None:
     """Render, validate and submit multi-host JAX training jobs on Kubernetes."""
+    configure_logging(verbose)
+
+
+class _WarnOnce(logging.Filter):
+    """Shows each warning (and worse) once per command: submit and resume render and check a
+    spec twice (the command line's offline check, then the backend's before it sends), and
+    each pass logs the same render and Pod Security warnings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: set[tuple[int, str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.levelno, record.name, record.getMessage())
+        if key in self.shown:
+            return False
+        self.shown.add(key)
+        return True
+
+
+def configure_logging(verbose: int) -> None:
+    """stderr logging at WARNING (-v INFO, -vv DEBUG), each warning shown once per command."""
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        if type(handler) is logging.StreamHandler:  # basicConfig's, not a test's capture
+            for old in [f for f in handler.filters if isinstance(f, _WarnOnce)]:
+                handler.removeFilter(old)
+            handler.addFilter(_WarnOnce())
 
 
 for _command in (
