@@ -1,5 +1,5 @@
-"""A container the engine cannot start (``submit --local --runtime podman``; the container
-tier): podman's own failure (exit 125-127 before the program ran, here an image without the
+"""A container the engine cannot start (``submit --local --runtime podman``, and ``docker``
+where its daemon answers; the container tier): the engine's own failure (exit 125-127 before the program ran, here an image without the
 pods' entrypoint ``roxxel-worker``: the base image) fails the job once, as a configuration error, with podman's words and the fix;
 it is not restarted. And the launcher gives podman the project's settings itself where this
 machine needs them (before: without ``CONTAINERS_CONF=docker/containers.conf`` every attempt
@@ -38,17 +38,21 @@ def _spec(tmp_path, name: str, command: list[str], image: str = IMAGE) -> str:
     return str(path)
 
 
-def test_an_image_without_the_entrypoint_fails_once_in_podmans_words(worker_image, tmp_path):
+def test_an_image_without_the_entrypoint_fails_once_in_the_engines_words(runtime, tmp_path):
     """(A command the worker image lacks is the worker's own configuration error, exit 78:
-    roxxel-worker ran and said so; the engine fails where the entrypoint itself is missing.)"""
+    roxxel-worker ran and said so; the engine fails where the entrypoint itself is missing.
+    Both engines end 127, command not found, as `podman run` and `docker run` give it; their
+    `start --attach` said 125 (podman) and 1 (docker, which ran it as the program's exit):
+    found by this test.)"""
     spec = _spec(tmp_path, "nocmd", ["python", "-c", "print('never')"], image=BASE)
-    out = launch(tmp_path, "submit", spec, "--local", "--runtime", "podman", check=None)
+    out = launch(tmp_path, "submit", spec, "--local", "--runtime", runtime, check=None)
     record = status(tmp_path, "nocmd")
     assert out.returncode != 0 and record["state"] == "Failed", f"{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
     assert record["reason"] == "config_error" and record["restarts"] == 0 and len(record["attempts"]) == 1, record
     assert record["attempts"][0]["reasons"] == {"0": "EngineError"}, record
     message = record["message"]
-    assert "\n" not in message and "podman could not start the container" in message, message
+    assert "\n" not in message and f"{runtime} could not start the container (exit 127" in message, message
+    assert record["exit_code"] == 127, record
     assert "roxxel-worker" in message and "the image lacks the command named" in message, message
 
 

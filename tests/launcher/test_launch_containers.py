@@ -297,7 +297,8 @@ def _failing_submit(tmp_path, start: tuple[int, str | None, str]) -> tuple[subpr
 
 
 def test_an_engine_failure_fails_the_job_once_with_the_engines_message_and_the_fix(tmp_path):
-    """podman's exit 125 before the container started (runc refusing the default ulimits) is
+    """podman's exit 125 before the container started (runc refusing the default ulimits: an
+    OCI permission error, 126 as `podman run` gives it) is
     the engine's failure, not the program's: one attempt, no gang restart, a configuration
     error, the engine's words and the fix in one line (before: 3 gang restarts to the same error)."""
     out, record, calls = _failing_submit(tmp_path, (125, None, RLIMIT))
@@ -305,7 +306,7 @@ def test_an_engine_failure_fails_the_job_once_with_the_engines_message_and_the_f
     assert record["reason"] == "config_error" and record["restarts"] == 0, record
     assert len(record["attempts"]) == 1 and record["attempts"][0]["reasons"]["0"] == "EngineError", record
     message = record["message"]
-    assert "\n" not in message and "podman could not start the container (exit 125" in message, message
+    assert "\n" not in message and "podman could not start the container (exit 126" in message, message
     assert "error setting rlimit type 7" in message and "CONTAINERS_CONF" in message, message
     assert "not restarted" in message and "error setting rlimit type 7" in out.stderr + out.stdout
     assert sum(c[0] == "start" for c in calls) == len(record["attempts"][0]["pods"])  # each pod tried once
@@ -348,6 +349,30 @@ def test_docker_start_exiting_1_is_read_from_the_containers_state(tmp_path, monk
     assert (ended and ended[0]) == reason, ended
     if reason:
         assert "docker could not start the container (exit 127" in ended[1], ended
+
+
+@pytest.mark.parametrize(
+    ("said", "code"),
+    [
+        (
+            'exec: "roxxel-worker": executable file not found in $PATH: OCI runtime attempted to invoke a command '
+            "that was not found",
+            127,
+        ),
+        ('exec: "/etc/hostname": permission denied: OCI permission denied', 126),
+        ("Error: something else", 125),
+    ],
+)
+def test_podman_start_exiting_125_is_the_code_podman_run_gives(tmp_path, said, code):
+    """`podman start --attach` exits 125 for every OCI runtime failure; `podman run` (and docker,
+    through the container's state) gives 127 for a command not found and 126 for one that
+    cannot be invoked, from the OCI runtime's error: the same here (found by the container
+    tier: docker's job ended 127, podman's 125, for the same image)."""
+    log = tmp_path / "worker-0.log"
+    log.write_text(f"===== attempt\nError: unable to start container 5f: runc: runc create failed: {said}\n")
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(125)"])
+    container = containers._Container("podman", "rxl-x-1-0", proc, log=(log, len("===== attempt\n")))
+    assert container.wait() == code and container.poll() == code
 
 
 def test_a_command_not_found_by_the_engine_names_the_image(tmp_path):

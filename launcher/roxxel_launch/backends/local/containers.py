@@ -468,7 +468,7 @@ class _Container(RunningWorker):
         self.workdir, self.memory = workdir, memory
         self.log = log  # the worker's log and where this container's output starts in it
         self.killed = False  # SIGKILL sent by the launcher (a grace period over, a second stop)
-        self._docker_code: int | None = None  # docker: the container's code, once read (_exit_code)
+        self._code: int | None = None  # the container's exit code, once read (_exit_code)
 
     def poll(self) -> int | None:
         code = self.proc.poll()
@@ -478,22 +478,31 @@ class _Container(RunningWorker):
         return self._exit_code(self.proc.wait())
 
     def _exit_code(self, code: int) -> int:
-        """The container's exit code from ``start --attach``'s ``code``. podman's is it; docker's
-        ``start`` exits 1 where the container could not start (docker-run(1)'s 125-127 are
-        ``docker run``'s), and records the engine's code in the container's ``State.ExitCode``:
-        126 or 127 there (the command cannot be invoked, not found), 125 for any other failure
-        of a container that never started (docker records 128)."""
-        if not _is_docker(self.engine) or code == 0 or self.killed:
+        """The container's exit code from ``start --attach``'s ``code``, as ``run`` would give
+        it (podman-run(1), docker-run(1): 126 the command cannot be invoked, 127 not found, 125
+        any other failure of the engine). ``podman start`` exits 125 for all three: its OCI
+        runtime's error names which (as ``podman run`` reads it). docker's ``start`` exits 1
+        where the container could not start, and records the code in the container's
+        ``State.ExitCode``: 126 or 127 there, 125 for any other failure (docker records 128)."""
+        if code == 0 or self.killed:
             return code
-        if self._docker_code is None:
+        if self._code is None:
+            self._code = code
+            if not _is_docker(self.engine):
+                said = self._output() if code == 125 else ""
+                said = "" if "Error: unable to start container" not in said else said  # podman's own, not the program's
+                if "OCI runtime attempted to invoke a command that was not found" in said:
+                    self._code = 127
+                elif "OCI permission denied" in said:
+                    self._code = 126
+                return self._code
             state = _podman(
                 self.engine, "inspect", "--format", "{{.State.StartedAt}} {{.State.ExitCode}}", self.name, check=False
             )
             started_at, _, recorded = state.stdout.strip().partition(" ")
-            self._docker_code = code
             if state.returncode == 0 and started_at.startswith("0001-01-01") and recorded.isdigit():
-                self._docker_code = int(recorded) if int(recorded) in (126, 127) else 125
-        return self._docker_code
+                self._code = int(recorded) if int(recorded) in (126, 127) else 125
+        return self._code
 
     def _signal(self, signo: str) -> None:
         # A container still being started cannot be signalled yet: retry until it can be or
