@@ -1,5 +1,6 @@
 """The main job's rendered pods run as containers of the worker image
-(``roxxel-launch submit --local --runtime podman``; the container tier).
+(``roxxel-launch submit --local --runtime podman``, and ``--runtime docker`` where its daemon
+answers: the ``runtime`` fixture; the container tier).
 
 No Kubernetes API server can run here: the local backend runs the rendered JobSet's pods as
 the kubelet would (their env, command, securityContext, emptyDirs, hostnames and DNS names;
@@ -7,7 +8,8 @@ see roxxel_launch.backends.local.containers) and applies the JobSet's policies i
 check: the LM example on 2 pods, one container SIGTERMed as the kubelet stops a pod (to its
 PID 1) at a step, both save the agreed step and exit 42, the JobSet's preemption rule
 restarts the gang in place, and the final parameters equal, bit for bit, those of the same
-job run as processes; nothing of the run is left in podman afterwards.
+job run as processes; nothing of the run is left in the engine afterwards. (podman's
+`kube play` referee below runs on podman only.)
 """
 
 from __future__ import annotations
@@ -26,35 +28,40 @@ import yaml
 from roxxel import exit_codes
 from roxxel_launch.backends.local import containers
 from support.container_job import TOTAL, launch, log, podman, status, write_spec
-from support.image import IMAGE, PODMAN, podman_env
+from support.image import IMAGE, PODMAN, engine, podman_env
 from support.paths import REPO
 from support.wait import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.timeout(3600)]
 
 
-def test_sigterm_to_a_container_ends_in_an_agreed_save_and_a_resume_bitwise_equal_to_processes(
-    worker_image, lm_data, tmp_path
-):
-    reference, reference_params = write_spec(tmp_path, "proc")
+@pytest.fixture(scope="module")
+def process_run(lm_data, tmp_path_factory) -> str:
+    """The final parameters of the same job run as processes: what every runtime's must equal."""
+    tmp_path = tmp_path_factory.mktemp("processes")
+    reference, params = write_spec(tmp_path, "proc")
     launch(tmp_path, "submit", reference, "--local", "--data-dir", str(lm_data))
+    return params
 
+
+def test_sigterm_to_a_container_ends_in_an_agreed_save_and_a_resume_bitwise_equal_to_processes(
+    runtime, lm_data, process_run, tmp_path
+):
     job, params = write_spec(tmp_path, "ctr")
-    launch(tmp_path, "submit", job, "--local", "--runtime", "podman", "--detach", "--data-dir", str(lm_data))
+    launch(tmp_path, "submit", job, "--local", "--runtime", runtime, "--detach", "--data-dir", str(lm_data))
     run_label = f"{containers.RUN_LABEL}={containers.run_id(tmp_path / 'local' / 'ctr')}"
     wait_for(
         lambda: f"step 3/{TOTAL}" in log(tmp_path, "ctr"),
         400,
         lambda: f"step 3/{TOTAL} in worker 0's log:\n{log(tmp_path, 'ctr')[-3000:]}",
     )
-    names = podman("ps", "--filter", f"label={run_label}", "--format", "{{.Names}}").split()
+    names = podman("ps", "--filter", f"label={run_label}", "--format", "{{.Names}}", runtime=runtime).split()
     victim = next(n for n in names if n.endswith("-1"))
     # The kubelet's stop: SIGTERM to the container's PID 1 (roxxel-worker under the pod's command).
-    assert podman("inspect", "--format", "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}", victim).split() == [
-        "10001:10001",
-        "true",
-    ]
-    subprocess.run([PODMAN, "kill", "--signal", "TERM", victim], check=True, env=podman_env(), timeout=60)
+    inspect = "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}"
+    assert podman("inspect", "--format", inspect, victim, runtime=runtime).split() == ["10001:10001", "true"]
+    killed = engine(runtime, "kill", "--signal", "TERM", victim)
+    assert killed.returncode == 0, killed.stderr
     wait_for(
         lambda: status(tmp_path, "ctr").get("state") in ("Succeeded", "Failed", "Preempted"),
         600,
@@ -86,20 +93,20 @@ def test_sigterm_to_a_container_ends_in_an_agreed_save_and_a_resume_bitwise_equa
     board = next(line for line in last if line.startswith("TensorBoard"))
     assert f"--logdir {outputs / 'tensorboard'}" in board, last
     assert any(line.startswith("loss plot: ") and str(outputs) in line for line in last), last
-    want, got = np.load(reference_params), np.load(params)
+    want, got = np.load(process_run), np.load(params)
     assert sorted(want.files) == sorted(got.files)
     for key in want.files:
         assert np.array_equal(want[key], got[key]), key
     # Every container and network of the run is gone.
-    assert not podman("ps", "--all", "--quiet", "--filter", f"label={run_label}").split()
-    assert not podman("network", "ls", "--quiet", "--filter", f"label={run_label}").split()
+    assert not podman("ps", "--all", "--quiet", "--filter", f"label={run_label}", runtime=runtime).split()
+    assert not podman("network", "ls", "--quiet", "--filter", f"label={run_label}", runtime=runtime).split()
 
 
-def test_an_image_that_is_not_built_is_named_before_anything_starts(worker_image, tmp_path):
+def test_an_image_that_is_not_built_is_named_before_anything_starts(runtime, tmp_path):
     job, _ = write_spec(tmp_path, "noimage", image="localhost/roxxel-test/not-built:cpu")
     started = time.monotonic()
-    out = launch(tmp_path, "submit", job, "--local", "--runtime", "podman", "--data-dir", str(tmp_path), check=None)
-    assert out.returncode != 0 and "not-built:cpu' is not in podman's local store" in out.stderr, out.stderr
+    out = launch(tmp_path, "submit", job, "--local", "--runtime", runtime, "--data-dir", str(tmp_path), check=None)
+    assert out.returncode != 0 and f"not-built:cpu' is not in {runtime}'s local store" in out.stderr, out.stderr
     assert "roxxel-launch image build" in out.stderr and not (tmp_path / "local" / "noimage").exists()
     assert time.monotonic() - started < 60
 

@@ -1,5 +1,5 @@
-"""A pod's resources applied to its local container (``submit --local --runtime podman``; the
-container tier): a worker that goes over its memory limit is killed by the kernel and the job
+"""A pod's resources applied to its local container (``submit --local --runtime podman``, and
+``docker`` where its daemon answers; the container tier): a worker that goes over its memory limit is killed by the kernel and the job
 reports it as a cluster does: exit 137, ``OOMKilled``, counted as the failure policy says.
 
 Before, the container had no limit (an out-of-memory that the cluster would kill passed
@@ -38,8 +38,8 @@ def _spec(tmp_path, name: str, limit: str) -> str:
     return str(path)
 
 
-def test_a_container_over_its_memory_limit_ends_oomkilled(worker_image, tmp_path):
-    out = launch(tmp_path, "submit", _spec(tmp_path, "oom", "128Mi"), "--local", "--runtime", "podman", check=None)
+def test_a_container_over_its_memory_limit_ends_oomkilled(runtime, tmp_path):
+    out = launch(tmp_path, "submit", _spec(tmp_path, "oom", "128Mi"), "--local", "--runtime", runtime, check=None)
     record = status(tmp_path, "oom")
     assert out.returncode != 0 and record["state"] == "Failed", f"{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
     assert record["exit_code"] == 137 and record["attempts"][-1]["reasons"] == {"0": "OOMKilled"}, record
@@ -49,6 +49,6 @@ def test_a_container_over_its_memory_limit_ends_oomkilled(worker_image, tmp_path
     assert not (REPO / "oom").exists()  # conmon's file stays in the run's directory, not the submitter's
 
     # The same program under a limit it fits in: no kill, no reason.
-    out = launch(tmp_path, "submit", _spec(tmp_path, "fits", "1Gi"), "--local", "--runtime", "podman", check=None)
+    out = launch(tmp_path, "submit", _spec(tmp_path, "fits", "1Gi"), "--local", "--runtime", runtime, check=None)
     record = status(tmp_path, "fits")
     assert record["state"] == "Succeeded" and "reasons" not in record["attempts"][-1], (record, out.stderr[-2000:])

@@ -9,7 +9,7 @@ import sys
 
 import yaml
 
-from support.image import IMAGE, PODMAN, podman_env
+from support.image import IMAGE, engine, podman_env
 from support.paths import REPO
 
 STEPS = ("6", "4")
@@ -73,5 +73,6 @@ def log(tmp_path, name: str, i: int = 0) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def podman(*args: str) -> str:
-    return subprocess.run([PODMAN, *args], capture_output=True, text=True, timeout=60, env=podman_env()).stdout
+def podman(*args: str, runtime: str = "podman") -> str:
+    """What ``runtime`` (podman, or docker) prints for ``args``."""
+    return engine(runtime, *args).stdout
