@@ -11,22 +11,27 @@ from roxxel.train.checkpoint import (
     describe_changes,
 )
 from roxxel.train.logger import Logger
+from roxxel.train.options import Cadence, DataOptions, LoopOptions, RestoreOptions
 from roxxel.train.state import ModelState
 from roxxel.train.state_placement import sharded_state
 from roxxel.train.trainer import Callback, NaNLossError, Trainer
 
 __all__ = [
+    "Cadence",
     "Callback",
     "CheckpointCorruptError",
     "CheckpointRestoreError",
     "CheckpointSaveError",
     "Checkpointer",
+    "DataOptions",
     "describe_changes",
     "Logger",
+    "LoopOptions",
     "ModelChangeError",
     "ModelState",
     "NaNLossError",
     "Preempted",
+    "RestoreOptions",
     "RunMismatchError",
     "Trainer",
     "sharded_state",

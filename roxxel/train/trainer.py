@@ -11,6 +11,7 @@ profiler trace, a user's tracker) is a callback (``roxxel.train.callbacks``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -26,7 +27,6 @@ from flax import nnx
 from roxxel.contract import ENV_RESTORE_FROM, ENV_RUN_NAME
 from roxxel.data.curriculum import Curriculum, ResolvedPhase
 from roxxel.data.identity import with_seed
-from roxxel.deprecation import renamed
 from roxxel.exit_codes import ConfigTypeError, ConfigValueError
 from roxxel.sharding import BatchShardingError
 from roxxel.train.agreement import check_processes_agree
@@ -35,7 +35,9 @@ from roxxel.train.callbacks.base import HOOKS, Callback, Window, bound_hooks
 from roxxel.train.callbacks.builtin import trainer_callbacks
 from roxxel.train.callbacks.throughput import PEAK_FLOPS_PER_DEVICE
 from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempted
+from roxxel.train.flat_keywords import resolve_options
 from roxxel.train.logger import Logger
+from roxxel.train.options import Cadence, DataOptions, LoopOptions, RestoreOptions
 from roxxel.train.sections import COMPILE, DATA_WAIT, EVAL, PREEMPTION_SAVE, RESTORE, SAVE, STEP, LoopSections
 from roxxel.train.state import ModelState
 from roxxel.train.state_placement import batch_sharding, default_mesh, place_on_mesh
@@ -43,7 +45,7 @@ from roxxel.train.step import make_train_step, param_shardings
 from roxxel.train.step_window import StepWindow
 from roxxel.train.stragglers import StragglerReport
 from roxxel.train.vocabulary import check_embeddings
-from roxxel.train.watchdog import DEFAULT_BOUNDS, ProgressWatchdog, WatchdogBounds, chosen_bounds, in_a_job
+from roxxel.train.watchdog import ProgressWatchdog, chosen_bounds, in_a_job
 from roxxel.wording import count
 
 __all__ = ["Callback", "DEFAULT_SAVE_INTERVAL_STEPS", "NaNLossError", "PEAK_FLOPS_PER_DEVICE", "Trainer"]
@@ -60,18 +62,15 @@ DEFAULT_SAVE_INTERVAL_STEPS = 100
 """Steps between checkpoints when neither the Trainer nor its checkpointer is given one."""
 
 
-def _save_interval(
-    save_interval_steps: int | None, checkpoint_every: int | None, checkpointer: Checkpointer | None
-) -> int:
-    """The one checkpoint cadence, from the Trainer's argument, its deprecated alias or the checkpointer's."""
-    interval = renamed("Trainer", "save_interval_steps", save_interval_steps, "checkpoint_every", checkpoint_every)
+def _save_interval(interval: int | None, checkpointer: Checkpointer | None) -> int:
+    """The one checkpoint cadence, from the Trainer's :class:`Cadence` or the checkpointer's."""
     own = checkpointer.save_interval_steps if checkpointer is not None else 1
     if own > 1:  # the checkpointer skips other steps: its interval is the cadence
         if interval is not None and interval != own:
             raise ConfigValueError(
-                f"Trainer save_interval_steps={interval} but the checkpointer saves every {own} steps; "
-                "give the interval once (to the checkpointer, or to the Trainer with a checkpointer "
-                "of save_interval_steps=1)"
+                f"Trainer: Cadence save_interval_steps={interval} but the checkpointer saves every {own} steps; "
+                "give the interval once (Checkpointer(cadence=...), or the Trainer's cadence= with a "
+                "checkpointer of save_interval_steps=1)"
             )
         return own
     return DEFAULT_SAVE_INTERVAL_STEPS if interval is None else interval
@@ -88,12 +87,6 @@ def _check_core(curriculum: Curriculum | None, loss_fn: Callable | None) -> tupl
     return curriculum, loss_fn
 
 
-def _check_intervals(**intervals: Any) -> None:
-    for name, v in intervals.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigValueError(f"{name} must be a positive int, got {v!r}")
-
-
 def _mesh_and_sharding(mesh: Any, data_sharding: Any) -> tuple[Any, Any]:
     """The device mesh and batch sharding: as given, the sharding's own mesh, or the defaults."""
     if mesh is None:
@@ -104,21 +97,29 @@ def _mesh_and_sharding(mesh: Any, data_sharding: Any) -> tuple[Any, Any]:
 class Trainer:
     """Train ``model`` with ``optimizer`` on ``curriculum``, minimising ``loss_fn(model, batch)``.
 
+    The options come in groups (:mod:`roxxel.train.options`, after Orbax's
+    ``CheckpointManagerOptions``, Levanter's ``TrainerConfig`` and MaxText's config groups):
+    ``cadence=Cadence(log_every=..., eval_every=..., save_interval_steps=..., max_to_keep=...)``,
+    ``data=DataOptions(seed=..., outputs=..., prefetch_size=..., data_sharding=...)``,
+    ``restore=RestoreOptions(allow_changed_run=..., partial=...)`` and
+    ``loop=LoopOptions(grad_accum_steps=..., async_queue_depth=..., handle_sigint=..., watchdog=...)``;
+    docs/trainer.md has a table of each. The flat keywords of before (``eval_every=``,
+    ``seed=``, ``partial_restore=`` ...) and the callback shortcuts (``learning_rate=``,
+    ``flops_per_token=``, ``num_params=``, ``peak_flops_per_device=``, ``profile_steps=``)
+    still work, with one ``DeprecationWarning`` per call naming what replaces each
+    (:mod:`roxxel.train.flat_keywords`).
+
     Args:
         model, optimizer: an ``nnx.Module`` and its ``nnx.Optimizer``; or pass ``state=``.
-        curriculum: the data: phases of batch size, sequence length and blend weights.
+        curriculum: the data: phases of batch size, sequence length and blend weights (required).
         loss_fn: ``loss_fn(model, batch)`` returning a scalar, ``(loss, aux)`` or a dict with
             ``"loss"``; aux scalars are logged. ``batch`` is an int ``(batch_size, seq_len)``
-            array, or a dict of them with ``outputs="documents"``.
+            array, or a dict of them with ``DataOptions(outputs="documents")`` (required).
+        state: a :class:`ModelState` or object with ``model`` and ``optimizer``.
         save_path: run directory: checkpoints in ``save_path/checkpoints``, logs in ``save_path``.
-        checkpointer, logger: use these instead of the ones ``save_path`` creates.
-        eval_fn: ``eval_fn(state) -> dict | scalar`` run every ``eval_every`` steps and at the end.
-        eval_every, log_every: intervals in steps.
-        save_interval_steps: save a checkpoint every this many steps (Orbax's name for it);
-            default: the given ``checkpointer``'s ``save_interval_steps`` when above 1, else
-            100. Preemptions and the end of the run save at any step.
-        checkpoint_every: deprecated name of ``save_interval_steps`` (the original's; warns).
-        seed: data shuffle seed.
+        checkpointer, logger: use these instead of the ones ``save_path`` creates. A given
+            checkpointer keeps its own ``max_to_keep``; its ``save_interval_steps``, when
+            above 1, is the run's cadence.
         mesh: device mesh (default: every device on one ``"data"`` axis). State already on
             it (built by :func:`~roxxel.train.sharded_state`, the way to create a model larger
             than one host) is used as it is; other variables are moved onto it: replicated, or
@@ -126,56 +127,30 @@ class Trainer:
         axis_rules: logical axis names of the annotations to mesh axes, e.g.
             ``[("embed", "fsdp"), ("mlp", "tensor")]`` (:mod:`roxxel.train.axis_rules`), for
             the variables the Trainer places.
-        data_sharding: sharding of each batch (default: rows over the mesh's first axis).
-        max_to_keep: checkpoints kept besides the best.
-        async_queue_depth: steps dispatched ahead of the host before it waits for a result.
-        grad_accum_steps: micro-batches per step (``batch_size`` must divide by it and by
-            the number of data shards).
-        state: a :class:`ModelState` or object with ``model`` and ``optimizer``.
-        outputs: ``"tokens"`` or ``"documents"`` (tokens + segment ids, positions, loss mask).
-        prefetch_size: batches prepared ahead on a background thread.
-        allow_changed_run: restore a checkpoint made under another curriculum or dataset
-            even where the change alters batches already taken (lengthening the current
-            phase and changing later phases are always allowed; see docs/trainer.md).
-        partial_restore: resume from a checkpoint of a changed model definition
-            (``Checkpointer.restore(partial=True)``): arrays in both are restored, new ones
-            keep their initial values, removed ones are reported; the optimizer state is
-            restored only when it matches exactly, else re-initialised. Logged. Default: the
-            model must be unchanged.
-        learning_rate: the optax schedule (``step -> lr``) or constant the optimizer uses:
-            adds a :class:`~roxxel.train.callbacks.LearningRate`, which logs ``learning_rate``
-            (the rate of the window's last update).
-        flops_per_token: model FLOPs per trained token (forward + backward), or give
-            ``num_params`` for the usual ``6 * num_params``: the built-in
-            :class:`~roxxel.train.callbacks.Throughput` then logs ``model_tflops_per_device``
-            and, with a known peak, ``mfu``.
-        num_params: the model's parameter count (see ``flops_per_token``).
-        peak_flops_per_device: the device's peak FLOP/s for ``mfu`` (default: a table of
-            TPU and GPU bf16 peaks by device kind; none for CPUs).
-        profile_steps: ``(first, last)``: adds a :class:`~roxxel.train.callbacks.Profile`,
-            which records a ``jax.profiler`` trace of steps ``first..last`` (1-based,
-            inclusive) into ``save_path/profile`` (TensorBoard's profile plugin reads it).
+        eval_fn: ``eval_fn(state) -> dict | scalar`` run every ``cadence.eval_every`` steps and at the end.
+        cadence: a :class:`Cadence` (default ``Cadence()``: log every 100 steps, evaluate every
+            500, save every 100 unless the ``checkpointer`` saves less often, keep 3).
+        data: a :class:`DataOptions` (default: seed 42, ``"tokens"``, prefetch 2).
+        restore: a :class:`RestoreOptions` (default: the run and model must be unchanged).
+        loop: a :class:`LoopOptions` (default: no accumulation, queue depth 2, Ctrl-C
+            saves, the watchdog's default bounds).
         callbacks: :class:`Callback` objects (:mod:`roxxel.train.callbacks`), called after the
-            built-in ones. A ``Throughput``, ``LearningRate`` or ``Profile`` among them takes
-            the place of the one the arguments above would build (giving both is an error).
-        handle_sigint: treat Ctrl-C like SIGTERM (save, then exit with the preemption exit
-            code; a second Ctrl-C interrupts at once).
-        watchdog: the progress watchdog's bounds (:class:`~roxxel.train.watchdog.WatchdogBounds`):
-            when a step, an evaluation or a save takes longer, every thread's stack is written
-            to stderr and the process exits with ``STALLED_EXIT_CODE`` (43, a counted gang
-            restart); ``None`` turns it off. It runs in a job only (more than one process, or
-            under ``roxxel-worker``): an interactive session paused in a debugger is not ended.
-            Left at its default, ``ROXXEL_WATCHDOG`` (the job spec's ``watchdog`` section)
-            may change the bounds or turn it off (:func:`~roxxel.train.watchdog.bounds_from_env`).
+            built-in ones. A :class:`~roxxel.train.callbacks.Throughput` (``tokens_per_sec``,
+            and model FLOPs and MFU given ``flops_per_token`` or ``num_params``) is always
+            run: the one given here, else a default one. Add a
+            :class:`~roxxel.train.callbacks.LearningRate` to log the schedule's rate and a
+            :class:`~roxxel.train.callbacks.Profile` for a ``jax.profiler`` trace.
+        **deprecated: the flat keywords and shortcuts above (each warns; see the class text).
 
     Raises:
         ValueError: a batch size that does not divide over micro-batches or data shards
-            (names the phase); two different save intervals (``save_interval_steps`` and
-            ``checkpoint_every``, or the Trainer's and the ``checkpointer``'s); a NaN loss
-            (:class:`NaNLossError`) at a log or checkpoint step; a built-in callback's
-            argument together with such a callback in ``callbacks``; two callbacks (or a
-            callback and the loss) logging the same metric name.
-        TypeError: no ``curriculum`` or ``loss_fn``; no optimizer.
+            (names the phase); two different save intervals (the Trainer's and the
+            ``checkpointer``'s); a NaN loss (:class:`NaNLossError`) at a log or checkpoint
+            step; a shortcut together with its callback in ``callbacks``; two callbacks (or a
+            callback and the loss) logging the same metric name; a bad option value.
+        TypeError: no ``curriculum`` or ``loss_fn``; no optimizer; an option of the wrong
+            type; a flat keyword together with the option object that holds it now
+            (``eval_every=`` and ``cadence=``); an unknown keyword.
         Preempted: (a ``SystemExit`` with code 42) after saving at a preemption.
     """
 
@@ -186,68 +161,43 @@ class Trainer:
         curriculum: Curriculum | None = None,
         loss_fn: Callable | None = None,
         *,
+        state: Any = None,
         save_path: str | None = None,
         checkpointer: Checkpointer | None = None,
         logger: Logger | None = None,
-        eval_fn: Callable | None = None,
-        eval_every: int = 500,
-        save_interval_steps: int | None = None,
-        log_every: int = 100,
-        seed: int = 42,
         mesh=None,
-        data_sharding=None,
-        max_to_keep: int = 3,
-        async_queue_depth: int = 2,
-        grad_accum_steps: int | None = None,
-        state: Any = None,
-        outputs: str = "tokens",
-        prefetch_size: int = 2,
-        allow_changed_run: bool = False,
-        partial_restore: bool = False,
-        learning_rate: Callable[[int], Any] | float | None = None,
-        flops_per_token: float | None = None,
-        num_params: int | None = None,
-        peak_flops_per_device: float | None = None,
-        profile_steps: tuple[int, int] | None = None,
-        callbacks: Sequence[Callback] = (),
-        handle_sigint: bool = True,
-        checkpoint_every: int | None = None,
-        watchdog: WatchdogBounds | None = DEFAULT_BOUNDS,
         axis_rules: AxisRules | None = None,
+        eval_fn: Callable | None = None,
+        cadence: Cadence | None = None,
+        data: DataOptions | None = None,
+        restore: RestoreOptions | None = None,
+        loop: LoopOptions | None = None,
+        callbacks: Sequence[Callback] = (),
+        **deprecated: Any,
     ):
         curriculum, loss_fn = _check_core(curriculum, loss_fn)
-        save_interval_steps = _save_interval(save_interval_steps, checkpoint_every, checkpointer)
-        _check_intervals(
-            eval_every=eval_every,
-            save_interval_steps=save_interval_steps,
-            log_every=log_every,
-            async_queue_depth=async_queue_depth,
-            grad_accum_steps=grad_accum_steps or 1,
-        )
+        given = {"cadence": cadence, "data": data, "restore": restore, "loop": loop}
+        options, shortcuts = resolve_options(given, deprecated)
+        cadence, data, restore, loop = options["cadence"], options["data"], options["restore"], options["loop"]
+        save_interval_steps = _save_interval(cadence.save_interval_steps, checkpointer)
+        self.cadence = dataclasses.replace(cadence, save_interval_steps=save_interval_steps)
+        self.data_options, self.restore_options, self.loop_options = data, restore, loop
         self.state = ModelState.from_object(state) if state is not None else ModelState(model, optimizer)
         if self.state.optimizer is None:
             raise ConfigTypeError("Trainer needs an optimizer (nnx.Optimizer)")
         self.curriculum, self.loss_fn, self.eval_fn = curriculum, loss_fn, eval_fn
-        self.eval_every, self.save_interval_steps, self.log_every = eval_every, save_interval_steps, log_every
-        self.seed, self.outputs, self.prefetch_size = seed, outputs, prefetch_size
-        self.partial_restore = bool(partial_restore)
-        self.async_queue_depth = async_queue_depth
-        self.grad_accum_steps = grad_accum_steps or 1
-        self.mesh, self.data_sharding = _mesh_and_sharding(mesh, data_sharding)
+        self.eval_every, self.log_every = cadence.eval_every, cadence.log_every
+        self.save_interval_steps = save_interval_steps
+        self.seed, self.outputs, self.prefetch_size = data.seed, data.outputs, data.prefetch_size
+        self.partial_restore = restore.partial
+        self.async_queue_depth = loop.async_queue_depth
+        self.grad_accum_steps = loop.grad_accum_steps
+        self.mesh, self.data_sharding = _mesh_and_sharding(mesh, data.data_sharding)
         self._check_batch_sizes()
         self.save_path = save_path
-        self.callbacks = trainer_callbacks(
-            callbacks,
-            learning_rate=learning_rate,
-            flops_per_token=flops_per_token,
-            num_params=num_params,
-            peak_flops_per_device=peak_flops_per_device,
-            profile_steps=profile_steps,
-            save_path=save_path,
-            log=self._log,
-        )
-        self.watchdog_bounds = chosen_bounds(watchdog)
-        self.checkpointer, self.logger = self._run_directory(checkpointer, logger, max_to_keep, allow_changed_run)
+        self.callbacks = trainer_callbacks(callbacks, **shortcuts, save_path=save_path, log=self._log)
+        self.watchdog_bounds = chosen_bounds(loop.watchdog)
+        self.checkpointer, self.logger = self._run_directory(checkpointer, logger, restore.allow_changed_run)
         check_processes_agree(self._agreement_fields())  # before any collective that needs equal trees
         place_on_mesh(self.mesh, self.state.model, self.state.optimizer, axis_rules=axis_rules)
         # Summed micro-batch gradients are pinned to the parameters' shardings as placed here.
@@ -255,14 +205,14 @@ class Trainer:
         self._train_step = make_train_step(loss_fn, self.grad_accum_steps, param_shardings=shardings)
         self._evaluated_at: int | None = None
         self._hooks: dict[str, list[Callable]] = {}
-        self.handle_sigint = handle_sigint
+        self.handle_sigint = loop.handle_sigint
         self._watchdog: ProgressWatchdog | None = None
         self._sections = LoopSections()
         self._stragglers = StragglerReport()
         self._interrupts = 0
 
     def _run_directory(
-        self, checkpointer: Checkpointer | None, logger: Logger | None, max_to_keep: int, allow_changed_run: bool
+        self, checkpointer: Checkpointer | None, logger: Logger | None, allow_changed_run: bool
     ) -> tuple[Checkpointer | None, Logger | None]:
         """The checkpointer and logger: as given, else the ones ``save_path`` implies."""
         save_path, cur = self.save_path, self.curriculum
@@ -275,10 +225,9 @@ class Trainer:
             checkpointer = Checkpointer(
                 os.path.join(save_path, "checkpoints"),
                 state=self.state,
-                max_to_keep=max_to_keep,
+                cadence=self.cadence,
                 fingerprint=cur.identity(self.seed),
                 allow_changed_run=allow_changed_run,
-                save_interval_steps=self.save_interval_steps,
                 run_name=os.environ.get(ENV_RUN_NAME) or None,
                 restore_from=os.environ.get(ENV_RESTORE_FROM) or None,
             )

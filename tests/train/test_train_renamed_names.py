@@ -1,9 +1,9 @@
-"""One checkpoint cadence: ``Trainer(save_interval_steps=)`` (Orbax's name); the original's
+"""One checkpoint cadence: ``Cadence(save_interval_steps=)`` (Orbax's name); the original's
 ``checkpoint_every`` still works and warns; two cadences that disagree are refused."""
 
 import pytest
 
-from roxxel.train import Checkpointer, Trainer
+from roxxel.train import Cadence, Checkpointer, Trainer
 
 from support.lm import loss_fn, make_curriculum, make_dataset, make_model
 
@@ -14,7 +14,10 @@ def cur(tmp_path_factory):
 
 
 def test_checkpoint_every_warns_and_means_save_interval_steps(cur):
-    with pytest.warns(DeprecationWarning, match="Trainer: checkpoint_every is deprecated, use save_interval_steps"):
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"Trainer: checkpoint_every= is deprecated, use cadence=Cadence\(save_interval_steps=\.\.\.\)",
+    ):
         trainer = Trainer(*make_model(), cur, loss_fn, checkpoint_every=7)
     assert trainer.save_interval_steps == 7
     assert Trainer(*make_model(), cur, loss_fn).save_interval_steps == 100
@@ -27,8 +30,10 @@ def test_the_cadence_is_given_once(cur, tmp_path):
     with Checkpointer(str(tmp_path / "ckpt"), model, opt, save_interval_steps=4) as ckpt:
         assert Trainer(model, opt, cur, loss_fn, checkpointer=ckpt).save_interval_steps == 4
         with pytest.raises(ValueError, match="save_interval_steps=6 but the checkpointer saves every 4 steps"):
-            Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, save_interval_steps=6)
-    trainer = Trainer(*make_model(), cur, loss_fn, save_path=str(tmp_path / "run"), save_interval_steps=3)
+            Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, cadence=Cadence(save_interval_steps=6))
+    trainer = Trainer(
+        *make_model(), cur, loss_fn, save_path=str(tmp_path / "run"), cadence=Cadence(save_interval_steps=3)
+    )
     assert trainer.checkpointer.save_interval_steps == 3  # the checkpointer it makes has the same cadence
     trainer.checkpointer.close()
     trainer.logger.close()

@@ -6,7 +6,7 @@ import pytest
 
 from roxxel import Curriculum, Phase
 from roxxel.exit_codes import ConfigurationError
-from roxxel.train import Trainer
+from roxxel.train import Cadence, LoopOptions, Trainer
 from support.lm import loss_fn, make_dataset, make_model
 
 
@@ -19,11 +19,18 @@ def cur(tmp_path_factory):
     )
 
 
-@pytest.mark.parametrize("kwargs, kind", [({"log_every": 0}, ValueError), ({"watchdog": 5}, TypeError)])
-def test_bad_trainer_arguments_are_configuration_errors(cur, kwargs, kind):
+@pytest.mark.parametrize(
+    "options, kind",
+    [
+        (lambda: {"cadence": Cadence(log_every=0)}, ValueError),
+        (lambda: {"loop": LoopOptions(watchdog=5)}, TypeError),
+        (lambda: {"loop": {"watchdog": None}}, TypeError),
+    ],
+)
+def test_bad_trainer_arguments_are_configuration_errors(cur, options, kind):
     model, opt = make_model()
     with pytest.raises(kind) as err:
-        Trainer(model, opt, cur, loss_fn, **kwargs)
+        Trainer(model, opt, cur, loss_fn, **options())
     assert isinstance(err.value, ConfigurationError)
 
 

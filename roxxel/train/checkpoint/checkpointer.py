@@ -24,6 +24,7 @@ from flax import nnx
 
 from roxxel.contract import ENV_RESTORE_FROM
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE, ConfigValueError
+from roxxel.train.cadence import Cadence, Default, checkpoint_cadence
 from roxxel.train.checkpoint import _orbax, lifecycle, ownership, restoring
 from roxxel.train.checkpoint.directory import check_gcs_backend, resolve_branch_source, resolve_directory
 from roxxel.train.checkpoint.errors import CheckpointSaveError, Preempted, RunMismatchError, one_line
@@ -48,6 +49,10 @@ from roxxel.wording import count
 __all__ = ["RUN_FORMAT", "RUN_ITEM", "STATE_ITEM", "Checkpointer"]
 
 log = logging.getLogger("roxxel.checkpoint")
+
+# Defaults told apart from the same values given: a keyword left out may come from ``cadence=``.
+_KEEP_3: Any = Default(3)
+_EVERY_STEP: Any = Default(1)
 
 
 def _model_state(model: nnx.Module | None, optimizer: nnx.Optimizer | None, state: Any) -> ModelState:
@@ -89,7 +94,8 @@ class Checkpointer:
             or ``gs://bucket/prefix``.
         model: the ``nnx.Module`` to checkpoint (or give ``state=``).
         optimizer: its ``nnx.Optimizer``, or ``None`` to checkpoint the model alone.
-        max_to_keep: how many of the latest steps to keep (``None``: all), ``>= 1``.
+        max_to_keep: how many of the latest steps to keep (``None``: all), ``>= 1``; or
+            give it in ``cadence``.
         timeout: seconds an asynchronous save may take from the call to :meth:`save`
             until it is committed, including waiting for the other processes and the
             storage library's own retries (gcsfs, TensorStore); past it the save fails
@@ -109,7 +115,12 @@ class Checkpointer:
         best_mode: ``"min"`` (lower is better, e.g. a loss) or ``"max"``.
         allow_changed_run: on a fingerprint mismatch, log a warning instead of raising.
         save_interval_steps: :meth:`save` writes only steps divisible by it (``>= 1``),
-            unless forced or at a preemption step.
+            unless forced or at a preemption step; or give it in ``cadence``.
+        cadence: a :class:`~roxxel.train.Cadence`, the Trainer's: its ``max_to_keep`` and
+            ``save_interval_steps`` (``None``: 1) instead of the two keywords above, as
+            Orbax's ``CheckpointManagerOptions`` holds them. The keywords stay (no warning:
+            a Checkpointer alone needs no other cadence); giving one beside ``cadence`` is a
+            ``TypeError``.
         run_name: the run this directory belongs to (the Trainer passes ``ROXXEL_RUN_NAME``):
             recorded at the first save, and a checkpointer of another run is refused
             (:mod:`roxxel.train.checkpoint.ownership`); ``None`` records and checks no name.
@@ -122,8 +133,8 @@ class Checkpointer:
             Process 0 also holds the directory's writer lock while open.
 
     Raises:
-        TypeError: neither or both of ``model`` and ``state`` given, wrong types, or a
-            fingerprint that is not JSON-serialisable.
+        TypeError: neither or both of ``model`` and ``state`` given, wrong types, a
+            fingerprint that is not JSON-serialisable, or ``cadence`` beside a keyword it holds.
         ValueError: a bad path or option value.
         ImportError: a ``gs://`` path without the ``gcsfs`` package.
         CheckpointOwnerError: the directory belongs to another run, another trainer holds
@@ -135,7 +146,7 @@ class Checkpointer:
         checkpoint_path: str | os.PathLike[str],
         model: nnx.Module | None = None,
         optimizer: nnx.Optimizer | None = None,
-        max_to_keep: int | None = 3,
+        max_to_keep: int | None = _KEEP_3,
         timeout: float = 600,
         *,
         state: Any = None,
@@ -144,10 +155,12 @@ class Checkpointer:
         best_metric: str = "loss",
         best_mode: str = "min",
         allow_changed_run: bool = False,
-        save_interval_steps: int = 1,
+        save_interval_steps: int = _EVERY_STEP,
         run_name: str | None = None,
         restore_from: str | os.PathLike[str] | None = None,
+        cadence: Cadence | None = None,
     ) -> None:
+        max_to_keep, save_interval_steps = checkpoint_cadence(cadence, max_to_keep, save_interval_steps)
         self._target = state
         self._state = _model_state(model, optimizer, state)
         _check_options(max_to_keep, save_interval_steps, timeout, best_mode, best_metric)
