@@ -158,7 +158,7 @@ def _steps(args: dict, mesh, make, out: dict) -> None:
     import optax
 
     from roxxel import Curriculum, Phase, Roxxel
-    from roxxel.train import Callback, Trainer, sharded_state
+    from roxxel.train import Cadence, Callback, LoopOptions, Trainer, sharded_state
 
     times: list[float] = []
 
@@ -182,8 +182,8 @@ def _steps(args: dict, mesh, make, out: dict) -> None:
         loss_fn,
         mesh=mesh,
         axis_rules=AXIS_RULES,
-        log_every=1000,
-        watchdog=None,
+        cadence=Cadence(log_every=1000),
+        loop=LoopOptions(watchdog=None),
         callbacks=[Clock()],
     )
     trainer.run()

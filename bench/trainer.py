@@ -30,7 +30,7 @@ from _measure import load_average, record  # noqa: E402
 from _table import print_table  # noqa: E402
 
 from roxxel import Curriculum, Phase, Roxxel  # noqa: E402
-from roxxel.train import Trainer  # noqa: E402
+from roxxel.train import Cadence, Trainer  # noqa: E402
 
 STEPS, BATCH, SEQ, WIDTH, VOCAB = 60, 16, 128, 384, 257
 REPEATS = 3
@@ -77,7 +77,7 @@ def hand_written(batches) -> float:
 
 def trainer(cur) -> float:
     model, opt = fresh()
-    t = Trainer(model, opt, cur, loss_fn, log_every=20, save_interval_steps=10**9)
+    t = Trainer(model, opt, cur, loss_fn, cadence=Cadence(log_every=20, save_interval_steps=10**9))
     t.run(stop_at_step=1)  # compile outside the timing
     t0 = time.perf_counter()
     t.run()  # no checkpointer: all STEPS steps again, compiled

@@ -51,7 +51,7 @@ import roxxel.distributed  # noqa: E402
 from roxxel import Curriculum, Phase, Roxxel, exit_codes  # noqa: E402
 from roxxel.run import run_info  # noqa: E402
 from roxxel.sharding import default_mesh  # noqa: E402
-from roxxel.train import Checkpointer, Logger, Trainer, sharded_state  # noqa: E402
+from roxxel.train import Cadence, Checkpointer, DataOptions, Logger, Trainer, sharded_state  # noqa: E402
 from roxxel.tokenizers import ByteTokenizer, HFTokenizer, packing_tokenizer  # noqa: E402
 from roxxel.train.logger import read_metrics  # noqa: E402
 
@@ -298,10 +298,12 @@ def main(argv=None) -> dict:
     if info.process_id == 0:
         print(layout_line(mesh, (model, optimizer)))
     ckpt_dir = args.checkpoint_dir or os.path.join(os.path.abspath(args.run_dir), "checkpoints")
+    cadence = Cadence(log_every=args.log_every, save_interval_steps=args.checkpoint_every, eval_every=args.eval_every)
     checkpointer = Checkpointer(
         ckpt_dir,
         model,
         optimizer,
+        cadence=cadence,  # the Trainer's: one save interval and max_to_keep for both
         fingerprint=curriculum.describe(),
         run_name=args.run_name,
         restore_from=args.restore_from,
@@ -314,13 +316,10 @@ def main(argv=None) -> dict:
         lm_loss,
         checkpointer=checkpointer,
         logger=logger,
-        outputs="documents",
+        cadence=cadence,
+        data=DataOptions(outputs="documents", seed=args.seed),
         mesh=mesh,
         axis_rules=AXIS_RULES,
-        log_every=args.log_every,
-        save_interval_steps=args.checkpoint_every,
-        eval_every=args.eval_every,
-        seed=args.seed,
     )
     trainer.eval_fn = make_eval(eval_curriculum, trainer.data_sharding)
     final = trainer.run()

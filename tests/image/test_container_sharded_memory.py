@@ -28,7 +28,7 @@ from flax import nnx
 import roxxel.distributed
 from roxxel import Curriculum, Phase, Roxxel
 from roxxel.sharding import default_mesh
-from roxxel.train import Trainer, sharded_state
+from roxxel.train import Cadence, Trainer, sharded_state
 
 roxxel.distributed.initialize()
 W, H, PAIRS = 1024, 4096, 6
@@ -60,7 +60,7 @@ model, optimizer = sharded_state(make, mesh)
 held = sum(a.addressable_shards[0].data.nbytes for a in jax.tree.leaves((model, optimizer)))
 print(f"state on this pod: {held / 2**20:.0f} MiB", flush=True)
 curriculum = Curriculum(Roxxel(os.environ["ROXXEL_DATA_DIR"]), [Phase(steps=2, global_batch_size=4, seq_len=16)])
-metrics = Trainer(model, optimizer, curriculum, loss_fn, mesh=mesh, log_every=1).run()
+metrics = Trainer(model, optimizer, curriculum, loss_fn, mesh=mesh, cadence=Cadence(log_every=1)).run()
 print(f"trained: loss {metrics['loss']:.3f}", flush=True)
 """
 

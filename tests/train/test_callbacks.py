@@ -10,7 +10,7 @@ import pytest
 
 from roxxel import Curriculum, Phase
 from roxxel.exit_codes import ConfigurationError
-from roxxel.train import Trainer
+from roxxel.train import Cadence, Trainer
 from roxxel.train.callbacks import Callback, LearningRate, Profile, Throughput, Window
 from roxxel.train.callbacks.base import bound_hooks
 from roxxel.train.callbacks.throughput import peak_flops
@@ -188,10 +188,8 @@ def test_user_callbacks_compose_with_the_built_in_ones(cur, tmp_path):
         cur,
         loss_fn,
         save_path=str(tmp_path),
-        log_every=3,
-        save_interval_steps=3,
-        learning_rate=SCHEDULE,
-        callbacks=[Throughput(flops_per_token=1e6, peak_flops_per_device=1e12), rec],
+        cadence=Cadence(log_every=3, save_interval_steps=3),
+        callbacks=[LearningRate(SCHEDULE), Throughput(flops_per_token=1e6, peak_flops_per_device=1e12), rec],
     )
     assert [type(cb) for cb in trainer.callbacks] == [
         LearningRate,
@@ -210,7 +208,10 @@ def test_user_callbacks_compose_with_the_built_in_ones(cur, tmp_path):
 
 def test_a_trace_window_beyond_the_run_ends_with_it(cur, tmp_path):
     model, opt = make_model()
-    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path), log_every=3, profile_steps=(2, 100)).run(stop_at_step=3)
+    trace = Profile((2, 100), str(tmp_path / "profile"))
+    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path), cadence=Cadence(log_every=3), callbacks=[trace]).run(
+        stop_at_step=3
+    )
     assert glob.glob(str(tmp_path / "profile" / "plugins" / "profile" / "*" / "*.xplane.pb"))
 
 
@@ -223,14 +224,18 @@ def test_a_trace_window_beyond_the_run_ends_with_it(cur, tmp_path):
     ],
 )
 def test_a_shortcut_and_its_callback_are_not_both_given(cur, kwargs, callback, named):
+    """The deprecated shortcuts (they warn) beside the callback each stands for."""
     model, opt = make_model()
-    with pytest.raises(ValueError, match=f"Trainer: {named} and a {type(callback).__name__} in callbacks= both given"):
+    with (
+        pytest.raises(ValueError, match=f"Trainer: {named} and a {type(callback).__name__} in callbacks= both given"),
+        pytest.warns(DeprecationWarning, match=f"{named}= is deprecated, use callbacks="),
+    ):
         Trainer(model, opt, cur, loss_fn, callbacks=[callback], **kwargs)
 
 
 def test_profile_steps_need_a_run_directory(cur):
     model, opt = make_model()
-    with pytest.raises(ValueError, match="profile_steps needs save_path"):
+    with pytest.raises(ValueError, match="profile_steps needs save_path"), pytest.warns(DeprecationWarning):
         Trainer(model, opt, cur, loss_fn, profile_steps=(1, 2))
 
 
@@ -243,7 +248,7 @@ def test_two_callbacks_logging_one_name_is_an_error(cur):
     with pytest.raises(
         ValueError, match="callback Clash logs 'loss', which the loss or an earlier callback already logs"
     ):
-        Trainer(model, opt, cur, loss_fn, log_every=2, callbacks=[Clash()]).run(stop_at_step=2)
+        Trainer(model, opt, cur, loss_fn, cadence=Cadence(log_every=2), callbacks=[Clash()]).run(stop_at_step=2)
 
 
 def test_the_core_arguments_are_named_when_missing(cur):

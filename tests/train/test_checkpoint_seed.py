@@ -18,7 +18,7 @@ import support.ckpt as common
 from roxxel import Curriculum, Phase
 from roxxel.data.identity import with_seed
 from roxxel.exit_codes import ConfigValueError
-from roxxel.train import RunMismatchError, Trainer
+from roxxel.train import Cadence, DataOptions, RunMismatchError, Trainer
 from roxxel.train.checkpoint import Checkpointer
 
 from support.lm import loss_fn, make_dataset, make_model
@@ -37,19 +37,19 @@ def _train(ds, path, steps, **kw):
     model, opt = make_model()
     cur = _cur(ds, steps)
     with Checkpointer(str(path), model, opt, fingerprint=cur.describe()) as ckpt:
-        Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, save_interval_steps=2, **kw).run()
+        Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, cadence=Cadence(save_interval_steps=2), **kw).run()
         return ckpt
 
 
 @pytest.mark.slow
 def test_a_user_built_checkpointer_refuses_a_resume_with_another_seed(ds, tmp_path):
-    _train(ds, tmp_path / "ck", 2, seed=1)
+    _train(ds, tmp_path / "ck", 2, data=DataOptions(seed=1))
     run = json.loads((tmp_path / "ck" / "2" / "run" / "metadata").read_text())
     assert run["fingerprint"]["seed"] == 1
     with pytest.raises(RunMismatchError, match=r"seed: 1 -> 2") as info:
-        _train(ds, tmp_path / "ck", 4, seed=2)
+        _train(ds, tmp_path / "ck", 4, data=DataOptions(seed=2))
     assert "resume with seed=1" in str(info.value)
-    ckpt = _train(ds, tmp_path / "ck", 4, seed=1)  # the same seed resumes
+    ckpt = _train(ds, tmp_path / "ck", 4, data=DataOptions(seed=1))  # the same seed resumes
     assert ckpt.restored_run["step"] == 2 and ckpt.all_steps()[-1] == 4
 
 

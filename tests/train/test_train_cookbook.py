@@ -70,7 +70,10 @@ def test_the_original_quick_start_runs_as_written(tmp_path, monkeypatch):
         return jax.numpy.mean((logits - targets) ** 2)
 
     # 4. Initialize the Trainer (as written, with intervals inside the 9 steps)
-    with pytest.warns(DeprecationWarning, match="checkpoint_every is deprecated, use save_interval_steps"):
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"checkpoint_every=, log_every= is deprecated, use cadence=Cadence\(save_interval_steps=\.\.\., log_every=",
+    ):
         trainer = Trainer(
             model=model,
             optimizer=optimizer,
@@ -99,7 +102,7 @@ def test_the_original_quick_start_runs_as_written(tmp_path, monkeypatch):
     # Running the same script again resumes at the end: nothing left to train, same weights.
     kernel = np.asarray(model.linear.kernel[...]).copy()
     model2 = NextValue(rngs=nnx.Rngs(0))
-    with pytest.warns(DeprecationWarning, match="checkpoint_every is deprecated"):
+    with pytest.warns(DeprecationWarning, match="checkpoint_every=, log_every= is deprecated"):
         trainer2 = Trainer(
             model=model2,
             optimizer=nnx.Optimizer(model2, optax.sgd(0.01), wrt=nnx.Param),

@@ -10,7 +10,7 @@ from flax import nnx
 
 from roxxel import Curriculum, Phase
 from roxxel.data.identity import classify_changes
-from roxxel.train import RunMismatchError, Trainer
+from roxxel.train import Cadence, DataOptions, RunMismatchError, Trainer
 from roxxel.train.logger import read_metrics
 
 from support.lm import loss_fn, make_dataset, make_model
@@ -31,7 +31,9 @@ def _params(model):
 
 def _train(cur, path, init_seed=0, **kw):
     model, opt = make_model(seed=init_seed)
-    Trainer(model, opt, cur, loss_fn, save_path=str(path), log_every=1, save_interval_steps=100, **kw).run()
+    Trainer(
+        model, opt, cur, loss_fn, save_path=str(path), cadence=Cadence(log_every=1, save_interval_steps=100), **kw
+    ).run()
     return _params(model)
 
 
@@ -75,7 +77,7 @@ def test_changes_to_batches_already_taken_are_refused_with_the_diff(ds, tmp_path
 def test_another_shuffle_seed_is_refused(ds, tmp_path):
     _train(_cur(ds, (2, 4, 32)), tmp_path / "run")
     with pytest.raises(RunMismatchError, match=r"seed: 42 -> 5"):
-        _train(_cur(ds, (4, 4, 32)), tmp_path / "run", seed=5)
+        _train(_cur(ds, (4, 4, 32)), tmp_path / "run", data=DataOptions(seed=5))
 
 
 def test_classify_changes_by_past_and_future():

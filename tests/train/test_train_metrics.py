@@ -12,7 +12,8 @@ import pytest
 from flax import nnx
 
 from roxxel import Curriculum, Phase
-from roxxel.train import Trainer
+from roxxel.train import Cadence, Trainer
+from roxxel.train.callbacks import LearningRate, Profile, Throughput
 from roxxel.train.logger import read_metrics
 from roxxel.train.trainer import Callback
 
@@ -40,7 +41,7 @@ class Recorder(Callback):
         self.calls.append(("checkpoint", step, directory))
 
 
-def _run(ds, path, stop=None, **kw):
+def _run(ds, path, stop=None, callbacks=(), **kw):
     model = TinyLM(nnx.Rngs(0))
     opt = nnx.Optimizer(model, optax.adam(SCHEDULE), wrt=nnx.Param)
     n_params = sum(x.size for x in jax_leaves(nnx.state(model, nnx.Param)))
@@ -51,11 +52,8 @@ def _run(ds, path, stop=None, **kw):
         cur,
         loss_fn,
         save_path=str(path),
-        log_every=4,
-        save_interval_steps=3,
-        learning_rate=SCHEDULE,
-        num_params=n_params,
-        peak_flops_per_device=1e12,
+        cadence=Cadence(log_every=4, save_interval_steps=3, eval_every=8),
+        callbacks=[Throughput(num_params=n_params, peak_flops_per_device=1e12), LearningRate(SCHEDULE), *callbacks],
         **kw,
     )
     return trainer, trainer.run(stop_at_step=stop), n_params
@@ -69,7 +67,8 @@ def jax_leaves(tree):
 
 def test_logged_numbers_mean_what_the_docs_say(ds, tmp_path):
     rec = Recorder()
-    _, _, n_params = _run(ds, tmp_path, callbacks=[rec], eval_fn=lambda state: 1.5, eval_every=8, profile_steps=(2, 3))
+    profile = Profile((2, 3), str(tmp_path / "profile"))
+    _, _, n_params = _run(ds, tmp_path, callbacks=[rec, profile], eval_fn=lambda state: 1.5)
     m = {k: dict(v) for k, v in read_metrics(str(tmp_path)).items()}
     assert sorted(m["loss"]) == [4, 8, 12]  # windows end at multiples of log_every only
     for step, loss in m["loss"].items():

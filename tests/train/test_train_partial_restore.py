@@ -1,4 +1,4 @@
-"""Restoring across model changes (``Checkpointer.restore(partial=True)``, ``Trainer(partial_restore=True)``).
+"""Restoring across model changes (``Checkpointer.restore(partial=True)``, ``Trainer(restore=RestoreOptions(partial=True))``).
 
 Real Orbax writes on a local disk. The original Roxxel promised that "model definition
 changes do not break older saved weights"; here that is explicit, logged and checked.
@@ -17,7 +17,7 @@ import pytest
 from flax import nnx
 
 from roxxel import Curriculum, Phase, Roxxel
-from roxxel.train import Trainer
+from roxxel.train import Cadence, RestoreOptions, Trainer
 from roxxel.train.checkpoint import CheckpointCorruptError, Checkpointer, ModelChangeError
 
 
@@ -213,15 +213,14 @@ def test_the_trainer_continues_a_run_with_a_grown_model_only_when_asked(tmp_path
             curriculum=curriculum,
             loss_fn=_mse,
             save_path=run,
-            save_interval_steps=4,
-            log_every=4,
+            cadence=Cadence(save_interval_steps=4, log_every=4),
             **kwargs,
         )
 
     trainer(PerPosition(nnx.Rngs(0))).run(stop_at_step=4)
-    with pytest.raises(ModelChangeError, match="partial_restore=True"):
+    with pytest.raises(ModelChangeError, match=r"restore=RestoreOptions\(partial=True\)"):
         trainer(PerPosition(nnx.Rngs(1), extra=True)).run()
-    grown = trainer(PerPosition(nnx.Rngs(1), extra=True), partial_restore=True)
+    grown = trainer(PerPosition(nnx.Rngs(1), extra=True), restore=RestoreOptions(partial=True))
     grown.run()
     assert grown.state.step == 8
     log = (tmp_path / "run" / "roxxel_system.log").read_text()

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from roxxel import Curriculum, Phase
-from roxxel.train import Trainer
+from roxxel.train import Cadence, LoopOptions, Trainer
 from roxxel.train.logger import read_metrics
 
 from support.lm import NoisyLM, loss_fn, make_dataset
@@ -40,7 +40,7 @@ def ds(tmp_path_factory):
 def test_dropout_and_batchnorm_resume_bitwise(ds, tmp_path, accum):
     """Failed at step 1 before (TraceContextError: the step mutated Variables of an outer trace)."""
     cur = Curriculum(ds, [Phase(steps=6, global_batch_size=4, seq_len=32)], chunk_tokens=256)
-    kw = dict(log_every=1, save_interval_steps=100, grad_accum_steps=accum)
+    kw = dict(cadence=Cadence(log_every=1, save_interval_steps=100), loop=LoopOptions(grad_accum_steps=accum))
     model, opt = make_model()
     Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "full"), **kw).run()
     want = state_of(model)

@@ -11,7 +11,7 @@ from flax import nnx
 
 from roxxel import Curriculum, Phase, Roxxel
 from roxxel.exit_codes import ConfigurationError
-from roxxel.train import Trainer
+from roxxel.train import LoopOptions, Trainer
 from roxxel.train.vocabulary import VocabularyError, check_embeddings
 
 
@@ -37,7 +37,7 @@ def test_a_model_smaller_than_the_datas_vocabulary_is_refused_with_both_numbers(
     model = Tiny(256)
     opt = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
     with pytest.raises(VocabularyError) as err:
-        Trainer(model, opt, cur, _loss, watchdog=None).run()
+        Trainer(model, opt, cur, _loss, loop=LoopOptions(watchdog=None)).run()
     message = str(err.value)
     assert "token ids up to 599 (vocab_size 600)" in message and "table, embed, has num_embeddings=256" in message
     assert isinstance(err.value, ConfigurationError)  # 78 under roxxel-worker: no restart

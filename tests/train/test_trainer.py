@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from roxxel import Curriculum, Phase
-from roxxel.train import Checkpointer, NaNLossError, Trainer
+from roxxel.train import Cadence, Checkpointer, DataOptions, LoopOptions, NaNLossError, Trainer
 from roxxel.train.logger import read_metrics
 from roxxel.train.step import unpack_loss
 
@@ -28,7 +28,9 @@ def params_of(model):
 def test_loss_falls_on_real_text(ds, tmp_path):
     model, opt = make_model(lr=1e-2)
     cur = Curriculum(ds, [Phase(steps=60, global_batch_size=8, seq_len=64)], chunk_tokens=256)
-    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path), log_every=10, save_interval_steps=1000).run()
+    Trainer(
+        model, opt, cur, loss_fn, save_path=str(tmp_path), cadence=Cadence(log_every=10, save_interval_steps=1000)
+    ).run()
     loss = [v for _, v in read_metrics(str(tmp_path))["loss"]]
     assert loss[0] > 4.5 and loss[-1] < loss[0] - 1.5, loss  # ln(257) = 5.55 at the start
     assert "perplexity" in read_metrics(str(tmp_path))
@@ -39,14 +41,23 @@ def test_loss_falls_on_real_text(ds, tmp_path):
 def test_resume_equals_uninterrupted(ds, tmp_path, stop):
     cur = make_curriculum(ds)
     model, opt = make_model()
-    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "full"), log_every=1, save_interval_steps=100).run()
+    Trainer(
+        model,
+        opt,
+        cur,
+        loss_fn,
+        save_path=str(tmp_path / "full"),
+        cadence=Cadence(log_every=1, save_interval_steps=100),
+    ).run()
     want = params_of(model)
     model, opt = make_model()
-    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "cut"), log_every=1, save_interval_steps=100).run(
-        stop_at_step=stop
-    )
+    Trainer(
+        model, opt, cur, loss_fn, save_path=str(tmp_path / "cut"), cadence=Cadence(log_every=1, save_interval_steps=100)
+    ).run(stop_at_step=stop)
     model, opt = make_model(seed=7)  # another init: only the checkpoint can make it equal
-    Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path / "cut"), log_every=1, save_interval_steps=100).run()
+    Trainer(
+        model, opt, cur, loss_fn, save_path=str(tmp_path / "cut"), cadence=Cadence(log_every=1, save_interval_steps=100)
+    ).run()
     got = params_of(model)
     assert got.keys() == want.keys()
     for k in want:
@@ -63,7 +74,9 @@ def test_nan_raises_at_next_log_step_with_traceback_in_log(ds, tmp_path):
     opt = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.Param)
     cur = Curriculum(ds, [Phase(steps=20, global_batch_size=4, seq_len=32)], chunk_tokens=256)
     with pytest.raises(ValueError, match="loss is nan at step 5"):
-        Trainer(model, opt, cur, loss_fn, save_path=str(tmp_path), log_every=5, save_interval_steps=100).run()
+        Trainer(
+            model, opt, cur, loss_fn, save_path=str(tmp_path), cadence=Cadence(log_every=5, save_interval_steps=100)
+        ).run()
     log = (tmp_path / "roxxel_system.log").read_text()
     assert "Traceback" in log and "NaNLossError" in log
     assert issubclass(NaNLossError, ValueError)
@@ -75,26 +88,31 @@ def test_grad_accumulation_matches_one_big_step(ds, tmp_path):
     runs = []
     for accum in (1, 4):
         model, opt = make_model(lr=0.0)  # lr 0: compare the loss of identical parameters
-        out = Trainer(model, opt, cur, loss_fn, log_every=1, save_interval_steps=100, grad_accum_steps=accum).run()
+        out = Trainer(
+            model,
+            opt,
+            cur,
+            loss_fn,
+            cadence=Cadence(log_every=1, save_interval_steps=100),
+            loop=LoopOptions(grad_accum_steps=accum),
+        ).run()
         runs.append(out["loss"])
     assert runs[0] == pytest.approx(runs[1], rel=1e-5)
     with pytest.raises(ValueError, match="phase 0: global_batch_size 8 does not divide into 3 micro-batches"):
-        Trainer(*make_model(), cur, loss_fn, grad_accum_steps=3)
+        Trainer(*make_model(), cur, loss_fn, loop=LoopOptions(grad_accum_steps=3))
 
 
 @pytest.mark.slow
 def test_loss_forms_and_eval(ds, tmp_path):
     cur = Curriculum(ds, [Phase(steps=4, global_batch_size=2, seq_len=16)], chunk_tokens=256)
     for form in (lambda m, b: loss_fn(m, b)[0], lambda m, b: {"loss": loss_fn(m, b)[0], "extra": 1.0}):
-        Trainer(*make_model(), cur, form, log_every=2, save_interval_steps=100).run()
+        Trainer(*make_model(), cur, form, cadence=Cadence(log_every=2, save_interval_steps=100)).run()
     evals = []
     out = Trainer(
         *make_model(),
         cur,
         loss_fn,
-        log_every=2,
-        save_interval_steps=100,
-        eval_every=2,
+        cadence=Cadence(log_every=2, save_interval_steps=100, eval_every=2),
         eval_fn=lambda state: evals.append(state.step) or 1.25,
     ).run()
     assert evals == [2, 4] and out["eval_loss"] == 1.25
@@ -104,7 +122,9 @@ def test_loss_forms_and_eval(ds, tmp_path):
 
 def test_changed_curriculum_is_refused_on_resume(ds, tmp_path):
     cur = make_curriculum(ds)
-    Trainer(*make_model(), cur, loss_fn, save_path=str(tmp_path), save_interval_steps=100).run(stop_at_step=3)
+    Trainer(*make_model(), cur, loss_fn, save_path=str(tmp_path), cadence=Cadence(save_interval_steps=100)).run(
+        stop_at_step=3
+    )
     # phase 0 held the 3 batches already taken: changing it is refused (a later phase may change)
     changed = Curriculum(
         ds,
@@ -123,7 +143,9 @@ def test_documents_outputs_reach_the_loss(ds, tmp_path):
         return loss_fn(model, batch["tokens"])
 
     cur = Curriculum(ds, [Phase(steps=2, global_batch_size=2, seq_len=16)], chunk_tokens=256)
-    Trainer(*make_model(), cur, doc_loss, outputs="documents", save_interval_steps=100).run()
+    Trainer(
+        *make_model(), cur, doc_loss, cadence=Cadence(save_interval_steps=100), data=DataOptions(outputs="documents")
+    ).run()
     assert set(seen) == {"tokens", "segment_ids", "positions", "loss_mask"}
 
 
@@ -131,7 +153,7 @@ def test_checkpointer_is_the_one_passed(ds, tmp_path):
     model, opt = make_model()
     ckpt = Checkpointer(str(tmp_path / "ck"), model, opt)
     cur = Curriculum(ds, [Phase(steps=3, global_batch_size=2, seq_len=16)], chunk_tokens=256)
-    Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, save_interval_steps=2).run()
+    Trainer(model, opt, cur, loss_fn, checkpointer=ckpt, cadence=Cadence(save_interval_steps=2)).run()
     assert sorted(int(p.name) for p in (tmp_path / "ck").iterdir() if p.name.isdigit()) == [2, 3]
 
 
@@ -176,9 +198,7 @@ def test_a_finished_run_started_again_logs_its_last_evaluation_once(ds, tmp_path
             cur,
             loss_fn,
             save_path=str(tmp_path),
-            log_every=2,
-            save_interval_steps=100,
-            eval_every=100,
+            cadence=Cadence(log_every=2, save_interval_steps=100, eval_every=100),
             eval_fn=lambda state: 1.25,
         ).run()
         for _ in range(2)

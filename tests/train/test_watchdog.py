@@ -129,7 +129,7 @@ def test_roxxel_watchdog_sets_the_bounds_or_turns_the_watchdog_off():
 
 def test_a_trainer_left_at_the_default_reads_roxxel_watchdog(monkeypatch, tmp_path):
     from roxxel import Curriculum, Phase
-    from roxxel.train import Trainer
+    from roxxel.train import LoopOptions, Trainer
     from support.lm import loss_fn, make_model
 
     cur = Curriculum(
@@ -139,7 +139,9 @@ def test_a_trainer_left_at_the_default_reads_roxxel_watchdog(monkeypatch, tmp_pa
     monkeypatch.setenv("ROXXEL_WATCHDOG", "off")
     assert Trainer(model, opt, cur, loss_fn).watchdog_bounds is None
     explicit = WatchdogBounds(step_floor_s=7)
-    assert Trainer(model, opt, cur, loss_fn, watchdog=explicit).watchdog_bounds is explicit  # the argument wins
+    assert (
+        Trainer(model, opt, cur, loss_fn, loop=LoopOptions(watchdog=explicit)).watchdog_bounds is explicit
+    )  # the argument wins
 
 
 def test_bad_bounds_are_refused():

@@ -1,5 +1,6 @@
-"""The Trainer's keyword shortcuts (``learning_rate=``, ``flops_per_token=``, ``profile_steps=``
-...) turned into the built-in callbacks, ahead of the user's own."""
+"""The Trainer's callbacks: a default :class:`Throughput` unless one is given, and its deprecated
+keyword shortcuts (``learning_rate=``, ``flops_per_token=``, ``profile_steps=`` ...) turned into
+the callbacks they stand for, ahead of the user's own."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def trainer_callbacks(
     A :class:`Throughput` is always among them (``tokens_per_sec`` is always logged): the one
     in ``callbacks``, else one built from ``flops_per_token``, ``num_params`` and
     ``peak_flops_per_device``. ``learning_rate`` adds a :class:`LearningRate`, and
-    ``profile_steps`` a :class:`Profile` into ``save_path/profile``, which reports to ``log``.
+    ``profile_steps`` a :class:`Profile` into ``save_path/profile``, which reports to ``log``
+    (as does a ``Profile`` in ``callbacks`` given no ``log`` of its own).
 
     Raises:
         ValueError: an argument whose callback ``callbacks`` already holds (two would log the
@@ -64,6 +66,9 @@ def trainer_callbacks(
         if save_path is None:
             raise ConfigValueError("profile_steps needs save_path (the trace goes to save_path/profile)")
         builtin.append(Profile(profile_steps, os.path.join(save_path, "profile"), log))
+    for cb in user:
+        if isinstance(cb, Profile) and cb.log is None:  # its "written to" line goes to the run's log too
+            cb.log = log
     return builtin + user
 
 

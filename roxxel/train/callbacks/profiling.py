@@ -27,10 +27,10 @@ class Profile(Callback):
 
     Args:
         steps: ``(first, last)`` with ``1 <= first <= last``.
-        directory: where the trace goes (the Trainer's ``profile_steps=`` uses
-            ``save_path/profile``).
-        log: where the "profile ... written to" line goes (default: the ``roxxel.train``
-            Python logger; the Trainer passes its own, which also writes the run's log).
+        directory: where the trace goes (``os.path.join(save_path, "profile")`` puts it
+            beside the run's logs, where the Trainer's deprecated ``profile_steps=`` put it).
+        log: where the "profile ... written to" line goes (default: the run's log when a
+            Trainer runs it, which also writes the ``roxxel.train`` Python logger; else that logger).
 
     Raises:
         ValueError: ``steps`` is not two ints with ``1 <= first <= last``.
@@ -38,7 +38,7 @@ class Profile(Callback):
 
     def __init__(self, steps: tuple[int, int], directory: str, log: Callable[[str], None] | None = None) -> None:
         self.first, self.last = check_window(steps)
-        self.directory, self.log = directory, log if log is not None else log_info
+        self.directory, self.log = directory, log
         self.active = False
 
     def on_batch_begin(self, step: int) -> None:
@@ -60,7 +60,7 @@ class Profile(Callback):
         self.active = False
         run_dir = os.path.dirname(os.path.normpath(self.directory)) or "."
         msg = f"profile of steps {self.first}..{self.last} written to {self.directory} (tensorboard --logdir {run_dir})"
-        self.log(msg)
+        (self.log or log_info)(msg)
 
 
 def check_window(steps: Any) -> tuple[int, int]:

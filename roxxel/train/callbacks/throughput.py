@@ -1,8 +1,8 @@
 """Throughput of each logging window: tokens per second, step time, model FLOPs and MFU.
 
 The Trainer adds one :class:`Throughput` to every run (``tokens_per_sec`` is always logged);
-its ``flops_per_token=``, ``num_params=`` and ``peak_flops_per_device=`` arguments configure
-it, or pass your own in ``callbacks=``.
+pass your own in ``callbacks=`` to give it a FLOP count (the Trainer's ``flops_per_token=``,
+``num_params=`` and ``peak_flops_per_device=`` keywords still build it, deprecated).
 """
 
 from __future__ import annotations

@@ -574,7 +574,8 @@ class Checkpointer:
         raise RunMismatchError(
             f"the checkpoint of step {step} in {directory} was saved by a different run "
             f"(saved -> current):\n{shown}\n"
-            f"Resume with the same curriculum and datasets{hint}, or pass allow_changed_run=True to resume anyway.",
+            f"Resume with the same curriculum and datasets{hint}, or pass allow_changed_run=True "
+            "(a Trainer's restore=RestoreOptions(allow_changed_run=True)) to resume anyway.",
             step=step,
             changes=changes,
             saved=saved,

@@ -120,7 +120,7 @@ def plan(directory: epath.Path, step: int, earlier: list[int], target: Any, part
         ]
         raise ModelChangeError(
             f"cannot restore {where}: the model changed ({'; '.join(changes)}); nothing was loaded. To restore the arrays in both and keep "
-            "initial values for the new ones, pass partial=True (Trainer(partial_restore=True))",
+            "initial values for the new ones, pass partial=True (Trainer(restore=RestoreOptions(partial=True)))",
             step=step,
             earlier_steps=earlier,
             array=first,

@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from support.lm import loss_fn, make_dataset, make_model  # noqa: E402
 
 from roxxel import Curriculum, Phase  # noqa: E402
-from roxxel.train import Callback, Checkpointer, Logger, Trainer  # noqa: E402
+from roxxel.train import Cadence, Callback, Checkpointer, Logger, Trainer  # noqa: E402
 
 
 def _resolve(name: str) -> str:
@@ -112,7 +112,7 @@ logger = PacedLogger(
     total_steps=curriculum.total_steps,
     verbose=True,  # test_launch_netns reads step_time_s from the lines
 )
-evals = {"eval_fn": evaluate, "eval_every": 3} if os.environ.get("SIGTERM_WINDOW") == "eval" else {}
+eval_window = os.environ.get("SIGTERM_WINDOW") == "eval"
 Trainer(
     model,
     opt,
@@ -120,10 +120,9 @@ Trainer(
     loss_fn,
     checkpointer=checkpointer,
     logger=logger,
-    log_every=1,
-    save_interval_steps=every,
+    eval_fn=evaluate if eval_window else None,
+    cadence=Cadence(log_every=1, save_interval_steps=every, eval_every=3 if eval_window else 500),
     callbacks=[SaveNotice()],
-    **evals,
 ).run()
 
 flat = {

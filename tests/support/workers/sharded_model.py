@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from support.lm import VOCAB, loss_fn, make_dataset  # noqa: E402
 
 from roxxel import Curriculum, Phase  # noqa: E402
-from roxxel.train import Trainer  # noqa: E402
+from roxxel.train import Cadence, Trainer  # noqa: E402
 from roxxel.train.state_placement import default_mesh  # noqa: E402
 
 
@@ -37,7 +37,7 @@ with jax.set_mesh(mesh):  # Flax creates annotated variables sharded on the curr
     model = ShardedLM(nnx.Rngs(0))
     opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
 cur = Curriculum(make_dataset(sys.argv[1]), [Phase(steps=20, global_batch_size=8, seq_len=32)], chunk_tokens=256)
-out = Trainer(model, opt, cur, loss_fn, mesh=mesh, log_every=5, save_interval_steps=1000).run()
+out = Trainer(model, opt, cur, loss_fn, mesh=mesh, cadence=Cadence(log_every=5, save_interval_steps=1000)).run()
 specs = {"/".join(map(str, k)): str(v.sharding.spec) for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
 moment = nnx.state(opt)["opt_state"][0].mu["hidden"]["kernel"]
 print(

@@ -45,7 +45,7 @@ from support.lm import make_dataset  # noqa: E402
 
 from roxxel import Curriculum, Phase  # noqa: E402
 from roxxel.exit_codes import ConfigurationError  # noqa: E402
-from roxxel.train import Callback, Checkpointer, Trainer, sharded_state  # noqa: E402
+from roxxel.train import Cadence, Callback, Checkpointer, DataOptions, LoopOptions, Trainer, sharded_state  # noqa: E402
 
 VOCAB = 260  # 257 byte-level ids, padded to divide over 4 devices
 AXIS_RULES = [("vocab", "tensor"), ("embed", "fsdp"), ("mlp", "tensor")]
@@ -119,11 +119,9 @@ def main() -> int:
         checkpointer=ckpt,
         mesh=mesh,
         axis_rules=AXIS_RULES,
-        seed=mine(args.get("data_seed", 42)),
-        grad_accum_steps=args.get("grad_accum", 1),
-        log_every=1,
-        save_interval_steps=args.get("save_interval_steps", 4),
-        watchdog=None,
+        cadence=Cadence(log_every=1, save_interval_steps=args.get("save_interval_steps", 4)),
+        data=DataOptions(seed=mine(args.get("data_seed", 42))),
+        loop=LoopOptions(grad_accum_steps=args.get("grad_accum", 1), watchdog=None),
         callbacks=[SigtermAt(args["sigterm_at"])]
         if args.get("sigterm_at") and pid == args.get("sigterm_pid", 0)
         else [],

@@ -22,7 +22,7 @@ jax.distributed.initialize(
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/
 from support.lm import loss_fn, make_curriculum, make_dataset, make_model  # noqa: E402
 
-from roxxel.train import Callback, Checkpointer, Trainer  # noqa: E402
+from roxxel.train import Cadence, Callback, Checkpointer, LoopOptions, Trainer  # noqa: E402
 from roxxel.train.watchdog import WatchdogBounds  # noqa: E402
 
 
@@ -69,9 +69,8 @@ Trainer(
     cur,
     loss_fn,
     checkpointer=ckpt,
-    log_every=1,
-    save_interval_steps=1000,
+    cadence=Cadence(log_every=1, save_interval_steps=1000),
+    loop=LoopOptions(watchdog=WatchdogBounds(step_floor_s=4, step_multiple=10, first_step_s=240, poll_s=0.25)),
     callbacks=[BlockMainThread()],
-    watchdog=WatchdogBounds(step_floor_s=4, step_multiple=10, first_step_s=240, poll_s=0.25),
 ).run()
 print("FINISHED", flush=True)

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from support.lm import loss_fn, make_dataset, make_model  # noqa: E402
 
 from roxxel import Curriculum, Phase  # noqa: E402
-from roxxel.train import Trainer  # noqa: E402
+from roxxel.train import Cadence, Trainer  # noqa: E402
 
 data, run_dir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 
@@ -44,6 +44,5 @@ Trainer(
     cur,
     long_loss if mode == "long" else raising_loss,
     save_path=run_dir,
-    log_every=1000,
-    save_interval_steps=100000,
+    cadence=Cadence(log_every=1000, save_interval_steps=100000),
 ).run()

@@ -24,7 +24,7 @@ if nproc > 1:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/
 from support.lm import loss_fn, make_curriculum, make_dataset, make_model  # noqa: E402
 
-from roxxel.train import Checkpointer, Logger, Trainer  # noqa: E402
+from roxxel.train import Cadence, Checkpointer, Logger, Trainer  # noqa: E402
 
 model, opt = make_model(seed=init_seed)
 cur = make_curriculum(make_dataset(data))
@@ -36,8 +36,7 @@ trainer = Trainer(
     loss_fn,
     checkpointer=ckpt,
     logger=Logger(f"{log_dir}-{pid}"),
-    log_every=1,
-    save_interval_steps=save_interval_steps,
+    cadence=Cadence(log_every=1, save_interval_steps=save_interval_steps),
 )
 trainer.run(stop_at_step=stop if stop >= 0 else None)
 if params_out != "-":
