@@ -11,7 +11,7 @@ import os
 import pytest
 
 from roxxel import Curriculum, Phase
-from roxxel.train import Logger, Trainer
+from roxxel.train import Cadence, Logger, Trainer
 from roxxel.train.callbacks import Callback, Goodput, Window
 from roxxel.train.callbacks.goodput import BADPUT
 from roxxel.train.log_outputs import tensorboard_tag
@@ -129,7 +129,7 @@ def test_a_run_preempted_once_reports_its_restore_and_no_redone_steps(tmp_path):
     (the preemption saved the step it reached), and goes on from step 5's totals."""
     run_dir = tmp_path / "run"
     preempt = Preempt(at=5)
-    first = _trainer(run_dir, preempt, log_every=4, save_interval_steps=100)
+    first = _trainer(run_dir, preempt, cadence=Cadence(log_every=4, save_interval_steps=100))
     preempt.trainer = first
     with pytest.raises(SystemExit) as stopped:
         first.run()
@@ -137,7 +137,7 @@ def test_a_run_preempted_once_reports_its_restore_and_no_redone_steps(tmp_path):
     saved = _record(run_dir, 5)["metrics"]
     assert (saved["goodput_attempts"], saved["goodput_steps"]) == (1, 4)  # step 1 compiled
     assert saved["badput_compile_s"] > 0 and saved["badput_restart_s"] == 0
-    _trainer(run_dir, log_every=4, save_interval_steps=100).run()
+    _trainer(run_dir, cadence=Cadence(log_every=4, save_interval_steps=100)).run()
     rows = _rows(run_dir)
     assert rows["goodput_attempts"] == {4: 1, 8: 2, 10: 2}
     assert rows["badput_redone_steps"][8] == 0
@@ -159,8 +159,8 @@ def test_an_attempt_that_crashed_after_its_checkpoint_has_its_lost_steps_redone(
     """Saved at 4, logged up to 6, crashed at 7: the resumed attempt redoes steps 5 and 6."""
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match="the host went away"):
-        _trainer(run_dir, Crash(), log_every=2, save_interval_steps=4).run()
-    _trainer(run_dir, log_every=2, save_interval_steps=4).run()
+        _trainer(run_dir, Crash(), cadence=Cadence(log_every=2, save_interval_steps=4)).run()
+    _trainer(run_dir, cadence=Cadence(log_every=2, save_interval_steps=4)).run()
     rows = _rows(run_dir)
     assert rows["badput_redone_steps"][6] == 2 and rows["goodput_attempts"][6] == 2
     assert rows["badput_redone_s"][6] > 0
