@@ -10,6 +10,7 @@ flat list of keywords).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ class DataOptions:
     """How the Trainer streams the curriculum (the arguments of ``Curriculum.stream``).
 
     Args:
-        seed: the shuffle seed (an int). Part of the run's identity: a resume under another
+        seed: the shuffle seed (an int; a NumPy integer is stored as one). Part of the run's identity: a resume under another
             seed is refused. Default 42.
         outputs: ``"tokens"`` (an int ``(batch_size, seq_len)`` array per step) or
             ``"documents"`` (a dict of tokens, segment ids, positions and a loss mask).
@@ -50,8 +51,9 @@ class DataOptions:
     data_sharding: Any = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
             raise ConfigTypeError(f"DataOptions.seed must be an int, got {self.seed!r}")
+        object.__setattr__(self, "seed", int(self.seed))  # a NumPy integer, as the run identity takes it
         if self.outputs not in OUTPUTS:
             raise ConfigValueError(f"DataOptions.outputs must be one of {OUTPUTS}, got {self.outputs!r}")
         if isinstance(self.prefetch_size, bool) or not isinstance(self.prefetch_size, int) or self.prefetch_size < 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import warnings
 
+import numpy as np
 import pytest
 
 from roxxel.exit_codes import ConfigurationError
@@ -57,6 +58,8 @@ def test_the_options_are_frozen_and_default_as_the_trainer_did():
         cadence.log_every = 5  # type: ignore[misc]
     assert DataOptions() == DataOptions(seed=42, outputs="tokens", prefetch_size=2, data_sharding=None)
     assert LoopOptions().grad_accum_steps == 1 and LoopOptions().handle_sigint is True
+    seed = DataOptions(seed=np.int64(3)).seed  # a NumPy integer, as the run identity always took it
+    assert seed == 3 and type(seed) is int
 
 
 def test_the_signature_is_short_with_curriculum_and_loss_fn_required(cur):
