@@ -4,9 +4,10 @@ The Trainer's core is the step loop, gradient accumulation, the NaN guard, evalu
 checkpointing and the watchdog; what watches the loop is a callback: :class:`Throughput`
 (tokens per second, model FLOPs, MFU), :class:`LearningRate` (the schedule's rate),
 :class:`Profile` (a ``jax.profiler`` trace of some steps) and :class:`Goodput` (productive
-time against each kind of badput, across attempts). The Trainer's ``flops_per_token=``,
-``learning_rate=`` and ``profile_steps=`` arguments build the first three; or pass them, and
-your own, in ``callbacks=``.
+time against each kind of badput, across attempts). Pass them, and your own, in the
+Trainer's ``callbacks=``; it runs a default :class:`Throughput` when none is given (its
+deprecated ``flops_per_token=``, ``learning_rate=`` and ``profile_steps=`` keywords still
+build the first three).
 """
 
 from roxxel.train.callbacks.base import Callback, Window
