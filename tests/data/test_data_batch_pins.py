@@ -49,18 +49,25 @@ def digest(batches) -> str:
     return h.hexdigest()
 
 
-def curriculum(ds, chunk, order="chunks", batch_rows="consecutive"):
-    phases = [
-        Phase(steps=6, global_batch_size=8, seq_len=64, weights={"primary": 2, "code": 1, "math": 1}),
-        Phase(steps=4, global_batch_size=4, seq_len=200, weights={"primary": 1, "math": 3}),
-        Phase(steps=5, global_batch_size=6, seq_len=48, weights={"primary": 1, "code": 2}),
-    ]
+PHASES = [
+    Phase(steps=6, global_batch_size=8, seq_len=64, weights={"primary": 2, "code": 1, "math": 1}),
+    Phase(steps=4, global_batch_size=4, seq_len=200, weights={"primary": 1, "math": 3}),
+    Phase(steps=5, global_batch_size=6, seq_len=48, weights={"primary": 1, "code": 2}),
+]
+REPEATING = [  # reads ``code`` and ``math`` about three times over (with ``repeat=True``)
+    Phase(steps=25, global_batch_size=8, seq_len=64, weights={"primary": 1, "math": 3}),
+    Phase(steps=15, global_batch_size=6, seq_len=96, weights={"code": 2, "math": 1}),
+]
+
+
+def curriculum(ds, chunk, order="chunks", batch_rows="consecutive", phases=PHASES, repeat=False):
     return Curriculum(
         {"primary": ds["self"], "code": ds["code"], "math": ds["math"]},
         phases,
         chunk_tokens=chunk,
         order=order,
         batch_rows=batch_rows,
+        repeat=repeat,
     )
 
 
@@ -85,7 +92,7 @@ is refused on resume. A changed order under an unchanged version fails here."""
 
 PINS_REPEAT = {
     # (data order version, batch_rows, order, chunk_tokens) -> SHA-256 of the 40 batches of
-    # :func:`repeating`, which reads the small datasets three times over.
+    # :data:`REPEATING` under ``repeat``, which reads the small datasets three times over.
     (1, "consecutive", "chunks", 64): "5c63c72c5d7da8a085185ba1eb4c2ff903252ad108eee4deb257ac685c99dede",
     (3, "independent", "chunks", 64): "fdcecd931911a03df134bb37e3fec30826af6af5a0dd1ca14ab6e7b27e616668",
     (3, "independent", "documents", 0): "9ae2254d4587a94ef1eb1bf08c4fb1b68d02627669e3c8f90c488e2b0af9461d",
@@ -108,26 +115,10 @@ def test_batches_match_the_pinned_hashes(datasets, key):
     assert digest(batches) == PINS[(version, *key)], f"the batches changed under data order version {version}"
 
 
-def repeating(ds, chunk, order, batch_rows):
-    """Two phases that read ``code`` and ``math`` about three times over (``repeat=True``)."""
-    phases = [
-        Phase(steps=25, global_batch_size=8, seq_len=64, weights={"primary": 1, "math": 3}),
-        Phase(steps=15, global_batch_size=6, seq_len=96, weights={"code": 2, "math": 1}),
-    ]
-    return Curriculum(
-        {"primary": ds["self"], "code": ds["code"], "math": ds["math"]},
-        phases,
-        chunk_tokens=chunk,
-        order=order,
-        batch_rows=batch_rows,
-        repeat=True,
-    )
-
-
 @pytest.mark.parametrize("key", [k[1:] for k in PINS_REPEAT], ids=lambda k: "-".join(map(str, k)))
 def test_repeated_epochs_match_the_pinned_hashes(datasets, key):
     rows, order, chunk = key
-    c = repeating(datasets, chunk or 64, order, rows)
+    c = curriculum(datasets, chunk or 64, order, rows, REPEATING, repeat=True)
     version = recorded_version(c)
     assert (version, *key) in PINS_REPEAT, f"no pin for data order version {version}: record it in PINS_REPEAT"
     batches = list(c.stream(seed=12345, to_device=False, prefetch_size=0))
