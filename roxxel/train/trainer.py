@@ -349,7 +349,7 @@ class Trainer:
         watchdog = None
         if self.watchdog_bounds is not None and in_a_job():
             watchdog = self._watchdog = ProgressWatchdog(
-                self.watchdog_bounds, process_index=jax.process_index()
+                self.watchdog_bounds, process_index=jax.process_index(), process_count=jax.process_count()
             ).start()
         self._sections = LoopSections(  # the watchdog first: a step's end is progress before any callback runs
             [watchdog.on_section, *self._hooks["on_section"]] if watchdog else self._hooks["on_section"],

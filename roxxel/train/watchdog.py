@@ -10,7 +10,11 @@ of every thread (``faulthandler``), and ends the process with
 as an ordinary failure: a counted gang restart that resumes from the last checkpoint. The
 peers, blocked in the step's collective, stop finishing steps too and usually do the same
 (unless the stuck process's exit breaks their collective first), so the log holds their
-stacks as well.
+stacks as well. Process 0 hosts JAX's coordination service, and a peer whose coordinator is
+gone aborts at once (SIGABRT, no stacks): so when process 0's watchdog fires in a
+multi-process job it writes its stacks, then lingers :func:`coordinator_linger_s` before
+exiting, long enough for peers whose bounds end in the same window (the stuck worker among
+them) to write theirs and exit 43 themselves.
 
 Bounds (seconds, :class:`WatchdogBounds`):
 
@@ -39,6 +43,7 @@ import collections
 import contextlib
 import dataclasses
 import faulthandler
+import functools
 import json
 import logging
 import os
@@ -159,9 +164,18 @@ def chosen_bounds(watchdog: WatchdogBounds | None) -> WatchdogBounds | None:
     return bounds_from_env() if watchdog is DEFAULT_BOUNDS else watchdog
 
 
-def _stall(message: str) -> None:
-    """The default reaction: the line, every thread's stack, then exit 43 at once (a blocked
-    main thread would never run ``sys.exit``)."""
+def coordinator_linger_s(bounds: WatchdogBounds, process_index: int, process_count: int) -> float:
+    """How long a firing watchdog waits after its stacks before exiting, in seconds: 0, except
+    on process 0 of a multi-process job, which hosts JAX's coordination service (the
+    ``jax.distributed`` convention): there two polls and 5 s, so a peer that passes its own
+    bound a moment later writes its stacks instead of aborting when the service goes."""
+    return 2 * bounds.poll_s + 5.0 if process_index == 0 and process_count > 1 else 0.0
+
+
+def _stall(message: str, linger_s: float = 0.0) -> None:
+    """The default reaction: the line, every thread's stack, ``linger_s`` seconds for the peers
+    (see :func:`coordinator_linger_s`), then exit 43 (a blocked main thread would never run
+    ``sys.exit``)."""
     write_line(sys.stderr, logging.ERROR, f"roxxel: {message}; the stacks of this process's threads follow")
     sys.stderr.flush()
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
@@ -170,6 +184,10 @@ def _stall(message: str) -> None:
     for handler in logging.getLogger().handlers + logging.getLogger("roxxel").handlers:
         with contextlib.suppress(Exception):
             handler.flush()
+    if linger_s > 0:
+        write_line(sys.stderr, logging.ERROR, f"roxxel: process 0 hosts the coordinator: exiting in {linger_s:.0f} s")
+        sys.stderr.flush()
+        time.sleep(linger_s)
     os._exit(STALLED_EXIT_CODE)
 
 
@@ -179,6 +197,8 @@ class ProgressWatchdog:
     Args:
         bounds: the bounds; ``WatchdogBounds()`` for the defaults.
         process_index: named in the message (``jax.process_index()``).
+        process_count: ``jax.process_count()``; with ``process_index`` it sets how long the
+            default reaction lingers (:func:`coordinator_linger_s`).
         on_stall: called once with the message when a bound is passed (default: write the
             stacks and exit with 43); tests give their own.
         clock: seconds, monotonic (tests give a fake one).
@@ -189,12 +209,14 @@ class ProgressWatchdog:
         bounds: WatchdogBounds,
         *,
         process_index: int = 0,
-        on_stall: Callable[[str], None] = _stall,
+        process_count: int = 1,
+        on_stall: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bounds = bounds
         self.process_index = process_index
-        self._on_stall = on_stall
+        linger_s = coordinator_linger_s(bounds, process_index, process_count)
+        self._on_stall = on_stall or functools.partial(_stall, linger_s=linger_s)
         self._clock = clock
         self._lock = threading.Lock()
         self._durations: collections.deque[float] = collections.deque(maxlen=101)
@@ -354,7 +376,9 @@ def watch_loop(bounds: WatchdogBounds | None = DEFAULT_BOUNDS) -> Iterator[LoopW
     if chosen is not None and in_a_job():
         import jax
 
-        watchdog = ProgressWatchdog(chosen, process_index=jax.process_index()).start()
+        watchdog = ProgressWatchdog(
+            chosen, process_index=jax.process_index(), process_count=jax.process_count()
+        ).start()
     try:
         yield LoopWatch(watchdog)
     finally:

@@ -233,20 +233,26 @@ def test_the_watchdog_runs_in_jobs_only(monkeypatch):
     assert in_a_job()
 
 
-def _own_loop(tmp_path, name: str, bounds: str, stall_step: int, steps: int) -> list[processes.Process]:
+def _own_loop(tmp_path, name: str, bounds: str | list[str], stall_step: int, steps: int) -> list[processes.Process]:
     """A 2-process job with its own loop (tests/support/workers/own_loop_worker.py), each
-    process under roxxel-worker, with ROXXEL_WATCHDOG as the job spec renders it."""
+    process under roxxel-worker, with ROXXEL_WATCHDOG as the job spec renders it (``bounds``:
+    one for both, or one per process)."""
     worker = str(WORKERS / "own_loop_worker.py")
+    per_process = [bounds] * 2 if isinstance(bounds, str) else bounds
     return processes.start(
         lambda i, coordinator: (
-            [sys.executable, "-m", "roxxel.worker", "--", sys.executable, worker, coordinator]
-            + [str(i), "2", "1", str(stall_step), str(steps)]
+            ["env", f"ROXXEL_WATCHDOG={per_process[i]}", sys.executable, "-m", "roxxel.worker", "--"]
+            + [sys.executable, worker, coordinator, str(i), "2", "1", str(stall_step), str(steps)]
         ),
         2,
         tmp_path / "logs",
-        processes.cpu_env(1, {"ROXXEL_WATCHDOG": bounds}),
+        processes.cpu_env(1),
         name=name,
     )
+
+
+def _bounds(floor: float) -> str:
+    return f'{{"step_floor_s": {floor}, "step_multiple": 10, "first_step_s": 120, "poll_s": 0.25}}'
 
 
 @pytest.mark.slow
@@ -255,10 +261,13 @@ def test_a_job_with_its_own_loop_and_a_worker_stuck_alive_ends_within_the_watchd
     job forever (no Trainer, no watchdog). With watch_loop() and one progress(step) call per step,
     the stuck worker writes its stacks and exits 43 through roxxel-worker about step_floor_s
     after its last step (the first step's longer bound ended at the first progress call); its
-    peer, waiting in the next all-reduce, ends too."""
+    peer, waiting in the next all-reduce, ends too.
+
+    The peer is process 0, which hosts JAX's coordination service, and its bound ends 1 s
+    before the stuck worker's: the order in which CI once saw the stuck worker abort (134,
+    no stacks) when the coordinator went away first. Process 0 now lingers after its stacks."""
     floor = 3
-    bounds = f'{{"step_floor_s": {floor}, "step_multiple": 10, "first_step_s": 120, "poll_s": 0.25}}'
-    procs = _own_loop(tmp_path, "stuck", bounds, stall_step=5, steps=10_000)
+    procs = _own_loop(tmp_path, "stuck", [_bounds(floor - 1), _bounds(floor)], stall_step=5, steps=10_000)
     deadline = time.monotonic() + 150
     while "BLOCKING 5" not in procs[1].out and procs[1].popen.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -276,9 +285,9 @@ def test_a_job_with_its_own_loop_and_a_worker_stuck_alive_ends_within_the_watchd
     assert "Thread 0x" in stuck.err and "own_loop_worker.py" in stuck.err, stuck.err[-3000:]
     assert floor <= ended_s < floor + 20, ended_s  # the floor, the poll, the stacks, a loaded machine
     assert "FINISHED" not in peer.out, peer.out[-2000:]
-    if peer.returncode == STALLED_EXIT_CODE:
-        assert "watchdog: process 0 made no progress" in peer.err, peer.err[-3000:]
-    else:  # not killed by the test's timeout: ended by its failed collective (roxxel.distributed's hook)
+    assert "watchdog: process 0 made no progress" in peer.err, peer.err[-3000:]
+    assert "process 0 hosts the coordinator: exiting in 6 s" in peer.err, peer.err[-3000:]
+    if peer.returncode != STALLED_EXIT_CODE:  # its collective broke first (roxxel.distributed's hook)
         assert peer.returncode == 1 and "Connection closed by peer" in peer.err, (
             f"{peer.returncode}\n{peer.err[-3000:]}"
         )
@@ -287,8 +296,7 @@ def test_a_job_with_its_own_loop_and_a_worker_stuck_alive_ends_within_the_watchd
 @pytest.mark.slow
 def test_a_healthy_own_loop_under_the_watchdog_finishes(tmp_path):
     """Its progress calls keep the watchdog quiet: both workers finish, exit 0 through roxxel-worker."""
-    bounds = '{"step_floor_s": 10, "first_step_s": 120, "poll_s": 0.25}'
-    procs = processes.finish(_own_loop(tmp_path, "healthy", bounds, stall_step=0, steps=40), expect=0)
+    procs = processes.finish(_own_loop(tmp_path, "healthy", _bounds(10), stall_step=0, steps=40), expect=0)
     for proc in procs:
         assert "FINISHED 81" in proc.out and "watchdog" not in proc.err, proc.err[-3000:]
 
