@@ -721,7 +721,7 @@ def test_status_jobset_suspended_by_kueue(server, backend):
         suspend=True,
         status={
             "conditions": [
-                {"type": "Suspended", "status": "True", "reason": "SuspendedTrue", "message": "jobset is suspended"}
+                {"type": "Suspended", "status": "True", "reason": "SuspendedJobs", "message": "jobset is suspended"}
             ]
         },
     )

@@ -132,7 +132,7 @@ class Workloads:
                 "conditions": [
                     condition(
                         "Suspended",
-                        "SuspendedTrue" if resource == "jobsets" else "JobSuspended",
+                        "SuspendedJobs" if resource == "jobsets" else "JobSuspended",
                         "evicted by Kueue: preempted to admit a higher-priority workload",
                     )
                 ],
@@ -325,7 +325,8 @@ class Workloads:
         """A change of ``spec.suspend``, as the controllers follow it. The JobSet controller
         suspends (or resumes) every child Job ("Suspend suspends all running child Jobs when
         set to true", jobset.x-k8s.io/v1alpha2 JobSetSpec; its condition type ``Suspended``,
-        reasons ``SuspendedTrue`` / ``ResumeJobs``), and the Job controller deletes a
+        reasons ``SuspendedJobs`` / ``ResumeJobs``, the JobSet controller's
+        constants), and the Job controller deletes a
         suspended Job's active pods without counting them as failures, and creates them again
         on resume (https://kubernetes.io/docs/concepts/workloads/controllers/job/#suspending-a-job;
         condition ``Suspended``, reasons ``JobSuspended`` / ``JobResumed``). A JobSet's new
@@ -333,7 +334,7 @@ class Workloads:
         resource, ns, name = key
         obj = self.objects[key]
         reasons = {
-            ("jobsets", True): ("SuspendedTrue", "jobset is suspended"),
+            ("jobsets", True): ("SuspendedJobs", "jobset is suspended"),
             ("jobsets", False): ("ResumeJobs", "jobset is resumed"),
             ("jobs", True): ("JobSuspended", "Job suspended"),
             ("jobs", False): ("JobResumed", "Job resumed"),
