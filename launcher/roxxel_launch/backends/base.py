@@ -14,12 +14,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-import fcntl
-import json
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 
 
 class JobState(str, enum.Enum):
@@ -479,34 +475,6 @@ RESUME_HINT = (
 """When :class:`JobExistsError` offers both resume and delete: which fits after a YAML edit."""
 
 
-def check_checkpoint_owner(spec) -> None:
-    """Refuse, before anything starts, a spec whose local ``checkpoint_dir`` records another
-    run (``roxxel_run.json``, written by the training program's checkpointer at its first
-    save): the job would start, restore nothing and exit 78 on every worker. Directories on
-    object storage or on a cluster's volumes are checked by the workers themselves.
-
-    Raises:
-        BackendError: names both runs and the fixes (its own directory, or ``restore_from``).
-    """
-    from roxxel.contract import OWNER_FILE
-
-    path = spec.checkpoint_dir
-    if path is None or "://" in path:
-        return
-    try:
-        record = json.loads((Path(path) / OWNER_FILE).read_text())
-    except (OSError, ValueError):
-        return  # none (a new directory), or unreadable: the checkpointer says which
-    owner = record.get("run") if isinstance(record, dict) else None
-    if owner is not None and owner != spec.run_name:
-        raise BackendError(
-            f"checkpoint_dir {path} belongs to run {owner!r}, not to this job's run {spec.run_name!r}: its workers "
-            f"would be refused at their first step (a renamed job must not continue or overwrite another run's "
-            f"checkpoints). Give it a directory of its own (--set checkpoint_dir=...), and add --set "
-            f"restore_from={path} to start from that run's latest step"
-        )
-
-
 class WaitTimeout(BackendError, TimeoutError):
     """:meth:`Backend.wait` gave up; the job keeps running.
 
@@ -519,22 +487,3 @@ class WaitTimeout(BackendError, TimeoutError):
         super().__init__(f"timed out after {timeout:g} s waiting for job {status.name}: still {status.state.value}")
         self.status = status
         self.timeout = timeout
-
-
-def lock_is_held(lock_path: Path) -> bool:
-    """True while another process holds an exclusive ``flock`` on ``lock_path`` (a supervisor's lock).
-
-    A missing file is not held. The probe takes a shared lock without blocking and releases it
-    at once by closing its descriptor.
-    """
-    try:
-        fd = os.open(lock_path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # also releases the probe's shared lock
-    return False

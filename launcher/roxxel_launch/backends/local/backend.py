@@ -89,10 +89,9 @@ from roxxel_launch.backends.base import (
     JobState,
     JobStatus,
     StopReason,
-    check_checkpoint_owner,
-    lock_is_held,
     resume_with_spec,
 )
+from roxxel_launch.backends.local.checkpoint_owner import check_checkpoint_owner
 from roxxel_launch.backends.local.pods import DATA_DIR_ENV, resolve_data_dir, worker_processes
 from roxxel_launch.backends.local.run_options import (
     DEFAULT_MAX_WORKERS,
@@ -114,6 +113,7 @@ from roxxel_launch.backends.local.rundir import (
     SUPERVISOR_LOG,
     TAIL_LINES,
     job_running,
+    lock_is_held,
     log_tail,
     now,
     read_json,

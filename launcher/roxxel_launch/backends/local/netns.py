@@ -61,8 +61,9 @@ from pathlib import Path
 
 from roxxel import distributed
 from roxxel_launch import contract
-from roxxel_launch.backends.base import BackendError, lock_is_held
+from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends.local import rendered_pods
+from roxxel_launch.backends.local.rundir import lock_is_held
 
 __all__ = [
     "CLUSTER_DOMAIN",

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from roxxel_launch.backends.base import BackendError, JobState, JobStatus, StopReason, lock_is_held
+from roxxel_launch.backends.base import BackendError, JobState, JobStatus, StopReason
 
 SPEC_FILE = "spec.json"
 LAUNCH_FILE = "launch.json"
@@ -104,6 +104,25 @@ def acquire_lock(lock_path: Path, *, wait: float = 2.0) -> int:
                     "wait for it, or stop it with `roxxel-launch delete NAME --local`"
                 ) from None
             time.sleep(0.05)
+
+
+def lock_is_held(lock_path: Path) -> bool:
+    """True while another process holds an exclusive ``flock`` on ``lock_path`` (a supervisor's lock).
+
+    A missing file is not held. The probe takes a shared lock without blocking and releases it
+    at once by closing its descriptor.
+    """
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also releases the probe's shared lock
+    return False
 
 
 def status_from_dict(data: Mapping[str, Any], run_dir: Path) -> JobStatus:
