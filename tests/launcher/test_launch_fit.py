@@ -336,7 +336,9 @@ def test_the_cli_flag_skips_the_check_and_is_refused_with_local(fake, tmp_path):
     assert refused.exit_code == 1 and "memory 200Gi > allocatable 175.3Gi" in refused.output
     assert CliRunner().invoke(cli, ["submit", str(path), "--skip-fit-check"]).exit_code == 0
     local = CliRunner().invoke(cli, ["submit", str(path), "--local", "--skip-fit-check"])
-    assert local.exit_code == 2 and "--skip-fit-check applies to Kubernetes, not to --local" in local.output
+    assert (
+        local.exit_code == 2 and "--skip-fit-check applies to Kubernetes jobs only, not to --local runs" in local.output
+    )
 
 
 # ----------------------------------------------------------------------------- the rules

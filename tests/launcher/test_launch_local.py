@@ -541,7 +541,7 @@ def test_without_local_the_kubernetes_backend_is_imported_lazily(tmp_path, monke
     result = runner.invoke(cli.cli, ["submit", str(spec), "--detach"])
     assert result.exit_code == 2 and "--detach applies to --local runs only" in result.output
     result = runner.invoke(cli.cli, ["list", "--local", "--context", "prod"])
-    assert result.exit_code == 2 and "--namespace and --context apply to Kubernetes" in result.output
+    assert result.exit_code == 2 and "--context applies to Kubernetes jobs only, not to --local runs" in result.output
 
 
 def test_backend_is_chosen_by_name_and_local_is_short_for_backend_local(tmp_path, monkeypatch):

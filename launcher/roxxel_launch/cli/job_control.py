@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from roxxel.wording import count
 from roxxel_launch.backends.base import Backend, BackendError, JobNotFoundError, JobState, JobStatus, StopReason
-from roxxel_launch.cli import backend_choice
-from roxxel_launch.cli.backend_choice import backend_errors, backend_option
+from roxxel_launch.cli.backend_choice import BackendChoice, backend_errors, backend_options
 from roxxel_launch.cli.job_output import (
     announce,
     one_line,
@@ -17,15 +14,7 @@ from roxxel_launch.cli.job_output import (
     report_end,
     report_outcome,
 )
-from roxxel_launch.cli.options import (
-    context_option,
-    namespace_option,
-    poll_option,
-    schema_option,
-    set_option,
-    skip_fit_option,
-    version_option,
-)
+from roxxel_launch.cli.options import poll_option, schema_option, set_option, version_option
 from roxxel_launch.cli.spec_checks import check_manifests, load_spec_arg
 
 DEFAULT_MAX_RESUMES = 20
@@ -34,121 +23,38 @@ DEFAULT_MAX_RESUMES = 20
 @click.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False))
 @set_option
-@backend_option
-@click.option(
-    "--detach",
-    is_flag=True,
-    help="With --local: start the job in the background and return at once "
-    "(default: run it in the foreground, stream worker 0's output and exit "
-    "with the job's exit code).",
-)
-@click.option(
-    "--devices-per-worker",
-    type=click.IntRange(min=1),
-    default=None,
-    help="With --local: CPU devices each worker's JAX sees (XLA_FLAGS=--xla_force_host_platform_device_count=N).",
-)
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="With --local: local directory the workers get as ROXXEL_DATA_DIR, in place "
-    "of the spec's data volume when it has one (default: $ROXXEL_LOCAL_DATA_DIR).",
-)
-@click.option(
-    "--netns",
-    is_flag=True,
-    help="With --local: run each worker in its own network namespace, with its pod's hostname "
-    "and the manifest's DNS names (needs root; loopback otherwise).",
-)
-@click.option(
-    "--max-workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="With --local: the most worker processes to start (default $ROXXEL_LOCAL_MAX_WORKERS, else 64).",
-)
-@click.option(
-    "--runtime",
-    type=click.Choice(["process", "podman", "docker"]),
-    default="process",
-    show_default=True,
-    help="With --local: run each pod's worker as a process of this machine's Python, or as a "
-    "container of the spec's image with podman or docker (its user, read-only root, resources, "
-    "emptyDirs, own network; the image must be in the engine's local store).",
+@backend_options(
+    "detach", "devices_per_worker", "data_dir", "netns", "max_workers", "runtime", "skip_fit_check", "context"
 )
 @click.option("--dry-run", is_flag=True, help="Check everything, start nothing.")
-@skip_fit_option
 @schema_option
 @version_option
-@context_option
 @click.pass_context
 def submit(
     ctx: click.Context,
     spec_path: str,
     overrides: tuple[str, ...],
-    backend_name: str,
-    detach: bool,
-    devices_per_worker: int | None,
-    data_dir: str | None,
-    netns: bool,
-    max_workers: int | None,
-    runtime: str,
+    choice: BackendChoice,
     dry_run: bool,
-    skip_fit_check: bool,
     schema: bool,
     kubernetes_version: str,
-    context: str | None,
 ) -> None:
     """Start a job: on the cluster, or as local processes with --local.
 
     The spec and the manifests it renders are validated before anything starts (for
     --local too: the local run is meant to be the pods' dress rehearsal).
     """
-    local = backend_name == "local"
-    if not local:
-        for flag, given in (
-            ("--detach", detach),
-            ("--devices-per-worker", devices_per_worker is not None),
-            ("--data-dir", data_dir is not None),
-            ("--netns", netns),
-            ("--max-workers", max_workers is not None),
-            ("--runtime", runtime != "process"),
-        ):
-            if given:
-                raise click.UsageError(f"{flag} applies to --local runs only")
-    elif skip_fit_check:
-        raise click.UsageError("--skip-fit-check applies to Kubernetes, not to --local")
+    local = choice.name == "local"
     spec = load_spec_arg(spec_path, overrides)
-    check_manifests(spec, schema, kubernetes_version, cluster=not local)
-    options = None
-    if local:
-        from roxxel_launch.backends.local.run_options import LocalOptions
-
-        foreground = not detach and not dry_run
-        options = LocalOptions(
-            foreground=foreground,
-            echo=sys.stdout if foreground else None,
-            data_dir=data_dir,
-            devices_per_worker=devices_per_worker,
-            network="netns" if netns and not dry_run else "loopback",
-            max_workers=max_workers,
-            runtime=runtime,
+    check_manifests(spec, schema, kubernetes_version, cluster=choice.row.cluster)
+    if local and spec.checkpoint_dir and "://" in spec.checkpoint_dir:
+        click.echo(
+            f"roxxel-launch: note: checkpoint_dir is {spec.checkpoint_dir}: the local workers will write "
+            "there (with this machine's credentials); for a local run give a local directory, e.g. "
+            f"--set checkpoint_dir=$PWD/runs/{spec.name}/checkpoints",
+            err=True,
         )
-        if spec.checkpoint_dir and "://" in spec.checkpoint_dir:
-            click.echo(
-                f"roxxel-launch: note: checkpoint_dir is {spec.checkpoint_dir}: the local workers will write "
-                "there (with this machine's credentials); for a local run give a local directory, e.g. "
-                f"--set checkpoint_dir=$PWD/runs/{spec.name}/checkpoints",
-                err=True,
-            )
-        if netns and detach:
-            from roxxel_launch.backends.local.netns import unavailable_reason
-
-            if (reason := unavailable_reason()) is not None:  # a foreground supervisor says it itself
-                click.echo(f"roxxel-launch: --netns: {reason}; running the workers on loopback instead", err=True)
-    backend = backend_choice.make_backend(
-        backend_name, context=context, local_options=options, fit_check=not skip_fit_check
-    )
+    backend = choice.make(dry_run=dry_run)
     with backend_errors():
         status = backend.submit(spec, dry_run=dry_run)
     if status.state.terminal:  # a job run in the foreground (local)
@@ -172,16 +78,14 @@ def submit(
 
 @click.command()
 @click.argument("name")
-@backend_option
-@namespace_option
-@context_option
-def delete(name: str, backend_name: str, namespace: str | None, context: str | None) -> None:
+@backend_options("namespace", "context")
+def delete(name: str, choice: BackendChoice) -> None:
     """Stop a job and remove it (a local run's directory goes too, logs included).
 
     This removes what `resume` needs (the stored spec, the job's object or run directory);
     the checkpoints stay. `suspend` stops a job and keeps it resumable.
     """
-    backend = backend_choice.make_backend(backend_name, namespace=namespace, context=context)
+    backend = choice.make()
     with backend_errors():
         try:
             succeeded = backend.status(name).state is JobState.SUCCEEDED
@@ -202,10 +106,8 @@ def delete(name: str, backend_name: str, namespace: str | None, context: str | N
 
 @click.command()
 @click.argument("name")
-@backend_option
-@namespace_option
-@context_option
-def suspend(name: str, backend_name: str, namespace: str | None, context: str | None) -> None:
+@backend_options("namespace", "context")
+def suspend(name: str, choice: BackendChoice) -> None:
     """Stop a job's workers and keep the job: `roxxel-launch resume NAME` starts it again.
 
     On Kubernetes this sets the JobSet's (or Job's) spec.suspend: the controllers delete the
@@ -213,7 +115,7 @@ def suspend(name: str, backend_name: str, namespace: str | None, context: str | 
     its stored spec stays (a job with a Kueue queue is stopped through its Workload instead).
     With --local the supervisor is stopped as by Ctrl-C and the run directory stays.
     """
-    backend = backend_choice.make_backend(backend_name, namespace=namespace, context=context)
+    backend = choice.make()
     with backend_errors():
         job = backend.suspend(name)
     click.echo(f"suspended {name}: state {job.state.value}; `roxxel-launch resume {name}` continues it")
@@ -221,10 +123,7 @@ def suspend(name: str, backend_name: str, namespace: str | None, context: str | 
 
 @click.command()
 @click.argument("name")
-@backend_option
-@click.option(
-    "--detach", is_flag=True, help="With --local: resume in the background (default: in the foreground, like submit)."
-)
+@backend_options("detach", "skip_fit_check", "namespace", "context")
 @click.option(
     "--until-done",
     is_flag=True,
@@ -254,23 +153,16 @@ def suspend(name: str, backend_name: str, namespace: str | None, context: str | 
 )
 @set_option
 @poll_option
-@skip_fit_option
-@namespace_option
-@context_option
 @click.pass_context
 def resume(
     ctx: click.Context,
     name: str,
-    backend_name: str,
-    detach: bool,
+    choice: BackendChoice,
     until_done: bool,
     max_resumes: int,
     spec_path: str | None,
     overrides: tuple[str, ...],
     poll: float,
-    skip_fit_check: bool,
-    namespace: str | None,
-    context: str | None,
 ) -> None:
     """Start a suspended, preempted, failed or evicted job again; it continues from its last checkpoint.
 
@@ -288,31 +180,15 @@ def resume(
     go on (e.g. the job was deleted meanwhile). Without it: 0 once re-submitted (Kubernetes,
     --detach), or the job's own exit code (--local in the foreground).
     """
-    local = backend_name == "local"
+    local = choice.name == "local"
     if overrides and spec_path is None:
         raise click.UsageError(
             "--set applies to the --spec file: give --spec FILE (the stored spec is resumed as it is)"
         )
     new_spec = load_spec_arg(spec_path, overrides) if spec_path is not None else None
-    if detach and not local:
-        raise click.UsageError("--detach applies to --local runs only")
-    if skip_fit_check and local:
-        raise click.UsageError("--skip-fit-check applies to Kubernetes, not to --local")
-    if until_done and detach:
+    if until_done and choice.settings.get("detach"):
         raise click.UsageError("--until-done stays to watch the job; it cannot be combined with --detach")
-    options = None
-    if local:
-        from roxxel_launch.backends.local.run_options import LocalOptions
-
-        options = LocalOptions(foreground=not detach, echo=None if detach else sys.stdout)
-    backend = backend_choice.make_backend(
-        backend_name,
-        namespace=namespace,
-        context=context,
-        poll=None if local else poll,
-        local_options=options,
-        fit_check=not skip_fit_check,
-    )
+    backend = choice.make(poll=poll)
     with backend_errors():
         if until_done:
             ctx.exit(_resume_until_done(backend, name, max_resumes=max_resumes, poll=poll, new_spec=new_spec))
