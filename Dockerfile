@@ -36,7 +36,9 @@ ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897
 FROM ${BASE_IMAGE} AS build
 ARG ACCELERATOR=cpu
 # Extras of pyproject.toml installed with the dependencies: tokenizers, so that the main job's
-# prepare.py (BPE) and the sample its training prints run in the image too.
+# prepare.py (BPE) and the sample its training prints run in the image too. Not `launch`: the
+# pods run roxxel-worker, and the launcher's dependencies (the Kubernetes client and its schemas,
+# ~230 MB) stay where jobs are submitted from; roxxel-launch here says to install that extra.
 ARG EXTRAS=tokenizers
 ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

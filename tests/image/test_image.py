@@ -268,6 +268,11 @@ def test_dockerfile_shape():
     # Pods rendered by roxxel-launch run the same worker command the image's entrypoint runs.
     start = entrypoint.index(contract.WORKER_ENTRYPOINT[0])
     assert tuple(entrypoint[start:]) == contract.WORKER_ENTRYPOINT
+    # The image runs workers: the launcher's dependencies (the launch extra) stay out (#52).
+    extras = [
+        ins.args.partition("=")[2] for ins in instructions if ins.keyword == "ARG" and ins.args.startswith("EXTRAS=")
+    ]
+    assert extras and not [e for e in extras if "launch" in e.split(",")], extras
     # The version label's default follows the package version.
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert Instruction("ARG", f"VERSION={version}", 1) in instructions
@@ -343,7 +348,9 @@ def test_make_base_names_the_build_command_the_docs_use(tmp_path):
 @pytest.mark.timeout(1500)  # a fresh venv of ~260 MB of wheels: 600 s was too little at load ~10 (fresh-clone CI run)
 def test_cpu_install_steps_run_in_a_fresh_venv(tmp_path):
     """The build stage's instructions, in order, with ACCELERATOR=cpu (_run_build_stage), and
-    the virtual environment they leave has Roxxel installed with its entry points."""
+    the virtual environment they leave has Roxxel installed with its entry points: a worker's,
+    without the launcher's dependencies (the ``launch`` extra, #52). Every module of the library
+    imports there, and roxxel-launch says in one line which extra to install."""
     venv, env, ran = _run_build_stage(tmp_path)
     assert len(ran) >= 1 and all("docker/install.sh" in r for r in ran), ran
     assert env["VIRTUAL_ENV"] == str(venv)
@@ -355,10 +362,13 @@ def test_cpu_install_steps_run_in_a_fresh_venv(tmp_path):
         [
             str(python),
             "-c",
-            "import importlib.metadata as m, jax, roxxel, roxxel_launch, roxxel_launch.render.yaml_quoting as r\n"
+            "import importlib, importlib.metadata as m, importlib.util, pkgutil, jax, roxxel\n"
             "from roxxel.format import mapread\n"
-            "assert r.load_template('jobset.yaml.j2')\n"
             "assert mapread.WHY_NOT is None and mapread.crc32c_ready(), mapread.WHY_NOT\n"
+            "for module in pkgutil.walk_packages(roxxel.__path__, 'roxxel.'):\n"
+            "    if not module.name.endswith('.__main__'):  # `python -m roxxel` runs the CLI\n"
+            "        importlib.import_module(module.name)\n"
+            "assert importlib.util.find_spec('kubernetes') is None, 'the launch extra is installed'\n"
             "print(jax.__version__, m.version('jaxlib'), roxxel.__file__)",
         ],
         capture_output=True,
@@ -373,6 +383,11 @@ def test_cpu_install_steps_run_in_a_fresh_venv(tmp_path):
     assert Path(roxxel_file).is_relative_to(venv), "Roxxel must be installed in the venv, not run from the tree"
     worker = subprocess.run([str(venv / "bin" / "roxxel-worker"), "--", "true"], capture_output=True, timeout=60)
     assert worker.returncode == 0, worker.stderr
+    launch = subprocess.run([str(venv / "bin" / "roxxel-launch"), "--help"], capture_output=True, text=True, timeout=60)
+    assert launch.returncode == 1 and launch.stdout == "", launch
+    assert launch.stderr.strip().endswith("pip install 'roxxel[launch]'") and len(launch.stderr.splitlines()) == 1, (
+        launch.stderr
+    )
 
 
 def _run_build_stage(tmp_path: Path) -> tuple[Path, dict[str, str], list[str]]:

@@ -24,20 +24,33 @@ Exit codes:
 * ``submit --local`` (in the foreground) and ``resume --local`` without ``--until-done``:
   the job's own exit code, as :mod:`roxxel.exit_codes` defines it (0 done, 42 preempted
   after a checkpoint, else the failing worker's code), like running the program itself.
-* 1 for an error of roxxel-launch itself (invalid spec, unknown job, no cluster access, ...);
-  2 for a bad command line.
+* 1 for an error of roxxel-launch itself (invalid spec, unknown job, no cluster access, ...),
+  and before any command when the ``launch`` extra is not installed (``pip install
+  'roxxel[launch]'``: :data:`LAUNCH_EXTRA`); 2 for a bad command line.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import sys
 
 import click
 
 from roxxel_launch.cli import image_build, job_control, observe, offline, pod_access
 from roxxel_launch.cli.job_output import EXIT_FAILED, EXIT_PREEMPTED, EXIT_SUCCEEDED, EXIT_TIMED_OUT
 
-__all__ = ["EXIT_FAILED", "EXIT_PREEMPTED", "EXIT_SUCCEEDED", "EXIT_TIMED_OUT", "cli", "main"]
+__all__ = ["EXIT_FAILED", "EXIT_PREEMPTED", "EXIT_SUCCEEDED", "EXIT_TIMED_OUT", "LAUNCH_EXTRA", "cli", "main"]
+
+LAUNCH_EXTRA = {
+    "jinja2": "jinja2",
+    "yaml": "PyYAML",
+    "kubernetes": "kubernetes",
+    "kubernetes_validate": "kubernetes-validate",
+    "jsonschema": "jsonschema",
+}
+"""The ``launch`` extra of pyproject.toml, import name -> distribution: what only the launcher
+imports. ``pip install roxxel`` (the worker image) leaves them out."""
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -96,5 +109,18 @@ for _command in (
     cli.add_command(_command)
 
 
+def missing_launch_extra() -> list[str]:
+    """The distributions of :data:`LAUNCH_EXTRA` that this Python cannot import (none are imported)."""
+    return [dist for module, dist in LAUNCH_EXTRA.items() if importlib.util.find_spec(module) is None]
+
+
 def main(argv: list[str] | None = None) -> None:
+    """``roxxel-launch``: exits 1 in one line, before any command, when the launch extra is missing
+    (the console script is installed with Roxxel's base, as in the worker image)."""
+    missing = missing_launch_extra()
+    if missing:
+        sys.exit(
+            f"roxxel-launch: the launcher's dependencies are not installed ({', '.join(missing)}): "
+            "pip install 'roxxel[launch]'"
+        )
     cli.main(args=argv, prog_name="roxxel-launch")
