@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from roxxel_launch import contract
 from roxxel_launch.backends.base import JobState, JobStatus, StopReason, Worker
+from roxxel_launch.backends.kubernetes.status_views import (
+    Condition,
+    Conditions,
+    JobSetView,
+    JobView,
+    ObjectMetaView,
+)
 from roxxel_launch.render import QUEUE_LABEL
 
 # Labels the JobSet and Job controllers put on pods (and child Jobs).
@@ -91,10 +98,6 @@ def worker_from_pod(pod: Mapping, hosts_per_slice: int) -> Worker:
     )
 
 
-def _true_conditions(status: Mapping) -> dict[str, dict]:
-    return {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
-
-
 def _condition_text(condition: Mapping | None) -> str:
     if not condition:
         return ""
@@ -128,7 +131,7 @@ def _failed(worker: Worker) -> bool:
     return worker.exit_code not in (None, 0) or worker.phase == "Failed"
 
 
-def _preempted(worker: Worker) -> bool:
+def _was_preempted(worker: Worker) -> bool:
     """A worker stopped by the cluster, or one that saved a checkpoint after SIGTERM (exit 42)."""
     return worker.exit_code == contract.PREEMPTED_EXIT_CODE or worker.reason in _DISRUPTION_REASONS
 
@@ -170,28 +173,9 @@ def _progress(workers: list[Worker], processes: int, slices: int) -> str:
     return "; ".join(parts)
 
 
-def _jobset_shape(jobset: Mapping) -> tuple[int, int, int]:
-    """(hosts per slice, slices, processes) of a JobSet, from its spec."""
-    rjobs = (jobset.get("spec") or {}).get("replicatedJobs") or []
-    processes = 0
-    for rjob in rjobs:
-        job_spec = (rjob.get("template") or {}).get("spec") or {}
-        processes += (rjob.get("replicas") or 1) * (job_spec.get("parallelism") or job_spec.get("completions") or 1)
-    if not rjobs:
-        return 1, 0, 0
-    first = (rjobs[0].get("template") or {}).get("spec") or {}
-    return (first.get("completions") or first.get("parallelism") or 1, rjobs[0].get("replicas") or 1, processes)
-
-
-def _job_shape(job: Mapping) -> tuple[int, int, int]:
-    spec = job.get("spec") or {}
-    hosts = spec.get("completions") or spec.get("parallelism") or 1
-    return hosts, 1, hosts
-
-
 def shape(kind: str, obj: Mapping) -> tuple[int, int, int]:
     """(hosts per slice, slices, processes) of a JobSet or Job (``kind``), from its spec."""
-    return _jobset_shape(obj) if kind == "JobSet" else _job_shape(obj)
+    return (JobSetView.parse(obj) if kind == "JobSet" else JobView.parse(obj)).shape
 
 
 def pod_selector(kind: str, name: str) -> str:
@@ -205,12 +189,53 @@ def kueue_holds(obj: Mapping) -> bool:
     return bool(((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL))
 
 
-def _suspended_message(obj: Mapping, conditions: Mapping) -> str:
-    queue = ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
-    text = _condition_text(conditions.get("Suspended")) or "suspended"
-    if queue:
-        return f"{text}; waiting for Kueue to admit it (queue {queue})"
+def _suspended_message(meta: ObjectMetaView, conditions: Conditions) -> str:
+    text = conditions.text("Suspended") or "suspended"
+    if meta.queue:
+        return f"{text}; waiting for Kueue to admit it (queue {meta.queue})"
     return f"{text}; un-suspend it or resume it (roxxel-launch resume)"
+
+
+class _Verdict(NamedTuple):
+    """A job's state as its object and pods tell it, before the notes every state gets."""
+
+    state: JobState
+    message: str
+    exit_code: int | None = None
+    reason: StopReason | None = None
+
+
+def _job_status(meta: ObjectMetaView, processes: int, restarts: int, verdict: _Verdict, message: str) -> JobStatus:
+    return JobStatus(
+        name=meta.name,
+        state=verdict.state,
+        processes=processes,
+        restarts=restarts,
+        exit_code=verdict.exit_code,
+        message=message,
+        reason=verdict.reason,
+        created=meta.created,
+        queue=meta.queue,
+    )
+
+
+def _preempted(name: str, detail: str) -> _Verdict:
+    text = f"preempted ({detail}); `roxxel-launch resume {name}` continues from the last checkpoint"
+    return _Verdict(JobState.PREEMPTED, text, contract.PREEMPTED_EXIT_CODE, StopReason.PREEMPTED)
+
+
+def _restart_note(view: JobSetView) -> str:
+    """'3 restarts, 1 counted toward max_restarts=2, 2 free (...)' when the controller counts."""
+    restarts, counted = view.status.restarts, view.counted_restarts
+    if not restarts or counted is None:
+        return ""
+    # The rest were free: child Jobs failed by their podFailurePolicy (a DisruptionTarget pod
+    # condition: preemption, API, taint or node-pressure eviction; or exit 42).
+    free = max(restarts - counted, 0)
+    return (
+        f"{restarts} restarts, {counted} counted toward max_restarts={view.max_restarts}, "
+        f"{free} free (preemption or eviction)"
+    )
 
 
 def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
@@ -223,104 +248,59 @@ def jobset_status(jobset: Mapping, pods: Iterable[Mapping]) -> JobStatus:
     Suspended (Kueue holds or evicted it).
     Otherwise the pods of the current attempt (restart-attempt == status.restarts) decide:
     Running when every worker runs (and no pod of an older attempt remains), else Restarting
-    after a gang restart (status.restarts > 0), else Pending.
+    after a gang restart (status.restarts > 0), else Pending. The fields read are those of
+    :class:`.status_views.JobSetView`.
     """
-    meta = jobset.get("metadata") or {}
-    spec = jobset.get("spec") or {}
-    status = jobset.get("status") or {}
-    name = meta.get("name", "?")
-    hosts, slices, processes = _jobset_shape(jobset)
-    restarts = _int(status.get("restarts"), 0)
-    conditions = _true_conditions(status)
+    view = JobSetView.parse(jobset)
+    hosts, slices, processes = view.shape
     workers = [worker_from_pod(p, hosts) for p in pods]
-    current = [w for w in workers if w.restart_attempt == restarts and not w.terminating]
-    stale = [w for w in workers if w.restart_attempt < restarts]
-    common = dict(
-        name=name,
-        processes=processes,
-        restarts=restarts,
-        created=meta.get("creationTimestamp"),
-        queue=(meta.get("labels") or {}).get(QUEUE_LABEL),
-    )
-    notes = []
-    if restarts:
-        policy = spec.get("failurePolicy") or {}
-        limit = policy.get("maxRestarts")
-        # restartsCountTowardsMax is omitempty (JobSet API v1alpha2 JobSetStatus), so a
-        # controller that has it omits it while 0; it came with failurePolicy.rules
-        # (kubernetes-sigs/jobset f038a330), so a JobSet whose rules survived has it.
-        counted = status.get("restartsCountTowardsMax", 0 if policy.get("rules") else None)
-        if counted is not None:
-            # The rest were free: child Jobs failed by their podFailurePolicy (a DisruptionTarget
-            # pod condition — preemption, API, taint or node-pressure eviction — or exit 42).
-            free = max(restarts - _int(counted, 0), 0)
-            notes.append(
-                f"{restarts} restarts, {counted} counted toward max_restarts={limit}, "
-                f"{free} free (preemption or eviction)"
-            )
-    if meta.get("deletionTimestamp"):
-        notes.append("being deleted")
-    terminal = status.get("terminalState")
+    verdict = _jobset_verdict(view, workers, slices, processes)
+    notes = (verdict.message, _restart_note(view), "being deleted" if view.meta.deleting else "")
+    return _job_status(view.meta, processes, view.status.restarts, verdict, "; ".join(p for p in notes if p))
 
-    def message(text: str) -> str:
-        return "; ".join(p for p in (text, *notes) if p)
 
-    if terminal == "Completed" or "Completed" in conditions:
-        return JobStatus(
-            state=JobState.SUCCEEDED,
-            exit_code=0,
-            message=message(_condition_text(conditions.get("Completed"))),
-            **common,
-        )
-    if terminal == "Failed" or "Failed" in conditions:
-        text = _condition_text(conditions.get("Failed")) or "failed"
-        # The JobSet's failure policy restarts the gang on a preemption without counting it,
-        # so a JobSet that ends Failed normally ran out of max_restarts on real errors. When
-        # every failed worker of its last attempt was preempted instead (a JobSet controller
-        # without failure-policy rules, or a policy edited by hand), it is Preempted: resume
-        # continues it from its checkpoint.
-        failed_now = [w for w in current if _failed(w)] or [w for w in workers if _failed(w)]
-        if failed_now and all(_preempted(w) for w in failed_now):
-            preempted = min(failed_now, key=lambda w: (w.finished_at or "~", w.process))
-            text = (
-                f"preempted ({text}; {preempted.describe()}); `roxxel-launch resume {name}` "
-                "continues from the last checkpoint"
-            )
-            return JobStatus(
-                state=JobState.PREEMPTED,
-                exit_code=contract.PREEMPTED_EXIT_CODE,
-                message=message(text),
-                reason=StopReason.PREEMPTED,
-                **common,
-            )
-        first = _first_failure(current) or _first_failure(workers)
-        if first is not None:
-            text += f"; first failure: {first.describe()}"
-        reason = _failure_reason(first)
-        if (
-            reason is StopReason.FAILED
-            and (conditions.get("Failed") or {}).get("reason") == _JOBSET_MAX_RESTARTS_REASON
-        ):
-            reason = StopReason.RESTARTS_EXHAUSTED
-        return JobStatus(
-            state=JobState.FAILED, exit_code=_failed_exit_code(first), message=message(text), reason=reason, **common
-        )
-    if spec.get("suspend") or "Suspended" in conditions:
-        return JobStatus(state=JobState.SUSPENDED, message=message(_suspended_message(jobset, conditions)), **common)
+def _jobset_verdict(view: JobSetView, workers: list[Worker], slices: int, processes: int) -> _Verdict:
+    status = view.status
+    if status.completed is not None:
+        return _Verdict(JobState.SUCCEEDED, status.completed.text, 0)
+    current = [w for w in workers if w.restart_attempt == status.restarts and not w.terminating]
+    if status.failed is not None:
+        return _jobset_failure(view.meta.name, status.failed, current, workers)
+    if view.suspend or status.conditions.true("Suspended"):
+        return _Verdict(JobState.SUSPENDED, _suspended_message(view.meta, status.conditions))
+    stale = [w for w in workers if w.restart_attempt < status.restarts]
     progress = _progress(current, processes, slices)
-    running = sum(w.phase in _RUNNING_PHASES for w in current)
-    if running >= processes and not stale:
-        state = JobState.RUNNING
-    elif restarts > 0:
-        state = JobState.RESTARTING
+    if sum(w.phase in _RUNNING_PHASES for w in current) >= processes and not stale:
+        return _Verdict(JobState.RUNNING, progress)
+    if status.restarts > 0:
         if stale:
             progress += f"; {len(stale)} pods of the previous attempt still terminating"
-    else:
-        state = JobState.PENDING
-    return JobStatus(state=state, message=message(progress), **common)
+        return _Verdict(JobState.RESTARTING, progress)
+    return _Verdict(JobState.PENDING, progress)
 
 
-def _is_preemption(condition: Mapping, workers: list[Worker]) -> bool:
+def _jobset_failure(name: str, failed: Condition, current: list[Worker], workers: list[Worker]) -> _Verdict:
+    """A Failed JobSet: Preempted when its failed workers were all preempted, else Failed."""
+    text = failed.text or "failed"
+    # The JobSet's failure policy restarts the gang on a preemption without counting it, so a
+    # JobSet that ends Failed normally ran out of max_restarts on real errors. When every
+    # failed worker of its last attempt was preempted instead (a JobSet controller without
+    # failure-policy rules, or a policy edited by hand), it is Preempted: resume continues it
+    # from its checkpoint.
+    failed_now = [w for w in current if _failed(w)] or [w for w in workers if _failed(w)]
+    if failed_now and all(_was_preempted(w) for w in failed_now):
+        preempted = min(failed_now, key=lambda w: (w.finished_at or "~", w.process))
+        return _preempted(name, f"{text}; {preempted.describe()}")
+    first = _first_failure(current) or _first_failure(workers)
+    if first is not None:
+        text += f"; first failure: {first.describe()}"
+    reason = _failure_reason(first)
+    if reason is StopReason.FAILED and failed.reason == _JOBSET_MAX_RESTARTS_REASON:
+        reason = StopReason.RESTARTS_EXHAUSTED
+    return _Verdict(JobState.FAILED, text, _failed_exit_code(first), reason)
+
+
+def _is_preemption(condition: Condition, workers: list[Worker]) -> bool:
     """Whether a Job failed by its podFailurePolicy because of a preemption.
 
     The rendered policy fails the Job on a DisruptionTarget pod condition or on exit code 42
@@ -328,12 +308,12 @@ def _is_preemption(condition: Mapping, workers: list[Worker]) -> bool:
     which rule matched ("Pod ns/x has condition DisruptionTarget matching FailJob rule at
     index 0", "Container worker for pod ns/x failed with exit code 42 matching ...").
     """
-    if condition.get("reason") != "PodFailurePolicy":
+    if condition.reason != "PodFailurePolicy":
         return False
-    text = condition.get("message") or ""
+    text = condition.message
     if "DisruptionTarget" in text or re.search(rf"exit code {contract.PREEMPTED_EXIT_CODE}\b", text):
         return True
-    return any(_preempted(w) for w in workers)
+    return any(_was_preempted(w) for w in workers)
 
 
 def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
@@ -343,57 +323,36 @@ def job_status(job: Mapping, pods: Iterable[Mapping]) -> JobStatus:
     FailureTarget) with reason PodFailurePolicy from the DisruptionTarget rule or exit code 42
     — ``resume`` continues it. Failed: any other failure, with the first failed worker.
     Suspended: spec.suspend or condition Suspended. Else Running when every worker runs,
-    Pending before. An indexed job never restarts by itself (restarts is 0).
+    Pending before. An indexed job never restarts by itself (restarts is 0). The fields read
+    are those of :class:`.status_views.JobView`.
     """
-    meta = job.get("metadata") or {}
-    spec = job.get("spec") or {}
-    status = job.get("status") or {}
-    name = meta.get("name", "?")
-    hosts, slices, processes = _job_shape(job)
-    conditions = _true_conditions(status)
+    view = JobView.parse(job)
+    hosts, slices, processes = view.shape
     workers = [worker_from_pod(p, hosts) for p in pods]
-    common = dict(
-        name=name,
-        processes=processes,
-        restarts=0,
-        created=meta.get("creationTimestamp"),
-        queue=(meta.get("labels") or {}).get(QUEUE_LABEL),
-    )
-    deleting = "; being deleted" if meta.get("deletionTimestamp") else ""
-    if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
-        text = _condition_text(conditions.get("Complete") or conditions.get("SuccessCriteriaMet"))
-        return JobStatus(state=JobState.SUCCEEDED, exit_code=0, message=text + deleting, **common)
-    failed = conditions.get("Failed") or conditions.get("FailureTarget")
+    verdict = _job_verdict(view, workers, slices, processes)
+    deleting = "; being deleted" if view.meta.deleting else ""
+    return _job_status(view.meta, processes, 0, verdict, verdict.message + deleting)
+
+
+def _job_verdict(view: JobView, workers: list[Worker], slices: int, processes: int) -> _Verdict:
+    status = view.status
+    if status.completed is not None:
+        return _Verdict(JobState.SUCCEEDED, status.completed.text, 0)
+    failed = status.failed_condition
     if failed is not None:
         if _is_preemption(failed, workers):
-            text = (
-                f"preempted ({_condition_text(failed)}); `roxxel-launch resume {name}` "
-                "continues from the last checkpoint"
-            )
-            return JobStatus(
-                state=JobState.PREEMPTED,
-                exit_code=contract.PREEMPTED_EXIT_CODE,
-                message=text + deleting,
-                reason=StopReason.PREEMPTED,
-                **common,
-            )
+            return _preempted(view.meta.name, failed.text)
         first = _first_failure(workers)
-        text = _condition_text(failed) or "failed"
+        text = failed.text or "failed"
         if first is not None:
             text += f"; first failure: {first.describe()}"
-        return JobStatus(
-            state=JobState.FAILED,
-            exit_code=_failed_exit_code(first),
-            message=text + deleting,
-            reason=_failure_reason(first),
-            **common,
-        )
-    if spec.get("suspend") or "Suspended" in conditions:
-        return JobStatus(state=JobState.SUSPENDED, message=_suspended_message(job, conditions) + deleting, **common)
+        return _Verdict(JobState.FAILED, text, _failed_exit_code(first), _failure_reason(first))
+    if view.suspend or status.conditions.true("Suspended"):
+        return _Verdict(JobState.SUSPENDED, _suspended_message(view.meta, status.conditions))
     live = [w for w in workers if not w.terminating]
     running = sum(w.phase in _RUNNING_PHASES for w in live)
     state = JobState.RUNNING if running >= processes else JobState.PENDING
-    return JobStatus(state=state, message=_progress(live, processes, slices) + deleting, **common)
+    return _Verdict(state, _progress(live, processes, slices))
 
 
 def status_of(kind: str, obj: Mapping, pods: Iterable[Mapping]) -> JobStatus:
