@@ -42,8 +42,9 @@ from roxxel import contract as shared_contract
 from roxxel import exit_codes
 from roxxel_launch import contract
 from roxxel_launch.backends.local import containers as containers_runtime
-from roxxel_launch.backends.local import rendered_pods
-from roxxel_launch.backends.local.pods import LocalSettings, rendered_objects
+from roxxel_launch.backends import rendered_pods
+from roxxel_launch.backends.local.pods import LocalSettings
+from roxxel_launch.backends.process_plan import rendered_objects
 from roxxel_launch.cli import cli
 from roxxel_launch.spec import spec_from_dict
 

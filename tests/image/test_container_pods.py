@@ -181,8 +181,9 @@ def test_podman_kube_play_reads_the_rendered_pod_as_the_container_runtime_runs_i
     without it the test skips.)"""
     import shutil
 
-    from roxxel_launch.backends.local import rendered_pods
-    from roxxel_launch.backends.local.pods import LocalSettings, rendered_objects
+    from roxxel_launch.backends import rendered_pods
+    from roxxel_launch.backends.local.pods import LocalSettings
+    from roxxel_launch.backends.process_plan import rendered_objects
     from roxxel_launch.spec import spec_from_dict
 
     if shutil.which("catatonit") is None:

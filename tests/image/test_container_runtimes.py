@@ -28,8 +28,8 @@ import json
 import pytest
 import yaml
 
-from roxxel_launch.backends.local import rendered_pods
-from roxxel_launch.backends.local.pods import rendered_objects
+from roxxel_launch.backends import rendered_pods
+from roxxel_launch.backends.process_plan import rendered_objects
 from roxxel_launch.spec import spec_from_dict
 from support.container_job import launch, log, status
 from support.image import IMAGE

@@ -17,8 +17,10 @@ import yaml
 from roxxel import contract as shared
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError
-from roxxel_launch.backends.local import containers, rendered_pods
-from roxxel_launch.backends.local.pods import LocalSettings, rendered_objects
+from roxxel_launch.backends import rendered_pods
+from roxxel_launch.backends.local import containers
+from roxxel_launch.backends.local.pods import LocalSettings
+from roxxel_launch.backends.process_plan import rendered_objects
 from roxxel_launch.spec import spec_from_dict
 
 from support.paths import REPO

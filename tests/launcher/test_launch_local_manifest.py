@@ -19,7 +19,8 @@ from roxxel import distributed
 from roxxel_launch import render
 from roxxel_launch.render import yaml_quoting
 from roxxel_launch.backends.local import backend as L
-from roxxel_launch.backends.local import pods, policy, rendered_pods
+from roxxel_launch.backends import rendered_pods
+from roxxel_launch.backends.local import pods, policy
 from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.spec import spec_from_dict
 
@@ -58,7 +59,7 @@ def test_expand_follows_kubernetes(text, expected):
 
 
 def test_env_entries_see_only_earlier_entries_and_field_refs_are_not_expanded():
-    pod = rendered_pods.LocalPod(
+    pod = rendered_pods.RenderedPod(
         "job-0", "ns", "job", None, 0, 0, {"tier": "$(X)"}, {rendered_pods.COMPLETION_INDEX_KEY: "0"}, None, {}
     )
     container = {
@@ -241,7 +242,7 @@ def test_backoff_limit_ignore_rules_and_jobset_rule_matching():
 def test_the_policy_engine_and_the_manifest_reader_load_without_the_process_code():
     """A simulated cluster reuses them: they must not pull in the supervisor or the backend."""
     code = (
-        "import sys; import roxxel_launch.backends.local.policy, roxxel_launch.backends.local.rendered_pods; "
+        "import sys; import roxxel_launch.backends.local.policy, roxxel_launch.backends.rendered_pods; "
         "loaded = [m for m in ('roxxel_launch.backends.local.supervisor', 'roxxel_launch.backends.local.backend', "
         "'roxxel_launch.backends.local.pods', 'subprocess') if m in sys.modules]; print(loaded)"
     )

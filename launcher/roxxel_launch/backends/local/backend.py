@@ -20,10 +20,11 @@ laptop is the one that runs on a cluster:
   (:mod:`roxxel.exit_codes`): 0 done, 42 preempted after a checkpoint, else the failing code.
 
 The module map: :mod:`roxxel_launch.backends.local.rundir` (the run directory's files),
-:mod:`roxxel_launch.backends.local.rendered_pods` (the pods of a rendered manifest, their env and
-command as the kubelet resolves them), :mod:`roxxel_launch.backends.local.policy` (restart or
-fail, from exit codes and the manifest's policies), :mod:`roxxel_launch.backends.local.pods` (a
-pod as a local process), :mod:`roxxel_launch.backends.local.supervisor` (the process that runs
+:mod:`roxxel_launch.backends.process_plan` (shared with any backend that runs the pods itself:
+each pod's command, env and volumes as the manifest gives them, over
+:mod:`roxxel_launch.backends.rendered_pods`), :mod:`roxxel_launch.backends.local.policy` (restart
+or fail, from exit codes and the manifest's policies), :mod:`roxxel_launch.backends.local.pods` (a
+process plan as a local process), :mod:`roxxel_launch.backends.local.supervisor` (the process that runs
 the attempts: restarts, signals, grace periods), :mod:`roxxel_launch.backends.local.runtime`
 (what starts, signals and stops one pod's worker: a process, :mod:`roxxel_launch.backends.local.processes`,
 or with ``runtime="podman"`` (CLI ``--runtime podman``) a container of the manifest's image,

@@ -14,7 +14,7 @@ process of this machine's Python, this runtime runs it as the kubelet would run 
 
 - the manifest's ``image`` (never pulled: build it with ``roxxel-launch image build``), its
   ``command`` as the entrypoint and ``args`` after it, both ``$(VAR)``-expanded against the
-  container's ``env`` as the kubelet does (:mod:`roxxel_launch.backends.local.rendered_pods`); the
+  container's ``env`` as the kubelet does (:mod:`roxxel_launch.backends.rendered_pods`); the
   environment is the container's ``env`` alone (the image supplies the rest), plus
   ``JAX_PLATFORMS=cpu`` unless set, ``XLA_FLAGS`` for ``--devices-per-worker``;
 - the pod's ``securityContext``: ``runAsUser``/``runAsGroup``/``fsGroup``, a read-only root
@@ -74,12 +74,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from roxxel import contract as shared
-from roxxel import distributed
 from roxxel_launch import contract
+from roxxel_launch.backends import rendered_pods
 from roxxel_launch.backends.base import BackendError
-from roxxel_launch.backends.local import rendered_pods
-from roxxel_launch.backends.local.pods import LocalSettings, kubelet_env
+from roxxel_launch.backends.local.pods import LocalSettings, secret_from_environment
 from roxxel_launch.backends.local.runtime import ENGINE_FAILURE, RunningWorker, WorkerCommand, WorkerRuntime
+from roxxel_launch.backends.process_plan import Mount, ProcessPlan, mounts, plan, plans
 
 __all__ = [
     "ContainerRuntime",
@@ -284,42 +284,42 @@ def _bind(source: str, target: str, *, read_only: bool, chown: bool = False, doc
 
 
 def _volume_options(
-    pod: rendered_pods.LocalPod, container: Mapping[str, Any], settings: LocalSettings, *, docker: bool = False
+    pod: rendered_pods.RenderedPod, container: Mapping[str, Any], settings: LocalSettings, *, docker: bool = False
 ) -> tuple[list[str], list[str]]:
-    """The volume options, and what cannot be mounted here (one line each)."""
-    volumes = {v["name"]: v for v in pod.spec.get("volumes") or ()}
+    """The volume options of the pod's mounts (:func:`~roxxel_launch.backends.process_plan.mounts`),
+    and what cannot be mounted here (one line each)."""
     args: list[str] = []
     skipped: list[str] = []
-    for mount in container.get("volumeMounts") or ():
-        path, volume = mount["mountPath"], volumes.get(mount["name"], {})
-        if "emptyDir" in volume:
-            size = (volume["emptyDir"] or {}).get("sizeLimit")
-            if path == contract.SHM_MOUNT_PATH:
-                args += ["--shm-size", _podman_size(size) if size else "64m"]
-                continue
-            # An emptyDir is writable by the pod's user whatever the image has at its path:
-            # runc gives a tmpfs over an image directory that directory's mode (0700 for the
-            # image's $HOME), so the tmpfs is also given to the pod's user (podman's U option,
-            # docker's uid/gid). docker's --mount tmpfs is noexec, which a kubelet's emptyDir
-            # is not: its --tmpfs takes exec.
-            if docker:
-                user = _pod_user(pod, container)
-                options = ["rw", "exec", "nosuid", "nodev", "mode=1777"]
-                options += [f"uid={user[0]}", f"gid={user[1]}"] if user else []
-                options += [f"size={_podman_size(size)}"] if size else []
-                args += ["--tmpfs", f"{path}:{','.join(options)}"]
-                continue
-            options = ["type=tmpfs", f"destination={path}", "tmpfs-mode=1777", "U=true"]
-            args += ["--mount", ",".join(options + ([f"tmpfs-size={_podman_size(size)}"] if size else []))]
-        elif path == contract.DATA_MOUNT_PATH and settings.data_dir is not None:
-            args += _bind(settings.data_dir, path, read_only=mount.get("readOnly", True), docker=docker)
+    for mount in mounts(pod):
+        if mount.shm:
+            args += ["--shm-size", _podman_size(mount.size_limit) if mount.size_limit else "64m"]
+        elif mount.scratch:
+            args += _empty_dir(mount, _pod_user(pod, container), docker=docker)
+        elif mount.data and settings.data_dir is not None:
+            read_only = mount.read_only is not False  # the data volume: read-only unless the manifest says
+            args += _bind(settings.data_dir, mount.path, read_only=read_only, docker=docker)
         else:
-            kind = next((k for k in volume if k != "name"), "unknown")
-            skipped.append(f"volume {mount['name']!r} ({kind}) at {path}")
+            skipped.append(f"volume {mount.name!r} ({mount.kind}) at {mount.path}")
     return args, skipped
 
 
-def _pod_user(pod: rendered_pods.LocalPod, container: Mapping[str, Any]) -> tuple[int, int] | None:
+def _empty_dir(mount: Mount, user: tuple[int, int] | None, *, docker: bool) -> list[str]:
+    """An emptyDir as a tmpfs, writable by the pod's user whatever the image has at its path:
+    runc gives a tmpfs over an image directory that directory's mode (0700 for the image's
+    $HOME), so the tmpfs is also given to the pod's user (podman's U option, docker's
+    uid/gid). docker's --mount tmpfs is noexec, which a kubelet's emptyDir is not: its
+    --tmpfs takes exec."""
+    size = mount.size_limit
+    if docker:
+        options = ["rw", "exec", "nosuid", "nodev", "mode=1777"]
+        options += [f"uid={user[0]}", f"gid={user[1]}"] if user else []
+        options += [f"size={_podman_size(size)}"] if size else []
+        return ["--tmpfs", f"{mount.path}:{','.join(options)}"]
+    options = ["type=tmpfs", f"destination={mount.path}", "tmpfs-mode=1777", "U=true"]
+    return ["--mount", ",".join(options + ([f"tmpfs-size={_podman_size(size)}"] if size else []))]
+
+
+def _pod_user(pod: rendered_pods.RenderedPod, container: Mapping[str, Any]) -> tuple[int, int] | None:
     """The container's ``runAsUser`` and group (``runAsGroup``, else the user's id), or None (root)."""
     pod_sc, sc = pod.spec.get("securityContext") or {}, container.get("securityContext") or {}
     user = sc.get("runAsUser", pod_sc.get("runAsUser"))
@@ -396,7 +396,7 @@ def _local_paths(env: Mapping[str, str], *, docker: bool = False) -> list[str]:
 
 
 def container_options(
-    pod: rendered_pods.LocalPod, settings: LocalSettings, env: Mapping[str, str], *, engine: str = "podman"
+    pod: rendered_pods.RenderedPod, settings: LocalSettings, env: Mapping[str, str], *, engine: str = "podman"
 ) -> list[str]:
     """`podman create` options for ``pod``'s worker container (see the module docstring):
     user and groups, read-only root, capabilities, privilege escalation, resources, volumes,
@@ -422,19 +422,30 @@ def container_options(
 
 
 def container_env(
-    pod: rendered_pods.LocalPod,
+    pod: rendered_pods.RenderedPod,
     settings: LocalSettings,
     *,
     restart_attempt: int | None,
     pod_ip: str,
     base_env: Mapping[str, str],
 ) -> dict[str, str]:
-    """The worker container's environment: the manifest's ``env`` as the kubelet resolves it
-    (``secretKeyRef``/``configMapKeyRef`` values taken from ``base_env``), then
-    ``ROXXEL_DATA_DIR=/data`` with ``--data-dir``, ``ROXXEL_OUTPUT_DIR`` (the run's
-    ``outputs`` directory) unless set, ``JAX_PLATFORMS=cpu`` unless set, and the
-    ``--devices-per-worker`` flag in ``XLA_FLAGS``."""
-    env = kubelet_env(pod, restart_attempt=restart_attempt, pod_ip=pod_ip, base_env=base_env)
+    """The worker container's environment: ``pod``'s process plan
+    (:func:`roxxel_launch.backends.process_plan.plan`, ``secretKeyRef``/``configMapKeyRef``
+    values taken from ``base_env``) made a local container's by :func:`plan_env`.
+
+    Raises:
+        BackendError: an env entry with no local value, or one that identifies no process.
+    """
+    secret = secret_from_environment(base_env)
+    return plan_env(plan(pod, restart_attempt=restart_attempt, pod_ip=pod_ip, secret=secret), settings)
+
+
+def plan_env(planned: ProcessPlan, settings: LocalSettings) -> dict[str, str]:
+    """A process plan's environment in a local container: the plan's (the manifest's ``env``
+    as the kubelet resolves it), then ``ROXXEL_DATA_DIR=/data`` with ``--data-dir``,
+    ``ROXXEL_OUTPUT_DIR`` (the run's ``outputs`` directory) unless set, ``JAX_PLATFORMS=cpu``
+    unless set, and the ``--devices-per-worker`` flag in ``XLA_FLAGS``."""
+    env = dict(planned.env)
     env.setdefault(shared.ENV_OUTPUT_DIR, str(Path(settings.run_dir).absolute() / OUTPUTS_DIR))
     if settings.data_dir is not None:
         env.setdefault(shared.ENV_DATA_DIR, contract.DATA_MOUNT_PATH)
@@ -677,7 +688,7 @@ class ContainerRuntime(WorkerRuntime):
 
     def commands(
         self,
-        pods: Sequence[rendered_pods.LocalPod],
+        pods: Sequence[rendered_pods.RenderedPod],
         settings: LocalSettings,
         *,
         restart_attempt: int | None,
@@ -689,26 +700,20 @@ class ContainerRuntime(WorkerRuntime):
             )
         addresses = self._network_up(len(pods))
         hosts = [f"{name}:{ip}" for pod, ip in zip(pods, addresses) for name in (pod.name, *pod.dns_names)]
+        secret = secret_from_environment(self.base_env)
+        planned = plans(pods, restart_attempt=restart_attempt, pod_ips=addresses, secret=secret)
         commands, self.options, self.images, self.command_lengths, self.memory = [], [], [], [], []
-        for pod, ip in zip(pods, addresses):
-            env = container_env(pod, settings, restart_attempt=restart_attempt, pod_ip=ip, base_env=self.base_env)
-            container = pod.container(contract.CONTAINER_NAME)
-            argv = rendered_pods.container_argv(container, env)
-            options = ["--network", self.network or "", "--ip", ip, "--hostname", pod.name, "--dns", "127.0.0.1"]
+        for one, ip in zip(planned, addresses):
+            env = plan_env(one, settings)
+            options = ["--network", self.network or "", "--ip", ip, "--hostname", one.pod.name, "--dns", "127.0.0.1"]
             for host in hosts:
                 options += ["--add-host", host]
-            self.options.append(options + container_options(pod, settings, env, engine=self.engine))
-            self.images.append(container["image"])
-            self.memory.append(memory_limit(container))
-            self.command_lengths.append(len(container.get("command") or ()))
-            commands.append((argv, env))
-        try:
-            detected = distributed.detect(commands[0][1])
-        except ValueError as err:
-            raise BackendError(
-                f"pod {pods[0].name}: the rendered environment does not identify a process: {err}"
-            ) from None
-        return detected.coordinator_address or "none", commands
+            self.options.append(options + container_options(one.pod, settings, env, engine=self.engine))
+            self.images.append(one.image)
+            self.memory.append(memory_limit(one.pod.container(contract.CONTAINER_NAME)))
+            self.command_lengths.append(len(one.command))
+            commands.append((one.argv_for(env), env))
+        return planned[0].coordinator_address or "none", commands
 
     def start(
         self,

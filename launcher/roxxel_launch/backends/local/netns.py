@@ -59,11 +59,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from roxxel import distributed
-from roxxel_launch import contract
+from roxxel_launch.backends import rendered_pods
 from roxxel_launch.backends.base import BackendError
-from roxxel_launch.backends.local import rendered_pods
 from roxxel_launch.backends.local.rundir import lock_is_held
+from roxxel_launch.backends.process_plan import spec_plans
 
 __all__ = [
     "CLUSTER_DOMAIN",
@@ -122,7 +121,7 @@ class PodHost:
         hostname: the pod's hostname (a DNS-1123 label).
         dns_names: the names other pods reach it by, fully qualified first.
         env: the container's environment as the manifest gives it (downward-API fields
-            and ``JOB_COMPLETION_INDEX`` resolved; see :mod:`roxxel_launch.backends.local.rendered_pods`).
+            and ``JOB_COMPLETION_INDEX`` resolved; see :mod:`roxxel_launch.backends.rendered_pods`).
         coordinator_address: ``host:port`` the pod's worker will connect to.
         namespace: the Kubernetes namespace of the job (part of the DNS names).
     """
@@ -136,10 +135,11 @@ class PodHost:
 
 
 def pod_hosts(spec) -> list[PodHost]:
-    """The pods of ``spec``'s rendered manifests, ordered by process id.
+    """The pods of ``spec``'s rendered manifests, in process order, from the job's process
+    plans (:func:`roxxel_launch.backends.process_plan.spec_plans`).
 
     The pods, their hostnames, DNS names and environments are the ones
-    :mod:`roxxel_launch.backends.local.rendered_pods` reads from the manifest: JobSet pods
+    :mod:`roxxel_launch.backends.rendered_pods` reads from the manifest: JobSet pods
     ``<jobset>-<rjob>-<j>-<i>`` under ``spec.network.subdomain`` (default the JobSet's name)
     when ``enableDNSHostnames`` is true; Indexed Job pods ``<job>-<i>`` under the pod
     template's ``subdomain`` when a headless Service of that name selects them.
@@ -149,30 +149,22 @@ def pod_hosts(spec) -> list[PodHost]:
 
     Raises:
         BackendError: the manifests hold no JobSet or Job, use a downward-API field that
-            has no local value, give two pods one process id, or derive a coordinator
-            that is not one of the pods' DNS names (the workers could never meet).
+            has no local value, make pod ``i`` another process than ``i``, or derive a
+            coordinator that is not one of the pods' DNS names (the workers could never meet).
     """
-    from roxxel_launch.backends.local.pods import rendered_objects
-
-    try:
-        pods = rendered_pods.manifest_pods(rendered_objects(spec))  # a local run: no cluster-only checks
-    except ValueError as err:
-        raise BackendError(f"job {spec.name!r}: {err}") from None
-    hosts = []
-    for pod in pods:
-        try:  # the identity only: a Secret's value does not matter here
-            env = rendered_pods.container_env(
-                pod,
-                pod.container(contract.CONTAINER_NAME),
-                restart_attempt=0 if pod.replicated_job else None,
-                secret=lambda _name, _source: "",
-            )
-        except rendered_pods.UnresolvedReference as err:
-            raise BackendError(str(err)) from None
-        hosts.append(_host(env, pod.name, pod.dns_names, pod.namespace))
-    ids = sorted(h.process_id for h in hosts)
-    if ids != list(range(len(hosts))):
-        raise BackendError(f"job {spec.name!r}: the pods' process ids are {ids}, not 0..{len(hosts) - 1}")
+    # The identity only: a Secret's value does not matter here.
+    planned = spec_plans(spec, secret=lambda _name, _source: "")
+    hosts = [
+        PodHost(
+            plan.process,
+            plan.pod.name,
+            plan.pod.dns_names,
+            plan.env,
+            plan.coordinator_address or "",
+            plan.pod.namespace,
+        )
+        for plan in planned
+    ]
     names = {name for h in hosts for name in h.dns_names}
     for host in hosts:
         coordinator = host.coordinator_address.rpartition(":")[0]
@@ -182,15 +174,7 @@ def pod_hosts(spec) -> list[PodHost]:
                 f"{host.coordinator_address}, which is no pod's DNS name ({', '.join(sorted(names)) or 'none'}): "
                 "fix the template or the environment contract so that both name process 0's pod"
             )
-    return sorted(hosts, key=lambda h: h.process_id)
-
-
-def _host(env: dict[str, str], hostname: str, dns_names: tuple[str, ...], namespace: str) -> PodHost:
-    try:
-        detected = distributed.detect(env)
-    except ValueError as err:
-        raise BackendError(f"pod {hostname}: its environment does not identify a process: {err}") from None
-    return PodHost(detected.process_id, hostname, dns_names, env, detected.coordinator_address or "", namespace)
+    return hosts
 
 
 # ------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """A pod of the rendered manifest as a local process: its command line and environment.
 
-Everything comes from the manifest (:mod:`roxxel_launch.backends.local.rendered_pods`); this module
-only puts this machine in place of the cluster: the image's environment is the launcher's
+Everything comes from the job's process plans (:mod:`roxxel_launch.backends.process_plan`:
+each pod's command, env and volumes as the manifest gives them); this module only puts this
+machine in place of the cluster: the image's environment is the launcher's
 own (its Python first on ``PATH``), the data volume is a local directory
 (:func:`resolve_data_dir`), emptyDir volumes are directories of the run, and the pods' DNS
 names point at this machine (:func:`host_aliases`).
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from roxxel import contract as shared
-from roxxel import distributed
 from roxxel.contract import (
     ENV_MEGASCALE_NUM_SLICES,
     ENV_MEGASCALE_SLICE_ID,
@@ -28,8 +28,9 @@ from roxxel.contract import (
     ENV_TPU_WORKER_ID,
 )
 from roxxel_launch import contract
+from roxxel_launch.backends import rendered_pods
 from roxxel_launch.backends.base import BackendError
-from roxxel_launch.backends.local import rendered_pods
+from roxxel_launch.backends.process_plan import ProcessPlan, SecretLookup, mounts, spec_plans
 
 DATA_DIR_ENV = "ROXXEL_LOCAL_DATA_DIR"
 """Environment variable: the local directory that stands for the spec's data volume."""
@@ -70,26 +71,16 @@ class LocalSettings:
     devices_per_worker: int | None = None
 
 
-def rendered_objects(spec) -> tuple[dict, ...]:
-    """The manifests ``submit`` would send to a cluster for ``spec`` (without the checks that
-    only a cluster needs, such as a durable checkpoint volume)."""
-    from roxxel_launch.render import render
-
-    return render(spec, cluster=False).objects
-
-
-def volume_paths(pod: rendered_pods.LocalPod, container: Mapping[str, Any], settings: LocalSettings) -> dict[str, str]:
+def volume_paths(pod: rendered_pods.RenderedPod, settings: LocalSettings) -> dict[str, str]:
     """Mount path -> local directory of the volumes a local process can stand in for: the
     data volume (``settings.data_dir``) and every emptyDir except ``/dev/shm`` (a directory
     of the pod under the run directory, new for every attempt as a new pod's is)."""
-    volumes = {v["name"]: v for v in pod.spec.get("volumes") or ()}
     out = {}
-    for mount in container.get("volumeMounts") or ():
-        path, volume = mount["mountPath"], volumes.get(mount["name"], {})
-        if path == contract.DATA_MOUNT_PATH and settings.data_dir is not None:
-            out[path] = settings.data_dir
-        elif "emptyDir" in volume and path != contract.SHM_MOUNT_PATH:
-            out[path] = str(settings.run_dir / "pods" / pod.name / mount["name"])
+    for mount in mounts(pod):
+        if mount.data and settings.data_dir is not None:
+            out[mount.path] = settings.data_dir
+        elif mount.scratch:
+            out[mount.path] = str(settings.run_dir / "pods" / pod.name / mount.name)
     return out
 
 
@@ -105,7 +96,7 @@ def _map_path(value: str, paths: Mapping[str, str]) -> str:
     return value
 
 
-def host_aliases(pods: Sequence[rendered_pods.LocalPod], coordinator_address: str, port: int) -> str:
+def host_aliases(pods: Sequence[rendered_pods.RenderedPod], coordinator_address: str, port: int) -> str:
     """``ROXXEL_HOST_ALIASES`` for a run on one loopback: every pod's hostname and DNS names
     -> 127.0.0.1, and the coordinator's ``name:port`` -> ``127.0.0.1:<port>`` (a pod port
     that concurrent local jobs could not all bind on one machine).
@@ -124,8 +115,8 @@ def host_aliases(pods: Sequence[rendered_pods.LocalPod], coordinator_address: st
     return ",".join([f"{n}=127.0.0.1" for n in names] + [f"{coordinator_address}=127.0.0.1:{port}"])
 
 
-def secret_from_environment(base: Mapping[str, str]):
-    """``(name, valueFrom) -> value`` for :func:`rendered_pods.container_env`: a Secret's or
+def secret_from_environment(base: Mapping[str, str]) -> SecretLookup:
+    """``(name, valueFrom) -> value`` for the process plans: a Secret's or
     ConfigMap's key, which a local run cannot read, is taken from ``base`` by the variable's name.
 
     Raises (when called):
@@ -148,59 +139,32 @@ def secret_from_environment(base: Mapping[str, str]):
     return secret
 
 
-def kubelet_env(
-    pod: rendered_pods.LocalPod, *, restart_attempt: int | None, pod_ip: str, base_env: Mapping[str, str]
-) -> dict[str, str]:
-    """The worker container's ``env`` as the kubelet resolves it
-    (:func:`roxxel_launch.backends.local.rendered_pods.container_env`), a Secret's or ConfigMap's
-    value taken from ``base_env`` (:func:`secret_from_environment`).
-
-    Raises:
-        BackendError: an env entry with no local value.
-    """
-    try:
-        return rendered_pods.container_env(
-            pod,
-            pod.container(contract.CONTAINER_NAME),
-            restart_attempt=restart_attempt,
-            pod_ip=pod_ip,
-            secret=secret_from_environment(base_env),
-        )
-    except rendered_pods.UnresolvedReference as err:
-        raise BackendError(str(err)) from None
-
-
 def worker_process(
-    pod: rendered_pods.LocalPod,
+    plan: ProcessPlan,
     settings: LocalSettings,
     *,
-    restart_attempt: int | None,
-    pod_ip: str = "127.0.0.1",
     aliases: str | None = None,
     base_env: Mapping[str, str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment of ``pod``'s worker container as a local process.
+    """The command line and environment of ``plan``'s worker container as a local process.
 
     The environment is, in this order: ``base_env`` (default ``os.environ``) without the
     variables the launcher owns (``contract.RESERVED_ENV_NAMES``, GKE's ``TPU_*`` /
     ``MEGASCALE_*``) and with ``JAX_PLATFORMS=cpu`` unless it sets it: the image's
-    environment; then the container's ``env`` as the kubelet resolves it
-    (:func:`roxxel_launch.backends.local.rendered_pods.container_env`), with paths under the mounted
-    data and emptyDir volumes mapped to their local directories (:func:`volume_paths`);
-    ``ROXXEL_HOST_ALIASES`` when given; ``PATH`` led by the folder of ``settings.python``
-    (the image's ``bin``); ``XLA_FLAGS`` with ``--xla_force_host_platform_device_count``
-    when ``settings.devices_per_worker`` is set. The command is the container's
-    ``command`` + ``args`` expanded against the container's env, its first word looked up
-    on that ``PATH`` as a container runtime does.
+    environment; then the plan's ``env`` (the container's, as the kubelet resolves it), with
+    paths under the mounted data and emptyDir volumes mapped to their local directories
+    (:func:`volume_paths`); ``ROXXEL_HOST_ALIASES`` when given; ``PATH`` led by the folder of
+    ``settings.python`` (the image's ``bin``); ``XLA_FLAGS`` with
+    ``--xla_force_host_platform_device_count`` when ``settings.devices_per_worker`` is set.
+    The command is the plan's, expanded against that mapped env, its first word looked up on
+    that ``PATH`` as a container runtime does.
 
     Raises:
-        BackendError: an env entry with no local value, or a command not found on ``PATH``.
+        BackendError: a command not found on ``PATH``.
     """
     base = os.environ if base_env is None else base_env
-    container = pod.container(contract.CONTAINER_NAME)
-    own = kubelet_env(pod, restart_attempt=restart_attempt, pod_ip=pod_ip, base_env=base)
-    paths = volume_paths(pod, container, settings)
-    own = {k: _map_path(v, paths) for k, v in own.items()}
+    paths = volume_paths(plan.pod, settings)
+    own = {k: _map_path(v, paths) for k, v in plan.env.items()}
     if settings.data_dir is not None:  # also without a data volume in the spec: --data-dir is never dropped
         own.setdefault(shared.ENV_DATA_DIR, settings.data_dir)
     env = {k: v for k, v in base.items() if k not in _OWNED_ENV}
@@ -212,11 +176,11 @@ def worker_process(
     env["PATH"] = os.pathsep.join([bin_dir] + [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir])
     if settings.devices_per_worker is not None:
         env["XLA_FLAGS"] = with_device_count(env.get("XLA_FLAGS", ""), settings.devices_per_worker)
-    argv = rendered_pods.container_argv(container, own)
+    argv = plan.argv_for(own)
     found = shutil.which(argv[0], path=env["PATH"])
     if found is None:
         raise BackendError(
-            f"pod {pod.name}: the container's command {argv[0]!r} is not on PATH "
+            f"pod {plan.pod.name}: the container's command {argv[0]!r} is not on PATH "
             f"({env['PATH']}); install the package that provides it in {bin_dir}"
         )
     return [os.path.abspath(found), *argv[1:]], env
@@ -235,11 +199,11 @@ def with_device_count(xla_flags: str, devices: int) -> str:
     return " ".join([*flags, f"{_XLA_DEVICE_COUNT_FLAG}={devices}"])
 
 
-def make_volume_dirs(pod: rendered_pods.LocalPod, settings: LocalSettings) -> None:
+def make_volume_dirs(pod: rendered_pods.RenderedPod, settings: LocalSettings) -> None:
     """Fresh, empty directories for ``pod``'s emptyDir volumes (a new pod's are empty)."""
     folder = settings.run_dir / "pods" / pod.name
     shutil.rmtree(folder, ignore_errors=True)
-    for local in volume_paths(pod, pod.container(contract.CONTAINER_NAME), settings).values():
+    for local in volume_paths(pod, settings).values():
         if local.startswith(str(folder)):
             os.makedirs(local, exist_ok=True)
 
@@ -292,30 +256,17 @@ def worker_processes(
 ) -> list[tuple[list[str], dict[str, str]]]:
     """``(argv, env)`` of every pod of ``spec``'s rendered manifest as a local process, in
     process order, on loopback and before any restart (the coordinator's DNS name is not yet
-    mapped to a port here). Checks that each pod's environment identifies it as
-    :func:`roxxel.distributed.detect` would in a pod.
+    mapped to a port here), from the job's process plans
+    (:func:`roxxel_launch.backends.process_plan.spec_plans`: each pod's environment makes it
+    process ``i`` of ``n``, as :func:`roxxel.distributed.detect` reads it in a pod).
 
     Raises:
         BackendError: the manifest holds no pods, an env entry or command has no local
             value, or a pod's environment does not make it process ``i`` of ``n``.
     """
-    try:
-        pods = rendered_pods.manifest_pods(rendered_objects(spec))
-    except ValueError as err:
-        raise BackendError(f"job {spec.name!r}: {err}") from None
+    base = os.environ if base_env is None else base_env
     settings = LocalSettings(
         python=python or sys.executable, run_dir=run_dir, data_dir=data_dir, devices_per_worker=devices_per_worker
     )
-    attempt = 0 if spec.workload == "jobset" else None
-    procs = [worker_process(pod, settings, restart_attempt=attempt, base_env=base_env) for pod in pods]
-    for i, (pod, (_, env)) in enumerate(zip(pods, procs)):
-        try:
-            detected = distributed.detect(env)
-        except ValueError as err:
-            raise BackendError(f"pod {pod.name}: the rendered environment does not identify a process: {err}") from None
-        if (detected.process_id, detected.num_processes) != (i, len(pods)):
-            raise BackendError(
-                f"pod {pod.name}: the rendered environment makes it process "
-                f"{detected.process_id} of {detected.num_processes}, not {i} of {len(pods)}"
-            )
-    return procs
+    planned = spec_plans(spec, secret=secret_from_environment(base))
+    return [worker_process(plan, settings, base_env=base) for plan in planned]

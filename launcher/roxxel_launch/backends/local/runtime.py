@@ -23,16 +23,21 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from roxxel import distributed
-from roxxel_launch.backends.base import BackendError
-from roxxel_launch.backends.local import rendered_pods
-from roxxel_launch.backends.local.pods import LocalSettings, free_port, host_aliases, worker_process
+from roxxel_launch.backends import rendered_pods
+from roxxel_launch.backends.local.pods import (
+    LocalSettings,
+    free_port,
+    host_aliases,
+    secret_from_environment,
+    worker_process,
+)
 from roxxel_launch.backends.local.processes import (
     group_alive,
     is_local_worker,
     kill_group,
     with_parent_death_signal,
 )
+from roxxel_launch.backends.process_plan import plans
 
 __all__ = ["ENGINE_FAILURE", "ProcessRuntime", "RunningWorker", "WorkerCommand", "WorkerRuntime", "default_runtime"]
 
@@ -89,7 +94,7 @@ class WorkerRuntime(abc.ABC):
     @abc.abstractmethod
     def commands(
         self,
-        pods: Sequence[rendered_pods.LocalPod],
+        pods: Sequence[rendered_pods.RenderedPod],
         settings: LocalSettings,
         *,
         restart_attempt: int | None,
@@ -182,34 +187,30 @@ class ProcessRuntime(WorkerRuntime):
 
     def commands(
         self,
-        pods: Sequence[rendered_pods.LocalPod],
+        pods: Sequence[rendered_pods.RenderedPod],
         settings: LocalSettings,
         *,
         restart_attempt: int | None,
         network: Any = None,
     ) -> tuple[str, list[WorkerCommand]]:
-        """On loopback the pods' DNS names point at 127.0.0.1 and the coordinator's port is a
-        free one (see :func:`~roxxel_launch.backends.local.pods.host_aliases`); with a
-        ``network`` each pod has its own address and its names resolve there."""
+        """Each pod's process plan (:mod:`roxxel_launch.backends.process_plan`) as a local
+        process (:func:`~roxxel_launch.backends.local.pods.worker_process`). On loopback the
+        pods' DNS names point at 127.0.0.1 and the coordinator's port is a free one (see
+        :func:`~roxxel_launch.backends.local.pods.host_aliases`); with a ``network`` each pod
+        has its own address and its names resolve there. Secrets' values come from this
+        process's environment (that of ``submit``)."""
+        ips = None if network is None else [network.address(i) for i in range(len(pods))]
+        secret = secret_from_environment(os.environ)
+        planned = plans(pods, restart_attempt=restart_attempt, pod_ips=ips, secret=secret)
         if network is not None:
-            return network.coordinator_address, [
-                worker_process(pod, settings, restart_attempt=restart_attempt, pod_ip=network.address(i))
-                for i, pod in enumerate(pods)
-            ]
-        _, first = worker_process(pods[0], settings, restart_attempt=restart_attempt)
-        try:
-            detected = distributed.detect(first)
-        except ValueError as err:
-            raise BackendError(
-                f"pod {pods[0].name}: the rendered environment does not identify a process: {err}"
-            ) from None
-        aliases, address = None, detected.coordinator_address
+            return network.coordinator_address, [worker_process(plan, settings) for plan in planned]
+        aliases, address = None, planned[0].coordinator_address
         if address is not None:
             port = free_port()
             aliases = host_aliases(pods, address, port)
             logger.info("the pods' DNS names point at 127.0.0.1; the coordinator %s at 127.0.0.1:%d", address, port)
             address = f"127.0.0.1:{port}"
-        commands = [worker_process(pod, settings, restart_attempt=restart_attempt, aliases=aliases) for pod in pods]
+        commands = [worker_process(plan, settings, aliases=aliases) for plan in planned]
         return address or "none", commands
 
     def start(

@@ -75,13 +75,10 @@ from typing import IO
 from roxxel import exit_codes
 from roxxel.wording import count
 from roxxel_launch import contract
+from roxxel_launch.backends import rendered_pods
 from roxxel_launch.backends.base import BackendError, JobState, JobStatus, StopReason
-from roxxel_launch.backends.local import policy, rendered_pods
-from roxxel_launch.backends.local.pods import (
-    LocalSettings,
-    make_volume_dirs,
-    rendered_objects,
-)
+from roxxel_launch.backends.local import policy
+from roxxel_launch.backends.local.pods import LocalSettings, make_volume_dirs
 from roxxel_launch.backends.local.processes import LogEcho
 from roxxel_launch.backends.local.rundir import (
     ATTEMPT_HEADER,
@@ -102,6 +99,7 @@ from roxxel_launch.backends.local.rundir import (
 )
 from roxxel_launch.backends.local.runtime import ENGINE_FAILURE, RunningWorker, WorkerRuntime
 from roxxel_launch.backends.local.runtimes import runtime_for
+from roxxel_launch.backends.process_plan import rendered_objects
 
 __all__ = ["Supervisor"]
 

@@ -31,7 +31,7 @@ __all__ = [
     "CLUSTER_DOMAIN",
     "COMPLETION_INDEX_KEY",
     "JOB_COMPLETION_INDEX",
-    "LocalPod",
+    "RenderedPod",
     "UnresolvedReference",
     "container_argv",
     "container_env",
@@ -55,7 +55,7 @@ class UnresolvedReference(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class LocalPod:
+class RenderedPod:
     """One pod of a rendered workload, as its controllers would create it.
 
     Attributes:
@@ -113,7 +113,7 @@ class LocalPod:
 # ----------------------------------------------------------------------------- pods
 
 
-def manifest_pods(objects: Sequence[Mapping[str, Any]]) -> list[LocalPod]:
+def manifest_pods(objects: Sequence[Mapping[str, Any]]) -> list[RenderedPod]:
     """The pods of the JobSet, else of the Job, in rendered manifests, ordered by (replicated
     job, job index, completion index).
 
@@ -131,7 +131,7 @@ def manifest_pods(objects: Sequence[Mapping[str, Any]]) -> list[LocalPod]:
     raise ValueError("the manifests hold no JobSet and no Job")
 
 
-def _jobset_pods(jobset: Mapping[str, Any]) -> list[LocalPod]:
+def _jobset_pods(jobset: Mapping[str, Any]) -> list[RenderedPod]:
     meta, spec = jobset["metadata"], jobset["spec"]
     name = meta["name"]
     network = spec.get("network") or {}
@@ -180,7 +180,7 @@ def _job_pods(
     job_index: int,
     extra: Mapping[str, str],
     subdomain: str | None,
-) -> list[LocalPod]:
+) -> list[RenderedPod]:
     spec = job["spec"]
     if spec.get("completionMode") != "Indexed":
         raise ValueError(f"job {job_name}: completionMode is {spec.get('completionMode')!r}, not Indexed")
@@ -196,7 +196,7 @@ def _job_pods(
         labels = {**(meta.get("labels") or {}), **extra, **index, "batch.kubernetes.io/job-name": job_name}
         annotations = {**(meta.get("annotations") or {}), **extra, **index}
         pods.append(
-            LocalPod(
+            RenderedPod(
                 f"{job_name}-{i}",
                 namespace,
                 job_name,
@@ -249,7 +249,7 @@ def expand(text: str, lookup: Callable[[str], str | None]) -> str:
     return "".join(out)
 
 
-def _field(pod: LocalPod, path: str, labels: Mapping[str, str], annotations: Mapping[str, str], pod_ip: str) -> str:
+def _field(pod: RenderedPod, path: str, labels: Mapping[str, str], annotations: Mapping[str, str], pod_ip: str) -> str:
     """A downward-API ``fieldRef`` value; a missing label or annotation reads as ""."""
     match = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
     if match:
@@ -269,7 +269,7 @@ def _field(pod: LocalPod, path: str, labels: Mapping[str, str], annotations: Map
 
 
 def container_env(
-    pod: LocalPod,
+    pod: RenderedPod,
     container: Mapping[str, Any],
     *,
     restart_attempt: int | None = None,
