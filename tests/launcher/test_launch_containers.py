@@ -18,7 +18,7 @@ from roxxel import contract as shared
 from roxxel_launch import contract
 from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends import rendered_pods
-from roxxel_launch.backends.local import containers
+from roxxel_launch.backends.local import containers, create_options
 from roxxel_launch.backends.local.pods import LocalSettings
 from roxxel_launch.backends.process_plan import rendered_objects
 from roxxel_launch.spec import spec_from_dict
@@ -100,10 +100,10 @@ def test_the_containers_resources_become_the_engines_limits(tmp_path, monkeypatc
     opts = _options(pod, settings, env)
     assert opts["--memory"] == opts["--memory-swap"] == [str(512 * 2**20)]
     assert opts["--cpus"] == ["1.5"] and opts["--cpu-shares"] == ["512"]
-    many = containers.resource_options({"resources": {"limits": {"cpu": "64"}}})
+    many = create_options.resource_options({"resources": {"limits": {"cpu": "64"}}})
     assert many == ["--cpus", "4"]  # an engine refuses more cpus than the machine has
-    assert containers.resource_options({}) == []  # no limit: none, as on a node
-    assert containers.memory_limit(pod.container(contract.CONTAINER_NAME)) == "512Mi"
+    assert create_options.resource_options({}) == []  # no limit: none, as on a node
+    assert create_options.memory_limit(pod.container(contract.CONTAINER_NAME)) == "512Mi"
 
 
 def test_the_runs_outputs_directory_is_bound_at_its_host_path(tmp_path):
@@ -132,7 +132,7 @@ def test_a_secret_the_local_run_cannot_read_is_named(tmp_path):
 
 def test_a_path_podman_cannot_take_is_refused():
     with pytest.raises(BackendError, match="a path with ','"):
-        containers._bind("/data/a,b", "/data", read_only=True)
+        create_options._bind("/data/a,b", "/data", read_only=True)
 
 
 def test_without_podman_the_runtime_says_so_in_one_line(tmp_path, monkeypatch):
