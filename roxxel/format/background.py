@@ -7,13 +7,28 @@ from __future__ import annotations
 import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable
-
-if TYPE_CHECKING:  # annotations only
-    from roxxel.format.shard_writer import ShardWriter
+from typing import Any, Callable, Protocol
 
 _WRITEBACK_BYTES = 16 << 20  # a shard's bytes between two background writebacks (see _BackgroundSync)
 _CHECKSUMS_AHEAD = 8  # writes a background checksum thread may lag behind (bounds the memory they hold)
+
+
+class SyncedShard(Protocol):
+    """What :class:`_BackgroundSync` needs of a shard being written (a
+    :class:`~roxxel.format.shard_writer.ShardWriter`): named here so that this module does not
+    import the writer, which takes a :class:`_BackgroundChecksums`."""
+
+    def flush_to_os(self) -> int:
+        """Hand the buffered bytes to the OS; returns the file's descriptor."""
+        ...
+
+    def finish(self, sync: bool = True) -> Any:
+        """Write what ends the shard; with ``sync=False`` leave it open for :meth:`sync`."""
+        ...
+
+    def sync(self) -> None:
+        """fsync and close a finished shard."""
+        ...
 
 
 class _BackgroundChecksums:
@@ -68,7 +83,7 @@ class _BackgroundSync:
         self._unsynced = 0  # bytes written to the current shard since its last writeback
         self._periodic = periodic
 
-    def wrote(self, shard: ShardWriter, nbytes: int) -> None:
+    def wrote(self, shard: SyncedShard, nbytes: int) -> None:
         """Count ``nbytes`` written to ``shard``; past ``_WRITEBACK_BYTES``, start writing them back."""
         self._unsynced += nbytes
         if (
@@ -78,7 +93,7 @@ class _BackgroundSync:
             self._tasks.append(self._pool.submit(os.fdatasync, shard.flush_to_os()))
             self._unsynced = 0
 
-    def finish(self, shard: ShardWriter) -> None:
+    def finish(self, shard: SyncedShard) -> None:
         """Finish ``shard`` here and make it durable (fsync, close) in the background."""
         shard.finish(sync=False)
         self._tasks.append(self._pool.submit(shard.sync))

@@ -12,17 +12,15 @@ import hashlib
 import json
 import os
 from array import array
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 import numpy as np
 
 from roxxel._version import __version__
 from roxxel.format import blocks, layout
 from roxxel.format.atomic import commit, temp_name
+from roxxel.format.background import _BackgroundChecksums
 from roxxel.format.manifest import ShardEntry
-
-if TYPE_CHECKING:  # annotations only: the background threads take ShardWriters
-    from roxxel.format.background import _BackgroundChecksums
 
 _PLACEHOLDER_COUNT = 10**19  # widest count the JSON can hold; reserves room for the real ones
 _PLACEHOLDER_CRC = 2**32 - 1  # widest checksum, for the same reason
