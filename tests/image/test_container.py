@@ -9,6 +9,7 @@ privilege escalation, its emptyDirs as tmpfs, its env as the kubelet
 resolves it, its command (the options are those of the local backend's container runtime,
 roxxel_launch.backends.local.containers), and checks:
 
+- the image holds no launcher dependencies (the launch extra): roxxel-launch there names the extra;
 - the uid and groups, and that $HOME and every emptyDir are writable;
 - tini is PID 1 under the image's ENTRYPOINT, roxxel-worker under the pod's command;
 - SIGTERM sent to the container (to PID 1, as the kubelet does) reaches the training
@@ -167,8 +168,21 @@ def test_the_build_reports_the_size_and_largest_layers(worker_image):
     assert 0.5 < float(size) < 3 and int(layers) >= 5, report
     largest = report.splitlines()[1]
     assert "/opt/venv" in largest, f"the dependencies' layer should be the largest:\n{report}"
+    print(report)  # the size, which the docs quote (docs/run-on-gke.md): -s or -rP shows it
     labels = podman("image", "inspect", "--format", "{{json .Labels}}", IMAGE).stdout
     assert '"dev.roxxel.accelerator":"cpu"' in labels and '"org.opencontainers.image.revision":"' in labels
+
+
+def test_the_image_runs_workers_without_the_launchers_dependencies(worker_image, pod, containers):
+    """The image installs Roxxel without the launch extra (#52): no Kubernetes client, and its
+    roxxel-launch exits 1 with the one line that names the extra, while the worker's modules import."""
+    launch = run(pod, containers, ["render", "job.yaml"], entrypoint=["roxxel-launch"])
+    assert launch.returncode == 1 and launch.stdout == "", launch
+    (line,) = launch.stderr.splitlines()
+    assert "kubernetes" in line and line.endswith("pip install 'roxxel[launch]'"), line
+    probe = "import importlib.util as u, roxxel.worker; print(u.find_spec('kubernetes'), u.find_spec('kubernetes_validate'))"
+    imports = run(pod, containers, ["-c", probe], entrypoint=["python"])
+    assert imports.returncode == 0 and imports.stdout.split() == ["None", "None"], imports
 
 
 def test_the_pod_runs_as_its_user_with_home_and_emptydirs_writable(worker_image, pod, containers):
