@@ -34,6 +34,10 @@ class Roxxel(Dataset):
         filepath: as for :class:`~roxxel.data.dataset.Dataset`; default ``./stream_reservoir.rox``
             (the original's default).
         release_bytes, max_open_shards, check_blocks, mapped_bytes: as for :class:`~roxxel.data.dataset.Dataset`.
+
+    Unlike a ``Dataset``, a ``Roxxel`` may name a dataset that does not exist yet: it is also
+    the writer (``Roxxel(path).write(documents)``). Its first read refuses a missing one
+    instead, with the same one-line ``ShardNotFoundError`` naming the path and the fix.
     """
 
     def __init__(
@@ -52,6 +56,9 @@ class Roxxel(Dataset):
             check_blocks=check_blocks,
             mapped_bytes=mapped_bytes,
         )
+
+    def _check_found(self) -> None:
+        """Nothing to refuse yet: the path may be one :meth:`write` is about to create."""
 
     def estimate_steps(self, seq_len: int, batch_size: int, chunk_tokens: int | None = None) -> int:
         """Whole steps of ``batch_size`` rows of ``seq_len`` tokens in one epoch of :meth:`stream`.

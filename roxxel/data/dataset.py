@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from roxxel.data.dataset_paths import Entry, check_unlisted, resolve
+from roxxel.data.dataset_paths import Entry, check_found, check_unlisted, resolve
 from roxxel.data.shard_table import KNOWN_SHARDS, RowRuns, ShardTable
 from roxxel.format.errors import (
     CorruptShardError,
@@ -79,11 +79,17 @@ class Dataset:
             shards have no block checksums). Leave
             on; turning it off is for benchmarks.
 
-    The dataset opens on first use (or ``open()``/``with``); opening reads manifests and
-    shard headers, never token data.
+    A path that names no dataset is refused at once; the dataset opens on first use (or
+    ``open()``/``with``); opening reads manifests and shard headers, never token data.
+
+    Raises (when made):
+        ShardNotFoundError: a path does not exist, a glob matches nothing, a directory holds
+            neither a manifest nor shards (one line naming the path and the fix: pack it, or
+            check the path and its mount).
+        TypeError, ValueError: ``filepath`` is not a path or list of paths, or is empty.
 
     Raises (on open):
-        ShardNotFoundError: a path does not exist, or a glob/directory has no shards.
+        ShardNotFoundError: a shard a manifest lists does not exist.
         IncompleteDatasetError: a directory whose pack was killed before committing.
         BadSignatureError, TruncatedShardError, CorruptShardError: a damaged shard (names the file).
         CorruptShardError: a broken manifest; a manifest path outside the dataset directory; a
@@ -117,6 +123,9 @@ class Dataset:
             self.filepath = [os.fspath(p) for p in filepath]
         else:
             raise TypeError(f"filepath must be a path, a glob or a list of paths, got {type(filepath).__name__}")
+        if not self.filepath:
+            raise ValueError("filepath is empty: give the dataset's path (a directory, manifest, shard or glob)")
+        self._check_found()
         self.release_bytes = release_bytes
         self.mapped_bytes = mapped_bytes
         self.max_open_shards = max_open_shards
@@ -127,6 +136,11 @@ class Dataset:
     # ------------------------------------------------------------------------------
     # opening
     # ------------------------------------------------------------------------------
+    def _check_found(self) -> None:
+        """Refuse now a path that names no dataset (a typo, a volume not mounted), not at the first read."""
+        for spec in self.filepath if isinstance(self.filepath, list) else [self.filepath]:
+            check_found(spec)
+
     def open(self) -> Dataset:
         """Resolve the paths and read manifests/headers. Idempotent. Returns ``self``."""
         if self._is_open:

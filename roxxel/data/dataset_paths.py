@@ -2,8 +2,10 @@
 
 :func:`resolve` turns one path into the manifests it names and the shards (:class:`Entry`)
 they list or that it finds, in order; shards of a pack or append that did not finish are
-refused or left out (the markers of :mod:`roxxel.format.directory`). :func:`check_unlisted`
-refuses shards next to a manifest that it does not list.
+refused or left out (the markers of :mod:`roxxel.format.directory`). :func:`check_found`
+refuses, from the file system's names alone (nothing read), a path that names no dataset, so
+that a dataset made on a wrong path fails where it is made. :func:`check_unlisted` refuses
+shards next to a manifest that it does not list.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from roxxel.format.errors import CorruptShardError, IncompleteDatasetError, Shar
 from roxxel.format.manifest import MANIFEST_NAME, Manifest
 
 _GLOB_CHARS = "*?["
+NOT_FOUND_FIX = "pack it first (roxxel pack INPUTS -o DIR), or check the path and that its storage is mounted"
+"""The fix every "dataset not found" message names: the data was never packed, or is elsewhere."""
 
 
 class Entry:
@@ -39,6 +43,52 @@ _STEM_MANIFEST = (
 )
 
 
+def _not_found(what: str) -> ShardNotFoundError:
+    return ShardNotFoundError(f"{what}; {NOT_FOUND_FIX}")
+
+
+def check_found(spec: str) -> None:
+    """Refuse ``spec`` when it names nothing :func:`resolve` could open, looking at names only.
+
+    What a dataset path may name is :func:`resolve`'s; this reads no manifest and no shard, so
+    a damaged dataset is still found only when it opens.
+
+    Raises:
+        ShardNotFoundError: no such file or directory, a glob that matches nothing, a directory
+            with neither a manifest nor ``.rox`` shards (one line naming ``spec`` and the fix).
+        IncompleteDatasetError: a directory with no shards where a pack did not finish.
+    """
+    if any(c in spec for c in _GLOB_CHARS) and not os.path.exists(spec):
+        if not glob.glob(spec):
+            raise _not_found(f"no files match {spec!r}")
+    elif os.path.isdir(spec):
+        if not os.path.lexists(os.path.join(spec, MANIFEST_NAME)) and not _has_shards(spec):
+            _refuse_incomplete(spec)  # a killed pack says so, rather than "not found"
+            raise _not_found(f"{spec}: no {MANIFEST_NAME} and no .rox shards in this directory")
+    elif not os.path.lexists(spec) and not _stem_found(spec):
+        raise _not_found(_missing(spec))
+
+
+def _has_shards(directory: str) -> bool:
+    with os.scandir(directory) as names:
+        return any(n.name.endswith(".rox") and not n.name.startswith(".") for n in names)
+
+
+def _stem_found(spec: str) -> bool:
+    """Whether ``STEM.dataset.json`` or ``STEM_*.rox`` exists for ``spec`` (the original's prefix form)."""
+    if spec.endswith(".json"):
+        return False
+    stem = spec[:-4] if spec.endswith(".rox") else spec
+    return os.path.lexists(stem + _STEM_MANIFEST) or bool(glob.glob(glob.escape(stem) + "_*.rox"))
+
+
+def _missing(spec: str) -> str:
+    if spec.endswith(".json"):
+        return f"dataset manifest not found: {spec}"
+    stem = spec[:-4] if spec.endswith(".rox") else spec
+    return f"dataset not found: {spec} (no such file, directory, manifest or {stem}_*.rox shards)"
+
+
 def resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[Entry]) -> None:
     """Append the manifests ``spec`` names to ``manifests`` (path, manifest) and its shards to ``entries``, in order.
 
@@ -51,7 +101,7 @@ def resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[Entr
         pending = {d: _refuse_incomplete(d) for d in {os.path.dirname(m) or "." for m in matches if os.path.isfile(m)}}
         matches = [m for m in matches if os.path.basename(m) not in pending.get(os.path.dirname(m) or ".", ())]
         if not matches:
-            raise ShardNotFoundError(f"no files match {spec!r}")
+            raise _not_found(f"no files match {spec!r}")
         for m in matches:
             resolve(m, manifests, entries)
         return
@@ -61,10 +111,12 @@ def resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[Entr
             return _add_manifest(manifest, manifests, entries)
         shards = _committed(sorted(glob.glob(os.path.join(spec, "*.rox"))), _refuse_incomplete(spec))
         if not shards:
-            raise ShardNotFoundError(f"{spec}: no {MANIFEST_NAME} and no .rox shards in this directory")
+            raise _not_found(f"{spec}: no {MANIFEST_NAME} and no .rox shards in this directory")
         entries.extend(Entry(p) for p in shards)
         return
     if spec.endswith(".json"):
+        if not os.path.lexists(spec):  # (a dangling link: Manifest.load names it)
+            raise _not_found(_missing(spec))
         return _add_manifest(spec, manifests, entries)
     if os.path.exists(spec):
         if not _committed([spec], _refuse_incomplete(os.path.dirname(spec) or ".")):
@@ -82,9 +134,7 @@ def resolve(spec: str, manifests: list[tuple[str, Manifest]], entries: list[Entr
         sorted(glob.glob(glob.escape(stem) + "_*.rox")), _refuse_incomplete(os.path.dirname(spec) or ".")
     )
     if not shards:
-        raise ShardNotFoundError(
-            f"dataset not found: {spec} (no such file, directory, manifest or {stem}_*.rox shards)"
-        )
+        raise _not_found(_missing(spec))
     entries.extend(Entry(p) for p in shards)
 
 
