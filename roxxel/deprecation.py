@@ -4,6 +4,12 @@ Roxxel renamed some of the original's parameters to the field's terms (``dataset
 ``primary_streamer``/``mix_streamers``, ``save_interval_steps`` for ``checkpoint_every``, ...).
 The old names stay accepted; :func:`renamed` is the one place that decides what a call that
 uses one of them means, so every renamed parameter behaves alike.
+
+The warning is a :class:`RoxxelDeprecationWarning`, a ``FutureWarning``: Python's warnings
+documentation names that category for deprecated features meant for the users of an
+application, and shows it by default wherever the call is. A ``DeprecationWarning`` is shown
+by default only when it points into ``__main__``, so a training library of the user's that
+called an old name would never hear of it.
 """
 
 from __future__ import annotations
@@ -14,21 +20,34 @@ import warnings
 from types import FrameType
 from typing import Any
 
-__all__ = ["renamed", "warn_renamed"]
+__all__ = ["RoxxelDeprecationWarning", "renamed", "warn_renamed"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def warn_renamed(owner: str, old: str, new: str) -> None:
-    """Emit the :class:`DeprecationWarning` for ``owner``'s parameter ``old``, renamed to ``new``.
+class RoxxelDeprecationWarning(FutureWarning):
+    """A Roxxel name or keyword that is deprecated: it still works, and the message names what
+    replaces it.
 
-    The warning points at the first caller outside the ``roxxel`` package: Python shows a
-    ``DeprecationWarning`` by default only when it points into ``__main__``, so it must name
-    the user's line, however deep inside Roxxel the old name was read.
+    A ``FutureWarning`` (not a ``DeprecationWarning``), so that Python shows it by default from
+    any module, the user's imported ones included (the warnings module's documentation: the
+    category for deprecated features aimed at end users). Each call site warns once, as
+    Python's default filter action does. To turn them into errors:
+    ``warnings.simplefilter("error", RoxxelDeprecationWarning)`` or
+    ``-W error::roxxel.deprecation.RoxxelDeprecationWarning``; to hide them, ``"ignore"``.
+    """
+
+
+def warn_renamed(owner: str, old: str, new: str) -> None:
+    """Emit the :class:`RoxxelDeprecationWarning` for ``owner``'s parameter ``old``, renamed to ``new``.
+
+    The warning points at the first caller outside the ``roxxel`` package, however deep inside
+    Roxxel the old name was read: it names the user's line, and Python's "once per location"
+    counts the user's call sites, not Roxxel's.
     """
     warnings.warn(
         f"{owner}: {old} is deprecated, use {new} instead (same meaning)",
-        DeprecationWarning,
+        RoxxelDeprecationWarning,
         stacklevel=_caller_level(),
     )
 
@@ -53,7 +72,7 @@ def renamed(owner: str, new: str, new_value: Any, old: str, old_value: Any) -> A
         old, old_value: its deprecated name and value (``None``: not given).
 
     Returns:
-        ``new_value``, else ``old_value`` (after a :class:`DeprecationWarning`), else ``None``.
+        ``new_value``, else ``old_value`` (after a :class:`RoxxelDeprecationWarning`), else ``None``.
 
     Raises:
         ValueError: both names given with different values (names both and the fix).

@@ -78,7 +78,7 @@ class Phase:
             ``"primary"`` unless :class:`Curriculum` is given other names); they need not
             sum to 1. Default: ``{"primary": 1}`` without mixed datasets, else every dataset
             in proportion to its size. The original's key ``"self"`` for the primary dataset
-            is accepted with a ``DeprecationWarning``.
+            is accepted with a ``RoxxelDeprecationWarning``.
         batch_size: deprecated name of ``global_batch_size`` (the original's; warns).
 
     Raises:
@@ -315,7 +315,7 @@ class Curriculum:
             Default: the datasets' own ``vocab_size``.
 
     Weights keyed ``"self"`` (the original's key for the primary dataset) are read as the
-    primary dataset's name, with a ``DeprecationWarning``. Checkpoint fingerprints
+    primary dataset's name, with a ``RoxxelDeprecationWarning``. Checkpoint fingerprints
     (:meth:`describe`) still record a primary dataset named ``"primary"`` as ``"self"``, so
     runs saved before the rename resume.
 

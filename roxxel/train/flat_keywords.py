@@ -1,5 +1,6 @@
 """The Trainer's flat keywords from before its option objects (``eval_every=``, ``seed=``,
-``learning_rate=`` ...): still accepted, with one ``DeprecationWarning`` per call that names
+``learning_rate=`` ...): still accepted, with one
+:class:`~roxxel.deprecation.RoxxelDeprecationWarning` per call that names
 what replaces each (:mod:`roxxel.train.options`, or a callback in ``callbacks=``).
 
 The one place that turns a call's flat keywords into option objects and callback shortcuts,

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from roxxel import Curriculum, Phase, Roxxel
+from roxxel.deprecation import RoxxelDeprecationWarning
 from roxxel.sharding import batch_sharding, default_mesh
 
 
@@ -34,7 +35,7 @@ def new_form(data):
 
 
 def test_primary_streamer_warns_and_means_datasets(data):
-    with pytest.warns(DeprecationWarning, match="primary_streamer is deprecated, use datasets"):
+    with pytest.warns(RoxxelDeprecationWarning, match="primary_streamer is deprecated, use datasets"):
         old = Curriculum(primary_streamer=data["a"], phases=[Phase(steps=3, global_batch_size=2, seq_len=16)])
     assert old.fingerprint() == Curriculum(data["a"], [Phase(steps=3, global_batch_size=2, seq_len=16)]).fingerprint()
     with pytest.raises(ValueError, match="datasets=.*primary_streamer=.*disagree; give only datasets"):
@@ -42,16 +43,16 @@ def test_primary_streamer_warns_and_means_datasets(data):
 
 
 def test_mix_streamers_warns_and_means_the_datasets_dict(data):
-    with pytest.warns(DeprecationWarning, match=r"mix_streamers is deprecated, use datasets=\{'primary'"):
+    with pytest.warns(RoxxelDeprecationWarning, match=r"mix_streamers is deprecated, use datasets=\{'primary'"):
         old = Curriculum(data["a"], PHASES, {"b": data["b"]}, chunk_tokens=64)
     assert old.names == ("primary", "b") and old.fingerprint() == new_form(data).fingerprint()
-    with pytest.raises(ValueError, match="not also as mix_streamers"), pytest.warns(DeprecationWarning):
+    with pytest.raises(ValueError, match="not also as mix_streamers"), pytest.warns(RoxxelDeprecationWarning):
         Curriculum({"primary": data["a"]}, PHASES, mix_streamers={"b": data["b"]})
 
 
 def test_self_weight_key_warns_and_means_the_primary_dataset(data):
     with pytest.warns(
-        DeprecationWarning, match="weight key 'self' is deprecated, use the primary dataset's name 'primary'"
+        RoxxelDeprecationWarning, match="weight key 'self' is deprecated, use the primary dataset's name 'primary'"
     ):
         old = Curriculum(
             {"primary": data["a"], "b": data["b"]},
@@ -60,7 +61,7 @@ def test_self_weight_key_warns_and_means_the_primary_dataset(data):
         )
     assert old.fingerprint() == new_form(data).fingerprint()
     assert new_form(data).describe()["datasets"].keys() == {"self", "b"}  # checkpoints of older runs still match
-    with pytest.raises(ValueError, match="primary dataset twice"), pytest.warns(DeprecationWarning):
+    with pytest.raises(ValueError, match="primary dataset twice"), pytest.warns(RoxxelDeprecationWarning):
         Curriculum(data["a"], [Phase(steps=1, global_batch_size=2, seq_len=16, weights={"self": 1, "primary": 1})])
 
 
@@ -77,7 +78,7 @@ def test_named_datasets_key_the_weights(data):
 
 
 def test_phase_batch_size_warns_and_means_global_batch_size():
-    with pytest.warns(DeprecationWarning, match="Phase: batch_size is deprecated, use global_batch_size"):
+    with pytest.warns(RoxxelDeprecationWarning, match="Phase: batch_size is deprecated, use global_batch_size"):
         old = Phase(steps=3, batch_size=4, seq_len=8)
     assert old == Phase(steps=3, global_batch_size=4, seq_len=8) and old.batch_size == 4
     with pytest.raises(ValueError, match="disagree"):
@@ -88,7 +89,7 @@ def test_phase_batch_size_warns_and_means_global_batch_size():
 
 
 def test_the_warning_points_at_the_callers_line(data):
-    with pytest.warns(DeprecationWarning) as caught:
+    with pytest.warns(RoxxelDeprecationWarning) as caught:
         Curriculum(data["a"], PHASES, {"b": data["b"]}, chunk_tokens=64)
     assert {w.filename for w in caught} == {__file__}
 
@@ -101,7 +102,7 @@ def rows(stream):
 def test_stream_data_sharding_warns_and_means_sharding(data):
     c = new_form(data)
     sharding = batch_sharding(default_mesh())
-    with pytest.warns(DeprecationWarning, match="Stream: data_sharding is deprecated, use sharding"):
+    with pytest.warns(RoxxelDeprecationWarning, match="Stream: data_sharding is deprecated, use sharding"):
         old = c.stream(seed=1, data_sharding=sharding)
     assert old.sharding == sharding
     assert all(np.array_equal(x, y) for x, y in zip(rows(old), rows(c.stream(seed=1, sharding=sharding))))
@@ -109,7 +110,7 @@ def test_stream_data_sharding_warns_and_means_sharding(data):
 
 def test_stream_mesh_warns_and_means_rows_over_its_first_axis(data):
     c = new_form(data)
-    with pytest.warns(DeprecationWarning, match=r"Stream: mesh is deprecated, use sharding=NamedSharding"):
+    with pytest.warns(RoxxelDeprecationWarning, match=r"Stream: mesh is deprecated, use sharding=NamedSharding"):
         old = c.stream(seed=1, mesh=default_mesh())
     assert old.sharding == batch_sharding(default_mesh())
     old.close()

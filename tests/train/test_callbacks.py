@@ -9,6 +9,7 @@ import optax
 import pytest
 
 from roxxel import Curriculum, Phase
+from roxxel.deprecation import RoxxelDeprecationWarning
 from roxxel.exit_codes import ConfigurationError
 from roxxel.train import Cadence, Trainer
 from roxxel.train.callbacks import Callback, LearningRate, Profile, Throughput, Window
@@ -228,14 +229,14 @@ def test_a_shortcut_and_its_callback_are_not_both_given(cur, kwargs, callback, n
     model, opt = make_model()
     with (
         pytest.raises(ValueError, match=f"Trainer: {named} and a {type(callback).__name__} in callbacks= both given"),
-        pytest.warns(DeprecationWarning, match=f"{named}= is deprecated, use callbacks="),
+        pytest.warns(RoxxelDeprecationWarning, match=f"{named}= is deprecated, use callbacks="),
     ):
         Trainer(model, opt, cur, loss_fn, callbacks=[callback], **kwargs)
 
 
 def test_profile_steps_need_a_run_directory(cur):
     model, opt = make_model()
-    with pytest.raises(ValueError, match="profile_steps needs save_path"), pytest.warns(DeprecationWarning):
+    with pytest.raises(ValueError, match="profile_steps needs save_path"), pytest.warns(RoxxelDeprecationWarning):
         Trainer(model, opt, cur, loss_fn, profile_steps=(1, 2))
 
 

@@ -21,6 +21,7 @@ import pytest
 from flax import nnx
 
 from roxxel import Roxxel, Curriculum, Trainer  # as the original's Quick Start writes it
+from roxxel.deprecation import RoxxelDeprecationWarning
 
 
 class NextValue(nnx.Module):
@@ -57,7 +58,7 @@ def test_the_original_quick_start_runs_as_written(tmp_path, monkeypatch):
         {"steps": 6, "batch_size": 16, "seq_len": 128},
         {"steps": 3, "batch_size": 4, "seq_len": 512},
     ]
-    with pytest.warns(DeprecationWarning, match="primary_streamer is deprecated, use datasets"):  # as written
+    with pytest.warns(RoxxelDeprecationWarning, match="primary_streamer is deprecated, use datasets"):  # as written
         curriculum = Curriculum(
             primary_streamer=Roxxel("./wiki_tokens_*.rox"),
             phases=phases,
@@ -71,7 +72,7 @@ def test_the_original_quick_start_runs_as_written(tmp_path, monkeypatch):
 
     # 4. Initialize the Trainer (as written, with intervals inside the 9 steps)
     with pytest.warns(
-        DeprecationWarning,
+        RoxxelDeprecationWarning,
         match=r"checkpoint_every=, log_every= is deprecated, use cadence=Cadence\(save_interval_steps=\.\.\., log_every=",
     ):
         trainer = Trainer(
@@ -102,7 +103,7 @@ def test_the_original_quick_start_runs_as_written(tmp_path, monkeypatch):
     # Running the same script again resumes at the end: nothing left to train, same weights.
     kernel = np.asarray(model.linear.kernel[...]).copy()
     model2 = NextValue(rngs=nnx.Rngs(0))
-    with pytest.warns(DeprecationWarning, match="checkpoint_every=, log_every= is deprecated"):
+    with pytest.warns(RoxxelDeprecationWarning, match="checkpoint_every=, log_every= is deprecated"):
         trainer2 = Trainer(
             model=model2,
             optimizer=nnx.Optimizer(model2, optax.sgd(0.01), wrt=nnx.Param),

@@ -3,6 +3,7 @@
 
 import pytest
 
+from roxxel.deprecation import RoxxelDeprecationWarning
 from roxxel.train import Cadence, Checkpointer, Trainer
 
 from support.lm import loss_fn, make_curriculum, make_dataset, make_model
@@ -15,7 +16,7 @@ def cur(tmp_path_factory):
 
 def test_checkpoint_every_warns_and_means_save_interval_steps(cur):
     with pytest.warns(
-        DeprecationWarning,
+        RoxxelDeprecationWarning,
         match=r"Trainer: checkpoint_every= is deprecated, use cadence=Cadence\(save_interval_steps=\.\.\.\)",
     ):
         trainer = Trainer(*make_model(), cur, loss_fn, checkpoint_every=7)

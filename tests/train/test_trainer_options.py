@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
+from roxxel.deprecation import RoxxelDeprecationWarning
 from roxxel.exit_codes import ConfigurationError
 from roxxel.train import Cadence, Checkpointer, DataOptions, LoopOptions, RestoreOptions, Trainer
 from roxxel.train.callbacks import LearningRate, Profile, Throughput
@@ -100,7 +101,7 @@ def _one_deprecation(call):
         warnings.simplefilter("always")
         result = call()
     assert len(caught) == 1, [str(w.message) for w in caught]
-    assert caught[0].category is DeprecationWarning
+    assert caught[0].category is RoxxelDeprecationWarning
     assert caught[0].filename == __file__  # points at the caller's line, not into roxxel
     return result, str(caught[0].message)
 
@@ -178,7 +179,7 @@ def test_a_keyword_given_twice_or_unknown_is_a_type_error(cur, kwargs, words):
 
 def test_a_shortcut_beside_its_callback_is_refused(cur):
     with pytest.raises(ValueError, match="learning_rate and a LearningRate in callbacks= both given"):
-        with pytest.warns(DeprecationWarning, match=r"callbacks=\[LearningRate"):
+        with pytest.warns(RoxxelDeprecationWarning, match=r"callbacks=\[LearningRate"):
             Trainer(*make_model(), cur, loss_fn, learning_rate=0.1, callbacks=[LearningRate(0.1)])
 
 
