@@ -8,12 +8,50 @@ their data imports: ``train/checkpoint`` does not import ``roxxel.data``).
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, TypeVar
 
 from roxxel.exit_codes import ConfigTypeError, ConfigValueError
 
-__all__ = ["Cadence", "Default", "checkpoint_cadence", "positive_int"]
+__all__ = ["Cadence", "Default", "checkpoint_cadence", "keywords_checked", "positive_int", "unknown_keyword"]
+
+_Class = TypeVar("_Class", bound=type)
+
+
+def unknown_keyword(owner: str, name: str, known: Mapping[str, str], call: str = "()") -> ConfigTypeError:
+    """The error for a keyword ``name`` that ``owner`` (``"Cadence"``) does not take, in one line:
+    Python's wording, then the closest known keyword (``difflib``), as Python's own error for a
+    misspelt attribute names one; without a close one, where the keywords are listed.
+
+    Args:
+        known: the keywords a misspelt one is matched against -> how the hint writes each
+            (``"`log_every`"``, or the new form of a deprecated keyword).
+        call: what follows ``owner`` in the message (``".__init__()"`` for a class's own method).
+    """
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {known[close[0]]}?" if close else f"see help({owner})"
+    return ConfigTypeError(f"{owner}{call} got an unexpected keyword argument '{name}'; {hint}")
+
+
+def keywords_checked(cls: _Class) -> _Class:
+    """Make the dataclass ``cls`` refuse an unknown keyword with :func:`unknown_keyword`'s hint,
+    where the ``__init__`` a dataclass writes raises Python's bare ``TypeError``. Apply it above
+    ``@dataclass``; the signature (``inspect.signature``) stays the dataclass's."""
+    init = vars(cls)["__init__"]
+    known = {f.name: f"`{f.name}`" for f in dataclasses.fields(cls) if f.init}
+
+    @functools.wraps(init)
+    def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        for name in kwargs:
+            if name not in known:
+                raise unknown_keyword(cls.__name__, name, known)
+        init(self, *args, **kwargs)
+
+    setattr(cls, "__init__", checked_init)  # (an assignment to a method, which mypy refuses)
+    return cls
 
 
 def positive_int(owner: str, name: str, value: Any, none_means: str | None = None) -> None:
@@ -25,6 +63,7 @@ def positive_int(owner: str, name: str, value: Any, none_means: str | None = Non
         raise ConfigValueError(f"{owner}.{name} must be a positive int{also}, got {value!r}; e.g. {owner}({name}=10)")
 
 
+@keywords_checked
 @dataclass(frozen=True)
 class Cadence:
     """When the run logs, evaluates and saves, in optimizer steps.
@@ -47,6 +86,7 @@ class Cadence:
     Raises:
         ValueError: a value that is not a positive int (``None`` where allowed); the message
             names the field.
+        TypeError: an unknown keyword (the message names the closest field).
     """
 
     log_every: int = 100

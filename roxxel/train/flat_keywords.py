@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from roxxel.deprecation import warn_renamed
 from roxxel.exit_codes import ConfigTypeError, ConfigValueError
+from roxxel.train.cadence import unknown_keyword
 from roxxel.train.options import Cadence, DataOptions, LoopOptions, RestoreOptions
 
 __all__ = ["FLAT_KEYWORDS", "OPTION_TYPES", "SHORTCUTS", "replacements", "resolve_options"]
@@ -70,14 +71,15 @@ def resolve_options(options: Mapping[str, Any], flat: Mapping[str, Any]) -> tupl
         (:data:`SHORTCUTS`), for ``trainer_callbacks``.
 
     Raises:
-        TypeError: an unknown keyword (worded as Python words it); an option of the wrong
+        TypeError: an unknown keyword (worded as Python words it, with the closest keyword's
+            replacement: "did you mean cadence=Cadence(log_every=...)?"); an option of the wrong
             type; an old keyword together with the option object that holds it now.
         ValueError: ``save_interval_steps`` and ``checkpoint_every`` that disagree; a bad
             value (the option object's own check).
     """
     for name in flat:
         if name not in FLAT_KEYWORDS and name not in SHORTCUTS:
-            raise ConfigTypeError(f"Trainer.__init__() got an unexpected keyword argument '{name}'")
+            raise unknown_keyword("Trainer", name, _hints(), call=".__init__()")
     for name, kind in OPTION_TYPES.items():
         if options.get(name) is not None and not isinstance(options[name], kind):
             raise ConfigTypeError(
@@ -96,6 +98,14 @@ def resolve_options(options: Mapping[str, Any], flat: Mapping[str, Any]) -> tupl
         for name, kind in OPTION_TYPES.items()
     }
     return objects, {k: v for k, v in flat.items() if k in SHORTCUTS}
+
+
+def _hints() -> dict[str, str]:
+    """The keywords a misspelt one is matched against, each as the hint writes it: an option
+    parameter as itself, an old keyword as what replaces it (``cadence=Cadence(log_every=...)``)."""
+    hints = {name: f"{name}={kind.__name__}(...)" for name, kind in OPTION_TYPES.items()}
+    hints.update((old, replacements({old: None})) for old in [*FLAT_KEYWORDS, *SHORTCUTS])
+    return hints
 
 
 def _holder(old: str, options: Mapping[str, Any]) -> str:

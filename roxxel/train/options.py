@@ -16,7 +16,7 @@ from typing import Any
 
 from roxxel.data.stream import OUTPUTS
 from roxxel.exit_codes import ConfigTypeError, ConfigValueError
-from roxxel.train.cadence import Cadence, positive_int
+from roxxel.train.cadence import Cadence, keywords_checked, positive_int
 from roxxel.train.watchdog import DEFAULT_BOUNDS, WatchdogBounds
 
 __all__ = ["Cadence", "DataOptions", "LoopOptions", "RestoreOptions"]
@@ -27,6 +27,7 @@ def _a_bool(owner: str, name: str, value: Any) -> None:
         raise ConfigTypeError(f"{owner}.{name} must be True or False, got {value!r}")
 
 
+@keywords_checked
 @dataclass(frozen=True)
 class DataOptions:
     """How the Trainer streams the curriculum (the arguments of ``Curriculum.stream``).
@@ -41,7 +42,7 @@ class DataOptions:
             over the mesh's first axis).
 
     Raises:
-        TypeError: a seed that is not an int.
+        TypeError: a seed that is not an int; an unknown keyword (the message names the closest field).
         ValueError: an unknown ``outputs`` or a negative ``prefetch_size``.
     """
 
@@ -62,6 +63,7 @@ class DataOptions:
             )
 
 
+@keywords_checked
 @dataclass(frozen=True)
 class RestoreOptions:
     """How the Trainer resumes from the latest checkpoint.
@@ -77,7 +79,7 @@ class RestoreOptions:
             model must be unchanged.
 
     Raises:
-        TypeError: a value that is not a bool.
+        TypeError: a value that is not a bool; an unknown keyword (the message names the closest field).
     """
 
     allow_changed_run: bool = False
@@ -88,6 +90,7 @@ class RestoreOptions:
         _a_bool("RestoreOptions", "partial", self.partial)
 
 
+@keywords_checked
 @dataclass(frozen=True)
 class LoopOptions:
     """How the Trainer's step loop runs.
@@ -108,7 +111,8 @@ class LoopOptions:
 
     Raises:
         ValueError: a count that is not a positive int.
-        TypeError: ``handle_sigint`` not a bool, ``watchdog`` neither WatchdogBounds nor None.
+        TypeError: ``handle_sigint`` not a bool, ``watchdog`` neither WatchdogBounds nor None; an
+            unknown keyword (the message names the closest field).
     """
 
     grad_accum_steps: int = 1
