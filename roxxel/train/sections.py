@@ -3,11 +3,13 @@
 A training loop spends its time in a few kinds of work: restoring a checkpoint, compiling
 (a phase's first step), waiting for a batch, running a step, saving, saving at a
 preemption, evaluating. The Trainer times each one as a :class:`Section` and hands it to
-its listeners: the callbacks' ``on_section`` hook (a goodput report, a tracker) and the
-progress watchdog, which also hears when a section begins (it bounds the work in
-progress). One event type and one hook, so a new report is one listener, not one more
-hook into the loop; the shape follows CLU's timed sections (``clu.periodic_actions``) and
-the events MaxText's goodput recorder keeps (``ml-goodput-measurement``).
+its listeners: the progress watchdog, which also hears when a section begins (it bounds the
+work in progress), a :class:`TimedSteps` that reads each logging window's timed steps
+(the ``Window`` the callbacks' throughput is computed from), and the callbacks'
+``on_section`` hook (the straggler report, a goodput report, a tracker). One event type and
+one hook, so a new report is one listener, not one more hook into the loop; the shape
+follows CLU's timed sections (``clu.periodic_actions``) and the events MaxText's goodput
+recorder keeps (``ml-goodput-measurement``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "STEP",
     "LoopSections",
     "Section",
+    "TimedSteps",
 ]
 
 RESTORE = "restore"
@@ -37,7 +40,8 @@ COMPILE = "compile"
 DATA_WAIT = "data_wait"
 """Waiting for the next batch (the first of a phase includes the stream's set-up)."""
 STEP = "step"
-"""Dispatching a compiled step, and waiting for an older one when too many are in flight."""
+"""Dispatching a compiled step, waiting for an older one when too many are in flight, and at
+the end of a logging window (or a checkpoint's) for its own result."""
 SAVE = "save"
 """Starting a checkpoint save (its copy to the host), or waiting for the last one to complete."""
 PREEMPTION_SAVE = "preemption_save"
@@ -60,12 +64,16 @@ class Section:
             step restored.
         start: when it began, Unix time in seconds (``time.time()``).
         duration: how long it took, seconds (``time.perf_counter()`` differences).
+        waited: of ``duration``, the seconds blocked on the devices' results (a ``step``
+            or ``compile`` waiting for a step's loss); the rest is this host's own work.
+            0.0 for the sections that do not wait on results.
     """
 
     name: str
     step: int
     start: float
     duration: float
+    waited: float = 0.0
 
 
 class LoopSections:
@@ -89,13 +97,15 @@ class LoopSections:
             hook(name, step)
         return time.time(), time.perf_counter()
 
-    def end(self, name: str, step: int, started: tuple[float, float]) -> None:
-        """Finish ``name`` (begun with :meth:`begin`, whose return is ``started``)."""
+    def end(self, name: str, step: int, started: tuple[float, float], waited: float = 0.0) -> float:
+        """Finish ``name`` (begun with :meth:`begin`, whose return is ``started``; ``waited``:
+        the seconds of it blocked on results). Returns its duration in seconds."""
         duration = time.perf_counter() - started[1]
         if self._ended:
-            event = Section(name, step, started[0], duration)
+            event = Section(name, step, started[0], duration, waited)
             for hook in self._ended:
                 hook(event)
+        return duration
 
     @contextlib.contextmanager
     def timed(self, name: str, step: int) -> Iterator[None]:
@@ -106,3 +116,50 @@ class LoopSections:
             yield
         finally:
             self.end(name, step, started)
+
+
+class TimedSteps:
+    """A logging window's timed steps, read from the sections: what throughput and host-time
+    reports are computed from (feed it every :class:`Section`, :meth:`reset` it when a window
+    is logged).
+
+    A phase's first step compiles: its ``compile`` section and the batch wait before it are
+    left out. Every other step counts its ``data_wait`` and its ``step`` section, and a
+    window's last step waits in its ``step`` section for its own result, so ``seconds`` is
+    the steps' wall time up to their last result; time between sections (callbacks,
+    logging, saves, evaluations) is not in it. A ``restore`` (a new ``Trainer.run()``)
+    starts afresh.
+
+    Attributes:
+        steps: ``step`` sections since the last reset.
+        seconds: their ``data_wait`` and ``step`` sections' durations, summed (seconds).
+        waited: of ``seconds``, the time blocked on the devices' results (``Section.waited``).
+    """
+
+    def __init__(self) -> None:
+        self.steps, self.seconds, self.waited = 0, 0.0, 0.0
+        self._batch_wait = 0.0  # the data_wait before the next step, counted with it
+
+    @property
+    def host_seconds(self) -> float:
+        """Of ``seconds``, this host's own work: waiting for batches, dispatching steps."""
+        return self.seconds - self.waited
+
+    def observe(self, event: Section) -> None:
+        """Count ``event`` (a listener: pass it where :class:`LoopSections` takes ``ended``)."""
+        name = event.name
+        if name == DATA_WAIT:
+            self._batch_wait = event.duration
+        elif name == STEP:
+            self.steps += 1
+            self.seconds += self._batch_wait + event.duration
+            self.waited += event.waited
+            self._batch_wait = 0.0
+        elif name == COMPILE:
+            self._batch_wait = 0.0
+        elif name == RESTORE:
+            self.reset()
+
+    def reset(self) -> None:
+        """A new window (the batch wait already told, of the next step, stays)."""
+        self.steps, self.seconds, self.waited = 0, 0.0, 0.0

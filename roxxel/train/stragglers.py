@@ -3,9 +3,11 @@
 In a ``jax.distributed`` job every step waits for its slowest process, so the step time is
 the same everywhere and names no host. What differs is the *host time*: the part of a step
 a process spends on its own work (waiting for its batch, the host side of dispatch)
-rather than blocked on results that need every process. Each process measures it per
-logging window; one all-gather of one number per process (every process logs at the same
-steps) gives rank 0 the spread. It adds ``host_time_s_median`` (of the processes other
+rather than blocked on results that need every process. Each process reads it from the
+loop's sections (:mod:`roxxel.train.sections`: the ``data_wait`` and ``step`` sections of
+the window's timed steps, less the time a step waited for results), as a listener: the
+Trainer runs one in every job, as a callback. At each logged window one all-gather of one
+number per process (every process logs at the same steps) gives rank 0 the spread. It adds ``host_time_s_median`` (of the processes other
 than the slowest), ``host_time_s_max`` and
 ``slowest_process`` to the window's metrics (so to the metrics file and TensorBoard), and
 warns when one process's host time stays above ``threshold`` x the median for
@@ -18,14 +20,21 @@ slow network link (a collective's time): those show as a slower step on every ho
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import numpy as np
+
+from roxxel.train.callbacks.base import Callback, Window
+from roxxel.train.sections import Section, TimedSteps
+
+__all__ = ["StragglerReport"]
 
 log = logging.getLogger("roxxel.train")
 
 
-class StragglerReport:
-    """Gathers each process's host time per step at every logging window.
+class StragglerReport(Callback):
+    """Gathers each process's host time per step at every logged window (a callback: the
+    Trainer adds a default one unless ``callbacks=`` holds one).
 
     Args:
         threshold: a process is slow when its host time exceeds this multiple of the others' median.
@@ -41,9 +50,24 @@ class StragglerReport:
         self.min_gap_s = min_gap_s
         self._suspect: int | None = None
         self._streak = 0
+        self._timed = TimedSteps()
+
+    def on_section(self, event: Section) -> None:
+        self._timed.observe(event)
+
+    def window_metrics(self, step: int, window: Window) -> Mapping[str, float]:
+        """At a logged window: :meth:`observe` this process's host seconds per timed step
+        (0.0 when none was timed), then a new window; nothing at a checkpoint inside one."""
+        if not window.logged:
+            return {}
+        timed = self._timed
+        host_time_s = timed.host_seconds / timed.steps if timed.steps else 0.0
+        timed.reset()
+        return self.observe(step, host_time_s)
 
     def observe(self, step: int, host_time_s: float) -> dict[str, float]:
-        """All processes call it at the same steps. Returns the metrics to add (none in one process)."""
+        """Gather ``host_time_s`` (seconds per step) from every process; all processes call it
+        at the same steps (a collective). Returns the metrics to add (none in one process)."""
         import jax
 
         if jax.process_count() == 1:

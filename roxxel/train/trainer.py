@@ -4,8 +4,10 @@ One loop, every process: restore the latest checkpoint (which fixes the step, an
 step fixes the data position), then for each curriculum phase stream this process's
 rows of each global batch, run the compiled step, log on process 0, checkpoint
 asynchronously, and at a preemption save the agreed step and exit with the code that
-makes the launcher restart the job. What watches the loop (throughput, the learning rate, a
-profiler trace, a user's tracker) is a callback (``roxxel.train.callbacks``).
+makes the launcher restart the job. What watches the loop (throughput, the straggler
+report, the learning rate, a profiler trace, a user's tracker) is a callback
+(``roxxel.train.callbacks``); the loop's time reaches them as sections
+(``roxxel.train.sections``), each logging window's timed steps as a ``Window``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import math
 import os
 import signal
 import threading
-import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
@@ -38,12 +39,21 @@ from roxxel.train.checkpoint import ORBAX_DETAILS_LOGGER, Checkpointer, Preempte
 from roxxel.train.flat_keywords import resolve_options
 from roxxel.train.logger import Logger
 from roxxel.train.options import Cadence, DataOptions, LoopOptions, RestoreOptions
-from roxxel.train.sections import COMPILE, DATA_WAIT, EVAL, PREEMPTION_SAVE, RESTORE, SAVE, STEP, LoopSections
+from roxxel.train.sections import (
+    COMPILE,
+    DATA_WAIT,
+    EVAL,
+    PREEMPTION_SAVE,
+    RESTORE,
+    SAVE,
+    STEP,
+    LoopSections,
+    TimedSteps,
+)
 from roxxel.train.state import ModelState
 from roxxel.train.state_placement import batch_sharding, default_mesh, place_on_mesh
 from roxxel.train.step import make_train_step, param_shardings
 from roxxel.train.step_window import StepWindow
-from roxxel.train.stragglers import StragglerReport
 from roxxel.train.vocabulary import check_embeddings
 from roxxel.train.watchdog import ProgressWatchdog, chosen_bounds, in_a_job
 from roxxel.wording import count
@@ -136,8 +146,10 @@ class Trainer:
             saves, the watchdog's default bounds).
         callbacks: :class:`Callback` objects (:mod:`roxxel.train.callbacks`), called after the
             built-in ones. A :class:`~roxxel.train.callbacks.Throughput` (``tokens_per_sec``,
-            and model FLOPs and MFU given ``flops_per_token`` or ``num_params``) is always
-            run: the one given here, else a default one. Add a
+            and model FLOPs and MFU given ``flops_per_token`` or ``num_params``) and a
+            :class:`~roxxel.train.stragglers.StragglerReport` are always run: the ones given
+            here, else default ones. Both read the loop's sections (``on_section``), as
+            any callback may. Add a
             :class:`~roxxel.train.callbacks.LearningRate` to log the schedule's rate and a
             :class:`~roxxel.train.callbacks.Profile` for a ``jax.profiler`` trace.
         **deprecated: the flat keywords and shortcuts above (each warns; see the class text).
@@ -208,7 +220,7 @@ class Trainer:
         self.handle_sigint = loop.handle_sigint
         self._watchdog: ProgressWatchdog | None = None
         self._sections = LoopSections()
-        self._stragglers = StragglerReport()
+        self._timed = TimedSteps()  # the callbacks' Window: each logging window's timed steps
         self._interrupts = 0
 
     def _run_directory(
@@ -351,9 +363,9 @@ class Trainer:
             watchdog = self._watchdog = ProgressWatchdog(
                 self.watchdog_bounds, process_index=jax.process_index(), process_count=jax.process_count()
             ).start()
+        ended = [self._timed.observe, *self._hooks["on_section"]]
         self._sections = LoopSections(  # the watchdog first: a step's end is progress before any callback runs
-            [watchdog.on_section, *self._hooks["on_section"]] if watchdog else self._hooks["on_section"],
-            [watchdog.section_began] if watchdog else [],
+            [watchdog.on_section, *ended] if watchdog else ended, [watchdog.section_began] if watchdog else []
         )
         try:
             with self._sigint_saves(), self._orbax_details_to_system_log():
@@ -566,8 +578,9 @@ class Trainer:
         while (batch := next(batches, _END)) is not _END:
             sections.end(DATA_WAIT, step + 1, waiting)
             last = self._save_if_preempted(step, last, window)
-            step = self._train_one(train_step, batch, step, window, phase.index)
-            last = self._after_step(step, phase.end_step == step or stream.stop_step == step, window, last)
+            logged, saved = self._due(step + 1, step + 1 in (phase.end_step, stream.stop_step))
+            step = self._train_one(train_step, batch, step, window, phase.index, settle=logged or saved)
+            last = self._after_step(step, logged, saved, window, last)
             waiting = sections.begin(DATA_WAIT, step + 1)
         return step, last
 
@@ -577,59 +590,63 @@ class Trainer:
         (:class:`Preempted`); returns ``last``."""
         ckpt = self.checkpointer
         if ckpt is not None and ckpt.reached_preemption(step):
-            if window.losses:
+            if window.losses:  # its last results are waited for here, outside the step sections
                 last = self._close_window(step, window, logged=False)
             with self._sections.timed(PREEMPTION_SAVE, step):
                 ckpt.save_and_exit_if_preempted(step, last or None, tokens_consumed=self.curriculum.tokens_before(step))
         return last
 
-    def _train_one(self, train_step: Callable, batch: Any, step: int, window: StepWindow, phase_index: int) -> int:
-        """Run one compiled step on ``batch`` and add its loss to ``window``; returns the new step."""
+    def _due(self, step: int, end: bool) -> tuple[bool, bool]:
+        """Whether ``step`` ends a logged window (a multiple of ``log_every``, or ``end``: the
+        phase's or the run's) and whether it is a checkpoint step; the same on every process."""
+        return step % self.log_every == 0 or end, step % self.save_interval_steps == 0
+
+    def _train_one(
+        self, train_step: Callable, batch: Any, step: int, window: StepWindow, phase_index: int, settle: bool
+    ) -> int:
+        """Run one compiled step on ``batch`` and add its loss to ``window``; returns the new step.
+
+        The phase's first step (it compiles) and a window's last (``settle``) wait for their
+        result inside their section: the compile time, and the window's device time up to its
+        last result, are then in the sections that throughput is read from."""
         self._notify("on_batch_begin", step)
-        compiling = window.timed_start is None  # compilation (or a cache hit) happens in this step
-        section = COMPILE if compiling else STEP
+        section = STEP if window.compiled else COMPILE  # compilation (or a cache hit) happens in this step
         started = self._sections.begin(section, step + 1)
-        t0 = time.perf_counter()
         loss, aux = train_step(batch)
         step += 1
         self.state.step = step
-        if compiling:
-            compile_s = window.start_timing(loss, t0)
+        waited = window.add(loss, aux, self.async_queue_depth, settle=settle or section == COMPILE)
+        seconds = self._sections.end(section, step, started, waited)
+        if section == COMPILE:
+            window.compiled, window.compile_s = True, seconds
             self._log(
-                f"step {step}: first step of phase {phase_index} took {compile_s:.2f} s including "
+                f"step {step}: first step of phase {phase_index} took {seconds:.2f} s including "
                 f"compilation; throughput is measured from the next step",
                 echo=False,
             )
-        else:
-            window.timed_steps += 1
-        window.add(loss, aux, self.async_queue_depth)
-        self._sections.end(section, step, started)
         self._notify("on_batch_end", step, loss)
         return step
 
-    def _after_step(self, step: int, end_now: bool, window: StepWindow, last: dict) -> dict:
-        """The window's metrics at a log, checkpoint or phase-end step (logged at the first and
-        last), then the checkpoint and the evaluation when due; returns the last metrics."""
-        log_now, ckpt_now = step % self.log_every == 0, step % self.save_interval_steps == 0
-        if log_now or end_now or ckpt_now:
-            last = self._close_window(step, window, logged=log_now or end_now)
-        if ckpt_now:
+    def _after_step(self, step: int, logged: bool, saved: bool, window: StepWindow, last: dict) -> dict:
+        """The window's metrics at a log, checkpoint or phase-end step (logged when ``logged``),
+        then the checkpoint (``saved``) and the evaluation when due; returns the last metrics."""
+        if logged or saved:
+            last = self._close_window(step, window, logged)
+        if saved:
             self._checkpoint(step, last)
         if self.eval_fn is not None and step % self.eval_every == 0:
             self._evaluate_into(last, step)
         return last
 
     def _close_window(self, step: int, window: StepWindow, logged: bool) -> dict[str, float]:
-        """The window's metrics; when ``logged`` (windows end only at multiples of ``log_every``
-        and at the end) also the stragglers' and the compile time, logged, and a new window."""
-        window.wait_for(window.losses[-1])  # time the window's device work, not its dispatch
-        elapsed = window.elapsed()
-        metrics = self._window_metrics(step, window.losses, window.auxes, window.measured(elapsed))
+        """The window's metrics, its timing read from the sections; when ``logged`` (windows end
+        only at multiples of ``log_every`` and at the end) also the compile time, logged, and
+        a new window."""
+        timed = self._timed
+        measured = Window(timed.steps, timed.steps * window.tokens_per_step, timed.seconds, logged)
+        metrics = self._window_metrics(step, window.losses, window.auxes, measured)
         if not logged:
             return metrics
-        metrics.update(
-            self._stragglers.observe(step, window.host_seconds_per_step(elapsed))
-        )  # a collective: every process, same steps
         if window.compile_s is not None:
             metrics["compile_time_s"] = window.compile_s
             window.compile_s = None
@@ -637,4 +654,5 @@ class Trainer:
             self.logger.log_metrics_summary(step, metrics)
         self._notify("on_step", step, metrics)
         window.restart()
+        timed.reset()
         return metrics

@@ -16,6 +16,7 @@ from roxxel.train.callbacks import Callback, LearningRate, Profile, Throughput, 
 from roxxel.train.callbacks.base import bound_hooks
 from roxxel.train.callbacks.throughput import peak_flops
 from roxxel.train.logger import read_metrics
+from roxxel.train.stragglers import StragglerReport
 from support.lm import loss_fn, make_dataset, make_model
 
 SCHEDULE = optax.linear_schedule(1e-2, 1e-3, 8)
@@ -193,10 +194,11 @@ def test_user_callbacks_compose_with_the_built_in_ones(cur, tmp_path):
         callbacks=[LearningRate(SCHEDULE), Throughput(flops_per_token=1e6, peak_flops_per_device=1e12), rec],
     )
     assert [type(cb) for cb in trainer.callbacks] == [
+        StragglerReport,
         LearningRate,
         Throughput,
         Recorder,
-    ]  # the user's Throughput replaces the built-in
+    ]  # the user's Throughput replaces the built-in; the straggler report is always there
     trainer.run()
     m = {k: dict(v) for k, v in read_metrics(str(tmp_path)).items()}
     assert rec.begun == list(range(6))

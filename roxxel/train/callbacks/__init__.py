@@ -5,9 +5,11 @@ checkpointing and the watchdog; what watches the loop is a callback: :class:`Thr
 (tokens per second, model FLOPs, MFU), :class:`LearningRate` (the schedule's rate),
 :class:`Profile` (a ``jax.profiler`` trace of some steps) and :class:`Goodput` (productive
 time against each kind of badput, across attempts). Pass them, and your own, in the
-Trainer's ``callbacks=``; it runs a default :class:`Throughput` when none is given (its
+Trainer's ``callbacks=``; it runs a default :class:`Throughput` and a default straggler
+report (:class:`roxxel.train.stragglers.StragglerReport`) when none is given (its
 deprecated ``flops_per_token=``, ``learning_rate=`` and ``profile_steps=`` keywords still
-build the first three).
+build the first three). Each window's timing is read from the loop's sections
+(:mod:`roxxel.train.sections`), which a callback's ``on_section`` receives as well.
 """
 
 from roxxel.train.callbacks.base import Callback, Window

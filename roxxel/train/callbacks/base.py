@@ -19,19 +19,26 @@ __all__ = ["HOOKS", "Callback", "Window", "bound_hooks"]
 
 @dataclasses.dataclass(frozen=True)
 class Window:
-    """The timed part of a logging window, as the Trainer measured it.
+    """The timed part of a logging window, read from the loop's sections
+    (:class:`~roxxel.train.sections.TimedSteps`).
 
     Attributes:
         steps: steps timed in the window; a phase's first step (it compiles) is not timed, so
             this may be 0.
         tokens: global tokens those steps trained (``batch_size * seq_len`` per step, all
             processes together).
-        seconds: wall time of those steps, measured after waiting for the last one's result.
+        seconds: wall time of those steps: their batch waits and ``step`` sections, up to the
+            last one's result (saves, evaluations and callbacks between them are not in it).
+        logged: the window ends at this step and is logged (a multiple of ``log_every``, a
+            phase's end), on every process alike; False at a checkpoint or preemption step
+            inside a window, whose metrics go to the checkpoint's run record only while the
+            window goes on.
     """
 
     steps: int
     tokens: int
     seconds: float
+    logged: bool = True
 
 
 class Callback:

@@ -1,6 +1,6 @@
-"""The Trainer's callbacks: a default :class:`Throughput` unless one is given, and its deprecated
-keyword shortcuts (``learning_rate=``, ``flops_per_token=``, ``profile_steps=`` ...) turned into
-the callbacks they stand for, ahead of the user's own."""
+"""The Trainer's callbacks: a default :class:`Throughput` and straggler report unless one is
+given, and its deprecated keyword shortcuts (``learning_rate=``, ``flops_per_token=``,
+``profile_steps=`` ...) turned into the callbacks they stand for, ahead of the user's own."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from roxxel.train.callbacks.base import Callback
 from roxxel.train.callbacks.learning_rate import LearningRate
 from roxxel.train.callbacks.profiling import Profile, check_window
 from roxxel.train.callbacks.throughput import Throughput
+from roxxel.train.stragglers import StragglerReport
 
 __all__ = ["trainer_callbacks"]
 
@@ -31,7 +32,8 @@ def trainer_callbacks(
 
     A :class:`Throughput` is always among them (``tokens_per_sec`` is always logged): the one
     in ``callbacks``, else one built from ``flops_per_token``, ``num_params`` and
-    ``peak_flops_per_device``. ``learning_rate`` adds a :class:`LearningRate`, and
+    ``peak_flops_per_device``; so is a :class:`~roxxel.train.stragglers.StragglerReport`
+    (a default one after the Throughput, unless ``callbacks`` holds one). ``learning_rate`` adds a :class:`LearningRate`, and
     ``profile_steps`` a :class:`Profile` into ``save_path/profile``, which reports to ``log``
     (as does a ``Profile`` in ``callbacks`` given no ``log`` of its own).
 
@@ -55,6 +57,8 @@ def trainer_callbacks(
         builtin.append(Throughput(flops_per_token, num_params, peak_flops_per_device))
     elif flops:
         raise _given_twice(", ".join(flops), Throughput)
+    if not any(isinstance(cb, StragglerReport) for cb in user):
+        builtin.append(StragglerReport())
     if learning_rate is not None:
         if any(isinstance(cb, LearningRate) for cb in user):
             raise _given_twice("learning_rate", LearningRate)

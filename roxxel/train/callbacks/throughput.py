@@ -2,7 +2,10 @@
 
 The Trainer adds one :class:`Throughput` to every run (``tokens_per_sec`` is always logged);
 pass your own in ``callbacks=`` to give it a FLOP count (the Trainer's ``flops_per_token=``,
-``num_params=`` and ``peak_flops_per_device=`` keywords still build it, deprecated).
+``num_params=`` and ``peak_flops_per_device=`` keywords still build it, deprecated). Its
+numbers come from the loop's sections: each window's :class:`Window` is the ``step`` and
+``data_wait`` sections of its timed steps, as :class:`~roxxel.train.sections.TimedSteps`
+reads them, the window's last step waiting in its section for its result.
 """
 
 from __future__ import annotations
