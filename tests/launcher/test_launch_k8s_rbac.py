@@ -97,7 +97,7 @@ def test_every_verb_runs_under_exactly_the_shipped_role(fake, tmp_path, monkeypa
     jobset.write_text(yaml.safe_dump(SPEC))
     indexed = tmp_path / "ix.yaml"
     indexed.write_text(yaml.safe_dump({**SPEC, "name": "ix", "num_slices": 1, "workload": "indexed-job"}))
-    fake.plan("lm", "preempt", "succeed")
+    fake.plan("lm", "preempt", "succeed", after=3)  # status reads the JobSet twice (its stored spec)
     run("submit", jobset)
     run("status", "lm")
     assert "lm" in run("list", "--state", "running") and "lm" not in run("list", "--state", "Failed")

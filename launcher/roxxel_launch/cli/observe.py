@@ -27,6 +27,7 @@ from roxxel_launch.cli.options import (
     namespace_option,
     poll_option,
 )
+from roxxel_launch.cli.run_goodput import goodput_json, goodput_lines, job_goodput
 
 
 @click.command()
@@ -59,6 +60,11 @@ def status(
 ) -> None:
     """Show a job's state, restarts, exit code and message.
 
+    When the job's run logs goodput (roxxel.train.callbacks.Goodput), its totals over every
+    attempt: the productive share of the time, the largest kinds of badput, redone steps and
+    attempts, from the run's metrics file (a local container run's outputs) or its newest
+    checkpoint (a local checkpoint_dir, or gs://); a place that cannot be read is one line.
+
     On Kubernetes also, as tables: the JobSet's (or Job's) conditions and the pod phases of
     each slice (consecutive slices alike share a row); --workers adds one row per pod. While
     the job is Pending, Restarting or Suspended, the Warning events that say why (pods that
@@ -72,12 +78,13 @@ def status(
     with backend_errors():
         details = backend.details(name, all_events=all_events)
         job = details.status if details is not None else backend.status(name)
+        goodput = job_goodput(backend, job)
     if as_json:
         import json
 
-        click.echo(json.dumps(status_json(job, details), indent=2))
+        click.echo(json.dumps({**status_json(job, details), **goodput_json(goodput)}, indent=2))
         return
-    lines = status_lines(job, details)
+    lines = status_lines(job, details) + goodput_lines(goodput)
     if details is not None:
         lines += details_lines(details, show_workers) + events_lines(details.events)
     click.echo("\n".join(lines))

@@ -382,4 +382,7 @@ def use_cluster(server: FakeKubernetes, directory: Path, monkeypatch, retry=None
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(kubernetes_retry, "DEFAULT_POLICY", retry if retry is not None else fast_retry())
+    # No Google credentials either: `status` reads a gs:// checkpoint_dir's goodput totals, and
+    # with none it says so at once instead of reaching for the network.
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(directory / "no-google-credentials.json"))
     return server

@@ -524,6 +524,17 @@ class KubernetesBackend(Backend):
         wait_gone(self.api, kind, name, obj, companions, timeout=self.delete_timeout, poll_seconds=self.poll_seconds)
         return create_all(self.api, placed, objects, dry_run=False)
 
+    def stored_spec(self, name: str) -> JobSpec | None:
+        """The spec the job was submitted with (its ``roxxel.dev/spec`` annotation), for what
+        only the spec says (``status`` reads its ``checkpoint_dir``); None when it has none.
+
+        Raises: JobNotFoundError; BackendError when the annotation is not a valid job spec.
+        """
+        kind, obj = self._require(name)
+        if not ((obj.get("metadata") or {}).get("annotations") or {}).get(SPEC_ANNOTATION):
+            return None
+        return self._stored_spec(kind, obj)
+
     def _stored_spec(self, kind: str, obj: Mapping) -> JobSpec:
         meta = obj.get("metadata") or {}
         name = meta.get("name", "?")
