@@ -142,6 +142,19 @@ def submit_dry_run(path: Path) -> Result:
     return CliRunner().invoke(cli, ["submit", str(path), "--dry-run"])
 
 
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_each_example_declares_the_pod_security_level_it_needs(path, caplog):
+    """``validate`` passes cleanly: the profile the pods are written for (``security.profile``,
+    else the accelerator's default) is the level their namespace must enforce, and no control
+    of it is broken (a GPU networking preset's host paths broke baseline, issue 52)."""
+    with caplog.at_level(logging.WARNING, logger="roxxel_launch.validate"):
+        result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    (written, needed) = re.findall(r"pods written for '(\w+)'.*the namespace must enforce '(\w+)'", result.output)[0]
+    assert written == needed, result.output
+    assert [r.getMessage() for r in caplog.records if r.name == "roxxel_launch.validate"] == []
+
+
 @pytest.mark.parametrize("cluster", EXAMPLES, ids=[p.stem for p in EXAMPLES], indirect=True)
 def test_each_example_passes_the_preflight_on_the_cluster_the_guide_builds(cluster, caplog):
     path, fake = cluster

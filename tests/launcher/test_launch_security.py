@@ -44,11 +44,14 @@ INDEXED_JOB_OVERRIDES = ["workload=indexed-job", "num_slices=1", "host_network=f
 
 def example_specs() -> list[tuple[str, S.JobSpec]]:
     """Every example spec in both workloads (an indexed job runs one slice, off the host network:
-    its headless Service's DNS names do not cover host-network pods)."""
+    its headless Service's DNS names do not cover host-network pods), and the GPU example under
+    its preset's default profile, baseline, which the preset's additions break."""
     out = []
     for path in EXAMPLES:
         out.append((f"{path.stem}-jobset", S.load_spec(path)))
         out.append((f"{path.stem}-indexed-job", S.load_spec(path, INDEXED_JOB_OVERRIDES)))
+    gpu = ROOT / "k8s" / "examples" / "gpu-h100-nfs.yaml"
+    out.append(("gpu-h100-nfs-baseline", S.load_spec(gpu, ["security.profile=baseline"])))
     return out
 
 
@@ -180,9 +183,12 @@ def test_every_example_pod_meets_its_profile_in_both_workloads(case, spec):
             assert PS.required_pod_security_level(findings) == spec.security_profile
             continue
         volumes = [v["name"] for v in pod["spec"]["volumes"] if "hostPath" in v]
+        privileged = spec.security_profile == "privileged"  # what the preset needs (the GPU example's)
+        worker_added = () if privileged else GN.WORKER_CAPABILITIES.get(preset, ())  # privileged: all of them
         assert [f for f in findings if f[0] == "baseline"] == [
+            *([("baseline", "Privileged Containers", "containers[0]: privileged is true")] if privileged else []),
             ("baseline", "Capabilities", "initContainers[0]: adds NET_ADMIN"),
-            *(("baseline", "Capabilities", f"containers[0]: adds {c}") for c in GN.WORKER_CAPABILITIES.get(preset, ())),
+            *(("baseline", "Capabilities", f"containers[0]: adds {c}") for c in worker_added),
             *(
                 ("baseline", "HostPath Volumes", f"volumes[{i}] ({v['name']}) is a hostPath")
                 for i, v in enumerate(pod["spec"]["volumes"])
@@ -191,8 +197,9 @@ def test_every_example_pod_meets_its_profile_in_both_workloads(case, spec):
         ]
         assert volumes and all(name.startswith("gpudirect-") for name in volumes)
         assert PS.required_pod_security_level(findings) == "privileged"
-    assert (V.check_pod_security(objects) == []) == (preset is None)
-    assert (V.warn_pod_security(objects) == []) == (preset is None)
+    breaks_its_profile = preset is not None and spec.security_profile != "privileged"
+    assert (V.check_pod_security(objects) == []) == (not breaks_its_profile)
+    assert (V.warn_pod_security(objects) == []) == (not breaks_its_profile)
     assert V.pod_security_level(objects) == ("privileged" if preset else spec.security_profile)
 
 
