@@ -1,19 +1,21 @@
-"""The typed views of a JobSet's and an Indexed Job's status fields
+"""The typed views of a JobSet's, an Indexed Job's and a pod's status fields
 (roxxel_launch.backends.kubernetes.status_views): what each field reads, what an older
 controller that leaves a field out gives, and the status decided over them."""
 
 from __future__ import annotations
 
 from roxxel_launch.backends.base import JobState, StopReason
-from roxxel_launch.backends.kubernetes.status import jobset_status, status_of
+from roxxel_launch.backends.kubernetes.status import jobset_status, status_of, worker_from_pod
 from roxxel_launch.backends.kubernetes.status_views import (
     Condition,
     Conditions,
+    ContainerStateView,
     JobSetStatusView,
     JobSetView,
     JobStatusView,
     JobView,
     ObjectMetaView,
+    PodView,
 )
 
 
@@ -185,3 +187,68 @@ def test_a_restarting_jobset_over_views_counts_stale_pods():
     assert got.state is JobState.RESTARTING and got.restarts == 1
     assert "1 pods of the previous attempt still terminating" in got.message
     assert "1 restarts, 1 counted toward max_restarts=4, 0 free" in got.message
+
+
+def test_a_pod_is_read_field_by_field():
+    pod = {
+        "metadata": {
+            "name": "lm-1-2",
+            "labels": {"jobset.sigs.k8s.io/job-index": "1", "jobset.sigs.k8s.io/restart-attempt": "3"},
+            # before Kubernetes 1.28 the completion index is an annotation only
+            "annotations": {"batch.kubernetes.io/job-completion-index": "2"},
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"name": "gke-gcsfuse-sidecar", "state": {"running": {}}},
+                {
+                    "name": "worker",
+                    "state": {
+                        "terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "2026-01-01T00:00:01Z"}
+                    },
+                },
+            ],
+        },
+    }
+    view = PodView.parse(pod, "worker")
+    assert (view.name, view.phase, view.deleting) == ("lm-1-2", "Failed", True)
+    assert (view.number("batch.kubernetes.io/job-completion-index", -1), view.number("missing", 7)) == (2, 7)
+    assert view.container == ContainerStateView(
+        terminated=True, exit_code=137, finished_at="2026-01-01T00:00:01Z", reason="OOMKilled"
+    )
+    worker = worker_from_pod(pod, hosts_per_slice=4)
+    assert (worker.process, worker.slice, worker.index, worker.restart_attempt) == (6, 1, 2, 3)
+    assert (worker.exit_code, worker.reason, worker.terminating) == (137, "OOMKilled", True)
+
+
+def test_a_pod_the_kubelet_has_not_reported_reads_as_pending():
+    view = PodView.parse({"metadata": {"labels": {"jobset.sigs.k8s.io/job-index": "x"}}}, "worker")
+    assert (view.name, view.phase, view.container, view.number("jobset.sigs.k8s.io/job-index", 0)) == (
+        "?",
+        "Pending",
+        None,
+        0,
+    )
+    unscheduled = {
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3"}],
+        }
+    }
+    worker = worker_from_pod(unscheduled, 1)
+    assert (worker.phase, worker.reason, worker.message, worker.index) == ("Pending", "Unschedulable", "0/3", -1)
+
+
+def test_a_disruption_explains_more_than_the_containers_error():
+    pod = {
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"name": "worker", "state": {"terminated": {"exitCode": 143, "reason": "Error"}}}],
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}],
+        }
+    }
+    worker = worker_from_pod(pod, 1)
+    assert (worker.exit_code, worker.reason) == (143, "PreemptionByScheduler")
+    waiting = {"status": {"containerStatuses": [{"name": "x", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}
+    assert worker_from_pod(waiting, 1).reason == "ImagePullBackOff"  # the first container when none is "worker"

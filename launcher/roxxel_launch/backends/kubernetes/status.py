@@ -16,9 +16,11 @@ from roxxel_launch.backends.base import JobState, JobStatus, StopReason, Worker
 from roxxel_launch.backends.kubernetes.status_views import (
     Condition,
     Conditions,
+    ContainerStateView,
     JobSetView,
     JobView,
     ObjectMetaView,
+    PodView,
 )
 from roxxel_launch.render import QUEUE_LABEL
 
@@ -43,59 +45,46 @@ def _int(value: Any, default: int) -> int:
 
 
 def _pod_key(pod: Mapping, key: str) -> str | None:
-    meta = pod.get("metadata") or {}
-    value = (meta.get("labels") or {}).get(key)
-    if value is None:
-        value = (meta.get("annotations") or {}).get(key)
-    return value
+    """A pod's label ``key``, else its annotation (for :mod:`.logs`, which reads one key)."""
+    return PodView.parse(pod, contract.CONTAINER_NAME).keys.get(key)
 
 
 def worker_from_pod(pod: Mapping, hosts_per_slice: int) -> Worker:
-    """A :class:`Worker` from a pod's JSON (labels, annotations, status)."""
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    slice_index = _int(_pod_key(pod, JOB_INDEX_LABEL), 0)
-    index = _int(_pod_key(pod, COMPLETION_INDEX_KEY), -1)
-    phase = status.get("phase") or "Pending"
-    exit_code = finished_at = None
-    reason, message = status.get("reason") or "", status.get("message") or ""
-    containers = status.get("containerStatuses") or []
-    container = next(
-        (c for c in containers if c.get("name") == contract.CONTAINER_NAME), containers[0] if containers else None
-    )
-    if container is not None:
-        state = container.get("state") or {}
-        if "terminated" in state:
-            terminated = state["terminated"] or {}
-            exit_code = terminated.get("exitCode")
-            finished_at = terminated.get("finishedAt")
-            reason = terminated.get("reason") or reason
-            message = terminated.get("message") or message
-        elif "waiting" in state:
-            waiting = state["waiting"] or {}
-            reason = waiting.get("reason") or reason
-            message = waiting.get("message") or message
-    for condition in status.get("conditions") or []:
-        # A disruption (preemption, eviction, node drain) explains more than "Error".
-        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            reason = condition.get("reason") or "DisruptionTarget"
-            message = condition.get("message") or message
-        elif condition.get("type") == "PodScheduled" and condition.get("status") == "False" and not reason:
-            reason = condition.get("reason") or "Unschedulable"
-            message = condition.get("message") or message
+    """A :class:`Worker` from a pod's JSON (labels, annotations, status; see
+    :class:`.status_views.PodView`)."""
+    view = PodView.parse(pod, contract.CONTAINER_NAME)
+    slice_index = view.number(JOB_INDEX_LABEL, 0)
+    index = view.number(COMPLETION_INDEX_KEY, -1)
+    state = view.container or ContainerStateView()
+    reason, message = _why(view)
     return Worker(
         process=slice_index * hosts_per_slice + max(index, 0),
         slice=slice_index,
         index=index,
-        pod=meta.get("name", "?"),
-        phase=phase,
-        restart_attempt=_int(_pod_key(pod, RESTART_ATTEMPT_KEY), 0),
-        exit_code=exit_code,
+        pod=view.name,
+        phase=view.phase,
+        restart_attempt=view.number(RESTART_ATTEMPT_KEY, 0),
+        exit_code=state.exit_code,
         reason=reason,
         message=message,
-        finished_at=finished_at,
-        terminating=bool(meta.get("deletionTimestamp")),
+        finished_at=state.finished_at,
+        terminating=view.deleting,
     )
+
+
+def _why(view: PodView) -> tuple[str, str]:
+    """(reason, message) of a pod: its worker container's terminated or waiting state over the
+    pod's own, then a disruption (which explains more than "Error"), or why it is unscheduled."""
+    reason, message = view.reason, view.message
+    state = view.container
+    if state is not None and (state.terminated or state.waiting):
+        reason, message = state.reason or reason, state.message or message
+    for condition in view.conditions.all:
+        if condition.type == "DisruptionTarget" and condition.status == "True":
+            reason, message = condition.reason or "DisruptionTarget", condition.message or message
+        elif condition.type == "PodScheduled" and condition.status == "False" and not reason:
+            reason, message = condition.reason or "Unschedulable", condition.message or message
+    return reason, message
 
 
 def _condition_text(condition: Mapping | None) -> str:

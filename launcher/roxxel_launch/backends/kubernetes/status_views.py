@@ -383,3 +383,90 @@ class JobView:
         """(hosts per slice, slices, processes): one slice of ``completions`` hosts."""
         hosts = self.completions or self.parallelism or 1
         return hosts, 1, hosts
+
+
+@dataclasses.dataclass(frozen=True)
+class ContainerStateView:
+    """One container's ``state`` (core/v1 ``ContainerState``): at most one of ``terminated``
+    and ``waiting``; a running container has neither.
+
+    Attributes:
+        terminated: ``state.terminated`` is set (the container has exited).
+        waiting: ``state.waiting`` is set (and not ``terminated``).
+        exit_code: ``terminated.exitCode``, or None.
+        finished_at: ``terminated.finishedAt`` (RFC 3339), or None.
+        reason, message: the ``terminated`` or ``waiting`` state's (``OOMKilled``, ``Error``,
+            ``ImagePullBackOff``, ``CrashLoopBackOff``, ...); "" when unset.
+    """
+
+    terminated: bool = False
+    waiting: bool = False
+    exit_code: int | None = None
+    finished_at: str | None = None
+    reason: str = ""
+    message: str = ""
+
+    @classmethod
+    def parse(cls, raw: Any) -> ContainerStateView:
+        state = _mapping(raw)
+        if "terminated" in state:
+            done = _mapping(state["terminated"])
+            return cls(
+                terminated=True,
+                exit_code=as_int(done.get("exitCode")),
+                finished_at=done.get("finishedAt") or None,
+                reason=_text(done.get("reason")),
+                message=_text(done.get("message")),
+            )
+        if "waiting" in state:
+            waiting = _mapping(state["waiting"])
+            return cls(waiting=True, reason=_text(waiting.get("reason")), message=_text(waiting.get("message")))
+        return cls()
+
+
+@dataclasses.dataclass(frozen=True)
+class PodView:
+    """A worker pod as status reads it (core/v1 ``Pod``).
+
+    Attributes:
+        name: ``metadata.name`` ("?" when missing).
+        keys: the pod's labels over its annotations (a key in both: the label's value), for
+            the keys the JobSet and Job controllers set in one or the other.
+        deleting: ``metadata.deletionTimestamp`` is set.
+        phase: ``status.phase`` (Pending, Running, Succeeded, Failed, Unknown); "Pending" when
+            the kubelet has not reported one yet.
+        reason, message: ``status.reason`` / ``status.message`` (``Evicted``, ...); "" when unset.
+        container: the state of the container named ``container`` at parse time (the first
+            container's when none has that name), or None before the kubelet reports any.
+        conditions: ``status.conditions`` (``PodScheduled``, ``DisruptionTarget``, ...).
+    """
+
+    name: str
+    keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    deleting: bool = False
+    phase: str = "Pending"
+    reason: str = ""
+    message: str = ""
+    container: ContainerStateView | None = None
+    conditions: Conditions = Conditions()
+
+    @classmethod
+    def parse(cls, pod: Mapping, container: str) -> PodView:
+        meta, status = _mapping(pod.get("metadata")), _mapping(pod.get("status"))
+        containers = [_mapping(c) for c in _list(status.get("containerStatuses"))]
+        chosen = next((c for c in containers if c.get("name") == container), containers[0] if containers else None)
+        return cls(
+            name=_text(meta.get("name")) or "?",
+            keys={**_mapping(meta.get("annotations")), **_mapping(meta.get("labels"))},
+            deleting=bool(meta.get("deletionTimestamp")),
+            phase=_text(status.get("phase")) or "Pending",
+            reason=_text(status.get("reason")),
+            message=_text(status.get("message")),
+            container=None if chosen is None else ContainerStateView.parse(chosen.get("state")),
+            conditions=Conditions.parse(status),
+        )
+
+    def number(self, key: str, default: int) -> int:
+        """The label (or annotation) ``key`` as an int; ``default`` when absent or not a number."""
+        value = as_int(self.keys.get(key))
+        return default if value is None else value
