@@ -24,7 +24,7 @@ import datetime
 import json
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 from roxxel_launch.goodput_totals import TOTAL_S, GoodputTotals
 
@@ -33,6 +33,8 @@ METRICS_CSV = "roxxel_metrics.csv"
 RUN_RECORD = "run/metadata"
 """A step's run record under its directory: the ``run`` item (``roxxel.train.checkpoint.record.RUN_ITEM``)
 as Orbax's ``JsonCheckpointHandler`` names its file."""
+TAIL_BYTES = 256 * 1024
+"""Bytes at the end of a metrics file read first for its newest totals (hundreds of rows)."""
 STEPS_TRIED = 3
 """The newest steps whose record is looked for (a step still being written has none yet)."""
 TIMEOUT_S = 10.0
@@ -89,8 +91,7 @@ def from_metrics_file(output_dir: str) -> GoodputTotals | None:
     """
     path = os.path.join(output_dir, METRICS_CSV)
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            header, row, line = _last_row_with(csv.reader(f), TOTAL_S)
+        header, row = _last_row_with(path, TOTAL_S)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError, csv.Error) as err:
@@ -103,19 +104,48 @@ def from_metrics_file(output_dir: str) -> GoodputTotals | None:
     try:
         step, when = int(row[0]), _iso(float(row[1]))
     except ValueError as err:
-        raise GoodputUnreadable(f"{path}, line {line}: {err}") from err
+        raise GoodputUnreadable(f"{path}, row {row[:2]}: {err}") from err
     return GoodputTotals.from_metrics(values, step, path, when)
 
 
-def _last_row_with(reader: Iterator[list[str]], column: str) -> tuple[list[str], list[str] | None, int]:
-    """(header, the last row with a value in ``column`` or None, its line number)."""
-    header = next(reader, [])
-    index = header.index(column) if column in header else -1
-    last, line = None, 0
-    for number, row in enumerate(reader, start=2):
-        if 0 <= index < len(row) and row[index]:
-            last, line = row, number
-    return header, last, line
+def _last_row_with(path: str, column: str) -> tuple[list[str], list[str] | None]:
+    """(header, the last whole row with a value in ``column``, or None).
+
+    The rows are looked for in the file's last :data:`TAIL_BYTES` first (the newest: a long
+    run's file holds 100k rows, tens of MB), then, when none there has the value, in all of it.
+    A last line without its newline is a row still being written, and left out.
+    """
+    with open(path, "rb") as f:
+        header = _parse(f.readline())
+        if column not in header:
+            return header, None
+        index = header.index(column)
+        start, size = f.tell(), os.fstat(f.fileno()).st_size
+        tail = max(start, size - TAIL_BYTES)
+        row = _last_with(_rows_from(f, tail, cut=tail > start), index)
+        if row is None and tail > start:
+            row = _last_with(_rows_from(f, start, cut=False), index)
+    return header, row
+
+
+def _rows_from(f: BinaryIO, offset: int, *, cut: bool) -> Iterator[list[str]]:
+    """The whole rows from byte ``offset`` on (``cut``: the first line began before it)."""
+    f.seek(offset)
+    if cut:
+        f.readline()
+    yield from csv.reader(raw.decode("utf-8") for raw in f if raw.endswith(b"\n"))
+
+
+def _last_with(rows: Iterator[list[str]], index: int) -> list[str] | None:
+    last = None
+    for row in rows:
+        if index < len(row) and row[index]:
+            last = row
+    return last
+
+
+def _parse(raw: bytes) -> list[str]:
+    return next(csv.reader([raw.decode("utf-8")]), [])
 
 
 def _iso(unix_seconds: float) -> str:

@@ -82,8 +82,19 @@ def test_a_file_that_is_no_metrics_file_is_one_line(tmp_path):
     with pytest.raises(G.GoodputUnreadable, match="is not a roxxel metrics file"):
         G.from_metrics_file(str(tmp_path))
     (tmp_path / METRICS_CSV).write_text("step,wall_time,goodput_total_s,goodput_productive_s\nten,1.0,2.0,1.0\n")
-    with pytest.raises(G.GoodputUnreadable, match="line 2: invalid literal"):
+    with pytest.raises(G.GoodputUnreadable, match=r"row \['ten', '1.0'\]: invalid literal"):
         G.from_metrics_file(str(tmp_path))
+
+
+def test_the_newest_rows_are_read_first_and_a_row_being_written_is_left_out(tmp_path, monkeypatch):
+    header = "step,wall_time,loss,goodput_total_s,goodput_productive_s\n"
+    rows = [f"{step},1767225600.0,1.0,{step}.0,1.0\n" for step in range(1, 200)]
+    evals = [f"{step},1767225600.0,0.5,,\n" for step in range(200, 400)]  # no totals in the tail
+    (tmp_path / METRICS_CSV).write_text(header + "".join(rows + evals) + "400,1767225600.0,0.4,400.")
+    monkeypatch.setattr(G, "TAIL_BYTES", 1000)  # the tail holds evaluation rows only: read it all
+    assert G.from_metrics_file(str(tmp_path)).step == 199
+    (tmp_path / METRICS_CSV).write_text(header + "".join(rows) + "200,1767225600.0,0.4,20")  # torn
+    assert G.from_metrics_file(str(tmp_path)).step == 199
 
 
 def test_the_newer_place_wins_and_a_tie_goes_to_the_metrics_file(tmp_path):
