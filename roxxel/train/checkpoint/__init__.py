@@ -59,8 +59,10 @@ next :meth:`Checkpointer.save` call (at the latest when that call writes),
 
 The package follows Orbax's seams: :mod:`.checkpointer` (the class, tying the rest
 together), :mod:`.manager` (Orbax's ``CheckpointManager``: save interval, keeping, the best
-step), :mod:`.record` (the item names and the ``run`` record), :mod:`.pending` (the
-asynchronous save in flight, its deadline, what a failed one leaves), :mod:`.restoring`
+step), :mod:`.record` (the item names and the ``run`` record), :mod:`.saving` (the part of
+a save that blocks the caller: the state as Orbax saves it, the hand-over to Orbax, the
+checksums' launch), :mod:`.pending` (the asynchronous save in flight, its deadline, what a
+failed one leaves), :mod:`.restoring`
 (reading a step back: plan, arrays, checksums), :mod:`.errors`, :mod:`.fingerprint` (the
 run fingerprint and how a resume is compared with it), :mod:`.preemption` (the agreed step
 after a SIGTERM, and its record), :mod:`.directory` (paths, storage, the branch source),

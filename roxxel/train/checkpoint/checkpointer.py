@@ -2,9 +2,10 @@
 
 See :mod:`roxxel.train.checkpoint` for the layout of a step, keeping, preemption and errors.
 The class ties the package's parts together: :mod:`.manager` (Orbax's manager and its
-policies), :mod:`.record` (the run record), :mod:`.pending` (the save in flight),
-:mod:`.restoring` (reading a step back), :mod:`.fingerprint`, :mod:`.preemption`,
-:mod:`.ownership` and :mod:`.lifecycle`.
+policies), :mod:`.record` (the run record), :mod:`.saving` (the part of a save that blocks
+the caller), :mod:`.pending` (the save in flight), :mod:`.restoring` (reading a step back),
+:mod:`.fingerprint`, :mod:`.preemption`, :mod:`.ownership`
+and :mod:`.lifecycle`.
 """
 
 from __future__ import annotations
@@ -32,16 +33,8 @@ from roxxel.train.checkpoint.fingerprint import describe_changes, indented, judg
 from roxxel.train.checkpoint.manager import open_branch_source, open_manager, ranked_metrics
 from roxxel.train.checkpoint.pending import PendingSave
 from roxxel.train.checkpoint.preemption import PreemptionSync, record_preemption
-from roxxel.train.checkpoint.record import (
-    RUN_FORMAT,
-    RUN_ITEM,
-    STATE_ITEM,
-    RunRecordSave,
-    check_tokens,
-    json_metrics,
-    run_record,
-    seal,
-)
+from roxxel.train.checkpoint.record import RUN_FORMAT, RUN_ITEM, STATE_ITEM, check_tokens, json_metrics, run_record
+from roxxel.train.checkpoint.saving import PureState, already_saved, hand_to_orbax
 from roxxel.train.partial import RestorePlan
 from roxxel.train.state import ModelState
 from roxxel.wording import count
@@ -163,6 +156,7 @@ class Checkpointer:
         max_to_keep, save_interval_steps = checkpoint_cadence(cadence, max_to_keep, save_interval_steps)
         self._target = state
         self._state = _model_state(model, optimizer, state)
+        self._pure = PureState(self._state)
         _check_options(max_to_keep, save_interval_steps, timeout, best_mode, best_metric)
         self.directory = resolve_directory(checkpoint_path)
         check_gcs_backend(self.directory)
@@ -320,7 +314,7 @@ class Checkpointer:
 
         if self._pending.step is not None and not self._manager.is_saving_in_progress():
             self._pending.wait()  # the previous save has finished: surface its error now
-        if self._saved_before(step):
+        if already_saved(self._manager, self.directory, self._pending.saved_steps, step):
             return False
         preempted = self._preemption.agreed_step == step
         if not (force or preempted or self._manager.should_save(step)):
@@ -339,51 +333,20 @@ class Checkpointer:
         if lost is not None:  # the other processes stop at Orbax's barrier, within its timeout
             raise ownership.CheckpointOwnerError(f"not saving step {step} to {self.directory}: {lost}")
 
-    def _saved_before(self, step: int) -> bool:
-        """Whether ``step`` is saved already (never overwritten; logged)."""
-        if step not in self._manager.all_steps():
-            return False
-        if step in self._pending.saved_steps:
-            log.debug("step %d is already saved; not saving it again", step)
-        else:  # an earlier run's (after restore(step=N) of an older step): this state would be lost unsaid
-            log.warning(
-                "step %d is already saved in %s by an earlier run and is never overwritten: this state "
-                "is not saved, and restore() will take that step; delete it first to keep this one",
-                step,
-                self.directory,
-            )
-        return True
-
     def _start_save(self, step: int, metrics: dict[str, Any], tokens_consumed: int | None, preempted: bool) -> bool:
         """Hand ``step`` to Orbax (the decision to save it is made); True if a save started."""
         orbax_metrics = ranked_metrics(metrics, self.best_metric, step) if self.keep_best else None
         run = run_record(step, tokens_consumed, metrics, self.fingerprint, self.settings)
         deadline = time.monotonic() + self._timeout  # bounds the whole save, from this call on
-        pure = nnx.to_pure_dict(self._state.nnx_state())
-        checksums = seal(run)
-        checksums.prepare(pure)  # the Python work of the checksums, before Orbax's threads want the GIL
-        try:
-            saved = self._manager.save(
-                step,
-                args=ocp.args.Composite(
-                    **{STATE_ITEM: ocp.args.StandardSave(pure), RUN_ITEM: RunRecordSave(run, checksums)}
-                ),
-                metrics=orbax_metrics,
-                force=True,  # the decision was made above
-            )
-        except BaseException as err:
-            checksums.fail(err)
-            raise
-        # Once Orbax holds the arrays (its device-to-host copy): the sums then run on the devices
-        # while training goes on, and the run record's background commit waits for them.
-        checksums.dispatch()
+        pure, checksums = self._pure.take()
+        saved = hand_to_orbax(self._manager, step, pure, run, checksums, orbax_metrics)
         if saved:
             if not self._owner_recorded and jax.process_index() == 0:
                 ownership.record_owner(self.directory, self.run_name)
             self._owner_recorded = True
             self._pending.started(step, deadline)
             log.info("saving step %d to %s%s", step, self.directory, " (preemption)" if preempted else "")
-        return bool(saved)
+        return saved
 
     def wait_until_finished(self) -> None:
         """Block until the save in progress (if any) is complete on every process.

@@ -89,27 +89,23 @@ def run_record(
 
 class RunChecksums:
     """The checksums of one save's arrays: planned by the training thread before Orbax's save
-    (:meth:`prepare`: which arrays, which programs), dispatched right after Orbax's manager
-    has taken the arrays (:meth:`dispatch`: only the launches, while Orbax's background
-    threads start), read by the run record's background commit (:meth:`read`). Every
-    process dispatches them (a collective)."""
+    (a :class:`~roxxel.train.digest.ChecksumPlan`: which arrays, which programs), dispatched
+    right after Orbax's manager has taken the arrays (:meth:`dispatch`: only the launches,
+    while Orbax's background threads start), read by the run record's background commit
+    (:meth:`read`). Every process dispatches them (a collective)."""
 
-    def __init__(self) -> None:
+    def __init__(self, plan: ChecksumPlan) -> None:
         self._given = threading.Event()
-        self._plan: ChecksumPlan | None = None
+        self._plan: ChecksumPlan | None = plan
         self._pending: PendingChecksums | None = None
         self._error: BaseException | None = None
 
-    def prepare(self, pure: Any) -> None:
-        """Plan the checksums of every array of ``pure`` (a nested dict); nothing runs yet."""
-        self._plan = ChecksumPlan(pure)
-
     def dispatch(self) -> None:
-        """Start computing the prepared checksums; returns without waiting for the devices.
+        """Start computing the planned checksums; returns without waiting for the devices.
         Re-raises (after recording it for :meth:`read`) any error of the dispatch."""
         try:
             if self._plan is None:
-                raise RuntimeError("RunChecksums.dispatch() before prepare()")
+                raise RuntimeError("RunChecksums.dispatch() called twice")
             self._pending = self._plan.dispatch()
             self._plan = None
         except BaseException as err:
@@ -119,6 +115,7 @@ class RunChecksums:
 
     def fail(self, err: BaseException) -> None:
         """No checksums will come (the save failed to start): :meth:`read` raises."""
+        self._plan = None  # the arrays are not held for a save that did not start
         self._error = err
         self._given.set()
 
@@ -131,13 +128,13 @@ class RunChecksums:
         return self._pending.read()
 
 
-def seal(run: dict[str, Any]) -> RunChecksums:
+def seal(run: dict[str, Any], plan: ChecksumPlan) -> RunChecksums:
     """Add the UTC time of the save (ISO 8601) to ``run``; return the holder of its arrays'
-    checksums (:mod:`roxxel.train.digest`) to pass with it to :class:`RunRecordSave`, to
-    :meth:`RunChecksums.prepare` before Orbax's save and to :meth:`RunChecksums.dispatch`
-    once Orbax's save has taken the arrays."""
+    checksums (:mod:`roxxel.train.digest`), planned by ``plan``, to pass with it to
+    :class:`RunRecordSave` and to :meth:`RunChecksums.dispatch` once Orbax's save has taken
+    the arrays."""
     run["saved_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return RunChecksums()
+    return RunChecksums(plan)
 
 
 class RunRecordHandler(ocp.handlers.JsonCheckpointHandler):
