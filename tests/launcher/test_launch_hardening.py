@@ -2,7 +2,7 @@
 
 Offline: no API server runs here. Manifests are checked against the official schemas
 (kubernetes-validate, strict) and the JobSet CRD's OpenAPI schema (tests/fixtures/k8s),
-as tests/launcher/test_launch_golden.py does; the GKE behaviour each test relies on is cited in
+as tests/launcher/render/test_golden.py does; the GKE behaviour each test relies on is cited in
 docs/kubernetes.md.
 """
 

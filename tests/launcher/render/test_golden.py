@@ -9,7 +9,7 @@ schema (tests/fixtures/k8s) with jsonschema, unknown fields rejected.
 
 After an intended change to the rendering, regenerate the files and review the diff:
 
-    ROXXEL_UPDATE_GOLDEN=1 pytest tests/launcher/test_launch_golden.py
+    ROXXEL_UPDATE_GOLDEN=1 pytest tests/launcher/render/test_golden.py
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from support.paths import JOBSET_CRD as CRD
 
 UPDATE_ENV = "ROXXEL_UPDATE_GOLDEN"
 HEADER = (
-    "# Golden file of tests/launcher/test_launch_golden.py: `roxxel-launch render` of case {case!r}.\n"
-    "# Do not edit by hand; regenerate with: " + UPDATE_ENV + "=1 pytest tests/launcher/test_launch_golden.py\n"
+    "# Golden file of tests/launcher/render/test_golden.py: `roxxel-launch render` of case {case!r}.\n"
+    "# Do not edit by hand; regenerate with: " + UPDATE_ENV + "=1 pytest tests/launcher/render/test_golden.py\n"
 )
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -221,7 +221,7 @@ def _diff(expected: str, actual: str, path: pathlib.Path) -> str:
     )
     return (
         f"the rendered manifests differ from {path}:\n{diff}\nIf the change is intended, regenerate "
-        f"the golden files with {UPDATE_ENV}=1 pytest tests/launcher/test_launch_golden.py and review the diff."
+        f"the golden files with {UPDATE_ENV}=1 pytest tests/launcher/render/test_golden.py and review the diff."
     )
 
 
@@ -238,7 +238,7 @@ def test_rendered_manifests_match_the_golden_file(case):
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(HEADER.format(case=case) + actual, encoding="utf-8")
     assert path.is_file(), (
-        f"{path} is missing; create it with {UPDATE_ENV}=1 pytest tests/launcher/test_launch_golden.py"
+        f"{path} is missing; create it with {UPDATE_ENV}=1 pytest tests/launcher/render/test_golden.py"
     )
     expected = _strip_header(path.read_text(encoding="utf-8"))
     if expected != actual:
