@@ -248,7 +248,7 @@ class _GcsStore(_Store):
         try:
             from google.api_core import exceptions
             from google.auth.exceptions import DefaultCredentialsError
-        except ImportError as err:  # pragma: no cover - a dependency of roxxel's package
+        except ImportError as err:
             raise GoodputUnreadable(f"reading {self.url} needs google-cloud-storage ({err})") from err
         try:
             return call()
@@ -276,8 +276,10 @@ class _GcsStore(_Store):
                 raise GoodputUnreadable(
                     f"no Google credentials to read {self.url} (gcloud auth application-default login)"
                 )
-            from google.cloud import storage
-
+            try:
+                from google.cloud import storage
+            except ImportError as err:  # a dependency of roxxel's base install; said, not raised
+                raise GoodputUnreadable(f"reading {self.url} needs google-cloud-storage ({err})") from err
             self._bucket = self._call(self.url, lambda: storage.Client().bucket(self.bucket_name))
         return self._bucket
 

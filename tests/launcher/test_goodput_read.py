@@ -170,3 +170,19 @@ def test_gs_records_are_read_from_object_storage(gcs_emulator, monkeypatch):
     assert G.read_goodput(f"gs://{TEST_BUCKET}/runs/none", None) == G.GoodputReading()
     missing = G.read_goodput("gs://no-such-bucket-here/run", None)
     assert missing.totals is None and missing.problem.startswith("gs://no-such-bucket-here/run: not found"), missing
+
+
+def test_gs_without_google_cloud_storage_is_one_line(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def without_storage(name, *args, **kwargs):
+        if name.startswith("google.cloud") or name.startswith("google.api_core"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    monkeypatch.setattr(builtins, "__import__", without_storage)
+    reading = G.read_goodput("gs://bucket/run", None)
+    assert reading.problem.startswith("reading gs://bucket/run needs google-cloud-storage (No module named")
