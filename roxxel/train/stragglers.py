@@ -7,8 +7,8 @@ rather than blocked on results that need every process. Each process reads it fr
 loop's sections (:mod:`roxxel.train.sections`: the ``data_wait`` and ``step`` sections of
 the window's timed steps, less the time a step waited for results), as a listener: the
 Trainer runs one in every job, as a callback. At each logged window one all-gather of one
-number per process (every process logs at the same steps) gives rank 0 the spread. It adds ``host_time_s_median`` (of the processes other
-than the slowest), ``host_time_s_max`` and
+number per process (every process logs at the same steps) gives rank 0 the spread. It adds
+``host_time_s_median`` (of the processes other than the slowest), ``host_time_s_max`` and
 ``slowest_process`` to the window's metrics (so to the metrics file and TensorBoard), and
 warns when one process's host time stays above ``threshold`` x the median for
 ``windows`` consecutive windows.
