@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import copy
 import re
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -26,7 +28,9 @@ from roxxel_launch import spec as S
 from roxxel_launch import pod_security as PS
 from roxxel_launch import validate as V
 from roxxel_launch.backends.base import JobExistsError
-import test_launch_kubernetes as fake_api
+# The Kubernetes backend's tests, in tests/launcher/kubernetes/ (imported as pytest imports them).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "kubernetes"))
+import test_kubernetes_backend as fake_api
 
 from support.paths import REPO as ROOT
 

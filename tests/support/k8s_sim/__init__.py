@@ -39,7 +39,7 @@ ends a JobSet (Preempted, for the tests of ``resume``). Child Jobs of a JobSet a
 stored: their names, failure reasons and messages appear in the decisions, conditions
 and events the fake writes.
 
-Enough for ``kubectl`` too (tests/launcher/test_kubectl_referee.py; ``tls=True``, since
+Enough for ``kubectl`` too (tests/launcher/kubernetes/test_kubectl_referee.py; ``tls=True``, since
 kubectl sends its token only over TLS, see ``k8s_tls``): discovery and OpenAPI v3 documents
 (``k8s_discovery``); every create decoded, defaulted and validated against the official
 schemas and the JobSet CRD with its CEL rules, honouring ``fieldValidation`` (``k8s_schema``;
@@ -50,7 +50,7 @@ Success Status otherwise, as the API server's registries do; pods made from thei
 template (containers, annotations); JSON merge patches; JobSets printed as a Table with the
 CRD's columns (``k8s_table``); :meth:`FakeKubernetes.settle` ends a job at once.
 
-It is the one API double of the launcher tests (tests/launcher/test_launch_kubernetes.py
+It is the one API double of the launcher tests (tests/launcher/kubernetes/test_kubernetes_backend.py
 included), so it also takes objects stored directly (:meth:`FakeKubernetes.put`, as a
 controller or an earlier submit left them), namespaces that do not exist
 (``namespaces``), Nodes with labels, taints and allocatable resources, listed cluster-wide

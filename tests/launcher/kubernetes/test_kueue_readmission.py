@@ -6,7 +6,7 @@ it: new pods in the same JobSet restart attempt. The Workload records each evict
 ``pkg/workload/evict/evict.go`` and ``pkg/workload/workload.go``, as the simulated cluster's
 ``support.k8s_sim.kueue`` follows them). ``status`` counts the attempts from it, and
 ``logs -f`` marks the readmission's attempt. The ``resume --until-done`` budget is tested
-with the other resume tests (tests/launcher/test_launch_http.py).
+with the other resume tests (tests/launcher/kubernetes/test_http.py).
 """
 
 from __future__ import annotations

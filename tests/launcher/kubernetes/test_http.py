@@ -350,7 +350,7 @@ def test_a_succeeded_job_is_not_offered_to_resume(fake, tmp_path):
 )
 def test_wait_exit_codes(fake, tmp_path, monkeypatch, data, outcome, code, fragment):
     """A JobSet ends preempted only when its preemption rule counts (``count_preemptions``):
-    the rendered rule restarts it in place (tests/launcher/test_launch_k8s_preemption.py)."""
+    the rendered rule restarts it in place (tests/launcher/kubernetes/test_k8s_preemption.py)."""
     if outcome == "preempt" and data is SPEC:
         count_preemptions(monkeypatch)
     fake.plan("lm", outcome)

@@ -474,4 +474,4 @@ def test_exec_by_kubectl_and_by_roxxel_launch(fake, tmp_path):
 # No referee for ``kubectl port-forward``: kubectl (>= 1.31) tunnels SPDY/3.1 over its WebSocket
 # (sub-protocol ``SPDY/3.1+portforward.k8s.io``) and falls back to plain SPDY, neither of which
 # the fake speaks; it refuses both in one line. roxxel-launch's port-forward uses the client's
-# ``v4.channel.k8s.io`` (tests/launcher/test_launch_k8s_verbs.py).
+# ``v4.channel.k8s.io`` (tests/launcher/kubernetes/test_k8s_verbs.py).

@@ -76,7 +76,7 @@ def test_an_hour_of_faults_wait_and_resume_until_done_end_right(fake, clock, tmp
     two gang restarts mid-stream, then a preemption and a resume: `wait` follows the job to
     its end and `resume --until-done` exits 0 once it succeeded. The preemption ends the
     JobSet because its rule counts here with ``max_restarts: 0`` (``count_preemptions``);
-    the rendered rule would restart it in place (test_launch_k8s_preemption.py)."""
+    the rendered rule would restart it in place (test_k8s_preemption.py)."""
     count_preemptions(monkeypatch)
     spec = S.spec_from_dict({**SPEC, "max_restarts": 0})
     fake.plan("lm", "preempt", "succeed", after=4)
