@@ -161,7 +161,7 @@ RESERVED_ENV_NAMES = frozenset(
 
 # ----------------------------------------------------------------------------- pod security
 # The worker image's user (Dockerfile: `useradd --uid 10001`, `USER 10001:10001`); pods run
-# as it with a read-only root filesystem. tests/launcher/test_launch_security.py checks the Dockerfile.
+# as it with a read-only root filesystem. tests/launcher/checks/test_pod_security.py checks the Dockerfile.
 WORKER_UID = 10001
 WORKER_GID = 10001
 

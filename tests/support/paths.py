@@ -11,5 +11,5 @@ WORKERS = TESTS / "support" / "workers"
 JOBSET_CRD = FIXTURES / "k8s" / "jobset.x-k8s.io_jobsets.yaml"
 # Older JobSet releases' CRDs (trimmed; see fixtures/README.md), by release tag.
 OLD_JOBSET_CRDS = {tag: FIXTURES / "k8s" / f"jobset-{tag}.yaml" for tag in ("v0.8.0", "v0.9.1", "v0.10.0")}
-# Checkov findings the security scan accepts, each with its reason (tests/launcher/test_launch_checkov.py).
+# Checkov findings the security scan accepts, each with its reason (tests/launcher/checks/test_checkov.py).
 CHECKOV_EXCEPTIONS = FIXTURES / "checkov-exceptions.yaml"

@@ -9,7 +9,7 @@ COMMAND = ("python", "-m", "examples.lm")
 TPU_V5P = {"tpu": {"type": "v5p", "topology": "2x2x4"}}
 """A v5p slice of 2x2x4 = 16 chips: 4 hosts of 4 chips."""
 NO_NETWORK_POLICY = {"network_policy": False}
-"""For tests of other objects: the NetworkPolicy is tested in test_launch_security.py."""
+"""For tests of other objects: the NetworkPolicy is tested in test_pod_security.py."""
 
 
 def spec_dict(**fields) -> dict:

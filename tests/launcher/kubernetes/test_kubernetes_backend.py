@@ -112,7 +112,7 @@ def stored(server: FakeKubernetes, resource: str, name: str) -> dict:
 
 
 def make_spec(**changes) -> S.JobSpec:
-    # The NetworkPolicy's own create/delete tests are in test_launch_security.py.
+    # The NetworkPolicy's own create/delete tests are in test_pod_security.py.
     data = spec_dict(namespace=NS, checkpoint_dir="gs://ckpt/lm", security={"network_policy": False})
     data.update(changes)
     return S.spec_from_dict(data)

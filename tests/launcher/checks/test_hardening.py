@@ -60,7 +60,7 @@ def _crd_schema() -> dict:
 
 def _valid(spec: S.JobSpec) -> list[dict]:
     """Rendered objects that pass every offline check (strict schemas + closed JobSet CRD),
-    without the job's NetworkPolicy (tested in test_launch_security.py)."""
+    without the job's NetworkPolicy (tested in test_pod_security.py)."""
     objects = list(R.render(spec).objects)
     V.validate(objects)
     crd = _crd_schema()

@@ -4,7 +4,7 @@ TPU multislice host networking, user labels, volumes, env_refs, image_pull_polic
 pod_patch against the "restricted" profile, the job label the NetworkPolicy selects, and
 the launcher's own writable volumes. No Kubernetes API server runs here: the rendered
 objects are checked with the launcher's offline validation (official schemas, strict) and
-its Pod Security checker (tested control by control in test_launch_security.py).
+its Pod Security checker (tested control by control in test_pod_security.py).
 """
 
 from __future__ import annotations
