@@ -1,4 +1,4 @@
-"""A real jax.distributed program for the local backend's tests (tests/launcher/test_launch_local.py).
+"""A real jax.distributed program for the local backend's tests (tests/launcher/local/test_local_backend.py).
 
 Run by ``roxxel-launch submit --local`` as ``roxxel-worker -- python local_allreduce.py``:
 it finds its place through roxxel.distributed.initialize() (the ROXXEL_* variables the

@@ -1,4 +1,4 @@
-"""A short multi-process training run for the network-namespace tests (tests/launcher/test_launch_netns.py).
+"""A short multi-process training run for the network-namespace tests (tests/launcher/local/test_netns.py).
 
 Run by ``roxxel-launch submit --local [--netns]`` as ``roxxel-worker -- python netns_train.py
 DATA PARAMS_OUT STEPS CHECKPOINT_EVERY STEP_SLEEP``: it joins the pod through
@@ -9,7 +9,7 @@ seconds after each step of a run that started from scratch (so that a test can a
 mid-training; a resumed attempt runs at full speed) and writes the final parameters to
 PARAMS_OUT (process 0).
 
-Faults of a run that started from scratch, for the liveness tests (tests/launcher/test_launch_liveness.py):
+Faults of a run that started from scratch, for the liveness tests (tests/launcher/local/test_liveness.py):
 ``STALL_PID`` / ``STALL_AT``: that process blocks its main thread in Python after step STALL_AT
 (alive, its JAX heartbeat too). ``SLOW_PID`` / ``SLOW_S``: that process takes SLOW_S seconds
 more for every step (a straggler). ``SIGTERM_PID`` / ``SIGTERM_WINDOW``: that process sends
@@ -110,7 +110,7 @@ PacedLogger.paced = checkpointer.latest_step() is None
 logger = PacedLogger(
     os.path.join(os.environ["ROXXEL_CHECKPOINT_DIR"], "..", f"logs-{info.process_id}"),
     total_steps=curriculum.total_steps,
-    verbose=True,  # test_launch_netns reads step_time_s from the lines
+    verbose=True,  # test_netns reads step_time_s from the lines
 )
 eval_window = os.environ.get("SIGTERM_WINDOW") == "eval"
 Trainer(
