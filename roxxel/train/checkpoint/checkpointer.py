@@ -4,7 +4,7 @@ See :mod:`roxxel.train.checkpoint` for the layout of a step, keeping, preemption
 The class ties the package's parts together: :mod:`.manager` (Orbax's manager and its
 policies), :mod:`.record` (the run record), :mod:`.saving` (the part of a save that blocks
 the caller), :mod:`.pending` (the save in flight), :mod:`.restoring` (reading a step back),
-:mod:`.fingerprint`, :mod:`.preemption`, :mod:`.ownership`
+:mod:`.fingerprint` (and the judgement of a resume), :mod:`.preemption`, :mod:`.ownership`
 and :mod:`.lifecycle`.
 """
 
@@ -28,8 +28,8 @@ from roxxel.exit_codes import PREEMPTED_EXIT_CODE, ConfigValueError
 from roxxel.train.cadence import Cadence, Default, checkpoint_cadence
 from roxxel.train.checkpoint import _orbax, lifecycle, ownership, restoring
 from roxxel.train.checkpoint.directory import check_gcs_backend, resolve_branch_source, resolve_directory
-from roxxel.train.checkpoint.errors import CheckpointSaveError, Preempted, RunMismatchError, one_line
-from roxxel.train.checkpoint.fingerprint import describe_changes, indented, judge_of, normalize_json
+from roxxel.train.checkpoint.errors import CheckpointSaveError, Preempted, one_line
+from roxxel.train.checkpoint.fingerprint import describe_changes, judge_of, judge_resume, normalize_json
 from roxxel.train.checkpoint.manager import open_branch_source, open_manager, ranked_metrics
 from roxxel.train.checkpoint.pending import PendingSave
 from roxxel.train.checkpoint.preemption import PreemptionSync, record_preemption
@@ -435,7 +435,7 @@ class Checkpointer:
         self, source: ocp.CheckpointManager, directory: epath.Path, step: int | None, partial: bool
     ) -> int:
         steps = source.all_steps()
-        chosen = self._pick_step(steps, directory, step)
+        chosen = restoring.pick_step(steps, directory, None if step is None else self._check_step(step))
         if chosen is None:
             self.restored_run = None
             return 0
@@ -451,18 +451,6 @@ class Checkpointer:
         restoring.verify_checksums(directory, step, earlier, run.get("checksums"), restored)
         self._load(current, restored, step)
         self._restored(directory, step, run, plan)
-        return step
-
-    def _pick_step(self, steps: Any, directory: epath.Path, step: int | None) -> int | None:
-        """The step to restore: ``step``, else the latest; None when there is none."""
-        if step is None:
-            if not steps:
-                log.info("no checkpoint in %s; starting from step 0", directory)
-                return None
-            return max(steps)
-        step = self._check_step(step)
-        if step not in steps:
-            raise FileNotFoundError(f"no complete checkpoint of step {step} in {directory} (steps: {list(steps)})")
         return step
 
     def _load(self, current: Any, restored: Any, step: int) -> None:
@@ -511,38 +499,8 @@ class Checkpointer:
         if self.fingerprint is None:
             log.info("no fingerprint given: not checking that step %d belongs to this run", step)
             return
-        if saved is None:
-            log.warning(
-                "checkpoint of step %d in %s has no fingerprint: cannot check it belongs to this run", step, directory
-            )
-            return
-        allowed, changes, hint = self._judge(saved, self.fingerprint, step)
-        self.run_changes = allowed
-        if allowed:
-            log.warning(
-                "resuming step %d of %s with changes that leave the batches before it as they were:\n%s",
-                step,
-                directory,
-                indented(allowed),
-            )
-        if not changes:
-            return
-        shown = indented(changes)
-        if self.allow_changed_run:
-            self.run_changes += changes
-            log.warning(
-                "resuming step %d of %s under a changed run (allow_changed_run=True):\n%s", step, directory, shown
-            )
-            return
-        raise RunMismatchError(
-            f"the checkpoint of step {step} in {directory} was saved by a different run "
-            f"(saved -> current):\n{shown}\n"
-            f"Resume with the same curriculum and datasets{hint}, or pass allow_changed_run=True "
-            "(a Trainer's restore=RestoreOptions(allow_changed_run=True)) to resume anyway.",
-            step=step,
-            changes=changes,
-            saved=saved,
-            current=self.fingerprint,
+        self.run_changes = judge_resume(
+            self._judge, saved, self.fingerprint, directory=directory, step=step, allow_changed=self.allow_changed_run
         )
 
     # -- preemption -------------------------------------------------------------------------

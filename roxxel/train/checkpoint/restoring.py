@@ -30,6 +30,23 @@ from roxxel.wording import as_clause, count
 log = logging.getLogger("roxxel.checkpoint")
 
 
+def pick_step(steps: Any, directory: epath.Path, step: int | None) -> int | None:
+    """The step to restore of ``steps`` (the complete ones): ``step``, else the latest; ``None``
+    when ``step`` is ``None`` and there is none (logged: the run starts from step 0).
+
+    Raises:
+        FileNotFoundError: ``step`` is not one of ``steps``.
+    """
+    if step is None:
+        if not steps:
+            log.info("no checkpoint in %s; starting from step 0", directory)
+            return None
+        return max(steps)
+    if step not in steps:
+        raise FileNotFoundError(f"no complete checkpoint of step {step} in {directory} (steps: {list(steps)})")
+    return step
+
+
 def _fmt(spec: tuple[tuple[int, ...], str] | None) -> str:
     """``(shape, dtype)`` as ``"shape (4, 3) float32"``."""
     return "absent" if spec is None else f"shape {spec[0]} {spec[1]}"
