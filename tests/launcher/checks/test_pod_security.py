@@ -28,6 +28,7 @@ from roxxel_launch import spec as S
 from roxxel_launch import pod_security as PS
 from roxxel_launch import validate as V
 from roxxel_launch.backends.base import JobExistsError
+
 # The Kubernetes backend's tests, in tests/launcher/kubernetes/ (imported as pytest imports them).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kubernetes"))
 import test_kubernetes_backend as fake_api
