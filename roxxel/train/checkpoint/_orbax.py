@@ -86,12 +86,16 @@ def release_waiters(operation_id: str | None) -> None:
 
     When the thread that creates the step directory fails, Orbax never sends "directory
     created"; about 30 non-daemon threads then wait for it for Orbax's coordination timeout
-    (300 s), and the interpreter cannot exit until they give up. Each is cancelled first
-    (Orbax's ``_SignalingThread.cancel``: one still waiting returns without running its
-    write; one already writing has its task cancelled), then the signals wake them, so they
-    end at once and none writes after the failure. Before, the signals alone let them run
-    their writes: one that found the step's directory re-created (a new checkpointer, a
-    retry) wrote ``<step>.orbax-checkpoint-tmp/...`` into it. Private Orbax API (pinned).
+    (300 s), and the interpreter cannot exit until they give up. Each still waiting is
+    cancelled first (Orbax's ``_SignalingThread.cancel``: it returns without running its
+    write), then the signals wake them, so they end at once and none writes after the
+    failure. Before, the signals alone let them run their writes: one that found the step's
+    directory re-created (a new checkpointer, a retry) wrote ``<step>.orbax-checkpoint-tmp/...``
+    into it. A thread already writing (its event loop running: the directory exists) is left
+    to finish, and ``close()`` waits for it before removing the step: cancelling its task did
+    not stop the storage's write in flight, which then completed into the thread's closed
+    event loop ("Event loop is closed" through the unraisable-exception hook, after about one
+    failed save in four on a loaded machine). Private Orbax API (pinned).
     """
     if operation_id is None:
         return
@@ -100,6 +104,8 @@ def release_waiters(operation_id: str | None) -> None:
     except ImportError:  # pragma: no cover - layout of a future Orbax
         return
     for thread in writer_threads(operation_id):
+        if getattr(thread, "main_task", None) is not None:  # set by Orbax's run_sync while it writes
+            continue
         try:
             thread.cancel()  # type: ignore[attr-defined]
         except Exception:  # its loop may have just closed: it is ending anyway
