@@ -580,8 +580,8 @@ class Checkpointer:
 
         Returns within ``timeout`` plus a small margin, also after a failed save. After a
         failed save (raised here or earlier) it returns once Orbax's threads of that save
-        have ended (they are cancelled at the failure), so none writes into the directory
-        afterwards, and it removes the failed step's half-written directories (local disks);
+        have ended (those waiting for the step's directory are cancelled at the failure,
+        those already writing finish), so none writes into the directory afterwards, and it removes the failed step's half-written directories (local disks);
         threads still alive at the deadline are logged as a warning.
 
         Raises:
