@@ -287,9 +287,10 @@ class Checkpointer:
     ) -> bool:
         """Start an asynchronous save of the current state as ``step``; every process calls it.
 
-        Blocks only for the device-to-host copy (and for the previous save, if it is
-        still being written): the checksums of the arrays are dispatched to the devices
-        and read, the files written and the step committed in the background.
+        Blocks only for taking the arrays from the live modules (:mod:`.saving`), Orbax's
+        device-to-host copy and the dispatch of the arrays' checksums to the devices (and
+        for the previous save, if it is still being written): the checksums are read, the
+        files written and the step committed in the background.
 
         Args:
             step: completed optimizer steps (``>= 0``) the state corresponds to.
