@@ -126,7 +126,7 @@ def hand_to_orbax(
     training goes on.
 
     Raises:
-        whatever Orbax's save raises (the run record's commit then fails too).
+        Exception: whatever Orbax's save raises (the run record's commit then fails too).
     """
     checksums = seal(run, plan)
     try:
