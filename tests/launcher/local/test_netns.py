@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ import pytest
 import yaml
 
 from roxxel_launch.backends.local import backend as L
-from roxxel_launch.backends.local import netns
+from roxxel_launch.backends.local import bridge_firewall, netns
 from roxxel_launch.backends.base import BackendError, JobState
 from roxxel_launch.spec import spec_from_dict
 from support.local_job import EVERY, HEARTBEAT, STEPS, TIMEOUT, Job, needs_netns
@@ -197,6 +198,61 @@ def test_namespaces_resolve_the_pods_and_leave_nothing_behind_even_when_killed(t
     with netns.PodNetwork(spec) as net:
         assert not _ours(run_id)
     assert _ours(run_id, net.run_id) == set()
+
+
+def _forward_rules(run_id: str) -> list[str]:
+    listed = subprocess.run(["iptables", "-w", "10", "-S", "FORWARD"], capture_output=True, text=True, timeout=30)
+    return [line for line in listed.stdout.splitlines() if f"roxxel-launch run {run_id}" in line]
+
+
+@needs_netns
+@pytest.mark.skipif(
+    not bridge_firewall.BRIDGE_NF_CALL_IPTABLES.exists() or shutil.which("iptables") is None,
+    reason="no br_netfilter or no iptables here: bridged frames cannot be filtered",
+)
+def test_pods_reach_each_other_where_the_host_firewall_drops_bridged_frames(tmp_path):
+    """Where Docker's daemon has started, bridged frames go through iptables and FORWARD's
+    policy is DROP: pods on the run's bridge could not reach each other (the workers waited
+    for their coordinator until the initialisation timeout). Here a DROP rule for every
+    --netns bridge (appended, as a DROP policy would act) and the switch on stand for it."""
+    switch = bridge_firewall.BRIDGE_NF_CALL_IPTABLES
+    was = switch.read_text().strip()
+    drop = [
+        "FORWARD",
+        "-i",
+        f"{netns.PREFIX}+",
+        "-m",
+        "comment",
+        "--comment",
+        "roxxel test: DROP as Docker",
+        "-j",
+        "DROP",
+    ]
+    switch.write_text("1\n")
+    subprocess.run(["iptables", "-w", "10", "-A", *drop], check=True, timeout=30)
+    try:
+        with netns.PodNetwork(spec_from_dict(_spec("lm", 2, ["x"]))) as net:
+            net.up()
+            serve = "import socket; s = socket.create_server(('', 8476)); print('up', flush=True); s.accept()"
+            server = subprocess.Popen(net.wrap(0, [sys.executable, "-c", serve]), stdout=subprocess.PIPE, text=True)
+            try:
+                assert server.stdout.readline().strip() == "up"
+                connect = (
+                    "import socket; socket.create_connection(('lm-slice-0-0.lm', 8476), timeout=5); print('reached')"
+                )
+                client = subprocess.run(
+                    net.wrap(1, [sys.executable, "-c", connect]), capture_output=True, text=True, timeout=30
+                )
+                assert client.stdout.strip() == "reached", client.stderr[-500:]
+                assert len(_forward_rules(net.run_id)) == 1
+            finally:
+                server.kill()
+                server.wait()
+        assert _forward_rules(net.run_id) == []
+    finally:
+        subprocess.run(["iptables", "-w", "10", "-D", *drop], timeout=30)
+        if was != "1":
+            switch.write_text(was + "\n")
 
 
 @pytest.mark.slow

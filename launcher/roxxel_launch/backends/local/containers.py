@@ -75,6 +75,7 @@ from typing import IO, Any
 from roxxel_launch import contract
 from roxxel_launch.backends import rendered_pods
 from roxxel_launch.backends.base import BackendError
+from roxxel_launch.backends.local import bridge_firewall
 from roxxel_launch.backends.local.create_options import (
     container_env,
     container_options,
@@ -444,6 +445,8 @@ class ContainerRuntime(WorkerRuntime):
             _podman(self.engine, *create)
             info = json.loads(_podman(self.engine, "network", "inspect", self.network).stdout)[0]
             subnet = ipaddress.ip_network(info["subnets"][0]["subnet"])
+            # netavark adds no FORWARD rule for an internal network (docker adds its own)
+            bridge_firewall.allow(info["network_interface"], self.run_id)
         hosts = list(subnet.hosts())[10 : 10 + n]  # clear of the gateway at the start of the range
         if len(hosts) < n:
             raise BackendError(f"network {self.network} ({subnet}) has no room for {n} pods")
@@ -559,6 +562,8 @@ class ContainerRuntime(WorkerRuntime):
             ).stdout.split()
             if nets:
                 _podman(self.engine, "network", "rm", *([] if self.docker else ["--force"]), *nets, check=False)
+            if not self.docker:
+                bridge_firewall.remove(self.run_id)
         return ids + nets
 
     def remove_run(self) -> list[str]:

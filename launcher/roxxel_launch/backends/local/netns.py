@@ -61,6 +61,7 @@ from pathlib import Path
 
 from roxxel_launch.backends import rendered_pods
 from roxxel_launch.backends.base import BackendError
+from roxxel_launch.backends.local import bridge_firewall
 from roxxel_launch.backends.local.rundir import lock_is_held
 from roxxel_launch.backends.process_plan import spec_plans
 
@@ -261,6 +262,7 @@ def cleanup_stale() -> list[str]:
             ", ".join(namespaces.get(run_id, []) + links.get(run_id, [])) or "hosts files",
         )
         _remove(namespaces.get(run_id, []), links.get(run_id, []), etc.get(run_id, []))
+        bridge_firewall.remove(run_id)
         with contextlib.suppress(FileNotFoundError):
             _lock_path(run_id).unlink()
         stale.append(run_id)
@@ -354,22 +356,8 @@ class PodNetwork:
         left from an earlier attempt of this run)."""
         self.down()
         _ip("link", "add", self.bridge, "type", "bridge")
-        # Bridged frames skip the host's iptables (br_netfilter): a host firewall must not
-        # decide whether pods of one run reach each other.
-        _ip(
-            "link",
-            "set",
-            self.bridge,
-            "type",
-            "bridge",
-            "nf_call_iptables",
-            "0",
-            "nf_call_ip6tables",
-            "0",
-            "nf_call_arptables",
-            "0",
-            check=False,
-        )
+        # A host firewall must not decide whether the pods of one run reach each other.
+        bridge_firewall.allow(self.bridge, self.run_id)
         _ip("link", "set", self.bridge, "up")
         for i, host in enumerate(self.hosts):
             ns = self.netns(i)
@@ -391,6 +379,7 @@ class PodNetwork:
     def down(self) -> None:
         """Remove this run's namespaces, links and hosts files; nothing is an error."""
         n = len(self.hosts)
+        bridge_firewall.remove(self.run_id)
         _remove(
             [self.netns(i) for i in range(n)],
             [self.link(i) for i in range(n)] + [self.bridge],
