@@ -4,14 +4,16 @@ Under OUTPUT (default runs/data/lm), a tokenizer and three datasets of its token
   tokenizer.json  byte-level BPE with 1,024 ids (Hugging Face ``tokenizers``), trained on a
                   quarter of the code/ files: a token is ~2.4 bytes of Python on average, and
                   common words with the space before them (`` self``, `` return``) are one token
-  code/           .py sources of the standard library (every file but each 20th)
+  code/           .py sources of the standard library (every file but each 20th), less the
+                  generated codec tables (see :func:`is_codec_table`)
   text/           the library's other text files (.txt, .rst, .toml, .json, .xml, .cfg, .css, .html,
                   .md, decimal tests)
   code-eval/      every 20th .py file, held out for evaluation
 Files that are not UTF-8 (a few tests of other encodings) are left out: BPE reads text.
 
 Usage: python examples/lm/prepare.py [OUTPUT]
-What already exists (the tokenizer, a packed dataset) is kept: delete OUTPUT to start afresh.
+What already exists (the tokenizer, a packed dataset) is kept: delete OUTPUT to start afresh
+(a dataset packed from another number of files than this prepare.py selects says so).
 A deleted tokenizer.json is trained again, the same (the same files give the same merges).
 """
 
@@ -38,7 +40,7 @@ EOS = "<|endoftext|>"
 
 def datasets(stdlib: str) -> dict[str, list[str]]:
     """The files of each dataset, in a fixed order (UTF-8 text only)."""
-    code = [f for f in iter_input_files([stdlib], ["*.py"], EXCLUDE) if is_utf8(f)]
+    code = [f for f in iter_input_files([stdlib], ["*.py"], EXCLUDE) if is_utf8(f) and not is_codec_table(f)]
     text = [f for f in iter_input_files([stdlib], TEXT_PATTERNS, EXCLUDE) if is_utf8(f)]
     return {
         "code": [f for i, f in enumerate(code) if i % HOLD_OUT_EVERY],
@@ -54,6 +56,31 @@ def is_utf8(path: str) -> bool:
         except UnicodeDecodeError:
             return False
     return True
+
+
+# How every character-map codec of encodings/ opens (its module docstring), whether gencodec.py
+# wrote it ("Python Character Mapping Codec cp1252 generated from 'MAPPINGS/...' with
+# gencodec.py.") or a hand adapted it ("... for CP858, modified from cp850.").
+CODEC_TABLE_HEADER = "Python Character Mapping Codec"
+
+
+def is_codec_table(path: str) -> bool:
+    """Whether ``path`` is one of the standard library's character-map codecs (encodings/cp1252.py,
+    mac_roman.py, ... about 70 files): a page of boilerplate around a 256-entry
+    ``decoding_table`` (or ``decoding_map``) literal, one ``'\\x..'  #  0x.. -> LATIN SMALL
+    LETTER ...`` line per byte.
+
+    Left out of the datasets because they are data, not code: ~4% of the sources' bytes, but the
+    most repetitive, so a small model learns them first, and its sample after ``    def `` drifted
+    into ``0x00,     #  LATIN SMALL LETTER`` rows (the BPE vocabulary, trained on the same files,
+    spent ids on `` LATIN``, `` SMALL``, `` LETTER`` too). Recognised by what the files say of
+    themselves (the docstring every such codec opens with, and its table), not by their names,
+    so a Python that adds or renames a codec needs no change here.
+    """
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    opening = text.lstrip().removeprefix('"""').lstrip()
+    return opening.startswith(CODEC_TABLE_HEADER) and ("decoding_table" in text or "decoding_map" in text)
 
 
 def train_tokenizer(files: list[str], path: str, vocab_size: int = VOCAB_SIZE) -> None:
@@ -110,7 +137,14 @@ def main(output: str) -> None:
                     f"prepare.py: {path} was not packed with {tokenizer}; delete {tokenizer} to train it again "
                     f"from the same files, or all of {output} to start afresh"
                 )
-            print(f"{path}: already packed")
+            packed = Roxxel(path).num_documents  # a document per file
+            if packed != len(paths):  # packed from another selection (another Python, an older prepare.py)
+                print(
+                    f"{path}: already packed, from {count(packed, 'file')}; this prepare.py selects "
+                    f"{count(len(paths), 'file')}: delete {output} to pack them afresh"
+                )
+            else:
+                print(f"{path}: already packed")
             continue
         # Tokenizing the code takes ~20 s of both cores: say so before it starts, not after.
         print(f"{path}: packing {count(len(paths), 'file')} (BPE on every core) ...", flush=True)
