@@ -172,7 +172,7 @@ import json, os, sys
 with open(os.environ["FAKE_ENGINE_LOG"], "a") as log:
     log.write(json.dumps(sys.argv[1:]) + "\n")
 if sys.argv[1:3] == ["network", "inspect"]:
-    print(json.dumps([{{"subnets": [{{"subnet": "10.89.3.0/24"}}]}}]))
+    print(json.dumps([{{"subnets": [{{"subnet": "10.89.3.0/24"}}], "network_interface": "podman93"}}]))
 sys.exit(0)
 """
 
@@ -251,7 +251,7 @@ with open(os.environ["FAKE_ENGINE_LOG"], "a") as log:
     log.write(json.dumps(sys.argv[1:]) + "\n")
 code, started, said = json.loads(os.environ["FAKE_ENGINE_START"])
 if sys.argv[1:3] == ["network", "inspect"]:
-    print(json.dumps([{{"subnets": [{{"subnet": "10.89.3.0/24"}}]}}]))
+    print(json.dumps([{{"subnets": [{{"subnet": "10.89.3.0/24"}}], "network_interface": "podman93"}}]))
 if sys.argv[1] == "inspect":
     print("false " + (started or "0001-01-01 00:00:00 +0000 UTC"))
 if sys.argv[1] == "start":

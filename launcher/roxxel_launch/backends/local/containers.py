@@ -446,7 +446,12 @@ class ContainerRuntime(WorkerRuntime):
             info = json.loads(_podman(self.engine, "network", "inspect", self.network).stdout)[0]
             subnet = ipaddress.ip_network(info["subnets"][0]["subnet"])
             # netavark adds no FORWARD rule for an internal network (docker adds its own)
-            bridge_firewall.allow(info["network_interface"], self.run_id)
+            if info.get("network_interface"):
+                bridge_firewall.allow(info["network_interface"], self.run_id)
+            elif bridge_firewall.host_filters_bridges():
+                raise BackendError(
+                    f"`podman network inspect {self.network}` names no network_interface: cannot let its pods through this machine's bridge filter"
+                )
         hosts = list(subnet.hosts())[10 : 10 + n]  # clear of the gateway at the start of the range
         if len(hosts) < n:
             raise BackendError(f"network {self.network} ({subnet}) has no room for {n} pods")
