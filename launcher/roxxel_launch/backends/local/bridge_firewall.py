@@ -28,7 +28,7 @@ from pathlib import Path
 
 from roxxel_launch.backends.base import BackendError
 
-logger = logging.getLogger("roxxel_launch.local")
+logger = logging.getLogger("roxxel_launch.backends.local")
 
 BRIDGE_NF_CALL_IPTABLES = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 """The kernel switch (br_netfilter) that sends every bridge's frames through iptables."""
