@@ -99,13 +99,17 @@ class Sink:
 
             # tensorboardX names its file by the second and the host only, and truncates a file of that
             # name: a second Logger on the same directory within a second (a quick restart, a test)
-            # erased the first one's events. The process id and a count make every name new.
+            # erased the first one's events. The process id and a count make every name new; the
+            # time in nanoseconds first, zero-padded, keeps names of one second in the order they were opened:
+            # TensorBoard reads a run's files in name order, and a restart's purge of the steps it
+            # logs again works only if its file comes after the first one's (a bare count put a
+            # tenth file, ".10", before a ninth, ".9").
             # One directory per run: TensorBoard names a run by its directory under --logdir
             # (event files right in tensorboard/ made a run named '.').
             self._tb = SummaryWriter(
                 os.path.join(log_dir, TENSORBOARD_DIR, run_name),
                 flush_secs=30,
-                filename_suffix=f".{os.getpid()}.{next(_EVENT_FILES)}",
+                filename_suffix=f".{time.time_ns():020d}.{os.getpid()}.{next(_EVENT_FILES):06d}",
             )
 
     # queue item handlers
