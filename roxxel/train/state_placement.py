@@ -127,9 +127,9 @@ def _put_local(x: Any, sharding: NamedSharding) -> jax.Array:
 
 def _local_digests(values: list[Any]) -> np.ndarray:
     """``(len(values), 2)`` uint32: the sharding-independent checksum of each whole local value."""
-    from roxxel.train.digest import dispatch_checksums  # the checkpoints' per-array checksum
+    from roxxel.train.digest import array_checksums  # the checkpoints' per-array checksum
 
-    sums = dispatch_checksums({str(i): v for i, v in enumerate(values)}).read()  # {index: 16 hex digits}
+    sums = array_checksums({str(i): v for i, v in enumerate(values)})  # {index: 16 hex digits}
     hexes = [sums[str(i)] for i in range(len(values))]  # by index: the tree's leaf order sorts "10" before "2"
     return np.array([[int(h[:8], 16), int(h[8:], 16)] for h in hexes], np.uint32).reshape(-1, 2)
 

@@ -15,6 +15,8 @@ import textwrap
 import threading
 import time
 
+import jax
+import numpy as np
 import pytest
 from flax import nnx
 
@@ -31,10 +33,10 @@ def test_save_returns_before_the_checksums_are_read_and_the_commit_records_them(
     read_on: list[threading.Thread] = []
     read = digest.PendingChecksums.read
 
-    def slow_read(self):
+    def slow_read(self, exchange=None):
         read_on.append(threading.current_thread())
         time.sleep(SLOW_READ_S)  # a device still computing them
-        return read(self)
+        return read(self, exchange)
 
     with Checkpointer(tmp_path / "ckpt", state=ms) as ckpt:
         ckpt.save(1)  # compiles the checksums' program: seconds on a loaded machine, not what is timed
@@ -69,7 +71,7 @@ def test_a_restore_verifies_the_checksums_recorded_by_the_background_commit(tmp_
 
 
 def test_checksums_that_cannot_be_read_fail_the_save(tmp_path, monkeypatch):
-    def broken(self):
+    def broken(self, exchange=None):
         raise RuntimeError("injected: the device failed")
 
     monkeypatch.setattr(digest.PendingChecksums, "read", broken)
@@ -79,6 +81,35 @@ def test_checksums_that_cannot_be_read_fail_the_save(tmp_path, monkeypatch):
         ckpt.wait_until_finished()
     ckpt.close()
     assert not (tmp_path / "ckpt" / "1").exists()
+
+
+def test_a_step_that_donates_the_arrays_right_after_save_leaves_the_sums_of_what_was_saved(tmp_path, monkeypatch):
+    """On the CPU backend the commit sums zero-copy views of the arrays, in the background.
+    A step dispatched right after ``save()`` that donates those arrays (``donate_argnums``)
+    must not write its results into the memory being summed: the held view keeps JAX from
+    reusing the buffers. Were it reused, the recorded sums would be of the new values and
+    the restore of the saved ones would fail its checksum check."""
+    ms = common.build(shard=False)
+    before = jax.tree.map(np.asarray, _pure(ms.model))
+    block_sums = digest.block_sums
+
+    def late_sums(*args):
+        time.sleep(0.05)  # the commit sums while the training thread goes on
+        return block_sums(*args)
+
+    monkeypatch.setattr(digest, "block_sums", late_sums)
+    bump = jax.jit(lambda params: jax.tree.map(lambda x: x + 1.0, params), donate_argnums=0)
+    with Checkpointer(tmp_path / "ckpt", state=ms) as ckpt:
+        assert ckpt.save(1)
+        params = nnx.state(ms.model, nnx.Param)
+        nnx.update(ms.model, bump(params))  # the next step, donating the saved arrays
+        jax.block_until_ready(nnx.state(ms.model))
+        ckpt.wait_until_finished()
+    fresh = common.build(seed=5, shard=False)
+    with Checkpointer(tmp_path / "ckpt", state=fresh) as ckpt:
+        assert ckpt.restore() == 1  # verifies every array's checksum
+    for got, want in zip(jax.tree.leaves(_pure(fresh.model)), jax.tree.leaves(before)):
+        np.testing.assert_array_equal(np.asarray(got), want)
 
 
 FAILED_SAVES = 15
@@ -101,7 +132,7 @@ def test_failed_saves_leave_nothing_to_complete_into_a_closed_event_loop(tmp_pat
         from roxxel.train.checkpoint import CheckpointSaveError, Checkpointer
         seen = []
         sys.unraisablehook = lambda u: seen.append(f"{{u.exc_type.__name__}}: {{u.exc_value}}")
-        def broken(self):
+        def broken(self, exchange=None):
             raise RuntimeError("injected: the device failed")
         digest.PendingChecksums.read = broken
         ms = common.build()

@@ -17,6 +17,8 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from roxxel.train import digest
 
@@ -76,3 +78,103 @@ def test_arrays_on_different_devices_are_summed_alike(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == _reference(np.arange(8, dtype=np.float32))
+
+
+def test_a_save_sums_host_arrays_with_numpy_to_the_same_values():
+    """A save's layout (``host=True``) sums numpy arrays and arrays on CPU devices in numpy
+    from views taken at plan time: the values are the device programs' (and the definition's),
+    and no device program is dispatched for them."""
+    tree = _tree()
+    want = digest.array_checksums(tree)
+    layout = digest.ChecksumLayout(tree, host=True)
+    calls = []
+    real = digest._checksums
+
+    def counted(*xs):
+        calls.append(len(xs))
+        return real(*xs)
+
+    digest._checksums, saved = counted, digest._checksums
+    try:
+        got = layout.plan(jax.tree.leaves(tree)).dispatch().read()
+    finally:
+        digest._checksums = saved
+    assert got == want and list(got) == list(want)
+    assert calls == [1]  # only the PRNG key (its words exist on the device side)
+
+
+def _block_reference(global_array: np.ndarray, index) -> tuple[int, int]:
+    """The block's share by the definition: the global array's terms, zero outside the block."""
+    a = global_array.astype(np.uint8) if global_array.dtype == np.bool_ else global_array
+    words = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint32}[a.dtype.itemsize]
+    per_item = 2 if a.dtype.itemsize == 8 else 1
+    inside = np.zeros(a.shape, bool)
+    inside[index] = True
+    w = np.ascontiguousarray(a).reshape(-1).view(words).astype(np.uint64)
+    keep = np.repeat(inside.reshape(-1), per_item)
+    i = np.arange(w.size, dtype=np.uint64)
+    first = int((w * (2 * i + 1))[keep].sum() % 2**32)
+    second = int((((w ^ ((i * 0x9E3779B1) % 2**32)) * 0x85EBCA6B) % 2**32)[keep].sum() % 2**32)
+    return first, second
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.lists(st.integers(0, 7), min_size=0, max_size=4),
+    dtype=st.sampled_from([np.float32, np.int8, np.uint16, np.float16, np.bool_, np.int64, np.float64, np.int32]),
+    cut=st.data(),
+)
+def test_block_shares_add_up_to_the_definition(shape, dtype, cut):
+    """Any block of any array (every axis cut anywhere) gets the definition's share of it,
+    positions counted in the global array: 8-byte items give two words each, a 0-d array is
+    one item, an empty block gives nothing."""
+    rng = np.random.default_rng(len(shape))
+    a = (rng.standard_normal(shape) * 1000).astype(dtype)
+    index = []
+    for n in shape:
+        lo = cut.draw(st.integers(0, n))
+        index.append(slice(lo, cut.draw(st.integers(lo, n))))
+    index = tuple(index)
+    assert digest.block_sums(a[index], a.shape, index) == _block_reference(a, index)
+
+
+def test_long_rows_are_summed_in_sub_rows_and_a_tail(monkeypatch):
+    """Rows longer than the sub-row width (a 1-D array, a wide matrix) are cut into sub-rows
+    and a tail, each word still at its global position."""
+    monkeypatch.setattr(digest, "_HOST_ROW_WORDS", 8)
+    monkeypatch.setattr(digest, "_HOST_CHUNK_WORDS", 16)
+    rng = np.random.default_rng(7)
+    for shape, index in [
+        ((100,), (slice(3, 91),)),
+        ((5, 37), (slice(1, 4), slice(2, 35))),
+        ((3, 9), (slice(0, 3), slice(0, 9))),
+    ]:
+        a = rng.integers(0, 2**32, shape, dtype=np.uint64).astype(np.uint32)
+        for dt in (np.uint32, np.float64):
+            b = a.astype(dt)
+            assert digest.block_sums(b[index], b.shape, index) == _block_reference(b, index), (shape, dt)
+
+
+def test_sharded_arrays_on_cpu_devices_are_summed_per_block_alike(tmp_path):
+    """Arrays sharded over 4 CPU devices (rows, the last axis, both, replicated, partly
+    replicated, bfloat16): each replica-0 block summed on the host adds up to the devices'
+    sums over the global array."""
+    script = textwrap.dedent("""
+        import jax, jax.numpy as jnp, numpy as np
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from roxxel.train import digest
+        mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
+        x = jnp.asarray(np.random.default_rng(1).standard_normal((8, 10, 8)), jnp.float32)
+        specs = {"rows": P("a"), "last": P(None, None, "b"), "both": P("a", None, "b"), "replicated": P(),
+                 "part": P(None, "b"), "flat": P(("a", "b"))}
+        tree = {k: jax.device_put(x, NamedSharding(mesh, s)) for k, s in specs.items()}
+        tree["bf16"] = jax.device_put(x[0].astype(jnp.bfloat16), NamedSharding(mesh, P("a", "b")))
+        want = digest.array_checksums(tree)
+        got = digest.ChecksumLayout(tree, host=True).plan(jax.tree.leaves(tree)).dispatch().read()
+        assert got == want, {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+        print("OK", len(got))
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "OK 7"

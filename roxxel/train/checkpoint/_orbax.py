@@ -217,3 +217,14 @@ def _install_finishing_loop() -> None:
     # this module's reason to be (pinned in pyproject.toml, tests/architecture/test_pinned_versions.py).
     run_sync_via_new_loop._roxxel_finishes_reads = True  # type: ignore[attr-defined]  # noqa: SLF001
     asyncio_utils._run_sync_via_new_loop = run_sync_via_new_loop  # noqa: SLF001  (see above)
+
+
+def coordination_client() -> object | None:
+    """JAX's client of the job's coordination service (its key-value store), or ``None`` in a
+    job without ``jax.distributed``. Private JAX API (``jax._src.distributed.global_state``,
+    as Orbax's own multi-process signals use it); ``None`` without it."""
+    try:
+        from jax._src import distributed as jax_distributed
+    except ImportError:  # pragma: no cover - layout of a future jax
+        return None
+    return getattr(jax_distributed.global_state, "client", None)

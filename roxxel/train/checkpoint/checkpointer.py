@@ -27,6 +27,7 @@ from roxxel.contract import ENV_RESTORE_FROM
 from roxxel.exit_codes import PREEMPTED_EXIT_CODE, ConfigValueError
 from roxxel.train.cadence import Cadence, Default, checkpoint_cadence
 from roxxel.train.checkpoint import _orbax, lifecycle, ownership, restoring
+from roxxel.train.checkpoint.checksum_exchange import exchange_for
 from roxxel.train.checkpoint.directory import check_gcs_backend, resolve_branch_source, resolve_directory
 from roxxel.train.checkpoint.errors import CheckpointSaveError, Preempted, one_line
 from roxxel.train.checkpoint.fingerprint import describe_changes, judge_of, judge_resume, normalize_json
@@ -340,7 +341,8 @@ class Checkpointer:
         run = run_record(step, tokens_consumed, metrics, self.fingerprint, self.settings)
         deadline = time.monotonic() + self._timeout  # bounds the whole save, from this call on
         pure, checksums = self._pure.take()
-        saved = hand_to_orbax(self._manager, step, pure, run, checksums, orbax_metrics)
+        exchange = exchange_for(step, deadline)
+        saved = hand_to_orbax(self._manager, step, pure, run, checksums, orbax_metrics, exchange)
         if saved:
             if not self._owner_recorded and jax.process_index() == 0:
                 ownership.record_owner(self.directory, self.run_name)

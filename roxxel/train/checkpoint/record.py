@@ -19,7 +19,7 @@ from etils import epath
 
 from roxxel._version import __version__
 from roxxel.json_changes import normalize_json
-from roxxel.train.digest import ChecksumPlan, PendingChecksums
+from roxxel.train.digest import ChecksumPlan, PendingChecksums, SumExchange
 
 STATE_ITEM = "state"
 """Name of the composite item holding model and optimizer variables."""
@@ -92,10 +92,12 @@ class RunChecksums:
     (a :class:`~roxxel.train.digest.ChecksumPlan`: which arrays, which programs), dispatched
     right after Orbax's manager has taken the arrays (:meth:`dispatch`: only the launches,
     while Orbax's background threads start), read by the run record's background commit
-    (:meth:`read`). Every process dispatches them (a collective)."""
+    (:meth:`read`), host-summed shares combined across processes by ``exchange``. Every
+    process dispatches them (a collective)."""
 
-    def __init__(self, plan: ChecksumPlan) -> None:
+    def __init__(self, plan: ChecksumPlan, exchange: SumExchange | None = None) -> None:
         self._given = threading.Event()
+        self._exchange = exchange
         self._plan: ChecksumPlan | None = plan
         self._pending: PendingChecksums | None = None
         self._error: BaseException | None = None
@@ -119,22 +121,23 @@ class RunChecksums:
         self._error = err
         self._given.set()
 
-    def read(self) -> dict[str, str]:
-        """``{path: "<16 hex digits>"}``; waits for :meth:`dispatch` (or :meth:`fail`), then
-        for the devices. Raises RuntimeError when no checksums will come."""
+    def read(self) -> dict[str, str] | None:
+        """``{path: "<16 hex digits>"}``, or ``None`` on a process that writes no record (its
+        shares were sent to process 0); waits for :meth:`dispatch` (or :meth:`fail`), then
+        for the devices and the host sums. Raises RuntimeError when no checksums will come."""
         self._given.wait()
         if self._pending is None:
             raise RuntimeError(f"the checksums of the save were not computed: {self._error!r}") from self._error
-        return self._pending.read()
+        return self._pending.read(self._exchange)
 
 
-def seal(run: dict[str, Any], plan: ChecksumPlan) -> RunChecksums:
+def seal(run: dict[str, Any], plan: ChecksumPlan, exchange: SumExchange | None = None) -> RunChecksums:
     """Add the UTC time of the save (ISO 8601) to ``run``; return the holder of its arrays'
-    checksums (:mod:`roxxel.train.digest`), planned by ``plan``, to pass with it to
-    :class:`RunRecordSave` and to :meth:`RunChecksums.dispatch` once Orbax's save has taken
-    the arrays."""
+    checksums (:mod:`roxxel.train.digest`), planned by ``plan`` (host shares combined by
+    ``exchange``), to pass with it to :class:`RunRecordSave` and to
+    :meth:`RunChecksums.dispatch` once Orbax's save has taken the arrays."""
     run["saved_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return RunChecksums(plan)
+    return RunChecksums(plan, exchange)
 
 
 class RunRecordHandler(ocp.handlers.JsonCheckpointHandler):
@@ -157,7 +160,10 @@ class RunRecordHandler(ocp.handlers.JsonCheckpointHandler):
 
         async def commit() -> None:
             if checksums is not None:
-                record["checksums"] = checksums.read()  # waits for the devices, off the training thread
+                sums = checksums.read()  # waits for the devices / sums the host blocks, off the training thread
+                if sums is None:  # a process that writes no record: its shares went to process 0
+                    return
+                record["checksums"] = sums
             await self._save_fn(record, directory)
 
         return [ocp.future.CommitFutureAwaitingContractedSignals(commit(), name="roxxel_run_record")]

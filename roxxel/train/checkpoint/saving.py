@@ -21,7 +21,7 @@ from etils import epath
 from flax import nnx
 
 from roxxel.train.checkpoint.record import RUN_ITEM, STATE_ITEM, RunRecordSave, seal
-from roxxel.train.digest import ChecksumLayout, ChecksumPlan
+from roxxel.train.digest import ChecksumLayout, ChecksumPlan, SumExchange
 from roxxel.train.state import ModelState
 
 log = logging.getLogger("roxxel.checkpoint")
@@ -86,7 +86,7 @@ class PureState:
             self._links = _link(leaves, modules, arrays, pure)
         tree = jax.tree.unflatten(pure, arrays)
         if self._layout is None or not self._layout.fits(pure, arrays):
-            self._layout = ChecksumLayout(tree)
+            self._layout = ChecksumLayout(tree, host=True)
         return tree, self._layout.plan(arrays)
 
 
@@ -115,20 +115,25 @@ def hand_to_orbax(
     run: dict[str, Any],
     plan: ChecksumPlan,
     metrics: dict[str, float] | None,
+    exchange: SumExchange | None = None,
 ) -> bool:
     """Start Orbax's asynchronous save of ``step`` (the decision to save it is made): the
     ``state`` item ``pure`` and the ``run`` record, whose background commit waits for the
-    checksums of ``plan``; returns whether Orbax started it.
+    checksums of ``plan`` (their processes' shares combined by ``exchange``, see
+    :mod:`.checksum_exchange`); returns whether Orbax started it.
 
-    The checksums are dispatched only after Orbax's save has returned: by then Orbax has
-    copied the arrays to the host, so the sums do not queue on the devices ahead of that
-    copy (dispatched before it, they did: 4x Orbax's blocking time), and they run while
-    training goes on.
+    The device programs of the checksums are dispatched only after Orbax's save has
+    returned: by then Orbax has copied the arrays to the host, so the sums do not queue on
+    the devices ahead of that copy, and they run while training goes on. Arrays on CPU
+    devices were taken by ``plan`` as host views and are summed in the commit: on the CPU
+    backend the sums would otherwise take the host's cores from Orbax's save (dispatched
+    before it, 4x Orbax's blocking time) or, dispatched after it, wait for those cores
+    behind Orbax's starting threads (up to 20 ms).
 
     Raises:
         Exception: whatever Orbax's save raises (the run record's commit then fails too).
     """
-    checksums = seal(run, plan)
+    checksums = seal(run, plan, exchange)
     try:
         saved = manager.save(
             step,
