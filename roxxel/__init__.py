@@ -15,6 +15,7 @@ from roxxel._version import __version__
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and editors
     from roxxel.compat import Roxxel
     from roxxel.data import Curriculum, Dataset, Phase, Stream
+    from roxxel.deprecation import RoxxelDeprecationWarning
     from roxxel.train import Checkpointer, Logger, Trainer
 
 # Public name -> the module that defines it.
@@ -23,13 +24,25 @@ _LAZY = {
     "Phase": "roxxel.data",
     "Dataset": "roxxel.data",
     "Roxxel": "roxxel.compat",
+    "RoxxelDeprecationWarning": "roxxel.deprecation",
     "Stream": "roxxel.data",
     "Checkpointer": "roxxel.train",
     "Logger": "roxxel.train",
     "Trainer": "roxxel.train",
 }
 
-__all__ = ["__version__", "Checkpointer", "Curriculum", "Dataset", "Logger", "Phase", "Roxxel", "Stream", "Trainer"]
+__all__ = [
+    "__version__",
+    "Checkpointer",
+    "Curriculum",
+    "Dataset",
+    "Logger",
+    "Phase",
+    "Roxxel",
+    "RoxxelDeprecationWarning",
+    "Stream",
+    "Trainer",
+]
 
 
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)

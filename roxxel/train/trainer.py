@@ -116,7 +116,7 @@ class Trainer:
     docs/trainer.md has a table of each. The flat keywords of before (``eval_every=``,
     ``seed=``, ``partial_restore=`` ...) and the callback shortcuts (``learning_rate=``,
     ``flops_per_token=``, ``num_params=``, ``peak_flops_per_device=``, ``profile_steps=``)
-    still work, with one ``DeprecationWarning`` per call naming what replaces each
+    still work, with one :class:`~roxxel.deprecation.RoxxelDeprecationWarning` per call naming what replaces each
     (:mod:`roxxel.train.flat_keywords`).
 
     Args:
