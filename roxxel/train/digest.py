@@ -13,11 +13,12 @@ accidents, not a cryptographic hash against tampering.
 Where the arrays live decides where a save sums them. On GPU and TPU the sums run on the
 devices (programs dispatched by the training thread, read later). On JAX's CPU backend the
 devices are the host's own cores: there a save takes zero-copy numpy views of the blocks
-each process holds (a held view also keeps a later donation from reusing the buffer) and
-the background commit sums them with numpy (:func:`block_sums`; one core, no dispatch on
-the training thread), each process its own blocks; the parts add up to the global sums
-(both sums are sums of per-word terms mod 2**32), which a caller-given exchange combines
-across processes. Both ways give the same values (tests/train/test_digest.py).
+each process holds of the arrays of whole-word dtypes (a held view also keeps a later
+donation from reusing the buffer) and the background commit sums them with numpy
+(:func:`block_sums`; one core, no dispatch on the training thread), each process its own
+blocks; the parts add up to the global sums (both sums are sums of per-word terms mod
+2**32), which a caller-given exchange combines across processes. Both ways give the same
+values (tests/train/test_digest.py).
 """
 
 from __future__ import annotations
@@ -96,16 +97,28 @@ _HOST_ROW_WORDS = 1 << 16
 def _placement(leaf: Any, host: bool = False) -> Any:
     """What decides a leaf's program: its sharding (one program per set of devices), ``None``
     for a host array (summed on the default device), :data:`_NOT_ARRAY` for the rest; with
-    ``host``, :data:`_ON_HOST` for a numpy array and for a jax.Array all of whose devices are
-    CPUs (PRNG keys excepted: their words exist only on the device side)."""
+    ``host``, :data:`_ON_HOST` for a jax.Array all of whose devices are CPUs and whose words
+    the host sums alike (:func:`_host_summable`)."""
     if isinstance(leaf, jax.Array):
-        if host and not jnp.issubdtype(leaf.dtype, jax.dtypes.extended):
-            if all(getattr(d, "platform", None) == "cpu" for d in leaf.sharding.device_set):
-                return _ON_HOST
+        if host and _host_summable(leaf):
+            return _ON_HOST
         return leaf.sharding
-    if isinstance(leaf, (np.ndarray, np.generic)):
-        return _ON_HOST if host else None
-    return _NOT_ARRAY
+    return None if isinstance(leaf, (np.ndarray, np.generic)) else _NOT_ARRAY
+
+
+def _host_summable(leaf: jax.Array) -> bool:
+    """Whether the host's sums of ``leaf`` are the devices' by construction: on CPU devices,
+    of a dtype whose items are whole words of 1, 2, 4 or 8 bytes. Not PRNG keys (their words
+    exist on the device side), complex or sub-byte dtypes (int4, float4: the device program
+    refuses them, so a save fails as before instead of recording sums no restore can
+    check), nor numpy leaves (the device program sums them after JAX's dtype conversion: a
+    float64 leaf as float32 without x64; every process holds them whole)."""
+    dtype = leaf.dtype
+    if jnp.issubdtype(dtype, jax.dtypes.extended) or jnp.issubdtype(dtype, jnp.complexfloating):
+        return False
+    if jax.dtypes.itemsize_bits(dtype) not in (8, 16, 32, 64):
+        return False
+    return all(getattr(d, "platform", None) == "cpu" for d in leaf.sharding.device_set)
 
 
 def _host_words(block: np.ndarray) -> tuple[np.ndarray, int]:
@@ -179,13 +192,10 @@ def block_sums(block: np.ndarray, global_shape: tuple[int, ...], index: tuple[sl
     return (2 * weighted + total) & _MASK, (mixed * int(_MIX)) & _MASK
 
 
-def _blocks(leaf: Any) -> tuple[tuple[int, ...], list[tuple[tuple[slice, ...], np.ndarray]]]:
+def _blocks(leaf: jax.Array) -> tuple[tuple[int, ...], list[tuple[tuple[slice, ...], np.ndarray]]]:
     """A host-summed leaf's global shape and the blocks this process sums: zero-copy views of
     its addressable shards of replica 0 (each block of the array is summed by exactly one
-    process), or the numpy array whole."""
-    if not isinstance(leaf, jax.Array):
-        a = np.asarray(leaf)
-        return a.shape, [(tuple(slice(0, n) for n in a.shape), a)]
+    process)."""
     if len(leaf.sharding.device_set) == 1 and leaf.is_fully_addressable:
         return leaf.shape, [(tuple(slice(0, n) for n in leaf.shape), np.asarray(leaf.addressable_data(0)))]
     return leaf.shape, [(s.index, np.asarray(s.data)) for s in leaf.addressable_shards if s.replica_id == 0]
@@ -284,8 +294,9 @@ class ChecksumLayout:
 
     Args:
         tree: a nested dict of arrays (and Python scalars, which are skipped).
-        host: sum numpy arrays and arrays on CPU devices with numpy (a save's background
-            commit); without it every array is summed on its devices.
+        host: sum the arrays on CPU devices with numpy (a save's background commit; see
+            :func:`_host_summable` for which); without it every array is summed on its
+            devices.
     """
 
     def __init__(self, tree: Any, host: bool = False) -> None:

@@ -24,6 +24,7 @@ import support.ckpt as common
 from support.paths import TESTS
 from roxxel.train import digest
 from roxxel.train.checkpoint import CheckpointCorruptError, CheckpointSaveError, Checkpointer
+from roxxel.train.state import ModelState
 
 SLOW_READ_S = 1.5
 
@@ -156,3 +157,22 @@ def test_failed_saves_leave_nothing_to_complete_into_a_closed_event_loop(tmp_pat
     last = [line for line in out.stdout.splitlines() if line.startswith("UNRAISABLE")]
     assert last, out.stderr[-3000:]
     assert last[0].startswith("UNRAISABLE 0 "), last[0]
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "int4"])
+def test_a_state_whose_checksums_no_restore_could_check_fails_its_save(tmp_path, dtype):
+    """The device programs refuse complex and sub-byte dtypes, so a restore could not check
+    such arrays: their save fails, naming the cause, and leaves no step. (Summed on the host
+    they were accepted: the save wrote a step whose restore raised a bare TypeError.)"""
+    import jax.numpy as jnp
+
+    class Holder(nnx.Module):
+        def __init__(self) -> None:
+            self.w = nnx.Param(jnp.ones((4, 3), jnp.dtype(dtype)))
+
+    ckpt = Checkpointer(tmp_path / "ckpt", state=ModelState(Holder()))
+    ckpt.save(1)
+    with pytest.raises(CheckpointSaveError, match="step 1.*checksums of the save were not computed"):
+        ckpt.wait_until_finished()
+    ckpt.close()
+    assert not (tmp_path / "ckpt" / "1").exists()

@@ -104,15 +104,20 @@ class RunChecksums:
 
     def dispatch(self) -> None:
         """Start computing the planned checksums; returns without waiting for the devices.
-        Re-raises (after recording it for :meth:`read`) any error of the dispatch."""
+        An error of the dispatch (a dtype the sums refuse: complex, int4) is recorded for
+        :meth:`read`, which raises it in the commit: Orbax's save has started by now, so the
+        step fails like any failed write (``CheckpointSaveError`` naming it, at the next
+        ``save``, ``wait_until_finished`` or ``close``) and leaves no step a restore could
+        not check. Raised here it escaped ``save()`` before the save in flight was recorded,
+        and the later error named no step."""
+        if self._plan is None:
+            raise RuntimeError("RunChecksums.dispatch() called twice")
         try:
-            if self._plan is None:
-                raise RuntimeError("RunChecksums.dispatch() called twice")
             self._pending = self._plan.dispatch()
-            self._plan = None
-        except BaseException as err:
+        except Exception as err:
             self.fail(err)
-            raise
+            return
+        self._plan = None
         self._given.set()
 
     def fail(self, err: BaseException) -> None:
