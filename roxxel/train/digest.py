@@ -108,7 +108,8 @@ def _placement(leaf: Any, host: bool = False) -> Any:
 
 def _host_summable(leaf: jax.Array) -> bool:
     """Whether the host's sums of ``leaf`` are the devices' by construction: on CPU devices,
-    of a dtype whose items are whole words of 1, 2, 4 or 8 bytes. Not PRNG keys (their words
+    of a dtype whose items are whole words of 1, 2, 4 or 8 bytes, in the devices' default
+    memory (not ``pinned_host``, which the device program refuses). Not PRNG keys (their words
     exist on the device side), complex or sub-byte dtypes (int4, float4: the device program
     refuses them, so a save fails as before instead of recording sums no restore can
     check), nor numpy leaves (the device program sums them after JAX's dtype conversion: a
@@ -117,6 +118,8 @@ def _host_summable(leaf: jax.Array) -> bool:
     if jnp.issubdtype(dtype, jax.dtypes.extended) or jnp.issubdtype(dtype, jnp.complexfloating):
         return False
     if jax.dtypes.itemsize_bits(dtype) not in (8, 16, 32, 64):
+        return False
+    if leaf.sharding.memory_kind not in (None, "device"):  # pinned_host: the device program refuses it
         return False
     return all(getattr(d, "platform", None) == "cpu" for d in leaf.sharding.device_set)
 
