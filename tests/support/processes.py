@@ -122,3 +122,19 @@ def run(
 ) -> list[Process]:
     """:func:`start` then :func:`finish`."""
     return finish(start(argv, n, logs, env, name), expect, timeout)
+
+
+def join_job(coordinator: str | None, nproc: int, pid: int) -> None:
+    """The worker's side of :func:`run`: join the job as process ``pid`` of ``nproc`` through
+    ``roxxel.distributed.initialize`` (a no-op for one process), with timeouts short enough
+    for a test: 60 s to meet the coordinator, a peer gone for 20 s ends the job."""
+    if nproc > 1:
+        import roxxel.distributed as rd
+
+        rd.initialize(
+            coordinator_address=coordinator,
+            num_processes=nproc,
+            process_id=pid,
+            initialization_timeout=60,
+            heartbeat_timeout_seconds=20,
+        )

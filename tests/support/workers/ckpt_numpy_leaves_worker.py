@@ -27,16 +27,9 @@ def main() -> int:
     p.add_argument("--pid", type=int, default=0)
     args = p.parse_args()
     logging.getLogger("absl").setLevel(logging.ERROR)
-    import roxxel.distributed as rd
+    from support.processes import join_job
 
-    if args.nproc > 1:
-        rd.initialize(
-            coordinator_address=args.coordinator,
-            num_processes=args.nproc,
-            process_id=args.pid,
-            initialization_timeout=60,
-            heartbeat_timeout_seconds=20,
-        )
+    join_job(args.coordinator, args.nproc, args.pid)
     import jax
     import numpy as np
     from flax import nnx

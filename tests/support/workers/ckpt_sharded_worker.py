@@ -41,16 +41,10 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     for name in ("absl",):
         logging.getLogger(name).setLevel(logging.ERROR)
-    import roxxel.distributed as rd
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/
+    from support.processes import join_job
 
-    if args.nproc > 1:
-        rd.initialize(
-            coordinator_address=args.coordinator,
-            num_processes=args.nproc,
-            process_id=args.pid,
-            initialization_timeout=60,
-            heartbeat_timeout_seconds=20,
-        )
+    join_job(args.coordinator, args.nproc, args.pid)
     import jax
     import jax.numpy as jnp
     import optax
@@ -58,7 +52,6 @@ def main() -> int:
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/
     import support.ckpt as common
     from roxxel.train.checkpoint import Checkpointer
     from roxxel.train.state import ModelState

@@ -75,16 +75,10 @@ def main() -> int:
     args = parse()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # debugging a hang: kill -USR1 <pid>
     quiet_logs()
-    import roxxel.distributed as rd
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/
+    from support.processes import join_job
 
-    if args.nproc > 1:
-        rd.initialize(
-            coordinator_address=args.coordinator,
-            num_processes=args.nproc,
-            process_id=args.pid,
-            initialization_timeout=60,
-            heartbeat_timeout_seconds=20,
-        )
+    join_job(args.coordinator, args.nproc, args.pid)
 
     def sigterm_self(window: str) -> None:
         if args.sigterm_at == window and args.pid == args.sigterm_pid:
@@ -96,7 +90,6 @@ def main() -> int:
     import jax.numpy as jnp
     from flax import nnx
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     import support.ckpt as common  # tests/ on sys.path: the shared helpers
     from roxxel.train.checkpoint import Checkpointer, Preempted
 
