@@ -23,6 +23,8 @@ values (tests/train/test_digest.py).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
 from typing import Any
 
 import jax
@@ -34,6 +36,7 @@ __all__ = [
     "ChecksumPlan",
     "PendingChecksums",
     "SumExchange",
+    "add_shares",
     "array_checksums",
     "block_sums",
     "dispatch_checksums",
@@ -100,28 +103,30 @@ def _placement(leaf: Any, host: bool = False) -> Any:
     ``host``, :data:`_ON_HOST` for a jax.Array all of whose devices are CPUs and whose words
     the host sums alike (:func:`_host_summable`)."""
     if isinstance(leaf, jax.Array):
-        if host and _host_summable(leaf):
+        if host and _host_summable(leaf.dtype, leaf.sharding):
             return _ON_HOST
         return leaf.sharding
     return None if isinstance(leaf, (np.ndarray, np.generic)) else _NOT_ARRAY
 
 
-def _host_summable(leaf: jax.Array) -> bool:
-    """Whether the host's sums of ``leaf`` are the devices' by construction: on CPU devices,
+@functools.lru_cache(maxsize=256)
+def _host_summable(dtype: Any, sharding: jax.sharding.Sharding) -> bool:
+    """Whether the host's sums of an array of ``dtype`` placed by ``sharding`` are the
+    devices' by construction (cached: a save asks for every leaf, and a state has few
+    distinct dtypes and shardings): on CPU devices,
     of a dtype whose items are whole words of 1, 2, 4 or 8 bytes, in the devices' default
     memory (not ``pinned_host``, which the device program refuses). Not PRNG keys (their words
     exist on the device side), complex or sub-byte dtypes (int4, float4: the device program
     refuses them, so a save fails as before instead of recording sums no restore can
     check), nor numpy leaves (the device program sums them after JAX's dtype conversion: a
     float64 leaf as float32 without x64; every process holds them whole)."""
-    dtype = leaf.dtype
     if jnp.issubdtype(dtype, jax.dtypes.extended) or jnp.issubdtype(dtype, jnp.complexfloating):
         return False
     if jax.dtypes.itemsize_bits(dtype) not in (8, 16, 32, 64):
         return False
-    if leaf.sharding.memory_kind not in (None, "device"):  # pinned_host: the device program refuses it
+    if sharding.memory_kind not in (None, "device"):  # pinned_host: the device program refuses it
         return False
-    return all(getattr(d, "platform", None) == "cpu" for d in leaf.sharding.device_set)
+    return all(getattr(d, "platform", None) == "cpu" for d in sharding.device_set)
 
 
 def _host_words(block: np.ndarray) -> tuple[np.ndarray, int]:
@@ -195,13 +200,27 @@ def block_sums(block: np.ndarray, global_shape: tuple[int, ...], index: tuple[sl
     return (2 * weighted + total) & _MASK, (mixed * int(_MIX)) & _MASK
 
 
-def _blocks(leaf: jax.Array) -> tuple[tuple[int, ...], list[tuple[tuple[slice, ...], np.ndarray]]]:
+def _whole_here(sharding: jax.sharding.Sharding) -> bool:
+    """Whether an array placed by ``sharding`` is one block on one device of this process."""
+    return len(sharding.device_set) == 1 and sharding.is_fully_addressable
+
+
+def _blocks(leaf: jax.Array, whole: bool) -> tuple[tuple[int, ...], list[tuple[tuple[slice, ...], np.ndarray]]]:
     """A host-summed leaf's global shape and the blocks this process sums: zero-copy views of
     its addressable shards of replica 0 (each block of the array is summed by exactly one
-    process)."""
-    if len(leaf.sharding.device_set) == 1 and leaf.is_fully_addressable:
+    process); with ``whole`` (:func:`_whole_here` of its sharding), the one view of it all."""
+    if whole:
         return leaf.shape, [(tuple(slice(0, n) for n in leaf.shape), np.asarray(leaf.addressable_data(0)))]
     return leaf.shape, [(s.index, np.asarray(s.data)) for s in leaf.addressable_shards if s.replica_id == 0]
+
+
+def add_shares(shares: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """The sums of several blocks' (or processes') shares of both sums, mod 2**32: two ints
+    in ``[0, 2**32)``."""
+    first = second = 0
+    for a, b in shares:
+        first, second = (first + a) & _MASK, (second + b) & _MASK
+    return first, second
 
 
 class SumExchange:
@@ -277,8 +296,7 @@ class PendingChecksums:
         try:
             shares = {}
             for path, shape, blocks in self._host:
-                parts = [block_sums(block, shape, index) for index, block in blocks]
-                shares[path] = (sum(a for a, _ in parts) & _MASK, sum(b for _, b in parts) & _MASK)
+                shares[path] = add_shares(block_sums(block, shape, index) for index, block in blocks)
         except BaseException as err:
             if exchange is not None:
                 exchange.fail(err)
@@ -308,14 +326,16 @@ class ChecksumLayout:
         """The paths of the array leaves, in leaf order."""
         self._host = host
         placements = []
+        leaves = []
         for index, (path, leaf) in enumerate(leaf_paths(tree)):
+            leaves.append(leaf)
             placements.append(_placement(leaf, host))
             if placements[-1] is not _NOT_ARRAY:
                 groups.setdefault(placements[-1], []).append((path, index))
                 self.order.append(path)
         self._treedef = jax.tree.structure(tree)
         self._placements = tuple(placements)
-        self._on_host = groups.pop(_ON_HOST, [])
+        self._on_host = [(path, i, _whole_here(leaves[i].sharding)) for path, i in groups.pop(_ON_HOST, [])]
         self._calls: list[tuple[list[str], list[int]]] = [
             ([path for path, _ in chunk], [index for _, index in chunk])
             for group in groups.values()
@@ -333,7 +353,7 @@ class ChecksumLayout:
     def plan(self, leaves: list[Any]) -> ChecksumPlan:
         """The programs of this layout over ``leaves`` (of a tree it :meth:`fits`), and the
         host-summed arrays' blocks, taken now (zero-copy views)."""
-        host = [(path, *_blocks(leaves[i])) for path, i in self._on_host]
+        host = [(path, *_blocks(leaves[i], whole)) for path, i, whole in self._on_host]
         return ChecksumPlan([(paths, [leaves[i] for i in indices]) for paths, indices in self._calls], self.order, host)
 
 

@@ -113,6 +113,34 @@ def test_a_step_that_donates_the_arrays_right_after_save_leaves_the_sums_of_what
         np.testing.assert_array_equal(np.asarray(got), want)
 
 
+def test_an_interrupted_dispatch_leaves_no_commit_waiting_for_it():
+    """Ctrl-C inside the dispatch of the checksums propagates, and the run record's commit
+    (an Orbax thread waiting for them) is told, not left waiting forever."""
+    from roxxel.train.checkpoint.record import RunChecksums
+
+    class Interrupted:
+        def dispatch(self):
+            raise KeyboardInterrupt
+
+    checksums = RunChecksums(Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        checksums.dispatch()
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            checksums.read()
+        except BaseException as err:
+            outcome.append(err)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(5)
+    assert not reader.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], RuntimeError), outcome
+    assert "KeyboardInterrupt" in str(outcome[0])
+
+
 FAILED_SAVES = 15
 
 

@@ -99,3 +99,17 @@ def test_every_save_has_its_own_key():
     a = CoordinationExchange(1, time.monotonic() + 1, client=store)
     b = CoordinationExchange(1, time.monotonic() + 1, client=store)
     assert a._key != b._key
+
+
+def test_processes_whose_counts_of_saves_parted_fail_instead_of_adding_two_saves(monkeypatch):
+    """The same ordinal but another step (a save one process skipped): no share is taken
+    from the other save; process 0 fails by the deadline."""
+    store = FakeStore()
+    monkeypatch.setattr(checksum_exchange, "_SAVES", itertools.repeat(42))
+    mine = CoordinationExchange(7, time.monotonic() + 0.5, client=store)
+    theirs = CoordinationExchange(8, time.monotonic() + 0.5, client=store)
+    _as(monkeypatch, 1, count=2)
+    theirs.total({"a": (1, 1)})
+    _as(monkeypatch, 0, count=2)
+    with pytest.raises(RuntimeError, match=r"step 7: process 1 sent no share"):
+        mine.total({"a": (1, 1)})

@@ -186,7 +186,7 @@ def test_only_what_the_restore_sums_alike_is_summed_on_the_host():
     rest stays with the device programs, which refuse what no restore could check (complex,
     int4, pinned_host: a save of them fails instead of recording sums on the host)."""
     host = [jnp.ones(3, d) for d in (jnp.float32, jnp.bfloat16, jnp.bool_, jnp.int8, jnp.float8_e4m3fn, jnp.uint16)]
-    assert all(digest._host_summable(x) for x in host)
+    assert all(digest._host_summable(x.dtype, x.sharding) for x in host)
     pinned = jax.device_put(jnp.ones(3), jax.sharding.SingleDeviceSharding(jax.devices()[0], memory_kind="pinned_host"))
     device = [jnp.ones(3, jnp.complex64), jnp.ones(3, jnp.int4), jax.random.key(0), pinned]
-    assert not any(digest._host_summable(x) for x in device)
+    assert not any(digest._host_summable(x.dtype, x.sharding) for x in device)

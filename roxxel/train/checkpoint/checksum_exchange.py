@@ -6,7 +6,8 @@ The shares travel through the key-value store of JAX's coordination service (the
 ``jax.distributed.initialize`` starts, which Orbax's own signals use), from Orbax's
 background commit threads: no collective, so nothing has to be ordered against the
 training thread's programs. Every process keys its share by the ordinal of the save
-(saves are collective: every process makes them in the same order) and its process index.
+(saves are collective: every process makes them in the same order), its step and its
+process index.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from typing import Any
 import jax
 
 from roxxel.train.checkpoint import _orbax
-from roxxel.train.digest import SumExchange
+from roxxel.train.digest import SumExchange, add_shares
 
-_MASK = 0xFFFFFFFF
 _SAVES = itertools.count()  # the n-th save of this process: the same n on every process
 _PREFIX = "roxxel/checkpoint_checksums"
 
@@ -41,7 +41,10 @@ class CoordinationExchange(SumExchange):
     """
 
     def __init__(self, step: int, deadline: float, client: Any = None) -> None:
-        self._key = f"{_PREFIX}/{next(_SAVES)}"
+        # The step in the key too: processes whose counts of saves parted (a save one of
+        # them skipped) wait for a key nobody writes and fail by the deadline, instead of
+        # adding up the shares of two different saves.
+        self._key = f"{_PREFIX}/{next(_SAVES)}/step_{step}"
         self._step = step
         self._deadline = deadline
         self._client = client
@@ -59,14 +62,10 @@ class CoordinationExchange(SumExchange):
         if me != 0:
             self._store().key_value_set(f"{self._key}/{me}", json.dumps({"shares": shares}))
             return None
-        totals = {path: list(pair) for path, pair in shares.items()}
-        for peer in range(1, jax.process_count()):
-            for path, (a, b) in self._receive(peer, set(totals)).items():
-                totals[path][0] = (totals[path][0] + a) & _MASK
-                totals[path][1] = (totals[path][1] + b) & _MASK
-        return {path: (a, b) for path, (a, b) in totals.items()}
+        received = [self._receive(peer, set(shares)) for peer in range(1, jax.process_count())]
+        return {path: add_shares([own, *(got[path] for got in received)]) for path, own in shares.items()}
 
-    def _receive(self, peer: int, paths: set[str]) -> dict[str, list[int]]:
+    def _receive(self, peer: int, paths: set[str]) -> dict[str, tuple[int, int]]:
         """Process ``peer``'s shares (removed from the store once read)."""
         store, key = self._store(), f"{self._key}/{peer}"
         wait_ms = max(1, int((self._deadline - time.monotonic()) * 1000))
@@ -88,7 +87,7 @@ class CoordinationExchange(SumExchange):
                 f"the checksums of step {self._step}: process {peer} summed other arrays than process 0 "
                 f"({sorted(set(got['shares']) ^ paths)[:3]}...): the processes save different states"
             )
-        return got["shares"]
+        return {path: (int(a), int(b)) for path, (a, b) in got["shares"].items()}
 
     def fail(self, err: BaseException) -> None:
         if jax.process_index() != 0:  # process 0 raises its own error

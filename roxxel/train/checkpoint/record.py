@@ -117,6 +117,9 @@ class RunChecksums:
         except Exception as err:
             self.fail(err)
             return
+        except BaseException as err:  # KeyboardInterrupt: the commit must not wait for it forever
+            self.fail(err)
+            raise
         self._plan = None
         self._given.set()
 
