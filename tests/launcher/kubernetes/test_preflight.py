@@ -93,3 +93,26 @@ def test_submit_to_a_simulated_gke_cluster_says_it_once(tmp_path, monkeypatch, c
         assert server.get("jobsets", "lm") is not None
     lines = [r.getMessage() for r in caplog.records if "set host_network: true" in r.getMessage()]
     assert len(lines) == (1 if warned else 0), lines
+
+
+def test_every_check_of_a_submit_asks_the_spec_namespace_not_the_contexts(tmp_path, monkeypatch, caplog):
+    """With a kubeconfig context on ``default`` (what `gcloud container clusters get-credentials`
+    leaves) and a spec for ``ml`` (the docs' examples), every namespaced request of the submit,
+    the LocalQueue lookup and the pod-admission dry run among them, goes to ``ml``: before the
+    fix the dry run asked ``default`` for the ServiceAccount and the queue was read there."""
+    from roxxel_launch.backends.kubernetes import backend as K
+    from support.fake_clock import FakeClock, fast_retry
+    from support.k8s_fake_server import FakeKubernetes, use_cluster
+
+    with FakeKubernetes(namespace="default") as server:
+        use_cluster(server, tmp_path, monkeypatch, fast_retry(FakeClock()))
+        server.kueue("team-a")
+        server.set_service_accounts("trainer")
+        spec = job_spec(namespace="ml", queue="team-a", service_account="trainer", checkpoint_dir="gs://ckpt/lm")
+        with caplog.at_level(logging.INFO, "roxxel_launch"), K.KubernetesBackend(retry=fast_retry(FakeClock())) as b:
+            b.submit(spec)
+        namespaced = [r.path for r in server.calls() if "/namespaces/" in r.path]
+    assert any("/localqueues/team-a" in p for p in namespaced)
+    assert any(r.query.get("dryRun") == "All" and r.path.endswith("/pods") for r in server.calls("POST"))
+    assert namespaced and all("/namespaces/ml/" in p for p in namespaced), namespaced
+    assert any("checking the cluster in namespace ml" in r.getMessage() for r in caplog.records)

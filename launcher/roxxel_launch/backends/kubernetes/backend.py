@@ -226,6 +226,14 @@ class KubernetesBackend(Backend):
                 spec.namespace,
             )
             spec = dataclasses.replace(spec, namespace=self._namespace)
+        # Every check and create from here on asks the namespace the objects go to, not the
+        # kubeconfig context's (GKE's get-credentials leaves `default` there; the docs' specs
+        # say `ml`): a ServiceAccount, LocalQueue or quota is looked up where the pods will be.
+        if spec.namespace != self.api.namespace:
+            logger.info(
+                "%s: working in namespace %s (the spec's), not %s", spec.name, spec.namespace, self.api.namespace
+            )
+            self.api.use_namespace(spec.namespace)
         rendered = render(spec)
         try:
             validate(rendered.objects, schema=True, kubernetes_version=self.kubernetes_version)
@@ -505,6 +513,9 @@ class KubernetesBackend(Backend):
             for change in resume_with_spec(stored, new_spec):
                 logger.warning("resuming %s under the new spec: %s", name, change)
             stored = new_spec
+        if stored.namespace != self.namespace:  # the job is resumed where it is
+            logger.warning("resuming %s in its namespace %s (the spec says %s)", name, self.namespace, stored.namespace)
+            stored = dataclasses.replace(stored, namespace=self.namespace)
         # Check offline and against the cluster (CRD, Kueue, fit) before deleting anything: a
         # refusal after the delete would leave no job and no stored spec.
         placed, objects = self._prepare(stored)

@@ -105,7 +105,14 @@ def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, fit
     WorkloadPriorityClass exist (see :mod:`.preflight`), and the nodes can hold a worker
     (:mod:`.fit`); a multislice job on the pod network hears whether it could use the host's.
 
+    Every check asks ``spec.namespace``, where the objects go; ``api`` must work in it.
+
     Returns: the objects to create, in order. Raises: BackendError."""
+    if api.namespace != spec.namespace:
+        raise ValueError(
+            f"preflight of {spec.name}: the API works in {api.namespace}, the job goes to {spec.namespace}"
+        )
+    logger.info("%s: checking the cluster in namespace %s", spec.name, spec.namespace)
     objects = [dict(check_jobset_crd(api, obj)) if obj["kind"] == "JobSet" else obj for obj in objects]
     check_multislice_network(api, spec)
     check_priority_class(api, spec)
