@@ -3,6 +3,10 @@
 #   ./dev.sh main   set up .venv, then run the main job
 #   ./dev.sh test   set up .venv, then run the whole test suite
 #   ./dev.sh lint   set up .venv, then ruff check (lint), ruff format --check (layout) and mypy (types) over the repository
+#   ./dev.sh cluster up|down|status|build
+#                   a real Kubernetes control plane on this machine (API server, controllers, scheduler,
+#                   JobSet, Kueue, kwok nodes shaped like GKE node pools), built once from k8s/cluster/go.mod
+#                   (needs Go >= 1.26); `up` prints the KUBECONFIG to export, `down` stops it
 # Needs only Python >= 3.11 (PYTHON=... picks the interpreter).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -107,7 +111,7 @@ lint() {
 }
 
 usage() {
-  echo "usage: ./dev.sh main | ./dev.sh test [pytest args] | ./dev.sh lint"
+  echo "usage: ./dev.sh main | ./dev.sh test [pytest args] | ./dev.sh lint | ./dev.sh cluster up|down|status|build"
 }
 
 case "${1:-}" in
@@ -121,6 +125,13 @@ case "${1:-}" in
   lint)
     if [ $# -gt 1 ]; then usage >&2; echo "dev.sh: lint takes no arguments (got: ${*:2})" >&2; exit 2; fi
     setup dev; lint ;;
+  cluster)
+    case "${2:-}" in
+      up|down|status|build) ;;
+      *) usage >&2; echo "dev.sh: cluster takes up, down, status or build" >&2; exit 2 ;;
+    esac
+    setup main
+    PYTHONPATH="$PWD/tests" exec "$VENV/bin/python" -m support.control_plane "${@:2}" ;;
   -h|--help|help) usage ;;
   *) usage >&2; exit 2 ;;
 esac

@@ -352,14 +352,17 @@ def test_submit_dry_runs_every_object_then_creates_them_in_order(case, server, b
         assert request.query["fieldValidation"] == "Strict"  # an unknown field is an error
         assert_valid(request.body, crd_schema)
     # Nothing but the creates, after the reads of the JobSet CRD, the Nodes (the fit check), the
-    # API discovery (Kueue's served version) and the Kueue LocalQueue.
+    # ResourceQuotas (the gang's quota), the API discovery (Kueue's served version) and the Kueue
+    # LocalQueue.
     reads = [r for r in server.requests if r.method == "GET"]
     assert [r.path for r in reads if r.resource == "nodes"] == ["/api/v1/nodes"]
     # ... and, for an indexed job, the patch that makes its Job the owner of its Service.
     patches = [r for r in server.requests if r.method == "PATCH"]
     assert [r.resource for r in patches] == (["services"] if spec.workload == "indexed-job" else [])
     assert len(server.requests) == 1 + len(posts) + len(reads) + len(patches)
-    assert {r.path.rsplit("/", 2)[-2] for r in reads if r.resource != "nodes"} <= {
+    # The namespace's ResourceQuotas, once (the gang's quota, backends/kubernetes/quota.py).
+    assert [r.resource for r in reads if r.resource == "resourcequotas"] == ["resourcequotas"]
+    assert {r.path.rsplit("/", 2)[-2] for r in reads if r.resource not in ("nodes", "resourcequotas")} <= {
         "customresourcedefinitions",
         "apis",
         "localqueues",
@@ -374,6 +377,7 @@ def test_submit_dry_run_creates_nothing(server, backend):
     status = backend.submit(SPECS["indexed-job"], dry_run=True)
     assert [(r.method, r.resource, r.dry_run) for r in server.requests] == [
         ("GET", "nodes", False),
+        ("GET", "resourcequotas", False),
         ("POST", "pods", True),
         ("POST", "services", True),
         ("POST", "jobs", True),

@@ -21,6 +21,7 @@ KINDS = {
     "networkpolicies": ("NetworkPolicy", "networking.k8s.io", "networking.k8s.io/v1"),
     "pods": ("Pod", "", "v1"),
     "events": ("Event", "", "v1"),
+    "resourcequotas": ("ResourceQuota", "", "v1"),
     "nodes": ("Node", "", "v1"),
 }
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")

@@ -22,6 +22,7 @@ _ROUTES = [
     ("portforward", re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/portforward$")),
     ("pods", re.compile(r"^/api/v1/(?:namespaces/([^/]+)/)?pods(?:/([^/]+))?$")),
     ("events", re.compile(r"^/api/v1/namespaces/([^/]+)/events(?:/([^/]+))?$")),
+    ("resourcequotas", re.compile(r"^/api/v1/namespaces/([^/]+)/resourcequotas(?:/([^/]+))?$")),
     # Cluster-scoped: the empty group stands for the namespace a Node does not have.
     ("nodes", re.compile(r"^/api/v1/nodes()(?:/([^/]+))?$")),
 ]

@@ -644,6 +644,8 @@ class KubernetesApi:
             return self.core().list_namespaced_pod, (namespace,)
         if kind == "Event":
             return self.core().list_namespaced_event, (namespace,)
+        if kind == "ResourceQuota":
+            return self.core().list_namespaced_resource_quota, (namespace,)
         raise ValueError(f"unknown kind {kind}")
 
     def delete(self, kind: str, name: str, namespace: str | None = None) -> bool:

@@ -29,6 +29,7 @@ from roxxel_launch.backends.kubernetes.preflight import (
     warn_reduced_failure_policy,
     without_message_patterns,
 )
+from roxxel_launch.backends.kubernetes.quota import check_gang_quota
 from roxxel_launch.backends.kubernetes.removal import companion_kinds
 from roxxel_launch.spec import JobSpec
 
@@ -102,8 +103,8 @@ def own_companions(api: KubernetesApi, created: Sequence[Mapping], answers: Sequ
 def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, fit_check: bool) -> list[dict]:
     """The installed JobSet CRD serves every field the JobSet uses (or the JobSet is sent in
     the form an older JobSet accepts), and the spec's Kueue LocalQueue and
-    WorkloadPriorityClass exist (see :mod:`.preflight`), and the nodes can hold a worker
-    (:mod:`.fit`); a multislice job on the pod network hears whether it could use the host's.
+    WorkloadPriorityClass exist (see :mod:`.preflight`), the nodes can hold a worker
+    (:mod:`.fit`), the whole gang fits the namespace's ResourceQuotas (:mod:`.quota`); a multislice job on the pod network hears whether it could use the host's.
 
     Every check asks ``spec.namespace``, where the objects go; ``api`` must work in it.
 
@@ -126,6 +127,7 @@ def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, fit
             check_local_queue(api, spec.queue, api.namespace, version)
         if spec.workload_priority_class:
             check_workload_priority_class(api, spec.workload_priority_class, version)
+    check_gang_quota(api, spec, objects)
     check_pod_admission(api, spec, objects)
     return objects
 
