@@ -240,8 +240,11 @@ class ControlPlane:
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--server-address=127.0.0.1:{self.ports['kwok']}",
-            "--cidr=10.244.0.1/16",
-            "--node-ip=10.0.0.1",
+            # Node and pod addresses on loopback: the API server dials a node's address for
+            # logs, exec and port-forward, and whatever it dials must be on this machine (nothing
+            # listens on the kubelet port, so such calls are refused at once).
+            "--node-ip=127.0.0.1",
+            "--cidr=127.244.0.1/16",
         ]
 
     def _jobset_config(self) -> Path:

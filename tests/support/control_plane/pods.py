@@ -76,14 +76,21 @@ def node_labels(plane: ControlPlane) -> dict[str, dict[str, str]]:
     return {n["metadata"]["name"]: n["metadata"]["labels"] for n in items}
 
 
-def fail_pod(plane: ControlPlane, namespace: str, pod: str, *, exit_code: int, disruption: bool = False) -> None:
+def fail_pod(
+    plane: ControlPlane, namespace: str, pod: str, *, exit_code: int, disruption: bool = False, phase: str = "Failed"
+) -> None:
     """Writes the pod's status as the kubelet reports a worker container that exited with
-    ``exit_code`` (phase Failed), and with ``disruption`` the ``DisruptionTarget`` condition the
-    control plane adds to a pod it evicts or preempts."""
+    ``exit_code`` (phase ``phase``: Failed, or Succeeded for an exit 0), and with ``disruption``
+    the ``DisruptionTarget`` condition the control plane adds to a pod it evicts or preempts."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    terminated = {"exitCode": exit_code, "reason": "Error", "startedAt": now, "finishedAt": now}
+    terminated = {
+        "exitCode": exit_code,
+        "reason": "Completed" if exit_code == 0 else "Error",
+        "startedAt": now,
+        "finishedAt": now,
+    }
     status: dict = {
-        "phase": "Failed",
+        "phase": phase,
         "containerStatuses": [
             {
                 "name": "worker",
