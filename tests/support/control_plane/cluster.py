@@ -76,6 +76,8 @@ class ControlPlane:
     home: Path
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
+    # Seconds from the start of :meth:`start` until each readiness wait passed, in order.
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def kubeconfig(self) -> Path:
@@ -96,7 +98,8 @@ class ControlPlane:
         and the nodes are ready. On a failure, stops what it started.
 
         Raises: ClusterError naming the component and its log."""
-        started = time.monotonic()
+        started = self._started = time.monotonic()
+        self.timings = {}
         try:
             self._start(log)
         except BaseException:
@@ -353,6 +356,7 @@ class ControlPlane:
         process = what.split()[0] if what.split()[0] in self.pids else None
         while time.monotonic() < deadline:
             if ready():
+                self.timings[what] = time.monotonic() - getattr(self, "_started", time.monotonic())
                 return
             if process and not self._alive(process):
                 raise ClusterError(
