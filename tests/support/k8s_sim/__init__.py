@@ -59,6 +59,25 @@ controller or an earlier submit left them), namespaces that do not exist
 on watches only (:meth:`FakeKubernetes.fail`) and raw log chunks
 (:meth:`FakeKubernetes.log_bytes`).
 
+What it is still for, now that the Kubernetes backend is also tested against a real control
+plane (tests/support/control_plane, tests/launcher/cluster: the API server, the Job, JobSet and
+Kueue controllers, the scheduler, kwok nodes), and why each part cannot be the real thing there:
+
+* container output and streams (logs, ``follow``, exec and port-forward channels): kwok runs
+  no container and no kubelet answers a node's address;
+* faults on demand (dropped connections, 5xx answers, 410 on an expired continue token, a
+  watch that breaks): a healthy API server does not fail when a test asks it to;
+* GKE's own admission and facts: Autopilot's Warden refusals, the TPU environment webhook,
+  ``/version`` strings with ``-gke.`` builds (the GCS FUSE host-network gate), GKE's node
+  names for Autopilot and node auto-provisioning; their code is not public, or not a module;
+* other releases: JobSet CRDs before v0.10.0 (no ``onJobFailureMessagePatterns``), a Kueue
+  that serves only ``v1beta1``: the control plane pins one release of each;
+* scripted outcomes on a fake clock (``plan``, ``exit_worker``, ``settle``): the retry, wait
+  and resume loops tested in milliseconds, where the real controllers take real seconds. The
+  decisions themselves (the failure policy's free and counted restarts, Kueue's eviction and
+  re-admission) are observed on the real controllers in the cluster tier, and where the two
+  disagree, the real one is right.
+
 One module per resource or concern, each citing the Kubernetes, JobSet or Kueue docs its
 behaviours follow: ``server`` (``FakeKubernetes``: lifecycle, authentication, routing,
 discovery, injected faults), ``handler`` (the HTTP side), ``request`` (a parsed request),
