@@ -300,14 +300,14 @@ TPU = {"tpu": {"type": "v5p", "topology": "2x2x4"}}
         (
             lambda f: f.autopilot(),
             {"accelerator": TPU, "host_network": True},
-            "GKE Warden rejected",
-            "Autopilot runs no privileged or host-network pods",
+            "[denied by autogke-disallow-hostnamespaces]",
+            "puts the pods on the host network: set host_network: false",
         ),
         (
             lambda f: f.autopilot(),
             {"security": {"profile": "privileged"}},
             "not allowed to be privileged in Autopilot",
-            "GKE Standard cluster",
+            "security.profile: privileged makes the worker container privileged: set security.profile: baseline",
         ),
     ],
     ids=["service-account", "restricted-tpu", "autopilot-host-network", "autopilot-privileged"],

@@ -12,7 +12,12 @@ import logging
 import pytest
 
 from roxxel_launch.backends.base import BackendError
-from roxxel_launch.backends.kubernetes.preflight import check_multislice_network, gke_version
+from roxxel_launch.backends.kubernetes.preflight import (
+    check_gcsfuse_host_network,
+    check_multislice_network,
+    cluster_version,
+    gke_version,
+)
 from support.specs import TPU_V5P, job_spec
 
 GCSFUSE = {"gcsfuse": {"bucket": "my-data"}}
@@ -52,7 +57,7 @@ def test_a_multislice_gcsfuse_job_is_told_when_the_cluster_serves_host_network_m
     spec = job_spec(accelerator=TPU_V5P, num_slices=2, data=GCSFUSE)
     assert not spec.uses_host_network  # the render's default
     with caplog.at_level(logging.INFO, "roxxel_launch"):
-        check_multislice_network(VersionOnly(version), spec)
+        check_multislice_network(spec, cluster_version(VersionOnly(version)))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert bool(warnings) == warned, warnings
     if warned:
@@ -72,7 +77,7 @@ def test_a_multislice_gcsfuse_job_is_told_when_the_cluster_serves_host_network_m
 def test_nothing_is_said_where_the_network_is_settled(caplog, fields):
     spec = job_spec(accelerator=TPU_V5P, **fields)
     with caplog.at_level(logging.INFO, "roxxel_launch"):
-        check_multislice_network(VersionOnly("v1.34.1-gke.100"), spec)
+        check_multislice_network(spec, "v1.34.1-gke.100")
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
@@ -116,3 +121,34 @@ def test_every_check_of_a_submit_asks_the_spec_namespace_not_the_contexts(tmp_pa
     assert any(r.query.get("dryRun") == "All" and r.path.endswith("/pods") for r in server.calls("POST"))
     assert namespaced and all("/namespaces/ml/" in p for p in namespaced), namespaced
     assert any("checking the cluster in namespace ml" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "version,refused",
+    [
+        ("v1.33.3-gke.1225999", True),
+        ("v1.32.9-gke.1000", True),
+        ("v1.33.3-gke.1226000", False),
+        ("v1.34.0-gke.100", False),
+        ("v1.30.0", False),  # not GKE: not judged
+        (None, False),  # unreadable
+    ],
+)
+def test_host_network_gcsfuse_needs_the_gke_version_whose_driver_serves_it(version, refused):
+    """GCS FUSE serves host-network pods from GKE 1.33.3-gke.1226000 (the driver's releases);
+    before it the flagship TPU example's pods (host network + data.gcsfuse) would stay in
+    ContainerCreating with FailedMount, so submit refuses, naming both fixes."""
+    spec = job_spec(accelerator=TPU_V5P, num_slices=2, data=GCSFUSE, host_network=True, checkpoint_dir="gs://ckpt/lm")
+    if not refused:
+        check_gcsfuse_host_network(spec, version)
+        return
+    with pytest.raises(BackendError) as info:
+        check_gcsfuse_host_network(spec, version)
+    text = str(info.value)
+    assert "1.33.3-gke.1226000" in text and version in text and "set host_network: false" in text.lower(), text
+    assert "Nothing was created" in text and "\n" not in text
+
+
+def test_pod_network_gcsfuse_is_not_gated():
+    spec = job_spec(accelerator=TPU_V5P, num_slices=2, data=GCSFUSE, host_network=False, checkpoint_dir="gs://ckpt/lm")
+    check_gcsfuse_host_network(spec, "v1.30.1-gke.1")

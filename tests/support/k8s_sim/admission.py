@@ -27,6 +27,8 @@ pod, ``dryRun=All``), before any controller sees it:
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 from support.k8s_sim.api import status_object
@@ -116,18 +118,30 @@ class Admission:
             return 403, status_object(403, "Forbidden", f'pods "{name}" is forbidden: {text}', name=name, kind="pods")
 
         if real.autopilot:
-            violations = [
+            # One key per Warden constraint, as GKE names them (autogke-disallow-privilege,
+            # autogke-disallow-hostnamespaces), each with its own list of violations.
+            privileged = [
                 f"container '{c.get('name')}' not allowed to be privileged in Autopilot."
                 for c in spec.get("containers") or []
                 if (c.get("securityContext") or {}).get("privileged")
-            ] + [f"{k} not allowed in Autopilot." for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+            ]
+            host = [f"{k} not allowed in Autopilot." for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+            violations = {
+                key: found
+                for key, found in (
+                    ("autogke-disallow-privilege", privileged),
+                    ("autogke-disallow-hostnamespaces", host),
+                )
+                if found
+            }
             if violations:
+                details = ",".join(f'"[denied by {key}]":{json.dumps(found)}' for key, found in violations.items())
                 return 403, status_object(
                     403,
                     "Forbidden",
                     'admission webhook "warden-validating.common-webhooks.networking.gke.io" denied the request: '
                     "GKE Warden rejected the request because it violates one or more constraints. "
-                    f'Violations details: {{"[denied by autogke-disallow-privilege]":{violations}}}',
+                    f"Violations details: {{{details}}}",
                 )
         level = real.pod_security
         checks = {"baseline": baseline_violations, "restricted": restricted_violations}

@@ -18,12 +18,14 @@ from roxxel_launch.backends.base import (
 from roxxel_launch.backends.kubernetes.api import KubernetesApi
 from roxxel_launch.backends.kubernetes.fit import check_fit
 from roxxel_launch.backends.kubernetes.preflight import (
+    check_gcsfuse_host_network,
     check_jobset_crd,
     check_local_queue,
     check_multislice_network,
     check_pod_admission,
     check_priority_class,
     check_workload_priority_class,
+    cluster_version,
     kueue_version,
     only_message_patterns_refused,
     warn_reduced_failure_policy,
@@ -115,7 +117,9 @@ def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, fit
         )
     logger.info("%s: checking the cluster in namespace %s", spec.name, spec.namespace)
     objects = [dict(check_jobset_crd(api, obj)) if obj["kind"] == "JobSet" else obj for obj in objects]
-    check_multislice_network(api, spec)
+    git_version = cluster_version(api) if spec.mounts_gcsfuse else None
+    check_gcsfuse_host_network(spec, git_version)
+    check_multislice_network(spec, git_version)
     check_priority_class(api, spec)
     if fit_check:
         check_fit(api, objects)

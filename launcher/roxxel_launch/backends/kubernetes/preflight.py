@@ -433,11 +433,44 @@ def _admission_fix(server: str, spec: JobSpec, namespace: str) -> str:
     if "quota" in text:
         return f"Lower the job's requests, or ask for more quota (kubectl describe resourcequota -n {namespace})."
     if "autopilot" in text or "gke warden" in text:
-        return (
-            "GKE Autopilot runs no privileged or host-network pods: set host_network: false in the spec, "
-            "or use a GKE Standard cluster."
-        )
+        return _autopilot_fix(server, spec)
     return "Fix what it names in the spec (roxxel-launch render shows the pod template)."
+
+
+# GKE Warden's Autopilot constraints (the keys of its "Violations details": "[denied by KEY]")
+# and the spec field behind each, for a worker pod of roxxel-launch's rendering.
+_WARDEN_CONSTRAINT = re.compile(r"denied by (autogke-[a-z0-9-]+)")
+
+
+def _autopilot_fix(server: str, spec: JobSpec) -> str:
+    """The spec field behind each GKE Warden constraint the refusal names, and its fix
+    (https://cloud.google.com/kubernetes-engine/docs/concepts/autopilot-security: Autopilot
+    refuses privileged containers, host namespaces, and capabilities beyond its defaults)."""
+    keys = list(dict.fromkeys(_WARDEN_CONSTRAINT.findall(server)))
+    fixes = []
+    for key in keys:
+        if key == "autogke-disallow-hostnamespaces":
+            fixes.append(
+                "host_network (or a TPU multislice default) puts the pods on the host network: set host_network: false"
+            )
+        elif key == "autogke-disallow-privilege" and spec.uses_host_network:
+            fixes.append(
+                "host-network pods run with a privileged worker (security.profile privileged): with host_network: false, "
+                "set security.profile: baseline"
+            )
+        elif key == "autogke-disallow-privilege":
+            fixes.append(
+                f"security.profile: {spec.security_profile} makes the worker container privileged: set security.profile: baseline"
+            )
+        elif key == "autogke-default-linux-capabilities":
+            fixes.append(
+                "a container adds Linux capabilities Autopilot does not allow (accelerator.gpu.networking's presets "
+                "add NET_ADMIN and IPC_LOCK): remove the preset"
+            )
+        else:
+            fixes.append(f"constraint {key}")
+    said = "; ".join(fixes) if fixes else "privileged containers and host namespaces are refused"
+    return f"GKE Autopilot refuses these pods ({said}), or use a GKE Standard cluster."
 
 
 def check_pod_admission(api: KubernetesApi, spec: JobSpec, objects: Sequence[Mapping]) -> None:
@@ -495,25 +528,50 @@ def gke_version(git_version: str) -> tuple[int, int, int, int] | None:
     return int(major), int(minor), int(patch), int(build or 0)
 
 
-def check_multislice_network(api: KubernetesApi, spec: JobSpec) -> None:
+def cluster_version(api: KubernetesApi) -> str | None:
+    """The API server's ``gitVersion`` (``/version``, ``VersionApi.get_code``); None when it
+    cannot be read (logged). Raises: nothing."""
+    try:
+        return api.json("read", "Version", None, "(cluster)", k8s_client.VersionApi(api.api_client).get_code).get(
+            "gitVersion", ""
+        )
+    except BackendError as err:
+        logger.info("cannot read the cluster's version (%s); the checks that need it are skipped", err)
+        return None
+
+
+def check_gcsfuse_host_network(spec: JobSpec, git_version: str | None) -> None:
+    """Refuses host-network pods that mount ``data.gcsfuse`` on a GKE cluster older than
+    :data:`GCSFUSE_HOST_NETWORK_GKE`: before it the GCS FUSE sidecar of a host-network pod
+    authenticates as the node, not the Kubernetes service account, the bucket answers 403 and
+    the pods stay in ContainerCreating with FailedMount events. A version without a ``-gke.``
+    build (not GKE) or unreadable is not judged. Raises: BackendError naming both fixes."""
+    if not (spec.uses_host_network and spec.mounts_gcsfuse) or not git_version or "-gke." not in git_version:
+        return
+    version = gke_version(git_version)
+    if version is None or version >= GCSFUSE_HOST_NETWORK_GKE:
+        return
+    needed = "{}.{}.{}-gke.{}".format(*GCSFUSE_HOST_NETWORK_GKE)
+    raise BackendError(
+        f"{spec.name}: its pods use the host network and mount data.gcsfuse, which GKE's GCS FUSE driver serves "
+        f"from GKE {needed} on (Standard clusters), and this cluster runs {git_version}: the sidecar would "
+        "authenticate as the node, the bucket answer 403 and the pods stay in ContainerCreating (FailedMount). "
+        f"Nothing was created. Set host_network: false, or upgrade the cluster to {needed} or later."
+    )
+
+
+def check_multislice_network(spec: JobSpec, git_version: str | None) -> None:
     """Warns (one line) when a TPU multislice job that mounts ``data.gcsfuse`` runs on the pod
     network by default although the cluster's GKE version lets the GCS FUSE driver serve
     host-network pods: its DCN traffic would then take the pod network, where the reference
     TPU JobSets (GKE's, the JobSet project's, xpk's) use the host's. The default stays off
     because a render cannot see the cluster, and Autopilot clusters (which the driver does not
-    serve so) run the same versions: the line names ``host_network: true`` as the fix. The
-    version is the API server's ``/version`` (``VersionApi.get_code``); unreadable, nothing is
+    serve so) run the same versions: the line names ``host_network: true`` as the fix.
+    ``git_version``: the API server's ``/version`` (:func:`cluster_version`); None, nothing is
     said. Raises: nothing."""
     if spec.host_network is not None or not (spec.multislice_host_network_fits and spec.mounts_gcsfuse):
         return  # the network chosen in the spec, or not multislice with GCS FUSE
-    try:
-        git_version = api.json(
-            "read", "Version", None, "(cluster)", k8s_client.VersionApi(api.api_client).get_code
-        ).get("gitVersion", "")
-    except BackendError as err:
-        logger.info("cannot read the cluster's version (%s); the multislice network check is skipped", err)
-        return
-    version = gke_version(git_version)
+    version = gke_version(git_version or "")
     if version is not None and version >= GCSFUSE_HOST_NETWORK_GKE:
         logger.warning(
             "%s: its %d slices' DCN traffic runs on the pod network (data.gcsfuse keeps multislice pods off the "
