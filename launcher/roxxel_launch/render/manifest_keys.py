@@ -25,6 +25,21 @@ SHM_VOLUME = "dshm"
 # image need it on the loader path (GKE "Run GPUs in GKE Standard node pools").
 GKE_NVIDIA_LIB_DIR = "/usr/local/nvidia/lib64"
 SPOT_SELECTORS = ("cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible")
+# What GKE gives non-system pods when a Spot or preemptible node is reclaimed: the kubelet's
+# graceful node shutdown, 15 s by default, at most 120 s with the node pool's setting (GKE,
+# "Spot VMs": termination and graceful shutdown of Spot VMs).
+SPOT_GRACE_SECONDS = 15
+
+
+def worker_grace_seconds(spec) -> int:  # noqa: ANN001 - a JobSpec (this module imports no spec)
+    """The seconds the workers are told they have after SIGTERM (ROXXEL_TERMINATION_GRACE_S):
+    ``termination_grace_period``, or on Spot / preemptible nodes the smaller of it and what GKE
+    gives (``spot_grace_period``, default :data:`SPOT_GRACE_SECONDS`)."""
+    if not any(spec.node_selectors.get(k) == "true" for k in SPOT_SELECTORS):
+        return spec.termination_grace_period
+    return min(spec.termination_grace_period, spec.spot_grace_period or SPOT_GRACE_SECONDS)
+
+
 # GKE's GPU maintenance handler taints a node that is about to be terminated for host
 # maintenance; Google's GPU recipes tolerate it (AI-Hypercomputer/gpu-recipes,
 # src/helm-charts/a3mega/job/templates/workload-job.yaml).

@@ -4,7 +4,7 @@ networking preset's, each written so that Kubernetes' ``$(VAR)`` expansion leave
 from __future__ import annotations
 
 from roxxel_launch import contract, gpu_networking
-from roxxel_launch.render.manifest_keys import GKE_NVIDIA_LIB_DIR
+from roxxel_launch.render.manifest_keys import GKE_NVIDIA_LIB_DIR, worker_grace_seconds
 from roxxel_launch.spec import JobSpec
 from roxxel_launch.spec.training import parallelism_env_value
 
@@ -81,7 +81,7 @@ def _contract_env(spec: JobSpec, *, has_data: bool, cluster: bool) -> list[dict]
         run_name=spec.run_name or spec.name,
         checkpoint_dir=spec.checkpoint_dir,
         data_dir=contract.DATA_MOUNT_PATH if has_data else None,
-        termination_grace_s=spec.termination_grace_period,
+        termination_grace_s=worker_grace_seconds(spec),
         restore_from=spec.restore_from,
         watchdog=spec.watchdog.env_value(),
         parallelism=parallelism_env_value(spec),

@@ -11,7 +11,13 @@ from collections.abc import Mapping
 
 from roxxel.contract import PREEMPTION_FILE
 from roxxel_launch import gpu_networking
-from roxxel_launch.render.manifest_keys import GKE_NVIDIA_LIB_DIR, SPEC_ANNOTATION, SPOT_SELECTORS
+from roxxel_launch.render.manifest_keys import (
+    GKE_NVIDIA_LIB_DIR,
+    SPEC_ANNOTATION,
+    SPOT_GRACE_SECONDS,
+    SPOT_SELECTORS,
+    worker_grace_seconds,
+)
 from roxxel_launch.spec import DEFAULT_NODE_EPHEMERAL_STORAGE, JobSpec, SpecError
 
 # The package's logger: users filter on it, and docs/troubleshooting.md quotes its lines.
@@ -20,8 +26,6 @@ logger = logging.getLogger("roxxel_launch.render")
 # Kubernetes refuses an object whose annotations (keys + values) exceed 256 KiB in total
 # (TotalAnnotationSizeLimitB in apimachinery's ValidateAnnotations).
 MAX_ANNOTATIONS_BYTES = 256 * 1024
-# GKE gives Spot / preemptible nodes about 30 s after the preemption notice.
-SPOT_GRACE_SECONDS = 30
 PREEMPTION_SAVE_MARGIN = 1.5
 """How much longer than the last measured preemption save the grace period should be (the
 notice arrives up to one step before the agreed step, and storage varies)."""
@@ -83,17 +87,27 @@ def warn(spec: JobSpec) -> None:
 
 
 def _warn_spot(spec: JobSpec) -> None:
+    """One line for pods on Spot / preemptible nodes: what a preemption save must fit in."""
     spot = [k for k in SPOT_SELECTORS if spec.node_selectors.get(k) == "true"]
-    if spot and spec.termination_grace_period > SPOT_GRACE_SECONDS:
-        logger.warning(
-            "%s: termination_grace_period is %d s but the pods target Spot / preemptible "
-            "nodes (%s), which GKE stops about %d s after the notice: only the last "
-            "periodic checkpoint is sure to survive; size the Trainer's save_interval_steps for it",
-            spec.name,
-            spec.termination_grace_period,
-            spot[0],
-            SPOT_GRACE_SECONDS,
-        )
+    if not spot:
+        return
+    grace = worker_grace_seconds(spec)
+    logger.warning(
+        "%s: the pods target Spot / preemptible nodes (%s), whose reclaim GKE gives pods %d s (%s): a "
+        "preemption save must fit in %d s (the workers are told ROXXEL_TERMINATION_GRACE_S=%d%s); only the last "
+        "periodic checkpoint is sure to survive a slower one, so size the Trainer's save_interval_steps for it",
+        spec.name,
+        spot[0],
+        spec.spot_grace_period or SPOT_GRACE_SECONDS,
+        "spot_grace_period"
+        if spec.spot_grace_period
+        else "the default; spot_grace_period sets a node pool's longer one",
+        grace,
+        grace,
+        f", not termination_grace_period's {spec.termination_grace_period}"
+        if grace < spec.termination_grace_period
+        else "",
+    )
 
 
 def _warn_preemption_save(spec: JobSpec) -> None:

@@ -115,6 +115,14 @@ class JobSpec:
     termination_grace_period: int = _doc(
         "Seconds between SIGTERM and SIGKILL: enough to save a checkpoint.", default=300
     )
+    spot_grace_period: int | None = _doc(
+        "Seconds GKE gives the pods when their Spot or preemptible node is reclaimed (the kubelet's "
+        "graceful node shutdown for non-system pods): 15 when unset; set it (at most 120) for a node "
+        "pool whose shutdown setting gives more. Used only when node_selectors target Spot or "
+        "preemptible nodes: the workers are then told the smaller of this and termination_grace_period "
+        "(ROXXEL_TERMINATION_GRACE_S), so that a preemption save is planned on what GKE gives.",
+        default=None,
+    )
     log_format: Literal["json", "text"] | None = _doc(
         "How the worker, the Trainer's Logger and roxxel's logging write their lines (rendered as "
         "ROXXEL_LOG_FORMAT): json, one JSON object a line with severity, message, time and "
@@ -244,6 +252,13 @@ class JobSpec:
         with problems.check():
             if self.priority_class is not None:
                 _check("priority_class", names.dns1123_subdomain_problem(self.priority_class))
+        with problems.check():
+            if self.spot_grace_period is not None and not 1 <= self.spot_grace_period <= 120:
+                raise SpecError(
+                    "spot_grace_period",
+                    f"must be between 1 and 120 seconds (GKE's longest graceful node shutdown for Spot pods), "
+                    f"got {self.spot_grace_period}",
+                )
         for field, value, most, unit in (
             ("max_restarts", self.max_restarts, 10_000, ""),
             ("max_preemptions", self.max_preemptions, 100_000, ""),

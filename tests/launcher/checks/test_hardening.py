@@ -605,14 +605,41 @@ def test_gpu_pods_get_the_node_driver_libraries_on_the_loader_path(caplog):
     assert "/usr/local/nvidia/lib64" in caplog.text
 
 
-def test_spot_nodes_warn_about_a_grace_period_they_do_not_honour(caplog):
+def _worker_grace(rendered) -> str:
+    obj = rendered.objects[-1]
+    pod = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    return env["ROXXEL_TERMINATION_GRACE_S"]
+
+
+@pytest.mark.parametrize(
+    "fields,told",
+    [
+        ({"termination_grace_period": 600}, "15"),  # GKE's default for non-system pods
+        ({"termination_grace_period": 600, "spot_grace_period": 90}, "90"),  # a pool's longer setting
+        ({"termination_grace_period": 10}, "10"),  # shorter than GKE's: the spec's
+    ],
+)
+def test_spot_workers_are_told_the_grace_gke_gives(caplog, fields, told):
+    """On Spot / preemptible nodes GKE gives non-system pods 15 s (at most 120 s with the node
+    setting), whatever terminationGracePeriodSeconds says: the workers were told 600 s and
+    planned their preemption save on it (failed before: ROXXEL_TERMINATION_GRACE_S was 600)."""
     with caplog.at_level(logging.WARNING):
-        R.render(_spec(node_selectors={"cloud.google.com/gke-spot": "true"}, termination_grace_period=600))
-    assert "Spot" in caplog.text and "30 s" in caplog.text
-    caplog.clear()
+        rendered = R.render(_spec(node_selectors={"cloud.google.com/gke-spot": "true"}, **fields))
+    assert _worker_grace(rendered) == told
+    assert f"a preemption save must fit in {told} s" in caplog.text, caplog.text
+
+
+def test_off_spot_the_workers_are_told_the_termination_grace_period(caplog):
     with caplog.at_level(logging.WARNING):
-        R.render(_spec(node_selectors={"cloud.google.com/gke-spot": "true"}, termination_grace_period=25))
-    assert "Spot" not in caplog.text
+        rendered = R.render(_spec(termination_grace_period=600))
+    assert _worker_grace(rendered) == "600" and "Spot" not in caplog.text
+
+
+@pytest.mark.parametrize("bad", [0, 121])
+def test_spot_grace_period_is_at_most_what_gke_allows(bad):
+    with pytest.raises(S.SpecError, match="spot_grace_period: must be between 1 and 120"):
+        _spec(node_selectors={"cloud.google.com/gke-spot": "true"}, spot_grace_period=bad)
 
 
 # ----------------------------------------------------------------------------- escape hatches
