@@ -27,6 +27,7 @@ NS = "team-a"
 POOL = "cloud.google.com/gke-nodepool"
 V5E_4X4 = {"tpu": {"type": "v5e", "topology": "4x4"}}  # 4 hosts of 4 chips (ct5lp-hightpu-4t)
 H100 = {"gpu": {"type": "h100-80gb", "count": 8, "hosts": 2}}
+A3_HIGH = {"gpu": {"type": "nvidia-h100-80gb", "count": 8, "hosts": 2}}  # GKE's label value
 TPU_TAINT = {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 # A ct5lp-hightpu-4t node (112 vCPUs, 192 GB, 4 chips): allocatable is what GKE leaves after its
@@ -286,7 +287,8 @@ def test_a_node_whose_taint_the_pod_does_not_tolerate_does_not_match(fake, caplo
         allocatable=V5E_ALLOCATABLE,
         taints=(TPU_TAINT, {"key": "team", "value": "b", "effect": "NoSchedule"}),
     )
-    _submit(_spec(V5E_4X4, resources={"requests": {"memory": "999Gi"}}))  # no match: warned, not refused
+    # More than the node's allocatable (~175Gi), within the machine's 192 GiB: no match, warned.
+    _submit(_spec(V5E_4X4, resources={"requests": {"memory": "190Gi"}}))
     (warning,) = _fit_warnings(caplog)
     assert warning.startswith("no node of the cluster matches a worker of slice")
 
@@ -391,3 +393,34 @@ def test_tolerations_match_taints_by_key_value_and_effect(toleration, tolerates)
 )
 def test_amounts_read_as_people_write_them(name, value, text):
     assert F.amount(name, value) == text
+
+
+# ----------------------------------------------------------------------------- no node of the pool yet
+
+
+@pytest.mark.parametrize(
+    "accelerator,requests,refused",
+    [
+        (V5E_4X4, {"cpu": "160", "memory": "350Gi"}, "cpu 160 > the machine's 112; memory 350Gi > the machine's 192Gi"),
+        (V5E_4X4, {"cpu": "100", "memory": "150Gi"}, None),
+        (A3_HIGH, {"cpu": "180", "memory": "2000Gi"}, "memory 2000Gi > the machine's 1872Gi"),
+        (A3_HIGH, {"cpu": "180", "memory": "1600Gi"}, None),
+    ],
+)
+def test_a_pool_with_no_node_yet_is_judged_by_its_machine_type(fake, caplog, accelerator, requests, refused):
+    """A pool that scales from zero (or DWS flex-start) shows no Node: the worker's requests are
+    compared with the whole machine its selector implies (ct5lp-hightpu-4t: 112 vCPUs, 192 GiB;
+    a3-highgpu-8g: 208 vCPUs, 1,872 GiB). Before, v5e 4x4 with cpu 160 and memory 350Gi passed
+    and its pods stayed Pending for ever."""
+    fake.add_node("gke-default-pool-0", labels={POOL: "default-pool"}, allocatable={"cpu": "2", "memory": "4Gi"})
+    spec = _spec(accelerator, resources={"requests": requests})
+    if refused is None:
+        with caplog.at_level(logging.INFO):
+            _submit(spec)
+        assert any("no node of the cluster matches" in w for w in _fit_warnings(caplog))
+        return
+    with pytest.raises(BackendError) as info:
+        _submit(spec)
+    message = str(info.value)
+    assert refused in message and "Nothing was created" in message and "\n" not in message, message
+    assert fake.get("jobsets", "lm") is None

@@ -28,7 +28,10 @@ nvidia.com/gpu, ...), counted as the scheduler does (:func:`pod_requests`). Then
   pools are named ``nap-...``): then a warning;
 * no node matches: a warning naming the selector. A GKE node pool scaled to zero (or not yet
   auto-created) has no Node at all, and its size limits live in the GKE API, not in
-  Kubernetes: nothing the Kubernetes API shows proves that such a pool cannot appear;
+  Kubernetes: nothing the Kubernetes API shows proves that such a pool cannot appear. But its
+  machine type follows from the selector (a TPU host by accelerator and chips per host, an
+  8-GPU A3/A4 host by GPU): a worker asking for more cpu or memory than that whole machine has
+  is refused (:mod:`roxxel_launch.machines`);
 * the nodes that can hold a worker hold fewer workers than the job has: a warning (the cluster
   autoscaler may add nodes).
 
@@ -57,6 +60,7 @@ from kubernetes.utils import parse_quantity
 from roxxel.wording import count
 from roxxel_launch.backends.base import BackendError
 from roxxel_launch.backends.kubernetes.api import KubernetesApi
+from roxxel_launch.machines import machine_for
 from roxxel_launch.spec.storage import GCSFUSE_METADATA_PREFETCH_SIDECAR, GCSFUSE_SIDECAR, gcsfuse_sidecar_requests
 
 logger = logging.getLogger(__name__)
@@ -327,6 +331,32 @@ def _fix(short: Mapping[str, tuple[Decimal, Decimal]], sidecar: Mapping[str, Dec
     return f"lower {', '.join(lower)}, or use a node pool of a larger machine type"
 
 
+def _check_machine(worker: Worker, selector: str) -> None:
+    """With no node to compare, the worker's cpu and memory against the whole machine of its
+    node selector (:mod:`roxxel_launch.machines`): a pool that scales from zero brings only
+    nodes of that type. Raises: BackendError naming the numbers and the fix."""
+    machine = machine_for(worker.selector, worker.requests)
+    if machine is None:
+        return
+    capacity = machine.capacity()
+    over = {
+        name: (worker.requests[name], have) for name, have in capacity.items() if worker.requests.get(name, 0) > have
+    }
+    if not over:
+        return
+    fix = _fix(over, worker.sidecar)
+    why = "; ".join(
+        f"{name} {amount(name, want)} > the machine's {amount(name, have)}" for name, (want, have) in over.items()
+    )
+    raise BackendError(
+        f"{_describe(worker)} asks for more than a whole {machine.name} host has ({machine.vcpus} vCPUs, "
+        f"{machine.memory_gib} GiB, {machine.accelerators} accelerators), the machine type of its node selector "
+        f"{selector}: {why}. No node of such a pool can hold it, even once the pool scales up from zero. "
+        f"Nothing was created. {fix[0].upper()}{fix[1:]} (GKE keeps part of each machine for its daemons: "
+        "leave it about a tenth)."
+    )
+
+
 def check_fit(api: KubernetesApi, objects: Sequence[Mapping]) -> None:
     """Compares the manifest's workers with the cluster's nodes (see the module docstring).
 
@@ -358,6 +388,7 @@ def _check_worker(worker: Worker, nodes: Sequence[Mapping]) -> None:
         if all(_labels(n).get(k) == v for k, v in worker.selector.items()) and not _untolerated(n, worker)
     ]
     if not matching:
+        _check_machine(worker, selector)
         logger.warning(
             "no node of the cluster matches %s (node selector %s, its tolerations): its pods stay "
             "Pending unless a node pool scaled to zero, or auto-created, brings such nodes (check: "
