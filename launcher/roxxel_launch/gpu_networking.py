@@ -173,7 +173,9 @@ def _daemon(mode: str, image: str, devices_annotation: dict[str, str], privilege
             "--verbose 128 2 0 ",
         ]
         mounts.append({"name": "gpudirect-tcpx-socket", "mountPath": TCPX_SOCKET_DIR})
-        capabilities = ["NET_ADMIN"]
+        # The receive-datapath daemon programs the NICs (NET_ADMIN) and binds its service
+        # ports (NET_BIND_SERVICE); its devices come through the NRI injector's annotation.
+        capabilities = ["NET_ADMIN", "NET_BIND_SERVICE"]
     else:
         command = [
             "/bin/sh",

@@ -292,3 +292,24 @@ def test_grace_blackwell_is_refused_in_one_line_naming_why_and_what_to_use(gpu_t
     assert "\n" not in message
     assert machine in message and "arm64" in message and "ComputeDomain" in message
     assert "nvidia-b200" in message
+
+
+def test_the_gpu_example_runs_no_privileged_container():
+    """k8s/examples/gpu-h100-nfs.yaml (security.profile: privileged, the namespace level its host
+    paths and NET_ADMIN need): no container is privileged: true; the worker adds IPC_LOCK only,
+    the receive-datapath daemon NET_ADMIN and NET_BIND_SERVICE, and the GPUs reach the daemon
+    through the NRI injector's devices.gke.io annotation (before, the profile made the worker
+    privileged: every device and the host's kernel interfaces)."""
+    from roxxel_launch import render as R
+    from roxxel_launch import spec as S
+    from support.paths import REPO
+
+    spec = S.load_spec(REPO / "k8s" / "examples" / "gpu-h100-nfs.yaml")
+    (jobset,) = [o for o in R.render(spec).objects if o["kind"] == "JobSet"]
+    template = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    containers = {c["name"]: c for c in template["spec"]["containers"] + template["spec"].get("initContainers", [])}
+    for container in containers.values():
+        assert not (container.get("securityContext") or {}).get("privileged"), container["name"]
+    added = {n: (c.get("securityContext") or {}).get("capabilities", {}).get("add", []) for n, c in containers.items()}
+    assert added == {"worker": ["IPC_LOCK"], "gpudirect-daemon": ["NET_ADMIN", "NET_BIND_SERVICE"]}, added
+    assert "/dev/nvidia0" in template["metadata"]["annotations"]["devices.gke.io/container.gpudirect-daemon"]

@@ -24,7 +24,9 @@ def security_values(spec: JobSpec, capabilities: tuple[str, ...] = ()) -> dict[s
     return {
         "automount_service_account_token": spec.security.automount_service_account_token,
         "pod_security_context": _pod_security_context(spec, profile),
-        "container_security_context": _container_security_context(profile, capabilities),
+        "container_security_context": _container_security_context(
+            profile, capabilities, privileged=profile == "privileged" and (spec.uses_host_network or not capabilities)
+        ),
         "image_pull_policy": image_pull_policy(spec.image, spec.image_pull_policy),
     }
 
@@ -42,16 +44,25 @@ def _pod_security_context(spec: JobSpec, profile: str) -> dict[str, Any]:
     return context
 
 
-def _container_security_context(profile: str, capabilities: tuple[str, ...] = ()) -> dict[str, Any]:
+def _container_security_context(
+    profile: str, capabilities: tuple[str, ...] = (), *, privileged: bool = False
+) -> dict[str, Any]:
     """The worker's securityContext; ``capabilities`` (a GPU networking preset's) are added
-    under baseline (a privileged container has them all; the spec refuses them under restricted)."""
+    under baseline and privileged (the spec refuses them under restricted). ``privileged``
+    (``privileged: true``, which has every capability): under the privileged profile, for
+    host-network pods (as the references run them) and pods without a preset. A GPUDirect
+    preset on the pod network gets its capabilities only: with GKE's NRI device injector its
+    worker needs ``IPC_LOCK`` alone (the devices come through the pod's ``devices.gke.io``
+    annotations), and a privileged training container could reach every device and the
+    host's kernel interfaces; the profile then stays the namespace level the pods need (the
+    daemon's host paths and ``NET_ADMIN``)."""
     if profile == "restricted":
         return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
     # baseline / privileged: the runtime's default capabilities and a writable root, as the
     # references run the container; the API server refuses allowPrivilegeEscalation: false
     # next to privileged: true, so neither profile sets it.
     context: dict[str, Any] = {"readOnlyRootFilesystem": False}
-    if profile == "privileged":
+    if privileged:
         context["privileged"] = True
     elif capabilities:
         context["capabilities"] = {"add": list(capabilities)}

@@ -117,10 +117,12 @@ def assert_restricted(pod: dict) -> None:
     assert spec["automountServiceAccountToken"] is False
 
 
-def assert_baseline(pod: dict, *, privileged: bool) -> None:
+def assert_baseline(pod: dict, *, privileged: bool, privileged_worker: bool | None = None) -> None:
     """The baseline controls (and, with ``privileged``, only what that level adds: a
-    privileged worker container and host namespaces), and the root user the TPU/GPU
-    references run as, with a writable root filesystem."""
+    privileged worker container, unless ``privileged_worker`` is False (a GPU networking
+    preset on the pod network: capabilities instead), and host namespaces), and the root user
+    the TPU/GPU references run as, with a writable root filesystem."""
+    privileged_worker = privileged if privileged_worker is None else privileged_worker
     spec = pod["spec"]
     psc = spec.get("securityContext") or {}
     containers = (spec.get("initContainers") or []) + spec["containers"]
@@ -142,16 +144,18 @@ def assert_baseline(pod: dict, *, privileged: bool) -> None:
     assert psc["runAsUser"] == 0 and psc["runAsGroup"] == 0
     assert "runAsNonRoot" not in psc and "fsGroup" not in psc
     assert worker["securityContext"] == (
-        {"readOnlyRootFilesystem": False, "privileged": True} if privileged else {"readOnlyRootFilesystem": False}
+        {"readOnlyRootFilesystem": False, "privileged": True}
+        if privileged_worker
+        else {"readOnlyRootFilesystem": False}
     )
     assert pod["metadata"]["annotations"][PS.POD_SECURITY_ANNOTATION] == ("privileged" if privileged else "baseline")
 
 
-def assert_profile(pod: dict, profile: str) -> None:
+def assert_profile(pod: dict, profile: str, *, privileged_worker: bool | None = None) -> None:
     if profile == "restricted":
         assert_restricted(pod)
     else:
-        assert_baseline(pod, privileged=profile == "privileged")
+        assert_baseline(pod, privileged=profile == "privileged", privileged_worker=privileged_worker)
 
 
 def without_gpu_preset(pod: dict) -> dict:
@@ -182,16 +186,21 @@ def test_every_example_pod_meets_its_profile_in_both_workloads(case, spec):
     gpu = spec.accelerator.gpu
     preset = gpu.networking if gpu is not None and gpu.networking not in (None, "none") else None
     for pod in pod_templates(objects):
-        assert_profile(without_gpu_preset(pod) if preset else pod, spec.security_profile)
+        # A preset on the pod network adds capabilities, never a privileged container.
+        assert_profile(
+            without_gpu_preset(pod) if preset else pod,
+            spec.security_profile,
+            privileged_worker=None if preset is None or spec.uses_host_network else False,
+        )
         findings = PS.pod_security_findings(pod)
         if preset is None:
             assert PS.required_pod_security_level(findings) == spec.security_profile
             continue
         volumes = [v["name"] for v in pod["spec"]["volumes"] if "hostPath" in v]
-        privileged = spec.security_profile == "privileged"  # what the preset needs (the GPU example's)
-        worker_added = () if privileged else GN.WORKER_CAPABILITIES.get(preset, ())  # privileged: all of them
+        # The GPU example's profile is privileged (the level its host paths and NET_ADMIN need),
+        # yet no container is privileged: the worker adds the preset's capabilities only.
+        worker_added = GN.WORKER_CAPABILITIES.get(preset, ())
         assert [f for f in findings if f[0] == "baseline"] == [
-            *([("baseline", "Privileged Containers", "containers[0]: privileged is true")] if privileged else []),
             ("baseline", "Capabilities", "initContainers[0]: adds NET_ADMIN"),
             *(("baseline", "Capabilities", f"containers[0]: adds {c}") for c in worker_added),
             *(
