@@ -22,6 +22,7 @@ warning: no traceback). Tests pass a policy with a ``sleep`` and small delays of
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import random
 import time
@@ -100,10 +101,26 @@ def transient(err: BaseException, *, idempotent: bool) -> bool:
     return idempotent and isinstance(err, urllib3.exceptions.HTTPError)
 
 
+def _status_message(err: ApiException) -> str:
+    """The ``message`` of the Status object the API server answered with, on one line; "" when
+    the body is not one (a proxy's page, an empty body)."""
+    body = err.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    try:
+        message = json.loads(body or "").get("message") or ""
+    except (ValueError, AttributeError):
+        return ""
+    return " ".join(str(message).split())
+
+
 def describe(err: BaseException) -> str:
-    """A short one-line account of an error, for the retry line."""
+    """A short one-line account of an error, for the retry line: for an API error its status
+    and the server's own words (a 500 of ``logs`` says which node's kubelet did not answer)."""
     if isinstance(err, ApiException):
-        return f"HTTP {err.status} {err.reason or ''}".strip()
+        head = f"HTTP {err.status} {err.reason or ''}".strip()
+        message = _status_message(err)
+        return f"{head}: {message}"[:300] if message else head
     if isinstance(err, urllib3.exceptions.MaxRetryError) and err.reason is not None:
         err = err.reason
     text = str(err).splitlines()[0] if str(err) else ""
