@@ -60,6 +60,12 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
             "Write checkpoints to gs://BUCKET/PATH, or mount a pvc or nfs volume "
             "(read_only: false) under volumes and put checkpoint_dir inside it.",
         )
+        if spec.compilation_cache is not None:
+            check_spec(
+                "compilation_cache",
+                render_checks.checkpoint_problem(spec, spec.compilation_cache_dir),
+                "Give a gs://BUCKET/PATH, or a path inside a pvc or nfs volume (read_only: false), or `off`.",
+            )
     render_checks.warn(spec)
     networking = pod_env.gpu_networking_additions(spec)
     return {

@@ -91,17 +91,23 @@ def volumes_and_mounts(
 def writable_dirs(spec: JobSpec) -> dict[str, list[dict]]:
     """emptyDir volumes, mounts and env for what the worker writes (contract.WRITABLE_DIRS).
 
-    A variable the user sets already (``env`` or ``env_refs``) keeps the user's value."""
+    A variable the user sets already (``env`` or ``env_refs``) keeps the user's value. JAX's
+    compilation cache goes to the job's shared cache (``spec.compilation_cache_dir``) where it
+    has one, so that every attempt reuses what the last compiled; else to the pod's emptyDir."""
     out: dict[str, list[dict]] = {"volumes": [], "mounts": [], "env": []}
+    shared_cache = spec.compilation_cache_dir
     for name, (path, variables) in contract.WRITABLE_DIRS.items():
         out["volumes"].append({"name": name, "emptyDir": {}})
         out["mounts"].append({"name": name, "mountPath": path})
         out["env"] += [
-            {"name": key, "value": value}
+            {"name": key, "value": shared_cache if key == JAX_CACHE_VARIABLE and shared_cache else value}
             for key, value in variables.items()
             if key not in spec.env and key not in spec.env_refs
         ]
     return out
+
+
+JAX_CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
 
 
 # ----------------------------------------------------------------------------- resources

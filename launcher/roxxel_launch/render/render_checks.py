@@ -37,9 +37,10 @@ def check_spec(field: str, problem: str | None, fix: str = "") -> None:
         raise SpecError(field, problem, fix)
 
 
-def checkpoint_problem(spec: JobSpec) -> str | None:
-    """A local checkpoint_dir is only durable on a pod if a writable extra volume backs it."""
-    path = spec.checkpoint_dir
+def checkpoint_problem(spec: JobSpec, path: str | None = None) -> str | None:
+    """A local checkpoint_dir (or ``path``: the compilation cache) is only durable on a pod if
+    a writable extra volume backs it."""
+    path = spec.checkpoint_dir if path is None else path
     if path is None or "://" in path:
         return None
     for volume in spec.volumes:

@@ -41,6 +41,9 @@ API_VERSION = "roxxel.dev/v1alpha1"
 KIND = "RoxxelJob"
 # Slices of one JobSet (replicas of its replicated job, an int32; JAX's process ids too).
 MAX_SLICES = 100_000
+# The default compilation cache's folder inside checkpoint_dir (no digits: the Checkpointer's
+# steps are the folders whose names are numbers, roxxel/train/checkpoint/directory.py).
+COMPILATION_CACHE_SUBDIR = "compilation-cache"
 # Ephemeral storage a GKE node with the default 100 GB boot disk offers pods (its
 # allocatable, in bytes): GKE's example node in "Plan GKE Standard node sizes"
 # (docs/kubernetes.md, "Storage"). TPU and GPU node pools get that boot disk by default.
@@ -66,6 +69,14 @@ class JobSpec:
     data: DataMount | None = _doc(f"Read-only data volume, mounted at {contract.DATA_MOUNT_PATH}.", default=None)
     checkpoint_dir: str | None = _doc(
         "gs://BUCKET/PATH (Orbax writes directly) or an absolute path on a writable mount.", default=None
+    )
+    compilation_cache: str | None = _doc(
+        "Where JAX's persistent compilation cache lives (JAX_COMPILATION_CACHE_DIR), shared by every "
+        "attempt and resume of the job, so that a restarted gang reuses the programs the last one "
+        "compiled instead of compiling them again: gs://BUCKET/PATH, or an absolute path on a writable "
+        "mount (as checkpoint_dir). Default: CHECKPOINT_DIR/compilation-cache when checkpoint_dir is "
+        "set, else each pod's own emptyDir (lost with the pod); `off` keeps the emptyDir.",
+        default=None,
     )
     watchdog: Watchdog = _doc(
         "The progress watchdog: a worker that stops making progress ends the job "
@@ -253,6 +264,14 @@ class JobSpec:
             if self.priority_class is not None:
                 _check("priority_class", names.dns1123_subdomain_problem(self.priority_class))
         with problems.check():
+            cache = self.compilation_cache
+            if cache not in (None, "off") and not (cache.startswith("gs://") or cache.startswith("/")):
+                raise SpecError(
+                    "compilation_cache",
+                    f"{cache!r} is neither gs://BUCKET/PATH nor an absolute path",
+                    "Give a gs:// path or an absolute path on a writable mount, or `off`.",
+                )
+        with problems.check():
             if self.spot_grace_period is not None and not 1 <= self.spot_grace_period <= 120:
                 raise SpecError(
                     "spot_grace_period",
@@ -413,6 +432,19 @@ class JobSpec:
         host network for their DCN traffic. :attr:`uses_host_network` defaults to it, less
         GCS FUSE pods; the cluster preflight names ``host_network: true`` for those."""
         return self.accelerator.kind == "tpu" and self.num_slices > 1 and self.security.profile in (None, "privileged")
+
+    @property
+    def compilation_cache_dir(self) -> str | None:
+        """The persistent compilation cache every attempt shares: ``compilation_cache``, or
+        ``CHECKPOINT_DIR/compilation-cache`` by default (the checkpoint directory already
+        outlives the pods); None with ``off`` or without a checkpoint_dir (each pod's emptyDir)."""
+        if self.compilation_cache == "off":
+            return None
+        if self.compilation_cache is not None:
+            return self.compilation_cache
+        if self.checkpoint_dir is None:
+            return None
+        return self.checkpoint_dir.rstrip("/") + "/" + COMPILATION_CACHE_SUBDIR
 
     @property
     def mounts_gcsfuse(self) -> bool:

@@ -176,9 +176,9 @@ def memory_limit(container: Mapping[str, Any]) -> str | None:
 
 
 def _local_paths(env: Mapping[str, str], *, docker: bool = False) -> list[str]:
-    """Bind options for the run's outputs and its local checkpoint directory (read-write,
-    given to the pod's user) and a local ``restore_from`` (read-only): object-store URLs need
-    no mount."""
+    """Bind options for the run's outputs, its local checkpoint directory and compilation cache
+    (read-write, given to the pod's user) and a local ``restore_from`` (read-only): object-store
+    URLs need no mount."""
     args: list[str] = []
     outputs = env.get(shared.ENV_OUTPUT_DIR, "")
     if outputs.startswith("/"):
@@ -188,6 +188,13 @@ def _local_paths(env: Mapping[str, str], *, docker: bool = False) -> list[str]:
     if checkpoint.startswith("/"):
         Path(checkpoint).mkdir(parents=True, exist_ok=True)
         args += _bind(checkpoint, checkpoint, read_only=False, chown=True, docker=docker)
+    # The job's shared compilation cache (spec compilation_cache), unless it is inside the
+    # checkpoint directory bound above (its default place).
+    cache = env.get("JAX_COMPILATION_CACHE_DIR", "")
+    inside = checkpoint.startswith("/") and (cache == checkpoint or cache.startswith(checkpoint.rstrip("/") + "/"))
+    if cache.startswith("/") and not inside and not cache.startswith(contract.JAX_CACHE_MOUNT_PATH):
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        args += _bind(cache, cache, read_only=False, chown=True, docker=docker)
     source = env.get(shared.ENV_RESTORE_FROM, "")
     if source.startswith("/") and Path(source).is_dir():
         args += _bind(source, source, read_only=True, docker=docker)
