@@ -250,43 +250,39 @@ class ControlPlane:
             "--cidr=127.244.0.1/16",
         ]
 
-    def _jobset_config(self) -> Path:
+    def _controller_config(self, name: str, api_version: str, **extra) -> Path:
+        """The Configuration file of controller ``name`` (JobSet's and Kueue's share the
+        controller-runtime fields): no leader election, no internal certificate rotation (the
+        webhooks serve the local CA's certificate on loopback), no metrics server, health
+        probes on loopback."""
         return self._write_config(
-            "jobset.yaml",
+            f"{name}.yaml",
             {
-                "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+                "apiVersion": api_version,
                 "kind": "Configuration",
+                **extra,
                 "leaderElection": {"leaderElect": False},
                 "internalCertManagement": {"enable": False},
                 "webhook": {
-                    "port": self.ports["jobset-webhook"],
+                    "port": self.ports[f"{name}-webhook"],
                     "host": "127.0.0.1",
                     "certDir": str(self.state / "webhook-certs"),
                 },
                 "metrics": {"bindAddress": "0"},
-                "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['jobset-health']}"},
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports[name + '-health']}"},
             },
         )
 
+    def _jobset_config(self) -> Path:
+        return self._controller_config("jobset", "config.jobset.x-k8s.io/v1alpha1")
+
     def _kueue_config(self) -> Path:
-        return self._write_config(
-            "kueue.yaml",
-            {
-                "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-                "kind": "Configuration",
-                "namespace": "kueue-system",
-                "leaderElection": {"leaderElect": False},
-                "internalCertManagement": {"enable": False},
-                "webhook": {
-                    "port": self.ports["kueue-webhook"],
-                    "host": "127.0.0.1",
-                    "certDir": str(self.state / "webhook-certs"),
-                },
-                "metrics": {"bindAddress": "0"},
-                "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['kueue-health']}"},
-                "manageJobsWithoutQueueName": False,
-                "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
-            },
+        return self._controller_config(
+            "kueue",
+            "config.kueue.x-k8s.io/v1beta2",
+            namespace="kueue-system",
+            manageJobsWithoutQueueName=False,
+            integrations={"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
         )
 
     def _write_config(self, name: str, body: dict) -> Path:
