@@ -335,6 +335,9 @@ class ControlPlane:
         self._save()
 
     def _alive(self, name: str) -> bool:
+        """Whether the component's process runs: reaped here when this process is its parent;
+        a zombie (ended, waiting for another parent to reap it: a pytest-xdist worker that
+        started the cluster while another one stops it) counts as gone."""
         pid = self.pids.get(name)
         if pid is None:
             return False
@@ -342,10 +345,16 @@ class ControlPlane:
             if os.waitpid(pid, os.WNOHANG)[0] == pid:
                 return False
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
             return False
-        return True
+        except OSError:  # no procfs: the signal check alone
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return False
+            return True
+        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
     def _wait(self, what: str, ready, timeout: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
@@ -467,7 +476,11 @@ class ControlPlane:
             if self._alive(name):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.pids[name], signal.SIGKILL)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
         while any(self._alive(n) for n in self.pids):
+            if time.monotonic() > deadline:
+                left = {n: p for n, p in self.pids.items() if self._alive(n)}
+                raise ClusterError(f"still running {STOP_TIMEOUT_S:.0f} s after SIGKILL: {left}")
             time.sleep(0.05)
         self.pids = {}
         if (self.state / "cluster.json").exists():
