@@ -31,11 +31,20 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.action == "status":
             running = existing is not None and existing.running()
-            print(f"running: {existing.server} (KUBECONFIG={existing.kubeconfig})" if running else "not running")
+            if running:
+                print(f"running: {existing.server} (KUBECONFIG={existing.kubeconfig})")
+            elif existing is not None and existing.pids and existing.dead():
+                print(
+                    f"not running: {', '.join(existing.dead())} exited (logs in {state / 'logs'}); ./dev.sh cluster up starts it afresh"
+                )
+            else:
+                print("not running")
             return 0 if running else 1
         if args.action == "down":
-            if existing is not None:
-                existing.stop()
+            if existing is None:
+                print(f"nothing to stop in {state}")
+                return 0
+            existing.stop()
             shutil.rmtree(state, ignore_errors=True)
             print(f"control plane stopped; removed {state}")
             return 0
@@ -43,13 +52,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"already running: export KUBECONFIG={existing.kubeconfig}")
             return 0
         if existing is not None:
+            if existing.pids and existing.dead():
+                print(
+                    f"control plane: {', '.join(existing.dead())} had exited (logs in {state / 'logs'}); "
+                    "starting a new cluster (its objects are gone)",
+                    file=sys.stderr,
+                )
             existing.stop()
         shutil.rmtree(state, ignore_errors=True)
         plane = ControlPlane(state, build())
         plane.start(log=sys.stderr)
-    except (BuildError, ClusterError) as err:
+    except (BuildError, ClusterError, RuntimeError) as err:
         print(f"control plane: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("control plane: interrupted; what had started was stopped", file=sys.stderr)
+        return 130
     print(f"kubectl: {state / 'bin' / 'kubectl'}  (stop with ./dev.sh cluster down)")
     print(f"export KUBECONFIG={plane.kubeconfig}")
     return 0

@@ -27,7 +27,7 @@ import yaml
 from . import manifests, nodes, pki
 
 START_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 15.0
+STOP_GRACE_S = 10.0  # per component, from SIGTERM to SIGKILL and after it
 KUBE_VERBOSITY = "1"
 
 
@@ -58,6 +58,7 @@ def kueue_metrics_certificate(source: Path) -> None:
         for name in ("tls.crt", "tls.key"):
             tmp = KUEUE_METRICS_CERTS / f".{name}.tmp"
             shutil.copyfile(source / name, tmp)
+            tmp.chmod(0o600)
             os.replace(tmp, KUEUE_METRICS_CERTS / name)
     except OSError as err:
         raise ClusterError(
@@ -173,9 +174,11 @@ class ControlPlane:
             + nodes.all_nodes(),
             name="webhooks-and-nodes",
         )
-        self._wait("kwok's nodes", lambda: self._all_true("nodes", "Ready"))
+        self._wait("kwok's nodes", lambda: self._all_true("nodes", "Ready"), process="kwok")
         self._wait(
-            "the default ServiceAccount", lambda: self.kubectl_ok("get", "serviceaccount", "default", "-n", "default")
+            "the default ServiceAccount",
+            lambda: self.kubectl_ok("get", "serviceaccount", "default", "-n", "default"),
+            process="kube-controller-manager",
         )
 
     # ---------------------------------------------------------------- components
@@ -356,9 +359,12 @@ class ControlPlane:
             return True
         return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
-    def _wait(self, what: str, ready, timeout: float = START_TIMEOUT_S) -> None:
+    def _wait(self, what: str, ready, timeout: float = START_TIMEOUT_S, *, process: str | None = None) -> None:
+        """Polls ``ready()`` until it is true; fails at once when the component ``process``
+        (default: the first word of ``what`` when it names one) exits meanwhile."""
         deadline = time.monotonic() + timeout
-        process = what.split()[0] if what.split()[0] in self.pids else None
+        if process is None:
+            process = what.split()[0] if what.split()[0] in self.pids else None
         while time.monotonic() < deadline:
             if ready():
                 self.timings[what] = time.monotonic() - getattr(self, "_started", time.monotonic())
@@ -404,7 +410,7 @@ class ControlPlane:
 
         Raises: ClusterError with kubectl's message."""
         done = subprocess.run(
-            [self.bin("kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            [self.bin("kubectl"), f"--kubeconfig={self.kubeconfig}", f"--cache-dir={self.state / 'kube-cache'}", *args],
             input=input, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
         if done.returncode != 0:
@@ -459,29 +465,44 @@ class ControlPlane:
             return None
         return cls(state, Path(data["home"]), dict(data["ports"]), dict(data["pids"]))
 
+    def dead(self) -> list[str]:
+        """The recorded components that no longer run."""
+        return [name for name in self.pids if not self._alive(name)]
+
     def running(self) -> bool:
         """Every recorded process is alive and the API server answers."""
         return bool(self.pids) and all(self._alive(n) for n in self.pids) and self._http_ok(f"{self.server}/readyz")
 
+    def _ours(self, name: str) -> bool:
+        """Whether the recorded pid still runs one of this build's programs (a pid recorded
+        before a reboot may be another program's now: never signal that)."""
+        pid = self.pids.get(name)
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except (OSError, TypeError):
+            return self._alive(name)  # no procfs: trust the record
+        return command.startswith(str(self.home / "bin") + "/")
+
     def stop(self) -> None:
-        """SIGTERM to every component (newest first), SIGKILL to any left after
-        :data:`STOP_TIMEOUT_S`; waits until they are gone."""
+        """Stops the components one at a time, newest first (the controllers, then the API
+        server, then etcd: an API server whose etcd went first hangs in its retries), each with
+        SIGTERM and, after :data:`STOP_GRACE_S`, SIGKILL. A recorded pid that no longer runs one
+        of this build's programs is left alone.
+
+        Raises: ClusterError when a component outlives its SIGKILL by :data:`STOP_GRACE_S`."""
         for name in reversed(list(self.pids)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pids[name], signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while time.monotonic() < deadline and any(self._alive(n) for n in self.pids):
-            time.sleep(0.1)
-        for name in self.pids:
-            if self._alive(name):
+            if not self._alive(name) or not self._ours(name):
+                continue
+            for signo in (signal.SIGTERM, signal.SIGKILL):
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.pids[name], signal.SIGKILL)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while any(self._alive(n) for n in self.pids):
-            if time.monotonic() > deadline:
-                left = {n: p for n, p in self.pids.items() if self._alive(n)}
-                raise ClusterError(f"still running {STOP_TIMEOUT_S:.0f} s after SIGKILL: {left}")
-            time.sleep(0.05)
+                    os.killpg(self.pids[name], signo)
+                deadline = time.monotonic() + STOP_GRACE_S
+                while self._alive(name) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if not self._alive(name):
+                    break
+            if self._alive(name):
+                raise ClusterError(f"{name} (pid {self.pids[name]}) still runs {STOP_GRACE_S:.0f} s after SIGKILL")
         self.pids = {}
         if (self.state / "cluster.json").exists():
             self._save()

@@ -5,7 +5,9 @@ names of the ``kubernetes`` Service), the webhook servers' serving certificate (
 API server calls JobSet's and Kueue's webhooks at ``https://127.0.0.1:PORT``), and the client
 certificates of the kubeconfigs (organisation ``system:masters`` for the administrator, as
 kubeadm's ``admin.conf``). The service-account token signing key is an EC P-256 pair. The keys
-live only in the cluster's state directory, which ``down`` removes.
+live in the cluster's state directory, which ``down`` removes; one copy of the webhook key is
+also Kueue's metrics certificate at its fixed path (``cluster.KUEUE_METRICS_CERTS``, mode 0600,
+kept: Kueue's metrics server is off, so it is never served).
 """
 
 from __future__ import annotations
