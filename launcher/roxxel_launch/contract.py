@@ -172,6 +172,9 @@ WORKER_GID = 10001
 TMP_MOUNT_PATH = "/tmp"
 CACHE_MOUNT_PATH = "/var/cache/roxxel"
 JAX_CACHE_MOUNT_PATH = "/var/cache/roxxel-jax"
+# JAX's persistent compilation cache directory (its config jax_compilation_cache_dir): the pod's
+# emptyDir above, or the job's shared cache (spec compilation_cache) that outlives the pods.
+JAX_CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
 # HOME: what gcloud (~/.config/gcloud), W&B (~/.netrc, ~/.config/wandb), matplotlib
 # (~/.config/matplotlib) and git write to. Not the image's home directory /home/roxxel
 # (Dockerfile useradd --home-dir), which is also the WORKDIR holding examples/: an emptyDir
@@ -180,7 +183,7 @@ HOME_MOUNT_PATH = "/var/lib/roxxel-home"
 WRITABLE_DIRS = {
     "tmp": (TMP_MOUNT_PATH, {"TMPDIR": TMP_MOUNT_PATH}),
     "cache": (CACHE_MOUNT_PATH, {"XDG_CACHE_HOME": CACHE_MOUNT_PATH}),
-    "jax-cache": (JAX_CACHE_MOUNT_PATH, {"JAX_COMPILATION_CACHE_DIR": JAX_CACHE_MOUNT_PATH}),
+    "jax-cache": (JAX_CACHE_MOUNT_PATH, {JAX_CACHE_VARIABLE: JAX_CACHE_MOUNT_PATH}),
     "home": (HOME_MOUNT_PATH, {"HOME": HOME_MOUNT_PATH}),
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "roxxel-launch"
 RUN_NAME_LABEL = "roxxel.dev/run-name"
@@ -31,11 +33,17 @@ SPOT_SELECTORS = ("cloud.google.com/gke-spot", "cloud.google.com/gke-preemptible
 SPOT_GRACE_SECONDS = 15
 
 
+def spot_selectors(node_selectors: Mapping[str, str]) -> list[str]:
+    """The :data:`SPOT_SELECTORS` keys that ``node_selectors`` set to ``"true"`` (the pods then
+    run on Spot / preemptible nodes)."""
+    return [key for key in SPOT_SELECTORS if node_selectors.get(key) == "true"]
+
+
 def worker_grace_seconds(spec) -> int:  # noqa: ANN001 - a JobSpec (this module imports no spec)
     """The seconds the workers are told they have after SIGTERM (ROXXEL_TERMINATION_GRACE_S):
     ``termination_grace_period``, or on Spot / preemptible nodes the smaller of it and what GKE
     gives (``spot_grace_period``, default :data:`SPOT_GRACE_SECONDS`)."""
-    if not any(spec.node_selectors.get(k) == "true" for k in SPOT_SELECTORS):
+    if not spot_selectors(spec.node_selectors):
         return spec.termination_grace_period
     return min(spec.termination_grace_period, spec.spot_grace_period or SPOT_GRACE_SECONDS)
 

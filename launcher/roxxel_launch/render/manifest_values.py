@@ -60,7 +60,7 @@ def template_values(spec: JobSpec, *, cluster: bool = True) -> dict[str, Any]:
             "Write checkpoints to gs://BUCKET/PATH, or mount a pvc or nfs volume "
             "(read_only: false) under volumes and put checkpoint_dir inside it.",
         )
-        if spec.compilation_cache is not None:
+        if spec.compilation_cache not in (None, "off"):  # its default place is checkpoint_dir's, checked above
             check_spec(
                 "compilation_cache",
                 render_checks.checkpoint_problem(spec, spec.compilation_cache_dir),

@@ -14,7 +14,7 @@ from roxxel_launch.render.manifest_keys import (
     GCSFUSE_LIMIT_ANNOTATIONS,
     IMPENDING_TERMINATION_TAINT,
     SHM_VOLUME,
-    SPOT_SELECTORS,
+    spot_selectors,
 )
 from roxxel_launch.spec import (
     EPHEMERAL_STORAGE,
@@ -100,14 +100,11 @@ def writable_dirs(spec: JobSpec) -> dict[str, list[dict]]:
         out["volumes"].append({"name": name, "emptyDir": {}})
         out["mounts"].append({"name": name, "mountPath": path})
         out["env"] += [
-            {"name": key, "value": shared_cache if key == JAX_CACHE_VARIABLE and shared_cache else value}
+            {"name": key, "value": shared_cache if key == contract.JAX_CACHE_VARIABLE and shared_cache else value}
             for key, value in variables.items()
             if key not in spec.env and key not in spec.env_refs
         ]
     return out
-
-
-JAX_CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
 
 
 # ----------------------------------------------------------------------------- resources
@@ -168,8 +165,7 @@ def tolerations(spec: JobSpec) -> list[dict]:
     ``queue_provisioning``, then the spec's; each once."""
     spot = [
         {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-        for key in SPOT_SELECTORS
-        if spec.node_selectors.get(key) == "true"
+        for key in spot_selectors(spec.node_selectors)
     ]
     queued = spec.queue_provisioning.tolerations() if spec.queue_provisioning is not None else []
     out: list[dict] = []

@@ -15,7 +15,7 @@ from roxxel_launch.render.manifest_keys import (
     GKE_NVIDIA_LIB_DIR,
     SPEC_ANNOTATION,
     SPOT_GRACE_SECONDS,
-    SPOT_SELECTORS,
+    spot_selectors,
     worker_grace_seconds,
 )
 from roxxel_launch.spec import DEFAULT_NODE_EPHEMERAL_STORAGE, JobSpec, SpecError
@@ -89,7 +89,7 @@ def warn(spec: JobSpec) -> None:
 
 def _warn_spot(spec: JobSpec) -> None:
     """One line for pods on Spot / preemptible nodes: what a preemption save must fit in."""
-    spot = [k for k in SPOT_SELECTORS if spec.node_selectors.get(k) == "true"]
+    spot = spot_selectors(spec.node_selectors)
     if not spot:
         return
     grace = worker_grace_seconds(spec)

@@ -106,7 +106,8 @@ def preflight(api: KubernetesApi, spec: JobSpec, objects: Sequence[dict], *, fit
     """The installed JobSet CRD serves every field the JobSet uses (or the JobSet is sent in
     the form an older JobSet accepts), and the spec's Kueue LocalQueue and
     WorkloadPriorityClass exist (see :mod:`.preflight`), the nodes can hold a worker
-    (:mod:`.fit`), the whole gang fits the namespace's ResourceQuotas (:mod:`.quota`); a multislice job on the pod network hears whether it could use the host's.
+    (:mod:`.fit`), the whole gang fits the namespace's ResourceQuotas (:mod:`.quota`); a
+    multislice job on the pod network hears whether it could use the host's.
 
     Every check asks ``spec.namespace``, where the objects go; ``api`` must work in it.
 

@@ -87,7 +87,8 @@ class Worker:
     ``job``: the replicated job's name (JobSet) or the Job's; ``pods``: replicas x parallelism;
     ``requests``: the pod's effective request per resource name (cores for cpu, bytes for
     memory and storage, a count for extended resources), the GCS FUSE sidecars' included;
-    ``sidecar``: their part (empty without them); ``sidecars``: their container names."""
+    ``sidecar``: their part (empty without them); ``sidecars``: their container names;
+    ``limits``: the pod's limits as ResourceQuota sums them (:func:`pod_limits`)."""
 
     job: str
     pods: int
@@ -96,6 +97,7 @@ class Worker:
     requests: Mapping[str, Decimal]
     sidecar: Mapping[str, Decimal] = dataclasses.field(default_factory=dict)
     sidecars: tuple[str, ...] = ()
+    limits: Mapping[str, Decimal] = dataclasses.field(default_factory=dict)
 
 
 def _requests(container: Mapping) -> dict[str, Decimal]:
@@ -143,6 +145,18 @@ def pod_requests(pod_spec: Mapping) -> dict[str, Decimal]:
             _max(init_peak, running)
     _max(total, init_peak)
     return {name: value for name, value in total.items() if value > 0}
+
+
+def pod_limits(pod_spec: Mapping) -> dict[str, Decimal]:
+    """The pod's limits per resource as ResourceQuota adds them up: the app containers' and
+    the sidecars' (init containers with ``restartPolicy: Always``), cores, bytes or counts.
+    Raises: ValueError for a quantity Kubernetes would not accept either."""
+    sidecars = [c for c in pod_spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    total: dict[str, Decimal] = {}
+    for container in [*(pod_spec.get("containers") or []), *sidecars]:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        _add(total, {name: Decimal(parse_quantity(value)) for name, value in limits.items()})
+    return total
 
 
 def workers(objects: Iterable[Mapping]) -> Iterator[Worker]:
@@ -211,6 +225,7 @@ def _worker(name: str, replicas: int, job: Mapping) -> Worker:
         requests=pod_requests(pod),
         sidecar=total,
         sidecars=tuple(sidecars),
+        limits=pod_limits(pod),
     )
 
 

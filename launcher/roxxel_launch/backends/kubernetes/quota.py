@@ -34,17 +34,6 @@ logger = logging.getLogger(__name__)
 _PLAIN = {"cpu", "memory", "ephemeral-storage"}  # quota keys without the requests. prefix
 
 
-def _limits(pod_spec: Mapping) -> dict[str, Decimal]:
-    """The pod's limits as quota sums them: app containers and sidecars (init containers with
-    ``restartPolicy: Always``)."""
-    sidecars = [c for c in pod_spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
-    total: dict[str, Decimal] = {}
-    for container in [*(pod_spec.get("containers") or []), *sidecars]:
-        for name, value in ((container.get("resources") or {}).get("limits") or {}).items():
-            total[name] = total.get(name, Decimal(0)) + Decimal(parse_quantity(value))
-    return total
-
-
 def gang_usage(objects: Sequence[Mapping]) -> dict[str, Decimal]:
     """What the job's worker pods together count against a ResourceQuota, by quota key
     (``requests.cpu``, ``limits.memory``, ``pods``, ...): cores, bytes or counts."""
@@ -53,15 +42,6 @@ def gang_usage(objects: Sequence[Mapping]) -> dict[str, Decimal]:
     def add(key: str, value: Decimal) -> None:
         usage[key] = usage.get(key, Decimal(0)) + value
 
-    templates = {}
-    for obj in objects:
-        if obj.get("kind") == "JobSet":
-            for rjob in (obj.get("spec") or {}).get("replicatedJobs") or []:
-                templates[rjob.get("name", "?")] = ((rjob.get("template") or {}).get("spec") or {}).get(
-                    "template"
-                ) or {}
-        elif obj.get("kind") == "Job":
-            templates[obj["metadata"]["name"]] = (obj.get("spec") or {}).get("template") or {}
     for worker in workers(objects):
         pods = Decimal(worker.pods)
         add("pods", pods)
@@ -70,7 +50,7 @@ def gang_usage(objects: Sequence[Mapping]) -> dict[str, Decimal]:
             add(f"requests.{name}", pods * value)
             if name in _PLAIN:
                 add(name, pods * value)
-        for name, value in _limits((templates.get(worker.job) or {}).get("spec") or {}).items():
+        for name, value in worker.limits.items():
             add(f"limits.{name}", pods * value)
     return usage
 

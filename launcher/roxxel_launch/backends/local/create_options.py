@@ -190,7 +190,7 @@ def _local_paths(env: Mapping[str, str], *, docker: bool = False) -> list[str]:
         args += _bind(checkpoint, checkpoint, read_only=False, chown=True, docker=docker)
     # The job's shared compilation cache (spec compilation_cache), unless it is inside the
     # checkpoint directory bound above (its default place).
-    cache = env.get("JAX_COMPILATION_CACHE_DIR", "")
+    cache = env.get(contract.JAX_CACHE_VARIABLE, "")
     inside = checkpoint.startswith("/") and (cache == checkpoint or cache.startswith(checkpoint.rstrip("/") + "/"))
     if cache.startswith("/") and not inside and not cache.startswith(contract.JAX_CACHE_MOUNT_PATH):
         Path(cache).mkdir(parents=True, exist_ok=True)
