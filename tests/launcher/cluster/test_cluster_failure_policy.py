@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 
-from support.control_plane.pods import attempt_pods, condition, fail_pod, get, wait_for, wait_running
+from support.control_plane.pods import attempt_pods, condition, fail_pod, get, wait_running
 from support.launch_cli import launch, write_spec
 from support.specs import spec_dict
+from support.wait import wait_for
 
 
 def jobset(plane, namespace: str, name: str) -> dict:
@@ -41,8 +42,10 @@ def test_preemptions_restart_the_gang_without_counting(kube, namespace, tmp_path
         pod = attempt_pods(kube, namespace, "lm", attempt)[0]["metadata"]["name"]
         fail_pod(kube, namespace, pod, exit_code=code, disruption=disruption)
         status = wait_for(
-            f"restart {attempt + 1}",
             lambda: (s := jobset(kube, namespace, "lm")["status"]).get("restarts") == attempt + 1 and s,
+            60,
+            f"restart {attempt + 1}",
+            interval=0.3,
         )
         assert status.get("restartsCountTowardsMax", 0) == 0, status
     attempt_pods(kube, namespace, "lm", 3)
@@ -53,7 +56,9 @@ def test_a_configuration_error_fails_the_jobset_at_once(kube, namespace, tmp_pat
     submit(tmp_path, namespace, max_restarts=5)
     pod = attempt_pods(kube, namespace, "lm", 0)[0]["metadata"]["name"]
     fail_pod(kube, namespace, pod, exit_code=78)
-    condition = wait_for("the JobSet's Failed condition", lambda: failed(jobset(kube, namespace, "lm")))
+    condition = wait_for(
+        lambda: failed(jobset(kube, namespace, "lm")), 60, "the JobSet's Failed condition", interval=0.3
+    )
     assert jobset(kube, namespace, "lm")["status"].get("restarts", 0) == 0
     assert condition["reason"] == "FailJobSetFailurePolicyAction", condition
     status = json.loads(launch("status", "lm", "-n", namespace, "--json").output)
@@ -65,10 +70,14 @@ def test_other_failures_count_until_max_restarts(kube, namespace, tmp_path):
     submit(tmp_path, namespace, max_restarts=1)
     pod = attempt_pods(kube, namespace, "lm", 0)[0]["metadata"]["name"]
     fail_pod(kube, namespace, pod, exit_code=1)
-    status = wait_for("restart 1", lambda: (s := jobset(kube, namespace, "lm")["status"]).get("restarts") == 1 and s)
+    status = wait_for(
+        lambda: (s := jobset(kube, namespace, "lm")["status"]).get("restarts") == 1 and s, 60, "restart 1", interval=0.3
+    )
     assert status.get("restartsCountTowardsMax") == 1, status
     pod = attempt_pods(kube, namespace, "lm", 1)[0]["metadata"]["name"]
     fail_pod(kube, namespace, pod, exit_code=1)
-    condition = wait_for("the JobSet's Failed condition", lambda: failed(jobset(kube, namespace, "lm")))
+    condition = wait_for(
+        lambda: failed(jobset(kube, namespace, "lm")), 60, "the JobSet's Failed condition", interval=0.3
+    )
     assert condition["reason"] == "ReachedMaxRestarts", condition
     assert jobset(kube, namespace, "lm")["status"].get("restarts") == 1

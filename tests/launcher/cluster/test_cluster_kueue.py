@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 
 from support.control_plane import objects
-from support.control_plane.pods import pods_of, wait_for, wait_running
+from support.control_plane.pods import pods_of, wait_running
 from support.launch_cli import launch, write_spec
 from support.specs import spec_dict
+from support.wait import wait_for
 
 QUEUE = "team-a"
 
@@ -39,8 +40,10 @@ def test_admission_eviction_and_readmission_are_attempts(kube, namespace, tmp_pa
     kube.kubectl(
         "patch", "workloads.kueue.x-k8s.io", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"active":false}}'
     )
-    wait_for("the pods deleted by the eviction", lambda: not pods_of(kube, namespace, "lm"))
-    evicted = wait_for("status Suspended", lambda: (s := status(namespace))["state"] == "Suspended" and s)
+    wait_for(lambda: not pods_of(kube, namespace, "lm"), 60, "the pods deleted by the eviction", interval=0.3)
+    evicted = wait_for(
+        lambda: (s := status(namespace))["state"] == "Suspended" and s, 60, "status Suspended", interval=0.3
+    )
     assert f"queue {QUEUE}: evicted" in evicted["message"] and "eviction 1 ended attempt 1" in evicted["message"], (
         evicted
     )
@@ -49,7 +52,7 @@ def test_admission_eviction_and_readmission_are_attempts(kube, namespace, tmp_pa
         "patch", "workloads.kueue.x-k8s.io", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"active":true}}'
     )
     wait_running(kube, namespace, "lm", 2)
-    again = wait_for("status Running", lambda: (s := status(namespace))["state"] == "Running" and s)
+    again = wait_for(lambda: (s := status(namespace))["state"] == "Running" and s, 60, "status Running", interval=0.3)
     assert "attempt 2, re-admitted after eviction 1" in again["message"], again
     assert again["restarts"] == 0  # the JobSet's own count: Kueue's suspend is not a restart
 
@@ -66,6 +69,8 @@ def test_a_job_over_its_cluster_queue_quota_waits_suspended(kube, namespace, tmp
         checkpoint_dir="gs://ckpt/lm",
     )
     launch("submit", write_spec(tmp_path, spec))
-    queued = wait_for("status Suspended", lambda: (s := status(namespace))["state"] == "Suspended" and s)
+    queued = wait_for(
+        lambda: (s := status(namespace))["state"] == "Suspended" and s, 60, "status Suspended", interval=0.3
+    )
     assert f"queue {QUEUE}" in queued["message"], queued
     assert not pods_of(kube, namespace, "lm")

@@ -14,11 +14,12 @@ import logging
 
 import pytest
 
-from support.control_plane.pods import attempt_pods, condition, fail_pod, get, pods_of, wait_for, wait_running
+from support.control_plane.pods import attempt_pods, condition, fail_pod, get, pods_of, wait_running
 from support.control_plane.session import user_kubeconfig
 from support.launch_cli import launch, write_spec
 from support.paths import REPO
 from support.specs import spec_dict
+from support.wait import wait_for
 
 # Reads the namespaced Role cannot grant (cluster-scoped objects): each is skipped with a line.
 CLUSTER_SCOPED_SKIPS = ("customresourcedefinitions", "nodes", "priorityclasses", "API discovery", "fit check")
@@ -48,13 +49,13 @@ def test_every_verb_under_exactly_the_shipped_role(kube, launcher_user, tmp_path
         assert status(ns)["state"] == "Running"
 
         launch("suspend", "lm", "-n", ns)
-        wait_for("the pods gone", lambda: not pods_of(kube, ns, "lm"))
-        wait_for("status Suspended", lambda: status(ns)["state"] == "Suspended")
+        wait_for(lambda: not pods_of(kube, ns, "lm"), 60, "the pods gone", interval=0.3)
+        wait_for(lambda: status(ns)["state"] == "Suspended", 60, "status Suspended", interval=0.3)
         launch("resume", "lm", "-n", ns)
         wait_running(kube, ns, "lm", 2)
 
         fail_pod(kube, ns, attempt_pods(kube, ns, "lm", 0)[0]["metadata"]["name"], exit_code=42)
-        wait_for("the restart", lambda: get(kube, "jobset", "lm", ns)["status"].get("restarts") == 1)
+        wait_for(lambda: get(kube, "jobset", "lm", ns)["status"].get("restarts") == 1, 60, "the restart", interval=0.3)
         pods = attempt_pods(kube, ns, "lm", 1)
         assert status(ns)["restarts"] == 1
 
@@ -68,17 +69,21 @@ def test_every_verb_under_exactly_the_shipped_role(kube, launcher_user, tmp_path
 
         for pod in pods:
             fail_pod(kube, ns, pod["metadata"]["name"], exit_code=0, phase="Succeeded")
-        wait_for("the JobSet completed", lambda: condition(get(kube, "jobset", "lm", ns), "Completed"))
+        wait_for(
+            lambda: condition(get(kube, "jobset", "lm", ns), "Completed"), 60, "the JobSet completed", interval=0.3
+        )
         launch("wait", "lm", "-n", ns, "--timeout", "60")
         assert status(ns)["state"] == "Succeeded"
 
         launch("delete", "lm", "-n", ns)
         wait_for(
-            "the JobSet and its pods gone (foreground deletion through the garbage collector)",
             lambda: (
                 not json.loads(kube.kubectl("get", "jobsets", "-n", ns, "-o", "json"))["items"]
                 and not pods_of(kube, ns, "lm")
             ),
+            60,
+            "the JobSet and its pods gone (foreground deletion through the garbage collector)",
+            interval=0.3,
         )
     unexpected = [
         r.getMessage()

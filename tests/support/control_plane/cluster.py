@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from support.net import free_port
+
 from . import manifests, nodes, pki
 
 START_TIMEOUT_S = 120.0
@@ -33,12 +35,6 @@ KUBE_VERBOSITY = "1"
 
 class ClusterError(RuntimeError):
     """A component did not start or answer in time; the message names it and its log."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # Kueue (cmd/kueue/main.go) reads its metrics server's certificate from this fixed path whenever
@@ -122,7 +118,7 @@ class ControlPlane:
             "kueue-health",
             "kwok",
         )
-        self.ports = {name: _free_port() for name in names}
+        self.ports = {name: free_port() for name in names}
         pki.make_all(self.state / "pki")
         for name in ("webhooks.crt", "webhooks.key"):
             shutil.copyfile(self.state / "pki" / name, self.state / "webhook-certs" / name.replace("webhooks", "tls"))

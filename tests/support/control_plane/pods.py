@@ -5,26 +5,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+
+from support.wait import wait_for
 
 from .cluster import ControlPlane
-
-T = TypeVar("T")
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60) -> T:
-    """``check()``'s first truthy value, polled every 0.3 s; AssertionError naming ``what``
-    after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(0.3)
 
 
 def get(plane: ControlPlane, kind: str, name: str, namespace: str) -> dict:
@@ -56,7 +41,6 @@ def attempt_pods(plane: ControlPlane, namespace: str, job: str, attempt: int, ti
     """The Running pods of the JobSet's restart attempt ``attempt`` (label
     ``jobset.sigs.k8s.io/restart-attempt``), once there is one."""
     return wait_for(
-        f"the pods of attempt {attempt} of {job}",
         lambda: (
             [
                 p
@@ -67,6 +51,8 @@ def attempt_pods(plane: ControlPlane, namespace: str, job: str, attempt: int, ti
             or None
         ),
         timeout,
+        f"the pods of attempt {attempt} of {job}",
+        interval=0.3,
     )
 
 
